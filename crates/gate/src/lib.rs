@@ -1,0 +1,1 @@
+//! v6gate's daemon crate: configuration and the offline translator.

