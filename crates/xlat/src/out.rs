@@ -51,6 +51,9 @@ drop_reasons! {
     Malformed = "malformed",
     /// IPv4 header checksum does not verify.
     BadIpv4Checksum = "bad-ipv4-checksum",
+    /// An ICMP error's checksum does not verify (the translator rebuilds
+    /// error messages, so it must not launder a corrupt one).
+    BadChecksum = "bad-checksum",
     /// Source address cannot be mapped to the other family.
     UntranslatableSource = "untranslatable-source",
     /// Destination address cannot be mapped to the other family.
@@ -118,6 +121,8 @@ pub struct Out {
     /// Next IPv4 Identification value for packets the translator originates
     /// an ID for (RFC 7915 §5.1). Seed it per worker to spread IDs.
     pub(crate) next_ident: u16,
+    /// Scratch space for two-pass work (EAM hairpinning); grows on first use.
+    pub(crate) scratch: Vec<u8>,
 }
 
 impl fmt::Debug for Out {
@@ -140,7 +145,7 @@ impl Out {
 
     /// A new arena whose generated IPv4 Identification values start at `seed`.
     pub fn with_ident_seed(seed: u16) -> Self {
-        Out { arena: vec![0u8; ARENA_LEN].into_boxed_slice(), used: 0, slots: Vec::with_capacity(64), next_ident: seed }
+        Out { arena: vec![0u8; ARENA_LEN].into_boxed_slice(), used: 0, slots: Vec::with_capacity(64), next_ident: seed, scratch: Vec::new() }
     }
 
     /// Forget all packets (capacity is kept).
@@ -197,22 +202,6 @@ impl Out {
         self.used += len;
     }
 
-    /// Mutable access to an already committed packet.
-    #[inline]
-    pub(crate) fn packet_mut(&mut self, i: usize) -> &mut [u8] {
-        let s = self.slots[i];
-        &mut self.arena[s.start as usize..(s.start + s.len) as usize]
-    }
-
-    /// Drop every packet committed at index `from` or later.
-    #[inline]
-    pub(crate) fn truncate(&mut self, from: usize) {
-        if let Some(s) = self.slots.get(from) {
-            self.used = s.start as usize;
-            self.slots.truncate(from);
-        }
-    }
-
     /// Take a fresh IPv4 Identification value.
     #[inline]
     pub(crate) fn take_ident(&mut self) -> u16 {
@@ -244,9 +233,9 @@ mod tests {
         out.space(2).unwrap().copy_from_slice(&[4, 5]);
         out.commit(2, PacketKind::IcmpError);
         assert_eq!(out.get(1), Some((PacketKind::IcmpError, &[4u8, 5][..])));
-        out.truncate(1);
-        assert_eq!(out.len(), 1);
+        assert_eq!(out.len(), 2);
         assert_eq!(out.get(0), Some((PacketKind::Forward, &[1u8, 2, 3][..])));
+        assert_eq!(out.iter().count(), 2);
         assert!(out.space(ARENA_LEN).is_none());
         out.clear();
         assert!(out.is_empty());

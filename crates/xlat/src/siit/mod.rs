@@ -8,6 +8,11 @@
 //! [`Translator::translate`] is the single entry point: it looks at the
 //! version nibble and runs the matching direction.
 
+mod emit;
+mod icmp;
+mod v4_to_v6;
+mod v6_to_v4;
+
 use crate::addr::{Eamt, Ivi, Mapper, Prefix4, Prefix6, PrefixMap, Rfc6052};
 use crate::{Out, Verdict};
 use core::fmt;
@@ -151,9 +156,19 @@ impl Translator {
             return Err(cfg_err("mtu-plateaus", "must not be empty"));
         }
         let map = Mapper { eamt, prefix };
+        // The translator's own IPv6 source: ipv4-address through the EAMT or
+        // pool6. The well-known prefix refuses non-global IPv4 addresses
+        // such as 192.0.0.8 for hosts (RFC 6052 §3.1), but this is the
+        // translator's own address, so the plain /96 concatenation is used.
+        let wkp_self = match &map.prefix {
+            PrefixMap::Rfc6052(p) if p.is_wkp() => {
+                Some(Ipv6Addr::from(u128::from(p.prefix().addr()) | u128::from(u32::from(cfg.ipv4_address))))
+            }
+            _ => None,
+        };
         let ipv6_address = match cfg.ipv6_address {
             Some(a) => a,
-            None => match map.v4_to_v6(cfg.ipv4_address) {
+            None => match map.v4_to_v6(cfg.ipv4_address).or(wkp_self) {
                 Some(a) => a,
                 None => match cfg.rfc6791_v6 {
                     Some(p) => p.addr(),
@@ -185,7 +200,10 @@ impl Translator {
     /// first; on [`Verdict::Emit`] `out` holds the packets to send.
     pub fn translate(&self, pkt: &[u8], out: &mut Out) -> Verdict {
         out.clear();
-        let _ = pkt;
-        Verdict::Drop(crate::DropReason::Unsupported)
+        match pkt.first().map(|b| b >> 4) {
+            Some(4) => self.v4_to_v6(pkt, out, false),
+            Some(6) => self.v6_to_v4(pkt, out),
+            _ => Verdict::Drop(crate::DropReason::UnknownVersion),
+        }
     }
 }

@@ -1,0 +1,375 @@
+//! RFC 7915 §4 — translating IPv4 packets into IPv6.
+
+use super::emit::{self, append_4884, emit_v6, split_4884, FragSpec, Patch, ICMP6_ERROR_MAX};
+use super::icmp::{map_4to6, Rest};
+use super::Translator;
+use crate::addr::is_forbidden_v4;
+use crate::checksum::{self, sum_v4, sum_v6};
+use crate::wire::icmp::{self as wicmp, is_error_v4, IcmpMessage};
+use crate::wire::ipv4::Ipv4Packet;
+use crate::wire::ipv6::{self, emit_frag, Ipv6Header};
+use crate::wire::l4::{TcpHeader, UdpHeader};
+use crate::wire::{be16, proto, put16};
+use crate::{DropReason, Out, Verdict};
+use core::net::{Ipv4Addr, Ipv6Addr};
+
+/// Why the translator answers with an ICMPv4 error instead of translating.
+struct Refuse {
+    kind: u8,
+    code: u8,
+    rest: [u8; 4],
+    reason: DropReason,
+}
+
+impl Translator {
+    /// RFC 7915 §4. `hairpin` is the second pass of an EAM hairpin (RFC 7757
+    /// §4.2): the TTL was already decremented and the source is mapped with
+    /// the prefix only.
+    pub(crate) fn v4_to_v6(&self, pkt: &[u8], out: &mut Out, hairpin: bool) -> Verdict {
+        let ip = match Ipv4Packet::new(pkt) {
+            Ok(p) => p,
+            Err(e) => return Verdict::Drop(e.into()),
+        };
+        if !ip.checksum_ok() {
+            return Verdict::Drop(DropReason::BadIpv4Checksum);
+        }
+        let (src4, dst4) = (ip.src(), ip.dst());
+        if is_forbidden_v4(src4) || is_forbidden_v4(dst4) {
+            return Verdict::Drop(DropReason::ForbiddenAddress);
+        }
+        let payload = ip.payload();
+        let first = ip.frag_offset() == 0;
+        let is_icmp_error = ip.protocol() == proto::ICMP && first && payload.len() >= 8 && is_error_v4(payload[0]);
+
+        let Some(dst6) = self.map.v4_to_v6(dst4) else {
+            return Verdict::Drop(DropReason::UntranslatableDestination);
+        };
+        let src6 = if hairpin { self.map.v4_to_v6_prefix_only(src4) } else { self.map.v4_to_v6(src4) };
+        let src6 = match (src6, is_icmp_error) {
+            (Some(a), _) => a,
+            // RFC 6791 / RFC 7915 §4.2: an ICMPv4 error from a router whose
+            // address has no IPv6 counterpart gets a source from the
+            // rfc6791v6 pool.
+            (None, true) => match self.rfc6791_v6(src4) {
+                Some(a) => a,
+                None => return Verdict::Drop(DropReason::UntranslatableSource),
+            },
+            (None, false) => return Verdict::Drop(DropReason::UntranslatableSource),
+        };
+
+        let refuse = |r: Refuse, out: &mut Out| -> Verdict {
+            // Never answer an ICMP error with an ICMP error (RFC 1812
+            // §4.3.2.7), nor a non-first fragment, nor from the second
+            // pass of a hairpin (the source is IPv6).
+            if is_icmp_error || hairpin || !first {
+                return Verdict::Drop(r.reason);
+            }
+            emit::icmp4_error(out, self.cfg.ipv4_address, pkt, r.kind, r.code, r.rest);
+            if out.is_empty() {
+                Verdict::Drop(r.reason)
+            } else {
+                Verdict::Emit
+            }
+        };
+
+        // §4.1 Hop Limit: the translator is a router; decrement the TTL and
+        // send Time Exceeded when it reaches zero.
+        let hop_limit = if hairpin {
+            ip.ttl()
+        } else if ip.ttl() <= 1 {
+            let r = Refuse { kind: wicmp::v4::TIME_EXCEEDED, code: 0, rest: [0; 4], reason: DropReason::TtlExpired };
+            return refuse(r, out);
+        } else {
+            ip.ttl() - 1
+        };
+
+        // §4.1: IPv4 options are not translated, except that an unexpired
+        // source route option makes the packet untranslatable: Destination
+        // Unreachable / Source Route Failed (Type 3, Code 5).
+        match ip.unexpired_source_route() {
+            Err(e) => return Verdict::Drop(e.into()),
+            Ok(Some(_)) => {
+                let r = Refuse {
+                    kind: wicmp::v4::DEST_UNREACH,
+                    code: wicmp::v4::CODE_SOURCE_ROUTE_FAILED,
+                    rest: [0; 4],
+                    reason: DropReason::SourceRoute,
+                };
+                return refuse(r, out);
+            }
+            Ok(None) => {}
+        }
+
+        let cfg = &self.cfg;
+        let traffic_class = if cfg.reset_traffic_class { 0 } else { ip.tos() };
+        let next = if ip.protocol() == proto::ICMP { proto::ICMPV6 } else { ip.protocol() };
+        let hdr = Ipv6Header { traffic_class, flow_label: 0, payload_len: 0, next_header: next, hop_limit, src: src6, dst: dst6 };
+
+        // §4.1: a Fragment header is added when the packet is a fragment,
+        // or when DF is clear and the result exceeds lowest-ipv6-mtu (the
+        // translator then fragments). Atomic fragments are never generated
+        // (RFC 8021).
+        let v6_len = ipv6::HEADER_LEN + payload.len();
+        let frag_mtu = usize::from(cfg.lowest_ipv6_mtu.min(cfg.ipv6_mtu));
+        let frag = if ip.is_fragment() || (!ip.dont_frag() && v6_len > frag_mtu) {
+            Some(FragSpec { offset: ip.frag_offset(), more: ip.more_frags(), ident: u32::from(ip.ident()) })
+        } else {
+            None
+        };
+        if frag.is_none() && v6_len > usize::from(cfg.ipv6_mtu) {
+            // DF set and too big: Fragmentation Needed with the MTU the
+            // IPv4 sender must use, the IPv6 MTU less the header growth.
+            let mtu = (cfg.ipv6_mtu - 20).max(576);
+            let r = Refuse {
+                kind: wicmp::v4::DEST_UNREACH,
+                code: wicmp::v4::CODE_FRAG_NEEDED,
+                rest: [0, 0, (mtu >> 8) as u8, mtu as u8],
+                reason: DropReason::TooBig,
+            };
+            return refuse(r, out);
+        }
+
+        let mut patch = Patch::default();
+        let addr_old = sum_v4(src4) + sum_v4(dst4);
+        let addr_new = sum_v6(&src6) + sum_v6(&dst6);
+        match ip.protocol() {
+            proto::ICMP => {
+                // §4.2: fragmented ICMP cannot be translated statelessly (the
+                // ICMPv6 checksum covers a pseudo-header with the full length).
+                if ip.is_fragment() {
+                    return Verdict::Drop(DropReason::FragmentedIcmp);
+                }
+                let msg = match IcmpMessage::new(payload) {
+                    Ok(m) => m,
+                    Err(e) => return Verdict::Drop(e.into()),
+                };
+                if is_icmp_error {
+                    return self.icmp_error_4to6(&ip, &msg, hdr, out);
+                }
+                let Some(m) = map_4to6(msg.kind(), msg.code(), msg.rest()) else {
+                    return Verdict::Drop(DropReason::IcmpUntranslatable);
+                };
+                let (w_old, w_new) = (type_word(msg.kind(), msg.code()), type_word(m.kind, m.code));
+                let pseudo = checksum::pseudo_v6(&src6, &dst6, proto::ICMPV6, payload.len() as u32);
+                let c = checksum::update(msg.checksum(), u64::from(w_old), u64::from(w_new) + pseudo);
+                patch.push(0, w_new);
+                patch.push(2, c);
+            }
+            proto::UDP if first => {
+                let udp = match UdpHeader::new(payload) {
+                    Ok(u) => u,
+                    Err(e) => return Verdict::Drop(e.into()),
+                };
+                let c = if udp.checksum() != 0 {
+                    checksum::update_udp(udp.checksum(), addr_old, addr_new)
+                } else if ip.is_fragment() {
+                    // §4.5: a stateless translator cannot compute the
+                    // checksum of a fragmented datagram.
+                    return Verdict::Drop(DropReason::UdpChecksumZeroFragment);
+                } else {
+                    // §4.5: compute the missing checksum (IPv6 forbids zero).
+                    let ulen = usize::from(udp.length());
+                    if ulen < 8 || ulen > payload.len() {
+                        return Verdict::Drop(DropReason::Malformed);
+                    }
+                    let acc = checksum::pseudo_v6(&src6, &dst6, proto::UDP, ulen as u32)
+                        + checksum::sum(&payload[..ulen]);
+                    match checksum::finish(acc) {
+                        0 => 0xffff,
+                        c => c,
+                    }
+                };
+                patch.push(6, c);
+            }
+            proto::TCP if first => {
+                let tcp = match TcpHeader::new(payload) {
+                    Ok(t) => t,
+                    Err(e) => return Verdict::Drop(e.into()),
+                };
+                patch.push(16, checksum::update(tcp.checksum(), addr_old, addr_new));
+            }
+            // Non-first fragments carry no transport header; other protocols
+            // are passed through unchanged (§4.1 Next Header).
+            _ => {}
+        }
+        match emit_v6(out, hdr, payload, &patch, frag, frag_mtu) {
+            Ok(()) => Verdict::Emit,
+            Err(r) => {
+                out.clear();
+                Verdict::Drop(r)
+            }
+        }
+    }
+
+    /// RFC 7915 §4.2 and §4.3: translate an ICMPv4 error, including the
+    /// IPv4 packet it quotes, into an ICMPv6 error of at most 1280 bytes.
+    fn icmp_error_4to6(&self, ip: &Ipv4Packet<'_>, msg: &IcmpMessage<'_>, mut hdr: Ipv6Header, out: &mut Out) -> Verdict {
+        let Some(m) = map_4to6(msg.kind(), msg.code(), msg.rest()) else {
+            return Verdict::Drop(DropReason::IcmpUntranslatable);
+        };
+        let payload = ip.payload();
+        if !checksum::verifies(checksum::sum(payload)) {
+            return Verdict::Drop(DropReason::BadChecksum);
+        }
+        // RFC 4884: the Length attribute (octet 5, 32-bit words) of
+        // Destination Unreachable, Time Exceeded and Parameter Problem.
+        let len_attr = usize::from(msg.rest()[1]) * 4;
+        let Some((orig, mut ext)) = split_4884(msg.body(), len_attr) else {
+            return Verdict::Drop(DropReason::Malformed);
+        };
+        // ICMPv6 Packet Too Big and Parameter Problem have no Length field.
+        if !matches!(m.kind, wicmp::v6::DEST_UNREACH | wicmp::v6::TIME_EXCEEDED) {
+            ext = &[];
+        }
+
+        let hl = ipv6::HEADER_LEN + wicmp::HEADER_LEN;
+        let Some(space) = out.space(ICMP6_ERROR_MAX) else {
+            return Verdict::Drop(DropReason::Unsupported);
+        };
+        let cap = ICMP6_ERROR_MAX - hl;
+        // Leave room for the extension when there is one worth keeping.
+        let room = if !ext.is_empty() && cap >= ext.len() + 128 { (cap - ext.len()) & !7 } else { cap };
+        if room == cap {
+            ext = &[];
+        }
+        let n = match self.inner_4to6(orig, &mut space[hl..hl + room]) {
+            Ok(n) => n,
+            Err(r) => return Verdict::Drop(r),
+        };
+        let (body_len, len6) = append_4884(&mut space[hl..], n, ext, 8, cap);
+
+        let rest = match m.rest {
+            Rest::Copy | Rest::Unused => [len6, 0, 0, 0],
+            Rest::Pointer(p) => [0, 0, 0, p],
+            Rest::Mtu => {
+                let mtu = self.ptb_mtu_4to6(be16(&msg.rest(), 2), orig);
+                mtu.to_be_bytes()
+            }
+        };
+        let total = hl + body_len;
+        hdr.payload_len = (total - ipv6::HEADER_LEN) as u16;
+        hdr.emit(space);
+        let icmp = &mut space[ipv6::HEADER_LEN..total];
+        icmp[0] = m.kind;
+        icmp[1] = m.code;
+        put16(icmp, 2, 0);
+        icmp[4..8].copy_from_slice(&rest);
+        let c = emit::icmp6_checksum(&hdr.src, &hdr.dst, icmp);
+        put16(icmp, 2, c);
+        out.commit(total, crate::PacketKind::Forward);
+        Verdict::Emit
+    }
+
+    /// RFC 7915 §4.2 Fragmentation Needed → Packet Too Big MTU:
+    /// minimum(advertised MTU + 20, MTU of the IPv6 next hop, MTU of the
+    /// IPv4 next hop + 20); an advertised MTU of zero (a pre-RFC 1191
+    /// router) is replaced by the greatest plateau below the quoted Total
+    /// Length. Raised to 1280, below which IPv6 never goes (RFC 8200 §5).
+    fn ptb_mtu_4to6(&self, advertised: u16, orig: &[u8]) -> u32 {
+        let cfg = &self.cfg;
+        let mut mtu = u32::from(advertised);
+        if mtu == 0 {
+            let tot = if orig.len() >= 4 { be16(orig, 2) } else { 0 };
+            mtu = u32::from(cfg.mtu_plateaus.iter().copied().find(|&p| p < tot).unwrap_or(68));
+        }
+        let m = (mtu + 20).min(u32::from(cfg.ipv6_mtu)).min(u32::from(cfg.ipv4_mtu) + 20);
+        m.max(1280)
+    }
+
+    /// RFC 7915 §4.3: translate the IPv4 packet quoted in an ICMPv4 error
+    /// into `dst`, cutting it to `dst.len()`. The quoted packet's TTL is
+    /// copied, its lengths are derived from its own header (not from the
+    /// truncated size), and its transport checksum is updated for the new
+    /// addresses. Returns the bytes written.
+    pub(crate) fn inner_4to6(&self, orig: &[u8], dst: &mut [u8]) -> Result<usize, DropReason> {
+        let inner = Ipv4Packet::new_quoted(orig).map_err(|_| DropReason::IcmpInnerUntranslatable)?;
+        let (s4, d4) = (inner.src(), inner.dst());
+        let s6 = self.map.v4_to_v6(s4).ok_or(DropReason::IcmpInnerUntranslatable)?;
+        let d6 = self.map.v4_to_v6(d4).ok_or(DropReason::IcmpInnerUntranslatable)?;
+        let payload = inner.payload();
+        let first = inner.frag_offset() == 0;
+        let p = inner.protocol();
+        if p == proto::ICMP && first && !payload.is_empty() && is_error_v4(payload[0]) {
+            return Err(DropReason::IcmpErrorInError);
+        }
+        let claimed = usize::from(inner.total_len()) - inner.header_len();
+        let frag = inner.is_fragment();
+        let hl = ipv6::HEADER_LEN + if frag { ipv6::FRAG_LEN } else { 0 };
+        if dst.len() < hl {
+            return Err(DropReason::Unsupported);
+        }
+        let next = if p == proto::ICMP { proto::ICMPV6 } else { p };
+        let traffic_class = if self.cfg.reset_traffic_class { 0 } else { inner.tos() };
+        let plen = claimed + if frag { ipv6::FRAG_LEN } else { 0 };
+        Ipv6Header {
+            traffic_class,
+            flow_label: 0,
+            payload_len: plen.min(usize::from(u16::MAX)) as u16,
+            next_header: if frag { proto::FRAGMENT } else { next },
+            hop_limit: inner.ttl(),
+            src: s6,
+            dst: d6,
+        }
+        .emit(dst);
+        if frag {
+            emit_frag(
+                &mut dst[ipv6::HEADER_LEN..hl],
+                next,
+                inner.frag_offset(),
+                inner.more_frags(),
+                u32::from(inner.ident()),
+            );
+        }
+        let n = payload.len().min(dst.len() - hl);
+        let body = &mut dst[hl..hl + n];
+        body.copy_from_slice(&payload[..n]);
+        if first {
+            inner_patch_4to6(p, payload, (s4, d4), (&s6, &d6), claimed).apply(body);
+        }
+        Ok(hl + n)
+    }
+
+    /// An RFC 6791 source for an ICMPv4 error whose source has no IPv6
+    /// mapping: the IPv4 address embedded in `rfc6791v6-prefix`.
+    fn rfc6791_v6(&self, src4: Ipv4Addr) -> Option<Ipv6Addr> {
+        let p = self.cfg.rfc6791_v6?;
+        let host = u128::from(u32::from(src4)) & !p.mask();
+        Some(Ipv6Addr::from(u128::from(p.addr()) | host))
+    }
+}
+
+#[inline]
+fn type_word(kind: u8, code: u8) -> u16 {
+    u16::from_be_bytes([kind, code])
+}
+
+/// Checksum rewrite of a quoted transport header (may be truncated; the
+/// patch skips writes that fall outside the quote).
+fn inner_patch_4to6(
+    p: u8,
+    payload: &[u8],
+    (s4, d4): (Ipv4Addr, Ipv4Addr),
+    (s6, d6): (&Ipv6Addr, &Ipv6Addr),
+    claimed: usize,
+) -> Patch {
+    let mut patch = Patch::default();
+    let (old, new) = (sum_v4(s4) + sum_v4(d4), sum_v6(s6) + sum_v6(d6));
+    match p {
+        proto::UDP if payload.len() >= 8 && be16(payload, 6) != 0 => {
+            patch.push(6, checksum::update_udp(be16(payload, 6), old, new));
+        }
+        proto::TCP if payload.len() >= 18 => {
+            patch.push(16, checksum::update(be16(payload, 16), old, new));
+        }
+        proto::ICMP if payload.len() >= 4 => {
+            if let Some(m) = map_4to6(payload[0], payload[1], [0; 4]) {
+                let (w_old, w_new) = (type_word(payload[0], payload[1]), type_word(m.kind, m.code));
+                let pseudo = checksum::pseudo_v6(s6, d6, proto::ICMPV6, claimed as u32);
+                patch.push(0, w_new);
+                patch.push(2, checksum::update(be16(payload, 2), u64::from(w_old), u64::from(w_new) + pseudo));
+            }
+        }
+        _ => {}
+    }
+    patch
+}

@@ -1,0 +1,397 @@
+//! RFC 7915 §5 — translating IPv6 packets into IPv4; EAM hairpinning
+//! (RFC 7757 §4.2).
+
+use super::emit::{self, append_4884, emit_v4, split_4884, Patch, ICMP4_ERROR_MAX};
+use super::icmp::{map_6to4, Rest};
+use super::Translator;
+use crate::addr::is_forbidden_v6;
+use crate::checksum::{self, sum_v4, sum_v6};
+use crate::wire::icmp::{self as wicmp, is_error_v6, IcmpMessage};
+use crate::wire::ipv4::{self, Ipv4Header};
+use crate::wire::ipv6::{self, Ipv6Packet};
+use crate::wire::l4::{TcpHeader, UdpHeader};
+use crate::wire::{be16, proto, put16};
+use crate::{DropReason, Out, PacketKind, Verdict};
+use core::net::{Ipv4Addr, Ipv6Addr};
+
+/// RFC 7915 §5.1: DF is set when the translated packet exceeds this size,
+/// so that smaller packets can still be fragmented on the IPv4 side.
+const DF_THRESHOLD: usize = 1260;
+
+impl Translator {
+    /// RFC 7915 §5.
+    pub(crate) fn v6_to_v4(&self, pkt: &[u8], out: &mut Out) -> Verdict {
+        let ip = match Ipv6Packet::new(pkt) {
+            Ok(p) => p,
+            Err(e) => return Verdict::Drop(e.into()),
+        };
+        let chain = match ip.walk() {
+            Ok(c) => c,
+            Err(e) => return Verdict::Drop(e.into()),
+        };
+        let (src6, dst6) = (ip.src(), ip.dst());
+        if is_forbidden_v6(&src6) || is_forbidden_v6(&dst6) {
+            return Verdict::Drop(DropReason::ForbiddenAddress);
+        }
+        let payload = &ip.as_bytes()[chain.upper_at..];
+        let frag = chain.frag;
+        let first = frag.is_none_or(|f| f.offset == 0);
+        let upper = chain.upper;
+        let is_icmp_error = upper == proto::ICMPV6 && first && payload.len() >= 8 && is_error_v6(payload[0]);
+
+        let Some(dst4) = self.map.v6_to_v4(&dst6) else {
+            return Verdict::Drop(DropReason::UntranslatableDestination);
+        };
+        let src4 = match (self.map.v6_to_v4(&src6), is_icmp_error) {
+            (Some(a), _) => a,
+            // RFC 6791: an ICMPv6 error from a router with no IPv4 mapping
+            // is sourced from the rfc6791v4 pool, else from the translator.
+            (None, true) => self.rfc6791_v4(&src6),
+            (None, false) => return Verdict::Drop(DropReason::UntranslatableSource),
+        };
+        if crate::addr::is_forbidden_v4(src4) || crate::addr::is_forbidden_v4(dst4) {
+            return Verdict::Drop(DropReason::ForbiddenAddress);
+        }
+
+        let refuse = |kind: u8, code: u8, rest: [u8; 4], reason: DropReason, out: &mut Out| -> Verdict {
+            if is_icmp_error || !first {
+                return Verdict::Drop(reason);
+            }
+            emit::icmp6_error(out, self.ipv6_address, pkt, kind, code, rest);
+            if out.is_empty() {
+                Verdict::Drop(reason)
+            } else {
+                Verdict::Emit
+            }
+        };
+
+        // §5.1 TTL: Hop Limit minus one; Time Exceeded when it runs out.
+        if ip.hop_limit() <= 1 {
+            return refuse(wicmp::v6::TIME_EXCEEDED, 0, [0; 4], DropReason::TtlExpired, out);
+        }
+        let ttl = ip.hop_limit() - 1;
+
+        // §5.1: a Routing header with Segments Left ≠ 0 makes the packet
+        // untranslatable: Parameter Problem, Code 0, pointing at Segments Left.
+        if let Some(at) = chain.segments_left_at {
+            let ptr = (at as u32).to_be_bytes();
+            return refuse(wicmp::v6::PARAM_PROBLEM, 0, ptr, DropReason::SegmentsLeft, out);
+        }
+
+        let cfg = &self.cfg;
+        let tos = if cfg.reset_tos { cfg.new_tos } else { ip.traffic_class() };
+        let protocol = if upper == proto::ICMPV6 { proto::ICMP } else { upper };
+        let total = ipv4::HEADER_LEN + payload.len();
+        // §5.1 / §5.1.1: with a Fragment header, Identification is its low
+        // 16 bits, MF and the offset are copied and DF is clear (this
+        // includes atomic fragments, RFC 6946). Without one, DF is set when
+        // the packet exceeds 1260 bytes.
+        let mut hdr = match frag {
+            Some(f) => Ipv4Header {
+                tos,
+                total_len: 0,
+                ident: f.ident as u16,
+                df: false,
+                mf: f.more,
+                frag_offset: f.offset,
+                ttl,
+                protocol,
+                src: src4,
+                dst: dst4,
+            },
+            None => {
+                let df = total > DF_THRESHOLD;
+                let ident = if df { 0 } else { out.take_ident() };
+                Ipv4Header { tos, total_len: 0, ident, df, mf: false, frag_offset: 0, ttl, protocol, src: src4, dst: dst4 }
+            }
+        };
+        if total > usize::from(cfg.ipv4_mtu) && (hdr.df || total > usize::from(u16::MAX)) {
+            // Too big for the IPv4 link and may not be fragmented: Packet
+            // Too Big with the largest IPv6 packet that fits, never below
+            // the IPv6 minimum MTU.
+            let mtu = (u32::from(cfg.ipv4_mtu) + 20).max(1280);
+            return refuse(wicmp::v6::PACKET_TOO_BIG, 0, mtu.to_be_bytes(), DropReason::TooBig, out);
+        }
+
+        let mut patch = Patch::default();
+        let addr_old = sum_v6(&src6) + sum_v6(&dst6);
+        let addr_new = sum_v4(src4) + sum_v4(dst4);
+        match upper {
+            proto::ICMPV6 => {
+                // §5.2: fragmented ICMPv6 cannot be translated statelessly.
+                if frag.is_some_and(|f| !f.is_atomic()) {
+                    return Verdict::Drop(DropReason::FragmentedIcmp);
+                }
+                let msg = match IcmpMessage::new(payload) {
+                    Ok(m) => m,
+                    Err(e) => return Verdict::Drop(e.into()),
+                };
+                if is_icmp_error {
+                    return self.icmp_error_6to4(&src6, &dst6, payload, &msg, hdr, out);
+                }
+                let Some(m) = map_6to4(msg.kind(), msg.code(), msg.rest()) else {
+                    return Verdict::Drop(DropReason::IcmpUntranslatable);
+                };
+                let (w_old, w_new) = (type_word(msg.kind(), msg.code()), type_word(m.kind, m.code));
+                let pseudo = checksum::pseudo_v6(&src6, &dst6, proto::ICMPV6, payload.len() as u32);
+                let c = checksum::update(msg.checksum(), u64::from(w_old) + pseudo, u64::from(w_new));
+                patch.push(0, w_new);
+                patch.push(2, c);
+            }
+            proto::UDP if first => {
+                let udp = match UdpHeader::new(payload) {
+                    Ok(u) => u,
+                    Err(e) => return Verdict::Drop(e.into()),
+                };
+                // A zero checksum (legal in IPv6 only for tunnels, RFC 6936)
+                // stays zero: "no checksum" in IPv4.
+                if udp.checksum() != 0 {
+                    patch.push(6, checksum::update_udp(udp.checksum(), addr_old, addr_new));
+                }
+            }
+            proto::TCP if first => {
+                let tcp = match TcpHeader::new(payload) {
+                    Ok(t) => t,
+                    Err(e) => return Verdict::Drop(e.into()),
+                };
+                patch.push(16, checksum::update(tcp.checksum(), addr_old, addr_new));
+            }
+            _ => {}
+        }
+        let hairpin = cfg.eam_hairpinning && self.map.eamt.contains_v4(dst4);
+        hdr.total_len = 0;
+        if let Err(r) = emit_v4(out, hdr, payload, &patch, usize::from(cfg.ipv4_mtu)) {
+            out.clear();
+            return Verdict::Drop(r);
+        }
+        if hairpin {
+            return self.hairpin(out);
+        }
+        Verdict::Emit
+    }
+
+    /// RFC 7757 §4.2: the IPv4 destination belongs to an EAM, i.e. to an
+    /// IPv6 node behind this translator. Translate the IPv4 result back to
+    /// IPv6, mapping the source with the prefix only so the receiver
+    /// answers through the translator.
+    fn hairpin(&self, out: &mut Out) -> Verdict {
+        let mut scratch = core::mem::take(&mut out.scratch);
+        scratch.clear();
+        for (_, p) in out.iter() {
+            scratch.extend_from_slice(p);
+        }
+        out.clear();
+        let mut verdict = Verdict::Emit;
+        let mut at = 0;
+        // The first pass emitted IPv4 packets back to back; each one's Total
+        // Length delimits it.
+        while at + ipv4::HEADER_LEN <= scratch.len() {
+            let len = usize::from(be16(&scratch, at + 2)).clamp(ipv4::HEADER_LEN, scratch.len() - at);
+            if let Verdict::Drop(r) = self.v4_to_v6(&scratch[at..at + len], out, true) {
+                verdict = Verdict::Drop(r);
+                out.clear();
+                break;
+            }
+            at += len;
+        }
+        out.scratch = scratch;
+        verdict
+    }
+
+    /// RFC 7915 §5.2 and §5.3: translate an ICMPv6 error and the IPv6
+    /// packet it quotes into an ICMPv4 error of at most 576 bytes.
+    fn icmp_error_6to4(
+        &self,
+        src6: &Ipv6Addr,
+        dst6: &Ipv6Addr,
+        payload: &[u8],
+        msg: &IcmpMessage<'_>,
+        mut hdr: Ipv4Header,
+        out: &mut Out,
+    ) -> Verdict {
+        let Some(m) = map_6to4(msg.kind(), msg.code(), msg.rest()) else {
+            return Verdict::Drop(DropReason::IcmpUntranslatable);
+        };
+        let pseudo = checksum::pseudo_v6(src6, dst6, proto::ICMPV6, payload.len() as u32);
+        if !checksum::verifies(pseudo + checksum::sum(payload)) {
+            return Verdict::Drop(DropReason::BadChecksum);
+        }
+        // RFC 4884: ICMPv6 Destination Unreachable and Time Exceeded carry
+        // a Length attribute in octet 4, in 64-bit words.
+        let has_len = matches!(msg.kind(), wicmp::v6::DEST_UNREACH | wicmp::v6::TIME_EXCEEDED);
+        let len_attr = if has_len { usize::from(msg.rest()[0]) * 8 } else { 0 };
+        let Some((orig, mut ext)) = split_4884(msg.body(), len_attr) else {
+            return Verdict::Drop(DropReason::Malformed);
+        };
+        // Only ICMPv4 Destination Unreachable / Time Exceeded keep extensions
+        // (Fragmentation Needed and Protocol Unreachable come from types
+        // without them).
+        if !(m.kind == wicmp::v4::TIME_EXCEEDED || (m.kind == wicmp::v4::DEST_UNREACH && m.code != 2 && m.code != 4)) {
+            ext = &[];
+        }
+
+        // The translated error is small: DF clear, so it needs an ID.
+        if hdr.df {
+            hdr.ident = out.take_ident();
+            hdr.df = false;
+        }
+        let hl = ipv4::HEADER_LEN + wicmp::HEADER_LEN;
+        let Some(space) = out.space(ICMP4_ERROR_MAX) else {
+            return Verdict::Drop(DropReason::Unsupported);
+        };
+        let cap = ICMP4_ERROR_MAX - hl;
+        let room = if !ext.is_empty() && cap >= ext.len() + 128 { (cap - ext.len()) & !3 } else { cap };
+        if room == cap {
+            ext = &[];
+        }
+        let (n, inner_frag) = match self.inner_6to4(orig, &mut space[hl..hl + room]) {
+            Ok(x) => x,
+            Err(r) => return Verdict::Drop(r),
+        };
+        let (body_len, len4) = append_4884(&mut space[hl..], n, ext, 4, cap);
+        let rest = match m.rest {
+            Rest::Copy | Rest::Unused => [0, len4, 0, 0],
+            Rest::Pointer(p) => [p, 0, 0, 0],
+            Rest::Mtu => {
+                let mtu = self.ptb_mtu_6to4(u32::from_be_bytes(msg.rest()), inner_frag);
+                [0, 0, (mtu >> 8) as u8, mtu as u8]
+            }
+        };
+        let total = hl + body_len;
+        hdr.total_len = total as u16;
+        hdr.emit(space);
+        let icmp = &mut space[ipv4::HEADER_LEN..total];
+        icmp[0] = m.kind;
+        icmp[1] = m.code;
+        put16(icmp, 2, 0);
+        icmp[4..8].copy_from_slice(&rest);
+        let c = checksum::finish(checksum::sum(icmp));
+        put16(icmp, 2, c);
+        out.commit(total, PacketKind::Forward);
+        Verdict::Emit
+    }
+
+    /// RFC 7915 §5.2 Packet Too Big → Fragmentation Needed MTU:
+    /// minimum(advertised MTU − 20, MTU of the IPv4 next hop, MTU of the
+    /// IPv6 next hop − 20), "taking into account whether or not the packet
+    /// in error includes a Fragment Header" (8 more bytes that vanish in
+    /// IPv4).
+    fn ptb_mtu_6to4(&self, advertised: u32, inner_frag: bool) -> u16 {
+        let cfg = &self.cfg;
+        let shrink = if inner_frag { 28 } else { 20 };
+        let m = advertised
+            .saturating_sub(shrink)
+            .min(u32::from(cfg.ipv4_mtu))
+            .min(u32::from(cfg.ipv6_mtu).saturating_sub(shrink));
+        m.min(u32::from(u16::MAX)) as u16
+    }
+
+    /// RFC 7915 §5.3: translate the IPv6 packet quoted in an ICMPv6 error
+    /// into `dst`. Returns the bytes written and whether the quoted packet
+    /// had a Fragment header.
+    pub(crate) fn inner_6to4(&self, orig: &[u8], dst: &mut [u8]) -> Result<(usize, bool), DropReason> {
+        let inner = Ipv6Packet::new_quoted(orig).map_err(|_| DropReason::IcmpInnerUntranslatable)?;
+        let chain = inner.walk().map_err(|_| DropReason::IcmpInnerUntranslatable)?;
+        let (s6, d6) = (inner.src(), inner.dst());
+        let s4 = self.map.v6_to_v4(&s6).ok_or(DropReason::IcmpInnerUntranslatable)?;
+        let d4 = self.map.v6_to_v4(&d6).ok_or(DropReason::IcmpInnerUntranslatable)?;
+        let payload = &inner.as_bytes()[chain.upper_at..];
+        let first = chain.frag.is_none_or(|f| f.offset == 0);
+        let p = chain.upper;
+        if p == proto::ICMPV6 && first && !payload.is_empty() && is_error_v6(payload[0]) {
+            return Err(DropReason::IcmpErrorInError);
+        }
+        let ext_len = chain.upper_at - ipv6::HEADER_LEN;
+        let claimed = usize::from(inner.payload_len()).checked_sub(ext_len).ok_or(DropReason::IcmpInnerUntranslatable)?;
+        let total = ipv4::HEADER_LEN + claimed;
+        let protocol = if p == proto::ICMPV6 { proto::ICMP } else { p };
+        let tos = if self.cfg.reset_tos { self.cfg.new_tos } else { inner.traffic_class() };
+        let hdr = match chain.frag {
+            Some(f) => Ipv4Header {
+                tos,
+                total_len: total.min(usize::from(u16::MAX)) as u16,
+                ident: f.ident as u16,
+                df: false,
+                mf: f.more,
+                frag_offset: f.offset,
+                ttl: inner.hop_limit(),
+                protocol,
+                src: s4,
+                dst: d4,
+            },
+            None => Ipv4Header {
+                tos,
+                total_len: total.min(usize::from(u16::MAX)) as u16,
+                ident: 0,
+                df: total > DF_THRESHOLD,
+                mf: false,
+                frag_offset: 0,
+                ttl: inner.hop_limit(),
+                protocol,
+                src: s4,
+                dst: d4,
+            },
+        };
+        if dst.len() < ipv4::HEADER_LEN {
+            return Err(DropReason::Unsupported);
+        }
+        hdr.emit(dst);
+        let n = payload.len().min(dst.len() - ipv4::HEADER_LEN);
+        let body = &mut dst[ipv4::HEADER_LEN..ipv4::HEADER_LEN + n];
+        body.copy_from_slice(&payload[..n]);
+        if first {
+            inner_patch_6to4(p, payload, (&s6, &d6), (s4, d4), claimed).apply(body);
+        }
+        Ok((ipv4::HEADER_LEN + n, chain.frag.is_some()))
+    }
+
+    /// RFC 6791 source address for a translated ICMPv6 error: a stable
+    /// choice from `rfc6791v4-prefix` keyed by the IPv6 source (so each
+    /// router keeps one address in a traceroute), else `ipv4-address`.
+    fn rfc6791_v4(&self, src6: &Ipv6Addr) -> Ipv4Addr {
+        match self.cfg.rfc6791_v4 {
+            Some(p) => {
+                let v = u128::from(*src6);
+                let h = (v ^ (v >> 64)) as u64;
+                let h = h.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32;
+                p.nth(h)
+            }
+            None => self.cfg.ipv4_address,
+        }
+    }
+}
+
+#[inline]
+fn type_word(kind: u8, code: u8) -> u16 {
+    u16::from_be_bytes([kind, code])
+}
+
+/// Checksum rewrite of a quoted transport header.
+fn inner_patch_6to4(
+    p: u8,
+    payload: &[u8],
+    (s6, d6): (&Ipv6Addr, &Ipv6Addr),
+    (s4, d4): (Ipv4Addr, Ipv4Addr),
+    claimed: usize,
+) -> Patch {
+    let mut patch = Patch::default();
+    let (old, new) = (sum_v6(s6) + sum_v6(d6), sum_v4(s4) + sum_v4(d4));
+    match p {
+        proto::UDP if payload.len() >= 8 && be16(payload, 6) != 0 => {
+            patch.push(6, checksum::update_udp(be16(payload, 6), old, new));
+        }
+        proto::TCP if payload.len() >= 18 => {
+            patch.push(16, checksum::update(be16(payload, 16), old, new));
+        }
+        proto::ICMPV6 if payload.len() >= 4 => {
+            if let Some(m) = map_6to4(payload[0], payload[1], [0; 4]) {
+                let (w_old, w_new) = (type_word(payload[0], payload[1]), type_word(m.kind, m.code));
+                let pseudo = checksum::pseudo_v6(s6, d6, proto::ICMPV6, claimed as u32);
+                patch.push(0, w_new);
+                patch.push(2, checksum::update(be16(payload, 2), u64::from(w_old) + pseudo, u64::from(w_new)));
+            }
+        }
+        _ => {}
+    }
+    patch
+}
