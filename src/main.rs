@@ -1,1 +1,123 @@
-fn main() {}
+//! `v6gate`: the command-line front end. Thin: parsing arguments and
+//! reporting errors; the work is in the `gate` and `xlat` crates.
+
+use std::io::{self, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context as _};
+use clap::{Args, Parser, Subcommand};
+use gate::config::Config;
+use gate::offline;
+
+/// IPv4/IPv6 transition gateway.
+#[derive(Debug, Parser)]
+#[command(name = "v6gate", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Translate packets offline with the [siit] translator (RFC 7915).
+    ///
+    /// Reads one hex-encoded IPv4 or IPv6 packet per line on stdin and
+    /// writes one JSON line per packet on stdout:
+    /// {"out":[{"hex":"...","kind":"forward"}],"drop":null} or
+    /// {"out":[],"drop":"<reason>"}. Blank lines and lines starting with
+    /// '#' are skipped; a line that is not hex gets "drop":"bad-hex".
+    /// With --pcap-in/--pcap-out, translates a pcap file instead.
+    Translate(TranslateArgs),
+    /// Print an example configuration or check a configuration file.
+    #[command(subcommand)]
+    Config(ConfigCmd),
+}
+
+#[derive(Debug, Args)]
+struct TranslateArgs {
+    /// Configuration file (TOML) with a [siit] table.
+    #[arg(short, long, value_name = "FILE")]
+    config: PathBuf,
+    /// Read packets from this pcap file (link type RAW, IPV4, IPV6,
+    /// Ethernet or Linux SLL) instead of hex lines on stdin.
+    #[arg(long, value_name = "FILE")]
+    pcap_in: Option<PathBuf>,
+    /// Write the translated packets to this pcap file (link type RAW,
+    /// input timestamps). Required with --pcap-in.
+    #[arg(long, value_name = "FILE")]
+    pcap_out: Option<PathBuf>,
+    /// Also print a one-line human-readable summary of every input and
+    /// output packet on stderr.
+    #[arg(long)]
+    explain: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum ConfigCmd {
+    /// Print a complete, commented example configuration.
+    Example,
+    /// Check a configuration file: prints "ok", or the error and exits 1.
+    Check {
+        /// Configuration file (TOML).
+        #[arg(short, long, value_name = "FILE")]
+        config: PathBuf,
+    },
+}
+
+fn translate(a: &TranslateArgs) -> anyhow::Result<()> {
+    match (&a.pcap_in, &a.pcap_out) {
+        (Some(_), None) => bail!("--pcap-in needs --pcap-out FILE, the pcap file to write the translated packets to"),
+        (None, Some(_)) => bail!("--pcap-out needs --pcap-in FILE, the pcap file to read packets from"),
+        _ => {}
+    }
+    let cfg = Config::load(&a.config)?;
+    let tr = cfg.siit_translator()?;
+    let mut stderr = io::stderr();
+    let explain: Option<&mut dyn Write> = if a.explain { Some(&mut stderr) } else { None };
+    if let (Some(i), Some(o)) = (&a.pcap_in, &a.pcap_out) {
+        let stats = offline::translate_pcap_files(&tr, i, o, explain)?;
+        eprintln!("v6gate translate: {}: {}", o.display(), stats.summary("non-IP frames"));
+    } else {
+        offline::translate_lines(&tr, io::stdin().lock(), io::stdout().lock(), explain).context("translating stdin")?;
+    }
+    Ok(())
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.cmd {
+        Cmd::Translate(a) => translate(&a)?,
+        Cmd::Config(ConfigCmd::Example) => {
+            let mut out = io::stdout().lock();
+            match out.write_all(gate::config::example().as_bytes()).and_then(|()| out.flush()) {
+                Err(e) if e.kind() != io::ErrorKind::BrokenPipe => return Err(e.into()),
+                _ => {}
+            }
+        }
+        Cmd::Config(ConfigCmd::Check { config }) => match Config::load(&config) {
+            Ok(_) => println!("ok"),
+            Err(e) => {
+                eprintln!("{e}");
+                return Ok(ExitCode::FAILURE);
+            }
+        },
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            // `{:#}` puts the whole context chain on one line.
+            let msg = format!("{e:#}").replace('\n', " ");
+            if msg.starts_with("config error") {
+                eprintln!("v6gate: {msg}");
+            } else {
+                eprintln!("v6gate: error: {msg}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}

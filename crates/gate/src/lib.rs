@@ -1,1 +1,8 @@
-//! v6gate's daemon crate: configuration and the offline translator.
+//! v6gate's daemon crate: the TOML configuration ([`config`]), the offline
+//! translator behind `v6gate translate` ([`offline`]) and the human-readable
+//! packet summaries of `--explain` ([`explain`]).
+#![forbid(unsafe_code)]
+
+pub mod config;
+pub mod explain;
+pub mod offline;

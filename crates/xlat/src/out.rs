@@ -145,7 +145,13 @@ impl Out {
 
     /// A new arena whose generated IPv4 Identification values start at `seed`.
     pub fn with_ident_seed(seed: u16) -> Self {
-        Out { arena: vec![0u8; ARENA_LEN].into_boxed_slice(), used: 0, slots: Vec::with_capacity(64), next_ident: seed, scratch: Vec::new() }
+        Out {
+            arena: vec![0u8; ARENA_LEN].into_boxed_slice(),
+            used: 0,
+            slots: Vec::with_capacity(64),
+            next_ident: seed,
+            scratch: Vec::new(),
+        }
     }
 
     /// Forget all packets (capacity is kept).

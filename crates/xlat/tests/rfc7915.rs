@@ -347,6 +347,27 @@ fn rfc7915_4_5_zero_udp_checksum_fragment_dropped() {
     assert_eq!(drop_reason(&t(), &input), DropReason::UdpChecksumZeroFragment);
 }
 
+#[test]
+fn rfc7915_4_5_amend_udp_checksum_zero_for_a_complete_fragment_set() {
+    use xlat::siit::amend::{amend_udp_checksum_zero, classify, FragClass};
+    let data: Vec<u8> = (0..100u8).collect();
+    let udp = udp_raw(1000, 2000, &data); // checksum zero
+    let first = V4 { df: false, mf: true, id: 42, ..v4_to_h6(17) }.build(&udp[..56]);
+    let last = V4 { df: false, mf: false, id: 42, offset: 7, ..v4_to_h6(17) }.build(&udp[56..]);
+    assert!(matches!(classify(&first), FragClass::HoldFirst(_)));
+    let mut set = vec![first, last];
+    amend_udp_checksum_zero(&mut set).unwrap();
+    let t = xlat_with(Config { amend_udp_checksum_zero: true, ..config() });
+    let mut payload = Vec::new();
+    for f in &set {
+        let out = one(&t, f);
+        assert_eq!(out[6], 44);
+        payload.extend_from_slice(&out[48..]);
+    }
+    let whole = expect6(17).udp(1000, 2000, &data);
+    assert_eq!(hex(&payload), hex(&whole[40..]), "the reassembled IPv6 datagram carries the right checksum");
+}
+
 // ---- §4.2 / §5.2 ICMP queries ---------------------------------------------
 
 #[test]
@@ -639,9 +660,14 @@ fn rfc7757_eam_takes_precedence_and_hairpins() {
     let out = one(&t(), &input);
     let expected = V6 { hop: 63, ..V6::new(17, "2001:db8:1c6:3364:5::", "2001:db8:6::7") }.udp(1111, 2222, b"hairpin");
     assert_eq!(hex(&out), hex(&expected));
-    let t = xlat_with(Config { eam_hairpinning: false, ..config() });
-    let out = one(&t, &input);
+    let t2 = xlat_with(Config { eam_hairpinning: false, ..config() });
+    let out = one(&t2, &input);
     assert_eq!(out[0] >> 4, 4, "without hairpinning the IPv4 packet leaves");
+    // Addressed to the EAM IPv6 address itself: not a hairpin, plain SIIT.
+    let input = V6::new(17, "2001:db8:1c0:2:1::", "2001:db8:6::7").udp(1, 2, b"direct");
+    let out = one(&t(), &input);
+    assert_eq!(out[0] >> 4, 4);
+    assert_eq!(&out[16..20], &[198, 51, 100, 7]);
 }
 
 // ---- Malformed input ----------------------------------------------------------

@@ -78,6 +78,8 @@ fn mask128(len: u8) -> u128 {
     }
 }
 
+// `len` is the prefix length in bits, not a collection size.
+#[allow(clippy::len_without_is_empty)]
 impl Prefix4 {
     /// A prefix; fails when `len > 32` or host bits are set.
     pub fn new(addr: Ipv4Addr, len: u8) -> Result<Self, AddrError> {
@@ -117,6 +119,7 @@ impl Prefix4 {
     }
 }
 
+#[allow(clippy::len_without_is_empty)]
 impl Prefix6 {
     /// A prefix; fails when `len > 128` or host bits are set.
     pub fn new(addr: Ipv6Addr, len: u8) -> Result<Self, AddrError> {

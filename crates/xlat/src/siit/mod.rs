@@ -3,11 +3,14 @@
 //! - `v4_to_v6` — RFC 7915 §4 (IPv4 → IPv6)
 //! - `v6_to_v4` — RFC 7915 §5 (IPv6 → IPv4)
 //! - `icmp` — the ICMPv4 ↔ ICMPv6 type/code and pointer tables (§4.2, §5.2)
-//! - `errors` — the ICMP errors the translator itself originates
+//! - `emit` — writing translated packets (and fragments) and the ICMP
+//!   errors the translator itself originates
+//! - [`amend`] — `amend-udp-checksum-zero` for complete fragment sets
 //!
 //! [`Translator::translate`] is the single entry point: it looks at the
 //! version nibble and runs the matching direction.
 
+pub mod amend;
 mod emit;
 mod icmp;
 mod v4_to_v6;
@@ -144,7 +147,10 @@ impl Translator {
         }
         let eamt = Eamt::new(&cfg.eamt).map_err(|e| cfg_err("eamt", e))?;
         if cfg.lowest_ipv6_mtu < 1280 {
-            return Err(cfg_err("lowest-ipv6-mtu", format!("{} is below the IPv6 minimum MTU 1280", cfg.lowest_ipv6_mtu)));
+            return Err(cfg_err(
+                "lowest-ipv6-mtu",
+                format!("{} is below the IPv6 minimum MTU 1280", cfg.lowest_ipv6_mtu),
+            ));
         }
         if cfg.ipv6_mtu < 1280 {
             return Err(cfg_err("ipv6-mtu", format!("{} is below the IPv6 minimum MTU 1280", cfg.ipv6_mtu)));

@@ -103,7 +103,15 @@ impl Translator {
         let cfg = &self.cfg;
         let traffic_class = if cfg.reset_traffic_class { 0 } else { ip.tos() };
         let next = if ip.protocol() == proto::ICMP { proto::ICMPV6 } else { ip.protocol() };
-        let hdr = Ipv6Header { traffic_class, flow_label: 0, payload_len: 0, next_header: next, hop_limit, src: src6, dst: dst6 };
+        let hdr = Ipv6Header {
+            traffic_class,
+            flow_label: 0,
+            payload_len: 0,
+            next_header: next,
+            hop_limit,
+            src: src6,
+            dst: dst6,
+        };
 
         // §4.1: a Fragment header is added when the packet is a fragment,
         // or when DF is clear and the result exceeds lowest-ipv6-mtu (the
@@ -172,8 +180,8 @@ impl Translator {
                     if ulen < 8 || ulen > payload.len() {
                         return Verdict::Drop(DropReason::Malformed);
                     }
-                    let acc = checksum::pseudo_v6(&src6, &dst6, proto::UDP, ulen as u32)
-                        + checksum::sum(&payload[..ulen]);
+                    let acc =
+                        checksum::pseudo_v6(&src6, &dst6, proto::UDP, ulen as u32) + checksum::sum(&payload[..ulen]);
                     match checksum::finish(acc) {
                         0 => 0xffff,
                         c => c,
@@ -203,7 +211,13 @@ impl Translator {
 
     /// RFC 7915 §4.2 and §4.3: translate an ICMPv4 error, including the
     /// IPv4 packet it quotes, into an ICMPv6 error of at most 1280 bytes.
-    fn icmp_error_4to6(&self, ip: &Ipv4Packet<'_>, msg: &IcmpMessage<'_>, mut hdr: Ipv6Header, out: &mut Out) -> Verdict {
+    fn icmp_error_4to6(
+        &self,
+        ip: &Ipv4Packet<'_>,
+        msg: &IcmpMessage<'_>,
+        mut hdr: Ipv6Header,
+        out: &mut Out,
+    ) -> Verdict {
         let Some(m) = map_4to6(msg.kind(), msg.code(), msg.rest()) else {
             return Verdict::Drop(DropReason::IcmpUntranslatable);
         };

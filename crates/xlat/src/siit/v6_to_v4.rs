@@ -102,7 +102,18 @@ impl Translator {
             None => {
                 let df = total > DF_THRESHOLD;
                 let ident = if df { 0 } else { out.take_ident() };
-                Ipv4Header { tos, total_len: 0, ident, df, mf: false, frag_offset: 0, ttl, protocol, src: src4, dst: dst4 }
+                Ipv4Header {
+                    tos,
+                    total_len: 0,
+                    ident,
+                    df,
+                    mf: false,
+                    frag_offset: 0,
+                    ttl,
+                    protocol,
+                    src: src4,
+                    dst: dst4,
+                }
             }
         };
         if total > usize::from(cfg.ipv4_mtu) && (hdr.df || total > usize::from(u16::MAX)) {
@@ -158,7 +169,12 @@ impl Translator {
             }
             _ => {}
         }
-        let hairpin = cfg.eam_hairpinning && self.map.eamt.contains_v4(dst4);
+        // RFC 7757 §4.2: a destination reached through pool6 whose IPv4
+        // form belongs to an EAM is an IPv6 node behind this translator.
+        // (A destination that is itself an EAM IPv6 address is that node's
+        // own address and is not hairpinned.)
+        let hairpin =
+            cfg.eam_hairpinning && self.map.eamt.contains_v4(dst4) && self.map.eamt.lookup_v6(&dst6).is_none();
         hdr.total_len = 0;
         if let Err(r) = emit_v4(out, hdr, payload, &patch, usize::from(cfg.ipv4_mtu)) {
             out.clear();
@@ -302,7 +318,8 @@ impl Translator {
             return Err(DropReason::IcmpErrorInError);
         }
         let ext_len = chain.upper_at - ipv6::HEADER_LEN;
-        let claimed = usize::from(inner.payload_len()).checked_sub(ext_len).ok_or(DropReason::IcmpInnerUntranslatable)?;
+        let claimed =
+            usize::from(inner.payload_len()).checked_sub(ext_len).ok_or(DropReason::IcmpInnerUntranslatable)?;
         let total = ipv4::HEADER_LEN + claimed;
         let protocol = if p == proto::ICMPV6 { proto::ICMP } else { p };
         let tos = if self.cfg.reset_tos { self.cfg.new_tos } else { inner.traffic_class() };

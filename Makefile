@@ -1,0 +1,31 @@
+# v6gate — the README's commands.
+#   make demo   install dependencies, build, run the sample translation
+#   make test   install dependencies, then fmt, clippy, tests, fuzz smoke
+#   make bench  criterion benchmarks of the packet plane
+CARGO ?= cargo
+
+.PHONY: all deps build demo test bench clean
+
+all: build
+
+deps:
+	@scripts/deps.sh
+
+build:
+	$(CARGO) build --release --workspace
+
+demo: deps build
+	@scripts/demo.sh
+
+test: deps
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) test --workspace
+	@scripts/fuzz-smoke.sh
+
+bench:
+	$(CARGO) bench -p xlat
+
+clean:
+	$(CARGO) clean
+	rm -rf fuzz/target

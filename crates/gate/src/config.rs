@@ -1,0 +1,708 @@
+//! The daemon's TOML configuration.
+//!
+//! One table per function. Today there is `[siit]` (the RFC 7915 stateless
+//! translator); later functions (`[nat64]`, `[trgw]`, `[admin]`, ...) are
+//! added as further optional tables of [`Config`] without touching the
+//! existing ones.
+//!
+//! Keys are kebab-case and follow Jool's names where Jool has the same knob,
+//! so operators can carry settings over. Parsing is strict: unknown keys,
+//! wrong types and invalid prefixes are errors, and every error names the
+//! file, the line and column when known, and the key at fault, e.g.
+//!
+//! ```text
+//! config error in /etc/v6gate.toml: line 2, column 9: [siit] pool6: `2001:db8::1/32` has bits set beyond its prefix length
+//! ```
+//!
+//! Defaults come from [`xlat::siit::Config::default`], so the packet plane
+//! and this file cannot disagree about them.
+
+use core::fmt;
+use core::net::{Ipv4Addr, Ipv6Addr};
+use core::ops::Range;
+use core::str::FromStr;
+use std::path::{Path, PathBuf};
+
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+use toml::Spanned;
+use xlat::addr::{Prefix4, Prefix6};
+use xlat::siit::{self, MappingMode, Translator};
+
+/// Every key of the `[siit]` table, in their canonical spelling (aliases
+/// such as `rfc6791_v4` are not listed).
+pub const SIIT_KEYS: &[&str] = &[
+    "pool6",
+    "mapping",
+    "eamt",
+    "eam-hairpinning",
+    "rfc6791v4-prefix",
+    "rfc6791v6-prefix",
+    "lowest-ipv6-mtu",
+    "amend-udp-checksum-zero",
+    "reset-traffic-class",
+    "reset-tos",
+    "new-tos",
+    "mtu-plateaus",
+    "ipv4-mtu",
+    "ipv6-mtu",
+    "ipv4-address",
+    "ipv6-address",
+];
+
+/// Top-level tables v6gate knows.
+pub const TABLES: &[&str] = &["siit"];
+
+/// A parsed configuration file. Every table is optional; [`Config::check`]
+/// (run by [`Config::load`]) insists that at least one function is
+/// configured and that each configured one can be built.
+#[derive(Debug, Clone, Default)]
+pub struct Config {
+    /// `[siit]`: the stateless IP/ICMP translator (RFC 7915).
+    pub siit: Option<siit::Config>,
+    /// The file this came from, for error messages.
+    origin: Option<PathBuf>,
+}
+
+/// The class of a configuration error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The file could not be read.
+    Io,
+    /// The text is not valid TOML.
+    Syntax,
+    /// A key or table v6gate does not know.
+    UnknownKey,
+    /// A value of the wrong type, or a required key is missing.
+    Type,
+    /// A value of the right type that is not acceptable (bad prefix, MTU
+    /// below the minimum, inconsistent settings, ...).
+    Invalid,
+    /// A table the requested function needs is absent.
+    Missing,
+}
+
+/// A configuration error: which file, where in it, which key, what is wrong.
+#[derive(Debug)]
+pub struct Error {
+    kind: ErrorKind,
+    file: Option<PathBuf>,
+    /// 1-based line and column.
+    pos: Option<(usize, usize)>,
+    /// Key as the operator wrote it, e.g. `[siit] eamt[1].ipv4`.
+    key: Option<String>,
+    msg: String,
+}
+
+impl Error {
+    fn new(kind: ErrorKind, key: Option<String>, msg: impl Into<String>) -> Self {
+        Error { kind, file: None, pos: None, key, msg: msg.into() }
+    }
+
+    fn at(mut self, text: &str, span: Option<Range<usize>>) -> Self {
+        if let Some(s) = span {
+            self.pos = Some(line_col(text, s.start));
+        }
+        self
+    }
+
+    fn in_file(mut self, file: Option<&Path>) -> Self {
+        if self.file.is_none() {
+            self.file = file.map(Path::to_path_buf);
+        }
+        self
+    }
+
+    /// What kind of error this is.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The key at fault, e.g. `[siit] pool6`, when there is one.
+    pub fn key(&self) -> Option<&str> {
+        self.key.as_deref()
+    }
+
+    /// 1-based (line, column) in the file, when known.
+    pub fn position(&self) -> Option<(usize, usize)> {
+        self.pos
+    }
+
+    /// The problem, without file, position or key.
+    pub fn message(&self) -> &str {
+        &self.msg
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.file {
+            Some(p) => write!(f, "config error in {}: ", p.display())?,
+            None => f.write_str("config error: ")?,
+        }
+        if let Some((l, c)) = self.pos {
+            write!(f, "line {l}, column {c}: ")?;
+        }
+        if let Some(k) = &self.key {
+            write!(f, "{k}: ")?;
+        }
+        f.write_str(&self.msg)
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// 1-based line and column (in characters) of byte offset `at`.
+fn line_col(text: &str, at: usize) -> (usize, usize) {
+    let at = at.min(text.len());
+    let mut at = at;
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    let before = &text[..at];
+    let line = before.bytes().filter(|&b| b == b'\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    (line, before[line_start..].chars().count() + 1)
+}
+
+// ---------------------------------------------------------------------------
+// The TOML shape. Values that need validation beyond their TOML type are
+// kept as `Spanned<String>` so errors can point at them.
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", expecting = "a table of v6gate configuration")]
+struct FileToml {
+    siit: Option<SiitToml>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", expecting = "a table")]
+struct SiitToml {
+    pool6: Option<Spanned<String>>,
+    mapping: Option<MappingToml>,
+    #[serde(default)]
+    eamt: Vec<EamToml>,
+    eam_hairpinning: Option<bool>,
+    #[serde(alias = "rfc6791_v4")]
+    rfc6791v4_prefix: Option<Spanned<String>>,
+    #[serde(alias = "rfc6791_v6")]
+    rfc6791v6_prefix: Option<Spanned<String>>,
+    lowest_ipv6_mtu: Option<u16>,
+    amend_udp_checksum_zero: Option<bool>,
+    reset_traffic_class: Option<bool>,
+    reset_tos: Option<bool>,
+    new_tos: Option<u8>,
+    mtu_plateaus: Option<Vec<u16>>,
+    ipv4_mtu: Option<u16>,
+    ipv6_mtu: Option<u16>,
+    ipv4_address: Option<Spanned<String>>,
+    ipv6_address: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum MappingToml {
+    Rfc6052,
+    Ivi,
+}
+
+/// One EAMT entry, written either as `{ ipv6 = "...", ipv4 = "..." }` or as
+/// `["IPV6-PREFIX", "IPV4-PREFIX"]`.
+#[derive(Debug)]
+struct EamToml {
+    ipv6: Spanned<String>,
+    ipv4: Spanned<String>,
+}
+
+impl<'de> Deserialize<'de> for EamToml {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = EamToml;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(r#"an EAMT entry: { ipv6 = "IPV6-PREFIX", ipv4 = "IPV4-PREFIX" } or ["IPV6-PREFIX", "IPV4-PREFIX"]"#)
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<EamToml, A::Error> {
+                let ipv6 = seq.next_element()?.ok_or_else(|| de::Error::invalid_length(0, &self))?;
+                let ipv4 = seq.next_element()?.ok_or_else(|| de::Error::invalid_length(1, &self))?;
+                let mut n = 2;
+                while seq.next_element::<de::IgnoredAny>()?.is_some() {
+                    n += 1;
+                }
+                if n != 2 {
+                    return Err(de::Error::invalid_length(n, &self));
+                }
+                Ok(EamToml { ipv6, ipv4 })
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<EamToml, A::Error> {
+                let (mut ipv6, mut ipv4) = (None, None);
+                while let Some(k) = map.next_key::<String>()? {
+                    let slot = match k.as_str() {
+                        "ipv6" => &mut ipv6,
+                        "ipv4" => &mut ipv4,
+                        _ => return Err(de::Error::unknown_field(&k, &["ipv6", "ipv4"])),
+                    };
+                    if slot.is_some() {
+                        return Err(de::Error::custom(format_args!("duplicate key `{k}`")));
+                    }
+                    *slot = Some(map.next_value()?);
+                }
+                Ok(EamToml {
+                    ipv6: ipv6.ok_or_else(|| de::Error::missing_field("ipv6"))?,
+                    ipv4: ipv4.ok_or_else(|| de::Error::missing_field("ipv4"))?,
+                })
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+// ---------------------------------------------------------------------------
+
+/// Render a serde path (`siit.eamt.1.ipv4`) the way an operator reads it
+/// (`[siit] eamt[1].ipv4`), skipping the `Spanned` wrapper's private keys.
+fn render_path(path: &serde_path_to_error::Path) -> Option<String> {
+    use serde_path_to_error::Segment;
+    let mut segs = path.iter().filter(|s| !matches!(s, Segment::Map { key } if key.starts_with("$__")));
+    let table = match segs.next()? {
+        Segment::Map { key } => key.clone(),
+        _ => return None,
+    };
+    let mut out = format!("[{table}]");
+    let mut first = true;
+    for s in segs {
+        match s {
+            Segment::Map { key } if first => {
+                out.push(' ');
+                out.push_str(key);
+            }
+            Segment::Map { key } => {
+                out.push('.');
+                out.push_str(key);
+            }
+            Segment::Seq { index } => out.push_str(&format!("[{index}]")),
+            Segment::Enum { .. } | Segment::Unknown => {}
+        }
+        first = false;
+    }
+    Some(out)
+}
+
+/// Turn a deserialisation error into one that names the key.
+fn classify(text: &str, err: serde_path_to_error::Error<toml::de::Error>) -> Error {
+    let key = render_path(err.path());
+    let inner = err.into_inner();
+    // serde says "field"; a TOML user says "key". Keep serde's list of
+    // what is allowed, it is the most useful part.
+    let msg = inner
+        .message()
+        .trim()
+        .replace('\n', "; ")
+        .replace("missing field `", "missing key `")
+        .replace("duplicate field `", "duplicate key `");
+    let e = if let Some(rest) = msg.strip_prefix("unknown field `") {
+        let (name, tail) = rest.split_once('`').unwrap_or((rest, ""));
+        let expected = tail.trim_start_matches(',').trim();
+        let expected = if expected.is_empty() { String::new() } else { format!(" ({expected})") };
+        // The path usually ends with the unknown key itself already; at the
+        // top level it is nothing but the unknown name.
+        let full = match key {
+            Some(k) if k == format!("[{name}]") => None,
+            Some(k) if k.ends_with(&format!(" {name}")) || k.ends_with(&format!(".{name}")) => Some(k),
+            Some(k) if k.contains(' ') => Some(format!("{k}.{name}")),
+            Some(k) => Some(format!("{k} {name}")),
+            None => None,
+        };
+        match full {
+            Some(k) => Error::new(ErrorKind::UnknownKey, Some(k), format!("unknown key{expected}")),
+            _ => {
+                let mut m = format!("unknown top-level table or key{expected}");
+                if SIIT_KEYS.contains(&name) {
+                    m.push_str(&format!("; `{name}` belongs in the [siit] table: add a `[siit]` header above it"));
+                }
+                Error::new(ErrorKind::UnknownKey, Some(name.to_string()), m)
+            }
+        }
+    } else {
+        Error::new(ErrorKind::Type, key, msg)
+    };
+    e.at(text, inner.span())
+}
+
+fn parse_prefix6(text: &str, key: &str, v: &Spanned<String>) -> Result<Prefix6, Error> {
+    Prefix6::from_str(v.get_ref())
+        .map_err(|e| Error::new(ErrorKind::Invalid, Some(key.to_string()), e.to_string()).at(text, Some(v.span())))
+}
+
+fn parse_prefix4(text: &str, key: &str, v: &Spanned<String>) -> Result<Prefix4, Error> {
+    Prefix4::from_str(v.get_ref())
+        .map_err(|e| Error::new(ErrorKind::Invalid, Some(key.to_string()), e.to_string()).at(text, Some(v.span())))
+}
+
+fn parse_addr<A: FromStr>(text: &str, key: &str, v: &Spanned<String>, family: &str) -> Result<A, Error> {
+    A::from_str(v.get_ref().trim()).map_err(|_| {
+        Error::new(ErrorKind::Invalid, Some(key.to_string()), format!("`{}` is not an {family} address", v.get_ref()))
+            .at(text, Some(v.span()))
+    })
+}
+
+fn siit_from_toml(text: &str, t: SiitToml) -> Result<siit::Config, Error> {
+    let mut c = siit::Config::default();
+    if let Some(p) = &t.pool6 {
+        c.pool6 = Some(parse_prefix6(text, "[siit] pool6", p)?);
+    }
+    if let Some(m) = t.mapping {
+        c.mapping = match m {
+            MappingToml::Rfc6052 => MappingMode::Rfc6052,
+            MappingToml::Ivi => MappingMode::Ivi,
+        };
+    }
+    for (i, e) in t.eamt.iter().enumerate() {
+        let p6 = parse_prefix6(text, &format!("[siit] eamt[{i}].ipv6"), &e.ipv6)?;
+        let p4 = parse_prefix4(text, &format!("[siit] eamt[{i}].ipv4"), &e.ipv4)?;
+        c.eamt.push((p6, p4));
+    }
+    if let Some(v) = &t.rfc6791v4_prefix {
+        c.rfc6791_v4 = Some(parse_prefix4(text, "[siit] rfc6791v4-prefix", v)?);
+    }
+    if let Some(v) = &t.rfc6791v6_prefix {
+        c.rfc6791_v6 = Some(parse_prefix6(text, "[siit] rfc6791v6-prefix", v)?);
+    }
+    if let Some(v) = &t.ipv4_address {
+        c.ipv4_address = parse_addr::<Ipv4Addr>(text, "[siit] ipv4-address", v, "IPv4")?;
+    }
+    if let Some(v) = &t.ipv6_address {
+        c.ipv6_address = Some(parse_addr::<Ipv6Addr>(text, "[siit] ipv6-address", v, "IPv6")?);
+    }
+    let set = |dst: &mut bool, v: Option<bool>| {
+        if let Some(v) = v {
+            *dst = v;
+        }
+    };
+    set(&mut c.eam_hairpinning, t.eam_hairpinning);
+    set(&mut c.amend_udp_checksum_zero, t.amend_udp_checksum_zero);
+    set(&mut c.reset_traffic_class, t.reset_traffic_class);
+    set(&mut c.reset_tos, t.reset_tos);
+    if let Some(v) = t.new_tos {
+        c.new_tos = v;
+    }
+    if let Some(v) = t.lowest_ipv6_mtu {
+        c.lowest_ipv6_mtu = v;
+    }
+    if let Some(v) = t.mtu_plateaus {
+        c.mtu_plateaus = v;
+    }
+    if let Some(v) = t.ipv4_mtu {
+        c.ipv4_mtu = v;
+    }
+    if let Some(v) = t.ipv6_mtu {
+        c.ipv6_mtu = v;
+    }
+    Ok(c)
+}
+
+impl Config {
+    /// Parse TOML text: syntax, key names, types, prefixes and addresses.
+    /// Does not build the engines; see [`Config::check`].
+    pub fn parse(text: &str) -> Result<Config, Error> {
+        let de = toml::Deserializer::parse(text).map_err(|e| {
+            Error::new(ErrorKind::Syntax, None, e.message().trim().replace('\n', "; ")).at(text, e.span())
+        })?;
+        let file: FileToml = serde_path_to_error::deserialize(de).map_err(|e| classify(text, e))?;
+        let siit = file.siit.map(|t| siit_from_toml(text, t)).transpose()?;
+        Ok(Config { siit, origin: None })
+    }
+
+    /// Read, parse and [`check`](Config::check) a configuration file.
+    /// Errors name the file.
+    pub fn load(path: &Path) -> Result<Config, Error> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::new(ErrorKind::Io, None, format!("cannot read: {e}")).in_file(Some(path)))?;
+        let mut cfg = Config::parse(&text).map_err(|e| e.in_file(Some(path)))?;
+        cfg.origin = Some(path.to_path_buf());
+        cfg.check()?;
+        Ok(cfg)
+    }
+
+    /// Validate what [`parse`](Config::parse) cannot: at least one function
+    /// is configured, and every configured one can be built.
+    pub fn check(&self) -> Result<(), Error> {
+        if self.siit.is_none() {
+            let tables: Vec<String> = TABLES.iter().map(|t| format!("[{t}]")).collect();
+            return Err(Error::new(
+                ErrorKind::Missing,
+                None,
+                format!("nothing is configured: expected at least one of {}", tables.join(", ")),
+            )
+            .in_file(self.origin.as_deref()));
+        }
+        if self.siit.is_some() {
+            self.siit_translator()?;
+        }
+        Ok(())
+    }
+
+    /// Build the stateless translator from `[siit]`.
+    pub fn siit_translator(&self) -> Result<Translator, Error> {
+        let Some(c) = &self.siit else {
+            return Err(Error::new(
+                ErrorKind::Missing,
+                Some("[siit]".into()),
+                "table missing: the translator needs it",
+            )
+            .in_file(self.origin.as_deref()));
+        };
+        Translator::new(c.clone()).map_err(|e| {
+            Error::new(ErrorKind::Invalid, Some(format!("[siit] {}", e.key)), e.msg).in_file(self.origin.as_deref())
+        })
+    }
+}
+
+/// A complete, commented example configuration: every key with its default
+/// and a one-line explanation. It parses (and is tested to).
+pub fn example() -> &'static str {
+    include_str!("example.toml")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(text: &str) -> Error {
+        match Config::parse(text).and_then(|c| c.check().map(|()| c)) {
+            Ok(c) => panic!("expected an error, got {c:?}"),
+            Err(e) => e,
+        }
+    }
+
+    fn assert_names(text: &str, key: &str) -> Error {
+        let e = err(text);
+        let s = e.to_string();
+        assert!(s.contains(key), "`{key}` not named in: {s}");
+        assert!(!s.contains('\n'), "multi-line error: {s}");
+        e
+    }
+
+    #[test]
+    fn defaults_come_from_xlat() {
+        let c = Config::parse("[siit]\npool6 = \"64:ff9b:1::/96\"\n").unwrap().siit.unwrap();
+        let d = siit::Config::default();
+        assert_eq!(c.pool6, Some("64:ff9b:1::/96".parse().unwrap()));
+        assert_eq!(c.mapping, MappingMode::Rfc6052);
+        assert!(c.eamt.is_empty());
+        assert!(c.eam_hairpinning);
+        assert_eq!(c.rfc6791_v4, None);
+        assert_eq!(c.rfc6791_v6, None);
+        assert_eq!(c.lowest_ipv6_mtu, 1280);
+        assert!(!c.amend_udp_checksum_zero);
+        assert!(!c.reset_traffic_class);
+        assert!(!c.reset_tos);
+        assert_eq!(c.new_tos, 0);
+        assert_eq!(c.mtu_plateaus, d.mtu_plateaus);
+        assert_eq!((c.ipv4_mtu, c.ipv6_mtu), (1500, 1500));
+        assert_eq!(c.ipv4_address, Ipv4Addr::new(192, 0, 0, 8));
+        assert_eq!(c.ipv6_address, None);
+    }
+
+    #[test]
+    fn every_key_is_read() {
+        let c = Config::parse(
+            r#"
+            [siit]
+            pool6 = "2001:db8:100::/40"
+            mapping = "ivi"
+            eamt = [{ ipv6 = "2001:db8:6::/120", ipv4 = "192.0.2.0/24" }]
+            eam-hairpinning = false
+            rfc6791v4-prefix = "198.51.100.0/30"
+            rfc6791v6-prefix = "2001:db8:ffff::/64"
+            lowest-ipv6-mtu = 1400
+            amend-udp-checksum-zero = true
+            reset-traffic-class = true
+            reset-tos = true
+            new-tos = 32
+            mtu-plateaus = [1500, 1280, 576]
+            ipv4-mtu = 1400
+            ipv6-mtu = 9000
+            ipv4-address = "203.0.113.1"
+            ipv6-address = "2001:db8::1"
+            "#,
+        )
+        .unwrap()
+        .siit
+        .unwrap();
+        assert_eq!(c.mapping, MappingMode::Ivi);
+        assert_eq!(c.eamt.len(), 1);
+        assert!(!c.eam_hairpinning);
+        assert_eq!(c.rfc6791_v4, Some("198.51.100.0/30".parse().unwrap()));
+        assert_eq!(c.rfc6791_v6, Some("2001:db8:ffff::/64".parse().unwrap()));
+        assert_eq!(c.lowest_ipv6_mtu, 1400);
+        assert!(c.amend_udp_checksum_zero && c.reset_traffic_class && c.reset_tos);
+        assert_eq!(c.new_tos, 32);
+        assert_eq!(c.mtu_plateaus, vec![1500, 1280, 576]);
+        assert_eq!((c.ipv4_mtu, c.ipv6_mtu), (1400, 9000));
+        assert_eq!(c.ipv4_address, Ipv4Addr::new(203, 0, 113, 1));
+        assert_eq!(c.ipv6_address, Some("2001:db8::1".parse().unwrap()));
+    }
+
+    #[test]
+    fn jool_underscore_aliases() {
+        let c = Config::parse("[siit]\nrfc6791_v4 = \"192.0.2.0/30\"\nrfc6791_v6 = \"2001:db8::/64\"\n")
+            .unwrap()
+            .siit
+            .unwrap();
+        assert_eq!(c.rfc6791_v4, Some("192.0.2.0/30".parse().unwrap()));
+        assert_eq!(c.rfc6791_v6, Some("2001:db8::/64".parse().unwrap()));
+    }
+
+    #[test]
+    fn both_eamt_syntaxes() {
+        let tables = Config::parse(
+            r#"[siit]
+            eamt = [
+                { ipv6 = "2001:db8:6::/120", ipv4 = "192.0.2.0/24" },
+                { ipv4 = "198.51.100.7", ipv6 = "2001:db8:7::7" },
+            ]"#,
+        )
+        .unwrap();
+        let pairs = Config::parse(
+            r#"[siit]
+            eamt = [["2001:db8:6::/120", "192.0.2.0/24"], ["2001:db8:7::7", "198.51.100.7"]]"#,
+        )
+        .unwrap();
+        let want: Vec<(Prefix6, Prefix4)> = vec![
+            ("2001:db8:6::/120".parse().unwrap(), "192.0.2.0/24".parse().unwrap()),
+            ("2001:db8:7::7/128".parse().unwrap(), "198.51.100.7/32".parse().unwrap()),
+        ];
+        assert_eq!(tables.siit.unwrap().eamt, want);
+        assert_eq!(pairs.siit.unwrap().eamt, want);
+        // Array-of-tables form works too.
+        let aot =
+            Config::parse("[siit]\n[[siit.eamt]]\nipv6 = \"2001:db8:6::/120\"\nipv4 = \"192.0.2.0/24\"\n").unwrap();
+        assert_eq!(aot.siit.unwrap().eamt, want[..1]);
+    }
+
+    #[test]
+    fn syntax_error_has_line_and_column() {
+        let e = err("[siit]\npool6 = \"64:ff9b::/96\"\nmapping = \n");
+        assert_eq!(e.kind(), ErrorKind::Syntax);
+        assert_eq!(e.position().map(|p| p.0), Some(3));
+        assert!(e.to_string().contains("line 3, column"), "{e}");
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let e = assert_names("[siit]\npool6 = \"64:ff9b::/96\"\npool7 = 1\n", "[siit] pool7");
+        assert_eq!(e.kind(), ErrorKind::UnknownKey);
+        assert_eq!(e.position().map(|p| p.0), Some(3), "{e}");
+        assert!(e.to_string().contains("pool6"), "should list the valid keys: {e}");
+        let e = assert_names("[nat46]\nx = 1\n", "nat46: unknown top-level table");
+        assert_eq!(e.kind(), ErrorKind::UnknownKey);
+        let e = assert_names("pool6 = \"64:ff9b::/96\"\n", "pool6: unknown top-level");
+        assert!(e.to_string().contains("add a `[siit]` header"), "{e}");
+        let e =
+            assert_names("[siit]\neamt = [{ ipv6 = \"2001:db8::/128\", ipv4 = \"192.0.2.1\", ipv5 = 1 }]\n", "ipv5");
+        assert!(e.to_string().contains("[siit] eamt[0]"), "{e}");
+    }
+
+    #[test]
+    fn wrong_type_is_named() {
+        let e =
+            assert_names("[siit]\npool6 = \"64:ff9b::/96\"\nlowest-ipv6-mtu = \"1280\"\n", "[siit] lowest-ipv6-mtu");
+        assert_eq!(e.kind(), ErrorKind::Type);
+        assert_eq!(e.position().map(|p| p.0), Some(3), "{e}");
+        assert_names("[siit]\npool6 = 64\n", "[siit] pool6");
+        assert_names("[siit]\npool6 = \"64:ff9b::/96\"\nipv4-mtu = 70000\n", "[siit] ipv4-mtu");
+        assert_names("[siit]\npool6 = \"64:ff9b::/96\"\nnew-tos = -1\n", "[siit] new-tos");
+        assert_names("[siit]\npool6 = \"64:ff9b::/96\"\nmapping = \"nat64\"\n", "[siit] mapping");
+        assert_names("[siit]\npool6 = \"64:ff9b::/96\"\nmtu-plateaus = [1500, \"x\"]\n", "[siit] mtu-plateaus[1]");
+        assert_names("[siit]\neam-hairpinning = \"yes\"\n", "[siit] eam-hairpinning");
+        assert_names("[siit]\neamt = [[\"2001:db8::/128\"]]\n", "[siit] eamt[0]");
+        assert_names("[siit]\neamt = [{ ipv6 = \"2001:db8::/128\" }]\n", "ipv4");
+        assert_names("[siit]\neamt = \"2001:db8::/128 192.0.2.1\"\n", "[siit] eamt");
+        assert_names("siit = 1\n", "[siit]");
+    }
+
+    #[test]
+    fn bad_prefix_is_named() {
+        let e = assert_names("[siit]\npool6 = \"2001:db8::1/32\"\n", "[siit] pool6");
+        assert_eq!(e.kind(), ErrorKind::Invalid);
+        assert!(e.to_string().contains("bits set beyond its prefix length"), "{e}");
+        assert_eq!(e.position(), Some((2, 9)));
+        assert_names("[siit]\npool6 = \"192.0.2.0/24\"\n", "[siit] pool6");
+        assert_names(
+            "[siit]\npool6 = \"64:ff9b::/96\"\nrfc6791v4-prefix = \"192.0.2.0/33\"\n",
+            "[siit] rfc6791v4-prefix",
+        );
+        assert_names("[siit]\npool6 = \"64:ff9b::/96\"\nrfc6791_v6 = \"nope\"\n", "[siit] rfc6791v6-prefix");
+        assert_names("[siit]\neamt = [[\"2001:db8::/120\", \"192.0.2.1/24\"]]\n", "[siit] eamt[0].ipv4");
+        assert_names(
+            "[siit]\neamt = [{ ipv6 = \"2001:db8::1/120\", ipv4 = \"192.0.2.0/24\" }]\n",
+            "[siit] eamt[0].ipv6",
+        );
+        assert_names("[siit]\npool6 = \"64:ff9b::/96\"\nipv4-address = \"192.0.2\"\n", "[siit] ipv4-address");
+        assert_names("[siit]\npool6 = \"64:ff9b::/96\"\nipv6-address = \"192.0.2.1\"\n", "[siit] ipv6-address");
+    }
+
+    #[test]
+    fn translator_errors_are_named() {
+        // These are rejected by xlat's `Translator::new`, which names the key.
+        let base = "[siit]\npool6 = \"64:ff9b:1::/96\"\nipv6-address = \"2001:db8::8\"\n";
+        let e = assert_names(&format!("{base}lowest-ipv6-mtu = 1000\n"), "[siit] lowest-ipv6-mtu");
+        assert_eq!(e.kind(), ErrorKind::Invalid);
+        assert_names(&format!("{base}ipv6-mtu = 1000\n"), "[siit] ipv6-mtu");
+        assert_names(&format!("{base}ipv4-mtu = 60\n"), "[siit] ipv4-mtu");
+        assert_names(&format!("{base}mtu-plateaus = []\n"), "[siit] mtu-plateaus");
+        assert_names("[siit]\nmapping = \"ivi\"\n", "[siit] pool6");
+        assert_names("[siit]\nipv6-address = \"2001:db8::8\"\n", "[siit] pool6");
+    }
+
+    #[test]
+    fn empty_file_is_an_error() {
+        let e = err("# nothing\n");
+        assert_eq!(e.kind(), ErrorKind::Missing);
+        assert!(e.to_string().contains("[siit]"), "{e}");
+        let e = Config::default().siit_translator().unwrap_err();
+        assert_eq!(e.key(), Some("[siit]"));
+    }
+
+    #[test]
+    fn load_names_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("x.toml");
+        std::fs::write(&p, "[siit]\npool6 = \"2001:db8::1/32\"\n").unwrap();
+        let e = Config::load(&p).unwrap_err().to_string();
+        assert!(e.starts_with(&format!("config error in {}: line 2, column 9: [siit] pool6: ", p.display())), "{e}");
+        let e = Config::load(&dir.path().join("missing.toml")).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Io);
+        assert!(e.to_string().contains("missing.toml"), "{e}");
+    }
+
+    #[test]
+    fn example_parses_and_mentions_every_key() {
+        let c = Config::parse(example()).unwrap_or_else(|e| panic!("example does not parse: {e}"));
+        c.check().unwrap_or_else(|e| panic!("example is not a valid configuration: {e}"));
+        let s = c.siit.expect("example has [siit]");
+        // The example states the defaults.
+        let d = siit::Config::default();
+        assert_eq!(s.eam_hairpinning, d.eam_hairpinning);
+        assert_eq!(s.lowest_ipv6_mtu, d.lowest_ipv6_mtu);
+        assert_eq!(s.mtu_plateaus, d.mtu_plateaus);
+        assert_eq!(s.ipv4_address, d.ipv4_address);
+        assert_eq!((s.ipv4_mtu, s.ipv6_mtu), (d.ipv4_mtu, d.ipv6_mtu));
+        for k in SIIT_KEYS {
+            assert!(example().lines().any(|l| l.trim_start_matches(['#', ' ']).starts_with(&format!("{k} ="))), "{k}");
+        }
+    }
+
+    #[test]
+    fn line_col_counts_chars() {
+        assert_eq!(line_col("ab\ncd", 0), (1, 1));
+        assert_eq!(line_col("ab\ncd", 4), (2, 2));
+        assert_eq!(line_col("é\nx", 3), (2, 1));
+        assert_eq!(line_col("x", 99), (1, 2));
+    }
+}

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Install what v6gate's build, demo and tests need, if it is missing.
+# Idempotent and quiet: prints nothing but what it installs or cannot.
+# Works without a TTY; as root it installs directly, otherwise through
+# `sudo -n` when that works, else it prints what to install and goes on.
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+
+log() { echo "deps: $*" >&2; }
+
+# How to run a command as root: "" (we are root), "sudo -n", or "" with
+# CAN_ROOT=0 when neither is possible.
+CAN_ROOT=1
+AS_ROOT=()
+if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+        AS_ROOT=(sudo -n)
+    else
+        CAN_ROOT=0
+    fi
+fi
+
+# --- Debian packages -------------------------------------------------------
+# clang + libbpf-dev + pkg-config: the XDP fast path (bpf/*.bpf.c).
+# sip-tester (SIPp): SIP load for the IMS-ALG tests.
+# (tshark is optional and not installed here.)
+APT_PKGS=(clang libbpf-dev pkg-config sip-tester)
+
+missing=()
+for p in "${APT_PKGS[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+        missing+=("$p")
+    fi
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    if ! command -v apt-get >/dev/null 2>&1; then
+        log "no apt-get here; please install: ${missing[*]}"
+    elif [ "$CAN_ROOT" -eq 0 ]; then
+        log "not root and no password-less sudo; please install: ${missing[*]}"
+    else
+        log "installing ${missing[*]}"
+        if ! { "${AS_ROOT[@]}" apt-get update -qq >/dev/null &&
+            "${AS_ROOT[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; }; then
+            log "WARNING: apt-get could not install ${missing[*]}; continuing without"
+        fi
+    fi
+fi
+
+# --- Rust toolchain components --------------------------------------------
+if command -v rustup >/dev/null 2>&1; then
+    installed=$(rustup component list --installed --toolchain stable 2>/dev/null || true)
+    comps=()
+    for c in rustfmt clippy; do
+        grep -q "^$c" <<<"$installed" || comps+=("$c")
+    done
+    if [ ${#comps[@]} -gt 0 ]; then
+        log "installing rustup components ${comps[*]} (stable)"
+        rustup component add --toolchain stable "${comps[@]}" >/dev/null 2>&1 ||
+            log "WARNING: rustup could not install ${comps[*]}"
+    fi
+else
+    log "no rustup: make sure rustfmt and clippy are installed"
+fi
+
+# --- cargo-fuzz (fuzz targets under fuzz/, run by scripts/fuzz-smoke.sh) ---
+if ! command -v cargo >/dev/null 2>&1; then
+    log "no cargo on PATH: install Rust (rustup) first"
+elif ! cargo fuzz --version >/dev/null 2>&1; then
+    log "installing cargo-fuzz (cargo install, takes a few minutes)"
+    cargo install cargo-fuzz --locked --quiet || log "WARNING: cargo-fuzz could not be installed; fuzzing will be skipped"
+fi
+exit 0

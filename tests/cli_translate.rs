@@ -1,0 +1,325 @@
+//! The `v6gate translate` / `v6gate config` contract, driven through the
+//! built binary exactly as an external harness would.
+//!
+//! These tests check structure only (one JSON line per packet, key names,
+//! error reporting, pcap framing); what the translator emits is tested in
+//! `xlat` and by translation assertions added on top of this file.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
+use pcap_file::DataLink;
+use serde_json::Value;
+use xlat::DropReason;
+
+const BIN: &str = env!("CARGO_BIN_EXE_v6gate");
+
+/// A valid configuration. `ipv6-address` is explicit so the file does not
+/// depend on address-mapping details.
+const GOOD: &str = r#"
+[siit]
+pool6 = "64:ff9b:1::/96"
+eamt = [["2001:db8:6::/120", "192.0.2.0/24"]]
+ipv6-address = "64:ff9b:1::c000:8"
+"#;
+
+/// IPv4 UDP 198.51.100.7:40000 -> 192.0.2.1:53, valid checksums.
+const V4_UDP: &str = "450000270101000040118d89c6336407c00002019c400035001330477636676174652064656d6f";
+/// IPv6 UDP 2001:db8:6::1:53 -> 64:ff9b:1::c633:6407:40000, valid checksums.
+const V6_UDP: &str = "600000000014114020010db80006000000000000000000010064ff9b0001000000000000c633640700359c400014c6fb763667617465207265706c79";
+
+fn scratch(name: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli_translate").join(name);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn write_config(dir: &Path, text: &str) -> PathBuf {
+    let p = dir.join("v6gate.toml");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn run(args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn v6gate");
+    // The child may exit before reading (bad configuration): ignore EPIPE.
+    let _ = child.stdin.take().unwrap().write_all(stdin.as_bytes());
+    child.wait_with_output().unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8(b.to_vec()).expect("utf-8 output")
+}
+
+/// Check one output line against the contract; returns the drop reason.
+fn check_line(line: &str) -> Option<String> {
+    let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+    let obj = v.as_object().unwrap_or_else(|| panic!("not an object: {line}"));
+    let mut keys: Vec<&str> = obj.keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["drop", "out"], "{line}");
+    let out = obj["out"].as_array().unwrap_or_else(|| panic!("out is not an array: {line}"));
+    for item in out {
+        let hex = item["hex"].as_str().unwrap_or_else(|| panic!("out item without hex: {line}"));
+        assert!(hex.len() % 2 == 0 && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)), "{hex}");
+        if let Some(k) = item.get("kind") {
+            assert!(matches!(k.as_str(), Some("forward" | "icmp-error")), "{line}");
+        }
+    }
+    match &obj["drop"] {
+        Value::Null => None,
+        Value::String(r) => {
+            assert!(out.is_empty(), "a drop with output: {line}");
+            let known = r == "bad-hex" || DropReason::ALL.iter().any(|d| d.as_str() == r);
+            assert!(known, "unknown drop reason {r}");
+            Some(r.clone())
+        }
+        other => panic!("drop is {other}: {line}"),
+    }
+}
+
+#[test]
+fn hex_lines_in_json_lines_out() {
+    let dir = scratch("hex_lines");
+    let cfg = write_config(&dir, GOOD);
+    let input = format!(
+        "# comment\n\n   \t\n{V4_UDP}\n  {V6_UDP}  \r\n   # indented comment\nnot hex\n{}\n\n{}\n",
+        &V4_UDP[..5],
+        V4_UDP.to_uppercase()
+    );
+    let o = run(&["translate", "--config", cfg.to_str().unwrap()], &input);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let stdout = text(&o.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 5, "one line per non-blank, non-comment input line:\n{stdout}");
+    let drops: Vec<Option<String>> = lines.iter().map(|l| check_line(l)).collect();
+    assert_eq!(drops[2].as_deref(), Some("bad-hex"));
+    assert_eq!(drops[3].as_deref(), Some("bad-hex"), "odd number of digits");
+    assert_ne!(drops[4].as_deref(), Some("bad-hex"), "upper-case hex is hex");
+    assert_ne!(drops[0].as_deref(), Some("bad-hex"));
+    assert_eq!(lines[0], lines[4], "same packet, same answer");
+    assert!(o.stderr.is_empty(), "stderr without --explain: {}", text(&o.stderr));
+}
+
+#[test]
+fn empty_input_gives_empty_output() {
+    let dir = scratch("empty");
+    let cfg = write_config(&dir, GOOD);
+    let o = run(&["translate", "--config", cfg.to_str().unwrap()], "");
+    assert!(o.status.success());
+    assert!(o.stdout.is_empty());
+}
+
+#[test]
+fn explain_goes_to_stderr() {
+    let dir = scratch("explain");
+    let cfg = write_config(&dir, GOOD);
+    let o = run(&["translate", "--config", cfg.to_str().unwrap(), "--explain"], &format!("{V4_UDP}\nzz\n"));
+    assert!(o.status.success());
+    assert_eq!(text(&o.stdout).lines().count(), 2);
+    let err = text(&o.stderr);
+    assert!(err.contains("IPv4 198.51.100.7 > 192.0.2.1 UDP 40000 > 53"), "{err}");
+    assert!(err.contains("not hex"), "{err}");
+}
+
+#[test]
+fn answers_each_line_before_the_next_arrives() {
+    let dir = scratch("interactive");
+    let cfg = write_config(&dir, GOOD);
+    let mut child = Command::new(BIN)
+        .args(["translate", "--config", cfg.to_str().unwrap()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            if tx.send(line.unwrap()).is_err() {
+                break;
+            }
+        }
+    });
+    for pkt in [V4_UDP, "# comment: no answer", V6_UDP, "zz"] {
+        writeln!(stdin, "{pkt}").unwrap();
+        stdin.flush().unwrap();
+        if pkt.starts_with('#') {
+            continue;
+        }
+        let line = rx.recv_timeout(Duration::from_secs(20)).expect("no answer while stdin is still open");
+        check_line(&line);
+    }
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+    assert!(rx.recv_timeout(Duration::from_secs(5)).is_err(), "extra output");
+}
+
+#[test]
+fn bad_config_names_the_key() {
+    let dir = scratch("bad_config");
+    let cases = [
+        ("[siit]\npool6 = \"2001:db8::1/32\"\n", "[siit] pool6", "line 2"),
+        ("[siit]\npool6 = \"64:ff9b:1::/96\"\npool7 = true\n", "[siit] pool7", "line 3"),
+        ("[siit]\npool6 = \"64:ff9b:1::/96\"\nlowest-ipv6-mtu = \"big\"\n", "[siit] lowest-ipv6-mtu", "line 3"),
+        ("[siit]\npool6 = \"64:ff9b:1::/96\"\nipv6-address = \"::8\"\nlowest-ipv6-mtu = 576\n", "lowest-ipv6-mtu", ""),
+        ("[siit\npool6 = 1\n", "", "line 1"),
+    ];
+    for (i, (cfg_text, key, pos)) in cases.iter().enumerate() {
+        let cfg = dir.join(format!("bad{i}.toml"));
+        std::fs::write(&cfg, cfg_text).unwrap();
+        let o = run(&["translate", "--config", cfg.to_str().unwrap()], &format!("{V4_UDP}\n"));
+        assert!(!o.status.success(), "{cfg_text}");
+        assert!(o.stdout.is_empty(), "no output on a bad config");
+        let err = text(&o.stderr);
+        assert!(err.contains(key) && err.contains(pos), "{cfg_text} -> {err}");
+        assert!(err.contains(cfg.to_str().unwrap()), "names the file: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "one-line error: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+
+        let o = run(&["config", "check", "--config", cfg.to_str().unwrap()], "");
+        assert_eq!(o.status.code(), Some(1));
+        assert!(text(&o.stderr).contains(key));
+    }
+    let o = run(&["translate", "--config", dir.join("absent.toml").to_str().unwrap()], "");
+    assert!(!o.status.success());
+    assert!(text(&o.stderr).contains("absent.toml"));
+}
+
+#[test]
+fn config_check_and_example() {
+    let dir = scratch("config_check");
+    let cfg = write_config(&dir, GOOD);
+    let o = run(&["config", "check", "--config", cfg.to_str().unwrap()], "");
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), "ok\n");
+
+    let o = run(&["config", "example"], "");
+    assert!(o.status.success());
+    let ex = text(&o.stdout);
+    assert_eq!(ex, gate::config::example());
+    for k in gate::config::SIIT_KEYS {
+        assert!(ex.contains(&format!("{k} =")), "example lacks {k}");
+    }
+}
+
+#[test]
+fn version_and_usage_errors() {
+    let o = run(&["--version"], "");
+    assert!(o.status.success());
+    assert!(text(&o.stdout).starts_with("v6gate "));
+    let o = run(&["translate"], "");
+    assert!(!o.status.success(), "--config is required");
+    let o = run(&["translate", "--config", "x.toml", "--pcap-in", "in.pcap"], "");
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    assert!(err.contains("--pcap-out") && err.trim_end().lines().count() == 1, "{err}");
+}
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+}
+
+fn write_pcap(path: &Path) -> Vec<Duration> {
+    let hdr = PcapHeader { datalink: DataLink::ETHERNET, ..PcapHeader::default() };
+    let mut w = PcapWriter::with_header(std::fs::File::create(path).unwrap(), hdr).unwrap();
+    let eth = |ethertype: [u8; 2], payload: &[u8]| {
+        let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, ethertype[0], ethertype[1]];
+        f.extend_from_slice(payload);
+        f
+    };
+    let v4 = unhex(V4_UDP);
+    let v6 = unhex(V6_UDP);
+    let mut vlan_v6 = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x81, 0x00, 0x00, 0x07, 0x86, 0xdd];
+    vlan_v6.extend_from_slice(&v6);
+    let frames = [eth([0x08, 0x00], &v4), eth([0x08, 0x06], &[0; 28]), vlan_v6, eth([0x86, 0xdd], &v6)];
+    let mut ts = Vec::new();
+    for (i, f) in frames.iter().enumerate() {
+        let t = Duration::new(1_700_000_000 + i as u64, 123_000 * (i as u32 + 1));
+        w.write_packet(&PcapPacket::new(t, f.len() as u32, f)).unwrap();
+        ts.push(t);
+    }
+    ts
+}
+
+#[test]
+fn pcap_round_trip() {
+    let dir = scratch("pcap");
+    let cfg = write_config(&dir, GOOD);
+    let pin = dir.join("in.pcap");
+    let pout = dir.join("out.pcap");
+    let _ = std::fs::remove_file(&pout);
+    let ts = write_pcap(&pin);
+    let o = run(
+        &[
+            "translate",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--pcap-in",
+            pin.to_str().unwrap(),
+            "--pcap-out",
+            pout.to_str().unwrap(),
+        ],
+        "",
+    );
+    let err = text(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("3 packets in") && err.contains("1 non-IP frames skipped"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one-line summary: {err}");
+
+    let mut r = PcapReader::new(std::fs::File::open(&pout).unwrap()).unwrap();
+    assert_eq!(r.header().datalink, DataLink::RAW);
+    let mut n = 0;
+    while let Some(p) = r.next_packet() {
+        let p = p.unwrap();
+        assert!(ts.contains(&p.timestamp), "timestamp {:?} not from the input", p.timestamp);
+        assert!(matches!(p.data.first().map(|b| b >> 4), Some(4 | 6)), "not an IP packet");
+        n += 1;
+    }
+    assert!(err.contains(&format!("{n} packets out")), "{err} vs {n} packets in the file");
+    assert!(!dir.join("out.pcap.tmp").exists());
+
+    // A file that is not a pcap: a clear error, no output left behind.
+    let bogus = dir.join("bogus.pcap");
+    std::fs::write(&bogus, "hello").unwrap();
+    let pout2 = dir.join("out2.pcap");
+    let o = run(
+        &[
+            "translate",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--pcap-in",
+            bogus.to_str().unwrap(),
+            "--pcap-out",
+            pout2.to_str().unwrap(),
+        ],
+        "",
+    );
+    assert!(!o.status.success());
+    assert!(text(&o.stderr).contains("not a pcap file"), "{}", text(&o.stderr));
+    assert!(!pout2.exists() && !dir.join("out2.pcap.tmp").exists());
+}
+
+#[test]
+fn readme_documents_every_key_and_drop_reason() {
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    for k in gate::config::SIIT_KEYS {
+        assert!(readme.contains(&format!("`{k}`")), "README lacks config key `{k}`");
+    }
+    for r in DropReason::ALL {
+        assert!(readme.contains(&format!("`{}`", r.as_str())), "README lacks drop reason `{}`", r.as_str());
+    }
+    assert!(readme.contains("`bad-hex`"));
+}
