@@ -80,7 +80,7 @@ fn check_line(line: &str) -> Option<String> {
         Value::Null => None,
         Value::String(r) => {
             assert!(out.is_empty(), "a drop with output: {line}");
-            let known = r == "bad-hex" || DropReason::ALL.iter().any(|d| d.as_str() == r);
+            let known = r == "bad-hex" || r == "held" || DropReason::ALL.iter().any(|d| d.as_str() == r);
             assert!(known, "unknown drop reason {r}");
             Some(r.clone())
         }

@@ -207,7 +207,8 @@ enum MappingToml {
     Ivi,
 }
 
-/// One EAMT entry, written either as `{ ipv6 = "...", ipv4 = "..." }` or as
+/// One EAMT entry, written either as `{ ipv6 = "...", ipv4 = "..." }` (also
+/// with Jool's key names `"ipv6 prefix"` / `"ipv4 prefix"`) or as
 /// `["IPV6-PREFIX", "IPV4-PREFIX"]`.
 #[derive(Debug)]
 struct EamToml {
@@ -241,10 +242,11 @@ impl<'de> Deserialize<'de> for EamToml {
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<EamToml, A::Error> {
                 let (mut ipv6, mut ipv4) = (None, None);
                 while let Some(k) = map.next_key::<String>()? {
+                    // Jool's JSON spells them "ipv6 prefix" / "ipv4 prefix".
                     let slot = match k.as_str() {
-                        "ipv6" => &mut ipv6,
-                        "ipv4" => &mut ipv4,
-                        _ => return Err(de::Error::unknown_field(&k, &["ipv6", "ipv4"])),
+                        "ipv6" | "ipv6 prefix" | "ipv6-prefix" => &mut ipv6,
+                        "ipv4" | "ipv4 prefix" | "ipv4-prefix" => &mut ipv4,
+                        _ => return Err(de::Error::unknown_field(&k, &["ipv6", "ipv4", "ipv6 prefix", "ipv4 prefix"])),
                     };
                     if slot.is_some() {
                         return Err(de::Error::custom(format_args!("duplicate key `{k}`")));
@@ -583,6 +585,12 @@ mod tests {
         let aot =
             Config::parse("[siit]\n[[siit.eamt]]\nipv6 = \"2001:db8:6::/120\"\nipv4 = \"192.0.2.0/24\"\n").unwrap();
         assert_eq!(aot.siit.unwrap().eamt, want[..1]);
+        // Jool's key names.
+        let jool = Config::parse(
+            "[siit]\neamt = [{ \"ipv6 prefix\" = \"2001:db8:6::/120\", \"ipv4 prefix\" = \"192.0.2.0/24\" }]\n",
+        )
+        .unwrap();
+        assert_eq!(jool.siit.unwrap().eamt, want[..1]);
     }
 
     #[test]

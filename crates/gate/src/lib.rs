@@ -1,8 +1,10 @@
 //! v6gate's daemon crate: the TOML configuration ([`config`]), the offline
 //! translator behind `v6gate translate` ([`offline`]) and the human-readable
-//! packet summaries of `--explain` ([`explain`]).
+//! packet summaries of `--explain` ([`explain`]), and the fragment holder
+//! for `amend-udp-checksum-zero` ([`amend`]).
 #![forbid(unsafe_code)]
 
+pub mod amend;
 pub mod config;
 pub mod explain;
 pub mod offline;

@@ -24,10 +24,15 @@ use pcap_file::{DataLink, PcapError};
 use xlat::siit::Translator;
 use xlat::{DropReason, Out, PacketKind, Verdict};
 
+use crate::amend::{FragmentHolder, Offer};
 use crate::explain::summarize;
 
 /// Drop reason reported for an input line that is not hex.
 pub const BAD_HEX: &str = "bad-hex";
+/// Reported for a fragment held until its datagram is complete
+/// (`amend-udp-checksum-zero`); the translated fragments are emitted on the
+/// line of the fragment that completes the datagram.
+pub const HELD: &str = "held";
 
 /// Counters of one offline run.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -45,11 +50,15 @@ pub struct Stats {
 
 impl Stats {
     fn count_drop(&mut self, r: DropReason) {
+        self.count_drops(r, 1);
+    }
+
+    fn count_drops(&mut self, r: DropReason, n: u64) {
         if self.drops.is_empty() {
             self.drops = vec![0; DropReason::ALL.len()];
         }
         if let Some(i) = DropReason::ALL.iter().position(|x| *x == r) {
-            self.drops[i] += 1;
+            self.drops[i] += n;
         }
     }
 
@@ -83,6 +92,79 @@ fn kind_str(k: PacketKind) -> &'static str {
     }
 }
 
+/// What became of one input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    /// Translated (or dropped); every result was reported.
+    Done,
+    /// Held by the fragment holder; nothing to report yet.
+    Held,
+}
+
+/// One translator, one reusable arena and, with `amend-udp-checksum-zero`,
+/// the fragment holder: what both front ends run every input through.
+struct Engine<'t> {
+    tr: &'t Translator,
+    out: Out,
+    holder: Option<FragmentHolder>,
+    stats: Stats,
+}
+
+/// Called with each packet handed to the translator, its verdict and what
+/// it emitted.
+type Each<'a> = dyn FnMut(&[u8], Verdict, &Out) -> io::Result<()> + 'a;
+
+impl<'t> Engine<'t> {
+    fn new(tr: &'t Translator) -> Self {
+        let holder = tr.config().amend_udp_checksum_zero.then(FragmentHolder::default);
+        Engine { tr, out: Out::new(), holder, stats: Stats::default() }
+    }
+
+    /// Translate `pkt`, or hold it, or (when it completes a held datagram)
+    /// translate every fragment of that datagram.
+    fn process(&mut self, pkt: &[u8], each: &mut Each<'_>) -> io::Result<Outcome> {
+        self.stats.packets_in += 1;
+        let offer = match self.holder.as_mut() {
+            Some(h) => h.offer(pkt),
+            None => Offer::Pass,
+        };
+        match offer {
+            Offer::Pass => self.translate_one(pkt, each)?,
+            Offer::Held => return Ok(Outcome::Held),
+            Offer::Complete(set) => {
+                for f in &set {
+                    self.translate_one(f, each)?;
+                }
+            }
+            Offer::Failed(r, n) => {
+                self.stats.count_drops(r, n as u64);
+                self.out.clear();
+                each(pkt, Verdict::Drop(r), &self.out)?;
+            }
+        }
+        Ok(Outcome::Done)
+    }
+
+    fn translate_one(&mut self, pkt: &[u8], each: &mut Each<'_>) -> io::Result<()> {
+        let v = self.tr.translate(pkt, &mut self.out);
+        match v {
+            Verdict::Emit => self.stats.packets_out += self.out.len() as u64,
+            Verdict::Drop(r) => self.stats.count_drop(r),
+        }
+        each(pkt, v, &self.out)
+    }
+
+    /// The run's counters; fragments still held (or evicted) count as
+    /// `udp-checksum-zero-fragment` drops.
+    fn finish(mut self) -> Stats {
+        if let Some(h) = &self.holder {
+            let n = h.pending() as u64 + h.evicted_fragments;
+            self.stats.count_drops(DropReason::UdpChecksumZeroFragment, n);
+        }
+        self.stats
+    }
+}
+
 /// Decode `hex` into `buf` (reused). Fails on odd length or non-hex digits.
 fn decode_hex(hex: &[u8], buf: &mut Vec<u8>) -> Result<(), hex::FromHexError> {
     // `decode_to_slice` rejects an odd length itself.
@@ -90,27 +172,22 @@ fn decode_hex(hex: &[u8], buf: &mut Vec<u8>) -> Result<(), hex::FromHexError> {
     hex::decode_to_slice(hex, buf)
 }
 
-/// Write the JSON line for one verdict.
-fn write_json<W: Write>(w: &mut W, v: Verdict, out: &Out, hexbuf: &mut Vec<u8>) -> io::Result<()> {
-    w.write_all(b"{\"out\":[")?;
-    if let Verdict::Emit = v {
-        for (i, (kind, p)) in out.iter().enumerate() {
-            if i > 0 {
-                w.write_all(b",")?;
-            }
-            hexbuf.resize(p.len() * 2, 0);
-            // Cannot fail: the buffer is exactly twice the input length.
-            let _ = hex::encode_to_slice(p, hexbuf);
-            w.write_all(b"{\"hex\":\"")?;
-            w.write_all(hexbuf)?;
-            w.write_all(b"\",\"kind\":\"")?;
-            w.write_all(kind_str(kind).as_bytes())?;
-            w.write_all(b"\"}")?;
+/// Append the JSON items for the packets in `out` to `line`, counting them
+/// in `items` (for the separating commas).
+fn push_json_items(line: &mut Vec<u8>, out: &Out, items: &mut usize, hexbuf: &mut Vec<u8>) {
+    for (kind, p) in out.iter() {
+        if *items > 0 {
+            line.push(b',');
         }
-    }
-    match v {
-        Verdict::Emit => w.write_all(b"],\"drop\":null}\n"),
-        Verdict::Drop(r) => writeln!(w, "],\"drop\":\"{}\"}}", r.as_str()),
+        *items += 1;
+        hexbuf.resize(p.len() * 2, 0);
+        // Cannot fail: the buffer is exactly twice the input length.
+        let _ = hex::encode_to_slice(p, hexbuf);
+        line.extend_from_slice(b"{\"hex\":\"");
+        line.extend_from_slice(hexbuf);
+        line.extend_from_slice(b"\",\"kind\":\"");
+        line.extend_from_slice(kind_str(kind).as_bytes());
+        line.extend_from_slice(b"\"}");
     }
 }
 
@@ -141,12 +218,12 @@ pub fn translate_lines<R: BufRead, W: Write>(
     output: W,
     mut explain: Option<&mut dyn Write>,
 ) -> io::Result<Stats> {
-    let mut out = Out::new();
+    let mut engine = Engine::new(tr);
     let mut w = BufWriter::with_capacity(256 * 1024, output);
     let mut line = Vec::with_capacity(8192);
     let mut pkt = Vec::with_capacity(65536);
     let mut hexbuf = Vec::with_capacity(8192);
-    let mut stats = Stats::default();
+    let mut json = Vec::with_capacity(8192);
     let mut lineno = 0u64;
     let res = (|| -> io::Result<()> {
         loop {
@@ -160,7 +237,7 @@ pub fn translate_lines<R: BufRead, W: Write>(
                 continue;
             }
             if decode_hex(t, &mut pkt).is_err() {
-                stats.skipped += 1;
+                engine.stats.skipped += 1;
                 if let Some(e) = explain.as_deref_mut() {
                     writeln!(e, "line {lineno:<3} in        not hex: dropped as {BAD_HEX}")?;
                 }
@@ -168,23 +245,44 @@ pub fn translate_lines<R: BufRead, W: Write>(
                 w.flush()?;
                 continue;
             }
-            stats.packets_in += 1;
-            let v = tr.translate(&pkt, &mut out);
-            match v {
-                Verdict::Emit => stats.packets_out += out.len() as u64,
-                Verdict::Drop(r) => stats.count_drop(r),
+            json.clear();
+            json.extend_from_slice(b"{\"out\":[");
+            let mut items = 0;
+            let mut first_drop = None;
+            let tag = format!("line {lineno:<3}");
+            let outcome = engine.process(&pkt, &mut |input, v, out| {
+                if let Some(e) = explain.as_deref_mut() {
+                    write_explain(e, &tag, input, v, out)?;
+                }
+                match v {
+                    Verdict::Emit => push_json_items(&mut json, out, &mut items, &mut hexbuf),
+                    Verdict::Drop(r) => {
+                        first_drop.get_or_insert(r);
+                    }
+                }
+                Ok(())
+            })?;
+            match (outcome, first_drop) {
+                (Outcome::Held, _) => {
+                    if let Some(e) = explain.as_deref_mut() {
+                        writeln!(e, "{tag} in        {}", summarize(&pkt))?;
+                        writeln!(e, "{tag} held      until its datagram is complete (amend-udp-checksum-zero)")?;
+                    }
+                    json.extend_from_slice(format!("],\"drop\":\"{HELD}\"}}\n").as_bytes());
+                }
+                (Outcome::Done, Some(r)) if items == 0 => {
+                    json.extend_from_slice(format!("],\"drop\":\"{}\"}}\n", r.as_str()).as_bytes())
+                }
+                (Outcome::Done, _) => json.extend_from_slice(b"],\"drop\":null}\n"),
             }
-            if let Some(e) = explain.as_deref_mut() {
-                write_explain(e, &format!("line {lineno:<3}"), &pkt, v, &out)?;
-            }
-            write_json(&mut w, v, &out, &mut hexbuf)?;
+            w.write_all(&json)?;
             w.flush()?;
         }
     })();
     match res {
-        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(stats),
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(engine.finish()),
         Err(e) => Err(e),
-        Ok(()) => Ok(stats),
+        Ok(()) => Ok(engine.finish()),
     }
 }
 
@@ -262,8 +360,7 @@ pub fn translate_pcap<R: Read, W: Write>(
     let out_hdr = PcapHeader { datalink: DataLink::RAW, snaplen: 262_144, ..hdr };
     let mut writer = pcap_file::pcap::PcapWriter::with_header(BufWriter::new(output), out_hdr)
         .map_err(|e| anyhow::anyhow!("writing the output pcap header: {e}"))?;
-    let mut out = Out::new();
-    let mut stats = Stats::default();
+    let mut engine = Engine::new(tr);
     let mut n = 0u64;
     while let Some(rec) = reader.next_raw_packet() {
         let rec = match rec {
@@ -276,35 +373,43 @@ pub fn translate_pcap<R: Read, W: Write>(
         };
         n += 1;
         let Some(pkt) = link.l3(&rec.data) else {
-            stats.skipped += 1;
+            engine.stats.skipped += 1;
             if let Some(e) = explain.as_deref_mut() {
                 writeln!(e, "pkt {n:<4} in        not IPv4/IPv6: skipped")?;
             }
             continue;
         };
-        stats.packets_in += 1;
-        let v = tr.translate(pkt, &mut out);
-        match v {
-            Verdict::Emit => {
-                for (_, p) in out.iter() {
-                    let len = u32::try_from(p.len()).context("emitted packet too large")?;
-                    let raw = RawPcapPacket {
-                        ts_sec: rec.ts_sec,
-                        ts_frac: rec.ts_frac,
-                        incl_len: len,
-                        orig_len: len,
-                        data: Cow::Borrowed(p),
-                    };
-                    writer.write_raw_packet(&raw).map_err(|e| anyhow::anyhow!("writing the output pcap: {e}"))?;
-                    stats.packets_out += 1;
+        let tag = format!("pkt {n:<4}");
+        let mut write_err = None;
+        let outcome = engine.process(pkt, &mut |input, v, out| {
+            if let Some(e) = explain.as_deref_mut() {
+                write_explain(e, &tag, input, v, out)?;
+            }
+            for (_, p) in out.iter() {
+                let Ok(len) = u32::try_from(p.len()) else { continue };
+                let raw = RawPcapPacket {
+                    ts_sec: rec.ts_sec,
+                    ts_frac: rec.ts_frac,
+                    incl_len: len,
+                    orig_len: len,
+                    data: Cow::Borrowed(p),
+                };
+                if let Err(err) = writer.write_raw_packet(&raw) {
+                    write_err.get_or_insert(err);
                 }
             }
-            Verdict::Drop(r) => stats.count_drop(r),
+            Ok(())
+        })?;
+        if let Some(err) = write_err {
+            bail!("writing the output pcap: {err}");
         }
-        if let Some(e) = explain.as_deref_mut() {
-            write_explain(e, &format!("pkt {n:<4}"), pkt, v, &out)?;
+        if outcome == Outcome::Held {
+            if let Some(e) = explain.as_deref_mut() {
+                writeln!(e, "{tag} held      until its datagram is complete (amend-udp-checksum-zero)")?;
+            }
         }
     }
+    let stats = engine.finish();
     writer.into_writer().flush().context("writing the output pcap")?;
     Ok(stats)
 }
@@ -371,25 +476,60 @@ mod tests {
         assert!(ex.contains("line 5   in        not hex"), "{ex}");
     }
 
+    /// Hex of an IPv4 UDP fragment 192.0.2.1 → 198.51.100.2 (ident 7)
+    /// carrying `payload` at `offset8`.
+    fn frag_hex(offset8: u16, mf: bool, payload: &[u8]) -> String {
+        let tl = 20 + payload.len();
+        let flags = (u16::from(mf) << 13) | offset8;
+        let mut b = vec![0x45, 0, (tl >> 8) as u8, tl as u8, 0, 7, (flags >> 8) as u8, flags as u8];
+        b.extend_from_slice(&[64, 17, 0, 0, 192, 0, 2, 1, 198, 51, 100, 2]);
+        let c = xlat::checksum::finish(xlat::checksum::sum(&b));
+        b[10..12].copy_from_slice(&c.to_be_bytes());
+        b.extend_from_slice(payload);
+        hex::encode(b)
+    }
+
     #[test]
-    fn json_shapes() {
-        let mut out = Out::new();
-        let mut w = Vec::new();
-        let mut hb = Vec::new();
-        write_json(&mut w, Verdict::Drop(DropReason::Truncated), &out, &mut hb).unwrap();
-        assert_eq!(
-            w,
-            br#"{"out":[],"drop":"truncated"}
-"#
-        );
-        out.clear();
-        w.clear();
-        write_json(&mut w, Verdict::Emit, &out, &mut hb).unwrap();
-        assert_eq!(
-            w,
-            br#"{"out":[],"drop":null}
-"#
-        );
+    fn json_shapes_for_drop_and_emit() {
+        // A truncated IPv4 header, then a UDP packet that translates.
+        let (out, _) = run(&format!("450000\n{}\n", frag_hex(0, false, &[0x13, 0x88, 0, 53, 0, 8, 0x12, 0x34])));
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines[0], r#"{"out":[],"drop":"truncated"}"#);
+        assert!(lines[1].starts_with(r#"{"out":[{"hex":"6"#), "{}", lines[1]);
+        assert!(lines[1].ends_with(r#","kind":"forward"}],"drop":null}"#), "{}", lines[1]);
+    }
+
+    #[test]
+    fn amend_holds_zero_checksum_fragments_until_complete() {
+        let udp: Vec<u8> = {
+            let mut u = vec![0x13, 0x88, 0, 53, 0, 40, 0, 0]; // checksum zero
+            u.resize(40, 0x42);
+            u
+        };
+        let input = format!("{}\n{}\n", frag_hex(0, true, &udp[..16]), frag_hex(2, false, &udp[16..]));
+        // Without amending: the first fragment is dropped, the second (no UDP
+        // header in it) translates on its own.
+        let (out, _) = run(&input);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines[0], r#"{"out":[],"drop":"udp-checksum-zero-fragment"}"#);
+        assert_eq!(lines[1].matches("\"hex\"").count(), 1);
+        // With amending: held, then both fragments on the completing line.
+        let cfg = Config { amend_udp_checksum_zero: true, ..translator().config().clone() };
+        let tr = Translator::new(cfg).unwrap();
+        let mut o = Vec::new();
+        let stats = translate_lines(&tr, input.as_bytes(), &mut o, None).unwrap();
+        let out = String::from_utf8(o).unwrap();
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[0], r#"{"out":[],"drop":"held"}"#);
+        assert_eq!(lines[1].matches("\"hex\"").count(), 2, "{}", lines[1]);
+        assert!(lines[1].ends_with(r#""drop":null}"#));
+        assert_eq!((stats.packets_in, stats.packets_out, stats.dropped()), (2, 2, 0));
+        // An incomplete datagram at the end of input is counted as dropped.
+        let mut o = Vec::new();
+        let stats =
+            translate_lines(&tr, format!("{}\n", frag_hex(0, true, &udp[..16])).as_bytes(), &mut o, None).unwrap();
+        assert_eq!(stats.drops().collect::<Vec<_>>(), vec![("udp-checksum-zero-fragment", 1)]);
     }
 
     #[test]
