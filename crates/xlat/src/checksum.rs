@@ -33,11 +33,13 @@ pub fn sum(data: &[u8]) -> u64 {
 
 /// Fold an accumulator to 16 bits with end-around carry (not complemented).
 #[inline]
-pub fn fold(mut acc: u64) -> u16 {
-    while acc >> 16 != 0 {
-        acc = (acc & 0xffff) + (acc >> 16);
-    }
-    acc as u16
+pub fn fold(acc: u64) -> u16 {
+    // Branch-free: 64 → 33 → 18 → 17 → 16 bits, end-around carry each time.
+    let x = (acc & 0xffff_ffff) + (acc >> 32);
+    let x = (x & 0xffff) + (x >> 16);
+    let x = (x & 0xffff) + (x >> 16);
+    let x = (x & 0xffff) + (x >> 16);
+    x as u16
 }
 
 /// Final checksum value to store: the complement of the folded sum.
@@ -123,6 +125,20 @@ mod tests {
     }
 
     #[test]
+    fn fold_edge_values() {
+        let slow = |mut a: u64| {
+            while a >> 16 != 0 {
+                a = (a & 0xffff) + (a >> 16);
+            }
+            a as u16
+        };
+        for a in [0, 0xffff, 0x1_0000, 0x1_ffff, 0x2_fffe, 0xffff_ffff, 0x1_0000_ffff, u64::MAX, u64::MAX - 1, 1 << 63]
+        {
+            assert_eq!(fold(a), slow(a), "{a:#x}");
+        }
+    }
+
+    #[test]
     fn ipv4_header_example() {
         // A well-known IPv4 header with checksum b861.
         let h = [
@@ -133,6 +149,15 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn fold_matches_the_loop(acc in any::<u64>()) {
+            let mut a = acc;
+            while a >> 16 != 0 {
+                a = (a & 0xffff) + (a >> 16);
+            }
+            prop_assert_eq!(fold(acc), a as u16);
+        }
+
         #[test]
         fn sum_matches_reference(data in proptest::collection::vec(any::<u8>(), 0..3000)) {
             prop_assert_eq!(finish(sum(&data)), reference(&data));

@@ -241,8 +241,11 @@ impl Mapper {
     /// IPv4 → IPv6. `None` when untranslatable.
     #[inline]
     pub fn v4_to_v6(&self, a: Ipv4Addr) -> Option<Ipv6Addr> {
-        if let Some(v6) = self.eamt.v4_to_v6(a) {
-            return Some(v6);
+        // The emptiness test keeps the common pool6-only case free of a call.
+        if !self.eamt.is_empty() {
+            if let Some(v6) = self.eamt.v4_to_v6(a) {
+                return Some(v6);
+            }
         }
         self.v4_to_v6_prefix_only(a)
     }
@@ -261,8 +264,10 @@ impl Mapper {
     /// IPv6 → IPv4. `None` when untranslatable.
     #[inline]
     pub fn v6_to_v4(&self, a: &Ipv6Addr) -> Option<Ipv4Addr> {
-        if let Some(v4) = self.eamt.v6_to_v4(a) {
-            return Some(v4);
+        if !self.eamt.is_empty() {
+            if let Some(v4) = self.eamt.v6_to_v4(a) {
+                return Some(v4);
+            }
         }
         match &self.prefix {
             PrefixMap::None => None,

@@ -100,6 +100,11 @@ pub fn is_global_v4(a: Ipv4Addr) -> bool {
 }
 
 /// An RFC 6052 translation prefix (/32, /40, /48, /56, /64 or /96).
+///
+/// The address is handled as two 64-bit halves: for every length but 96
+/// the IPv4 bits before the u octet end the upper half and the rest start
+/// the lower half right after the u octet, so embedding and extraction are
+/// a few 64-bit shifts and masks with constants fixed at construction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rfc6052 {
     prefix: Prefix6,
@@ -109,10 +114,14 @@ pub struct Rfc6052 {
     mask: u128,
     /// IPv4 bits that go after the u octet (0 for /32 and /96).
     lo_bits: u32,
-    /// Shift that places the IPv4 bits before the u octet (64, or 0 for /96).
-    hi_shift: u32,
-    /// Shift that places the IPv4 bits after the u octet.
+    /// Mask of the IPv4 bits that end the upper half (before the u octet).
+    hi_mask: u64,
+    /// Mask of the IPv4 bits that go after the u octet.
+    lo_mask: u64,
+    /// Shift that places those bits right after the u octet in the lower half.
     lo_shift: u32,
+    /// /96: the IPv4 address is the last 32 bits.
+    is96: bool,
     /// True for the Well-Known Prefix (RFC 6052 §3.1 restriction applies).
     wkp: bool,
 }
@@ -147,16 +156,20 @@ impl Rfc6052 {
         };
         check_u_octet(&prefix)?;
         let bits = u128::from(prefix.addr());
+        let is96 = len == 96;
+        let hi_width = if is96 { 0 } else { 32 - lo_bits };
         Ok(Rfc6052 {
             prefix,
             bits,
             mask: prefix.mask(),
             lo_bits,
-            hi_shift: if len == 96 { 0 } else { 64 },
-            // The low part starts at bit 72: its last bit is 71 + lo_bits,
-            // i.e. shift 127 - (71 + lo_bits).
+            hi_mask: (1u64 << hi_width) - 1,
+            lo_mask: (1u64 << lo_bits) - 1,
+            // The low part starts at bit 72, i.e. bit 8 of the lower half:
+            // its last bit is 7 + lo_bits, shift 63 - (7 + lo_bits).
             lo_shift: 56 - lo_bits,
-            wkp: len == 96 && bits == WKP_BITS,
+            is96,
+            wkp: is96 && bits == WKP_BITS,
         })
     }
 
@@ -195,11 +208,14 @@ impl Rfc6052 {
     /// RFC 6219, which uses the same layout).
     #[inline]
     pub(super) fn embed_unrestricted(&self, v4: Ipv4Addr) -> Ipv6Addr {
-        let v = u128::from(u32::from(v4));
-        // All shifts are < 128 and lo_bits <= 32: no overflow possible.
-        let hi = (v >> self.lo_bits) << self.hi_shift;
-        let lo = (v & ((1u128 << self.lo_bits) - 1)) << self.lo_shift;
-        Ipv6Addr::from(self.bits | hi | lo)
+        let v = u64::from(u32::from(v4));
+        if self.is96 {
+            return Ipv6Addr::from(self.bits | u128::from(v));
+        }
+        // lo_bits <= 32 and lo_shift <= 56: every shift is below 64.
+        let hi = v >> self.lo_bits;
+        let lo = (v & self.lo_mask) << self.lo_shift;
+        Ipv6Addr::from(self.bits | (u128::from(hi) << 64) | u128::from(lo))
     }
 
     /// [`Rfc6052::extract`] without the Well-Known Prefix rule. The u octet
@@ -210,10 +226,13 @@ impl Rfc6052 {
         if a & self.mask != self.bits {
             return None;
         }
-        let hi_width = 32 - self.lo_bits;
-        let hi = (a >> self.hi_shift) & ((1u128 << hi_width) - 1);
-        let lo = (a >> self.lo_shift) & ((1u128 << self.lo_bits) - 1);
-        // hi < 2^hi_width and lo < 2^lo_bits, so the result fits in 32 bits.
+        if self.is96 {
+            return Some(Ipv4Addr::from(a as u32));
+        }
+        let (upper, lower) = ((a >> 64) as u64, a as u64);
+        let hi = upper & self.hi_mask;
+        let lo = (lower >> self.lo_shift) & self.lo_mask;
+        // hi < 2^(32 - lo_bits) and lo < 2^lo_bits: the result fits in 32 bits.
         Some(Ipv4Addr::from(((hi << self.lo_bits) | lo) as u32))
     }
 }

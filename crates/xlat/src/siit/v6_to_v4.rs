@@ -173,8 +173,10 @@ impl Translator {
         // form belongs to an EAM is an IPv6 node behind this translator.
         // (A destination that is itself an EAM IPv6 address is that node's
         // own address and is not hairpinned.)
-        let hairpin =
-            cfg.eam_hairpinning && self.map.eamt.contains_v4(dst4) && self.map.eamt.lookup_v6(&dst6).is_none();
+        let hairpin = cfg.eam_hairpinning
+            && !self.map.eamt.is_empty()
+            && self.map.eamt.contains_v4(dst4)
+            && self.map.eamt.lookup_v6(&dst6).is_none();
         hdr.total_len = 0;
         if let Err(r) = emit_v4(out, hdr, payload, &patch, usize::from(cfg.ipv4_mtu)) {
             out.clear();
