@@ -47,14 +47,14 @@ impl IntHasher {
 }
 
 impl Hasher for IntHasher {
+    /// One multiply and a fold: the high bits (hashbrown's control byte)
+    /// and the low bits (its bucket index) both depend on every key bit.
+    /// Keys are operator-configured prefixes, not attacker input, so no
+    /// keyed hash is needed.
     #[inline]
     fn finish(&self) -> u64 {
-        // splitmix64 finaliser: good high bits (control bytes) and low bits
-        // (bucket index).
-        let mut x = self.0;
-        x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        x ^ (x >> 31)
+        let x = self.0.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        x ^ (x >> 32)
     }
     #[inline]
     fn write(&mut self, bytes: &[u8]) {
@@ -64,12 +64,11 @@ impl Hasher for IntHasher {
     }
     #[inline]
     fn write_u32(&mut self, n: u32) {
-        self.mix(u64::from(n));
+        self.0 ^= u64::from(n);
     }
     #[inline]
     fn write_u128(&mut self, n: u128) {
-        self.mix(n as u64);
-        self.mix((n >> 64) as u64);
+        self.0 ^= (n as u64) ^ ((n >> 64) as u64).rotate_left(29);
     }
 }
 
@@ -147,6 +146,11 @@ pub struct Eamt {
     levels4: Vec<Level<u32>>,
     /// IPv6 side, longest prefix length first.
     levels6: Vec<Level<u128>>,
+    /// Lowest and highest IPv4 address any entry covers: a lookup outside
+    /// is a miss without touching the levels.
+    span4: (u32, u32),
+    /// The same for IPv6.
+    span6: (u128, u128),
 }
 
 fn describe(i: usize, e: &(Prefix6, Prefix4)) -> String {
@@ -215,9 +219,19 @@ impl Eamt {
             items4.push((p4.len(), net4, i as u32));
             items6.push((p6.len(), net6, i as u32));
         }
+        let span4 = entries.iter().fold((u32::MAX, 0), |(lo, hi), (_, p4)| {
+            let net = u32::from(p4.addr());
+            (lo.min(net), hi.max(net | !p4.mask()))
+        });
+        let span6 = entries.iter().fold((u128::MAX, 0), |(lo, hi), (p6, _)| {
+            let net = u128::from(p6.addr());
+            (lo.min(net), hi.max(net | !p6.mask()))
+        });
         Ok(Eamt {
             entries: entries.to_vec(),
             compiled,
+            span4,
+            span6,
             levels4: build_levels(items4, |l| Prefix4::new(Ipv4Addr::UNSPECIFIED, l).map_or(0, |p| p.mask())),
             levels6: build_levels(items6, |l| Prefix6::new(Ipv6Addr::UNSPECIFIED, l).map_or(0, |p| p.mask())),
         })
@@ -244,6 +258,9 @@ impl Eamt {
     #[inline]
     pub fn lookup_v4(&self, a: Ipv4Addr) -> Option<usize> {
         let a = u32::from(a);
+        if a < self.span4.0 || a > self.span4.1 {
+            return None;
+        }
         self.levels4.iter().find_map(|l| l.bucket.get(a & l.mask)).map(|i| i as usize)
     }
 
@@ -252,6 +269,9 @@ impl Eamt {
     #[inline]
     pub fn lookup_v6(&self, a: &Ipv6Addr) -> Option<usize> {
         let a = u128::from(*a);
+        if a < self.span6.0 || a > self.span6.1 {
+            return None;
+        }
         self.levels6.iter().find_map(|l| l.bucket.get(a & l.mask)).map(|i| i as usize)
     }
 
