@@ -580,6 +580,33 @@ fn rfc6791_untranslatable_icmpv4_error_source() {
 }
 
 #[test]
+fn rfc6791_without_pool_uses_the_translators_own_address() {
+    // Traceroute through the well-known prefix: a router with a private
+    // address answers Time Exceeded. It has no IPv6 image (RFC 6052 §3.1),
+    // so the error comes from the translator's own IPv6 address.
+    let cfg = Config { pool6: Some("64:ff9b::/96".parse().unwrap()), ..config() };
+    let t = xlat_with(cfg);
+    let q = V4 { ttl: 1, ..V4::new(17, H6_AS4, "9.9.9.9") }.udp(33434, 33434, b"");
+    let input = V4::new(1, "10.1.1.1", H6_AS4).icmp(11, 0, [0; 4], &q);
+    let out = one(&t, &input);
+    assert_eq!(&out[8..24], &a6("64:ff9b::192.0.0.8").octets());
+    assert_eq!((out[40], out[41]), (3, 0));
+}
+
+#[test]
+fn extension_headers_after_the_fragment_header_of_a_fragment_refused() {
+    let v = v6_to_h4(44);
+    let udp = v.udp_payload(53, 1234, &[0; 16]);
+    let mut exts = vec![60, 0, 0, 1, 0, 0, 0, 3]; // Fragment: offset 0, M=1 → DstOpts
+    exts.extend_from_slice(&[17, 0, 1, 4, 0, 0, 0, 0]); // DstOpts → UDP
+    assert_eq!(drop_reason(&t(), &v.build(&exts, &udp)), DropReason::Unsupported);
+    // The same chain in an atomic fragment translates.
+    exts[3] = 0;
+    let out = one(&t(), &v.build(&exts, &udp));
+    assert_eq!(out[9], 17);
+}
+
+#[test]
 fn rfc7915_4_3_icmp_error_in_error_dropped() {
     let inner_err = V4::new(1, H6_AS4, H4).icmp(3, 1, [0; 4], &[0; 28]);
     let input = V4::new(1, ROUTER4, H6_AS4).icmp(3, 3, [0; 4], &inner_err);

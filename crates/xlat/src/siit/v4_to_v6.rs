@@ -48,12 +48,10 @@ impl Translator {
         let src6 = match (src6, is_icmp_error) {
             (Some(a), _) => a,
             // RFC 6791 / RFC 7915 §4.2: an ICMPv4 error from a router whose
-            // address has no IPv6 counterpart gets a source from the
-            // rfc6791v6 pool.
-            (None, true) => match self.rfc6791_v6(src4) {
-                Some(a) => a,
-                None => return Verdict::Drop(DropReason::UntranslatableSource),
-            },
+            // address has no IPv6 counterpart (e.g. a private address under
+            // the well-known prefix) gets a source from the rfc6791v6 pool,
+            // else the translator's own IPv6 address.
+            (None, true) => self.rfc6791_v6(src4),
             (None, false) => return Verdict::Drop(DropReason::UntranslatableSource),
         };
 
@@ -344,11 +342,17 @@ impl Translator {
     }
 
     /// An RFC 6791 source for an ICMPv4 error whose source has no IPv6
-    /// mapping: the IPv4 address embedded in `rfc6791v6-prefix`.
-    fn rfc6791_v6(&self, src4: Ipv4Addr) -> Option<Ipv6Addr> {
-        let p = self.cfg.rfc6791_v6?;
-        let host = u128::from(u32::from(src4)) & !p.mask();
-        Some(Ipv6Addr::from(u128::from(p.addr()) | host))
+    /// mapping: the IPv4 address in the host bits of `rfc6791v6-prefix`
+    /// (so each router keeps a distinct, stable address in a traceroute),
+    /// else the translator's own `ipv6-address`.
+    fn rfc6791_v6(&self, src4: Ipv4Addr) -> Ipv6Addr {
+        match self.cfg.rfc6791_v6 {
+            Some(p) => {
+                let host = u128::from(u32::from(src4)) & !p.mask();
+                Ipv6Addr::from(u128::from(p.addr()) | host)
+            }
+            None => self.ipv6_address,
+        }
     }
 }
 

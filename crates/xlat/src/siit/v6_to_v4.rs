@@ -35,6 +35,12 @@ impl Translator {
         }
         let payload = &ip.as_bytes()[chain.upper_at..];
         let frag = chain.frag;
+        // Extension headers after the Fragment header of a real fragment
+        // belong to the fragmentable part: removing them would shift the
+        // offsets of every later fragment, so such packets are refused.
+        if frag.is_some_and(|f| !f.is_atomic() && f.offset == 0 && chain.upper_at != f.at + ipv6::FRAG_LEN) {
+            return Verdict::Drop(DropReason::Unsupported);
+        }
         let first = frag.is_none_or(|f| f.offset == 0);
         let upper = chain.upper;
         let is_icmp_error = upper == proto::ICMPV6 && first && payload.len() >= 8 && is_error_v6(payload[0]);
