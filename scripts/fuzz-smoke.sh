@@ -32,7 +32,11 @@ trap 'rm -f "$log"' EXIT
 failed=0
 for t in $targets; do
     mkdir -p "fuzz/corpus/$t"
-    if cargo +nightly fuzz run "$t" -- -max_total_time="$BUDGET" >"$log" 2>&1; then
+    # Committed seed inputs (fuzz/seeds/<target>) start the search from
+    # real packets; the growing corpus stays untracked.
+    seeds=()
+    [ -d "fuzz/seeds/$t" ] && seeds=("fuzz/seeds/$t")
+    if cargo +nightly fuzz run "$t" "fuzz/corpus/$t" "${seeds[@]}" -- -max_total_time="$BUDGET" >"$log" 2>&1; then
         say "$t: ok ($(grep -Eo '^#[0-9]+' "$log" | tail -n1 | tr -d '#' || echo '?') runs in ${BUDGET}s)"
     else
         say "$t: FAILED; last lines of its output:"
