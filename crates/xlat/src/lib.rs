@@ -19,6 +19,7 @@
 
 pub mod addr;
 pub mod checksum;
+mod origin;
 mod out;
 pub mod siit;
 pub mod tunnel;

@@ -368,6 +368,17 @@ fn rfc7915_4_5_amend_udp_checksum_zero_for_a_complete_fragment_set() {
     assert_eq!(hex(&payload), hex(&whole[40..]), "the reassembled IPv6 datagram carries the right checksum");
 }
 
+#[test]
+fn rfc6936_zero_udp_checksum_from_ipv6_stays_zero() {
+    // IPv6 allows a zero UDP checksum only for tunnel protocols; in IPv4 it
+    // means "no checksum", so it is carried over unchanged rather than
+    // "adjusted" into a wrong value.
+    let v = v6_to_h4(17);
+    let input = v.build(&[], &udp_raw(4789, 4789, b"vxlan-ish"));
+    let expected = expect4(17).build(&udp_raw(4789, 4789, b"vxlan-ish"));
+    assert_eq!(hex(&one(&t(), &input)), hex(&expected));
+}
+
 // ---- §4.2 / §5.2 ICMP queries ---------------------------------------------
 
 #[test]

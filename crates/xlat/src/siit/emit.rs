@@ -1,22 +1,15 @@
 //! Shared emission helpers: writing translated packets (with fragmentation)
 //! into the [`Out`] arena, and the ICMP errors the translator originates.
 
+use super::icmp::{map_4to6, map_6to4};
 use crate::checksum;
-use crate::wire::icmp;
 use crate::wire::ipv4::{self, Ipv4Header};
 use crate::wire::ipv6::{self, emit_frag, Ipv6Header};
-use crate::wire::{proto, put16};
+use crate::wire::{be16, proto, put16};
 use crate::{DropReason, Out, PacketKind};
-use core::net::{Ipv4Addr, Ipv6Addr};
+use core::net::Ipv6Addr;
 
-/// RFC 4443 §2.4 (c): ICMPv6 errors carry as much of the invoking packet
-/// as fits without exceeding the minimum IPv6 MTU.
-pub(crate) const ICMP6_ERROR_MAX: usize = 1280;
-/// RFC 1812 §4.3.2.3: ICMPv4 errors carry as much of the original datagram
-/// as fits without exceeding 576 bytes.
-pub(crate) const ICMP4_ERROR_MAX: usize = 576;
-/// Hop Limit / TTL of packets the translator originates.
-pub(crate) const ORIGIN_TTL: u8 = 64;
+pub(crate) use crate::origin::{icmp4_error, icmp6_checksum, icmp6_error, ICMP4_ERROR_MAX, ICMP6_ERROR_MAX};
 
 /// Up to two 16-bit writes into the upper-layer header of a translated
 /// packet (ICMP type/code, a checksum).
@@ -44,6 +37,61 @@ impl Patch {
             }
         }
     }
+}
+
+/// Which way a packet is being translated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dir {
+    /// RFC 7915 §4.
+    FourToSix,
+    /// RFC 7915 §5.
+    SixToFour,
+}
+
+/// The upper-layer rewrite that follows the address change, for the
+/// packet itself and for the packet quoted in an ICMP error: TCP and UDP
+/// checksums adjusted for the new pseudo-header (RFC 1624; `addr_old` and
+/// `addr_new` are the address sums before and after), ICMP echo type and
+/// checksum converted — ICMPv6 covers a pseudo-header (`v6` addresses and
+/// `icmp_len`, the message length) and ICMPv4 does not. A UDP checksum of
+/// zero is left alone (the callers decide about it). Writes that fall
+/// outside a quoted, truncated `l4` are skipped by [`Patch::apply`].
+pub(crate) fn l4_patch(
+    dir: Dir,
+    p: u8,
+    l4: &[u8],
+    (addr_old, addr_new): (u64, u64),
+    (s6, d6): (&Ipv6Addr, &Ipv6Addr),
+    icmp_len: usize,
+) -> Patch {
+    let mut patch = Patch::default();
+    match p {
+        proto::UDP if l4.len() >= 8 && be16(l4, 6) != 0 => {
+            patch.push(6, checksum::update_udp(be16(l4, 6), addr_old, addr_new));
+        }
+        proto::TCP if l4.len() >= 18 => {
+            patch.push(16, checksum::update(be16(l4, 16), addr_old, addr_new));
+        }
+        proto::ICMP | proto::ICMPV6 if l4.len() >= 4 => {
+            let mapped = match dir {
+                Dir::FourToSix if p == proto::ICMP => map_4to6(l4[0], l4[1], [0; 4]),
+                Dir::SixToFour if p == proto::ICMPV6 => map_6to4(l4[0], l4[1], [0; 4]),
+                _ => None,
+            };
+            if let Some(m) = mapped {
+                let (w_old, w_new) = (u16::from_be_bytes([l4[0], l4[1]]), u16::from_be_bytes([m.kind, m.code]));
+                let pseudo = checksum::pseudo_v6(s6, d6, proto::ICMPV6, icmp_len as u32);
+                let (old, new) = match dir {
+                    Dir::FourToSix => (u64::from(w_old), u64::from(w_new) + pseudo),
+                    Dir::SixToFour => (u64::from(w_old) + pseudo, u64::from(w_new)),
+                };
+                patch.push(0, w_new);
+                patch.push(2, checksum::update(be16(l4, 2), old, new));
+            }
+        }
+        _ => {}
+    }
+    patch
 }
 
 /// Fragment fields carried over into the translated packet.
@@ -87,10 +135,7 @@ pub(crate) fn emit_v6(
     if max_data == 0 {
         return Err(DropReason::Unsupported);
     }
-    let mut off = 0;
-    loop {
-        let chunk = max_data.min(payload.len() - off);
-        let last = off + chunk == payload.len();
+    for (off, chunk, last) in chunks(payload.len(), max_data) {
         let total = hl + chunk;
         let space = out.space(total).ok_or(DropReason::Unsupported)?;
         hdr.payload_len = (ipv6::FRAG_LEN + chunk) as u16;
@@ -103,11 +148,20 @@ pub(crate) fn emit_v6(
             patch.apply(body);
         }
         out.commit(total, PacketKind::Forward);
-        off += chunk;
-        if last {
-            return Ok(());
-        }
     }
+    Ok(())
+}
+
+/// Split `len` payload bytes into fragments of at most `max` bytes (a
+/// multiple of 8): `(offset, length, is_last)`. An empty payload is one
+/// empty fragment.
+fn chunks(len: usize, max: usize) -> impl Iterator<Item = (usize, usize, bool)> {
+    let n = len.div_ceil(max).max(1);
+    (0..n).map(move |i| {
+        let off = i * max;
+        let chunk = max.min(len - off);
+        (off, chunk, off + chunk == len)
+    })
 }
 
 /// Emit an IPv4 packet carrying `payload`. When it exceeds `mtu` (the
@@ -137,10 +191,7 @@ pub(crate) fn emit_v4(
         return Err(DropReason::TooBig);
     }
     let (base, more) = (hdr.frag_offset, hdr.mf);
-    let mut off = 0;
-    loop {
-        let chunk = max_data.min(payload.len() - off);
-        let last = off + chunk == payload.len();
+    for (off, chunk, last) in chunks(payload.len(), max_data) {
         let total = hl + chunk;
         let space = out.space(total).ok_or(DropReason::Unsupported)?;
         hdr.total_len = total as u16;
@@ -153,79 +204,8 @@ pub(crate) fn emit_v4(
             patch.apply(body);
         }
         out.commit(total, PacketKind::Forward);
-        off += chunk;
-        if last {
-            return Ok(());
-        }
     }
-}
-
-/// Originate an ICMPv4 error about `invoking` (an IPv4 packet) from
-/// `src`, back to the invoking packet's source.
-pub(crate) fn icmp4_error(out: &mut Out, src: Ipv4Addr, invoking: &[u8], kind: u8, code: u8, rest: [u8; 4]) {
-    let Ok(ip) = ipv4::Ipv4Packet::new_quoted(invoking) else { return };
-    let hl = ipv4::HEADER_LEN + icmp::HEADER_LEN;
-    let quote = &ip.as_bytes()[..ip.as_bytes().len().min(ICMP4_ERROR_MAX - hl)];
-    let total = hl + quote.len();
-    let ident = out.take_ident();
-    let Some(space) = out.space(total) else { return };
-    Ipv4Header {
-        tos: 0,
-        total_len: total as u16,
-        ident,
-        df: false,
-        mf: false,
-        frag_offset: 0,
-        ttl: ORIGIN_TTL,
-        protocol: proto::ICMP,
-        src,
-        dst: ip.src(),
-    }
-    .emit(space);
-    let msg = &mut space[ipv4::HEADER_LEN..total];
-    msg[0] = kind;
-    msg[1] = code;
-    put16(msg, 2, 0);
-    msg[4..8].copy_from_slice(&rest);
-    msg[8..].copy_from_slice(quote);
-    let c = checksum::finish(checksum::sum(msg));
-    put16(msg, 2, c);
-    out.commit(total, PacketKind::IcmpError);
-}
-
-/// Originate an ICMPv6 error about `invoking` (an IPv6 packet) from `src`.
-pub(crate) fn icmp6_error(out: &mut Out, src: Ipv6Addr, invoking: &[u8], kind: u8, code: u8, rest: [u8; 4]) {
-    let Ok(ip) = ipv6::Ipv6Packet::new_quoted(invoking) else { return };
-    let hl = ipv6::HEADER_LEN + icmp::HEADER_LEN;
-    let quote = &ip.as_bytes()[..ip.as_bytes().len().min(ICMP6_ERROR_MAX - hl)];
-    let total = hl + quote.len();
-    let Some(space) = out.space(total) else { return };
-    let dst = ip.src();
-    Ipv6Header {
-        traffic_class: 0,
-        flow_label: 0,
-        payload_len: (total - ipv6::HEADER_LEN) as u16,
-        next_header: proto::ICMPV6,
-        hop_limit: ORIGIN_TTL,
-        src,
-        dst,
-    }
-    .emit(space);
-    let msg = &mut space[ipv6::HEADER_LEN..total];
-    msg[0] = kind;
-    msg[1] = code;
-    put16(msg, 2, 0);
-    msg[4..8].copy_from_slice(&rest);
-    msg[8..].copy_from_slice(quote);
-    let c = icmp6_checksum(&src, &dst, msg);
-    put16(msg, 2, c);
-    out.commit(total, PacketKind::IcmpError);
-}
-
-/// ICMPv6 checksum of `msg` (checksum field zeroed) with its pseudo-header.
-#[inline]
-pub(crate) fn icmp6_checksum(src: &Ipv6Addr, dst: &Ipv6Addr, msg: &[u8]) -> u16 {
-    checksum::finish(checksum::pseudo_v6(src, dst, proto::ICMPV6, msg.len() as u32) + checksum::sum(msg))
+    Ok(())
 }
 
 /// RFC 4884 §4: the ICMP Length attribute splits an error body into the

@@ -1,6 +1,6 @@
 //! RFC 7915 §4 — translating IPv4 packets into IPv6.
 
-use super::emit::{self, append_4884, emit_v6, split_4884, FragSpec, Patch, ICMP6_ERROR_MAX};
+use super::emit::{self, append_4884, emit_v6, l4_patch, split_4884, Dir, FragSpec, Patch, ICMP6_ERROR_MAX};
 use super::icmp::{map_4to6, Rest};
 use super::Translator;
 use crate::addr::is_forbidden_v4;
@@ -62,11 +62,10 @@ impl Translator {
             if is_icmp_error || hairpin || !first {
                 return Verdict::Drop(r.reason);
             }
-            emit::icmp4_error(out, self.cfg.ipv4_address, pkt, r.kind, r.code, r.rest);
-            if out.is_empty() {
-                Verdict::Drop(r.reason)
-            } else {
+            if emit::icmp4_error(out, self.cfg.ipv4_address, pkt, r.kind, r.code, r.rest) {
                 Verdict::Emit
+            } else {
+                Verdict::Drop(r.reason)
             }
         };
 
@@ -135,9 +134,9 @@ impl Translator {
             return refuse(r, out);
         }
 
+        let sums = (sum_v4(src4) + sum_v4(dst4), sum_v6(&src6) + sum_v6(&dst6));
+        let rewrite = || l4_patch(Dir::FourToSix, ip.protocol(), payload, sums, (&src6, &dst6), payload.len());
         let mut patch = Patch::default();
-        let addr_old = sum_v4(src4) + sum_v4(dst4);
-        let addr_new = sum_v6(&src6) + sum_v6(&dst6);
         match ip.protocol() {
             proto::ICMP => {
                 // §4.2: fragmented ICMP cannot be translated statelessly (the
@@ -152,22 +151,18 @@ impl Translator {
                 if is_icmp_error {
                     return self.icmp_error_4to6(&ip, &msg, hdr, out);
                 }
-                let Some(m) = map_4to6(msg.kind(), msg.code(), msg.rest()) else {
+                if map_4to6(msg.kind(), msg.code(), msg.rest()).is_none() {
                     return Verdict::Drop(DropReason::IcmpUntranslatable);
-                };
-                let (w_old, w_new) = (type_word(msg.kind(), msg.code()), type_word(m.kind, m.code));
-                let pseudo = checksum::pseudo_v6(&src6, &dst6, proto::ICMPV6, payload.len() as u32);
-                let c = checksum::update(msg.checksum(), u64::from(w_old), u64::from(w_new) + pseudo);
-                patch.push(0, w_new);
-                patch.push(2, c);
+                }
+                patch = rewrite();
             }
             proto::UDP if first => {
                 let udp = match UdpHeader::new(payload) {
                     Ok(u) => u,
                     Err(e) => return Verdict::Drop(e.into()),
                 };
-                let c = if udp.checksum() != 0 {
-                    checksum::update_udp(udp.checksum(), addr_old, addr_new)
+                if udp.checksum() != 0 {
+                    patch = rewrite();
                 } else if ip.is_fragment() {
                     // §4.5: a stateless translator cannot compute the
                     // checksum of a fragmented datagram.
@@ -180,19 +175,15 @@ impl Translator {
                     }
                     let acc =
                         checksum::pseudo_v6(&src6, &dst6, proto::UDP, ulen as u32) + checksum::sum(&payload[..ulen]);
-                    match checksum::finish(acc) {
-                        0 => 0xffff,
-                        c => c,
-                    }
-                };
-                patch.push(6, c);
+                    let c = checksum::finish(acc);
+                    patch.push(6, if c == 0 { 0xffff } else { c });
+                }
             }
             proto::TCP if first => {
-                let tcp = match TcpHeader::new(payload) {
-                    Ok(t) => t,
-                    Err(e) => return Verdict::Drop(e.into()),
-                };
-                patch.push(16, checksum::update(tcp.checksum(), addr_old, addr_new));
+                if let Err(e) = TcpHeader::new(payload) {
+                    return Verdict::Drop(e.into());
+                }
+                patch = rewrite();
             }
             // Non-first fragments carry no transport header; other protocols
             // are passed through unchanged (§4.1 Next Header).
@@ -336,7 +327,8 @@ impl Translator {
         let body = &mut dst[hl..hl + n];
         body.copy_from_slice(&payload[..n]);
         if first {
-            inner_patch_4to6(p, payload, (s4, d4), (&s6, &d6), claimed).apply(body);
+            let sums = (sum_v4(s4) + sum_v4(d4), sum_v6(&s6) + sum_v6(&d6));
+            l4_patch(Dir::FourToSix, p, payload, sums, (&s6, &d6), claimed).apply(body);
         }
         Ok(hl + n)
     }
@@ -354,40 +346,4 @@ impl Translator {
             None => self.ipv6_address,
         }
     }
-}
-
-#[inline]
-fn type_word(kind: u8, code: u8) -> u16 {
-    u16::from_be_bytes([kind, code])
-}
-
-/// Checksum rewrite of a quoted transport header (may be truncated; the
-/// patch skips writes that fall outside the quote).
-fn inner_patch_4to6(
-    p: u8,
-    payload: &[u8],
-    (s4, d4): (Ipv4Addr, Ipv4Addr),
-    (s6, d6): (&Ipv6Addr, &Ipv6Addr),
-    claimed: usize,
-) -> Patch {
-    let mut patch = Patch::default();
-    let (old, new) = (sum_v4(s4) + sum_v4(d4), sum_v6(s6) + sum_v6(d6));
-    match p {
-        proto::UDP if payload.len() >= 8 && be16(payload, 6) != 0 => {
-            patch.push(6, checksum::update_udp(be16(payload, 6), old, new));
-        }
-        proto::TCP if payload.len() >= 18 => {
-            patch.push(16, checksum::update(be16(payload, 16), old, new));
-        }
-        proto::ICMP if payload.len() >= 4 => {
-            if let Some(m) = map_4to6(payload[0], payload[1], [0; 4]) {
-                let (w_old, w_new) = (type_word(payload[0], payload[1]), type_word(m.kind, m.code));
-                let pseudo = checksum::pseudo_v6(s6, d6, proto::ICMPV6, claimed as u32);
-                patch.push(0, w_new);
-                patch.push(2, checksum::update(be16(payload, 2), u64::from(w_old), u64::from(w_new) + pseudo));
-            }
-        }
-        _ => {}
-    }
-    patch
 }

@@ -1,7 +1,7 @@
 //! RFC 7915 §5 — translating IPv6 packets into IPv4; EAM hairpinning
 //! (RFC 7757 §4.2).
 
-use super::emit::{self, append_4884, emit_v4, split_4884, Patch, ICMP4_ERROR_MAX};
+use super::emit::{self, append_4884, emit_v4, l4_patch, split_4884, Dir, Patch, ICMP4_ERROR_MAX};
 use super::icmp::{map_6to4, Rest};
 use super::Translator;
 use crate::addr::is_forbidden_v6;
@@ -63,11 +63,10 @@ impl Translator {
             if is_icmp_error || !first {
                 return Verdict::Drop(reason);
             }
-            emit::icmp6_error(out, self.ipv6_address, pkt, kind, code, rest);
-            if out.is_empty() {
-                Verdict::Drop(reason)
-            } else {
+            if emit::icmp6_error(out, self.ipv6_address, pkt, kind, code, rest) {
                 Verdict::Emit
+            } else {
+                Verdict::Drop(reason)
             }
         };
 
@@ -130,9 +129,8 @@ impl Translator {
             return refuse(wicmp::v6::PACKET_TOO_BIG, 0, mtu.to_be_bytes(), DropReason::TooBig, out);
         }
 
+        let sums = (sum_v6(&src6) + sum_v6(&dst6), sum_v4(src4) + sum_v4(dst4));
         let mut patch = Patch::default();
-        let addr_old = sum_v6(&src6) + sum_v6(&dst6);
-        let addr_new = sum_v4(src4) + sum_v4(dst4);
         match upper {
             proto::ICMPV6 => {
                 // §5.2: fragmented ICMPv6 cannot be translated statelessly.
@@ -146,32 +144,20 @@ impl Translator {
                 if is_icmp_error {
                     return self.icmp_error_6to4(&src6, &dst6, payload, &msg, hdr, out);
                 }
-                let Some(m) = map_6to4(msg.kind(), msg.code(), msg.rest()) else {
+                if map_6to4(msg.kind(), msg.code(), msg.rest()).is_none() {
                     return Verdict::Drop(DropReason::IcmpUntranslatable);
-                };
-                let (w_old, w_new) = (type_word(msg.kind(), msg.code()), type_word(m.kind, m.code));
-                let pseudo = checksum::pseudo_v6(&src6, &dst6, proto::ICMPV6, payload.len() as u32);
-                let c = checksum::update(msg.checksum(), u64::from(w_old) + pseudo, u64::from(w_new));
-                patch.push(0, w_new);
-                patch.push(2, c);
-            }
-            proto::UDP if first => {
-                let udp = match UdpHeader::new(payload) {
-                    Ok(u) => u,
-                    Err(e) => return Verdict::Drop(e.into()),
-                };
-                // A zero checksum (legal in IPv6 only for tunnels, RFC 6936)
-                // stays zero: "no checksum" in IPv4.
-                if udp.checksum() != 0 {
-                    patch.push(6, checksum::update_udp(udp.checksum(), addr_old, addr_new));
                 }
+                patch = l4_patch(Dir::SixToFour, upper, payload, sums, (&src6, &dst6), payload.len());
             }
-            proto::TCP if first => {
-                let tcp = match TcpHeader::new(payload) {
-                    Ok(t) => t,
-                    Err(e) => return Verdict::Drop(e.into()),
-                };
-                patch.push(16, checksum::update(tcp.checksum(), addr_old, addr_new));
+            // A zero UDP checksum (legal in IPv6 only for tunnels, RFC 6936)
+            // stays zero: "no checksum" in IPv4.
+            proto::UDP | proto::TCP if first => {
+                let short =
+                    if upper == proto::UDP { UdpHeader::new(payload).err() } else { TcpHeader::new(payload).err() };
+                if let Some(e) = short {
+                    return Verdict::Drop(e.into());
+                }
+                patch = l4_patch(Dir::SixToFour, upper, payload, sums, (&src6, &dst6), payload.len());
             }
             _ => {}
         }
@@ -365,7 +351,8 @@ impl Translator {
         let body = &mut dst[ipv4::HEADER_LEN..ipv4::HEADER_LEN + n];
         body.copy_from_slice(&payload[..n]);
         if first {
-            inner_patch_6to4(p, payload, (&s6, &d6), (s4, d4), claimed).apply(body);
+            let sums = (sum_v6(&s6) + sum_v6(&d6), sum_v4(s4) + sum_v4(d4));
+            l4_patch(Dir::SixToFour, p, payload, sums, (&s6, &d6), claimed).apply(body);
         }
         Ok((ipv4::HEADER_LEN + n, chain.frag.is_some()))
     }
@@ -384,39 +371,4 @@ impl Translator {
             None => self.cfg.ipv4_address,
         }
     }
-}
-
-#[inline]
-fn type_word(kind: u8, code: u8) -> u16 {
-    u16::from_be_bytes([kind, code])
-}
-
-/// Checksum rewrite of a quoted transport header.
-fn inner_patch_6to4(
-    p: u8,
-    payload: &[u8],
-    (s6, d6): (&Ipv6Addr, &Ipv6Addr),
-    (s4, d4): (Ipv4Addr, Ipv4Addr),
-    claimed: usize,
-) -> Patch {
-    let mut patch = Patch::default();
-    let (old, new) = (sum_v6(s6) + sum_v6(d6), sum_v4(s4) + sum_v4(d4));
-    match p {
-        proto::UDP if payload.len() >= 8 && be16(payload, 6) != 0 => {
-            patch.push(6, checksum::update_udp(be16(payload, 6), old, new));
-        }
-        proto::TCP if payload.len() >= 18 => {
-            patch.push(16, checksum::update(be16(payload, 16), old, new));
-        }
-        proto::ICMPV6 if payload.len() >= 4 => {
-            if let Some(m) = map_6to4(payload[0], payload[1], [0; 4]) {
-                let (w_old, w_new) = (type_word(payload[0], payload[1]), type_word(m.kind, m.code));
-                let pseudo = checksum::pseudo_v6(s6, d6, proto::ICMPV6, claimed as u32);
-                patch.push(0, w_new);
-                patch.push(2, checksum::update(be16(payload, 2), u64::from(w_old) + pseudo, u64::from(w_new)));
-            }
-        }
-        _ => {}
-    }
-    patch
 }

@@ -26,11 +26,10 @@
 //! original packet as a borrowed slice.
 
 use super::{drop_verdict, TunnelError};
-use crate::checksum;
 use crate::wire::icmp;
-use crate::wire::ipv4::{self, Ipv4Header, Ipv4Packet};
+use crate::wire::ipv4::Ipv4Packet;
 use crate::wire::ipv6::{self, emit_frag, Ipv6Header, Ipv6Packet};
-use crate::wire::{proto, put16};
+use crate::wire::proto;
 use crate::{Out, PacketKind, Verdict};
 use core::net::{Ipv4Addr, Ipv6Addr};
 
@@ -47,25 +46,6 @@ pub const DEFAULT_ENCAP_LIMIT: u8 = 4;
 pub const ENCAP_LIMIT_HDR_LEN: usize = 8;
 /// The IPv6 minimum link MTU (RFC 8200 §5); smaller tunnel MTUs are raised to it.
 pub const IPV6_MIN_MTU: u16 = 1280;
-/// RFC 1812 §4.3.2.3: an ICMP error carries as much of the original as fits
-/// in a 576-byte datagram.
-const ICMP_ERROR_MAX: usize = 576;
-/// TTL of the ICMPv4 errors this module originates.
-const ICMP_TTL: u8 = 64;
-
-// ICMPv4 Destination Unreachable header layout (RFC 792 / RFC 1191), for
-// emitting: type, code, checksum, unused (16 bits), next-hop MTU (16 bits).
-/// Offset of the ICMP type.
-const ICMP_TYPE: usize = 0;
-/// Offset of the ICMP code.
-const ICMP_CODE: usize = 1;
-/// Offset of the ICMP checksum.
-const ICMP_CHECKSUM: usize = 2;
-/// Offset of the unused field.
-const ICMP_UNUSED: usize = 4;
-/// Offset of the RFC 1191 next-hop MTU.
-const ICMP_NEXT_HOP_MTU: usize = 6;
-
 /// One IPv6 tunnel's encapsulation parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Tunnel {
@@ -251,36 +231,11 @@ fn frag_needed(p: &Ipv4Packet<'_>, src: Ipv4Addr, next_hop_mtu: u16, out: &mut O
     if !may_send_icmp(p) {
         return Err(TunnelError::TooBig { mtu: usize::from(next_hop_mtu) });
     }
-    let orig = p.as_bytes();
-    let icmp_len_max = ICMP_ERROR_MAX - ipv4::HEADER_LEN;
-    let body = &orig[..orig.len().min(icmp_len_max - icmp::HEADER_LEN)];
-    let icmp_len = icmp::HEADER_LEN + body.len();
-    let total = ipv4::HEADER_LEN + icmp_len;
-    let ident = out.take_ident();
-    let hdr = Ipv4Header {
-        tos: 0,
-        total_len: total as u16,
-        ident,
-        df: false,
-        mf: false,
-        frag_offset: 0,
-        ttl: ICMP_TTL,
-        protocol: proto::ICMP,
-        src,
-        dst: p.src(),
-    };
-    let buf = out.space(total).ok_or(TunnelError::NoSpace)?;
-    hdr.emit(buf);
-    let m = &mut buf[ipv4::HEADER_LEN..total];
-    m[ICMP_TYPE] = icmp::v4::DEST_UNREACH;
-    m[ICMP_CODE] = icmp::v4::CODE_FRAG_NEEDED;
-    put16(m, ICMP_CHECKSUM, 0);
-    put16(m, ICMP_UNUSED, 0);
-    put16(m, ICMP_NEXT_HOP_MTU, next_hop_mtu);
-    m[icmp::HEADER_LEN..].copy_from_slice(body);
-    let c = checksum::finish(checksum::sum(m));
-    put16(m, ICMP_CHECKSUM, c);
-    out.commit(total, PacketKind::IcmpError);
+    let mtu = next_hop_mtu.to_be_bytes();
+    let rest = [0, 0, mtu[0], mtu[1]];
+    if !crate::origin::icmp4_error(out, src, p.as_bytes(), icmp::v4::DEST_UNREACH, icmp::v4::CODE_FRAG_NEEDED, rest) {
+        return Err(TunnelError::NoSpace);
+    }
     Ok(())
 }
 
@@ -418,6 +373,7 @@ pub fn decap(outer_v6: &[u8]) -> Result<Decapped<'_>, TunnelError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checksum;
     use crate::DropReason;
     use proptest::prelude::*;
 

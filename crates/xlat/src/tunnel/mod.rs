@@ -119,6 +119,32 @@ impl Default for Ipv4Outer {
     }
 }
 
+impl Ipv4Outer {
+    /// The outer IPv4 header of a tunnel packet of `total_len` bytes
+    /// carrying `inner`.
+    pub(crate) fn header(
+        &self,
+        inner: &crate::wire::ipv6::Ipv6Packet<'_>,
+        protocol: u8,
+        (src, dst): (core::net::Ipv4Addr, core::net::Ipv4Addr),
+        total_len: u16,
+        ident: u16,
+    ) -> crate::wire::ipv4::Ipv4Header {
+        crate::wire::ipv4::Ipv4Header {
+            tos: if self.copy_traffic_class { inner.traffic_class() } else { 0 },
+            total_len,
+            ident,
+            df: self.df,
+            mf: false,
+            frag_offset: 0,
+            ttl: self.ttl,
+            protocol,
+            src,
+            dst,
+        }
+    }
+}
+
 /// Helper for `Verdict`-style entry points: the error as a drop verdict.
 #[inline]
 pub(crate) fn drop_verdict(e: TunnelError) -> crate::Verdict {

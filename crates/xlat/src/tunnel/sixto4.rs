@@ -26,7 +26,7 @@
 
 use super::{drop_verdict, Ipv4Outer, TunnelError};
 use crate::addr::Prefix6;
-use crate::wire::ipv4::{self, Ipv4Header, Ipv4Packet};
+use crate::wire::ipv4::{self, Ipv4Packet};
 use crate::wire::ipv6::Ipv6Packet;
 use crate::wire::proto;
 use crate::{Out, PacketKind, Verdict};
@@ -139,18 +139,7 @@ fn emit(p: &Ipv6Packet<'_>, src: Ipv4Addr, dst: Ipv4Addr, opts: &Ipv4Outer, out:
     let total = ipv4::HEADER_LEN + inner.len();
     let total_len = u16::try_from(total).map_err(|_| TunnelError::TooBig { mtu: usize::from(u16::MAX) })?;
     let ident = out.take_ident();
-    let hdr = Ipv4Header {
-        tos: if opts.copy_traffic_class { p.traffic_class() } else { 0 },
-        total_len,
-        ident,
-        df: opts.df,
-        mf: false,
-        frag_offset: 0,
-        ttl: opts.ttl,
-        protocol: proto::IPV6,
-        src,
-        dst,
-    };
+    let hdr = opts.header(p, proto::IPV6, (src, dst), total_len, ident);
     let buf = out.space(total).ok_or(TunnelError::NoSpace)?;
     hdr.emit(buf);
     buf[ipv4::HEADER_LEN..total].copy_from_slice(inner);

@@ -24,7 +24,7 @@
 
 use super::{drop_verdict, Ipv4Outer, TunnelError};
 use crate::checksum;
-use crate::wire::ipv4::{self, Ipv4Header, Ipv4Packet};
+use crate::wire::ipv4::{self, Ipv4Packet};
 use crate::wire::ipv6::{self, Ipv6Header, Ipv6Packet};
 use crate::wire::l4::{UdpHeader, UDP_LEN};
 use crate::wire::{be16, proto, put16};
@@ -327,18 +327,7 @@ fn encap_inner(
     let total_len = u16::try_from(total).map_err(|_| too_big)?;
     let udp_len16 = udp_len as u16; // < total_len
     let ident = out.take_ident();
-    let hdr = Ipv4Header {
-        tos: if opts.copy_traffic_class { p.traffic_class() } else { 0 },
-        total_len,
-        ident,
-        df: opts.df,
-        mf: false,
-        frag_offset: 0,
-        ttl: opts.ttl,
-        protocol: proto::UDP,
-        src: *src.ip(),
-        dst: *dst.ip(),
-    };
+    let hdr = opts.header(&p, proto::UDP, (*src.ip(), *dst.ip()), total_len, ident);
     let buf = out.space(total).ok_or(TunnelError::NoSpace)?;
     hdr.emit(buf);
     let udp = &mut buf[ipv4::HEADER_LEN..total];
