@@ -10,9 +10,11 @@ use clap::{Args, Parser, Subcommand};
 use gate::config::Config;
 use gate::offline;
 
-/// IPv4/IPv6 transition gateway.
+/// IPv4/IPv6 transition gateway. This version has the packet plane and
+/// the offline RFC 7915 (SIIT) translator; the daemon, NAT64, DNS64,
+/// tunnels, TrGW and IMS-ALG come in later versions.
 #[derive(Debug, Parser)]
-#[command(name = "v6gate", version, about, propagate_version = true)]
+#[command(name = "v6gate", version, propagate_version = true)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -27,7 +29,9 @@ enum Cmd {
     /// {"out":[{"hex":"...","kind":"forward"}],"drop":null} or
     /// {"out":[],"drop":"<reason>"}. Blank lines and lines starting with
     /// '#' are skipped; a line that is not hex gets "drop":"bad-hex".
-    /// With --pcap-in/--pcap-out, translates a pcap file instead.
+    /// With amend-udp-checksum-zero, zero-checksum UDP fragments are held
+    /// ("drop":"held") until their datagram is complete. With
+    /// --pcap-in/--pcap-out, translates a pcap file instead.
     Translate(TranslateArgs),
     /// Print an example configuration or check a configuration file.
     #[command(subcommand)]

@@ -1,9 +1,10 @@
 //! The `v6gate translate` / `v6gate config` contract, driven through the
 //! built binary exactly as an external harness would.
 //!
-//! These tests check structure only (one JSON line per packet, key names,
-//! error reporting, pcap framing); what the translator emits is tested in
-//! `xlat` and by translation assertions added on top of this file.
+//! These tests check the contract (one JSON line per packet, key names,
+//! error reporting, pcap framing) and that what comes out is the
+//! translation, decoded independently with etherparse; the RFC 7915
+//! behaviours themselves are tested packet by packet in `xlat`.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -109,6 +110,39 @@ fn hex_lines_in_json_lines_out() {
     assert_ne!(drops[0].as_deref(), Some("bad-hex"));
     assert_eq!(lines[0], lines[4], "same packet, same answer");
     assert!(o.stderr.is_empty(), "stderr without --explain: {}", text(&o.stderr));
+
+    // What came out is the translation: IPv4 → IPv6 through pool6/EAMT
+    // and back, TTL/Hop Limit decremented, ports and payload kept, valid
+    // checksums.
+    let six = out_packets(lines[0]);
+    assert_eq!(six.len(), 1);
+    let p = etherparse::SlicedPacket::from_ip(&six[0]).expect("IPv6 packet");
+    let Some(etherparse::NetSlice::Ipv6(ip)) = &p.net else { panic!("not IPv6: {}", lines[0]) };
+    assert_eq!(ip.header().source_addr(), "64:ff9b:1::c633:6407".parse::<std::net::Ipv6Addr>().unwrap());
+    assert_eq!(ip.header().destination_addr(), "2001:db8:6::1".parse::<std::net::Ipv6Addr>().unwrap());
+    assert_eq!(ip.header().hop_limit(), 63);
+    let Some(etherparse::TransportSlice::Udp(u)) = &p.transport else { panic!("not UDP") };
+    assert_eq!((u.source_port(), u.destination_port()), (40000, 53));
+    assert_eq!(u.payload(), b"v6gate demo");
+    let c = u.to_header().calc_checksum_ipv6(&ip.header().to_header(), u.payload()).unwrap();
+    assert_eq!(u.checksum(), c, "UDP/IPv6 checksum");
+
+    let four = out_packets(lines[1]);
+    let p = etherparse::SlicedPacket::from_ip(&four[0]).expect("IPv4 packet");
+    let Some(etherparse::NetSlice::Ipv4(ip)) = &p.net else { panic!("not IPv4: {}", lines[1]) };
+    assert_eq!(ip.header().source_addr(), std::net::Ipv4Addr::new(192, 0, 2, 1));
+    assert_eq!(ip.header().destination_addr(), std::net::Ipv4Addr::new(198, 51, 100, 7));
+    assert_eq!(ip.header().ttl(), 63);
+    let Some(etherparse::TransportSlice::Udp(u)) = &p.transport else { panic!("not UDP") };
+    assert_eq!((u.source_port(), u.destination_port(), u.payload()), (53, 40000, &b"v6gate reply"[..]));
+    let c = u.to_header().calc_checksum_ipv4(&ip.header().to_header(), u.payload()).unwrap();
+    assert_eq!(u.checksum(), c, "UDP/IPv4 checksum");
+}
+
+/// The packets of one JSON output line.
+fn out_packets(line: &str) -> Vec<Vec<u8>> {
+    let v: Value = serde_json::from_str(line).unwrap();
+    v["out"].as_array().unwrap().iter().map(|o| unhex(o["hex"].as_str().unwrap())).collect()
 }
 
 #[test]
@@ -282,13 +316,16 @@ fn pcap_round_trip() {
     let mut r = PcapReader::new(std::fs::File::open(&pout).unwrap()).unwrap();
     assert_eq!(r.header().datalink, DataLink::RAW);
     let mut n = 0;
+    let mut families = Vec::new();
     while let Some(p) = r.next_packet() {
         let p = p.unwrap();
         assert!(ts.contains(&p.timestamp), "timestamp {:?} not from the input", p.timestamp);
         assert!(matches!(p.data.first().map(|b| b >> 4), Some(4 | 6)), "not an IP packet");
+        families.push(p.data[0] >> 4);
         n += 1;
     }
     assert!(err.contains(&format!("{n} packets out")), "{err} vs {n} packets in the file");
+    assert_eq!(families, vec![6, 4, 4], "the IPv4 frame became IPv6, both IPv6 frames (one VLAN-tagged) IPv4");
     assert!(!dir.join("out.pcap.tmp").exists());
 
     // A file that is not a pcap: a clear error, no output left behind.
