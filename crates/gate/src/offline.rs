@@ -507,11 +507,13 @@ mod tests {
             u
         };
         let input = format!("{}\n{}\n", frag_hex(0, true, &udp[..16]), frag_hex(2, false, &udp[16..]));
-        // Without amending: the first fragment is dropped, the second (no UDP
-        // header in it) translates on its own.
+        // Without amending: the first fragment is refused (an ICMPv4 3/13
+        // back to the sender), the second (no UDP header in it) translates
+        // on its own.
         let (out, _) = run(&input);
         let lines: Vec<&str> = out.lines().collect();
-        assert_eq!(lines[0], r#"{"out":[],"drop":"udp-checksum-zero-fragment"}"#);
+        assert!(lines[0].starts_with(r#"{"out":[{"hex":"45"#), "{}", lines[0]);
+        assert!(lines[0].ends_with(r#""kind":"icmp-error"}],"drop":null}"#), "{}", lines[0]);
         assert_eq!(lines[1].matches("\"hex\"").count(), 1);
         // With amending: held, then both fragments on the completing line.
         let cfg = Config { amend_udp_checksum_zero: true, ..translator().config().clone() };

@@ -71,7 +71,8 @@ drop_reasons! {
     IcmpErrorInError = "icmp-error-in-error",
     /// Fragmented ICMP: the checksum cannot be converted statelessly.
     FragmentedIcmp = "fragmented-icmp",
-    /// Fragmented IPv4 UDP with a zero checksum (RFC 7915 §4.5); see
+    /// Fragmented IPv4 UDP with a zero checksum (RFC 7915 §4.5), answered
+    /// with ICMPv4 3/13 when it is the first fragment (§4.4); see
     /// `amend-udp-checksum-zero`.
     UdpChecksumZeroFragment = "udp-checksum-zero-fragment",
     /// TTL / Hop Limit expired and the translator must not answer (the input
@@ -84,6 +85,9 @@ drop_reasons! {
     SegmentsLeft = "segments-left",
     /// IPv4 unexpired source route option (RFC 7915 §4.1) and no error may be sent.
     SourceRoute = "source-route",
+    /// An IPv6 Fragment header followed by another extension header
+    /// (RFC 7915 §5.1: "SHOULD be dropped"), and no error may be sent.
+    ExtensionAfterFragment = "extension-after-fragment",
     /// Packet whose structure the packet plane does not handle (e.g. an
     /// IPv6 extension header chain that does not fit in the first fragment).
     Unsupported = "unsupported",

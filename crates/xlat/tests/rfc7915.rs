@@ -341,10 +341,20 @@ fn rfc7915_4_5_zero_udp_checksum_computed() {
 }
 
 #[test]
-fn rfc7915_4_5_zero_udp_checksum_fragment_dropped() {
+fn rfc7915_4_5_zero_udp_checksum_fragment_rejected() {
+    // §4.5: dropped; §4.4: the sender gets Communication Administratively
+    // Prohibited (3/13) quoting the fragment.
     let v = V4 { df: false, mf: true, ..v4_to_h6(17) };
     let input = v.build(&udp_raw(1000, 2000, &[0u8; 64]));
-    assert_eq!(drop_reason(&t(), &input), DropReason::UdpChecksumZeroFragment);
+    let (verdict, pkts) = run(&t(), &input);
+    assert_eq!(verdict, Verdict::Emit);
+    assert_eq!(pkts.len(), 1);
+    assert_eq!(pkts[0].0, PacketKind::IcmpError);
+    let expected = V4 { id: 0, df: false, ..V4::new(1, "192.0.0.8", H4) }.icmp(3, 13, [0; 4], &input);
+    assert_eq!(hex(&pkts[0].1), hex(&expected));
+    // A later fragment has no UDP header and translates on its own.
+    let later = V4 { df: false, offset: 9, ..v4_to_h6(17) }.build(&[0u8; 16]);
+    assert_eq!(one(&t(), &later)[6], 44);
 }
 
 #[test]
@@ -605,16 +615,32 @@ fn rfc6791_without_pool_uses_the_translators_own_address() {
 }
 
 #[test]
-fn extension_headers_after_the_fragment_header_of_a_fragment_refused() {
+fn rfc7915_5_1_extension_header_after_fragment_header_rejected() {
+    // §5.1 Total Length: a Fragment header whose Next Header is an
+    // extension header (except ESP, including AH) SHOULD be dropped; §5.4:
+    // the sender gets Communication Administratively Prohibited (1/1)
+    // quoting the packet. Atomic fragments included.
     let v = v6_to_h4(44);
     let udp = v.udp_payload(53, 1234, &[0; 16]);
-    let mut exts = vec![60, 0, 0, 1, 0, 0, 0, 3]; // Fragment: offset 0, M=1 → DstOpts
-    exts.extend_from_slice(&[17, 0, 1, 4, 0, 0, 0, 0]); // DstOpts → UDP
-    assert_eq!(drop_reason(&t(), &v.build(&exts, &udp)), DropReason::Unsupported);
-    // The same chain in an atomic fragment translates.
-    exts[3] = 0;
-    let out = one(&t(), &v.build(&exts, &udp));
-    assert_eq!(out[9], 17);
+    for (next, m_flag) in [(60u8, 1u8), (60, 0), (0, 1), (43, 0), (51, 1)] {
+        let mut exts = vec![next, 0, 0, m_flag, 0, 0, 0, 3];
+        exts.extend_from_slice(&[17, 0, 1, 4, 0, 0, 0, 0]);
+        let input = v.build(&exts, &udp);
+        let (verdict, pkts) = run(&t(), &input);
+        assert_eq!(verdict, Verdict::Emit, "next header {next}");
+        assert_eq!(pkts[0].0, PacketKind::IcmpError);
+        let expected = V6::new(58, XLAT6, H6).icmp(1, 1, [0; 4], &input);
+        assert_eq!(hex(&pkts[0].1), hex(&expected), "next header {next}");
+    }
+    // ESP (50) after the Fragment header is the upper layer: translated.
+    let exts = [50, 0, 0, 0, 0, 0, 0, 3];
+    let out = one(&t(), &v.build(&exts, &[0xaa; 24]));
+    assert_eq!(out[9], 50);
+    // An ICMPv6 message is never answered with an ICMPv6 error.
+    let icmp = v.icmp_payload(128, 0, [0; 4], &[0; 8]);
+    let mut exts = vec![60, 0, 0, 0, 0, 0, 0, 3];
+    exts.extend_from_slice(&[58, 0, 1, 4, 0, 0, 0, 0]);
+    assert_eq!(drop_reason(&t(), &v.build(&exts, &icmp)), DropReason::ExtensionAfterFragment);
 }
 
 #[test]

@@ -165,8 +165,16 @@ impl Translator {
                     patch = rewrite();
                 } else if ip.is_fragment() {
                     // §4.5: a stateless translator cannot compute the
-                    // checksum of a fragmented datagram.
-                    return Verdict::Drop(DropReason::UdpChecksumZeroFragment);
+                    // checksum of a fragmented datagram: drop it, and (§4.4)
+                    // tell the sender, Communication Administratively
+                    // Prohibited (3/13).
+                    let r = Refuse {
+                        kind: wicmp::v4::DEST_UNREACH,
+                        code: wicmp::v4::CODE_ADMIN_PROHIBITED,
+                        rest: [0; 4],
+                        reason: DropReason::UdpChecksumZeroFragment,
+                    };
+                    return refuse(r, out);
                 } else {
                     // §4.5: compute the missing checksum (IPv6 forbids zero).
                     let ulen = usize::from(udp.length());

@@ -35,12 +35,6 @@ impl Translator {
         }
         let payload = &ip.as_bytes()[chain.upper_at..];
         let frag = chain.frag;
-        // Extension headers after the Fragment header of a real fragment
-        // belong to the fragmentable part: removing them would shift the
-        // offsets of every later fragment, so such packets are refused.
-        if frag.is_some_and(|f| !f.is_atomic() && f.offset == 0 && chain.upper_at != f.at + ipv6::FRAG_LEN) {
-            return Verdict::Drop(DropReason::Unsupported);
-        }
         let first = frag.is_none_or(|f| f.offset == 0);
         let upper = chain.upper;
         let is_icmp_error = upper == proto::ICMPV6 && first && payload.len() >= 8 && is_error_v6(payload[0]);
@@ -69,6 +63,20 @@ impl Translator {
                 Verdict::Drop(reason)
             }
         };
+
+        // §5.1 Total Length: "If the Next Header field of the Fragment
+        // Header is an extension header (except ESP, but including the
+        // Authentication Header (AH)), then the packet SHOULD be dropped and
+        // logged." §5.4: the sender gets Destination Unreachable /
+        // Communication Administratively Prohibited (1/1), unless the packet
+        // is itself an ICMPv6 message.
+        if frag.is_some_and(|f| ipv6::is_extension_header(f.next)) {
+            let reason = DropReason::ExtensionAfterFragment;
+            if upper == proto::ICMPV6 {
+                return Verdict::Drop(reason);
+            }
+            return refuse(wicmp::v6::DEST_UNREACH, wicmp::v6::CODE_ADMIN_PROHIBITED, [0; 4], reason, out);
+        }
 
         // §5.1 TTL: Hop Limit minus one; Time Exceeded when it runs out.
         if ip.hop_limit() <= 1 {

@@ -162,6 +162,15 @@ pub struct FragHeader {
     pub ident: u32,
 }
 
+/// True for the IPv6 extension headers RFC 7915 §5.1 refuses after a
+/// Fragment header: every extension header of the IANA registry except ESP
+/// (AH included) — Hop-by-Hop, Routing, Fragment, AH, Destination Options,
+/// Mobility, HIP, Shim6 and the two experimental values.
+#[inline]
+pub fn is_extension_header(next: u8) -> bool {
+    matches!(next, 0 | 43 | 44 | 51 | 60 | 135 | 139 | 140 | 253 | 254)
+}
+
 impl FragHeader {
     /// RFC 6946 atomic fragment: offset 0 and M = 0.
     #[inline]
