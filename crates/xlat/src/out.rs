@@ -58,9 +58,10 @@ drop_reasons! {
     UntranslatableSource = "untranslatable-source",
     /// Destination address cannot be mapped to the other family.
     UntranslatableDestination = "untranslatable-destination",
-    /// Address is multicast, loopback, unspecified, broadcast or otherwise
-    /// never translated; or a non-global IPv4 address with the well-known
-    /// prefix (RFC 6052 §3.1).
+    /// Source or destination is never translated: unspecified, loopback,
+    /// multicast, class E, broadcast, IPv4-mapped (RFC 7915 §4.1 / §5.1).
+    /// (A non-global IPv4 address under the well-known prefix, RFC 6052
+    /// §3.1, is `untranslatable-*` instead.)
     ForbiddenAddress = "forbidden-address",
     /// ICMP type/code with no counterpart in the other family (RFC 7915
     /// §4.2/§5.2 "silently drop"), e.g. redirects, router discovery.

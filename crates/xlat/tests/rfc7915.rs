@@ -644,6 +644,18 @@ fn rfc7915_5_1_extension_header_after_fragment_header_rejected() {
 }
 
 #[test]
+fn rfc7915_4_1_illegal_source_of_an_icmpv4_error_is_translated() {
+    // A UDP packet from 127.0.0.1 is dropped; an ICMPv4 error from it is
+    // translated "for the purpose of trouble shooting" (§4.1).
+    let input = V4::new(17, "127.0.0.1", H6_AS4).udp(1, 2, b"");
+    assert_eq!(drop_reason(&t(), &input), DropReason::ForbiddenAddress);
+    let input = V4::new(1, "127.0.0.1", H6_AS4).icmp(3, 3, [0; 4], &quoted_v4());
+    let out = one(&t(), &input);
+    assert_eq!(&out[8..24], &a6("2001:db8:17f:0:1::").octets(), "127.0.0.1 through pool6");
+    assert_eq!((out[40], out[41]), (1, 4));
+}
+
+#[test]
 fn rfc7915_4_3_icmp_error_in_error_dropped() {
     let inner_err = V4::new(1, H6_AS4, H4).icmp(3, 1, [0; 4], &[0; 28]);
     let input = V4::new(1, ROUTER4, H6_AS4).icmp(3, 3, [0; 4], &inner_err);

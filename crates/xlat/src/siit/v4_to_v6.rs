@@ -34,12 +34,16 @@ impl Translator {
             return Verdict::Drop(DropReason::BadIpv4Checksum);
         }
         let (src4, dst4) = (ip.src(), ip.dst());
-        if is_forbidden_v4(src4) || is_forbidden_v4(dst4) {
-            return Verdict::Drop(DropReason::ForbiddenAddress);
-        }
         let payload = ip.payload();
         let first = ip.frag_offset() == 0;
         let is_icmp_error = ip.protocol() == proto::ICMP && first && payload.len() >= 8 && is_error_v4(payload[0]);
+        // §4.1 Source Address: illegal sources (0.0.0.0, 127.0.0.1, ...) are
+        // silently dropped, except that "when translating ICMPv4 Error
+        // Messages into ICMPv6, the 'illegal' source address will be
+        // translated for the purpose of trouble shooting."
+        if (is_forbidden_v4(src4) && !is_icmp_error) || is_forbidden_v4(dst4) {
+            return Verdict::Drop(DropReason::ForbiddenAddress);
+        }
 
         let Some(dst6) = self.map.v4_to_v6(dst4) else {
             return Verdict::Drop(DropReason::UntranslatableDestination);
