@@ -761,4 +761,10 @@ fn malformed_input_counted_as_drops() {
     assert_eq!(drop_reason(&t, &good[..45]), DropReason::Truncated);
     let short_udp = v4_to_h6(17).build(&[0, 1, 0, 2]);
     assert_eq!(drop_reason(&t, &short_udp), DropReason::Truncated);
+    // Fragments that reach past 65,535 bytes (offset 8190 × 8 + 40 bytes).
+    let v = V4 { df: false, offset: 8190, ..v4_to_h6(17) };
+    assert_eq!(drop_reason(&t, &v.build(&[0; 40])), DropReason::Malformed);
+    let v = v6_to_h4(44);
+    let big = v.build(&[17, 0, 0xff, 0xf0, 0, 0, 0, 1], &[0; 40]); // offset 8190
+    assert_eq!(drop_reason(&t, &big), DropReason::Malformed);
 }

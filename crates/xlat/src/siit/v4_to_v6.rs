@@ -45,6 +45,11 @@ impl Translator {
             return Verdict::Drop(DropReason::ForbiddenAddress);
         }
 
+        // A fragment reaching past 65,535 bytes belongs to no valid datagram
+        // (RFC 791 / RFC 8200 §4.5).
+        if usize::from(ip.frag_offset()) * 8 + payload.len() > usize::from(u16::MAX) {
+            return Verdict::Drop(DropReason::Malformed);
+        }
         let Some(dst6) = self.map.v4_to_v6(dst4) else {
             return Verdict::Drop(DropReason::UntranslatableDestination);
         };

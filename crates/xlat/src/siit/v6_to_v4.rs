@@ -39,6 +39,9 @@ impl Translator {
         let upper = chain.upper;
         let is_icmp_error = upper == proto::ICMPV6 && first && payload.len() >= 8 && is_error_v6(payload[0]);
 
+        if frag.is_some_and(|f| usize::from(f.offset) * 8 + payload.len() > usize::from(u16::MAX)) {
+            return Verdict::Drop(DropReason::Malformed);
+        }
         let Some(dst4) = self.map.v6_to_v4(&dst6) else {
             return Verdict::Drop(DropReason::UntranslatableDestination);
         };
