@@ -1,5 +1,6 @@
 //! Shared emission helpers: writing translated packets (with fragmentation)
-//! into the [`Out`] arena, and the ICMP errors the translator originates.
+//! into the [`Out`] arena, the transport-header rewrite that follows the
+//! address change, and RFC 4884 extension handling.
 
 use super::icmp::{map_4to6, map_6to4};
 use crate::checksum;
@@ -8,8 +9,6 @@ use crate::wire::ipv6::{self, emit_frag, Ipv6Header};
 use crate::wire::{be16, proto, put16};
 use crate::{DropReason, Out, PacketKind};
 use core::net::Ipv6Addr;
-
-pub(crate) use crate::origin::{icmp4_error, icmp6_checksum, icmp6_error, ICMP4_ERROR_MAX, ICMP6_ERROR_MAX};
 
 /// Up to two 16-bit writes into the upper-layer header of a translated
 /// packet (ICMP type/code, a checksum).

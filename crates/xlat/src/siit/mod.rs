@@ -3,8 +3,9 @@
 //! - `v4_to_v6` — RFC 7915 §4 (IPv4 → IPv6)
 //! - `v6_to_v4` — RFC 7915 §5 (IPv6 → IPv4)
 //! - `icmp` — the ICMPv4 ↔ ICMPv6 type/code and pointer tables (§4.2, §5.2)
-//! - `emit` — writing translated packets (and fragments) and the ICMP
-//!   errors the translator itself originates
+//! - `emit` — writing translated packets (and fragments) and the
+//!   transport-header rewrite; the ICMP errors the translator originates
+//!   come from `crate::origin`
 //! - [`amend`] — `amend-udp-checksum-zero` for complete fragment sets
 //!
 //! [`Translator::translate`] is the single entry point: it looks at the
@@ -190,6 +191,27 @@ impl Translator {
         let mut cfg = cfg;
         cfg.mtu_plateaus.sort_unstable_by(|a, b| b.cmp(a));
         Ok(Translator { map, cfg, ipv6_address })
+    }
+
+    /// RFC 7915 §4.1 Traffic Class: the IPv4 TOS, or 0 with `reset-traffic-class`.
+    #[inline]
+    pub(crate) fn traffic_class_for(&self, tos: u8) -> u8 {
+        if self.cfg.reset_traffic_class {
+            0
+        } else {
+            tos
+        }
+    }
+
+    /// RFC 7915 §5.1 Type of Service: the IPv6 Traffic Class, or `new-tos`
+    /// with `reset-tos`.
+    #[inline]
+    pub(crate) fn tos_for(&self, traffic_class: u8) -> u8 {
+        if self.cfg.reset_tos {
+            self.cfg.new_tos
+        } else {
+            traffic_class
+        }
     }
 
     /// The configuration in force.

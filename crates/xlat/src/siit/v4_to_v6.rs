@@ -1,10 +1,11 @@
 //! RFC 7915 §4 — translating IPv4 packets into IPv6.
 
-use super::emit::{self, append_4884, emit_v6, l4_patch, split_4884, Dir, FragSpec, Patch, ICMP6_ERROR_MAX};
+use super::emit::{append_4884, emit_v6, l4_patch, split_4884, Dir, FragSpec, Patch};
 use super::icmp::{map_4to6, Rest};
 use super::Translator;
 use crate::addr::is_forbidden_v4;
 use crate::checksum::{self, sum_v4, sum_v6};
+use crate::origin::{icmp4_error, icmp6_checksum, ICMP6_ERROR_MAX};
 use crate::wire::icmp::{self as wicmp, is_error_v4, IcmpMessage};
 use crate::wire::ipv4::Ipv4Packet;
 use crate::wire::ipv6::{self, emit_frag, Ipv6Header};
@@ -71,7 +72,7 @@ impl Translator {
             if is_icmp_error || hairpin || !first {
                 return Verdict::Drop(r.reason);
             }
-            if emit::icmp4_error(out, self.cfg.ipv4_address, pkt, r.kind, r.code, r.rest) {
+            if icmp4_error(out, self.cfg.ipv4_address, pkt, r.kind, r.code, r.rest) {
                 Verdict::Emit
             } else {
                 Verdict::Drop(r.reason)
@@ -107,7 +108,7 @@ impl Translator {
         }
 
         let cfg = &self.cfg;
-        let traffic_class = if cfg.reset_traffic_class { 0 } else { ip.tos() };
+        let traffic_class = self.traffic_class_for(ip.tos());
         let next = if ip.protocol() == proto::ICMP { proto::ICMPV6 } else { ip.protocol() };
         let hdr = Ipv6Header {
             traffic_class,
@@ -274,7 +275,7 @@ impl Translator {
         icmp[1] = m.code;
         put16(icmp, 2, 0);
         icmp[4..8].copy_from_slice(&rest);
-        let c = emit::icmp6_checksum(&hdr.src, &hdr.dst, icmp);
+        let c = icmp6_checksum(&hdr.src, &hdr.dst, icmp);
         put16(icmp, 2, c);
         out.commit(total, crate::PacketKind::Forward);
         Verdict::Emit
@@ -319,7 +320,7 @@ impl Translator {
             return Err(DropReason::Unsupported);
         }
         let next = if p == proto::ICMP { proto::ICMPV6 } else { p };
-        let traffic_class = if self.cfg.reset_traffic_class { 0 } else { inner.tos() };
+        let traffic_class = self.traffic_class_for(inner.tos());
         let plen = claimed + if frag { ipv6::FRAG_LEN } else { 0 };
         Ipv6Header {
             traffic_class,

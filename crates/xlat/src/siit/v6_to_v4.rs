@@ -1,14 +1,15 @@
 //! RFC 7915 §5 — translating IPv6 packets into IPv4; EAM hairpinning
 //! (RFC 7757 §4.2).
 
-use super::emit::{self, append_4884, emit_v4, l4_patch, split_4884, Dir, Patch, ICMP4_ERROR_MAX};
+use super::emit::{append_4884, emit_v4, l4_patch, split_4884, Dir, Patch};
 use super::icmp::{map_6to4, Rest};
 use super::Translator;
 use crate::addr::is_forbidden_v6;
 use crate::checksum::{self, sum_v4, sum_v6};
+use crate::origin::{icmp6_error, ICMP4_ERROR_MAX};
 use crate::wire::icmp::{self as wicmp, is_error_v6, IcmpMessage};
 use crate::wire::ipv4::{self, Ipv4Header};
-use crate::wire::ipv6::{self, Ipv6Packet};
+use crate::wire::ipv6::{self, FragHeader, Ipv6Packet};
 use crate::wire::l4::{TcpHeader, UdpHeader};
 use crate::wire::{be16, proto, put16};
 use crate::{DropReason, Out, PacketKind, Verdict};
@@ -60,7 +61,7 @@ impl Translator {
             if is_icmp_error || !first {
                 return Verdict::Drop(reason);
             }
-            if emit::icmp6_error(out, self.ipv6_address, pkt, kind, code, rest) {
+            if icmp6_error(out, self.ipv6_address, pkt, kind, code, rest) {
                 Verdict::Emit
             } else {
                 Verdict::Drop(reason)
@@ -95,43 +96,9 @@ impl Translator {
         }
 
         let cfg = &self.cfg;
-        let tos = if cfg.reset_tos { cfg.new_tos } else { ip.traffic_class() };
         let protocol = if upper == proto::ICMPV6 { proto::ICMP } else { upper };
         let total = ipv4::HEADER_LEN + payload.len();
-        // §5.1 / §5.1.1: with a Fragment header, Identification is its low
-        // 16 bits, MF and the offset are copied and DF is clear (this
-        // includes atomic fragments, RFC 6946). Without one, DF is set when
-        // the packet exceeds 1260 bytes.
-        let mut hdr = match frag {
-            Some(f) => Ipv4Header {
-                tos,
-                total_len: 0,
-                ident: f.ident as u16,
-                df: false,
-                mf: f.more,
-                frag_offset: f.offset,
-                ttl,
-                protocol,
-                src: src4,
-                dst: dst4,
-            },
-            None => {
-                let df = total > DF_THRESHOLD;
-                let ident = if df { 0 } else { out.take_ident() };
-                Ipv4Header {
-                    tos,
-                    total_len: 0,
-                    ident,
-                    df,
-                    mf: false,
-                    frag_offset: 0,
-                    ttl,
-                    protocol,
-                    src: src4,
-                    dst: dst4,
-                }
-            }
-        };
+        let hdr = self.ipv4_header(&ip, frag, (src4, dst4), protocol, total, ttl, || out.take_ident());
         if total > usize::from(cfg.ipv4_mtu) && (hdr.df || total > usize::from(u16::MAX)) {
             // Too big for the IPv4 link and may not be fragmented: Packet
             // Too Big with the largest IPv6 packet that fits, never below
@@ -180,7 +147,6 @@ impl Translator {
             && !self.map.eamt.is_empty()
             && self.map.eamt.contains_v4(dst4)
             && self.map.eamt.lookup_v6(&dst6).is_none();
-        hdr.total_len = 0;
         if let Err(r) = emit_v4(out, hdr, payload, &patch, usize::from(cfg.ipv4_mtu)) {
             out.clear();
             return Verdict::Drop(r);
@@ -327,33 +293,8 @@ impl Translator {
             usize::from(inner.payload_len()).checked_sub(ext_len).ok_or(DropReason::IcmpInnerUntranslatable)?;
         let total = ipv4::HEADER_LEN + claimed;
         let protocol = if p == proto::ICMPV6 { proto::ICMP } else { p };
-        let tos = if self.cfg.reset_tos { self.cfg.new_tos } else { inner.traffic_class() };
-        let hdr = match chain.frag {
-            Some(f) => Ipv4Header {
-                tos,
-                total_len: total.min(usize::from(u16::MAX)) as u16,
-                ident: f.ident as u16,
-                df: false,
-                mf: f.more,
-                frag_offset: f.offset,
-                ttl: inner.hop_limit(),
-                protocol,
-                src: s4,
-                dst: d4,
-            },
-            None => Ipv4Header {
-                tos,
-                total_len: total.min(usize::from(u16::MAX)) as u16,
-                ident: 0,
-                df: total > DF_THRESHOLD,
-                mf: false,
-                frag_offset: 0,
-                ttl: inner.hop_limit(),
-                protocol,
-                src: s4,
-                dst: d4,
-            },
-        };
+        // The quoted packet keeps its Hop Limit and gets no fresh ID.
+        let hdr = self.ipv4_header(&inner, chain.frag, (s4, d4), protocol, total, inner.hop_limit(), || 0);
         if dst.len() < ipv4::HEADER_LEN {
             return Err(DropReason::Unsupported);
         }
@@ -366,6 +307,42 @@ impl Translator {
             l4_patch(Dir::SixToFour, p, payload, sums, (&s6, &d6), claimed).apply(body);
         }
         Ok((ipv4::HEADER_LEN + n, chain.frag.is_some()))
+    }
+
+    /// The IPv4 header for an IPv6 packet of `total` translated bytes
+    /// (RFC 7915 §5.1, §5.1.1): with a Fragment header, Identification is
+    /// its low 16 bits, MF and the offset are copied and DF is clear (atomic
+    /// fragments included, RFC 6946); without one, DF is set above 1260
+    /// bytes and a packet with DF clear gets the Identification `ident()`.
+    /// Total Length is `total` (capped; `emit_v4` rewrites it per packet).
+    #[allow(clippy::too_many_arguments)]
+    fn ipv4_header(
+        &self,
+        ip: &Ipv6Packet<'_>,
+        frag: Option<FragHeader>,
+        (src, dst): (Ipv4Addr, Ipv4Addr),
+        protocol: u8,
+        total: usize,
+        ttl: u8,
+        ident: impl FnOnce() -> u16,
+    ) -> Ipv4Header {
+        let (ident, df, mf, frag_offset) = match frag {
+            Some(f) => (f.ident as u16, false, f.more, f.offset),
+            None if total > DF_THRESHOLD => (0, true, false, 0),
+            None => (ident(), false, false, 0),
+        };
+        Ipv4Header {
+            tos: self.tos_for(ip.traffic_class()),
+            total_len: total.min(usize::from(u16::MAX)) as u16,
+            ident,
+            df,
+            mf,
+            frag_offset,
+            ttl,
+            protocol,
+            src,
+            dst,
+        }
     }
 
     /// RFC 6791 source address for a translated ICMPv6 error: a stable
