@@ -249,7 +249,8 @@ pub fn translate_lines<R: BufRead, W: Write>(
             json.extend_from_slice(b"{\"out\":[");
             let mut items = 0;
             let mut first_drop = None;
-            let tag = format!("line {lineno:<3}");
+            // Only --explain uses the tag: no formatting per packet otherwise.
+            let tag = if explain.is_some() { format!("line {lineno:<3}") } else { String::new() };
             let outcome = engine.process(&pkt, &mut |input, v, out| {
                 if let Some(e) = explain.as_deref_mut() {
                     write_explain(e, &tag, input, v, out)?;
@@ -262,18 +263,24 @@ pub fn translate_lines<R: BufRead, W: Write>(
                 }
                 Ok(())
             })?;
-            match (outcome, first_drop) {
+            let drop = match (outcome, first_drop) {
                 (Outcome::Held, _) => {
                     if let Some(e) = explain.as_deref_mut() {
                         writeln!(e, "{tag} in        {}", summarize(&pkt))?;
                         writeln!(e, "{tag} held      until its datagram is complete (amend-udp-checksum-zero)")?;
                     }
-                    json.extend_from_slice(format!("],\"drop\":\"{HELD}\"}}\n").as_bytes());
+                    Some(HELD)
                 }
-                (Outcome::Done, Some(r)) if items == 0 => {
-                    json.extend_from_slice(format!("],\"drop\":\"{}\"}}\n", r.as_str()).as_bytes())
+                (Outcome::Done, Some(r)) if items == 0 => Some(r.as_str()),
+                (Outcome::Done, _) => None,
+            };
+            match drop {
+                Some(reason) => {
+                    json.extend_from_slice(b"],\"drop\":\"");
+                    json.extend_from_slice(reason.as_bytes());
+                    json.extend_from_slice(b"\"}\n");
                 }
-                (Outcome::Done, _) => json.extend_from_slice(b"],\"drop\":null}\n"),
+                None => json.extend_from_slice(b"],\"drop\":null}\n"),
             }
             w.write_all(&json)?;
             w.flush()?;
@@ -379,7 +386,7 @@ pub fn translate_pcap<R: Read, W: Write>(
             }
             continue;
         };
-        let tag = format!("pkt {n:<4}");
+        let tag = if explain.is_some() { format!("pkt {n:<4}") } else { String::new() };
         let mut write_err = None;
         let outcome = engine.process(pkt, &mut |input, v, out| {
             if let Some(e) = explain.as_deref_mut() {
