@@ -23,11 +23,11 @@ fi
 # --- Debian packages -------------------------------------------------------
 # clang + libbpf-dev + pkg-config: the XDP fast path (bpf/*.bpf.c).
 # sip-tester (SIPp): SIP load for the IMS-ALG and TrGW interop tests.
-# iproute2: `ip netns` for the lab and the network-namespace tests.
+# iproute2, iputils-ping: `ip netns` and ping for the lab and the namespace tests.
 # The peers v6gate is tested and benchmarked against: tayga (SIIT/NAT64),
 # rtpengine-daemon (media relay), kamailio (+ its rtpengine/rtpproxy modules).
 # (tshark is optional and not installed here.)
-APT_PKGS=(clang libbpf-dev pkg-config sip-tester iproute2 tayga rtpengine-daemon kamailio)
+APT_PKGS=(clang libbpf-dev pkg-config sip-tester iproute2 iputils-ping tayga rtpengine-daemon kamailio)
 
 missing=()
 for p in "${APT_PKGS[@]}"; do
