@@ -683,19 +683,32 @@ fn tun_from_toml(text: &str, t: TunToml) -> Result<TunConfig, Error> {
     if let Some(n) = &t.name {
         let s = n.get_ref();
         if s.is_empty() || s.len() > 15 || s.contains(['/', '%']) || s.chars().any(|c| c.is_whitespace()) {
-            return Err(invalid(text, "[tun] name", n.span(), format!("`{s}` is not a device name (1-15 bytes, no '/', '%' or spaces)")));
+            return Err(invalid(
+                text,
+                "[tun] name",
+                n.span(),
+                format!("`{s}` is not a device name (1-15 bytes, no '/', '%' or spaces)"),
+            ));
         }
         c.name = s.clone();
     }
     if let Some(m) = t.mtu {
         if !(1280..=65535).contains(&m) {
-            return Err(Error::new(ErrorKind::Invalid, Some("[tun] mtu".into()), format!("{m} is outside 1280..=65535")));
+            return Err(Error::new(
+                ErrorKind::Invalid,
+                Some("[tun] mtu".into()),
+                format!("{m} is outside 1280..=65535"),
+            ));
         }
         c.mtu = m;
     }
     if let Some(q) = t.queues {
         if q > MAX_QUEUES {
-            return Err(Error::new(ErrorKind::Invalid, Some("[tun] queues".into()), format!("{q} is more than {MAX_QUEUES}")));
+            return Err(Error::new(
+                ErrorKind::Invalid,
+                Some("[tun] queues".into()),
+                format!("{q} is more than {MAX_QUEUES}"),
+            ));
         }
         c.queues = q;
     }
@@ -725,7 +738,12 @@ fn admin_from_toml(text: &str, t: AdminToml) -> Result<AdminConfig, Error> {
     if let Some(l) = &t.listen {
         let s = l.get_ref().trim();
         c.listen = Some(s.parse().map_err(|_| {
-            invalid(text, "[admin] listen", l.span(), format!("`{s}` is not ADDRESS:PORT (e.g. 127.0.0.1:9164 or [::1]:9164)"))
+            invalid(
+                text,
+                "[admin] listen",
+                l.span(),
+                format!("`{s}` is not ADDRESS:PORT (e.g. 127.0.0.1:9164 or [::1]:9164)"),
+            )
         })?);
     }
     if t.enabled == Some(false) {
@@ -739,7 +757,12 @@ fn daemon_from_toml(text: &str, t: DaemonToml) -> Result<DaemonConfig, Error> {
     if let Some(l) = &t.log_level {
         let s = l.get_ref().to_ascii_lowercase();
         if !LOG_LEVELS.contains(&s.as_str()) {
-            return Err(invalid(text, "[daemon] log-level", l.span(), format!("`{}` is not one of {}", l.get_ref(), LOG_LEVELS.join(", "))));
+            return Err(invalid(
+                text,
+                "[daemon] log-level",
+                l.span(),
+                format!("`{}` is not one of {}", l.get_ref(), LOG_LEVELS.join(", ")),
+            ));
         }
         c.log_level = s;
     }
