@@ -631,3 +631,419 @@ fn header_only(query: &[u8], rcode: ResponseCode) -> Vec<u8> {
     h[3] = 0x80 | (u16::from(rcode) as u8 & 0x0f); // RA, RCODE
     h
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::net::Ipv6Addr;
+    use hickory_proto::rr::rdata::{A, NULL, PTR, SOA};
+
+    const LOCAL: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+    fn core(prefix: &str) -> Core {
+        let cfg = Config { prefix: prefix.into(), ..Config::default() };
+        Core::new(&cfg, Arc::default()).unwrap()
+    }
+    fn name(s: &str) -> Name {
+        Name::from_ascii(s).unwrap()
+    }
+    fn query(n: &str, t: RecordType, edns: Option<bool>, cd: bool) -> Vec<u8> {
+        let mut m = Message::new();
+        m.set_id(0x1234).set_recursion_desired(true).set_checking_disabled(cd);
+        m.add_query(Query::query(name(n), t));
+        if let Some(d) = edns {
+            let mut e = Edns::new();
+            e.set_max_payload(1232).set_dnssec_ok(d);
+            m.set_edns(e);
+        }
+        m.to_vec().unwrap()
+    }
+    fn a(n: &str, ttl: u32, v4: &str) -> Record {
+        Record::from_rdata(name(n), ttl, RData::A(A(v4.parse().unwrap())))
+    }
+    fn aaaa(n: &str, ttl: u32, v6: &str) -> Record {
+        Record::from_rdata(name(n), ttl, RData::AAAA(AAAA(v6.parse().unwrap())))
+    }
+    fn cname(n: &str, ttl: u32, t: &str) -> Record {
+        Record::from_rdata(name(n), ttl, RData::CNAME(CNAME(name(t))))
+    }
+    fn soa(zone: &str, ttl: u32, minimum: u32) -> Record {
+        let s = SOA::new(name("ns.example."), name("host.example."), 1, 3600, 600, 86400, minimum);
+        Record::from_rdata(name(zone), ttl, RData::SOA(s))
+    }
+    fn rrsig(n: &str, covered: RecordType) -> Record {
+        let mut rdata = u16::from(covered).to_be_bytes().to_vec();
+        rdata.extend_from_slice(&[8, 2, 0, 0, 1, 44]);
+        Record::from_rdata(name(n), 300, RData::Unknown { code: RecordType::RRSIG, rdata: NULL::with(rdata) })
+    }
+    /// An upstream reply to `l`.
+    fn reply(l: &Lookup, rcode: ResponseCode, ans: Vec<Record>, auth: Vec<Record>, ad: bool) -> Upstream {
+        let mut m = Message::new();
+        m.set_id(7).set_message_type(MessageType::Response).set_recursion_available(true);
+        m.set_response_code(rcode).set_authentic_data(ad);
+        let mut q = Query::query(l.name.clone(), l.qtype);
+        q.set_query_class(l.qclass);
+        m.add_query(q);
+        m.insert_answers(ans);
+        m.insert_name_servers(auth);
+        let b = m.to_vec().unwrap();
+        assert!(l.matches(7, &b));
+        Upstream::Reply(b)
+    }
+    fn lookup(a: Action) -> Task {
+        match a {
+            Action::Lookup(t) => t,
+            other => panic!("expected a lookup, got {other:?}"),
+        }
+    }
+    fn answer(a: Action) -> Message {
+        match a {
+            Action::Reply(b) => Message::from_vec(&b).unwrap(),
+            other => panic!("expected a reply, got {other:?}"),
+        }
+    }
+    fn addrs(m: &Message) -> Vec<(String, u32, Ipv6Addr)> {
+        m.answers()
+            .iter()
+            .filter_map(|r| match r.data() {
+                RData::AAAA(AAAA(a)) => Some((r.name().to_ascii(), r.ttl(), *a)),
+                _ => None,
+            })
+            .collect()
+    }
+    /// AAAA query that upstream answers NODATA (with `auth`), then A with `ans`.
+    fn synth(c: &Core, qname: &str, auth: Vec<Record>, ans: Vec<Record>) -> Message {
+        let t = lookup(c.query(LOCAL, &query(qname, RecordType::AAAA, None, false), false));
+        assert_eq!(t.lookup().qtype, RecordType::AAAA);
+        let r = reply(t.lookup(), ResponseCode::NoError, vec![], auth, false);
+        let t = lookup(c.upstream(t, r));
+        assert_eq!(t.lookup().qtype, RecordType::A);
+        assert_eq!(t.lookup().name, name(qname));
+        let r = reply(t.lookup(), ResponseCode::NoError, ans, vec![], false);
+        answer(c.upstream(t, r))
+    }
+
+    /// RFC 6052 §2.4 table through the DNS: each prefix length.
+    #[test]
+    fn synthesis_with_each_rfc6052_prefix_length() {
+        let table = [
+            ("2001:db8::/32", "2001:db8:c000:221::"),
+            ("2001:db8:100::/40", "2001:db8:1c0:2:21::"),
+            ("2001:db8:122::/48", "2001:db8:122:c000:2:2100::"),
+            ("2001:db8:122:300::/56", "2001:db8:122:3c0:0:221::"),
+            ("2001:db8:122:344::/64", "2001:db8:122:344:c0:2:2100:0"),
+            ("2001:db8:122:344::/96", "2001:db8:122:344::192.0.2.33"),
+        ];
+        for (prefix, want) in table {
+            let c = core(prefix);
+            let m = synth(&c, "h2.example.", vec![], vec![a("h2.example.", 300, "192.0.2.33")]);
+            assert_eq!(m.response_code(), ResponseCode::NoError);
+            assert_eq!(m.id(), 0x1234);
+            assert_eq!(m.queries()[0].query_type(), RecordType::AAAA);
+            assert_eq!(addrs(&m), vec![("h2.example.".into(), 300, want.parse().unwrap())], "{prefix}");
+            assert!(m.answers().iter().all(|r| r.record_type() != RecordType::A));
+            assert_eq!(c.counters().snapshot().synthesized, 1);
+        }
+    }
+
+    /// RFC 6052 §3.1: under the WKP only global IPv4 addresses are synthesised.
+    #[test]
+    fn wkp_synthesises_only_global_addresses() {
+        let c = core("64:ff9b::/96");
+        let m = synth(
+            &c,
+            "mixed.example.",
+            vec![],
+            vec![a("mixed.example.", 300, "198.41.0.4"), a("mixed.example.", 300, "10.0.0.1")],
+        );
+        assert_eq!(addrs(&m), vec![("mixed.example.".into(), 300, "64:ff9b::c629:4".parse().unwrap())]);
+        let s = c.counters().snapshot();
+        assert_eq!((s.synthesized_records, s.excluded_a_records), (1, 1));
+        // Only private addresses: NODATA, the original AAAA answer.
+        let m = synth(&c, "priv.example.", vec![soa("example.", 60, 60)], vec![a("priv.example.", 300, "192.168.1.1")]);
+        assert_eq!(m.response_code(), ResponseCode::NoError);
+        assert!(m.answers().is_empty());
+        assert_eq!(m.name_servers().len(), 1, "SOA of the AAAA answer kept");
+        assert_eq!(c.counters().snapshot().aaaa_nodata, 1);
+    }
+
+    #[test]
+    fn exclude_a_is_honoured() {
+        let c = core("64:ff9b:1::/96");
+        let m = synth(
+            &c,
+            "x.example.",
+            vec![],
+            vec![
+                a("x.example.", 300, "127.0.0.1"),
+                a("x.example.", 300, "224.0.0.1"),
+                a("x.example.", 300, "10.1.1.1"),
+            ],
+        );
+        assert_eq!(addrs(&m), vec![("x.example.".into(), 300, "64:ff9b:1::a01:101".parse().unwrap())]);
+        assert_eq!(c.counters().snapshot().excluded_a_records, 2);
+    }
+
+    /// RFC 6147 §5.1.1: real AAAA data goes back unchanged, no A query.
+    #[test]
+    fn real_aaaa_passes_through() {
+        let c = core("64:ff9b::/96");
+        let t = lookup(c.query(LOCAL, &query("v6.example.", RecordType::AAAA, None, false), false));
+        let r = reply(t.lookup(), ResponseCode::NoError, vec![aaaa("v6.example.", 123, "2001:db8::1")], vec![], true);
+        let m = answer(c.upstream(t, r));
+        assert_eq!(m.id(), 0x1234);
+        assert_eq!(addrs(&m), vec![("v6.example.".into(), 123, "2001:db8::1".parse().unwrap())]);
+        assert!(m.authentic_data(), "unchanged reply keeps the upstream's AD bit");
+        assert_eq!(c.counters().snapshot().aaaa_real, 1);
+    }
+
+    /// RFC 6147 §5.1.4: excluded AAAA records are removed; only excluded
+    /// records means synthesis.
+    #[test]
+    fn aaaa_exclusion() {
+        let c = core("64:ff9b:1::/96");
+        let t = lookup(c.query(LOCAL, &query("m.example.", RecordType::AAAA, None, false), false));
+        let ans = vec![aaaa("m.example.", 60, "::ffff:192.0.2.1"), aaaa("m.example.", 60, "2001:db8::5")];
+        let m = answer(c.upstream(t.clone(), reply(t.lookup(), ResponseCode::NoError, ans, vec![], true)));
+        assert_eq!(addrs(&m), vec![("m.example.".into(), 60, "2001:db8::5".parse().unwrap())]);
+        assert!(!m.authentic_data(), "modified answer is not authentic");
+        let m = synth(&c, "only.example.", vec![], vec![a("only.example.", 60, "192.0.2.1")]);
+        assert_eq!(addrs(&m), vec![("only.example.".into(), 60, "64:ff9b:1::c000:201".parse().unwrap())]);
+        // Only mapped AAAA records, and no A records: NODATA without the
+        // offending records.
+        let t = lookup(c.query(LOCAL, &query("bad.example.", RecordType::AAAA, None, false), false));
+        let r =
+            reply(t.lookup(), ResponseCode::NoError, vec![aaaa("bad.example.", 60, "::ffff:1.2.3.4")], vec![], false);
+        let t = lookup(c.upstream(t, r));
+        let m = answer(c.upstream(t.clone(), reply(t.lookup(), ResponseCode::NoError, vec![], vec![], false)));
+        assert!(m.answers().is_empty());
+        assert_eq!(c.counters().snapshot().excluded_aaaa_records, 2);
+    }
+
+    /// RFC 6147 §5.1.7 with RFC 2308 §5: TTL = min(A TTL, SOA TTL, SOA
+    /// MINIMUM); without an SOA, min(A TTL, 600).
+    #[test]
+    fn ttl_rule() {
+        let c = core("64:ff9b:1::/96");
+        let ttl =
+            |auth, a_ttl| synth(&c, "t.example.", auth, vec![a("t.example.", a_ttl, "192.0.2.1")]).answers()[0].ttl();
+        assert_eq!(ttl(vec![soa("example.", 3600, 60)], 300), 60);
+        assert_eq!(ttl(vec![soa("example.", 30, 900)], 300), 30);
+        assert_eq!(ttl(vec![soa("example.", 3600, 3600)], 300), 300);
+        assert_eq!(ttl(vec![], 86400), 600);
+        assert_eq!(ttl(vec![], 5), 5);
+    }
+
+    /// RFC 6147 §5.1.5: the CNAME chain stays, synthesis at its end.
+    #[test]
+    fn cname_chain() {
+        let c = core("64:ff9b:1::/96");
+        let ans = vec![
+            cname("www.example.", 300, "cdn.example.net."),
+            cname("cdn.example.net.", 300, "edge.example.net."),
+            a("edge.example.net.", 20, "198.51.100.7"),
+            rrsig("edge.example.net.", RecordType::A),
+            rrsig("www.example.", RecordType::CNAME),
+        ];
+        let m = synth(&c, "www.example.", vec![], ans);
+        let types: Vec<RecordType> = m.answers().iter().map(|r| r.record_type()).collect();
+        assert_eq!(types, [RecordType::CNAME, RecordType::CNAME, RecordType::RRSIG, RecordType::AAAA]);
+        assert_eq!(addrs(&m), vec![("edge.example.net.".into(), 20, "64:ff9b:1::c633:6407".parse().unwrap())]);
+        assert!(rrsig_covers(&m.answers()[2], RecordType::CNAME), "only the RRSIG over A goes");
+    }
+
+    /// RFC 6147 §5.1.2: NXDOMAIN is returned as is, no A query.
+    #[test]
+    fn nxdomain_no_synthesis() {
+        let c = core("64:ff9b::/96");
+        let t = lookup(c.query(LOCAL, &query("nx.example.", RecordType::AAAA, None, false), false));
+        let r = reply(t.lookup(), ResponseCode::NXDomain, vec![], vec![soa("example.", 60, 60)], false);
+        let m = answer(c.upstream(t, r));
+        assert_eq!(m.response_code(), ResponseCode::NXDomain);
+        assert_eq!(m.name_servers().len(), 1);
+        assert_eq!(c.counters().snapshot().aaaa_nxdomain, 1);
+    }
+
+    /// RFC 6147 §5.1.2/§5.1.3: other RCODEs and timeouts count as an empty
+    /// answer; an A failure is the answer's basis.
+    #[test]
+    fn aaaa_errors_and_timeouts() {
+        let c = core("64:ff9b:1::/96");
+        let t = lookup(c.query(LOCAL, &query("sf.example.", RecordType::AAAA, None, false), false));
+        let r = reply(t.lookup(), ResponseCode::ServFail, vec![], vec![soa("example.", 5, 5)], false);
+        let t = lookup(c.upstream(t, r));
+        let r = reply(t.lookup(), ResponseCode::NoError, vec![a("sf.example.", 3600, "192.0.2.9")], vec![], false);
+        let m = answer(c.upstream(t, r));
+        assert_eq!(addrs(&m), vec![("sf.example.".into(), 600, "64:ff9b:1::c000:209".parse().unwrap())]);
+
+        let t = lookup(c.query(LOCAL, &query("to.example.", RecordType::AAAA, None, false), false));
+        let t = lookup(c.upstream(t, Upstream::Timeout));
+        assert_eq!(t.lookup().qtype, RecordType::A);
+        let m = answer(c.upstream(t, Upstream::Timeout));
+        assert_eq!(m.response_code(), ResponseCode::ServFail);
+        assert_eq!(m.queries()[0].name(), &name("to.example."));
+
+        let t = lookup(c.query(LOCAL, &query("nx2.example.", RecordType::AAAA, None, false), false));
+        let t = lookup(c.upstream(t.clone(), reply(t.lookup(), ResponseCode::NoError, vec![], vec![], false)));
+        let m = answer(c.upstream(t.clone(), reply(t.lookup(), ResponseCode::NXDomain, vec![], vec![], false)));
+        assert_eq!(m.response_code(), ResponseCode::NXDomain);
+
+        let t = lookup(c.query(LOCAL, &query("g.example.", RecordType::AAAA, None, false), false));
+        let t = lookup(c.upstream(t, Upstream::Reply(b"garbage!garbage!".to_vec())));
+        let m = answer(c.upstream(t, Upstream::Reply(vec![0; 3])));
+        assert_eq!(m.response_code(), ResponseCode::ServFail);
+        let s = c.counters().snapshot();
+        assert_eq!((s.servfail_upstream, s.upstream_malformed), (2, 2));
+    }
+
+    /// RFC 6147 §5.3.1 option 2: CNAME to in-addr.arpa plus its PTR.
+    #[test]
+    fn ptr_under_prefix() {
+        let c = core("2001:db8:122::/48");
+        let v6: Ipv6Addr = "2001:db8:122:c000:2:2100::".parse().unwrap();
+        let qname = arpa::ip6_arpa_name(v6).to_ascii();
+        let t = lookup(c.query(LOCAL, &query(&qname, RecordType::PTR, None, false), false));
+        assert_eq!(t.lookup().name, name("33.2.0.192.in-addr.arpa."));
+        assert_eq!(t.lookup().qtype, RecordType::PTR);
+        let ptr = Record::from_rdata(name("33.2.0.192.in-addr.arpa."), 900, RData::PTR(PTR(name("h2.example."))));
+        let m = answer(c.upstream(t.clone(), reply(t.lookup(), ResponseCode::NoError, vec![ptr], vec![], false)));
+        assert_eq!(m.answers().len(), 2);
+        assert_eq!(m.answers()[0].name(), &name(&qname));
+        assert_eq!(m.answers()[0].data(), &RData::CNAME(CNAME(name("33.2.0.192.in-addr.arpa."))));
+        assert_eq!(m.answers()[0].ttl(), 900);
+        assert_eq!(m.answers()[1].data(), &RData::PTR(PTR(name("h2.example."))));
+        // No PTR data: no CNAME, the upstream's RCODE.
+        let m = answer(c.upstream(t.clone(), reply(t.lookup(), ResponseCode::NXDomain, vec![], vec![], false)));
+        assert_eq!((m.response_code(), m.answers().len()), (ResponseCode::NXDomain, 0));
+        let m = answer(c.upstream(t.clone(), reply(t.lookup(), ResponseCode::NoError, vec![], vec![], false)));
+        assert_eq!((m.response_code(), m.answers().len()), (ResponseCode::NoError, 0));
+        let m = answer(c.upstream(t, Upstream::Timeout));
+        assert_eq!(m.response_code(), ResponseCode::ServFail);
+        assert_eq!(c.counters().snapshot().ptr_synthesized, 1);
+        // Outside the prefix, or a partial name: forwarded unchanged.
+        for q in
+            [arpa::ip6_arpa_name("2001:db8::1".parse().unwrap()).to_ascii(), "2.2.1.0.8.b.d.0.1.0.0.2.ip6.arpa.".into()]
+        {
+            let t = lookup(c.query(LOCAL, &query(&q, RecordType::PTR, None, false), false));
+            assert_eq!(t.lookup().name, name(&q));
+            let r = reply(t.lookup(), ResponseCode::NXDomain, vec![], vec![], false);
+            assert_eq!(answer(c.upstream(t, r)).response_code(), ResponseCode::NXDomain);
+        }
+    }
+
+    /// RFC 6147 §5.5: CD+DO: no synthesis; DO alone: synthesis without AD.
+    #[test]
+    fn dnssec_bits() {
+        let c = core("64:ff9b:1::/96");
+        let t = lookup(c.query(LOCAL, &query("s.example.", RecordType::AAAA, Some(true), true), false));
+        assert!(t.lookup().cd && t.lookup().dnssec_ok && t.lookup().edns);
+        let r = reply(t.lookup(), ResponseCode::NoError, vec![], vec![soa("example.", 60, 60)], true);
+        let m = answer(c.upstream(t, r));
+        assert!(m.answers().is_empty() && m.authentic_data(), "relayed unchanged");
+        assert_eq!(c.counters().snapshot().dnssec_no_synthesis, 1);
+
+        let t = lookup(c.query(LOCAL, &query("s.example.", RecordType::AAAA, Some(true), false), false));
+        let t = lookup(c.upstream(t.clone(), reply(t.lookup(), ResponseCode::NoError, vec![], vec![], true)));
+        assert!(t.lookup().dnssec_ok && !t.lookup().cd);
+        let ans = vec![a("s.example.", 60, "192.0.2.1"), rrsig("s.example.", RecordType::A)];
+        let m = answer(c.upstream(t.clone(), reply(t.lookup(), ResponseCode::NoError, ans, vec![], true)));
+        assert!(!m.authentic_data());
+        assert_eq!(m.answers().len(), 1, "RRSIG over A removed");
+        assert!(m.extensions().as_ref().is_some_and(|e| e.flags().dnssec_ok));
+
+        // CD alone (no DO): synthesis.
+        let t = lookup(c.query(LOCAL, &query("s.example.", RecordType::AAAA, None, true), false));
+        let t = lookup(c.upstream(t.clone(), reply(t.lookup(), ResponseCode::NoError, vec![], vec![], false)));
+        assert_eq!(t.lookup().qtype, RecordType::A);
+    }
+
+    /// RFC 6147 §5.3.3: other types (A included) are returned unchanged.
+    #[test]
+    fn other_types_and_classes_pass_through() {
+        let c = core("64:ff9b::/96");
+        for t in [RecordType::A, RecordType::MX, RecordType::TXT] {
+            let task = lookup(c.query(LOCAL, &query("o.example.", t, None, false), false));
+            assert_eq!(task.lookup().qtype, t);
+            let r = reply(task.lookup(), ResponseCode::NoError, vec![a("o.example.", 1, "192.0.2.1")], vec![], false);
+            let Upstream::Reply(raw) = r.clone() else { unreachable!() };
+            let Action::Reply(out) = c.upstream(task, r) else { panic!() };
+            assert_eq!(out[3..], raw[3..], "only the ID and RD change");
+            assert_eq!(out[2], raw[2] | 0x01, "RD copied from the query");
+            assert_eq!(out[..2], [0x12, 0x34]);
+        }
+        // AAAA in class CH: no DNS64.
+        let mut m = Message::new();
+        let mut q = Query::query(name("version.bind."), RecordType::AAAA);
+        q.set_query_class(DNSClass::CH);
+        m.add_query(q);
+        let t = lookup(c.query(LOCAL, &m.to_vec().unwrap(), false));
+        let m = answer(c.upstream(t.clone(), reply(t.lookup(), ResponseCode::NoError, vec![], vec![], false)));
+        assert!(m.answers().is_empty());
+        assert_eq!(c.counters().snapshot().passthrough, 4);
+    }
+
+    #[test]
+    fn malformed_and_refused_queries() {
+        let c = core("64:ff9b::/96");
+        // Garbage after a query header: FORMERR with the same ID.
+        let m = answer(c.query(LOCAL, b"\xab\xcd\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\xff\xff", false));
+        assert_eq!((m.id(), m.response_code()), (0xabcd, ResponseCode::FormErr));
+        assert!(matches!(c.query(LOCAL, b"\x01\x02\x03", false), Action::Drop));
+        // A response is never answered.
+        let mut resp = query("a.example.", RecordType::A, None, false);
+        resp[2] |= 0x80;
+        assert!(matches!(c.query(LOCAL, &resp, false), Action::Drop));
+        // Two questions: FORMERR.
+        let mut m = Message::new();
+        m.add_query(Query::query(name("a.example."), RecordType::A));
+        m.add_query(Query::query(name("b.example."), RecordType::A));
+        assert_eq!(answer(c.query(LOCAL, &m.to_vec().unwrap(), false)).response_code(), ResponseCode::FormErr);
+        // Opcode NOTIFY: NOTIMP.
+        let mut m = Message::new();
+        m.set_op_code(OpCode::Notify).add_query(Query::query(name("a.example."), RecordType::SOA));
+        assert_eq!(answer(c.query(LOCAL, &m.to_vec().unwrap(), false)).response_code(), ResponseCode::NotImp);
+        // Outside `allow`: REFUSED.
+        let q = query("a.example.", RecordType::AAAA, None, false);
+        assert_eq!(answer(c.query("203.0.113.5".parse().unwrap(), &q, false)).response_code(), ResponseCode::Refused);
+        assert_eq!(answer(c.query("2001:db8::5".parse().unwrap(), &q, false)).response_code(), ResponseCode::Refused);
+        assert!(matches!(c.query("fd00::5".parse().unwrap(), &q, false), Action::Lookup(_)));
+        let s = c.counters().snapshot();
+        assert_eq!((s.formerr, s.dropped_malformed, s.notimp, s.refused), (2, 2, 1, 2));
+    }
+
+    /// Answers over the client's UDP size are truncated; TCP gets them whole.
+    #[test]
+    fn truncation() {
+        let c = core("64:ff9b:1::/96");
+        let many: Vec<Record> = (0..40).map(|i| a("big.example.", 60, &format!("192.0.2.{i}"))).collect();
+        let m = synth(&c, "big.example.", vec![], many.clone());
+        assert!(m.truncated() && m.answers().is_empty());
+        assert_eq!(m.queries().len(), 1);
+        let t = lookup(c.query(LOCAL, &query("big.example.", RecordType::AAAA, None, false), true));
+        let t = lookup(c.upstream(t.clone(), reply(t.lookup(), ResponseCode::NoError, vec![], vec![], false)));
+        let m = answer(c.upstream(t.clone(), reply(t.lookup(), ResponseCode::NoError, many, vec![], false)));
+        assert!(!m.truncated());
+        assert_eq!(addrs(&m).len(), 40);
+    }
+
+    #[test]
+    fn lookup_matching() {
+        let l = Lookup {
+            name: name("Example.COM."),
+            qtype: RecordType::A,
+            qclass: DNSClass::IN,
+            cd: false,
+            edns: true,
+            dnssec_ok: false,
+        };
+        let q = l.to_bytes(99);
+        assert!(!l.matches(99, &q), "a query is not a reply");
+        let Upstream::Reply(r) = reply(&l, ResponseCode::NoError, vec![], vec![], false) else { unreachable!() };
+        assert!(l.matches(7, &r) && !l.matches(8, &r));
+        let other = Lookup { qtype: RecordType::AAAA, ..l.clone() };
+        assert!(!other.matches(7, &r));
+        let lower = Lookup { name: name("example.com."), ..l };
+        assert!(lower.matches(7, &r), "names compare case-insensitively");
+        assert!(!lower.matches(7, &r[..11]));
+    }
+}
