@@ -183,7 +183,7 @@ pub enum Action {
     /// Send nothing (counted).
     Drop,
     /// Perform [`Task::lookup`] and feed the outcome to [`Core::upstream`].
-    Lookup(Task),
+    Lookup(Box<Task>),
 }
 
 /// The DNS64 function: policy plus counters.
@@ -308,12 +308,12 @@ impl Core {
                 (Phase::Forward, client.lookup(name, qtype))
             }
         };
-        Action::Lookup(Task { client, phase, lookup })
+        Action::Lookup(Box::new(Task { client, phase, lookup }))
     }
 
     /// The outcome of `task`'s lookup arrives.
-    pub fn upstream(&self, task: Task, result: Upstream) -> Action {
-        let Task { client, phase, .. } = task;
+    pub fn upstream(&self, task: Box<Task>, result: Upstream) -> Action {
+        let Task { client, phase, .. } = *task;
         match phase {
             Phase::Forward => self.forward(&client, result),
             Phase::Aaaa => self.on_aaaa(client, result),
@@ -368,7 +368,7 @@ impl Core {
 
     fn to_a_phase(&self, client: Client, aaaa: Option<Message>) -> Action {
         let lookup = client.lookup(client.query.name().clone(), RecordType::A);
-        Action::Lookup(Task { client, phase: Phase::A { aaaa }, lookup })
+        Action::Lookup(Box::new(Task { client, phase: Phase::A { aaaa }, lookup }))
     }
 
     fn on_aaaa(&self, client: Client, result: Upstream) -> Action {
@@ -690,7 +690,7 @@ mod tests {
         assert!(l.matches(7, &b));
         Upstream::Reply(b)
     }
-    fn lookup(a: Action) -> Task {
+    fn lookup(a: Action) -> Box<Task> {
         match a {
             Action::Lookup(t) => t,
             other => panic!("expected a lookup, got {other:?}"),
