@@ -146,9 +146,8 @@ async fn udp_loop(sock: UdpSocket, ctx: Arc<Ctx>) {
         let (ctx, sock) = (ctx.clone(), sock.clone());
         tasks.spawn(async move {
             if let Some(reply) = ctx.handle(from, &bytes, false).await {
-                if sock.send_to(&reply, from).await.is_ok() {
-                    Counters::inc(&ctx.counters().answers);
-                }
+                Counters::inc(&ctx.counters().answers);
+                let _ = sock.send_to(&reply, from).await;
             }
             drop(permit);
         });
@@ -178,10 +177,10 @@ async fn tcp_conn(mut s: TcpStream, from: SocketAddr, ctx: Arc<Ctx>) {
         let mut out = Vec::with_capacity(reply.len() + 2);
         out.extend_from_slice(&l.to_be_bytes());
         out.extend_from_slice(&reply);
+        Counters::inc(&ctx.counters().answers);
         if s.write_all(&out).await.is_err() {
             return;
         }
-        Counters::inc(&ctx.counters().answers);
     }
 }
 

@@ -88,7 +88,7 @@ counters! {
     dropped_overload,
     /// UDP answers truncated (TC=1) to fit the client's payload size.
     truncated,
-    /// Answers sent (UDP and TCP).
+    /// Answers produced and handed to the socket (UDP and TCP).
     answers,
 }
 
