@@ -52,7 +52,7 @@ pub const SIIT_KEYS: &[&str] = &[
 
 /// Top-level tables that configure a translation function (at least one
 /// must be present).
-pub const TABLES: &[&str] = &["siit"];
+pub const TABLES: &[&str] = &["siit", "dns64"];
 
 /// Top-level tables of the daemon itself (`v6gate run`); all optional.
 /// `v6gate translate` ignores them.
@@ -65,6 +65,8 @@ pub const DAEMON_TABLES: &[&str] = &["tun", "admin", "daemon"];
 pub struct Config {
     /// `[siit]`: the stateless IP/ICMP translator (RFC 7915).
     pub siit: Option<siit::Config>,
+    /// `[dns64]`: the DNS64 resolver front end (RFC 6147), crate `dns64`.
+    pub dns64: Option<dns64::Config>,
     /// `[tun]`: the daemon's TUN device (defaults when the table is absent).
     pub tun: TunConfig,
     /// `[admin]`: the admin HTTP API.
@@ -185,6 +187,7 @@ fn line_col(text: &str, at: usize) -> (usize, usize) {
 #[serde(deny_unknown_fields, rename_all = "kebab-case", expecting = "a table of v6gate configuration")]
 struct FileToml {
     siit: Option<SiitToml>,
+    dns64: Option<dns64::Config>,
     tun: Option<TunToml>,
     admin: Option<AdminToml>,
     daemon: Option<DaemonToml>,
@@ -433,7 +436,7 @@ impl Config {
         let tun = file.tun.map(|t| tun_from_toml(text, t)).transpose()?.unwrap_or_default();
         let admin = file.admin.map(|t| admin_from_toml(text, t)).transpose()?.unwrap_or_default();
         let daemon = file.daemon.map(|t| daemon_from_toml(text, t)).transpose()?.unwrap_or_default();
-        Ok(Config { siit, tun, admin, daemon, origin: None })
+        Ok(Config { siit, dns64: file.dns64, tun, admin, daemon, origin: None })
     }
 
     /// Read, parse and [`check`](Config::check) a configuration file.
@@ -450,7 +453,7 @@ impl Config {
     /// Validate what [`parse`](Config::parse) cannot: at least one function
     /// is configured, and every configured one can be built.
     pub fn check(&self) -> Result<(), Error> {
-        if self.siit.is_none() {
+        if self.siit.is_none() && self.dns64.is_none() {
             let tables: Vec<String> = TABLES.iter().map(|t| format!("[{t}]")).collect();
             return Err(Error::new(
                 ErrorKind::Missing,
@@ -461,6 +464,12 @@ impl Config {
         }
         if self.siit.is_some() {
             self.siit_translator()?;
+        }
+        if let Some(d) = &self.dns64 {
+            d.check().map_err(|e| {
+                Error::new(ErrorKind::Invalid, Some(format!("[dns64] {}", e.key)), e.message)
+                    .in_file(self.origin.as_deref())
+            })?;
         }
         Ok(())
     }
@@ -781,7 +790,28 @@ fn daemon_from_toml(text: &str, t: DaemonToml) -> Result<DaemonConfig, Error> {
 /// A complete, commented example configuration: every key with its default
 /// and a one-line explanation. It parses (and is tested to).
 pub fn example() -> &'static str {
-    include_str!("example.toml")
+    static TEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TEXT.get_or_init(|| {
+        let mut s = include_str!("example.toml").to_string();
+        s.push_str("\n# The tables below are commented out: uncomment and adapt the ones you run.\n\n");
+        s.push_str(&commented(dns64::EXAMPLE_TOML));
+        s
+    })
+}
+
+/// `text` with every line that is not already a comment commented out.
+fn commented(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 256);
+    for l in text.lines() {
+        if l.is_empty() || l.starts_with('#') {
+            out.push_str(l);
+        } else {
+            out.push_str("# ");
+            out.push_str(l);
+        }
+        out.push('\n');
+    }
+    out
 }
 
 #[cfg(test)]
@@ -1089,6 +1119,37 @@ mod tests {
         for k in TUN_KEYS.iter().chain(ADMIN_KEYS).chain(DAEMON_KEYS) {
             assert!(example().lines().any(|l| l.trim_start_matches(['#', ' ']).starts_with(&format!("{k} ="))), "{k}");
         }
+    }
+
+    #[test]
+    fn dns64_table_is_read_and_checked() {
+        let c = Config::parse("[dns64]\nupstream = [\"192.0.2.53\"]\nprefix = \"64:ff9b:1::/96\"\n").unwrap();
+        c.check().unwrap();
+        let d = c.dns64.unwrap();
+        assert_eq!(d.upstream, ["192.0.2.53"]);
+        assert_eq!(d.prefix, "64:ff9b:1::/96");
+        assert_names("[dns64]\nupstream = [\"192.0.2.53\"]\nprefix = \"nope\"\n", "[dns64] prefix");
+        assert_names("[dns64]\nupstream = []\n", "[dns64] upstream");
+        assert_names("[dns64]\nupstream = [\"192.0.2.53\"]\nbogus = 1\n", "[dns64] bogus");
+        // The example carries the [dns64] table, commented out.
+        assert!(example().contains("# [dns64]"));
+        let uncommented: String = example()
+            .lines()
+            .skip_while(|l| !l.starts_with("# [dns64]"))
+            .map(|l| {
+                let body = l.trim_start_matches(['#', ' ']);
+                let key =
+                    body.split_once(" = ").is_some_and(|(k, _)| k.chars().all(|c| c.is_ascii_lowercase() || c == '-'));
+                let table = body.starts_with('[') && body.ends_with(']') && !body.contains(' ');
+                if key || table {
+                    format!("{body}\n")
+                } else {
+                    "\n".to_string()
+                }
+            })
+            .collect();
+        let d: Config = Config::parse(&uncommented).unwrap_or_else(|e| panic!("{e}\n{uncommented}"));
+        assert!(d.dns64.is_some());
     }
 
     #[test]

@@ -163,7 +163,8 @@ pub fn status(d: &Daemon) -> Value {
         "uptime_seconds": d.started.elapsed().as_secs_f64(),
         "config_file": d.config_path.display().to_string(),
         "config_generation": eng.generation,
-        "functions": eng.functions(),
+        "functions": d.functions(),
+        "dns64": super::lock(&d.dns64).as_ref().map(|s| serde_json::to_value(s.stats()).unwrap_or(Value::Null)),
         "device": { "name": d.device.0, "index": d.device.1, "workers": d.workers() },
         "routes": super::lock(&d.routes).iter().map(|r| r.to_string()).collect::<Vec<_>>(),
         "reloads": {
@@ -231,6 +232,15 @@ pub fn metrics(d: &Daemon) -> String {
     let limited = t.daemon_drops.iter().find(|x| x.0 == "icmp-rate-limited").map_or(0, |x| x.1);
     let _ = writeln!(s, "v6gate_icmp_errors_total{{result=\"sent\"}} {}", t.icmp_errors_sent);
     let _ = writeln!(s, "v6gate_icmp_errors_total{{result=\"rate-limited\"}} {limited}");
+    if let Some(st) = super::lock(&d.dns64).as_ref().map(|x| x.stats()) {
+        if let Ok(Value::Object(m)) = serde_json::to_value(st) {
+            for (k, v) in m {
+                let name = format!("dns64_{k}_total");
+                head(&mut s, &name, "counter", "DNS64 counter (see docs/dns64.md).");
+                let _ = writeln!(s, "v6gate_{name} {}", v.as_u64().unwrap_or(0));
+            }
+        }
+    }
     s
 }
 

@@ -46,7 +46,6 @@ pub struct RunArgs {
 }
 
 /// The running daemon's shared state (read by the admin API).
-#[derive(Debug)]
 pub struct Daemon {
     /// The configuration file.
     pub config_path: PathBuf,
@@ -68,6 +67,14 @@ pub struct Daemon {
     pub reloads_failed: AtomicU64,
     /// The last reload error.
     pub last_reload_error: Mutex<Option<String>>,
+    /// The DNS64 server, when `[dns64]` is configured.
+    pub dns64: Mutex<Option<dns64::Server>>,
+}
+
+impl std::fmt::Debug for Daemon {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Daemon").field("config_path", &self.config_path).field("device", &self.device).finish()
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -105,6 +112,9 @@ impl Daemon {
         }
         let generation = self.engines.load().generation + 1;
         let engines = Engines::build(&new, generation, self.workers()).map_err(|e| e.to_string())?;
+        if new.dns64 != cur.dns64 {
+            self.restart_dns64(cur.dns64.as_ref(), new.dns64.as_ref())?;
+        }
         // Netlink changes first (they can fail); the swap cannot.
         let mut nl = Netlink::open().map_err(|e| format!("netlink: {e}"))?;
         let idx = self.device.1;
@@ -142,6 +152,44 @@ impl Daemon {
         self.engines.store(Arc::new(engines));
         *cur = new;
         Ok(generation)
+    }
+}
+
+impl Daemon {
+    /// Functions running: the packet engines, then DNS64.
+    pub fn functions(&self) -> Vec<&'static str> {
+        let mut f = self.engines.load().functions();
+        if lock(&self.dns64).is_some() {
+            f.push("dns64");
+        }
+        f
+    }
+
+    /// Replace the DNS64 server running `old` by one running `new`; when
+    /// the new one cannot start (e.g. its address is taken), the old one is
+    /// started again and the error returned.
+    fn restart_dns64(&self, old: Option<&dns64::Config>, new: Option<&dns64::Config>) -> Result<(), String> {
+        let mut slot = lock(&self.dns64);
+        if let Some(s) = slot.take() {
+            s.stop();
+        }
+        let Some(n) = new else { return Ok(()) };
+        match dns64::Server::start(n) {
+            Ok(s) => {
+                log::info!("dns64: serving on {:?}", s.local_addrs());
+                *slot = Some(s);
+                Ok(())
+            }
+            Err(e) => {
+                if let Some(o) = old {
+                    match dns64::Server::start(o) {
+                        Ok(s) => *slot = Some(s),
+                        Err(e2) => log::error!("dns64: cannot restart the old server either: {e2}"),
+                    }
+                }
+                Err(format!("[dns64]: cannot start: {e}"))
+            }
+        }
     }
 }
 
@@ -204,6 +252,14 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     let pin = cfg.tun.pin_workers;
     let batch = cfg.tun.batch;
     let admin_addr = cfg.admin.listen;
+    let dns = match &cfg.dns64 {
+        Some(d) => {
+            let s = dns64::Server::start(d).map_err(|e| anyhow::anyhow!("[dns64]: cannot start: {e}"))?;
+            log::info!("dns64: serving on {:?}", s.local_addrs());
+            Some(s)
+        }
+        None => None,
+    };
     let daemon = Arc::new(Daemon {
         config_path: args.config.clone(),
         config: Mutex::new(cfg),
@@ -215,6 +271,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         reloads_ok: AtomicU64::new(0),
         reloads_failed: AtomicU64::new(0),
         last_reload_error: Mutex::new(None),
+        dns64: Mutex::new(dns),
     });
 
     let mut threads = Vec::new();
@@ -245,7 +302,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     .context("installing signal handlers")?;
     log::info!(
         "running: device {name} (index {idx}), {n} worker(s), functions {}, admin {}",
-        daemon.engines.load().functions().join("+"),
+        daemon.functions().join("+"),
         admin_addr.map_or("disabled".to_string(), |a| format!("http://{a}"))
     );
     for sig in signals.forever() {
@@ -271,6 +328,9 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     shutdown.store(true, Ordering::Relaxed);
     if let Some(a) = admin {
         a.stop();
+    }
+    if let Some(d) = lock(&daemon.dns64).take() {
+        d.stop();
     }
     for t in threads {
         let _ = t.join();
