@@ -187,3 +187,20 @@ fn run_refuses_a_bad_config_and_a_taken_device() {
     assert!(e.contains("v6gate0 already exists"), "{e}");
     assert!(ping(&lab.h6, H4_AS_V6, &[]).0, "the first daemon is undisturbed");
 }
+
+#[test]
+fn siit_with_poll_io_mode() {
+    let lab = Lab::start(&CONFIG.replace("queues = 2", "queues = 2\nio = \"poll\""));
+    assert!(ping(&lab.h6, H4_AS_V6, &[]).0);
+    assert!(ping(&lab.h4, "192.0.2.2", &[]).0);
+    let (got, _) = udp_echo(&lab.h6, sa("[::]:4030"), &lab.h4, sa("192.0.2.2:4030"), b"poll");
+    assert_eq!(got, b"poll");
+    assert!(!lab.log().contains("io_uring unavailable"));
+}
+
+#[test]
+fn uring_io_mode_is_used() {
+    let lab = Lab::start(CONFIG);
+    assert!(ping(&lab.h6, H4_AS_V6, &[]).0);
+    assert!(!lab.log().contains("io_uring unavailable"), "{}", lab.log());
+}

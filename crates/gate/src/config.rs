@@ -501,7 +501,19 @@ impl Config {
 // Daemon tables: [tun], [admin], [daemon].
 
 /// Every key of the `[tun]` table.
-pub const TUN_KEYS: &[&str] = &["name", "mtu", "queues", "batch", "pin-workers", "addresses", "auto-routes", "routes"];
+pub const TUN_KEYS: &[&str] =
+    &["name", "mtu", "queues", "io", "batch", "pin-workers", "addresses", "auto-routes", "routes"];
+
+/// How workers move packets in and out of their TUN queue (`[tun] io`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IoMode {
+    /// io_uring: reads kept posted, writes batched, one system call per batch.
+    #[default]
+    Uring,
+    /// Non-blocking `read(2)` until the queue is empty, one `write(2)` per
+    /// packet, `poll(2)` when idle.
+    Poll,
+}
 /// Every key of the `[admin]` table.
 pub const ADMIN_KEYS: &[&str] = &["enabled", "listen"];
 /// Every key of the `[daemon]` table.
@@ -557,6 +569,8 @@ pub struct TunConfig {
     pub mtu: u32,
     /// `queues`: TUN queues, one worker thread each; 0 = one per CPU core.
     pub queues: usize,
+    /// `io`: `"uring"` (default) or `"poll"`.
+    pub io: IoMode,
     /// `batch`: packets a worker reads per wake-up before writing. Default 64.
     pub batch: usize,
     /// `pin-workers`: pin worker i to CPU i. Default false.
@@ -576,6 +590,7 @@ impl Default for TunConfig {
             name: DEFAULT_TUN_NAME.into(),
             mtu: 1500,
             queues: 0,
+            io: IoMode::Uring,
             batch: 64,
             pin_workers: false,
             addresses: Vec::new(),
@@ -636,6 +651,7 @@ struct TunToml {
     name: Option<Spanned<String>>,
     mtu: Option<u32>,
     queues: Option<usize>,
+    io: Option<Spanned<String>>,
     batch: Option<usize>,
     pin_workers: Option<bool>,
     addresses: Option<Vec<Spanned<String>>>,
@@ -720,6 +736,15 @@ fn tun_from_toml(text: &str, t: TunToml) -> Result<TunConfig, Error> {
             ));
         }
         c.queues = q;
+    }
+    if let Some(io) = &t.io {
+        c.io = match io.get_ref().as_str() {
+            "uring" => IoMode::Uring,
+            "poll" => IoMode::Poll,
+            other => {
+                return Err(invalid(text, "[tun] io", io.span(), format!("`{other}` is not \"uring\" or \"poll\"")))
+            }
+        };
     }
     if let Some(b) = t.batch {
         if !(1..=1024).contains(&b) {
@@ -1064,6 +1089,7 @@ mod tests {
             name = "xl0"
             mtu = 9000
             queues = 2
+            io = "poll"
             batch = 16
             pin-workers = true
             addresses = ["192.0.2.1/24", "2001:db8::1"]
@@ -1080,6 +1106,7 @@ mod tests {
         .unwrap();
         assert_eq!(c.tun.name, "xl0");
         assert_eq!((c.tun.mtu, c.tun.queues, c.tun.batch), (9000, 2, 16));
+        assert_eq!(c.tun.io, IoMode::Poll);
         assert!(c.tun.pin_workers && !c.tun.auto_routes);
         assert_eq!(c.tun.addresses[0].to_string(), "192.0.2.1/24");
         assert_eq!(c.tun.addresses[1].to_string(), "2001:db8::1/128");
@@ -1099,6 +1126,7 @@ mod tests {
         assert_names(&format!("{base}[tun]\nmtu = 100\n"), "[tun] mtu");
         assert_names(&format!("{base}[tun]\nqueues = 1000\n"), "[tun] queues");
         assert_names(&format!("{base}[tun]\nbatch = 0\n"), "[tun] batch");
+        assert_names(&format!("{base}[tun]\nio = \"epoll\"\n"), "[tun] io");
         assert_names(&format!("{base}[tun]\naddresses = [\"192.0.2.1/33\"]\n"), "[tun] addresses[0]");
         assert_names(&format!("{base}[tun]\nroutes = [\"192.0.2.1/24\"]\n"), "[tun] routes[0]");
         assert_names(&format!("{base}[tun]\nqueue = 1\n"), "[tun] queue");

@@ -30,7 +30,7 @@ use std::time::Instant;
 use anyhow::{bail, Context as _};
 use arc_swap::ArcSwap;
 
-use crate::config::{Config, IpPrefix};
+use crate::config::{Config, IoMode, IpPrefix};
 use crate::sys::netlink::Netlink;
 use crate::sys::tun;
 use engine::{routes_for, Engines};
@@ -233,7 +233,9 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     let engines = Engines::build(&cfg, 1, n)?;
 
     let name = cfg.tun.name.clone();
-    let queues = tun::open_queues(&name, n).with_context(|| format!("creating TUN device {name}"))?;
+    let io = cfg.tun.io;
+    let queues =
+        tun::open_queues(&name, n, io == IoMode::Poll).with_context(|| format!("creating TUN device {name}"))?;
     let Some(idx) = tun::if_index(&name) else { bail!("TUN device {name} vanished") };
     let mut nl = Netlink::open().context("opening a route netlink socket")?;
     nl.link_up(idx, cfg.tun.mtu).with_context(|| format!("bringing {name} up with MTU {}", cfg.tun.mtu))?;
@@ -276,8 +278,16 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
 
     let mut threads = Vec::new();
     for (id, (queue, st)) in queues.into_iter().zip(stats).enumerate() {
-        let w =
-            worker::Worker { id, queue, stats: st, engines: engines.clone(), shutdown: shutdown.clone(), batch, epoch };
+        let w = worker::Worker {
+            id,
+            queue,
+            io,
+            stats: st,
+            engines: engines.clone(),
+            shutdown: shutdown.clone(),
+            batch,
+            epoch,
+        };
         let t = std::thread::Builder::new().name(format!("v6gate-w{id}")).spawn(move || {
             if pin {
                 if let Err(e) = tun::pin_to_cpu(id) {
@@ -341,7 +351,13 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         }
     }
     // The queues were moved into the workers and closed when they ended:
-    // the device is gone with them.
+    // the device goes with the last one (give the kernel a moment).
+    for _ in 0..100 {
+        if tun::if_index(&name).is_none() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     log::info!("stopped");
     Ok(())
 }

@@ -5,6 +5,7 @@
 
 pub mod netlink;
 pub mod tun;
+pub mod uring;
 
 use std::io;
 

@@ -40,9 +40,9 @@ pub fn if_index(name: &str) -> Option<u32> {
     (i != 0).then_some(i)
 }
 
-/// Create the TUN device `name` with `queues` queues. Fails when a device
-/// of that name already exists (another daemon may own it).
-pub fn open_queues(name: &str, queues: usize) -> io::Result<Vec<TunQueue>> {
+/// Create the TUN device `name` with `queues` queues, non-blocking or not.
+/// Fails when a device of that name already exists (another daemon may own it).
+pub fn open_queues(name: &str, queues: usize, nonblocking: bool) -> io::Result<Vec<TunQueue>> {
     if name.is_empty() || name.len() >= libc::IFNAMSIZ {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("bad device name `{name}`")));
     }
@@ -52,13 +52,14 @@ pub fn open_queues(name: &str, queues: usize) -> io::Result<Vec<TunQueue>> {
             format!("device {name} already exists (another v6gate running?)"),
         ));
     }
-    (0..queues.max(1)).map(|_| open_one(name)).collect()
+    (0..queues.max(1)).map(|_| open_one(name, nonblocking)).collect()
 }
 
-fn open_one(name: &str) -> io::Result<TunQueue> {
+fn open_one(name: &str, nonblocking: bool) -> io::Result<TunQueue> {
     let path = c"/dev/net/tun";
+    let flags = libc::O_RDWR | libc::O_CLOEXEC | if nonblocking { libc::O_NONBLOCK } else { 0 };
     // SAFETY: plain open(2) of a constant path.
-    let raw = cvt(unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC) })?;
+    let raw = cvt(unsafe { libc::open(path.as_ptr(), flags) })?;
     // SAFETY: `raw` is a freshly opened fd that nothing else owns.
     let fd = unsafe { OwnedFd::from_raw_fd(raw) };
     let mut req = IfReq { name: [0; libc::IFNAMSIZ], flags: IFF_TUN | IFF_NO_PI | IFF_MULTI_QUEUE, _pad: [0; 22] };
@@ -70,6 +71,20 @@ fn open_one(name: &str) -> io::Result<TunQueue> {
 }
 
 impl TunQueue {
+    /// A second descriptor of the same queue (for the timer thread's writes).
+    pub fn try_clone(&self) -> io::Result<TunQueue> {
+        Ok(TunQueue { fd: self.fd.try_clone()? })
+    }
+
+    /// Switch the queue to non-blocking mode.
+    pub fn set_nonblocking(&self) -> io::Result<()> {
+        // SAFETY: fcntl on our own fd.
+        let fl = cvt(unsafe { libc::fcntl(self.fd.as_raw_fd(), libc::F_GETFL) })?;
+        // SAFETY: as above.
+        cvt(unsafe { libc::fcntl(self.fd.as_raw_fd(), libc::F_SETFL, fl | libc::O_NONBLOCK) })?;
+        Ok(())
+    }
+
     /// Read one packet into `buf`; `Ok(None)` when the queue is empty.
     #[inline]
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
@@ -141,9 +156,9 @@ mod tests {
 
     #[test]
     fn bad_names_are_refused() {
-        assert!(open_queues("", 1).is_err());
-        assert!(open_queues("a-name-that-is-too-long", 1).is_err());
+        assert!(open_queues("", 1, true).is_err());
+        assert!(open_queues("a-name-that-is-too-long", 1, true).is_err());
         // `lo` always exists.
-        assert_eq!(open_queues("lo", 1).unwrap_err().kind(), io::ErrorKind::AlreadyExists);
+        assert_eq!(open_queues("lo", 1, true).unwrap_err().kind(), io::ErrorKind::AlreadyExists);
     }
 }
