@@ -597,6 +597,10 @@ impl Nat64 {
             };
         }
         let (src6, dst6) = (ip.src(), ip.dst());
+        // A source inside pool6 is one of our own translations coming back.
+        if self.cfg.pool6.contains(&src6) {
+            return Verdict::Drop(DropReason::HairpinLoop);
+        }
         let Some(y) = self.p6.extract(&dst6) else {
             return Verdict::Drop(DropReason::UntranslatableDestination);
         };
@@ -677,9 +681,14 @@ impl Nat64 {
             self.touch(s, Side::V6, flow, now);
             return Ok(s.t);
         }
-        // CLOSED: only a V6 SYN opens a TCP session.
+        // CLOSED: only a V6 SYN opens a TCP session; another segment is
+        // translated through an existing BIB entry without creating state,
+        // and dropped when there is none.
         if flow.p == Protocol::Tcp && flow.flags & tcp::SYN == 0 {
-            return Err(refuse(DropReason::NoSession, None));
+            return match sh.bib.get(&(flow.p, x)) {
+                Some(b) => Ok(b.t),
+                None => Err(refuse(DropReason::NoSession, None)),
+            };
         }
         // RFC 6146 §3.5.1.1: when no transport address or BIB entry can be
         // had, "the NAT64 SHOULD send an ICMPv6 Destination Unreachable
@@ -955,8 +964,9 @@ impl Nat64 {
         let allowed = !self.cfg.address_dependent_filtering || sh.peers.contains_key(&(flow.p, x, y.addr));
         match flow.p {
             Protocol::Tcp => {
+                // CLOSED, not a SYN: translated through the BIB entry, no state.
                 if !syn {
-                    return Err(refuse(DropReason::NoSession, None));
+                    return Ok(x);
                 }
                 if self.cfg.drop_externally_initiated_tcp {
                     return Err(refuse(DropReason::ExternallyInitiatedTcp, None));
@@ -973,8 +983,10 @@ impl Nat64 {
             self.n_sess.fetch_sub(1, Ordering::AcqRel);
             return Err(refuse(DropReason::SessionTableFull, prohibited));
         }
+        // A V4 SYN through a BIB entry, allowed by the filter: translated,
+        // session in V4 INIT with the transitory lifetime.
         let (state, life) = match flow.p {
-            Protocol::Tcp => (Some(TcpState::V4Init), self.to[TO_SYN]),
+            Protocol::Tcp => (Some(TcpState::V4Init), self.to[TO_TRANS]),
             p => (None, self.idle_timeout(p)),
         };
         self.insert_session(&mut sh, key, t, state, now, now.saturating_add(life));

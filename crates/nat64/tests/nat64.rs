@@ -191,8 +191,11 @@ fn tcp_lifecycle_both_ways() {
     c.tcp_trans_timeout = nat64::config::Secs(4);
     c.tcp_est_timeout = nat64::config::Secs(100);
     let n = nat(c);
-    // A non-SYN with no session is dropped (CLOSED).
+    // A non-SYN with no session and no BIB entry is dropped (CLOSED).
     assert_eq!(dropped(&n, &tcp6(ACK, 5555), 0), DropReason::NoSession);
+    assert_eq!(dropped(&n, &tcp4(ACK, 5555), 0), DropReason::NoBinding);
+    // A source inside pool6 would loop.
+    assert_eq!(dropped(&n, &V6::new(6, Y6B, Y6).tcp(1, 80, SYN, b""), 0), DropReason::HairpinLoop);
     let out = fwd(&n, &tcp6(SYN, 5555), 0);
     let t = be16(&out, 20);
     assert_eq!(out[20 + 13], SYN);
@@ -302,9 +305,11 @@ fn unsolicited_syn_is_held_then_answered_or_dropped_by_simultaneous_open() {
     let s = n.sessions(&SessionFilter { ipv4: Some(a4(Y4B)), ..Default::default() }, 10 * S);
     assert_eq!(s.len(), 1);
     assert_eq!(s[0].state, Some(TcpState::V4Init));
-    // Its V4 INIT lifetime is tcp-incoming-syn-timeout (6 s).
-    n.expire(17 * S);
-    assert!(n.sessions(&SessionFilter { ipv4: Some(a4(Y4B)), ..Default::default() }, 17 * S).is_empty());
+    // Its V4 INIT lifetime is tcp-trans-timeout (240 s).
+    n.expire(200 * S);
+    assert_eq!(n.sessions(&SessionFilter { ipv4: Some(a4(Y4B)), ..Default::default() }, 200 * S).len(), 1);
+    n.expire(251 * S);
+    assert!(n.sessions(&SessionFilter { ipv4: Some(a4(Y4B)), ..Default::default() }, 251 * S).is_empty());
 }
 
 #[test]
