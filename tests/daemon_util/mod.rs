@@ -347,3 +347,75 @@ fn socket2_addr(a: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
     };
     (ss, len as libc::socklen_t)
 }
+
+/// UDP echo servers on `ports` inside a namespace, for as long as the
+/// value lives. Each reply is the request prefixed with nothing; the
+/// sources seen are recorded.
+pub struct EchoServers {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+    pub seen: std::sync::Arc<std::sync::Mutex<Vec<SocketAddr>>>,
+}
+
+impl EchoServers {
+    pub fn udp(ns: &Netns, bind_ip: &str, ports: &[u16]) -> EchoServers {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut threads = Vec::new();
+        for &port in ports {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let path = format!("{}/{}", lab::netns::NETNS_DIR, ns.name());
+            let (stop, seen) = (stop.clone(), seen.clone());
+            let bind: SocketAddr = format!("{bind_ip}:{port}").parse().unwrap();
+            threads.push(std::thread::spawn(move || {
+                let f = std::fs::File::open(path).unwrap();
+                nix_setns(&f);
+                let sock = UdpSocket::bind(bind).unwrap();
+                sock.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+                tx.send(()).unwrap();
+                let mut buf = [0u8; 2048];
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    if let Ok((n, from)) = sock.recv_from(&mut buf) {
+                        seen.lock().unwrap().push(from);
+                        let _ = sock.send_to(&buf[..n], from);
+                    }
+                }
+            }));
+            rx.recv().unwrap();
+        }
+        EchoServers { stop, threads, seen }
+    }
+}
+
+impl Drop for EchoServers {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+fn nix_setns(f: &std::fs::File) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: setns(2) on an open namespace file, for this thread only.
+    assert_eq!(unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) }, 0);
+}
+
+/// A UDP client socket inside `ns` (bound to an ephemeral port), for
+/// several round trips.
+pub fn udp_client(ns: &Netns, v6: bool) -> UdpSocket {
+    in_ns(ns, || {
+        let s = UdpSocket::bind(if v6 { "[::]:0" } else { "0.0.0.0:0" }).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        s
+    })
+}
+
+/// One round trip on `sock`: send `msg` to `dst`, wait for the echo.
+pub fn udp_roundtrip(sock: &UdpSocket, dst: SocketAddr, msg: &[u8]) -> std::io::Result<Vec<u8>> {
+    sock.send_to(msg, dst)?;
+    let mut buf = [0u8; 2048];
+    let (n, _) = sock.recv_from(&mut buf)?;
+    Ok(buf[..n].to_vec())
+}
