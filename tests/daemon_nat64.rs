@@ -192,3 +192,23 @@ fn nat64_reload_keeps_sessions_and_applies_new_limits() {
     assert_eq!(lab.metric("v6gate_config_generation"), 2);
     assert_eq!(udp_roundtrip(&a, dst, b"still").unwrap(), b"still");
 }
+
+#[test]
+fn natpt_pool_mode_keeps_ports() {
+    let lab = Lab::start(&format!(
+        "{SIIT}\n[nat64]\nmode = \"natpt\"\npool6 = \"64:ff9b:2::/96\"\npool4 = [\"203.0.113.8/31\"]\n[tun]\nqueues = 1\n"
+    ));
+    assert_eq!(lab.status()["functions"], serde_json::json!(["siit", "natpt"]));
+    let srv = EchoServers::udp(&lab.h4, "0.0.0.0", &[6030]);
+    let sock = in_ns(&lab.h6, || {
+        let s = std::net::UdpSocket::bind("[::]:7777").unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        s
+    });
+    assert_eq!(udp_roundtrip(&sock, sa(&format!("[{H4_NAT64}]:6030")), b"pt").unwrap(), b"pt");
+    let from = srv.seen.lock().unwrap()[0];
+    assert_eq!(from.port(), 7777, "NAT-PT keeps the port");
+    assert!(["203.0.113.8", "203.0.113.9"].contains(&from.ip().to_string().as_str()), "{from}");
+    assert_eq!(lab.metric("v6gate_nat64_natpt_hosts"), 1);
+    assert!(ping(&lab.h6, H4_NAT64, &[]).0);
+}
