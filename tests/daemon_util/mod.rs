@@ -207,6 +207,33 @@ pub fn ping(ns: &Netns, dst: &str, extra: &[&str]) -> (bool, String) {
     (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr))
 }
 
+/// Run `server` on a thread in `srv_ns` (it calls `ready` once it is
+/// listening and returns the peer it served), then `client` on a thread in
+/// `cli_ns`; returns what the client got back and the peer the server saw.
+fn round_trip(
+    srv_ns: &Netns,
+    cli_ns: &Netns,
+    server: impl FnOnce(&dyn Fn()) -> SocketAddr + Send,
+    client: impl FnOnce() -> Vec<u8> + Send,
+) -> (Vec<u8>, SocketAddr) {
+    std::thread::scope(|s| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let srv = s.spawn(move || {
+            srv_ns.enter_thread().unwrap();
+            server(&move || tx.send(()).unwrap())
+        });
+        rx.recv().unwrap();
+        let got = s
+            .spawn(move || {
+                cli_ns.enter_thread().unwrap();
+                client()
+            })
+            .join()
+            .unwrap();
+        (got, srv.join().unwrap())
+    })
+}
+
 /// A UDP echo round trip: server bound in `srv_ns` on `bind`, client in
 /// `cli_ns` sending to `dst`. Returns what the client got back and the
 /// source address the server saw.
@@ -217,34 +244,25 @@ pub fn udp_echo(
     dst: SocketAddr,
     msg: &[u8],
 ) -> (Vec<u8>, SocketAddr) {
-    std::thread::scope(|s| {
-        let (tx, rx) = std::sync::mpsc::channel();
-        let srv = s.spawn(move || {
-            srv_ns.enter_thread().unwrap();
-            let sock = UdpSocket::bind(bind).unwrap();
-            sock.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-            tx.send(()).unwrap();
-            let mut buf = [0u8; 2048];
-            let (n, from) = sock.recv_from(&mut buf).unwrap();
-            sock.send_to(&buf[..n], from).unwrap();
-            from
-        });
-        rx.recv().unwrap();
-        let got = s
-            .spawn(move || {
-                cli_ns.enter_thread().unwrap();
-                let unspec: SocketAddr = if dst.is_ipv6() { "[::]:0" } else { "0.0.0.0:0" }.parse().unwrap();
-                let sock = UdpSocket::bind(unspec).unwrap();
-                sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-                sock.send_to(msg, dst).unwrap();
-                let mut buf = [0u8; 2048];
-                let (n, _) = sock.recv_from(&mut buf).unwrap();
-                buf[..n].to_vec()
-            })
-            .join()
-            .unwrap();
-        (got, srv.join().unwrap())
-    })
+    let server = move |ready: &dyn Fn()| {
+        let sock = UdpSocket::bind(bind).unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        ready();
+        let mut buf = [0u8; 2048];
+        let (n, from) = sock.recv_from(&mut buf).unwrap();
+        sock.send_to(&buf[..n], from).unwrap();
+        from
+    };
+    let client = move || {
+        let unspec: SocketAddr = if dst.is_ipv6() { "[::]:0" } else { "0.0.0.0:0" }.parse().unwrap();
+        let sock = UdpSocket::bind(unspec).unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        sock.send_to(msg, dst).unwrap();
+        let mut buf = [0u8; 2048];
+        let (n, _) = sock.recv_from(&mut buf).unwrap();
+        buf[..n].to_vec()
+    };
+    round_trip(srv_ns, cli_ns, server, client)
 }
 
 /// A TCP echo round trip (connect, send, read back, close), as [`udp_echo`].
@@ -255,34 +273,25 @@ pub fn tcp_echo(
     dst: SocketAddr,
     msg: &[u8],
 ) -> (Vec<u8>, SocketAddr) {
-    std::thread::scope(|s| {
-        let (tx, rx) = std::sync::mpsc::channel();
-        let srv = s.spawn(move || {
-            srv_ns.enter_thread().unwrap();
-            let l = TcpListener::bind(bind).unwrap();
-            tx.send(()).unwrap();
-            let (mut c, from) = l.accept().unwrap();
-            c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-            let mut buf = vec![0u8; msg.len()];
-            c.read_exact(&mut buf).unwrap();
-            c.write_all(&buf).unwrap();
-            from
-        });
-        rx.recv().unwrap();
-        let got = s
-            .spawn(move || {
-                cli_ns.enter_thread().unwrap();
-                let mut c = TcpStream::connect_timeout(&dst, Duration::from_secs(5)).unwrap();
-                c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-                c.write_all(msg).unwrap();
-                let mut buf = vec![0u8; msg.len()];
-                c.read_exact(&mut buf).unwrap();
-                buf
-            })
-            .join()
-            .unwrap();
-        (got, srv.join().unwrap())
-    })
+    let server = move |ready: &dyn Fn()| {
+        let l = TcpListener::bind(bind).unwrap();
+        ready();
+        let (mut c, from) = l.accept().unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut buf = vec![0u8; msg.len()];
+        c.read_exact(&mut buf).unwrap();
+        c.write_all(&buf).unwrap();
+        from
+    };
+    let client = move || {
+        let mut c = TcpStream::connect_timeout(&dst, Duration::from_secs(5)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        c.write_all(msg).unwrap();
+        let mut buf = vec![0u8; msg.len()];
+        c.read_exact(&mut buf).unwrap();
+        buf
+    };
+    round_trip(srv_ns, cli_ns, server, client)
 }
 
 /// Send `count` raw IP payloads with protocol `proto` from a thread in

@@ -171,7 +171,7 @@ pub fn parse_proto(s: &str) -> Result<nat64::Protocol, String> {
 }
 
 /// `ADDR#PORT` (Jool's notation) or `ADDR:PORT` / `[V6]:PORT`.
-fn parse_transport(s: &str) -> Result<std::net::SocketAddr, String> {
+pub fn parse_transport(s: &str) -> Result<std::net::SocketAddr, String> {
     if let Some((a, p)) = s.rsplit_once('#') {
         let ip: std::net::IpAddr =
             a.trim_matches(['[', ']']).parse().map_err(|_| format!("`{a}` is not an address"))?;
