@@ -17,6 +17,12 @@ use std::time::{Duration, Instant};
 use lab::netns::{veth, Netns};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_v6gate");
+
+/// The binary the testbed runs: `V6GATE_BIN` when set (e.g. a release
+/// build), else the one cargo built for the tests.
+pub fn bin() -> String {
+    std::env::var("V6GATE_BIN").unwrap_or_else(|_| BIN.to_string())
+}
 pub const H6: &str = "2001:db8:1::2";
 pub const H4: &str = "198.51.100.2";
 
@@ -66,7 +72,7 @@ impl Lab {
         let log = std::fs::File::create(self.dir.path().join("daemon.log")).unwrap();
         let child = self
             .gw
-            .command(BIN)
+            .command(&bin())
             .args(["run", "--config"])
             .arg(config_path(&self.dir))
             .stdin(Stdio::null())

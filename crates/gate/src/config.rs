@@ -540,7 +540,7 @@ impl Config {
 
 /// Every key of the `[tun]` table.
 pub const TUN_KEYS: &[&str] =
-    &["name", "mtu", "queues", "io", "batch", "pin-workers", "addresses", "auto-routes", "routes"];
+    &["name", "mtu", "txqueuelen", "queues", "io", "batch", "pin-workers", "addresses", "auto-routes", "routes"];
 
 /// How workers move packets in and out of their TUN queue (`[tun] io`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -605,6 +605,8 @@ pub struct TunConfig {
     pub name: String,
     /// `mtu`: device MTU. Default 1500.
     pub mtu: u32,
+    /// `txqueuelen`: packets each TUN queue holds for its worker. Default 1000.
+    pub txqueuelen: u32,
     /// `queues`: TUN queues, one worker thread each; 0 = one per CPU core.
     pub queues: usize,
     /// `io`: `"uring"` (default) or `"poll"`.
@@ -627,6 +629,7 @@ impl Default for TunConfig {
         TunConfig {
             name: DEFAULT_TUN_NAME.into(),
             mtu: 1500,
+            txqueuelen: 1000,
             queues: 0,
             io: IoMode::Uring,
             batch: 64,
@@ -688,6 +691,7 @@ impl Default for DaemonConfig {
 struct TunToml {
     name: Option<Spanned<String>>,
     mtu: Option<u32>,
+    txqueuelen: Option<u32>,
     queues: Option<usize>,
     io: Option<Spanned<String>>,
     batch: Option<usize>,
@@ -764,6 +768,16 @@ fn tun_from_toml(text: &str, t: TunToml) -> Result<TunConfig, Error> {
             ));
         }
         c.mtu = m;
+    }
+    if let Some(q) = t.txqueuelen {
+        if !(1..=1_000_000).contains(&q) {
+            return Err(Error::new(
+                ErrorKind::Invalid,
+                Some("[tun] txqueuelen".into()),
+                format!("{q} is outside 1..=1000000"),
+            ));
+        }
+        c.txqueuelen = q;
     }
     if let Some(q) = t.queues {
         if q > MAX_QUEUES {
@@ -1165,6 +1179,7 @@ mod tests {
         let base = "[siit]\npool6 = \"64:ff9b:1::/96\"\n";
         assert_names(&format!("{base}[tun]\nname = \"a-very-long-name-x\"\n"), "[tun] name");
         assert_names(&format!("{base}[tun]\nmtu = 100\n"), "[tun] mtu");
+        assert_names(&format!("{base}[tun]\ntxqueuelen = 0\n"), "[tun] txqueuelen");
         assert_names(&format!("{base}[tun]\nqueues = 1000\n"), "[tun] queues");
         assert_names(&format!("{base}[tun]\nbatch = 0\n"), "[tun] batch");
         assert_names(&format!("{base}[tun]\nio = \"epoll\"\n"), "[tun] io");

@@ -9,8 +9,9 @@
 //!   before anything changes; then the engines are swapped atomically
 //!   (workers pick the new ones up at their next batch), routes and
 //!   addresses are brought in line, and the log level applied. A bad file,
-//!   or one that changes `[tun] name`/`queues` or `[admin]`, is rejected:
-//!   the error is logged, counted (`v6gate_config_reloads_total{result="error"}`)
+//!   or one that changes `[tun] name`/`queues` or `[admin]` (or `[tun] io`,
+//!   `batch`, `pin-workers`), is rejected: the error is logged, counted
+//!   (`v6gate_config_reloads_total{result="error"}`)
 //!   and shown in `/status`, and the old configuration keeps running.
 //! - `SIGINT`/`SIGTERM`: stop the workers, remove the routes, close the
 //!   queues (which removes the device).
@@ -109,6 +110,9 @@ impl Daemon {
                 new.tun.effective_queues()
             ));
         }
+        if (new.tun.io, new.tun.batch, new.tun.pin_workers) != (cur.tun.io, cur.tun.batch, cur.tun.pin_workers) {
+            return Err("[tun] io, batch or pin-workers changed: restart v6gate to apply".into());
+        }
         if new.admin != cur.admin {
             return Err("[admin] changed: restart v6gate to apply".into());
         }
@@ -123,8 +127,9 @@ impl Daemon {
         // Netlink changes first (they can fail); the swap cannot.
         let mut nl = Netlink::open().map_err(|e| format!("netlink: {e}"))?;
         let idx = self.device.1;
-        if new.tun.mtu != cur.tun.mtu {
-            nl.link_up(idx, new.tun.mtu).map_err(|e| format!("setting MTU {}: {e}", new.tun.mtu))?;
+        if (new.tun.mtu, new.tun.txqueuelen) != (cur.tun.mtu, cur.tun.txqueuelen) {
+            nl.link_up(idx, new.tun.mtu, new.tun.txqueuelen)
+                .map_err(|e| format!("setting MTU {} / txqueuelen {}: {e}", new.tun.mtu, new.tun.txqueuelen))?;
         }
         for a in &new.tun.addresses {
             if !cur.tun.addresses.contains(a) {
@@ -275,7 +280,8 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         tun::open_queues(&name, n, io == IoMode::Poll).with_context(|| format!("creating TUN device {name}"))?;
     let Some(idx) = tun::if_index(&name) else { bail!("TUN device {name} vanished") };
     let mut nl = Netlink::open().context("opening a route netlink socket")?;
-    nl.link_up(idx, cfg.tun.mtu).with_context(|| format!("bringing {name} up with MTU {}", cfg.tun.mtu))?;
+    nl.link_up(idx, cfg.tun.mtu, cfg.tun.txqueuelen)
+        .with_context(|| format!("bringing {name} up with MTU {}", cfg.tun.mtu))?;
     for a in &cfg.tun.addresses {
         nl.add_address(idx, *a).with_context(|| format!("adding address {a} to {name}"))?;
     }
