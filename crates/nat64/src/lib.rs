@@ -562,7 +562,10 @@ impl Nat64 {
         self.count_refused(r.reason);
         if let Some((t, c)) = r.icmp {
             out.clear();
-            if self.xl.icmp4_error(out, pkt, t, c, [0; 4]) {
+            // From the address the sender tried to reach (a pool4 address),
+            // as the host behind it would answer.
+            let src = Ipv4Packet::new_quoted(pkt).ok().map(|ip| ip.dst());
+            if self.xl.icmp4_error(out, src, pkt, t, c, [0; 4]) {
                 return Verdict::Emit;
             }
         }
@@ -1146,7 +1149,7 @@ impl Nat64 {
                     self.held_n.fetch_sub(1, Ordering::AcqRel);
                     self.c.held_expired.fetch_add(1, Ordering::Relaxed);
                     out.clear();
-                    if self.xl.icmp4_error(&mut out, &h.pkt, icmp4::DEST_UNREACH, 3, [0; 4]) {
+                    if self.xl.icmp4_error(&mut out, Some(h.t.addr), &h.pkt, icmp4::DEST_UNREACH, 3, [0; 4]) {
                         if let Some((_, b)) = out.get(0) {
                             rep.icmp.push(b.to_vec());
                         }

@@ -78,6 +78,9 @@ pub(crate) struct Pool {
     table: Box<[AtomicU32]>,
     keys: std::hash::RandomState,
     owned: AtomicU32,
+    /// Lowest and highest pool4 address.
+    lo: u32,
+    hi: u32,
 }
 
 const TABLE_LEN: usize = 256;
@@ -102,6 +105,8 @@ impl Pool {
         }
         let by_proto =
             Protocol::ALL.map(|p| (0..addrs.len()).filter(|&i| addrs[i].ranges[p.idx()].is_some()).collect());
+        let lo = addrs.iter().map(|a| u32::from(a.addr)).min().unwrap_or(1);
+        let hi = addrs.iter().map(|a| u32::from(a.addr)).max().unwrap_or(0);
         Pool {
             addrs,
             index,
@@ -109,13 +114,17 @@ impl Pool {
             table: (0..TABLE_LEN).map(|_| AtomicU32::new(0)).collect(),
             keys: std::hash::RandomState::new(),
             owned: AtomicU32::new(0),
+            lo,
+            hi,
         }
     }
 
     /// True when `a` is a pool4 address.
     #[inline]
     pub(crate) fn contains(&self, a: Ipv4Addr) -> bool {
-        self.index.contains_key(&a)
+        // Most packets' addresses are far from the pool: a range test first.
+        let v = u32::from(a);
+        v >= self.lo && v <= self.hi && self.index.contains_key(&a)
     }
 
     fn range(&self, p: Protocol, a: Ipv4Addr) -> Option<&Range> {

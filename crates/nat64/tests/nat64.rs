@@ -159,6 +159,7 @@ fn udp_to_unmapped_port_is_refused_with_port_unreachable() {
     let e = icmp_err(&n, &V4::new(17, Y4, T4).udp(53, 4444, b"?"), 0);
     assert_eq!((e[20], e[21]), (3, 3), "ICMPv4 Port Unreachable");
     assert_eq!(v4dst(&e), a4(Y4));
+    assert_eq!(v4src(&e), a4(T4), "from the address the sender tried");
     assert_eq!(stat(&n, "refused", "no-binding"), 1);
     // Not a pool4 address at all.
     assert_eq!(
@@ -294,6 +295,7 @@ fn unsolicited_syn_is_held_then_answered_or_dropped_by_simultaneous_open() {
     check(icmp);
     assert_eq!((icmp[20], icmp[21]), (3, 3));
     assert_eq!(v4dst(icmp), a4(Y4));
+    assert_eq!(v4src(icmp), a4(T4));
     assert_eq!(n.stats().held_syns, 0);
 
     // With a BIB entry and endpoint-independent filtering, a V4 SYN from
