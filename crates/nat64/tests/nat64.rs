@@ -266,6 +266,21 @@ fn static_bib_lets_ipv4_open_tcp() {
     // The static entry outlives its sessions.
     n.expire(10_000 * S);
     assert_eq!(n.bib().len(), 1);
+    // IPv4-initiated ping to an IPv6 server through a static ICMP entry.
+    let e = StaticBib {
+        protocol: Protocol::Icmp,
+        ipv6: "[2001:db8::10]:77".parse().unwrap(),
+        ipv4: "192.0.2.1:7777".parse().unwrap(),
+    };
+    n.bib_add(e).unwrap();
+    let ping = fwd(&n, &V4::new(1, Y4, T4).icmp(8, 0, [0x1e, 0x61, 0, 9], b"hello"), 0);
+    assert_eq!(ping[40], 128);
+    assert_eq!(be16(&ping, 44), 77);
+    assert_eq!(v6dst(&ping), a6("2001:db8::10"));
+    let pong = fwd(&n, &V6::new(58, "2001:db8::10", Y6).icmp(129, 0, [0, 77, 0, 9], b"hello"), 0);
+    assert_eq!(pong[20], 0);
+    assert_eq!(be16(&pong, 24), 7777);
+    n.bib_remove(e).unwrap();
     // Runtime add/remove.
     let e = StaticBib {
         protocol: Protocol::Udp,
