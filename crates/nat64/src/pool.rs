@@ -11,7 +11,6 @@
 
 use crate::config::{Config, Protocol};
 use core::net::{Ipv4Addr, Ipv6Addr};
-use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
@@ -71,7 +70,7 @@ struct Addr {
 #[derive(Debug)]
 pub(crate) struct Pool {
     addrs: Vec<Addr>,
-    index: HashMap<Ipv4Addr, usize>,
+    index: crate::Map<Ipv4Addr, usize>,
     /// Addresses serving each protocol (indices into `addrs`).
     by_proto: [Vec<usize>; 3],
     /// RFC 6056 algorithm 3's table of increments, indexed by G().
@@ -88,7 +87,7 @@ const TABLE_LEN: usize = 256;
 impl Pool {
     pub(crate) fn new(cfg: &Config) -> Self {
         let mut addrs: Vec<Addr> = Vec::new();
-        let mut index = HashMap::new();
+        let mut index = crate::Map::default();
         for e in &cfg.pool4 {
             for i in 0..e.prefix.size() {
                 let a = e.prefix.nth(i);
@@ -178,6 +177,10 @@ impl Pool {
                 let off = if two_i < num { two_i } else { two_i - num + 1 };
                 let cand = lo + ((start + off) % num) as u16;
                 if r.try_claim(cand) {
+                    // RFC 6056 algorithm 3 increments table[G] once per
+                    // probe, so the host's next search starts past the
+                    // ports just found taken.
+                    self.table[g].fetch_add(2 * i, Ordering::Relaxed);
                     return Some((a.addr, cand));
                 }
             }
