@@ -664,11 +664,16 @@ fn concurrent_workers_share_the_tables() {
 
 #[test]
 fn config_keys_and_errors() {
-    let c: Config =
-        toml::from_str(nat64::EXAMPLE_TOML.split_once("[nat64]\n").unwrap().1.split("[[nat64.bib]]").next().unwrap())
-            .unwrap();
+    #[derive(serde::Deserialize)]
+    struct Doc {
+        nat64: Config,
+    }
+    let c = toml::from_str::<Doc>(nat64::EXAMPLE_TOML).unwrap().nat64;
     c.check().unwrap();
     assert_eq!(c.tcp_est_timeout.0, 7440);
+    assert_eq!(c.bib.len(), 1);
+    assert_eq!(c.pool4.len(), 2);
+    Nat64::new(c).unwrap();
     let err = |s: &str| -> String {
         match toml::from_str::<Config>(s) {
             Err(e) => e.to_string(),
