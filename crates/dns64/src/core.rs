@@ -345,7 +345,8 @@ impl Core {
             return Action::Reply(self.minimal(client, true, rcode, true));
         }
         bytes[..2].copy_from_slice(&client.id.to_be_bytes());
-        bytes[2] = (bytes[2] & !0x01) | u8::from(client.rd);
+        // QR set whatever the driver passed in; RD as the client sent it.
+        bytes[2] = 0x80 | (bytes[2] & !0x01) | u8::from(client.rd);
         Action::Reply(bytes)
     }
 
