@@ -11,8 +11,14 @@ use std::sync::Arc;
 use dns64::{Action, Config, Core, Upstream};
 use libfuzzer_sys::fuzz_target;
 
-const PREFIXES: [&str; 6] =
-    ["2001:db8::/32", "2001:db8:100::/40", "2001:db8:122::/48", "2001:db8:122:300::/56", "2001:db8:122:344::/64", "64:ff9b::/96"];
+const PREFIXES: [&str; 6] = [
+    "2001:db8::/32",
+    "2001:db8:100::/40",
+    "2001:db8:122::/48",
+    "2001:db8:122:300::/56",
+    "2001:db8:122:344::/64",
+    "64:ff9b::/96",
+];
 
 fn chunks(mut d: &[u8]) -> impl Iterator<Item = &[u8]> {
     std::iter::from_fn(move || {
