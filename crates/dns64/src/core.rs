@@ -466,15 +466,15 @@ impl Core {
             Counters::inc(&c.aaaa_nodata);
             return match aaaa {
                 Some(m) => {
-                    let answers = m
+                    let kept: Vec<Record> = m
                         .answers()
                         .iter()
                         .filter(|r| !self.excluded_aaaa(r) && !rrsig_covers(r, RecordType::AAAA))
                         .cloned()
                         .collect();
-                    let ad = m.authentic_data()
-                        && m.answers().len() == m.answers().iter().filter(|r| !self.excluded_aaaa(r)).count();
-                    self.respond(client, &m, m.response_code(), answers, ad)
+                    // AD stays only when the reply goes back unmodified.
+                    let ad = m.authentic_data() && kept.len() == m.answers().len();
+                    self.respond(client, &m, m.response_code(), kept, ad)
                 }
                 None => {
                     let chain = msg.answers().iter().filter(|r| !is_a_data(r)).cloned().collect();
