@@ -84,7 +84,8 @@ counters! {
     upstream_mismatched,
     /// Upstream replies that could not be parsed where parsing was needed.
     upstream_malformed,
-    /// FORMERR answers to malformed queries.
+    /// FORMERR answers to malformed queries (and BADVERS to EDNS versions
+    /// other than 0).
     formerr,
     /// REFUSED answers to clients outside `allow`.
     refused,
