@@ -40,8 +40,9 @@ use stats::{Totals, WorkerStats};
 /// `v6gate run` arguments.
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// Configuration file (TOML): the same file `v6gate translate` reads,
-    /// plus the optional [tun], [admin] and [daemon] tables.
+    /// Configuration file (TOML): [siit], [nat64], [dns64] (the file
+    /// `v6gate translate` and `config check` read) plus the optional
+    /// daemon tables [tun], [admin] and [daemon].
     #[arg(short, long, value_name = "FILE")]
     pub config: PathBuf,
 }
