@@ -363,16 +363,22 @@ struct Flow {
     flags: u8,
 }
 
-/// Ports / identifier of an upper-layer header; `None` when it is cut short.
-fn flow_of(upper: u8, l4: &[u8], v6: bool) -> Result<Flow, DropReason> {
+/// Ports / identifier of an upper-layer header. A packet quoted in an ICMP
+/// error may be cut after its first 8 bytes (RFC 792), which still hold
+/// the ports and the echo identifier.
+fn flow_of(upper: u8, l4: &[u8], v6: bool, quoted: bool) -> Result<Flow, DropReason> {
     match upper {
         proto::UDP | proto::TCP => {
-            let min = if upper == proto::UDP { 8 } else { 20 };
+            let min = match (quoted, upper) {
+                (true, _) => 8,
+                (false, proto::UDP) => 8,
+                (false, _) => 20,
+            };
             if l4.len() < min {
                 return Err(DropReason::Truncated);
             }
             let p = if upper == proto::UDP { Protocol::Udp } else { Protocol::Tcp };
-            let flags = if upper == proto::TCP { l4[13] } else { 0 };
+            let flags = if upper == proto::TCP && l4.len() > 13 { l4[13] } else { 0 };
             Ok(Flow { p, sport: u16::from_be_bytes([l4[0], l4[1]]), dport: u16::from_be_bytes([l4[2], l4[3]]), flags })
         }
         proto::ICMP | proto::ICMPV6 if (upper == proto::ICMPV6) == v6 => {
@@ -619,7 +625,7 @@ impl Nat64 {
         if chain.upper == proto::ICMPV6 && l4.len() >= 8 && is_error_v6(l4[0]) {
             return self.icmp_error_6to4(pkt, &src6, y, l4, out);
         }
-        let flow = match flow_of(chain.upper, l4, true) {
+        let flow = match flow_of(chain.upper, l4, true, false) {
             Ok(f) => f,
             Err(r) => return Verdict::Drop(r),
         };
@@ -896,7 +902,7 @@ impl Nat64 {
         let Some(y6) = self.p6.embed(src4) else {
             return Verdict::Drop(DropReason::UntranslatableSource);
         };
-        let flow = match flow_of(ip.protocol(), l4, false) {
+        let flow = match flow_of(ip.protocol(), l4, false, false) {
             Ok(f) => f,
             Err(r) => return Verdict::Drop(r),
         };
@@ -1034,7 +1040,7 @@ impl Nat64 {
         if chain.upper == proto::ICMPV6 && !ql4.is_empty() && is_error_v6(ql4[0]) {
             return Verdict::Drop(DropReason::IcmpErrorInError);
         }
-        let Ok(f) = flow_of(chain.upper, ql4, true) else {
+        let Ok(f) = flow_of(chain.upper, ql4, true, true) else {
             return Verdict::Drop(DropReason::IcmpInnerUntranslatable);
         };
         let Some(qy) = self.p6.extract(&q.src()) else { return Verdict::Drop(DropReason::IcmpInnerUntranslatable) };
@@ -1078,7 +1084,7 @@ impl Nat64 {
         if q.protocol() == proto::ICMP && !ql4.is_empty() && is_error_v4(ql4[0]) {
             return Verdict::Drop(DropReason::IcmpErrorInError);
         }
-        let Ok(f) = flow_of(q.protocol(), ql4, false) else {
+        let Ok(f) = flow_of(q.protocol(), ql4, false, true) else {
             return Verdict::Drop(DropReason::IcmpInnerUntranslatable);
         };
         let t = T4 { addr: q.src(), port: f.sport };

@@ -562,6 +562,14 @@ fn icmp_errors_are_mapped_through_the_bib() {
     assert_eq!(v4src(inner), a4(Y4));
     assert_eq!(v4dst(inner), a4(T4));
     assert_eq!(be16(inner, 22), t, "quoted destination port back to t");
+    // An old router quotes only 8 bytes of a TCP header (RFC 792).
+    let syn = fwd(&n, &tcp6(SYN, 6100), 0);
+    let ts = be16(&syn, 20);
+    let err4 = V4::new(1, "203.0.113.1", T4).icmp(11, 0, [0; 4], &syn[..28]);
+    let e6 = fwd(&n, &err4, 0);
+    assert_eq!((e6[40], e6[41]), (3, 0), "Time Exceeded");
+    assert_eq!(be16(&e6[48..], 40), 6100);
+    assert_ne!(ts, 0);
     // An error about a flow we do not know is dropped.
     let stray = V4::new(17, T4, Y4).udp(9, 53, b"");
     let err = V4::new(1, "203.0.113.1", T4).icmp(3, 1, [0; 4], &stray);
