@@ -424,18 +424,25 @@ impl Nat64 {
         let p6 = Rfc6052::new(cfg.pool6)
             .map_err(|e| Error::Config(ConfigError { key: "nat64.pool6", msg: e.to_string() }))?;
         let n = cfg.shard_count();
+        // With preallocate-tables, each shard gets its share of the hard
+        // limits plus slack for an uneven spread.
+        let (ns, nb) = if cfg.preallocate_tables {
+            (cfg.max_sessions / n + cfg.max_sessions / (4 * n) + 16, cfg.max_bib / n + cfg.max_bib / (4 * n) + 16)
+        } else {
+            (0, 0)
+        };
         let shards = (0..n)
             .map(|_| {
                 Mutex::new(Shard {
-                    bib: Map::default(),
-                    sessions: Map::default(),
-                    peers: Map::default(),
+                    bib: Map::with_capacity_and_hasher(nb, Default::default()),
+                    sessions: Map::with_capacity_and_hasher(ns, Default::default()),
+                    peers: Map::with_capacity_and_hasher(ns, Default::default()),
                     hosts: Map::default(),
                     wheel: Wheel::new(WHEEL_SLOTS, TICK_NS, 0),
                 })
             })
             .collect();
-        let v4idx = (0..n).map(|_| Mutex::new(Map::default())).collect();
+        let v4idx = (0..n).map(|_| Mutex::new(Map::with_capacity_and_hasher(nb, Default::default()))).collect();
         let nreasons = DropReason::ALL.len();
         let to = [
             cfg.udp_timeout.0 * NS,
