@@ -1382,6 +1382,8 @@ impl Nat64 {
                 next.carry_session(k, v, now);
             }
         }
+        // Dynamic entries whose sessions did not fit would never expire.
+        next.sweep_idle_bib();
         Ok(next)
     }
 
@@ -1447,7 +1449,7 @@ impl Nat64 {
 
     /// Delete dynamic BIB entries left without sessions (after a reload
     /// carried a BIB entry whose sessions did not fit). Returns how many.
-    pub fn sweep_idle_bib(&self) -> usize {
+    fn sweep_idle_bib(&self) -> usize {
         let mut n = 0;
         for s in self.shards.iter() {
             let mut sh = lock(s);

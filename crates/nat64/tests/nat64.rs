@@ -625,8 +625,17 @@ fn reload_keeps_sessions_whose_address_stays() {
         ports: (1, 65535),
         protocols: Protocol::ALL.to_vec(),
     });
-    let n2 = n.reconfigure(c2, xlat::siit::Config::default(), S).unwrap();
+    let n2 = n.reconfigure(c2.clone(), xlat::siit::Config::default(), S).unwrap();
     assert_eq!(stat(&n2, "sessions", "udp"), 1);
+    // A reload with room for no session carries no BIB entry either.
+    let mut tight = c2.clone();
+    tight.max_sessions = 1;
+    fwd(&n2, &V6::new(17, H1, Y6B).udp(4000, 53, b"second"), S);
+    fwd(&n2, &V6::new(17, H2, Y6B).udp(4000, 53, b"other host"), S);
+    let n_tight = n2.reconfigure(tight, xlat::siit::Config::default(), S).unwrap();
+    assert_eq!(stat(&n_tight, "sessions", "udp"), 1);
+    assert_eq!(stat(&n_tight, "bib", "udp"), 1, "the BIB entry without a session is not kept");
+    assert_eq!(stat(&n_tight, "used", "udp"), 1);
     let back = fwd(&n2, &V4::new(17, Y4, T4).udp(53, t, b"again"), S);
     assert_eq!(be16(&back, 42), 4000);
     assert_eq!(udp_out_and_back(&n2, H1, 4000, S), t);
