@@ -78,7 +78,7 @@ impl fmt::Display for Protocol {
 
 /// A pool4 entry: a prefix, optionally with a port range and protocols.
 /// Written either as `"192.0.2.0/30"` (all ports 1–65535 for UDP/TCP,
-/// identifiers 0–65535 for ICMP, all three protocols) or as a table
+/// identifiers 1–65535 for ICMP, all three protocols) or as a table
 /// `{ prefix = "192.0.2.1/32", ports = "1024-65535", protocols = ["udp", "tcp"] }`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pool4Entry {
