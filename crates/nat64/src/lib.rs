@@ -48,7 +48,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use tcp::{Lifetime, Side};
 use wheel::Wheel;
-use xlat::addr::Rfc6052;
+use xlat::addr::{Mapper, Rfc6052};
 use xlat::siit::{AddrMap, Role, Translator};
 use xlat::wire::icmp::{is_error_v4, is_error_v6, v4 as icmp4, v6 as icmp6};
 use xlat::wire::ipv4::Ipv4Packet;
@@ -345,11 +345,11 @@ fn role_idx(r: Role) -> usize {
 
 impl AddrMap for Fixed {
     #[inline]
-    fn map_6to4(&self, role: Role, _a: &Ipv6Addr) -> Option<Ipv4Addr> {
+    fn map_6to4(&self, _siit: &Mapper, role: Role, _a: &Ipv6Addr) -> Option<Ipv4Addr> {
         Some(self.v4[role_idx(role)])
     }
     #[inline]
-    fn map_4to6(&self, role: Role, _a: Ipv4Addr) -> Option<Ipv6Addr> {
+    fn map_4to6(&self, _siit: &Mapper, role: Role, _a: Ipv4Addr) -> Option<Ipv6Addr> {
         Some(self.v6[role_idx(role)])
     }
 }
