@@ -173,14 +173,7 @@ impl Daemon {
         }
         *have = want;
         set_log_level(&new.daemon.log_level);
-        let carried = engines.nat64.clone();
         self.engines.store(Arc::new(engines));
-        if let Some(n) = carried {
-            let swept = n.sweep_idle_bib();
-            if swept > 0 {
-                log::info!("nat64: {swept} BIB entries left without sessions by the reload removed");
-            }
-        }
         *cur = new;
         Ok(generation)
     }
