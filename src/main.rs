@@ -36,6 +36,17 @@ enum Cmd {
     /// Print an example configuration or check a configuration file.
     #[command(subcommand)]
     Config(ConfigCmd),
+    /// Benchmarks in network namespaces (needs root), with peers side by side.
+    #[command(subcommand)]
+    Bench(BenchCmd),
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchCmd {
+    /// The NICI TrGW test: N concurrent G.711 calls through a media relay
+    /// (v6gate and rtpengine), set up by the ng protocol; loss and latency
+    /// against calls, maximum zero-loss calls; JSON, Markdown and SVG.
+    Trgw(bench::trgw::Args),
 }
 
 #[derive(Debug, Args)]
@@ -97,6 +108,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Err(e) if e.kind() != io::ErrorKind::BrokenPipe => return Err(e.into()),
                 _ => {}
             }
+        }
+        Cmd::Bench(BenchCmd::Trgw(a)) => {
+            bench::trgw::run(a)?;
         }
         Cmd::Config(ConfigCmd::Check { config }) => match Config::load(&config) {
             Ok(_) => println!("ok"),
