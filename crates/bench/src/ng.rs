@@ -109,6 +109,30 @@ impl Value {
     }
 }
 
+/// JSON-like text, byte strings shown as (lossy) UTF-8: for logs.
+impl std::fmt::Display for Value {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Value::Int(i) => write!(f, "{i}"),
+            Value::Bytes(b) => write!(f, "{:?}", String::from_utf8_lossy(b)),
+            Value::List(l) => {
+                f.write_str("[")?;
+                for (i, v) in l.iter().enumerate() {
+                    write!(f, "{}{v}", if i > 0 { ", " } else { "" })?;
+                }
+                f.write_str("]")
+            }
+            Value::Dict(d) => {
+                f.write_str("{")?;
+                for (i, (k, v)) in d.iter().enumerate() {
+                    write!(f, "{}{:?}: {v}", if i > 0 { ", " } else { "" }, String::from_utf8_lossy(k))?;
+                }
+                f.write_str("}")
+            }
+        }
+    }
+}
+
 const MAX_DEPTH: usize = 32;
 
 fn decode_at(buf: &[u8], depth: usize) -> Result<(Value, &[u8])> {
@@ -199,7 +223,10 @@ impl Client {
     /// Sends `msg` and returns the reply dictionary (retrying on timeout).
     /// Fails when the reply says `result: error`.
     pub fn request(&mut self, msg: &Value) -> Result<Value> {
-        self.next += 1;
+        // Cookies must be unique across clients too: rtpengine answers a
+        // repeated cookie from its cache (it takes it for a retransmission).
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        self.next = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let cookie = format!("{}{}", self.prefix, self.next);
         let mut out = cookie.clone().into_bytes();
         out.push(b' ');
@@ -287,6 +314,7 @@ mod tests {
         assert_eq!(b, b"d7:command5:offer5:flagsl13:trust-address1:xe1:ni-42e3:subd1:ai1eee".to_vec());
         assert_eq!(Value::decode(&b).unwrap(), v);
         assert_eq!(v.path(&["sub", "a"]).and_then(Value::as_int), Some(1));
+        assert_eq!(v.to_string(), r#"{"command": "offer", "flags": ["trust-address", "x"], "n": -42, "sub": {"a": 1}}"#);
     }
 
     #[test]

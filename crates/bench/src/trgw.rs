@@ -267,6 +267,12 @@ impl Topology {
         let ua6 = Netns::unique(&format!("v6b-{tag}-ua6"))?;
         let relay = Netns::unique(&format!("v6b-{tag}-relay"))?;
         let ua4 = Netns::unique(&format!("v6b-{tag}-ua4"))?;
+        // No duplicate address detection (link-local addresses included):
+        // neighbour discovery must work from the first packet.
+        for ns in [&ua6, &relay, &ua4] {
+            ns.sysctl("net.ipv6.conf.default.accept_dad", "0")?;
+            ns.sysctl("net.ipv6.conf.all.accept_dad", "0")?;
+        }
         let id = std::process::id() % 100_000;
         let (u6, r6, u4, r4) = (
             format!("{tag}{id}u6"),
@@ -289,6 +295,12 @@ impl Topology {
             relay.sysctl("net.ipv6.conf.all.forwarding", "1")?;
         } else {
             ua4.sysctl("net.ipv6.conf.all.disable_ipv6", "1")?;
+        }
+        // Resolve the neighbours before the first trial.
+        ua6.exec("ping", &["-6", "-c1", "-W2", &RELAY6.to_string()]).context("ua6 cannot reach the relay")?;
+        ua4.exec("ping", &["-4", "-c1", "-W2", &RELAY4.to_string()]).context("ua4 cannot reach the relay")?;
+        if kernel {
+            ua6.exec("ping", &["-6", "-c1", "-W2", &UA4_V6.to_string()]).context("ua6 cannot reach ua4 over IPv6")?;
         }
         Ok(Topology { ua6, relay, ua4, kernel })
     }
