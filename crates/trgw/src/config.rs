@@ -273,7 +273,7 @@ impl Config {
                 return Err(format!("[trgw] interface[{i}].name: duplicate name `{}`", ifc.name));
             }
         }
-        if self.port_min < 1024 || self.port_min % 2 != 0 {
+        if self.port_min < 1024 || !self.port_min.is_multiple_of(2) {
             return Err(format!("[trgw] port-min: {} must be even and at least 1024", self.port_min));
         }
         if self.port_max < self.port_min.saturating_add(3) {

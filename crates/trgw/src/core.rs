@@ -484,9 +484,7 @@ impl Core {
                 1
             } else if from_tag == call_from {
                 1
-            } else if call_to.as_deref() == Some(from_tag) {
-                0
-            } else if answerer == call_from {
+            } else if call_to.as_deref() == Some(from_tag) || answerer == call_from {
                 0
             } else {
                 1

@@ -122,7 +122,7 @@ impl Relay {
         if let Some(a) = cfg.ng {
             let sock = UdpSocket::bind(a).with_context(|| format!("binding the ng listener on {a}"))?;
             handle.ng = Some(sock.local_addr()?);
-            handle.spawn_udp("trgw-ng", sock, allow.clone(), |core, m| crate::ng::handle(core, m))?;
+            handle.spawn_udp("trgw-ng", sock, allow.clone(), crate::ng::handle)?;
             tracing::info!(addr = ?handle.ng, "rtpengine ng control listening");
         }
         if let Some(a) = cfg.rtpproxy_udp {

@@ -242,8 +242,7 @@ impl Sdp {
             out.push_str(l);
             out.push_str("\r\n");
         };
-        for (i, l) in self.lines[..first_media].iter().enumerate() {
-            let _ = i;
+        for l in &self.lines[..first_media] {
             if l.starts_with("c=") {
                 if let Some(a) = session_addr {
                     push(&mut out, &format!("c=IN {} {a}", fam(a)));
@@ -275,8 +274,8 @@ impl Sdp {
                     push(&mut out, l);
                     continue;
                 };
-                if l.starts_with("m=") {
-                    let mut f: Vec<String> = l[2..].split(' ').map(str::to_string).collect();
+                if let Some(rest) = l.strip_prefix("m=") {
+                    let mut f: Vec<String> = rest.split(' ').map(str::to_string).collect();
                     if f.len() > 1 {
                         f[1] = r.port.to_string();
                     }
@@ -297,10 +296,8 @@ impl Sdp {
                     push(&mut out, l);
                 }
             }
-            if r.is_some() && !wrote_rtcp && !m.rtcp_mux {
-                if let Some(r) = r {
-                    push(&mut out, &format!("a=rtcp:{}", r.port.wrapping_add(1)));
-                }
+            if let (Some(r), false, false) = (r, wrote_rtcp, m.rtcp_mux) {
+                push(&mut out, &format!("a=rtcp:{}", r.port.wrapping_add(1)));
             }
         }
         out
