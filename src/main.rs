@@ -36,6 +36,10 @@ enum Cmd {
     /// Print an example configuration or check a configuration file.
     #[command(subcommand)]
     Config(ConfigCmd),
+    /// Run the [trgw] media relay (IPv4/IPv6 RTP relay driven by the
+    /// rtpengine ng and rtpproxy protocols) in the foreground until
+    /// SIGINT/SIGTERM.
+    Trgw(trgw::cli::Args),
     /// Benchmarks in network namespaces (needs root), with peers side by side.
     #[command(subcommand)]
     Bench(BenchCmd),
@@ -102,6 +106,7 @@ fn translate(a: &TranslateArgs) -> anyhow::Result<()> {
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.cmd {
         Cmd::Translate(a) => translate(&a)?,
+        Cmd::Trgw(a) => trgw::cli::run(&a)?,
         Cmd::Config(ConfigCmd::Example) => {
             let mut out = io::stdout().lock();
             match out.write_all(gate::config::example().as_bytes()).and_then(|()| out.flush()) {

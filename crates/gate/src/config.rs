@@ -51,7 +51,7 @@ pub const SIIT_KEYS: &[&str] = &[
 ];
 
 /// Top-level tables v6gate knows.
-pub const TABLES: &[&str] = &["siit"];
+pub const TABLES: &[&str] = &["siit", "trgw"];
 
 /// A parsed configuration file. Every table is optional; [`Config::check`]
 /// (run by [`Config::load`]) insists that at least one function is
@@ -60,6 +60,8 @@ pub const TABLES: &[&str] = &["siit"];
 pub struct Config {
     /// `[siit]`: the stateless IP/ICMP translator (RFC 7915).
     pub siit: Option<siit::Config>,
+    /// `[trgw]`: the media relay (see the `trgw` crate).
+    pub trgw: Option<trgw::Config>,
     /// The file this came from, for error messages.
     origin: Option<PathBuf>,
 }
@@ -174,6 +176,7 @@ fn line_col(text: &str, at: usize) -> (usize, usize) {
 #[serde(deny_unknown_fields, rename_all = "kebab-case", expecting = "a table of v6gate configuration")]
 struct FileToml {
     siit: Option<SiitToml>,
+    trgw: Option<trgw::Config>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -416,7 +419,7 @@ impl Config {
         })?;
         let file: FileToml = serde_path_to_error::deserialize(de).map_err(|e| classify(text, e))?;
         let siit = file.siit.map(|t| siit_from_toml(text, t)).transpose()?;
-        Ok(Config { siit, origin: None })
+        Ok(Config { siit, trgw: file.trgw, origin: None })
     }
 
     /// Read, parse and [`check`](Config::check) a configuration file.
@@ -433,7 +436,10 @@ impl Config {
     /// Validate what [`parse`](Config::parse) cannot: at least one function
     /// is configured, and every configured one can be built.
     pub fn check(&self) -> Result<(), Error> {
-        if self.siit.is_none() {
+        if let Some(t) = &self.trgw {
+            t.check().map_err(|m| Error::new(ErrorKind::Invalid, None, m).in_file(self.origin.as_deref()))?;
+        }
+        if self.siit.is_none() && self.trgw.is_none() {
             let tables: Vec<String> = TABLES.iter().map(|t| format!("[{t}]")).collect();
             return Err(Error::new(
                 ErrorKind::Missing,
