@@ -137,13 +137,7 @@ fn start_relay(relay: Relay, gw: &Netns, dir: &Path) -> Proc {
     match relay {
         Relay::V6gate => {
             let cfg = dir.join("trgw.toml");
-            std::fs::write(
-                &cfg,
-                format!(
-                    "[trgw]\nng-listen = \"{NG}\"\nipv6 = \"{GW6}\"\nipv4 = \"{GW4}\"\nport-min = 30000\nport-max = 30999\n"
-                ),
-            )
-            .unwrap();
+            std::fs::write(&cfg, bench::trgw::v6gate_config(GW4, GW6, (30000, 30999), 1)).unwrap();
             let mut c = gw.command(env!("CARGO_BIN_EXE_v6gate"));
             c.arg("trgw").arg("--config").arg(&cfg);
             Proc::spawn("v6gate trgw", c, log)
@@ -218,7 +212,9 @@ fn call_through(relay: Relay) {
     for ns in [&ua6, &gw, &ua4] {
         ns.sysctl("net.ipv6.conf.default.accept_dad", "0").unwrap();
     }
-    let id = std::process::id() % 100_000;
+    // Interface names unique per test run and per test in this process.
+    static N: AtomicU64 = AtomicU64::new(0);
+    let id = (std::process::id() % 10_000) * 10 + N.fetch_add(1, Ordering::Relaxed) as u32 % 10;
     let (a6, b6, a4, b4) = (format!("k{id}a6"), format!("k{id}b6"), format!("k{id}a4"), format!("k{id}b4"));
     netns::veth(&ua6, &a6, &gw, &b6).unwrap();
     netns::veth(&ua4, &a4, &gw, &b4).unwrap();
@@ -413,7 +409,6 @@ fn kamailio_call_v6_to_v4_through_rtpengine() {
 
 /// The product: Kamailio's rtpengine module drives `v6gate trgw`.
 #[test]
-#[ignore = "needs `v6gate trgw` (branch h-trgw)"]
 fn kamailio_call_v6_to_v4_through_v6gate() {
     call_through(Relay::V6gate);
 }

@@ -367,11 +367,14 @@ struct Ctx<'a> {
     v6gate_bin: PathBuf,
 }
 
-/// The `[trgw]` configuration given to `v6gate trgw --config`.
-pub fn v6gate_config(threads: usize) -> String {
+/// The `[trgw]` configuration given to `v6gate trgw --config`: one media
+/// interface with both families (as rtpengine gets), ng on [`NG`].
+pub fn v6gate_config(v4: Ipv4Addr, v6: Ipv6Addr, ports: (u16, u16), workers: usize) -> String {
     format!(
-        "# v6gate bench trgw: relay between the ua6 and ua4 namespaces\n[trgw]\nng-listen = \"{NG}\"\n\
-         ipv6 = \"{RELAY6}\"\nipv4 = \"{RELAY4}\"\nport-min = 20000\nport-max = 59999\nworkers = {threads}\n"
+        "# v6gate bench trgw: relay between the ua6 and ua4 namespaces\n[trgw]\nng = \"{NG}\"\n\
+         port-min = {}\nport-max = {}\nworkers = {workers}\n\n[[trgw.interface]]\nname = \"pub\"\n\
+         ipv4 = \"{v4}\"\nipv6 = \"{v6}\"\n",
+        ports.0, ports.1
     )
 }
 
@@ -383,7 +386,7 @@ fn start_relay(ctx: &Ctx, topo: &Topology, kind: RelayKind, tag: &str) -> Result
     match kind {
         RelayKind::V6gate => {
             let cfg = ctx.work.join("v6gate-trgw.toml");
-            std::fs::write(&cfg, v6gate_config(ctx.relay_threads))?;
+            std::fs::write(&cfg, v6gate_config(RELAY4, RELAY6, (20000, 59999), ctx.relay_threads))?;
             cmd.arg(&ctx.v6gate_bin).arg("trgw").arg("--config").arg(&cfg);
         }
         RelayKind::Rtpengine => {
