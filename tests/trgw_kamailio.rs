@@ -116,7 +116,8 @@ fn sniff(ns: &Netns, from: IpAddr, count: &AtomicU64, stop: &AtomicBool) {
 fn wait_udp_listen(ns: &Netns, port: u16, want: usize, what: &Proc) {
     let end = Instant::now() + Duration::from_secs(10);
     loop {
-        let out = ns.exec("ss", &["-Hlun"]).map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+        let out =
+            ns.exec("ss", &["-Hlun"]).map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
         if out.lines().filter(|l| l.contains(&format!(":{port} "))).count() >= want {
             return;
         }
@@ -248,7 +249,13 @@ fn call_through(relay: Relay) {
     let run = dir.join("run");
     std::fs::create_dir_all(&run).unwrap();
     let mut k = gw.command("kamailio");
-    k.arg("-f").arg(&cfg_path).args(["-DD", "-E", "-m", "64", "-M", "8"]).arg("-Y").arg(&run).arg("-P").arg(run.join("k.pid"));
+    k.arg("-f")
+        .arg(&cfg_path)
+        .args(["-DD", "-E", "-m", "64", "-M", "8"])
+        .arg("-Y")
+        .arg(&run)
+        .arg("-P")
+        .arg(run.join("k.pid"));
     let mut kam = Proc::spawn("kamailio", k, dir.join("kamailio.log"));
     wait_udp_listen(&gw, 5060, 2, &kam);
 

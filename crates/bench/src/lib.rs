@@ -17,5 +17,5 @@
 pub mod ng;
 pub mod probe;
 pub mod report;
-pub mod trgw;
 mod tester;
+pub mod trgw;

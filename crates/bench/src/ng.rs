@@ -314,12 +314,16 @@ mod tests {
         assert_eq!(b, b"d7:command5:offer5:flagsl13:trust-address1:xe1:ni-42e3:subd1:ai1eee".to_vec());
         assert_eq!(Value::decode(&b).unwrap(), v);
         assert_eq!(v.path(&["sub", "a"]).and_then(Value::as_int), Some(1));
-        assert_eq!(v.to_string(), r#"{"command": "offer", "flags": ["trust-address", "x"], "n": -42, "sub": {"a": 1}}"#);
+        assert_eq!(
+            v.to_string(),
+            r#"{"command": "offer", "flags": ["trust-address", "x"], "n": -42, "sub": {"a": 1}}"#
+        );
     }
 
     #[test]
     fn bencode_rejects_garbage() {
-        for bad in [&b""[..], b"i12", b"5:abc", b"l", b"d1:ae", b"di1ei2ee", b"x", b"i1ei2e", b"99999999999999999999:"] {
+        for bad in [&b""[..], b"i12", b"5:abc", b"l", b"d1:ae", b"di1ei2ee", b"x", b"i1ei2e", b"99999999999999999999:"]
+        {
             assert!(Value::decode(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
         }
         let deep = "l".repeat(100) + &"e".repeat(100);

@@ -246,11 +246,8 @@ impl LinePlot {
             p.sort_by(|a, b| a.0.total_cmp(&b.0));
             if !p.is_empty() {
                 let path: Vec<String> = p.iter().map(|(x, y)| format!("{:.1},{:.1}", sx(*x), sy(*y))).collect();
-                let _ = writeln!(
-                    s,
-                    r#"<polyline fill="none" stroke="{c}" stroke-width="2" points="{}"/>"#,
-                    path.join(" ")
-                );
+                let _ =
+                    writeln!(s, r#"<polyline fill="none" stroke="{c}" stroke-width="2" points="{}"/>"#, path.join(" "));
             }
             for (x, y) in &p {
                 let _ = writeln!(s, "{}", marker(MARKERS[i % MARKERS.len()], sx(*x), sy(*y), c));

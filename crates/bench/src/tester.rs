@@ -175,9 +175,8 @@ pub fn run(socks: &[Vec<UdpSocket>; 2], load: &Load) -> Result<Outcome> {
     let on_time = hist.count();
     let missing = sent.saturating_sub(received);
     let trend_us: Vec<f64> = trend.iter().map(|(s, c)| if *c == 0 { 0.0 } else { s / *c as f64 / 1e3 }).collect();
-    let rising_queue = trend[0].1 > 0
-        && trend[9].1 > 0
-        && trend_us[9] - trend_us[0] > load.budget_ns as f64 / 4.0 / 1e3;
+    let rising_queue =
+        trend[0].1 > 0 && trend[9].1 > 0 && trend_us[9] - trend_us[0] > load.budget_ns as f64 / 4.0 / 1e3;
     Ok(Outcome {
         streams: n,
         sent,
@@ -272,8 +271,11 @@ fn sender(socks: &[UdpSocket], side: usize, load: &Load, t0: u64) -> Result<(u64
 
 /// `sendmmsg` of `bufs[i]` to `addrs[idx[i]]`; returns (sent, failed).
 fn flush(sock: &UdpSocket, bufs: &[[u8; probe::LEN]], idx: &[usize], addrs: &[SockAddr]) -> (u64, u64) {
-    let mut iov: Vec<libc::iovec> =
-        idx.iter().enumerate().map(|(i, _)| libc::iovec { iov_base: bufs[i].as_ptr() as *mut _, iov_len: probe::LEN }).collect();
+    let mut iov: Vec<libc::iovec> = idx
+        .iter()
+        .enumerate()
+        .map(|(i, _)| libc::iovec { iov_base: bufs[i].as_ptr() as *mut _, iov_len: probe::LEN })
+        .collect();
     let mut msgs: Vec<libc::mmsghdr> = idx
         .iter()
         .enumerate()
@@ -340,7 +342,8 @@ fn receiver(socks: &[UdpSocket], side: usize, load: &Load, seen: &[AtomicU64Bits
         })
         .collect();
     let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; socks.len().max(1)];
-    let mut st = RxStats { hist: Histogram::new(load.budget_ns + 1), late: 0, dup: 0, foreign: 0, trend: [(0.0, 0); 10] };
+    let mut st =
+        RxStats { hist: Histogram::new(load.budget_ns + 1), late: 0, dup: 0, foreign: 0, trend: [(0.0, 0); 10] };
     let packets = load.packets as usize;
     while now_ns() < t_end {
         // SAFETY: `events` is writable for its length.
@@ -351,7 +354,13 @@ fn receiver(socks: &[UdpSocket], side: usize, load: &Load, seen: &[AtomicU64Bits
                 // SAFETY: msgs point at iovecs over `bufs`, all alive and
                 // writable; MSG_DONTWAIT never blocks.
                 let r = unsafe {
-                    libc::recvmmsg(sock.as_raw_fd(), msgs.as_mut_ptr(), B as libc::c_uint, libc::MSG_DONTWAIT, std::ptr::null_mut())
+                    libc::recvmmsg(
+                        sock.as_raw_fd(),
+                        msgs.as_mut_ptr(),
+                        B as libc::c_uint,
+                        libc::MSG_DONTWAIT,
+                        std::ptr::null_mut(),
+                    )
                 };
                 if r <= 0 {
                     break;

@@ -1,6 +1,6 @@
 //! `v6gate bench trgw`: the NICI TrGW experiment (Lin 2008, Figures 8 and
-//! 9) in network namespaces. N concurrent G.711 calls (12-byte RTP header
-//! + 160-byte payload every 20 ms) are set up through the relay with the
+//! 9) in network namespaces. N concurrent G.711 calls (a 12-byte RTP
+//! header and a 160-byte payload every 20 ms) are set up through the relay with the
 //! ng protocol (offer from the IPv6 side, answer from the IPv4 side), then
 //! every stream sends `--packets` probes IPv6->IPv4, IPv4->IPv6 or both.
 //! The receivers count loss (missing, or later than the 20 ms jitter
@@ -44,7 +44,7 @@ pub const RELAY_V6_4: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 4, 0, 0, 0, 0, 1);
 pub const NG: &str = "127.0.0.1:2223";
 
 /// Media direction of a trial.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Direction {
     /// IPv6 UA -> relay -> IPv4 UA.
@@ -274,12 +274,8 @@ impl Topology {
             ns.sysctl("net.ipv6.conf.all.accept_dad", "0")?;
         }
         let id = std::process::id() % 100_000;
-        let (u6, r6, u4, r4) = (
-            format!("{tag}{id}u6"),
-            format!("{tag}{id}r6"),
-            format!("{tag}{id}u4"),
-            format!("{tag}{id}r4"),
-        );
+        let (u6, r6, u4, r4) =
+            (format!("{tag}{id}u6"), format!("{tag}{id}r6"), format!("{tag}{id}u4"), format!("{tag}{id}r4"));
         netns::veth(&ua6, &u6, &relay, &r6)?;
         netns::veth(&ua4, &u4, &relay, &r4)?;
         ua6.ip(&["-6", "addr", "add", &format!("{UA6}/64"), "dev", &u6, "nodad"])?;
@@ -322,7 +318,8 @@ fn ua_sockets(ns: &Netns, ip: IpAddr, k: usize) -> Result<Vec<UdpSocket>> {
     in_netns(ns, || {
         (0..k)
             .map(|_| {
-                let s = UdpSocket::bind(SocketAddr::new(ip, 0)).with_context(|| format!("binding a UA socket on {ip}"))?;
+                let s =
+                    UdpSocket::bind(SocketAddr::new(ip, 0)).with_context(|| format!("binding a UA socket on {ip}"))?;
                 tester::big_buffers(&s, 8 << 20);
                 Ok(s)
             })
@@ -443,10 +440,15 @@ pub fn sdp(ip: IpAddr, port: u16, sess: u64) -> String {
 }
 
 fn reply_addr(reply: &Value, want_v4: bool, what: &str) -> Result<SocketAddr> {
-    let sdp = reply.get("sdp").and_then(Value::as_str).ok_or_else(|| anyhow!("{what}: reply without sdp: {reply:?}"))?;
+    let sdp =
+        reply.get("sdp").and_then(Value::as_str).ok_or_else(|| anyhow!("{what}: reply without sdp: {reply:?}"))?;
     let a = ng::sdp_audio_addr(sdp).ok_or_else(|| anyhow!("{what}: no audio address in the relay's SDP:\n{sdp}"))?;
     if a.is_ipv4() != want_v4 {
-        bail!("{what}: the relay's SDP has {} but the other side is IPv{}:\n{sdp}", a.ip(), if want_v4 { 4 } else { 6 });
+        bail!(
+            "{what}: the relay's SDP has {} but the other side is IPv{}:\n{sdp}",
+            a.ip(),
+            if want_v4 { 4 } else { 6 }
+        );
     }
     Ok(a)
 }
@@ -515,7 +517,8 @@ fn trial(ctx: &Ctx, topo: &Topology, relay: Option<RelayKind>, dir: Direction, n
             let p = start_relay(ctx, topo, kind, &format!("{}-{n}", dir.key()))?;
             let server: SocketAddr = NG.parse()?;
             let mut client = in_netns(&topo.relay, || ng::Client::connect(server))?;
-            let dst = setup_calls(&mut client, n, &p6, &p4).map_err(|e| anyhow!("{e:#}\nrelay log:\n{}", p.log_tail()))?;
+            let dst =
+                setup_calls(&mut client, n, &p6, &p4).map_err(|e| anyhow!("{e:#}\nrelay log:\n{}", p.log_tail()))?;
             (Some(p), dst)
         }
         None => {
@@ -612,13 +615,7 @@ fn print_trial(who: &str, dir: Direction, t: &Trial) {
     );
 }
 
-fn measure_device(
-    ctx: &Ctx,
-    topo: &Topology,
-    relay: Option<RelayKind>,
-    name: &str,
-    max_calls: u32,
-) -> Vec<DirResult> {
+fn measure_device(ctx: &Ctx, topo: &Topology, relay: Option<RelayKind>, name: &str, max_calls: u32) -> Vec<DirResult> {
     let a = ctx.args;
     let packets = if a.full { 10_000 } else { a.packets };
     let spackets = a.search_packets.unwrap_or(packets);
@@ -635,12 +632,9 @@ fn measure_device(
                 }
             }
             if want_search {
-                let s = search(
-                    |n| trial(ctx, topo, relay, dir, n, spackets),
-                    a.search_start,
-                    max_calls,
-                    &mut |t| print_trial(name, dir, t),
-                )?;
+                let s = search(|n| trial(ctx, topo, relay, dir, n, spackets), a.search_start, max_calls, &mut |t| {
+                    print_trial(name, dir, t)
+                })?;
                 eprintln!(
                     "  {name:<9} {:<15} max zero-loss calls: {}{}",
                     dir.label(),
@@ -724,7 +718,12 @@ pub fn run(args: Args) -> Result<Report> {
                 ));
             }
         }
-        Some(Device { name: "kernel forwarding (tester ceiling)".into(), version: None, skipped: None, directions: dirs })
+        Some(Device {
+            name: "kernel forwarding (tester ceiling)".into(),
+            version: None,
+            skipped: None,
+            directions: dirs,
+        })
     };
 
     let mut relays = Vec::new();
@@ -830,8 +829,7 @@ pub fn markdown(r: &Report) -> String {
     let devs = devices(r);
     let dirs: Vec<Direction> = {
         let mut d: Vec<Direction> = devs.iter().flat_map(|d| d.directions.iter().map(|x| x.direction)).collect();
-        d.dedup();
-        d.sort_by_key(|d| d.key());
+        d.sort();
         d.dedup();
         d
     };
@@ -927,7 +925,7 @@ fn write_outputs(out: &Path, r: &Report) -> Result<()> {
     std::fs::write(out.join("results.md"), markdown(r))?;
     let devs = devices(r);
     let mut dirs: Vec<Direction> = devs.iter().flat_map(|d| d.directions.iter().map(|x| x.direction)).collect();
-    dirs.sort_by_key(|d| d.key());
+    dirs.sort();
     dirs.dedup();
     for dir in dirs {
         let series = |f: &dyn Fn(&Trial) -> f64| -> Vec<Series> {
