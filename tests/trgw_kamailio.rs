@@ -126,19 +126,67 @@ fn wait_udp_listen(ns: &Netns, port: u16, want: usize, what: &Proc) {
     }
 }
 
-/// Which relay the Kamailio rtpengine module drives.
-#[derive(Clone, Copy, Debug)]
+/// Which relay Kamailio drives, and how.
+#[derive(Clone, Copy, Debug, PartialEq)]
 enum Relay {
+    /// `v6gate trgw` through Kamailio's rtpengine module (ng protocol).
     V6gate,
+    /// `v6gate trgw` through Kamailio's rtpproxy module (bridging e/i).
+    V6gateRtpproxy,
+    /// rtpengine itself through the rtpengine module: the reference.
     Rtpengine,
+}
+
+const RTPPROXY: &str = "127.0.0.1:22222";
+
+impl Relay {
+    /// Kamailio's module, its socket and its offer/answer/delete calls.
+    fn kamailio_media(self) -> [(&'static str, String); 4] {
+        const FLAGS: &str = "replace-origin replace-session-connection ICE=remove";
+        match self {
+            Relay::V6gate | Relay::Rtpengine => [
+                (
+                    "@MEDIA_MODULE@",
+                    format!("loadmodule \"rtpengine.so\"\nmodparam(\"rtpengine\", \"rtpengine_sock\", \"udp:{NG}\")"),
+                ),
+                ("@OFFER@", format!("rtpengine_offer(\"address-family=IP4 {FLAGS}\")")),
+                ("@ANSWER@", format!("rtpengine_answer(\"address-family=IP6 {FLAGS}\")")),
+                ("@DELETE@", "rtpengine_delete()".into()),
+            ],
+            // The offer comes from the external (IPv6) side and goes to the
+            // internal (IPv4) one; the answer the other way round.
+            Relay::V6gateRtpproxy => [
+                (
+                    "@MEDIA_MODULE@",
+                    format!(
+                        "loadmodule \"rtpproxy.so\"\nmodparam(\"rtpproxy\", \"rtpproxy_sock\", \"udp:{RTPPROXY}\")"
+                    ),
+                ),
+                ("@OFFER@", "rtpproxy_offer(\"ei\")".into()),
+                ("@ANSWER@", "rtpproxy_answer(\"ie\")".into()),
+                ("@DELETE@", "unforce_rtp_proxy()".into()),
+            ],
+        }
+    }
 }
 
 fn start_relay(relay: Relay, gw: &Netns, dir: &Path) -> Proc {
     let log = dir.join("relay.log");
     match relay {
-        Relay::V6gate => {
+        Relay::V6gate | Relay::V6gateRtpproxy => {
             let cfg = dir.join("trgw.toml");
-            std::fs::write(&cfg, bench::trgw::v6gate_config(GW4, GW6, (30000, 30999), 1)).unwrap();
+            let text = if relay == Relay::V6gate {
+                bench::trgw::v6gate_config(GW4, GW6, (30000, 30999), 1)
+            } else {
+                // rtpproxy bridging needs one interface per realm.
+                format!(
+                    "[trgw]\nng = \"{NG}\"\nrtpproxy-udp = \"{RTPPROXY}\"\nrtpproxy-external = \"v6\"\n\
+                     rtpproxy-internal = \"v4\"\nport-min = 30000\nport-max = 30999\nworkers = 1\n\n\
+                     [[trgw.interface]]\nname = \"v6\"\nipv6 = \"{GW6}\"\n\n\
+                     [[trgw.interface]]\nname = \"v4\"\nipv4 = \"{GW4}\"\n"
+                )
+            };
+            std::fs::write(&cfg, text).unwrap();
             let mut c = gw.command(env!("CARGO_BIN_EXE_v6gate"));
             c.arg("trgw").arg("--config").arg(&cfg);
             Proc::spawn("v6gate trgw", c, log)
@@ -237,12 +285,14 @@ fn call_through(relay: Relay) {
     ngc.timeout = Duration::from_secs(2);
 
     // Kamailio between the realms.
-    let cfg = std::fs::read_to_string(fixtures().join("kamailio.cfg"))
-        .unwrap()
+    let mut cfg = std::fs::read_to_string(fixtures().join("kamailio.cfg")).unwrap();
+    for (k, v) in relay.kamailio_media() {
+        cfg = cfg.replace(k, &v);
+    }
+    let cfg = cfg
         .replace("@GW6@", &GW6.to_string())
         .replace("@GW4@", &GW4.to_string())
         .replace("@UA4@", &UA4.to_string())
-        .replace("@NG@", NG)
         .replace("@MPATH@", MPATH);
     let cfg_path = dir.join("kamailio.cfg");
     std::fs::write(&cfg_path, cfg).unwrap();
@@ -418,4 +468,11 @@ fn kamailio_call_v6_to_v4_through_rtpengine() {
 #[test]
 fn kamailio_call_v6_to_v4_through_v6gate() {
     call_through(Relay::V6gate);
+}
+
+/// Kamailio's rtpproxy module (rtpproxy protocol, bridging external IPv6
+/// to internal IPv4) drives `v6gate trgw`.
+#[test]
+fn kamailio_rtpproxy_module_call_v6_to_v4_through_v6gate() {
+    call_through(Relay::V6gateRtpproxy);
 }
