@@ -45,6 +45,20 @@ pub fn pin_thread(cpus: &[usize]) -> Result<()> {
     Ok(())
 }
 
+/// Pins the calling thread to `load.cpus` and, when asked, makes it
+/// SCHED_FIFO priority 10.
+fn setup_thread(load: &Load) -> Result<()> {
+    pin_thread(&load.cpus)?;
+    if load.realtime {
+        let p = libc::sched_param { sched_priority: 10 };
+        // SAFETY: plain syscall on the calling thread with a valid param.
+        if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) } != 0 {
+            return Err(std::io::Error::last_os_error()).context("SCHED_FIFO for a tester thread");
+        }
+    }
+    Ok(())
+}
+
 /// One RTP stream of a trial.
 #[derive(Debug, Clone)]
 pub struct Stream {
@@ -70,6 +84,8 @@ pub struct Load {
     pub batch: usize,
     /// CPUs for the tester's threads.
     pub cpus: Vec<usize>,
+    /// Run the tester's threads with SCHED_FIFO priority 10.
+    pub realtime: bool,
 }
 
 /// What came back.
@@ -216,7 +232,7 @@ impl AtomicU64Bits {
 }
 
 fn sender(socks: &[UdpSocket], side: usize, load: &Load, t0: u64) -> Result<(u64, Histogram, u64)> {
-    pin_thread(&load.cpus)?;
+    setup_thread(load)?;
     let mine: Vec<(u32, &Stream)> =
         load.streams.iter().enumerate().filter(|(_, s)| s.tx_side == side).map(|(i, s)| (i as u32, s)).collect();
     let m = mine.len() as u64;
@@ -313,7 +329,7 @@ fn flush(sock: &UdpSocket, bufs: &[[u8; probe::LEN]], idx: &[usize], addrs: &[So
 }
 
 fn receiver(socks: &[UdpSocket], side: usize, load: &Load, seen: &[AtomicU64Bits], t_end: u64) -> Result<RxStats> {
-    pin_thread(&load.cpus)?;
+    setup_thread(load)?;
     // SAFETY: plain syscall; the fd is closed below.
     let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
     if ep < 0 {
@@ -458,6 +474,7 @@ mod tests {
             budget_ns: 2_000_000_000, // generous: a loaded CI machine must not flake
             batch: 4,
             cpus: vec![],
+            realtime: false,
         };
         let out = run(&[vec![a, c], vec![b, d]], &load).unwrap();
         assert_eq!(out.sent, 120);
@@ -481,6 +498,7 @@ mod tests {
             budget_ns: 20_000_000,
             batch: 8,
             cpus: vec![],
+            realtime: false,
         };
         let out = run(&[vec![a], vec![b]], &load).unwrap();
         assert_eq!(out.sent, 5);

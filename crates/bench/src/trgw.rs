@@ -152,6 +152,12 @@ pub struct Args {
     /// Jitter budget in milliseconds: a later packet counts as lost.
     #[arg(long, default_value_t = 20)]
     pub budget_ms: u64,
+    /// Run the relay and the tester threads with SCHED_FIFO priority 10
+    /// (relay under `chrt -f 10`, the same for every relay), so that other
+    /// work on a shared machine cannot take their CPUs. The kernel keeps 5 %
+    /// for everything else (sched_rt_runtime_us).
+    #[arg(long)]
+    pub realtime: bool,
     /// Keep the relays' logs in the output directory.
     #[arg(long)]
     pub keep_logs: bool,
@@ -231,6 +237,7 @@ pub struct Report {
     pub tester_cpus: String,
     pub relay_cpus: String,
     pub relay_threads: usize,
+    pub realtime: bool,
     pub sockets_per_side: usize,
     pub batch: usize,
     pub online_cpus: usize,
@@ -378,7 +385,13 @@ pub fn v6gate_config(v4: Ipv4Addr, v6: Ipv6Addr, ports: (u16, u16), workers: usi
 fn start_relay(ctx: &Ctx, topo: &Topology, kind: RelayKind, tag: &str) -> Result<RelayProc> {
     let log = ctx.work.join(format!("{}-{tag}.log", kind.name()));
     let logf = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
-    let mut cmd = topo.relay.command("taskset");
+    let mut cmd = if ctx.args.realtime {
+        let mut c = topo.relay.command("chrt");
+        c.args(["-f", "10", "taskset"]);
+        c
+    } else {
+        topo.relay.command("taskset")
+    };
     cmd.arg("-c").arg(&ctx.args.relay_cpus);
     match kind {
         RelayKind::V6gate => {
@@ -536,6 +549,7 @@ fn trial(ctx: &Ctx, topo: &Topology, relay: Option<RelayKind>, dir: Direction, n
         budget_ns: ctx.args.budget_ms * 1_000_000,
         batch: ctx.args.batch,
         cpus: ctx.tester_cpus.clone(),
+        realtime: ctx.args.realtime,
     };
     let cpu0 = proc_.as_ref().and_then(RelayProc::cpu_ticks);
     let t = Instant::now();
@@ -693,8 +707,11 @@ pub fn run(args: Args) -> Result<Report> {
     netns::cleanup(&format!("v6b-tbr-ua6-{}-", std::process::id()));
     let mut notes = vec![format!(
         "CPU arrangement: tester threads on CPU(s) {}, relay process on CPU(s) {} (taskset), {} relay worker thread(s); \
-         kernel softirq work for the veth links runs on whichever CPU sends.",
-        args.tester_cpus, args.relay_cpus, relay_threads
+         kernel softirq work for the veth links runs on whichever CPU sends.{}",
+        args.tester_cpus,
+        args.relay_cpus,
+        relay_threads,
+        if args.realtime { " Relay and tester threads ran with SCHED_FIFO priority 10." } else { "" }
     )];
     let packets = if args.full { 10_000 } else { args.packets };
     eprintln!(
@@ -756,6 +773,7 @@ pub fn run(args: Args) -> Result<Report> {
         tester_cpus: args.tester_cpus.clone(),
         relay_cpus: args.relay_cpus.clone(),
         relay_threads,
+        realtime: args.realtime,
         sockets_per_side: args.sockets,
         batch: args.batch,
         online_cpus: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
