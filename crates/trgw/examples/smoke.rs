@@ -71,7 +71,7 @@ fn run(calls: usize, secs: u64) {
     let sdp = |ip: &str, fam: &str, port: u16| {
         format!("v=0\r\no=- 1 1 IN {fam} {ip}\r\ns=-\r\nc=IN {fam} {ip}\r\nt=0 0\r\nm=audio {port} RTP/AVP 0\r\n")
     };
-    let mut ng = |pairs: Vec<(&str, Value)>| -> Value {
+    let ng = |pairs: Vec<(&str, Value)>| -> Value {
         let v = Value::Dict(pairs.into_iter().map(|(k, v)| (k.as_bytes().to_vec(), v)).collect());
         let mut m = b"x ".to_vec();
         v.encode_into(&mut m);

@@ -29,6 +29,8 @@ pub trait Plane: Send {
     fn set_peers(&mut self, id: u32, peers: [Option<SocketAddr>; 4]);
     /// Stops relaying stream `id` and closes its sockets.
     fn remove(&mut self, id: u32);
+    /// Returns once the data path applied every change made so far.
+    fn sync(&mut self) {}
 }
 
 /// What a worker needs to relay a stream.
@@ -558,6 +560,7 @@ impl Core {
             c.last_signal = now;
             c.last_signal_unix = unix_now();
         }
+        self.plane.sync();
         if let Err(e) = result {
             // A new call whose offer failed leaves nothing behind.
             if self.calls.get(call_id).is_some_and(|c| c.media.iter().all(Option::is_none)) {
@@ -580,6 +583,7 @@ impl Core {
         for s in c.media.iter_mut().filter_map(Option::take) {
             self.drop_stream_keep_stats(s);
         }
+        self.plane.sync();
         self.totals.calls_deleted += 1;
         tracing::info!(call_id, "call deleted");
         Ok(c)

@@ -11,7 +11,7 @@ use std::time::Duration;
 use lab::netns::Netns;
 use trgw::bencode::{self, Value};
 use trgw::config::{Interface, Latching};
-use trgw::{Config, Relay, RelayHandle};
+use trgw::{Config, IoMode, Relay, RelayHandle};
 
 const RELAY4: &str = "192.0.2.1";
 const RELAY6: &str = "2001:db8::1";
@@ -171,8 +171,20 @@ fn setup_call(ng: &mut Ng, call: &str, ua4_port: u16) -> (SocketAddr, SocketAddr
 
 #[test]
 fn relays_6_to_4_and_back_with_rtcp_stats_and_delete() {
-    in_ns(|| {
-        let relay = Relay::start(config(Latching::Symmetric, 60)).unwrap();
+    relay_both_ways(IoMode::IoUring);
+}
+
+#[test]
+fn relays_with_the_epoll_engine_too() {
+    relay_both_ways(IoMode::Epoll);
+}
+
+fn relay_both_ways(io: IoMode) {
+    in_ns(move || {
+        let mut cfg = config(Latching::Symmetric, 60);
+        cfg.io = io;
+        let relay = Relay::start(cfg).unwrap();
+        assert_eq!(relay.io_mode(), io, "kernel 6.x runs io_uring");
         let mut ng = Ng::new(&relay);
         let (to6, to4) = setup_call(&mut ng, "call-1", 9000);
         let ua6 = udp(&format!("[{UA6}]:9002"));
