@@ -44,20 +44,8 @@ fn main() {
 fn run(calls: usize, secs: u64) {
     let cfg = Config {
         interfaces: vec![
-            Interface {
-                name: "v6".into(),
-                ipv4: None,
-                ipv6: Some("2001:db8::1".parse().unwrap()),
-                advertise_ipv4: None,
-                advertise_ipv6: None,
-            },
-            Interface {
-                name: "v4".into(),
-                ipv4: Some("192.0.2.1".parse().unwrap()),
-                ipv6: None,
-                advertise_ipv4: None,
-                advertise_ipv6: None,
-            },
+            Interface::new("v6", None, Some("2001:db8::1".parse().unwrap())),
+            Interface::new("v4", Some("192.0.2.1".parse().unwrap()), None),
         ],
         port_min: 20000,
         port_max: 60000,

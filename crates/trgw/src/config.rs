@@ -88,6 +88,11 @@ pub struct Interface {
 }
 
 impl Interface {
+    /// An interface with these addresses and no advertised ones.
+    pub fn new(name: &str, ipv4: Option<Ipv4Addr>, ipv6: Option<Ipv6Addr>) -> Self {
+        Interface { name: name.to_string(), ipv4, ipv6, advertise_ipv4: None, advertise_ipv6: None }
+    }
+
     /// The bind address of a family, when the interface has one.
     pub fn addr(&self, v6: bool) -> Option<IpAddr> {
         if v6 {

@@ -639,22 +639,11 @@ pub(crate) mod tests_support {
 
     pub fn config() -> Config {
         Config {
-            interfaces: vec![
-                Interface {
-                    name: "v6".into(),
-                    ipv4: None,
-                    ipv6: Some("2001:db8::1".parse().unwrap()),
-                    advertise_ipv4: None,
-                    advertise_ipv6: None,
-                },
-                Interface {
-                    name: "v4".into(),
-                    ipv4: Some("192.0.2.1".parse().unwrap()),
-                    ipv6: None,
-                    advertise_ipv4: Some("198.51.100.1".parse().unwrap()),
-                    advertise_ipv6: None,
-                },
-            ],
+            interfaces: vec![Interface::new("v6", None, Some("2001:db8::1".parse().unwrap())), {
+                let mut v4 = Interface::new("v4", Some("192.0.2.1".parse().unwrap()), None);
+                v4.advertise_ipv4 = Some("198.51.100.1".parse().unwrap());
+                v4
+            }],
             port_min: 30000,
             port_max: 30007,
             ..Config::default()

@@ -7,7 +7,7 @@
 //! | `V` | `20040107` |
 //! | `VF <yyyymmdd>` | `1` if that capability is supported, else `0` |
 //! | `U[mods] callid addr port from_tag [to_tag]` | `port addr` (+ ` 6` for IPv6) |
-//! | `L[mods] callid addr port from_tag to_tag` | same; `0` when the session is unknown |
+//! | `L[mods] callid addr port offerer_tag answerer_tag` | same; `0` when the session is unknown |
 //! | `D callid from_tag [to_tag]` | `0` |
 //! | `Q[v] callid from_tag to_tag [counters]` | `ttl npkts_ina npkts_ino nrelayed ndropped` |
 //! | `I[b]` | text statistics |
@@ -208,6 +208,9 @@ fn update(core: &mut Core, offer: bool, mods: &str, w: &[&str]) -> Result<String
         port,
         ..MediaReq::default()
     }));
+    // U: the first tag is the offerer's. L: the offerer's tag, then the
+    // answerer's (Kamailio's rtpproxy module swaps From/To tags exactly
+    // when that makes it so: a late offer in a reply, an answer in ACK).
     let (ft, tt) = if offer { (from_tag, None) } else { (from_tag, to_tag) };
     match core.signal(offer, call_id, ft, tt, &media, &place) {
         Ok(a) => match a.get(idx).copied().flatten() {
@@ -301,8 +304,17 @@ mod tests {
         let mut c = core();
         // INVITE from the IPv6 side (external) towards IPv4 (internal): "ei".
         assert_eq!(run(&mut c, "1 U6ei cid 2001:db8:6::10 9002 ft;1"), "1 30000 198.51.100.1\n");
-        // 200 OK from the IPv4 side.
+        // 200 OK from the IPv4 side: the offerer's tag first (Kamailio
+        // sends the From and To tags of the reply unswapped).
         assert_eq!(run(&mut c, "2 Lie cid 192.0.2.50 9000 ft;1 tt;1"), "2 30000 2001:db8::1 6\n");
+        let call = c.call("cid").unwrap();
+        assert_eq!((call.from_tag.as_str(), call.to_tag.as_deref()), ("ft", Some("tt")));
+        let s = call.media[0].as_ref().unwrap();
+        assert_eq!(s.peers[2], Some("192.0.2.50:9000".parse().unwrap()), "the answerer faces leg B");
+        // A re-INVITE from the callee (its tag first) updates leg B again.
+        assert_eq!(run(&mut c, "2 Uie cid 192.0.2.51 9100 tt;1 ft;1"), "2 30000 2001:db8::1 6\n");
+        let s = c.call("cid").unwrap().media[0].as_ref().unwrap();
+        assert_eq!(s.peers[2], Some("192.0.2.51:9100".parse().unwrap()));
         assert_eq!(run(&mut c, "3 Q cid ft;1 tt;1"), "3 60 0 0 0 0\n");
         assert_eq!(run(&mut c, "3 Qv cid ft;1 tt;1 ttl nrelayed"), "3 ttl=60 nrelayed=0\n");
         assert_eq!(run(&mut c, "3 Q cid ft;1 tt;1 bogus"), "3 E62\n");

@@ -26,7 +26,6 @@ use io_uring::types::{BufRingEntry, RecvMsgOut, SubmitArgs, Timespec};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use socket2::Socket;
 
-use crate::rtp::RtpRx;
 use crate::worker::{from_storage, ingress, to_storage, Cmd, Slot};
 
 const NBUF: u16 = 4096;
@@ -223,38 +222,17 @@ impl UringWorker {
                 if self.slots.len() < base + 4 {
                     self.slots.resize_with(base + 4, || None);
                 }
-                let init = Arc::new(init);
-                for (k, s) in sockets.into_iter().enumerate() {
-                    if let Some(sock) = s {
-                        self.gen = self.gen.wrapping_add(1);
-                        self.slots[base + k] = Some(USlot {
-                            slot: Slot {
-                                sock,
-                                local: locals[k],
-                                peer: init.peers[k],
-                                latched: None,
-                                rx: RtpRx::default(),
-                                init: init.clone(),
-                                k,
-                            },
-                            gen: self.gen,
-                        });
-                        self.arm_recv(base + k);
-                    }
+                for (k, slot) in Slot::for_stream(*sockets, locals, init) {
+                    self.gen = self.gen.wrapping_add(1);
+                    self.slots[base + k] = Some(USlot { slot, gen: self.gen });
+                    self.arm_recv(base + k);
                 }
             }
             Cmd::SetPeers { id, peers } => {
                 let base = self.base(id);
                 for (k, p) in peers.iter().enumerate() {
                     if let Some(Some(s)) = self.slots.get_mut(base + k) {
-                        let s = &mut s.slot;
-                        if s.peer != *p {
-                            s.peer = *p;
-                            s.latched = None;
-                            if let Ok(mut g) = s.init.stats.slots[k].latched.lock() {
-                                *g = None;
-                            }
-                        }
+                        s.slot.set_peer(*p);
                     }
                 }
             }

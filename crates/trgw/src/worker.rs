@@ -180,35 +180,18 @@ impl Worker {
                 if self.slots.len() < base + 4 {
                     self.slots.resize_with(base + 4, || None);
                 }
-                let init = Arc::new(init);
-                for (k, s) in sockets.into_iter().enumerate() {
-                    if let Some(sock) = s {
-                        if let Err(e) = self.ctl(libc::EPOLL_CTL_ADD, sock.as_raw_fd(), (base + k) as u64) {
-                            tracing::error!(error = %e, "epoll_ctl add failed");
-                        }
-                        self.slots[base + k] = Some(Slot {
-                            sock,
-                            local: locals[k],
-                            peer: init.peers[k],
-                            latched: None,
-                            rx: RtpRx::default(),
-                            init: init.clone(),
-                            k,
-                        });
+                for (k, slot) in Slot::for_stream(*sockets, locals, init) {
+                    if let Err(e) = self.ctl(libc::EPOLL_CTL_ADD, slot.sock.as_raw_fd(), (base + k) as u64) {
+                        tracing::error!(error = %e, "epoll_ctl add failed");
                     }
+                    self.slots[base + k] = Some(slot);
                 }
             }
             Cmd::SetPeers { id, peers } => {
                 let base = self.base(id);
                 for (k, p) in peers.iter().enumerate() {
                     if let Some(Some(s)) = self.slots.get_mut(base + k) {
-                        if s.peer != *p {
-                            s.peer = *p;
-                            s.latched = None;
-                            if let Ok(mut g) = s.init.stats.slots[k].latched.lock() {
-                                *g = None;
-                            }
-                        }
+                        s.set_peer(*p);
                     }
                 }
             }
@@ -383,6 +366,42 @@ impl Worker {
         }
         if dropped > 0 {
             st.dropped.fetch_add(dropped, Relaxed);
+        }
+    }
+}
+
+impl Slot {
+    /// The slots of a new stream: (k, slot) for every socket given.
+    pub fn for_stream(
+        sockets: [Option<Socket>; 4],
+        locals: [SocketAddr; 4],
+        init: StreamInit,
+    ) -> impl Iterator<Item = (usize, Slot)> {
+        let init = Arc::new(init);
+        sockets.into_iter().enumerate().filter_map(move |(k, s)| {
+            s.map(|sock| {
+                let slot = Slot {
+                    sock,
+                    local: locals[k],
+                    peer: init.peers[k],
+                    latched: None,
+                    rx: RtpRx::default(),
+                    init: init.clone(),
+                    k,
+                };
+                (k, slot)
+            })
+        })
+    }
+
+    /// A new signalled far end; forgets what was latched.
+    pub fn set_peer(&mut self, p: Option<SocketAddr>) {
+        if self.peer != p {
+            self.peer = p;
+            self.latched = None;
+            if let Ok(mut g) = self.init.stats.slots[self.k].latched.lock() {
+                *g = None;
+            }
         }
     }
 }

@@ -44,20 +44,8 @@ fn in_ns(f: impl FnOnce() + Send + 'static) {
 fn config(latching: Latching, timeout: u64) -> Config {
     Config {
         interfaces: vec![
-            Interface {
-                name: "v6".into(),
-                ipv4: None,
-                ipv6: Some(RELAY6.parse().unwrap()),
-                advertise_ipv4: None,
-                advertise_ipv6: None,
-            },
-            Interface {
-                name: "v4".into(),
-                ipv4: Some(RELAY4.parse().unwrap()),
-                ipv6: None,
-                advertise_ipv4: None,
-                advertise_ipv6: None,
-            },
+            Interface::new("v6", None, Some(RELAY6.parse().unwrap())),
+            Interface::new("v4", Some(RELAY4.parse().unwrap()), None),
         ],
         latching,
         timeout_secs: timeout,
