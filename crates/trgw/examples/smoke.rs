@@ -4,7 +4,8 @@
 //!
 //!     cargo run --release -p trgw --example smoke -- 1000 5
 //!
-//! (calls, seconds). `v6gate bench trgw` is the real measurement.
+//! (calls, seconds, and optionally `epoll` for the epoll engine).
+//! `v6gate bench trgw` is the real measurement.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,7 +15,7 @@ use std::time::{Duration, Instant};
 use lab::netns::Netns;
 use trgw::bencode::{self, Value};
 use trgw::config::Interface;
-use trgw::{Config, Relay};
+use trgw::{Config, IoMode, Relay};
 
 fn mono_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
@@ -27,6 +28,7 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let calls: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(1000);
     let secs: u64 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(5);
+    let io = if args.get(3).map(String::as_str) == Some("epoll") { IoMode::Epoll } else { IoMode::IoUring };
     let ns = Arc::new(Netns::unique("trgw-smoke").expect("namespace (run as root)"));
     ns.ip(&["addr", "add", "192.0.2.1/32", "dev", "lo"]).unwrap();
     ns.ip(&["addr", "add", "192.0.2.50/32", "dev", "lo"]).unwrap();
@@ -35,13 +37,13 @@ fn main() {
     let ns2 = ns.clone();
     std::thread::spawn(move || {
         ns2.enter_thread().unwrap();
-        run(calls, secs);
+        run(calls, secs, io);
     })
     .join()
     .unwrap();
 }
 
-fn run(calls: usize, secs: u64) {
+fn run(calls: usize, secs: u64, io: IoMode) {
     let cfg = Config {
         interfaces: vec![
             Interface::new("v6", None, Some("2001:db8::1".parse().unwrap())),
@@ -51,6 +53,7 @@ fn run(calls: usize, secs: u64) {
         port_max: 60000,
         ng: Some("127.0.0.1:0".parse().unwrap()),
         rtpproxy_udp: None,
+        io,
         ..Config::default()
     };
     let relay = Relay::start(cfg).unwrap();
@@ -148,7 +151,31 @@ fn run(calls: usize, secs: u64) {
         p(0.999),
         p(1.0)
     );
+    let cpu = worker_cpu_secs();
+    println!(
+        "relay worker CPU: {cpu:.2} s for {} packets = {:.2} us/packet",
+        lat.len(),
+        cpu * 1e6 / lat.len().max(1) as f64
+    );
     let st = relay.stats();
-    println!("relay: rtp_packets={} dropped={}", st.packets.rtp_packets, st.packets.dropped);
+    println!("relay ({:?}): rtp_packets={} dropped={}", relay.io_mode(), st.packets.rtp_packets, st.packets.dropped);
     relay.stop();
+}
+
+/// CPU time (user + system) of this process's relay worker threads.
+fn worker_cpu_secs() -> f64 {
+    let tick = 100.0; // USER_HZ
+    let mut total = 0u64;
+    for e in std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten() {
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else { continue };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else { continue };
+        if !stat[open + 1..close].starts_with("trgw-w") {
+            continue;
+        }
+        let f: Vec<&str> = stat[close + 2..].split(' ').collect();
+        // Fields 14 and 15 (utime, stime) are 12 and 13 after the comm.
+        total += f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        total += f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    }
+    total as f64 / tick
 }

@@ -3,6 +3,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::os::fd::RawFd;
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -116,28 +117,41 @@ impl Relay {
             let (tx, rx) = mpsc::channel();
             let st = stop.clone();
             let name = format!("trgw-w{i}");
-            let uring = match cfg.io {
-                IoMode::IoUring => match UringWorker::new(rx, n as u32, epoch) {
-                    Ok(w) => Ok(w),
-                    Err((e, rx)) => {
-                        tracing::warn!(error = %e, "io_uring unavailable, using epoll");
-                        io = IoMode::Epoll;
-                        Err(rx)
+            // The ring is created on the worker's own thread (io_uring's
+            // single-issuer mode wants the creator to be the submitter);
+            // the thread reports its eventfd and engine, or the error.
+            let (rtx, rrx) = mpsc::sync_channel::<io::Result<(RawFd, IoMode)>>(1);
+            let want = cfg.io;
+            let nw = n as u32;
+            threads.push(std::thread::Builder::new().name(name).spawn(move || {
+                let rx = if want == IoMode::IoUring {
+                    match UringWorker::new(rx, nw, epoch) {
+                        Ok((w, efd)) => {
+                            let _ = rtx.send(Ok((efd, IoMode::IoUring)));
+                            return w.run(st);
+                        }
+                        Err((e, rx)) => {
+                            tracing::warn!(error = %e, "io_uring unavailable, using epoll");
+                            rx
+                        }
                     }
-                },
-                IoMode::Epoll => Err(rx),
-            };
-            match uring {
-                Ok((w, efd)) => {
-                    ctls.push(WorkerCtl { tx, efd });
-                    threads.push(std::thread::Builder::new().name(name).spawn(move || w.run(st))?);
+                } else {
+                    rx
+                };
+                match Worker::new(rx, nw, epoch) {
+                    Ok((w, efd)) => {
+                        let _ = rtx.send(Ok((efd, IoMode::Epoll)));
+                        w.run(st);
+                    }
+                    Err(e) => {
+                        let _ = rtx.send(Err(e));
+                    }
                 }
-                Err(rx) => {
-                    let (w, efd) = Worker::new(rx, n as u32, epoch).context("creating a relay worker")?;
-                    ctls.push(WorkerCtl { tx, efd });
-                    threads.push(std::thread::Builder::new().name(name).spawn(move || w.run(st))?);
-                }
-            }
+            })?);
+            let (efd, got) =
+                rrx.recv().map_err(|_| anyhow::anyhow!("relay worker died"))?.context("creating a relay worker")?;
+            io = got;
+            ctls.push(WorkerCtl { tx, efd });
         }
         let mut handle = RelayHandle {
             stop: stop.clone(),

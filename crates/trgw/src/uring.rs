@@ -122,7 +122,14 @@ impl UringWorker {
     }
 
     fn setup() -> io::Result<(IoUring, BufRing, Vec<u8>, RawFd)> {
-        let ring = IoUring::builder().setup_cqsize(u32::from(NBUF) * 4).build(u32::from(NBUF))?;
+        // Completions are reaped only when the worker enters the ring
+        // (no interrupts of a busy worker); older kernels get a plain ring.
+        let ring = IoUring::builder()
+            .setup_cqsize(u32::from(NBUF) * 4)
+            .setup_single_issuer()
+            .setup_defer_taskrun()
+            .build(u32::from(NBUF))
+            .or_else(|_| IoUring::builder().setup_cqsize(u32::from(NBUF) * 4).build(u32::from(NBUF)))?;
         let layout = Layout::from_size_align(usize::from(NBUF) * size_of::<BufRingEntry>(), 4096)
             .map_err(|_| io::Error::other("layout"))?;
         // SAFETY: non-zero size layout.
