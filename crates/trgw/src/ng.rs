@@ -477,6 +477,32 @@ mod tests {
     }
 
     #[test]
+    fn two_media_streams_and_a_disabled_one() {
+        let mut c = core();
+        let body = "v=0\r\no=- 1 1 IN IP4 192.0.2.50\r\ns=-\r\nc=IN IP4 192.0.2.50\r\nt=0 0\r\nm=audio 4000 RTP/AVP 0\r\nm=video 4002 RTP/AVP 96\r\na=rtpmap:96 H264/90000\r\nm=audio 0 RTP/AVP 0\r\n";
+        let (_, v) = call(
+            &mut c,
+            &msg(
+                "m",
+                d(vec![
+                    ("command", Value::str("offer")),
+                    ("call-id", Value::str("mm")),
+                    ("from-tag", Value::str("f")),
+                    ("sdp", Value::str(body)),
+                ]),
+            ),
+        );
+        let sdp = v.get("sdp").and_then(Value::as_str).unwrap();
+        assert!(sdp.contains("m=audio 30002 RTP/AVP 0\r\n"), "{sdp}");
+        assert!(sdp.contains("m=video 30006 RTP/AVP 96\r\n"), "{sdp}");
+        assert!(sdp.contains("m=audio 0 RTP/AVP 0\r\n"), "{sdp}");
+        let call = c.call("mm").unwrap();
+        assert_eq!(call.media.iter().flatten().count(), 2);
+        // Only packets towards the offerer (B -> A, RTP and RTCP) have a far end yet.
+        assert_eq!(c.relay_table().len(), 4);
+    }
+
+    #[test]
     fn malformed_messages_get_errors() {
         let mut c = core();
         assert!(handle(&mut c, b"nocookie").is_none());

@@ -148,8 +148,20 @@ impl Relay {
                     }
                 }
             })?);
-            let (efd, got) =
-                rrx.recv().map_err(|_| anyhow::anyhow!("relay worker died"))?.context("creating a relay worker")?;
+            let (efd, got) = match rrx.recv() {
+                Ok(Ok(x)) => x,
+                failed => {
+                    // Stop the workers already running before reporting.
+                    stop.store(true, Relaxed);
+                    for t in threads {
+                        let _ = t.join();
+                    }
+                    return Err(match failed {
+                        Ok(Err(e)) => anyhow::Error::new(e).context("creating a relay worker"),
+                        _ => anyhow::anyhow!("a relay worker died while starting"),
+                    });
+                }
+            };
             io = got;
             ctls.push(WorkerCtl { tx, efd });
         }

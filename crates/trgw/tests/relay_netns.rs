@@ -433,3 +433,17 @@ fn port_exhaustion_over_ng_is_an_error_reply() {
         relay.stop();
     });
 }
+
+#[test]
+fn start_fails_cleanly_when_a_listener_port_is_taken() {
+    in_ns(|| {
+        let taken = udp("127.0.0.1:0");
+        let mut cfg = config(Latching::Symmetric, 60);
+        cfg.ng = Some(taken.local_addr().unwrap());
+        let e = Relay::start(cfg).unwrap_err();
+        assert!(format!("{e:#}").contains("ng listener"), "{e:#}");
+        let mut bad = config(Latching::Symmetric, 60);
+        bad.interfaces.clear();
+        assert!(Relay::start(bad).is_err(), "an unchecked configuration is refused");
+    });
+}
