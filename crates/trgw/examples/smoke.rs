@@ -4,7 +4,9 @@
 //!
 //!     cargo run --release -p trgw --example smoke -- 1000 5
 //!
-//! (calls, seconds, and optionally `epoll` for the epoll engine).
+//! (calls, seconds, and optionally `epoll` for the epoll engine or
+//! `rtpengine` to run the same load through rtpengine in userspace mode,
+//! for a ratio measured on the same machine at the same time).
 //! `v6gate bench trgw` is the real measurement.
 
 use std::net::{SocketAddr, UdpSocket};
@@ -17,6 +19,8 @@ use trgw::bencode::{self, Value};
 use trgw::config::Interface;
 use trgw::{Config, IoMode, Relay};
 
+static COOKIE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 fn mono_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: valid timespec pointer.
@@ -28,7 +32,9 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let calls: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(1000);
     let secs: u64 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(5);
-    let io = if args.get(3).map(String::as_str) == Some("epoll") { IoMode::Epoll } else { IoMode::IoUring };
+    let mode = args.get(3).cloned().unwrap_or_default();
+    let io = if mode == "epoll" { IoMode::Epoll } else { IoMode::IoUring };
+    let rtpengine = mode == "rtpengine";
     let ns = Arc::new(Netns::unique("trgw-smoke").expect("namespace (run as root)"));
     ns.ip(&["addr", "add", "192.0.2.1/32", "dev", "lo"]).unwrap();
     ns.ip(&["addr", "add", "192.0.2.50/32", "dev", "lo"]).unwrap();
@@ -37,13 +43,13 @@ fn main() {
     let ns2 = ns.clone();
     std::thread::spawn(move || {
         ns2.enter_thread().unwrap();
-        run(calls, secs, io);
+        run(calls, secs, io, rtpengine);
     })
     .join()
     .unwrap();
 }
 
-fn run(calls: usize, secs: u64, io: IoMode) {
+fn run(calls: usize, secs: u64, io: IoMode, rtpengine: bool) {
     let cfg = Config {
         interfaces: vec![
             Interface::new("v6", None, Some("2001:db8::1".parse().unwrap())),
@@ -56,7 +62,30 @@ fn run(calls: usize, secs: u64, io: IoMode) {
         io,
         ..Config::default()
     };
-    let relay = Relay::start(cfg).unwrap();
+    let (relay, mut peer) = if rtpengine {
+        let child = std::process::Command::new("rtpengine")
+            .args([
+                "--foreground",
+                "--log-stderr",
+                "--log-level=3",
+                "--table=-1",
+                "--interface=v6/2001:db8::1",
+                "--interface=v4/192.0.2.1",
+                "--listen-ng=127.0.0.1:2223",
+                "--port-min=20000",
+                "--port-max=60000",
+                "--num-threads=2",
+            ])
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("rtpengine");
+        std::thread::sleep(Duration::from_millis(1500));
+        (None, Some(child))
+    } else {
+        (Some(Relay::start(cfg).unwrap()), None)
+    };
+    let ng_addr: SocketAddr =
+        relay.as_ref().and_then(|r| r.ng_addr()).unwrap_or_else(|| "127.0.0.1:2223".parse().unwrap());
     let ctl = UdpSocket::bind("127.0.0.1:0").unwrap();
     ctl.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
     let sdp = |ip: &str, fam: &str, port: u16| {
@@ -64,12 +93,14 @@ fn run(calls: usize, secs: u64, io: IoMode) {
     };
     let ng = |pairs: Vec<(&str, Value)>| -> Value {
         let v = Value::Dict(pairs.into_iter().map(|(k, v)| (k.as_bytes().to_vec(), v)).collect());
-        let mut m = b"x ".to_vec();
+        // rtpengine answers a repeated cookie from its cache: one per message.
+        let cookie = format!("k{} ", COOKIE.fetch_add(1, Ordering::Relaxed));
+        let mut m = cookie.clone().into_bytes();
         v.encode_into(&mut m);
-        ctl.send_to(&m, relay.ng_addr().unwrap()).unwrap();
+        ctl.send_to(&m, ng_addr).unwrap();
         let mut buf = vec![0u8; 65536];
         let (n, _) = ctl.recv_from(&mut buf).unwrap();
-        bencode::decode(&buf[2..n]).unwrap()
+        bencode::decode(&buf[cookie.len()..n]).unwrap()
     };
     let mut targets: Vec<SocketAddr> = Vec::with_capacity(calls);
     for i in 0..calls {
@@ -79,6 +110,7 @@ fn run(calls: usize, secs: u64, io: IoMode) {
             ("call-id", Value::str(&cid)),
             ("from-tag", Value::str("a")),
             ("sdp", Value::str(&sdp("2001:db8:6::10", "IP6", 9002))),
+            ("direction", Value::List(vec![Value::str("v6"), Value::str("v4")])),
             ("address family", Value::str("IP4")),
         ]);
         let a = ng(vec![
@@ -87,6 +119,7 @@ fn run(calls: usize, secs: u64, io: IoMode) {
             ("from-tag", Value::str("a")),
             ("to-tag", Value::str("b")),
             ("sdp", Value::str(&sdp("192.0.2.50", "IP4", 9000))),
+            ("direction", Value::List(vec![Value::str("v4"), Value::str("v6")])),
         ]);
         let body = a.get("sdp").and_then(Value::as_str).expect("answer sdp").to_string();
         let port: u16 =
@@ -151,15 +184,29 @@ fn run(calls: usize, secs: u64, io: IoMode) {
         p(0.999),
         p(1.0)
     );
-    let cpu = worker_cpu_secs();
+    let cpu = match &peer {
+        Some(c) => process_cpu_secs(c.id()),
+        None => worker_cpu_secs(),
+    };
     println!(
         "relay worker CPU: {cpu:.2} s for {} packets = {:.2} us/packet",
         lat.len(),
         cpu * 1e6 / lat.len().max(1) as f64
     );
-    let st = relay.stats();
-    println!("relay ({:?}): rtp_packets={} dropped={}", relay.io_mode(), st.packets.rtp_packets, st.packets.dropped);
-    relay.stop();
+    if let Some(relay) = relay {
+        let st = relay.stats();
+        println!(
+            "relay ({:?}): rtp_packets={} dropped={}",
+            relay.io_mode(),
+            st.packets.rtp_packets,
+            st.packets.dropped
+        );
+        relay.stop();
+    }
+    if let Some(c) = peer.as_mut() {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
 }
 
 /// CPU time (user + system) of this process's relay worker threads.
@@ -178,4 +225,13 @@ fn worker_cpu_secs() -> f64 {
         total += f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
     }
     total as f64 / tick
+}
+
+/// CPU time (user + system) of a whole process.
+fn process_cpu_secs(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return 0.0 };
+    let Some(close) = stat.rfind(')') else { return 0.0 };
+    let f: Vec<&str> = stat[close + 2..].split(' ').collect();
+    let t: u64 = [11, 12].iter().filter_map(|&i| f.get(i).and_then(|v| v.parse::<u64>().ok())).sum();
+    t as f64 / 100.0
 }

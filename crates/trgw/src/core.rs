@@ -231,6 +231,8 @@ pub struct Core {
     /// Counters.
     pub totals: Totals,
     epoch: Instant,
+    /// ng replies by cookie (retransmissions).
+    pub(crate) ng_cache: crate::ng::CookieCache,
 }
 
 impl std::fmt::Debug for Core {
@@ -257,6 +259,7 @@ impl Core {
             next_id: 0,
             totals: Totals::default(),
             epoch,
+            ng_cache: crate::ng::CookieCache::default(),
         }
     }
 
