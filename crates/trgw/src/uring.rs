@@ -26,7 +26,7 @@ use io_uring::types::{BufRingEntry, RecvMsgOut, SubmitArgs, Timespec};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use socket2::Socket;
 
-use crate::worker::{from_storage, ingress, to_storage, Cmd, Slot};
+use crate::worker::{base_of, from_storage, grow, ingress, to_storage, Cmd, Slot};
 
 const NBUF: u16 = 4096;
 const BUF: usize = 2048;
@@ -219,16 +219,14 @@ impl UringWorker {
     }
 
     fn base(&self, id: u32) -> usize {
-        (id / self.nworkers) as usize * 4
+        base_of(id, self.nworkers)
     }
 
     fn apply(&mut self, c: Cmd) {
         match c {
             Cmd::Install { id, sockets, locals, init } => {
                 let base = self.base(id);
-                if self.slots.len() < base + 4 {
-                    self.slots.resize_with(base + 4, || None);
-                }
+                grow(&mut self.slots, base);
                 for (k, slot) in Slot::for_stream(*sockets, locals, init) {
                     self.gen = self.gen.wrapping_add(1);
                     self.slots[base + k] = Some(USlot { slot, gen: self.gen });

@@ -170,16 +170,14 @@ impl Worker {
     }
 
     fn base(&self, id: u32) -> usize {
-        (id / self.nworkers) as usize * 4
+        base_of(id, self.nworkers)
     }
 
     fn apply(&mut self, c: Cmd) {
         match c {
             Cmd::Install { id, sockets, locals, init } => {
                 let base = self.base(id);
-                if self.slots.len() < base + 4 {
-                    self.slots.resize_with(base + 4, || None);
-                }
+                grow(&mut self.slots, base);
                 for (k, slot) in Slot::for_stream(*sockets, locals, init) {
                     if let Err(e) = self.ctl(libc::EPOLL_CTL_ADD, slot.sock.as_raw_fd(), (base + k) as u64) {
                         tracing::error!(error = %e, "epoll_ctl add failed");
@@ -367,6 +365,19 @@ impl Worker {
         if dropped > 0 {
             st.dropped.fetch_add(dropped, Relaxed);
         }
+    }
+}
+
+/// First slot of stream `id` in its worker's table (the worker holds
+/// every `nworkers`-th stream, four slots each).
+pub(crate) fn base_of(id: u32, nworkers: u32) -> usize {
+    (id / nworkers) as usize * 4
+}
+
+/// Makes room for the four slots from `base`.
+pub(crate) fn grow<T>(slots: &mut Vec<Option<T>>, base: usize) {
+    if slots.len() < base + 4 {
+        slots.resize_with(base + 4, || None);
     }
 }
 
