@@ -38,6 +38,8 @@ struct BufRing {
     base: *mut BufRingEntry,
     layout: Layout,
     tail: u16,
+    /// Never free (the kernel may still use it).
+    leak: bool,
 }
 
 impl BufRing {
@@ -63,8 +65,10 @@ impl BufRing {
 
 impl Drop for BufRing {
     fn drop(&mut self) {
-        // SAFETY: allocated with this layout in `UringWorker::new`.
-        unsafe { dealloc(self.base.cast(), self.layout) };
+        if !self.leak {
+            // SAFETY: allocated with this layout in `UringWorker::setup`.
+            unsafe { dealloc(self.base.cast(), self.layout) };
+        }
     }
 }
 
@@ -95,6 +99,9 @@ pub(crate) struct UringWorker {
     gen: u32,
     /// Sockets of removed streams, closed when their receive ends.
     dying: HashMap<u64, Socket>,
+    /// Operations in flight that can still write into our buffers or read
+    /// our send contexts (receives armed, sends submitted).
+    inflight: usize,
     epoch: Instant,
 }
 
@@ -137,7 +144,7 @@ impl UringWorker {
         if base.is_null() {
             return Err(io::Error::other("out of memory"));
         }
-        let mut bufring = BufRing { base, layout, tail: 0 };
+        let mut bufring = BufRing { base, layout, tail: 0, leak: false };
         let mut bufs = vec![0u8; usize::from(NBUF) * BUF];
         for bid in 0..NBUF {
             bufring.push(bufs.as_mut_ptr(), bid);
@@ -188,6 +195,7 @@ impl UringWorker {
             slots: Vec::new(),
             gen: 0,
             dying: HashMap::new(),
+            inflight: 0,
             epoch,
         };
         w.arm_wake();
@@ -216,6 +224,7 @@ impl UringWorker {
             .build()
             .user_data(ud(s.gen, idx));
         self.push(e);
+        self.inflight += 1;
     }
 
     fn base(&self, id: u32) -> usize {
@@ -291,6 +300,7 @@ impl UringWorker {
                         continue; // cancel request done
                     }
                     let bid = (u & 0xffff) as u16;
+                    self.inflight = self.inflight.saturating_sub(1);
                     if res < 0 {
                         let c = &self.ctx[usize::from(bid)];
                         if let Some(Some(s)) = self.slots.get(c.slot as usize) {
@@ -311,8 +321,37 @@ impl UringWorker {
                 self.bufring.publish();
             }
         }
+        self.shutdown();
         // SAFETY: our own descriptor, closed once.
         unsafe { libc::close(self.efd) };
+    }
+
+    /// Cancels everything in flight and waits (up to a second) for the
+    /// kernel to let go of the buffers; if it does not, the buffers are
+    /// leaked rather than freed under it.
+    fn shutdown(&mut self) {
+        self.slots.clear();
+        self.push(opcode::AsyncCancel2::new(types::CancelBuilder::any()).build().user_data(SEND | 0xffff_0000));
+        let ts = Timespec::new().nsec(100_000_000);
+        let args = SubmitArgs::new().timespec(&ts);
+        let deadline = Instant::now() + std::time::Duration::from_secs(1);
+        while self.inflight > 0 && Instant::now() < deadline {
+            let _ = self.ring.submitter().submit_with_args(1, &args);
+            let done: Vec<(u64, u32)> = self.ring.completion().map(|c| (c.user_data(), c.flags())).collect();
+            for (u, flags) in done {
+                let send = u & SEND != 0 && u != SEND | 0xffff_0000;
+                let recv_end = u != WAKE && u & SEND == 0 && !cqueue::more(flags);
+                if send || recv_end {
+                    self.inflight -= 1.min(self.inflight);
+                }
+            }
+        }
+        if self.inflight > 0 {
+            tracing::warn!(inflight = self.inflight, "io_uring operations outlived shutdown; leaking their buffers");
+            std::mem::forget(std::mem::take(&mut self.bufs));
+            std::mem::forget(std::mem::replace(&mut self.ctx, Box::new([])));
+            self.bufring.leak = true;
+        }
     }
 
     /// One receive completion; true when a buffer went back to the ring.
@@ -322,6 +361,9 @@ impl UringWorker {
         let live = matches!(self.slots.get(idx), Some(Some(s)) if s.gen == gen);
         let bid = cqueue::buffer_select(flags);
         let more = cqueue::more(flags);
+        if !more {
+            self.inflight = self.inflight.saturating_sub(1);
+        }
         if !live {
             if !more {
                 self.dying.remove(&u);
@@ -404,6 +446,7 @@ impl UringWorker {
         c.gen = gen;
         let e = opcode::SendMsg::new(types::Fd(out_fd), &c.hdr).build().user_data(SEND | u64::from(bid));
         self.push(e);
+        self.inflight += 1;
         false
     }
 }
