@@ -28,6 +28,7 @@ pub fn run(a: &Args) -> Result<()> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
     // Block the signals before any thread starts, then wait for one.
     // SAFETY: sigset manipulation on a local set; sigwait on it.

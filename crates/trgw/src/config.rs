@@ -27,6 +27,9 @@ rtpproxy-udp = "127.0.0.1:22222"
 allow = ["127.0.0.0/8", "::1/128"]
 # Relay worker threads; default: one per core.
 # workers = 2
+# Packet I/O: "io-uring" (default; falls back to epoll when the kernel
+# refuses) or "epoll" (recvmmsg/sendmmsg per ready socket).
+# io = "io-uring"
 # rtpproxy bridging (U/L modifiers e and i): which interface is which.
 # rtpproxy-internal = "v4"
 # rtpproxy-external = "v6"
@@ -56,6 +59,18 @@ pub enum Latching {
     Strict,
 }
 
+/// The packet I/O engine of the workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum IoMode {
+    /// io_uring: multishot receives into a provided-buffer ring, sends
+    /// batched, one `io_uring_enter` per loop for all sockets.
+    #[default]
+    IoUring,
+    /// epoll + `recvmmsg`/`sendmmsg` per ready socket.
+    Epoll,
+}
+
 /// One named media interface.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
@@ -73,6 +88,11 @@ pub struct Interface {
 }
 
 impl Interface {
+    /// An interface with these addresses and no advertised ones.
+    pub fn new(name: &str, ipv4: Option<Ipv4Addr>, ipv6: Option<Ipv6Addr>) -> Self {
+        Interface { name: name.to_string(), ipv4, ipv6, advertise_ipv4: None, advertise_ipv6: None }
+    }
+
     /// The bind address of a family, when the interface has one.
     pub fn addr(&self, v6: bool) -> Option<IpAddr> {
         if v6 {
@@ -182,6 +202,9 @@ pub struct Config {
     /// Relay worker threads (default: number of cores).
     #[serde(default)]
     pub workers: Option<usize>,
+    /// Packet I/O engine.
+    #[serde(default)]
+    pub io: IoMode,
     /// rtpproxy bridging: the interface the `i` modifier names.
     #[serde(default)]
     pub rtpproxy_internal: Option<String>,
@@ -225,6 +248,7 @@ impl Default for Config {
             rtpproxy_unix: None,
             allow: d_allow(),
             workers: None,
+            io: IoMode::IoUring,
             rtpproxy_internal: None,
             rtpproxy_external: None,
         }

@@ -29,6 +29,8 @@ pub trait Plane: Send {
     fn set_peers(&mut self, id: u32, peers: [Option<SocketAddr>; 4]);
     /// Stops relaying stream `id` and closes its sockets.
     fn remove(&mut self, id: u32);
+    /// Returns once the data path applied every change made so far.
+    fn sync(&mut self) {}
 }
 
 /// What a worker needs to relay a stream.
@@ -229,6 +231,8 @@ pub struct Core {
     /// Counters.
     pub totals: Totals,
     epoch: Instant,
+    /// ng replies by cookie (retransmissions).
+    pub(crate) ng_cache: crate::ng::CookieCache,
 }
 
 impl std::fmt::Debug for Core {
@@ -255,6 +259,7 @@ impl Core {
             next_id: 0,
             totals: Totals::default(),
             epoch,
+            ng_cache: crate::ng::CookieCache::default(),
         }
     }
 
@@ -558,6 +563,7 @@ impl Core {
             c.last_signal = now;
             c.last_signal_unix = unix_now();
         }
+        self.plane.sync();
         if let Err(e) = result {
             // A new call whose offer failed leaves nothing behind.
             if self.calls.get(call_id).is_some_and(|c| c.media.iter().all(Option::is_none)) {
@@ -580,6 +586,7 @@ impl Core {
         for s in c.media.iter_mut().filter_map(Option::take) {
             self.drop_stream_keep_stats(s);
         }
+        self.plane.sync();
         self.totals.calls_deleted += 1;
         tracing::info!(call_id, "call deleted");
         Ok(c)
@@ -635,22 +642,11 @@ pub(crate) mod tests_support {
 
     pub fn config() -> Config {
         Config {
-            interfaces: vec![
-                Interface {
-                    name: "v6".into(),
-                    ipv4: None,
-                    ipv6: Some("2001:db8::1".parse().unwrap()),
-                    advertise_ipv4: None,
-                    advertise_ipv6: None,
-                },
-                Interface {
-                    name: "v4".into(),
-                    ipv4: Some("192.0.2.1".parse().unwrap()),
-                    ipv6: None,
-                    advertise_ipv4: Some("198.51.100.1".parse().unwrap()),
-                    advertise_ipv6: None,
-                },
-            ],
+            interfaces: vec![Interface::new("v6", None, Some("2001:db8::1".parse().unwrap())), {
+                let mut v4 = Interface::new("v4", Some("192.0.2.1".parse().unwrap()), None);
+                v4.advertise_ipv4 = Some("198.51.100.1".parse().unwrap());
+                v4
+            }],
             port_min: 30000,
             port_max: 30007,
             ..Config::default()

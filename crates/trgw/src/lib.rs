@@ -19,7 +19,8 @@ pub mod rtp;
 pub mod rtpproxy;
 pub mod sdp;
 pub mod table;
+mod uring;
 mod worker;
 
-pub use crate::config::{Config, Latching, EXAMPLE_TOML};
+pub use crate::config::{Config, IoMode, Latching, EXAMPLE_TOML};
 pub use crate::relay::{Relay, RelayHandle, RelayStats};

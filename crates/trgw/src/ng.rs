@@ -17,6 +17,38 @@ use crate::sdp::{MediaRewrite, Rewrite, Sdp};
 
 /// Largest ng datagram accepted.
 pub const MAX_MESSAGE: usize = 65_535;
+/// How long a reply is kept for a retransmitted cookie.
+pub const COOKIE_CACHE_SECS: u64 = 30;
+/// Most cached replies.
+pub const COOKIE_CACHE_MAX: usize = 10_000;
+
+/// Replies by cookie: a retransmission (same cookie, e.g. Kamailio
+/// resending after a timeout) gets the same reply again instead of being
+/// executed twice, as rtpengine does.
+#[derive(Debug, Default)]
+pub struct CookieCache {
+    map: std::collections::HashMap<Vec<u8>, Vec<u8>>,
+    order: std::collections::VecDeque<(Instant, Vec<u8>)>,
+}
+
+impl CookieCache {
+    fn get(&mut self, cookie: &[u8], now: Instant) -> Option<Vec<u8>> {
+        while let Some((t, c)) = self.order.front() {
+            if now.saturating_duration_since(*t).as_secs() < COOKIE_CACHE_SECS && self.order.len() <= COOKIE_CACHE_MAX {
+                break;
+            }
+            self.map.remove(c);
+            self.order.pop_front();
+        }
+        self.map.get(cookie).cloned()
+    }
+
+    fn put(&mut self, cookie: &[u8], reply: &[u8], now: Instant) {
+        if self.map.insert(cookie.to_vec(), reply.to_vec()).is_none() {
+            self.order.push_back((now, cookie.to_vec()));
+        }
+    }
+}
 
 fn norm(k: &[u8]) -> Vec<u8> {
     k.iter().map(|&b| if b == b' ' || b == b'_' { b'-' } else { b.to_ascii_lowercase() }).collect()
@@ -68,6 +100,11 @@ pub fn handle(core: &mut Core, msg: &[u8]) -> Option<Vec<u8>> {
     if cookie.is_empty() {
         return None;
     }
+    let now = Instant::now();
+    if let Some(r) = core.ng_cache.get(cookie, now) {
+        tracing::debug!(cookie = %String::from_utf8_lossy(cookie), "retransmitted ng command answered from the cache");
+        return Some(r);
+    }
     let json = body.first() == Some(&b'{');
     let reply = match parse(body, json) {
         Ok(v) => dispatch(core, &v),
@@ -85,6 +122,7 @@ pub fn handle(core: &mut Core, msg: &[u8]) -> Option<Vec<u8>> {
     } else {
         reply.encode_into(&mut out);
     }
+    core.ng_cache.put(cookie, &out, now);
     Some(out)
 }
 
@@ -381,10 +419,19 @@ mod tests {
         Core::new(cfg, Box::new(NullPlane), Instant::now())
     }
 
+    /// Sends `msg` with its cookie made unique (replies are cached by
+    /// cookie); returns the original cookie if the reply echoed ours.
     fn call(c: &mut Core, msg: &[u8]) -> (String, Value) {
-        let r = handle(c, msg).expect("a reply");
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let sp = msg.iter().position(|&b| b == b' ').unwrap();
+        let orig = String::from_utf8(msg[..sp].to_vec()).unwrap();
+        let unique = format!("{orig}.{}", N.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        let mut m = unique.clone().into_bytes();
+        m.extend_from_slice(&msg[sp..]);
+        let r = handle(c, &m).expect("a reply");
         let sp = r.iter().position(|&b| b == b' ').unwrap();
-        let cookie = String::from_utf8(r[..sp].to_vec()).unwrap();
+        assert_eq!(&r[..sp], unique.as_bytes(), "cookie echoed");
+        let cookie = orig;
         let body = &r[sp + 1..];
         let v = if body.first() == Some(&b'{') {
             Value::from_json(&serde_json::from_slice(body).unwrap())
@@ -474,6 +521,56 @@ mod tests {
         assert_eq!(v.get("result").and_then(Value::as_str), Some("error"));
         let (_, v) = call(&mut c, b"q d7:command5:query7:call-id4:cid1e");
         assert_eq!(v.get("error-reason").and_then(Value::as_str), Some("Unknown call-id"));
+    }
+
+    #[test]
+    fn two_media_streams_and_a_disabled_one() {
+        let mut c = core();
+        let body = "v=0\r\no=- 1 1 IN IP4 192.0.2.50\r\ns=-\r\nc=IN IP4 192.0.2.50\r\nt=0 0\r\nm=audio 4000 RTP/AVP 0\r\nm=video 4002 RTP/AVP 96\r\na=rtpmap:96 H264/90000\r\nm=audio 0 RTP/AVP 0\r\n";
+        let (_, v) = call(
+            &mut c,
+            &msg(
+                "m",
+                d(vec![
+                    ("command", Value::str("offer")),
+                    ("call-id", Value::str("mm")),
+                    ("from-tag", Value::str("f")),
+                    ("sdp", Value::str(body)),
+                ]),
+            ),
+        );
+        let sdp = v.get("sdp").and_then(Value::as_str).unwrap();
+        assert!(sdp.contains("m=audio 30002 RTP/AVP 0\r\n"), "{sdp}");
+        assert!(sdp.contains("m=video 30006 RTP/AVP 96\r\n"), "{sdp}");
+        assert!(sdp.contains("m=audio 0 RTP/AVP 0\r\n"), "{sdp}");
+        let call = c.call("mm").unwrap();
+        assert_eq!(call.media.iter().flatten().count(), 2);
+        // Only packets towards the offerer (B -> A, RTP and RTCP) have a far end yet.
+        assert_eq!(c.relay_table().len(), 4);
+    }
+
+    #[test]
+    fn retransmissions_get_the_cached_reply() {
+        let mut c = core();
+        let offer = msg(
+            "kam_1",
+            d(vec![
+                ("command", Value::str("offer")),
+                ("call-id", Value::str("rt")),
+                ("from-tag", Value::str("f")),
+                ("sdp", Value::str(SDP4)),
+            ]),
+        );
+        let first = handle(&mut c, &offer).unwrap();
+        let del = msg("kam_2", d(vec![("command", Value::str("delete")), ("call-id", Value::str("rt"))]));
+        let d1 = handle(&mut c, &del).unwrap();
+        // Retransmitted delete: same reply (ok), not "not found".
+        assert_eq!(handle(&mut c, &del).unwrap(), d1);
+        assert!(String::from_utf8_lossy(&d1).contains("6:result2:ok"));
+        // Retransmitted offer: the cached reply, the call is not recreated.
+        assert_eq!(handle(&mut c, &offer).unwrap(), first);
+        assert!(c.call("rt").is_none());
+        assert_eq!(c.totals.calls_created, 1);
     }
 
     #[test]

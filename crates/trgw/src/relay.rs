@@ -3,6 +3,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::os::fd::RawFd;
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -14,9 +15,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result};
 use socket2::{Domain, Protocol, Socket, Type};
 
-use crate::config::Config;
+use crate::config::{Config, IoMode};
 use crate::core::{Core, PacketTotals, Plane, StreamInit, Totals};
 use crate::table::{RelayKey, RelayValue};
+use crate::uring::UringWorker;
 use crate::worker::{Cmd, Worker, WorkerCtl};
 
 /// The plane with real sockets and workers.
@@ -58,6 +60,12 @@ impl Plane for SocketPlane {
         let w = &self.workers[id as usize % self.workers.len()];
         w.send(Cmd::Remove { id });
     }
+
+    fn sync(&mut self) {
+        for w in &self.workers {
+            w.sync();
+        }
+    }
 }
 
 /// Entry point: [`Relay::start`].
@@ -73,6 +81,7 @@ pub struct RelayHandle {
     ng: Option<SocketAddr>,
     rtpproxy_udp: Option<SocketAddr>,
     unix_path: Option<PathBuf>,
+    io: IoMode,
 }
 
 /// A snapshot of the relay's counters (for Prometheus / `v6gate ctl`).
@@ -103,12 +112,58 @@ impl Relay {
         let n = cfg.worker_count();
         let mut threads = Vec::new();
         let mut ctls = Vec::new();
+        let mut io = cfg.io;
         for i in 0..n {
             let (tx, rx) = mpsc::channel();
-            let (w, efd) = Worker::new(rx, n as u32, epoch).context("creating a relay worker")?;
-            ctls.push(WorkerCtl { tx, efd });
             let st = stop.clone();
-            threads.push(std::thread::Builder::new().name(format!("trgw-w{i}")).spawn(move || w.run(st))?);
+            let name = format!("trgw-w{i}");
+            // The ring is created on the worker's own thread (io_uring's
+            // single-issuer mode wants the creator to be the submitter);
+            // the thread reports its eventfd and engine, or the error.
+            let (rtx, rrx) = mpsc::sync_channel::<io::Result<(RawFd, IoMode)>>(1);
+            let want = cfg.io;
+            let nw = n as u32;
+            threads.push(std::thread::Builder::new().name(name).spawn(move || {
+                let rx = if want == IoMode::IoUring {
+                    match UringWorker::new(rx, nw, epoch) {
+                        Ok((w, efd)) => {
+                            let _ = rtx.send(Ok((efd, IoMode::IoUring)));
+                            return w.run(st);
+                        }
+                        Err((e, rx)) => {
+                            tracing::warn!(error = %e, "io_uring unavailable, using epoll");
+                            rx
+                        }
+                    }
+                } else {
+                    rx
+                };
+                match Worker::new(rx, nw, epoch) {
+                    Ok((w, efd)) => {
+                        let _ = rtx.send(Ok((efd, IoMode::Epoll)));
+                        w.run(st);
+                    }
+                    Err(e) => {
+                        let _ = rtx.send(Err(e));
+                    }
+                }
+            })?);
+            let (efd, got) = match rrx.recv() {
+                Ok(Ok(x)) => x,
+                failed => {
+                    // Stop the workers already running before reporting.
+                    stop.store(true, Relaxed);
+                    for t in threads {
+                        let _ = t.join();
+                    }
+                    return Err(match failed {
+                        Ok(Err(e)) => anyhow::Error::new(e).context("creating a relay worker"),
+                        _ => anyhow::anyhow!("a relay worker died while starting"),
+                    });
+                }
+            };
+            io = got;
+            ctls.push(WorkerCtl { tx, efd });
         }
         let mut handle = RelayHandle {
             stop: stop.clone(),
@@ -117,7 +172,9 @@ impl Relay {
             ng: None,
             rtpproxy_udp: None,
             unix_path: None,
+            io,
         };
+        tracing::info!(workers = n, io = ?io, "relay workers started");
         let allow = Arc::new(cfg.clone());
         if let Some(a) = cfg.ng {
             let sock = UdpSocket::bind(a).with_context(|| format!("binding the ng listener on {a}"))?;
@@ -215,6 +272,12 @@ impl RelayHandle {
             }
         })?);
         Ok(())
+    }
+
+    /// The packet I/O engine the workers use (io_uring falls back to epoll
+    /// when the kernel refuses it).
+    pub fn io_mode(&self) -> IoMode {
+        self.io
     }
 
     /// The ng listener's address (with the real port when 0 was asked).

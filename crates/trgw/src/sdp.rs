@@ -275,9 +275,11 @@ impl Sdp {
                     continue;
                 };
                 if let Some(rest) = l.strip_prefix("m=") {
-                    let mut f: Vec<String> = rest.split(' ').map(str::to_string).collect();
+                    // Same tokens as the parser saw: kind, port, the rest.
+                    let mut f: Vec<&str> = rest.split_ascii_whitespace().collect();
+                    let port = r.port.to_string();
                     if f.len() > 1 {
-                        f[1] = r.port.to_string();
+                        f[1] = &port;
                     }
                     push(&mut out, &format!("m={}", f.join(" ")));
                     if m.conn.is_none() && self.conn.is_some() && session_addr != Some(r.addr) {
@@ -387,6 +389,22 @@ a=rtcp:30001\r\n";
         let out = s.rewrite(&rw);
         assert!(!out.contains("a=rtcp:"), "{out}");
         assert!(out.contains("m=audio 30000 RTP/AVP 0\r\n"));
+    }
+
+    #[test]
+    fn odd_spacing_in_media_lines() {
+        // Found by the sdp_rewrite fuzz target: a leading space shifted the
+        // rewritten port into the media kind.
+        let body = "v=0\r\nc=IN IP4 192.0.2.50\r\nm=audio 900 RTP/AVP 0\r\nm= 2 2 IN ITP/AVP 96\r\n";
+        let s = Sdp::parse(body.as_bytes()).unwrap();
+        let a = "192.0.2.1".parse().unwrap();
+        let rw = Rewrite {
+            media: vec![Some(MediaRewrite { addr: a, port: 30000 }), Some(MediaRewrite { addr: a, port: 30002 })],
+            ..Rewrite::default()
+        };
+        let again = Sdp::parse(s.rewrite(&rw).as_bytes()).unwrap();
+        assert_eq!(again.media[1].port, 30002);
+        assert_eq!(again.media[1].kind, "2");
     }
 
     #[test]

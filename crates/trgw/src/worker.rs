@@ -30,9 +30,21 @@ const EVENTS: usize = 1024;
 const WAKE: u64 = u64::MAX;
 
 pub(crate) enum Cmd {
-    Install { id: u32, sockets: Box<[Option<Socket>; 4]>, locals: [SocketAddr; 4], init: StreamInit },
-    SetPeers { id: u32, peers: [Option<SocketAddr>; 4] },
-    Remove { id: u32 },
+    Install {
+        id: u32,
+        sockets: Box<[Option<Socket>; 4]>,
+        locals: [SocketAddr; 4],
+        init: StreamInit,
+    },
+    SetPeers {
+        id: u32,
+        peers: [Option<SocketAddr>; 4],
+    },
+    Remove {
+        id: u32,
+    },
+    /// Answered once every earlier command is applied.
+    Sync(std::sync::mpsc::SyncSender<()>),
 }
 
 /// The control side's handle on one worker.
@@ -42,6 +54,14 @@ pub(crate) struct WorkerCtl {
 }
 
 impl WorkerCtl {
+    /// Waits (at most a second) until the worker applied every command
+    /// sent before, so a control reply is never ahead of the data path.
+    pub fn sync(&self) {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.send(Cmd::Sync(tx));
+        let _ = rx.recv_timeout(std::time::Duration::from_secs(1));
+    }
+
     pub fn send(&self, c: Cmd) {
         if self.tx.send(c).is_ok() {
             let one: u64 = 1;
@@ -51,14 +71,14 @@ impl WorkerCtl {
     }
 }
 
-struct Slot {
-    sock: Socket,
-    local: SocketAddr,
-    peer: Option<SocketAddr>,
-    latched: Option<SocketAddr>,
-    rx: RtpRx,
-    init: Arc<StreamInit>,
-    k: usize,
+pub(crate) struct Slot {
+    pub sock: Socket,
+    pub local: SocketAddr,
+    pub peer: Option<SocketAddr>,
+    pub latched: Option<SocketAddr>,
+    pub rx: RtpRx,
+    pub init: Arc<StreamInit>,
+    pub k: usize,
 }
 
 pub(crate) struct Worker {
@@ -79,7 +99,7 @@ fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
 }
 
 /// A `sockaddr_storage` for a socket address; returns its length.
-fn to_storage(a: SocketAddr, out: &mut libc::sockaddr_storage) -> libc::socklen_t {
+pub(crate) fn to_storage(a: SocketAddr, out: &mut libc::sockaddr_storage) -> libc::socklen_t {
     // SAFETY: sockaddr_storage is large enough and suitably aligned for
     // both sockaddr_in and sockaddr_in6.
     unsafe {
@@ -104,7 +124,7 @@ fn to_storage(a: SocketAddr, out: &mut libc::sockaddr_storage) -> libc::socklen_
     }
 }
 
-fn from_storage(s: &libc::sockaddr_storage) -> Option<SocketAddr> {
+pub(crate) fn from_storage(s: &libc::sockaddr_storage) -> Option<SocketAddr> {
     // SAFETY: the family field says which structure the kernel wrote.
     unsafe {
         match i32::from(s.ss_family) {
@@ -150,45 +170,26 @@ impl Worker {
     }
 
     fn base(&self, id: u32) -> usize {
-        (id / self.nworkers) as usize * 4
+        base_of(id, self.nworkers)
     }
 
     fn apply(&mut self, c: Cmd) {
         match c {
             Cmd::Install { id, sockets, locals, init } => {
                 let base = self.base(id);
-                if self.slots.len() < base + 4 {
-                    self.slots.resize_with(base + 4, || None);
-                }
-                let init = Arc::new(init);
-                for (k, s) in sockets.into_iter().enumerate() {
-                    if let Some(sock) = s {
-                        if let Err(e) = self.ctl(libc::EPOLL_CTL_ADD, sock.as_raw_fd(), (base + k) as u64) {
-                            tracing::error!(error = %e, "epoll_ctl add failed");
-                        }
-                        self.slots[base + k] = Some(Slot {
-                            sock,
-                            local: locals[k],
-                            peer: init.peers[k],
-                            latched: None,
-                            rx: RtpRx::default(),
-                            init: init.clone(),
-                            k,
-                        });
+                grow(&mut self.slots, base);
+                for (k, slot) in Slot::for_stream(*sockets, locals, init) {
+                    if let Err(e) = self.ctl(libc::EPOLL_CTL_ADD, slot.sock.as_raw_fd(), (base + k) as u64) {
+                        tracing::error!(error = %e, "epoll_ctl add failed");
                     }
+                    self.slots[base + k] = Some(slot);
                 }
             }
             Cmd::SetPeers { id, peers } => {
                 let base = self.base(id);
                 for (k, p) in peers.iter().enumerate() {
                     if let Some(Some(s)) = self.slots.get_mut(base + k) {
-                        if s.peer != *p {
-                            s.peer = *p;
-                            s.latched = None;
-                            if let Ok(mut g) = s.init.stats.slots[k].latched.lock() {
-                                *g = None;
-                            }
-                        }
+                        s.set_peer(*p);
                     }
                 }
             }
@@ -199,6 +200,9 @@ impl Worker {
                         let _ = self.ctl(libc::EPOLL_CTL_DEL, slot.sock.as_raw_fd(), 0);
                     }
                 }
+            }
+            Cmd::Sync(tx) => {
+                let _ = tx.send(());
             }
         }
     }
@@ -288,8 +292,6 @@ impl Worker {
             _ => (-1, None, None),
         };
         let Some(Some(slot)) = self.slots.get_mut(idx) else { return };
-        let st = &slot.init.stats.slots[slot.k];
-        let strict = slot.init.latching == Latching::Strict;
         let mut nout = 0usize;
         let mut bytes = 0u64;
         let mut dropped = 0u64;
@@ -301,42 +303,9 @@ impl Worker {
                 continue;
             }
             let src = src.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
-            // Latching.
-            if strict {
-                if slot.peer != Some(src) {
-                    dropped += 1;
-                    continue;
-                }
-            } else {
-                match slot.latched {
-                    None => {
-                        slot.latched = Some(src);
-                        if let Ok(mut g) = st.latched.lock() {
-                            *g = Some(src);
-                        }
-                        if slot.peer.is_some_and(|p| p != src) {
-                            tracing::debug!(%src, signalled = ?slot.peer, "latched to a new source (NAT)");
-                        }
-                    }
-                    Some(l) if l == src => {}
-                    Some(_) => {
-                        dropped += 1;
-                        continue;
-                    }
-                }
-            }
-            let pkt = &bufs[i][..len];
-            if slot.k & 1 == 0 {
-                if let Some((pt, seq, ts, ssrc)) = parse_rtp(pkt) {
-                    let rate = slot
-                        .init
-                        .clock
-                        .iter()
-                        .find(|(p, _)| *p == pt)
-                        .map_or_else(|| static_clock_rate(pt), |(_, r)| *r);
-                    let arrival = (u128::from(now_ns) * u128::from(rate) / 1_000_000_000) as u32;
-                    slot.rx.packet(seq, ts, ssrc, arrival);
-                }
+            if !ingress(slot, src, &bufs[i][..len], now_ns) {
+                dropped += 1;
+                continue;
             }
             let (Some(dst), Some(lip)) = (out_dst, out_local) else {
                 dropped += 1;
@@ -359,11 +328,17 @@ impl Worker {
             bytes += len as u64;
             nout += 1;
         }
+        let st = &slot.init.stats.slots[slot.k];
         if slot.k & 1 == 0 {
             st.lost.store(slot.rx.lost(), Relaxed);
             st.jitter.store(slot.rx.jitter(), Relaxed);
         }
         st.last_ns.store(now_ns.max(1), Relaxed);
+        // Count before sending, so a reader that saw the packet arrive sees
+        // it counted; failures are taken back below.
+        st.packets.fetch_add(nout as u64, Relaxed);
+        st.bytes.fetch_add(bytes, Relaxed);
+        let mut failed_bytes = 0u64;
         let mut sent = 0usize;
         let mut send_fail = 0u64;
         while sent < nout {
@@ -376,17 +351,102 @@ impl Worker {
                     continue;
                 }
                 send_fail += 1;
-                bytes = bytes.saturating_sub(oiov[sent].iov_len as u64);
+                failed_bytes += oiov[sent].iov_len as u64;
                 sent += 1;
                 continue;
             }
             sent += r as usize;
         }
-        dropped += send_fail;
-        st.packets.fetch_add(nout as u64 - send_fail, Relaxed);
-        st.bytes.fetch_add(bytes, Relaxed);
+        if send_fail > 0 {
+            st.packets.fetch_sub(send_fail, Relaxed);
+            st.bytes.fetch_sub(failed_bytes, Relaxed);
+            dropped += send_fail;
+        }
         if dropped > 0 {
             st.dropped.fetch_add(dropped, Relaxed);
         }
     }
+}
+
+/// First slot of stream `id` in its worker's table (the worker holds
+/// every `nworkers`-th stream, four slots each).
+pub(crate) fn base_of(id: u32, nworkers: u32) -> usize {
+    (id / nworkers) as usize * 4
+}
+
+/// Makes room for the four slots from `base`.
+pub(crate) fn grow<T>(slots: &mut Vec<Option<T>>, base: usize) {
+    if slots.len() < base + 4 {
+        slots.resize_with(base + 4, || None);
+    }
+}
+
+impl Slot {
+    /// The slots of a new stream: (k, slot) for every socket given.
+    pub fn for_stream(
+        sockets: [Option<Socket>; 4],
+        locals: [SocketAddr; 4],
+        init: StreamInit,
+    ) -> impl Iterator<Item = (usize, Slot)> {
+        let init = Arc::new(init);
+        sockets.into_iter().enumerate().filter_map(move |(k, s)| {
+            s.map(|sock| {
+                let slot = Slot {
+                    sock,
+                    local: locals[k],
+                    peer: init.peers[k],
+                    latched: None,
+                    rx: RtpRx::default(),
+                    init: init.clone(),
+                    k,
+                };
+                (k, slot)
+            })
+        })
+    }
+
+    /// A new signalled far end; forgets what was latched.
+    pub fn set_peer(&mut self, p: Option<SocketAddr>) {
+        if self.peer != p {
+            self.peer = p;
+            self.latched = None;
+            if let Ok(mut g) = self.init.stats.slots[self.k].latched.lock() {
+                *g = None;
+            }
+        }
+    }
+}
+
+/// Latching and RTP statistics for one received datagram; false when it
+/// must be dropped (strict latching, or a foreign source after latching).
+pub(crate) fn ingress(slot: &mut Slot, src: SocketAddr, pkt: &[u8], now_ns: u64) -> bool {
+    let st = &slot.init.stats.slots[slot.k];
+    if slot.init.latching == Latching::Strict {
+        if slot.peer != Some(src) {
+            return false;
+        }
+    } else {
+        match slot.latched {
+            None => {
+                slot.latched = Some(src);
+                if let Ok(mut g) = st.latched.lock() {
+                    *g = Some(src);
+                }
+                if slot.peer.is_some_and(|p| p != src) {
+                    tracing::debug!(%src, signalled = ?slot.peer, "latched to a new source (NAT)");
+                }
+            }
+            Some(l) if l == src => {}
+            Some(_) => return false,
+        }
+    }
+    if slot.k & 1 == 0 {
+        if let Some((pt, seq, ts, ssrc)) = parse_rtp(pkt) {
+            let rate =
+                slot.init.clock.iter().find(|(p, _)| *p == pt).map_or_else(|| static_clock_rate(pt), |(_, r)| *r);
+            let arrival = (u128::from(now_ns) * u128::from(rate) / 1_000_000_000) as u32;
+            slot.rx.packet(seq, ts, ssrc, arrival);
+        }
+    }
+    true
 }

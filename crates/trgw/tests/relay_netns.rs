@@ -11,7 +11,7 @@ use std::time::Duration;
 use lab::netns::Netns;
 use trgw::bencode::{self, Value};
 use trgw::config::{Interface, Latching};
-use trgw::{Config, Relay, RelayHandle};
+use trgw::{Config, IoMode, Relay, RelayHandle};
 
 const RELAY4: &str = "192.0.2.1";
 const RELAY6: &str = "2001:db8::1";
@@ -44,20 +44,8 @@ fn in_ns(f: impl FnOnce() + Send + 'static) {
 fn config(latching: Latching, timeout: u64) -> Config {
     Config {
         interfaces: vec![
-            Interface {
-                name: "v6".into(),
-                ipv4: None,
-                ipv6: Some(RELAY6.parse().unwrap()),
-                advertise_ipv4: None,
-                advertise_ipv6: None,
-            },
-            Interface {
-                name: "v4".into(),
-                ipv4: Some(RELAY4.parse().unwrap()),
-                ipv6: None,
-                advertise_ipv4: None,
-                advertise_ipv6: None,
-            },
+            Interface::new("v6", None, Some(RELAY6.parse().unwrap())),
+            Interface::new("v4", Some(RELAY4.parse().unwrap()), None),
         ],
         latching,
         timeout_secs: timeout,
@@ -171,8 +159,20 @@ fn setup_call(ng: &mut Ng, call: &str, ua4_port: u16) -> (SocketAddr, SocketAddr
 
 #[test]
 fn relays_6_to_4_and_back_with_rtcp_stats_and_delete() {
-    in_ns(|| {
-        let relay = Relay::start(config(Latching::Symmetric, 60)).unwrap();
+    relay_both_ways(IoMode::IoUring);
+}
+
+#[test]
+fn relays_with_the_epoll_engine_too() {
+    relay_both_ways(IoMode::Epoll);
+}
+
+fn relay_both_ways(io: IoMode) {
+    in_ns(move || {
+        let mut cfg = config(Latching::Symmetric, 60);
+        cfg.io = io;
+        let relay = Relay::start(cfg).unwrap();
+        assert_eq!(relay.io_mode(), io, "kernel 6.x runs io_uring");
         let mut ng = Ng::new(&relay);
         let (to6, to4) = setup_call(&mut ng, "call-1", 9000);
         let ua6 = udp(&format!("[{UA6}]:9002"));
@@ -431,5 +431,19 @@ fn port_exhaustion_over_ng_is_an_error_reply() {
         assert!(e.get("error-reason").and_then(Value::as_str).unwrap().contains("Ran out of ports"), "{e:?}");
         assert_eq!(relay.stats().totals.port_exhausted, 1);
         relay.stop();
+    });
+}
+
+#[test]
+fn start_fails_cleanly_when_a_listener_port_is_taken() {
+    in_ns(|| {
+        let taken = udp("127.0.0.1:0");
+        let mut cfg = config(Latching::Symmetric, 60);
+        cfg.ng = Some(taken.local_addr().unwrap());
+        let e = Relay::start(cfg).unwrap_err();
+        assert!(format!("{e:#}").contains("ng listener"), "{e:#}");
+        let mut bad = config(Latching::Symmetric, 60);
+        bad.interfaces.clear();
+        assert!(Relay::start(bad).is_err(), "an unchecked configuration is refused");
     });
 }
