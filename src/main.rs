@@ -50,7 +50,7 @@ enum BenchCmd {
     /// The NICI TrGW test: N concurrent G.711 calls through a media relay
     /// (v6gate and rtpengine), set up by the ng protocol; loss and latency
     /// against calls, maximum zero-loss calls; JSON, Markdown and SVG.
-    Trgw(bench::trgw::Args),
+    Trgw(Box<bench::trgw::Args>),
 }
 
 #[derive(Debug, Args)]
@@ -115,7 +115,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
         }
         Cmd::Bench(BenchCmd::Trgw(a)) => {
-            bench::trgw::run(a)?;
+            bench::trgw::run(*a)?;
         }
         Cmd::Config(ConfigCmd::Check { config }) => match Config::load(&config) {
             Ok(_) => println!("ok"),
