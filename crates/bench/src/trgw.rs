@@ -128,6 +128,11 @@ pub struct Args {
     /// First number of calls of the search (doubled until loss, then bisected).
     #[arg(long, default_value_t = 250)]
     pub search_start: u32,
+    /// In the search, a failing trial is run again up to this many times
+    /// and fails only if every run fails (a one-off hiccup of a shared
+    /// machine must not halve the result). Every run is reported.
+    #[arg(long, default_value_t = 1)]
+    pub confirm: u32,
     /// Upper bound of every search.
     #[arg(long, default_value_t = 8000)]
     pub max_calls: u32,
@@ -571,17 +576,31 @@ fn search(
     mut run: impl FnMut(u32) -> Result<Trial>,
     start: u32,
     max: u32,
+    confirm: u32,
     log: &mut dyn FnMut(&Trial),
 ) -> Result<Search> {
     let mut trials = Vec::new();
+    // Runs N; a failure is repeated up to `confirm` times and stands only
+    // when every run fails. Every run is kept.
+    let mut judge = |n: u32, trials: &mut Vec<Trial>| -> Result<bool> {
+        for attempt in 0..=confirm {
+            let t = run(n)?;
+            log(&t);
+            let pass = t.passed;
+            trials.push(t);
+            if pass {
+                return Ok(true);
+            }
+            if attempt < confirm {
+                eprintln!("  {n} calls failed: running it again (--confirm)");
+            }
+        }
+        Ok(false)
+    };
     let (mut lo, mut hi) = (0u32, None::<u32>);
     let mut n = start.clamp(1, max.max(1));
     loop {
-        let t = run(n)?;
-        log(&t);
-        let pass = t.passed;
-        trials.push(t);
-        if pass {
+        if judge(n, &mut trials)? {
             lo = n;
             if n >= max {
                 break;
@@ -595,14 +614,11 @@ fn search(
     if let Some(mut h) = hi {
         while h - lo > (lo / 20).max(10) {
             let mid = lo + (h - lo) / 2;
-            let t = run(mid)?;
-            log(&t);
-            if t.passed {
+            if judge(mid, &mut trials)? {
                 lo = mid;
             } else {
                 h = mid;
             }
-            trials.push(t);
         }
         hi = Some(h);
     }
@@ -646,9 +662,13 @@ fn measure_device(ctx: &Ctx, topo: &Topology, relay: Option<RelayKind>, name: &s
                 }
             }
             if want_search {
-                let s = search(|n| trial(ctx, topo, relay, dir, n, spackets), a.search_start, max_calls, &mut |t| {
-                    print_trial(name, dir, t)
-                })?;
+                let s = search(
+                    |n| trial(ctx, topo, relay, dir, n, spackets),
+                    a.search_start,
+                    max_calls,
+                    a.confirm,
+                    &mut |t| print_trial(name, dir, t),
+                )?;
                 eprintln!(
                     "  {name:<9} {:<15} max zero-loss calls: {}{}",
                     dir.label(),
@@ -1013,15 +1033,38 @@ mod tests {
 
     #[test]
     fn search_finds_the_threshold() {
-        let s = search(|n| fake_trial(n, n <= 1234), 250, 8000, &mut |_| {}).unwrap();
+        let s = search(|n| fake_trial(n, n <= 1234), 250, 8000, 0, &mut |_| {}).unwrap();
         assert!(s.max_zero_loss <= 1234 && s.max_zero_loss >= 1234 - 1234 / 20 - 10, "{}", s.max_zero_loss);
         let f = s.first_failure.unwrap();
         assert!(f > 1234 && f - s.max_zero_loss <= (s.max_zero_loss / 20).max(10));
         assert_eq!(s.capped_at, None);
-        let capped = search(|n| fake_trial(n, true), 250, 1000, &mut |_| {}).unwrap();
+        let capped = search(|n| fake_trial(n, true), 250, 1000, 0, &mut |_| {}).unwrap();
         assert_eq!((capped.max_zero_loss, capped.capped_at), (1000, Some(1000)));
-        let none = search(|n| fake_trial(n, false), 250, 1000, &mut |_| {}).unwrap();
+        let none = search(|n| fake_trial(n, false), 250, 1000, 0, &mut |_| {}).unwrap();
         assert_eq!(none.max_zero_loss, 0);
+        // A one-off failure at 500 is run again and passes; the failure is kept.
+        let mut seen500 = 0;
+        let flaky = search(
+            |n| {
+                if n == 500 {
+                    seen500 += 1;
+                }
+                fake_trial(n, n <= 1000 && !(n == 500 && seen500 == 1))
+            },
+            250,
+            1000,
+            1,
+            &mut |_| {},
+        )
+        .unwrap();
+        assert_eq!((flaky.max_zero_loss, flaky.capped_at), (1000, Some(1000)));
+        assert_eq!(flaky.trials.iter().filter(|t| t.calls == 500).count(), 2);
+        // With every rerun failing too, the failure stands.
+        let hard = search(|n| fake_trial(n, n < 500), 250, 1000, 2, &mut |_| {}).unwrap();
+        let f = hard.first_failure.unwrap();
+        assert!(f >= 500, "{f}");
+        assert_eq!(hard.trials.iter().filter(|t| t.calls == f).count(), 3, "a failure is run 1 + 2 times");
+        assert!(hard.max_zero_loss < 500 && hard.max_zero_loss >= 250);
         assert!(none.first_failure.unwrap() <= 10);
     }
 }
