@@ -897,6 +897,15 @@ pub fn markdown(r: &Report) -> String {
             let _ = writeln!(s, "\nv6gate / rtpengine (IPv6->IPv4): {:.2}x", f64::from(a) / f64::from(b));
         }
     }
+    // The second bar: average latency at 1,000 calls.
+    let at_1000 = |dev: &str| {
+        let d = r.relays.iter().find(|d| d.name == dev)?;
+        let x = d.directions.iter().find(|x| x.direction == Direction::V6v4)?;
+        all_trials(x).into_iter().find(|t| t.calls == 1000).map(|t| t.outcome.latency.mean_us)
+    };
+    if let (Some(a), Some(b)) = (at_1000("v6gate"), at_1000("rtpengine")) {
+        let _ = writeln!(s, "\nAverage latency at 1,000 calls (IPv6->IPv4): v6gate {a:.1} µs, rtpengine {b:.1} µs.");
+    }
     for dir in &dirs {
         let _ = writeln!(s, "\n## {}\n", dir.label());
         let mut rows = Vec::new();
