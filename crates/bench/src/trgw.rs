@@ -1076,4 +1076,62 @@ mod tests {
         assert!(hard.max_zero_loss < 500 && hard.max_zero_loss >= 250);
         assert!(none.first_failure.unwrap() <= 10);
     }
+
+    fn device(name: &str, max: u32, avg_us: f64) -> Device {
+        let mut t = fake_trial(1000, true).unwrap();
+        t.outcome.latency.mean_us = avg_us;
+        let search = Search {
+            max_zero_loss: max,
+            first_failure: Some(max + 10),
+            capped_at: None,
+            trials: vec![fake_trial(max, true).unwrap()],
+        };
+        Device {
+            name: name.into(),
+            version: None,
+            skipped: None,
+            directions: vec![DirResult {
+                direction: Direction::V6v4,
+                points: vec![t],
+                search: Some(search),
+                error: None,
+            }],
+        }
+    }
+
+    #[test]
+    fn report_states_the_bars_and_writes_plots() {
+        let r = Report {
+            test: "t",
+            frame_bytes: FrameBytes { ipv4: 214, ipv6: 234 },
+            packets: 1,
+            search_packets: 1,
+            interval_ms: 20,
+            budget_ms: 20,
+            tester_cpus: "0".into(),
+            relay_cpus: "1".into(),
+            relay_threads: 1,
+            realtime: false,
+            sockets_per_side: 1,
+            batch: 1,
+            online_cpus: 2,
+            kernel: "k".into(),
+            ceiling: None,
+            relays: vec![device("v6gate", 3000, 50.0), device("rtpengine", 1500, 80.0)],
+            notes: vec![],
+        };
+        assert_eq!(r.frame_bytes.ipv4, 14 + 20 + 8 + crate::probe::LEN);
+        assert_eq!(r.frame_bytes.ipv6, 14 + 40 + 8 + crate::probe::LEN);
+        let md = markdown(&r);
+        assert!(md.contains("| v6gate | 3000 |"), "{md}");
+        assert!(md.contains("v6gate / rtpengine (IPv6->IPv4): 2.00x"), "{md}");
+        assert!(md.contains("v6gate 50.0 µs, rtpengine 80.0 µs"), "{md}");
+        let dir = std::env::temp_dir().join(lab::netns::unique_name("v6gate-bench-report"));
+        std::fs::create_dir_all(&dir).unwrap();
+        write_outputs(&dir, &r).unwrap();
+        let svg = std::fs::read_to_string(dir.join("fig8-loss-v6v4.svg")).unwrap();
+        assert_eq!(svg.matches("<polyline").count(), 2);
+        assert!(dir.join("fig9-latency-v6v4.svg").exists() && dir.join("results.json").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
