@@ -178,8 +178,9 @@ pub struct Call {
 }
 
 impl Call {
-    /// Latest activity (signal or packet) relative to `epoch`.
-    fn last_activity(&self, epoch: Instant) -> Instant {
+    /// Latest activity (signal or packet); packet times are relative to
+    /// `epoch`.
+    pub fn last_activity(&self, epoch: Instant) -> Instant {
         let pkt = self.media.iter().flatten().map(|s| s.stats.last_ns()).max().unwrap_or(0);
         let pkt = epoch + Duration::from_nanos(pkt);
         pkt.max(self.last_signal)
