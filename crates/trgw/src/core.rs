@@ -527,21 +527,22 @@ impl Core {
                 };
                 let (a, b) = if sender_leg == 0 { (sender, other) } else { (other, sender) };
                 match self.new_stream(m, a, b) {
-                    Ok(s) => {
-                        let c = self.calls.get_mut(call_id).expect("call inserted above");
-                        if c.media.len() <= i {
-                            c.media.resize_with(i + 1, || None);
+                    Ok(s) => match self.calls.get_mut(call_id) {
+                        Some(c) => {
+                            if c.media.len() <= i {
+                                c.media.resize_with(i + 1, || None);
+                            }
+                            c.media[i] = Some(s);
                         }
-                        c.media[i] = Some(s);
-                    }
+                        None => self.drop_stream(s),
+                    },
                     Err(e) => {
                         result = Err(e);
                         break;
                     }
                 }
             }
-            let c = self.calls.get_mut(call_id).expect("call exists");
-            let Some(s) = c.media.get_mut(i).and_then(Option::as_mut) else {
+            let Some(s) = self.calls.get_mut(call_id).and_then(|c| c.media.get_mut(i)).and_then(Option::as_mut) else {
                 out.push(None);
                 continue;
             };
