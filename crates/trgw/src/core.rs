@@ -449,7 +449,8 @@ impl Core {
             return Err(CoreError::UnknownCall);
         }
         let now = Instant::now();
-        if !self.calls.contains_key(call_id) {
+        let created_now = !self.calls.contains_key(call_id);
+        if created_now {
             self.totals.calls_created += 1;
             tracing::info!(call_id, "new call");
             self.calls.insert(
@@ -568,8 +569,13 @@ impl Core {
         self.plane.sync();
         if let Err(e) = result {
             // A new call whose offer failed leaves nothing behind.
-            if self.calls.get(call_id).is_some_and(|c| c.media.iter().all(Option::is_none)) {
-                self.calls.remove(call_id);
+            if created_now {
+                if let Some(mut c) = self.calls.remove(call_id) {
+                    for st in c.media.iter_mut().filter_map(Option::take) {
+                        self.drop_stream(st);
+                    }
+                    self.plane.sync();
+                }
             }
             return Err(e);
         }
@@ -701,6 +707,21 @@ mod tests {
         assert!(c.call("c9").is_none(), "failed offer leaves no call");
         c.delete("c0", None).unwrap();
         c.signal(true, "c9", "t", None, &[req("2001:db8:6::10", 9002)], &place).unwrap();
+    }
+
+    #[test]
+    fn a_new_call_failing_on_its_second_stream_is_removed_whole() {
+        let mut c = Core::new(test_config(), Box::new(NullPlane), Instant::now());
+        let place = Placement { to_v6: Some(false), ..Placement::default() };
+        // Four RTP ports on the IPv4 address: three single-stream calls use three.
+        for i in 0..3 {
+            c.signal(true, &format!("c{i}"), "t", None, &[req("2001:db8:6::10", 9002)], &place).unwrap();
+        }
+        let two = [req("2001:db8:6::10", 9002), req("2001:db8:6::10", 9004)];
+        assert!(c.signal(true, "big", "t", None, &two, &place).is_err());
+        assert!(c.call("big").is_none());
+        assert_eq!(c.stream_count(), 3, "the first stream's ports went back");
+        c.signal(true, "c3", "t", None, &[req("2001:db8:6::10", 9002)], &place).unwrap();
     }
 
     #[test]
