@@ -34,8 +34,9 @@ allow = ["127.0.0.0/8", "::1/128"]
 # rtpproxy-internal = "v4"
 # rtpproxy-external = "v6"
 
-# Named media interfaces (rtpengine's "direction" names them). The first one
-# is the default. Each has an IPv4 and/or an IPv6 address to bind, and may
+# Named media interfaces (rtpengine's "direction" names them). Without a
+# direction the first one with the needed family is used. Each has an IPv4
+# and/or an IPv6 address to bind, and may
 # advertise another address in SDP (behind 1:1 NAT).
 [[trgw.interface]]
 name = "v6"

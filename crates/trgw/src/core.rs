@@ -178,8 +178,9 @@ pub struct Call {
 }
 
 impl Call {
-    /// Latest activity (signal or packet) relative to `epoch`.
-    fn last_activity(&self, epoch: Instant) -> Instant {
+    /// Latest activity (signal or packet); packet times are relative to
+    /// `epoch`.
+    pub fn last_activity(&self, epoch: Instant) -> Instant {
         let pkt = self.media.iter().flatten().map(|s| s.stats.last_ns()).max().unwrap_or(0);
         let pkt = epoch + Duration::from_nanos(pkt);
         pkt.max(self.last_signal)
@@ -448,7 +449,8 @@ impl Core {
             return Err(CoreError::UnknownCall);
         }
         let now = Instant::now();
-        if !self.calls.contains_key(call_id) {
+        let created_now = !self.calls.contains_key(call_id);
+        if created_now {
             self.totals.calls_created += 1;
             tracing::info!(call_id, "new call");
             self.calls.insert(
@@ -526,21 +528,22 @@ impl Core {
                 };
                 let (a, b) = if sender_leg == 0 { (sender, other) } else { (other, sender) };
                 match self.new_stream(m, a, b) {
-                    Ok(s) => {
-                        let c = self.calls.get_mut(call_id).expect("call inserted above");
-                        if c.media.len() <= i {
-                            c.media.resize_with(i + 1, || None);
+                    Ok(s) => match self.calls.get_mut(call_id) {
+                        Some(c) => {
+                            if c.media.len() <= i {
+                                c.media.resize_with(i + 1, || None);
+                            }
+                            c.media[i] = Some(s);
                         }
-                        c.media[i] = Some(s);
-                    }
+                        None => self.drop_stream(s),
+                    },
                     Err(e) => {
                         result = Err(e);
                         break;
                     }
                 }
             }
-            let c = self.calls.get_mut(call_id).expect("call exists");
-            let Some(s) = c.media.get_mut(i).and_then(Option::as_mut) else {
+            let Some(s) = self.calls.get_mut(call_id).and_then(|c| c.media.get_mut(i)).and_then(Option::as_mut) else {
                 out.push(None);
                 continue;
             };
@@ -566,8 +569,13 @@ impl Core {
         self.plane.sync();
         if let Err(e) = result {
             // A new call whose offer failed leaves nothing behind.
-            if self.calls.get(call_id).is_some_and(|c| c.media.iter().all(Option::is_none)) {
-                self.calls.remove(call_id);
+            if created_now {
+                if let Some(mut c) = self.calls.remove(call_id) {
+                    for st in c.media.iter_mut().filter_map(Option::take) {
+                        self.drop_stream(st);
+                    }
+                    self.plane.sync();
+                }
             }
             return Err(e);
         }
@@ -699,6 +707,21 @@ mod tests {
         assert!(c.call("c9").is_none(), "failed offer leaves no call");
         c.delete("c0", None).unwrap();
         c.signal(true, "c9", "t", None, &[req("2001:db8:6::10", 9002)], &place).unwrap();
+    }
+
+    #[test]
+    fn a_new_call_failing_on_its_second_stream_is_removed_whole() {
+        let mut c = Core::new(test_config(), Box::new(NullPlane), Instant::now());
+        let place = Placement { to_v6: Some(false), ..Placement::default() };
+        // Four RTP ports on the IPv4 address: three single-stream calls use three.
+        for i in 0..3 {
+            c.signal(true, &format!("c{i}"), "t", None, &[req("2001:db8:6::10", 9002)], &place).unwrap();
+        }
+        let two = [req("2001:db8:6::10", 9002), req("2001:db8:6::10", 9004)];
+        assert!(c.signal(true, "big", "t", None, &two, &place).is_err());
+        assert!(c.call("big").is_none());
+        assert_eq!(c.stream_count(), 3, "the first stream's ports went back");
+        c.signal(true, "c3", "t", None, &[req("2001:db8:6::10", 9002)], &place).unwrap();
     }
 
     #[test]

@@ -107,6 +107,7 @@ impl Relay {
     /// get an ephemeral port: see [`RelayHandle::ng_addr`].
     pub fn start(cfg: Config) -> Result<RelayHandle> {
         cfg.check().map_err(anyhow::Error::msg)?;
+        raise_fd_limit();
         let epoch = Instant::now();
         let stop = Arc::new(AtomicBool::new(false));
         let n = cfg.worker_count();
@@ -212,6 +213,21 @@ impl Relay {
             }
         })?);
         Ok(handle)
+    }
+}
+
+/// Every stream holds four sockets: lift the soft descriptor limit to the
+/// hard one (rtpengine does the same), so thousands of calls fit.
+fn raise_fd_limit() {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: get/setrlimit on a local struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            let want = libc::rlimit { rlim_cur: lim.rlim_max, rlim_max: lim.rlim_max };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &want) != 0 {
+                tracing::warn!(soft = lim.rlim_cur, "cannot raise the open-file limit");
+            }
+        }
     }
 }
 

@@ -250,9 +250,7 @@ fn query(core: &mut Core, mods: &str, w: &[&str]) -> Result<String, u32> {
         return Err(E_SESUNKN);
     };
     let s = call.media.get(idx).and_then(Option::as_ref).ok_or(E_SESUNKN)?;
-    let idle = s.stats.last_ns();
-    let last = core.epoch() + std::time::Duration::from_nanos(idle);
-    let idle_s = Instant::now().saturating_duration_since(last).as_secs();
+    let idle_s = Instant::now().saturating_duration_since(call.last_activity(core.epoch())).as_secs();
     let ttl = core.config().timeout_secs.saturating_sub(idle_s);
     let sl = &s.stats.slots;
     let ina = sl[mine * 2].packets.load(Relaxed);

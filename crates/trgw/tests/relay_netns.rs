@@ -447,3 +447,49 @@ fn start_fails_cleanly_when_a_listener_port_is_taken() {
         assert!(Relay::start(bad).is_err(), "an unchecked configuration is refused");
     });
 }
+
+#[test]
+fn rtcp_mux_rides_the_rtp_port_and_does_not_count_as_rtp_loss() {
+    in_ns(|| {
+        let relay = Relay::start(config(Latching::Symmetric, 60)).unwrap();
+        let mut ng = Ng::new(&relay);
+        let mux = |ip: &str, port: u16| format!("{}a=rtcp-mux\r\n", sdp(ip, port));
+        let o = ng.cmd(vec![
+            ("command", s("offer")),
+            ("call-id", s("mux")),
+            ("from-tag", s("ft")),
+            ("sdp", s(&mux(UA6, 9002))),
+            ("address family", s("IP4")),
+        ]);
+        let osdp = o.get("sdp").and_then(Value::as_str).unwrap();
+        assert!(osdp.contains("a=rtcp-mux") && !osdp.contains("a=rtcp:"), "{osdp}");
+        let to4 = media_of(osdp);
+        let a = ng.cmd(vec![
+            ("command", s("answer")),
+            ("call-id", s("mux")),
+            ("from-tag", s("ft")),
+            ("to-tag", s("tt")),
+            ("sdp", s(&mux(UA4, 9000))),
+        ]);
+        let to6 = media_of(a.get("sdp").and_then(Value::as_str).unwrap());
+        let ua6 = udp(&format!("[{UA6}]:9002"));
+        let ua4 = udp(&format!("{UA4}:9000"));
+        let rtcp = [0x80u8, 200, 0, 1, 0, 0, 0, 7];
+        for seq in [1u16, 2] {
+            ua6.send_to(&rtp(seq), to6).unwrap();
+            assert_eq!(recv(&ua4).unwrap().0, rtp(seq));
+            ua6.send_to(&rtcp, to6).unwrap();
+            assert_eq!(recv(&ua4).unwrap(), (rtcp.to_vec(), to4), "RTCP on the RTP ports");
+        }
+        let q = ng.cmd(vec![("command", s("query")), ("call-id", s("mux"))]);
+        let ft = q.get("tags").and_then(|t| t.get("ft")).unwrap();
+        let st = ft.get("medias").and_then(Value::as_list).unwrap()[0].get("streams").and_then(Value::as_list).unwrap()
+            [0]
+        .get("stats")
+        .unwrap()
+        .clone();
+        assert_eq!(st.get("packets").and_then(Value::as_int), Some(4));
+        assert_eq!(st.get("lost").and_then(Value::as_int), Some(0));
+        relay.stop();
+    });
+}
