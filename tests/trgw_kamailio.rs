@@ -255,6 +255,19 @@ fn call_through(relay: Relay) {
     }
     let dir = std::env::temp_dir().join(netns::unique_name("v6gate-kamailio"));
     std::fs::create_dir_all(&dir).unwrap();
+    // Removed however the test ends (set V6GATE_KEEP_TEST_LOGS to keep it;
+    // failure messages already carry the log tails).
+    struct RemoveDir(PathBuf);
+    impl Drop for RemoveDir {
+        fn drop(&mut self) {
+            if std::env::var_os("V6GATE_KEEP_TEST_LOGS").is_none() {
+                let _ = std::fs::remove_dir_all(&self.0);
+            } else {
+                eprintln!("test logs kept in {}", self.0.display());
+            }
+        }
+    }
+    let _remove_dir = RemoveDir(dir.clone());
     let ua6 = Netns::unique("v6k-ua6").unwrap();
     let gw = Netns::unique("v6k-gw").unwrap();
     let ua4 = Netns::unique("v6k-ua4").unwrap();
@@ -454,7 +467,6 @@ fn call_through(relay: Relay) {
     });
     drop(kam);
     drop(relay_p);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The reference: the same call through rtpengine (userspace). Proves the
