@@ -718,6 +718,14 @@ pub fn run(args: Args) -> Result<Report> {
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
     let work = std::env::temp_dir().join(format!("v6gate-bench-trgw-{}", std::process::id()));
     std::fs::create_dir_all(&work)?;
+    /// Removes the work directory (relay configs and logs) however the run ends.
+    struct RemoveDir(PathBuf);
+    impl Drop for RemoveDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _remove_work = RemoveDir(work.clone());
     let v6gate_bin = match &args.v6gate_bin {
         Some(p) => p.clone(),
         None => std::env::current_exe().context("locating the v6gate binary")?,
@@ -808,7 +816,6 @@ pub fn run(args: Args) -> Result<Report> {
             let _ = std::fs::copy(e.path(), args.out.join(e.file_name()));
         }
     }
-    let _ = std::fs::remove_dir_all(&work);
     eprintln!("wrote {}/results.json, results.md and fig8/fig9 SVG plots", args.out.display());
     Ok(report)
 }
