@@ -51,6 +51,21 @@ enum Cmd {
     /// Status, Prometheus metrics, NAT64 sessions, BIB list/add/remove,
     /// reload. Run it in the daemon's network namespace.
     Ctl(gate::daemon::ctl::CtlArgs),
+    /// Run the [trgw] media relay (IPv4/IPv6 RTP relay driven by the
+    /// rtpengine ng and rtpproxy protocols) in the foreground until
+    /// SIGINT/SIGTERM.
+    Trgw(trgw::cli::Args),
+    /// Benchmarks in network namespaces (needs root), with peers side by side.
+    #[command(subcommand)]
+    Bench(BenchCmd),
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchCmd {
+    /// The NICI TrGW test: N concurrent G.711 calls through a media relay
+    /// (v6gate and rtpengine), set up by the ng protocol; loss and latency
+    /// against calls, maximum zero-loss calls; JSON, Markdown and SVG.
+    Trgw(Box<bench::trgw::Args>),
 }
 
 #[derive(Debug, Args)]
@@ -108,12 +123,16 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Translate(a) => translate(&a)?,
         Cmd::Run(a) => gate::daemon::run(&a)?,
         Cmd::Ctl(a) => gate::daemon::ctl::run(&a)?,
+        Cmd::Trgw(a) => trgw::cli::run(&a)?,
         Cmd::Config(ConfigCmd::Example) => {
             let mut out = io::stdout().lock();
             match out.write_all(gate::config::example().as_bytes()).and_then(|()| out.flush()) {
                 Err(e) if e.kind() != io::ErrorKind::BrokenPipe => return Err(e.into()),
                 _ => {}
             }
+        }
+        Cmd::Bench(BenchCmd::Trgw(a)) => {
+            bench::trgw::run(*a)?;
         }
         Cmd::Config(ConfigCmd::Check { config }) => match Config::load(&config) {
             Ok(_) => println!("ok"),

@@ -52,7 +52,7 @@ pub const SIIT_KEYS: &[&str] = &[
 
 /// Top-level tables that configure a translation function (at least one
 /// must be present).
-pub const TABLES: &[&str] = &["siit", "nat64", "dns64"];
+pub const TABLES: &[&str] = &["siit", "nat64", "dns64", "trgw"];
 
 /// Top-level tables of the daemon itself (`v6gate run`); all optional.
 /// `v6gate translate` ignores them.
@@ -75,6 +75,8 @@ pub struct Config {
     pub admin: AdminConfig,
     /// `[daemon]`: logging and rate limits.
     pub daemon: DaemonConfig,
+    /// `[trgw]`: the media relay (see the `trgw` crate).
+    pub trgw: Option<trgw::Config>,
     /// The file this came from, for error messages.
     origin: Option<PathBuf>,
 }
@@ -194,6 +196,7 @@ struct FileToml {
     tun: Option<TunToml>,
     admin: Option<AdminToml>,
     daemon: Option<DaemonToml>,
+    trgw: Option<trgw::Config>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -439,7 +442,7 @@ impl Config {
         let tun = file.tun.map(|t| tun_from_toml(text, t)).transpose()?.unwrap_or_default();
         let admin = file.admin.map(|t| admin_from_toml(text, t)).transpose()?.unwrap_or_default();
         let daemon = file.daemon.map(|t| daemon_from_toml(text, t)).transpose()?.unwrap_or_default();
-        Ok(Config { siit, nat64: file.nat64, dns64: file.dns64, tun, admin, daemon, origin: None })
+        Ok(Config { siit, nat64: file.nat64, dns64: file.dns64, trgw: file.trgw, tun, admin, daemon, origin: None })
     }
 
     /// Read, parse and [`check`](Config::check) a configuration file.
@@ -456,7 +459,10 @@ impl Config {
     /// Validate what [`parse`](Config::parse) cannot: at least one function
     /// is configured, and every configured one can be built.
     pub fn check(&self) -> Result<(), Error> {
-        if self.siit.is_none() && self.nat64.is_none() && self.dns64.is_none() {
+        if let Some(t) = &self.trgw {
+            t.check().map_err(|m| Error::new(ErrorKind::Invalid, None, m).in_file(self.origin.as_deref()))?;
+        }
+        if self.siit.is_none() && self.nat64.is_none() && self.dns64.is_none() && self.trgw.is_none() {
             let tables: Vec<String> = TABLES.iter().map(|t| format!("[{t}]")).collect();
             return Err(Error::new(
                 ErrorKind::Missing,
@@ -859,6 +865,8 @@ pub fn example() -> &'static str {
         s.push_str(&commented(nat64::EXAMPLE_TOML));
         s.push('\n');
         s.push_str(&commented(dns64::EXAMPLE_TOML));
+        s.push('\n');
+        s.push_str(&commented(trgw::EXAMPLE_TOML));
         s
     })
 }
@@ -1218,6 +1226,8 @@ mod tests {
             .collect();
         let d: Config = Config::parse(&uncommented).unwrap_or_else(|e| panic!("{e}\n{uncommented}"));
         assert!(d.dns64.is_some());
+        // ... and so does the [trgw] table that follows it.
+        assert!(d.trgw.as_ref().is_some_and(|t| !t.interfaces.is_empty()), "{uncommented}");
     }
 
     #[test]

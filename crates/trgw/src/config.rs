@@ -1,0 +1,390 @@
+//! The `[trgw]` configuration table.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use serde::Deserialize;
+
+/// A commented `[trgw]` block for `v6gate config example`.
+pub const EXAMPLE_TOML: &str = r#"# [trgw]: the IMS transition gateway media relay (RTP/RTCP between IPv4 and
+# IPv6), driven by rtpengine's ng protocol or the rtpproxy protocol (Kamailio's
+# `rtpengine` and `rtpproxy` modules work unchanged).
+[trgw]
+# UDP ports for media, on every interface address: RTP even, RTCP odd.
+port-min = 30000
+port-max = 40000
+# Tear down calls whose media has been idle this long (seconds).
+timeout-secs = 60
+# "symmetric": learn the far end from its first packet (NAT friendly);
+# "strict": only accept packets from the signalled address.
+latching = "symmetric"
+# Control listeners. rtpengine ng (bencode or JSON over UDP) and rtpproxy.
+ng = "127.0.0.1:2223"
+rtpproxy-udp = "127.0.0.1:22222"
+# rtpproxy-unix = "/run/v6gate/rtpproxy.sock"
+# Who may send control commands (CIDRs). Default: loopback only.
+allow = ["127.0.0.0/8", "::1/128"]
+# Relay worker threads; default: one per core.
+# workers = 2
+# Packet I/O: "io-uring" (default; falls back to epoll when the kernel
+# refuses) or "epoll" (recvmmsg/sendmmsg per ready socket).
+# io = "io-uring"
+# rtpproxy bridging (U/L modifiers e and i): which interface is which.
+# rtpproxy-internal = "v4"
+# rtpproxy-external = "v6"
+
+# Named media interfaces (rtpengine's "direction" names them). Without a
+# direction the first one with the needed family is used. Each has an IPv4
+# and/or an IPv6 address to bind, and may
+# advertise another address in SDP (behind 1:1 NAT).
+[[trgw.interface]]
+name = "v6"
+ipv6 = "2001:db8::1"
+[[trgw.interface]]
+name = "v4"
+ipv4 = "192.0.2.1"
+# advertise-ipv4 = "198.51.100.1"
+"#;
+
+/// How the far end of a leg is learnt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Latching {
+    /// Learn the far end from its first packet (and re-learn after new
+    /// signalling), as rtpengine does.
+    #[default]
+    Symmetric,
+    /// Only packets from the signalled address are relayed; others are
+    /// dropped and counted.
+    Strict,
+}
+
+/// The packet I/O engine of the workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum IoMode {
+    /// io_uring: multishot receives into a provided-buffer ring, sends
+    /// batched, one `io_uring_enter` per loop for all sockets.
+    #[default]
+    IoUring,
+    /// epoll + `recvmmsg`/`sendmmsg` per ready socket.
+    Epoll,
+}
+
+/// One named media interface.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Interface {
+    /// Name used by ng `direction` and the rtpproxy bridging keys.
+    pub name: String,
+    /// IPv4 address to bind media sockets on.
+    pub ipv4: Option<Ipv4Addr>,
+    /// IPv6 address to bind media sockets on.
+    pub ipv6: Option<Ipv6Addr>,
+    /// Address written into SDP instead of `ipv4`.
+    pub advertise_ipv4: Option<Ipv4Addr>,
+    /// Address written into SDP instead of `ipv6`.
+    pub advertise_ipv6: Option<Ipv6Addr>,
+}
+
+impl Interface {
+    /// An interface with these addresses and no advertised ones.
+    pub fn new(name: &str, ipv4: Option<Ipv4Addr>, ipv6: Option<Ipv6Addr>) -> Self {
+        Interface { name: name.to_string(), ipv4, ipv6, advertise_ipv4: None, advertise_ipv6: None }
+    }
+
+    /// The bind address of a family, when the interface has one.
+    pub fn addr(&self, v6: bool) -> Option<IpAddr> {
+        if v6 {
+            self.ipv6.map(IpAddr::V6)
+        } else {
+            self.ipv4.map(IpAddr::V4)
+        }
+    }
+
+    /// The address to put into SDP for a bind address of this interface.
+    pub fn advertised(&self, v6: bool) -> Option<IpAddr> {
+        if v6 {
+            self.advertise_ipv6.map(IpAddr::V6).or_else(|| self.addr(true))
+        } else {
+            self.advertise_ipv4.map(IpAddr::V4).or_else(|| self.addr(false))
+        }
+    }
+}
+
+/// An IPv4 or IPv6 prefix for the control allow-list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr {
+    /// Network address.
+    pub addr: IpAddr,
+    /// Prefix length.
+    pub len: u8,
+}
+
+impl Cidr {
+    /// Whether `ip` is inside (IPv4-mapped IPv6 addresses count as IPv4).
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        };
+        match (self.addr, ip) {
+            (IpAddr::V4(n), IpAddr::V4(a)) => {
+                let mask = if self.len == 0 { 0 } else { u32::MAX << (32 - u32::from(self.len)) };
+                u32::from(n) & mask == u32::from(a) & mask
+            }
+            (IpAddr::V6(n), IpAddr::V6(a)) => {
+                let mask = if self.len == 0 { 0 } else { u128::MAX << (128 - u32::from(self.len)) };
+                u128::from(n) & mask == u128::from(a) & mask
+            }
+            _ => false,
+        }
+    }
+}
+
+impl FromStr for Cidr {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (a, l) = match s.split_once('/') {
+            Some((a, l)) => (a, Some(l)),
+            None => (s, None),
+        };
+        let addr: IpAddr = a.trim().parse().map_err(|_| format!("`{s}` is not an address or CIDR prefix"))?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let len = match l {
+            Some(l) => {
+                l.trim().parse::<u8>().ok().filter(|&l| l <= max).ok_or_else(|| format!("`{s}`: bad prefix length"))?
+            }
+            None => max,
+        };
+        Ok(Cidr { addr, len })
+    }
+}
+
+impl<'de> Deserialize<'de> for Cidr {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// The `[trgw]` table.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Config {
+    /// Named media interfaces; the first is the default.
+    #[serde(default, rename = "interface")]
+    pub interfaces: Vec<Interface>,
+    /// Lowest media port (inclusive).
+    #[serde(default = "d_port_min")]
+    pub port_min: u16,
+    /// Highest media port (inclusive).
+    #[serde(default = "d_port_max")]
+    pub port_max: u16,
+    /// Idle timeout of a call's media, in seconds.
+    #[serde(default = "d_timeout")]
+    pub timeout_secs: u64,
+    /// Latching mode.
+    #[serde(default)]
+    pub latching: Latching,
+    /// rtpengine ng listener (UDP).
+    #[serde(default = "d_ng")]
+    pub ng: Option<SocketAddr>,
+    /// rtpproxy UDP listener.
+    #[serde(default = "d_rtpproxy")]
+    pub rtpproxy_udp: Option<SocketAddr>,
+    /// rtpproxy Unix stream socket path.
+    #[serde(default)]
+    pub rtpproxy_unix: Option<PathBuf>,
+    /// Control clients allowed (CIDRs). Default loopback only.
+    #[serde(default = "d_allow")]
+    pub allow: Vec<Cidr>,
+    /// Relay worker threads (default: number of cores).
+    #[serde(default)]
+    pub workers: Option<usize>,
+    /// Packet I/O engine.
+    #[serde(default)]
+    pub io: IoMode,
+    /// rtpproxy bridging: the interface the `i` modifier names.
+    #[serde(default)]
+    pub rtpproxy_internal: Option<String>,
+    /// rtpproxy bridging: the interface the `e` modifier names.
+    #[serde(default)]
+    pub rtpproxy_external: Option<String>,
+}
+
+fn d_port_min() -> u16 {
+    30000
+}
+fn d_port_max() -> u16 {
+    40000
+}
+fn d_timeout() -> u64 {
+    60
+}
+fn d_ng() -> Option<SocketAddr> {
+    Some(SocketAddr::from(([127, 0, 0, 1], 2223)))
+}
+fn d_rtpproxy() -> Option<SocketAddr> {
+    Some(SocketAddr::from(([127, 0, 0, 1], 22222)))
+}
+fn d_allow() -> Vec<Cidr> {
+    vec![
+        Cidr { addr: IpAddr::V4(Ipv4Addr::new(127, 0, 0, 0)), len: 8 },
+        Cidr { addr: IpAddr::V6(Ipv6Addr::LOCALHOST), len: 128 },
+    ]
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            interfaces: Vec::new(),
+            port_min: d_port_min(),
+            port_max: d_port_max(),
+            timeout_secs: d_timeout(),
+            latching: Latching::Symmetric,
+            ng: d_ng(),
+            rtpproxy_udp: d_rtpproxy(),
+            rtpproxy_unix: None,
+            allow: d_allow(),
+            workers: None,
+            io: IoMode::IoUring,
+            rtpproxy_internal: None,
+            rtpproxy_external: None,
+        }
+    }
+}
+
+impl Config {
+    /// Parses a TOML document holding a `[trgw]` table (other tables are
+    /// ignored), then [`Config::check`]s it.
+    pub fn from_toml_file_text(text: &str) -> Result<Config, String> {
+        #[derive(Deserialize)]
+        struct File {
+            trgw: Option<Config>,
+        }
+        let f: File =
+            toml::from_str(text).map_err(|e| format!("[trgw]: {}", e.to_string().trim().replace('\n', " ")))?;
+        let c = f.trgw.ok_or_else(|| "no [trgw] table in the configuration".to_string())?;
+        c.check()?;
+        Ok(c)
+    }
+
+    /// Checks consistency; the error names the key at fault.
+    pub fn check(&self) -> Result<(), String> {
+        if self.interfaces.is_empty() {
+            return Err(
+                "[trgw] interface: at least one [[trgw.interface]] with an ipv4 or ipv6 address is needed".into()
+            );
+        }
+        for (i, ifc) in self.interfaces.iter().enumerate() {
+            if ifc.name.is_empty() || ifc.name.len() > 64 || ifc.name.contains(char::is_whitespace) {
+                return Err(format!(
+                    "[trgw] interface[{i}].name: `{}` must be 1-64 characters without spaces",
+                    ifc.name
+                ));
+            }
+            if ifc.ipv4.is_none() && ifc.ipv6.is_none() {
+                return Err(format!("[trgw] interface[{i}] `{}`: needs ipv4 and/or ipv6", ifc.name));
+            }
+            if ifc.advertise_ipv4.is_some() && ifc.ipv4.is_none() {
+                return Err(format!("[trgw] interface[{i}].advertise-ipv4: set without ipv4"));
+            }
+            if ifc.advertise_ipv6.is_some() && ifc.ipv6.is_none() {
+                return Err(format!("[trgw] interface[{i}].advertise-ipv6: set without ipv6"));
+            }
+            if self.interfaces[..i].iter().any(|o| o.name == ifc.name) {
+                return Err(format!("[trgw] interface[{i}].name: duplicate name `{}`", ifc.name));
+            }
+        }
+        if self.port_min < 1024 || !self.port_min.is_multiple_of(2) {
+            return Err(format!("[trgw] port-min: {} must be even and at least 1024", self.port_min));
+        }
+        if self.port_max < self.port_min.saturating_add(3) {
+            return Err(format!(
+                "[trgw] port-max: {} leaves no room for two RTP/RTCP pairs above port-min {}",
+                self.port_max, self.port_min
+            ));
+        }
+        if self.timeout_secs == 0 {
+            return Err("[trgw] timeout-secs: must be at least 1".into());
+        }
+        if self.workers == Some(0) || self.workers.is_some_and(|w| w > 256) {
+            return Err("[trgw] workers: must be 1-256".into());
+        }
+        if self.ng.is_none() && self.rtpproxy_udp.is_none() && self.rtpproxy_unix.is_none() {
+            return Err("[trgw]: no control listener (ng, rtpproxy-udp, rtpproxy-unix)".into());
+        }
+        for (k, v) in [("rtpproxy-internal", &self.rtpproxy_internal), ("rtpproxy-external", &self.rtpproxy_external)] {
+            if let Some(n) = v {
+                if !self.interfaces.iter().any(|i| &i.name == n) {
+                    return Err(format!("[trgw] {k}: no interface named `{n}`"));
+                }
+            }
+        }
+        if self.rtpproxy_internal.is_some() != self.rtpproxy_external.is_some() {
+            return Err("[trgw] rtpproxy-internal and rtpproxy-external go together".into());
+        }
+        Ok(())
+    }
+
+    /// Index of the interface called `name`.
+    pub fn interface_index(&self, name: &str) -> Option<usize> {
+        self.interfaces.iter().position(|i| i.name == name)
+    }
+
+    /// Number of relay workers to run.
+    pub fn worker_count(&self) -> usize {
+        self.workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    }
+
+    /// Whether a control client may talk to us.
+    pub fn allowed(&self, ip: IpAddr) -> bool {
+        self.allow.iter().any(|c| c.contains(ip))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn example_parses_and_checks() {
+        let c = Config::from_toml_file_text(EXAMPLE_TOML).unwrap();
+        assert_eq!(c.interfaces.len(), 2);
+        assert_eq!(c.port_min, 30000);
+        assert_eq!(c.ng, Some("127.0.0.1:2223".parse().unwrap()));
+        assert_eq!(c.latching, Latching::Symmetric);
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let bad = |t: &str, key: &str| {
+            let e = Config::from_toml_file_text(t).unwrap_err();
+            assert!(e.contains(key), "{e} should mention {key}");
+        };
+        bad("[trgw]\n", "interface");
+        bad("[trgw]\n[[trgw.interface]]\nname = \"a\"\n", "needs ipv4");
+        bad("[trgw]\nport-min = 31\n[[trgw.interface]]\nname = \"a\"\nipv4 = \"192.0.2.1\"\n", "port-min");
+        bad("[trgw]\nbogus = 1\n[[trgw.interface]]\nname = \"a\"\nipv4 = \"192.0.2.1\"\n", "bogus");
+        bad("[trgw]\nallow = [\"10.0.0.0/40\"]\n[[trgw.interface]]\nname = \"a\"\nipv4 = \"192.0.2.1\"\n", "prefix");
+        bad("[trgw]\nlatching = \"loose\"\n[[trgw.interface]]\nname = \"a\"\nipv4 = \"192.0.2.1\"\n", "latching");
+        bad("[trgw]\ntimeout-secs = 0\n[[trgw.interface]]\nname = \"a\"\nipv4 = \"192.0.2.1\"\n", "timeout-secs");
+        bad("[trgw]\nrtpproxy-internal = \"x\"\n[[trgw.interface]]\nname = \"a\"\nipv4 = \"192.0.2.1\"\n", "internal");
+        bad("[siit]\n", "no [trgw]");
+    }
+
+    #[test]
+    fn cidr_contains() {
+        let c: Cidr = "10.1.0.0/16".parse().unwrap();
+        assert!(c.contains("10.1.2.3".parse().unwrap()));
+        assert!(c.contains("::ffff:10.1.2.3".parse().unwrap()));
+        assert!(!c.contains("10.2.0.1".parse().unwrap()));
+        let c6: Cidr = "2001:db8::/32".parse().unwrap();
+        assert!(c6.contains("2001:db8::5".parse().unwrap()));
+        assert!(!c6.contains("10.1.2.3".parse().unwrap()));
+        let all: Cidr = "0.0.0.0/0".parse().unwrap();
+        assert!(all.contains("1.2.3.4".parse().unwrap()));
+    }
+}

@@ -1,0 +1,751 @@
+//! The session state both control protocols drive: calls (by Call-ID),
+//! their media streams, each with two legs (A faces the first offerer, B
+//! the answerer), port allocation, and the idle timeout. Sockets and
+//! packet I/O sit behind [`Plane`], so the whole control path runs (and is
+//! fuzzed) without sockets.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use socket2::Socket;
+
+use crate::config::{Config, Latching};
+use crate::ports::Ports;
+use crate::table::{RelayKey, RelayValue, StreamStats};
+
+/// What sockets and workers do for the core.
+pub trait Plane: Send {
+    /// Binds the RTP socket `addr:port` and the RTCP socket `addr:port+1`.
+    /// `Ok([None, None])` is fine for a plane without sockets.
+    fn bind(&mut self, addr: IpAddr, port: u16) -> io::Result<[Option<Socket>; 2]>;
+    /// Starts relaying stream `id` (slots `id*4..id*4+4`, see
+    /// [`crate::table`]); `peers[k]` is the far end of slot k.
+    fn install(&mut self, id: u32, sockets: [Option<Socket>; 4], locals: [SocketAddr; 4], init: StreamInit);
+    /// New signalled far ends (resets latching).
+    fn set_peers(&mut self, id: u32, peers: [Option<SocketAddr>; 4]);
+    /// Stops relaying stream `id` and closes its sockets.
+    fn remove(&mut self, id: u32);
+    /// Returns once the data path applied every change made so far.
+    fn sync(&mut self) {}
+}
+
+/// What a worker needs to relay a stream.
+#[derive(Debug, Clone)]
+pub struct StreamInit {
+    /// Far end of each slot, when known.
+    pub peers: [Option<SocketAddr>; 4],
+    /// Shared counters.
+    pub stats: Arc<StreamStats>,
+    /// RTP payload type -> clock rate from the SDP.
+    pub clock: Vec<(u8, u32)>,
+    /// Latching mode.
+    pub latching: Latching,
+}
+
+/// A plane without sockets (tests, fuzzing).
+#[derive(Debug, Default)]
+pub struct NullPlane;
+
+impl Plane for NullPlane {
+    fn bind(&mut self, _: IpAddr, _: u16) -> io::Result<[Option<Socket>; 2]> {
+        Ok([None, None])
+    }
+    fn install(&mut self, _: u32, _: [Option<Socket>; 4], _: [SocketAddr; 4], _: StreamInit) {}
+    fn set_peers(&mut self, _: u32, _: [Option<SocketAddr>; 4]) {}
+    fn remove(&mut self, _: u32) {}
+}
+
+/// A control-level failure, reported as an error reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CoreError {
+    /// No free port pair on an address.
+    NoPorts(IpAddr),
+    /// Unknown Call-ID (or tags).
+    UnknownCall,
+    /// A request that cannot be served (bad interface, family, ...).
+    Invalid(String),
+}
+
+impl std::fmt::Display for CoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CoreError::NoPorts(a) => write!(f, "Ran out of ports on {a}"),
+            CoreError::UnknownCall => f.write_str("Unknown call-id"),
+            CoreError::Invalid(m) => f.write_str(m),
+        }
+    }
+}
+
+/// One media stream of a request.
+#[derive(Debug, Clone, Default)]
+pub struct MediaReq {
+    /// Media kind (`audio`).
+    pub kind: String,
+    /// Transport (`RTP/AVP`).
+    pub proto: String,
+    /// The sender's address (None: on hold / unknown; `family_v6` then
+    /// says which family to allocate).
+    pub addr: Option<IpAddr>,
+    /// Family when `addr` is None.
+    pub family_v6: bool,
+    /// The sender's RTP port.
+    pub port: u16,
+    /// The sender's RTCP endpoint, when signalled (`a=rtcp`).
+    pub rtcp: Option<SocketAddr>,
+    /// RTCP multiplexed on the RTP port.
+    pub rtcp_mux: bool,
+    /// Payload type clock rates.
+    pub clock: Vec<(u8, u32)>,
+}
+
+/// Options of an offer/answer.
+#[derive(Debug, Clone, Default)]
+pub struct Placement {
+    /// Interface of the sender's leg (ng `direction[0]`).
+    pub from_iface: Option<String>,
+    /// Interface of the other leg (ng `direction[1]`).
+    pub to_iface: Option<String>,
+    /// Family of the other leg (ng `address family`): Some(true) = IPv6.
+    pub to_v6: Option<bool>,
+}
+
+/// A local media endpoint to advertise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Advert {
+    /// Address for SDP / replies.
+    pub addr: IpAddr,
+    /// RTP port (RTCP = port + 1).
+    pub port: u16,
+}
+
+#[derive(Debug, Clone)]
+struct Leg {
+    bind: IpAddr,
+    adv: IpAddr,
+    port: u16,
+}
+
+/// A relayed media stream.
+#[derive(Debug)]
+pub struct Stream {
+    /// Stream id (slots id*4..id*4+4).
+    pub id: u32,
+    /// Media kind.
+    pub kind: String,
+    /// Transport protocol.
+    pub proto: String,
+    legs: [Leg; 2],
+    /// Signalled far end per slot.
+    pub peers: [Option<SocketAddr>; 4],
+    /// Counters.
+    pub stats: Arc<StreamStats>,
+}
+
+impl Stream {
+    /// Local socket address of slot k.
+    pub fn local(&self, k: usize) -> SocketAddr {
+        let l = &self.legs[(k >> 1) & 1];
+        SocketAddr::new(l.bind, l.port + (k & 1) as u16)
+    }
+
+    /// Advertised endpoint of leg 0 (A) or 1 (B).
+    pub fn advert(&self, leg: usize) -> Advert {
+        let l = &self.legs[leg & 1];
+        Advert { addr: l.adv, port: l.port }
+    }
+}
+
+/// A call: one Call-ID, the offerer's tag (leg A), the answerer's (leg B).
+#[derive(Debug)]
+pub struct Call {
+    /// Call-ID.
+    pub call_id: String,
+    /// Tag of the side leg A faces.
+    pub from_tag: String,
+    /// Tag of the side leg B faces, once known.
+    pub to_tag: Option<String>,
+    /// Unix time of creation.
+    pub created_unix: u64,
+    /// Unix time of the last offer/answer.
+    pub last_signal_unix: u64,
+    last_signal: Instant,
+    /// Streams by media index.
+    pub media: Vec<Option<Stream>>,
+}
+
+impl Call {
+    /// Latest activity (signal or packet); packet times are relative to
+    /// `epoch`.
+    pub fn last_activity(&self, epoch: Instant) -> Instant {
+        let pkt = self.media.iter().flatten().map(|s| s.stats.last_ns()).max().unwrap_or(0);
+        let pkt = epoch + Duration::from_nanos(pkt);
+        pkt.max(self.last_signal)
+    }
+}
+
+/// Global counters.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Totals {
+    /// Calls created.
+    pub calls_created: u64,
+    /// Calls deleted by command.
+    pub calls_deleted: u64,
+    /// Calls torn down after idling past the timeout.
+    pub calls_timed_out: u64,
+    /// Streams created.
+    pub streams_created: u64,
+    /// Allocation failures for lack of ports.
+    pub port_exhausted: u64,
+    /// Control commands answered with an error.
+    pub control_errors: u64,
+    /// Control messages dropped from clients not on the allow-list.
+    pub control_denied: u64,
+}
+
+/// Packet totals over the live calls.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PacketTotals {
+    /// RTP packets relayed.
+    pub rtp_packets: u64,
+    /// RTP bytes relayed.
+    pub rtp_bytes: u64,
+    /// RTCP packets relayed.
+    pub rtcp_packets: u64,
+    /// RTCP bytes relayed.
+    pub rtcp_bytes: u64,
+    /// Packets dropped.
+    pub dropped: u64,
+}
+
+/// The session state.
+pub struct Core {
+    cfg: Config,
+    ports: Ports,
+    plane: Box<dyn Plane>,
+    calls: HashMap<String, Call>,
+    free_ids: Vec<u32>,
+    next_id: u32,
+    /// Counters.
+    pub totals: Totals,
+    epoch: Instant,
+    /// ng replies by cookie (retransmissions).
+    pub(crate) ng_cache: crate::ng::CookieCache,
+}
+
+impl std::fmt::Debug for Core {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Core").field("calls", &self.calls.len()).field("totals", &self.totals).finish()
+    }
+}
+
+/// Seconds since the Unix epoch.
+pub fn unix_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+impl Core {
+    /// A core over `plane`; packet times are relative to `epoch`.
+    pub fn new(cfg: Config, plane: Box<dyn Plane>, epoch: Instant) -> Self {
+        let ports = Ports::new(cfg.port_min, cfg.port_max);
+        Core {
+            cfg,
+            ports,
+            plane,
+            calls: HashMap::new(),
+            free_ids: Vec::new(),
+            next_id: 0,
+            totals: Totals::default(),
+            epoch,
+            ng_cache: crate::ng::CookieCache::default(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// A live call.
+    pub fn call(&self, call_id: &str) -> Option<&Call> {
+        self.calls.get(call_id)
+    }
+
+    /// Live Call-IDs (at most `limit`).
+    pub fn list(&self, limit: usize) -> Vec<String> {
+        let mut v: Vec<String> = self.calls.keys().take(limit).cloned().collect();
+        v.sort();
+        v
+    }
+
+    /// Number of live calls.
+    pub fn call_count(&self) -> usize {
+        self.calls.len()
+    }
+
+    /// Number of live streams.
+    pub fn stream_count(&self) -> usize {
+        self.calls.values().map(|c| c.media.iter().flatten().count()).sum()
+    }
+
+    /// The relay's time base for `last_ns` counters.
+    pub fn epoch(&self) -> Instant {
+        self.epoch
+    }
+
+    /// Sums packet counters over live calls.
+    pub fn packet_totals(&self) -> PacketTotals {
+        let mut t = PacketTotals::default();
+        for s in self.calls.values().flat_map(|c| c.media.iter().flatten()) {
+            for (k, st) in s.stats.slots.iter().enumerate() {
+                let (p, b) = (st.packets.load(Relaxed), st.bytes.load(Relaxed));
+                if k & 1 == 0 {
+                    t.rtp_packets += p;
+                    t.rtp_bytes += b;
+                } else {
+                    t.rtcp_packets += p;
+                    t.rtcp_bytes += b;
+                }
+                t.dropped += st.dropped.load(Relaxed);
+            }
+        }
+        t
+    }
+
+    /// The relay table as XDP map entries (see [`crate::table`]).
+    pub fn relay_table(&self) -> Vec<(RelayKey, RelayValue)> {
+        let strict = self.cfg.latching == Latching::Strict;
+        let mut out = Vec::new();
+        for s in self.calls.values().flat_map(|c| c.media.iter().flatten()) {
+            for k in 0..4 {
+                let out_k = k ^ 2;
+                let latched = s.stats.slots[out_k].latched.lock().ok().and_then(|g| *g);
+                if let Some(dst) = latched.or(s.peers[out_k]) {
+                    out.push((
+                        RelayKey::new(s.local(k)),
+                        RelayValue::new(s.local(out_k), dst, strict, s.id * 4 + k as u32),
+                    ));
+                }
+            }
+        }
+        out
+    }
+
+    fn pick_iface(&self, name: Option<&str>, v6: bool) -> Result<(IpAddr, IpAddr), CoreError> {
+        let fam = if v6 { "IPv6" } else { "IPv4" };
+        let ifc = match name {
+            Some(n) => {
+                let i = self
+                    .cfg
+                    .interfaces
+                    .iter()
+                    .find(|i| i.name == n)
+                    .ok_or_else(|| CoreError::Invalid(format!("Unknown interface '{n}'")))?;
+                if i.addr(v6).is_none() {
+                    return Err(CoreError::Invalid(format!("Interface '{n}' has no {fam} address")));
+                }
+                i
+            }
+            None => self
+                .cfg
+                .interfaces
+                .iter()
+                .find(|i| i.addr(v6).is_some())
+                .ok_or_else(|| CoreError::Invalid(format!("No interface with an {fam} address")))?,
+        };
+        match (ifc.addr(v6), ifc.advertised(v6)) {
+            (Some(b), Some(a)) => Ok((b, a)),
+            _ => Err(CoreError::Invalid(format!("No {fam} address"))),
+        }
+    }
+
+    fn alloc_leg(&mut self, bind: IpAddr, adv: IpAddr) -> Result<(Leg, [Option<Socket>; 2]), CoreError> {
+        for _ in 0..32 {
+            let Some(port) = self.ports.take(bind) else { break };
+            match self.plane.bind(bind, port) {
+                Ok(s) => return Ok((Leg { bind, adv, port }, s)),
+                Err(e) => {
+                    tracing::debug!(%bind, port, error = %e, "port pair busy, trying another");
+                    self.ports.release(bind, port);
+                }
+            }
+        }
+        self.totals.port_exhausted += 1;
+        tracing::warn!(%bind, "no free media port pair");
+        Err(CoreError::NoPorts(bind))
+    }
+
+    fn release_leg(&mut self, l: &Leg) {
+        self.ports.release(l.bind, l.port);
+    }
+
+    fn new_stream(
+        &mut self,
+        req: &MediaReq,
+        side_a: (IpAddr, IpAddr),
+        side_b: (IpAddr, IpAddr),
+    ) -> Result<Stream, CoreError> {
+        let (la, sa) = self.alloc_leg(side_a.0, side_a.1)?;
+        let (lb, sb) = match self.alloc_leg(side_b.0, side_b.1) {
+            Ok(x) => x,
+            Err(e) => {
+                self.release_leg(&la);
+                return Err(e);
+            }
+        };
+        let id = self.free_ids.pop().unwrap_or_else(|| {
+            self.next_id += 1;
+            self.next_id - 1
+        });
+        let [a0, a1] = sa;
+        let [b0, b1] = sb;
+        let stream = Stream {
+            id,
+            kind: req.kind.clone(),
+            proto: req.proto.clone(),
+            legs: [la, lb],
+            peers: [None; 4],
+            stats: Arc::new(StreamStats::default()),
+        };
+        let locals = [stream.local(0), stream.local(1), stream.local(2), stream.local(3)];
+        let init = StreamInit {
+            peers: [None; 4],
+            stats: stream.stats.clone(),
+            clock: req.clock.clone(),
+            latching: self.cfg.latching,
+        };
+        self.plane.install(id, [a0, a1, b0, b1], locals, init);
+        self.totals.streams_created += 1;
+        Ok(stream)
+    }
+
+    fn drop_stream(&mut self, s: Stream) {
+        self.plane.remove(s.id);
+        for l in &s.legs {
+            self.ports.release(l.bind, l.port);
+        }
+        self.free_ids.push(s.id);
+    }
+
+    /// Offer (`offer` = true) or answer for a call: records the sender's
+    /// media endpoints and returns, per media index, the local endpoint
+    /// the other side must send to (None for disabled streams).
+    pub fn signal(
+        &mut self,
+        offer: bool,
+        call_id: &str,
+        from_tag: &str,
+        to_tag: Option<&str>,
+        media: &[Option<MediaReq>],
+        place: &Placement,
+    ) -> Result<Vec<Option<Advert>>, CoreError> {
+        if call_id.is_empty() {
+            return Err(CoreError::Invalid("No call-id in message".into()));
+        }
+        if !offer && !self.calls.contains_key(call_id) {
+            return Err(CoreError::UnknownCall);
+        }
+        let now = Instant::now();
+        let created_now = !self.calls.contains_key(call_id);
+        if created_now {
+            self.totals.calls_created += 1;
+            tracing::info!(call_id, "new call");
+            self.calls.insert(
+                call_id.to_string(),
+                Call {
+                    call_id: call_id.to_string(),
+                    from_tag: from_tag.to_string(),
+                    to_tag: None,
+                    created_unix: unix_now(),
+                    last_signal_unix: unix_now(),
+                    last_signal: now,
+                    media: Vec::new(),
+                },
+            );
+        }
+        // Which leg faces the sender of this SDP?
+        let (call_from, call_to) = {
+            let c = &self.calls[call_id];
+            (c.from_tag.clone(), c.to_tag.clone())
+        };
+        let sender_leg = if offer {
+            if from_tag == call_from || call_to.is_none() && from_tag.is_empty() {
+                0
+            } else if call_to.as_deref() == Some(from_tag) {
+                1
+            } else {
+                // A new offerer tag on a known call (e.g. a retransmitted
+                // INVITE with another branch): it faces leg A.
+                0
+            }
+        } else {
+            // The answer comes from the side opposite the offerer (from-tag).
+            let answerer = to_tag.unwrap_or("");
+            if call_to.is_none() && from_tag == call_from {
+                if let Some(c) = self.calls.get_mut(call_id) {
+                    c.to_tag = Some(answerer.to_string());
+                }
+                1
+            } else if from_tag == call_from {
+                1
+            } else if call_to.as_deref() == Some(from_tag) || answerer == call_from {
+                0
+            } else {
+                1
+            }
+        };
+        let mut out = Vec::with_capacity(media.len());
+        let mut result = Ok(());
+        for (i, m) in media.iter().enumerate() {
+            let Some(m) = m else {
+                out.push(None);
+                continue;
+            };
+            let exists = self.calls[call_id].media.get(i).is_some_and(Option::is_some);
+            if !exists {
+                if !offer {
+                    result = Err(CoreError::Invalid(format!("Answer for unknown media stream {}", i + 1)));
+                    break;
+                }
+                let v6 = m.addr.map_or(m.family_v6, |a| a.is_ipv6());
+                let sender = match self.pick_iface(place.from_iface.as_deref(), v6) {
+                    Ok(x) => x,
+                    Err(e) => {
+                        result = Err(e);
+                        break;
+                    }
+                };
+                let other_v6 = place.to_v6.unwrap_or(v6);
+                let other = match self.pick_iface(place.to_iface.as_deref(), other_v6) {
+                    Ok(x) => x,
+                    Err(e) => {
+                        result = Err(e);
+                        break;
+                    }
+                };
+                let (a, b) = if sender_leg == 0 { (sender, other) } else { (other, sender) };
+                match self.new_stream(m, a, b) {
+                    Ok(s) => match self.calls.get_mut(call_id) {
+                        Some(c) => {
+                            if c.media.len() <= i {
+                                c.media.resize_with(i + 1, || None);
+                            }
+                            c.media[i] = Some(s);
+                        }
+                        None => self.drop_stream(s),
+                    },
+                    Err(e) => {
+                        result = Err(e);
+                        break;
+                    }
+                }
+            }
+            let Some(s) = self.calls.get_mut(call_id).and_then(|c| c.media.get_mut(i)).and_then(Option::as_mut) else {
+                out.push(None);
+                continue;
+            };
+            let rtp = m.addr.filter(|a| !a.is_unspecified() && m.port != 0).map(|a| SocketAddr::new(a, m.port));
+            let rtcp = if m.rtcp_mux {
+                rtp
+            } else {
+                m.rtcp.or_else(|| rtp.map(|r| SocketAddr::new(r.ip(), r.port().wrapping_add(1))))
+            };
+            let base = sender_leg * 2;
+            s.peers[base] = rtp;
+            s.peers[base + 1] = rtcp;
+            let peers = s.peers;
+            let id = s.id;
+            let adv = s.advert(sender_leg ^ 1);
+            self.plane.set_peers(id, peers);
+            out.push(Some(adv));
+        }
+        if let Some(c) = self.calls.get_mut(call_id) {
+            c.last_signal = now;
+            c.last_signal_unix = unix_now();
+        }
+        self.plane.sync();
+        if let Err(e) = result {
+            // A new call whose offer failed leaves nothing behind.
+            if created_now {
+                if let Some(mut c) = self.calls.remove(call_id) {
+                    for st in c.media.iter_mut().filter_map(Option::take) {
+                        self.drop_stream(st);
+                    }
+                    self.plane.sync();
+                }
+            }
+            return Err(e);
+        }
+        Ok(out)
+    }
+
+    /// Deletes a call. With a tag, only when the tag belongs to the call.
+    pub fn delete(&mut self, call_id: &str, tag: Option<&str>) -> Result<Call, CoreError> {
+        let c = self.calls.get(call_id).ok_or(CoreError::UnknownCall)?;
+        if let Some(t) = tag.filter(|t| !t.is_empty()) {
+            if c.from_tag != t && c.to_tag.as_deref() != Some(t) {
+                return Err(CoreError::UnknownCall);
+            }
+        }
+        let mut c = self.calls.remove(call_id).ok_or(CoreError::UnknownCall)?;
+        for s in c.media.iter_mut().filter_map(Option::take) {
+            self.drop_stream_keep_stats(s);
+        }
+        self.plane.sync();
+        self.totals.calls_deleted += 1;
+        tracing::info!(call_id, "call deleted");
+        Ok(c)
+    }
+
+    fn drop_stream_keep_stats(&mut self, s: Stream) {
+        self.drop_stream(s);
+    }
+
+    /// Tears down calls idle past the timeout; returns their Call-IDs.
+    pub fn expire(&mut self, now: Instant) -> Vec<String> {
+        let timeout = Duration::from_secs(self.cfg.timeout_secs);
+        self.expire_after(now, timeout)
+    }
+
+    /// [`Core::expire`] with an explicit timeout.
+    pub fn expire_after(&mut self, now: Instant, timeout: Duration) -> Vec<String> {
+        let epoch = self.epoch;
+        let idle: Vec<String> = self
+            .calls
+            .values()
+            .filter(|c| now.saturating_duration_since(c.last_activity(epoch)) > timeout)
+            .map(|c| c.call_id.clone())
+            .collect();
+        for id in &idle {
+            if let Some(mut c) = self.calls.remove(id) {
+                let t = self.packet_summary(&c);
+                for s in c.media.iter_mut().filter_map(Option::take) {
+                    self.drop_stream(s);
+                }
+                self.totals.calls_timed_out += 1;
+                tracing::info!(call_id = %id, packets = t.0, bytes = t.1, "call timed out (no media)");
+            }
+        }
+        idle
+    }
+
+    fn packet_summary(&self, c: &Call) -> (u64, u64) {
+        let mut p = (0, 0);
+        for s in c.media.iter().flatten() {
+            for st in &s.stats.slots {
+                p.0 += st.packets.load(Relaxed);
+                p.1 += st.bytes.load(Relaxed);
+            }
+        }
+        p
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests_support {
+    use crate::config::{Config, Interface};
+
+    pub fn config() -> Config {
+        Config {
+            interfaces: vec![Interface::new("v6", None, Some("2001:db8::1".parse().unwrap())), {
+                let mut v4 = Interface::new("v4", Some("192.0.2.1".parse().unwrap()), None);
+                v4.advertise_ipv4 = Some("198.51.100.1".parse().unwrap());
+                v4
+            }],
+            port_min: 30000,
+            port_max: 30007,
+            ..Config::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tests_support::config as test_config;
+
+    fn req(addr: &str, port: u16) -> Option<MediaReq> {
+        Some(MediaReq { addr: Some(addr.parse().unwrap()), port, ..MediaReq::default() })
+    }
+
+    #[test]
+    fn offer_answer_delete() {
+        let mut c = Core::new(test_config(), Box::new(NullPlane), Instant::now());
+        let place = Placement { to_v6: Some(false), ..Placement::default() };
+        let a = c.signal(true, "c1", "ft", None, &[req("2001:db8:6::10", 9002)], &place).unwrap();
+        assert_eq!(a, [Some(Advert { addr: "198.51.100.1".parse().unwrap(), port: 30000 })]);
+        let b = c.signal(false, "c1", "ft", Some("tt"), &[req("192.0.2.50", 9000)], &Placement::default()).unwrap();
+        assert_eq!(b, [Some(Advert { addr: "2001:db8::1".parse().unwrap(), port: 30000 })]);
+        let s = c.call("c1").unwrap().media[0].as_ref().unwrap();
+        assert_eq!(s.peers[0], Some("[2001:db8:6::10]:9002".parse().unwrap()));
+        assert_eq!(s.peers[1], Some("[2001:db8:6::10]:9003".parse().unwrap()));
+        assert_eq!(s.peers[2], Some("192.0.2.50:9000".parse().unwrap()));
+        assert_eq!(c.relay_table().len(), 4);
+        // Re-offer from the callee keeps the ports and updates leg B.
+        let r = c.signal(true, "c1", "tt", None, &[req("192.0.2.51", 9100)], &Placement::default()).unwrap();
+        assert_eq!(r[0].unwrap().port, 30000);
+        assert_eq!(c.call("c1").unwrap().media[0].as_ref().unwrap().peers[2], Some("192.0.2.51:9100".parse().unwrap()));
+        assert_eq!(c.delete("c1", Some("nope")).unwrap_err(), CoreError::UnknownCall);
+        c.delete("c1", Some("ft")).unwrap();
+        assert!(c.call("c1").is_none());
+        assert_eq!(c.delete("c1", None).unwrap_err(), CoreError::UnknownCall);
+    }
+
+    #[test]
+    fn port_exhaustion_is_an_error_and_counted() {
+        let mut c = Core::new(test_config(), Box::new(NullPlane), Instant::now());
+        let place = Placement { to_v6: Some(false), ..Placement::default() };
+        for i in 0..4 {
+            c.signal(true, &format!("c{i}"), "t", None, &[req("2001:db8:6::10", 9002)], &place).unwrap();
+        }
+        let e = c.signal(true, "c9", "t", None, &[req("2001:db8:6::10", 9002)], &place).unwrap_err();
+        assert!(matches!(e, CoreError::NoPorts(_)));
+        assert_eq!(c.totals.port_exhausted, 1);
+        assert!(c.call("c9").is_none(), "failed offer leaves no call");
+        c.delete("c0", None).unwrap();
+        c.signal(true, "c9", "t", None, &[req("2001:db8:6::10", 9002)], &place).unwrap();
+    }
+
+    #[test]
+    fn a_new_call_failing_on_its_second_stream_is_removed_whole() {
+        let mut c = Core::new(test_config(), Box::new(NullPlane), Instant::now());
+        let place = Placement { to_v6: Some(false), ..Placement::default() };
+        // Four RTP ports on the IPv4 address: three single-stream calls use three.
+        for i in 0..3 {
+            c.signal(true, &format!("c{i}"), "t", None, &[req("2001:db8:6::10", 9002)], &place).unwrap();
+        }
+        let two = [req("2001:db8:6::10", 9002), req("2001:db8:6::10", 9004)];
+        assert!(c.signal(true, "big", "t", None, &two, &place).is_err());
+        assert!(c.call("big").is_none());
+        assert_eq!(c.stream_count(), 3, "the first stream's ports went back");
+        c.signal(true, "c3", "t", None, &[req("2001:db8:6::10", 9002)], &place).unwrap();
+    }
+
+    #[test]
+    fn errors() {
+        let mut c = Core::new(test_config(), Box::new(NullPlane), Instant::now());
+        assert_eq!(
+            c.signal(false, "x", "a", Some("b"), &[req("192.0.2.1", 1)], &Placement::default()).unwrap_err(),
+            CoreError::UnknownCall
+        );
+        let bad = Placement { to_iface: Some("nope".into()), ..Placement::default() };
+        assert!(c.signal(true, "x", "a", None, &[req("192.0.2.1", 1)], &bad).is_err());
+        let bad = Placement { to_iface: Some("v6".into()), to_v6: Some(false), ..Placement::default() };
+        assert!(c.signal(true, "x", "a", None, &[req("192.0.2.1", 1)], &bad).is_err());
+    }
+
+    #[test]
+    fn idle_calls_expire() {
+        let t0 = Instant::now();
+        let mut c = Core::new(test_config(), Box::new(NullPlane), t0);
+        c.signal(true, "c1", "t", None, &[req("192.0.2.9", 4000)], &Placement::default()).unwrap();
+        assert!(c.expire_after(Instant::now(), Duration::from_secs(5)).is_empty());
+        let gone = c.expire_after(Instant::now() + Duration::from_secs(6), Duration::from_secs(5));
+        assert_eq!(gone, ["c1"]);
+        assert_eq!(c.totals.calls_timed_out, 1);
+        assert_eq!(c.call_count(), 0);
+    }
+}
