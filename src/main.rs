@@ -37,11 +37,13 @@ enum Cmd {
     /// Print an example configuration or check a configuration file.
     #[command(subcommand)]
     Config(ConfigCmd),
-    /// Run the gateway daemon (SIIT, NAT64/NAT-PT, DNS64) on a TUN device.
+    /// Run the gateway daemon (SIIT, NAT64/NAT-PT, DNS64, TrGW media relay).
     ///
     /// Creates the multiqueue TUN device of [tun], its addresses and routes
     /// (netlink), translates live traffic with one worker per queue, runs
-    /// DNS64 and serves the admin API ([admin], 127.0.0.1:9164 by default).
+    /// DNS64 and the [trgw] media relay, and serves the admin API ([admin],
+    /// 127.0.0.1:9164 by default). A file with only [trgw] runs the relay
+    /// alone, without a TUN device (as `v6gate trgw` does).
     /// SIGHUP reloads the configuration (a bad file is rejected, logged and
     /// the old one stays); SIGINT/SIGTERM stop it and remove the device.
     /// Needs root (CAP_NET_ADMIN). See docs/daemon.md.

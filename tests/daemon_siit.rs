@@ -297,3 +297,37 @@ fn reload_failing_half_way_is_rolled_back() {
     assert!(!a.contains("192.0.2.77"), "{a}");
     assert!(ping(&lab.h4, "192.0.2.2", &[]).0, "routes flushed with the last address must be back");
 }
+
+/// `[trgw]` next to `[siit]`: `v6gate run` starts the media relay too, its
+/// ng control answers, /metrics and /status show it, and a reload that
+/// changes `[trgw]` is refused (live calls hold its sockets) while the old
+/// configuration keeps working.
+#[test]
+fn trgw_runs_inside_the_daemon() {
+    let trgw = "\n[trgw]\nng = \"127.0.0.1:2299\"\nrtpproxy-udp = \"127.0.0.1:0\"\n\
+                [[trgw.interface]]\nname = \"pub\"\nipv4 = \"127.0.0.1\"\nipv6 = \"::1\"\n";
+    let lab = Lab::start(&format!("{CONFIG}{trgw}"));
+    let status = lab.status();
+    let funcs: Vec<&str> = status["functions"].as_array().unwrap().iter().filter_map(|v| v.as_str()).collect();
+    assert!(funcs.contains(&"siit") && funcs.contains(&"trgw"), "{status}");
+
+    // An ng ping (bencode) from inside the gateway namespace.
+    let reply = in_ns(&lab.gw, || {
+        let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+        s.send_to(b"c1 d7:command4:pinge", "127.0.0.1:2299").unwrap();
+        let mut buf = [0u8; 256];
+        let n = s.recv(&mut buf).unwrap();
+        buf[..n].to_vec()
+    });
+    assert_eq!(reply, b"c1 d6:result4:ponge");
+    assert_eq!(lab.metric("v6gate_trgw_calls"), 0);
+    assert_eq!(lab.metric("v6gate_trgw_calls_total{event=\"created\"}"), 0);
+
+    // Changing [trgw] needs a restart: refused, counted, SIIT still works.
+    lab.write_config(&format!("{CONFIG}{}", trgw.replace("2299", "2300")));
+    lab.sighup();
+    lab.wait_metric("v6gate_config_reloads_total{result=\"error\"}", |v| v == 1);
+    assert!(lab.log().contains("[trgw] changed: restart v6gate to apply"), "{}", lab.log());
+    assert!(ping(&lab.h6, H4_AS_V6, &[]).0);
+}

@@ -188,7 +188,7 @@ fn start_relay(relay: Relay, gw: &Netns, dir: &Path) -> Proc {
             };
             std::fs::write(&cfg, text).unwrap();
             let mut c = gw.command(env!("CARGO_BIN_EXE_v6gate"));
-            c.arg("trgw").arg("--config").arg(&cfg);
+            c.arg("run").arg("--config").arg(&cfg);
             Proc::spawn("v6gate trgw", c, log)
         }
         Relay::Rtpengine => {

@@ -312,7 +312,36 @@ pub fn metrics(d: &Daemon) -> String {
             }
         }
     }
+    if let Some(r) = d.trgw.as_ref() {
+        trgw_metrics(&mut s, &r.stats(), head);
+    }
     s
+}
+
+fn trgw_metrics(s: &mut String, st: &trgw::RelayStats, head: impl Fn(&mut String, &str, &str, &str)) {
+    let (t, p) = (&st.totals, &st.packets);
+    head(s, "trgw_calls", "gauge", "TrGW calls now.");
+    let _ = writeln!(s, "v6gate_trgw_calls {}", st.calls);
+    head(s, "trgw_streams", "gauge", "TrGW media streams now.");
+    let _ = writeln!(s, "v6gate_trgw_streams {}", st.streams);
+    head(s, "trgw_calls_total", "counter", "TrGW calls, by event.");
+    for (e, v) in [("created", t.calls_created), ("deleted", t.calls_deleted), ("timed-out", t.calls_timed_out)] {
+        let _ = writeln!(s, "v6gate_trgw_calls_total{{event=\"{e}\"}} {v}");
+    }
+    head(s, "trgw_control_errors_total", "counter", "TrGW control commands refused, by reason.");
+    for (r, v) in
+        [("error-reply", t.control_errors), ("not-allowed", t.control_denied), ("ports-exhausted", t.port_exhausted)]
+    {
+        let _ = writeln!(s, "v6gate_trgw_control_errors_total{{reason=\"{r}\"}} {v}");
+    }
+    head(s, "trgw_packets", "gauge", "Packets of the live TrGW calls, by kind (dropped: received, not relayed).");
+    for (k, n) in [("rtp", p.rtp_packets), ("rtcp", p.rtcp_packets), ("dropped", p.dropped)] {
+        let _ = writeln!(s, "v6gate_trgw_packets{{kind=\"{k}\"}} {n}");
+    }
+    head(s, "trgw_bytes", "gauge", "Bytes relayed by the live TrGW calls, by kind.");
+    for (k, b) in [("rtp", p.rtp_bytes), ("rtcp", p.rtcp_bytes)] {
+        let _ = writeln!(s, "v6gate_trgw_bytes{{kind=\"{k}\"}} {b}");
+    }
 }
 
 fn nat64_metrics(s: &mut String, st: &nat64::Stats, head: impl Fn(&mut String, &str, &str, &str)) {

@@ -41,8 +41,8 @@ use stats::{Totals, WorkerStats};
 /// `v6gate run` arguments.
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// Configuration file (TOML): [siit], [nat64], [dns64] (the file
-    /// `v6gate translate` and `config check` read) plus the optional
+    /// Configuration file (TOML): [siit], [nat64], [dns64], [trgw] (the
+    /// file `v6gate translate` and `config check` read) plus the optional
     /// daemon tables [tun], [admin] and [daemon].
     #[arg(short, long, value_name = "FILE")]
     pub config: PathBuf,
@@ -74,6 +74,8 @@ pub struct Daemon {
     pub last_reload_error: Mutex<Option<String>>,
     /// The DNS64 server, when `[dns64]` is configured.
     pub dns64: Mutex<Option<dns64::Server>>,
+    /// The TrGW media relay, when `[trgw]` is configured.
+    pub trgw: Option<trgw::RelayHandle>,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -117,6 +119,10 @@ impl Daemon {
         }
         if new.admin != cur.admin {
             return Err("[admin] changed: restart v6gate to apply".into());
+        }
+        if new.trgw != cur.trgw {
+            // Live calls hold sockets and ports of the old interfaces.
+            return Err("[trgw] changed: restart v6gate to apply".into());
         }
         let old = self.engines.load_full();
         let generation = old.generation + 1;
@@ -224,6 +230,9 @@ impl Daemon {
         if lock(&self.dns64).is_some() {
             f.push("dns64");
         }
+        if self.trgw.is_some() {
+            f.push("trgw");
+        }
         f
     }
 
@@ -325,6 +334,11 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
 
     let cfg = Config::load(&args.config)?;
     set_log_level(&cfg.daemon.log_level);
+    if cfg.siit.is_none() && cfg.nat64.is_none() && cfg.dns64.is_none() {
+        // Only [trgw]: the media relay needs no TUN device.
+        drop(signals);
+        return trgw::cli::run(&trgw::cli::Args { config: args.config.clone() });
+    }
     let n = cfg.tun.effective_queues();
     let engines = Engines::build(&cfg, 1, n, None, 0)?;
 
@@ -359,6 +373,14 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
+    let relay = match &cfg.trgw {
+        Some(t) => {
+            let r = trgw::Relay::start(t.clone()).context("[trgw]: cannot start the media relay")?;
+            log::info!("trgw: ng control on {:?}, rtpproxy on {:?}", r.ng_addr(), r.rtpproxy_udp_addr());
+            Some(r)
+        }
+        None => None,
+    };
     let timer_stats = Arc::new(WorkerStats::default());
     let daemon = Arc::new(Daemon {
         config_path: args.config.clone(),
@@ -373,6 +395,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         reloads_failed: AtomicU64::new(0),
         last_reload_error: Mutex::new(None),
         dns64: Mutex::new(dns),
+        trgw: relay,
     });
 
     let timer_queue = queues.first().map(|q| q.try_clone()).transpose().context("duplicating a TUN queue")?;
@@ -445,6 +468,8 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     if let Some(d) = lock(&daemon.dns64).take() {
         d.stop();
     }
+    // The relay stops when the last reference to the daemon goes (the
+    // handle stops its workers on drop).
     for t in threads {
         let _ = t.join();
     }
