@@ -36,6 +36,19 @@ enum Cmd {
     /// Print an example configuration or check a configuration file.
     #[command(subcommand)]
     Config(ConfigCmd),
+    /// Network-namespace testbed: IPv6-only host, gateway, IPv4-only host.
+    Lab(lab::cli::LabArgs),
+    /// Benchmarks (RFC 2544 / RFC 8219 methods); results as JSON, Markdown, SVG.
+    #[command(subcommand)]
+    Bench(BenchCmd),
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchCmd {
+    /// SIIT / NAT64 throughput, loss, latency and PDV (RFC 8219), NAT64
+    /// session setup; v6gate against TAYGA, kernel forwarding and the
+    /// tester's own ceiling.
+    Xlat(lab::bench_xlat::Args),
 }
 
 #[derive(Debug, Args)]
@@ -97,6 +110,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Err(e) if e.kind() != io::ErrorKind::BrokenPipe => return Err(e.into()),
                 _ => {}
             }
+        }
+        Cmd::Lab(a) => return lab::cli::run(&a),
+        Cmd::Bench(BenchCmd::Xlat(a)) => {
+            lab::bench_xlat::run(&a)?;
         }
         Cmd::Config(ConfigCmd::Check { config }) => match Config::load(&config) {
             Ok(_) => println!("ok"),
