@@ -154,7 +154,9 @@ impl Args {
     pub fn effective(&self) -> Args {
         let mut a = self.clone();
         if a.quick {
-            a.sizes = vec![84, 1518];
+            if a.sizes == [84, 512, 1280, 1518] {
+                a.sizes = vec![84, 1518];
+            }
             a.trial_ms = a.trial_ms.min(500);
             a.drain_ms = a.drain_ms.min(200);
             a.resolution = a.resolution.max(0.05);
@@ -560,7 +562,20 @@ fn trial(s: &Streams, a: &Args, rate: f64, ms: u64, learn: bool) -> Result<Trial
         learn,
         batch: 32,
     };
-    tester::run_trial(&spec)
+    let r = tester::run_trial(&spec)?;
+    if std::env::var_os("V6GATE_BENCH_DEBUG").is_some() {
+        eprintln!(
+            "  trial {}: rate {rate:.0} sent {} ({:.0}/s) received {} late {} p50 {} us p99 {} us",
+            spec.id,
+            r.sent,
+            r.sent_pps,
+            r.received,
+            r.late,
+            tester::percentile(&r.latencies, 0.5) / 1000,
+            tester::percentile(&r.latencies, 0.99) / 1000
+        );
+    }
+    Ok(r)
 }
 
 /// A trial passes with no frame lost or late, at (nearly) the offered rate

@@ -315,10 +315,16 @@ fn send(spec: &TrialSpec) -> Result<(u64, f64)> {
     let magic = pkt::MAGIC_HI | u32::from(spec.id);
     let ns_per_frame = 1e9 / spec.rate_pps;
     let t0 = now_ns();
+    // A sender that cannot keep up stops at the trial's end anyway (its
+    // shortfall shows in the achieved rate) instead of running long.
+    let deadline = t0 + (spec.frames as f64 * ns_per_frame) as u64 + 1_000_000;
     let mut i: u64 = 0;
     let mut flow = 0usize;
     while i < spec.frames {
         let now = now_ns();
+        if now > deadline {
+            break;
+        }
         // Frames due by now (the next one always, so the first goes at t0).
         let due = (((now - t0) as f64 / ns_per_frame) as u64 + 1).min(spec.frames);
         if due <= i {
