@@ -10,9 +10,9 @@ use clap::{Args, Parser, Subcommand};
 use gate::config::Config;
 use gate::offline;
 
-/// IPv4/IPv6 transition gateway. This version has the packet plane and
-/// the offline RFC 7915 (SIIT) translator; the daemon, NAT64, DNS64,
-/// tunnels, TrGW and IMS-ALG come in later versions.
+/// IPv4/IPv6 transition gateway. This version has the packet plane, the
+/// offline RFC 7915 (SIIT) translator and the SIIT daemon (`run`, `ctl`);
+/// NAT64, DNS64, tunnels, TrGW and IMS-ALG come in later versions.
 #[derive(Debug, Parser)]
 #[command(name = "v6gate", version, propagate_version = true)]
 struct Cli {
@@ -36,6 +36,14 @@ enum Cmd {
     /// Print an example configuration or check a configuration file.
     #[command(subcommand)]
     Config(ConfigCmd),
+    /// Run the gateway daemon: create the TUN device, its addresses and
+    /// routes (netlink), translate live traffic with one worker per queue,
+    /// serve the admin API. SIGHUP reloads the configuration (a bad file is
+    /// rejected and the old one stays); SIGINT/SIGTERM stop it.
+    Run(gate::daemon::RunArgs),
+    /// Talk to a running daemon through its admin API: status, metrics,
+    /// NAT64 sessions and BIB, reload.
+    Ctl(gate::daemon::ctl::CtlArgs),
     /// Network-namespace testbed: IPv6-only host, gateway, IPv4-only host.
     Lab(lab::cli::LabArgs),
     /// Benchmarks (RFC 2544 / RFC 8219 methods); results as JSON, Markdown, SVG.
@@ -104,6 +112,8 @@ fn translate(a: &TranslateArgs) -> anyhow::Result<()> {
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.cmd {
         Cmd::Translate(a) => translate(&a)?,
+        Cmd::Run(a) => gate::daemon::run(&a)?,
+        Cmd::Ctl(a) => gate::daemon::ctl::run(&a)?,
         Cmd::Config(ConfigCmd::Example) => {
             let mut out = io::stdout().lock();
             match out.write_all(gate::config::example().as_bytes()).and_then(|()| out.flush()) {

@@ -2,9 +2,12 @@
 //! translator behind `v6gate translate` ([`offline`]) and the human-readable
 //! packet summaries of `--explain` ([`explain`]), and the fragment holder
 //! for `amend-udp-checksum-zero` ([`amend`]).
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 pub mod amend;
 pub mod config;
+pub mod daemon;
 pub mod explain;
 pub mod offline;
+#[allow(unsafe_code)]
+pub mod sys;

@@ -96,6 +96,34 @@ drop_reasons! {
     TunnelRule = "tunnel-rule",
     /// Hairpinned packet that would loop.
     HairpinLoop = "hairpin-loop",
+    /// Stateful NAT64 (RFC 6146): an IPv4 packet for a pool4 transport
+    /// address with no BIB entry.
+    NoBinding = "no-binding",
+    /// Stateful NAT64: a TCP segment other than SYN with no session (RFC
+    /// 6146 §3.5.2.2, CLOSED state).
+    NoSession = "no-session",
+    /// Stateful NAT64: refused by address-dependent filtering, or the store
+    /// of held IPv4 SYNs is full.
+    Filtered = "filtered",
+    /// Stateful NAT64 / NAT-PT: no pool4 port (or address) left for a new
+    /// mapping within `max-port-probes`.
+    Pool4Exhausted = "pool4-exhausted",
+    /// Stateful NAT64: the BIB holds `max-bib` entries.
+    BibFull = "bib-full",
+    /// Stateful NAT64: the session table holds `max-sessions` sessions.
+    SessionTableFull = "session-table-full",
+    /// Stateful NAT64: IPv4-initiated TCP with `drop-externally-initiated-tcp`.
+    ExternallyInitiatedTcp = "externally-initiated-tcp",
+    /// Stateful NAT64: an unsolicited IPv4 SYN held for 6 s (RFC 6146
+    /// §3.5.2.2); not lost yet.
+    SynHeld = "syn-held",
+    /// Stateful NAT64: a fragment held for reassembly (RFC 6146 §3.4).
+    FragmentHeld = "fragment-held",
+    /// Stateful NAT64: a fragment refused by the reassembly limits, or
+    /// overlapping or inconsistent with its datagram.
+    FragmentLimit = "fragment-limit",
+    /// Stateful NAT64: a transport protocol other than TCP, UDP and ICMP.
+    UnsupportedProtocol = "unsupported-protocol",
 }
 
 impl fmt::Display for DropReason {
@@ -182,6 +210,34 @@ impl Out {
     #[inline]
     pub fn get(&self, i: usize) -> Option<(PacketKind, &[u8])> {
         self.slots.get(i).map(|s| (s.kind, &self.arena[s.start as usize..(s.start + s.len) as usize]))
+    }
+
+    /// The `i`-th emitted packet, writable (a stateful translator rewrites
+    /// ports and identifiers in place after [`crate::siit::Translator::translate_with`]).
+    #[inline]
+    pub fn get_mut(&mut self, i: usize) -> Option<(PacketKind, &mut [u8])> {
+        let s = *self.slots.get(i)?;
+        Some((s.kind, &mut self.arena[s.start as usize..(s.start + s.len) as usize]))
+    }
+
+    /// Append a packet of `bytes` (e.g. one a stateful layer held and now
+    /// releases). Returns false when the arena is full.
+    pub fn push(&mut self, kind: PacketKind, bytes: &[u8]) -> bool {
+        let Some(space) = self.space(bytes.len()) else { return false };
+        space.copy_from_slice(bytes);
+        self.commit(bytes.len(), kind);
+        true
+    }
+
+    /// Take the reusable scratch buffer (two-pass work such as hairpinning
+    /// in a stateful layer); give it back with [`Out::put_scratch`].
+    pub fn take_scratch(&mut self) -> Vec<u8> {
+        core::mem::take(&mut self.scratch)
+    }
+
+    /// Return the scratch buffer taken with [`Out::take_scratch`].
+    pub fn put_scratch(&mut self, v: Vec<u8>) {
+        self.scratch = v;
     }
 
     /// All emitted packets, in order.

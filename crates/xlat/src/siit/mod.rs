@@ -18,9 +18,50 @@ mod v4_to_v6;
 mod v6_to_v4;
 
 use crate::addr::{Eamt, Ivi, Mapper, Prefix4, Prefix6, PrefixMap, Rfc6052};
-use crate::{Out, Verdict};
+use crate::{DropReason, Out, Verdict};
 use core::fmt;
 use core::net::{Ipv4Addr, Ipv6Addr};
+
+/// Which address of a packet an [`AddrMap`] is asked to map.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Source of the packet being translated.
+    Src,
+    /// Destination of the packet being translated.
+    Dst,
+    /// Source of the packet quoted in an ICMP error.
+    InnerSrc,
+    /// Destination of the packet quoted in an ICMP error.
+    InnerDst,
+}
+
+/// Where [`Translator::translate_with`] gets its addresses: the hook that
+/// lets a stateful translator (NAT64, RFC 6146) reuse the RFC 7915 header,
+/// ICMP and checksum machinery with addresses it looked up itself. The
+/// translator stays generic over it (monomorphised, no dynamic dispatch);
+/// [`Mapper`] is the stateless SIIT implementation and ignores the role.
+/// Returning `None` makes the address untranslatable (for the source of an
+/// ICMP error the RFC 6791 fallback applies, as in SIIT).
+pub trait AddrMap {
+    /// RFC 7757 §4.2 EAM hairpinning applies (only for the SIIT mapper).
+    const EAM_HAIRPIN: bool = false;
+    /// IPv6 → IPv4 for the address in `role`.
+    fn map_6to4(&self, role: Role, a: &Ipv6Addr) -> Option<Ipv4Addr>;
+    /// IPv4 → IPv6 for the address in `role`.
+    fn map_4to6(&self, role: Role, a: Ipv4Addr) -> Option<Ipv6Addr>;
+}
+
+impl AddrMap for Mapper {
+    const EAM_HAIRPIN: bool = true;
+    #[inline(always)]
+    fn map_6to4(&self, _role: Role, a: &Ipv6Addr) -> Option<Ipv4Addr> {
+        self.v6_to_v4(a)
+    }
+    #[inline(always)]
+    fn map_4to6(&self, _role: Role, a: Ipv4Addr) -> Option<Ipv6Addr> {
+        self.v4_to_v6(a)
+    }
+}
 
 /// Which algorithmic mapping `pool6` means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -229,9 +270,47 @@ impl Translator {
     pub fn translate(&self, pkt: &[u8], out: &mut Out) -> Verdict {
         out.clear();
         match pkt.first().map(|b| b >> 4) {
-            Some(4) => self.v4_to_v6(pkt, out, false),
-            Some(6) => self.v6_to_v4(pkt, out),
-            _ => Verdict::Drop(crate::DropReason::UnknownVersion),
+            Some(4) => self.v4_to_v6(&self.map, pkt, out, false),
+            Some(6) => self.v6_to_v4(&self.map, pkt, out),
+            _ => Verdict::Drop(DropReason::UnknownVersion),
         }
+    }
+
+    /// Translate one L3 packet like [`Translator::translate`], but with
+    /// the addresses (outer and, in ICMP errors, quoted) supplied by `map`
+    /// instead of the configured pool6/EAMT; everything else (header
+    /// fields, ICMP type/code and pointer tables, RFC 4884, MTU and
+    /// fragmentation rules, checksums, originated ICMP errors) is RFC 7915
+    /// as configured. Transport ports and ICMP identifiers are left as they
+    /// are: a stateful caller rewrites them in the emitted packets with
+    /// [`crate::checksum::update`]. EAM hairpinning is off unless `M` asks
+    /// for it.
+    pub fn translate_with<M: AddrMap>(&self, map: &M, pkt: &[u8], out: &mut Out) -> Verdict {
+        out.clear();
+        match pkt.first().map(|b| b >> 4) {
+            Some(4) => self.v4_to_v6(map, pkt, out, false),
+            Some(6) => self.v6_to_v4(map, pkt, out),
+            _ => Verdict::Drop(DropReason::UnknownVersion),
+        }
+    }
+
+    /// Originate an ICMPv4 error about `invoking` (an IPv4 packet) from
+    /// `ipv4-address` back to its source (RFC 792, RFC 1812 §4.3.2), as the
+    /// translator does for its own refusals. For a stateful translator's
+    /// refusals (RFC 6146 §3.5). Returns false when nothing was emitted.
+    /// The caller checks that an error may be sent at all.
+    pub fn icmp4_error(&self, out: &mut Out, invoking: &[u8], kind: u8, code: u8, rest: [u8; 4]) -> bool {
+        crate::origin::icmp4_error(out, self.cfg.ipv4_address, invoking, kind, code, rest)
+    }
+
+    /// Originate an ICMPv6 error about `invoking` (an IPv6 packet) from
+    /// the translator's IPv6 address (RFC 4443). See [`Self::icmp4_error`].
+    pub fn icmp6_error(&self, out: &mut Out, invoking: &[u8], kind: u8, code: u8, rest: [u8; 4]) -> bool {
+        crate::origin::icmp6_error(out, self.ipv6_address, invoking, kind, code, rest)
+    }
+
+    /// The translator's own IPv6 address (`ipv6-address` or derived).
+    pub fn ipv6_address(&self) -> Ipv6Addr {
+        self.ipv6_address
     }
 }

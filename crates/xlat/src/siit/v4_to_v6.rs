@@ -2,7 +2,7 @@
 
 use super::emit::{append_4884, emit_v6, l4_patch, split_4884, Dir, FragSpec, Patch};
 use super::icmp::{map_4to6, Rest};
-use super::Translator;
+use super::{AddrMap, Role, Translator};
 use crate::addr::is_forbidden_v4;
 use crate::checksum::{self, sum_v4, sum_v6};
 use crate::origin::{icmp4_error, icmp6_checksum, ICMP6_ERROR_MAX};
@@ -26,7 +26,7 @@ impl Translator {
     /// RFC 7915 §4. `hairpin` is the second pass of an EAM hairpin (RFC 7757
     /// §4.2): the TTL was already decremented and the source is mapped with
     /// the prefix only.
-    pub(crate) fn v4_to_v6(&self, pkt: &[u8], out: &mut Out, hairpin: bool) -> Verdict {
+    pub(crate) fn v4_to_v6<M: AddrMap>(&self, map: &M, pkt: &[u8], out: &mut Out, hairpin: bool) -> Verdict {
         let ip = match Ipv4Packet::new(pkt) {
             Ok(p) => p,
             Err(e) => return Verdict::Drop(e.into()),
@@ -51,10 +51,10 @@ impl Translator {
         if usize::from(ip.frag_offset()) * 8 + payload.len() > usize::from(u16::MAX) {
             return Verdict::Drop(DropReason::Malformed);
         }
-        let Some(dst6) = self.map.v4_to_v6(dst4) else {
+        let Some(dst6) = map.map_4to6(Role::Dst, dst4) else {
             return Verdict::Drop(DropReason::UntranslatableDestination);
         };
-        let src6 = if hairpin { self.map.v4_to_v6_prefix_only(src4) } else { self.map.v4_to_v6(src4) };
+        let src6 = if hairpin { self.map.v4_to_v6_prefix_only(src4) } else { map.map_4to6(Role::Src, src4) };
         let src6 = match (src6, is_icmp_error) {
             (Some(a), _) => a,
             // RFC 6791 / RFC 7915 §4.2: an ICMPv4 error from a router whose
@@ -159,7 +159,7 @@ impl Translator {
                     Err(e) => return Verdict::Drop(e.into()),
                 };
                 if is_icmp_error {
-                    return self.icmp_error_4to6(&ip, &msg, hdr, out);
+                    return self.icmp_error_4to6(map, &ip, &msg, hdr, out);
                 }
                 if map_4to6(msg.kind(), msg.code(), msg.rest()).is_none() {
                     return Verdict::Drop(DropReason::IcmpUntranslatable);
@@ -218,8 +218,9 @@ impl Translator {
 
     /// RFC 7915 §4.2 and §4.3: translate an ICMPv4 error, including the
     /// IPv4 packet it quotes, into an ICMPv6 error of at most 1280 bytes.
-    fn icmp_error_4to6(
+    fn icmp_error_4to6<M: AddrMap>(
         &self,
+        map: &M,
         ip: &Ipv4Packet<'_>,
         msg: &IcmpMessage<'_>,
         mut hdr: Ipv6Header,
@@ -253,7 +254,7 @@ impl Translator {
         if room == cap {
             ext = &[];
         }
-        let n = match self.inner_4to6(orig, &mut space[hl..hl + room]) {
+        let n = match self.inner_4to6(map, orig, &mut space[hl..hl + room]) {
             Ok(n) => n,
             Err(r) => return Verdict::Drop(r),
         };
@@ -302,11 +303,11 @@ impl Translator {
     /// copied, its lengths are derived from its own header (not from the
     /// truncated size), and its transport checksum is updated for the new
     /// addresses. Returns the bytes written.
-    pub(crate) fn inner_4to6(&self, orig: &[u8], dst: &mut [u8]) -> Result<usize, DropReason> {
+    pub(crate) fn inner_4to6<M: AddrMap>(&self, map: &M, orig: &[u8], dst: &mut [u8]) -> Result<usize, DropReason> {
         let inner = Ipv4Packet::new_quoted(orig).map_err(|_| DropReason::IcmpInnerUntranslatable)?;
         let (s4, d4) = (inner.src(), inner.dst());
-        let s6 = self.map.v4_to_v6(s4).ok_or(DropReason::IcmpInnerUntranslatable)?;
-        let d6 = self.map.v4_to_v6(d4).ok_or(DropReason::IcmpInnerUntranslatable)?;
+        let s6 = map.map_4to6(Role::InnerSrc, s4).ok_or(DropReason::IcmpInnerUntranslatable)?;
+        let d6 = map.map_4to6(Role::InnerDst, d4).ok_or(DropReason::IcmpInnerUntranslatable)?;
         let payload = inner.payload();
         let first = inner.frag_offset() == 0;
         let p = inner.protocol();

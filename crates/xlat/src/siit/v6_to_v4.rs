@@ -3,7 +3,7 @@
 
 use super::emit::{append_4884, emit_v4, l4_patch, split_4884, Dir, Patch};
 use super::icmp::{map_6to4, Rest};
-use super::Translator;
+use super::{AddrMap, Role, Translator};
 use crate::addr::is_forbidden_v6;
 use crate::checksum::{self, sum_v4, sum_v6};
 use crate::origin::{icmp6_error, ICMP4_ERROR_MAX};
@@ -21,7 +21,7 @@ const DF_THRESHOLD: usize = 1260;
 
 impl Translator {
     /// RFC 7915 §5.
-    pub(crate) fn v6_to_v4(&self, pkt: &[u8], out: &mut Out) -> Verdict {
+    pub(crate) fn v6_to_v4<M: AddrMap>(&self, map: &M, pkt: &[u8], out: &mut Out) -> Verdict {
         let ip = match Ipv6Packet::new(pkt) {
             Ok(p) => p,
             Err(e) => return Verdict::Drop(e.into()),
@@ -43,10 +43,10 @@ impl Translator {
         if frag.is_some_and(|f| usize::from(f.offset) * 8 + payload.len() > usize::from(u16::MAX)) {
             return Verdict::Drop(DropReason::Malformed);
         }
-        let Some(dst4) = self.map.v6_to_v4(&dst6) else {
+        let Some(dst4) = map.map_6to4(Role::Dst, &dst6) else {
             return Verdict::Drop(DropReason::UntranslatableDestination);
         };
-        let src4 = match (self.map.v6_to_v4(&src6), is_icmp_error) {
+        let src4 = match (map.map_6to4(Role::Src, &src6), is_icmp_error) {
             (Some(a), _) => a,
             // RFC 6791: an ICMPv6 error from a router with no IPv4 mapping
             // is sourced from the rfc6791v4 pool, else from the translator.
@@ -120,7 +120,7 @@ impl Translator {
                     Err(e) => return Verdict::Drop(e.into()),
                 };
                 if is_icmp_error {
-                    return self.icmp_error_6to4(&src6, &dst6, payload, &msg, hdr, out);
+                    return self.icmp_error_6to4(map, &src6, &dst6, payload, &msg, hdr, out);
                 }
                 if map_6to4(msg.kind(), msg.code(), msg.rest()).is_none() {
                     return Verdict::Drop(DropReason::IcmpUntranslatable);
@@ -143,7 +143,8 @@ impl Translator {
         // form belongs to an EAM is an IPv6 node behind this translator.
         // (A destination that is itself an EAM IPv6 address is that node's
         // own address and is not hairpinned.)
-        let hairpin = cfg.eam_hairpinning
+        let hairpin = M::EAM_HAIRPIN
+            && cfg.eam_hairpinning
             && !self.map.eamt.is_empty()
             && self.map.eamt.contains_v4(dst4)
             && self.map.eamt.lookup_v6(&dst6).is_none();
@@ -174,7 +175,7 @@ impl Translator {
         // Length delimits it.
         while at + ipv4::HEADER_LEN <= scratch.len() {
             let len = usize::from(be16(&scratch, at + 2)).clamp(ipv4::HEADER_LEN, scratch.len() - at);
-            if let Verdict::Drop(r) = self.v4_to_v6(&scratch[at..at + len], out, true) {
+            if let Verdict::Drop(r) = self.v4_to_v6(&self.map, &scratch[at..at + len], out, true) {
                 verdict = Verdict::Drop(r);
                 out.clear();
                 break;
@@ -187,8 +188,10 @@ impl Translator {
 
     /// RFC 7915 §5.2 and §5.3: translate an ICMPv6 error and the IPv6
     /// packet it quotes into an ICMPv4 error of at most 576 bytes.
-    fn icmp_error_6to4(
+    #[allow(clippy::too_many_arguments)]
+    fn icmp_error_6to4<M: AddrMap>(
         &self,
+        map: &M,
         src6: &Ipv6Addr,
         dst6: &Ipv6Addr,
         payload: &[u8],
@@ -231,7 +234,7 @@ impl Translator {
         if room == cap {
             ext = &[];
         }
-        let (n, inner_frag) = match self.inner_6to4(orig, &mut space[hl..hl + room]) {
+        let (n, inner_frag) = match self.inner_6to4(map, orig, &mut space[hl..hl + room]) {
             Ok(x) => x,
             Err(r) => return Verdict::Drop(r),
         };
@@ -276,12 +279,17 @@ impl Translator {
     /// RFC 7915 §5.3: translate the IPv6 packet quoted in an ICMPv6 error
     /// into `dst`. Returns the bytes written and whether the quoted packet
     /// had a Fragment header.
-    pub(crate) fn inner_6to4(&self, orig: &[u8], dst: &mut [u8]) -> Result<(usize, bool), DropReason> {
+    pub(crate) fn inner_6to4<M: AddrMap>(
+        &self,
+        map: &M,
+        orig: &[u8],
+        dst: &mut [u8],
+    ) -> Result<(usize, bool), DropReason> {
         let inner = Ipv6Packet::new_quoted(orig).map_err(|_| DropReason::IcmpInnerUntranslatable)?;
         let chain = inner.walk().map_err(|_| DropReason::IcmpInnerUntranslatable)?;
         let (s6, d6) = (inner.src(), inner.dst());
-        let s4 = self.map.v6_to_v4(&s6).ok_or(DropReason::IcmpInnerUntranslatable)?;
-        let d4 = self.map.v6_to_v4(&d6).ok_or(DropReason::IcmpInnerUntranslatable)?;
+        let s4 = map.map_6to4(Role::InnerSrc, &s6).ok_or(DropReason::IcmpInnerUntranslatable)?;
+        let d4 = map.map_6to4(Role::InnerDst, &d6).ok_or(DropReason::IcmpInnerUntranslatable)?;
         let payload = &inner.as_bytes()[chain.upper_at..];
         let first = chain.frag.is_none_or(|f| f.offset == 0);
         let p = chain.upper;

@@ -1,0 +1,361 @@
+//! The `[dns64]` configuration table.
+//!
+//! Keys are kebab-case; unknown keys are errors. Values are kept as text in
+//! [`Config`] (so the table deserialises from any serde format and prints
+//! back unchanged) and validated by [`Config::check`], whose errors name the
+//! key at fault, e.g. `dns64.prefix: prefix length /72 not allowed (allowed:
+//! 32, 40, 48, 56, 64, 96)`.
+
+use core::fmt;
+use core::net::{IpAddr, Ipv6Addr, SocketAddr};
+use core::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use xlat::addr::{Prefix4, Prefix6, Rfc6052};
+
+/// Default `listen`: loopback only, so a gateway never becomes an open
+/// resolver by accident; operators list the client-facing addresses.
+pub const DEFAULT_LISTEN: &[&str] = &["[::1]:53", "127.0.0.1:53"];
+/// Default `prefix`: the Well-Known Prefix (RFC 6052 §2.1, RFC 6147 §5.2).
+pub const DEFAULT_PREFIX: &str = "64:ff9b::/96";
+/// Default `timeout-ms` (per upstream try).
+pub const DEFAULT_TIMEOUT_MS: u64 = 1500;
+/// Default `exclude-aaaa` (RFC 6147 §5.1.4: IPv4-mapped addresses).
+pub const DEFAULT_EXCLUDE_AAAA: &[&str] = &["::ffff:0:0/96"];
+/// Default `exclude-a`: IPv4 addresses an IPv6-only client can never reach
+/// through a NAT64 ("this network", loopback, link-local, multicast,
+/// reserved and limited broadcast).
+pub const DEFAULT_EXCLUDE_A: &[&str] = &["0.0.0.0/8", "127.0.0.0/8", "169.254.0.0/16", "224.0.0.0/3"];
+/// Default `allow`: loopback, RFC 1918, RFC 6598 shared space, ULA and
+/// link-local. Global client prefixes must be added by the operator.
+pub const DEFAULT_ALLOW: &[&str] = &[
+    "127.0.0.0/8",
+    "10.0.0.0/8",
+    "172.16.0.0/12",
+    "192.168.0.0/16",
+    "100.64.0.0/10",
+    "::1/128",
+    "fc00::/7",
+    "fe80::/10",
+];
+
+/// Accepted `timeout-ms` range.
+pub const TIMEOUT_MS_RANGE: core::ops::RangeInclusive<u64> = 10..=30_000;
+/// At most this many upstream resolvers.
+pub const MAX_UPSTREAMS: usize = 8;
+
+fn strings(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+/// The `[dns64]` table. See `docs/dns64.md` and [`EXAMPLE_TOML`].
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct Config {
+    /// Socket addresses to serve on, UDP and TCP each.
+    pub listen: Vec<String>,
+    /// RFC 6052 prefix used for synthesis and PTR answers.
+    pub prefix: String,
+    /// Upstream recursive resolvers (`ADDR` or `ADDR:PORT`, `[V6]:PORT`),
+    /// tried in order. Required.
+    pub upstream: Vec<String>,
+    /// Time to wait for one upstream try (UDP, and again for a TCP retry).
+    pub timeout_ms: u64,
+    /// IPv6 prefixes whose AAAA records are treated as absent (RFC 6147 §5.1.4).
+    pub exclude_aaaa: Vec<String>,
+    /// IPv4 prefixes whose A records are never synthesised into AAAA.
+    pub exclude_a: Vec<String>,
+    /// Client prefixes allowed to query; others get REFUSED.
+    pub allow: Vec<String>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: strings(DEFAULT_LISTEN),
+            prefix: DEFAULT_PREFIX.to_string(),
+            upstream: Vec::new(),
+            timeout_ms: DEFAULT_TIMEOUT_MS,
+            exclude_aaaa: strings(DEFAULT_EXCLUDE_AAAA),
+            exclude_a: strings(DEFAULT_EXCLUDE_A),
+            allow: strings(DEFAULT_ALLOW),
+        }
+    }
+}
+
+/// A configuration error: the key and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// Key inside `[dns64]`, e.g. `prefix` or `upstream`.
+    pub key: &'static str,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "dns64.{}: {}", self.key, self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn err(key: &'static str, message: impl Into<String>) -> ConfigError {
+    ConfigError { key, message: message.into() }
+}
+
+/// An IPv4 or IPv6 prefix (client access list entries).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Net {
+    /// IPv4 prefix.
+    V4(Prefix4),
+    /// IPv6 prefix.
+    V6(Prefix6),
+}
+
+impl Net {
+    /// True when `a` lies inside the prefix. IPv4-mapped IPv6 addresses
+    /// are matched as IPv4.
+    pub fn contains(&self, a: IpAddr) -> bool {
+        match (self, a.to_canonical()) {
+            (Net::V4(p), IpAddr::V4(a)) => p.contains(a),
+            (Net::V6(p), IpAddr::V6(a)) => p.contains(&a),
+            _ => false,
+        }
+    }
+}
+
+impl core::str::FromStr for Net {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s.contains(':') {
+            s.parse::<Prefix6>().map(Net::V6).map_err(|e| e.to_string())
+        } else {
+            s.parse::<Prefix4>().map(Net::V4).map_err(|e| e.to_string())
+        }
+    }
+}
+
+/// Parse `ADDR`, `ADDR:PORT` or `[V6ADDR]:PORT`; a bare address gets `port`.
+pub fn parse_socket_addr(s: &str, port: u16) -> Result<SocketAddr, String> {
+    let t = s.trim();
+    if let Ok(a) = t.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    if let Ok(a) = t.parse::<IpAddr>() {
+        return Ok(SocketAddr::new(a, port));
+    }
+    if let Some(inner) = t.strip_prefix('[').and_then(|r| r.strip_suffix(']')) {
+        if let Ok(a) = inner.parse::<Ipv6Addr>() {
+            return Ok(SocketAddr::new(IpAddr::V6(a), port));
+        }
+    }
+    Err(format!("`{s}` is not ADDRESS, ADDRESS:PORT or [IPV6]:PORT"))
+}
+
+/// What the synthesis core needs, validated.
+#[derive(Debug, Clone)]
+pub(crate) struct Policy {
+    pub prefix: Rfc6052,
+    pub exclude_aaaa: Vec<Prefix6>,
+    pub exclude_a: Vec<Prefix4>,
+    pub allow: Vec<Net>,
+}
+
+/// Everything the server needs, validated.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub listen: Vec<SocketAddr>,
+    pub upstream: Vec<SocketAddr>,
+    pub timeout: Duration,
+}
+
+fn list<T>(
+    key: &'static str,
+    items: &[String],
+    parse: impl Fn(&str) -> Result<T, String>,
+) -> Result<Vec<T>, ConfigError> {
+    items.iter().map(|s| parse(s).map_err(|m| err(key, m))).collect()
+}
+
+impl Config {
+    /// Validate every key; the error names the first key at fault.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        self.settings().map(|_| ())
+    }
+
+    /// Upper bound on the time from a client's query to our answer: every
+    /// query needs at most two upstream lookups (AAAA then A, or the
+    /// in-addr.arpa PTR), each trying every upstream once for `timeout-ms`.
+    /// The server answers SERVFAIL when it is reached.
+    pub fn answer_bound(&self) -> Duration {
+        let n = self.upstream.len().clamp(1, MAX_UPSTREAMS) as u64;
+        Duration::from_millis(2 * n * self.timeout_ms.clamp(*TIMEOUT_MS_RANGE.start(), *TIMEOUT_MS_RANGE.end()))
+    }
+
+    pub(crate) fn policy(&self) -> Result<Policy, ConfigError> {
+        let p6: Prefix6 = self.prefix.parse().map_err(|e| err("prefix", format!("{e}")))?;
+        let prefix = Rfc6052::new(p6).map_err(|e| err("prefix", format!("{e}")))?;
+        let exclude_aaaa =
+            list("exclude-aaaa", &self.exclude_aaaa, |s| s.parse::<Prefix6>().map_err(|e| e.to_string()))?;
+        let exclude_a = list("exclude-a", &self.exclude_a, |s| s.parse::<Prefix4>().map_err(|e| e.to_string()))?;
+        let allow = list("allow", &self.allow, |s| s.parse::<Net>())?;
+        Ok(Policy { prefix, exclude_aaaa, exclude_a, allow })
+    }
+
+    pub(crate) fn settings(&self) -> Result<Settings, ConfigError> {
+        self.policy()?;
+        if self.listen.is_empty() {
+            return Err(err("listen", "at least one address is required"));
+        }
+        let listen = list("listen", &self.listen, |s| {
+            let a = parse_socket_addr(s, 53)?;
+            Ok(a)
+        })?;
+        if self.upstream.is_empty() {
+            return Err(err("upstream", "at least one resolver address is required, e.g. upstream = [\"192.0.2.53\"]"));
+        }
+        if self.upstream.len() > MAX_UPSTREAMS {
+            return Err(err("upstream", format!("at most {MAX_UPSTREAMS} resolvers")));
+        }
+        let upstream = list("upstream", &self.upstream, |s| {
+            let a = parse_socket_addr(s, 53)?;
+            if a.port() == 0 || a.ip().is_unspecified() || a.ip().is_multicast() {
+                return Err(format!("`{s}` is not a usable resolver address"));
+            }
+            Ok(a)
+        })?;
+        if !TIMEOUT_MS_RANGE.contains(&self.timeout_ms) {
+            return Err(err(
+                "timeout-ms",
+                format!(
+                    "{} is out of range ({}..={})",
+                    self.timeout_ms,
+                    TIMEOUT_MS_RANGE.start(),
+                    TIMEOUT_MS_RANGE.end()
+                ),
+            ));
+        }
+        Ok(Settings { listen, upstream, timeout: Duration::from_millis(self.timeout_ms) })
+    }
+}
+
+/// The commented `[dns64]` block for `v6gate config example`. Every key is
+/// shown with its default, except `upstream`, which has none.
+pub const EXAMPLE_TOML: &str = r#"# ---------------------------------------------------------------------------
+# [dns64] — DNS64 resolver front end, RFC 6147. Answers AAAA queries for
+# IPv4-only names with AAAA records synthesised from their A records under
+# `prefix` (RFC 6052), so IPv6-only clients reach them through NAT64. Real AAAA
+# records pass through; other queries are forwarded unchanged.
+[dns64]
+
+# Addresses to serve DNS on (UDP and TCP on each). The default is loopback
+# only; list the addresses your IPv6-only clients use.
+listen = ["[::1]:53", "127.0.0.1:53"]
+
+# Recursive resolvers to forward to, tried in order (ADDRESS, ADDRESS:PORT or
+# [IPV6]:PORT; port 53 by default). Required.
+# upstream = ["192.0.2.53", "[2001:db8::53]:53"]
+
+# RFC 6052 prefix for synthesis (lengths 32, 40, 48, 56, 64 or 96); must be
+# the NAT64's pool6. The well-known prefix 64:ff9b::/96 only carries global
+# IPv4 addresses (RFC 6052 §3.1): A records with private addresses are not
+# synthesised under it. Use a network-specific prefix such as
+# 64:ff9b:1::/96 (RFC 8215) to reach private IPv4 servers.
+prefix = "64:ff9b::/96"
+
+# Time to wait for each upstream try, in milliseconds (10..=30000). A client
+# gets an answer, or SERVFAIL, within 2 x (number of upstreams) x timeout-ms.
+timeout-ms = 1500
+
+# AAAA records inside these prefixes are treated as absent (RFC 6147 §5.1.4);
+# when only such records exist the AAAA is synthesised from the A records.
+exclude-aaaa = ["::ffff:0:0/96"]
+
+# A records inside these IPv4 prefixes are never synthesised into AAAA.
+exclude-a = ["0.0.0.0/8", "127.0.0.0/8", "169.254.0.0/16", "224.0.0.0/3"]
+
+# Clients allowed to query (IPv4 and IPv6 prefixes); others get REFUSED. An
+# open resolver is abused for amplification: add your client prefixes rather
+# than "::/0".
+allow = ["127.0.0.0/8", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "::1/128", "fc00::/7", "fe80::/10"]
+"#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::net::Ipv4Addr;
+
+    fn parse(s: &str) -> Result<Config, String> {
+        #[derive(Deserialize)]
+        struct File {
+            dns64: Config,
+        }
+        toml::from_str::<File>(s).map(|f| f.dns64).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn example_parses_to_defaults_plus_upstream() {
+        let cfg = parse(EXAMPLE_TOML).unwrap();
+        assert_eq!(cfg, Config::default());
+        // The example's only missing key is `upstream`.
+        assert_eq!(cfg.check().unwrap_err().key, "upstream");
+        let text = EXAMPLE_TOML.replace("# upstream = ", "upstream = ");
+        let cfg = parse(&text).unwrap();
+        cfg.check().unwrap();
+        let s = cfg.settings().unwrap();
+        assert_eq!(s.upstream, vec!["192.0.2.53:53".parse().unwrap(), "[2001:db8::53]:53".parse().unwrap()]);
+        assert_eq!(s.listen.len(), 2);
+        assert_eq!(cfg.answer_bound(), Duration::from_millis(6000));
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let base = "[dns64]\nupstream = [\"127.0.0.1:5353\"]\n";
+        assert!(parse(&format!("{base}nonsense = 1\n")).unwrap_err().contains("nonsense"));
+        let cases = [
+            ("prefix = \"64:ff9b::/72\"", "prefix", "/72"),
+            ("prefix = \"64:ff9b::1/96\"", "prefix", "bits set"),
+            ("exclude-aaaa = [\"::ffff:0:0\"]", "", ""),
+            ("exclude-aaaa = [\"10.0.0.0/8\"]", "exclude-aaaa", "10.0.0.0/8"),
+            ("exclude-a = [\"::/0\"]", "exclude-a", "::/0"),
+            ("allow = [\"10.0.0.1/8\"]", "allow", "bits set"),
+            ("listen = []", "listen", "at least one"),
+            ("listen = [\"localhost:53\"]", "listen", "localhost"),
+            ("timeout-ms = 5", "timeout-ms", "out of range"),
+        ];
+        for (line, key, text) in cases {
+            let cfg = parse(&format!("{base}{line}\n")).unwrap();
+            match cfg.check() {
+                Ok(()) => assert_eq!(key, "", "{line} should fail"),
+                Err(e) => {
+                    assert_eq!(e.key, key, "{line}");
+                    assert!(e.to_string().starts_with(&format!("dns64.{key}: ")), "{e}");
+                    assert!(e.to_string().contains(text), "{e}");
+                }
+            }
+        }
+        let cfg = parse("[dns64]\nupstream = [\"0.0.0.0\"]\n").unwrap();
+        assert_eq!(cfg.check().unwrap_err().key, "upstream");
+    }
+
+    #[test]
+    fn socket_addrs() {
+        assert_eq!(parse_socket_addr("192.0.2.1", 53).unwrap(), "192.0.2.1:53".parse().unwrap());
+        assert_eq!(parse_socket_addr("2001:db8::1", 53).unwrap(), "[2001:db8::1]:53".parse().unwrap());
+        assert_eq!(parse_socket_addr("[2001:db8::1]", 53).unwrap(), "[2001:db8::1]:53".parse().unwrap());
+        assert_eq!(parse_socket_addr("[::1]:5353", 53).unwrap(), "[::1]:5353".parse().unwrap());
+        assert!(parse_socket_addr("host:53", 53).is_err());
+    }
+
+    #[test]
+    fn acl_matches_mapped_clients_as_ipv4() {
+        let n: Net = "10.0.0.0/8".parse().unwrap();
+        assert!(n.contains("10.1.2.3".parse().unwrap()));
+        assert!(n.contains("::ffff:10.1.2.3".parse().unwrap()));
+        assert!(!n.contains("2001:db8::1".parse().unwrap()));
+        let n: Net = "fc00::/7".parse().unwrap();
+        assert!(n.contains("fd00::1".parse().unwrap()));
+        assert!(!n.contains(IpAddr::V4(Ipv4Addr::LOCALHOST)));
+    }
+}

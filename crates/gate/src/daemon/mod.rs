@@ -1,0 +1,363 @@
+//! `v6gate run`: the daemon.
+//!
+//! Start-up: load and check the configuration, build the engines, create
+//! the multiqueue TUN device (one queue per worker), bring it up with its
+//! MTU, addresses and routes over netlink, start one worker thread per
+//! queue, the admin API and the timer thread, then wait for signals:
+//!
+//! - `SIGHUP`: reload. The file is read, checked and every engine built
+//!   before anything changes; then the engines are swapped atomically
+//!   (workers pick the new ones up at their next batch), routes and
+//!   addresses are brought in line, and the log level applied. A bad file,
+//!   or one that changes `[tun] name`/`queues` or `[admin]`, is rejected:
+//!   the error is logged, counted (`v6gate_config_reloads_total{result="error"}`)
+//!   and shown in `/status`, and the old configuration keeps running.
+//! - `SIGINT`/`SIGTERM`: stop the workers, remove the routes, close the
+//!   queues (which removes the device).
+
+pub mod admin;
+pub mod ctl;
+pub mod engine;
+pub mod stats;
+pub mod worker;
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use anyhow::{bail, Context as _};
+use arc_swap::ArcSwap;
+
+use crate::config::{Config, IoMode, IpPrefix};
+use crate::sys::netlink::Netlink;
+use crate::sys::tun;
+use engine::{routes_for, Engines};
+use stats::{Totals, WorkerStats};
+
+/// `v6gate run` arguments.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// Configuration file (TOML): the same file `v6gate translate` reads,
+    /// plus the optional [tun], [admin] and [daemon] tables.
+    #[arg(short, long, value_name = "FILE")]
+    pub config: PathBuf,
+}
+
+/// The running daemon's shared state (read by the admin API).
+pub struct Daemon {
+    /// The configuration file.
+    pub config_path: PathBuf,
+    /// The configuration in force.
+    pub config: Mutex<Config>,
+    /// The engines in force.
+    pub engines: Arc<ArcSwap<Engines>>,
+    /// One per worker.
+    pub stats: Vec<Arc<WorkerStats>>,
+    /// Start time.
+    pub started: Instant,
+    /// TUN device name and index.
+    pub device: (String, u32),
+    /// Routes the daemon added.
+    pub routes: Mutex<Vec<IpPrefix>>,
+    /// Successful reloads.
+    pub reloads_ok: AtomicU64,
+    /// Rejected reloads.
+    pub reloads_failed: AtomicU64,
+    /// The last reload error.
+    pub last_reload_error: Mutex<Option<String>>,
+    /// The DNS64 server, when `[dns64]` is configured.
+    pub dns64: Mutex<Option<dns64::Server>>,
+}
+
+impl std::fmt::Debug for Daemon {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Daemon").field("config_path", &self.config_path).field("device", &self.device).finish()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Daemon {
+    /// Counters of all workers, summed.
+    pub fn totals(&self) -> Totals {
+        Totals::sum(self.stats.iter().map(|s| &**s))
+    }
+
+    /// Number of workers.
+    pub fn workers(&self) -> usize {
+        self.stats.len()
+    }
+
+    /// Re-read the configuration file and apply it, or leave everything as
+    /// it is and return why not.
+    pub fn reload(&self) -> Result<u64, String> {
+        let new = Config::load(&self.config_path).map_err(|e| e.to_string())?;
+        let mut cur = lock(&self.config);
+        if new.tun.name != cur.tun.name {
+            return Err(format!("[tun] name changed ({} -> {}): restart v6gate to apply", cur.tun.name, new.tun.name));
+        }
+        if new.tun.effective_queues() != self.workers() {
+            return Err(format!(
+                "[tun] queues changed ({} -> {}): restart v6gate to apply",
+                self.workers(),
+                new.tun.effective_queues()
+            ));
+        }
+        if new.admin != cur.admin {
+            return Err("[admin] changed: restart v6gate to apply".into());
+        }
+        let generation = self.engines.load().generation + 1;
+        let engines = Engines::build(&new, generation, self.workers()).map_err(|e| e.to_string())?;
+        if new.dns64 != cur.dns64 {
+            self.restart_dns64(cur.dns64.as_ref(), new.dns64.as_ref())?;
+        }
+        // Netlink changes first (they can fail); the swap cannot.
+        let mut nl = Netlink::open().map_err(|e| format!("netlink: {e}"))?;
+        let idx = self.device.1;
+        if new.tun.mtu != cur.tun.mtu {
+            nl.link_up(idx, new.tun.mtu).map_err(|e| format!("setting MTU {}: {e}", new.tun.mtu))?;
+        }
+        for a in &new.tun.addresses {
+            if !cur.tun.addresses.contains(a) {
+                nl.add_address(idx, *a).map_err(|e| format!("adding address {a}: {e}"))?;
+            }
+        }
+        for a in &cur.tun.addresses {
+            if !new.tun.addresses.contains(a) {
+                if let Err(e) = nl.del_address(idx, *a) {
+                    log::warn!("removing address {a}: {e}");
+                }
+            }
+        }
+        let want = routes_for(&new);
+        let mut have = lock(&self.routes);
+        for r in &want {
+            if !have.contains(r) {
+                nl.add_route(idx, *r).map_err(|e| format!("adding route {r}: {e}"))?;
+            }
+        }
+        for r in have.iter() {
+            if !want.contains(r) {
+                if let Err(e) = nl.del_route(idx, *r) {
+                    log::warn!("removing route {r}: {e}");
+                }
+            }
+        }
+        *have = want;
+        set_log_level(&new.daemon.log_level);
+        self.engines.store(Arc::new(engines));
+        *cur = new;
+        Ok(generation)
+    }
+}
+
+impl Daemon {
+    /// Functions running: the packet engines, then DNS64.
+    pub fn functions(&self) -> Vec<&'static str> {
+        let mut f = self.engines.load().functions();
+        if lock(&self.dns64).is_some() {
+            f.push("dns64");
+        }
+        f
+    }
+
+    /// Replace the DNS64 server running `old` by one running `new`; when
+    /// the new one cannot start (e.g. its address is taken), the old one is
+    /// started again and the error returned.
+    fn restart_dns64(&self, old: Option<&dns64::Config>, new: Option<&dns64::Config>) -> Result<(), String> {
+        let mut slot = lock(&self.dns64);
+        if let Some(s) = slot.take() {
+            s.stop();
+        }
+        let Some(n) = new else { return Ok(()) };
+        match dns64::Server::start(n) {
+            Ok(s) => {
+                log::info!("dns64: serving on {:?}", s.local_addrs());
+                *slot = Some(s);
+                Ok(())
+            }
+            Err(e) => {
+                if let Some(o) = old {
+                    match dns64::Server::start(o) {
+                        Ok(s) => *slot = Some(s),
+                        Err(e2) => log::error!("dns64: cannot restart the old server either: {e2}"),
+                    }
+                }
+                Err(format!("[dns64]: cannot start: {e}"))
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Logging: `log` records on stderr, level from `[daemon] log-level`.
+
+struct StderrLog;
+
+impl log::Log for StderrLog {
+    fn enabled(&self, m: &log::Metadata<'_>) -> bool {
+        m.level() <= log::max_level()
+    }
+
+    fn log(&self, r: &log::Record<'_>) {
+        if self.enabled(r.metadata()) {
+            let _ = writeln!(std::io::stderr().lock(), "v6gate[{}]: {}", r.level().as_str().to_lowercase(), r.args());
+        }
+    }
+
+    fn flush(&self) {}
+}
+
+fn set_log_level(level: &str) {
+    log::set_max_level(match level {
+        "error" => log::LevelFilter::Error,
+        "warn" => log::LevelFilter::Warn,
+        "debug" => log::LevelFilter::Debug,
+        "trace" => log::LevelFilter::Trace,
+        _ => log::LevelFilter::Info,
+    });
+}
+
+// ---------------------------------------------------------------------------
+
+/// Run the daemon until SIGINT or SIGTERM.
+pub fn run(args: &RunArgs) -> anyhow::Result<()> {
+    let _ = log::set_logger(&StderrLog);
+    let cfg = Config::load(&args.config)?;
+    set_log_level(&cfg.daemon.log_level);
+    let n = cfg.tun.effective_queues();
+    let engines = Engines::build(&cfg, 1, n)?;
+
+    let name = cfg.tun.name.clone();
+    let io = cfg.tun.io;
+    let queues =
+        tun::open_queues(&name, n, io == IoMode::Poll).with_context(|| format!("creating TUN device {name}"))?;
+    let Some(idx) = tun::if_index(&name) else { bail!("TUN device {name} vanished") };
+    let mut nl = Netlink::open().context("opening a route netlink socket")?;
+    nl.link_up(idx, cfg.tun.mtu).with_context(|| format!("bringing {name} up with MTU {}", cfg.tun.mtu))?;
+    for a in &cfg.tun.addresses {
+        nl.add_address(idx, *a).with_context(|| format!("adding address {a} to {name}"))?;
+    }
+    let routes = routes_for(&cfg);
+    for r in &routes {
+        nl.add_route(idx, *r).with_context(|| format!("adding route {r} into {name}"))?;
+    }
+
+    let shutdown = Arc::new(AtomicBool::new(false));
+    let engines = Arc::new(ArcSwap::from_pointee(engines));
+    let stats: Vec<Arc<WorkerStats>> = (0..n).map(|_| Arc::new(WorkerStats::default())).collect();
+    let epoch = Instant::now();
+    let pin = cfg.tun.pin_workers;
+    let batch = cfg.tun.batch;
+    let admin_addr = cfg.admin.listen;
+    let dns = match &cfg.dns64 {
+        Some(d) => {
+            let s = dns64::Server::start(d).map_err(|e| anyhow::anyhow!("[dns64]: cannot start: {e}"))?;
+            log::info!("dns64: serving on {:?}", s.local_addrs());
+            Some(s)
+        }
+        None => None,
+    };
+    let daemon = Arc::new(Daemon {
+        config_path: args.config.clone(),
+        config: Mutex::new(cfg),
+        engines: engines.clone(),
+        stats: stats.clone(),
+        started: epoch,
+        device: (name.clone(), idx),
+        routes: Mutex::new(routes),
+        reloads_ok: AtomicU64::new(0),
+        reloads_failed: AtomicU64::new(0),
+        last_reload_error: Mutex::new(None),
+        dns64: Mutex::new(dns),
+    });
+
+    let mut threads = Vec::new();
+    for (id, (queue, st)) in queues.into_iter().zip(stats).enumerate() {
+        let w = worker::Worker {
+            id,
+            queue,
+            io,
+            stats: st,
+            engines: engines.clone(),
+            shutdown: shutdown.clone(),
+            batch,
+            epoch,
+        };
+        let t = std::thread::Builder::new().name(format!("v6gate-w{id}")).spawn(move || {
+            if pin {
+                if let Err(e) = tun::pin_to_cpu(id) {
+                    log::warn!("worker {id}: cannot pin to CPU {id}: {e}");
+                }
+            }
+            w.run()
+        })?;
+        threads.push(t);
+    }
+
+    let admin = match admin_addr {
+        Some(a) => Some(admin::Admin::start(a, daemon.clone()).with_context(|| format!("admin API on {a}"))?),
+        None => None,
+    };
+
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGHUP,
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+    ])
+    .context("installing signal handlers")?;
+    log::info!(
+        "running: device {name} (index {idx}), {n} worker(s), functions {}, admin {}",
+        daemon.functions().join("+"),
+        admin_addr.map_or("disabled".to_string(), |a| format!("http://{a}"))
+    );
+    for sig in signals.forever() {
+        if sig == signal_hook::consts::SIGHUP {
+            match daemon.reload() {
+                Ok(g) => {
+                    daemon.reloads_ok.fetch_add(1, Ordering::Relaxed);
+                    *lock(&daemon.last_reload_error) = None;
+                    log::info!("reloaded {} (generation {g})", daemon.config_path.display());
+                }
+                Err(e) => {
+                    daemon.reloads_failed.fetch_add(1, Ordering::Relaxed);
+                    log::error!("reload rejected, the old configuration stays: {e}");
+                    *lock(&daemon.last_reload_error) = Some(e);
+                }
+            }
+        } else {
+            log::info!("signal {sig}: stopping");
+            break;
+        }
+    }
+
+    shutdown.store(true, Ordering::Relaxed);
+    if let Some(a) = admin {
+        a.stop();
+    }
+    if let Some(d) = lock(&daemon.dns64).take() {
+        d.stop();
+    }
+    for t in threads {
+        let _ = t.join();
+    }
+    for r in lock(&daemon.routes).iter() {
+        if let Err(e) = nl.del_route(idx, *r) {
+            log::debug!("removing route {r}: {e}");
+        }
+    }
+    // The queues were moved into the workers and closed when they ended:
+    // the device goes with the last one (give the kernel a moment).
+    for _ in 0..100 {
+        if tun::if_index(&name).is_none() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    log::info!("stopped");
+    Ok(())
+}

@@ -1,0 +1,349 @@
+//! Shared by the `daemon_*` integration tests: a three-namespace testbed
+//! (IPv6 host — gateway running `v6gate run` — IPv4 host) and helpers to
+//! run socket code inside a namespace.
+//!
+//! Addresses:
+//! - h6: 2001:db8:1::2/64 on `a6`, default route via the gateway's 2001:db8:1::1
+//! - gw: 2001:db8:1::1/64 on `g6`, 198.51.100.1/24 on `g4`, forwarding on
+//! - h4: 198.51.100.2/24 on `a4`, default route via 198.51.100.1
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::path::PathBuf;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use lab::netns::{veth, Netns};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_v6gate");
+pub const H6: &str = "2001:db8:1::2";
+pub const H4: &str = "198.51.100.2";
+
+pub struct Lab {
+    pub h6: Netns,
+    pub gw: Netns,
+    pub h4: Netns,
+    pub daemon: Option<Child>,
+    pub dir: tempfile::TempDir,
+}
+
+pub fn config_path(dir: &tempfile::TempDir) -> PathBuf {
+    dir.path().join("v6gate.toml")
+}
+
+impl Lab {
+    /// Build the namespaces and start the daemon with `config`.
+    pub fn start(config: &str) -> Lab {
+        assert!(nix_is_root(), "network-namespace tests need root (CI runs as root)");
+        let h6 = Netns::unique("v6d-h6").unwrap();
+        let gw = Netns::unique("v6d-gw").unwrap();
+        let h4 = Netns::unique("v6d-h4").unwrap();
+        // No duplicate address detection: a fresh veth's link-local address
+        // is otherwise tentative for a second and neighbour discovery waits.
+        for ns in [&h6, &gw, &h4] {
+            ns.sysctl("net.ipv6.conf.default.accept_dad", "0").unwrap();
+            ns.sysctl("net.ipv6.conf.all.accept_dad", "0").unwrap();
+        }
+        veth(&h6, "a6", &gw, "g6").unwrap();
+        veth(&h4, "a4", &gw, "g4").unwrap();
+        h6.ip(&["addr", "add", "2001:db8:1::2/64", "dev", "a6", "nodad"]).unwrap();
+        gw.ip(&["addr", "add", "2001:db8:1::1/64", "dev", "g6", "nodad"]).unwrap();
+        h6.ip(&["-6", "route", "add", "default", "via", "2001:db8:1::1"]).unwrap();
+        h4.ip(&["addr", "add", "198.51.100.2/24", "dev", "a4"]).unwrap();
+        gw.ip(&["addr", "add", "198.51.100.1/24", "dev", "g4"]).unwrap();
+        h4.ip(&["route", "add", "default", "via", "198.51.100.1"]).unwrap();
+        gw.sysctl("net.ipv4.ip_forward", "1").unwrap();
+        gw.sysctl("net.ipv6.conf.all.forwarding", "1").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(config_path(&dir), config).unwrap();
+        let mut lab = Lab { h6, gw, h4, daemon: None, dir };
+        lab.spawn();
+        lab
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::File::create(self.dir.path().join("daemon.log")).unwrap();
+        let child = self
+            .gw
+            .command(BIN)
+            .args(["run", "--config"])
+            .arg(config_path(&self.dir))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.daemon = Some(child);
+        let t0 = Instant::now();
+        loop {
+            if self.ctl(&["status"]).is_ok() {
+                return;
+            }
+            if let Some(st) = self.daemon.as_mut().unwrap().try_wait().unwrap() {
+                panic!("daemon exited ({st}): {}", self.log());
+            }
+            assert!(t0.elapsed() < Duration::from_secs(20), "daemon not ready: {}", self.log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Replace the configuration file (not yet reloaded).
+    pub fn write_config(&self, text: &str) {
+        std::fs::write(config_path(&self.dir), text).unwrap();
+    }
+
+    /// Send SIGHUP to the daemon.
+    pub fn sighup(&self) {
+        let pid = self.daemon.as_ref().unwrap().id() as i32;
+        // SAFETY: kill(2) on our own child.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
+    }
+
+    /// The daemon's stderr so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("daemon.log")).unwrap_or_default()
+    }
+
+    /// `v6gate ctl ARGS` inside the gateway namespace: stdout, or stderr as the error.
+    pub fn ctl(&self, args: &[&str]) -> Result<String, String> {
+        let out =
+            self.gw.command(BIN).arg("ctl").args(args).stdin(Stdio::null()).output().map_err(|e| e.to_string())?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    }
+
+    /// `/status` as JSON.
+    pub fn status(&self) -> serde_json::Value {
+        serde_json::from_str(&self.ctl(&["status"]).unwrap()).unwrap()
+    }
+
+    /// The value of one metric line, e.g. `v6gate_drops_total{reason="truncated"}` (0 when absent).
+    pub fn metric(&self, series: &str) -> u64 {
+        let m = self.ctl(&["metrics"]).unwrap();
+        m.lines()
+            .find_map(|l| l.strip_prefix(series).and_then(|v| v.strip_prefix(' ')))
+            .map_or(0, |v| v.trim().parse::<f64>().unwrap() as u64)
+    }
+
+    /// Poll `series` until `pred` holds (or 10 s pass); returns the last value.
+    pub fn wait_metric(&self, series: &str, pred: impl Fn(u64) -> bool) -> u64 {
+        let t0 = Instant::now();
+        loop {
+            let v = self.metric(series);
+            if pred(v) || t0.elapsed() > Duration::from_secs(10) {
+                return v;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Wait until the log contains `needle` (or 10 s pass).
+    pub fn wait_log(&self, needle: &str) -> bool {
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(10) {
+            if self.log().contains(needle) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+
+    /// Stop the daemon with SIGTERM; returns its exit status and log.
+    pub fn stop(&mut self) -> (std::process::ExitStatus, String) {
+        let mut c = self.daemon.take().unwrap();
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        let t0 = Instant::now();
+        loop {
+            if let Some(st) = c.try_wait().unwrap() {
+                return (st, self.log());
+            }
+            if t0.elapsed() > Duration::from_secs(10) {
+                let _ = c.kill();
+                panic!("daemon did not stop on SIGTERM: {}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.daemon.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn nix_is_root() -> bool {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Run `f` on a thread inside `ns`.
+pub fn in_ns<T: Send>(ns: &Netns, f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            ns.enter_thread().unwrap();
+            f()
+        })
+        .join()
+        .unwrap()
+    })
+}
+
+/// `ping -c COUNT -W 2 [extra] DST` inside `ns`: (success, output).
+pub fn ping(ns: &Netns, dst: &str, extra: &[&str]) -> (bool, String) {
+    let mut args = vec!["-c", "1", "-W", "2"];
+    args.extend_from_slice(extra);
+    args.push(dst);
+    let out = ns.command("ping").args(&args).stdin(Stdio::null()).output().unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr))
+}
+
+/// A UDP echo round trip: server bound in `srv_ns` on `bind`, client in
+/// `cli_ns` sending to `dst`. Returns what the client got back and the
+/// source address the server saw.
+pub fn udp_echo(
+    srv_ns: &Netns,
+    bind: SocketAddr,
+    cli_ns: &Netns,
+    dst: SocketAddr,
+    msg: &[u8],
+) -> (Vec<u8>, SocketAddr) {
+    std::thread::scope(|s| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let srv = s.spawn(move || {
+            srv_ns.enter_thread().unwrap();
+            let sock = UdpSocket::bind(bind).unwrap();
+            sock.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            tx.send(()).unwrap();
+            let mut buf = [0u8; 2048];
+            let (n, from) = sock.recv_from(&mut buf).unwrap();
+            sock.send_to(&buf[..n], from).unwrap();
+            from
+        });
+        rx.recv().unwrap();
+        let got = s
+            .spawn(move || {
+                cli_ns.enter_thread().unwrap();
+                let unspec: SocketAddr = if dst.is_ipv6() { "[::]:0" } else { "0.0.0.0:0" }.parse().unwrap();
+                let sock = UdpSocket::bind(unspec).unwrap();
+                sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                sock.send_to(msg, dst).unwrap();
+                let mut buf = [0u8; 2048];
+                let (n, _) = sock.recv_from(&mut buf).unwrap();
+                buf[..n].to_vec()
+            })
+            .join()
+            .unwrap();
+        (got, srv.join().unwrap())
+    })
+}
+
+/// A TCP echo round trip (connect, send, read back, close), as [`udp_echo`].
+pub fn tcp_echo(
+    srv_ns: &Netns,
+    bind: SocketAddr,
+    cli_ns: &Netns,
+    dst: SocketAddr,
+    msg: &[u8],
+) -> (Vec<u8>, SocketAddr) {
+    std::thread::scope(|s| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let srv = s.spawn(move || {
+            srv_ns.enter_thread().unwrap();
+            let l = TcpListener::bind(bind).unwrap();
+            tx.send(()).unwrap();
+            let (mut c, from) = l.accept().unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let mut buf = vec![0u8; msg.len()];
+            c.read_exact(&mut buf).unwrap();
+            c.write_all(&buf).unwrap();
+            from
+        });
+        rx.recv().unwrap();
+        let got = s
+            .spawn(move || {
+                cli_ns.enter_thread().unwrap();
+                let mut c = TcpStream::connect_timeout(&dst, Duration::from_secs(5)).unwrap();
+                c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                c.write_all(msg).unwrap();
+                let mut buf = vec![0u8; msg.len()];
+                c.read_exact(&mut buf).unwrap();
+                buf
+            })
+            .join()
+            .unwrap();
+        (got, srv.join().unwrap())
+    })
+}
+
+/// Send `count` raw IP payloads with protocol `proto` from a thread in
+/// `ns` to `dst` (the kernel writes the IP header).
+pub fn send_raw(ns: &Netns, dst: std::net::IpAddr, proto: i32, payload: &[u8], count: usize) {
+    in_ns(ns, || {
+        let fam = if dst.is_ipv6() { libc::AF_INET6 } else { libc::AF_INET };
+        // SAFETY: plain socket(2); the fd is closed below.
+        let fd = unsafe { libc::socket(fam, libc::SOCK_RAW, proto) };
+        assert!(fd >= 0, "raw socket: {}", std::io::Error::last_os_error());
+        let sa = socket2_addr(SocketAddr::new(dst, 0));
+        for i in 0..count {
+            // Paced, so the TUN queue (500 packets) never overflows.
+            if i % 50 == 49 {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            // SAFETY: payload and the sockaddr storage are valid for the lengths given.
+            let n = unsafe {
+                libc::sendto(
+                    fd,
+                    payload.as_ptr().cast(),
+                    payload.len(),
+                    0,
+                    (&sa.0 as *const libc::sockaddr_storage).cast(),
+                    sa.1,
+                )
+            };
+            assert!(n >= 0, "sendto: {}", std::io::Error::last_os_error());
+        }
+        // SAFETY: our fd.
+        unsafe { libc::close(fd) };
+    })
+}
+
+fn socket2_addr(a: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: sockaddr_storage is plain data.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match a {
+        SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: 0,
+                sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes(a.ip().octets()) },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_in fits in sockaddr_storage.
+            unsafe { std::ptr::write((&mut ss as *mut libc::sockaddr_storage).cast(), sin) };
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: 0,
+                sin6_flowinfo: 0,
+                sin6_addr: libc::in6_addr { s6_addr: a.ip().octets() },
+                sin6_scope_id: 0,
+            };
+            // SAFETY: sockaddr_in6 fits in sockaddr_storage.
+            unsafe { std::ptr::write((&mut ss as *mut libc::sockaddr_storage).cast(), sin6) };
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (ss, len as libc::socklen_t)
+}
