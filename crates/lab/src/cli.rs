@@ -272,6 +272,7 @@ pool4 = ["{POOL4}"]
 listen = ["[{GW6}]:53"]
 upstream = ["{H4}:53"]
 prefix = "{POOL6}"
+allow = ["2001:db8:6::/64"]
 
 # `v6gate lab run` adds the routes itself: the EAMT entry for h4's network
 # must not pull 198.51.100.0/24 into the TUN device.
