@@ -29,3 +29,13 @@ bench:
 clean:
 	$(CARGO) clean
 	rm -rf fuzz/target
+
+# RFC 8219 / RFC 2544 translation bench in network namespaces (root):
+# v6gate (SIIT, NAT64) against TAYGA, kernel forwarding and the tester's
+# ceiling; JSON, Markdown and SVG in bench-results/xlat/ (docs/bench-xlat.md).
+.PHONY: bench-xlat bench-xlat-quick
+bench-xlat: build
+	$${CARGO_TARGET_DIR:-target}/release/v6gate bench xlat --out bench-results/xlat
+
+bench-xlat-quick: build
+	$${CARGO_TARGET_DIR:-target}/release/v6gate bench xlat --quick --out bench-results/xlat-quick
