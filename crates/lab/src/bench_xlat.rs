@@ -143,6 +143,9 @@ pub struct Args {
     /// The v6gate binary the v6gate DUTs run (default: this executable).
     #[arg(long)]
     pub v6gate: Option<PathBuf>,
+    /// Namespace name prefix (namespaces PREFIX-t6, PREFIX-dut, PREFIX-t4).
+    #[arg(long, default_value = BENCH_PREFIX)]
+    pub prefix: String,
     /// Smoke run: sizes 84 and 1518, short trials, coarse search, one
     /// overload and one lower load, 200 new flows.
     #[arg(long)]
@@ -283,7 +286,7 @@ pub fn run(args: &Args) -> Result<Report> {
         eprintln!("bench xlat: {}: {}", dut.name(), r.status);
         report.duts.push(r);
     }
-    crate::netns::cleanup(&format!("{BENCH_PREFIX}-"));
+    crate::netns::cleanup(&format!("{}-", a.prefix));
     write_outputs(&report, &a.out)?;
     Ok(report)
 }
@@ -705,13 +708,13 @@ fn measure_setup(topo: &BenchTopo, a: &Args, proc_: &mut DutProc) -> Result<Setu
 fn bench_dut(dut: Dut, a: &Args, v6gate: &Path) -> DutReport {
     let mut rep = DutReport { dut: dut.name(), status: "ok".into(), points: vec![], setup: None };
     let res = (|| -> Result<()> {
-        let work = PathBuf::from(format!("/run/{BENCH_PREFIX}"));
+        let work = PathBuf::from(format!("/run/{}", a.prefix));
         std::fs::create_dir_all(&work)?;
         let flow_ports = pkt::rfc4814_ports(a.flows, 4814);
         for &dir in &a.dir {
             // A fresh topology and DUT per direction (NAT64 state from the
             // other direction does not carry over).
-            let topo = BenchTopo::create(BENCH_PREFIX, dut == Dut::Tester)?;
+            let topo = BenchTopo::create(&a.prefix, dut == Dut::Tester)?;
             let mut proc_ = start_dut(dut, &topo, a, v6gate, &work)?;
             let nat = if dut.stateful() && dir == Dir::V4ToV6 {
                 let m = learn_nat(&topo, a, dut, &flow_ports)?;
@@ -737,7 +740,7 @@ fn bench_dut(dut: Dut, a: &Args, v6gate: &Path) -> DutReport {
             }
         }
         if dut.stateful() {
-            let topo = BenchTopo::create(BENCH_PREFIX, false)?;
+            let topo = BenchTopo::create(&a.prefix, false)?;
             let mut proc_ = start_dut(dut, &topo, a, v6gate, &work)?;
             rep.setup = Some(measure_setup(&topo, a, &mut proc_)?);
         }

@@ -344,6 +344,43 @@ fn wait_for(what: &str, pid: u32, log: &Path, mut ready: impl FnMut() -> bool) -
     bail!("{what} did not come up within 5 s (log: {})", log.display())
 }
 
+/// Starts the translator `kind` in the lab's gateway namespace (writing its
+/// configuration and log into `work`) and routes the translated prefixes to
+/// it. Returns whether it has stateful NAT64 and DNS64.
+pub fn start_gateway(lab: &Lab, kind: Gateway, v6gate: &Path, work: &Path) -> Result<(bool, bool)> {
+    let mut features = (false, false);
+    let gw = Netns::attach(&lab.gw());
+    match kind {
+        Gateway::V6gate => {
+            let cfg = work.join("v6gate.toml");
+            let (nat64, dns64) = v6gate_features(v6gate);
+            features = (nat64, dns64);
+            std::fs::write(&cfg, v6gate_config(nat64, dns64))?;
+            let log = work.join("gateway.log");
+            let pid = spawn_in(&lab.gw(), v6gate, &["run", "--config", &cfg.to_string_lossy()], &log)?;
+            wait_for("v6gate run", pid, &log, || gw.ip(&["link", "show", TUN]).is_ok())?;
+            lab.route_to_translator(TUN)?;
+            gw.ip(&["-6", "route", "replace", SIIT6, "dev", TUN])?;
+        }
+        Gateway::Tayga => {
+            let cfg = work.join("tayga.conf");
+            std::fs::write(&cfg, tayga_config())?;
+            let cfg = cfg.to_string_lossy().into_owned();
+            gw.exec("tayga", &["--mktun", "-c", &cfg]).context("tayga --mktun (is tayga installed?)")?;
+            lab.route_to_translator(TUN)?;
+            gw.ip(&["-6", "route", "replace", SIIT6, "dev", TUN])?;
+            let log = work.join("gateway.log");
+            let pid = spawn_in(&lab.gw(), Path::new("tayga"), &["-c", &cfg, "--nodetach"], &log)?;
+            std::thread::sleep(Duration::from_millis(200));
+            if !alive(pid) {
+                bail!("tayga exited: {}", std::fs::read_to_string(&log).unwrap_or_default().trim());
+            }
+        }
+        Gateway::None | Gateway::Auto => {}
+    }
+    Ok(features)
+}
+
 fn run_lab(lab: &Lab, r: &RunArgs) -> Result<()> {
     let exe = std::env::current_exe().context("locating this executable")?;
     let v6gate = r.v6gate.clone().unwrap_or_else(|| exe.clone());
@@ -352,36 +389,8 @@ fn run_lab(lab: &Lab, r: &RunArgs) -> Result<()> {
     let mut features = (false, false);
     let started = (|| -> Result<Gateway> {
         std::fs::create_dir_all(&work)?;
-        let gw = Netns::attach(&lab.gw());
         let kind = pick_gateway(r, &v6gate);
-        match kind {
-            Gateway::V6gate => {
-                let cfg = work.join("v6gate.toml");
-                let (nat64, dns64) = v6gate_features(&v6gate);
-                features = (nat64, dns64);
-                std::fs::write(&cfg, v6gate_config(nat64, dns64))?;
-                let log = work.join("gateway.log");
-                let pid = spawn_in(&lab.gw(), &v6gate, &["run", "--config", &cfg.to_string_lossy()], &log)?;
-                wait_for("v6gate run", pid, &log, || gw.ip(&["link", "show", TUN]).is_ok())?;
-                lab.route_to_translator(TUN)?;
-                gw.ip(&["-6", "route", "replace", SIIT6, "dev", TUN])?;
-            }
-            Gateway::Tayga => {
-                let cfg = work.join("tayga.conf");
-                std::fs::write(&cfg, tayga_config())?;
-                let cfg = cfg.to_string_lossy().into_owned();
-                gw.exec("tayga", &["--mktun", "-c", &cfg]).context("tayga --mktun (is tayga installed?)")?;
-                lab.route_to_translator(TUN)?;
-                gw.ip(&["-6", "route", "replace", SIIT6, "dev", TUN])?;
-                let log = work.join("gateway.log");
-                let pid = spawn_in(&lab.gw(), Path::new("tayga"), &["-c", &cfg, "--nodetach"], &log)?;
-                std::thread::sleep(Duration::from_millis(200));
-                if !alive(pid) {
-                    bail!("tayga exited: {}", std::fs::read_to_string(&log).unwrap_or_default().trim());
-                }
-            }
-            Gateway::None | Gateway::Auto => {}
-        }
+        features = start_gateway(lab, kind, &v6gate, &work)?;
         let log = work.join("services.log");
         let pid = spawn_in(&lab.h4(), &exe, &["lab", "serve"], &log)?;
         let h4 = Netns::attach(&lab.h4());
@@ -411,7 +420,13 @@ fn run_lab(lab: &Lab, r: &RunArgs) -> Result<()> {
              LAB_H6_SIIT4={H6_AS_V4}\nLAB_DNS64={GW6}\nLAB_NAME={SERVER_NAME}\nLAB_ADMIN=127.0.0.1:9164\n\
              LAB_HAS_NAT64={}\nLAB_HAS_DNS64={}\n",
             in_pool6(H4),
-            if kind == Gateway::Tayga { "stateless" } else if features.0 { "stateful" } else { "no" },
+            if kind == Gateway::Tayga {
+                "stateless"
+            } else if features.0 {
+                "stateful"
+            } else {
+                "no"
+            },
             if features.1 { "yes" } else { "no" },
         ),
     )?;

@@ -276,7 +276,7 @@ pub fn rfc4814_ports(n: usize, seed: u64) -> Vec<(u16, u16)> {
     let n = n.min(65535 - 1024 + 1);
     let mut out = Vec::with_capacity(n);
     while out.len() < n {
-        let r = rng.next();
+        let r = rng.next_u64();
         let sport = 1024 + (r % (65536 - 1024)) as u16;
         if used[usize::from(sport)] {
             continue;
@@ -294,7 +294,7 @@ pub struct SplitMix(pub u64);
 
 impl SplitMix {
     /// The next 64 pseudorandom bits.
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
