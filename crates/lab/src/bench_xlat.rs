@@ -277,12 +277,18 @@ pub fn run(args: &Args) -> Result<Report> {
         params: format!("{a:?}"),
         duts: Vec::new(),
     };
+    // The tester's ceiling per (direction, size), once measured, caps the
+    // other DUTs' searches: no DUT can forward more than the tester sends.
+    let mut ceiling: Vec<(Dir, usize, f64)> = Vec::new();
     for &dut in &a.dut {
         eprintln!("bench xlat: {} ...", dut.name());
         let r = match availability(dut, &v6gate) {
             Some(why) => DutReport { dut: dut.name(), status: format!("skipped: {why}"), points: vec![], setup: None },
-            None => bench_dut(dut, &a, &v6gate),
+            None => bench_dut(dut, &a, &v6gate, &ceiling),
         };
+        if dut == Dut::Tester {
+            ceiling = r.points.iter().map(|p| (p.dir, p.frame_size, p.throughput_fps)).collect();
+        }
         eprintln!("bench xlat: {}: {}", dut.name(), r.status);
         report.duts.push(r);
     }
@@ -587,10 +593,10 @@ fn passed(r: &TrialResult, rate: f64) -> bool {
     r.lost() == 0 && r.sent_pps >= 0.95 * rate
 }
 
-fn measure_point(s: &Streams, a: &Args, dir: Dir, size: usize, proc_: &mut DutProc) -> Result<Point> {
+fn measure_point(s: &Streams, a: &Args, dir: Dir, size: usize, max: f64, proc_: &mut DutProc) -> Result<Point> {
     // Warm-up (RFC 2544 §23 learning frames): every flow once, slowly.
     trial(s, a, 20_000.0, (s.flows.len() as u64 * 2 * 1000 / 20_000).max(50), false)?;
-    let search = Search { max: a.max_rate, resolution: a.resolution, max_trials: a.max_trials };
+    let search = Search { max, resolution: a.resolution, max_trials: a.max_trials };
     let found = search.run(|rate| {
         proc_.alive()?;
         let r = trial(s, a, rate, a.trial_ms, false)?;
@@ -705,7 +711,7 @@ fn measure_setup(topo: &BenchTopo, a: &Args, proc_: &mut DutProc) -> Result<Setu
     })
 }
 
-fn bench_dut(dut: Dut, a: &Args, v6gate: &Path) -> DutReport {
+fn bench_dut(dut: Dut, a: &Args, v6gate: &Path, ceiling: &[(Dir, usize, f64)]) -> DutReport {
     let mut rep = DutReport { dut: dut.name(), status: "ok".into(), points: vec![], setup: None };
     let res = (|| -> Result<()> {
         let work = PathBuf::from(format!("/run/{}", a.prefix));
@@ -728,7 +734,11 @@ fn bench_dut(dut: Dut, a: &Args, v6gate: &Path) -> DutReport {
             let hdrs = headers(dut, dir, &flow_ports, nat.as_deref());
             for &size in &a.sizes {
                 let s = streams(&topo, a, dut, dir, size, &hdrs)?;
-                let p = measure_point(&s, a, dir, size, &mut proc_)?;
+                let max = ceiling
+                    .iter()
+                    .find(|c| c.0 == dir && c.1 == size && c.2 > 0.0)
+                    .map_or(a.max_rate, |c| c.2.min(a.max_rate));
+                let p = measure_point(&s, a, dir, size, max, &mut proc_)?;
                 eprintln!(
                     "bench xlat: {} {:?} {size}: {:.0} fps, p50 {} us",
                     dut.name(),
