@@ -11,8 +11,9 @@ use gate::config::Config;
 use gate::offline;
 
 /// IPv4/IPv6 transition gateway. This version has the packet plane, the
-/// offline RFC 7915 (SIIT) translator and the SIIT daemon (`run`, `ctl`);
-/// NAT64, DNS64, tunnels, TrGW and IMS-ALG come in later versions.
+/// offline RFC 7915 (SIIT) translator and the daemon (`run`, `ctl`) with
+/// SIIT, stateful NAT64 / NAT-PT and DNS64; tunnels, TrGW and IMS-ALG come
+/// in later versions.
 #[derive(Debug, Parser)]
 #[command(name = "v6gate", version, propagate_version = true)]
 struct Cli {
@@ -36,13 +37,19 @@ enum Cmd {
     /// Print an example configuration or check a configuration file.
     #[command(subcommand)]
     Config(ConfigCmd),
-    /// Run the gateway daemon: create the TUN device, its addresses and
-    /// routes (netlink), translate live traffic with one worker per queue,
-    /// serve the admin API. SIGHUP reloads the configuration (a bad file is
-    /// rejected and the old one stays); SIGINT/SIGTERM stop it.
+    /// Run the gateway daemon (SIIT, NAT64/NAT-PT, DNS64) on a TUN device.
+    ///
+    /// Creates the multiqueue TUN device of [tun], its addresses and routes
+    /// (netlink), translates live traffic with one worker per queue, runs
+    /// DNS64 and serves the admin API ([admin], 127.0.0.1:9164 by default).
+    /// SIGHUP reloads the configuration (a bad file is rejected, logged and
+    /// the old one stays); SIGINT/SIGTERM stop it and remove the device.
+    /// Needs root (CAP_NET_ADMIN). See docs/daemon.md.
     Run(gate::daemon::RunArgs),
-    /// Talk to a running daemon through its admin API: status, metrics,
-    /// NAT64 sessions and BIB, reload.
+    /// Query or steer a running daemon through its admin API.
+    ///
+    /// Status, Prometheus metrics, NAT64 sessions, BIB list/add/remove,
+    /// reload. Run it in the daemon's network namespace.
     Ctl(gate::daemon::ctl::CtlArgs),
     /// Network-namespace testbed: IPv6-only host, gateway, IPv4-only host.
     Lab(lab::cli::LabArgs),

@@ -31,6 +31,10 @@ fn siit_ping_udp_tcp_both_ways_icmp_errors_and_metrics() {
     assert_eq!(routes, serde_json::json!(["64:ff9b:1::/96", "192.0.2.2/32"]), "{routes}");
     let r6 = lab.gw.ip(&["-6", "route", "show", "64:ff9b:1::/96"]).unwrap();
     assert!(String::from_utf8_lossy(&r6.stdout).contains("dev v6gate0"));
+    // Up, with the MTU and queue length of the configuration, no link-local address.
+    let link = String::from_utf8_lossy(&lab.gw.ip(&["addr", "show", "v6gate0"]).unwrap().stdout).into_owned();
+    assert!(link.contains(",UP,") && link.contains("mtu 1500") && link.contains("qlen 1000"), "{link}");
+    assert!(!link.contains("fe80"), "{link}");
 
     // ICMP echo both ways.
     let (ok, out) = ping(&lab.h6, H4_AS_V6, &[]);
@@ -66,6 +70,21 @@ fn siit_ping_udp_tcp_both_ways_icmp_errors_and_metrics() {
     assert!(!ok);
     assert!(out.contains("Time to live exceeded") && out.contains("192.0.0.8"), "{out}");
     assert_eq!(lab.metric("v6gate_icmp_errors_total{result=\"sent\"}"), 2);
+
+    // An ICMP error from beyond the translator is translated back: UDP to a
+    // closed port of the IPv4 host is refused on the IPv6 host (ICMPv4 3/3
+    // -> ICMPv6 1/4) and vice versa (ICMPv6 1/4 -> ICMPv4 3/3).
+    for (ns, dst) in [(&lab.h6, format!("[{H4_AS_V6}]:4999")), (&lab.h4, "192.0.2.2:4999".to_string())] {
+        let e = in_ns(ns, || {
+            let s = std::net::UdpSocket::bind(if dst.starts_with('[') { "[::]:0" } else { "0.0.0.0:0" }).unwrap();
+            s.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+            s.connect(&dst).unwrap();
+            s.send(b"anyone?").unwrap();
+            s.recv(&mut [0u8; 16]).unwrap_err()
+        });
+        assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused, "{dst}: {e}");
+    }
+    assert_eq!(lab.metric("v6gate_icmp_errors_total{result=\"sent\"}"), 2, "translated errors are not originated ones");
 
     // Counters moved in both families and directions.
     for s in [

@@ -10,7 +10,12 @@ fuzz_target!(|data: &[u8]| {
     match gate::config::Config::parse(text) {
         Ok(cfg) => {
             if cfg.check().is_ok() {
-                cfg.siit_translator().expect("a checked configuration builds");
+                if cfg.siit.is_some() {
+                    cfg.siit_translator().expect("a checked configuration builds");
+                }
+                if cfg.nat64.is_some() {
+                    cfg.nat64_translator().expect("a checked configuration builds");
+                }
             }
         }
         Err(e) => assert!(!e.to_string().is_empty()),

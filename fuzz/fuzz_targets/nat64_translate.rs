@@ -82,7 +82,9 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     for n in &nats {
+        // Established-like TCP sessions go to TRANS first, then expire.
         let _ = n.expire(now + 1_000_000_000_000);
+        let _ = n.expire(now + 2_000_000_000_000);
         let s = n.stats();
         assert_eq!(s.sessions.values().sum::<u64>(), 0);
         assert_eq!(s.natpt_hosts, 0);

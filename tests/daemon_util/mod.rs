@@ -17,6 +17,12 @@ use std::time::{Duration, Instant};
 use lab::netns::{veth, Netns};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_v6gate");
+
+/// The binary the testbed runs: `V6GATE_BIN` when set (e.g. a release
+/// build), else the one cargo built for the tests.
+pub fn bin() -> String {
+    std::env::var("V6GATE_BIN").unwrap_or_else(|_| BIN.to_string())
+}
 pub const H6: &str = "2001:db8:1::2";
 pub const H4: &str = "198.51.100.2";
 
@@ -66,7 +72,7 @@ impl Lab {
         let log = std::fs::File::create(self.dir.path().join("daemon.log")).unwrap();
         let child = self
             .gw
-            .command(BIN)
+            .command(&bin())
             .args(["run", "--config"])
             .arg(config_path(&self.dir))
             .stdin(Stdio::null())
@@ -207,6 +213,33 @@ pub fn ping(ns: &Netns, dst: &str, extra: &[&str]) -> (bool, String) {
     (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr))
 }
 
+/// Run `server` on a thread in `srv_ns` (it calls `ready` once it is
+/// listening and returns the peer it served), then `client` on a thread in
+/// `cli_ns`; returns what the client got back and the peer the server saw.
+fn round_trip(
+    srv_ns: &Netns,
+    cli_ns: &Netns,
+    server: impl FnOnce(&dyn Fn()) -> SocketAddr + Send,
+    client: impl FnOnce() -> Vec<u8> + Send,
+) -> (Vec<u8>, SocketAddr) {
+    std::thread::scope(|s| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let srv = s.spawn(move || {
+            srv_ns.enter_thread().unwrap();
+            server(&move || tx.send(()).unwrap())
+        });
+        rx.recv().unwrap();
+        let got = s
+            .spawn(move || {
+                cli_ns.enter_thread().unwrap();
+                client()
+            })
+            .join()
+            .unwrap();
+        (got, srv.join().unwrap())
+    })
+}
+
 /// A UDP echo round trip: server bound in `srv_ns` on `bind`, client in
 /// `cli_ns` sending to `dst`. Returns what the client got back and the
 /// source address the server saw.
@@ -217,34 +250,25 @@ pub fn udp_echo(
     dst: SocketAddr,
     msg: &[u8],
 ) -> (Vec<u8>, SocketAddr) {
-    std::thread::scope(|s| {
-        let (tx, rx) = std::sync::mpsc::channel();
-        let srv = s.spawn(move || {
-            srv_ns.enter_thread().unwrap();
-            let sock = UdpSocket::bind(bind).unwrap();
-            sock.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-            tx.send(()).unwrap();
-            let mut buf = [0u8; 2048];
-            let (n, from) = sock.recv_from(&mut buf).unwrap();
-            sock.send_to(&buf[..n], from).unwrap();
-            from
-        });
-        rx.recv().unwrap();
-        let got = s
-            .spawn(move || {
-                cli_ns.enter_thread().unwrap();
-                let unspec: SocketAddr = if dst.is_ipv6() { "[::]:0" } else { "0.0.0.0:0" }.parse().unwrap();
-                let sock = UdpSocket::bind(unspec).unwrap();
-                sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-                sock.send_to(msg, dst).unwrap();
-                let mut buf = [0u8; 2048];
-                let (n, _) = sock.recv_from(&mut buf).unwrap();
-                buf[..n].to_vec()
-            })
-            .join()
-            .unwrap();
-        (got, srv.join().unwrap())
-    })
+    let server = move |ready: &dyn Fn()| {
+        let sock = UdpSocket::bind(bind).unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        ready();
+        let mut buf = [0u8; 2048];
+        let (n, from) = sock.recv_from(&mut buf).unwrap();
+        sock.send_to(&buf[..n], from).unwrap();
+        from
+    };
+    let client = move || {
+        let unspec: SocketAddr = if dst.is_ipv6() { "[::]:0" } else { "0.0.0.0:0" }.parse().unwrap();
+        let sock = UdpSocket::bind(unspec).unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        sock.send_to(msg, dst).unwrap();
+        let mut buf = [0u8; 2048];
+        let (n, _) = sock.recv_from(&mut buf).unwrap();
+        buf[..n].to_vec()
+    };
+    round_trip(srv_ns, cli_ns, server, client)
 }
 
 /// A TCP echo round trip (connect, send, read back, close), as [`udp_echo`].
@@ -255,34 +279,25 @@ pub fn tcp_echo(
     dst: SocketAddr,
     msg: &[u8],
 ) -> (Vec<u8>, SocketAddr) {
-    std::thread::scope(|s| {
-        let (tx, rx) = std::sync::mpsc::channel();
-        let srv = s.spawn(move || {
-            srv_ns.enter_thread().unwrap();
-            let l = TcpListener::bind(bind).unwrap();
-            tx.send(()).unwrap();
-            let (mut c, from) = l.accept().unwrap();
-            c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-            let mut buf = vec![0u8; msg.len()];
-            c.read_exact(&mut buf).unwrap();
-            c.write_all(&buf).unwrap();
-            from
-        });
-        rx.recv().unwrap();
-        let got = s
-            .spawn(move || {
-                cli_ns.enter_thread().unwrap();
-                let mut c = TcpStream::connect_timeout(&dst, Duration::from_secs(5)).unwrap();
-                c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-                c.write_all(msg).unwrap();
-                let mut buf = vec![0u8; msg.len()];
-                c.read_exact(&mut buf).unwrap();
-                buf
-            })
-            .join()
-            .unwrap();
-        (got, srv.join().unwrap())
-    })
+    let server = move |ready: &dyn Fn()| {
+        let l = TcpListener::bind(bind).unwrap();
+        ready();
+        let (mut c, from) = l.accept().unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut buf = vec![0u8; msg.len()];
+        c.read_exact(&mut buf).unwrap();
+        c.write_all(&buf).unwrap();
+        from
+    };
+    let client = move || {
+        let mut c = TcpStream::connect_timeout(&dst, Duration::from_secs(5)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        c.write_all(msg).unwrap();
+        let mut buf = vec![0u8; msg.len()];
+        c.read_exact(&mut buf).unwrap();
+        buf
+    };
+    round_trip(srv_ns, cli_ns, server, client)
 }
 
 /// Send `count` raw IP payloads with protocol `proto` from a thread in
@@ -346,4 +361,76 @@ fn socket2_addr(a: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
         }
     };
     (ss, len as libc::socklen_t)
+}
+
+/// UDP echo servers on `ports` inside a namespace, for as long as the
+/// value lives. Each reply is the request prefixed with nothing; the
+/// sources seen are recorded.
+pub struct EchoServers {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+    pub seen: std::sync::Arc<std::sync::Mutex<Vec<SocketAddr>>>,
+}
+
+impl EchoServers {
+    pub fn udp(ns: &Netns, bind_ip: &str, ports: &[u16]) -> EchoServers {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut threads = Vec::new();
+        for &port in ports {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let path = format!("{}/{}", lab::netns::NETNS_DIR, ns.name());
+            let (stop, seen) = (stop.clone(), seen.clone());
+            let bind: SocketAddr = format!("{bind_ip}:{port}").parse().unwrap();
+            threads.push(std::thread::spawn(move || {
+                let f = std::fs::File::open(path).unwrap();
+                nix_setns(&f);
+                let sock = UdpSocket::bind(bind).unwrap();
+                sock.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+                tx.send(()).unwrap();
+                let mut buf = [0u8; 2048];
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    if let Ok((n, from)) = sock.recv_from(&mut buf) {
+                        seen.lock().unwrap().push(from);
+                        let _ = sock.send_to(&buf[..n], from);
+                    }
+                }
+            }));
+            rx.recv().unwrap();
+        }
+        EchoServers { stop, threads, seen }
+    }
+}
+
+impl Drop for EchoServers {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+fn nix_setns(f: &std::fs::File) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: setns(2) on an open namespace file, for this thread only.
+    assert_eq!(unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) }, 0);
+}
+
+/// A UDP client socket inside `ns` (bound to an ephemeral port), for
+/// several round trips.
+pub fn udp_client(ns: &Netns, v6: bool) -> UdpSocket {
+    in_ns(ns, || {
+        let s = UdpSocket::bind(if v6 { "[::]:0" } else { "0.0.0.0:0" }).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        s
+    })
+}
+
+/// One round trip on `sock`: send `msg` to `dst`, wait for the echo.
+pub fn udp_roundtrip(sock: &UdpSocket, dst: SocketAddr, msg: &[u8]) -> std::io::Result<Vec<u8>> {
+    sock.send_to(msg, dst)?;
+    let mut buf = [0u8; 2048];
+    let (n, _) = sock.recv_from(&mut buf)?;
+    Ok(buf[..n].to_vec())
 }

@@ -273,6 +273,11 @@ impl Core {
             Counters::inc(&c.formerr);
             return Action::Reply(self.minimal(&client, false, ResponseCode::FormErr, false));
         }
+        // RFC 6891 §6.1.3: an EDNS version we do not implement gets BADVERS.
+        if msg.extensions().as_ref().is_some_and(|e| e.version() > 0) {
+            Counters::inc(&c.formerr);
+            return Action::Reply(self.minimal(&client, true, ResponseCode::BADVERS, false));
+        }
         if !self.policy.allow.iter().any(|n| n.contains(from)) {
             Counters::inc(&c.refused);
             return Action::Reply(self.minimal(&client, true, ResponseCode::Refused, false));
@@ -345,7 +350,8 @@ impl Core {
             return Action::Reply(self.minimal(client, true, rcode, true));
         }
         bytes[..2].copy_from_slice(&client.id.to_be_bytes());
-        bytes[2] = (bytes[2] & !0x01) | u8::from(client.rd);
+        // QR set whatever the driver passed in; RD as the client sent it.
+        bytes[2] = 0x80 | (bytes[2] & !0x01) | u8::from(client.rd);
         Action::Reply(bytes)
     }
 
@@ -465,15 +471,15 @@ impl Core {
             Counters::inc(&c.aaaa_nodata);
             return match aaaa {
                 Some(m) => {
-                    let answers = m
+                    let kept: Vec<Record> = m
                         .answers()
                         .iter()
                         .filter(|r| !self.excluded_aaaa(r) && !rrsig_covers(r, RecordType::AAAA))
                         .cloned()
                         .collect();
-                    let ad = m.authentic_data()
-                        && m.answers().len() == m.answers().iter().filter(|r| !self.excluded_aaaa(r)).count();
-                    self.respond(client, &m, m.response_code(), answers, ad)
+                    // AD stays only when the reply goes back unmodified.
+                    let ad = m.authentic_data() && kept.len() == m.answers().len();
+                    self.respond(client, &m, m.response_code(), kept, ad)
                 }
                 None => {
                     let chain = msg.answers().iter().filter(|r| !is_a_data(r)).cloned().collect();
@@ -1002,13 +1008,19 @@ mod tests {
         let mut m = Message::new();
         m.set_op_code(OpCode::Notify).add_query(Query::query(name("a.example."), RecordType::SOA));
         assert_eq!(answer(c.query(LOCAL, &m.to_vec().unwrap(), false)).response_code(), ResponseCode::NotImp);
+        // EDNS version 1: BADVERS (an extended RCODE, carried in OPT).
+        let mut m = Message::from_vec(&query("a.example.", RecordType::A, Some(false), false)).unwrap();
+        m.extensions_mut().as_mut().unwrap().set_version(1);
+        let r = answer(c.query(LOCAL, &m.to_vec().unwrap(), false));
+        assert_eq!(u16::from(r.response_code()), 16, "BADVERS (16, decoded as its alias BADSIG)");
+        assert_eq!(r.extensions().as_ref().map(|e| e.version()), Some(0));
         // Outside `allow`: REFUSED.
         let q = query("a.example.", RecordType::AAAA, None, false);
         assert_eq!(answer(c.query("203.0.113.5".parse().unwrap(), &q, false)).response_code(), ResponseCode::Refused);
         assert_eq!(answer(c.query("2001:db8::5".parse().unwrap(), &q, false)).response_code(), ResponseCode::Refused);
         assert!(matches!(c.query("fd00::5".parse().unwrap(), &q, false), Action::Lookup(_)));
         let s = c.counters().snapshot();
-        assert_eq!((s.formerr, s.dropped_malformed, s.notimp, s.refused), (2, 2, 1, 2));
+        assert_eq!((s.formerr, s.dropped_malformed, s.notimp, s.refused), (3, 2, 1, 2));
     }
 
     /// Answers over the client's UDP size are truncated; TCP gets them whole.

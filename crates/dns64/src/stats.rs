@@ -24,6 +24,14 @@ macro_rules! counters {
                 Stats { $($name: self.$name.load(Relaxed),)* }
             }
         }
+
+        impl Stats {
+            /// Every counter as `(name, value)`, in declaration order (for
+            /// a Prometheus exporter: `v6gate_dns64_<name>`).
+            pub fn pairs(&self) -> Vec<(&'static str, u64)> {
+                vec![$((stringify!($name), self.$name),)*]
+            }
+        }
     };
 }
 
@@ -76,7 +84,8 @@ counters! {
     upstream_mismatched,
     /// Upstream replies that could not be parsed where parsing was needed.
     upstream_malformed,
-    /// FORMERR answers to malformed queries.
+    /// FORMERR answers to malformed queries (and BADVERS to EDNS versions
+    /// other than 0).
     formerr,
     /// REFUSED answers to clients outside `allow`.
     refused,
@@ -102,5 +111,24 @@ impl Counters {
     #[inline]
     pub fn add(c: &AtomicU64, n: u64) {
         c.fetch_add(n, Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snapshot_and_pairs_agree() {
+        let c = Counters::default();
+        Counters::inc(&c.synthesized);
+        Counters::add(&c.synthesized_records, 3);
+        let s = c.snapshot();
+        assert_eq!((s.synthesized, s.synthesized_records, s.queries_udp), (1, 3, 0));
+        let p = s.pairs();
+        assert_eq!(p[0].0, "queries_udp");
+        assert!(p.contains(&("synthesized_records", 3)));
+        assert_eq!(p.iter().map(|x| x.1).sum::<u64>(), 4);
+        assert_eq!(p.len(), 30);
     }
 }

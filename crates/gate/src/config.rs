@@ -52,7 +52,7 @@ pub const SIIT_KEYS: &[&str] = &[
 
 /// Top-level tables that configure a translation function (at least one
 /// must be present).
-pub const TABLES: &[&str] = &["siit", "dns64"];
+pub const TABLES: &[&str] = &["siit", "nat64", "dns64"];
 
 /// Top-level tables of the daemon itself (`v6gate run`); all optional.
 /// `v6gate translate` ignores them.
@@ -65,6 +65,8 @@ pub const DAEMON_TABLES: &[&str] = &["tun", "admin", "daemon"];
 pub struct Config {
     /// `[siit]`: the stateless IP/ICMP translator (RFC 7915).
     pub siit: Option<siit::Config>,
+    /// `[nat64]`: stateful NAT64 (RFC 6146) or NAT-PT pool mode, crate `nat64`.
+    pub nat64: Option<nat64::Config>,
     /// `[dns64]`: the DNS64 resolver front end (RFC 6147), crate `dns64`.
     pub dns64: Option<dns64::Config>,
     /// `[tun]`: the daemon's TUN device (defaults when the table is absent).
@@ -187,6 +189,7 @@ fn line_col(text: &str, at: usize) -> (usize, usize) {
 #[serde(deny_unknown_fields, rename_all = "kebab-case", expecting = "a table of v6gate configuration")]
 struct FileToml {
     siit: Option<SiitToml>,
+    nat64: Option<nat64::Config>,
     dns64: Option<dns64::Config>,
     tun: Option<TunToml>,
     admin: Option<AdminToml>,
@@ -436,7 +439,7 @@ impl Config {
         let tun = file.tun.map(|t| tun_from_toml(text, t)).transpose()?.unwrap_or_default();
         let admin = file.admin.map(|t| admin_from_toml(text, t)).transpose()?.unwrap_or_default();
         let daemon = file.daemon.map(|t| daemon_from_toml(text, t)).transpose()?.unwrap_or_default();
-        Ok(Config { siit, dns64: file.dns64, tun, admin, daemon, origin: None })
+        Ok(Config { siit, nat64: file.nat64, dns64: file.dns64, tun, admin, daemon, origin: None })
     }
 
     /// Read, parse and [`check`](Config::check) a configuration file.
@@ -453,7 +456,7 @@ impl Config {
     /// Validate what [`parse`](Config::parse) cannot: at least one function
     /// is configured, and every configured one can be built.
     pub fn check(&self) -> Result<(), Error> {
-        if self.siit.is_none() && self.dns64.is_none() {
+        if self.siit.is_none() && self.nat64.is_none() && self.dns64.is_none() {
             let tables: Vec<String> = TABLES.iter().map(|t| format!("[{t}]")).collect();
             return Err(Error::new(
                 ErrorKind::Missing,
@@ -465,6 +468,9 @@ impl Config {
         if self.siit.is_some() {
             self.siit_translator()?;
         }
+        if self.nat64.is_some() {
+            self.nat64_translator()?;
+        }
         if let Some(d) = &self.dns64 {
             d.check().map_err(|e| {
                 Error::new(ErrorKind::Invalid, Some(format!("[dns64] {}", e.key)), e.message)
@@ -472,6 +478,38 @@ impl Config {
             })?;
         }
         Ok(())
+    }
+
+    /// The RFC 7915 header settings NAT64 uses: those of `[siit]` when it is
+    /// configured (MTUs, TOS, `ipv4-address`, ...), else the defaults.
+    pub fn nat64_xlat_config(&self) -> siit::Config {
+        self.siit.clone().unwrap_or_default()
+    }
+
+    /// Build the stateful translator from `[nat64]` (and the header
+    /// settings of [`Config::nat64_xlat_config`]).
+    pub fn nat64_translator(&self) -> Result<nat64::Nat64, Error> {
+        let Some(c) = &self.nat64 else {
+            return Err(
+                Error::new(ErrorKind::Missing, Some("[nat64]".into()), "table missing").in_file(self.origin.as_deref())
+            );
+        };
+        nat64::Nat64::with_xlat(c.clone(), self.nat64_xlat_config()).map_err(|e| self.nat64_error(e))
+    }
+
+    /// A `nat64` crate error as a configuration error naming `[nat64] key`.
+    pub fn nat64_error(&self, e: nat64::Error) -> Error {
+        match e {
+            nat64::Error::Config(c) => {
+                let key = c
+                    .key
+                    .strip_prefix("nat64.")
+                    .map_or_else(|| format!("[siit] {}", c.key), |k| format!("[nat64] {k}"));
+                Error::new(ErrorKind::Invalid, Some(key), c.msg)
+            }
+            nat64::Error::Bib(m) => Error::new(ErrorKind::Invalid, Some("[nat64] bib".into()), m),
+        }
+        .in_file(self.origin.as_deref())
     }
 
     /// Build the stateless translator from `[siit]`.
@@ -502,7 +540,7 @@ impl Config {
 
 /// Every key of the `[tun]` table.
 pub const TUN_KEYS: &[&str] =
-    &["name", "mtu", "queues", "io", "batch", "pin-workers", "addresses", "auto-routes", "routes"];
+    &["name", "mtu", "txqueuelen", "queues", "io", "batch", "pin-workers", "addresses", "auto-routes", "routes"];
 
 /// How workers move packets in and out of their TUN queue (`[tun] io`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -567,6 +605,8 @@ pub struct TunConfig {
     pub name: String,
     /// `mtu`: device MTU. Default 1500.
     pub mtu: u32,
+    /// `txqueuelen`: packets each TUN queue holds for its worker. Default 1000.
+    pub txqueuelen: u32,
     /// `queues`: TUN queues, one worker thread each; 0 = one per CPU core.
     pub queues: usize,
     /// `io`: `"uring"` (default) or `"poll"`.
@@ -589,6 +629,7 @@ impl Default for TunConfig {
         TunConfig {
             name: DEFAULT_TUN_NAME.into(),
             mtu: 1500,
+            txqueuelen: 1000,
             queues: 0,
             io: IoMode::Uring,
             batch: 64,
@@ -650,6 +691,7 @@ impl Default for DaemonConfig {
 struct TunToml {
     name: Option<Spanned<String>>,
     mtu: Option<u32>,
+    txqueuelen: Option<u32>,
     queues: Option<usize>,
     io: Option<Spanned<String>>,
     batch: Option<usize>,
@@ -726,6 +768,16 @@ fn tun_from_toml(text: &str, t: TunToml) -> Result<TunConfig, Error> {
             ));
         }
         c.mtu = m;
+    }
+    if let Some(q) = t.txqueuelen {
+        if !(1..=1_000_000).contains(&q) {
+            return Err(Error::new(
+                ErrorKind::Invalid,
+                Some("[tun] txqueuelen".into()),
+                format!("{q} is outside 1..=1000000"),
+            ));
+        }
+        c.txqueuelen = q;
     }
     if let Some(q) = t.queues {
         if q > MAX_QUEUES {
@@ -819,6 +871,9 @@ pub fn example() -> &'static str {
     TEXT.get_or_init(|| {
         let mut s = include_str!("example.toml").to_string();
         s.push_str("\n# The tables below are commented out: uncomment and adapt the ones you run.\n\n");
+        s.push_str("# ---------------------------------------------------------------------------\n");
+        s.push_str(&commented(nat64::EXAMPLE_TOML));
+        s.push('\n');
         s.push_str(&commented(dns64::EXAMPLE_TOML));
         s
     })
@@ -1124,6 +1179,7 @@ mod tests {
         let base = "[siit]\npool6 = \"64:ff9b:1::/96\"\n";
         assert_names(&format!("{base}[tun]\nname = \"a-very-long-name-x\"\n"), "[tun] name");
         assert_names(&format!("{base}[tun]\nmtu = 100\n"), "[tun] mtu");
+        assert_names(&format!("{base}[tun]\ntxqueuelen = 0\n"), "[tun] txqueuelen");
         assert_names(&format!("{base}[tun]\nqueues = 1000\n"), "[tun] queues");
         assert_names(&format!("{base}[tun]\nbatch = 0\n"), "[tun] batch");
         assert_names(&format!("{base}[tun]\nio = \"epoll\"\n"), "[tun] io");
@@ -1178,6 +1234,25 @@ mod tests {
             .collect();
         let d: Config = Config::parse(&uncommented).unwrap_or_else(|e| panic!("{e}\n{uncommented}"));
         assert!(d.dns64.is_some());
+    }
+
+    #[test]
+    fn nat64_table_is_read_and_checked() {
+        let c =
+            Config::parse("[nat64]\npool6 = \"64:ff9b::/96\"\npool4 = [\"192.0.2.1/32\"]\nudp-timeout = 2\n").unwrap();
+        c.check().unwrap();
+        let n = c.nat64.as_ref().unwrap();
+        assert_eq!(n.udp_timeout.0, 2);
+        assert_eq!(c.nat64_translator().unwrap().config().pool4.len(), 1);
+        assert_names("[nat64]\npool4 = []\n", "[nat64] pool4");
+        assert_names("[nat64]\npool4 = [\"192.0.2.1/32\"]\nmax-sessions = 0\n", "[nat64] max-sessions");
+        assert_names("[nat64]\npool4 = [\"192.0.2.1/32\"]\nbogus = 0\n", "[nat64] bogus");
+        // The header settings come from [siit]: its errors name [siit].
+        assert_names(
+            "[siit]\npool6 = \"64:ff9b:1::/96\"\nipv6-mtu = 1000\n[nat64]\npool4 = [\"192.0.2.1/32\"]\n",
+            "[siit] ipv6-mtu",
+        );
+        assert!(example().contains("# [nat64]"));
     }
 
     #[test]

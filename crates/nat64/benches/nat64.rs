@@ -95,7 +95,7 @@ fn bench(c: &mut Criterion) {
             set_src(&mut flow, 0x0100_0000 | (i >> 14) as u32, 1024 + (i & 0x3fff) as u16);
             // 10 µs of fake time per flow; sessions live 1 s.
             let now = 10 + i * 10_000;
-            if i % 4096 == 0 {
+            if i.is_multiple_of(4096) {
                 nat.expire(now);
             }
             let v = nat.translate(&flow, now, &mut out);

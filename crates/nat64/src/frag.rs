@@ -7,7 +7,6 @@
 //! IPv6 extension headers in front of the Fragment header are not kept in
 //! the reassembled packet (RFC 7915 does not translate them).
 
-use std::collections::HashMap;
 use std::sync::Mutex;
 use xlat::checksum;
 use xlat::wire::ipv4::Ipv4Packet;
@@ -43,7 +42,7 @@ pub(crate) struct Reassembler {
 
 #[derive(Debug, Default)]
 struct Inner {
-    sets: HashMap<Key, Partial>,
+    sets: crate::Map<Key, Partial>,
     bytes: usize,
 }
 

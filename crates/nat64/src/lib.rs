@@ -38,6 +38,11 @@ use pool::Pool;
 use rewrite::Ports;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
+
+/// Hash maps of the state tables: foldhash with a random per-process seed
+/// (fast on the small fixed-size keys here, seeded so table layouts cannot
+/// be predicted from outside).
+pub(crate) type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -137,11 +142,11 @@ struct V4Key {
 
 #[derive(Debug)]
 struct Shard {
-    bib: HashMap<(Protocol, T6), Bib>,
-    sessions: HashMap<SessKey, Session>,
+    bib: Map<(Protocol, T6), Bib>,
+    sessions: Map<SessKey, Session>,
     /// Sessions per (BIB entry, peer address): address-dependent filtering.
-    peers: HashMap<(Protocol, T6, Ipv4Addr), u32>,
-    hosts: HashMap<Ipv6Addr, Host>,
+    peers: Map<(Protocol, T6, Ipv4Addr), u32>,
+    hosts: Map<Ipv6Addr, Host>,
     wheel: Wheel<SessKey>,
 }
 
@@ -301,7 +306,7 @@ pub struct Nat64 {
     p6: Rfc6052,
     pool: Pool,
     shards: Box<[Mutex<Shard>]>,
-    v4idx: Box<[Mutex<HashMap<V4Key, T6>>]>,
+    v4idx: Box<[Mutex<Map<V4Key, T6>>]>,
     held: Mutex<Vec<Held>>,
     held_n: AtomicUsize,
     reasm: Reassembler,
@@ -310,7 +315,7 @@ pub struct Nat64 {
     bib_by: [AtomicUsize; 3],
     sess_by: [AtomicUsize; 3],
     c: Counters,
-    keys: std::hash::RandomState,
+    keys: foldhash::fast::RandomState,
     to: [u64; 6],
 }
 
@@ -416,15 +421,15 @@ impl Nat64 {
         let shards = (0..n)
             .map(|_| {
                 Mutex::new(Shard {
-                    bib: HashMap::new(),
-                    sessions: HashMap::new(),
-                    peers: HashMap::new(),
-                    hosts: HashMap::new(),
+                    bib: Map::default(),
+                    sessions: Map::default(),
+                    peers: Map::default(),
+                    hosts: Map::default(),
                     wheel: Wheel::new(WHEEL_SLOTS, TICK_NS, 0),
                 })
             })
             .collect();
-        let v4idx = (0..n).map(|_| Mutex::new(HashMap::new())).collect();
+        let v4idx = (0..n).map(|_| Mutex::new(Map::default())).collect();
         let nreasons = DropReason::ALL.len();
         let to = [
             cfg.udp_timeout.0 * NS,
@@ -460,7 +465,7 @@ impl Nat64 {
                 frag_expired: AtomicU64::new(0),
                 reassembled: AtomicU64::new(0),
             },
-            keys: std::hash::RandomState::new(),
+            keys: foldhash::fast::RandomState::default(),
             to,
             cfg,
         };
@@ -562,7 +567,10 @@ impl Nat64 {
         self.count_refused(r.reason);
         if let Some((t, c)) = r.icmp {
             out.clear();
-            if self.xl.icmp4_error(out, pkt, t, c, [0; 4]) {
+            // From the address the sender tried to reach (a pool4 address),
+            // as the host behind it would answer.
+            let src = Ipv4Packet::new_quoted(pkt).ok().map(|ip| ip.dst());
+            if self.xl.icmp4_error(out, src, pkt, t, c, [0; 4]) {
                 return Verdict::Emit;
             }
         }
@@ -1146,7 +1154,7 @@ impl Nat64 {
                     self.held_n.fetch_sub(1, Ordering::AcqRel);
                     self.c.held_expired.fetch_add(1, Ordering::Relaxed);
                     out.clear();
-                    if self.xl.icmp4_error(&mut out, &h.pkt, icmp4::DEST_UNREACH, 3, [0; 4]) {
+                    if self.xl.icmp4_error(&mut out, Some(h.t.addr), &h.pkt, icmp4::DEST_UNREACH, 3, [0; 4]) {
                         if let Some((_, b)) = out.get(0) {
                             rep.icmp.push(b.to_vec());
                         }

@@ -11,7 +11,6 @@
 
 use crate::config::{Config, Protocol};
 use core::net::{Ipv4Addr, Ipv6Addr};
-use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
@@ -71,13 +70,16 @@ struct Addr {
 #[derive(Debug)]
 pub(crate) struct Pool {
     addrs: Vec<Addr>,
-    index: HashMap<Ipv4Addr, usize>,
+    index: crate::Map<Ipv4Addr, usize>,
     /// Addresses serving each protocol (indices into `addrs`).
     by_proto: [Vec<usize>; 3],
     /// RFC 6056 algorithm 3's table of increments, indexed by G().
     table: Box<[AtomicU32]>,
     keys: std::hash::RandomState,
     owned: AtomicU32,
+    /// Lowest and highest pool4 address.
+    lo: u32,
+    hi: u32,
 }
 
 const TABLE_LEN: usize = 256;
@@ -85,7 +87,7 @@ const TABLE_LEN: usize = 256;
 impl Pool {
     pub(crate) fn new(cfg: &Config) -> Self {
         let mut addrs: Vec<Addr> = Vec::new();
-        let mut index = HashMap::new();
+        let mut index = crate::Map::default();
         for e in &cfg.pool4 {
             for i in 0..e.prefix.size() {
                 let a = e.prefix.nth(i);
@@ -102,6 +104,8 @@ impl Pool {
         }
         let by_proto =
             Protocol::ALL.map(|p| (0..addrs.len()).filter(|&i| addrs[i].ranges[p.idx()].is_some()).collect());
+        let lo = addrs.iter().map(|a| u32::from(a.addr)).min().unwrap_or(1);
+        let hi = addrs.iter().map(|a| u32::from(a.addr)).max().unwrap_or(0);
         Pool {
             addrs,
             index,
@@ -109,13 +113,17 @@ impl Pool {
             table: (0..TABLE_LEN).map(|_| AtomicU32::new(0)).collect(),
             keys: std::hash::RandomState::new(),
             owned: AtomicU32::new(0),
+            lo,
+            hi,
         }
     }
 
     /// True when `a` is a pool4 address.
     #[inline]
     pub(crate) fn contains(&self, a: Ipv4Addr) -> bool {
-        self.index.contains_key(&a)
+        // Most packets' addresses are far from the pool: a range test first.
+        let v = u32::from(a);
+        v >= self.lo && v <= self.hi && self.index.contains_key(&a)
     }
 
     fn range(&self, p: Protocol, a: Ipv4Addr) -> Option<&Range> {
@@ -169,6 +177,10 @@ impl Pool {
                 let off = if two_i < num { two_i } else { two_i - num + 1 };
                 let cand = lo + ((start + off) % num) as u16;
                 if r.try_claim(cand) {
+                    // RFC 6056 algorithm 3 increments table[G] once per
+                    // probe, so the host's next search starts past the
+                    // ports just found taken.
+                    self.table[g].fetch_add(2 * i, Ordering::Relaxed);
                     return Some((a.addr, cand));
                 }
             }

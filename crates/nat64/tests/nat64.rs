@@ -159,6 +159,7 @@ fn udp_to_unmapped_port_is_refused_with_port_unreachable() {
     let e = icmp_err(&n, &V4::new(17, Y4, T4).udp(53, 4444, b"?"), 0);
     assert_eq!((e[20], e[21]), (3, 3), "ICMPv4 Port Unreachable");
     assert_eq!(v4dst(&e), a4(Y4));
+    assert_eq!(v4src(&e), a4(T4), "from the address the sender tried");
     assert_eq!(stat(&n, "refused", "no-binding"), 1);
     // Not a pool4 address at all.
     assert_eq!(
@@ -265,6 +266,21 @@ fn static_bib_lets_ipv4_open_tcp() {
     // The static entry outlives its sessions.
     n.expire(10_000 * S);
     assert_eq!(n.bib().len(), 1);
+    // IPv4-initiated ping to an IPv6 server through a static ICMP entry.
+    let e = StaticBib {
+        protocol: Protocol::Icmp,
+        ipv6: "[2001:db8::10]:77".parse().unwrap(),
+        ipv4: "192.0.2.1:7777".parse().unwrap(),
+    };
+    n.bib_add(e).unwrap();
+    let ping = fwd(&n, &V4::new(1, Y4, T4).icmp(8, 0, [0x1e, 0x61, 0, 9], b"hello"), 0);
+    assert_eq!(ping[40], 128);
+    assert_eq!(be16(&ping, 44), 77);
+    assert_eq!(v6dst(&ping), a6("2001:db8::10"));
+    let pong = fwd(&n, &V6::new(58, "2001:db8::10", Y6).icmp(129, 0, [0, 77, 0, 9], b"hello"), 0);
+    assert_eq!(pong[20], 0);
+    assert_eq!(be16(&pong, 24), 7777);
+    n.bib_remove(e).unwrap();
     // Runtime add/remove.
     let e = StaticBib {
         protocol: Protocol::Udp,
@@ -294,6 +310,7 @@ fn unsolicited_syn_is_held_then_answered_or_dropped_by_simultaneous_open() {
     check(icmp);
     assert_eq!((icmp[20], icmp[21]), (3, 3));
     assert_eq!(v4dst(icmp), a4(Y4));
+    assert_eq!(v4src(icmp), a4(T4));
     assert_eq!(n.stats().held_syns, 0);
 
     // With a BIB entry and endpoint-independent filtering, a V4 SYN from
@@ -647,11 +664,16 @@ fn concurrent_workers_share_the_tables() {
 
 #[test]
 fn config_keys_and_errors() {
-    let c: Config =
-        toml::from_str(nat64::EXAMPLE_TOML.split_once("[nat64]\n").unwrap().1.split("[[nat64.bib]]").next().unwrap())
-            .unwrap();
+    #[derive(serde::Deserialize)]
+    struct Doc {
+        nat64: Config,
+    }
+    let c = toml::from_str::<Doc>(nat64::EXAMPLE_TOML).unwrap().nat64;
     c.check().unwrap();
     assert_eq!(c.tcp_est_timeout.0, 7440);
+    assert_eq!(c.bib.len(), 1);
+    assert_eq!(c.pool4.len(), 2);
+    Nat64::new(c).unwrap();
     let err = |s: &str| -> String {
         match toml::from_str::<Config>(s) {
             Err(e) => e.to_string(),

@@ -55,7 +55,7 @@ proptest! {
         let n = nat(natpt);
         let h6 = Ipv6Addr::from((0x2001_0db8_0000_0000u128 << 64) | u128::from(host.max(2)));
         let y4 = Ipv4Addr::from(y);
-        prop_assume!(!xlat::addr::is_forbidden_v4(y4) && !(y >> 8 == 0xc00002));
+        prop_assume!(!xlat::addr::is_forbidden_v4(y4) && (y >> 8 != 0xc00002));
         let y6 = Ipv6Addr::from((0x2001_0db8_0064u128 << 80) | u128::from(y));
         let (hs, ys) = (h6.to_string(), y6.to_string());
         let (p, out6) = match proto {

@@ -126,14 +126,20 @@ fn serve(d: &Daemon, req: Request) {
 
 /// Answer one request (no I/O: testable).
 pub fn route(d: &Daemon, method: &Method, path: &str, params: &[(String, String)]) -> Reply {
-    let _ = params;
     match (method, path) {
         (Method::Get, "/metrics") => Reply { status: 200, body: metrics(d), json: false },
         (Method::Get, "/status") => Reply::json(200, status(d)),
         (Method::Get, "/sessions")
         | (Method::Get, "/bib")
         | (Method::Post, "/bib/add")
-        | (Method::Post, "/bib/remove") => Reply::error(404, "NAT64 is not configured"),
+        | (Method::Post, "/bib/remove") => {
+            let eng = d.engines.load();
+            let Some(n) = eng.nat64.as_ref() else { return Reply::error(404, "NAT64 is not configured") };
+            match nat64_call(d, n, path, params) {
+                Ok(v) => Reply::json(200, v),
+                Err((code, m)) => Reply::error(code, m),
+            }
+        }
         (Method::Post, "/reload") => match d.reload() {
             Ok(g) => {
                 d.reloads_ok.fetch_add(1, Ordering::Relaxed);
@@ -147,6 +153,67 @@ pub fn route(d: &Daemon, method: &Method, path: &str, params: &[(String, String)
             }
         },
         _ => Reply::error(404, format!("no such endpoint: {method} {path}")),
+    }
+}
+
+fn param<'a>(params: &'a [(String, String)], k: &str) -> Option<&'a str> {
+    params.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str())
+}
+
+/// `tcp`, `udp` or `icmp`.
+pub fn parse_proto(s: &str) -> Result<nat64::Protocol, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "tcp" => Ok(nat64::Protocol::Tcp),
+        "udp" => Ok(nat64::Protocol::Udp),
+        "icmp" => Ok(nat64::Protocol::Icmp),
+        _ => Err(format!("`{s}` is not tcp, udp or icmp")),
+    }
+}
+
+/// `ADDR#PORT` (Jool's notation) or `ADDR:PORT` / `[V6]:PORT`.
+pub fn parse_transport(s: &str) -> Result<std::net::SocketAddr, String> {
+    if let Some((a, p)) = s.rsplit_once('#') {
+        let ip: std::net::IpAddr =
+            a.trim_matches(['[', ']']).parse().map_err(|_| format!("`{a}` is not an address"))?;
+        let port: u16 = p.parse().map_err(|_| format!("`{p}` is not a port"))?;
+        return Ok(std::net::SocketAddr::new(ip, port));
+    }
+    s.parse().map_err(|_| format!("`{s}` is not ADDRESS#PORT"))
+}
+
+fn nat64_call(d: &Daemon, n: &nat64::Nat64, path: &str, params: &[(String, String)]) -> Result<Value, (u16, String)> {
+    let bad = |m: String| (400u16, m);
+    let proto = param(params, "proto").filter(|p| !p.is_empty()).map(parse_proto).transpose().map_err(bad)?;
+    match path {
+        "/sessions" => {
+            let limit = match param(params, "limit") {
+                Some(l) => l.parse().map_err(|_| bad(format!("limit `{l}` is not a number")))?,
+                None => 0,
+            };
+            let f = nat64::SessionFilter { protocol: proto, limit, ..Default::default() };
+            let now = d.started.elapsed().as_nanos() as u64;
+            Ok(serde_json::to_value(n.sessions(&f, now)).unwrap_or(Value::Null))
+        }
+        "/bib" => {
+            let v: Vec<_> = n.bib().into_iter().filter(|b| !matches!(proto, Some(p) if p != b.protocol)).collect();
+            Ok(serde_json::to_value(v).unwrap_or(Value::Null))
+        }
+        _ => {
+            let protocol = proto.ok_or_else(|| bad("proto is required".into()))?;
+            let v6 = parse_transport(param(params, "v6").unwrap_or("")).map_err(bad)?;
+            let v4 = parse_transport(param(params, "v4").unwrap_or("")).map_err(bad)?;
+            let (std::net::SocketAddr::V6(ipv6), std::net::SocketAddr::V4(ipv4)) = (v6, v4) else {
+                return Err(bad("v6 must be an IPv6 and v4 an IPv4 transport address".into()));
+            };
+            let e = nat64::StaticBib { protocol, ipv6, ipv4 };
+            let r = if path == "/bib/add" { n.bib_add(e) } else { n.bib_remove(e) };
+            r.map_err(|e| (409, e.to_string()))?;
+            log::info!(
+                "nat64: static BIB entry {protocol} {ipv6} <-> {ipv4} {}",
+                if path == "/bib/add" { "added" } else { "removed" }
+            );
+            Ok(json!({ "ok": true }))
+        }
     }
 }
 
@@ -164,6 +231,7 @@ pub fn status(d: &Daemon) -> Value {
         "config_file": d.config_path.display().to_string(),
         "config_generation": eng.generation,
         "functions": d.functions(),
+        "nat64": eng.nat64.as_ref().map(|n| serde_json::to_value(n.stats()).unwrap_or(Value::Null)),
         "dns64": super::lock(&d.dns64).as_ref().map(|s| serde_json::to_value(s.stats()).unwrap_or(Value::Null)),
         "device": { "name": d.device.0, "index": d.device.1, "workers": d.workers() },
         "routes": super::lock(&d.routes).iter().map(|r| r.to_string()).collect::<Vec<_>>(),
@@ -232,6 +300,9 @@ pub fn metrics(d: &Daemon) -> String {
     let limited = t.daemon_drops.iter().find(|x| x.0 == "icmp-rate-limited").map_or(0, |x| x.1);
     let _ = writeln!(s, "v6gate_icmp_errors_total{{result=\"sent\"}} {}", t.icmp_errors_sent);
     let _ = writeln!(s, "v6gate_icmp_errors_total{{result=\"rate-limited\"}} {limited}");
+    if let Some(n) = eng.nat64.as_ref() {
+        nat64_metrics(&mut s, &n.stats(), head);
+    }
     if let Some(st) = super::lock(&d.dns64).as_ref().map(|x| x.stats()) {
         if let Ok(Value::Object(m)) = serde_json::to_value(st) {
             for (k, v) in m {
@@ -242,6 +313,73 @@ pub fn metrics(d: &Daemon) -> String {
         }
     }
     s
+}
+
+fn nat64_metrics(s: &mut String, st: &nat64::Stats, head: impl Fn(&mut String, &str, &str, &str)) {
+    let by = |s: &mut String,
+              name: &str,
+              ty: &str,
+              help: &str,
+              label: &str,
+              m: &std::collections::BTreeMap<&'static str, u64>| {
+        head(s, name, ty, help);
+        for (k, v) in m {
+            let _ = writeln!(s, "v6gate_{name}{{{label}=\"{k}\"}} {v}");
+        }
+    };
+    by(s, "nat64_sessions", "gauge", "NAT64 sessions now, by protocol.", "proto", &st.sessions);
+    by(s, "nat64_bib_entries", "gauge", "NAT64 BIB entries now, by protocol.", "proto", &st.bib);
+    by(
+        s,
+        "nat64_sessions_created_total",
+        "counter",
+        "NAT64 sessions created, by protocol.",
+        "proto",
+        &st.sessions_created,
+    );
+    by(
+        s,
+        "nat64_sessions_expired_total",
+        "counter",
+        "NAT64 sessions expired, by protocol.",
+        "proto",
+        &st.sessions_expired,
+    );
+    by(s, "nat64_pool4_ports", "gauge", "pool4 ports (ICMP identifiers) per protocol.", "proto", &st.pool4_ports);
+    by(
+        s,
+        "nat64_pool4_ports_used",
+        "gauge",
+        "pool4 ports (ICMP identifiers) in use, per protocol.",
+        "proto",
+        &st.pool4_ports_used,
+    );
+    by(
+        s,
+        "nat64_refused_total",
+        "counter",
+        "New NAT64 flows refused (an ICMP error may have been sent), by reason.",
+        "reason",
+        &st.refused,
+    );
+    for (name, ty, help, v) in [
+        ("nat64_pool4_addresses", "gauge", "pool4 addresses.", st.pool4_addresses),
+        ("nat64_natpt_hosts", "gauge", "NAT-PT: IPv6 hosts holding a pool4 address.", st.natpt_hosts),
+        ("nat64_held_syns", "gauge", "Unsolicited IPv4 SYNs held now.", st.held_syns),
+        (
+            "nat64_held_syns_expired_total",
+            "counter",
+            "Held SYNs answered with ICMP Port Unreachable.",
+            st.held_syns_expired,
+        ),
+        ("nat64_fragment_sets", "gauge", "Datagrams in reassembly now.", st.fragment_sets),
+        ("nat64_reassembled_total", "counter", "Datagrams reassembled.", st.reassembled),
+        ("nat64_fragment_sets_expired_total", "counter", "Reassemblies given up.", st.fragment_sets_expired),
+        ("nat64_hairpinned_total", "counter", "Packets hairpinned (RFC 6146 §3.8).", st.hairpinned),
+    ] {
+        head(s, name, ty, help);
+        let _ = writeln!(s, "v6gate_{name} {v}");
+    }
 }
 
 #[cfg(test)]

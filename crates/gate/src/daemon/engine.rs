@@ -6,12 +6,14 @@
 //! destination is in its pool4; SIIT handles everything else. With one
 //! function configured, it gets every packet.
 //!
-//! An [`Engines`] is immutable once built; reload builds a complete new one
-//! and swaps it in atomically (see `daemon::run`).
+//! An [`Engines`] is immutable once built (the NAT64 state tables inside
+//! are shared and thread-safe); reload builds a complete new one and swaps
+//! it in atomically (see `daemon::Daemon::reload`).
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
-use xlat::addr::{Ivi, Prefix6};
+use xlat::addr::{Ivi, Prefix4, Prefix6};
 use xlat::siit::{MappingMode, Translator};
 use xlat::{Out, Verdict};
 
@@ -22,7 +24,7 @@ use crate::config::{Config, Error, IpPrefix};
 pub enum EngineKind {
     /// Stateless SIIT (RFC 7915).
     Siit = 0,
-    /// Stateful NAT64 (RFC 6146).
+    /// Stateful NAT64 (RFC 6146) or NAT-PT.
     Nat64 = 1,
 }
 
@@ -31,6 +33,11 @@ pub enum EngineKind {
 pub struct Engines {
     /// `[siit]`.
     pub siit: Option<Translator>,
+    /// `[nat64]`.
+    pub nat64: Option<Arc<nat64::Nat64>>,
+    /// NAT64 pool6 and pool4 prefixes, for dispatch.
+    nat64_pool6: Option<Prefix6>,
+    nat64_pool4: Vec<Prefix4>,
     /// Configuration generation (1 = as started, +1 per successful reload).
     pub generation: u64,
     /// ICMP errors each worker may originate per second (0 = unlimited).
@@ -45,45 +52,91 @@ pub struct Engines {
 
 impl Engines {
     /// Build every engine `cfg` configures, for `workers` workers.
-    /// `generation` is stored as given.
-    pub fn build(cfg: &Config, generation: u64, workers: usize) -> Result<Engines, Error> {
+    /// `generation` is stored as given. With `prev`, NAT64 state (BIB,
+    /// sessions) is carried over ([`nat64::Nat64::reconfigure`]).
+    pub fn build(
+        cfg: &Config,
+        generation: u64,
+        workers: usize,
+        prev: Option<&Engines>,
+        now_ns: u64,
+    ) -> Result<Engines, Error> {
         cfg.check()?;
         let siit = match &cfg.siit {
             Some(_) => Some(cfg.siit_translator()?),
             None => None,
+        };
+        let nat = match (&cfg.nat64, prev.and_then(|p| p.nat64.as_ref())) {
+            (Some(n), Some(old)) => Some(Arc::new(
+                old.reconfigure(n.clone(), cfg.nat64_xlat_config(), now_ns).map_err(|e| cfg.nat64_error(e))?,
+            )),
+            (Some(_), None) => Some(Arc::new(cfg.nat64_translator()?)),
+            (None, _) => None,
         };
         let w = workers.max(1) as u64;
         let rate = u64::from(cfg.daemon.icmp_error_rate);
         Ok(Engines {
             amend: cfg.siit.as_ref().is_some_and(|s| s.amend_udp_checksum_zero),
             siit,
+            nat64_pool6: cfg.nat64.as_ref().map(|n| n.pool6),
+            nat64_pool4: cfg.nat64.as_ref().map(|n| n.pool4.iter().map(|e| e.prefix).collect()).unwrap_or_default(),
+            nat64: nat,
             generation,
             icmp_rate: rate.div_ceil(w),
             icmp_burst: u64::from(cfg.daemon.icmp_error_burst).div_ceil(w),
         })
     }
 
-    /// Names of the functions enabled, for `/status`.
+    /// Names of the packet functions enabled, for `/status`.
     pub fn functions(&self) -> Vec<&'static str> {
         let mut v = Vec::new();
         if self.siit.is_some() {
             v.push("siit");
+        }
+        if let Some(n) = &self.nat64 {
+            v.push(match n.config().mode {
+                nat64::Mode::Nat64 => "nat64",
+                nat64::Mode::Natpt => "natpt",
+            });
         }
         v
     }
 
     /// The engine that owns `pkt` (see the module documentation).
     #[inline]
-    pub fn owner(&self, _pkt: &[u8]) -> EngineKind {
-        EngineKind::Siit
+    pub fn owner(&self, pkt: &[u8]) -> EngineKind {
+        if self.nat64.is_none() {
+            return EngineKind::Siit;
+        }
+        if self.siit.is_none() {
+            return EngineKind::Nat64;
+        }
+        let mine = match pkt.first().map(|b| b >> 4) {
+            Some(6) if pkt.len() >= 40 => {
+                let mut d = [0u8; 16];
+                d.copy_from_slice(&pkt[24..40]);
+                self.nat64_pool6.is_some_and(|p| p.contains(&d.into()))
+            }
+            Some(4) if pkt.len() >= 20 => {
+                let d = core::net::Ipv4Addr::new(pkt[16], pkt[17], pkt[18], pkt[19]);
+                self.nat64_pool4.iter().any(|p| p.contains(d))
+            }
+            _ => false,
+        };
+        if mine {
+            EngineKind::Nat64
+        } else {
+            EngineKind::Siit
+        }
     }
 
     /// Translate `pkt` with engine `kind`; `now_ns` is the daemon's
     /// monotonic clock (for the stateful engines).
     #[inline]
-    pub fn translate_with(&self, kind: EngineKind, pkt: &[u8], _now_ns: u64, out: &mut Out) -> Verdict {
-        match (kind, &self.siit) {
-            (EngineKind::Siit, Some(t)) => t.translate(pkt, out),
+    pub fn translate_with(&self, kind: EngineKind, pkt: &[u8], now_ns: u64, out: &mut Out) -> Verdict {
+        match (kind, &self.siit, &self.nat64) {
+            (EngineKind::Siit, Some(t), _) => t.translate(pkt, out),
+            (EngineKind::Nat64, _, Some(n)) => n.translate(pkt, now_ns, out),
             _ => {
                 out.clear();
                 Verdict::Drop(xlat::DropReason::Unsupported)
@@ -93,11 +146,10 @@ impl Engines {
 }
 
 /// The routes `[tun] auto-routes` adds: SIIT pool6 (the IVI prefix with
-/// `mapping = "ivi"`) and the IPv4 prefixes of the EAMT; then `[tun] routes`.
-/// Sorted and de-duplicated.
+/// `mapping = "ivi"`), the IPv4 prefixes of the EAMT, NAT64 pool6 and
+/// pool4; then `[tun] routes`. De-duplicated, in that order.
 pub fn routes_for(cfg: &Config) -> Vec<IpPrefix> {
     let mut set = BTreeSet::new();
-    let key = |p: &IpPrefix| p.to_string();
     let mut v: Vec<IpPrefix> = Vec::new();
     if cfg.tun.auto_routes {
         if let Some(s) = &cfg.siit {
@@ -112,9 +164,15 @@ pub fn routes_for(cfg: &Config) -> Vec<IpPrefix> {
                 v.push(IpPrefix::V4(*p4));
             }
         }
+        if let Some(n) = &cfg.nat64 {
+            v.push(IpPrefix::V6(n.pool6));
+            for e in &n.pool4 {
+                v.push(IpPrefix::V4(e.prefix));
+            }
+        }
     }
     v.extend(cfg.tun.routes.iter().copied());
-    v.retain(|p| set.insert(key(p)));
+    v.retain(|p| set.insert(p.to_string()));
     v
 }
 
@@ -123,17 +181,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn auto_routes_cover_pool6_and_eamt_v4() {
+    fn auto_routes_cover_pool6_eamt_v4_and_nat64_pools() {
         let c = Config::parse(
             r#"[siit]
             pool6 = "64:ff9b:1::/96"
             eamt = [["2001:db8:6::/120", "192.0.2.0/24"]]
+            [nat64]
+            pool6 = "64:ff9b::/96"
+            pool4 = ["203.0.113.0/30"]
             [tun]
             routes = ["198.51.100.0/24", "192.0.2.0/24"]"#,
         )
         .unwrap();
         let r: Vec<String> = routes_for(&c).iter().map(|p| p.to_string()).collect();
-        assert_eq!(r, ["64:ff9b:1::/96", "192.0.2.0/24", "198.51.100.0/24"]);
+        assert_eq!(r, ["64:ff9b:1::/96", "192.0.2.0/24", "64:ff9b::/96", "203.0.113.0/30", "198.51.100.0/24"]);
         let c = Config::parse("[siit]\npool6 = \"64:ff9b:1::/96\"\n[tun]\nauto-routes = false\n").unwrap();
         assert!(routes_for(&c).is_empty());
     }
@@ -141,12 +202,54 @@ mod tests {
     #[test]
     fn siit_engine_translates() {
         let c = Config::parse("[siit]\npool6 = \"64:ff9b:1::/96\"\n").unwrap();
-        let e = Engines::build(&c, 1, 2).unwrap();
+        let e = Engines::build(&c, 1, 2, None, 0).unwrap();
         assert_eq!(e.functions(), ["siit"]);
         assert_eq!((e.icmp_rate, e.icmp_burst), (500, 50));
         let mut out = Out::new();
         assert_eq!(e.owner(&[0x45]), EngineKind::Siit);
         let v = e.translate_with(EngineKind::Siit, &[0x45], 0, &mut out);
         assert_eq!(v, Verdict::Drop(xlat::DropReason::Truncated));
+    }
+
+    fn v6_to(dst: &str) -> Vec<u8> {
+        let mut p = vec![0u8; 40];
+        p[0] = 0x60;
+        p[24..40].copy_from_slice(&dst.parse::<core::net::Ipv6Addr>().unwrap().octets());
+        p
+    }
+
+    fn v4_to(dst: [u8; 4]) -> Vec<u8> {
+        let mut p = vec![0u8; 20];
+        p[0] = 0x45;
+        p[16..20].copy_from_slice(&dst);
+        p
+    }
+
+    #[test]
+    fn dispatch_by_nat64_pools() {
+        let both = Config::parse(
+            r#"[siit]
+            pool6 = "64:ff9b:1::/96"
+            [nat64]
+            pool6 = "64:ff9b::/96"
+            pool4 = ["203.0.113.0/30"]"#,
+        )
+        .unwrap();
+        let e = Engines::build(&both, 1, 1, None, 0).unwrap();
+        assert_eq!(e.functions(), ["siit", "nat64"]);
+        assert_eq!(e.owner(&v6_to("64:ff9b::198.51.100.1")), EngineKind::Nat64);
+        assert_eq!(e.owner(&v6_to("64:ff9b:1::198.51.100.1")), EngineKind::Siit);
+        assert_eq!(e.owner(&v4_to([203, 0, 113, 2])), EngineKind::Nat64);
+        assert_eq!(e.owner(&v4_to([203, 0, 113, 4])), EngineKind::Siit);
+        assert_eq!(e.owner(&[0x60]), EngineKind::Siit, "too short to tell: SIIT drops it");
+        let only = Config::parse("[nat64]\npool4 = [\"203.0.113.0/30\"]\n").unwrap();
+        let e = Engines::build(&only, 1, 1, None, 0).unwrap();
+        assert_eq!(e.owner(&v4_to([198, 51, 100, 1])), EngineKind::Nat64);
+        let mut out = Out::new();
+        assert!(matches!(e.translate_with(EngineKind::Siit, &v4_to([1, 2, 3, 4]), 0, &mut out), Verdict::Drop(_)));
+        // Rebuilding from a previous generation carries the NAT64 state.
+        let e2 = Engines::build(&only, 2, 1, Some(&e), 0).unwrap();
+        assert_eq!(e2.generation, 2);
+        assert!(e2.nat64.is_some());
     }
 }

@@ -9,8 +9,9 @@
 //!   before anything changes; then the engines are swapped atomically
 //!   (workers pick the new ones up at their next batch), routes and
 //!   addresses are brought in line, and the log level applied. A bad file,
-//!   or one that changes `[tun] name`/`queues` or `[admin]`, is rejected:
-//!   the error is logged, counted (`v6gate_config_reloads_total{result="error"}`)
+//!   or one that changes `[tun] name`/`queues` or `[admin]` (or `[tun] io`,
+//!   `batch`, `pin-workers`), is rejected: the error is logged, counted
+//!   (`v6gate_config_reloads_total{result="error"}`)
 //!   and shown in `/status`, and the old configuration keeps running.
 //! - `SIGINT`/`SIGTERM`: stop the workers, remove the routes, close the
 //!   queues (which removes the device).
@@ -39,8 +40,9 @@ use stats::{Totals, WorkerStats};
 /// `v6gate run` arguments.
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// Configuration file (TOML): the same file `v6gate translate` reads,
-    /// plus the optional [tun], [admin] and [daemon] tables.
+    /// Configuration file (TOML): [siit], [nat64], [dns64] (the file
+    /// `v6gate translate` and `config check` read) plus the optional
+    /// daemon tables [tun], [admin] and [daemon].
     #[arg(short, long, value_name = "FILE")]
     pub config: PathBuf,
 }
@@ -55,6 +57,8 @@ pub struct Daemon {
     pub engines: Arc<ArcSwap<Engines>>,
     /// One per worker.
     pub stats: Vec<Arc<WorkerStats>>,
+    /// The timer thread's (ICMP errors it sends for NAT64 expiry).
+    pub timer_stats: Arc<WorkerStats>,
     /// Start time.
     pub started: Instant,
     /// TUN device name and index.
@@ -84,7 +88,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Daemon {
     /// Counters of all workers, summed.
     pub fn totals(&self) -> Totals {
-        Totals::sum(self.stats.iter().map(|s| &**s))
+        Totals::sum(self.stats.iter().map(|s| &**s).chain([&*self.timer_stats]))
     }
 
     /// Number of workers.
@@ -107,19 +111,26 @@ impl Daemon {
                 new.tun.effective_queues()
             ));
         }
+        if (new.tun.io, new.tun.batch, new.tun.pin_workers) != (cur.tun.io, cur.tun.batch, cur.tun.pin_workers) {
+            return Err("[tun] io, batch or pin-workers changed: restart v6gate to apply".into());
+        }
         if new.admin != cur.admin {
             return Err("[admin] changed: restart v6gate to apply".into());
         }
-        let generation = self.engines.load().generation + 1;
-        let engines = Engines::build(&new, generation, self.workers()).map_err(|e| e.to_string())?;
+        let old = self.engines.load_full();
+        let generation = old.generation + 1;
+        let now_ns = self.started.elapsed().as_nanos() as u64;
+        let engines =
+            Engines::build(&new, generation, self.workers(), Some(&old), now_ns).map_err(|e| e.to_string())?;
         if new.dns64 != cur.dns64 {
             self.restart_dns64(cur.dns64.as_ref(), new.dns64.as_ref())?;
         }
         // Netlink changes first (they can fail); the swap cannot.
         let mut nl = Netlink::open().map_err(|e| format!("netlink: {e}"))?;
         let idx = self.device.1;
-        if new.tun.mtu != cur.tun.mtu {
-            nl.link_up(idx, new.tun.mtu).map_err(|e| format!("setting MTU {}: {e}", new.tun.mtu))?;
+        if (new.tun.mtu, new.tun.txqueuelen) != (cur.tun.mtu, cur.tun.txqueuelen) {
+            nl.link_up(idx, new.tun.mtu, new.tun.txqueuelen)
+                .map_err(|e| format!("setting MTU {} / txqueuelen {}: {e}", new.tun.mtu, new.tun.txqueuelen))?;
         }
         for a in &new.tun.addresses {
             if !cur.tun.addresses.contains(a) {
@@ -149,7 +160,14 @@ impl Daemon {
         }
         *have = want;
         set_log_level(&new.daemon.log_level);
+        let carried = engines.nat64.clone();
         self.engines.store(Arc::new(engines));
+        if let Some(n) = carried {
+            let swept = n.sweep_idle_bib();
+            if swept > 0 {
+                log::info!("nat64: {swept} BIB entries left without sessions by the reload removed");
+            }
+        }
         *cur = new;
         Ok(generation)
     }
@@ -193,6 +211,31 @@ impl Daemon {
     }
 }
 
+/// Every 100 ms: NAT64 expiry; the ICMP errors it returns (held SYNs
+/// nobody answered) are written to the TUN.
+fn timer(q: &tun::TunQueue, engines: &ArcSwap<Engines>, shutdown: &AtomicBool, st: &WorkerStats, epoch: Instant) {
+    while !shutdown.load(Ordering::Relaxed) {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let eng = engines.load();
+        let Some(n) = &eng.nat64 else { continue };
+        let ex = n.expire(epoch.elapsed().as_nanos() as u64);
+        for p in &ex.icmp {
+            match q.send(p) {
+                Ok(()) => {
+                    stats::bump(&st.icmp_errors_sent, 1);
+                    let f = worker::family(p);
+                    stats::bump(&st.tx_packets[f], 1);
+                    stats::bump(&st.tx_bytes[f], p.len() as u64);
+                }
+                Err(e) => {
+                    st.daemon_drop(stats::DaemonDrop::WriteError);
+                    log::debug!("timer: TUN write failed: {e}");
+                }
+            }
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Logging: `log` records on stderr, level from `[daemon] log-level`.
 
@@ -230,7 +273,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     let cfg = Config::load(&args.config)?;
     set_log_level(&cfg.daemon.log_level);
     let n = cfg.tun.effective_queues();
-    let engines = Engines::build(&cfg, 1, n)?;
+    let engines = Engines::build(&cfg, 1, n, None, 0)?;
 
     let name = cfg.tun.name.clone();
     let io = cfg.tun.io;
@@ -238,7 +281,8 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         tun::open_queues(&name, n, io == IoMode::Poll).with_context(|| format!("creating TUN device {name}"))?;
     let Some(idx) = tun::if_index(&name) else { bail!("TUN device {name} vanished") };
     let mut nl = Netlink::open().context("opening a route netlink socket")?;
-    nl.link_up(idx, cfg.tun.mtu).with_context(|| format!("bringing {name} up with MTU {}", cfg.tun.mtu))?;
+    nl.link_up(idx, cfg.tun.mtu, cfg.tun.txqueuelen)
+        .with_context(|| format!("bringing {name} up with MTU {}", cfg.tun.mtu))?;
     for a in &cfg.tun.addresses {
         nl.add_address(idx, *a).with_context(|| format!("adding address {a} to {name}"))?;
     }
@@ -262,11 +306,13 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
+    let timer_stats = Arc::new(WorkerStats::default());
     let daemon = Arc::new(Daemon {
         config_path: args.config.clone(),
         config: Mutex::new(cfg),
         engines: engines.clone(),
         stats: stats.clone(),
+        timer_stats: timer_stats.clone(),
         started: epoch,
         device: (name.clone(), idx),
         routes: Mutex::new(routes),
@@ -276,6 +322,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         dns64: Mutex::new(dns),
     });
 
+    let timer_queue = queues.first().map(|q| q.try_clone()).transpose().context("duplicating a TUN queue")?;
     let mut threads = Vec::new();
     for (id, (queue, st)) in queues.into_iter().zip(stats).enumerate() {
         let w = worker::Worker {
@@ -297,6 +344,15 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
             w.run()
         })?;
         threads.push(t);
+    }
+
+    if let Some(q) = timer_queue {
+        let (engines, shutdown, st) = (engines.clone(), shutdown.clone(), timer_stats);
+        threads.push(
+            std::thread::Builder::new()
+                .name("v6gate-timer".into())
+                .spawn(move || timer(&q, &engines, &shutdown, &st, epoch))?,
+        );
     }
 
     let admin = match admin_addr {

@@ -260,6 +260,8 @@ impl Worker {
                             Err(e) => {
                                 self.stats.daemon_drop(DaemonDrop::ReadError);
                                 log::debug!("worker {}: TUN read failed: {e}", self.id);
+                                // Not expected while the device exists; do not spin if it is gone.
+                                std::thread::sleep(std::time::Duration::from_millis(10));
                             }
                         }
                         if let Err(e) = ring.rearm(i, buf) {
@@ -301,6 +303,7 @@ impl Worker {
                         Err(e) => {
                             self.stats.daemon_drop(DaemonDrop::ReadError);
                             log::debug!("worker {}: TUN read failed: {e}", self.id);
+                            std::thread::sleep(std::time::Duration::from_millis(10));
                             break;
                         }
                     }

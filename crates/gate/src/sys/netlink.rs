@@ -21,6 +21,7 @@ const NLM_F_ACK: u16 = 0x4;
 const NLM_F_REPLACE: u16 = 0x100;
 const NLM_F_CREATE: u16 = 0x400;
 const IFLA_MTU: u16 = 4;
+const IFLA_TXQLEN: u16 = 13;
 const IFLA_AF_SPEC: u16 = 26;
 const IFLA_INET6_ADDR_GEN_MODE: u16 = 8;
 const IN6_ADDR_GEN_MODE_NONE: u8 = 1;
@@ -149,11 +150,12 @@ impl Netlink {
         }
     }
 
-    /// Bring link `index` up with `mtu`. Before that, switch IPv6 address
+    /// Bring link `index` up with `mtu` and `txqueuelen` (the length of
+    /// each TUN queue's ring). Before that, switch IPv6 address
     /// generation off (`IN6_ADDR_GEN_MODE_NONE`): no link-local address, so
     /// the kernel sends no router or multicast listener solicitations into
     /// the translator.
-    pub fn link_up(&mut self, index: u32, mtu: u32) -> io::Result<()> {
+    pub fn link_up(&mut self, index: u32, mtu: u32, txqueuelen: u32) -> io::Result<()> {
         let mut inner = Vec::new();
         inner.extend_from_slice(&5u16.to_ne_bytes());
         inner.extend_from_slice(&IFLA_INET6_ADDR_GEN_MODE.to_ne_bytes());
@@ -176,7 +178,8 @@ impl Netlink {
             .bytes(&(index as i32).to_ne_bytes())
             .bytes(&IFF_UP.to_ne_bytes())
             .bytes(&IFF_UP.to_ne_bytes())
-            .attr(IFLA_MTU, &mtu.to_ne_bytes());
+            .attr(IFLA_MTU, &mtu.to_ne_bytes())
+            .attr(IFLA_TXQLEN, &txqueuelen.to_ne_bytes());
         self.call(&mut m)
     }
 

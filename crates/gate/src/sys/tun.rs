@@ -123,6 +123,9 @@ impl TunQueue {
             let e = io::Error::last_os_error();
             return if e.kind() == io::ErrorKind::Interrupted { Ok(false) } else { Err(e) };
         }
+        if r > 0 && p.revents & libc::POLLIN == 0 && p.revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0 {
+            return Err(io::Error::other(format!("TUN queue poll error (revents {:#x})", p.revents)));
+        }
         Ok(r > 0 && p.revents & libc::POLLIN != 0)
     }
 }

@@ -295,12 +295,21 @@ impl Translator {
     }
 
     /// Originate an ICMPv4 error about `invoking` (an IPv4 packet) from
-    /// `ipv4-address` back to its source (RFC 792, RFC 1812 §4.3.2), as the
-    /// translator does for its own refusals. For a stateful translator's
-    /// refusals (RFC 6146 §3.5). Returns false when nothing was emitted.
-    /// The caller checks that an error may be sent at all.
-    pub fn icmp4_error(&self, out: &mut Out, invoking: &[u8], kind: u8, code: u8, rest: [u8; 4]) -> bool {
-        crate::origin::icmp4_error(out, self.cfg.ipv4_address, invoking, kind, code, rest)
+    /// `src` (`None`: `ipv4-address`) back to its source (RFC 792, RFC 1812
+    /// §4.3.2: TTL 64, at most 576 bytes), as the translator does for its
+    /// own refusals; for a stateful translator's refusals (RFC 6146 §3.5).
+    /// Returns false when nothing was emitted. The caller checks that an
+    /// error may be sent at all.
+    pub fn icmp4_error(
+        &self,
+        out: &mut Out,
+        src: Option<Ipv4Addr>,
+        invoking: &[u8],
+        kind: u8,
+        code: u8,
+        rest: [u8; 4],
+    ) -> bool {
+        crate::origin::icmp4_error(out, src.unwrap_or(self.cfg.ipv4_address), invoking, kind, code, rest)
     }
 
     /// Originate an ICMPv6 error about `invoking` (an IPv6 packet) from
