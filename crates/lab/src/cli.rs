@@ -163,6 +163,7 @@ pub fn run(a: &LabArgs) -> Result<ExitCode> {
             println!("lab up: {} (IPv6-only) -- {} -- {} (IPv4-only)", lab.h6(), lab.gw(), lab.h4());
         }
         LabCmd::Down => {
+            need_root()?;
             let gone = lab.down();
             let _ = std::fs::remove_dir_all(work_dir(&a.prefix));
             if gone.is_empty() {
@@ -300,12 +301,13 @@ allow = ["2001:db8:6::/64"]
     s
 }
 
-/// Whether this v6gate binary knows [nat64] and [dns64] (from its
-/// example configuration).
+/// Whether this v6gate binary knows [nat64] and [dns64] (its example
+/// configuration shows the tables, commented out or not).
 pub fn v6gate_features(v6gate: &Path) -> (bool, bool) {
     let ex = Command::new(v6gate).args(["config", "example"]).output().map(|o| o.stdout).unwrap_or_default();
     let ex = String::from_utf8_lossy(&ex);
-    (ex.contains("\n[nat64]"), ex.contains("\n[dns64]"))
+    let has = |t: &str| ex.lines().any(|l| l.trim_start_matches(['#', ' ']).starts_with(t));
+    (has("[nat64]"), has("[dns64]"))
 }
 
 /// The TAYGA configuration `lab run --gateway tayga` generates. TAYGA
