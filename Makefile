@@ -1,5 +1,6 @@
 # v6gate — the README's commands.
-#   make demo   install dependencies, build, run the sample translation
+#   make demo   install dependencies, build, run the sample translation, then the
+#               live lab as root: DNS64, NAT64 TCP/UDP, SIIT ping (docs/lab.md)
 #   make test   install dependencies, then fmt, clippy, tests, fuzz smoke
 #   make bench  criterion benchmarks of the packet plane
 CARGO ?= cargo

@@ -566,6 +566,10 @@ fn streams(topo: &BenchTopo, a: &Args, dut: Dut, dir: Dir, size: usize, hdrs: &[
 
 fn trial(s: &Streams, a: &Args, rate: f64, ms: u64, learn: bool) -> Result<TrialResult> {
     let frames = ((rate * ms as f64 / 1000.0).round() as u64).max(1);
+    trial_frames(s, a, rate, frames, learn)
+}
+
+fn trial_frames(s: &Streams, a: &Args, rate: f64, frames: u64, learn: bool) -> Result<TrialResult> {
     let spec = TrialSpec {
         tx: s.tx.clone(),
         rx: s.rx.clone(),
@@ -674,20 +678,7 @@ fn new_flow_streams(topo: &BenchTopo, a: &Args, tag: u16, n: usize) -> Result<St
 
 /// Sends every template exactly once at `rate` (a trial of `flows` frames).
 fn once_each(s: &Streams, a: &Args, rate: f64) -> Result<TrialResult> {
-    let frames = s.flows.len() as u64;
-    let spec = TrialSpec {
-        tx: s.tx.clone(),
-        rx: s.rx.clone(),
-        flows: s.flows.clone(),
-        rate_pps: rate,
-        frames,
-        drain: Duration::from_millis(a.drain_ms),
-        late: Duration::from_millis(a.late_ms),
-        id: TRIAL_ID.fetch_add(1, Ordering::Relaxed),
-        learn: false,
-        batch: 32,
-    };
-    tester::run_trial(&spec)
+    trial_frames(s, a, rate, s.flows.len() as u64, false)
 }
 
 fn measure_setup(topo: &BenchTopo, a: &Args, proc_: &mut DutProc) -> Result<Setup> {

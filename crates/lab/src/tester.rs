@@ -135,16 +135,9 @@ impl PacketSocket {
     /// many the kernel took.
     pub fn send_batch(&self, bufs: &mut [Vec<u8>], n: usize) -> io::Result<usize> {
         let n = n.min(bufs.len());
-        let mut iov: Vec<libc::iovec> =
-            bufs[..n].iter_mut().map(|b| libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: b.len() }).collect();
-        // SAFETY: mmsghdr is plain data; zero is valid.
-        let mut msgs: Vec<libc::mmsghdr> = (0..n).map(|_| unsafe { zeroed() }).collect();
-        for (m, v) in msgs.iter_mut().zip(iov.iter_mut()) {
-            m.msg_hdr.msg_iov = v;
-            m.msg_hdr.msg_iovlen = 1;
-        }
+        let mut h = MmsgHeaders::new(&mut bufs[..n]);
         // SAFETY: every header points at one live iovec over a live buffer.
-        let r = unsafe { libc::sendmmsg(self.fd.as_raw_fd(), msgs.as_mut_ptr(), n as u32, 0) };
+        let r = unsafe { libc::sendmmsg(self.fd.as_raw_fd(), h.msgs.as_mut_ptr(), n as u32, 0) };
         if r < 0 {
             Err(io::Error::last_os_error())
         } else {
@@ -156,17 +149,16 @@ impl PacketSocket {
     /// Returns 0 on timeout.
     pub fn recv_batch(&self, bufs: &mut [Vec<u8>], lens: &mut [usize]) -> io::Result<usize> {
         let n = bufs.len().min(lens.len());
-        let mut iov: Vec<libc::iovec> =
-            bufs[..n].iter_mut().map(|b| libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: b.len() }).collect();
-        // SAFETY: as in send_batch.
-        let mut msgs: Vec<libc::mmsghdr> = (0..n).map(|_| unsafe { zeroed() }).collect();
-        for (m, v) in msgs.iter_mut().zip(iov.iter_mut()) {
-            m.msg_hdr.msg_iov = v;
-            m.msg_hdr.msg_iovlen = 1;
-        }
+        let mut h = MmsgHeaders::new(&mut bufs[..n]);
         // SAFETY: every header points at one live iovec over a live buffer.
         let r = unsafe {
-            libc::recvmmsg(self.fd.as_raw_fd(), msgs.as_mut_ptr(), n as u32, libc::MSG_WAITFORONE, std::ptr::null_mut())
+            libc::recvmmsg(
+                self.fd.as_raw_fd(),
+                h.msgs.as_mut_ptr(),
+                n as u32,
+                libc::MSG_WAITFORONE,
+                std::ptr::null_mut(),
+            )
         };
         if r < 0 {
             let e = io::Error::last_os_error();
@@ -175,10 +167,31 @@ impl PacketSocket {
                 _ => Err(e),
             };
         }
-        for (l, m) in lens.iter_mut().zip(&msgs[..r as usize]) {
+        for (l, m) in lens.iter_mut().zip(&h.msgs[..r as usize]) {
             *l = m.msg_len as usize;
         }
         Ok(r as usize)
+    }
+}
+
+/// `sendmmsg`/`recvmmsg` headers, one iovec per buffer. The iovecs live in
+/// their own heap allocation, which moving this struct does not move.
+struct MmsgHeaders {
+    _iov: Vec<libc::iovec>,
+    msgs: Vec<libc::mmsghdr>,
+}
+
+impl MmsgHeaders {
+    fn new(bufs: &mut [Vec<u8>]) -> Self {
+        let mut iov: Vec<libc::iovec> =
+            bufs.iter_mut().map(|b| libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: b.len() }).collect();
+        // SAFETY: mmsghdr is plain data; zero is valid.
+        let mut msgs: Vec<libc::mmsghdr> = (0..bufs.len()).map(|_| unsafe { zeroed() }).collect();
+        for (m, v) in msgs.iter_mut().zip(iov.iter_mut()) {
+            m.msg_hdr.msg_iov = v;
+            m.msg_hdr.msg_iovlen = 1;
+        }
+        MmsgHeaders { _iov: iov, msgs }
     }
 }
 
