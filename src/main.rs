@@ -63,7 +63,7 @@ enum BenchCmd {
     /// SIIT / NAT64 throughput, loss, latency and PDV (RFC 8219), NAT64
     /// session setup; v6gate against TAYGA, kernel forwarding and the
     /// tester's own ceiling.
-    Xlat(lab::bench_xlat::Args),
+    Xlat(Box<lab::bench_xlat::Args>),
 }
 
 #[derive(Debug, Args)]
