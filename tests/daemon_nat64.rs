@@ -212,3 +212,17 @@ fn natpt_pool_mode_keeps_ports() {
     assert_eq!(lab.metric("v6gate_nat64_natpt_hosts"), 1);
     assert!(ping(&lab.h6, H4_NAT64, &[]).0);
 }
+
+#[test]
+fn nat64_bib_limit() {
+    // The static TCP entry of the file takes one of the two BIB slots.
+    let lab = Lab::start(&config("max-bib = 2"));
+    let _srv = EchoServers::udp(&lab.h4, "0.0.0.0", &[6040]);
+    let dst = sa(&format!("[{H4_NAT64}]:6040"));
+    let a = udp_client(&lab.h6, true);
+    let b = udp_client(&lab.h6, true);
+    assert_eq!(udp_roundtrip(&a, dst, b"a").unwrap(), b"a");
+    assert!(udp_roundtrip(&b, dst, b"b").is_err(), "a third BIB entry must be refused");
+    assert!(lab.metric("v6gate_nat64_refused_total{reason=\"bib-full\"}") >= 1);
+    assert_eq!(udp_roundtrip(&a, dst, b"a2").unwrap(), b"a2");
+}

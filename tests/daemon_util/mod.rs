@@ -254,7 +254,7 @@ pub fn udp_echo(
         let sock = UdpSocket::bind(bind).unwrap();
         sock.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         ready();
-        let mut buf = [0u8; 2048];
+        let mut buf = vec![0u8; 65536];
         let (n, from) = sock.recv_from(&mut buf).unwrap();
         sock.send_to(&buf[..n], from).unwrap();
         from
@@ -264,7 +264,7 @@ pub fn udp_echo(
         let sock = UdpSocket::bind(unspec).unwrap();
         sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         sock.send_to(msg, dst).unwrap();
-        let mut buf = [0u8; 2048];
+        let mut buf = vec![0u8; 65536];
         let (n, _) = sock.recv_from(&mut buf).unwrap();
         buf[..n].to_vec()
     };
@@ -388,7 +388,7 @@ impl EchoServers {
                 let sock = UdpSocket::bind(bind).unwrap();
                 sock.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
                 tx.send(()).unwrap();
-                let mut buf = [0u8; 2048];
+                let mut buf = vec![0u8; 65536];
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     if let Ok((n, from)) = sock.recv_from(&mut buf) {
                         seen.lock().unwrap().push(from);
@@ -430,7 +430,7 @@ pub fn udp_client(ns: &Netns, v6: bool) -> UdpSocket {
 /// One round trip on `sock`: send `msg` to `dst`, wait for the echo.
 pub fn udp_roundtrip(sock: &UdpSocket, dst: SocketAddr, msg: &[u8]) -> std::io::Result<Vec<u8>> {
     sock.send_to(msg, dst)?;
-    let mut buf = [0u8; 2048];
+    let mut buf = vec![0u8; 65536];
     let (n, _) = sock.recv_from(&mut buf)?;
     Ok(buf[..n].to_vec())
 }

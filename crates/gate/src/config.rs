@@ -745,6 +745,14 @@ fn parse_ipprefix(text: &str, key: &str, v: &Spanned<String>) -> Result<IpPrefix
     }
 }
 
+/// `v` when it is within `lo..=hi`, else an error naming `key`.
+fn ranged<T: PartialOrd + fmt::Display>(key: &str, v: T, lo: T, hi: T) -> Result<T, Error> {
+    if v < lo || v > hi {
+        return Err(Error::new(ErrorKind::Invalid, Some(key.to_string()), format!("{v} is outside {lo}..={hi}")));
+    }
+    Ok(v)
+}
+
 fn tun_from_toml(text: &str, t: TunToml) -> Result<TunConfig, Error> {
     let mut c = TunConfig::default();
     if let Some(n) = &t.name {
@@ -760,34 +768,13 @@ fn tun_from_toml(text: &str, t: TunToml) -> Result<TunConfig, Error> {
         c.name = s.clone();
     }
     if let Some(m) = t.mtu {
-        if !(1280..=65535).contains(&m) {
-            return Err(Error::new(
-                ErrorKind::Invalid,
-                Some("[tun] mtu".into()),
-                format!("{m} is outside 1280..=65535"),
-            ));
-        }
-        c.mtu = m;
+        c.mtu = ranged("[tun] mtu", m, 1280, 65535)?;
     }
     if let Some(q) = t.txqueuelen {
-        if !(1..=1_000_000).contains(&q) {
-            return Err(Error::new(
-                ErrorKind::Invalid,
-                Some("[tun] txqueuelen".into()),
-                format!("{q} is outside 1..=1000000"),
-            ));
-        }
-        c.txqueuelen = q;
+        c.txqueuelen = ranged("[tun] txqueuelen", q, 1, 1_000_000)?;
     }
     if let Some(q) = t.queues {
-        if q > MAX_QUEUES {
-            return Err(Error::new(
-                ErrorKind::Invalid,
-                Some("[tun] queues".into()),
-                format!("{q} is more than {MAX_QUEUES}"),
-            ));
-        }
-        c.queues = q;
+        c.queues = ranged("[tun] queues", q, 0, MAX_QUEUES)?;
     }
     if let Some(io) = &t.io {
         c.io = match io.get_ref().as_str() {
@@ -799,10 +786,7 @@ fn tun_from_toml(text: &str, t: TunToml) -> Result<TunConfig, Error> {
         };
     }
     if let Some(b) = t.batch {
-        if !(1..=1024).contains(&b) {
-            return Err(Error::new(ErrorKind::Invalid, Some("[tun] batch".into()), format!("{b} is outside 1..=1024")));
-        }
-        c.batch = b;
+        c.batch = ranged("[tun] batch", b, 1, 1024)?;
     }
     if let Some(p) = t.pin_workers {
         c.pin_workers = p;

@@ -270,6 +270,15 @@ fn set_log_level(level: &str) {
 /// Run the daemon until SIGINT or SIGTERM.
 pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     let _ = log::set_logger(&StderrLog);
+    // First, so a SIGHUP/SIGTERM during start-up waits for the loop below
+    // instead of killing the process half set up.
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGHUP,
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+    ])
+    .context("installing signal handlers")?;
+
     let cfg = Config::load(&args.config)?;
     set_log_level(&cfg.daemon.log_level);
     let n = cfg.tun.effective_queues();
@@ -360,12 +369,6 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         None => None,
     };
 
-    let mut signals = signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGHUP,
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGTERM,
-    ])
-    .context("installing signal handlers")?;
     log::info!(
         "running: device {name} (index {idx}), {n} worker(s), functions {}, admin {}",
         daemon.functions().join("+"),

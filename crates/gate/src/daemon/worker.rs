@@ -101,7 +101,15 @@ impl Sink for Ring<'_> {
     fn send(&mut self, p: &[u8], stats: &WorkerStats) {
         match self.ring.write(p) {
             Ok(true) => {}
-            Ok(false) => write_direct(self.queue, p, stats),
+            Ok(false) => {
+                // No slot (or too big): hand the queued writes to the kernel
+                // first (TUN writes complete inline), so this one does not
+                // overtake them.
+                if let Err(e) = self.ring.submit() {
+                    log::debug!("io_uring submit failed: {e}");
+                }
+                write_direct(self.queue, p, stats)
+            }
             Err(e) => {
                 stats.daemon_drop(DaemonDrop::WriteError);
                 log::debug!("io_uring submit failed: {e}");
