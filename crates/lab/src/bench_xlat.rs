@@ -293,6 +293,8 @@ pub fn run(args: &Args) -> Result<Report> {
         report.duts.push(r);
     }
     crate::netns::cleanup(&format!("{}-", a.prefix));
+    // The generated DUT configurations and logs (kept while a DUT runs).
+    let _ = std::fs::remove_dir_all(format!("/run/{}", a.prefix));
     write_outputs(&report, &a.out)?;
     Ok(report)
 }
