@@ -165,6 +165,12 @@ pub mod bench_addr {
     pub const D4_MAC: [u8; 6] = [2, 0, 0, 0, 4, 1];
     /// Tester MAC on the IPv4 link (interface `t4`).
     pub const T4_MAC: [u8; 6] = [2, 0, 0, 0, 4, 2];
+    /// The tester interfaces' own MAC (both ports). It differs from
+    /// `T6_MAC`/`T4_MAC`, which the DUT sends to (permanent neighbour
+    /// entries): the tester's kernel sees every test frame as
+    /// PACKET_OTHERHOST and drops it at once, before any routing, while the
+    /// tester's packet socket still receives it.
+    pub const TESTER_IF_MAC: [u8; 6] = [2, 0, 0, 0, 0xee, 0xee];
     /// Tester link address, IPv6 side.
     pub const T6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 6, 0, 0, 0, 0, 2);
     /// DUT link address, IPv6 side.
@@ -234,17 +240,17 @@ impl BenchTopo {
         }
         if direct {
             veth(&topo.t6, "t6", &topo.t4, "t4")?;
-            topo.t6.ip(&["link", "set", "t6", "address", &mac(D6_MAC)])?;
-            topo.t4.ip(&["link", "set", "t4", "address", &mac(T4_MAC)])?;
+            topo.t6.ip(&["link", "set", "t6", "address", &mac(TESTER_IF_MAC)])?;
+            topo.t4.ip(&["link", "set", "t4", "address", &mac(TESTER_IF_MAC)])?;
             return Ok(topo);
         }
         veth(&topo.t6, "t6", &topo.dut, "d6")?;
         veth(&topo.dut, "d4", &topo.t4, "t4")?;
         let (t6, dut, t4) = (&topo.t6, &topo.dut, &topo.t4);
-        t6.ip(&["link", "set", "t6", "address", &mac(T6_MAC)])?;
+        t6.ip(&["link", "set", "t6", "address", &mac(TESTER_IF_MAC)])?;
         dut.ip(&["link", "set", "d6", "address", &mac(D6_MAC)])?;
         dut.ip(&["link", "set", "d4", "address", &mac(D4_MAC)])?;
-        t4.ip(&["link", "set", "t4", "address", &mac(T4_MAC)])?;
+        t4.ip(&["link", "set", "t4", "address", &mac(TESTER_IF_MAC)])?;
         t6.ip(&["addr", "add", &format!("{T6}/64"), "dev", "t6", "nodad"])?;
         t6.ip(&["addr", "add", &format!("{T6_V4}/26"), "dev", "t6"])?;
         t4.ip(&["addr", "add", &format!("{T4}/24"), "dev", "t4"])?;
