@@ -499,6 +499,7 @@ struct Streams {
     rx: Port,
     flows: Arc<Vec<Template>>,
     sent_size: usize,
+    rx_v6: bool,
 }
 
 fn ports(topo: &BenchTopo, a: &Args, dir: Dir) -> (Port, Port) {
@@ -563,7 +564,11 @@ fn streams(topo: &BenchTopo, a: &Args, dut: Dut, dir: Dir, size: usize, hdrs: &[
         bail!("no flows to send");
     }
     let (tx, rx) = ports(topo, a, dir);
-    Ok(Streams { tx, rx, flows: Arc::new(flows), sent_size })
+    // What arrives: IPv6 after a translator in 4to6, IPv4 after one in 6to4;
+    // unchanged without a translator.
+    let translates = !matches!(dut, Dut::Tester | Dut::Kernel);
+    let rx_v6 = if translates { dir == Dir::V4ToV6 } else { sends_v6(dut, dir) };
+    Ok(Streams { tx, rx, flows: Arc::new(flows), sent_size, rx_v6 })
 }
 
 fn trial(s: &Streams, a: &Args, rate: f64, ms: u64, learn: bool) -> Result<TrialResult> {
@@ -583,6 +588,7 @@ fn trial_frames(s: &Streams, a: &Args, rate: f64, frames: u64, learn: bool) -> R
         id: TRIAL_ID.fetch_add(1, Ordering::Relaxed),
         learn,
         batch: 32,
+        rx_v6: s.rx_v6,
     };
     let r = tester::run_trial(&spec)?;
     if std::env::var_os("V6GATE_BENCH_DEBUG").is_some() {

@@ -229,6 +229,9 @@ pub struct TrialSpec {
     pub learn: bool,
     /// Frames per `sendmmsg`.
     pub batch: usize,
+    /// Count only received frames of this IP version (true: IPv6), so a
+    /// frame that bypassed the translator is never taken for a translated one.
+    pub rx_v6: bool,
 }
 
 /// What one trial measured.
@@ -415,7 +418,7 @@ fn receive(
         let now = now_ns();
         for (b, &l) in bufs[..n].iter().zip(&lens[..n]) {
             let Some(rx) = pkt::decode(&b[..l.min(b.len())]) else { continue };
-            if rx.magic != magic || u64::from(rx.seq) >= spec.frames {
+            if rx.magic != magic || u64::from(rx.seq) >= spec.frames || rx.src.is_ipv6() != spec.rx_v6 {
                 continue;
             }
             let (w, bit) = (rx.seq as usize / 64, 1u64 << (rx.seq % 64));
