@@ -143,6 +143,10 @@ pub struct Args {
     /// The v6gate binary the v6gate DUTs run (default: this executable).
     #[arg(long)]
     pub v6gate: Option<PathBuf>,
+    /// Extra `[tun]` settings for the v6gate DUTs, as TOML `key = value`
+    /// lines (repeatable), e.g. `--v6gate-tun 'io = "poll"'`.
+    #[arg(long, value_name = "KEY = VALUE")]
+    pub v6gate_tun: Vec<String>,
     /// Namespace name prefix (namespaces PREFIX-t6, PREFIX-dut, PREFIX-t4).
     #[arg(long, default_value = BENCH_PREFIX)]
     pub prefix: String,
@@ -400,7 +404,7 @@ pub fn tayga_conf(nat64: bool) -> String {
 }
 
 /// The v6gate configuration for the bench DUT.
-pub fn v6gate_conf(nat64: bool, queues: usize) -> String {
+pub fn v6gate_conf(nat64: bool, queues: usize, tun_extra: &[String]) -> String {
     let mut s = String::new();
     if nat64 {
         // Room for the session-setup trials' sessions (they are not reused).
@@ -414,7 +418,11 @@ pub fn v6gate_conf(nat64: bool, queues: usize) -> String {
             "[siit]\npool6 = \"{POOL6}\"\nipv4-address = \"{XLAT4}\"\neamt = [{{ ipv6 = \"{HOST6}/128\", ipv4 = \"{HOST6_AS_V4}/32\" }}]\n\n"
         );
     }
-    let _ = write!(s, "[tun]\nname = \"{TUN}\"\nqueues = {queues}\n\n[admin]\nenabled = false\n");
+    let _ = write!(s, "[tun]\nname = \"{TUN}\"\nqueues = {queues}\n");
+    for l in tun_extra {
+        let _ = writeln!(s, "{l}");
+    }
+    let _ = write!(s, "\n[admin]\nenabled = false\n");
     s
 }
 
@@ -448,7 +456,7 @@ fn start_dut(dut: Dut, topo: &BenchTopo, a: &Args, v6gate: &Path, work: &Path) -
         Dut::V6gateSiit | Dut::V6gateNat64 => {
             let queues = cpu_count(&a.dut_cpus);
             let conf = work.join("v6gate.toml");
-            std::fs::write(&conf, v6gate_conf(dut.stateful(), queues))?;
+            std::fs::write(&conf, v6gate_conf(dut.stateful(), queues, &a.v6gate_tun))?;
             let log = std::fs::File::create(work.join("v6gate.log"))?;
             let mut child = taskset(ns, &a.dut_cpus, &v6gate.to_string_lossy())
                 .args(["run", "--config", &conf.to_string_lossy()])
@@ -928,8 +936,8 @@ mod tests {
         let t = tayga_conf(false);
         assert!(t.contains("map 192.0.2.130 2001:db8:46::10") && t.contains("prefix 2001:db8:64::/96"));
         assert!(tayga_conf(true).contains("dynamic-pool 203.0.113.128/25"));
-        let v = v6gate_conf(false, 1);
-        assert!(v.contains("[siit]") && v.contains("name = \"xlat0\""));
+        let v = v6gate_conf(false, 1, &["io = \"poll\"".to_string()]);
+        assert!(v.contains("[siit]") && v.contains("name = \"xlat0\"") && v.contains("queues = 1\nio = \"poll\"\n"));
     }
 
     #[test]
