@@ -262,3 +262,38 @@ mtu = 9000
     }
     assert!(lab.metric("v6gate_bytes_total{direction=\"tx\",family=\"ipv4\"}") >= 5000);
 }
+
+#[test]
+fn reload_failing_half_way_is_rolled_back() {
+    let lab = Lab::start(CONFIG);
+    // A new route and address (applied first) and a DNS64 server that
+    // cannot bind (its address is not local): the reload fails at the last
+    // step and must take the route and address back.
+    lab.write_config(&format!(
+        "{}addresses = [\"192.0.2.77/32\"]\nroutes = [\"198.18.0.0/15\"]\n[dns64]\nlisten = [\"[2001:db8:99::1]:53\"]\nupstream = [\"198.51.100.2\"]\n",
+        CONFIG.trim_start()
+    ));
+    lab.sighup();
+    assert!(lab.wait_log("reload rejected"), "{}", lab.log());
+    assert!(lab.log().contains("[dns64]"), "{}", lab.log());
+    assert_eq!(lab.metric("v6gate_config_generation"), 1);
+    let r = lab.gw.ip(&["route", "show", "198.18.0.0/15"]).unwrap();
+    assert!(r.stdout.is_empty(), "route not rolled back: {}", String::from_utf8_lossy(&r.stdout));
+    let a = String::from_utf8_lossy(&lab.gw.ip(&["addr", "show", "v6gate0"]).unwrap().stdout).into_owned();
+    assert!(!a.contains("192.0.2.77"), "address not rolled back: {a}");
+    assert_eq!(lab.status()["functions"], serde_json::json!(["siit"]));
+    assert!(ping(&lab.h4, "192.0.2.2", &[]).0);
+
+    // Adding and then removing the device's only IPv4 address (the kernel
+    // flushes the device's IPv4 routes then) keeps translation working.
+    lab.write_config(&format!("{}addresses = [\"192.0.2.77/32\"]\n", CONFIG.trim_start()));
+    lab.sighup();
+    assert_eq!(lab.wait_metric("v6gate_config_generation", |v| v == 2), 2, "{}", lab.log());
+    assert!(ping(&lab.h4, "192.0.2.2", &[]).0);
+    lab.write_config(CONFIG);
+    lab.sighup();
+    assert_eq!(lab.wait_metric("v6gate_config_generation", |v| v == 3), 3, "{}", lab.log());
+    let a = String::from_utf8_lossy(&lab.gw.ip(&["addr", "show", "v6gate0"]).unwrap().stdout).into_owned();
+    assert!(!a.contains("192.0.2.77"), "{a}");
+    assert!(ping(&lab.h4, "192.0.2.2", &[]).0, "routes flushed with the last address must be back");
+}

@@ -58,6 +58,9 @@ fn bench(c: &mut Criterion) {
         pool6 = "2001:db8:64::/96"
         pool4 = ["192.0.2.0/24"]
         udp-timeout = 1
+        max-sessions = 262144
+        max-bib = 262144
+        preallocate-tables = true
         "#,
     )
     .unwrap();

@@ -78,7 +78,7 @@ impl fmt::Display for Protocol {
 
 /// A pool4 entry: a prefix, optionally with a port range and protocols.
 /// Written either as `"192.0.2.0/30"` (all ports 1–65535 for UDP/TCP,
-/// identifiers 0–65535 for ICMP, all three protocols) or as a table
+/// identifiers 1–65535 for ICMP, all three protocols) or as a table
 /// `{ prefix = "192.0.2.1/32", ports = "1024-65535", protocols = ["udp", "tcp"] }`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pool4Entry {
@@ -256,6 +256,10 @@ pub struct Config {
     /// Bytes held for reassembly at once.
     #[serde(default = "frag_bytes_d")]
     pub max_fragment_bytes: usize,
+    /// Reserve the tables to `max-sessions` / `max-bib` at start, so they
+    /// never grow (rehash) on the packet path.
+    #[serde(default)]
+    pub preallocate_tables: bool,
     /// Static BIB entries.
     #[serde(default)]
     pub bib: Vec<StaticBib>,
@@ -320,6 +324,7 @@ impl Default for Config {
             fragment_timeout: frag_d(),
             max_fragment_sets: frag_sets_d(),
             max_fragment_bytes: frag_bytes_d(),
+            preallocate_tables: false,
             bib: Vec::new(),
         }
     }
@@ -510,6 +515,10 @@ shards = 0
 fragment-timeout = 2
 max-fragment-sets = 1024
 max-fragment-bytes = 4194304
+
+# Reserve the tables to max-sessions / max-bib at start (memory for
+# latency: no table growth on the packet path).
+preallocate-tables = false
 
 # Static BIB entries: IPv4 hosts reach an IPv6 server at a pool4 address.
 [[nat64.bib]]

@@ -48,7 +48,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use tcp::{Lifetime, Side};
 use wheel::Wheel;
-use xlat::addr::Rfc6052;
+use xlat::addr::{Mapper, Rfc6052};
 use xlat::siit::{AddrMap, Role, Translator};
 use xlat::wire::icmp::{is_error_v4, is_error_v6, v4 as icmp4, v6 as icmp6};
 use xlat::wire::ipv4::Ipv4Packet;
@@ -345,11 +345,11 @@ fn role_idx(r: Role) -> usize {
 
 impl AddrMap for Fixed {
     #[inline]
-    fn map_6to4(&self, role: Role, _a: &Ipv6Addr) -> Option<Ipv4Addr> {
+    fn map_6to4(&self, _siit: &Mapper, role: Role, _a: &Ipv6Addr) -> Option<Ipv4Addr> {
         Some(self.v4[role_idx(role)])
     }
     #[inline]
-    fn map_4to6(&self, role: Role, _a: Ipv4Addr) -> Option<Ipv6Addr> {
+    fn map_4to6(&self, _siit: &Mapper, role: Role, _a: Ipv4Addr) -> Option<Ipv6Addr> {
         Some(self.v6[role_idx(role)])
     }
 }
@@ -363,16 +363,22 @@ struct Flow {
     flags: u8,
 }
 
-/// Ports / identifier of an upper-layer header; `None` when it is cut short.
-fn flow_of(upper: u8, l4: &[u8], v6: bool) -> Result<Flow, DropReason> {
+/// Ports / identifier of an upper-layer header. A packet quoted in an ICMP
+/// error may be cut after its first 8 bytes (RFC 792), which still hold
+/// the ports and the echo identifier.
+fn flow_of(upper: u8, l4: &[u8], v6: bool, quoted: bool) -> Result<Flow, DropReason> {
     match upper {
         proto::UDP | proto::TCP => {
-            let min = if upper == proto::UDP { 8 } else { 20 };
+            let min = match (quoted, upper) {
+                (true, _) => 8,
+                (false, proto::UDP) => 8,
+                (false, _) => 20,
+            };
             if l4.len() < min {
                 return Err(DropReason::Truncated);
             }
             let p = if upper == proto::UDP { Protocol::Udp } else { Protocol::Tcp };
-            let flags = if upper == proto::TCP { l4[13] } else { 0 };
+            let flags = if upper == proto::TCP && l4.len() > 13 { l4[13] } else { 0 };
             Ok(Flow { p, sport: u16::from_be_bytes([l4[0], l4[1]]), dport: u16::from_be_bytes([l4[2], l4[3]]), flags })
         }
         proto::ICMP | proto::ICMPV6 if (upper == proto::ICMPV6) == v6 => {
@@ -418,18 +424,25 @@ impl Nat64 {
         let p6 = Rfc6052::new(cfg.pool6)
             .map_err(|e| Error::Config(ConfigError { key: "nat64.pool6", msg: e.to_string() }))?;
         let n = cfg.shard_count();
+        // With preallocate-tables, each shard gets its share of the hard
+        // limits plus slack for an uneven spread.
+        let (ns, nb) = if cfg.preallocate_tables {
+            (cfg.max_sessions / n + cfg.max_sessions / (4 * n) + 16, cfg.max_bib / n + cfg.max_bib / (4 * n) + 16)
+        } else {
+            (0, 0)
+        };
         let shards = (0..n)
             .map(|_| {
                 Mutex::new(Shard {
-                    bib: Map::default(),
-                    sessions: Map::default(),
-                    peers: Map::default(),
+                    bib: Map::with_capacity_and_hasher(nb, Default::default()),
+                    sessions: Map::with_capacity_and_hasher(ns, Default::default()),
+                    peers: Map::with_capacity_and_hasher(ns, Default::default()),
                     hosts: Map::default(),
                     wheel: Wheel::new(WHEEL_SLOTS, TICK_NS, 0),
                 })
             })
             .collect();
-        let v4idx = (0..n).map(|_| Mutex::new(Map::default())).collect();
+        let v4idx = (0..n).map(|_| Mutex::new(Map::with_capacity_and_hasher(nb, Default::default()))).collect();
         let nreasons = DropReason::ALL.len();
         let to = [
             cfg.udp_timeout.0 * NS,
@@ -619,7 +632,7 @@ impl Nat64 {
         if chain.upper == proto::ICMPV6 && l4.len() >= 8 && is_error_v6(l4[0]) {
             return self.icmp_error_6to4(pkt, &src6, y, l4, out);
         }
-        let flow = match flow_of(chain.upper, l4, true) {
+        let flow = match flow_of(chain.upper, l4, true, false) {
             Ok(f) => f,
             Err(r) => return Verdict::Drop(r),
         };
@@ -896,7 +909,7 @@ impl Nat64 {
         let Some(y6) = self.p6.embed(src4) else {
             return Verdict::Drop(DropReason::UntranslatableSource);
         };
-        let flow = match flow_of(ip.protocol(), l4, false) {
+        let flow = match flow_of(ip.protocol(), l4, false, false) {
             Ok(f) => f,
             Err(r) => return Verdict::Drop(r),
         };
@@ -1034,7 +1047,7 @@ impl Nat64 {
         if chain.upper == proto::ICMPV6 && !ql4.is_empty() && is_error_v6(ql4[0]) {
             return Verdict::Drop(DropReason::IcmpErrorInError);
         }
-        let Ok(f) = flow_of(chain.upper, ql4, true) else {
+        let Ok(f) = flow_of(chain.upper, ql4, true, true) else {
             return Verdict::Drop(DropReason::IcmpInnerUntranslatable);
         };
         let Some(qy) = self.p6.extract(&q.src()) else { return Verdict::Drop(DropReason::IcmpInnerUntranslatable) };
@@ -1078,7 +1091,7 @@ impl Nat64 {
         if q.protocol() == proto::ICMP && !ql4.is_empty() && is_error_v4(ql4[0]) {
             return Verdict::Drop(DropReason::IcmpErrorInError);
         }
-        let Ok(f) = flow_of(q.protocol(), ql4, false) else {
+        let Ok(f) = flow_of(q.protocol(), ql4, false, true) else {
             return Verdict::Drop(DropReason::IcmpInnerUntranslatable);
         };
         let t = T4 { addr: q.src(), port: f.sport };
@@ -1369,6 +1382,8 @@ impl Nat64 {
                 next.carry_session(k, v, now);
             }
         }
+        // Dynamic entries whose sessions did not fit would never expire.
+        next.sweep_idle_bib();
         Ok(next)
     }
 
@@ -1434,7 +1449,7 @@ impl Nat64 {
 
     /// Delete dynamic BIB entries left without sessions (after a reload
     /// carried a BIB entry whose sessions did not fit). Returns how many.
-    pub fn sweep_idle_bib(&self) -> usize {
+    fn sweep_idle_bib(&self) -> usize {
         let mut n = 0;
         for s in self.shards.iter() {
             let mut sh = lock(s);

@@ -562,6 +562,14 @@ fn icmp_errors_are_mapped_through_the_bib() {
     assert_eq!(v4src(inner), a4(Y4));
     assert_eq!(v4dst(inner), a4(T4));
     assert_eq!(be16(inner, 22), t, "quoted destination port back to t");
+    // An old router quotes only 8 bytes of a TCP header (RFC 792).
+    let syn = fwd(&n, &tcp6(SYN, 6100), 0);
+    let ts = be16(&syn, 20);
+    let err4 = V4::new(1, "203.0.113.1", T4).icmp(11, 0, [0; 4], &syn[..28]);
+    let e6 = fwd(&n, &err4, 0);
+    assert_eq!((e6[40], e6[41]), (3, 0), "Time Exceeded");
+    assert_eq!(be16(&e6[48..], 40), 6100);
+    assert_ne!(ts, 0);
     // An error about a flow we do not know is dropped.
     let stray = V4::new(17, T4, Y4).udp(9, 53, b"");
     let err = V4::new(1, "203.0.113.1", T4).icmp(3, 1, [0; 4], &stray);
@@ -617,8 +625,17 @@ fn reload_keeps_sessions_whose_address_stays() {
         ports: (1, 65535),
         protocols: Protocol::ALL.to_vec(),
     });
-    let n2 = n.reconfigure(c2, xlat::siit::Config::default(), S).unwrap();
+    let n2 = n.reconfigure(c2.clone(), xlat::siit::Config::default(), S).unwrap();
     assert_eq!(stat(&n2, "sessions", "udp"), 1);
+    // A reload with room for no session carries no BIB entry either.
+    let mut tight = c2.clone();
+    tight.max_sessions = 1;
+    fwd(&n2, &V6::new(17, H1, Y6B).udp(4000, 53, b"second"), S);
+    fwd(&n2, &V6::new(17, H2, Y6B).udp(4000, 53, b"other host"), S);
+    let n_tight = n2.reconfigure(tight, xlat::siit::Config::default(), S).unwrap();
+    assert_eq!(stat(&n_tight, "sessions", "udp"), 1);
+    assert_eq!(stat(&n_tight, "bib", "udp"), 1, "the BIB entry without a session is not kept");
+    assert_eq!(stat(&n_tight, "used", "udp"), 1);
     let back = fwd(&n2, &V4::new(17, Y4, T4).udp(53, t, b"again"), S);
     assert_eq!(be16(&back, 42), 4000);
     assert_eq!(udp_out_and_back(&n2, H1, 4000, S), t);

@@ -6,12 +6,13 @@
 //! queue, the admin API and the timer thread, then wait for signals:
 //!
 //! - `SIGHUP`: reload. The file is read, checked and every engine built
-//!   before anything changes; then the engines are swapped atomically
-//!   (workers pick the new ones up at their next batch), routes and
-//!   addresses are brought in line, and the log level applied. A bad file,
-//!   or one that changes `[tun] name`/`queues` or `[admin]` (or `[tun] io`,
-//!   `batch`, `pin-workers`), is rejected: the error is logged, counted
-//!   (`v6gate_config_reloads_total{result="error"}`)
+//!   before anything changes; then MTU, new addresses and routes and a
+//!   DNS64 restart are applied (each taken back if a later step fails);
+//!   only then are old addresses and routes removed, the log level applied
+//!   and the engines swapped atomically (workers pick up the new ones at
+//!   their next batch). A bad file, or one that changes `[tun] name`,
+//!   `queues`, `io`, `batch`, `pin-workers` or `[admin]`, is rejected: the
+//!   error is logged, counted (`v6gate_config_reloads_total{result="error"}`)
 //!   and shown in `/status`, and the old configuration keeps running.
 //! - `SIGINT`/`SIGTERM`: stop the workers, remove the routes, close the
 //!   queues (which removes the device).
@@ -122,54 +123,97 @@ impl Daemon {
         let now_ns = self.started.elapsed().as_nanos() as u64;
         let engines =
             Engines::build(&new, generation, self.workers(), Some(&old), now_ns).map_err(|e| e.to_string())?;
-        if new.dns64 != cur.dns64 {
-            self.restart_dns64(cur.dns64.as_ref(), new.dns64.as_ref())?;
-        }
-        // Netlink changes first (they can fail); the swap cannot.
+        // Side effects from here on; each step that can fail is undone if a
+        // later one fails, so a rejected reload leaves the old state.
         let mut nl = Netlink::open().map_err(|e| format!("netlink: {e}"))?;
         let idx = self.device.1;
-        if (new.tun.mtu, new.tun.txqueuelen) != (cur.tun.mtu, cur.tun.txqueuelen) {
-            nl.link_up(idx, new.tun.mtu, new.tun.txqueuelen)
-                .map_err(|e| format!("setting MTU {} / txqueuelen {}: {e}", new.tun.mtu, new.tun.txqueuelen))?;
-        }
-        for a in &new.tun.addresses {
-            if !cur.tun.addresses.contains(a) {
-                nl.add_address(idx, *a).map_err(|e| format!("adding address {a}: {e}"))?;
-            }
-        }
-        for a in &cur.tun.addresses {
-            if !new.tun.addresses.contains(a) {
-                if let Err(e) = nl.del_address(idx, *a) {
-                    log::warn!("removing address {a}: {e}");
-                }
-            }
-        }
-        let want = routes_for(&new);
         let mut have = lock(&self.routes);
-        for r in &want {
-            if !have.contains(r) {
+        let want = routes_for(&new);
+        let mut undo = Undo::default();
+        let applied = (|| -> Result<(), String> {
+            if (new.tun.mtu, new.tun.txqueuelen) != (cur.tun.mtu, cur.tun.txqueuelen) {
+                nl.link_up(idx, new.tun.mtu, new.tun.txqueuelen)
+                    .map_err(|e| format!("setting MTU {} / txqueuelen {}: {e}", new.tun.mtu, new.tun.txqueuelen))?;
+                undo.link = Some((cur.tun.mtu, cur.tun.txqueuelen));
+            }
+            for a in new.tun.addresses.iter().filter(|a| !cur.tun.addresses.contains(a)) {
+                nl.add_address(idx, *a).map_err(|e| format!("adding address {a}: {e}"))?;
+                undo.addresses.push(*a);
+            }
+            for r in want.iter().filter(|r| !have.contains(r)) {
                 nl.add_route(idx, *r).map_err(|e| format!("adding route {r}: {e}"))?;
+                undo.routes.push(*r);
+            }
+            if new.dns64 != cur.dns64 {
+                self.restart_dns64(cur.dns64.as_ref(), new.dns64.as_ref())?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = applied {
+            let removed_address = !undo.addresses.is_empty();
+            undo.run(&mut nl, idx);
+            if removed_address {
+                reassert_routes(&mut nl, idx, &have);
+            }
+            return Err(e);
+        }
+        // Committed: remove what the new file no longer has (best effort).
+        for a in cur.tun.addresses.iter().filter(|a| !new.tun.addresses.contains(a)) {
+            if let Err(e) = nl.del_address(idx, *a) {
+                log::warn!("removing address {a}: {e}");
             }
         }
-        for r in have.iter() {
-            if !want.contains(r) {
-                if let Err(e) = nl.del_route(idx, *r) {
-                    log::warn!("removing route {r}: {e}");
-                }
+        for r in have.iter().filter(|r| !want.contains(r)) {
+            if let Err(e) = nl.del_route(idx, *r) {
+                log::warn!("removing route {r}: {e}");
             }
+        }
+        if cur.tun.addresses.iter().any(|a| !new.tun.addresses.contains(a)) {
+            reassert_routes(&mut nl, idx, &want);
         }
         *have = want;
         set_log_level(&new.daemon.log_level);
-        let carried = engines.nat64.clone();
         self.engines.store(Arc::new(engines));
-        if let Some(n) = carried {
-            let swept = n.sweep_idle_bib();
-            if swept > 0 {
-                log::info!("nat64: {swept} BIB entries left without sessions by the reload removed");
-            }
-        }
         *cur = new;
         Ok(generation)
+    }
+}
+
+/// Add `routes` again (idempotent): removing a device's last IPv4 address
+/// makes the kernel flush the device's IPv4 routes.
+fn reassert_routes(nl: &mut Netlink, idx: u32, routes: &[IpPrefix]) {
+    for r in routes {
+        if let Err(e) = nl.add_route(idx, *r) {
+            log::warn!("re-adding route {r}: {e}");
+        }
+    }
+}
+
+/// What a reload added so far, to take back if a later step fails.
+#[derive(Default)]
+struct Undo {
+    link: Option<(u32, u32)>,
+    addresses: Vec<crate::config::IfAddr>,
+    routes: Vec<IpPrefix>,
+}
+
+impl Undo {
+    fn run(self, nl: &mut Netlink, idx: u32) {
+        for r in self.routes {
+            if let Err(e) = nl.del_route(idx, r) {
+                log::warn!("reload rollback: removing route {r}: {e}");
+            }
+        }
+        for a in self.addresses {
+            if let Err(e) = nl.del_address(idx, a) {
+                log::warn!("reload rollback: removing address {a}: {e}");
+            }
+        }
+        if let Some((mtu, qlen)) = self.link {
+            if let Err(e) = nl.link_up(idx, mtu, qlen) {
+                log::warn!("reload rollback: restoring MTU {mtu}: {e}");
+            }
+        }
     }
 }
 

@@ -38,28 +38,35 @@ pub enum Role {
 /// Where [`Translator::translate_with`] gets its addresses: the hook that
 /// lets a stateful translator (NAT64, RFC 6146) reuse the RFC 7915 header,
 /// ICMP and checksum machinery with addresses it looked up itself. The
-/// translator stays generic over it (monomorphised, no dynamic dispatch);
-/// [`Mapper`] is the stateless SIIT implementation and ignores the role.
-/// Returning `None` makes the address untranslatable (for the source of an
-/// ICMP error the RFC 6791 fallback applies, as in SIIT).
+/// translator stays generic over it (monomorphised, no dynamic dispatch).
+/// Each call also gets the translator's own configured [`Mapper`], which
+/// [`Stateless`] (plain SIIT, what [`Translator::translate`] uses) maps
+/// with and a stateful implementation ignores. Returning `None` makes the
+/// address untranslatable (for the source of an ICMP error the RFC 6791
+/// fallback applies, as in SIIT).
 pub trait AddrMap {
-    /// RFC 7757 §4.2 EAM hairpinning applies (only for the SIIT mapper).
+    /// RFC 7757 §4.2 EAM hairpinning applies (only for [`Stateless`]).
     const EAM_HAIRPIN: bool = false;
     /// IPv6 → IPv4 for the address in `role`.
-    fn map_6to4(&self, role: Role, a: &Ipv6Addr) -> Option<Ipv4Addr>;
+    fn map_6to4(&self, siit: &Mapper, role: Role, a: &Ipv6Addr) -> Option<Ipv4Addr>;
     /// IPv4 → IPv6 for the address in `role`.
-    fn map_4to6(&self, role: Role, a: Ipv4Addr) -> Option<Ipv6Addr>;
+    fn map_4to6(&self, siit: &Mapper, role: Role, a: Ipv4Addr) -> Option<Ipv6Addr>;
 }
 
-impl AddrMap for Mapper {
+/// Stateless SIIT addressing: the configured pool6/EAMT for every address.
+/// `translate_with(&Stateless, ..)` is exactly [`Translator::translate`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Stateless;
+
+impl AddrMap for Stateless {
     const EAM_HAIRPIN: bool = true;
     #[inline(always)]
-    fn map_6to4(&self, _role: Role, a: &Ipv6Addr) -> Option<Ipv4Addr> {
-        self.v6_to_v4(a)
+    fn map_6to4(&self, siit: &Mapper, _role: Role, a: &Ipv6Addr) -> Option<Ipv4Addr> {
+        siit.v6_to_v4(a)
     }
     #[inline(always)]
-    fn map_4to6(&self, _role: Role, a: Ipv4Addr) -> Option<Ipv6Addr> {
-        self.v4_to_v6(a)
+    fn map_4to6(&self, siit: &Mapper, _role: Role, a: Ipv4Addr) -> Option<Ipv6Addr> {
+        siit.v4_to_v6(a)
     }
 }
 
@@ -270,8 +277,8 @@ impl Translator {
     pub fn translate(&self, pkt: &[u8], out: &mut Out) -> Verdict {
         out.clear();
         match pkt.first().map(|b| b >> 4) {
-            Some(4) => self.v4_to_v6(&self.map, pkt, out, false),
-            Some(6) => self.v6_to_v4(&self.map, pkt, out),
+            Some(4) => self.v4_to_v6(&Stateless, pkt, out, false),
+            Some(6) => self.v6_to_v4(&Stateless, pkt, out),
             _ => Verdict::Drop(DropReason::UnknownVersion),
         }
     }

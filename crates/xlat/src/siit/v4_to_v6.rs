@@ -51,10 +51,10 @@ impl Translator {
         if usize::from(ip.frag_offset()) * 8 + payload.len() > usize::from(u16::MAX) {
             return Verdict::Drop(DropReason::Malformed);
         }
-        let Some(dst6) = map.map_4to6(Role::Dst, dst4) else {
+        let Some(dst6) = map.map_4to6(&self.map, Role::Dst, dst4) else {
             return Verdict::Drop(DropReason::UntranslatableDestination);
         };
-        let src6 = if hairpin { self.map.v4_to_v6_prefix_only(src4) } else { map.map_4to6(Role::Src, src4) };
+        let src6 = if hairpin { self.map.v4_to_v6_prefix_only(src4) } else { map.map_4to6(&self.map, Role::Src, src4) };
         let src6 = match (src6, is_icmp_error) {
             (Some(a), _) => a,
             // RFC 6791 / RFC 7915 §4.2: an ICMPv4 error from a router whose
@@ -306,8 +306,8 @@ impl Translator {
     pub(crate) fn inner_4to6<M: AddrMap>(&self, map: &M, orig: &[u8], dst: &mut [u8]) -> Result<usize, DropReason> {
         let inner = Ipv4Packet::new_quoted(orig).map_err(|_| DropReason::IcmpInnerUntranslatable)?;
         let (s4, d4) = (inner.src(), inner.dst());
-        let s6 = map.map_4to6(Role::InnerSrc, s4).ok_or(DropReason::IcmpInnerUntranslatable)?;
-        let d6 = map.map_4to6(Role::InnerDst, d4).ok_or(DropReason::IcmpInnerUntranslatable)?;
+        let s6 = map.map_4to6(&self.map, Role::InnerSrc, s4).ok_or(DropReason::IcmpInnerUntranslatable)?;
+        let d6 = map.map_4to6(&self.map, Role::InnerDst, d4).ok_or(DropReason::IcmpInnerUntranslatable)?;
         let payload = inner.payload();
         let first = inner.frag_offset() == 0;
         let p = inner.protocol();

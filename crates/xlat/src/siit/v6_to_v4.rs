@@ -43,10 +43,10 @@ impl Translator {
         if frag.is_some_and(|f| usize::from(f.offset) * 8 + payload.len() > usize::from(u16::MAX)) {
             return Verdict::Drop(DropReason::Malformed);
         }
-        let Some(dst4) = map.map_6to4(Role::Dst, &dst6) else {
+        let Some(dst4) = map.map_6to4(&self.map, Role::Dst, &dst6) else {
             return Verdict::Drop(DropReason::UntranslatableDestination);
         };
-        let src4 = match (map.map_6to4(Role::Src, &src6), is_icmp_error) {
+        let src4 = match (map.map_6to4(&self.map, Role::Src, &src6), is_icmp_error) {
             (Some(a), _) => a,
             // RFC 6791: an ICMPv6 error from a router with no IPv4 mapping
             // is sourced from the rfc6791v4 pool, else from the translator.
@@ -175,7 +175,7 @@ impl Translator {
         // Length delimits it.
         while at + ipv4::HEADER_LEN <= scratch.len() {
             let len = usize::from(be16(&scratch, at + 2)).clamp(ipv4::HEADER_LEN, scratch.len() - at);
-            if let Verdict::Drop(r) = self.v4_to_v6(&self.map, &scratch[at..at + len], out, true) {
+            if let Verdict::Drop(r) = self.v4_to_v6(&super::Stateless, &scratch[at..at + len], out, true) {
                 verdict = Verdict::Drop(r);
                 out.clear();
                 break;
@@ -288,8 +288,8 @@ impl Translator {
         let inner = Ipv6Packet::new_quoted(orig).map_err(|_| DropReason::IcmpInnerUntranslatable)?;
         let chain = inner.walk().map_err(|_| DropReason::IcmpInnerUntranslatable)?;
         let (s6, d6) = (inner.src(), inner.dst());
-        let s4 = map.map_6to4(Role::InnerSrc, &s6).ok_or(DropReason::IcmpInnerUntranslatable)?;
-        let d4 = map.map_6to4(Role::InnerDst, &d6).ok_or(DropReason::IcmpInnerUntranslatable)?;
+        let s4 = map.map_6to4(&self.map, Role::InnerSrc, &s6).ok_or(DropReason::IcmpInnerUntranslatable)?;
+        let d4 = map.map_6to4(&self.map, Role::InnerDst, &d6).ok_or(DropReason::IcmpInnerUntranslatable)?;
         let payload = &inner.as_bytes()[chain.upper_at..];
         let first = chain.frag.is_none_or(|f| f.offset == 0);
         let p = chain.upper;
