@@ -1,5 +1,6 @@
 # v6gate — the README's commands.
-#   make demo   install dependencies, build, run the sample translation
+#   make demo   install dependencies, build, run the sample translation, then the
+#               live lab as root: DNS64, NAT64 TCP/UDP, SIIT ping (docs/lab.md)
 #   make test   install dependencies, then fmt, clippy, tests, fuzz smoke
 #   make bench  criterion benchmarks of the packet plane
 CARGO ?= cargo
@@ -29,3 +30,13 @@ bench:
 clean:
 	$(CARGO) clean
 	rm -rf fuzz/target
+
+# RFC 8219 / RFC 2544 translation bench in network namespaces (root):
+# v6gate (SIIT, NAT64) against TAYGA, kernel forwarding and the tester's
+# ceiling; JSON, Markdown and SVG in bench-results/xlat/ (docs/bench-xlat.md).
+.PHONY: bench-xlat bench-xlat-quick
+bench-xlat: build
+	$${CARGO_TARGET_DIR:-target}/release/v6gate bench xlat --out bench-results/xlat
+
+bench-xlat-quick: build
+	$${CARGO_TARGET_DIR:-target}/release/v6gate bench xlat --quick --out bench-results/xlat-quick

@@ -57,13 +57,20 @@ enum Cmd {
     /// rtpengine ng and rtpproxy protocols) in the foreground until
     /// SIGINT/SIGTERM.
     Trgw(trgw::cli::Args),
-    /// Benchmarks in network namespaces (needs root), with peers side by side.
+    /// Network-namespace testbed: IPv6-only host, gateway, IPv4-only host.
+    Lab(lab::cli::LabArgs),
+    /// Benchmarks in network namespaces (needs root), with peers side by
+    /// side; results as JSON, Markdown and SVG.
     #[command(subcommand)]
     Bench(BenchCmd),
 }
 
 #[derive(Debug, Subcommand)]
 enum BenchCmd {
+    /// SIIT / NAT64 throughput, loss, latency and PDV (RFC 8219), NAT64
+    /// session setup; v6gate against TAYGA, kernel forwarding and the
+    /// tester's own ceiling.
+    Xlat(Box<lab::bench_xlat::Args>),
     /// The NICI TrGW test: N concurrent G.711 calls through a media relay
     /// (v6gate and rtpengine), set up by the ng protocol; loss and latency
     /// against calls, maximum zero-loss calls; JSON, Markdown and SVG.
@@ -132,6 +139,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Err(e) if e.kind() != io::ErrorKind::BrokenPipe => return Err(e.into()),
                 _ => {}
             }
+        }
+        Cmd::Lab(a) => return lab::cli::run(&a),
+        Cmd::Bench(BenchCmd::Xlat(a)) => {
+            lab::bench_xlat::run(&a)?;
         }
         Cmd::Bench(BenchCmd::Trgw(a)) => {
             bench::trgw::run(*a)?;

@@ -59,6 +59,18 @@ impl Netns {
         Self::create(&unique_name(prefix))
     }
 
+    /// A handle to an existing namespace that is left alone on drop (for
+    /// threads and commands that work inside a namespace someone else owns).
+    pub fn attach(name: &str) -> Self {
+        Netns { name: name.to_owned(), keep: true }
+    }
+
+    /// Keeps the namespace when this handle is dropped, returning the handle.
+    pub fn keep_handle(mut self) -> Self {
+        self.keep = true;
+        self
+    }
+
     /// The namespace's name, as `ip netns` knows it.
     pub fn name(&self) -> &str {
         &self.name

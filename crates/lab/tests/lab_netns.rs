@@ -1,0 +1,199 @@
+//! Network-namespace tests of the lab and the bench: `up`/`down` are
+//! idempotent and survive a crashed run, the lab carries traffic through
+//! TAYGA (when installed), and a tiny bench against kernel forwarding
+//! reports a zero-loss rate and ordered latency percentiles.
+//!
+//! Each test uses its own namespace prefix (`netns::unique_name`) and
+//! removes its namespaces, also when it fails (`Cleanup` guard).
+
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::process::Command;
+use std::time::Duration;
+
+use lab::netns::{self, unique_name, Netns};
+use lab::topo::{lab_addr, Lab};
+
+fn am_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+/// Removes every namespace with the prefix on drop.
+struct Cleanup(String);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        netns::cleanup(&format!("{}-", self.0));
+    }
+}
+
+fn wait_until(mut f: impl FnMut() -> bool) -> bool {
+    for _ in 0..100 {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+#[test]
+fn lab_up_is_idempotent_and_down_removes_everything_even_after_a_crash() {
+    assert!(am_root(), "network-namespace tests need root (CI runs as root)");
+    let prefix = unique_name("v6lt");
+    let _guard = Cleanup(prefix.clone());
+    let lab = Lab::new(&prefix);
+    lab.up().unwrap();
+    assert!(lab.is_up());
+    // Up again over a running lab: rebuilt, not an error.
+    lab.up().unwrap();
+    assert!(lab.is_up());
+    // The links and routes work: both hosts reach the gateway.
+    let h6 = Netns::attach(&lab.h6());
+    let h4 = Netns::attach(&lab.h4());
+    h6.exec("ping", &["-c1", "-W2", &lab_addr::GW6.to_string()]).unwrap();
+    h4.exec("ping", &["-c1", "-W2", &lab_addr::GW4.to_string()]).unwrap();
+    // h4 is IPv4-only.
+    let v6 = h4.exec("cat", &["/proc/sys/net/ipv6/conf/all/disable_ipv6"]).unwrap();
+    assert_eq!(String::from_utf8_lossy(&v6.stdout).trim(), "1");
+
+    // A "crashed" run: a process left inside the gateway namespace and a
+    // stray namespace of the lab. `up` clears both and rebuilds.
+    let mut orphan = Netns::attach(&lab.gw()).command("sleep").arg("60").spawn().unwrap();
+    assert!(wait_until(|| !Netns::attach(&lab.gw()).pids().is_empty()));
+    let stray = format!("{prefix}-stray");
+    Netns::create(&stray).unwrap().keep();
+    lab.up().unwrap();
+    assert!(!netns::exists(&stray), "up removes leftovers of a crashed run");
+    assert!(!orphan.wait().unwrap().success(), "the old gateway process was killed");
+    assert!(Netns::attach(&lab.gw()).pids().is_empty());
+
+    // Down: everything gone, twice is fine.
+    let mut sleeper = Netns::attach(&lab.h6()).command("sleep").arg("60").spawn().unwrap();
+    assert!(wait_until(|| !Netns::attach(&lab.h6()).pids().is_empty()));
+    let gone = lab.down();
+    assert_eq!(gone.len(), 3, "{gone:?}");
+    assert!(!lab.is_up());
+    for n in [lab.h6(), lab.gw(), lab.h4()] {
+        assert!(!netns::exists(&n), "{n} left behind");
+    }
+    assert!(!sleeper.wait().unwrap().success(), "processes in the lab are killed");
+    assert!(lab.down().is_empty());
+}
+
+fn have(cmd: &str) -> bool {
+    Command::new("sh").args(["-c", &format!("command -v {cmd}")]).output().is_ok_and(|o| o.status.success())
+}
+
+#[test]
+fn lab_with_tayga_carries_tcp_udp_and_ping_both_ways() {
+    assert!(am_root(), "network-namespace tests need root (CI runs as root)");
+    if !have("tayga") {
+        eprintln!("tayga not installed (scripts/deps.sh installs it): skipping");
+        return;
+    }
+    let prefix = unique_name("v6lg");
+    let _guard = Cleanup(prefix.clone());
+    let lab = Lab::new(&prefix);
+    lab.up().unwrap();
+    let work = std::env::temp_dir().join(&prefix);
+    std::fs::create_dir_all(&work).unwrap();
+    lab::cli::start_gateway(&lab, lab::cli::Gateway::Tayga, std::path::Path::new("unused"), &work).unwrap();
+
+    // The demo services on h4, on threads inside its namespace.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let h4name = lab.h4();
+    std::thread::spawn(move || {
+        Netns::attach(&h4name).enter_thread().unwrap();
+        let http = TcpListener::bind("0.0.0.0:80").unwrap();
+        let echo = UdpSocket::bind("0.0.0.0:7").unwrap();
+        tx.send(()).unwrap();
+        std::thread::spawn(move || lab::services::serve_echo(echo));
+        let _ = lab::services::serve_http(http);
+    });
+    rx.recv_timeout(Duration::from_secs(5)).unwrap();
+
+    // The client on h6, through the NAT64 prefix.
+    let h6name = lab.h6();
+    let (page, echo) = std::thread::spawn(move || {
+        Netns::attach(&h6name).enter_thread().unwrap();
+        let server = lab_addr::in_pool6(lab_addr::H4);
+        let page = lab::services::http_get(SocketAddr::new(server.into(), 80)).unwrap();
+        let echo = lab::services::udp_echo(SocketAddr::new(server.into(), 7), "hi").unwrap();
+        (page, echo)
+    })
+    .join()
+    .unwrap();
+    assert!(page.starts_with("HTTP/1.0 200 OK"), "{page}");
+    assert!(page.contains(&format!("seen here: {}:", lab_addr::H6_AS_V4)), "{page}");
+    assert_eq!(echo.0, "hi");
+    // SIIT: ping both ways.
+    Netns::attach(&lab.h6()).exec("ping", &["-c1", "-W2", &lab_addr::in_pool6(lab_addr::H4).to_string()]).unwrap();
+    Netns::attach(&lab.h4()).exec("ping", &["-c1", "-W2", &lab_addr::H6_AS_V4.to_string()]).unwrap();
+    assert_eq!(lab.down().len(), 3);
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+#[test]
+fn bench_smoke_against_kernel_forwarding() {
+    use clap::Parser;
+    assert!(am_root(), "network-namespace tests need root (CI runs as root)");
+    #[derive(Parser)]
+    struct W {
+        #[command(flatten)]
+        a: lab::bench_xlat::Args,
+    }
+    let prefix = unique_name("v6lb");
+    let _guard = Cleanup(prefix.clone());
+    let out = std::env::temp_dir().join(format!("{prefix}-out"));
+    let out_s = out.to_string_lossy().into_owned();
+    // Low rates and a generous lateness limit: this checks that the tester
+    // works end to end, not how fast anything is.
+    let a = W::parse_from([
+        "x",
+        "--dut",
+        "kernel",
+        "--dir",
+        "6to4",
+        "--sizes",
+        "84",
+        "--flows",
+        "16",
+        "--max-rate",
+        "2000",
+        "--trial-ms",
+        "300",
+        "--drain-ms",
+        "300",
+        "--late-ms",
+        "2000",
+        "--max-trials",
+        "4",
+        "--overload",
+        "150",
+        "--loads",
+        "50",
+        "--prefix",
+        &prefix,
+        "--out",
+        &out_s,
+    ])
+    .a;
+    let r = lab::bench_xlat::run(&a).unwrap();
+    let d = &r.duts[0];
+    assert_eq!(d.status, "ok");
+    let p = &d.points[0];
+    assert!(p.throughput_fps > 0.0, "a zero-loss rate was found: {:?}", p.search);
+    let l = p.latency.expect("latency at the throughput rate");
+    assert!(l.samples > 0);
+    assert!(l.min_ns <= l.p50_ns && l.p50_ns <= l.p99_ns && l.p99_ns <= l.p999_ns && l.p999_ns <= l.max_ns);
+    assert_eq!(l.pdv_ns, l.p999_ns - l.min_ns);
+    assert_eq!(p.sent_frame_size, 64, "kernel forwarding sends IPv4 frames 20 bytes shorter");
+    for f in ["results.json", "results.md", "throughput-6to4.svg", "latency-6to4.svg"] {
+        assert!(out.join(f).exists(), "{f} written");
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    assert_eq!(json["duts"][0]["dut"], "kernel");
+    assert!(!netns::exists(&format!("{prefix}-dut")), "bench namespaces removed");
+    let _ = std::fs::remove_dir_all(&out);
+}
