@@ -10,10 +10,12 @@ use clap::{Args, Parser, Subcommand};
 use gate::config::Config;
 use gate::offline;
 
-/// IPv4/IPv6 transition gateway. This version has the packet plane, the
-/// offline RFC 7915 (SIIT) translator and the daemon (`run`, `ctl`) with
-/// SIIT, stateful NAT64 / NAT-PT and DNS64; tunnels, TrGW and IMS-ALG come
-/// in later versions.
+/// IPv4/IPv6 transition gateway: the offline RFC 7915 translator
+/// (`translate`), the daemon (`run`, `ctl`) with SIIT, stateful NAT64 /
+/// NAT-PT, DNS64 and the IMS TrGW media relay (rtpengine ng and rtpproxy
+/// control), the network-namespace lab (`lab`) and benchmarks against
+/// TAYGA, rtpengine and kernel forwarding (`bench`). Tunnels and the
+/// IMS-ALG come in later versions.
 #[derive(Debug, Parser)]
 #[command(name = "v6gate", version, propagate_version = true)]
 struct Cli {
