@@ -16,6 +16,6 @@
 
 pub mod ng;
 pub mod probe;
-pub mod report;
+pub use lab::report;
 mod tester;
 pub mod trgw;

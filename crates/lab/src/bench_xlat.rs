@@ -23,7 +23,7 @@ use serde::Serialize;
 
 use crate::netns::Netns;
 use crate::pkt::{self, Header, Template};
-use crate::plot::{Plot, Series};
+use crate::report::{LinePlot as Plot, Series};
 use crate::search::Search;
 use crate::tester::{self, Latency, Port, TrialResult, TrialSpec};
 use crate::topo::{bench_addr::*, BenchTopo, BENCH_PREFIX};
@@ -877,7 +877,7 @@ fn write_outputs(r: &Report, out: &Path) -> Result<()> {
             y_label: "Mframes/s".into(),
             series,
         };
-        std::fs::write(out.join(format!("throughput-{dname}.svg")), plot.svg())?;
+        std::fs::write(out.join(format!("throughput-{dname}.svg")), plot.to_svg())?;
         let smallest = r.duts.iter().flat_map(|d| d.points.iter()).map(|p| p.frame_size).min().unwrap_or(84);
         let series: Vec<Series> = r
             .duts
@@ -896,7 +896,7 @@ fn write_outputs(r: &Report, out: &Path) -> Result<()> {
             y_label: "median latency (us)".into(),
             series,
         };
-        std::fs::write(out.join(format!("latency-{dname}.svg")), plot.svg())?;
+        std::fs::write(out.join(format!("latency-{dname}.svg")), plot.to_svg())?;
     }
     Ok(())
 }

@@ -10,7 +10,7 @@
 //!   echo) and the matching clients.
 //! - [`bench_xlat`]: `v6gate bench xlat` (RFC 8219 / RFC 2544), built on
 //!   [`pkt`] (test frames), [`tester`] (AF_PACKET trials), [`search`]
-//!   (binary search for the zero-loss rate) and [`plot`] (SVG).
+//!   (binary search for the zero-loss rate) and [`report`] (latency histograms, Markdown tables, SVG line plots, shared with `v6gate bench trgw`).
 //!
 //! Namespaces are created with `ip netns` (iproute2) so that operators can
 //! inspect them with the usual tools (`ip netns exec ...`).
@@ -20,7 +20,7 @@ pub mod bench_xlat;
 pub mod cli;
 pub mod netns;
 pub mod pkt;
-pub mod plot;
+pub mod report;
 pub mod search;
 pub mod services;
 pub mod tester;

@@ -330,22 +330,9 @@ impl Default for Config {
     }
 }
 
-/// A configuration error naming the key at fault.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
-    /// Key, in its TOML spelling (`nat64.pool4`, ...).
-    pub key: &'static str,
-    /// What is wrong.
-    pub msg: String,
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.key, self.msg)
-    }
-}
-
-impl std::error::Error for ConfigError {}
+/// A configuration error naming the key at fault (`nat64.pool4`, ...): the
+/// packet plane's error type, so `[siit]` and `[nat64]` errors read alike.
+pub use xlat::siit::ConfigError;
 
 fn err(key: &'static str, msg: impl fmt::Display) -> ConfigError {
     ConfigError { key, msg: msg.to_string() }

@@ -420,7 +420,7 @@ impl Nat64 {
         xcfg.pool6 = Some(cfg.pool6);
         xcfg.eamt.clear();
         xcfg.mapping = xlat::siit::MappingMode::Rfc6052;
-        let xl = Translator::new(xcfg).map_err(|e| Error::Config(ConfigError { key: e.key, msg: e.msg }))?;
+        let xl = Translator::new(xcfg).map_err(Error::Config)?;
         let p6 = Rfc6052::new(cfg.pool6)
             .map_err(|e| Error::Config(ConfigError { key: "nat64.pool6", msg: e.to_string() }))?;
         let n = cfg.shard_count();
