@@ -219,7 +219,7 @@ fn siit_with_poll_io_mode() {
 
 #[test]
 fn uring_io_mode_is_used() {
-    let lab = Lab::start(CONFIG);
+    let lab = Lab::start(&CONFIG.replace("queues = 2", "queues = 2\nio = \"uring\""));
     assert!(ping(&lab.h6, H4_AS_V6, &[]).0);
     assert!(!lab.log().contains("io_uring unavailable"), "{}", lab.log());
 }

@@ -552,10 +552,12 @@ pub const TUN_KEYS: &[&str] =
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum IoMode {
     /// io_uring: reads kept posted, writes batched, one system call per batch.
-    #[default]
     Uring,
     /// Non-blocking `read(2)` until the queue is empty, one `write(2)` per
-    /// packet, `poll(2)` when idle.
+    /// packet, `poll(2)` when idle. The default: in the RFC 8219 bench it has
+    /// the lower latency (no second wake-up per read) and the higher
+    /// zero-loss rate.
+    #[default]
     Poll,
 }
 /// Every key of the `[admin]` table.
@@ -637,7 +639,7 @@ impl Default for TunConfig {
             mtu: 1500,
             txqueuelen: 1000,
             queues: 0,
-            io: IoMode::Uring,
+            io: IoMode::Poll,
             batch: 64,
             pin_workers: false,
             addresses: Vec::new(),
