@@ -16,12 +16,19 @@ pub struct Args {
     pub config: PathBuf,
 }
 
-/// Runs the relay until SIGINT or SIGTERM, logging to stderr (filter with
-/// RUST_LOG, default `info`).
+/// Reads the `[trgw]` table of `a.config` and runs the relay until SIGINT
+/// or SIGTERM, as [`serve`] does.
 pub fn run(a: &Args) -> Result<()> {
     let text = std::fs::read_to_string(&a.config).with_context(|| format!("reading {}", a.config.display()))?;
     let cfg = Config::from_toml_file_text(&text)
         .map_err(|e| anyhow::anyhow!("config error in {}: {e}", a.config.display()))?;
+    serve(cfg)
+}
+
+/// Runs the relay with an already checked configuration until SIGINT or
+/// SIGTERM, logging to stderr (filter with RUST_LOG, default `info`).
+/// `v6gate run` calls this when `[trgw]` is its only function.
+pub fn serve(cfg: Config) -> Result<()> {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

@@ -334,10 +334,11 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
 
     let cfg = Config::load(&args.config)?;
     set_log_level(&cfg.daemon.log_level);
-    if cfg.siit.is_none() && cfg.nat64.is_none() && cfg.dns64.is_none() {
-        // Only [trgw]: the media relay needs no TUN device.
+    if let (None, None, None, Some(t)) = (&cfg.siit, &cfg.nat64, &cfg.dns64, &cfg.trgw) {
+        // Only [trgw]: the media relay needs no TUN device; it waits for
+        // SIGINT/SIGTERM itself.
         drop(signals);
-        return trgw::cli::run(&trgw::cli::Args { config: args.config.clone() });
+        return trgw::cli::serve(t.clone());
     }
     let n = cfg.tun.effective_queues();
     let engines = Engines::build(&cfg, 1, n, None, 0)?;
