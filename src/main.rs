@@ -1,5 +1,8 @@
-//! `v6gate`: the command-line front end. Thin: parsing arguments and
-//! reporting errors; the work is in the `gate` and `xlat` crates.
+//! `v6gate`: the command-line front end. Thin: parsing arguments,
+//! reporting errors, and the two things only a binary may do (DESIGN.md):
+//! install the logger (tracing, level from `[daemon] log-level` or
+//! `RUST_LOG`) and catch signals; the work is in the `gate`, `trgw` and
+//! `xlat` crates.
 
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -132,9 +135,9 @@ fn translate(a: &TranslateArgs) -> anyhow::Result<()> {
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.cmd {
         Cmd::Translate(a) => translate(&a)?,
-        Cmd::Run(a) => gate::daemon::run(&a)?,
+        Cmd::Run(a) => run_daemon(&a)?,
         Cmd::Ctl(a) => gate::daemon::ctl::run(&a)?,
-        Cmd::Trgw(a) => trgw::cli::run(&a)?,
+        Cmd::Trgw(a) => run_trgw(&a)?,
         Cmd::Config(ConfigCmd::Example) => {
             let mut out = io::stdout().lock();
             match out.write_all(gate::config::example().as_bytes()).and_then(|()| out.flush()) {
@@ -150,7 +153,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             bench::trgw::run(*a)?;
         }
         Cmd::Config(ConfigCmd::Check { config }) => match Config::load(&config) {
-            Ok(_) => println!("ok"),
+            Ok(c) => {
+                for w in gate::validate::warnings(&c) {
+                    eprintln!("v6gate: warning: {w}");
+                }
+                println!("ok");
+            }
             Err(e) => {
                 eprintln!("{e}");
                 return Ok(ExitCode::FAILURE);
@@ -158,6 +166,75 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         },
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Installs the one logger of the process: tracing to stderr, filtered by
+/// `RUST_LOG` when set, else by `level` (changed later by the returned
+/// function, e.g. on reload). Records of the `log` crate are forwarded.
+fn init_logging(level: &str) -> Box<dyn Fn(&str) + Send + Sync> {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::{fmt, reload, EnvFilter, Registry};
+    let from_env = std::env::var("RUST_LOG").ok().filter(|v| !v.trim().is_empty());
+    let filter = EnvFilter::try_new(from_env.as_deref().unwrap_or(level)).unwrap_or_else(|_| EnvFilter::new("info"));
+    let (filter, handle) = reload::Layer::<EnvFilter, Registry>::new(filter);
+    let subscriber = tracing_subscriber::registry()
+        .with(filter)
+        .with(fmt::layer().with_writer(io::stderr).with_ansi(std::io::IsTerminal::is_terminal(&io::stderr())));
+    if tracing::subscriber::set_global_default(subscriber).is_ok() {
+        // Every `log` record goes to tracing, which filters it.
+        let _ = tracing_log::LogTracer::builder().with_max_level(log::LevelFilter::Trace).init();
+    }
+    Box::new(move |level: &str| {
+        if from_env.is_none() {
+            if let Ok(f) = EnvFilter::try_new(level) {
+                let _ = handle.reload(f);
+            }
+        }
+    })
+}
+
+/// SIGHUP, SIGINT and SIGTERM, caught from now on (so one arriving while
+/// the daemon starts waits for it instead of killing it half set up).
+fn catch_signals() -> anyhow::Result<signal_hook::iterator::Signals> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    signal_hook::iterator::Signals::new([SIGHUP, SIGINT, SIGTERM]).context("installing signal handlers")
+}
+
+fn run_daemon(a: &gate::daemon::RunArgs) -> anyhow::Result<()> {
+    let mut signals = catch_signals()?;
+    let set_level = init_logging("info");
+    let mut events = signals.forever().map(|s| {
+        if s == signal_hook::consts::SIGHUP {
+            gate::daemon::Signal::Reload
+        } else {
+            gate::daemon::Signal::Stop(s)
+        }
+    });
+    gate::daemon::run(a, &mut events, set_level)
+}
+
+/// `v6gate trgw`: the relay alone until SIGINT/SIGTERM.
+fn run_trgw(a: &trgw::cli::Args) -> anyhow::Result<()> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).context("installing signal handlers")?;
+    let _ = init_logging("info");
+    let cfg = trgw::cli::load(a)?;
+    match gate::limits::raise(gate::limits::trgw_needed(&cfg)) {
+        Ok(r) => {
+            if let Some(w) = r.warning() {
+                tracing::warn!("{w}");
+            }
+        }
+        Err(e) => tracing::warn!("{e}"),
+    }
+    let relay = trgw::Relay::start(cfg)?;
+    tracing::info!(ng = ?relay.ng_addr(), rtpproxy = ?relay.rtpproxy_udp_addr(), "trgw running");
+    let sig = signals.forever().next().unwrap_or(SIGTERM);
+    tracing::info!(signal = sig, "stopping");
+    let s = relay.stats();
+    relay.stop();
+    tracing::info!(calls_created = s.totals.calls_created, timed_out = s.totals.calls_timed_out, "trgw stopped");
+    Ok(())
 }
 
 fn main() -> ExitCode {

@@ -483,7 +483,8 @@ impl Config {
                     .in_file(self.origin.as_deref())
             })?;
         }
-        Ok(())
+        crate::validate::check(self)
+            .map_err(|(key, msg)| Error::new(ErrorKind::Invalid, Some(key), msg).in_file(self.origin.as_deref()))
     }
 
     /// The RFC 7915 header settings NAT64 uses: those of `[siit]` when it is
@@ -561,7 +562,19 @@ pub enum IoMode {
     Poll,
 }
 /// Every key of the `[admin]` table.
-pub const ADMIN_KEYS: &[&str] = &["enabled", "listen"];
+pub const ADMIN_KEYS: &[&str] = &[
+    "enabled",
+    "listen",
+    "token",
+    "token-file",
+    "token-for-read",
+    "hosts",
+    "max-connections",
+    "max-header-bytes",
+    "max-body-bytes",
+    "request-timeout",
+    "idle-timeout",
+];
 /// Every key of the `[daemon]` table.
 pub const DAEMON_KEYS: &[&str] = &["log-level", "icmp-error-rate", "icmp-error-burst"];
 
@@ -660,16 +673,48 @@ impl TunConfig {
     }
 }
 
-/// `[admin]`: the admin HTTP API (`/metrics`, `/status`, the `v6gate ctl` endpoints).
+/// `[admin]`: the admin HTTP API (`/metrics`, `/status`, the `v6gate ctl`
+/// endpoints), its access control and its limits (docs/security.md).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AdminConfig {
     /// `listen`: address and port; `None` when `enabled = false`.
     pub listen: Option<SocketAddr>,
+    /// `token`: the bearer token state-changing requests need.
+    pub token: Option<String>,
+    /// `token-file`: a file whose first line is the token (relative paths
+    /// are relative to the configuration file).
+    pub token_file: Option<PathBuf>,
+    /// `token-for-read`: GET endpoints need the token too. Default false.
+    pub token_for_read: bool,
+    /// `hosts`: further names the `Host` header may carry (the listen
+    /// address, the connection's local address and `localhost` always may).
+    pub hosts: Vec<String>,
+    /// `max-connections`: connections served at once. Default 64.
+    pub max_connections: usize,
+    /// `max-header-bytes`: request line and headers. Default 16384.
+    pub max_header_bytes: usize,
+    /// `max-body-bytes`: request body. Default 65536.
+    pub max_body_bytes: usize,
+    /// `request-timeout`: seconds to read a request and answer it. Default 10.
+    pub request_timeout: u64,
+    /// `idle-timeout`: seconds a connection may stay silent. Default 30.
+    pub idle_timeout: u64,
 }
 
 impl Default for AdminConfig {
     fn default() -> Self {
-        AdminConfig { listen: DEFAULT_ADMIN_LISTEN.parse().ok() }
+        AdminConfig {
+            listen: DEFAULT_ADMIN_LISTEN.parse().ok(),
+            token: None,
+            token_file: None,
+            token_for_read: false,
+            hosts: Vec::new(),
+            max_connections: 64,
+            max_header_bytes: 16 * 1024,
+            max_body_bytes: 64 * 1024,
+            request_timeout: 10,
+            idle_timeout: 30,
+        }
     }
 }
 
@@ -714,6 +759,15 @@ struct TunToml {
 struct AdminToml {
     enabled: Option<bool>,
     listen: Option<Spanned<String>>,
+    token: Option<String>,
+    token_file: Option<PathBuf>,
+    token_for_read: Option<bool>,
+    hosts: Option<Vec<String>>,
+    max_connections: Option<usize>,
+    max_header_bytes: Option<usize>,
+    max_body_bytes: Option<usize>,
+    request_timeout: Option<u64>,
+    idle_timeout: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -826,6 +880,25 @@ fn admin_from_toml(text: &str, t: AdminToml) -> Result<AdminConfig, Error> {
     }
     if t.enabled == Some(false) {
         c.listen = None;
+    }
+    c.token = t.token;
+    c.token_file = t.token_file;
+    c.token_for_read = t.token_for_read.unwrap_or(false);
+    c.hosts = t.hosts.unwrap_or_default();
+    if let Some(v) = t.max_connections {
+        c.max_connections = ranged("[admin] max-connections", v, 1, 10_000)?;
+    }
+    if let Some(v) = t.max_header_bytes {
+        c.max_header_bytes = ranged("[admin] max-header-bytes", v, 8192, 1 << 20)?;
+    }
+    if let Some(v) = t.max_body_bytes {
+        c.max_body_bytes = ranged("[admin] max-body-bytes", v, 0, 16 << 20)?;
+    }
+    if let Some(v) = t.request_timeout {
+        c.request_timeout = ranged("[admin] request-timeout", v, 1, 3600)?;
+    }
+    if let Some(v) = t.idle_timeout {
+        c.idle_timeout = ranged("[admin] idle-timeout", v, 1, 86_400)?;
     }
     Ok(c)
 }

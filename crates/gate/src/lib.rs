@@ -8,6 +8,8 @@ pub mod amend;
 pub mod config;
 pub mod daemon;
 pub mod explain;
+pub mod limits;
 pub mod offline;
 #[allow(unsafe_code)]
 pub mod sys;
+pub mod validate;

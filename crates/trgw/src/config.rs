@@ -30,6 +30,20 @@ allow = ["127.0.0.0/8", "::1/128"]
 # Packet I/O: "io-uring" (default; falls back to epoll when the kernel
 # refuses) or "epoll" (recvmmsg/sendmmsg per ready socket).
 # io = "io-uring"
+# Where media may be sent (docs/security.md): loopback, multicast,
+# broadcast, link-local, 0.0.0.0/8 and the relay's and host's own addresses
+# are always refused, unless an entry of media-allow at least as narrow as
+# that class names them. media-deny refuses networks; a non-empty
+# media-allow refuses everything outside it.
+# media-allow = []
+# media-deny = []
+# ng reply cache (retransmissions get the cached reply): bounds.
+# ng-cache-entries = 10000
+# ng-cache-bytes = 16777216
+# rtpproxy Unix socket: connections served at once, and the read/write
+# timeout of each (seconds).
+# control-connections = 64
+# control-timeout-secs = 5
 # rtpproxy bridging (U/L modifiers e and i): which interface is which.
 # rtpproxy-internal = "v4"
 # rtpproxy-external = "v6"
@@ -212,6 +226,38 @@ pub struct Config {
     /// rtpproxy bridging: the interface the `e` modifier names.
     #[serde(default)]
     pub rtpproxy_external: Option<String>,
+    /// Networks media may be sent to (empty: any not refused otherwise);
+    /// see [`crate::policy`].
+    #[serde(default)]
+    pub media_allow: Vec<Cidr>,
+    /// Networks media is never sent to.
+    #[serde(default)]
+    pub media_deny: Vec<Cidr>,
+    /// Most ng replies cached for retransmissions.
+    #[serde(default = "d_cache_entries")]
+    pub ng_cache_entries: usize,
+    /// Most bytes of ng replies cached.
+    #[serde(default = "d_cache_bytes")]
+    pub ng_cache_bytes: usize,
+    /// rtpproxy Unix socket connections served at once.
+    #[serde(default = "d_control_connections")]
+    pub control_connections: usize,
+    /// Read and write timeout of an rtpproxy Unix socket connection (s).
+    #[serde(default = "d_control_timeout")]
+    pub control_timeout_secs: u64,
+}
+
+fn d_cache_entries() -> usize {
+    crate::cookie_cache::DEFAULT_MAX_ENTRIES
+}
+fn d_cache_bytes() -> usize {
+    crate::cookie_cache::DEFAULT_MAX_BYTES
+}
+fn d_control_connections() -> usize {
+    64
+}
+fn d_control_timeout() -> u64 {
+    5
 }
 
 fn d_port_min() -> u16 {
@@ -252,6 +298,12 @@ impl Default for Config {
             io: IoMode::IoUring,
             rtpproxy_internal: None,
             rtpproxy_external: None,
+            media_allow: Vec::new(),
+            media_deny: Vec::new(),
+            ng_cache_entries: d_cache_entries(),
+            ng_cache_bytes: d_cache_bytes(),
+            control_connections: d_control_connections(),
+            control_timeout_secs: d_control_timeout(),
         }
     }
 }
@@ -322,6 +374,15 @@ impl Config {
                     return Err(format!("[trgw] {k}: no interface named `{n}`"));
                 }
             }
+        }
+        if self.control_connections == 0 || self.control_connections > 10_000 {
+            return Err("[trgw] control-connections: must be 1-10000".into());
+        }
+        if self.control_timeout_secs == 0 || self.control_timeout_secs > 3600 {
+            return Err("[trgw] control-timeout-secs: must be 1-3600".into());
+        }
+        if self.ng_cache_bytes > 1 << 30 {
+            return Err("[trgw] ng-cache-bytes: at most 1073741824 (1 GiB)".into());
         }
         if self.rtpproxy_internal.is_some() != self.rtpproxy_external.is_some() {
             return Err("[trgw] rtpproxy-internal and rtpproxy-external go together".into());

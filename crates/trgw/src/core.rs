@@ -14,6 +14,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use socket2::Socket;
 
 use crate::config::{Config, Latching};
+use crate::policy::{MediaPolicy, Refusal};
 use crate::ports::Ports;
 use crate::table::{RelayKey, RelayValue, StreamStats};
 
@@ -44,6 +45,9 @@ pub struct StreamInit {
     pub clock: Vec<(u8, u32)>,
     /// Latching mode.
     pub latching: Latching,
+    /// Where media may go: a source symmetric latching would learn must
+    /// pass it too.
+    pub policy: Arc<MediaPolicy>,
 }
 
 /// A plane without sockets (tests, fuzzing).
@@ -62,8 +66,27 @@ impl Plane for NullPlane {
 /// A control-level failure, reported as an error reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CoreError {
-    /// No free port pair on an address.
+    /// No free port pair on an address (the port range is used up).
     NoPorts(IpAddr),
+    /// The process ran out of file descriptors (EMFILE/ENFILE) opening
+    /// media sockets on an address; `limit` is RLIMIT_NOFILE when known.
+    Descriptors {
+        /// The address being bound.
+        addr: IpAddr,
+        /// The soft descriptor limit.
+        limit: Option<u64>,
+    },
+    /// A `[trgw]` interface address is not on this host (EADDRNOTAVAIL).
+    AddressNotOnHost(IpAddr),
+    /// Binding a media socket failed for another reason.
+    Bind(IpAddr, String),
+    /// A signalled media address the media address policy refuses.
+    Refused {
+        /// The address.
+        addr: IpAddr,
+        /// Why.
+        reason: Refusal,
+    },
     /// Unknown Call-ID (or tags).
     UnknownCall,
     /// A request that cannot be served (bad interface, family, ...).
@@ -74,10 +97,30 @@ impl std::fmt::Display for CoreError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             CoreError::NoPorts(a) => write!(f, "Ran out of ports on {a}"),
+            CoreError::Descriptors { addr, limit: Some(l) } => write!(
+                f,
+                "Too many open files: the process limit of {l} descriptors (RLIMIT_NOFILE) is reached; cannot open media sockets on {addr}"
+            ),
+            CoreError::Descriptors { addr, limit: None } => {
+                write!(f, "Too many open files: cannot open media sockets on {addr}")
+            }
+            CoreError::AddressNotOnHost(a) => write!(
+                f,
+                "Address {a} is not on this host (EADDRNOTAVAIL): check the [trgw] interface addresses"
+            ),
+            CoreError::Bind(a, e) => write!(f, "Cannot open a media socket on {a}: {e}"),
+            CoreError::Refused { addr, reason } => {
+                write!(f, "Media address {addr} refused ({reason}): see [trgw] media-allow / media-deny")
+            }
             CoreError::UnknownCall => f.write_str("Unknown call-id"),
             CoreError::Invalid(m) => f.write_str(m),
         }
     }
+}
+
+/// The soft RLIMIT_NOFILE, for error messages.
+fn nofile_limit() -> Option<u64> {
+    nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).ok().map(|(soft, _)| soft)
 }
 
 /// One media stream of a request.
@@ -200,6 +243,22 @@ pub struct Totals {
     pub streams_created: u64,
     /// Allocation failures for lack of ports.
     pub port_exhausted: u64,
+    /// Allocation failures for lack of file descriptors.
+    pub descriptors_exhausted: u64,
+    /// Allocation failures because an interface address is not on the host.
+    pub address_unavailable: u64,
+    /// Offers and answers refused by the media address policy.
+    pub media_refused: u64,
+    /// ng replies too large for a datagram (an error was sent instead).
+    pub replies_too_large: u64,
+    /// Control replies the socket refused to send.
+    pub control_send_errors: u64,
+    /// rtpproxy Unix connections closed at once: `control-connections` reached.
+    pub control_connections_refused: u64,
+    /// rtpproxy Unix connections closed by the read or write timeout.
+    pub control_timeouts: u64,
+    /// Failed accepts on the rtpproxy Unix socket (e.g. out of descriptors).
+    pub control_accept_errors: u64,
     /// Control commands answered with an error.
     pub control_errors: u64,
     /// Control messages dropped from clients not on the allow-list.
@@ -221,6 +280,32 @@ pub struct PacketTotals {
     pub dropped: u64,
 }
 
+impl PacketTotals {
+    fn add(&mut self, o: &PacketTotals) {
+        self.rtp_packets += o.rtp_packets;
+        self.rtp_bytes += o.rtp_bytes;
+        self.rtcp_packets += o.rtcp_packets;
+        self.rtcp_bytes += o.rtcp_bytes;
+        self.dropped += o.dropped;
+    }
+}
+
+fn stream_totals(s: &Stream) -> PacketTotals {
+    let mut t = PacketTotals::default();
+    for (k, st) in s.stats.slots.iter().enumerate() {
+        let (p, b) = (st.packets.load(Relaxed), st.bytes.load(Relaxed));
+        if k & 1 == 0 {
+            t.rtp_packets += p;
+            t.rtp_bytes += b;
+        } else {
+            t.rtcp_packets += p;
+            t.rtcp_bytes += b;
+        }
+        t.dropped += st.dropped.load(Relaxed);
+    }
+    t
+}
+
 /// The session state.
 pub struct Core {
     cfg: Config,
@@ -232,8 +317,9 @@ pub struct Core {
     /// Counters.
     pub totals: Totals,
     epoch: Instant,
-    /// ng replies by cookie (retransmissions).
-    pub(crate) ng_cache: crate::ng::CookieCache,
+    policy: Arc<MediaPolicy>,
+    /// Packet counters of the streams already gone.
+    retired: PacketTotals,
 }
 
 impl std::fmt::Debug for Core {
@@ -248,8 +334,15 @@ pub fn unix_now() -> u64 {
 }
 
 impl Core {
-    /// A core over `plane`; packet times are relative to `epoch`.
+    /// A core over `plane`; packet times are relative to `epoch`. The
+    /// media address policy is built from `cfg` (and the host's addresses).
     pub fn new(cfg: Config, plane: Box<dyn Plane>, epoch: Instant) -> Self {
+        let policy = Arc::new(MediaPolicy::new(&cfg));
+        Core::with_policy(cfg, plane, epoch, policy)
+    }
+
+    /// [`Core::new`] with a given media address policy.
+    pub fn with_policy(cfg: Config, plane: Box<dyn Plane>, epoch: Instant, policy: Arc<MediaPolicy>) -> Self {
         let ports = Ports::new(cfg.port_min, cfg.port_max);
         Core {
             cfg,
@@ -260,8 +353,14 @@ impl Core {
             next_id: 0,
             totals: Totals::default(),
             epoch,
-            ng_cache: crate::ng::CookieCache::default(),
+            policy,
+            retired: PacketTotals::default(),
         }
+    }
+
+    /// The media address policy.
+    pub fn policy(&self) -> &Arc<MediaPolicy> {
+        &self.policy
     }
 
     /// The configuration.
@@ -300,18 +399,15 @@ impl Core {
     pub fn packet_totals(&self) -> PacketTotals {
         let mut t = PacketTotals::default();
         for s in self.calls.values().flat_map(|c| c.media.iter().flatten()) {
-            for (k, st) in s.stats.slots.iter().enumerate() {
-                let (p, b) = (st.packets.load(Relaxed), st.bytes.load(Relaxed));
-                if k & 1 == 0 {
-                    t.rtp_packets += p;
-                    t.rtp_bytes += b;
-                } else {
-                    t.rtcp_packets += p;
-                    t.rtcp_bytes += b;
-                }
-                t.dropped += st.dropped.load(Relaxed);
-            }
+            t.add(&stream_totals(s));
         }
+        t
+    }
+
+    /// Packet counters since start: ended calls included (monotonic).
+    pub fn relayed_totals(&self) -> PacketTotals {
+        let mut t = self.packet_totals();
+        t.add(&self.retired);
         t
     }
 
@@ -368,8 +464,28 @@ impl Core {
             match self.plane.bind(bind, port) {
                 Ok(s) => return Ok((Leg { bind, adv, port }, s)),
                 Err(e) => {
-                    tracing::debug!(%bind, port, error = %e, "port pair busy, trying another");
                     self.ports.release(bind, port);
+                    match e.raw_os_error() {
+                        Some(libc::EMFILE) | Some(libc::ENFILE) => {
+                            self.totals.descriptors_exhausted += 1;
+                            let err = CoreError::Descriptors { addr: bind, limit: nofile_limit() };
+                            tracing::warn!(%bind, "{err}");
+                            return Err(err);
+                        }
+                        Some(libc::EADDRNOTAVAIL) => {
+                            self.totals.address_unavailable += 1;
+                            let err = CoreError::AddressNotOnHost(bind);
+                            tracing::warn!(%bind, "{err}");
+                            return Err(err);
+                        }
+                        Some(libc::EADDRINUSE) => {
+                            tracing::debug!(%bind, port, "port pair busy, trying another");
+                        }
+                        _ => {
+                            tracing::warn!(%bind, port, error = %e, "cannot open a media socket");
+                            return Err(CoreError::Bind(bind, e.to_string()));
+                        }
+                    }
                 }
             }
         }
@@ -416,6 +532,7 @@ impl Core {
             stats: stream.stats.clone(),
             clock: req.clock.clone(),
             latching: self.cfg.latching,
+            policy: self.policy.clone(),
         };
         self.plane.install(id, [a0, a1, b0, b1], locals, init);
         self.totals.streams_created += 1;
@@ -423,6 +540,7 @@ impl Core {
     }
 
     fn drop_stream(&mut self, s: Stream) {
+        self.retired.add(&stream_totals(&s));
         self.plane.remove(s.id);
         for l in &s.legs {
             self.ports.release(l.bind, l.port);
@@ -448,11 +566,20 @@ impl Core {
         if !offer && !self.calls.contains_key(call_id) {
             return Err(CoreError::UnknownCall);
         }
+        // Every address media would be sent to passes the policy before
+        // anything changes (0.0.0.0 / :: is hold: no destination).
+        for m in media.iter().flatten() {
+            for a in m.addr.into_iter().chain(m.rtcp.map(|r| r.ip())).filter(|a| !a.is_unspecified()) {
+                if let Err(reason) = self.policy.check(a) {
+                    self.totals.media_refused += 1;
+                    tracing::warn!(call_id, addr = %a, %reason, "media address refused");
+                    return Err(CoreError::Refused { addr: a, reason });
+                }
+            }
+        }
         let now = Instant::now();
         let created_now = !self.calls.contains_key(call_id);
         if created_now {
-            self.totals.calls_created += 1;
-            tracing::info!(call_id, "new call");
             self.calls.insert(
                 call_id.to_string(),
                 Call {
@@ -578,6 +705,10 @@ impl Core {
                 }
             }
             return Err(e);
+        }
+        if created_now {
+            self.totals.calls_created += 1;
+            tracing::info!(call_id, "new call");
         }
         Ok(out)
     }
@@ -735,6 +866,66 @@ mod tests {
         assert!(c.signal(true, "x", "a", None, &[req("192.0.2.1", 1)], &bad).is_err());
         let bad = Placement { to_iface: Some("v6".into()), to_v6: Some(false), ..Placement::default() };
         assert!(c.signal(true, "x", "a", None, &[req("192.0.2.1", 1)], &bad).is_err());
+    }
+
+    #[test]
+    fn refused_media_addresses_create_nothing_and_are_counted() {
+        let mut c = Core::new(test_config(), Box::new(NullPlane), Instant::now());
+        let place = Placement { to_v6: Some(false), ..Placement::default() };
+        for (addr, reason) in [
+            ("127.0.0.1", Refusal::Loopback),
+            ("::1", Refusal::Loopback),
+            ("224.0.0.5", Refusal::Multicast),
+            ("fe80::1", Refusal::LinkLocal),
+            ("2001:db8::1", Refusal::Own),
+            ("198.51.100.1", Refusal::Own),
+        ] {
+            let e = c.signal(true, "bad", "t", None, &[req(addr, 5555)], &place).unwrap_err();
+            assert_eq!(e, CoreError::Refused { addr: addr.parse().unwrap(), reason }, "{addr}");
+        }
+        // An a=rtcp address is checked too.
+        let mut m = req("192.0.2.50", 4000);
+        m.as_mut().unwrap().rtcp = Some("127.0.0.1:5555".parse().unwrap());
+        assert!(matches!(c.signal(true, "bad", "t", None, &[m], &place), Err(CoreError::Refused { .. })));
+        assert!(c.call("bad").is_none());
+        assert_eq!(c.totals.media_refused, 7);
+        assert_eq!(c.totals.calls_created, 0, "refused offers are not created calls");
+        // Hold (0.0.0.0) is no destination, not a refusal.
+        c.signal(true, "hold", "t", None, &[req("0.0.0.0", 4000)], &place).unwrap();
+        assert_eq!(c.call("hold").unwrap().media[0].as_ref().unwrap().peers[0], None);
+        assert_eq!(c.totals.calls_created, 1);
+    }
+
+    /// A plane whose binds fail with one OS error.
+    struct FailPlane(i32);
+
+    impl Plane for FailPlane {
+        fn bind(&mut self, _: IpAddr, _: u16) -> io::Result<[Option<Socket>; 2]> {
+            Err(io::Error::from_raw_os_error(self.0))
+        }
+        fn install(&mut self, _: u32, _: [Option<Socket>; 4], _: [SocketAddr; 4], _: StreamInit) {}
+        fn set_peers(&mut self, _: u32, _: [Option<SocketAddr>; 4]) {}
+        fn remove(&mut self, _: u32) {}
+    }
+
+    #[test]
+    fn resource_errors_are_named_for_what_they_are() {
+        let place = Placement { to_v6: Some(false), ..Placement::default() };
+        let mut c = Core::new(test_config(), Box::new(FailPlane(libc::EMFILE)), Instant::now());
+        let e = c.signal(true, "c", "t", None, &[req("2001:db8:6::10", 9002)], &place).unwrap_err();
+        assert!(matches!(e, CoreError::Descriptors { .. }), "{e:?}");
+        assert!(e.to_string().starts_with("Too many open files"), "{e}");
+        assert_eq!((c.totals.descriptors_exhausted, c.totals.port_exhausted), (1, 0));
+        let mut c = Core::new(test_config(), Box::new(FailPlane(libc::EADDRNOTAVAIL)), Instant::now());
+        let e = c.signal(true, "c", "t", None, &[req("2001:db8:6::10", 9002)], &place).unwrap_err();
+        assert_eq!(e, CoreError::AddressNotOnHost("2001:db8::1".parse().unwrap()));
+        assert!(e.to_string().contains("not on this host"), "{e}");
+        assert_eq!((c.totals.address_unavailable, c.totals.port_exhausted), (1, 0));
+        // A busy port is retried, then the range is reported as used up.
+        let mut c = Core::new(test_config(), Box::new(FailPlane(libc::EADDRINUSE)), Instant::now());
+        let e = c.signal(true, "c", "t", None, &[req("2001:db8:6::10", 9002)], &place).unwrap_err();
+        assert!(matches!(e, CoreError::NoPorts(_)), "{e:?}");
+        assert_eq!(c.totals.calls_created, 0);
     }
 
     #[test]

@@ -11,8 +11,10 @@
 pub mod bencode;
 pub mod cli;
 pub mod config;
+pub mod cookie_cache;
 pub mod core;
 pub mod ng;
+pub mod policy;
 pub mod ports;
 pub mod relay;
 pub mod rtp;

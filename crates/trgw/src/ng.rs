@@ -12,43 +12,16 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
 use crate::bencode::{self, Value};
+use crate::cookie_cache::CookieCache;
 use crate::core::{unix_now, Call, Core, CoreError, MediaReq, Placement, Stream};
 use crate::sdp::{MediaRewrite, Rewrite, Sdp};
 
 /// Largest ng datagram accepted.
 pub const MAX_MESSAGE: usize = 65_535;
-/// How long a reply is kept for a retransmitted cookie.
-pub const COOKIE_CACHE_SECS: u64 = 30;
-/// Most cached replies.
-pub const COOKIE_CACHE_MAX: usize = 10_000;
-
-/// Replies by cookie: a retransmission (same cookie, e.g. Kamailio
-/// resending after a timeout) gets the same reply again instead of being
-/// executed twice, as rtpengine does.
-#[derive(Debug, Default)]
-pub struct CookieCache {
-    map: std::collections::HashMap<Vec<u8>, Vec<u8>>,
-    order: std::collections::VecDeque<(Instant, Vec<u8>)>,
-}
-
-impl CookieCache {
-    fn get(&mut self, cookie: &[u8], now: Instant) -> Option<Vec<u8>> {
-        while let Some((t, c)) = self.order.front() {
-            if now.saturating_duration_since(*t).as_secs() < COOKIE_CACHE_SECS && self.order.len() <= COOKIE_CACHE_MAX {
-                break;
-            }
-            self.map.remove(c);
-            self.order.pop_front();
-        }
-        self.map.get(cookie).cloned()
-    }
-
-    fn put(&mut self, cookie: &[u8], reply: &[u8], now: Instant) {
-        if self.map.insert(cookie.to_vec(), reply.to_vec()).is_none() {
-            self.order.push_back((now, cookie.to_vec()));
-        }
-    }
-}
+/// Largest reply sent: the UDP payload limit over IPv4 (65,535 minus the
+/// IPv4 and UDP headers). A longer reply is replaced by an error reply and
+/// counted ([`crate::core::Totals::replies_too_large`]), never silently lost.
+pub const MAX_REPLY: usize = 65_507;
 
 fn norm(k: &[u8]) -> Vec<u8> {
     k.iter().map(|&b| if b == b' ' || b == b'_' { b'-' } else { b.to_ascii_lowercase() }).collect()
@@ -90,8 +63,9 @@ fn error(reason: &str) -> Value {
     d(vec![("result", Value::str("error")), ("error-reason", Value::str(reason))])
 }
 
-/// Handles one datagram; None when it has no cookie to answer with.
-pub fn handle(core: &mut Core, msg: &[u8]) -> Option<Vec<u8>> {
+/// Splits a datagram into (cookie, body); None when there is no cookie to
+/// answer with (or it is longer than [`MAX_MESSAGE`]).
+fn split(msg: &[u8]) -> Option<(&[u8], &[u8])> {
     if msg.len() > MAX_MESSAGE {
         return None;
     }
@@ -100,21 +74,31 @@ pub fn handle(core: &mut Core, msg: &[u8]) -> Option<Vec<u8>> {
     if cookie.is_empty() {
         return None;
     }
+    Some((cookie, body))
+}
+
+/// Handles one datagram without a reply cache; None when it has no cookie
+/// to answer with. The reply is at most [`MAX_REPLY`] bytes.
+pub fn handle(core: &mut Core, msg: &[u8]) -> Option<Vec<u8>> {
+    let (cookie, body) = split(msg)?;
+    Some(execute(core, cookie, body))
+}
+
+/// [`handle`] with the reply cache of the listener: a retransmitted
+/// cookie is answered from `cache` without running the command again.
+pub fn handle_cached(core: &mut Core, cache: &mut CookieCache, msg: &[u8]) -> Option<Vec<u8>> {
+    let (cookie, body) = split(msg)?;
     let now = Instant::now();
-    if let Some(r) = core.ng_cache.get(cookie, now) {
+    if let Some(r) = cache.get(cookie, now) {
         tracing::debug!(cookie = %String::from_utf8_lossy(cookie), "retransmitted ng command answered from the cache");
         return Some(r);
     }
-    let json = body.first() == Some(&b'{');
-    let reply = match parse(body, json) {
-        Ok(v) => dispatch(core, &v),
-        Err(e) => error(&e),
-    };
-    if reply.get("result").and_then(Value::as_str) == Some("error") {
-        core.totals.control_errors += 1;
-        let reason = reply.get("error-reason").and_then(|v| v.as_str()).unwrap_or("");
-        tracing::debug!(reason, "ng error reply");
-    }
+    let out = execute(core, cookie, body);
+    cache.put(cookie, &out, now);
+    Some(out)
+}
+
+fn encode(cookie: &[u8], reply: &Value, json: bool) -> Vec<u8> {
     let mut out = cookie.to_vec();
     out.push(b' ');
     if json {
@@ -122,8 +106,35 @@ pub fn handle(core: &mut Core, msg: &[u8]) -> Option<Vec<u8>> {
     } else {
         reply.encode_into(&mut out);
     }
-    core.ng_cache.put(cookie, &out, now);
-    Some(out)
+    out
+}
+
+fn execute(core: &mut Core, cookie: &[u8], body: &[u8]) -> Vec<u8> {
+    let json = body.first() == Some(&b'{');
+    let mut reply = match parse(body, json) {
+        Ok(v) => dispatch(core, &v),
+        Err(e) => error(&e),
+    };
+    let mut out = encode(cookie, &reply, json);
+    if out.len() > MAX_REPLY {
+        core.totals.replies_too_large += 1;
+        tracing::warn!(
+            bytes = out.len(),
+            limit = MAX_REPLY,
+            "ng reply too large for a datagram; an error is sent instead"
+        );
+        reply = error(&format!(
+            "Reply too large ({} bytes; a datagram holds {MAX_REPLY}): use a smaller limit or query single calls",
+            out.len()
+        ));
+        out = encode(cookie, &reply, json);
+    }
+    if reply.get("result").and_then(Value::as_str) == Some("error") {
+        core.totals.control_errors += 1;
+        let reason = reply.get("error-reason").and_then(|v| v.as_str()).unwrap_or("");
+        tracing::debug!(reason, "ng error reply");
+    }
+    out
 }
 
 fn parse(body: &[u8], json: bool) -> Result<Value, String> {
@@ -561,16 +572,51 @@ mod tests {
                 ("sdp", Value::str(SDP4)),
             ]),
         );
-        let first = handle(&mut c, &offer).unwrap();
+        let mut cache = CookieCache::default();
+        let first = handle_cached(&mut c, &mut cache, &offer).unwrap();
         let del = msg("kam_2", d(vec![("command", Value::str("delete")), ("call-id", Value::str("rt"))]));
-        let d1 = handle(&mut c, &del).unwrap();
+        let d1 = handle_cached(&mut c, &mut cache, &del).unwrap();
         // Retransmitted delete: same reply (ok), not "not found".
-        assert_eq!(handle(&mut c, &del).unwrap(), d1);
+        assert_eq!(handle_cached(&mut c, &mut cache, &del).unwrap(), d1);
         assert!(String::from_utf8_lossy(&d1).contains("6:result2:ok"));
         // Retransmitted offer: the cached reply, the call is not recreated.
-        assert_eq!(handle(&mut c, &offer).unwrap(), first);
+        assert_eq!(handle_cached(&mut c, &mut cache, &offer).unwrap(), first);
         assert!(c.call("rt").is_none());
         assert_eq!(c.totals.calls_created, 1);
+        assert_eq!(cache.stats().hits, 2);
+        // Without the cache the delete runs again and fails.
+        assert!(String::from_utf8_lossy(&handle(&mut c, &del).unwrap()).contains("error"));
+    }
+
+    #[test]
+    fn a_reply_over_the_datagram_limit_is_an_error_and_counted() {
+        let mut c = core();
+        // Two calls whose Call-IDs alone fill more than a datagram.
+        let long = |i: u8| String::from_utf8(vec![b'a' + i; 40_000]).unwrap();
+        for i in 0..2u8 {
+            let (_, v) = call(
+                &mut c,
+                &msg(
+                    "k",
+                    d(vec![
+                        ("command", Value::str("offer")),
+                        ("call-id", Value::str(&long(i))),
+                        ("from-tag", Value::str("f")),
+                        ("sdp", Value::str(SDP4)),
+                    ]),
+                ),
+            );
+            assert_eq!(v.get("result").and_then(Value::as_str), Some("ok"));
+        }
+        let r = handle(&mut c, b"big d7:command4:liste").unwrap();
+        assert!(r.len() <= MAX_REPLY);
+        let v = bencode::decode(&r[4..]).unwrap();
+        assert_eq!(v.get("result").and_then(Value::as_str), Some("error"));
+        assert!(v.get("error-reason").and_then(Value::as_str).unwrap().starts_with("Reply too large"));
+        assert_eq!(c.totals.replies_too_large, 1);
+        // A list that fits is still answered.
+        let r = handle(&mut c, b"small d7:command4:list5:limiti1ee").unwrap();
+        assert!(String::from_utf8_lossy(&r).contains("6:result2:ok"));
     }
 
     #[test]

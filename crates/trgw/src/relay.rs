@@ -6,7 +6,7 @@ use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::RawFd;
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -16,7 +16,9 @@ use anyhow::{Context as _, Result};
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::config::{Config, IoMode};
+use crate::cookie_cache::{CacheStats, CookieCache};
 use crate::core::{Core, PacketTotals, Plane, StreamInit, Totals};
+use crate::policy::MediaPolicy;
 use crate::table::{RelayKey, RelayValue};
 use crate::uring::UringWorker;
 use crate::worker::{Cmd, Worker, WorkerCtl};
@@ -82,6 +84,8 @@ pub struct RelayHandle {
     rtpproxy_udp: Option<SocketAddr>,
     unix_path: Option<PathBuf>,
     io: IoMode,
+    ng_cache: Arc<Mutex<CookieCache>>,
+    policy: Arc<MediaPolicy>,
 }
 
 /// A snapshot of the relay's counters (for Prometheus / `v6gate ctl`).
@@ -96,6 +100,12 @@ pub struct RelayStats {
     pub totals: Totals,
     /// Packet counters summed over the live calls.
     pub packets: PacketTotals,
+    /// Packet counters since start, ended calls included (monotonic).
+    pub relayed: PacketTotals,
+    /// The ng reply cache.
+    pub ng_cache: CacheStats,
+    /// Media packets dropped because latching refused their source.
+    pub latch_refused: u64,
 }
 
 fn lock(core: &Mutex<Core>) -> MutexGuard<'_, Core> {
@@ -107,7 +117,6 @@ impl Relay {
     /// get an ephemeral port: see [`RelayHandle::ng_addr`].
     pub fn start(cfg: Config) -> Result<RelayHandle> {
         cfg.check().map_err(anyhow::Error::msg)?;
-        raise_fd_limit();
         let epoch = Instant::now();
         let stop = Arc::new(AtomicBool::new(false));
         let n = cfg.worker_count();
@@ -166,21 +175,28 @@ impl Relay {
             io = got;
             ctls.push(WorkerCtl { tx, efd });
         }
+        let policy = Arc::new(MediaPolicy::new(&cfg));
+        let core = Core::with_policy(cfg.clone(), Box::new(SocketPlane { workers: ctls }), epoch, policy.clone());
         let mut handle = RelayHandle {
             stop: stop.clone(),
             threads,
-            core: Arc::new(Mutex::new(Core::new(cfg.clone(), Box::new(SocketPlane { workers: ctls }), epoch))),
+            core: Arc::new(Mutex::new(core)),
             ng: None,
             rtpproxy_udp: None,
             unix_path: None,
             io,
+            ng_cache: Arc::new(Mutex::new(CookieCache::new(cfg.ng_cache_entries, cfg.ng_cache_bytes))),
+            policy,
         };
         tracing::info!(workers = n, io = ?io, "relay workers started");
         let allow = Arc::new(cfg.clone());
         if let Some(a) = cfg.ng {
             let sock = UdpSocket::bind(a).with_context(|| format!("binding the ng listener on {a}"))?;
             handle.ng = Some(sock.local_addr()?);
-            handle.spawn_udp("trgw-ng", sock, allow.clone(), crate::ng::handle)?;
+            let cache = handle.ng_cache.clone();
+            handle.spawn_udp("trgw-ng", sock, allow.clone(), move |core, m| {
+                crate::ng::handle_cached(core, &mut cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner), m)
+            })?;
             tracing::info!(addr = ?handle.ng, "rtpengine ng control listening");
         }
         if let Some(a) = cfg.rtpproxy_udp {
@@ -192,20 +208,30 @@ impl Relay {
         if let Some(p) = &cfg.rtpproxy_unix {
             let _ = std::fs::remove_file(p);
             let l = UnixListener::bind(p).with_context(|| format!("binding the rtpproxy socket {}", p.display()))?;
-            l.set_nonblocking(true)?;
             handle.unix_path = Some(p.clone());
-            let (core, stop) = (handle.core.clone(), stop.clone());
+            let srv = UnixServer {
+                core: handle.core.clone(),
+                stop: stop.clone(),
+                busy: Arc::new(AtomicUsize::new(0)),
+                max: cfg.control_connections,
+                timeout: Duration::from_secs(cfg.control_timeout_secs),
+            };
             handle.threads.push(std::thread::Builder::new().name("trgw-rtpp-unix".into()).spawn(move || {
-                unix_loop(&l, &core, &stop);
+                srv.accept_loop(&l);
             })?);
             tracing::info!(path = %p.display(), "rtpproxy control listening (Unix)");
         }
         // Idle sweeper.
-        let (core, st) = (handle.core.clone(), stop.clone());
+        let (core, st, pol) = (handle.core.clone(), stop.clone(), handle.policy.clone());
         let tick = Duration::from_millis((cfg.timeout_secs * 1000 / 4).clamp(100, 1000));
         handle.threads.push(std::thread::Builder::new().name("trgw-timer".into()).spawn(move || {
+            let mut refreshed = Instant::now();
             while !st.load(Relaxed) {
                 std::thread::sleep(tick);
+                if refreshed.elapsed() >= HOST_ADDRESS_REFRESH {
+                    pol.refresh_host_addresses();
+                    refreshed = Instant::now();
+                }
                 let gone = lock(&core).expire(Instant::now());
                 for c in gone {
                     tracing::info!(call_id = %c, "media timeout: call torn down");
@@ -216,45 +242,113 @@ impl Relay {
     }
 }
 
-/// Every stream holds four sockets: lift the soft descriptor limit to the
-/// hard one (rtpengine does the same), so thousands of calls fit.
-fn raise_fd_limit() {
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: get/setrlimit on a local struct.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
-            let want = libc::rlimit { rlim_cur: lim.rlim_max, rlim_max: lim.rlim_max };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &want) != 0 {
-                tracing::warn!(soft = lim.rlim_cur, "cannot raise the open-file limit");
+/// How often the host's addresses are re-read for the media policy.
+const HOST_ADDRESS_REFRESH: Duration = Duration::from_secs(10);
+
+/// Whether an accept error means the process or the system ran out of
+/// file descriptors.
+pub fn is_descriptor_exhaustion(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE))
+}
+
+/// The rtpproxy Unix stream socket: each connection is served on its own
+/// thread (at most `max` at once; more are closed at once and counted),
+/// with read and write timeouts, so an idle client or one that does not
+/// read its replies delays nobody else.
+struct UnixServer {
+    core: Arc<Mutex<Core>>,
+    stop: Arc<AtomicBool>,
+    busy: Arc<AtomicUsize>,
+    max: usize,
+    timeout: Duration,
+}
+
+impl UnixServer {
+    fn accept_loop(&self, l: &UnixListener) {
+        let mut backoff = Duration::from_millis(10);
+        while !self.stop.load(Relaxed) {
+            match l.accept() {
+                Ok((s, _)) => {
+                    backoff = Duration::from_millis(10);
+                    if self.stop.load(Relaxed) {
+                        break;
+                    }
+                    if self.busy.fetch_add(1, Relaxed) >= self.max {
+                        self.busy.fetch_sub(1, Relaxed);
+                        let n = {
+                            let mut c = lock(&self.core);
+                            c.totals.control_connections_refused += 1;
+                            c.totals.control_connections_refused
+                        };
+                        if n % 100 == 1 {
+                            tracing::warn!(max = self.max, "rtpproxy unix socket: connection limit reached, connection closed (control-connections)");
+                        }
+                        continue;
+                    }
+                    let (core, busy, timeout) = (self.core.clone(), self.busy.clone(), self.timeout);
+                    let spawned = std::thread::Builder::new().name("trgw-rtpp-conn".into()).spawn(move || {
+                        serve_unix(s, &core, timeout);
+                        busy.fetch_sub(1, Relaxed);
+                    });
+                    if let Err(e) = spawned {
+                        self.busy.fetch_sub(1, Relaxed);
+                        tracing::warn!(error = %e, "rtpproxy unix socket: cannot start a connection thread");
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    // EMFILE/ENFILE and the like: keep listening, back off.
+                    let n = {
+                        let mut c = lock(&self.core);
+                        c.totals.control_accept_errors += 1;
+                        c.totals.control_accept_errors
+                    };
+                    if n % 100 == 1 {
+                        if is_descriptor_exhaustion(&e) {
+                            tracing::warn!(error = %e, "rtpproxy unix socket: out of file descriptors (too many open files); backing off");
+                        } else {
+                            tracing::warn!(error = %e, "rtpproxy unix socket: accept failed; backing off");
+                        }
+                    }
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
             }
         }
     }
 }
 
-fn unix_loop(l: &UnixListener, core: &Mutex<Core>, stop: &AtomicBool) {
-    while !stop.load(Relaxed) {
-        match l.accept() {
-            Ok((mut s, _)) => {
-                let _ = s.set_nonblocking(false);
-                let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-                let mut buf = vec![0u8; 65536];
-                let n = match s.read(&mut buf) {
-                    Ok(n) => n,
-                    Err(_) => continue,
-                };
-                let mut out = Vec::new();
-                for line in buf[..n].split(|&b| b == b'\n').filter(|l| !l.iter().all(u8::is_ascii_whitespace)) {
-                    if let Some(r) = crate::rtpproxy::handle(&mut lock(core), line, false) {
-                        out.extend_from_slice(&r);
-                    }
-                }
-                let _ = s.write_all(&out);
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(20)),
+/// One rtpproxy Unix connection: each read is one or more commands (one
+/// per line), answered in one write, until the client closes, a timeout
+/// passes or a write fails.
+fn serve_unix(mut s: std::os::unix::net::UnixStream, core: &Mutex<Core>, timeout: Duration) {
+    if s.set_read_timeout(Some(timeout)).is_err() || s.set_write_timeout(Some(timeout)).is_err() {
+        return;
+    }
+    let mut buf = vec![0u8; 65536];
+    loop {
+        let n = match s.read(&mut buf) {
+            Ok(0) => return,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => {
-                tracing::warn!(error = %e, "rtpproxy unix accept failed");
-                std::thread::sleep(Duration::from_millis(100));
+                if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) {
+                    lock(core).totals.control_timeouts += 1;
+                }
+                return;
             }
+        };
+        let mut out = Vec::new();
+        for line in buf[..n].split(|&b| b == b'\n').filter(|l| !l.iter().all(u8::is_ascii_whitespace)) {
+            if let Some(r) = crate::rtpproxy::handle(&mut lock(core), line, false) {
+                out.extend_from_slice(&r);
+            }
+        }
+        if let Err(e) = s.write_all(&out) {
+            if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) {
+                lock(core).totals.control_timeouts += 1;
+            }
+            return;
         }
     }
 }
@@ -265,7 +359,7 @@ impl RelayHandle {
         name: &str,
         sock: UdpSocket,
         cfg: Arc<Config>,
-        f: fn(&mut Core, &[u8]) -> Option<Vec<u8>>,
+        mut f: impl FnMut(&mut Core, &[u8]) -> Option<Vec<u8>> + Send + 'static,
     ) -> Result<()> {
         sock.set_read_timeout(Some(Duration::from_millis(200)))?;
         let (core, stop) = (self.core.clone(), self.stop.clone());
@@ -283,7 +377,16 @@ impl RelayHandle {
                 }
                 let reply = f(&mut lock(&core), &buf[..n]);
                 if let Some(r) = reply {
-                    let _ = sock.send_to(&r, from);
+                    if let Err(e) = sock.send_to(&r, from) {
+                        let n = {
+                            let mut c = lock(&core);
+                            c.totals.control_send_errors += 1;
+                            c.totals.control_send_errors
+                        };
+                        if n % 100 == 1 {
+                            tracing::warn!(%from, bytes = r.len(), error = %e, "control reply not sent");
+                        }
+                    }
                 }
             }
         })?);
@@ -314,6 +417,9 @@ impl RelayHandle {
             streams: c.stream_count() as u64,
             totals: c.totals,
             packets: c.packet_totals(),
+            relayed: c.relayed_totals(),
+            ng_cache: self.ng_cache.lock().map(|g| g.stats()).unwrap_or_default(),
+            latch_refused: self.policy.latch_refused(),
         }
     }
 
@@ -329,6 +435,10 @@ impl RelayHandle {
 
     fn shutdown(&mut self) {
         self.stop.store(true, Relaxed);
+        if let Some(p) = &self.unix_path {
+            // Wake the accept loop blocked in accept(2).
+            let _ = std::os::unix::net::UnixStream::connect(p);
+        }
         for t in self.threads.drain(..) {
             let _ = t.join();
         }

@@ -19,7 +19,9 @@
 //! family the modifiers say (or a bad port) leaves the far end to latching,
 //! as rtpproxy does. Errors are `E<code>` with sippy's codes: 0 unknown
 //! command, 1 wrong argument count, 2 bad modifier, 31 unusable interface,
-//! 50 unknown session, 62 bad counter name, 71 no ports.
+//! 32 media address refused by the media address policy, 50 unknown
+//! session, 62 bad counter name, 71 no ports, 72 the interface address is
+//! not on the host (or another bind failure), 81 out of file descriptors.
 //!
 //! Tags may carry Kamailio's `;<n>` media-number suffix; it selects the
 //! media stream of the call (1-based).
@@ -51,6 +53,9 @@ const E_INVLARG: u32 = 31;
 const E_SESUNKN: u32 = 50;
 const E_QRYFAIL: u32 = 62;
 const E_LSTFAIL: u32 = 71;
+const E_LSTFAIL_2: u32 = 72;
+const E_NOMEM: u32 = 81;
+const E_INVLARG_ADDR: u32 = 32;
 
 /// Handles one command. With `cookie`, the first word is a cookie echoed
 /// before the reply (UDP); without, the reply is bare (Unix socket).
@@ -223,6 +228,9 @@ fn update(core: &mut Core, offer: bool, mods: &str, w: &[&str]) -> Result<String
             None => Ok("0".into()),
         },
         Err(CoreError::NoPorts(_)) => Err(E_LSTFAIL),
+        Err(CoreError::AddressNotOnHost(_)) | Err(CoreError::Bind(..)) => Err(E_LSTFAIL_2),
+        Err(CoreError::Descriptors { .. }) => Err(E_NOMEM),
+        Err(CoreError::Refused { .. }) => Err(E_INVLARG_ADDR),
         Err(CoreError::UnknownCall) if !offer => Ok("0".into()),
         Err(CoreError::UnknownCall) => Err(E_SESUNKN),
         Err(CoreError::Invalid(_)) if !offer => Ok("0".into()),
@@ -369,6 +377,15 @@ mod tests {
         assert_eq!(s.peers[0], None);
         assert!(run(&mut c, "2 U x 1.2.3.4 notaport ft").starts_with("2 3"));
         assert!(run(&mut c, "3 U6 y 2001:db8::9 4000 ft").ends_with(" 6\n"));
+    }
+
+    #[test]
+    fn refused_media_address_is_e32() {
+        let mut c = core();
+        assert_eq!(run(&mut c, "1 U c1 127.0.0.1 5555 a"), "1 E32\n");
+        assert_eq!(run(&mut c, "1 U6 c1 ff02::1 5555 a"), "1 E32\n");
+        assert!(c.call("c1").is_none());
+        assert_eq!(c.totals.media_refused, 2);
     }
 
     #[test]

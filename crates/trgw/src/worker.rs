@@ -418,7 +418,8 @@ impl Slot {
 }
 
 /// Latching and RTP statistics for one received datagram; false when it
-/// must be dropped (strict latching, or a foreign source after latching).
+/// must be dropped (strict latching, a foreign source after latching, or a
+/// first source the media address policy refuses).
 pub(crate) fn ingress(slot: &mut Slot, src: SocketAddr, pkt: &[u8], now_ns: u64) -> bool {
     let st = &slot.init.stats.slots[slot.k];
     if slot.init.latching == Latching::Strict {
@@ -427,6 +428,10 @@ pub(crate) fn ingress(slot: &mut Slot, src: SocketAddr, pkt: &[u8], now_ns: u64)
         }
     } else {
         match slot.latched {
+            // A new source is learnt only if media may be sent to it: a
+            // packet from a forbidden source must not redirect the other
+            // leg's media (the same policy as signalled addresses).
+            None if !slot.init.policy.check_latch(src.ip()) => return false,
             None => {
                 slot.latched = Some(src);
                 if let Ok(mut g) = st.latched.lock() {

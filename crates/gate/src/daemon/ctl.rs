@@ -1,9 +1,15 @@
 //! `v6gate ctl`: a small client of the admin HTTP API (plain HTTP/1.0 over
 //! a TCP connection; the daemon's admin address, 127.0.0.1:9164 by default).
 //! Prints the JSON the daemon answers (pretty-printed), or the metrics text.
+//!
+//! The token (`Authorization: Bearer`) comes from `--token-file`, else the
+//! `V6GATE_ADMIN_TOKEN` environment variable, else the `[admin] token` or
+//! `token-file` of the configuration given with `--config` (which also
+//! gives the admin address when `--admin` is not set).
 
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
@@ -14,9 +20,18 @@ use crate::config::DEFAULT_ADMIN_LISTEN;
 /// `v6gate ctl` arguments.
 #[derive(Debug, Args)]
 pub struct CtlArgs {
-    /// Admin API address of the daemon ([admin] listen).
-    #[arg(long, value_name = "ADDR:PORT", default_value = DEFAULT_ADMIN_LISTEN, global = true)]
-    pub admin: SocketAddr,
+    /// Admin API address of the daemon ([admin] listen; default the one of
+    /// --config, else 127.0.0.1:9164).
+    #[arg(long, value_name = "ADDR:PORT", global = true)]
+    pub admin: Option<SocketAddr>,
+    /// The daemon's configuration file: its [admin] listen address and
+    /// token (or token-file) are used.
+    #[arg(short, long, value_name = "FILE", global = true)]
+    pub config: Option<PathBuf>,
+    /// A file whose first line is the admin token (overrides
+    /// V6GATE_ADMIN_TOKEN and --config).
+    #[arg(long, value_name = "FILE", global = true)]
+    pub token_file: Option<PathBuf>,
     /// What to do.
     #[command(subcommand)]
     pub cmd: CtlCmd,
@@ -103,12 +118,37 @@ fn order(a: &str, b: &str) -> anyhow::Result<(String, String)> {
     }
 }
 
+/// Environment variable holding the admin token.
+pub const TOKEN_ENV: &str = "V6GATE_ADMIN_TOKEN";
+
+/// The admin address and token `ctl` uses (see the module documentation).
+pub fn target(args: &CtlArgs) -> anyhow::Result<(SocketAddr, Option<String>)> {
+    let cfg = match &args.config {
+        Some(p) => Some(crate::config::Config::load(p)?),
+        None => None,
+    };
+    let default: SocketAddr = DEFAULT_ADMIN_LISTEN.parse().context("default admin address")?;
+    let admin = args.admin.or_else(|| cfg.as_ref().and_then(|c| c.admin.listen)).unwrap_or(default);
+    let token = if let Some(f) = &args.token_file {
+        let t = std::fs::read_to_string(f).with_context(|| format!("reading the token file {}", f.display()))?;
+        Some(t.lines().next().unwrap_or("").trim().to_string()).filter(|t| !t.is_empty())
+    } else if let Some(t) = std::env::var(TOKEN_ENV).ok().filter(|t| !t.trim().is_empty()) {
+        Some(t.trim().to_string())
+    } else if let Some(c) = &cfg {
+        crate::validate::admin_token(c).map_err(|e| anyhow::anyhow!("[admin] token-file: {e}"))?
+    } else {
+        None
+    };
+    Ok((admin, token))
+}
+
 /// One HTTP request to the admin API: (status, body).
-pub fn request(admin: SocketAddr, method: &str, path: &str) -> anyhow::Result<(u16, String)> {
+pub fn request(admin: SocketAddr, method: &str, path: &str, token: Option<&str>) -> anyhow::Result<(u16, String)> {
     let mut s = TcpStream::connect_timeout(&admin, Duration::from_secs(3))
         .with_context(|| format!("cannot reach the v6gate admin API at {admin} (is `v6gate run` up? see --admin)"))?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(s, "{method} {path} HTTP/1.0\r\nHost: {admin}\r\nContent-Length: 0\r\n\r\n")?;
+    s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    write!(s, "{method} {path} HTTP/1.0\r\nHost: {admin}\r\n{auth}Content-Length: 0\r\n\r\n")?;
     let mut buf = Vec::new();
     s.read_to_end(&mut buf).context("reading the admin API's answer")?;
     let text = String::from_utf8_lossy(&buf);
@@ -132,7 +172,8 @@ pub fn run(args: &CtlArgs) -> anyhow::Result<()> {
         }
         CtlCmd::Reload => ("POST", "/reload".to_string()),
     };
-    let (status, body) = request(args.admin, method, &path)?;
+    let (admin, token) = target(args)?;
+    let (status, body) = request(admin, method, &path, token.as_deref())?;
     let shown = match serde_json::from_str::<serde_json::Value>(&body) {
         Ok(v) if !matches!(args.cmd, CtlCmd::Metrics) => serde_json::to_string_pretty(&v).unwrap_or(body.clone()),
         _ => body.clone(),

@@ -16,6 +16,17 @@
 //!   and shown in `/status`, and the old configuration keeps running.
 //! - `SIGINT`/`SIGTERM`: stop the workers, remove the routes, close the
 //!   queues (which removes the device).
+//!
+//! `POST /reload` (`v6gate ctl reload`) is the same reload, counted and
+//! recorded in `/status` `reloads.last_error` the same way.
+//!
+//! A file without `[siit]`, `[nat64]` and `[dns64]` (only `[trgw]`) runs
+//! without a TUN device: the relay, the admin API and SIGHUP reload (which
+//! refuses a file that adds a function needing the device).
+//!
+//! Signals and logging belong to the binary (`src/main.rs`): it hands
+//! [`run`] the signals it caught ([`Signal`]) and a function that applies
+//! `[daemon] log-level`.
 
 pub mod admin;
 pub mod ctl;
@@ -23,7 +34,6 @@ pub mod engine;
 pub mod stats;
 pub mod worker;
 
-use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -48,6 +58,15 @@ pub struct RunArgs {
     pub config: PathBuf,
 }
 
+/// What the binary tells the daemon: reload, or stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    /// SIGHUP.
+    Reload,
+    /// SIGINT or SIGTERM (the number, for the log).
+    Stop(i32),
+}
+
 /// The running daemon's shared state (read by the admin API).
 pub struct Daemon {
     /// The configuration file.
@@ -62,8 +81,10 @@ pub struct Daemon {
     pub timer_stats: Arc<WorkerStats>,
     /// Start time.
     pub started: Instant,
-    /// TUN device name and index.
-    pub device: (String, u32),
+    /// Start time, seconds since the Unix epoch.
+    pub started_unix: f64,
+    /// TUN device name and index (None: no packet function, no device).
+    pub device: Option<(String, u32)>,
     /// Routes the daemon added.
     pub routes: Mutex<Vec<IpPrefix>>,
     /// Successful reloads.
@@ -76,6 +97,14 @@ pub struct Daemon {
     pub dns64: Mutex<Option<dns64::Server>>,
     /// The TrGW media relay, when `[trgw]` is configured.
     pub trgw: Option<trgw::RelayHandle>,
+    /// Admin server counters.
+    pub admin_stats: Arc<admin::AdminStats>,
+    /// Descriptors the configuration may need ([`crate::limits::needed`]).
+    pub fds_needed: u64,
+    admin_token: Mutex<Option<String>>,
+    /// Static BIB entries added through the admin API (kept across reloads).
+    runtime_bib: Mutex<Vec<nat64::StaticBib>>,
+    set_log_level: Box<dyn Fn(&str) + Send + Sync>,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -99,11 +128,117 @@ impl Daemon {
         self.stats.len()
     }
 
+    /// The admin token in force (`[admin] token` / `token-file`).
+    pub fn admin_token(&self) -> Option<String> {
+        lock(&self.admin_token).clone()
+    }
+
+    /// Record a static BIB entry added (or removed) through the admin API,
+    /// so a reload keeps it.
+    pub fn note_runtime_bib(&self, e: nat64::StaticBib, added: bool) {
+        let mut v = lock(&self.runtime_bib);
+        v.retain(|x| x != &e);
+        if added {
+            v.push(e);
+        }
+    }
+
+    /// [`Daemon::reload`], counted (`v6gate_config_reloads_total`), logged
+    /// and recorded in `/status` (`reloads.last_error`): every reload path
+    /// (SIGHUP, the admin API) goes through here.
+    pub fn reload_and_record(&self, source: &str) -> Result<u64, String> {
+        match self.reload() {
+            Ok(g) => {
+                self.reloads_ok.fetch_add(1, Ordering::Relaxed);
+                *lock(&self.last_reload_error) = None;
+                tracing::info!("reloaded {} (generation {g}, {source})", self.config_path.display());
+                Ok(g)
+            }
+            Err(e) => {
+                self.reloads_failed.fetch_add(1, Ordering::Relaxed);
+                tracing::error!("reload rejected ({source}), the old configuration stays: {e}");
+                *lock(&self.last_reload_error) = Some(e.clone());
+                Err(e)
+            }
+        }
+    }
+
+    /// Adds the static BIB entries of the admin API that still fit `new` to
+    /// its `[nat64] bib` (so the reload keeps them, with their sessions);
+    /// returns the ones kept. Those that no longer fit are logged.
+    fn carry_runtime_bib(&self, new: &mut Config) -> Vec<nat64::StaticBib> {
+        let runtime = lock(&self.runtime_bib).clone();
+        if runtime.is_empty() {
+            return runtime;
+        }
+        let xcfg = new.nat64_xlat_config();
+        let Some(n) = new.nat64.as_mut() else {
+            tracing::warn!(
+                "{} static BIB entr(y/ies) added through the admin API dropped: the new file has no [nat64]",
+                runtime.len()
+            );
+            return Vec::new();
+        };
+        // A scratch translator of the new file tells which entries fit.
+        let Ok(scratch) = nat64::Nat64::with_xlat(n.clone(), xcfg) else { return runtime };
+        let mut kept = Vec::new();
+        for e in runtime {
+            if n.bib.contains(&e) {
+                kept.push(e);
+                continue;
+            }
+            match scratch.bib_add(e) {
+                Ok(()) => {
+                    n.bib.push(e);
+                    kept.push(e);
+                }
+                Err(err) => tracing::warn!(
+                    "static BIB entry {} {} <-> {} (added through the admin API) dropped by the reload: {err}",
+                    e.protocol,
+                    e.ipv6,
+                    e.ipv4
+                ),
+            }
+        }
+        kept
+    }
+
     /// Re-read the configuration file and apply it, or leave everything as
     /// it is and return why not.
     pub fn reload(&self) -> Result<u64, String> {
-        let new = Config::load(&self.config_path).map_err(|e| e.to_string())?;
+        let mut new = Config::load(&self.config_path).map_err(|e| e.to_string())?;
         let mut cur = lock(&self.config);
+        let without_token = |a: &crate::config::AdminConfig| {
+            let mut a = a.clone();
+            a.token = None;
+            a.token_file = None;
+            a
+        };
+        if without_token(&new.admin) != without_token(&cur.admin) {
+            return Err("[admin] changed: restart v6gate to apply (only token and token-file apply on reload)".into());
+        }
+        if new.trgw != cur.trgw {
+            // Live calls hold sockets and ports of the old interfaces.
+            return Err("[trgw] changed: restart v6gate to apply".into());
+        }
+        let token = crate::validate::admin_token(&new)?;
+        let Some((_, idx)) = self.device.clone() else {
+            // No TUN device: only [trgw] ran at start.
+            if new.siit.is_some() || new.nat64.is_some() || new.dns64.is_some() {
+                return Err(
+                    "[siit], [nat64] or [dns64] added: v6gate runs without a TUN device (only [trgw] was configured at start); restart v6gate to apply".into(),
+                );
+            }
+            let old = self.engines.load_full();
+            let generation = old.generation + 1;
+            let engines = Engines::build(&new, generation, 0, Some(&old), 0).map_err(|e| e.to_string())?;
+            (self.set_log_level)(&new.daemon.log_level);
+            self.engines.store(Arc::new(engines));
+            *lock(&self.admin_token) = token;
+            *cur = new;
+            return Ok(generation);
+        };
+        let kept_bib = self.carry_runtime_bib(&mut new);
         if new.tun.name != cur.tun.name {
             return Err(format!("[tun] name changed ({} -> {}): restart v6gate to apply", cur.tun.name, new.tun.name));
         }
@@ -117,13 +252,6 @@ impl Daemon {
         if (new.tun.io, new.tun.batch, new.tun.pin_workers) != (cur.tun.io, cur.tun.batch, cur.tun.pin_workers) {
             return Err("[tun] io, batch or pin-workers changed: restart v6gate to apply".into());
         }
-        if new.admin != cur.admin {
-            return Err("[admin] changed: restart v6gate to apply".into());
-        }
-        if new.trgw != cur.trgw {
-            // Live calls hold sockets and ports of the old interfaces.
-            return Err("[trgw] changed: restart v6gate to apply".into());
-        }
         let old = self.engines.load_full();
         let generation = old.generation + 1;
         let now_ns = self.started.elapsed().as_nanos() as u64;
@@ -132,7 +260,6 @@ impl Daemon {
         // Side effects from here on; each step that can fail is undone if a
         // later one fails, so a rejected reload leaves the old state.
         let mut nl = Netlink::open().map_err(|e| format!("netlink: {e}"))?;
-        let idx = self.device.1;
         let mut have = lock(&self.routes);
         let want = routes_for(&new);
         let mut undo = Undo::default();
@@ -166,20 +293,22 @@ impl Daemon {
         // Committed: remove what the new file no longer has (best effort).
         for a in cur.tun.addresses.iter().filter(|a| !new.tun.addresses.contains(a)) {
             if let Err(e) = nl.del_address(idx, *a) {
-                log::warn!("removing address {a}: {e}");
+                tracing::warn!("removing address {a}: {e}");
             }
         }
         for r in have.iter().filter(|r| !want.contains(r)) {
             if let Err(e) = nl.del_route(idx, *r) {
-                log::warn!("removing route {r}: {e}");
+                tracing::warn!("removing route {r}: {e}");
             }
         }
         if cur.tun.addresses.iter().any(|a| !new.tun.addresses.contains(a)) {
             reassert_routes(&mut nl, idx, &want);
         }
         *have = want;
-        set_log_level(&new.daemon.log_level);
+        (self.set_log_level)(&new.daemon.log_level);
         self.engines.store(Arc::new(engines));
+        *lock(&self.admin_token) = token;
+        *lock(&self.runtime_bib) = kept_bib;
         *cur = new;
         Ok(generation)
     }
@@ -190,7 +319,7 @@ impl Daemon {
 fn reassert_routes(nl: &mut Netlink, idx: u32, routes: &[IpPrefix]) {
     for r in routes {
         if let Err(e) = nl.add_route(idx, *r) {
-            log::warn!("re-adding route {r}: {e}");
+            tracing::warn!("re-adding route {r}: {e}");
         }
     }
 }
@@ -207,17 +336,17 @@ impl Undo {
     fn run(self, nl: &mut Netlink, idx: u32) {
         for r in self.routes {
             if let Err(e) = nl.del_route(idx, r) {
-                log::warn!("reload rollback: removing route {r}: {e}");
+                tracing::warn!("reload rollback: removing route {r}: {e}");
             }
         }
         for a in self.addresses {
             if let Err(e) = nl.del_address(idx, a) {
-                log::warn!("reload rollback: removing address {a}: {e}");
+                tracing::warn!("reload rollback: removing address {a}: {e}");
             }
         }
         if let Some((mtu, qlen)) = self.link {
             if let Err(e) = nl.link_up(idx, mtu, qlen) {
-                log::warn!("reload rollback: restoring MTU {mtu}: {e}");
+                tracing::warn!("reload rollback: restoring MTU {mtu}: {e}");
             }
         }
     }
@@ -247,7 +376,7 @@ impl Daemon {
         let Some(n) = new else { return Ok(()) };
         match dns64::Server::start(n) {
             Ok(s) => {
-                log::info!("dns64: serving on {:?}", s.local_addrs());
+                tracing::info!("dns64: serving on {:?}", s.local_addrs());
                 *slot = Some(s);
                 Ok(())
             }
@@ -255,7 +384,7 @@ impl Daemon {
                 if let Some(o) = old {
                     match dns64::Server::start(o) {
                         Ok(s) => *slot = Some(s),
-                        Err(e2) => log::error!("dns64: cannot restart the old server either: {e2}"),
+                        Err(e2) => tracing::error!("dns64: cannot restart the old server either: {e2}"),
                     }
                 }
                 Err(format!("[dns64]: cannot start: {e}"))
@@ -282,94 +411,77 @@ fn timer(q: &tun::TunQueue, engines: &ArcSwap<Engines>, shutdown: &AtomicBool, s
                 }
                 Err(e) => {
                     st.daemon_drop(stats::DaemonDrop::WriteError);
-                    log::debug!("timer: TUN write failed: {e}");
+                    tracing::debug!("timer: TUN write failed: {e}");
                 }
             }
         }
     }
 }
 
-// ---------------------------------------------------------------------------
-// Logging: `log` records on stderr, level from `[daemon] log-level`.
-
-struct StderrLog;
-
-impl log::Log for StderrLog {
-    fn enabled(&self, m: &log::Metadata<'_>) -> bool {
-        m.level() <= log::max_level()
-    }
-
-    fn log(&self, r: &log::Record<'_>) {
-        if self.enabled(r.metadata()) {
-            let _ = writeln!(std::io::stderr().lock(), "v6gate[{}]: {}", r.level().as_str().to_lowercase(), r.args());
-        }
-    }
-
-    fn flush(&self) {}
-}
-
-fn set_log_level(level: &str) {
-    log::set_max_level(match level {
-        "error" => log::LevelFilter::Error,
-        "warn" => log::LevelFilter::Warn,
-        "debug" => log::LevelFilter::Debug,
-        "trace" => log::LevelFilter::Trace,
-        _ => log::LevelFilter::Info,
-    });
-}
-
-// ---------------------------------------------------------------------------
-
-/// Run the daemon until SIGINT or SIGTERM.
-pub fn run(args: &RunArgs) -> anyhow::Result<()> {
-    let _ = log::set_logger(&StderrLog);
-    // First, so a SIGHUP/SIGTERM during start-up waits for the loop below
-    // instead of killing the process half set up.
-    let mut signals = signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGHUP,
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGTERM,
-    ])
-    .context("installing signal handlers")?;
-
+/// Run the daemon until `signals` yields [`Signal::Stop`]. The binary
+/// owns signals and logging: it catches SIGHUP/SIGINT/SIGTERM before
+/// calling this (so none is lost during start-up) and passes a function
+/// that applies `[daemon] log-level`.
+pub fn run(
+    args: &RunArgs,
+    signals: &mut dyn Iterator<Item = Signal>,
+    set_log_level: Box<dyn Fn(&str) + Send + Sync>,
+) -> anyhow::Result<()> {
     let cfg = Config::load(&args.config)?;
     set_log_level(&cfg.daemon.log_level);
-    if let (None, None, None, Some(t)) = (&cfg.siit, &cfg.nat64, &cfg.dns64, &cfg.trgw) {
-        // Only [trgw]: the media relay needs no TUN device; it waits for
-        // SIGINT/SIGTERM itself.
-        drop(signals);
-        return trgw::cli::serve(t.clone());
+    for w in crate::validate::warnings(&cfg) {
+        tracing::warn!("{w}");
     }
-    let n = cfg.tun.effective_queues();
+    let fds_needed = crate::limits::needed(&cfg);
+    match crate::limits::raise(fds_needed) {
+        Ok(r) => {
+            if let Some(w) = r.warning() {
+                tracing::warn!("{w}");
+            } else if r.soft != r.before.soft {
+                tracing::info!("open-file limit raised from {} to {} (needed {})", r.before.soft, r.soft, r.needed);
+            }
+        }
+        Err(e) => tracing::warn!("{e}"),
+    }
+    let token = crate::validate::admin_token(&cfg).map_err(|e| anyhow::anyhow!("[admin] token-file: {e}"))?;
+    let needs_tun = cfg.siit.is_some() || cfg.nat64.is_some() || cfg.dns64.is_some();
+    let n = if needs_tun { cfg.tun.effective_queues() } else { 0 };
     let engines = Engines::build(&cfg, 1, n, None, 0)?;
 
     let name = cfg.tun.name.clone();
     let io = cfg.tun.io;
-    let queues =
-        tun::open_queues(&name, n, io == IoMode::Poll).with_context(|| format!("creating TUN device {name}"))?;
-    let Some(idx) = tun::if_index(&name) else { bail!("TUN device {name} vanished") };
-    let mut nl = Netlink::open().context("opening a route netlink socket")?;
-    nl.link_up(idx, cfg.tun.mtu, cfg.tun.txqueuelen)
-        .with_context(|| format!("bringing {name} up with MTU {}", cfg.tun.mtu))?;
-    for a in &cfg.tun.addresses {
-        nl.add_address(idx, *a).with_context(|| format!("adding address {a} to {name}"))?;
-    }
-    let routes = routes_for(&cfg);
-    for r in &routes {
-        nl.add_route(idx, *r).with_context(|| format!("adding route {r} into {name}"))?;
+    let mut tun_parts = None;
+    let routes = if needs_tun { routes_for(&cfg) } else { Vec::new() };
+    if needs_tun {
+        let queues =
+            tun::open_queues(&name, n, io == IoMode::Poll).with_context(|| format!("creating TUN device {name}"))?;
+        let Some(idx) = tun::if_index(&name) else { bail!("TUN device {name} vanished") };
+        let mut nl = Netlink::open().context("opening a route netlink socket")?;
+        nl.link_up(idx, cfg.tun.mtu, cfg.tun.txqueuelen)
+            .with_context(|| format!("bringing {name} up with MTU {}", cfg.tun.mtu))?;
+        for a in &cfg.tun.addresses {
+            nl.add_address(idx, *a).with_context(|| format!("adding address {a} to {name}"))?;
+        }
+        for r in &routes {
+            nl.add_route(idx, *r).with_context(|| format!("adding route {r} into {name}"))?;
+        }
+        tun_parts = Some((queues, idx, nl));
     }
 
     let shutdown = Arc::new(AtomicBool::new(false));
     let engines = Arc::new(ArcSwap::from_pointee(engines));
     let stats: Vec<Arc<WorkerStats>> = (0..n).map(|_| Arc::new(WorkerStats::default())).collect();
     let epoch = Instant::now();
+    let started_unix =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
     let pin = cfg.tun.pin_workers;
     let batch = cfg.tun.batch;
     let admin_addr = cfg.admin.listen;
+    let admin_limits = admin::Limits::of(&cfg.admin);
     let dns = match &cfg.dns64 {
         Some(d) => {
             let s = dns64::Server::start(d).map_err(|e| anyhow::anyhow!("[dns64]: cannot start: {e}"))?;
-            log::info!("dns64: serving on {:?}", s.local_addrs());
+            tracing::info!("dns64: serving on {:?}", s.local_addrs());
             Some(s)
         }
         None => None,
@@ -377,7 +489,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     let relay = match &cfg.trgw {
         Some(t) => {
             let r = trgw::Relay::start(t.clone()).context("[trgw]: cannot start the media relay")?;
-            log::info!("trgw: ng control on {:?}, rtpproxy on {:?}", r.ng_addr(), r.rtpproxy_udp_addr());
+            tracing::info!("trgw: ng control on {:?}, rtpproxy on {:?}", r.ng_addr(), r.rtpproxy_udp_addr());
             Some(r)
         }
         None => None,
@@ -390,75 +502,82 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         stats: stats.clone(),
         timer_stats: timer_stats.clone(),
         started: epoch,
-        device: (name.clone(), idx),
+        started_unix,
+        device: tun_parts.as_ref().map(|(_, idx, _)| (name.clone(), *idx)),
         routes: Mutex::new(routes),
         reloads_ok: AtomicU64::new(0),
         reloads_failed: AtomicU64::new(0),
         last_reload_error: Mutex::new(None),
         dns64: Mutex::new(dns),
         trgw: relay,
+        admin_stats: Arc::new(admin::AdminStats::default()),
+        fds_needed,
+        admin_token: Mutex::new(token),
+        runtime_bib: Mutex::new(Vec::new()),
+        set_log_level,
     });
 
-    let timer_queue = queues.first().map(|q| q.try_clone()).transpose().context("duplicating a TUN queue")?;
     let mut threads = Vec::new();
-    for (id, (queue, st)) in queues.into_iter().zip(stats).enumerate() {
-        let w = worker::Worker {
-            id,
-            queue,
-            io,
-            stats: st,
-            engines: engines.clone(),
-            shutdown: shutdown.clone(),
-            batch,
-            epoch,
-        };
-        let t = std::thread::Builder::new().name(format!("v6gate-w{id}")).spawn(move || {
-            if pin {
-                if let Err(e) = tun::pin_to_cpu(id) {
-                    log::warn!("worker {id}: cannot pin to CPU {id}: {e}");
+    let mut nl_idx = None;
+    if let Some((queues, idx, nl)) = tun_parts {
+        nl_idx = Some((nl, idx));
+        let timer_queue = queues.first().map(|q| q.try_clone()).transpose().context("duplicating a TUN queue")?;
+        for (id, (queue, st)) in queues.into_iter().zip(stats).enumerate() {
+            let w = worker::Worker {
+                id,
+                queue,
+                io,
+                stats: st,
+                engines: engines.clone(),
+                shutdown: shutdown.clone(),
+                batch,
+                epoch,
+            };
+            let t = std::thread::Builder::new().name(format!("v6gate-w{id}")).spawn(move || {
+                if pin {
+                    if let Err(e) = tun::pin_to_cpu(id) {
+                        tracing::warn!("worker {id}: cannot pin to CPU {id}: {e}");
+                    }
                 }
-            }
-            w.run()
-        })?;
-        threads.push(t);
-    }
-
-    if let Some(q) = timer_queue {
-        let (engines, shutdown, st) = (engines.clone(), shutdown.clone(), timer_stats);
-        threads.push(
-            std::thread::Builder::new()
-                .name("v6gate-timer".into())
-                .spawn(move || timer(&q, &engines, &shutdown, &st, epoch))?,
-        );
+                w.run()
+            })?;
+            threads.push(t);
+        }
+        if let Some(q) = timer_queue {
+            let (engines, shutdown, st) = (engines.clone(), shutdown.clone(), timer_stats);
+            threads.push(
+                std::thread::Builder::new()
+                    .name("v6gate-timer".into())
+                    .spawn(move || timer(&q, &engines, &shutdown, &st, epoch))?,
+            );
+        }
     }
 
     let admin = match admin_addr {
-        Some(a) => Some(admin::Admin::start(a, daemon.clone()).with_context(|| format!("admin API on {a}"))?),
+        Some(a) => {
+            Some(admin::Admin::start(a, admin_limits, daemon.clone()).with_context(|| format!("admin API on {a}"))?)
+        }
         None => None,
     };
 
-    log::info!(
-        "running: device {name} (index {idx}), {n} worker(s), functions {}, admin {}",
+    tracing::info!(
+        "running: {}, {n} worker(s), functions {}, admin {}",
+        daemon
+            .device
+            .as_ref()
+            .map_or("no TUN device".to_string(), |(name, idx)| format!("device {name} (index {idx})")),
         daemon.functions().join("+"),
         admin_addr.map_or("disabled".to_string(), |a| format!("http://{a}"))
     );
-    for sig in signals.forever() {
-        if sig == signal_hook::consts::SIGHUP {
-            match daemon.reload() {
-                Ok(g) => {
-                    daemon.reloads_ok.fetch_add(1, Ordering::Relaxed);
-                    *lock(&daemon.last_reload_error) = None;
-                    log::info!("reloaded {} (generation {g})", daemon.config_path.display());
-                }
-                Err(e) => {
-                    daemon.reloads_failed.fetch_add(1, Ordering::Relaxed);
-                    log::error!("reload rejected, the old configuration stays: {e}");
-                    *lock(&daemon.last_reload_error) = Some(e);
-                }
+    for sig in signals {
+        match sig {
+            Signal::Reload => {
+                let _ = daemon.reload_and_record("SIGHUP");
             }
-        } else {
-            log::info!("signal {sig}: stopping");
-            break;
+            Signal::Stop(n) => {
+                tracing::info!("signal {n}: stopping");
+                break;
+            }
         }
     }
 
@@ -469,24 +588,35 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     if let Some(d) = lock(&daemon.dns64).take() {
         d.stop();
     }
+    if let Some(r) = daemon.trgw.as_ref() {
+        let s = r.stats();
+        tracing::info!(
+            "trgw: {} call(s) created, {} timed out, {} live at stop",
+            s.totals.calls_created,
+            s.totals.calls_timed_out,
+            s.calls
+        );
+    }
     // The relay stops when the last reference to the daemon goes (the
     // handle stops its workers on drop).
     for t in threads {
         let _ = t.join();
     }
-    for r in lock(&daemon.routes).iter() {
-        if let Err(e) = nl.del_route(idx, *r) {
-            log::debug!("removing route {r}: {e}");
+    if let Some((mut nl, idx)) = nl_idx {
+        for r in lock(&daemon.routes).iter() {
+            if let Err(e) = nl.del_route(idx, *r) {
+                tracing::debug!("removing route {r}: {e}");
+            }
+        }
+        // The queues were moved into the workers and closed when they ended:
+        // the device goes with the last one (give the kernel a moment).
+        for _ in 0..100 {
+            if tun::if_index(&name).is_none() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
         }
     }
-    // The queues were moved into the workers and closed when they ended:
-    // the device goes with the last one (give the kernel a moment).
-    for _ in 0..100 {
-        if tun::if_index(&name).is_none() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    log::info!("stopped");
+    tracing::info!("stopped");
     Ok(())
 }

@@ -1,0 +1,346 @@
+//! The `/metrics` document, written by the `prometheus-client` crate in
+//! the OpenMetrics text format (which Prometheus scrapes natively).
+//!
+//! Every series of earlier versions keeps its name. Added for `rate()`:
+//! monotonic `_total` counters of relayed TrGW packets and bytes
+//! (`v6gate_trgw_relayed_packets_total{kind}` and
+//! `v6gate_trgw_relayed_bytes_total{kind}`, beside the old gauges over the
+//! live calls, `v6gate_trgw_packets{kind}` and `v6gate_trgw_bytes{kind}`),
+//! `v6gate_build_info{version}`, the standard `process_start_time_seconds`,
+//! `process_open_fds` and `process_max_fds`, and the DNS64 counters as one
+//! labelled family, `v6gate_dns64_events_total{event}` (the old names
+//! `v6gate_dns64_<event>_total` stay).
+//!
+//! A snapshot of the daemon's counters is taken into a list of
+//! [`Family`] values (pure, testable), then encoded by the crate.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+
+use super::super::stats::{ENGINES, FAMILIES};
+use super::super::Daemon;
+
+/// The Content-Type of the document.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// One label set: (name, value) pairs.
+pub type Labels = Vec<(&'static str, String)>;
+
+/// A metric family: name (counters without their `_total`, which the
+/// encoder appends), help, type and samples.
+#[derive(Debug, Clone)]
+pub struct Family {
+    /// Full name, e.g. `v6gate_drops` (exposed as `v6gate_drops_total`).
+    pub name: String,
+    /// Help text.
+    pub help: &'static str,
+    /// Counter (monotonic) or gauge.
+    pub counter: bool,
+    /// (labels, value) samples.
+    pub samples: Vec<(Labels, f64)>,
+}
+
+impl Family {
+    fn counter(name: impl Into<String>, help: &'static str) -> Self {
+        Family { name: name.into(), help, counter: true, samples: Vec::new() }
+    }
+    fn gauge(name: impl Into<String>, help: &'static str) -> Self {
+        Family { name: name.into(), help, counter: false, samples: Vec::new() }
+    }
+    fn one(mut self, v: impl Into<f64>) -> Self {
+        self.samples.push((Vec::new(), v.into()));
+        self
+    }
+    fn with(mut self, labels: Labels, v: impl Into<f64>) -> Self {
+        self.samples.push((labels, v.into()));
+        self
+    }
+    fn by(mut self, key: &'static str, pairs: impl IntoIterator<Item = (impl ToString, u64)>) -> Self {
+        for (k, v) in pairs {
+            self.samples.push((vec![(key, k.to_string())], v as f64));
+        }
+        self
+    }
+}
+
+#[derive(Debug)]
+struct Snapshot(Vec<Family>);
+
+impl Collector for Snapshot {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        for f in &self.0 {
+            let ty = if f.counter { MetricType::Counter } else { MetricType::Gauge };
+            let mut fam = enc.encode_descriptor(&f.name, f.help, None, ty)?;
+            if let [(labels, v)] = &f.samples[..] {
+                if labels.is_empty() {
+                    // A single sample without labels: `name value`, no `{}`.
+                    sample(f.counter, *v, fam)?;
+                    continue;
+                }
+            }
+            for (labels, v) in &f.samples {
+                sample(f.counter, *v, fam.encode_family(labels)?)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One value: integers as integers, other values as floats.
+fn sample(counter: bool, v: f64, m: prometheus_client::encoding::MetricEncoder<'_>) -> Result<(), std::fmt::Error> {
+    match (counter, v.fract() == 0.0 && (0.0..9.0e15).contains(&v)) {
+        (true, true) => ConstCounter::new(v as u64).encode(m),
+        (true, false) => ConstCounter::new(v).encode(m),
+        (false, true) => ConstGauge::new(v as i64).encode(m),
+        (false, false) => ConstGauge::new(v).encode(m),
+    }
+}
+
+/// Encodes `families` as OpenMetrics text.
+pub fn encode(families: Vec<Family>) -> String {
+    let mut reg = Registry::default();
+    reg.register_collector(Box::new(Snapshot(families)));
+    let mut s = String::with_capacity(16 * 1024);
+    if prometheus_client::encoding::text::encode(&mut s, &reg).is_err() {
+        s.clear();
+    }
+    s
+}
+
+/// The `/metrics` document.
+pub fn render(d: &Daemon) -> String {
+    encode(families(d))
+}
+
+/// Every family of the daemon, from its counters now.
+pub fn families(d: &Daemon) -> Vec<Family> {
+    let t = d.totals();
+    let eng = d.engines.load();
+    let mut v = vec![
+        Family::gauge("v6gate_info", "Version of the running daemon.").with(vec![("version", VERSION.into())], 1),
+        Family::gauge("v6gate_build_info", "Build of the running daemon (always 1).")
+            .with(vec![("version", VERSION.into()), ("name", "v6gate".into())], 1),
+        Family::gauge("v6gate_uptime_seconds", "Seconds since the daemon started.")
+            .one(d.started.elapsed().as_secs_f64()),
+        Family::gauge("process_start_time_seconds", "Start time of the process since the Unix epoch in seconds.")
+            .one(d.started_unix),
+        Family::gauge("v6gate_workers", "Worker threads (one per TUN queue).").one(d.workers() as f64),
+        Family::gauge("v6gate_config_generation", "Configuration generation (1 at start, +1 per reload).")
+            .one(eng.generation as f64),
+        Family::counter("v6gate_config_reloads", "Configuration reloads, by result.")
+            .by("result", [("ok", d.reloads_ok.load(Relaxed)), ("error", d.reloads_failed.load(Relaxed))]),
+    ];
+    if let Some(n) = crate::limits::open_fds() {
+        v.push(Family::gauge("process_open_fds", "Number of open file descriptors.").one(n as f64));
+    }
+    if let Some(l) = crate::limits::nofile() {
+        v.push(Family::gauge("process_max_fds", "Maximum number of open file descriptors.").one(l.soft as f64));
+    }
+    let mut packets =
+        Family::counter("v6gate_packets", "Packets read from (rx) and written to (tx) the TUN device, by family.");
+    let mut bytes =
+        Family::counter("v6gate_bytes", "Bytes read from (rx) and written to (tx) the TUN device, by family.");
+    for (dir, p, b) in [("rx", t.rx_packets, t.rx_bytes), ("tx", t.tx_packets, t.tx_bytes)] {
+        for (i, f) in FAMILIES.iter().enumerate() {
+            let l = || vec![("direction", dir.to_string()), ("family", f.to_string())];
+            packets = packets.with(l(), p[i] as f64);
+            bytes = bytes.with(l(), b[i] as f64);
+        }
+    }
+    v.push(packets);
+    v.push(bytes);
+    v.push(
+        Family::counter("v6gate_engine_packets", "Packets handled, by engine.")
+            .by("engine", ENGINES.iter().zip(t.engine_packets)),
+    );
+    v.push(
+        Family::counter("v6gate_drops", "Packets dropped, by reason.")
+            .by("reason", t.drops.iter().chain(t.daemon_drops.iter().filter(|x| x.0 != "icmp-rate-limited")).copied()),
+    );
+    let limited = t.daemon_drops.iter().find(|x| x.0 == "icmp-rate-limited").map_or(0, |x| x.1);
+    v.push(
+        Family::counter(
+            "v6gate_icmp_errors",
+            "ICMP errors the translator originated, sent or suppressed by the rate limit.",
+        )
+        .by("result", [("sent", t.icmp_errors_sent), ("rate-limited", limited)]),
+    );
+    v.push(
+        Family::counter("v6gate_admin_refused", "Admin API connections and requests refused, by reason.")
+            .by("reason", d.admin_stats.refusals()),
+    );
+    v.push(
+        Family::counter("v6gate_admin_requests", "Admin API requests received.")
+            .one(d.admin_stats.requests.load(Relaxed) as f64),
+    );
+    v.push(
+        Family::gauge("v6gate_admin_connections", "Admin API connections open now.")
+            .one(d.admin_stats.open.load(Relaxed) as f64),
+    );
+    if let Some(n) = eng.nat64.as_ref() {
+        nat64(&mut v, &n.stats());
+    }
+    if let Some(st) = super::super::lock(&d.dns64).as_ref().map(|x| x.stats()) {
+        let pairs = st.pairs();
+        for (k, val) in &pairs {
+            v.push(Family::counter(format!("v6gate_dns64_{k}"), "DNS64 counter (see docs/dns64.md).").one(*val as f64));
+        }
+        v.push(
+            Family::counter("v6gate_dns64_events", "DNS64 counters, by event (see docs/dns64.md).").by("event", pairs),
+        );
+    }
+    if let Some(r) = d.trgw.as_ref() {
+        trgw(&mut v, &r.stats());
+    }
+    v
+}
+
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+fn trgw(v: &mut Vec<Family>, st: &trgw::RelayStats) {
+    let (t, p, r) = (&st.totals, &st.packets, &st.relayed);
+    v.push(Family::gauge("v6gate_trgw_calls", "TrGW calls now.").one(st.calls as f64));
+    v.push(Family::gauge("v6gate_trgw_streams", "TrGW media streams now.").one(st.streams as f64));
+    v.push(
+        Family::counter("v6gate_trgw_calls", "TrGW calls, by event.").by(
+            "event",
+            [("created", t.calls_created), ("deleted", t.calls_deleted), ("timed-out", t.calls_timed_out)],
+        ),
+    );
+    v.push(Family::counter("v6gate_trgw_control_errors", "TrGW control commands refused, by reason.").by(
+        "reason",
+        [
+            ("error-reply", t.control_errors),
+            ("not-allowed", t.control_denied),
+            ("ports-exhausted", t.port_exhausted),
+            ("no-descriptors", t.descriptors_exhausted),
+            ("address-not-on-host", t.address_unavailable),
+            ("media-address-refused", t.media_refused),
+            ("reply-too-large", t.replies_too_large),
+            ("reply-send-failed", t.control_send_errors),
+            ("connection-limit", t.control_connections_refused),
+            ("connection-timeout", t.control_timeouts),
+            ("accept-error", t.control_accept_errors),
+        ],
+    ));
+    v.push(
+        Family::gauge(
+            "v6gate_trgw_packets",
+            "Packets of the live TrGW calls, by kind (dropped: received, not relayed).",
+        )
+        .by("kind", [("rtp", p.rtp_packets), ("rtcp", p.rtcp_packets), ("dropped", p.dropped)]),
+    );
+    v.push(
+        Family::gauge("v6gate_trgw_bytes", "Bytes relayed by the live TrGW calls, by kind.")
+            .by("kind", [("rtp", p.rtp_bytes), ("rtcp", p.rtcp_bytes)]),
+    );
+    v.push(
+        Family::counter(
+            "v6gate_trgw_relayed_packets",
+            "Packets the TrGW relayed since start (ended calls included), by kind.",
+        )
+        .by("kind", [("rtp", r.rtp_packets), ("rtcp", r.rtcp_packets)]),
+    );
+    v.push(
+        Family::counter(
+            "v6gate_trgw_relayed_bytes",
+            "Bytes the TrGW relayed since start (ended calls included), by kind.",
+        )
+        .by("kind", [("rtp", r.rtp_bytes), ("rtcp", r.rtcp_bytes)]),
+    );
+    v.push(
+        Family::counter(
+            "v6gate_trgw_dropped_packets",
+            "Media packets received and not relayed since start, by reason.",
+        )
+        .by("reason", [("stream", r.dropped.saturating_sub(st.latch_refused)), ("latch-refused", st.latch_refused)]),
+    );
+    let c = &st.ng_cache;
+    v.push(
+        Family::gauge("v6gate_trgw_ng_cache_entries", "ng replies cached for retransmissions.").one(c.entries as f64),
+    );
+    v.push(Family::gauge("v6gate_trgw_ng_cache_bytes", "Bytes of ng replies cached.").one(c.bytes as f64));
+    v.push(
+        Family::counter("v6gate_trgw_ng_cache_evicted", "ng replies evicted early (a cache bound was reached).")
+            .one(c.evicted as f64),
+    );
+}
+
+fn nat64(v: &mut Vec<Family>, st: &nat64::Stats) {
+    v.push(
+        Family::gauge("v6gate_nat64_sessions", "NAT64 sessions now, by protocol.")
+            .by("proto", st.sessions.iter().map(|(k, n)| (k, *n))),
+    );
+    v.push(
+        Family::gauge("v6gate_nat64_bib_entries", "NAT64 BIB entries now, by protocol.")
+            .by("proto", st.bib.iter().map(|(k, n)| (k, *n))),
+    );
+    v.push(
+        Family::counter("v6gate_nat64_sessions_created", "NAT64 sessions created, by protocol.")
+            .by("proto", st.sessions_created.iter().map(|(k, n)| (k, *n))),
+    );
+    v.push(
+        Family::counter("v6gate_nat64_sessions_expired", "NAT64 sessions expired, by protocol.")
+            .by("proto", st.sessions_expired.iter().map(|(k, n)| (k, *n))),
+    );
+    v.push(
+        Family::gauge("v6gate_nat64_pool4_ports", "pool4 ports (ICMP identifiers) per protocol.")
+            .by("proto", st.pool4_ports.iter().map(|(k, n)| (k, *n))),
+    );
+    v.push(
+        Family::gauge("v6gate_nat64_pool4_ports_used", "pool4 ports (ICMP identifiers) in use, per protocol.")
+            .by("proto", st.pool4_ports_used.iter().map(|(k, n)| (k, *n))),
+    );
+    v.push(
+        Family::counter(
+            "v6gate_nat64_refused",
+            "New NAT64 flows refused (an ICMP error may have been sent), by reason.",
+        )
+        .by("reason", st.refused.iter().map(|(k, n)| (k, *n))),
+    );
+    v.push(Family::gauge("v6gate_nat64_pool4_addresses", "pool4 addresses.").one(st.pool4_addresses as f64));
+    v.push(
+        Family::gauge("v6gate_nat64_natpt_hosts", "NAT-PT: IPv6 hosts holding a pool4 address.")
+            .one(st.natpt_hosts as f64),
+    );
+    v.push(Family::gauge("v6gate_nat64_held_syns", "Unsolicited IPv4 SYNs held now.").one(st.held_syns as f64));
+    v.push(
+        Family::counter("v6gate_nat64_held_syns_expired", "Held SYNs answered with ICMP Port Unreachable.")
+            .one(st.held_syns_expired as f64),
+    );
+    v.push(Family::gauge("v6gate_nat64_fragment_sets", "Datagrams in reassembly now.").one(st.fragment_sets as f64));
+    v.push(Family::counter("v6gate_nat64_reassembled", "Datagrams reassembled.").one(st.reassembled as f64));
+    v.push(
+        Family::counter("v6gate_nat64_fragment_sets_expired", "Reassemblies given up.")
+            .one(st.fragment_sets_expired as f64),
+    );
+    v.push(Family::counter("v6gate_nat64_hairpinned", "Packets hairpinned (RFC 6146 §3.8).").one(st.hairpinned as f64));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_get_total_gauges_do_not_and_labels_are_kept() {
+        let s = encode(vec![
+            Family::counter("v6gate_drops", "Drops.").by("reason", [("truncated", 3u64), ("bad-checksum", 0)]),
+            Family::gauge("v6gate_trgw_calls", "Calls.").one(2.0),
+            Family::gauge("v6gate_uptime_seconds", "Up.").one(1.5),
+            Family::counter("v6gate_trgw_calls", "Calls by event.").by("event", [("created", 7u64)]),
+        ]);
+        assert!(s.contains("# TYPE v6gate_drops counter\n"), "{s}");
+        assert!(s.contains("v6gate_drops_total{reason=\"truncated\"} 3\n"), "{s}");
+        assert!(s.contains("v6gate_drops_total{reason=\"bad-checksum\"} 0\n"), "{s}");
+        assert!(s.contains("v6gate_trgw_calls 2\n"), "{s}");
+        assert!(s.contains("v6gate_uptime_seconds 1.5\n"), "{s}");
+        assert!(s.contains("v6gate_trgw_calls_total{event=\"created\"} 7\n"), "{s}");
+        assert!(s.ends_with("# EOF\n"), "{s}");
+    }
+}

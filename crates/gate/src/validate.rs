@@ -1,0 +1,285 @@
+//! Checks across tables, run by [`Config::check`](crate::config::Config::check)
+//! after each table has been checked on its own, and the warnings
+//! `v6gate config check` and `v6gate run` print.
+//!
+//! Refused (each error names both keys):
+//! - the same IPv6 prefix translated by two functions: `[siit] pool6` (the
+//!   IVI prefix with `mapping = "ivi"`) or an `[siit] eamt` IPv6 prefix
+//!   overlapping `[nat64] pool6` (NAT64 would take every packet SIIT is
+//!   meant to translate);
+//! - an `[siit] eamt` IPv4 prefix or `[siit] rfc6791v4-prefix` overlapping
+//!   an `[nat64] pool4` prefix;
+//! - a `[trgw]` interface address inside a prefix the daemon routes into
+//!   its TUN device (the relay would never see its media);
+//! - an `[admin]` token that is empty, set twice (`token` and
+//!   `token-file`), or a `token-file` that cannot be read.
+//!
+//! Warned about: an admin listener on a non-loopback address without a
+//! token, a token shorter than 16 characters, a token file others can read.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use xlat::addr::{Ivi, Prefix4, Prefix6};
+use xlat::siit::MappingMode;
+
+use crate::config::Config;
+
+/// Shortest token not warned about.
+pub const MIN_TOKEN_LEN: usize = 16;
+
+fn overlap6(a: &Prefix6, b: &Prefix6) -> bool {
+    a.contains(&b.addr()) || b.contains(&a.addr())
+}
+
+fn overlap4(a: &Prefix4, b: &Prefix4) -> bool {
+    a.contains(b.addr()) || b.contains(a.addr())
+}
+
+fn show6(p: &Prefix6) -> String {
+    format!("{}/{}", p.addr(), p.len())
+}
+
+fn show4(p: &Prefix4) -> String {
+    format!("{}/{}", p.addr(), p.len())
+}
+
+/// The IPv6 prefixes SIIT translates, with their keys.
+fn siit_v6(cfg: &Config) -> Vec<(String, Prefix6)> {
+    let mut v = Vec::new();
+    if let Some(s) = &cfg.siit {
+        if let Some(p) = s.pool6 {
+            match s.mapping {
+                MappingMode::Rfc6052 => v.push(("[siit] pool6".to_string(), p)),
+                MappingMode::Ivi => {
+                    let ivi = Ivi::new(p).map(|i| i.ivi_prefix()).unwrap_or(p);
+                    v.push(("[siit] pool6 (mapping = \"ivi\")".to_string(), ivi));
+                }
+            }
+        }
+        for (i, (p6, _)) in s.eamt.iter().enumerate() {
+            v.push((format!("[siit] eamt[{i}].ipv6"), *p6));
+        }
+    }
+    v
+}
+
+/// The IPv4 prefixes SIIT owns, with their keys.
+fn siit_v4(cfg: &Config) -> Vec<(String, Prefix4)> {
+    let mut v = Vec::new();
+    if let Some(s) = &cfg.siit {
+        for (i, (_, p4)) in s.eamt.iter().enumerate() {
+            v.push((format!("[siit] eamt[{i}].ipv4"), *p4));
+        }
+        if let Some(p) = s.rfc6791_v4 {
+            v.push(("[siit] rfc6791v4-prefix".to_string(), p));
+        }
+    }
+    v
+}
+
+fn nat64_v4(cfg: &Config) -> Vec<(String, Prefix4)> {
+    cfg.nat64
+        .as_ref()
+        .map(|n| n.pool4.iter().enumerate().map(|(j, e)| (format!("[nat64] pool4[{j}]"), e.prefix)).collect())
+        .unwrap_or_default()
+}
+
+/// Cross-table checks: `Err((key, message))` naming the first key in the
+/// key slot and the second in the message.
+pub fn check(cfg: &Config) -> Result<(), (String, String)> {
+    if let Some(n) = &cfg.nat64 {
+        for (k, p) in siit_v6(cfg) {
+            if overlap6(&p, &n.pool6) {
+                return Err((
+                    k,
+                    format!(
+                        "`{}` overlaps [nat64] pool6 `{}`: one IPv6 prefix cannot be translated by both SIIT and NAT64 \
+                         (NAT64 would take SIIT's packets); give each its own prefix",
+                        show6(&p),
+                        show6(&n.pool6)
+                    ),
+                ));
+            }
+        }
+    }
+    for (k, p) in siit_v4(cfg) {
+        for (k2, q) in nat64_v4(cfg) {
+            if overlap4(&p, &q) {
+                return Err((
+                    k,
+                    format!(
+                        "`{}` overlaps {k2} `{}`: an IPv4 address cannot belong to both SIIT and NAT64",
+                        show4(&p),
+                        show4(&q)
+                    ),
+                ));
+            }
+        }
+    }
+    if let Some(t) = &cfg.trgw {
+        let mut v6: Vec<(String, Prefix6)> = siit_v6(cfg);
+        if let Some(n) = &cfg.nat64 {
+            v6.push(("[nat64] pool6".into(), n.pool6));
+        }
+        let mut v4 = siit_v4(cfg);
+        v4.extend(nat64_v4(cfg));
+        for (i, ifc) in t.interfaces.iter().enumerate() {
+            for a in [ifc.ipv4.map(IpAddr::V4), ifc.ipv6.map(IpAddr::V6)].into_iter().flatten() {
+                let hit = match a {
+                    IpAddr::V4(a4) => v4.iter().find(|(_, p)| p.contains(a4)).map(|(k, p)| (k.clone(), show4(p))),
+                    IpAddr::V6(a6) => v6.iter().find(|(_, p)| p.contains(&a6)).map(|(k, p)| (k.clone(), show6(p))),
+                };
+                if let Some((k, p)) = hit {
+                    let fam = if a.is_ipv4() { "ipv4" } else { "ipv6" };
+                    return Err((
+                        format!("[trgw] interface[{i}].{fam}"),
+                        format!("`{a}` is inside {k} `{p}`, which the daemon routes into its TUN device: the relay would never receive its media"),
+                    ));
+                }
+            }
+        }
+    }
+    admin_token(cfg).map(|_| ()).map_err(|m| ("[admin] token-file".to_string(), m))?;
+    if cfg.admin.token.as_deref().is_some_and(|t| t.trim().is_empty()) {
+        return Err(("[admin] token".into(), "must not be empty".into()));
+    }
+    if cfg.admin.token.is_some() && cfg.admin.token_file.is_some() {
+        return Err(("[admin] token".into(), "set either token or token-file, not both".into()));
+    }
+    Ok(())
+}
+
+/// Where `[admin] token-file` points (relative to the configuration file).
+pub fn token_path(cfg: &Config) -> Option<PathBuf> {
+    let f = cfg.admin.token_file.as_ref()?;
+    if f.is_absolute() {
+        return Some(f.clone());
+    }
+    let dir = cfg.origin().and_then(|o| o.parent()).map(PathBuf::from).unwrap_or_default();
+    Some(dir.join(f))
+}
+
+/// The admin token: `[admin] token`, or the first line of `token-file`.
+pub fn admin_token(cfg: &Config) -> Result<Option<String>, String> {
+    if let Some(t) = &cfg.admin.token {
+        return Ok(Some(t.clone()));
+    }
+    let Some(p) = token_path(cfg) else { return Ok(None) };
+    let text = std::fs::read_to_string(&p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+    let t = text.lines().next().unwrap_or("").trim().to_string();
+    if t.is_empty() {
+        return Err(format!("{} holds no token (its first line is empty)", p.display()));
+    }
+    Ok(Some(t))
+}
+
+/// What an operator should know about a configuration that is valid.
+pub fn warnings(cfg: &Config) -> Vec<String> {
+    let mut w = Vec::new();
+    let token = admin_token(cfg).ok().flatten();
+    if let Some(a) = cfg.admin.listen {
+        if !a.ip().is_loopback() && token.is_none() {
+            w.push(format!(
+                "[admin] listen: {a} is not a loopback address and no [admin] token is set: anyone who can reach it \
+                 reads the status and metrics, and state-changing requests (reload, bib add/remove) are refused; \
+                 set token or token-file (docs/security.md)"
+            ));
+        }
+    }
+    if token.as_deref().is_some_and(|t| t.len() < MIN_TOKEN_LEN) {
+        w.push(format!("[admin] token: shorter than {MIN_TOKEN_LEN} characters; use a long random one"));
+    }
+    if let Some(p) = token_path(cfg) {
+        use std::os::unix::fs::PermissionsExt as _;
+        if let Ok(m) = std::fs::metadata(&p) {
+            if m.permissions().mode() & 0o077 != 0 {
+                w.push(format!(
+                    "[admin] token-file: {} can be read by other users (mode {:o}); chmod 600 it",
+                    p.display(),
+                    m.permissions().mode() & 0o777
+                ));
+            }
+        }
+    }
+    w
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(text: &str) -> String {
+        let c = Config::parse(text).unwrap();
+        c.check().unwrap_err().to_string()
+    }
+
+    #[test]
+    fn same_pool6_for_siit_and_nat64_is_refused_naming_both() {
+        let e =
+            err("[siit]\npool6 = \"64:ff9b::/96\"\n[nat64]\npool6 = \"64:ff9b::/96\"\npool4 = [\"203.0.113.0/30\"]\n");
+        assert!(e.contains("[siit] pool6") && e.contains("[nat64] pool6"), "{e}");
+        let e =
+            err("[siit]\npool6 = \"64:ff9b::/64\"\n[nat64]\npool6 = \"64:ff9b::/96\"\npool4 = [\"203.0.113.0/30\"]\n");
+        assert!(e.contains("overlaps"), "{e}");
+        let e = err(
+            "[siit]\npool6 = \"64:ff9b:2::/96\"\neamt = [[\"64:ff9b:1::5/128\", \"192.0.2.5\"]]\n[nat64]\npool6 = \"64:ff9b:1::/96\"\npool4 = [\"203.0.113.0/30\"]\n",
+        );
+        assert!(e.contains("[siit] eamt[0].ipv6") && e.contains("[nat64] pool6"), "{e}");
+    }
+
+    #[test]
+    fn eamt_overlapping_pool4_is_refused_naming_both() {
+        let e = err(
+            "[siit]\npool6 = \"64:ff9b:1::/96\"\neamt = [[\"2001:db8::/120\", \"192.0.2.0/24\"], [\"2001:db8:1::/124\", \"203.0.113.0/28\"]]\n\
+             [nat64]\npool6 = \"64:ff9b::/96\"\npool4 = [\"198.51.100.1/32\", \"203.0.113.4/30\"]\n",
+        );
+        assert!(e.contains("[siit] eamt[1].ipv4") && e.contains("[nat64] pool4[1]"), "{e}");
+        let e = err("[siit]\npool6 = \"64:ff9b:1::/96\"\nrfc6791v4-prefix = \"203.0.113.0/24\"\n\
+             [nat64]\npool6 = \"64:ff9b::/96\"\npool4 = [\"203.0.113.4/30\"]\n");
+        assert!(e.contains("[siit] rfc6791v4-prefix") && e.contains("[nat64] pool4[0]"), "{e}");
+    }
+
+    #[test]
+    fn separate_prefixes_pass() {
+        let c = Config::parse(
+            "[siit]\npool6 = \"64:ff9b:1::/96\"\neamt = [[\"2001:db8::/120\", \"192.0.2.0/24\"]]\n\
+             [nat64]\npool6 = \"64:ff9b::/96\"\npool4 = [\"203.0.113.0/30\"]\n",
+        )
+        .unwrap();
+        c.check().unwrap();
+    }
+
+    #[test]
+    fn relay_address_routed_into_the_tun_is_refused() {
+        let e = err("[nat64]\npool6 = \"64:ff9b::/96\"\npool4 = [\"203.0.113.0/30\"]\n\
+             [trgw]\n[[trgw.interface]]\nname = \"a\"\nipv4 = \"203.0.113.1\"\n");
+        assert!(e.contains("[trgw] interface[0].ipv4") && e.contains("[nat64] pool4[0]"), "{e}");
+    }
+
+    #[test]
+    fn admin_token_rules_and_warnings() {
+        let e = err("[siit]\npool6 = \"64:ff9b:1::/96\"\n[admin]\ntoken = \" \"\n");
+        assert!(e.contains("[admin] token"), "{e}");
+        let e = err("[siit]\npool6 = \"64:ff9b:1::/96\"\n[admin]\ntoken-file = \"/nonexistent/v6gate-token\"\n");
+        assert!(e.contains("[admin] token-file") && e.contains("cannot read"), "{e}");
+        let open = Config::parse("[siit]\npool6 = \"64:ff9b:1::/96\"\n[admin]\nlisten = \"0.0.0.0:9164\"\n").unwrap();
+        let w = warnings(&open);
+        assert!(w.iter().any(|m| m.contains("not a loopback address")), "{w:?}");
+        let with = Config::parse(
+            "[siit]\npool6 = \"64:ff9b:1::/96\"\n[admin]\nlisten = \"0.0.0.0:9164\"\ntoken = \"0123456789abcdef0123\"\n",
+        )
+        .unwrap();
+        assert!(warnings(&with).is_empty(), "{:?}", warnings(&with));
+        let lo = Config::parse("[siit]\npool6 = \"64:ff9b::/96\"\n").unwrap();
+        assert!(warnings(&lo).is_empty());
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("tok");
+        std::fs::write(&f, "short\n").unwrap();
+        let c =
+            Config::parse(&format!("[siit]\npool6 = \"64:ff9b:1::/96\"\n[admin]\ntoken-file = \"{}\"\n", f.display()))
+                .unwrap();
+        assert_eq!(admin_token(&c).unwrap().as_deref(), Some("short"));
+        assert!(warnings(&c).iter().any(|m| m.contains("shorter than")), "{:?}", warnings(&c));
+    }
+}
