@@ -6,6 +6,12 @@
 //! runs as its own task, bounded by [`MAX_INFLIGHT`] (more are dropped and
 //! counted) and by the answer bound ([`Config::answer_bound`]): when it is
 //! reached the client gets SERVFAIL.
+//!
+//! TCP: at most [`MAX_TCP_CONNECTIONS`] connections (more are closed at
+//! once and counted as `dropped_overload`); each read of a query and each
+//! write of an answer must finish within [`TCP_IDLE`]; accept errors (out
+//! of file descriptors) are counted (`tcp_accept_errors`) and backed off
+//! from (10 ms doubling to 1 s) while the listener stays.
 
 use core::net::SocketAddr;
 use core::time::Duration;
@@ -178,16 +184,36 @@ async fn tcp_conn(mut s: TcpStream, from: SocketAddr, ctx: Arc<Ctx>) {
         out.extend_from_slice(&l.to_be_bytes());
         out.extend_from_slice(&reply);
         Counters::inc(&ctx.counters().answers);
-        if s.write_all(&out).await.is_err() {
-            return;
+        // A client that does not read its answers loses the connection
+        // after TCP_IDLE instead of holding a slot for ever.
+        match tokio::time::timeout(TCP_IDLE, s.write_all(&out)).await {
+            Ok(Ok(())) => {}
+            _ => return,
         }
     }
 }
 
 async fn tcp_loop(l: TcpListener, ctx: Arc<Ctx>) {
     let mut tasks = JoinSet::new();
+    let mut backoff = Duration::from_millis(10);
     loop {
-        let Ok((s, from)) = l.accept().await else { continue };
+        let (s, from) = match l.accept().await {
+            Ok(x) => {
+                backoff = Duration::from_millis(10);
+                x
+            }
+            Err(e) => {
+                // Out of descriptors (EMFILE/ENFILE) or another accept
+                // error: keep listening, back off instead of spinning.
+                let n = ctx.counters().tcp_accept_errors.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+                if n % 100 == 0 {
+                    tracing::warn!("dns64: TCP accept failed ({e}); backing off, still listening");
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+                continue;
+            }
+        };
         while tasks.try_join_next().is_some() {}
         let Ok(permit) = ctx.tcp_slots.clone().try_acquire_owned() else {
             Counters::inc(&ctx.counters().dropped_overload);

@@ -99,6 +99,8 @@ counters! {
     truncated,
     /// Answers produced and handed to the socket (UDP and TCP).
     answers,
+    /// TCP accepts that failed (e.g. out of file descriptors).
+    tcp_accept_errors,
 }
 
 impl Counters {
@@ -129,6 +131,6 @@ mod tests {
         assert_eq!(p[0].0, "queries_udp");
         assert!(p.contains(&("synthesized_records", 3)));
         assert_eq!(p.iter().map(|x| x.1).sum::<u64>(), 4);
-        assert_eq!(p.len(), 30);
+        assert_eq!(p.len(), 31);
     }
 }
