@@ -122,6 +122,45 @@ impl Lab {
         }
     }
 
+    /// `v6gate ctl ARGS` with extra environment variables.
+    pub fn ctl_env(&self, args: &[&str], env: &[(&str, &str)]) -> Result<String, String> {
+        let mut c = self.gw.command(BIN);
+        c.arg("ctl").args(args).stdin(Stdio::null());
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let out = c.output().map_err(|e| e.to_string())?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    }
+
+    /// The daemon's process id.
+    pub fn pid(&self) -> u32 {
+        self.daemon.as_ref().unwrap().id()
+    }
+
+    /// Whether the daemon process is still running.
+    pub fn alive(&mut self) -> bool {
+        matches!(self.daemon.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
+    }
+
+    /// The daemon's resident set size in KiB (VmRSS).
+    pub fn rss_kib(&self) -> u64 {
+        let s = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
+        s.lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Descriptors the daemon holds open.
+    pub fn open_fds(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.pid())).map_or(0, |d| d.count())
+    }
+
     /// `/status` as JSON.
     pub fn status(&self) -> serde_json::Value {
         serde_json::from_str(&self.ctl(&["status"]).unwrap()).unwrap()
@@ -433,4 +472,23 @@ pub fn udp_roundtrip(sock: &UdpSocket, dst: SocketAddr, msg: &[u8]) -> std::io::
     let mut buf = vec![0u8; 65536];
     let (n, _) = sock.recv_from(&mut buf)?;
     Ok(buf[..n].to_vec())
+}
+
+/// One raw HTTP exchange with the admin API (127.0.0.1:9164 in `ns`):
+/// writes `req` and returns what came back until the server closed the
+/// connection or 5 s passed.
+pub fn http_raw(ns: &Netns, req: &[u8]) -> String {
+    in_ns(ns, || {
+        let mut s = TcpStream::connect("127.0.0.1:9164").unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let _ = s.write_all(req);
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    })
+}
+
+/// The status code of an HTTP answer (0 when there is none).
+pub fn http_status(answer: &str) -> u16 {
+    answer.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0)
 }
