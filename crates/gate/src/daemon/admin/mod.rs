@@ -249,7 +249,7 @@ async fn serve(l: TcpListener, limits: Arc<Limits>, d: Arc<Daemon>, mut stop: wa
     }
 }
 
-const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: 51\r\n\
+const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: 52\r\n\
 Connection: close\r\n\r\n{\"error\":\"too many admin connections, retry later\"}\n";
 
 /// A stream that records when it last moved a byte either way.
@@ -423,5 +423,28 @@ async fn request(
             stats.request_timeouts.fetch_add(1, Relaxed);
             respond(Reply::error(503, "not answered within [admin] request-timeout; it may still complete"))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_busy_answer_is_well_formed_http() {
+        let text = std::str::from_utf8(BUSY).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        let len: usize = head.lines().find_map(|l| l.strip_prefix("Content-Length: ")).unwrap().parse().unwrap();
+        assert_eq!(body.len(), len);
+        assert!(head.starts_with("HTTP/1.1 503 "));
+        assert!(serde_json::from_str::<serde_json::Value>(body).is_ok());
+    }
+
+    #[test]
+    fn limits_come_from_the_config() {
+        let c = AdminConfig { max_connections: 3, request_timeout: 7, ..AdminConfig::default() };
+        let l = Limits::of(&c);
+        assert_eq!((l.max_connections, l.request_timeout), (3, Duration::from_secs(7)));
+        assert_eq!(l.idle_timeout, Duration::from_secs(30));
     }
 }
