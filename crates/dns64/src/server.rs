@@ -206,7 +206,7 @@ async fn tcp_loop(l: TcpListener, ctx: Arc<Ctx>) {
                 // Out of descriptors (EMFILE/ENFILE) or another accept
                 // error: keep listening, back off instead of spinning.
                 let n = ctx.counters().tcp_accept_errors.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
-                if n % 100 == 0 {
+                if n.is_multiple_of(100) {
                     tracing::warn!("dns64: TCP accept failed ({e}); backing off, still listening");
                 }
                 tokio::time::sleep(backoff).await;
