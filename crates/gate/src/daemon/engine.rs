@@ -17,7 +17,7 @@ use xlat::addr::{Ivi, Prefix4, Prefix6};
 use xlat::siit::{MappingMode, Translator};
 use xlat::{Out, Verdict};
 
-use crate::config::{Config, Error, IpPrefix};
+use crate::config::{Config, Error, ErrorKind, IpPrefix};
 
 /// Which engine handled a packet (index into [`super::stats::ENGINES`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,6 +174,55 @@ pub fn routes_for(cfg: &Config) -> Vec<IpPrefix> {
     v.extend(cfg.tun.routes.iter().copied());
     v.retain(|p| set.insert(p.to_string()));
     v
+}
+
+/// Building each engine from its table. [`Config::check`] builds them too,
+/// so a configuration that checks is one the daemon can run.
+impl Config {
+    /// The RFC 7915 header settings NAT64 uses: those of `[siit]` when it is
+    /// configured (MTUs, TOS, `ipv4-address`, ...), else the defaults.
+    pub fn nat64_xlat_config(&self) -> xlat::siit::Config {
+        self.siit.clone().unwrap_or_default()
+    }
+
+    /// Build the stateful translator from `[nat64]` (and the header
+    /// settings of [`Config::nat64_xlat_config`]).
+    pub fn nat64_translator(&self) -> Result<nat64::Nat64, Error> {
+        let Some(c) = &self.nat64 else {
+            return Err(Error::new(ErrorKind::Missing, Some("[nat64]".into()), "table missing").in_file(self.origin()));
+        };
+        nat64::Nat64::with_xlat(c.clone(), self.nat64_xlat_config()).map_err(|e| self.nat64_error(e))
+    }
+
+    /// A `nat64` crate error as a configuration error naming `[nat64] key`.
+    pub fn nat64_error(&self, e: nat64::Error) -> Error {
+        match e {
+            nat64::Error::Config(c) => {
+                let key = c
+                    .key
+                    .strip_prefix("nat64.")
+                    .map_or_else(|| format!("[siit] {}", c.key), |k| format!("[nat64] {k}"));
+                Error::new(ErrorKind::Invalid, Some(key), c.msg)
+            }
+            nat64::Error::Bib(m) => Error::new(ErrorKind::Invalid, Some("[nat64] bib".into()), m),
+        }
+        .in_file(self.origin())
+    }
+
+    /// Build the stateless translator from `[siit]`.
+    pub fn siit_translator(&self) -> Result<Translator, Error> {
+        let Some(c) = &self.siit else {
+            return Err(Error::new(
+                ErrorKind::Missing,
+                Some("[siit]".into()),
+                "table missing: the translator needs it",
+            )
+            .in_file(self.origin()));
+        };
+        Translator::new(c.clone()).map_err(|e| {
+            Error::new(ErrorKind::Invalid, Some(format!("[siit] {}", e.key)), e.msg).in_file(self.origin())
+        })
+    }
 }
 
 #[cfg(test)]
