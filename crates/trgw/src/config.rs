@@ -2,9 +2,9 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
-use std::str::FromStr;
 
 use serde::Deserialize;
+use xlat::addr::IpPrefix;
 
 /// A commented `[trgw]` block for `v6gate config example`.
 pub const EXAMPLE_TOML: &str = r#"# [trgw]: the IMS transition gateway media relay (RTP/RTCP between IPv4 and
@@ -113,60 +113,11 @@ impl Interface {
     }
 }
 
-/// An IPv4 or IPv6 prefix for the control allow-list.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Cidr {
-    /// Network address.
-    pub addr: IpAddr,
-    /// Prefix length.
-    pub len: u8,
-}
-
-impl Cidr {
-    /// Whether `ip` is inside (IPv4-mapped IPv6 addresses count as IPv4).
-    pub fn contains(&self, ip: IpAddr) -> bool {
-        let ip = match ip {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-            v4 => v4,
-        };
-        match (self.addr, ip) {
-            (IpAddr::V4(n), IpAddr::V4(a)) => {
-                let mask = if self.len == 0 { 0 } else { u32::MAX << (32 - u32::from(self.len)) };
-                u32::from(n) & mask == u32::from(a) & mask
-            }
-            (IpAddr::V6(n), IpAddr::V6(a)) => {
-                let mask = if self.len == 0 { 0 } else { u128::MAX << (128 - u32::from(self.len)) };
-                u128::from(n) & mask == u128::from(a) & mask
-            }
-            _ => false,
-        }
-    }
-}
-
-impl FromStr for Cidr {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let (a, l) = match s.split_once('/') {
-            Some((a, l)) => (a, Some(l)),
-            None => (s, None),
-        };
-        let addr: IpAddr = a.trim().parse().map_err(|_| format!("`{s}` is not an address or CIDR prefix"))?;
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        let len = match l {
-            Some(l) => {
-                l.trim().parse::<u8>().ok().filter(|&l| l <= max).ok_or_else(|| format!("`{s}`: bad prefix length"))?
-            }
-            None => max,
-        };
-        Ok(Cidr { addr, len })
-    }
-}
-
-impl<'de> Deserialize<'de> for Cidr {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        s.parse().map_err(serde::de::Error::custom)
-    }
+/// `allow`: a list of prefixes ([`IpPrefix`]); host bits are accepted and
+/// cleared (`10.1.2.3/16` is `10.1.0.0/16`).
+fn de_allow<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<IpPrefix>, D::Error> {
+    let v = Vec::<String>::deserialize(d)?;
+    v.iter().map(|s| IpPrefix::parse_truncating(s).map_err(serde::de::Error::custom)).collect()
 }
 
 /// The `[trgw]` table.
@@ -198,8 +149,8 @@ pub struct Config {
     #[serde(default)]
     pub rtpproxy_unix: Option<PathBuf>,
     /// Control clients allowed (CIDRs). Default loopback only.
-    #[serde(default = "d_allow")]
-    pub allow: Vec<Cidr>,
+    #[serde(default = "d_allow", deserialize_with = "de_allow")]
+    pub allow: Vec<IpPrefix>,
     /// Relay worker threads (default: number of cores).
     #[serde(default)]
     pub workers: Option<usize>,
@@ -229,11 +180,8 @@ fn d_ng() -> Option<SocketAddr> {
 fn d_rtpproxy() -> Option<SocketAddr> {
     Some(SocketAddr::from(([127, 0, 0, 1], 22222)))
 }
-fn d_allow() -> Vec<Cidr> {
-    vec![
-        Cidr { addr: IpAddr::V4(Ipv4Addr::new(127, 0, 0, 0)), len: 8 },
-        Cidr { addr: IpAddr::V6(Ipv6Addr::LOCALHOST), len: 128 },
-    ]
+fn d_allow() -> Vec<IpPrefix> {
+    ["127.0.0.0/8", "::1/128"].iter().filter_map(|s| s.parse().ok()).collect()
 }
 
 impl Default for Config {
@@ -376,15 +324,18 @@ mod tests {
     }
 
     #[test]
-    fn cidr_contains() {
-        let c: Cidr = "10.1.0.0/16".parse().unwrap();
-        assert!(c.contains("10.1.2.3".parse().unwrap()));
-        assert!(c.contains("::ffff:10.1.2.3".parse().unwrap()));
-        assert!(!c.contains("10.2.0.1".parse().unwrap()));
-        let c6: Cidr = "2001:db8::/32".parse().unwrap();
-        assert!(c6.contains("2001:db8::5".parse().unwrap()));
-        assert!(!c6.contains("10.1.2.3".parse().unwrap()));
-        let all: Cidr = "0.0.0.0/0".parse().unwrap();
-        assert!(all.contains("1.2.3.4".parse().unwrap()));
+    fn allow_list_contains() {
+        let c = Config::default();
+        assert!(c.allowed("127.0.0.1".parse().unwrap()) && c.allowed("::1".parse().unwrap()));
+        assert!(!c.allowed("10.1.2.3".parse().unwrap()));
+        let ifc = "[[trgw.interface]]\nname = \"a\"\nipv4 = \"192.0.2.1\"\n";
+        let c = Config::from_toml_file_text(&format!("[trgw]\nallow = [\"10.1.2.3/16\", \"2001:db8::/32\"]\n{ifc}"))
+            .unwrap();
+        assert_eq!(c.allow[0].to_string(), "10.1.0.0/16", "host bits are cleared");
+        assert!(c.allowed("10.1.2.3".parse().unwrap()));
+        assert!(c.allowed("::ffff:10.1.2.3".parse().unwrap()));
+        assert!(!c.allowed("10.2.0.1".parse().unwrap()));
+        assert!(c.allowed("2001:db8::5".parse().unwrap()));
+        assert!(!c.allowed("127.0.0.1".parse().unwrap()));
     }
 }

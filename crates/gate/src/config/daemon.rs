@@ -7,9 +7,9 @@ use core::net::{IpAddr, SocketAddr};
 
 use serde::Deserialize;
 use toml::Spanned;
-use xlat::addr::{Prefix4, Prefix6};
+use xlat::addr::{parse_addr_len, IpPrefix};
 
-use super::{invalid, parse_prefix4, parse_prefix6, Error, ErrorKind};
+use super::{invalid, parse_prefix, Error, ErrorKind};
 
 /// Every key of the `[tun]` table.
 pub const TUN_KEYS: &[&str] =
@@ -38,24 +38,6 @@ pub const DEFAULT_TUN_NAME: &str = "v6gate0";
 pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9164";
 /// Largest number of TUN queues (and workers) accepted.
 pub const MAX_QUEUES: usize = 64;
-
-/// An IP prefix of either family (a route destination).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum IpPrefix {
-    /// IPv4.
-    V4(Prefix4),
-    /// IPv6.
-    V6(Prefix6),
-}
-
-impl fmt::Display for IpPrefix {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            IpPrefix::V4(p) => write!(f, "{}/{}", p.addr(), p.len()),
-            IpPrefix::V6(p) => write!(f, "{}/{}", p.addr(), p.len()),
-        }
-    }
-}
 
 /// An interface address with its prefix length (host bits may be set),
 /// e.g. `192.0.2.1/24`.
@@ -193,27 +175,10 @@ pub(super) struct DaemonToml {
 
 /// Parse `ADDR/LEN` (host bits allowed) or a bare address.
 fn parse_ifaddr(text: &str, key: &str, v: &Spanned<String>) -> Result<IfAddr, Error> {
-    let s = v.get_ref().trim();
-    let bad = || invalid(text, key, v.span(), format!("`{s}` is not an address with an optional /length"));
-    let (a, l) = match s.split_once('/') {
-        Some((a, l)) => (a, Some(l)),
-        None => (s, None),
-    };
-    let addr: IpAddr = a.parse().map_err(|_| bad())?;
-    let max = if addr.is_ipv4() { 32 } else { 128 };
-    let len = match l {
-        Some(l) => l.parse::<u8>().ok().filter(|&n| n <= max).ok_or_else(bad)?,
-        None => max,
-    };
+    let (addr, len) = parse_addr_len(v.get_ref()).map_err(|_| {
+        invalid(text, key, v.span(), format!("`{}` is not an address with an optional /length", v.get_ref().trim()))
+    })?;
     Ok(IfAddr { addr, len })
-}
-
-fn parse_ipprefix(text: &str, key: &str, v: &Spanned<String>) -> Result<IpPrefix, Error> {
-    if v.get_ref().contains(':') {
-        parse_prefix6(text, key, v).map(IpPrefix::V6)
-    } else {
-        parse_prefix4(text, key, v).map(IpPrefix::V4)
-    }
 }
 
 /// `v` when it is within `lo..=hi`, else an error naming `key`.
@@ -269,7 +234,7 @@ pub(super) fn tun_from_toml(text: &str, t: TunToml) -> Result<TunConfig, Error> 
         c.addresses.push(parse_ifaddr(text, &format!("[tun] addresses[{i}]"), a)?);
     }
     for (i, r) in t.routes.iter().flatten().enumerate() {
-        c.routes.push(parse_ipprefix(text, &format!("[tun] routes[{i}]"), r)?);
+        c.routes.push(parse_prefix(text, &format!("[tun] routes[{i}]"), r)?);
     }
     Ok(c)
 }

@@ -25,7 +25,7 @@ mod example;
 mod siit;
 
 pub use daemon::{
-    AdminConfig, DaemonConfig, IfAddr, IoMode, IpPrefix, TunConfig, ADMIN_KEYS, DAEMON_KEYS, DEFAULT_ADMIN_LISTEN,
+    AdminConfig, DaemonConfig, IfAddr, IoMode, TunConfig, ADMIN_KEYS, DAEMON_KEYS, DEFAULT_ADMIN_LISTEN,
     DEFAULT_TUN_NAME, LOG_LEVELS, MAX_QUEUES, TUN_KEYS,
 };
 pub use example::example;
@@ -38,7 +38,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use toml::Spanned;
-use xlat::addr::{Prefix4, Prefix6};
+use xlat::addr::AddrError;
 
 use daemon::{AdminToml, DaemonToml, TunToml};
 use siit::SiitToml;
@@ -264,14 +264,10 @@ fn classify(text: &str, err: serde_path_to_error::Error<toml::de::Error>) -> Err
     e.at(text, inner.span())
 }
 
-fn parse_prefix6(text: &str, key: &str, v: &Spanned<String>) -> Result<Prefix6, Error> {
-    Prefix6::from_str(v.get_ref())
-        .map_err(|e| Error::new(ErrorKind::Invalid, Some(key.to_string()), e.to_string()).at(text, Some(v.span())))
-}
-
-fn parse_prefix4(text: &str, key: &str, v: &Spanned<String>) -> Result<Prefix4, Error> {
-    Prefix4::from_str(v.get_ref())
-        .map_err(|e| Error::new(ErrorKind::Invalid, Some(key.to_string()), e.to_string()).at(text, Some(v.span())))
+/// A prefix ([`xlat::addr::Prefix4`], `Prefix6` or `IpPrefix`); errors name
+/// `key` and point at the value.
+fn parse_prefix<P: FromStr<Err = AddrError>>(text: &str, key: &str, v: &Spanned<String>) -> Result<P, Error> {
+    P::from_str(v.get_ref()).map_err(|e| invalid(text, key, v.span(), e.to_string()))
 }
 
 fn parse_addr<A: FromStr>(text: &str, key: &str, v: &Spanned<String>, family: &str) -> Result<A, Error> {

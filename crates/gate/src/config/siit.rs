@@ -9,7 +9,7 @@ use serde::Deserialize;
 use toml::Spanned;
 use xlat::siit::{self, MappingMode};
 
-use super::{parse_addr, parse_prefix4, parse_prefix6, Error};
+use super::{parse_addr, parse_prefix, Error};
 
 /// Every key of the `[siit]` table, in their canonical spelling (aliases
 /// such as `rfc6791_v4` are not listed).
@@ -122,7 +122,7 @@ impl<'de> Deserialize<'de> for EamToml {
 pub(super) fn siit_from_toml(text: &str, t: SiitToml) -> Result<siit::Config, Error> {
     let mut c = siit::Config::default();
     if let Some(p) = &t.pool6 {
-        c.pool6 = Some(parse_prefix6(text, "[siit] pool6", p)?);
+        c.pool6 = Some(parse_prefix(text, "[siit] pool6", p)?);
     }
     if let Some(m) = t.mapping {
         c.mapping = match m {
@@ -131,15 +131,15 @@ pub(super) fn siit_from_toml(text: &str, t: SiitToml) -> Result<siit::Config, Er
         };
     }
     for (i, e) in t.eamt.iter().enumerate() {
-        let p6 = parse_prefix6(text, &format!("[siit] eamt[{i}].ipv6"), &e.ipv6)?;
-        let p4 = parse_prefix4(text, &format!("[siit] eamt[{i}].ipv4"), &e.ipv4)?;
+        let p6 = parse_prefix(text, &format!("[siit] eamt[{i}].ipv6"), &e.ipv6)?;
+        let p4 = parse_prefix(text, &format!("[siit] eamt[{i}].ipv4"), &e.ipv4)?;
         c.eamt.push((p6, p4));
     }
     if let Some(v) = &t.rfc6791v4_prefix {
-        c.rfc6791_v4 = Some(parse_prefix4(text, "[siit] rfc6791v4-prefix", v)?);
+        c.rfc6791_v4 = Some(parse_prefix(text, "[siit] rfc6791v4-prefix", v)?);
     }
     if let Some(v) = &t.rfc6791v6_prefix {
-        c.rfc6791_v6 = Some(parse_prefix6(text, "[siit] rfc6791v6-prefix", v)?);
+        c.rfc6791_v6 = Some(parse_prefix(text, "[siit] rfc6791v6-prefix", v)?);
     }
     if let Some(v) = &t.ipv4_address {
         c.ipv4_address = parse_addr::<Ipv4Addr>(text, "[siit] ipv4-address", v, "IPv4")?;

@@ -13,11 +13,11 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use xlat::addr::{Ivi, Prefix4, Prefix6};
+use xlat::addr::{IpPrefix, Ivi, Prefix4, Prefix6};
 use xlat::siit::{MappingMode, Translator};
 use xlat::{Out, Verdict};
 
-use crate::config::{Config, Error, ErrorKind, IpPrefix};
+use crate::config::{Config, Error, ErrorKind};
 
 /// Which engine handled a packet (index into [`super::stats::ENGINES`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -32,11 +32,12 @@ use std::time::Instant;
 use anyhow::{bail, Context as _};
 use arc_swap::ArcSwap;
 
-use crate::config::{Config, IoMode, IpPrefix};
+use crate::config::{Config, IoMode};
 use crate::sys::netlink::Netlink;
 use crate::sys::tun;
 use engine::{routes_for, Engines};
 use stats::{Totals, WorkerStats};
+use xlat::addr::IpPrefix;
 
 /// `v6gate run` arguments.
 #[derive(Debug, clap::Args)]
