@@ -102,7 +102,8 @@ struct TranslateArgs {
 enum ConfigCmd {
     /// Print a complete, commented example configuration.
     Example,
-    /// Check a configuration file: prints "ok", or the error and exits 1.
+    /// Check a configuration file: prints "ok" (and on stderr a warning for
+    /// each deprecated spelling it uses), or the error and exits 1.
     Check {
         /// Configuration file (TOML).
         #[arg(short, long, value_name = "FILE")]
@@ -117,6 +118,9 @@ fn translate(a: &TranslateArgs) -> anyhow::Result<()> {
         _ => {}
     }
     let cfg = Config::load(&a.config)?;
+    for w in cfg.warnings() {
+        eprintln!("v6gate: {w}");
+    }
     let tr = cfg.siit_translator()?;
     let mut stderr = io::stderr();
     let explain: Option<&mut dyn Write> = if a.explain { Some(&mut stderr) } else { None };
@@ -150,7 +154,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             bench::trgw::run(*a)?;
         }
         Cmd::Config(ConfigCmd::Check { config }) => match Config::load(&config) {
-            Ok(_) => println!("ok"),
+            Ok(c) => {
+                for w in c.warnings() {
+                    eprintln!("v6gate: {w}");
+                }
+                println!("ok");
+            }
             Err(e) => {
                 eprintln!("{e}");
                 return Ok(ExitCode::FAILURE);

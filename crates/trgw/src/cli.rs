@@ -20,8 +20,11 @@ pub struct Args {
 /// or SIGTERM, as [`serve`] does.
 pub fn run(a: &Args) -> Result<()> {
     let text = std::fs::read_to_string(&a.config).with_context(|| format!("reading {}", a.config.display()))?;
-    let cfg = Config::from_toml_file_text(&text)
-        .map_err(|e| anyhow::anyhow!("config error in {}: {e}", a.config.display()))?;
+    let (cfg, deprecated) =
+        Config::parse_toml(&text).map_err(|e| anyhow::anyhow!("config error in {}: {e}", a.config.display()))?;
+    for d in deprecated {
+        eprintln!("v6gate: config warning in {}: {d}", a.config.display());
+    }
     serve(cfg)
 }
 

@@ -3,6 +3,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 
+pub use confval::IoMode;
 use serde::Deserialize;
 use xlat::addr::IpPrefix;
 
@@ -27,9 +28,10 @@ rtpproxy-udp = "127.0.0.1:22222"
 allow = ["127.0.0.0/8", "::1/128"]
 # Relay worker threads; default: one per core.
 # workers = 2
-# Packet I/O: "io-uring" (default; falls back to epoll when the kernel
-# refuses) or "epoll" (recvmmsg/sendmmsg per ready socket).
-# io = "io-uring"
+# Packet I/O: "uring" (default: io_uring, falls back to "poll" when the
+# kernel refuses) or "poll" (epoll, recvmmsg/sendmmsg per ready socket).
+# ("io-uring" and "epoll" are older spellings, still accepted.)
+# io = "uring"
 # rtpproxy bridging (U/L modifiers e and i): which interface is which.
 # rtpproxy-internal = "v4"
 # rtpproxy-external = "v6"
@@ -58,18 +60,6 @@ pub enum Latching {
     /// Only packets from the signalled address are relayed; others are
     /// dropped and counted.
     Strict,
-}
-
-/// The packet I/O engine of the workers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "kebab-case")]
-pub enum IoMode {
-    /// io_uring: multishot receives into a provided-buffer ring, sends
-    /// batched, one `io_uring_enter` per loop for all sockets.
-    #[default]
-    IoUring,
-    /// epoll + `recvmmsg`/`sendmmsg` per ready socket.
-    Epoll,
 }
 
 /// One named media interface.
@@ -154,8 +144,10 @@ pub struct Config {
     /// Relay worker threads (default: number of cores).
     #[serde(default)]
     pub workers: Option<usize>,
-    /// Packet I/O engine.
-    #[serde(default)]
+    /// Packet I/O engine: io_uring (multishot receives into a
+    /// provided-buffer ring, batched sends) or readiness (epoll and
+    /// `recvmmsg`/`sendmmsg` per ready socket).
+    #[serde(default = "d_io")]
     pub io: IoMode,
     /// rtpproxy bridging: the interface the `i` modifier names.
     #[serde(default)]
@@ -165,6 +157,9 @@ pub struct Config {
     pub rtpproxy_external: Option<String>,
 }
 
+fn d_io() -> IoMode {
+    IoMode::Uring
+}
 fn d_port_min() -> u16 {
     30000
 }
@@ -197,26 +192,44 @@ impl Default for Config {
             rtpproxy_unix: None,
             allow: d_allow(),
             workers: None,
-            io: IoMode::IoUring,
+            io: d_io(),
             rtpproxy_internal: None,
             rtpproxy_external: None,
         }
     }
 }
 
+/// Old spellings of `[trgw]` keys and values still accepted, each with a
+/// deprecation warning (see [`confval::alias`]).
+pub fn aliases() -> impl Iterator<Item = &'static confval::Alias> {
+    IoMode::ALIASES.iter()
+}
+
 impl Config {
     /// Parses a TOML document holding a `[trgw]` table (other tables are
-    /// ignored), then [`Config::check`]s it.
+    /// ignored), then [`Config::check`]s it. Deprecated spellings are
+    /// accepted; [`Config::parse_toml`] also returns them.
     pub fn from_toml_file_text(text: &str) -> Result<Config, String> {
+        Config::parse_toml(text).map(|(c, _)| c)
+    }
+
+    /// As [`Config::from_toml_file_text`], with the deprecated spellings
+    /// found (to print or log).
+    pub fn parse_toml(text: &str) -> Result<(Config, Vec<confval::Deprecation>), String> {
         #[derive(Deserialize)]
         struct File {
             trgw: Option<Config>,
         }
-        let f: File =
-            toml::from_str(text).map_err(|e| format!("[trgw]: {}", e.to_string().trim().replace('\n', " ")))?;
+        let flat = |e: &dyn std::fmt::Display| format!("[trgw]: {}", e.to_string().trim().replace('\n', " "));
+        let mut doc = toml::de::DeTable::parse(text).map_err(|e| flat(&e))?;
+        let found = confval::alias::apply(doc.get_mut(), "trgw", aliases()).map_err(|e| e.to_string())?;
+        let f = File::deserialize(toml::de::Deserializer::from(doc)).map_err(|mut e| {
+            e.set_input(Some(text));
+            flat(&e)
+        })?;
         let c = f.trgw.ok_or_else(|| "no [trgw] table in the configuration".to_string())?;
         c.check()?;
-        Ok(c)
+        Ok((c, found))
     }
 
     /// Checks consistency; the error names the key at fault.
@@ -321,6 +334,24 @@ mod tests {
         bad("[trgw]\ntimeout-secs = 0\n[[trgw.interface]]\nname = \"a\"\nipv4 = \"192.0.2.1\"\n", "timeout-secs");
         bad("[trgw]\nrtpproxy-internal = \"x\"\n[[trgw.interface]]\nname = \"a\"\nipv4 = \"192.0.2.1\"\n", "internal");
         bad("[siit]\n", "no [trgw]");
+    }
+
+    #[test]
+    fn io_spellings() {
+        let ifc = "[[trgw.interface]]\nname = \"a\"\nipv4 = \"192.0.2.1\"\n";
+        let io = |v: &str| Config::parse_toml(&format!("[trgw]\nio = \"{v}\"\n{ifc}"));
+        let (c, d) = io("uring").unwrap();
+        assert_eq!((c.io, d.len()), (IoMode::Uring, 0));
+        let (c, d) = io("poll").unwrap();
+        assert_eq!((c.io, d.len()), (IoMode::Poll, 0));
+        let (c, d) = io("epoll").unwrap();
+        assert_eq!(c.io, IoMode::Poll);
+        assert_eq!(d[0].to_string(), "[trgw] io = \"epoll\" is deprecated: write io = \"poll\"");
+        let (c, d) = io("io-uring").unwrap();
+        assert_eq!((c.io, d.len()), (IoMode::Uring, 1));
+        let e = io("fast").unwrap_err();
+        assert!(e.contains("`fast` is not \"uring\" or \"poll\""), "{e}");
+        assert_eq!(Config::default().io, IoMode::Uring);
     }
 
     #[test]

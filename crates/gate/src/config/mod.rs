@@ -25,8 +25,8 @@ mod example;
 mod siit;
 
 pub use daemon::{
-    AdminConfig, DaemonConfig, IfAddr, IoMode, TunConfig, ADMIN_KEYS, DAEMON_KEYS, DEFAULT_ADMIN_LISTEN,
-    DEFAULT_TUN_NAME, LOG_LEVELS, MAX_QUEUES, TUN_KEYS,
+    AdminConfig, DaemonConfig, IfAddr, TunConfig, ADMIN_KEYS, DAEMON_KEYS, DEFAULT_ADMIN_LISTEN, DEFAULT_TUN_NAME,
+    LOG_LEVELS, MAX_QUEUES, TUN_KEYS,
 };
 pub use example::example;
 pub use siit::SIIT_KEYS;
@@ -36,6 +36,7 @@ use core::ops::Range;
 use core::str::FromStr;
 use std::path::{Path, PathBuf};
 
+use confval::{Alias, IoMode};
 use serde::Deserialize;
 use toml::Spanned;
 use xlat::addr::AddrError;
@@ -72,6 +73,8 @@ pub struct Config {
     pub trgw: Option<trgw::Config>,
     /// The file this came from, for error messages.
     origin: Option<PathBuf>,
+    /// Deprecated spellings found (see [`Config::warnings`]).
+    warnings: Vec<Warning>,
 }
 
 /// The class of a configuration error.
@@ -162,6 +165,51 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+/// A deprecated spelling the configuration still accepts (an old key
+/// name or value, see [`confval::alias`]): where it is and what to write
+/// instead. Printed by `v6gate config check`, logged by `v6gate run`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Warning {
+    file: Option<PathBuf>,
+    /// 1-based line and column.
+    pos: Option<(usize, usize)>,
+    msg: String,
+}
+
+impl Warning {
+    /// 1-based (line, column) in the file, when known.
+    pub fn position(&self) -> Option<(usize, usize)> {
+        self.pos
+    }
+
+    /// What is deprecated and what to write instead.
+    pub fn message(&self) -> &str {
+        &self.msg
+    }
+}
+
+impl fmt::Display for Warning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.file {
+            Some(p) => write!(f, "config warning in {}: ", p.display())?,
+            None => f.write_str("config warning: ")?,
+        }
+        if let Some((l, c)) = self.pos {
+            write!(f, "line {l}, column {c}: ")?;
+        }
+        f.write_str(&self.msg)
+    }
+}
+
+/// The old spellings each table still accepts, by table.
+fn aliases(table: &str) -> Vec<&'static Alias> {
+    match table {
+        "tun" => IoMode::ALIASES.iter().collect(),
+        "trgw" => trgw::config::aliases().collect(),
+        _ => Vec::new(),
+    }
+}
 
 /// 1-based line and column (in characters) of byte offset `at`.
 fn line_col(text: &str, at: usize) -> (usize, usize) {
@@ -285,15 +333,36 @@ impl Config {
     /// Parse TOML text: syntax, key names, types, prefixes and addresses.
     /// Does not build the engines; see [`Config::check`].
     pub fn parse(text: &str) -> Result<Config, Error> {
-        let de = toml::Deserializer::parse(text).map_err(|e| {
+        let mut doc = toml::de::DeTable::parse(text).map_err(|e| {
             Error::new(ErrorKind::Syntax, None, e.message().trim().replace('\n', "; ")).at(text, e.span())
         })?;
+        let mut warnings = Vec::new();
+        for table in TABLES.iter().chain(DAEMON_TABLES) {
+            let found = confval::alias::apply(doc.get_mut(), table, aliases(table))
+                .map_err(|e| Error::new(ErrorKind::Invalid, Some(e.key), e.msg).at(text, Some(e.span)))?;
+            warnings.extend(found.into_iter().map(|d| Warning {
+                file: None,
+                pos: Some(line_col(text, d.span.start)),
+                msg: d.to_string(),
+            }));
+        }
+        let de = toml::Deserializer::from(doc);
         let file: FileToml = serde_path_to_error::deserialize(de).map_err(|e| classify(text, e))?;
         let siit = file.siit.map(|t| siit::siit_from_toml(text, t)).transpose()?;
         let tun = file.tun.map(|t| daemon::tun_from_toml(text, t)).transpose()?.unwrap_or_default();
         let admin = file.admin.map(|t| daemon::admin_from_toml(text, t)).transpose()?.unwrap_or_default();
         let daemon = file.daemon.map(|t| daemon::daemon_from_toml(text, t)).transpose()?.unwrap_or_default();
-        Ok(Config { siit, nat64: file.nat64, dns64: file.dns64, trgw: file.trgw, tun, admin, daemon, origin: None })
+        Ok(Config {
+            siit,
+            nat64: file.nat64,
+            dns64: file.dns64,
+            trgw: file.trgw,
+            tun,
+            admin,
+            daemon,
+            origin: None,
+            warnings,
+        })
     }
 
     /// Read, parse and [`check`](Config::check) a configuration file.
@@ -303,6 +372,9 @@ impl Config {
             .map_err(|e| Error::new(ErrorKind::Io, None, format!("cannot read: {e}")).in_file(Some(path)))?;
         let mut cfg = Config::parse(&text).map_err(|e| e.in_file(Some(path)))?;
         cfg.origin = Some(path.to_path_buf());
+        for w in &mut cfg.warnings {
+            w.file = cfg.origin.clone();
+        }
         cfg.check()?;
         Ok(cfg)
     }
@@ -340,6 +412,11 @@ impl Config {
     /// The file [`Config::load`] read, if any.
     pub fn origin(&self) -> Option<&Path> {
         self.origin.as_deref()
+    }
+
+    /// Deprecated spellings the file uses, in the order of the tables.
+    pub fn warnings(&self) -> &[Warning] {
+        &self.warnings
     }
 }
 
@@ -422,6 +499,32 @@ mod tests {
         let e = Config::load(&dir.path().join("missing.toml")).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Io);
         assert!(e.to_string().contains("missing.toml"), "{e}");
+    }
+
+    #[test]
+    fn deprecated_spellings_warn_with_file_and_position() {
+        let trgw = "[trgw]\nio = \"epoll\"\n[[trgw.interface]]\nname = \"a\"\nipv4 = \"192.0.2.1\"\n";
+        let c = Config::parse(&format!("[tun]\nio = \"io-uring\"\n{trgw}")).unwrap();
+        assert_eq!(c.tun.io, IoMode::Uring);
+        assert_eq!(c.trgw.as_ref().unwrap().io, IoMode::Poll);
+        let w: Vec<String> = c.warnings().iter().map(ToString::to_string).collect();
+        assert_eq!(
+            w,
+            [
+                "config warning: line 4, column 6: [trgw] io = \"epoll\" is deprecated: write io = \"poll\"",
+                "config warning: line 2, column 6: [tun] io = \"io-uring\" is deprecated: write io = \"uring\"",
+            ]
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("x.toml");
+        std::fs::write(&p, trgw).unwrap();
+        let c = Config::load(&p).unwrap();
+        assert_eq!(c.warnings().len(), 1);
+        assert_eq!(c.warnings()[0].position(), Some((2, 6)));
+        assert!(c.warnings()[0].to_string().starts_with(&format!("config warning in {}: line 2", p.display())));
+        // The current spellings raise none.
+        let c = Config::parse("[siit]\npool6 = \"64:ff9b:1::/96\"\n[tun]\nio = \"uring\"\n").unwrap();
+        assert!(c.warnings().is_empty());
     }
 
     #[test]

@@ -32,9 +32,10 @@ use std::time::Instant;
 use anyhow::{bail, Context as _};
 use arc_swap::ArcSwap;
 
-use crate::config::{Config, IoMode};
+use crate::config::Config;
 use crate::sys::netlink::Netlink;
 use crate::sys::tun;
+use confval::IoMode;
 use engine::{routes_for, Engines};
 use stats::{Totals, WorkerStats};
 use xlat::addr::IpPrefix;
@@ -104,6 +105,9 @@ impl Daemon {
     /// it is and return why not.
     pub fn reload(&self) -> Result<u64, String> {
         let new = Config::load(&self.config_path).map_err(|e| e.to_string())?;
+        for w in new.warnings() {
+            log::warn!("reload: {w}");
+        }
         let mut cur = lock(&self.config);
         if new.tun.name != cur.tun.name {
             return Err(format!("[tun] name changed ({} -> {}): restart v6gate to apply", cur.tun.name, new.tun.name));
@@ -335,6 +339,9 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
 
     let cfg = Config::load(&args.config)?;
     set_log_level(&cfg.daemon.log_level);
+    for w in cfg.warnings() {
+        log::warn!("{w}");
+    }
     if let (None, None, None, Some(t)) = (&cfg.siit, &cfg.nat64, &cfg.dns64, &cfg.trgw) {
         // Only [trgw]: the media relay needs no TUN device; it waits for
         // SIGINT/SIGTERM itself.
