@@ -2,8 +2,8 @@
 //!
 //! Every timeout key of every table accepts:
 //!
-//! - a string of numbers with units, largest first or not, spaces allowed
-//!   between them: `"250ms"`, `"60s"`, `"5m"`, `"2h4m"`, `"1h 30m"`,
+//! - a string of numbers with units, spaces allowed around them:
+//!   `"250ms"`, `"60s"`, `"5m"`, `"2h4m"`, `"1h 30m"`,
 //!   `"1d"` (units `ms`, `s`, `m`, `h`, `d`; no fractions: write
 //!   `"1500ms"`, not `"1.5s"`);
 //! - Jool's clock form `"HH:MM:SS"` or `"MM:SS"` (`"02:04:00"`);
@@ -62,7 +62,7 @@ pub fn parse(text: &str) -> Result<Duration, DurationError> {
             return Err(err(text, "a number must come before each unit"));
         }
         let n: u64 = rest[..digits].parse().map_err(|_| err(text, "too large"))?;
-        rest = &rest[digits..];
+        rest = rest[digits..].trim_start();
         let ulen = rest.bytes().take_while(u8::is_ascii_alphabetic).count();
         let unit = &rest[..ulen];
         let Some((_, per)) = UNITS.iter().find(|(u, _)| *u == unit) else {
@@ -173,6 +173,7 @@ mod tests {
         assert_eq!(ms(" 1m30s "), 90_000);
         assert_eq!(ms("1s500ms"), 1_500);
         assert_eq!(ms("1d"), 86_400_000);
+        assert_eq!(ms("5 m 3 s"), 303_000);
         assert_eq!(ms("0s"), 0);
     }
 

@@ -15,8 +15,9 @@ pub const EXAMPLE_TOML: &str = r#"# [trgw]: the IMS transition gateway media rel
 # UDP ports for media, on every interface address: RTP even, RTCP odd.
 port-min = 30000
 port-max = 40000
-# Tear down calls whose media has been idle this long (seconds).
-timeout-secs = 60
+# Tear down calls whose media has been idle this long ("90s", "2m", or whole
+# seconds; the older key timeout-secs is still accepted).
+timeout = "1m"
 # "symmetric": learn the far end from its first packet (NAT friendly);
 # "strict": only accept packets from the signalled address.
 latching = "symmetric"
@@ -123,8 +124,9 @@ pub struct Config {
     /// Highest media port (inclusive).
     #[serde(default = "d_port_max")]
     pub port_max: u16,
-    /// Idle timeout of a call's media, in seconds.
-    #[serde(default = "d_timeout")]
+    /// Idle timeout of a call's media, in seconds (key `timeout`, in the
+    /// duration syntax of [`confval::duration`]; whole seconds).
+    #[serde(default = "d_timeout", rename = "timeout", deserialize_with = "confval::duration::secs")]
     pub timeout_secs: u64,
     /// Latching mode.
     #[serde(default)]
@@ -202,7 +204,8 @@ impl Default for Config {
 /// Old spellings of `[trgw]` keys and values still accepted, each with a
 /// deprecation warning (see [`confval::alias`]).
 pub fn aliases() -> impl Iterator<Item = &'static confval::Alias> {
-    IoMode::ALIASES.iter()
+    const OWN: &[confval::Alias] = &[confval::Alias::Duration { old: "timeout-secs", new: "timeout", unit: "s" }];
+    OWN.iter().chain(IoMode::ALIASES)
 }
 
 impl Config {
@@ -269,7 +272,7 @@ impl Config {
             ));
         }
         if self.timeout_secs == 0 {
-            return Err("[trgw] timeout-secs: must be at least 1".into());
+            return Err("[trgw] timeout: must be at least 1s".into());
         }
         if self.workers == Some(0) || self.workers.is_some_and(|w| w > 256) {
             return Err("[trgw] workers: must be 1-256".into());
@@ -331,9 +334,26 @@ mod tests {
         bad("[trgw]\nbogus = 1\n[[trgw.interface]]\nname = \"a\"\nipv4 = \"192.0.2.1\"\n", "bogus");
         bad("[trgw]\nallow = [\"10.0.0.0/40\"]\n[[trgw.interface]]\nname = \"a\"\nipv4 = \"192.0.2.1\"\n", "prefix");
         bad("[trgw]\nlatching = \"loose\"\n[[trgw.interface]]\nname = \"a\"\nipv4 = \"192.0.2.1\"\n", "latching");
-        bad("[trgw]\ntimeout-secs = 0\n[[trgw.interface]]\nname = \"a\"\nipv4 = \"192.0.2.1\"\n", "timeout-secs");
+        bad("[trgw]\ntimeout = 0\n[[trgw.interface]]\nname = \"a\"\nipv4 = \"192.0.2.1\"\n", "timeout");
+        bad("[trgw]\ntimeout-secs = 0\n[[trgw.interface]]\nname = \"a\"\nipv4 = \"192.0.2.1\"\n", "timeout: must be");
+        bad("[trgw]\ntimeout = \"1500ms\"\n[[trgw.interface]]\nname = \"a\"\nipv4 = \"192.0.2.1\"\n", "whole number");
+        bad(
+            "[trgw]\ntimeout = 5\ntimeout-secs = 5\n[[trgw.interface]]\nname = \"a\"\nipv4 = \"192.0.2.1\"\n",
+            "[trgw] timeout-secs: is the old name of `timeout`",
+        );
         bad("[trgw]\nrtpproxy-internal = \"x\"\n[[trgw.interface]]\nname = \"a\"\nipv4 = \"192.0.2.1\"\n", "internal");
         bad("[siit]\n", "no [trgw]");
+    }
+
+    #[test]
+    fn timeout_spellings() {
+        let ifc = "[[trgw.interface]]\nname = \"a\"\nipv4 = \"192.0.2.1\"\n";
+        let t =
+            |line: &str| Config::parse_toml(&format!("[trgw]\n{line}\n{ifc}")).map(|(c, d)| (c.timeout_secs, d.len()));
+        assert_eq!(t("timeout = \"2m\""), Ok((120, 0)));
+        assert_eq!(t("timeout = 90"), Ok((90, 0)));
+        assert_eq!(t("timeout-secs = 90"), Ok((90, 1)));
+        assert_eq!(Config::default().timeout_secs, 60);
     }
 
     #[test]

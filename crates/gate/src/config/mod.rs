@@ -207,6 +207,7 @@ fn aliases(table: &str) -> Vec<&'static Alias> {
     match table {
         "tun" => IoMode::ALIASES.iter().collect(),
         "trgw" => trgw::config::aliases().collect(),
+        "dns64" => dns64::config::ALIASES.iter().collect(),
         _ => Vec::new(),
     }
 }
@@ -522,6 +523,15 @@ mod tests {
         assert_eq!(c.warnings().len(), 1);
         assert_eq!(c.warnings()[0].position(), Some((2, 6)));
         assert!(c.warnings()[0].to_string().starts_with(&format!("config warning in {}: line 2", p.display())));
+        let c = Config::parse("[dns64]\nupstream = [\"192.0.2.53\"]\ntimeout-ms = 800\n").unwrap();
+        assert_eq!(c.dns64.unwrap().timeout, std::time::Duration::from_millis(800));
+        assert_eq!(
+            c.warnings[0].to_string(),
+            "config warning: line 3, column 1: [dns64] timeout-ms = 800 is deprecated: write timeout = \"800ms\""
+        );
+        let e =
+            assert_names("[dns64]\nupstream = [\"192.0.2.53\"]\ntimeout = 1\ntimeout-ms = 800\n", "[dns64] timeout-ms");
+        assert_eq!(e.position(), Some((4, 1)));
         // The current spellings raise none.
         let c = Config::parse("[siit]\npool6 = \"64:ff9b:1::/96\"\n[tun]\nio = \"uring\"\n").unwrap();
         assert!(c.warnings().is_empty());
