@@ -5,19 +5,19 @@
 //! destination port written in.
 
 use crate::config::Protocol;
-use crate::frag::Fed;
-use crate::rewrite::{self, Ports};
 use crate::state::{lock, refuse, Held, Refusal, SessKey, T4, T6};
 use crate::tcp::{self, Side, TcpState};
-use crate::tuple::{flow_of, Fixed, Flow};
+use crate::tuple::{flow_of, Fixed, Flow, In, NewPort};
 use crate::{Nat64, TO_SYN, TO_TRANS};
 use std::sync::atomic::Ordering;
 use xlat::wire::icmp::{is_error_v4, v4 as icmp4};
 use xlat::wire::ipv4::Ipv4Packet;
 use xlat::wire::proto;
-use xlat::{DropReason, Out, PacketKind, Verdict};
+use xlat::{DropReason, Out, Verdict};
 
 impl Nat64 {
+    /// A packet in from the IPv4 side. `may_reassemble` is false for a
+    /// datagram this crate just reassembled and for a hairpinned packet.
     pub(crate) fn from4(&self, pkt: &[u8], now: u64, out: &mut Out, may_reassemble: bool) -> Verdict {
         let ip = match Ipv4Packet::new(pkt) {
             Ok(p) => p,
@@ -30,14 +30,8 @@ impl Nat64 {
             if !may_reassemble {
                 return Verdict::Drop(DropReason::Unsupported);
             }
-            return match self.reasm.feed_v4(&ip, now) {
-                Fed::Held => Verdict::Drop(DropReason::FragmentHeld),
-                Fed::Refused => Verdict::Drop(DropReason::FragmentLimit),
-                Fed::Done(full) => {
-                    self.c.reassembled.fetch_add(1, Ordering::Relaxed);
-                    self.from4(&full, now, out, false)
-                }
-            };
+            let fed = self.reasm.feed_v4(&ip, now);
+            return self.on_fragment(fed, |full| self.from4(full, now, out, false));
         }
         let (src4, dst4) = (ip.src(), ip.dst());
         let l4 = ip.payload();
@@ -65,20 +59,7 @@ impl Nat64 {
             Err(r) => return self.refuse_v4(r, pkt, out),
         };
         let map = Fixed { v4: [src4; 4], v6: [y6, x.addr, y6, x.addr] };
-        let v = self.xl.translate_with(&map, pkt, out);
-        if v != Verdict::Emit {
-            return v;
-        }
-        let ports = match flow.p {
-            Protocol::Icmp => Ports { id: Some(x.port), ..Ports::default() },
-            _ => Ports { dst: Some(x.port), ..Ports::default() },
-        };
-        for i in 0..out.len() {
-            if let Some((PacketKind::Forward, b)) = out.get_mut(i) {
-                rewrite::outer(b, ports);
-            }
-        }
-        Verdict::Emit
+        self.translate_flow(&map, pkt, out, flow.p, NewPort::Dst(x.port), In::Packet)
     }
 
     /// RFC 6146 §3.5.1 / §3.5.2 / §3.5.3, IPv4 side: the IPv6 destination

@@ -4,19 +4,19 @@
 //! the RFC 7915 translation with the pool4 source port written in.
 
 use crate::config::Protocol;
-use crate::frag::Fed;
-use crate::rewrite::{self, Ports};
 use crate::state::{lock, refuse, Refusal, SessKey, T4, T6};
 use crate::tcp::{self, Side, TcpState};
-use crate::tuple::{flow_of, Fixed, Flow};
+use crate::tuple::{flow_of, Fixed, Flow, In, NewPort};
 use crate::{Nat64, TO_TRANS};
 use std::sync::atomic::Ordering;
 use xlat::wire::icmp::{is_error_v6, v6 as icmp6};
 use xlat::wire::ipv6::Ipv6Packet;
 use xlat::wire::proto;
-use xlat::{DropReason, Out, PacketKind, Verdict};
+use xlat::{DropReason, Out, Verdict};
 
 impl Nat64 {
+    /// A packet in from the IPv6 side. `may_reassemble` is false for a
+    /// datagram this crate just reassembled.
     pub(crate) fn from6(&self, pkt: &[u8], now: u64, out: &mut Out, may_reassemble: bool) -> Verdict {
         let ip = match Ipv6Packet::new(pkt) {
             Ok(p) => p,
@@ -33,14 +33,8 @@ impl Nat64 {
                 // extension after fragment), statelessly.
                 return self.xl.translate(pkt, out);
             }
-            return match self.reasm.feed_v6(&ip, f, now) {
-                Fed::Held => Verdict::Drop(DropReason::FragmentHeld),
-                Fed::Refused => Verdict::Drop(DropReason::FragmentLimit),
-                Fed::Done(full) => {
-                    self.c.reassembled.fetch_add(1, Ordering::Relaxed);
-                    self.from6(&full, now, out, false)
-                }
-            };
+            let fed = self.reasm.feed_v6(&ip, f, now);
+            return self.on_fragment(fed, |full| self.from6(full, now, out, false));
         }
         let (src6, dst6) = (ip.src(), ip.dst());
         // A source inside pool6 is one of our own translations coming back.
@@ -68,18 +62,9 @@ impl Nat64 {
             Err(r) => return self.refuse_v6(r, pkt, out),
         };
         let map = Fixed { v4: [t.addr, y, t.addr, y], v6: [src6; 4] };
-        let v = self.xl.translate_with(&map, pkt, out);
+        let v = self.translate_flow(&map, pkt, out, flow.p, NewPort::Src(t.port), In::Packet);
         if v != Verdict::Emit {
             return v;
-        }
-        let ports = match flow.p {
-            Protocol::Icmp => Ports { id: Some(t.port), ..Ports::default() },
-            _ => Ports { src: Some(t.port), ..Ports::default() },
-        };
-        for i in 0..out.len() {
-            if let Some((PacketKind::Forward, b)) = out.get_mut(i) {
-                rewrite::outer(b, ports);
-            }
         }
         // RFC 6146 §3.8 hairpinning: the destination is one of our own
         // pool4 addresses, so the IPv4 packet comes straight back in.

@@ -3,17 +3,15 @@
 //! through the BIB (addresses and ports); no state is created or
 //! refreshed.
 
-use crate::config::Protocol;
-use crate::rewrite::{self, Ports};
 use crate::state::{lock, T4, T6};
-use crate::tuple::{flow_of, Fixed};
+use crate::tuple::{flow_of, Fixed, In, NewPort};
 use crate::Nat64;
 use core::net::{Ipv4Addr, Ipv6Addr};
 use xlat::wire::icmp::{is_error_v4, is_error_v6};
 use xlat::wire::ipv4::Ipv4Packet;
 use xlat::wire::ipv6::Ipv6Packet;
 use xlat::wire::proto;
-use xlat::{DropReason, Out, PacketKind, Verdict};
+use xlat::{DropReason, Out, Verdict};
 
 impl Nat64 {
     /// An ICMPv6 error from the IPv6 side about a packet (Y', y) → (X, x)
@@ -48,20 +46,7 @@ impl Nat64 {
             }
         };
         let map = Fixed { v4: [t.addr, y, qy, t.addr], v6: [Ipv6Addr::UNSPECIFIED; 4] };
-        let v = self.xl.translate_with(&map, pkt, out);
-        if v != Verdict::Emit {
-            return v;
-        }
-        let ports = match f.p {
-            Protocol::Icmp => Ports { id: Some(t.port), ..Ports::default() },
-            _ => Ports { dst: Some(t.port), ..Ports::default() },
-        };
-        for i in 0..out.len() {
-            if let Some((PacketKind::Forward, b)) = out.get_mut(i) {
-                rewrite::inner(b, ports);
-            }
-        }
-        Verdict::Emit
+        self.translate_flow(&map, pkt, out, f.p, NewPort::Dst(t.port), In::Quoted)
     }
 
     /// An ICMPv4 error from the IPv4 side about a packet (T, t) → (Y, y)
@@ -99,19 +84,6 @@ impl Nat64 {
         // covers addresses pool6 cannot hold.
         let outer_src = self.p6.embed(src4).unwrap_or_else(|| self.xl.ipv6_address());
         let map = Fixed { v4: [src4; 4], v6: [outer_src, x.addr, x.addr, qy6] };
-        let v = self.xl.translate_with(&map, pkt, out);
-        if v != Verdict::Emit {
-            return v;
-        }
-        let ports = match f.p {
-            Protocol::Icmp => Ports { id: Some(x.port), ..Ports::default() },
-            _ => Ports { src: Some(x.port), ..Ports::default() },
-        };
-        for i in 0..out.len() {
-            if let Some((PacketKind::Forward, b)) = out.get_mut(i) {
-                rewrite::inner(b, ports);
-            }
-        }
-        Verdict::Emit
+        self.translate_flow(&map, pkt, out, f.p, NewPort::Src(x.port), In::Quoted)
     }
 }

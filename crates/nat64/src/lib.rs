@@ -222,6 +222,19 @@ impl Nat64 {
         &self.xl
     }
 
+    /// RFC 6146 §3.4: what feeding a fragment to the reassembler leads to:
+    /// held, refused (a limit), or the whole datagram, handed to `next`.
+    fn on_fragment(&self, fed: frag::Fed, next: impl FnOnce(&[u8]) -> Verdict) -> Verdict {
+        match fed {
+            frag::Fed::Held => Verdict::Drop(DropReason::FragmentHeld),
+            frag::Fed::Refused => Verdict::Drop(DropReason::FragmentLimit),
+            frag::Fed::Done(full) => {
+                self.c.reassembled.fetch_add(1, Ordering::Relaxed);
+                next(&full)
+            }
+        }
+    }
+
     /// Translate one L3 packet (IPv4 or IPv6, by the version nibble) at
     /// time `now` (monotonic nanoseconds). Clears `out` first. On
     /// [`Verdict::Emit`] `out` holds the translated packet(s) and/or an ICMP

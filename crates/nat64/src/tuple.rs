@@ -4,12 +4,14 @@
 //! translator in `xlat`.
 
 use crate::config::Protocol;
+use crate::rewrite::{self, Ports};
+use crate::Nat64;
 use core::net::{Ipv4Addr, Ipv6Addr};
 use xlat::addr::Mapper;
 use xlat::siit::{AddrMap, Role};
 use xlat::wire::icmp::{v4 as icmp4, v6 as icmp6};
 use xlat::wire::proto;
-use xlat::DropReason;
+use xlat::{DropReason, Out, PacketKind, Verdict};
 
 /// Addresses for one translation, by role (see [`AddrMap`]).
 #[derive(Debug, Clone, Copy)]
@@ -82,5 +84,59 @@ pub(crate) fn flow_of(upper: u8, l4: &[u8], v6: bool, quoted: bool) -> Result<Fl
             Ok(Flow { p: Protocol::Icmp, sport: id, dport: id, flags: 0 })
         }
         _ => Err(DropReason::UnsupportedProtocol),
+    }
+}
+
+/// The port of the outgoing tuple that changes (RFC 6146 §3.6): the
+/// source or the destination port; for ICMP queries, the identifier.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum NewPort {
+    /// The source port becomes this.
+    Src(u16),
+    /// The destination port becomes this.
+    Dst(u16),
+}
+
+/// Which packet the flow's ports are in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum In {
+    /// The packet itself.
+    Packet,
+    /// The packet quoted by an ICMP error.
+    Quoted,
+}
+
+impl Nat64 {
+    /// RFC 6146 §3.7: translate `pkt` with the addresses of `map` (RFC 7915,
+    /// in `xlat`), then write the new port of the `p` flow into every
+    /// forwarded packet (checksums updated; ICMP errors for the sender are
+    /// left as they are).
+    pub(crate) fn translate_flow(
+        &self,
+        map: &Fixed,
+        pkt: &[u8],
+        out: &mut Out,
+        p: Protocol,
+        port: NewPort,
+        at: In,
+    ) -> Verdict {
+        let v = self.xl.translate_with(map, pkt, out);
+        if v != Verdict::Emit {
+            return v;
+        }
+        let ports = match (p, port) {
+            (Protocol::Icmp, NewPort::Src(n) | NewPort::Dst(n)) => Ports { id: Some(n), ..Ports::default() },
+            (_, NewPort::Src(n)) => Ports { src: Some(n), ..Ports::default() },
+            (_, NewPort::Dst(n)) => Ports { dst: Some(n), ..Ports::default() },
+        };
+        for i in 0..out.len() {
+            if let Some((PacketKind::Forward, b)) = out.get_mut(i) {
+                match at {
+                    In::Packet => rewrite::outer(b, ports),
+                    In::Quoted => rewrite::inner(b, ports),
+                }
+            }
+        }
+        Verdict::Emit
     }
 }

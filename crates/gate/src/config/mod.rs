@@ -148,15 +148,26 @@ impl Error {
     }
 }
 
+/// `config KIND in FILE: line L, column C: ` (the parts that are known).
+fn write_where(
+    f: &mut fmt::Formatter<'_>,
+    kind: &str,
+    file: Option<&Path>,
+    pos: Option<(usize, usize)>,
+) -> fmt::Result {
+    match file {
+        Some(p) => write!(f, "config {kind} in {}: ", p.display())?,
+        None => write!(f, "config {kind}: ")?,
+    }
+    if let Some((l, c)) = pos {
+        write!(f, "line {l}, column {c}: ")?;
+    }
+    Ok(())
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.file {
-            Some(p) => write!(f, "config error in {}: ", p.display())?,
-            None => f.write_str("config error: ")?,
-        }
-        if let Some((l, c)) = self.pos {
-            write!(f, "line {l}, column {c}: ")?;
-        }
+        write_where(f, "error", self.file.as_deref(), self.pos)?;
         if let Some(k) = &self.key {
             write!(f, "{k}: ")?;
         }
@@ -191,13 +202,7 @@ impl Warning {
 
 impl fmt::Display for Warning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.file {
-            Some(p) => write!(f, "config warning in {}: ", p.display())?,
-            None => f.write_str("config warning: ")?,
-        }
-        if let Some((l, c)) = self.pos {
-            write!(f, "line {l}, column {c}: ")?;
-        }
+        write_where(f, "warning", self.file.as_deref(), self.pos)?;
         f.write_str(&self.msg)
     }
 }
