@@ -137,7 +137,7 @@ pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error
     }
 }
 
-/// Serde: a [`Duration`] written back in its [canonical](format) spelling.
+/// Serde: a [`Duration`] written back in its [canonical](format()) spelling.
 pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&format(*d))
 }
