@@ -72,7 +72,7 @@ enum BenchCmd {
     /// SIIT / NAT64 throughput, loss, latency and PDV (RFC 8219), NAT64
     /// session setup; v6gate against TAYGA, kernel forwarding and the
     /// tester's own ceiling.
-    Xlat(Box<lab::bench_xlat::Args>),
+    Xlat(Box<bench::xlat::Args>),
     /// The NICI TrGW test: N concurrent G.711 calls through a media relay
     /// (v6gate and rtpengine), set up by the ng protocol; loss and latency
     /// against calls, maximum zero-loss calls; JSON, Markdown and SVG.
@@ -148,7 +148,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Cmd::Lab(a) => return lab::cli::run(&a),
         Cmd::Bench(BenchCmd::Xlat(a)) => {
-            lab::bench_xlat::run(&a)?;
+            bench::xlat::run(&a)?;
         }
         Cmd::Bench(BenchCmd::Trgw(a)) => {
             bench::trgw::run(*a)?;

@@ -120,6 +120,19 @@ impl Netns {
         Ok(())
     }
 
+    /// Runs `f` on a new thread inside this namespace and returns its
+    /// result (sockets `f` opens belong to the namespace and stay there).
+    pub fn run<T: Send>(&self, f: impl FnOnce() -> Result<T> + Send) -> Result<T> {
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                self.enter_thread()?;
+                f()
+            })
+            .join()
+            .map_err(|_| anyhow::anyhow!("thread inside {} panicked", self.name))?
+        })
+    }
+
     /// Process ids of everything running in the namespace.
     pub fn pids(&self) -> Vec<i32> {
         pids(&self.name)
@@ -173,6 +186,11 @@ pub fn cleanup(prefix: &str) -> Vec<String> {
         }
     }
     gone
+}
+
+/// Runs `f` on a thread inside `ns` (see [`Netns::run`]).
+pub fn in_netns<T: Send>(ns: &Netns, f: impl FnOnce() -> Result<T> + Send) -> Result<T> {
+    ns.run(f)
 }
 
 /// Connects two namespaces with a veth pair: `a_if` in `a`, `b_if` in `b`,
