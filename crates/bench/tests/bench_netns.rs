@@ -4,22 +4,9 @@
 //! They check that the tester works, not how fast anything is.
 //!
 //! Each test uses its own namespace prefix and removes its namespaces,
-//! also when it fails (`Cleanup` guard).
+//! also when it fails (`PrefixGuard`).
 
-use lab::netns::{self, unique_name};
-
-fn am_root() -> bool {
-    nix::unistd::geteuid().is_root()
-}
-
-/// Removes every namespace with the prefix on drop.
-struct Cleanup(String);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        netns::cleanup(&format!("{}-", self.0));
-    }
-}
+use lab::netns::{self, am_root, unique_name, PrefixGuard};
 
 #[test]
 fn bench_smoke_against_kernel_forwarding() {
@@ -31,7 +18,7 @@ fn bench_smoke_against_kernel_forwarding() {
         a: bench::xlat::Args,
     }
     let prefix = unique_name("v6lb");
-    let _guard = Cleanup(prefix.clone());
+    let _guard = PrefixGuard(prefix.clone());
     let out = std::env::temp_dir().join(format!("{prefix}-out"));
     let out_s = out.to_string_lossy().into_owned();
     // Low rates and a generous lateness limit: this checks that the tester

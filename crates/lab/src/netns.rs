@@ -188,6 +188,24 @@ pub fn cleanup(prefix: &str) -> Vec<String> {
     gone
 }
 
+/// Removes every namespace whose name starts with `<prefix>-` (and every
+/// process inside) when dropped: for tests and tools that build their
+/// namespaces under one prefix and must leave none behind, also when they
+/// fail or panic.
+#[derive(Debug)]
+pub struct PrefixGuard(pub String);
+
+impl Drop for PrefixGuard {
+    fn drop(&mut self) {
+        cleanup(&format!("{}-", self.0));
+    }
+}
+
+/// Whether this process runs as root (namespaces need it).
+pub fn am_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
 /// Runs `f` on a thread inside `ns` (see [`Netns::run`]).
 pub fn in_netns<T: Send>(ns: &Netns, f: impl FnOnce() -> Result<T> + Send) -> Result<T> {
     ns.run(f)
@@ -208,10 +226,6 @@ pub fn veth(a: &Netns, a_if: &str, b: &Netns, b_if: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn am_root() -> bool {
-        nix::unistd::geteuid().is_root()
-    }
 
     #[test]
     fn unique_names_differ() {

@@ -3,27 +3,14 @@
 //! installed). The bench's own namespace tests are in crates/bench/tests.
 //!
 //! Each test uses its own namespace prefix (`netns::unique_name`) and
-//! removes its namespaces, also when it fails (`Cleanup` guard).
+//! removes its namespaces, also when it fails (`PrefixGuard`).
 
 use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::process::Command;
 use std::time::Duration;
 
-use lab::netns::{self, unique_name, Netns};
+use lab::netns::{self, am_root, unique_name, Netns, PrefixGuard};
 use lab::topo::{lab_addr, Lab};
-
-fn am_root() -> bool {
-    nix::unistd::geteuid().is_root()
-}
-
-/// Removes every namespace with the prefix on drop.
-struct Cleanup(String);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        netns::cleanup(&format!("{}-", self.0));
-    }
-}
 
 fn wait_until(mut f: impl FnMut() -> bool) -> bool {
     for _ in 0..100 {
@@ -39,7 +26,7 @@ fn wait_until(mut f: impl FnMut() -> bool) -> bool {
 fn lab_up_is_idempotent_and_down_removes_everything_even_after_a_crash() {
     assert!(am_root(), "network-namespace tests need root (CI runs as root)");
     let prefix = unique_name("v6lt");
-    let _guard = Cleanup(prefix.clone());
+    let _guard = PrefixGuard(prefix.clone());
     let lab = Lab::new(&prefix);
     lab.up().unwrap();
     assert!(lab.is_up());
@@ -91,7 +78,7 @@ fn lab_with_tayga_carries_tcp_udp_and_ping_both_ways() {
         return;
     }
     let prefix = unique_name("v6lg");
-    let _guard = Cleanup(prefix.clone());
+    let _guard = PrefixGuard(prefix.clone());
     let lab = Lab::new(&prefix);
     lab.up().unwrap();
     let work = std::env::temp_dir().join(&prefix);

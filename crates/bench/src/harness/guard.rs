@@ -193,7 +193,7 @@ mod tests {
 
     #[test]
     fn watchdog_cleans_up_when_the_bench_dies() {
-        assert!(nix::unistd::geteuid().is_root(), "network-namespace tests need root (CI runs as root)");
+        assert!(lab::netns::am_root(), "network-namespace tests need root (CI runs as root)");
         let prefix = lab::netns::unique_name("v6bg");
         let work = std::env::temp_dir().join(format!("{prefix}-work"));
         let g = RunGuard::new(&format!("{prefix}-"), work.clone()).unwrap();
