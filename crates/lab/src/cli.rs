@@ -113,7 +113,7 @@ pub enum ClientCmd {
         /// Record type.
         #[arg(long = "type", default_value = "AAAA")]
         rtype: String,
-        /// DNS server (default: the gateway's DNS64, [2001:db8:6::1]:53).
+        /// DNS server (default: the gateway's DNS64, `[2001:db8:6::1]:53`).
         #[arg(long)]
         server: Option<String>,
         /// Lab node to run in.

@@ -137,7 +137,7 @@ impl Proc {
         lines[lines.len().saturating_sub(15)..].join("\n")
     }
 
-    /// ":\n<log tail>" when the log has anything, else "".
+    /// `":\n"` and the log's tail when the log has anything, else `""`.
     pub fn log_note(&self) -> String {
         let t = self.log_tail();
         if t.trim().is_empty() {

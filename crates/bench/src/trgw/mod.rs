@@ -31,6 +31,7 @@ use crate::harness::latency::us;
 use crate::harness::search::Start;
 use crate::harness::{cpu, peers};
 use crate::ng;
+use crate::report::Outputs;
 use crate::tester::udp::{self, Load, Stream};
 use crate::tester::{probe, Outcome};
 
@@ -460,6 +461,9 @@ pub fn run(args: Args) -> Result<Report> {
         bail!("--relay-cpus is empty");
     }
     let v6gate_bin = peers::v6gate(args.v6gate_bin.as_deref())?;
+    // Created first: an output directory that cannot be written fails the
+    // run before it starts, not after it.
+    let mut out = Outputs::create(&args.out)?;
     // The namespaces and the relays' configurations and logs go with the
     // guard, however the run ends.
     let prefix = format!("v6gate-bt-{}", std::process::id());
@@ -548,7 +552,7 @@ pub fn run(args: Args) -> Result<Report> {
         relays,
         notes,
     };
-    let out = report::write(&report, &args.out)?;
+    report::write(&report, &mut out)?;
     if args.keep_logs {
         for e in std::fs::read_dir(guard.work())?.flatten() {
             let _ = std::fs::copy(e.path(), args.out.join(e.file_name()));

@@ -1,10 +1,8 @@
 //! `bench trgw`'s outputs: results.json, results.md (maximum zero-loss
 //! calls, one table per direction) and the Figure 8/9 plots.
 
-use std::fmt::Write as _;
-use std::path::Path;
-
 use anyhow::Result;
+use std::fmt::Write as _;
 
 use super::{Device, DirResult, Direction, Report, Search, Trial};
 use crate::harness::latency::us;
@@ -165,8 +163,7 @@ pub fn zero_loss(r: &Report, device: &str, dir: Direction) -> Option<u32> {
         .map(|s| s.max_zero_loss)
 }
 
-pub(super) fn write(r: &Report, out: &Path) -> Result<Outputs> {
-    let mut o = Outputs::create(out)?;
+pub(super) fn write(r: &Report, o: &mut Outputs) -> Result<()> {
     o.json("results.json", r)?;
     o.text("results.md", &markdown(r))?;
     let devs = devices(r);
@@ -198,7 +195,7 @@ pub(super) fn write(r: &Report, out: &Path) -> Result<Outputs> {
         o.svg(&format!("fig8-loss-{}.svg", dir.key()), &loss)?;
         o.svg(&format!("fig9-latency-{}.svg", dir.key()), &lat)?;
     }
-    Ok(o)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -258,7 +255,8 @@ mod tests {
         assert!(md.contains("v6gate 50.0 µs, rtpengine 80.0 µs"), "{md}");
         assert_eq!(zero_loss(&r, "rtpengine", Direction::V6v4), Some(1500));
         let dir = std::env::temp_dir().join(lab::netns::unique_name("v6gate-bench-report"));
-        let o = write(&r, &dir).unwrap();
+        let mut o = Outputs::create(&dir).unwrap();
+        write(&r, &mut o).unwrap();
         assert!(o.summary().starts_with("wrote results.json, results.md, fig8-loss-v6v4.svg"), "{}", o.summary());
         let svg = std::fs::read_to_string(dir.join("fig8-loss-v6v4.svg")).unwrap();
         assert_eq!(svg.matches("<polyline").count(), 2);

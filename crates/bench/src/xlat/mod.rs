@@ -1,9 +1,10 @@
 //! `v6gate bench xlat`: RFC 8219 (benchmarking IPv6 transition
-//! technologies) with the RFC 2544 methods, through the [`BenchTopo`]
-//! tester — DUT — tester topology.
+//! technologies) with the RFC 2544 methods, through the
+//! [`lab::topo::BenchTopo`] tester — DUT — tester topology, with a
+//! [`crate::tester::FrameTester`] (`--tester`).
 //!
 //! For each device under test, direction and frame size: throughput (the
-//! highest zero-loss rate, binary search, [`Search`]), frame loss rate at
+//! highest zero-loss rate, binary search, [`crate::harness::search`]), frame loss rate at
 //! rates above it, latency (median, 99th, 99.9th percentile) and PDV at
 //! the throughput rate, and latency at lower loads. Stateful NAT64 also
 //! gets the connection setup rate (new flows per second without loss) and
@@ -23,6 +24,7 @@ use serde::Serialize;
 use crate::harness::guard::RunGuard;
 use crate::harness::latency::Latency;
 use crate::harness::{cpu, peers};
+use crate::report::Outputs;
 use crate::tester::{frame, Backend};
 
 pub use dut::{tayga_conf, v6gate_conf};
@@ -41,9 +43,9 @@ pub enum Dut {
     TaygaSiit,
     /// TAYGA as NAT64 (dynamic pool: one IPv4 address per IPv6 host).
     TaygaNat64,
-    /// `v6gate run` with [siit].
+    /// `v6gate run` with `[siit]`.
     V6gateSiit,
-    /// `v6gate run` with [nat64] (stateful NAT64).
+    /// `v6gate run` with `[nat64]` (stateful NAT64).
     V6gateNat64,
 }
 
@@ -296,6 +298,9 @@ pub fn run(args: &Args) -> Result<Report> {
         bail!("--dut-cpus is empty");
     }
     let v6gate = peers::v6gate(a.v6gate.as_deref())?;
+    // Created first: an output directory that cannot be written fails the
+    // run before it starts, not after it.
+    let mut out = Outputs::create(&a.out)?;
     // The namespaces, the generated DUT configurations and logs go with
     // the guard, however the run ends.
     let guard = RunGuard::new(&format!("{}-", a.prefix), PathBuf::from(format!("/run/{}", a.prefix)))?;
@@ -323,7 +328,7 @@ pub fn run(args: &Args) -> Result<Report> {
         report.duts.push(r);
     }
     drop(guard);
-    let out = report::write(&report, &a.out)?;
+    report::write(&report, &mut out)?;
     eprintln!("bench xlat: {}", out.summary());
     Ok(report)
 }

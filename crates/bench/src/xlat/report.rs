@@ -1,8 +1,6 @@
 //! `bench xlat`'s outputs: results.json, results.md, the throughput and
 //! latency-by-load plots.
 
-use std::path::Path;
-
 use anyhow::Result;
 
 use super::{Dir, DutReport, Report};
@@ -92,8 +90,7 @@ pub fn markdown(r: &Report) -> String {
 
 /// Writes results.json, results.md and per direction throughput-DIR.svg
 /// and latency-DIR.svg into `out`.
-pub(super) fn write(r: &Report, out: &Path) -> Result<Outputs> {
-    let mut o = Outputs::create(out)?;
+pub(super) fn write(r: &Report, o: &mut Outputs) -> Result<()> {
     o.json("results.json", r)?;
     o.text("results.md", &markdown(r))?;
     for dir in [Dir::V6ToV4, Dir::V4ToV6] {
@@ -140,7 +137,7 @@ pub(super) fn write(r: &Report, out: &Path) -> Result<Outputs> {
         };
         o.svg(&format!("latency-{dname}.svg"), &plot)?;
     }
-    Ok(o)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -193,7 +190,8 @@ mod tests {
     #[test]
     fn writes_json_markdown_and_plots() {
         let dir = std::env::temp_dir().join(lab::netns::unique_name("v6gate-bench-xlat-report"));
-        let o = write(&report(), &dir).unwrap();
+        let mut o = Outputs::create(&dir).unwrap();
+        write(&report(), &mut o).unwrap();
         assert_eq!(
             o.summary(),
             format!("wrote results.json, results.md, throughput-6to4.svg and latency-6to4.svg in {}", dir.display())
