@@ -47,7 +47,9 @@ mod tests {
         let s = c.siit.expect("example has [siit]");
         // The example states the defaults.
         let d = siit::Config::default();
-        assert_eq!(s.eam_hairpinning, d.eam_hairpinning);
+        assert_eq!(s.eam_hairpin_mode, d.eam_hairpin_mode);
+        assert_eq!(s.amend_udp_checksum_zero, d.amend_udp_checksum_zero);
+        assert_eq!(s.refragment_ipv6_fragments, d.refragment_ipv6_fragments);
         assert_eq!(s.lowest_ipv6_mtu, d.lowest_ipv6_mtu);
         assert_eq!(s.mtu_plateaus, d.mtu_plateaus);
         assert_eq!(s.ipv4_address, d.ipv4_address);

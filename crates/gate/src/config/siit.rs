@@ -7,12 +7,12 @@ use core::net::{Ipv4Addr, Ipv6Addr};
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use toml::Spanned;
-use xlat::siit::{self, MappingMode};
+use xlat::siit::{self, EamHairpinMode, MappingMode, UdpChecksumZero};
 
 use super::{parse_addr, parse_prefix, Error};
 
 /// Every key of the `[siit]` table, in their canonical spelling (aliases
-/// such as `rfc6791_v4` are not listed).
+/// such as `rfc6791_v4` and Jool's `eam-hairpin-mode` are not listed).
 pub const SIIT_KEYS: &[&str] = &[
     "pool6",
     "mapping",
@@ -22,6 +22,7 @@ pub const SIIT_KEYS: &[&str] = &[
     "rfc6791v6-prefix",
     "lowest-ipv6-mtu",
     "amend-udp-checksum-zero",
+    "refragment-ipv6-fragments",
     "reset-traffic-class",
     "reset-tos",
     "new-tos",
@@ -39,13 +40,15 @@ pub(super) struct SiitToml {
     mapping: Option<MappingToml>,
     #[serde(default)]
     eamt: Vec<EamToml>,
-    eam_hairpinning: Option<bool>,
+    #[serde(alias = "eam-hairpin-mode")]
+    eam_hairpinning: Option<Choice<EamHairpinMode>>,
     #[serde(alias = "rfc6791_v4")]
     rfc6791v4_prefix: Option<Spanned<String>>,
     #[serde(alias = "rfc6791_v6")]
     rfc6791v6_prefix: Option<Spanned<String>>,
     lowest_ipv6_mtu: Option<u16>,
-    amend_udp_checksum_zero: Option<bool>,
+    amend_udp_checksum_zero: Option<Choice<UdpChecksumZero>>,
+    refragment_ipv6_fragments: Option<bool>,
     reset_traffic_class: Option<bool>,
     reset_tos: Option<bool>,
     new_tos: Option<u8>,
@@ -119,6 +122,73 @@ impl<'de> Deserialize<'de> for EamToml {
     }
 }
 
+/// A key that takes `true`/`false` or one of a few words, as Jool's enum
+/// keys do (`eam-hairpin-mode`, and `amend-udp-checksum-zero` with v6gate's
+/// third choice).
+#[derive(Debug)]
+struct Choice<T>(T);
+
+trait Choices: Sized + Copy + 'static {
+    /// What the key accepts, for the error message.
+    const EXPECTING: &'static str;
+    /// The words and what they mean.
+    const WORDS: &'static [(&'static str, Self)];
+    /// What `true` and `false` mean.
+    fn from_bool(b: bool) -> Self;
+}
+
+impl Choices for EamHairpinMode {
+    const EXPECTING: &'static str = r#"true, false, "off", "simple" or "intrinsic""#;
+    const WORDS: &'static [(&'static str, Self)] = &[
+        ("off", EamHairpinMode::Off),
+        ("none", EamHairpinMode::Off),
+        ("simple", EamHairpinMode::Simple),
+        ("intrinsic", EamHairpinMode::Intrinsic),
+    ];
+    fn from_bool(b: bool) -> Self {
+        if b {
+            EamHairpinMode::Intrinsic
+        } else {
+            EamHairpinMode::Off
+        }
+    }
+}
+
+impl Choices for UdpChecksumZero {
+    const EXPECTING: &'static str = r#"true, false, "drop", "compute" or "hold""#;
+    const WORDS: &'static [(&'static str, Self)] =
+        &[("drop", UdpChecksumZero::Drop), ("compute", UdpChecksumZero::Compute), ("hold", UdpChecksumZero::Hold)];
+    fn from_bool(b: bool) -> Self {
+        if b {
+            UdpChecksumZero::Compute
+        } else {
+            UdpChecksumZero::Drop
+        }
+    }
+}
+
+impl<'de, T: Choices> Deserialize<'de> for Choice<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(core::marker::PhantomData<T>);
+        impl<'de, T: Choices> Visitor<'de> for V<T> {
+            type Value = Choice<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(T::EXPECTING)
+            }
+            fn visit_bool<E: de::Error>(self, b: bool) -> Result<Choice<T>, E> {
+                Ok(Choice(T::from_bool(b)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Choice<T>, E> {
+                match T::WORDS.iter().find(|(w, _)| *w == v) {
+                    Some(&(_, c)) => Ok(Choice(c)),
+                    None => Err(de::Error::invalid_value(de::Unexpected::Str(v), &self)),
+                }
+            }
+        }
+        d.deserialize_any(V(core::marker::PhantomData))
+    }
+}
+
 pub(super) fn siit_from_toml(text: &str, t: SiitToml) -> Result<siit::Config, Error> {
     let mut c = siit::Config::default();
     if let Some(p) = &t.pool6 {
@@ -152,8 +222,13 @@ pub(super) fn siit_from_toml(text: &str, t: SiitToml) -> Result<siit::Config, Er
             *dst = v;
         }
     };
-    set(&mut c.eam_hairpinning, t.eam_hairpinning);
-    set(&mut c.amend_udp_checksum_zero, t.amend_udp_checksum_zero);
+    if let Some(Choice(m)) = t.eam_hairpinning {
+        c.eam_hairpin_mode = m;
+    }
+    if let Some(Choice(m)) = t.amend_udp_checksum_zero {
+        c.amend_udp_checksum_zero = m;
+    }
+    set(&mut c.refragment_ipv6_fragments, t.refragment_ipv6_fragments);
     set(&mut c.reset_traffic_class, t.reset_traffic_class);
     set(&mut c.reset_tos, t.reset_tos);
     if let Some(v) = t.new_tos {
@@ -188,11 +263,12 @@ mod tests {
         assert_eq!(c.pool6, Some("64:ff9b:1::/96".parse().unwrap()));
         assert_eq!(c.mapping, MappingMode::Rfc6052);
         assert!(c.eamt.is_empty());
-        assert!(c.eam_hairpinning);
+        assert_eq!(c.eam_hairpin_mode, EamHairpinMode::Intrinsic);
         assert_eq!(c.rfc6791_v4, None);
         assert_eq!(c.rfc6791_v6, None);
         assert_eq!(c.lowest_ipv6_mtu, 1280);
-        assert!(!c.amend_udp_checksum_zero);
+        assert_eq!(c.amend_udp_checksum_zero, UdpChecksumZero::Compute);
+        assert!(!c.refragment_ipv6_fragments);
         assert!(!c.reset_traffic_class);
         assert!(!c.reset_tos);
         assert_eq!(c.new_tos, 0);
@@ -214,7 +290,8 @@ mod tests {
             rfc6791v4-prefix = "198.51.100.0/30"
             rfc6791v6-prefix = "2001:db8:ffff::/64"
             lowest-ipv6-mtu = 1400
-            amend-udp-checksum-zero = true
+            amend-udp-checksum-zero = "hold"
+            refragment-ipv6-fragments = true
             reset-traffic-class = true
             reset-tos = true
             new-tos = 32
@@ -230,16 +307,51 @@ mod tests {
         .unwrap();
         assert_eq!(c.mapping, MappingMode::Ivi);
         assert_eq!(c.eamt.len(), 1);
-        assert!(!c.eam_hairpinning);
+        assert_eq!(c.eam_hairpin_mode, EamHairpinMode::Off);
         assert_eq!(c.rfc6791_v4, Some("198.51.100.0/30".parse().unwrap()));
         assert_eq!(c.rfc6791_v6, Some("2001:db8:ffff::/64".parse().unwrap()));
         assert_eq!(c.lowest_ipv6_mtu, 1400);
-        assert!(c.amend_udp_checksum_zero && c.reset_traffic_class && c.reset_tos);
+        assert_eq!(c.amend_udp_checksum_zero, UdpChecksumZero::Hold);
+        assert!(c.refragment_ipv6_fragments && c.reset_traffic_class && c.reset_tos);
         assert_eq!(c.new_tos, 32);
         assert_eq!(c.mtu_plateaus, vec![1500, 1280, 576]);
         assert_eq!((c.ipv4_mtu, c.ipv6_mtu), (1400, 9000));
         assert_eq!(c.ipv4_address, Ipv4Addr::new(203, 0, 113, 1));
         assert_eq!(c.ipv6_address, Some("2001:db8::1".parse().unwrap()));
+    }
+
+    #[test]
+    fn jool_choice_keys() {
+        let siit =
+            |kv: &str| Config::parse(&format!("[siit]\npool6 = \"64:ff9b::/96\"\n{kv}\n")).unwrap().siit.unwrap();
+        // Jool's eam-hairpin-mode, also under v6gate's eam-hairpinning.
+        for (v, m) in [
+            ("\"off\"", EamHairpinMode::Off),
+            ("\"none\"", EamHairpinMode::Off),
+            ("\"simple\"", EamHairpinMode::Simple),
+            ("\"intrinsic\"", EamHairpinMode::Intrinsic),
+            ("true", EamHairpinMode::Intrinsic),
+            ("false", EamHairpinMode::Off),
+        ] {
+            assert_eq!(siit(&format!("eam-hairpin-mode = {v}")).eam_hairpin_mode, m, "{v}");
+            assert_eq!(siit(&format!("eam-hairpinning = {v}")).eam_hairpin_mode, m, "{v}");
+        }
+        // Jool's amend-udp-checksum-zero true/false, and v6gate's "hold".
+        for (v, m) in [
+            ("false", UdpChecksumZero::Drop),
+            ("true", UdpChecksumZero::Compute),
+            ("\"drop\"", UdpChecksumZero::Drop),
+            ("\"compute\"", UdpChecksumZero::Compute),
+            ("\"hold\"", UdpChecksumZero::Hold),
+        ] {
+            assert_eq!(siit(&format!("amend-udp-checksum-zero = {v}")).amend_udp_checksum_zero, m, "{v}");
+        }
+        let base = "[siit]\npool6 = \"64:ff9b::/96\"\n";
+        let e = assert_names(&format!("{base}eam-hairpin-mode = \"sometimes\"\n"), "[siit] eam-hairpin-mode");
+        assert!(e.to_string().contains(r#""off", "simple" or "intrinsic""#), "{e}");
+        assert_names(&format!("{base}amend-udp-checksum-zero = 1\n"), "[siit] amend-udp-checksum-zero");
+        let e = Config::parse(&format!("{base}eam-hairpinning = true\neam-hairpin-mode = \"simple\"\n")).unwrap_err();
+        assert!(e.to_string().contains("duplicate key"), "{e}");
     }
 
     #[test]
