@@ -32,7 +32,7 @@ enum Cmd {
     /// {"out":[{"hex":"...","kind":"forward"}],"drop":null} or
     /// {"out":[],"drop":"<reason>"}. Blank lines and lines starting with
     /// '#' are skipped; a line that is not hex gets "drop":"bad-hex".
-    /// With amend-udp-checksum-zero, zero-checksum UDP fragments are held
+    /// With amend-udp-checksum-zero = "hold", zero-checksum UDP fragments are held
     /// ("drop":"held") until their datagram is complete. With
     /// --pcap-in/--pcap-out, translates a pcap file instead.
     Translate(TranslateArgs),
