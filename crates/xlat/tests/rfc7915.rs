@@ -996,3 +996,27 @@ fn rfc7757_4_2_1_simple_hairpinning() {
     let input = v4_to_h6(17).udp(1, 2, b"x");
     assert_eq!(hex(&one(&t, &input)), hex(&expect6(17).udp(1, 2, b"x")));
 }
+
+#[test]
+fn rfc4884_extension_kept_when_an_icmpv6_error_is_cut_to_576() {
+    // ICMPv6 Destination Unreachable with a 1000-byte original datagram
+    // field (Length 125 64-bit words) and a 100-byte extension: the ICMPv4
+    // error is cut to 576 bytes by shortening the datagram (to 448 bytes, a
+    // multiple of 4), the extension follows intact and the ICMPv4 Length
+    // attribute (32-bit words, octet 5) says where (RFC 4884 §4.1, §5).
+    let router = "2001:db8:6::fe";
+    let q = V6 { hop: 63, ..V6::new(17, H4_AS6, H6) }.udp(53, 5000, &[4u8; 1000 - 48]);
+    let mut ext = vec![0x20, 0, 0, 0];
+    ext.extend((0..96u32).map(|i| (i * 3) as u8));
+    let mut body = q.clone();
+    body.extend_from_slice(&ext);
+    let input = V6::new(58, router, H4_AS6).icmp(1, 4, [125, 0, 0, 0], &body);
+    let out = one(&t(), &input);
+    assert_eq!(out.len(), 576);
+    let msg = &out[20..];
+    assert_eq!((msg[0], msg[1]), (3, 3));
+    assert_eq!(usize::from(msg[5]) * 4, 448, "Length attribute");
+    let inner = V4 { id: 0, df: false, ttl: 63, ..V4::new(17, H4, H6_AS4) }.udp(53, 5000, &[4u8; 1000 - 48]);
+    assert_eq!(hex(&msg[8..8 + 448]), hex(&inner[..448]), "datagram cut, not the extension");
+    assert_eq!(&msg[8 + 448..], &ext[..], "extension intact");
+}
