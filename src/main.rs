@@ -35,7 +35,7 @@ enum Cmd {
     /// {"out":[{"hex":"...","kind":"forward"}],"drop":null} or
     /// {"out":[],"drop":"<reason>"}. Blank lines and lines starting with
     /// '#' are skipped; a line that is not hex gets "drop":"bad-hex".
-    /// With amend-udp-checksum-zero, zero-checksum UDP fragments are held
+    /// With amend-udp-checksum-zero = "hold", zero-checksum UDP fragments are held
     /// ("drop":"held") until their datagram is complete. With
     /// --pcap-in/--pcap-out, translates a pcap file instead.
     Translate(TranslateArgs),
@@ -75,7 +75,7 @@ enum BenchCmd {
     /// SIIT / NAT64 throughput, loss, latency and PDV (RFC 8219), NAT64
     /// session setup; v6gate against TAYGA, kernel forwarding and the
     /// tester's own ceiling.
-    Xlat(Box<lab::bench_xlat::Args>),
+    Xlat(Box<bench::xlat::Args>),
     /// The NICI TrGW test: N concurrent G.711 calls through a media relay
     /// (v6gate and rtpengine), set up by the ng protocol; loss and latency
     /// against calls, maximum zero-loss calls; JSON, Markdown and SVG.
@@ -105,7 +105,8 @@ struct TranslateArgs {
 enum ConfigCmd {
     /// Print a complete, commented example configuration.
     Example,
-    /// Check a configuration file: prints "ok", or the error and exits 1.
+    /// Check a configuration file: prints "ok" (and on stderr a warning for
+    /// each deprecated spelling it uses), or the error and exits 1.
     Check {
         /// Configuration file (TOML).
         #[arg(short, long, value_name = "FILE")]
@@ -120,6 +121,9 @@ fn translate(a: &TranslateArgs) -> anyhow::Result<()> {
         _ => {}
     }
     let cfg = Config::load(&a.config)?;
+    for w in cfg.warnings() {
+        eprintln!("v6gate: {w}");
+    }
     let tr = cfg.siit_translator()?;
     let mut stderr = io::stderr();
     let explain: Option<&mut dyn Write> = if a.explain { Some(&mut stderr) } else { None };
@@ -147,15 +151,18 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Cmd::Lab(a) => return lab::cli::run(&a),
         Cmd::Bench(BenchCmd::Xlat(a)) => {
-            lab::bench_xlat::run(&a)?;
+            bench::xlat::run(&a)?;
         }
         Cmd::Bench(BenchCmd::Trgw(a)) => {
             bench::trgw::run(*a)?;
         }
         Cmd::Config(ConfigCmd::Check { config }) => match Config::load(&config) {
             Ok(c) => {
+                for w in c.warnings() {
+                    eprintln!("v6gate: {w}");
+                }
                 for w in gate::validate::warnings(&c) {
-                    eprintln!("v6gate: warning: {w}");
+                    eprintln!("v6gate: config warning in {}: {w}", config.display());
                 }
                 println!("ok");
             }

@@ -20,7 +20,7 @@ listen = ["[2001:db8:1::1]:53"]
 upstream = ["198.51.100.2:5353"]
 prefix = "64:ff9b:1::/96"
 allow = ["2001:db8:1::/64"]
-timeout-ms = 2000
+timeout = "2s"
 "#;
 
 /// A fake upstream resolver: `v4only.example.` has A 198.51.100.2 and no

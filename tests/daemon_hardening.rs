@@ -228,7 +228,7 @@ fn state_changing_endpoints_need_the_token_and_own_host_and_origin() {
 /// connections beyond control-connections are closed at once.
 #[test]
 fn rtpproxy_unix_socket_is_concurrent_bounded_and_timed() {
-    let (lab, sock) = start("", "control-connections = 4\ncontrol-timeout-secs = 3", "");
+    let (lab, sock) = start("", "control-connections = 4\ncontrol-timeout = \"3s\"", "");
     let base = Baseline::new(&lab);
     let path = sock.path().join("rtpp.sock");
     let _ = std::fs::metadata(&path).expect("the socket exists");

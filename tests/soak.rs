@@ -122,7 +122,7 @@ fn soak_hostile_traffic_on_every_listener() {
     let text = config(
         sock.path(),
         &format!("token = \"{TOKEN}\"\nmax-connections = 32\nrequest-timeout = 2\nidle-timeout = 3"),
-        "control-connections = 16\ncontrol-timeout-secs = 2\nng-cache-bytes = 8388608",
+        "control-connections = 16\ncontrol-timeout = \"2s\"\nng-cache-bytes = 8388608",
     )
     .replace("pool4 = [\"203.0.113.1/32\"]", "pool4 = [\"203.0.113.1/32\"]\nudp-timeout = 30");
     let mut lab = Lab::start(&format!("{text}{DNS64}"));

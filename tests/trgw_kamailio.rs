@@ -24,8 +24,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bench::ng::{self, Value};
-use bench::trgw::in_netns;
-use lab::netns::{self, Netns};
+use lab::gateconf;
+use lab::netns::{self, in_netns, Netns};
 
 const UA6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x16, 0, 0, 0, 0, 2);
 const GW6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x16, 0, 0, 0, 0, 1);
@@ -176,15 +176,25 @@ fn start_relay(relay: Relay, gw: &Netns, dir: &Path) -> Proc {
         Relay::V6gate | Relay::V6gateRtpproxy => {
             let cfg = dir.join("trgw.toml");
             let text = if relay == Relay::V6gate {
-                bench::trgw::v6gate_config(GW4, GW6, (30000, 30999), 1)
+                bench::trgw::v6gate_config(GW4, GW6, (30000, 30999), 1).unwrap()
             } else {
                 // rtpproxy bridging needs one interface per realm.
-                format!(
-                    "[trgw]\nng = \"{NG}\"\nrtpproxy-udp = \"{RTPPROXY}\"\nrtpproxy-external = \"v6\"\n\
-                     rtpproxy-internal = \"v4\"\nport-min = 30000\nport-max = 30999\nworkers = 1\n\n\
-                     [[trgw.interface]]\nname = \"v6\"\nipv6 = \"{GW6}\"\n\n\
-                     [[trgw.interface]]\nname = \"v4\"\nipv4 = \"{GW4}\"\n"
-                )
+                let iface = |name: &str, ipv4, ipv6| gateconf::TrgwInterface { name: name.into(), ipv4, ipv6 };
+                gateconf::V6gate {
+                    trgw: Some(gateconf::Trgw {
+                        ng: Some(NG.into()),
+                        rtpproxy_udp: Some(RTPPROXY.into()),
+                        rtpproxy_external: Some("v6".into()),
+                        rtpproxy_internal: Some("v4".into()),
+                        port_min: 30000,
+                        port_max: 30999,
+                        workers: Some(1),
+                        interface: vec![iface("v6", None, Some(GW6)), iface("v4", Some(GW4), None)],
+                    }),
+                    ..Default::default()
+                }
+                .render()
+                .unwrap()
             };
             std::fs::write(&cfg, text).unwrap();
             let mut c = gw.command(env!("CARGO_BIN_EXE_v6gate"));
@@ -194,19 +204,7 @@ fn start_relay(relay: Relay, gw: &Netns, dir: &Path) -> Proc {
         Relay::Rtpengine => {
             need("rtpengine");
             let mut c = gw.command("rtpengine");
-            c.args([
-                "--config-file=none",
-                "--foreground",
-                "--table=-1",
-                &format!("--interface={GW4}"),
-                &format!("--interface={GW6}"),
-                &format!("--listen-ng={NG}"),
-                "--port-min=30000",
-                "--port-max=30999",
-                "--log-stderr",
-                "--log-level=6",
-                "--delete-delay=0",
-            ]);
+            c.args(bench::trgw::rtpengine_args(NG, GW4, GW6, (30000, 30999), None, 6));
             Proc::spawn("rtpengine", c, log)
         }
     }
@@ -218,7 +216,7 @@ fn ng_client(gw: &Netns) -> ng::Client {
 }
 
 fn listed_calls(c: &mut ng::Client) -> Vec<String> {
-    let r = c.request(&ng::dict([("command", "list".into()), ("limit", Value::Int(100))])).expect("ng list");
+    let r = c.request(&ng::dict([("command", Value::str("list")), ("limit", Value::Int(100))])).expect("ng list");
     match r.get("calls") {
         Some(Value::List(l)) => l.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect(),
         other => panic!("ng list reply without a calls list: {other:?} in {r:?}"),
@@ -421,9 +419,9 @@ fn call_through(relay: Relay) {
         };
         assert_eq!(calls.len(), 1, "one call expected: {calls:?}");
         std::thread::sleep(Duration::from_millis(1500));
-        let q = ngc.request(&ng::dict([("command", "query".into()), ("call-id", calls[0].clone().into())]));
+        let q = ngc.request(&ng::dict([("command", Value::str("query")), ("call-id", Value::str(&calls[0]))]));
         match &q {
-            Ok(v) => eprintln!("ng query during the call: totals {}", v.get("totals").unwrap_or(v)),
+            Ok(v) => eprintln!("ng query during the call: totals {}", v.get("totals").unwrap_or(v).to_json()),
             Err(e) => eprintln!("ng query during the call failed: {e:#}"),
         }
 

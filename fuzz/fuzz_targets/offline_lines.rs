@@ -5,7 +5,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use std::sync::OnceLock;
-use xlat::siit::{Config, Translator};
+use xlat::siit::{Config, Translator, UdpChecksumZero};
 
 fn translator() -> &'static Translator {
     static T: OnceLock<Translator> = OnceLock::new();
@@ -13,7 +13,7 @@ fn translator() -> &'static Translator {
         Translator::new(Config {
             pool6: Some("64:ff9b:1::/96".parse().unwrap()),
             eamt: vec![("2001:db8:6::/120".parse().unwrap(), "192.0.2.0/24".parse().unwrap())],
-            amend_udp_checksum_zero: true,
+            amend_udp_checksum_zero: UdpChecksumZero::Hold,
             ..Config::default()
         })
         .unwrap()

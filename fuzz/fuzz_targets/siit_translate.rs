@@ -1,16 +1,18 @@
 //! Entry point: `xlat::siit::Translator::translate` on arbitrary bytes, with
-//! an RFC 6052 + EAMT + RFC 6791 configuration, an IVI configuration and a
-//! small-MTU configuration (to exercise fragmentation and Packet Too Big).
+//! an RFC 6052 + EAMT + RFC 6791 configuration (intrinsic EAM hairpinning),
+//! an IVI configuration and two small-MTU configurations (fragmentation,
+//! Fragmentation Needed and Packet Too Big; simple hairpinning and dropped
+//! zero UDP checksums; an EAMT-only one that fragments IPv6 fragments again).
 //! Every emitted packet must at least carry a consistent IP length field.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use std::sync::OnceLock;
-use xlat::siit::{Config, MappingMode, Translator};
+use xlat::siit::{Config, EamHairpinMode, MappingMode, Translator, UdpChecksumZero};
 use xlat::{Out, Verdict};
 
-fn translators() -> &'static [Translator; 3] {
-    static T: OnceLock<[Translator; 3]> = OnceLock::new();
+fn translators() -> &'static [Translator; 4] {
+    static T: OnceLock<[Translator; 4]> = OnceLock::new();
     T.get_or_init(|| {
         let eam = vec![("2001:db8:6::/120".parse().unwrap(), "198.51.100.0/24".parse().unwrap())];
         [
@@ -30,10 +32,19 @@ fn translators() -> &'static [Translator; 3] {
             .unwrap(),
             Translator::new(Config {
                 pool6: Some("64:ff9b::/96".parse().unwrap()),
-                eamt: eam,
+                eamt: eam.clone(),
                 ipv4_mtu: 68,
                 ipv6_mtu: 1280,
-                amend_udp_checksum_zero: true,
+                amend_udp_checksum_zero: UdpChecksumZero::Drop,
+                eam_hairpin_mode: EamHairpinMode::Simple,
+                ..Config::default()
+            })
+            .unwrap(),
+            Translator::new(Config {
+                eamt: eam,
+                ipv4_mtu: 576,
+                ipv6_mtu: 1280,
+                refragment_ipv6_fragments: true,
                 ..Config::default()
             })
             .unwrap(),

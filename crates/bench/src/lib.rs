@@ -1,21 +1,31 @@
-//! # bench — v6gate's benchmarks
+//! # bench — every v6gate benchmark and tester
 //!
 //! The papers' experiments, run in network namespaces on one machine
-//! against v6gate and the peers operators use today, with the tester's own
-//! ceiling measured in the same run:
+//! (testbeds from the `lab` crate) against v6gate and the peers operators
+//! use today, with the tester's own ceiling measured in the same run:
 //!
+//! - [`xlat`]: `v6gate bench xlat`, RFC 8219 / RFC 2544 translation
+//!   benchmarks (SIIT, NAT64) against TAYGA and kernel forwarding.
 //! - [`trgw`]: `v6gate bench trgw`, the NICI TrGW experiment (G.711 RTP
 //!   streams through a media relay set up by the ng protocol; loss and
 //!   latency against concurrent calls; maximum zero-loss calls).
-//! - [`report`]: shared by every bench: latency histograms and percentiles,
-//!   JSON and Markdown helpers, SVG line plots.
-//! - [`ng`]: a small rtpengine ng-protocol client (bencode over UDP), also
-//!   used by the Kamailio interop test to query the relay.
-//! - [`probe`]: the RTP probe packet the TrGW tester sends and decodes.
+//!
+//! Both run on one harness ([`harness`]: run guard, peers, CPU placement,
+//! clock and pacing, latency summary, zero-loss search), one set of
+//! testers ([`tester`]: the shared per-packet judgement and the backends
+//! that move packets) and one report module ([`report`]: output
+//! directory, JSON, Markdown, SVG). [`ng`] is a small rtpengine ng client
+//! on the relay's own bencode, also used by the Kamailio interop test.
+//!
+//! Unsafe code (clock, batched socket calls, `AF_PACKET`) is confined to
+//! [`sys`].
 #![warn(missing_debug_implementations)]
+#![deny(unsafe_code)]
 
+pub mod harness;
 pub mod ng;
-pub mod probe;
-pub use lab::report;
-mod tester;
+pub mod report;
+pub mod sys;
+pub mod tester;
 pub mod trgw;
+pub mod xlat;

@@ -11,15 +11,15 @@ use core::net::{IpAddr, Ipv6Addr, SocketAddr};
 use core::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use xlat::addr::{Prefix4, Prefix6, Rfc6052};
+use xlat::addr::{IpPrefix, Prefix4, Prefix6, Rfc6052};
 
 /// Default `listen`: loopback only, so a gateway never becomes an open
 /// resolver by accident; operators list the client-facing addresses.
 pub const DEFAULT_LISTEN: &[&str] = &["[::1]:53", "127.0.0.1:53"];
 /// Default `prefix`: the Well-Known Prefix (RFC 6052 §2.1, RFC 6147 §5.2).
 pub const DEFAULT_PREFIX: &str = "64:ff9b::/96";
-/// Default `timeout-ms` (per upstream try).
-pub const DEFAULT_TIMEOUT_MS: u64 = 1500;
+/// Default `timeout` (per upstream try).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(1500);
 /// Default `exclude-aaaa` (RFC 6147 §5.1.4: IPv4-mapped addresses).
 pub const DEFAULT_EXCLUDE_AAAA: &[&str] = &["::ffff:0:0/96"];
 /// Default `exclude-a`: IPv4 addresses an IPv6-only client can never reach
@@ -39,8 +39,11 @@ pub const DEFAULT_ALLOW: &[&str] = &[
     "fe80::/10",
 ];
 
-/// Accepted `timeout-ms` range.
-pub const TIMEOUT_MS_RANGE: core::ops::RangeInclusive<u64> = 10..=30_000;
+/// Accepted `timeout` range.
+pub const TIMEOUT_RANGE: core::ops::RangeInclusive<Duration> = Duration::from_millis(10)..=Duration::from_secs(30);
+/// Old spellings still accepted, each with a deprecation warning:
+/// `timeout-ms` (a bare integer under it counts milliseconds) is `timeout`.
+pub const ALIASES: &[confval::Alias] = &[confval::Alias::Duration { old: "timeout-ms", new: "timeout", unit: "ms" }];
 /// At most this many upstream resolvers.
 pub const MAX_UPSTREAMS: usize = 8;
 
@@ -59,8 +62,10 @@ pub struct Config {
     /// Upstream recursive resolvers (`ADDR` or `ADDR:PORT`, `[V6]:PORT`),
     /// tried in order. Required.
     pub upstream: Vec<String>,
-    /// Time to wait for one upstream try (UDP, and again for a TCP retry).
-    pub timeout_ms: u64,
+    /// Time to wait for one upstream try (UDP, and again for a TCP retry),
+    /// in the duration syntax of [`confval::duration`].
+    #[serde(with = "confval::duration")]
+    pub timeout: Duration,
     /// IPv6 prefixes whose AAAA records are treated as absent (RFC 6147 §5.1.4).
     pub exclude_aaaa: Vec<String>,
     /// IPv4 prefixes whose A records are never synthesised into AAAA.
@@ -75,7 +80,7 @@ impl Default for Config {
             listen: strings(DEFAULT_LISTEN),
             prefix: DEFAULT_PREFIX.to_string(),
             upstream: Vec::new(),
-            timeout_ms: DEFAULT_TIMEOUT_MS,
+            timeout: DEFAULT_TIMEOUT,
             exclude_aaaa: strings(DEFAULT_EXCLUDE_AAAA),
             exclude_a: strings(DEFAULT_EXCLUDE_A),
             allow: strings(DEFAULT_ALLOW),
@@ -104,38 +109,6 @@ fn err(key: &'static str, message: impl Into<String>) -> ConfigError {
     ConfigError { key, message: message.into() }
 }
 
-/// An IPv4 or IPv6 prefix (client access list entries).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Net {
-    /// IPv4 prefix.
-    V4(Prefix4),
-    /// IPv6 prefix.
-    V6(Prefix6),
-}
-
-impl Net {
-    /// True when `a` lies inside the prefix. IPv4-mapped IPv6 addresses
-    /// are matched as IPv4.
-    pub fn contains(&self, a: IpAddr) -> bool {
-        match (self, a.to_canonical()) {
-            (Net::V4(p), IpAddr::V4(a)) => p.contains(a),
-            (Net::V6(p), IpAddr::V6(a)) => p.contains(&a),
-            _ => false,
-        }
-    }
-}
-
-impl core::str::FromStr for Net {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        if s.contains(':') {
-            s.parse::<Prefix6>().map(Net::V6).map_err(|e| e.to_string())
-        } else {
-            s.parse::<Prefix4>().map(Net::V4).map_err(|e| e.to_string())
-        }
-    }
-}
-
 /// Parse `ADDR`, `ADDR:PORT` or `[V6ADDR]:PORT`; a bare address gets `port`.
 pub fn parse_socket_addr(s: &str, port: u16) -> Result<SocketAddr, String> {
     let t = s.trim();
@@ -159,7 +132,7 @@ pub(crate) struct Policy {
     pub prefix: Rfc6052,
     pub exclude_aaaa: Vec<Prefix6>,
     pub exclude_a: Vec<Prefix4>,
-    pub allow: Vec<Net>,
+    pub allow: Vec<IpPrefix>,
 }
 
 /// Everything the server needs, validated.
@@ -186,11 +159,11 @@ impl Config {
 
     /// Upper bound on the time from a client's query to our answer: every
     /// query needs at most two upstream lookups (AAAA then A, or the
-    /// in-addr.arpa PTR), each trying every upstream once for `timeout-ms`.
+    /// in-addr.arpa PTR), each trying every upstream once for `timeout`.
     /// The server answers SERVFAIL when it is reached.
     pub fn answer_bound(&self) -> Duration {
         let n = self.upstream.len().clamp(1, MAX_UPSTREAMS) as u64;
-        Duration::from_millis(2 * n * self.timeout_ms.clamp(*TIMEOUT_MS_RANGE.start(), *TIMEOUT_MS_RANGE.end()))
+        self.timeout.clamp(*TIMEOUT_RANGE.start(), *TIMEOUT_RANGE.end()) * (2 * n as u32)
     }
 
     pub(crate) fn policy(&self) -> Result<Policy, ConfigError> {
@@ -199,7 +172,7 @@ impl Config {
         let exclude_aaaa =
             list("exclude-aaaa", &self.exclude_aaaa, |s| s.parse::<Prefix6>().map_err(|e| e.to_string()))?;
         let exclude_a = list("exclude-a", &self.exclude_a, |s| s.parse::<Prefix4>().map_err(|e| e.to_string()))?;
-        let allow = list("allow", &self.allow, |s| s.parse::<Net>())?;
+        let allow = list("allow", &self.allow, |s| s.parse::<IpPrefix>().map_err(|e| e.to_string()))?;
         Ok(Policy { prefix, exclude_aaaa, exclude_a, allow })
     }
 
@@ -225,18 +198,19 @@ impl Config {
             }
             Ok(a)
         })?;
-        if !TIMEOUT_MS_RANGE.contains(&self.timeout_ms) {
+        if !TIMEOUT_RANGE.contains(&self.timeout) {
+            let show = confval::duration::format;
             return Err(err(
-                "timeout-ms",
+                "timeout",
                 format!(
                     "{} is out of range ({}..={})",
-                    self.timeout_ms,
-                    TIMEOUT_MS_RANGE.start(),
-                    TIMEOUT_MS_RANGE.end()
+                    show(self.timeout),
+                    show(*TIMEOUT_RANGE.start()),
+                    show(*TIMEOUT_RANGE.end())
                 ),
             ));
         }
-        Ok(Settings { listen, upstream, timeout: Duration::from_millis(self.timeout_ms) })
+        Ok(Settings { listen, upstream, timeout: self.timeout })
     }
 }
 
@@ -264,9 +238,9 @@ listen = ["[::1]:53", "127.0.0.1:53"]
 # 64:ff9b:1::/96 (RFC 8215) to reach private IPv4 servers.
 prefix = "64:ff9b::/96"
 
-# Time to wait for each upstream try, in milliseconds (10..=30000). A client
-# gets an answer, or SERVFAIL, within 2 x (number of upstreams) x timeout-ms.
-timeout-ms = 1500
+# Time to wait for each upstream try (10ms..=30s). A client gets an answer,
+# or SERVFAIL, within 2 x (number of upstreams) x timeout.
+timeout = "1500ms"
 
 # AAAA records inside these prefixes are treated as absent (RFC 6147 §5.1.4);
 # when only such records exist the AAAA is synthesised from the A records.
@@ -284,7 +258,6 @@ allow = ["127.0.0.0/8", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64
 #[cfg(test)]
 mod tests {
     use super::*;
-    use core::net::Ipv4Addr;
 
     fn parse(s: &str) -> Result<Config, String> {
         #[derive(Deserialize)]
@@ -322,7 +295,8 @@ mod tests {
             ("allow = [\"10.0.0.1/8\"]", "allow", "bits set"),
             ("listen = []", "listen", "at least one"),
             ("listen = [\"localhost:53\"]", "listen", "localhost"),
-            ("timeout-ms = 5", "timeout-ms", "out of range"),
+            ("timeout = \"5ms\"", "timeout", "5ms is out of range (10ms..=30s)"),
+            ("timeout = 31", "timeout", "31s is out of range"),
         ];
         for (line, key, text) in cases {
             let cfg = parse(&format!("{base}{line}\n")).unwrap();
@@ -340,22 +314,26 @@ mod tests {
     }
 
     #[test]
+    fn timeout_ms_is_an_alias_counting_milliseconds() {
+        let mut doc = toml::de::DeTable::parse("[dns64]\ntimeout-ms = 2000\n").unwrap();
+        let d = confval::alias::apply(doc.get_mut(), "dns64", ALIASES).unwrap();
+        assert_eq!(d[0].to_string(), "[dns64] timeout-ms = 2000 is deprecated: write timeout = \"2s\"");
+        #[derive(Deserialize)]
+        struct File {
+            dns64: Config,
+        }
+        let c = File::deserialize(toml::de::Deserializer::from(doc)).unwrap().dns64;
+        assert_eq!(c.timeout, Duration::from_secs(2));
+        assert_eq!(parse("[dns64]\ntimeout = \"2s\"\n").unwrap().timeout, Duration::from_secs(2));
+        assert_eq!(parse("[dns64]\ntimeout = 2\n").unwrap().timeout, Duration::from_secs(2));
+    }
+
+    #[test]
     fn socket_addrs() {
         assert_eq!(parse_socket_addr("192.0.2.1", 53).unwrap(), "192.0.2.1:53".parse().unwrap());
         assert_eq!(parse_socket_addr("2001:db8::1", 53).unwrap(), "[2001:db8::1]:53".parse().unwrap());
         assert_eq!(parse_socket_addr("[2001:db8::1]", 53).unwrap(), "[2001:db8::1]:53".parse().unwrap());
         assert_eq!(parse_socket_addr("[::1]:5353", 53).unwrap(), "[::1]:5353".parse().unwrap());
         assert!(parse_socket_addr("host:53", 53).is_err());
-    }
-
-    #[test]
-    fn acl_matches_mapped_clients_as_ipv4() {
-        let n: Net = "10.0.0.0/8".parse().unwrap();
-        assert!(n.contains("10.1.2.3".parse().unwrap()));
-        assert!(n.contains("::ffff:10.1.2.3".parse().unwrap()));
-        assert!(!n.contains("2001:db8::1".parse().unwrap()));
-        let n: Net = "fc00::/7".parse().unwrap();
-        assert!(n.contains("fd00::1".parse().unwrap()));
-        assert!(!n.contains(IpAddr::V4(Ipv4Addr::LOCALHOST)));
     }
 }

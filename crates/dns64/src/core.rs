@@ -732,17 +732,10 @@ mod tests {
     /// RFC 6052 §2.4 table through the DNS: each prefix length.
     #[test]
     fn synthesis_with_each_rfc6052_prefix_length() {
-        let table = [
-            ("2001:db8::/32", "2001:db8:c000:221::"),
-            ("2001:db8:100::/40", "2001:db8:1c0:2:21::"),
-            ("2001:db8:122::/48", "2001:db8:122:c000:2:2100::"),
-            ("2001:db8:122:300::/56", "2001:db8:122:3c0:0:221::"),
-            ("2001:db8:122:344::/64", "2001:db8:122:344:c0:2:2100:0"),
-            ("2001:db8:122:344::/96", "2001:db8:122:344::192.0.2.33"),
-        ];
-        for (prefix, want) in table {
+        use xlat::testvec::{RFC6052_2_4, RFC6052_2_4_IPV4};
+        for (prefix, want) in RFC6052_2_4 {
             let c = core(prefix);
-            let m = synth(&c, "h2.example.", vec![], vec![a("h2.example.", 300, "192.0.2.33")]);
+            let m = synth(&c, "h2.example.", vec![], vec![a("h2.example.", 300, &RFC6052_2_4_IPV4.to_string())]);
             assert_eq!(m.response_code(), ResponseCode::NoError);
             assert_eq!(m.id(), 0x1234);
             assert_eq!(m.queries()[0].query_type(), RecordType::AAAA);
@@ -905,8 +898,17 @@ mod tests {
     /// RFC 6147 §5.3.1 option 2: CNAME to in-addr.arpa plus its PTR.
     #[test]
     fn ptr_under_prefix() {
-        let c = core("2001:db8:122::/48");
-        let v6: Ipv6Addr = "2001:db8:122:c000:2:2100::".parse().unwrap();
+        use xlat::testvec::RFC6052_2_4;
+        // Every prefix length of RFC 6052 §2.4 leads to the same PTR lookup.
+        for (prefix, v6) in RFC6052_2_4 {
+            let c = core(prefix);
+            let qname = arpa::ip6_arpa_name(v6.parse().unwrap()).to_ascii();
+            let t = lookup(c.query(LOCAL, &query(&qname, RecordType::PTR, None, false), false));
+            assert_eq!(t.lookup().name, name("33.2.0.192.in-addr.arpa."), "{prefix}");
+        }
+        let (prefix, v6) = RFC6052_2_4[2];
+        let c = core(prefix);
+        let v6: Ipv6Addr = v6.parse().unwrap();
         let qname = arpa::ip6_arpa_name(v6).to_ascii();
         let t = lookup(c.query(LOCAL, &query(&qname, RecordType::PTR, None, false), false));
         assert_eq!(t.lookup().name, name("33.2.0.192.in-addr.arpa."));

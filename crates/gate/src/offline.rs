@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context as _};
 use pcap_file::pcap::{PcapHeader, PcapReader, RawPcapPacket};
 use pcap_file::{DataLink, PcapError};
-use xlat::siit::Translator;
+use xlat::siit::{Translator, UdpChecksumZero};
 use xlat::{DropReason, Out, PacketKind, Verdict};
 
 use crate::amend::{FragmentHolder, Offer};
@@ -116,7 +116,8 @@ type Each<'a> = dyn FnMut(&[u8], Verdict, &Out) -> io::Result<()> + 'a;
 
 impl<'t> Engine<'t> {
     fn new(tr: &'t Translator) -> Self {
-        let holder = tr.config().amend_udp_checksum_zero.then(FragmentHolder::default);
+        let hold = tr.config().amend_udp_checksum_zero == UdpChecksumZero::Hold;
+        let holder = hold.then(FragmentHolder::default);
         Engine { tr, out: Out::new(), holder, stats: Stats::default() }
     }
 
@@ -523,7 +524,7 @@ mod tests {
         assert!(lines[0].ends_with(r#""kind":"icmp-error"}],"drop":null}"#), "{}", lines[0]);
         assert_eq!(lines[1].matches("\"hex\"").count(), 1);
         // With amending: held, then both fragments on the completing line.
-        let cfg = Config { amend_udp_checksum_zero: true, ..translator().config().clone() };
+        let cfg = Config { amend_udp_checksum_zero: UdpChecksumZero::Hold, ..translator().config().clone() };
         let tr = Translator::new(cfg).unwrap();
         let mut o = Vec::new();
         let stats = translate_lines(&tr, input.as_bytes(), &mut o, None).unwrap();

@@ -120,6 +120,19 @@ impl Netns {
         Ok(())
     }
 
+    /// Runs `f` on a new thread inside this namespace and returns its
+    /// result (sockets `f` opens belong to the namespace and stay there).
+    pub fn run<T: Send>(&self, f: impl FnOnce() -> Result<T> + Send) -> Result<T> {
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                self.enter_thread()?;
+                f()
+            })
+            .join()
+            .map_err(|_| anyhow::anyhow!("thread inside {} panicked", self.name))?
+        })
+    }
+
     /// Process ids of everything running in the namespace.
     pub fn pids(&self) -> Vec<i32> {
         pids(&self.name)
@@ -175,6 +188,29 @@ pub fn cleanup(prefix: &str) -> Vec<String> {
     gone
 }
 
+/// Removes every namespace whose name starts with `<prefix>-` (and every
+/// process inside) when dropped: for tests and tools that build their
+/// namespaces under one prefix and must leave none behind, also when they
+/// fail or panic.
+#[derive(Debug)]
+pub struct PrefixGuard(pub String);
+
+impl Drop for PrefixGuard {
+    fn drop(&mut self) {
+        cleanup(&format!("{}-", self.0));
+    }
+}
+
+/// Whether this process runs as root (namespaces need it).
+pub fn am_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+/// Runs `f` on a thread inside `ns` (see [`Netns::run`]).
+pub fn in_netns<T: Send>(ns: &Netns, f: impl FnOnce() -> Result<T> + Send) -> Result<T> {
+    ns.run(f)
+}
+
 /// Connects two namespaces with a veth pair: `a_if` in `a`, `b_if` in `b`,
 /// both up. Interface names must be at most 15 bytes.
 pub fn veth(a: &Netns, a_if: &str, b: &Netns, b_if: &str) -> Result<()> {
@@ -190,10 +226,6 @@ pub fn veth(a: &Netns, a_if: &str, b: &Netns, b_if: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn am_root() -> bool {
-        nix::unistd::geteuid().is_root()
-    }
 
     #[test]
     fn unique_names_differ() {

@@ -1,6 +1,8 @@
 //! The testbeds: the papers' IPv6-only host — gateway — IPv4-only host
-//! network ([`Lab`], for `v6gate lab` and the demo) and the RFC 8219
-//! tester — DUT — tester network ([`BenchTopo`], for `v6gate bench xlat`).
+//! network ([`Lab`], for `v6gate lab` and the demo), the RFC 8219
+//! tester — DUT — tester network ([`BenchTopo`], for `v6gate bench xlat`)
+//! and the IPv6 UA — media relay — IPv4 UA network ([`RelayTopo`], for
+//! `v6gate bench trgw`).
 //!
 //! Addresses come from the documentation ranges (RFC 3849 2001:db8::/32,
 //! RFC 5737 192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24). Those IPv4
@@ -12,7 +14,7 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 
 use crate::netns::{self, veth, Netns};
 
@@ -56,6 +58,10 @@ pub mod lab_addr {
     pub const ECHO_PORT: u16 = 7;
     /// Name of the gateway's TUN device.
     pub const TUN: &str = "v6gate0";
+    /// The IPv6-only client's network (DNS64 clients).
+    pub const H6_NET: &str = "2001:db8:6::/64";
+    /// The gateway's admin API (inside `gw`).
+    pub const LAB_ADMIN: &str = "127.0.0.1:9164";
 
     /// `addr` embedded in [`POOL6`] (RFC 6052 /96).
     pub fn in_pool6(addr: Ipv4Addr) -> Ipv6Addr {
@@ -204,6 +210,8 @@ pub mod bench_addr {
     pub const POOL6: &str = "2001:db8:64::/96";
     /// The TUN device translators use.
     pub const TUN: &str = "xlat0";
+    /// `addr` embedded in [`POOL6`] (the lab's prefix too).
+    pub use super::lab_addr::in_pool6;
 }
 
 /// The bench topology: `<prefix>-t6` (tester, IPv6 side) — `<prefix>-dut`
@@ -268,6 +276,92 @@ impl BenchTopo {
         dut.sysctl("net.ipv4.ip_forward", "1")?;
         // Larger socket buffers for the translators' TUN queues are set by
         // the DUT itself; the kernel baseline needs nothing more.
+        Ok(topo)
+    }
+}
+
+/// The media-relay testbed's addresses (see docs/bench-trgw.md).
+pub mod relay_addr {
+    use super::*;
+    /// The IPv6-only UA.
+    pub const UA6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 6, 0, 0, 0, 0, 2);
+    /// The relay on the IPv6 link.
+    pub const RELAY6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 6, 0, 0, 0, 0, 1);
+    /// The IPv4-only UA.
+    pub const UA4: Ipv4Addr = Ipv4Addr::new(10, 0, 4, 2);
+    /// The relay on the IPv4 link.
+    pub const RELAY4: Ipv4Addr = Ipv4Addr::new(10, 0, 4, 1);
+    /// IPv6 address of the ua4 side, only in the kernel-forwarding (ceiling) variant.
+    pub const UA4_V6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 4, 0, 0, 0, 0, 2);
+    /// The relay namespace's IPv6 address on the ua4 link (ceiling variant).
+    pub const RELAY_V6_4: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 4, 0, 0, 0, 0, 1);
+    /// Where the relay listens for ng commands, inside the relay namespace.
+    pub const NG: &str = "127.0.0.1:2223";
+}
+
+/// The media-relay testbed: `ua6` (IPv6 only) — `relay` — `ua4` (IPv4
+/// only). Deleted on drop.
+///
+/// ```text
+///  ua6 (IPv6 only)            relay (DUT)                   ua4 (IPv4 only)
+///  2001:db8:6::2 ---veth--- 2001:db8:6::1 | 10.0.4.1 ---veth--- 10.0.4.2
+///                           ng on 127.0.0.1:2223
+/// ```
+#[derive(Debug)]
+pub struct RelayTopo {
+    /// The IPv6 UA's namespace (interface `u6`).
+    pub ua6: Netns,
+    /// The relay's namespace (interfaces `r6`, `r4`).
+    pub relay: Netns,
+    /// The IPv4 UA's namespace (interface `u4`).
+    pub ua4: Netns,
+    /// Kernel-forwarding variant: ua4 also has IPv6 and the relay
+    /// namespace routes it (the tester's ceiling, no relay process).
+    pub kernel: bool,
+}
+
+impl RelayTopo {
+    /// Builds the namespaces `<prefix>-ua6`, `<prefix>-relay`,
+    /// `<prefix>-ua4` (removing stale ones of those names first). With
+    /// `kernel`, ua4 gets an IPv6 address too and the relay namespace
+    /// forwards IPv6.
+    pub fn build(prefix: &str, kernel: bool) -> Result<Self> {
+        use relay_addr::*;
+        let topo = RelayTopo {
+            ua6: Netns::create(&format!("{prefix}-ua6"))?,
+            relay: Netns::create(&format!("{prefix}-relay"))?,
+            ua4: Netns::create(&format!("{prefix}-ua4"))?,
+            kernel,
+        };
+        let (ua6, relay, ua4) = (&topo.ua6, &topo.relay, &topo.ua4);
+        // No duplicate address detection (link-local addresses included):
+        // neighbour discovery must work from the first packet.
+        for ns in [ua6, relay, ua4] {
+            ns.sysctl("net.ipv6.conf.default.accept_dad", "0")?;
+            ns.sysctl("net.ipv6.conf.all.accept_dad", "0")?;
+        }
+        veth(ua6, "u6", relay, "r6")?;
+        veth(ua4, "u4", relay, "r4")?;
+        ua6.ip(&["-6", "addr", "add", &format!("{UA6}/64"), "dev", "u6", "nodad"])?;
+        relay.ip(&["-6", "addr", "add", &format!("{RELAY6}/64"), "dev", "r6", "nodad"])?;
+        ua6.ip(&["-6", "route", "add", "default", "via", &RELAY6.to_string()])?;
+        relay.ip(&["addr", "add", &format!("{RELAY4}/24"), "dev", "r4"])?;
+        ua4.ip(&["addr", "add", &format!("{UA4}/24"), "dev", "u4"])?;
+        ua4.ip(&["route", "add", "default", "via", &RELAY4.to_string()])?;
+        if kernel {
+            ua4.ip(&["-6", "addr", "add", &format!("{UA4_V6}/64"), "dev", "u4", "nodad"])?;
+            relay.ip(&["-6", "addr", "add", &format!("{RELAY_V6_4}/64"), "dev", "r4", "nodad"])?;
+            ua4.ip(&["-6", "route", "add", "default", "via", &RELAY_V6_4.to_string()])?;
+            relay.sysctl("net.ipv6.conf.all.forwarding", "1")?;
+        } else {
+            ua4.sysctl("net.ipv6.conf.all.disable_ipv6", "1")?;
+        }
+        // Resolve the neighbours before the first trial.
+        ua6.exec("ping", &["-6", "-c1", "-W2", &RELAY6.to_string()]).context("ua6 cannot reach the relay")?;
+        ua4.exec("ping", &["-4", "-c1", "-W2", &RELAY4.to_string()]).context("ua4 cannot reach the relay")?;
+        if kernel {
+            ua6.exec("ping", &["-6", "-c1", "-W2", &UA4_V6.to_string()]).context("ua6 cannot reach ua4 over IPv6")?;
+        }
         Ok(topo)
     }
 }

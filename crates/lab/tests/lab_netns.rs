@@ -1,30 +1,16 @@
-//! Network-namespace tests of the lab and the bench: `up`/`down` are
-//! idempotent and survive a crashed run, the lab carries traffic through
-//! TAYGA (when installed), and a tiny bench against kernel forwarding
-//! reports a zero-loss rate and ordered latency percentiles.
+//! Network-namespace tests of the lab: `up`/`down` are idempotent and
+//! survive a crashed run, and the lab carries traffic through TAYGA (when
+//! installed). The bench's own namespace tests are in crates/bench/tests.
 //!
 //! Each test uses its own namespace prefix (`netns::unique_name`) and
-//! removes its namespaces, also when it fails (`Cleanup` guard).
+//! removes its namespaces, also when it fails (`PrefixGuard`).
 
 use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::process::Command;
 use std::time::Duration;
 
-use lab::netns::{self, unique_name, Netns};
+use lab::netns::{self, am_root, unique_name, Netns, PrefixGuard};
 use lab::topo::{lab_addr, Lab};
-
-fn am_root() -> bool {
-    nix::unistd::geteuid().is_root()
-}
-
-/// Removes every namespace with the prefix on drop.
-struct Cleanup(String);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        netns::cleanup(&format!("{}-", self.0));
-    }
-}
 
 fn wait_until(mut f: impl FnMut() -> bool) -> bool {
     for _ in 0..100 {
@@ -40,7 +26,7 @@ fn wait_until(mut f: impl FnMut() -> bool) -> bool {
 fn lab_up_is_idempotent_and_down_removes_everything_even_after_a_crash() {
     assert!(am_root(), "network-namespace tests need root (CI runs as root)");
     let prefix = unique_name("v6lt");
-    let _guard = Cleanup(prefix.clone());
+    let _guard = PrefixGuard(prefix.clone());
     let lab = Lab::new(&prefix);
     lab.up().unwrap();
     assert!(lab.is_up());
@@ -92,7 +78,7 @@ fn lab_with_tayga_carries_tcp_udp_and_ping_both_ways() {
         return;
     }
     let prefix = unique_name("v6lg");
-    let _guard = Cleanup(prefix.clone());
+    let _guard = PrefixGuard(prefix.clone());
     let lab = Lab::new(&prefix);
     lab.up().unwrap();
     let work = std::env::temp_dir().join(&prefix);
@@ -131,69 +117,4 @@ fn lab_with_tayga_carries_tcp_udp_and_ping_both_ways() {
     Netns::attach(&lab.h4()).exec("ping", &["-c1", "-W2", &lab_addr::H6_AS_V4.to_string()]).unwrap();
     assert_eq!(lab.down().len(), 3);
     let _ = std::fs::remove_dir_all(&work);
-}
-
-#[test]
-fn bench_smoke_against_kernel_forwarding() {
-    use clap::Parser;
-    assert!(am_root(), "network-namespace tests need root (CI runs as root)");
-    #[derive(Parser)]
-    struct W {
-        #[command(flatten)]
-        a: lab::bench_xlat::Args,
-    }
-    let prefix = unique_name("v6lb");
-    let _guard = Cleanup(prefix.clone());
-    let out = std::env::temp_dir().join(format!("{prefix}-out"));
-    let out_s = out.to_string_lossy().into_owned();
-    // Low rates and a generous lateness limit: this checks that the tester
-    // works end to end, not how fast anything is.
-    let a = W::parse_from([
-        "x",
-        "--dut",
-        "kernel",
-        "--dir",
-        "6to4",
-        "--sizes",
-        "84",
-        "--flows",
-        "16",
-        "--max-rate",
-        "2000",
-        "--trial-ms",
-        "300",
-        "--drain-ms",
-        "300",
-        "--late-ms",
-        "2000",
-        "--max-trials",
-        "4",
-        "--overload",
-        "150",
-        "--loads",
-        "50",
-        "--prefix",
-        &prefix,
-        "--out",
-        &out_s,
-    ])
-    .a;
-    let r = lab::bench_xlat::run(&a).unwrap();
-    let d = &r.duts[0];
-    assert_eq!(d.status, "ok");
-    let p = &d.points[0];
-    assert!(p.throughput_fps > 0.0, "a zero-loss rate was found: {:?}", p.search);
-    let l = p.latency.expect("latency at the throughput rate");
-    assert!(l.samples > 0);
-    assert!(l.min_ns <= l.p50_ns && l.p50_ns <= l.p99_ns && l.p99_ns <= l.p999_ns && l.p999_ns <= l.max_ns);
-    assert_eq!(l.pdv_ns, l.p999_ns - l.min_ns);
-    assert_eq!(p.sent_frame_size, 64, "kernel forwarding sends IPv4 frames 20 bytes shorter");
-    for f in ["results.json", "results.md", "throughput-6to4.svg", "latency-6to4.svg"] {
-        assert!(out.join(f).exists(), "{f} written");
-    }
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
-    assert_eq!(json["duts"][0]["dut"], "kernel");
-    assert!(!netns::exists(&format!("{prefix}-dut")), "bench namespaces removed");
-    let _ = std::fs::remove_dir_all(&out);
 }

@@ -4,9 +4,10 @@
 //! `max-stored-pkts`, `drop-externally-initiated-tcp`,
 //! `handle-rst-during-fin-rcv`, `bib`).
 //!
-//! Timeouts are written either as whole seconds (`udp-timeout = 300`) or as
-//! Jool's `"HH:MM:SS"` text (`udp-timeout = "00:05:00"`); both mean the
-//! same, and [`Config::check`] enforces RFC 6146's minimums.
+//! Timeouts take the one duration syntax of the configuration
+//! ([`confval::duration`]): `udp-timeout = "5m"`, `"2h4m"`, Jool's
+//! `"HH:MM:SS"` text (`"00:05:00"`) or whole seconds (`300`) all work, and
+//! [`Config::check`] refuses zero.
 
 use core::fmt;
 use core::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
@@ -149,40 +150,16 @@ pub struct StaticBib {
     pub ipv4: SocketAddrV4,
 }
 
-/// A timeout in seconds: an integer or Jool's `"HH:MM:SS"`.
+/// A timeout in whole seconds, written in the one duration syntax of the
+/// configuration ([`confval::duration`]: `300`, `"5m"`, `"2h4m"`, Jool's
+/// `"HH:MM:SS"`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Secs(pub u64);
 
 impl<'de> Deserialize<'de> for Secs {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            N(u64),
-            S(String),
-        }
-        match Raw::deserialize(d)? {
-            Raw::N(n) => Ok(Secs(n)),
-            Raw::S(s) => parse_hms(&s).map(Secs).map_err(serde::de::Error::custom),
-        }
+        confval::duration::secs(d).map(Secs)
     }
-}
-
-/// `"HH:MM:SS"`, `"MM:SS"` or `"SS"` to seconds.
-pub fn parse_hms(s: &str) -> Result<u64, String> {
-    let parts: Vec<&str> = s.trim().split(':').collect();
-    if parts.is_empty() || parts.len() > 3 {
-        return Err(format!("`{s}` is not HH:MM:SS"));
-    }
-    let mut total = 0u64;
-    for (i, p) in parts.iter().enumerate() {
-        let v: u64 = p.parse().map_err(|_| format!("`{s}` is not HH:MM:SS"))?;
-        if i > 0 && v >= 60 {
-            return Err(format!("`{s}`: minutes and seconds must be below 60"));
-        }
-        total = total.checked_mul(60).and_then(|t| t.checked_add(v)).ok_or_else(|| format!("`{s}` is too large"))?;
-    }
-    Ok(total)
 }
 
 fn de_prefix6<'de, D: Deserializer<'de>>(d: D) -> Result<Prefix6, D::Error> {
@@ -480,12 +457,13 @@ pool4 = [
 # false: endpoint-independent filtering; true: an IPv4 packet passes only if
 # the IPv6 host already has a session with that IPv4 address (RFC 4787).
 address-dependent-filtering = false
-# Session lifetimes: whole seconds or "HH:MM:SS". RFC 6146 §4 defaults.
-udp-timeout = 300
-icmp-timeout = 60
-tcp-est-timeout = "02:04:00"
-tcp-trans-timeout = 240
-tcp-incoming-syn-timeout = 6
+# Session lifetimes (RFC 6146 §4 defaults): durations such as "5m", "2h4m",
+# "90s", Jool's "HH:MM:SS", or whole seconds.
+udp-timeout = "5m"
+icmp-timeout = "1m"
+tcp-est-timeout = "2h4m"
+tcp-trans-timeout = "4m"
+tcp-incoming-syn-timeout = "6s"
 # Hard limits: when full, new flows are refused (ICMP error + counter);
 # existing flows keep working.
 max-sessions = 1048576
@@ -499,7 +477,7 @@ max-port-probes = 1024
 # Lock shards of the state tables (0 = 16; NAT-PT mode always uses 1).
 shards = 0
 # Fragment reassembly (RFC 6146 §3.4).
-fragment-timeout = 2
+fragment-timeout = "2s"
 max-fragment-sets = 1024
 max-fragment-bytes = 4194304
 

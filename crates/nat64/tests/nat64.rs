@@ -699,6 +699,17 @@ fn config_keys_and_errors() {
     };
     assert!(err("pool4 = []").contains("nat64.pool4"));
     assert!(err("pool4 = [\"192.0.2.1\"]\nudp-timeout = \"1:99:00\"").contains("below 60"));
+    // One duration syntax: units, Jool's clock form and whole seconds.
+    let t = |v: &str| {
+        toml::from_str::<Config>(&format!("pool4 = [\"192.0.2.1\"]\nudp-timeout = {v}")).map(|c| c.udp_timeout.0)
+    };
+    assert_eq!(t("\"2h4m\"").unwrap(), 7440);
+    assert_eq!(t("\"02:04:00\"").unwrap(), 7440);
+    assert_eq!(t("7440").unwrap(), 7440);
+    assert_eq!(t("\"7440\"").unwrap(), 7440);
+    assert!(err("pool4 = [\"192.0.2.1\"]\nudp-timeout = \"5 min\"").contains("unknown unit `min`"));
+    assert!(err("pool4 = [\"192.0.2.1\"]\nudp-timeout = \"1500ms\"").contains("whole number of seconds"));
+    assert!(err("pool4 = [\"192.0.2.1\"]\nudp-timeout = 0").contains("nat64.udp-timeout"));
     assert!(err("pool4 = [\"192.0.2.1\"]\nbogus = 1").contains("bogus"));
     assert!(err("pool4 = [\"192.0.2.0/31\", \"192.0.2.1\"]").contains("overlap"));
     assert!(err("pool4 = [{ prefix = \"192.0.2.1\", ports = \"9-2\" }]").contains("port range"));

@@ -33,7 +33,7 @@ fn main() {
     let calls: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(1000);
     let secs: u64 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(5);
     let mode = args.get(3).cloned().unwrap_or_default();
-    let io = if mode == "epoll" { IoMode::Epoll } else { IoMode::IoUring };
+    let io = if mode == "epoll" || mode == "poll" { IoMode::Poll } else { IoMode::Uring };
     let rtpengine = mode == "rtpengine";
     let ns = Arc::new(Netns::unique("trgw-smoke").expect("namespace (run as root)"));
     ns.ip(&["addr", "add", "192.0.2.1/32", "dev", "lo"]).unwrap();

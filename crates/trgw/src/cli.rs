@@ -19,5 +19,10 @@ pub struct Args {
 /// Reads and checks the `[trgw]` table of `a.config`.
 pub fn load(a: &Args) -> Result<Config> {
     let text = std::fs::read_to_string(&a.config).with_context(|| format!("reading {}", a.config.display()))?;
-    Config::from_toml_file_text(&text).map_err(|e| anyhow::anyhow!("config error in {}: {e}", a.config.display()))
+    let (cfg, deprecated) =
+        Config::parse_toml(&text).map_err(|e| anyhow::anyhow!("config error in {}: {e}", a.config.display()))?;
+    for d in deprecated {
+        eprintln!("v6gate: config warning in {}: {d}", a.config.display());
+    }
+    Ok(cfg)
 }

@@ -2,9 +2,10 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
-use std::str::FromStr;
 
+pub use confval::IoMode;
 use serde::Deserialize;
+use xlat::addr::IpPrefix;
 
 /// A commented `[trgw]` block for `v6gate config example`.
 pub const EXAMPLE_TOML: &str = r#"# [trgw]: the IMS transition gateway media relay (RTP/RTCP between IPv4 and
@@ -14,8 +15,9 @@ pub const EXAMPLE_TOML: &str = r#"# [trgw]: the IMS transition gateway media rel
 # UDP ports for media, on every interface address: RTP even, RTCP odd.
 port-min = 30000
 port-max = 40000
-# Tear down calls whose media has been idle this long (seconds).
-timeout-secs = 60
+# Tear down calls whose media has been idle this long ("90s", "2m", or whole
+# seconds; the older key timeout-secs is still accepted).
+timeout = "1m"
 # "symmetric": learn the far end from its first packet (NAT friendly);
 # "strict": only accept packets from the signalled address.
 latching = "symmetric"
@@ -27,9 +29,10 @@ rtpproxy-udp = "127.0.0.1:22222"
 allow = ["127.0.0.0/8", "::1/128"]
 # Relay worker threads; default: one per core.
 # workers = 2
-# Packet I/O: "io-uring" (default; falls back to epoll when the kernel
-# refuses) or "epoll" (recvmmsg/sendmmsg per ready socket).
-# io = "io-uring"
+# Packet I/O: "uring" (default: io_uring, falls back to "poll" when the
+# kernel refuses) or "poll" (epoll, recvmmsg/sendmmsg per ready socket).
+# ("io-uring" and "epoll" are older spellings, still accepted.)
+# io = "uring"
 # Where media may be sent (docs/security.md): loopback, multicast,
 # broadcast, link-local, 0.0.0.0/8 and the relay's and host's own addresses
 # are always refused, unless an entry of media-allow at least as narrow as
@@ -41,9 +44,9 @@ allow = ["127.0.0.0/8", "::1/128"]
 # ng-cache-entries = 10000
 # ng-cache-bytes = 16777216
 # rtpproxy Unix socket: connections served at once, and the read/write
-# timeout of each (seconds).
+# timeout of each.
 # control-connections = 64
-# control-timeout-secs = 5
+# control-timeout = "5s"
 # rtpproxy bridging (U/L modifiers e and i): which interface is which.
 # rtpproxy-internal = "v4"
 # rtpproxy-external = "v6"
@@ -72,18 +75,6 @@ pub enum Latching {
     /// Only packets from the signalled address are relayed; others are
     /// dropped and counted.
     Strict,
-}
-
-/// The packet I/O engine of the workers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "kebab-case")]
-pub enum IoMode {
-    /// io_uring: multishot receives into a provided-buffer ring, sends
-    /// batched, one `io_uring_enter` per loop for all sockets.
-    #[default]
-    IoUring,
-    /// epoll + `recvmmsg`/`sendmmsg` per ready socket.
-    Epoll,
 }
 
 /// One named media interface.
@@ -127,60 +118,11 @@ impl Interface {
     }
 }
 
-/// An IPv4 or IPv6 prefix for the control allow-list.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Cidr {
-    /// Network address.
-    pub addr: IpAddr,
-    /// Prefix length.
-    pub len: u8,
-}
-
-impl Cidr {
-    /// Whether `ip` is inside (IPv4-mapped IPv6 addresses count as IPv4).
-    pub fn contains(&self, ip: IpAddr) -> bool {
-        let ip = match ip {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-            v4 => v4,
-        };
-        match (self.addr, ip) {
-            (IpAddr::V4(n), IpAddr::V4(a)) => {
-                let mask = if self.len == 0 { 0 } else { u32::MAX << (32 - u32::from(self.len)) };
-                u32::from(n) & mask == u32::from(a) & mask
-            }
-            (IpAddr::V6(n), IpAddr::V6(a)) => {
-                let mask = if self.len == 0 { 0 } else { u128::MAX << (128 - u32::from(self.len)) };
-                u128::from(n) & mask == u128::from(a) & mask
-            }
-            _ => false,
-        }
-    }
-}
-
-impl FromStr for Cidr {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let (a, l) = match s.split_once('/') {
-            Some((a, l)) => (a, Some(l)),
-            None => (s, None),
-        };
-        let addr: IpAddr = a.trim().parse().map_err(|_| format!("`{s}` is not an address or CIDR prefix"))?;
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        let len = match l {
-            Some(l) => {
-                l.trim().parse::<u8>().ok().filter(|&l| l <= max).ok_or_else(|| format!("`{s}`: bad prefix length"))?
-            }
-            None => max,
-        };
-        Ok(Cidr { addr, len })
-    }
-}
-
-impl<'de> Deserialize<'de> for Cidr {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        s.parse().map_err(serde::de::Error::custom)
-    }
+/// `allow`: a list of prefixes ([`IpPrefix`]); host bits are accepted and
+/// cleared (`10.1.2.3/16` is `10.1.0.0/16`).
+fn de_allow<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<IpPrefix>, D::Error> {
+    let v = Vec::<String>::deserialize(d)?;
+    v.iter().map(|s| IpPrefix::parse_truncating(s).map_err(serde::de::Error::custom)).collect()
 }
 
 /// The `[trgw]` table.
@@ -196,8 +138,9 @@ pub struct Config {
     /// Highest media port (inclusive).
     #[serde(default = "d_port_max")]
     pub port_max: u16,
-    /// Idle timeout of a call's media, in seconds.
-    #[serde(default = "d_timeout")]
+    /// Idle timeout of a call's media, in seconds (key `timeout`, in the
+    /// duration syntax of [`confval::duration`]; whole seconds).
+    #[serde(default = "d_timeout", rename = "timeout", deserialize_with = "confval::duration::secs")]
     pub timeout_secs: u64,
     /// Latching mode.
     #[serde(default)]
@@ -212,13 +155,15 @@ pub struct Config {
     #[serde(default)]
     pub rtpproxy_unix: Option<PathBuf>,
     /// Control clients allowed (CIDRs). Default loopback only.
-    #[serde(default = "d_allow")]
-    pub allow: Vec<Cidr>,
+    #[serde(default = "d_allow", deserialize_with = "de_allow")]
+    pub allow: Vec<IpPrefix>,
     /// Relay worker threads (default: number of cores).
     #[serde(default)]
     pub workers: Option<usize>,
-    /// Packet I/O engine.
-    #[serde(default)]
+    /// Packet I/O engine: io_uring (multishot receives into a
+    /// provided-buffer ring, batched sends) or readiness (epoll and
+    /// `recvmmsg`/`sendmmsg` per ready socket).
+    #[serde(default = "d_io")]
     pub io: IoMode,
     /// rtpproxy bridging: the interface the `i` modifier names.
     #[serde(default)]
@@ -228,11 +173,11 @@ pub struct Config {
     pub rtpproxy_external: Option<String>,
     /// Networks media may be sent to (empty: any not refused otherwise);
     /// see [`crate::policy`].
-    #[serde(default)]
-    pub media_allow: Vec<Cidr>,
+    #[serde(default, deserialize_with = "de_allow")]
+    pub media_allow: Vec<IpPrefix>,
     /// Networks media is never sent to.
-    #[serde(default)]
-    pub media_deny: Vec<Cidr>,
+    #[serde(default, deserialize_with = "de_allow")]
+    pub media_deny: Vec<IpPrefix>,
     /// Most ng replies cached for retransmissions.
     #[serde(default = "d_cache_entries")]
     pub ng_cache_entries: usize,
@@ -242,8 +187,10 @@ pub struct Config {
     /// rtpproxy Unix socket connections served at once.
     #[serde(default = "d_control_connections")]
     pub control_connections: usize,
-    /// Read and write timeout of an rtpproxy Unix socket connection (s).
-    #[serde(default = "d_control_timeout")]
+    /// Read and write timeout of an rtpproxy Unix socket connection, in
+    /// seconds (key `control-timeout`, in the duration syntax of
+    /// [`confval::duration`]).
+    #[serde(default = "d_control_timeout", rename = "control-timeout", deserialize_with = "confval::duration::secs")]
     pub control_timeout_secs: u64,
 }
 
@@ -260,6 +207,9 @@ fn d_control_timeout() -> u64 {
     5
 }
 
+fn d_io() -> IoMode {
+    IoMode::Uring
+}
 fn d_port_min() -> u16 {
     30000
 }
@@ -275,11 +225,8 @@ fn d_ng() -> Option<SocketAddr> {
 fn d_rtpproxy() -> Option<SocketAddr> {
     Some(SocketAddr::from(([127, 0, 0, 1], 22222)))
 }
-fn d_allow() -> Vec<Cidr> {
-    vec![
-        Cidr { addr: IpAddr::V4(Ipv4Addr::new(127, 0, 0, 0)), len: 8 },
-        Cidr { addr: IpAddr::V6(Ipv6Addr::LOCALHOST), len: 128 },
-    ]
+fn d_allow() -> Vec<IpPrefix> {
+    ["127.0.0.0/8", "::1/128"].iter().filter_map(|s| s.parse().ok()).collect()
 }
 
 impl Default for Config {
@@ -295,7 +242,7 @@ impl Default for Config {
             rtpproxy_unix: None,
             allow: d_allow(),
             workers: None,
-            io: IoMode::IoUring,
+            io: d_io(),
             rtpproxy_internal: None,
             rtpproxy_external: None,
             media_allow: Vec::new(),
@@ -308,19 +255,38 @@ impl Default for Config {
     }
 }
 
+/// Old spellings of `[trgw]` keys and values still accepted, each with a
+/// deprecation warning (see [`confval::alias`]).
+pub fn aliases() -> impl Iterator<Item = &'static confval::Alias> {
+    const OWN: &[confval::Alias] = &[confval::Alias::Duration { old: "timeout-secs", new: "timeout", unit: "s" }];
+    OWN.iter().chain(IoMode::ALIASES)
+}
+
 impl Config {
     /// Parses a TOML document holding a `[trgw]` table (other tables are
-    /// ignored), then [`Config::check`]s it.
+    /// ignored), then [`Config::check`]s it. Deprecated spellings are
+    /// accepted; [`Config::parse_toml`] also returns them.
     pub fn from_toml_file_text(text: &str) -> Result<Config, String> {
+        Config::parse_toml(text).map(|(c, _)| c)
+    }
+
+    /// As [`Config::from_toml_file_text`], with the deprecated spellings
+    /// found (to print or log).
+    pub fn parse_toml(text: &str) -> Result<(Config, Vec<confval::Deprecation>), String> {
         #[derive(Deserialize)]
         struct File {
             trgw: Option<Config>,
         }
-        let f: File =
-            toml::from_str(text).map_err(|e| format!("[trgw]: {}", e.to_string().trim().replace('\n', " ")))?;
+        let flat = |e: &dyn std::fmt::Display| format!("[trgw]: {}", e.to_string().trim().replace('\n', " "));
+        let mut doc = toml::de::DeTable::parse(text).map_err(|e| flat(&e))?;
+        let found = confval::alias::apply(doc.get_mut(), "trgw", aliases()).map_err(|e| e.to_string())?;
+        let f = File::deserialize(toml::de::Deserializer::from(doc)).map_err(|mut e| {
+            e.set_input(Some(text));
+            flat(&e)
+        })?;
         let c = f.trgw.ok_or_else(|| "no [trgw] table in the configuration".to_string())?;
         c.check()?;
-        Ok(c)
+        Ok((c, found))
     }
 
     /// Checks consistency; the error names the key at fault.
@@ -360,7 +326,7 @@ impl Config {
             ));
         }
         if self.timeout_secs == 0 {
-            return Err("[trgw] timeout-secs: must be at least 1".into());
+            return Err("[trgw] timeout: must be at least 1s".into());
         }
         if self.workers == Some(0) || self.workers.is_some_and(|w| w > 256) {
             return Err("[trgw] workers: must be 1-256".into());
@@ -379,7 +345,7 @@ impl Config {
             return Err("[trgw] control-connections: must be 1-10000".into());
         }
         if self.control_timeout_secs == 0 || self.control_timeout_secs > 3600 {
-            return Err("[trgw] control-timeout-secs: must be 1-3600".into());
+            return Err("[trgw] control-timeout: must be 1s-1h".into());
         }
         if self.ng_cache_bytes > 1 << 30 {
             return Err("[trgw] ng-cache-bytes: at most 1073741824 (1 GiB)".into());
@@ -431,21 +397,59 @@ mod tests {
         bad("[trgw]\nbogus = 1\n[[trgw.interface]]\nname = \"a\"\nipv4 = \"192.0.2.1\"\n", "bogus");
         bad("[trgw]\nallow = [\"10.0.0.0/40\"]\n[[trgw.interface]]\nname = \"a\"\nipv4 = \"192.0.2.1\"\n", "prefix");
         bad("[trgw]\nlatching = \"loose\"\n[[trgw.interface]]\nname = \"a\"\nipv4 = \"192.0.2.1\"\n", "latching");
-        bad("[trgw]\ntimeout-secs = 0\n[[trgw.interface]]\nname = \"a\"\nipv4 = \"192.0.2.1\"\n", "timeout-secs");
+        bad("[trgw]\ntimeout = 0\n[[trgw.interface]]\nname = \"a\"\nipv4 = \"192.0.2.1\"\n", "timeout");
+        bad("[trgw]\ntimeout-secs = 0\n[[trgw.interface]]\nname = \"a\"\nipv4 = \"192.0.2.1\"\n", "timeout: must be");
+        bad("[trgw]\ntimeout = \"1500ms\"\n[[trgw.interface]]\nname = \"a\"\nipv4 = \"192.0.2.1\"\n", "whole number");
+        bad(
+            "[trgw]\ntimeout = 5\ntimeout-secs = 5\n[[trgw.interface]]\nname = \"a\"\nipv4 = \"192.0.2.1\"\n",
+            "[trgw] timeout-secs: is the old name of `timeout`",
+        );
         bad("[trgw]\nrtpproxy-internal = \"x\"\n[[trgw.interface]]\nname = \"a\"\nipv4 = \"192.0.2.1\"\n", "internal");
         bad("[siit]\n", "no [trgw]");
     }
 
     #[test]
-    fn cidr_contains() {
-        let c: Cidr = "10.1.0.0/16".parse().unwrap();
-        assert!(c.contains("10.1.2.3".parse().unwrap()));
-        assert!(c.contains("::ffff:10.1.2.3".parse().unwrap()));
-        assert!(!c.contains("10.2.0.1".parse().unwrap()));
-        let c6: Cidr = "2001:db8::/32".parse().unwrap();
-        assert!(c6.contains("2001:db8::5".parse().unwrap()));
-        assert!(!c6.contains("10.1.2.3".parse().unwrap()));
-        let all: Cidr = "0.0.0.0/0".parse().unwrap();
-        assert!(all.contains("1.2.3.4".parse().unwrap()));
+    fn timeout_spellings() {
+        let ifc = "[[trgw.interface]]\nname = \"a\"\nipv4 = \"192.0.2.1\"\n";
+        let t =
+            |line: &str| Config::parse_toml(&format!("[trgw]\n{line}\n{ifc}")).map(|(c, d)| (c.timeout_secs, d.len()));
+        assert_eq!(t("timeout = \"2m\""), Ok((120, 0)));
+        assert_eq!(t("timeout = 90"), Ok((90, 0)));
+        assert_eq!(t("timeout-secs = 90"), Ok((90, 1)));
+        assert_eq!(Config::default().timeout_secs, 60);
+    }
+
+    #[test]
+    fn io_spellings() {
+        let ifc = "[[trgw.interface]]\nname = \"a\"\nipv4 = \"192.0.2.1\"\n";
+        let io = |v: &str| Config::parse_toml(&format!("[trgw]\nio = \"{v}\"\n{ifc}"));
+        let (c, d) = io("uring").unwrap();
+        assert_eq!((c.io, d.len()), (IoMode::Uring, 0));
+        let (c, d) = io("poll").unwrap();
+        assert_eq!((c.io, d.len()), (IoMode::Poll, 0));
+        let (c, d) = io("epoll").unwrap();
+        assert_eq!(c.io, IoMode::Poll);
+        assert_eq!(d[0].to_string(), "[trgw] io = \"epoll\" is deprecated: write io = \"poll\"");
+        let (c, d) = io("io-uring").unwrap();
+        assert_eq!((c.io, d.len()), (IoMode::Uring, 1));
+        let e = io("fast").unwrap_err();
+        assert!(e.contains("`fast` is not \"uring\" or \"poll\""), "{e}");
+        assert_eq!(Config::default().io, IoMode::Uring);
+    }
+
+    #[test]
+    fn allow_list_contains() {
+        let c = Config::default();
+        assert!(c.allowed("127.0.0.1".parse().unwrap()) && c.allowed("::1".parse().unwrap()));
+        assert!(!c.allowed("10.1.2.3".parse().unwrap()));
+        let ifc = "[[trgw.interface]]\nname = \"a\"\nipv4 = \"192.0.2.1\"\n";
+        let c = Config::from_toml_file_text(&format!("[trgw]\nallow = [\"10.1.2.3/16\", \"2001:db8::/32\"]\n{ifc}"))
+            .unwrap();
+        assert_eq!(c.allow[0].to_string(), "10.1.0.0/16", "host bits are cleared");
+        assert!(c.allowed("10.1.2.3".parse().unwrap()));
+        assert!(c.allowed("::ffff:10.1.2.3".parse().unwrap()));
+        assert!(!c.allowed("10.2.0.1".parse().unwrap()));
+        assert!(c.allowed("2001:db8::5".parse().unwrap()));
+        assert!(!c.allowed("127.0.0.1".parse().unwrap()));
     }
 }

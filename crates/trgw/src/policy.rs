@@ -29,7 +29,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::RwLock;
 
-use crate::config::{Cidr, Config};
+use xlat::addr::IpPrefix;
+
+use crate::config::Config;
 
 /// Why a media address was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,8 +122,8 @@ fn canonical(ip: IpAddr) -> IpAddr {
 /// The media address policy of one relay (see the module documentation).
 #[derive(Debug)]
 pub struct MediaPolicy {
-    allow: Vec<Cidr>,
-    deny: Vec<Cidr>,
+    allow: Vec<IpPrefix>,
+    deny: Vec<IpPrefix>,
     /// The `[trgw]` interface addresses (bound and advertised).
     configured: Vec<IpAddr>,
     /// `configured` plus the host's interface addresses (refreshed).
@@ -191,7 +193,7 @@ impl MediaPolicy {
     }
 
     fn allowed_by(&self, ip: IpAddr, min_len: u8) -> bool {
-        self.allow.iter().any(|c| c.len >= min_len && c.contains(ip))
+        self.allow.iter().any(|c| c.len() >= min_len && c.contains(ip))
     }
 
     /// Whether media may be sent to `ip`. The unspecified address is the
@@ -250,8 +252,8 @@ mod tests {
             ..Config::default()
         };
         cfg.interfaces[0].advertise_ipv4 = Some("198.51.100.1".parse().unwrap());
-        cfg.media_allow = allow.iter().map(|s| s.parse().unwrap()).collect();
-        cfg.media_deny = deny.iter().map(|s| s.parse().unwrap()).collect();
+        cfg.media_allow = allow.iter().map(|s| IpPrefix::parse_truncating(s).unwrap()).collect();
+        cfg.media_deny = deny.iter().map(|s| IpPrefix::parse_truncating(s).unwrap()).collect();
         MediaPolicy::new(&cfg)
     }
 

@@ -134,10 +134,10 @@ impl Relay {
             let want = cfg.io;
             let nw = n as u32;
             threads.push(std::thread::Builder::new().name(name).spawn(move || {
-                let rx = if want == IoMode::IoUring {
+                let rx = if want == IoMode::Uring {
                     match UringWorker::new(rx, nw, epoch) {
                         Ok((w, efd)) => {
-                            let _ = rtx.send(Ok((efd, IoMode::IoUring)));
+                            let _ = rtx.send(Ok((efd, IoMode::Uring)));
                             return w.run(st);
                         }
                         Err((e, rx)) => {
@@ -150,7 +150,7 @@ impl Relay {
                 };
                 match Worker::new(rx, nw, epoch) {
                     Ok((w, efd)) => {
-                        let _ = rtx.send(Ok((efd, IoMode::Epoll)));
+                        let _ = rtx.send(Ok((efd, IoMode::Poll)));
                         w.run(st);
                     }
                     Err(e) => {

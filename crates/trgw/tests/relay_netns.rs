@@ -162,12 +162,12 @@ fn setup_call(ng: &mut Ng, call: &str, ua4_port: u16) -> (SocketAddr, SocketAddr
 
 #[test]
 fn relays_6_to_4_and_back_with_rtcp_stats_and_delete() {
-    relay_both_ways(IoMode::IoUring);
+    relay_both_ways(IoMode::Uring);
 }
 
 #[test]
 fn relays_with_the_epoll_engine_too() {
-    relay_both_ways(IoMode::Epoll);
+    relay_both_ways(IoMode::Poll);
 }
 
 fn relay_both_ways(io: IoMode) {

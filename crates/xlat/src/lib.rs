@@ -22,6 +22,8 @@ pub mod checksum;
 mod origin;
 mod out;
 pub mod siit;
+#[cfg(any(test, feature = "testvec"))]
+pub mod testvec;
 pub mod tunnel;
 pub mod wire;
 

@@ -76,6 +76,10 @@ drop_reasons! {
     /// with ICMPv4 3/13 when it is the first fragment (§4.4); see
     /// `amend-udp-checksum-zero`.
     UdpChecksumZeroFragment = "udp-checksum-zero-fragment",
+    /// Unfragmented IPv4 UDP with a zero checksum, dropped and answered
+    /// with ICMPv4 3/13 because `amend-udp-checksum-zero = false` (RFC 7915
+    /// §4.5, §4.4).
+    UdpChecksumZero = "udp-checksum-zero",
     /// TTL / Hop Limit expired and the translator must not answer (the input
     /// was itself an ICMP error).
     TtlExpired = "ttl-expired",

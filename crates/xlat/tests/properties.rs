@@ -6,12 +6,12 @@ mod common;
 use common::*;
 use proptest::prelude::*;
 use std::net::{Ipv4Addr, Ipv6Addr};
-use xlat::siit::{Config, MappingMode, Translator};
+use xlat::siit::{Config, EamHairpinMode, MappingMode, Translator};
 use xlat::{Out, PacketKind, Verdict};
 
 fn cfg() -> Config {
     // No hairpinning: the round trip sends the IPv6 result straight back.
-    Config { eam_hairpinning: false, ..config() }
+    Config { eam_hairpin_mode: EamHairpinMode::Off, ..config() }
 }
 
 #[derive(Debug, Clone)]

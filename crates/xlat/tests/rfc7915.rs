@@ -8,7 +8,7 @@
 
 mod common;
 use common::*;
-use xlat::siit::Config;
+use xlat::siit::{Config, EamHairpinMode, UdpChecksumZero};
 use xlat::{DropReason, PacketKind, Verdict};
 
 const H4: &str = "192.0.2.1"; // IPv4 host
@@ -309,10 +309,11 @@ fn rfc7915_5_1_too_big_for_ipv4_link_gets_packet_too_big() {
 }
 
 #[test]
-fn rfc7915_5_1_fragment_header_allows_ipv4_fragmentation() {
-    // DF is clear when a Fragment header is present, so an IPv4 link with a
-    // small MTU gets IPv4 fragments rather than an error.
-    let t = xlat_with(Config { ipv4_mtu: 576, ..config() });
+fn rfc7915_1_4_refragment_ipv6_fragments() {
+    // DF is clear when a Fragment header is present; with
+    // `refragment-ipv6-fragments` the translator fragments it again for an
+    // IPv4 link with a small MTU, rather than sending Packet Too Big.
+    let t = xlat_with(Config { ipv4_mtu: 576, refragment_ipv6_fragments: true, ..config() });
     let v = v6_to_h4(44);
     let data = (0..1000u32).map(|i| (i * 7) as u8).collect::<Vec<_>>();
     let udp = v.udp_payload(53, 1234, &data);
@@ -367,7 +368,7 @@ fn rfc7915_4_5_amend_udp_checksum_zero_for_a_complete_fragment_set() {
     assert!(matches!(classify(&first), FragClass::HoldFirst(_)));
     let mut set = vec![first, last];
     amend_udp_checksum_zero(&mut set).unwrap();
-    let t = xlat_with(Config { amend_udp_checksum_zero: true, ..config() });
+    let t = xlat_with(Config { amend_udp_checksum_zero: UdpChecksumZero::Hold, ..config() });
     let mut payload = Vec::new();
     for f in &set {
         let out = one(&t, f);
@@ -736,7 +737,7 @@ fn rfc7757_eam_takes_precedence_and_hairpins() {
     let out = one(&t(), &input);
     let expected = V6 { hop: 63, ..V6::new(17, "2001:db8:1c6:3364:5::", "2001:db8:6::7") }.udp(1111, 2222, b"hairpin");
     assert_eq!(hex(&out), hex(&expected));
-    let t2 = xlat_with(Config { eam_hairpinning: false, ..config() });
+    let t2 = xlat_with(Config { eam_hairpin_mode: EamHairpinMode::Off, ..config() });
     let out = one(&t2, &input);
     assert_eq!(out[0] >> 4, 4, "without hairpinning the IPv4 packet leaves");
     // Addressed to the EAM IPv6 address itself: not a hairpin, plain SIIT.
@@ -767,4 +768,255 @@ fn malformed_input_counted_as_drops() {
     let v = v6_to_h4(44);
     let big = v.build(&[17, 0, 0xff, 0xf0, 0, 0, 0, 1], &[0; 40]); // offset 8190
     assert_eq!(drop_reason(&t, &big), DropReason::Malformed);
+}
+
+// ---- Issue #10: conformance regressions ---------------------------------------
+
+/// The IPv4 host's packet to the IPv6 host, as quoted by a router that
+/// could not deliver it, with `n` bytes of UDP data.
+fn quoted_v4_big(n: usize) -> Vec<u8> {
+    V4 { id: 0, df: false, ttl: 63, ..V4::new(17, H6_AS4, H4) }.udp(5000, 53, &vec![2u8; n])
+}
+/// The same packet as the IPv6 host sent it.
+fn quoted_v6_big(n: usize) -> Vec<u8> {
+    V6 { hop: 63, ..V6::new(17, H6, H4_AS6) }.udp(5000, 53, &vec![2u8; n])
+}
+
+#[test]
+fn rfc4443_2_4_c_icmpv4_error_with_df_larger_than_ipv6_mtu_is_truncated_not_refused() {
+    // RFC 7915 §4.3 translates the error; RFC 4443 §2.4(c) caps the ICMPv6
+    // error at 1280 bytes, so it always fits the IPv6 link: the MTU check
+    // for data (DF set and too big → Fragmentation Needed) does not apply,
+    // and an error is never answered with an error (RFC 1812 §4.3.2.7).
+    let t = xlat_with(Config { ipv6_mtu: 1280, ..config() });
+    let input = V4::new(1, ROUTER4, H6_AS4).icmp(3, 3, [0; 4], &quoted_v4_big(1400));
+    assert!(input[6] & 0x40 != 0, "DF set");
+    assert!(input.len() + 20 > 1280, "bigger than the IPv6 MTU once translated");
+    let out = one(&t, &input);
+    let expected = V6 { hop: 63, ..V6::new(58, ROUTER4_AS6, H6) }.icmp(1, 4, [0; 4], &quoted_v6_big(1400)[..1232]);
+    assert_eq!(out.len(), 1280);
+    assert_eq!(hex(&out), hex(&expected));
+}
+
+#[test]
+fn rfc4884_extension_kept_when_a_large_icmpv4_error_is_truncated() {
+    // Time Exceeded with a 1000-byte original datagram field (Length 250
+    // words) and a 300-byte extension structure, DF set, 1348 bytes once
+    // translated: the datagram is cut so that the extension survives
+    // intact after it, on an 8-byte boundary, and the ICMPv6 Length
+    // attribute (64-bit words) says where it starts (RFC 4884 §4.1, §5).
+    let t = xlat_with(Config { ipv6_mtu: 1280, ..config() });
+    let orig = quoted_v4_big(1000 - 28);
+    let mut ext = vec![0x20, 0, 0, 0];
+    ext.extend((0..296u32).map(|i| i as u8));
+    let mut body = orig.clone();
+    body.extend_from_slice(&ext);
+    let input = V4::new(1, ROUTER4, H6_AS4).icmp(11, 0, [0, 250, 0, 0], &body);
+    let out = one(&t, &input);
+    // 1280 - 40 - 8 = 1232 bytes of body; 1232 - 300 rounded down to 8 = 928.
+    assert_eq!(out.len(), 48 + 928 + 300);
+    let msg = &out[40..];
+    assert_eq!((msg[0], msg[1]), (3, 0));
+    assert_eq!(usize::from(msg[4]) * 8, 928, "Length attribute");
+    assert_eq!(&msg[8..8 + 928], &quoted_v6_big(1000 - 28)[..928], "datagram cut, not the extension");
+    assert_eq!(&msg[8 + 928..], &ext[..], "extension intact");
+}
+
+#[test]
+fn rfc7915_5_3_icmpv6_error_larger_than_ipv4_mtu_is_truncated_not_refused() {
+    // An ICMPv6 error of 1500 bytes (some routers quote more than RFC 4443
+    // allows) would give a 1460-byte IPv4 packet with DF set, more than the
+    // 1400-byte IPv4 link: it is truncated to the RFC 1812 §4.3.2.3 576
+    // bytes instead of being answered with Packet Too Big or dropped.
+    let t = xlat_with(Config { ipv4_mtu: 1400, ..config() });
+    let router = "2001:db8:6::fe";
+    let q = V6 { hop: 63, ..V6::new(17, H4_AS6, H6) }.udp(53, 5000, &[1u8; 1500 - 96]);
+    let input = V6::new(58, router, H4_AS6).icmp(1, 4, [0; 4], &q);
+    assert_eq!(input.len(), 1500);
+    let out = one(&t, &input);
+    // The quoted packet is 1480 bytes in IPv4: DF set, as its sender's
+    // translator set it (§5.1).
+    let inner = V4 { id: 0, df: true, ttl: 63, ..V4::new(17, H4, H6_AS4) }.udp(53, 5000, &[1u8; 1500 - 96]);
+    let expected =
+        V4 { id: 0, df: false, ttl: 63, ..V4::new(1, "198.51.100.254", H4) }.icmp(3, 3, [0; 4], &inner[..548]);
+    assert_eq!(out.len(), 576);
+    assert_eq!(hex(&out), hex(&expected));
+}
+
+#[test]
+fn rfc7915_4_1_df_set_fragment_too_big_gets_fragmentation_needed() {
+    // A first fragment with DF and MF set: its translation carries a
+    // Fragment header (48 bytes of headers instead of 20), 1288 bytes, more
+    // than the 1280-byte IPv6 link. DF forbids fragmenting it again, so the
+    // sender gets Fragmentation Needed with the IPv6 MTU less 28.
+    let t = xlat_with(Config { ipv6_mtu: 1280, ..config() });
+    let v = V4 { df: true, mf: true, id: 0x4242, ..v4_to_h6(17) };
+    let mut udp = udp_raw(7, 8, &[3u8; 1232]);
+    udp[4..6].copy_from_slice(&4000u16.to_be_bytes());
+    udp[6..8].copy_from_slice(&[0x12, 0x34]);
+    let input = v.build(&udp);
+    let (verdict, pkts) = run(&t, &input);
+    assert_eq!(verdict, Verdict::Emit);
+    assert_eq!(pkts.len(), 1);
+    assert_eq!(pkts[0].0, PacketKind::IcmpError);
+    let expected = V4 { id: 0, df: false, ..V4::new(1, "192.0.0.8", H4) }.icmp(3, 4, [0, 0, 0x04, 0xe4], &input[..548]);
+    assert_eq!(hex(&pkts[0].1), hex(&expected), "MTU 1252 = 1280 - 28");
+    // A later fragment with DF set is dropped without an error (RFC 1122
+    // §3.2.2: no ICMP error about a non-initial fragment).
+    let later = V4 { df: true, mf: true, offset: 200, ..v4_to_h6(17) }.build(&[0u8; 1240]);
+    assert_eq!(drop_reason(&t, &later), DropReason::TooBig);
+}
+
+#[test]
+fn rfc7915_4_1_df_set_fragment_that_fits_is_not_fragmented_again() {
+    // DF set: the fragment is translated whole even though it is bigger
+    // than lowest-ipv6-mtu (which applies to DF=0 packets only).
+    let v = V4 { df: true, mf: true, id: 0x4242, ..v4_to_h6(17) };
+    let input = v.build(&[5u8; 1400]);
+    let out = one(&t(), &input);
+    assert_eq!(out.len(), 48 + 1400);
+    assert_eq!(&out[40..48], &[17, 0, 0, 1, 0, 0, 0x42, 0x42]);
+}
+
+#[test]
+fn rfc7757_4_2_icmpv6_error_about_a_hairpinned_packet_is_hairpinned() {
+    // H6 (EAM 198.51.100.5) sent to 198.51.100.7 through pool6; the
+    // translator hairpinned it to 2001:db8:6::7 with the source in pool6
+    // form. That host answers Port Unreachable to the pool6 form of
+    // 198.51.100.5: the error goes back to H6 in IPv6, from the address H6
+    // sent to and quoting H6's packet as H6 sent it (RFC 7757 §4.2, as
+    // Jool's intrinsic mode does).
+    let (a_pool6, b, b_pool6) = ("2001:db8:1c6:3364:5::", "2001:db8:6::7", "2001:db8:1c6:3364:7::");
+    let seen_by_b = V6 { hop: 63, ..V6::new(17, a_pool6, b) }.udp(1111, 2222, b"hairpin");
+    let input = V6::new(58, b, a_pool6).icmp(1, 4, [0; 4], &seen_by_b);
+    let out = one(&t(), &input);
+    let sent_by_a = V6 { hop: 63, ..V6::new(17, H6, b_pool6) }.udp(1111, 2222, b"hairpin");
+    let expected = V6 { hop: 63, ..V6::new(58, b_pool6, H6) }.icmp(1, 4, [0; 4], &sent_by_a);
+    assert_eq!(hex(&out), hex(&expected));
+    // A router between the translator and that host (2001:db8:6::fe, EAM
+    // 198.51.100.254) reporting Time Exceeded keeps its own address.
+    let input = V6::new(58, "2001:db8:6::fe", a_pool6).icmp(3, 0, [0; 4], &seen_by_b);
+    let out = one(&t(), &input);
+    let expected = V6 { hop: 63, ..V6::new(58, "2001:db8:6::fe", H6) }.icmp(3, 0, [0; 4], &sent_by_a);
+    assert_eq!(hex(&out), hex(&expected));
+}
+
+#[test]
+fn rfc7757_eamt_only_translator_needs_no_ipv6_address() {
+    // No pool6, no rfc6791v6-prefix, no ipv6-address: the translator still
+    // runs, and the ICMPv6 errors it originates come from the documented
+    // default 64:ff9b:1::c000:8 (192.0.0.8 after the RFC 8215 local-use
+    // prefix).
+    let cfg = Config {
+        pool6: None,
+        eamt: vec![
+            ("2001:db8:6::/120".parse().unwrap(), "198.51.100.0/24".parse().unwrap()),
+            ("2001:db8:4::/120".parse().unwrap(), "192.0.2.0/24".parse().unwrap()),
+        ],
+        ..Config::default()
+    };
+    let t = xlat::siit::Translator::new(cfg).expect("an EAMT-only configuration is valid");
+    assert_eq!(t.ipv6_address(), a6("64:ff9b:1::c000:8"));
+    let input = V6 { hop: 1, ..V6::new(17, H6, "2001:db8:4::1") }.udp(1, 2, b"x");
+    let (verdict, pkts) = run(&t, &input);
+    assert_eq!(verdict, Verdict::Emit);
+    let expected = V6::new(58, "64:ff9b:1::c000:8", H6).icmp(3, 0, [0; 4], &input);
+    assert_eq!(hex(&pkts[0].1), hex(&expected));
+}
+
+#[test]
+fn rfc7915_1_4_oversize_ipv6_fragment_gets_packet_too_big_by_default() {
+    // An IPv6 first fragment whose IPv4 translation (1480 bytes) exceeds
+    // the 1400-byte IPv4 link: by default (as Jool) the sender gets Packet
+    // Too Big with the IPv4 MTU + 20, rather than IPv4 fragments.
+    let t = xlat_with(Config { ipv4_mtu: 1400, ..config() });
+    let v = v6_to_h4(44);
+    let udp = v.udp_payload(53, 1234, &[9u8; 1452]);
+    let input = v.build(&[17, 0, 0, 1, 0, 0, 0, 9], &udp);
+    let (verdict, pkts) = run(&t, &input);
+    assert_eq!(verdict, Verdict::Emit);
+    assert_eq!(pkts.len(), 1);
+    assert_eq!(pkts[0].0, PacketKind::IcmpError);
+    let expected = V6::new(58, XLAT6, H6).icmp(2, 0, 1420u32.to_be_bytes(), &input[..1232]);
+    assert_eq!(hex(&pkts[0].1), hex(&expected));
+    // A later fragment is dropped without an error.
+    let input = v.build(&[17, 0, 0x05, 0xa8, 0, 0, 0, 9], &[0u8; 1452]);
+    assert_eq!(drop_reason(&t, &input), DropReason::TooBig);
+}
+
+#[test]
+fn rfc7915_4_5_zero_udp_checksum_dropped_when_configured() {
+    // §4.5: the translator SHOULD be configurable to drop zero-checksum UDP
+    // instead of computing the checksum; Jool's `amend-udp-checksum-zero =
+    // false` drops it and, §4.4, answers 3/13 (Communication
+    // Administratively Prohibited), quoting it.
+    let t = xlat_with(Config { amend_udp_checksum_zero: UdpChecksumZero::Drop, ..config() });
+    let input = v4_to_h6(17).build(&udp_raw(1000, 2000, b"no checksum"));
+    let (verdict, pkts) = run(&t, &input);
+    assert_eq!(verdict, Verdict::Emit);
+    assert_eq!(pkts.len(), 1);
+    assert_eq!(pkts[0].0, PacketKind::IcmpError);
+    let expected = V4 { id: 0, df: false, ..V4::new(1, "192.0.0.8", H4) }.icmp(3, 13, [0; 4], &input);
+    assert_eq!(hex(&pkts[0].1), hex(&expected));
+    // A UDP datagram with a checksum is translated as always.
+    let input = v4_to_h6(17).udp(1000, 2000, b"checksum");
+    assert_eq!(hex(&one(&t, &input)), hex(&expect6(17).udp(1000, 2000, b"checksum")));
+    // Jool's `true` (the default here): the checksum is computed.
+    let t = xlat_with(Config { amend_udp_checksum_zero: UdpChecksumZero::Compute, ..config() });
+    let input = v4_to_h6(17).build(&udp_raw(1000, 2000, b"no checksum"));
+    assert_eq!(hex(&one(&t, &input)), hex(&expect6(17).udp(1000, 2000, b"no checksum")));
+}
+
+#[test]
+fn rfc7757_4_2_1_simple_hairpinning() {
+    // Simple mode: the translator does not turn the packet around itself;
+    // the IPv4 packet for 198.51.100.7 leaves, the IPv4 network routes it
+    // back, and its second translation maps the EAM source with pool6 only
+    // (the TTL drops once per pass).
+    let t = xlat_with(Config { eam_hairpin_mode: EamHairpinMode::Simple, ..config() });
+    let (a_pool6, b, b_pool6) = ("2001:db8:1c6:3364:5::", "2001:db8:6::7", "2001:db8:1c6:3364:7::");
+    let input = V6::new(17, H6, b_pool6).udp(1111, 2222, b"hairpin");
+    let v4 = one(&t, &input);
+    let expected4 = V4 { id: 0, df: false, ttl: 63, ..V4::new(17, H6_AS4, "198.51.100.7") }.udp(1111, 2222, b"hairpin");
+    assert_eq!(hex(&v4), hex(&expected4));
+    let back = one(&t, &v4);
+    let seen_by_b = V6 { hop: 62, ..V6::new(17, a_pool6, b) }.udp(1111, 2222, b"hairpin");
+    assert_eq!(hex(&back), hex(&seen_by_b));
+    // Its Port Unreachable takes the same two trips and reaches H6 from
+    // the address H6 sent to, quoting H6's packet with the destination H6
+    // used.
+    let err6 = V6::new(58, b, a_pool6).icmp(1, 4, [0; 4], &seen_by_b);
+    let err4 = one(&t, &err6);
+    assert_eq!(err4[0] >> 4, 4);
+    let back = one(&t, &err4);
+    let sent_by_a = V6 { hop: 62, ..V6::new(17, H6, b_pool6) }.udp(1111, 2222, b"hairpin");
+    let expected = V6 { hop: 62, ..V6::new(58, b_pool6, H6) }.icmp(1, 4, [0; 4], &sent_by_a);
+    assert_eq!(hex(&back), hex(&expected));
+    // Traffic from the IPv4 Internet is unaffected.
+    let input = v4_to_h6(17).udp(1, 2, b"x");
+    assert_eq!(hex(&one(&t, &input)), hex(&expect6(17).udp(1, 2, b"x")));
+}
+
+#[test]
+fn rfc4884_extension_kept_when_an_icmpv6_error_is_cut_to_576() {
+    // ICMPv6 Destination Unreachable with a 1000-byte original datagram
+    // field (Length 125 64-bit words) and a 100-byte extension: the ICMPv4
+    // error is cut to 576 bytes by shortening the datagram (to 448 bytes, a
+    // multiple of 4), the extension follows intact and the ICMPv4 Length
+    // attribute (32-bit words, octet 5) says where (RFC 4884 §4.1, §5).
+    let router = "2001:db8:6::fe";
+    let q = V6 { hop: 63, ..V6::new(17, H4_AS6, H6) }.udp(53, 5000, &[4u8; 1000 - 48]);
+    let mut ext = vec![0x20, 0, 0, 0];
+    ext.extend((0..96u32).map(|i| (i * 3) as u8));
+    let mut body = q.clone();
+    body.extend_from_slice(&ext);
+    let input = V6::new(58, router, H4_AS6).icmp(1, 4, [125, 0, 0, 0], &body);
+    let out = one(&t(), &input);
+    assert_eq!(out.len(), 576);
+    let msg = &out[20..];
+    assert_eq!((msg[0], msg[1]), (3, 3));
+    assert_eq!(usize::from(msg[5]) * 4, 448, "Length attribute");
+    let inner = V4 { id: 0, df: false, ttl: 63, ..V4::new(17, H4, H6_AS4) }.udp(53, 5000, &[4u8; 1000 - 48]);
+    assert_eq!(hex(&msg[8..8 + 448]), hex(&inner[..448]), "datagram cut, not the extension");
+    assert_eq!(&msg[8 + 448..], &ext[..], "extension intact");
 }

@@ -175,7 +175,7 @@ pub fn config(upstreams: &[SocketAddr], timeout_ms: u64) -> Config {
         listen: vec!["127.0.0.1:0".into(), "[::1]:0".into()],
         prefix: "64:ff9b:1::/96".into(),
         upstream: upstreams.iter().map(|a| a.to_string()).collect(),
-        timeout_ms,
+        timeout: std::time::Duration::from_millis(timeout_ms),
         ..Config::default()
     }
 }

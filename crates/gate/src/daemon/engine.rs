@@ -10,14 +10,15 @@
 //! are shared and thread-safe); reload builds a complete new one and swaps
 //! it in atomically (see `daemon::Daemon::reload`).
 
+use core::net::{IpAddr, Ipv6Addr};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use xlat::addr::{Ivi, Prefix4, Prefix6};
-use xlat::siit::{MappingMode, Translator};
+use xlat::addr::{IpPrefix, Ivi, Prefix4, Prefix6};
+use xlat::siit::{MappingMode, Translator, UdpChecksumZero};
 use xlat::{Out, Verdict};
 
-use crate::config::{Config, Error, IpPrefix};
+use crate::config::{Config, Error, ErrorKind};
 
 /// Which engine handled a packet (index into [`super::stats::ENGINES`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,7 +45,7 @@ pub struct Engines {
     pub icmp_rate: u64,
     /// Each worker's token-bucket depth.
     pub icmp_burst: u64,
-    /// `[siit] amend-udp-checksum-zero`: workers hold zero-checksum UDP
+    /// `[siit] amend-udp-checksum-zero = "hold"`: workers hold zero-checksum UDP
     /// fragment sets (all fragments of a datagram reach the same queue:
     /// the TUN hashes fragments on their addresses only).
     pub amend: bool,
@@ -76,7 +77,7 @@ impl Engines {
         let w = workers.max(1) as u64;
         let rate = u64::from(cfg.daemon.icmp_error_rate);
         Ok(Engines {
-            amend: cfg.siit.as_ref().is_some_and(|s| s.amend_udp_checksum_zero),
+            amend: cfg.siit.as_ref().is_some_and(|s| s.amend_udp_checksum_zero == UdpChecksumZero::Hold),
             siit,
             nat64_pool6: cfg.nat64.as_ref().map(|n| n.pool6),
             nat64_pool4: cfg.nat64.as_ref().map(|n| n.pool4.iter().map(|e| e.prefix).collect()).unwrap_or_default(),
@@ -176,6 +177,79 @@ pub fn routes_for(cfg: &Config) -> Vec<IpPrefix> {
     v
 }
 
+/// Building each engine from its table. [`Config::check`] builds them too,
+/// so a configuration that checks is one the daemon can run.
+impl Config {
+    /// The RFC 7915 header settings NAT64 uses: those of `[siit]` when it is
+    /// configured (MTUs, TOS, `ipv4-address`, ...), else the defaults.
+    /// `amend-udp-checksum-zero` is SIIT's only, as in Jool: a NAT64
+    /// reassembles and always computes a zero UDP checksum (RFC 6146 §3.4).
+    pub fn nat64_xlat_config(&self) -> xlat::siit::Config {
+        let c = self.siit.clone().unwrap_or_default();
+        xlat::siit::Config { amend_udp_checksum_zero: UdpChecksumZero::Compute, ..c }
+    }
+
+    /// Build the stateful translator from `[nat64]` (and the header
+    /// settings of [`Config::nat64_xlat_config`]).
+    pub fn nat64_translator(&self) -> Result<nat64::Nat64, Error> {
+        let Some(c) = &self.nat64 else {
+            return Err(Error::new(ErrorKind::Missing, Some("[nat64]".into()), "table missing").in_file(self.origin()));
+        };
+        nat64::Nat64::with_xlat(c.clone(), self.nat64_xlat_config()).map_err(|e| self.nat64_error(e))
+    }
+
+    /// A `nat64` crate error as a configuration error naming `[nat64] key`.
+    pub fn nat64_error(&self, e: nat64::Error) -> Error {
+        match e {
+            nat64::Error::Config(c) => {
+                let key = c
+                    .key
+                    .strip_prefix("nat64.")
+                    .map_or_else(|| format!("[siit] {}", c.key), |k| format!("[nat64] {k}"));
+                Error::new(ErrorKind::Invalid, Some(key), c.msg)
+            }
+            nat64::Error::Bib(m) => Error::new(ErrorKind::Invalid, Some("[nat64] bib".into()), m),
+        }
+        .in_file(self.origin())
+    }
+
+    /// Build the stateless translator from `[siit]`.
+    pub fn siit_translator(&self) -> Result<Translator, Error> {
+        let Some(c) = &self.siit else {
+            return Err(Error::new(
+                ErrorKind::Missing,
+                Some("[siit]".into()),
+                "table missing: the translator needs it",
+            )
+            .in_file(self.origin()));
+        };
+        let build = |c: xlat::siit::Config| {
+            Translator::new(c).map_err(|e| {
+                Error::new(ErrorKind::Invalid, Some(format!("[siit] {}", e.key)), e.msg).in_file(self.origin())
+            })
+        };
+        let t = build(c.clone())?;
+        // Nothing in [siit] gives the source of the ICMPv6 errors the
+        // translator sends: use the TUN device's own IPv6 address, as Jool
+        // uses its interface's, before the packet plane's fixed default.
+        match self.tun.addresses.iter().find_map(|a| own_ipv6(a.addr)) {
+            Some(a) if t.ipv6_address_is_fallback() => build(xlat::siit::Config { ipv6_address: Some(a), ..c.clone() }),
+            _ => Ok(t),
+        }
+    }
+}
+
+/// An address of the translator's own that can source its ICMPv6 errors:
+/// IPv6, unicast, neither unspecified, loopback nor link-local.
+fn own_ipv6(a: IpAddr) -> Option<Ipv6Addr> {
+    match a {
+        IpAddr::V6(v6) if !v6.is_unspecified() && !v6.is_loopback() && !v6.is_multicast() => {
+            (v6.segments()[0] & 0xffc0 != 0xfe80).then_some(v6)
+        }
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -251,5 +325,33 @@ mod tests {
         let e2 = Engines::build(&only, 2, 1, Some(&e), 0).unwrap();
         assert_eq!(e2.generation, 2);
         assert!(e2.nat64.is_some());
+    }
+
+    #[test]
+    fn eamt_only_icmpv6_errors_come_from_the_tun_address() {
+        // No pool6, no rfc6791v6-prefix, no ipv6-address: the first usable
+        // IPv6 address of [tun] (as Jool uses its interface's), else the
+        // packet plane's documented default.
+        let siit = "[siit]\neamt = [[\"2001:db8:6::/120\", \"198.51.100.0/24\"]]\n";
+        let t = Config::parse(siit).unwrap().siit_translator().unwrap();
+        assert_eq!(t.ipv6_address(), xlat::siit::DEFAULT_IPV6_ADDRESS);
+        let tun = "[tun]\naddresses = [\"192.0.2.1/24\", \"fe80::1/64\", \"2001:db8:ff::1/64\"]\n";
+        let t = Config::parse(&format!("{siit}{tun}")).unwrap().siit_translator().unwrap();
+        assert_eq!(t.ipv6_address(), "2001:db8:ff::1".parse::<Ipv6Addr>().unwrap());
+        // Anything [siit] gives comes first.
+        let own = format!("{siit}rfc6791v6-prefix = \"2001:db8:ee::/96\"\n{tun}");
+        let t = Config::parse(&own).unwrap().siit_translator().unwrap();
+        assert_eq!(t.ipv6_address(), "2001:db8:ee::".parse::<Ipv6Addr>().unwrap());
+    }
+
+    #[test]
+    fn nat64_takes_siit_header_settings_but_not_amend_udp_checksum_zero() {
+        let c = Config::parse(
+            "[siit]\npool6 = \"64:ff9b:1::/96\"\namend-udp-checksum-zero = false\nipv4-mtu = 1400\n\
+             [nat64]\npool4 = [\"192.0.2.1/32\"]\n",
+        )
+        .unwrap();
+        let x = c.nat64_xlat_config();
+        assert_eq!((x.amend_udp_checksum_zero, x.ipv4_mtu), (UdpChecksumZero::Compute, 1400));
     }
 }

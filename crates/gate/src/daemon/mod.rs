@@ -42,11 +42,13 @@ use std::time::Instant;
 use anyhow::{bail, Context as _};
 use arc_swap::ArcSwap;
 
-use crate::config::{Config, IoMode, IpPrefix};
+use crate::config::Config;
 use crate::sys::netlink::Netlink;
 use crate::sys::tun;
+use confval::IoMode;
 use engine::{routes_for, Engines};
 use stats::{Totals, WorkerStats};
+use xlat::addr::IpPrefix;
 
 /// `v6gate run` arguments.
 #[derive(Debug, clap::Args)]
@@ -207,6 +209,9 @@ impl Daemon {
     /// it is and return why not.
     pub fn reload(&self) -> Result<u64, String> {
         let mut new = Config::load(&self.config_path).map_err(|e| e.to_string())?;
+        for w in new.warnings() {
+            tracing::warn!("reload: {w}");
+        }
         let mut cur = lock(&self.config);
         let without_token = |a: &crate::config::AdminConfig| {
             let mut a = a.clone();
@@ -429,6 +434,9 @@ pub fn run(
 ) -> anyhow::Result<()> {
     let cfg = Config::load(&args.config)?;
     set_log_level(&cfg.daemon.log_level);
+    for w in cfg.warnings() {
+        tracing::warn!("{w}");
+    }
     for w in crate::validate::warnings(&cfg) {
         tracing::warn!("{w}");
     }

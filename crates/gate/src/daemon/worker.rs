@@ -23,9 +23,9 @@ use xlat::{Out, PacketKind, Verdict};
 use super::engine::{EngineKind, Engines};
 use super::stats::{bump, DaemonDrop, TokenBucket, WorkerStats};
 use crate::amend::{FragmentHolder, Offer};
-use crate::config::IoMode;
 use crate::sys::tun::TunQueue;
 use crate::sys::uring::{Done, TunRing};
+use confval::IoMode;
 
 /// Largest packet a worker reads (the TUN never hands over more).
 pub const BUF_LEN: usize = 65_536;

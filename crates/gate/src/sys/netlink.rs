@@ -8,7 +8,8 @@ use std::net::IpAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use super::cvt;
-use crate::config::{IfAddr, IpPrefix};
+use crate::config::IfAddr;
+use xlat::addr::IpPrefix;
 
 const NLMSG_ERROR: u16 = 2;
 const RTM_NEWLINK: u16 = 16;

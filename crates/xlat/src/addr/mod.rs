@@ -6,9 +6,14 @@
 //! - [`ivi`] — the CERNET IVI format (RFC 6219).
 //! - [`eamt`] — Explicit Address Mapping Table (RFC 7757).
 //! - [`Mapper`] — what the translator calls: EAMT first, then the prefix.
+//!
+//! [`Prefix4`], [`Prefix6`] and [`IpPrefix`] (either family) are the
+//! workspace's one CIDR prefix type: pools, EAMT entries, routes and
+//! access lists all use them, so parsing rules and error messages are the
+//! same in every table.
 
 use core::fmt;
-use core::net::{Ipv4Addr, Ipv6Addr};
+use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use core::str::FromStr;
 
 pub mod eamt;
@@ -91,6 +96,14 @@ impl Prefix4 {
         }
         Ok(Prefix4 { addr, len })
     }
+    /// The prefix of length `len` holding `addr` (host bits cleared);
+    /// fails when `len > 32`.
+    pub fn truncated(addr: Ipv4Addr, len: u8) -> Result<Self, AddrError> {
+        if len > 32 {
+            return Err(AddrError::BadLength { len, allowed: "0..=32" });
+        }
+        Ok(Prefix4 { addr: Ipv4Addr::from(u32::from(addr) & mask32(len)), len })
+    }
     /// Network address.
     pub fn addr(&self) -> Ipv4Addr {
         self.addr
@@ -131,6 +144,14 @@ impl Prefix6 {
         }
         Ok(Prefix6 { addr, len })
     }
+    /// The prefix of length `len` holding `addr` (host bits cleared);
+    /// fails when `len > 128`.
+    pub fn truncated(addr: Ipv6Addr, len: u8) -> Result<Self, AddrError> {
+        if len > 128 {
+            return Err(AddrError::BadLength { len, allowed: "0..=128" });
+        }
+        Ok(Prefix6 { addr: Ipv6Addr::from(u128::from(addr) & mask128(len)), len })
+    }
     /// Network address.
     pub fn addr(&self) -> Ipv6Addr {
         self.addr
@@ -150,25 +171,46 @@ impl Prefix6 {
     }
 }
 
-fn split_prefix(s: &str) -> Option<(&str, u8)> {
-    let (a, l) = s.trim().split_once('/')?;
+/// `ADDRESS/LENGTH`, or a bare address meaning a host prefix of `max` bits:
+/// the address text and the length. Spaces around either part are allowed.
+fn split_prefix(s: &str, max: u8) -> Result<(&str, u8), AddrError> {
+    let Some((a, l)) = s.trim().split_once('/') else {
+        return Ok((s.trim(), max));
+    };
+    let l = l.trim();
     if l.is_empty() || !l.bytes().all(|b| b.is_ascii_digit()) || l.len() > 3 {
-        return None;
+        return Err(AddrError::Syntax(s.to_string()));
     }
-    Some((a, l.parse().ok()?))
+    let len = l.parse().map_err(|_| AddrError::Syntax(s.to_string()))?;
+    Ok((a.trim(), len))
+}
+
+/// The address and length of `s` (see [`split_prefix`]), not yet checked
+/// against the family's maximum length or for host bits.
+fn parse_parts<A: FromStr>(s: &str, max: u8) -> Result<(A, u8), AddrError> {
+    let (a, len) = split_prefix(s, max)?;
+    let addr = a.parse::<A>().map_err(|_| AddrError::Syntax(s.to_string()))?;
+    Ok((addr, len))
+}
+
+/// `ADDRESS/LENGTH` of either family, host bits allowed (an interface
+/// address such as `192.0.2.1/24`), or a bare address with the family's
+/// full length. Fails on bad syntax or a length too long for the family.
+pub fn parse_addr_len(s: &str) -> Result<(IpAddr, u8), AddrError> {
+    let (a, len) = parse_parts::<IpAddr>(s, if s.contains(':') { 128 } else { 32 })?;
+    match a {
+        IpAddr::V4(_) if len > 32 => Err(AddrError::BadLength { len, allowed: "0..=32" }),
+        _ if len > 128 => Err(AddrError::BadLength { len, allowed: "0..=128" }),
+        _ => Ok((a, len)),
+    }
 }
 
 impl FromStr for Prefix4 {
     type Err = AddrError;
     /// `192.0.2.0/24`; a bare address means /32.
     fn from_str(s: &str) -> Result<Self, AddrError> {
-        let (a, l) = match split_prefix(s) {
-            Some(x) => x,
-            None if !s.contains('/') => (s.trim(), 32),
-            None => return Err(AddrError::Syntax(s.to_string())),
-        };
-        let addr = a.parse::<Ipv4Addr>().map_err(|_| AddrError::Syntax(s.to_string()))?;
-        Prefix4::new(addr, l)
+        let (addr, len) = parse_parts(s, 32)?;
+        Prefix4::new(addr, len)
     }
 }
 
@@ -176,13 +218,8 @@ impl FromStr for Prefix6 {
     type Err = AddrError;
     /// `2001:db8::/32`; a bare address means /128.
     fn from_str(s: &str) -> Result<Self, AddrError> {
-        let (a, l) = match split_prefix(s) {
-            Some(x) => x,
-            None if !s.contains('/') => (s.trim(), 128),
-            None => return Err(AddrError::Syntax(s.to_string())),
-        };
-        let addr = a.parse::<Ipv6Addr>().map_err(|_| AddrError::Syntax(s.to_string()))?;
-        Prefix6::new(addr, l)
+        let (addr, len) = parse_parts(s, 128)?;
+        Prefix6::new(addr, len)
     }
 }
 
@@ -195,6 +232,101 @@ impl fmt::Display for Prefix4 {
 impl fmt::Display for Prefix6 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.addr, self.len)
+    }
+}
+
+/// An IPv4 or an IPv6 prefix: a route, an access-list entry. Written
+/// `ADDRESS/LENGTH` (an address with a `:` is IPv6), a bare address being a
+/// host prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IpPrefix {
+    /// IPv4.
+    V4(Prefix4),
+    /// IPv6.
+    V6(Prefix6),
+}
+
+#[allow(clippy::len_without_is_empty)]
+impl IpPrefix {
+    /// A prefix; fails when the length is too long for the family or host
+    /// bits are set.
+    pub fn new(addr: IpAddr, len: u8) -> Result<Self, AddrError> {
+        match addr {
+            IpAddr::V4(a) => Prefix4::new(a, len).map(IpPrefix::V4),
+            IpAddr::V6(a) => Prefix6::new(a, len).map(IpPrefix::V6),
+        }
+    }
+    /// The prefix of length `len` holding `addr` (host bits cleared).
+    pub fn truncated(addr: IpAddr, len: u8) -> Result<Self, AddrError> {
+        match addr {
+            IpAddr::V4(a) => Prefix4::truncated(a, len).map(IpPrefix::V4),
+            IpAddr::V6(a) => Prefix6::truncated(a, len).map(IpPrefix::V6),
+        }
+    }
+    /// Parse like [`FromStr`], but accept host bits and clear them
+    /// (`10.1.2.3/16` is `10.1.0.0/16`): for lists where an operator
+    /// writes a host's address with its network's length.
+    pub fn parse_truncating(s: &str) -> Result<Self, AddrError> {
+        let (a, len) = parse_addr_len(s)?;
+        IpPrefix::truncated(a, len)
+    }
+    /// Network address.
+    pub fn addr(&self) -> IpAddr {
+        match self {
+            IpPrefix::V4(p) => IpAddr::V4(p.addr()),
+            IpPrefix::V6(p) => IpAddr::V6(p.addr()),
+        }
+    }
+    /// Prefix length in bits.
+    pub fn len(&self) -> u8 {
+        match self {
+            IpPrefix::V4(p) => p.len(),
+            IpPrefix::V6(p) => p.len(),
+        }
+    }
+    /// True when `a` lies inside the prefix. An IPv4-mapped IPv6 address
+    /// (`::ffff:192.0.2.1`, how a dual-stack socket reports an IPv4 peer)
+    /// also matches the IPv4 prefixes that hold the address it carries.
+    pub fn contains(&self, a: IpAddr) -> bool {
+        match (self, a) {
+            (IpPrefix::V4(p), IpAddr::V4(a)) => p.contains(a),
+            (IpPrefix::V6(p), IpAddr::V6(a)) => p.contains(&a),
+            (IpPrefix::V4(p), IpAddr::V6(a)) => a.to_ipv4_mapped().is_some_and(|a| p.contains(a)),
+            (IpPrefix::V6(_), IpAddr::V4(_)) => false,
+        }
+    }
+}
+
+impl From<Prefix4> for IpPrefix {
+    fn from(p: Prefix4) -> Self {
+        IpPrefix::V4(p)
+    }
+}
+
+impl From<Prefix6> for IpPrefix {
+    fn from(p: Prefix6) -> Self {
+        IpPrefix::V6(p)
+    }
+}
+
+impl FromStr for IpPrefix {
+    type Err = AddrError;
+    /// `192.0.2.0/24` or `2001:db8::/32`; a bare address is a host prefix.
+    fn from_str(s: &str) -> Result<Self, AddrError> {
+        if s.contains(':') {
+            s.parse().map(IpPrefix::V6)
+        } else {
+            s.parse().map(IpPrefix::V4)
+        }
+    }
+}
+
+impl fmt::Display for IpPrefix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IpPrefix::V4(p) => p.fmt(f),
+            IpPrefix::V6(p) => p.fmt(f),
+        }
     }
 }
 
@@ -297,6 +429,51 @@ mod tests {
         assert_eq!("10.0.0.1".parse::<Prefix4>().unwrap().len(), 32);
         assert!(matches!("10.0.0.1/8".parse::<Prefix4>(), Err(AddrError::HostBitsSet(_))));
         assert!(matches!("10.0.0.0/+8".parse::<Prefix4>(), Err(AddrError::Syntax(_))));
+        assert_eq!(" 10.0.0.0 / 8 ".parse::<Prefix4>().unwrap().len(), 8);
+    }
+
+    #[test]
+    fn ip_prefix_either_family() {
+        let p: IpPrefix = "198.51.100.0/24".parse().unwrap();
+        assert_eq!(p, IpPrefix::V4("198.51.100.0/24".parse().unwrap()));
+        assert_eq!(p.to_string(), "198.51.100.0/24");
+        assert_eq!((p.addr(), p.len()), ("198.51.100.0".parse().unwrap(), 24));
+        let p: IpPrefix = "2001:db8:46::/64".parse().unwrap();
+        assert_eq!(p.to_string(), "2001:db8:46::/64");
+        assert_eq!("2001:db8::1".parse::<IpPrefix>().unwrap().len(), 128);
+        assert_eq!("192.0.2.1".parse::<IpPrefix>().unwrap().len(), 32);
+        assert!(matches!("192.0.2.1/24".parse::<IpPrefix>(), Err(AddrError::HostBitsSet(_))));
+        assert!(matches!("10.0.0.0/40".parse::<IpPrefix>(), Err(AddrError::BadLength { .. })));
+        assert!(matches!("2001:db8::/129".parse::<IpPrefix>(), Err(AddrError::BadLength { .. })));
+        assert!(matches!("nope".parse::<IpPrefix>(), Err(AddrError::Syntax(_))));
+        assert!(matches!("10.0.0.0/".parse::<IpPrefix>(), Err(AddrError::Syntax(_))));
+        let t = IpPrefix::parse_truncating("10.1.2.3/16").unwrap();
+        assert_eq!(t.to_string(), "10.1.0.0/16");
+        assert_eq!(IpPrefix::parse_truncating("2001:db8::5/32").unwrap().to_string(), "2001:db8::/32");
+        assert!(matches!(IpPrefix::parse_truncating("10.0.0.0/33"), Err(AddrError::BadLength { .. })));
+        assert_eq!(IpPrefix::parse_truncating("0.0.0.0/0").unwrap().len(), 0);
+        assert_eq!(parse_addr_len("192.0.2.1/24").unwrap(), ("192.0.2.1".parse().unwrap(), 24));
+        assert_eq!(parse_addr_len("2001:db8::1").unwrap(), ("2001:db8::1".parse().unwrap(), 128));
+        assert!(matches!(parse_addr_len("192.0.2.1/33"), Err(AddrError::BadLength { .. })));
+        assert!(matches!(parse_addr_len("2001:db8::1/129"), Err(AddrError::BadLength { .. })));
+        assert!(matches!(parse_addr_len("192.0.2.1/x"), Err(AddrError::Syntax(_))));
+    }
+
+    #[test]
+    fn ip_prefix_matches_mapped_addresses_as_ipv4() {
+        let n: IpPrefix = "10.0.0.0/8".parse().unwrap();
+        assert!(n.contains("10.1.2.3".parse().unwrap()));
+        assert!(n.contains("::ffff:10.1.2.3".parse().unwrap()));
+        assert!(!n.contains("::ffff:11.1.2.3".parse().unwrap()));
+        assert!(!n.contains("2001:db8::1".parse().unwrap()));
+        let n: IpPrefix = "fc00::/7".parse().unwrap();
+        assert!(n.contains("fd00::1".parse().unwrap()));
+        assert!(!n.contains(IpAddr::V4(Ipv4Addr::LOCALHOST)));
+        // An IPv6 prefix over the mapped range still matches as IPv6.
+        let m: IpPrefix = "::ffff:0:0/96".parse().unwrap();
+        assert!(m.contains("::ffff:10.1.2.3".parse().unwrap()));
+        let all: IpPrefix = "0.0.0.0/0".parse().unwrap();
+        assert!(all.contains("1.2.3.4".parse().unwrap()));
     }
 
     #[test]

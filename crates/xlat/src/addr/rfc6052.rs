@@ -255,16 +255,8 @@ mod tests {
     /// RFC 6052 §2.4, the example table (IPv4 192.0.2.33).
     #[test]
     fn rfc6052_section_2_4_examples() {
-        let table = [
-            ("2001:db8::/32", "2001:db8:c000:221::"),
-            ("2001:db8:100::/40", "2001:db8:1c0:2:21::"),
-            ("2001:db8:122::/48", "2001:db8:122:c000:2:2100::"),
-            ("2001:db8:122:300::/56", "2001:db8:122:3c0:0:221::"),
-            ("2001:db8:122:344::/64", "2001:db8:122:344:c0:2:2100:0"),
-            ("2001:db8:122:344::/96", "2001:db8:122:344::192.0.2.33"),
-        ];
-        let a = v4("192.0.2.33");
-        for (prefix, want) in table {
+        let a = crate::testvec::RFC6052_2_4_IPV4;
+        for (prefix, want) in crate::testvec::RFC6052_2_4 {
             let m = Rfc6052::new(p6(prefix)).unwrap();
             assert!(!m.is_wkp());
             assert_eq!(m.embed(a), Some(v6(want)), "{prefix}");

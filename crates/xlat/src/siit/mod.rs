@@ -70,6 +70,54 @@ impl AddrMap for Stateless {
     }
 }
 
+/// `eam-hairpin-mode` (Jool's key): how IPv6 traffic addressed through
+/// `pool6` to an IPv4 address of the EAMT, i.e. to another IPv6 node
+/// behind this translator, is handled (RFC 7757 §4.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EamHairpinMode {
+    /// No hairpinning: the IPv4 result leaves as it is.
+    Off,
+    /// RFC 7757 §4.2.1: the translator does not turn the packet around
+    /// itself (the IPv4 network routes it back); every IPv4 → IPv6
+    /// translation maps an EAMT source with `pool6` only (for an ICMP
+    /// error: when the source is the quoted packet's destination) and the
+    /// destination of a quoted packet with `pool6` only.
+    Simple,
+    /// RFC 7757 §4.2.2: the translator turns such packets (and ICMPv6
+    /// errors sent to such addresses) around itself, and only those get
+    /// the `pool6`-only rules above. The default, as in Jool.
+    #[default]
+    Intrinsic,
+}
+
+/// `amend-udp-checksum-zero`: what happens to an IPv4 UDP datagram whose
+/// checksum is zero (RFC 7915 §4.5: the translator SHOULD offer dropping
+/// it or computing the checksum). A first fragment of such a datagram is
+/// dropped and answered with ICMPv4 3/13 in every mode of the translator
+/// itself (it sees one fragment at a time); [`UdpChecksumZero::Hold`]
+/// asks the caller to hold complete fragment sets and amend them first
+/// (see [`amend`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UdpChecksumZero {
+    /// Jool's `false`: drop the datagram and answer with ICMPv4
+    /// Destination Unreachable / Communication Administratively
+    /// Prohibited (3/13, RFC 7915 §4.4).
+    Drop,
+    /// Jool's `true`: compute the checksum of unfragmented datagrams.
+    #[default]
+    Compute,
+    /// As `Compute`, and the offline translator and the daemon hold the
+    /// fragments of a zero-checksum datagram until it is complete, write
+    /// the checksum into the first one and translate each fragment.
+    Hold,
+}
+
+/// The source of ICMPv6 errors when nothing else gives one (no
+/// `ipv6-address`, `ipv4-address` has no IPv6 form through the EAMT or
+/// `pool6`, no `rfc6791v6-prefix`): 192.0.0.8, the RFC 7600 IPv4 dummy
+/// address, after the RFC 8215 local-use translation prefix.
+pub const DEFAULT_IPV6_ADDRESS: Ipv6Addr = Ipv6Addr::new(0x64, 0xff9b, 1, 0, 0, 0, 0xc000, 8);
+
 /// Which algorithmic mapping `pool6` means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum MappingMode {
@@ -91,9 +139,9 @@ pub struct Config {
     pub mapping: MappingMode,
     /// `eamt`: (IPv6 prefix, IPv4 prefix) pairs.
     pub eamt: Vec<(Prefix6, Prefix4)>,
-    /// `eam-hairpinning`: hairpin IPv6→IPv6 traffic whose IPv4 destination
-    /// is an EAMT address (RFC 7757 §4.2). Default true.
-    pub eam_hairpinning: bool,
+    /// `eam-hairpin-mode` (alias `eam-hairpinning`, where `true` is
+    /// intrinsic and `false` off): RFC 7757 §4.2. Default intrinsic.
+    pub eam_hairpin_mode: EamHairpinMode,
     /// `rfc6791v4-prefix`: sources for ICMPv4 errors translated from ICMPv6
     /// errors whose source is untranslatable (RFC 6791).
     pub rfc6791_v4: Option<Prefix4>,
@@ -102,8 +150,13 @@ pub struct Config {
     /// `lowest-ipv6-mtu`: DF=0 IPv4 packets that would exceed this are
     /// fragmented (RFC 7915 §4.1). Default 1280.
     pub lowest_ipv6_mtu: u16,
-    /// `amend-udp-checksum-zero`: see RFC 7915 §4.5.
-    pub amend_udp_checksum_zero: bool,
+    /// `amend-udp-checksum-zero`: RFC 7915 §4.5. Default compute.
+    pub amend_udp_checksum_zero: UdpChecksumZero,
+    /// `refragment-ipv6-fragments`: an IPv6 packet with a Fragment header
+    /// whose IPv4 translation exceeds `ipv4-mtu` is fragmented again in
+    /// IPv4 (true) or answered with Packet Too Big (false, the default, as
+    /// Jool). RFC 7915 §1.4 allows either.
+    pub refragment_ipv6_fragments: bool,
     /// `reset-traffic-class`: IPv4→IPv6 Traffic Class set to 0 instead of TOS.
     pub reset_traffic_class: bool,
     /// `reset-tos`: IPv6→IPv4 TOS set to `new-tos` instead of Traffic Class.
@@ -121,7 +174,8 @@ pub struct Config {
     pub ipv4_address: Ipv4Addr,
     /// `ipv6-address`: source of ICMPv6 errors the translator originates.
     /// Default: `ipv4-address` mapped through `pool6`/EAMT, else
-    /// `rfc6791v6-prefix`'s first address.
+    /// `rfc6791v6-prefix`'s first address, else [`DEFAULT_IPV6_ADDRESS`]
+    /// (see [`Translator::ipv6_address_is_fallback`]).
     pub ipv6_address: Option<Ipv6Addr>,
 }
 
@@ -134,11 +188,12 @@ impl Default for Config {
             pool6: None,
             mapping: MappingMode::Rfc6052,
             eamt: Vec::new(),
-            eam_hairpinning: true,
+            eam_hairpin_mode: EamHairpinMode::Intrinsic,
             rfc6791_v4: None,
             rfc6791_v6: None,
             lowest_ipv6_mtu: 1280,
-            amend_udp_checksum_zero: false,
+            amend_udp_checksum_zero: UdpChecksumZero::Compute,
+            refragment_ipv6_fragments: false,
             reset_traffic_class: false,
             reset_tos: false,
             new_tos: 0,
@@ -180,6 +235,13 @@ pub struct Translator {
     pub(crate) map: Mapper,
     pub(crate) cfg: Config,
     pub(crate) ipv6_address: Ipv6Addr,
+    /// `ipv6_address` is [`DEFAULT_IPV6_ADDRESS`] because nothing else gave one.
+    ipv6_fallback: bool,
+    /// RFC 7757 §4.2.1 simple hairpinning is in force (mode simple, an
+    /// EAMT and a pool6 to hairpin through).
+    pub(crate) simple_hairpin: bool,
+    /// RFC 7757 §4.2.2 intrinsic hairpinning is in force.
+    pub(crate) intrinsic_hairpin: bool,
 }
 
 impl Translator {
@@ -221,24 +283,23 @@ impl Translator {
             }
             _ => None,
         };
-        let ipv6_address = match cfg.ipv6_address {
-            Some(a) => a,
-            None => match map.v4_to_v6(cfg.ipv4_address).or(wkp_self) {
-                Some(a) => a,
-                None => match cfg.rfc6791_v6 {
-                    Some(p) => p.addr(),
-                    None => {
-                        return Err(cfg_err(
-                            "ipv6-address",
-                            "not set and cannot be derived from ipv4-address through pool6/eamt",
-                        ))
-                    }
-                },
-            },
+        // Else the first address of the RFC 6791 pool, else (an EAMT-only
+        // deployment whose EAMT does not hold ipv4-address) the documented
+        // default; the daemon offers its TUN device's address first, as
+        // Jool falls back to its interface addresses.
+        let derived = cfg.ipv6_address.or_else(|| map.v4_to_v6(cfg.ipv4_address)).or(wkp_self);
+        let derived = derived.or(cfg.rfc6791_v6.map(|p| p.addr()));
+        let (ipv6_address, ipv6_fallback) = match derived {
+            Some(a) => (a, false),
+            None => (DEFAULT_IPV6_ADDRESS, true),
         };
+        let has_prefix = !matches!(map.prefix, PrefixMap::None);
+        let hairpin_possible = has_prefix && !map.eamt.is_empty();
+        let simple_hairpin = hairpin_possible && cfg.eam_hairpin_mode == EamHairpinMode::Simple;
+        let intrinsic_hairpin = hairpin_possible && cfg.eam_hairpin_mode == EamHairpinMode::Intrinsic;
         let mut cfg = cfg;
         cfg.mtu_plateaus.sort_unstable_by(|a, b| b.cmp(a));
-        Ok(Translator { map, cfg, ipv6_address })
+        Ok(Translator { map, cfg, ipv6_address, ipv6_fallback, simple_hairpin, intrinsic_hairpin })
     }
 
     /// RFC 7915 §4.1 Traffic Class: the IPv4 TOS, or 0 with `reset-traffic-class`.
@@ -328,5 +389,13 @@ impl Translator {
     /// The translator's own IPv6 address (`ipv6-address` or derived).
     pub fn ipv6_address(&self) -> Ipv6Addr {
         self.ipv6_address
+    }
+
+    /// True when [`Self::ipv6_address`] is [`DEFAULT_IPV6_ADDRESS`] because
+    /// the configuration gives none (no `ipv6-address`, `ipv4-address`
+    /// not translatable, no `rfc6791v6-prefix`): a caller with an
+    /// interface address of its own may set `ipv6-address` to it.
+    pub fn ipv6_address_is_fallback(&self) -> bool {
+        self.ipv6_fallback
     }
 }

@@ -2,7 +2,7 @@
 
 use super::emit::{append_4884, emit_v6, l4_patch, split_4884, Dir, FragSpec, Patch};
 use super::icmp::{map_4to6, Rest};
-use super::{AddrMap, Role, Translator};
+use super::{AddrMap, Role, Translator, UdpChecksumZero};
 use crate::addr::is_forbidden_v4;
 use crate::checksum::{self, sum_v4, sum_v6};
 use crate::origin::{icmp4_error, icmp6_checksum, ICMP6_ERROR_MAX};
@@ -23,9 +23,11 @@ struct Refuse {
 }
 
 impl Translator {
-    /// RFC 7915 §4. `hairpin` is the second pass of an EAM hairpin (RFC 7757
-    /// §4.2): the TTL was already decremented and the source is mapped with
-    /// the prefix only.
+    /// RFC 7915 §4. `hairpin` is the second pass of an intrinsic EAM
+    /// hairpin (RFC 7757 §4.2.2): the TTL was already decremented, no ICMP
+    /// error is sent back (the source is IPv6) and the hairpin address
+    /// rules of [`hairpin_src`] apply, as they do to every
+    /// packet in simple mode (§4.2.1).
     pub(crate) fn v4_to_v6<M: AddrMap>(&self, map: &M, pkt: &[u8], out: &mut Out, hairpin: bool) -> Verdict {
         let ip = match Ipv4Packet::new(pkt) {
             Ok(p) => p,
@@ -54,7 +56,12 @@ impl Translator {
         let Some(dst6) = map.map_4to6(&self.map, Role::Dst, dst4) else {
             return Verdict::Drop(DropReason::UntranslatableDestination);
         };
-        let src6 = if hairpin { self.map.v4_to_v6_prefix_only(src4) } else { map.map_4to6(&self.map, Role::Src, src4) };
+        let eam_hairpin = hairpin || (M::EAM_HAIRPIN && self.simple_hairpin);
+        let src6 = if eam_hairpin && hairpin_src(src4, is_icmp_error, payload) {
+            self.map.v4_to_v6_prefix_only(src4)
+        } else {
+            map.map_4to6(&self.map, Role::Src, src4)
+        };
         let src6 = match (src6, is_icmp_error) {
             (Some(a), _) => a,
             // RFC 6791 / RFC 7915 §4.2: an ICMPv4 error from a router whose
@@ -131,17 +138,25 @@ impl Translator {
         } else {
             None
         };
-        if frag.is_none() && v6_len > usize::from(cfg.ipv6_mtu) {
-            // DF set and too big: Fragmentation Needed with the MTU the
-            // IPv4 sender must use, the IPv6 MTU less the header growth.
-            let mtu = (cfg.ipv6_mtu - 20).max(576);
-            let r = Refuse {
-                kind: wicmp::v4::DEST_UNREACH,
-                code: wicmp::v4::CODE_FRAG_NEEDED,
-                rest: [0, 0, (mtu >> 8) as u8, mtu as u8],
-                reason: DropReason::TooBig,
-            };
-            return refuse(r, out);
+        // DF set: the packet (a fragment too, Fragment header included) is
+        // sent as it is, and one too big for the IPv6 link is answered with
+        // Fragmentation Needed carrying the MTU the IPv4 sender must use:
+        // the IPv6 MTU less the header growth (20 bytes, 28 with the
+        // Fragment header). An ICMP error is exempt: it is cut to 1280
+        // bytes (RFC 4443 §2.4(c)), which every IPv6 link carries.
+        let emit_mtu = if ip.dont_frag() { usize::from(cfg.ipv6_mtu) } else { frag_mtu };
+        if ip.dont_frag() && !is_icmp_error {
+            let frag_hdr = if frag.is_some() { ipv6::FRAG_LEN } else { 0 };
+            if v6_len + frag_hdr > usize::from(cfg.ipv6_mtu) {
+                let mtu = cfg.ipv6_mtu - 20 - frag_hdr as u16;
+                let r = Refuse {
+                    kind: wicmp::v4::DEST_UNREACH,
+                    code: wicmp::v4::CODE_FRAG_NEEDED,
+                    rest: [0, 0, (mtu >> 8) as u8, mtu as u8],
+                    reason: DropReason::TooBig,
+                };
+                return refuse(r, out);
+            }
         }
 
         let sums = (sum_v4(src4) + sum_v4(dst4), sum_v6(&src6) + sum_v6(&dst6));
@@ -159,7 +174,7 @@ impl Translator {
                     Err(e) => return Verdict::Drop(e.into()),
                 };
                 if is_icmp_error {
-                    return self.icmp_error_4to6(map, &ip, &msg, hdr, out);
+                    return self.icmp_error_4to6(map, &ip, &msg, hdr, out, eam_hairpin);
                 }
                 if map_4to6(msg.kind(), msg.code(), msg.rest()).is_none() {
                     return Verdict::Drop(DropReason::IcmpUntranslatable);
@@ -173,16 +188,23 @@ impl Translator {
                 };
                 if udp.checksum() != 0 {
                     patch = rewrite();
-                } else if ip.is_fragment() {
+                } else if ip.is_fragment() || cfg.amend_udp_checksum_zero == UdpChecksumZero::Drop {
                     // §4.5: a stateless translator cannot compute the
-                    // checksum of a fragmented datagram: drop it, and (§4.4)
-                    // tell the sender, Communication Administratively
-                    // Prohibited (3/13).
+                    // checksum of a fragmented datagram, and is configured
+                    // to drop unfragmented ones (Jool's
+                    // `amend-udp-checksum-zero = false`): drop it, and
+                    // (§4.4) tell the sender, Communication
+                    // Administratively Prohibited (3/13).
+                    let reason = if ip.is_fragment() {
+                        DropReason::UdpChecksumZeroFragment
+                    } else {
+                        DropReason::UdpChecksumZero
+                    };
                     let r = Refuse {
                         kind: wicmp::v4::DEST_UNREACH,
                         code: wicmp::v4::CODE_ADMIN_PROHIBITED,
                         rest: [0; 4],
-                        reason: DropReason::UdpChecksumZeroFragment,
+                        reason,
                     };
                     return refuse(r, out);
                 } else {
@@ -207,7 +229,7 @@ impl Translator {
             // are passed through unchanged (§4.1 Next Header).
             _ => {}
         }
-        match emit_v6(out, hdr, payload, &patch, frag, frag_mtu) {
+        match emit_v6(out, hdr, payload, &patch, frag, emit_mtu) {
             Ok(()) => Verdict::Emit,
             Err(r) => {
                 out.clear();
@@ -217,7 +239,10 @@ impl Translator {
     }
 
     /// RFC 7915 §4.2 and §4.3: translate an ICMPv4 error, including the
-    /// IPv4 packet it quotes, into an ICMPv6 error of at most 1280 bytes.
+    /// IPv4 packet it quotes, into an ICMPv6 error of at most 1280 bytes
+    /// (RFC 4443 §2.4(c)), whatever the size of the input. `eam_hairpin`:
+    /// the quoted destination is mapped with the prefix only (RFC 7757
+    /// §4.2).
     fn icmp_error_4to6<M: AddrMap>(
         &self,
         map: &M,
@@ -225,6 +250,7 @@ impl Translator {
         msg: &IcmpMessage<'_>,
         mut hdr: Ipv6Header,
         out: &mut Out,
+        eam_hairpin: bool,
     ) -> Verdict {
         let Some(m) = map_4to6(msg.kind(), msg.code(), msg.rest()) else {
             return Verdict::Drop(DropReason::IcmpUntranslatable);
@@ -254,7 +280,7 @@ impl Translator {
         if room == cap {
             ext = &[];
         }
-        let n = match self.inner_4to6(map, orig, &mut space[hl..hl + room]) {
+        let n = match self.inner_4to6(map, orig, &mut space[hl..hl + room], eam_hairpin) {
             Ok(n) => n,
             Err(r) => return Verdict::Drop(r),
         };
@@ -302,12 +328,23 @@ impl Translator {
     /// into `dst`, cutting it to `dst.len()`. The quoted packet's TTL is
     /// copied, its lengths are derived from its own header (not from the
     /// truncated size), and its transport checksum is updated for the new
-    /// addresses. Returns the bytes written.
-    pub(crate) fn inner_4to6<M: AddrMap>(&self, map: &M, orig: &[u8], dst: &mut [u8]) -> Result<usize, DropReason> {
+    /// addresses. With `eam_hairpin` the destination (an IPv6 node behind
+    /// this translator that the quoted packet reached through `pool6`) is
+    /// mapped with the prefix only (RFC 7757 §4.2). Returns the bytes
+    /// written.
+    pub(crate) fn inner_4to6<M: AddrMap>(
+        &self,
+        map: &M,
+        orig: &[u8],
+        dst: &mut [u8],
+        eam_hairpin: bool,
+    ) -> Result<usize, DropReason> {
         let inner = Ipv4Packet::new_quoted(orig).map_err(|_| DropReason::IcmpInnerUntranslatable)?;
         let (s4, d4) = (inner.src(), inner.dst());
         let s6 = map.map_4to6(&self.map, Role::InnerSrc, s4).ok_or(DropReason::IcmpInnerUntranslatable)?;
-        let d6 = map.map_4to6(&self.map, Role::InnerDst, d4).ok_or(DropReason::IcmpInnerUntranslatable)?;
+        let d6 =
+            if eam_hairpin { self.map.v4_to_v6_prefix_only(d4) } else { map.map_4to6(&self.map, Role::InnerDst, d4) };
+        let d6 = d6.ok_or(DropReason::IcmpInnerUntranslatable)?;
         let payload = inner.payload();
         let first = inner.frag_offset() == 0;
         let p = inner.protocol();
@@ -365,4 +402,19 @@ impl Translator {
             None => self.ipv6_address,
         }
     }
+}
+
+/// RFC 7757 §4.2: under the hairpin rules, is the source of this IPv4
+/// packet mapped with the prefix only? Yes for a packet (its source is an
+/// IPv6 node behind this translator, known to its peer in `pool6` form);
+/// for an ICMP error only when it comes from the node the quoted packet
+/// was sent to (whose peer addressed it in `pool6` form), not from a
+/// router on the way, which keeps its own mapping (as Jool does).
+fn hairpin_src(src4: Ipv4Addr, is_icmp_error: bool, icmp: &[u8]) -> bool {
+    if !is_icmp_error {
+        return true;
+    }
+    // The quoted IPv4 header's destination, at octets 16..20 after the
+    // 8-byte ICMP header.
+    icmp.get(8 + 16..8 + 20).is_some_and(|d| d == src4.octets())
 }

@@ -6,7 +6,7 @@ use super::icmp::{map_6to4, Rest};
 use super::{AddrMap, Role, Translator};
 use crate::addr::is_forbidden_v6;
 use crate::checksum::{self, sum_v4, sum_v6};
-use crate::origin::{icmp6_error, ICMP4_ERROR_MAX};
+use crate::origin::{icmp6_error, ICMP4_ERROR_MAX, ICMP6_ERROR_MAX};
 use crate::wire::icmp::{self as wicmp, is_error_v6, IcmpMessage};
 use crate::wire::ipv4::{self, Ipv4Header};
 use crate::wire::ipv6::{self, FragHeader, Ipv6Packet};
@@ -56,6 +56,17 @@ impl Translator {
         if crate::addr::is_forbidden_v4(src4) || crate::addr::is_forbidden_v4(dst4) {
             return Verdict::Drop(DropReason::ForbiddenAddress);
         }
+        // RFC 7757 §4.2.2: a destination reached through pool6 whose IPv4
+        // form belongs to an EAM is an IPv6 node behind this translator:
+        // the packet, or the ICMPv6 error, is turned around into IPv6. (A
+        // destination that is itself an EAM IPv6 address is that node's
+        // own address and is not hairpinned.) Jool decides for an error by
+        // its quoted source, which is the same address in any error sent
+        // back to the source of the packet it quotes.
+        let hairpin = M::EAM_HAIRPIN
+            && self.intrinsic_hairpin
+            && self.map.eamt.contains_v4(dst4)
+            && self.map.eamt.lookup_v6(&dst6).is_none();
 
         let refuse = |kind: u8, code: u8, rest: [u8; 4], reason: DropReason, out: &mut Out| -> Verdict {
             if is_icmp_error || !first {
@@ -99,10 +110,15 @@ impl Translator {
         let protocol = if upper == proto::ICMPV6 { proto::ICMP } else { upper };
         let total = ipv4::HEADER_LEN + payload.len();
         let hdr = self.ipv4_header(&ip, frag, (src4, dst4), protocol, total, ttl, || out.take_ident());
-        if total > usize::from(cfg.ipv4_mtu) && (hdr.df || total > usize::from(u16::MAX)) {
-            // Too big for the IPv4 link and may not be fragmented: Packet
-            // Too Big with the largest IPv6 packet that fits, never below
-            // the IPv6 minimum MTU.
+        // Too big for the IPv4 link and may not be fragmented (DF set, or
+        // beyond IPv4's 65,535 bytes, or a fragment the translator does not
+        // fragment again, RFC 7915 §1.4): Packet Too Big with the largest
+        // IPv6 packet that fits, never below the IPv6 minimum MTU. ICMPv6
+        // errors are exempt: they are cut to 576 bytes (RFC 1812
+        // §4.3.2.3), below.
+        let no_refrag = frag.is_some() && !cfg.refragment_ipv6_fragments;
+        if total > usize::from(cfg.ipv4_mtu) && (hdr.df || total > usize::from(u16::MAX) || no_refrag) && !is_icmp_error
+        {
             let mtu = (u32::from(cfg.ipv4_mtu) + 20).max(1280);
             return refuse(wicmp::v6::PACKET_TOO_BIG, 0, mtu.to_be_bytes(), DropReason::TooBig, out);
         }
@@ -120,7 +136,11 @@ impl Translator {
                     Err(e) => return Verdict::Drop(e.into()),
                 };
                 if is_icmp_error {
-                    return self.icmp_error_6to4(map, &src6, &dst6, payload, &msg, hdr, out);
+                    // A hairpinned error never leaves as IPv4: keep what
+                    // RFC 4443 lets the final ICMPv6 error carry.
+                    let max = if hairpin { ICMP6_ERROR_MAX } else { ICMP4_ERROR_MAX };
+                    let v = self.icmp_error_6to4(map, (&src6, &dst6), payload, &msg, hdr, out, max);
+                    return if hairpin && v == Verdict::Emit { self.hairpin(out) } else { v };
                 }
                 if map_6to4(msg.kind(), msg.code(), msg.rest()).is_none() {
                     return Verdict::Drop(DropReason::IcmpUntranslatable);
@@ -139,15 +159,6 @@ impl Translator {
             }
             _ => {}
         }
-        // RFC 7757 §4.2: a destination reached through pool6 whose IPv4
-        // form belongs to an EAM is an IPv6 node behind this translator.
-        // (A destination that is itself an EAM IPv6 address is that node's
-        // own address and is not hairpinned.)
-        let hairpin = M::EAM_HAIRPIN
-            && cfg.eam_hairpinning
-            && !self.map.eamt.is_empty()
-            && self.map.eamt.contains_v4(dst4)
-            && self.map.eamt.lookup_v6(&dst6).is_none();
         if let Err(r) = emit_v4(out, hdr, payload, &patch, usize::from(cfg.ipv4_mtu)) {
             out.clear();
             return Verdict::Drop(r);
@@ -158,10 +169,11 @@ impl Translator {
         Verdict::Emit
     }
 
-    /// RFC 7757 §4.2: the IPv4 destination belongs to an EAM, i.e. to an
+    /// RFC 7757 §4.2.2: the IPv4 destination belongs to an EAM, i.e. to an
     /// IPv6 node behind this translator. Translate the IPv4 result back to
     /// IPv6, mapping the source with the prefix only so the receiver
-    /// answers through the translator.
+    /// answers through the translator (for an ICMP error, the source when
+    /// it is the quoted destination, and the quoted destination).
     fn hairpin(&self, out: &mut Out) -> Verdict {
         let mut scratch = core::mem::take(&mut out.scratch);
         scratch.clear();
@@ -187,17 +199,20 @@ impl Translator {
     }
 
     /// RFC 7915 §5.2 and §5.3: translate an ICMPv6 error and the IPv6
-    /// packet it quotes into an ICMPv4 error of at most 576 bytes.
+    /// packet it quotes into an ICMPv4 error of at most `max` bytes,
+    /// whatever the size of the input. §5.3 sets no limit of its own; the
+    /// ICMPv4 rule is RFC 1812 §4.3.2.3's 576 bytes, which every IPv4
+    /// path carries (DF is clear, so a smaller link fragments it).
     #[allow(clippy::too_many_arguments)]
     fn icmp_error_6to4<M: AddrMap>(
         &self,
         map: &M,
-        src6: &Ipv6Addr,
-        dst6: &Ipv6Addr,
+        (src6, dst6): (&Ipv6Addr, &Ipv6Addr),
         payload: &[u8],
         msg: &IcmpMessage<'_>,
         mut hdr: Ipv4Header,
         out: &mut Out,
+        max: usize,
     ) -> Verdict {
         let Some(m) = map_6to4(msg.kind(), msg.code(), msg.rest()) else {
             return Verdict::Drop(DropReason::IcmpUntranslatable);
@@ -226,10 +241,10 @@ impl Translator {
             hdr.df = false;
         }
         let hl = ipv4::HEADER_LEN + wicmp::HEADER_LEN;
-        let Some(space) = out.space(ICMP4_ERROR_MAX) else {
+        let Some(space) = out.space(max) else {
             return Verdict::Drop(DropReason::Unsupported);
         };
-        let cap = ICMP4_ERROR_MAX - hl;
+        let cap = max - hl;
         let room = if !ext.is_empty() && cap >= ext.len() + 128 { (cap - ext.len()) & !3 } else { cap };
         if room == cap {
             ext = &[];

@@ -1,5 +1,6 @@
-//! The tester's test frames: Ethernet + IPv4/IPv6 + UDP + a timestamped
-//! payload, built once per flow as a template and stamped per packet.
+//! The frame tester's test frames: Ethernet + IPv4/IPv6 + UDP + a
+//! timestamped payload, built once per flow as a template and stamped per
+//! packet (checksums by `xlat::checksum`).
 //!
 //! Frame sizes follow RFC 2544 / RFC 8219: the size of the Ethernet frame
 //! including its 4-byte FCS. Veth carries no FCS, so a frame of size `S`
@@ -17,6 +18,8 @@
 //! earlier trial is never counted in the next one.
 
 use std::net::IpAddr;
+
+use xlat::checksum::{finish, sum};
 
 /// Ethernet header length.
 pub const ETH_LEN: usize = 14;
@@ -64,7 +67,7 @@ pub struct Template {
     udp: usize,
     /// One's-complement sum of the pseudo header and the UDP header and
     /// payload with the per-packet fields zero (not folded).
-    base_sum: u32,
+    base_sum: u64,
 }
 
 /// Why a frame could not be built.
@@ -87,25 +90,6 @@ impl std::fmt::Display for BuildError {
 
 impl std::error::Error for BuildError {}
 
-fn sum16(data: &[u8]) -> u32 {
-    let mut s = 0u32;
-    let mut chunks = data.chunks_exact(2);
-    for c in &mut chunks {
-        s += u32::from(u16::from_be_bytes([c[0], c[1]]));
-    }
-    if let [b] = chunks.remainder() {
-        s += u32::from(*b) << 8;
-    }
-    s
-}
-
-fn fold(mut s: u32) -> u16 {
-    while s > 0xffff {
-        s = (s & 0xffff) + (s >> 16);
-    }
-    s as u16
-}
-
 impl Template {
     /// Builds the frame of `frame_size` bytes (RFC 2544 size, FCS included).
     pub fn new(h: &Header, frame_size: usize) -> Result<Self, BuildError> {
@@ -123,7 +107,7 @@ impl Template {
         f[0..6].copy_from_slice(&h.dst_mac);
         f[6..12].copy_from_slice(&h.src_mac);
         let udp_len;
-        let mut pseudo = 0u32;
+        let mut pseudo = 0u64;
         match (h.src, h.dst) {
             (IpAddr::V6(s), IpAddr::V6(d)) => {
                 f[12..14].copy_from_slice(&ETHERTYPE_IPV6.to_be_bytes());
@@ -135,7 +119,7 @@ impl Template {
                 ip[7] = 64;
                 ip[8..24].copy_from_slice(&s.octets());
                 ip[24..40].copy_from_slice(&d.octets());
-                pseudo += sum16(&ip[8..40]);
+                pseudo += sum(&ip[8..40]);
             }
             (IpAddr::V4(s), IpAddr::V4(d)) => {
                 f[12..14].copy_from_slice(&ETHERTYPE_IPV4.to_be_bytes());
@@ -147,10 +131,10 @@ impl Template {
                 ip[9] = PROTO_UDP;
                 ip[12..16].copy_from_slice(&s.octets());
                 ip[16..20].copy_from_slice(&d.octets());
-                let c = !fold(sum16(ip));
+                let c = finish(sum(ip));
                 ip[10..12].copy_from_slice(&c.to_be_bytes());
                 udp_len = ip_len - 20;
-                pseudo += sum16(&ip[12..20]);
+                pseudo += sum(&ip[12..20]);
             }
             _ => return Err(BuildError::MixedVersions),
         }
@@ -158,8 +142,8 @@ impl Template {
         f[udp..udp + 2].copy_from_slice(&h.sport.to_be_bytes());
         f[udp + 2..udp + 4].copy_from_slice(&h.dport.to_be_bytes());
         f[udp + 4..udp + 6].copy_from_slice(&(udp_len as u16).to_be_bytes());
-        pseudo += u32::from(PROTO_UDP) + udp_len as u32;
-        let base_sum = pseudo + sum16(&f[udp..]);
+        pseudo += u64::from(PROTO_UDP) + udp_len as u64;
+        let base_sum = pseudo + sum(&f[udp..]);
         Ok(Template { frame: f, udp, base_sum })
     }
 
@@ -187,7 +171,7 @@ impl Template {
         out[p + 8..p + 12].copy_from_slice(&seq.to_be_bytes());
         out[p + 12..p + 14].copy_from_slice(&flow.to_be_bytes());
         out[p + 14..p + 18].copy_from_slice(&magic.to_be_bytes());
-        let c = !fold(self.base_sum + sum16(&out[p..p + PAYLOAD_LEN]));
+        let c = finish(self.base_sum + sum(&out[p..p + PAYLOAD_LEN]));
         // RFC 768: a computed zero is sent as all ones.
         let c = if c == 0 { 0xffff } else { c };
         out[self.udp + 6..self.udp + 8].copy_from_slice(&c.to_be_bytes());
@@ -307,6 +291,7 @@ impl SplitMix {
 mod tests {
     use super::*;
     use std::net::{Ipv4Addr, Ipv6Addr};
+    use xlat::checksum;
 
     fn h6() -> Header {
         Header {
@@ -330,9 +315,8 @@ mod tests {
     /// Verifies a checksum over the pseudo header and the UDP segment.
     fn udp_ok(frame: &[u8]) -> bool {
         let ip = &frame[ETH_LEN..];
-        let (pseudo, l4) =
-            if ip[0] >> 4 == 6 { (sum16(&ip[8..40]), &ip[40..]) } else { (sum16(&ip[12..20]), &ip[20..]) };
-        fold(pseudo + 17 + l4.len() as u32 + sum16(l4)) == 0xffff
+        let (pseudo, l4) = if ip[0] >> 4 == 6 { (sum(&ip[8..40]), &ip[40..]) } else { (sum(&ip[12..20]), &ip[20..]) };
+        checksum::verifies(pseudo + 17 + l4.len() as u64 + sum(l4))
     }
 
     #[test]
@@ -376,7 +360,7 @@ mod tests {
     #[test]
     fn ipv4_header_checksum_is_valid() {
         let t = Template::new(&h4(), 100).unwrap();
-        assert_eq!(fold(sum16(&t.bytes()[ETH_LEN..ETH_LEN + 20])), 0xffff);
+        assert!(checksum::verifies(sum(&t.bytes()[ETH_LEN..ETH_LEN + 20])));
     }
 
     #[test]

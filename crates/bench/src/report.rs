@@ -1,133 +1,96 @@
-//! Reporting shared by every bench: latency histograms and percentiles,
-//! JSON and Markdown helpers, and SVG line plots (one line per device,
-//! like the papers' figures), written by hand so the output has no
-//! dependencies and diffs well.
+//! The one report module of every bench: the output directory, JSON,
+//! Markdown tables and SVG line plots (one line per device, like the
+//! papers' figures; written by hand so the output has no dependencies and
+//! diffs well). Latency summaries come from [`crate::harness::latency`].
 
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result};
 use serde::Serialize;
 
-/// A latency histogram with 1 µs bins up to a limit, plus an overflow
-/// count. Exact mean (sum of the raw nanoseconds); percentiles to 1 µs.
-/// Cheap to record into (one add), cheap to merge.
-#[derive(Debug, Clone)]
-pub struct Histogram {
-    bins: Vec<u64>,
-    overflow: u64,
-    count: u64,
-    sum_ns: u128,
-    max_ns: u64,
+/// A run's output directory: created on first use; every file written
+/// is listed for the closing message.
+#[derive(Debug)]
+pub struct Outputs {
+    dir: PathBuf,
+    written: Vec<String>,
 }
 
-/// Width of one histogram bin.
-pub const BIN_NS: u64 = 1_000;
-
-impl Histogram {
-    /// A histogram with 1 µs bins covering `[0, limit_ns)`.
-    pub fn new(limit_ns: u64) -> Self {
-        let n = (limit_ns / BIN_NS).max(1) as usize;
-        Histogram { bins: vec![0; n], overflow: 0, count: 0, sum_ns: 0, max_ns: 0 }
+impl Outputs {
+    /// Creates `dir` (and its parents).
+    pub fn create(dir: &Path) -> Result<Self> {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        Ok(Outputs { dir: dir.to_path_buf(), written: Vec::new() })
     }
 
-    /// Records one sample.
-    #[inline]
-    pub fn record(&mut self, ns: u64) {
-        let i = (ns / BIN_NS) as usize;
-        match self.bins.get_mut(i) {
-            Some(b) => *b += 1,
-            None => self.overflow += 1,
-        }
-        self.count += 1;
-        self.sum_ns += u128::from(ns);
-        self.max_ns = self.max_ns.max(ns);
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
-    /// Adds every sample of `other` (same bin layout or not).
-    pub fn merge(&mut self, other: &Histogram) {
-        if self.bins.len() < other.bins.len() {
-            self.bins.resize(other.bins.len(), 0);
-        }
-        for (a, b) in self.bins.iter_mut().zip(&other.bins) {
-            *a += b;
-        }
-        self.overflow += other.overflow;
-        self.count += other.count;
-        self.sum_ns += other.sum_ns;
-        self.max_ns = self.max_ns.max(other.max_ns);
+    /// Writes `name` with `text`.
+    pub fn text(&mut self, name: &str, text: &str) -> Result<()> {
+        let p = self.dir.join(name);
+        std::fs::write(&p, text).with_context(|| format!("writing {}", p.display()))?;
+        self.written.push(name.to_owned());
+        Ok(())
     }
 
-    /// Number of samples.
-    pub fn count(&self) -> u64 {
-        self.count
+    /// Writes `name` as pretty JSON.
+    pub fn json<T: Serialize>(&mut self, name: &str, value: &T) -> Result<()> {
+        let mut s = serde_json::to_string_pretty(value)?;
+        s.push('\n');
+        self.text(name, &s)
     }
 
-    /// Mean in nanoseconds (0 when empty).
-    pub fn mean_ns(&self) -> f64 {
-        if self.count == 0 {
-            0.0
-        } else {
-            self.sum_ns as f64 / self.count as f64
-        }
+    /// Writes `name` as the SVG of `plot`.
+    pub fn svg(&mut self, name: &str, plot: &LinePlot) -> Result<()> {
+        self.text(name, &plot.to_svg())
     }
 
-    /// The `q` quantile (0..=1) in nanoseconds: the upper edge of the bin
-    /// that holds it, or the maximum when it falls in the overflow.
-    pub fn quantile_ns(&self, q: f64) -> u64 {
-        if self.count == 0 {
-            return 0;
-        }
-        let rank = ((q.clamp(0.0, 1.0) * self.count as f64).ceil() as u64).max(1);
-        let mut seen = 0;
-        for (i, b) in self.bins.iter().enumerate() {
-            seen += b;
-            if seen >= rank {
-                return ((i as u64 + 1) * BIN_NS).min(self.max_ns);
-            }
-        }
-        self.max_ns
-    }
-
-    /// Count, mean, median, p99, p99.9 and maximum, in microseconds.
-    pub fn summary(&self) -> Summary {
-        let us = |ns: u64| ns as f64 / 1e3;
-        Summary {
-            count: self.count,
-            mean_us: self.mean_ns() / 1e3,
-            p50_us: us(self.quantile_ns(0.5)),
-            p99_us: us(self.quantile_ns(0.99)),
-            p999_us: us(self.quantile_ns(0.999)),
-            max_us: us(self.max_ns),
-        }
+    /// "wrote DIR/a, b and c".
+    pub fn summary(&self) -> String {
+        let names = match self.written.as_slice() {
+            [] => "nothing".to_owned(),
+            [one] => one.clone(),
+            [init @ .., last] => format!("{} and {last}", init.join(", ")),
+        };
+        format!("wrote {names} in {}", self.dir.display())
     }
 }
 
-/// Latency summary in microseconds.
-#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
-pub struct Summary {
-    pub count: u64,
-    pub mean_us: f64,
-    pub p50_us: f64,
-    pub p99_us: f64,
-    pub p999_us: f64,
-    pub max_us: f64,
+/// Online CPUs of this machine.
+pub fn online_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-/// Writes `value` as pretty JSON to `path`.
-pub fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
-    let mut s = serde_json::to_string_pretty(value)?;
-    s.push('\n');
-    std::fs::write(path, s).with_context(|| format!("writing {}", path.display()))
+/// The running kernel's release (`uname -r`).
+pub fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_owned()
 }
 
-/// A GitHub-flavoured Markdown table.
-pub fn markdown_table(headers: &[&str], rows: &[Vec<String>]) -> String {
+/// Column alignment of a Markdown table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Align {
+    /// Text.
+    Left,
+    /// Numbers.
+    Right,
+}
+
+/// A GitHub-flavoured Markdown table; rows shorter than the header are
+/// padded with empty cells (a status row, an error row).
+pub fn markdown_table(headers: &[(&str, Align)], rows: &[Vec<String>]) -> String {
     let mut s = String::new();
-    let _ = writeln!(s, "| {} |", headers.join(" | "));
-    let _ = writeln!(s, "|{}|", headers.iter().map(|_| "---").collect::<Vec<_>>().join("|"));
+    let names: Vec<&str> = headers.iter().map(|h| h.0).collect();
+    let _ = writeln!(s, "| {} |", names.join(" | "));
+    let rule: Vec<&str> = headers.iter().map(|h| if h.1 == Align::Right { "---:" } else { "---" }).collect();
+    let _ = writeln!(s, "|{}|", rule.join("|"));
     for r in rows {
-        let _ = writeln!(s, "| {} |", r.join(" | "));
+        let mut cells = r.clone();
+        cells.resize(cells.len().max(headers.len()), String::new());
+        let _ = writeln!(s, "| {} |", cells.join(" | "));
     }
     s
 }
@@ -290,36 +253,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn histogram_percentiles_and_mean() {
-        let mut h = Histogram::new(10_000_000);
-        for us in 1..=1000u64 {
-            h.record(us * 1000 - 500); // 0.5 µs inside bin us-1
-        }
-        let s = h.summary();
-        assert_eq!(s.count, 1000);
-        assert!((s.mean_us - 500.0).abs() < 0.01, "{s:?}");
-        assert_eq!(s.p50_us, 500.0);
-        assert_eq!(s.p99_us, 990.0);
-        assert_eq!(s.p999_us, 999.0);
-        assert_eq!(s.max_us, 999.5);
-    }
-
-    #[test]
-    fn histogram_overflow_and_merge() {
-        let mut a = Histogram::new(1_000_000);
-        a.record(5_000_000);
-        let mut b = Histogram::new(2_000_000);
-        b.record(1_500_000);
-        b.record(10);
-        a.merge(&b);
-        assert_eq!(a.count(), 3);
-        assert_eq!(a.quantile_ns(0.2), 1000);
-        assert_eq!(a.quantile_ns(0.5), 1_501_000);
-        assert_eq!(a.quantile_ns(1.0), 5_000_000);
-        assert_eq!(Histogram::new(1000).summary(), Summary::default());
-    }
-
-    #[test]
     fn nice_axes() {
         assert_eq!(nice_axis(2000.0), (2000.0, 500.0));
         assert_eq!(nice_axis(37.0), (40.0, 10.0));
@@ -346,7 +279,23 @@ mod tests {
 
     #[test]
     fn markdown() {
-        let t = markdown_table(&["a", "b"], &[vec!["1".into(), "2".into()]]);
-        assert_eq!(t, "| a | b |\n|---|---|\n| 1 | 2 |\n");
+        let t = markdown_table(
+            &[("a", Align::Left), ("b", Align::Right)],
+            &[vec!["1".into(), "2".into()], vec!["x".into()]],
+        );
+        assert_eq!(t, "| a | b |\n|---|---:|\n| 1 | 2 |\n| x |  |\n");
+    }
+
+    #[test]
+    fn outputs_list_what_they_wrote() {
+        let dir = std::env::temp_dir().join(lab::netns::unique_name("v6gate-bench-out")).join("sub");
+        let mut o = Outputs::create(&dir).unwrap();
+        o.json("r.json", &serde_json::json!({"a": 1})).unwrap();
+        o.text("r.md", "# r\n").unwrap();
+        o.svg("p.svg", &LinePlot { title: "t".into(), x_label: "x".into(), y_label: "y".into(), series: vec![] })
+            .unwrap();
+        assert_eq!(std::fs::read_to_string(dir.join("r.json")).unwrap(), "{\n  \"a\": 1\n}\n");
+        assert_eq!(o.summary(), format!("wrote r.json, r.md and p.svg in {}", dir.display()));
+        std::fs::remove_dir_all(dir.parent().unwrap()).unwrap();
     }
 }

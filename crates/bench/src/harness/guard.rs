@@ -1,0 +1,213 @@
+//! Nothing of a bench run outlives it: [`RunGuard`] removes the run's
+//! namespaces (killing every process inside them) and its work directory
+//! when it is dropped, and a watchdog process does the same if the bench
+//! process dies without dropping it (Ctrl-C, `kill -9`, abort): the
+//! watchdog waits on a pipe that only the bench holds open, and cleans up
+//! when the pipe closes. [`Proc`] is one child process (a device under
+//! test, a peer), killed when dropped.
+//!
+//! Every process a bench starts runs inside one of its namespaces (`ip
+//! netns exec`), so removing the namespaces kills them all.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+
+use anyhow::{bail, Context as _, Result};
+
+/// The watchdog: `$1` namespace-name prefix, `$2` work directory. Runs
+/// when its standard input closes (the bench ended, however it ended).
+const WATCHDOG: &str = r#"read -r _ || true
+for ns in $(ip netns list 2>/dev/null | cut -d' ' -f1); do
+  case "$ns" in
+    "$1"*)
+      for p in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
+      ip netns del "$ns" 2>/dev/null ;;
+  esac
+done
+[ -n "$2" ] && rm -rf -- "$2"
+exit 0"#;
+
+/// A bench run's namespaces (every one whose name starts with a prefix)
+/// and work directory, removed when dropped or when the process dies.
+#[derive(Debug)]
+pub struct RunGuard {
+    ns_prefix: String,
+    work: PathBuf,
+    watchdog: Option<(Child, ChildStdin)>,
+}
+
+impl RunGuard {
+    /// Removes what an earlier run with this prefix left, creates `work`
+    /// and starts the watchdog. `ns_prefix` must be specific to the bench
+    /// (every namespace starting with it belongs to the run).
+    pub fn new(ns_prefix: &str, work: PathBuf) -> Result<Self> {
+        if ns_prefix.is_empty() {
+            bail!("a bench run needs a namespace prefix");
+        }
+        lab::netns::cleanup(ns_prefix);
+        std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
+        let watchdog = Self::watchdog(ns_prefix, &work);
+        Ok(RunGuard { ns_prefix: ns_prefix.to_owned(), work, watchdog })
+    }
+
+    fn watchdog(ns_prefix: &str, work: &Path) -> Option<(Child, ChildStdin)> {
+        use std::os::unix::process::CommandExt as _;
+        let mut c = Command::new("sh");
+        c.args(["-c", WATCHDOG, "v6gate-bench-watchdog", ns_prefix])
+            .arg(work)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            // Its own process group: Ctrl-C in the terminal stops the
+            // bench, not the watchdog that cleans up after it.
+            .process_group(0);
+        match c.spawn() {
+            Ok(mut child) => {
+                let stdin = child.stdin.take()?;
+                Some((child, stdin))
+            }
+            Err(e) => {
+                eprintln!("bench: no watchdog ({e}): an interrupted run leaves its namespaces");
+                None
+            }
+        }
+    }
+
+    /// The run's work directory (generated configurations, logs).
+    pub fn work(&self) -> &Path {
+        &self.work
+    }
+
+    /// The namespace-name prefix of the run.
+    pub fn ns_prefix(&self) -> &str {
+        &self.ns_prefix
+    }
+}
+
+impl Drop for RunGuard {
+    fn drop(&mut self) {
+        lab::netns::cleanup(&self.ns_prefix);
+        let _ = std::fs::remove_dir_all(&self.work);
+        if let Some((mut child, stdin)) = self.watchdog.take() {
+            drop(stdin); // the watchdog finds nothing left and exits
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A child process (device under test, peer), killed when dropped. Its
+/// output goes to a log file, whose end error messages quote.
+#[derive(Debug)]
+pub struct Proc {
+    child: Child,
+    what: String,
+    log: Option<PathBuf>,
+}
+
+impl Proc {
+    /// Spawns `cmd` with stdin closed and stdout/stderr into `log` (or
+    /// discarded).
+    pub fn spawn(what: &str, mut cmd: Command, log: Option<&Path>) -> Result<Proc> {
+        cmd.stdin(Stdio::null());
+        match log {
+            Some(p) => {
+                let f = std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?;
+                cmd.stdout(f.try_clone()?).stderr(f);
+            }
+            None => {
+                cmd.stdout(Stdio::null()).stderr(Stdio::null());
+            }
+        }
+        let child = cmd.spawn().with_context(|| format!("starting {what}"))?;
+        Ok(Proc { child, what: what.to_owned(), log: log.map(Path::to_path_buf) })
+    }
+
+    /// Fails (quoting the log's end) when the process has exited.
+    pub fn alive(&mut self) -> Result<()> {
+        if let Some(st) = self.child.try_wait()? {
+            bail!("{} exited ({st}){}", self.what, self.log_note());
+        }
+        Ok(())
+    }
+
+    /// The last lines of the log.
+    pub fn log_tail(&self) -> String {
+        let s = self.log.as_ref().and_then(|p| std::fs::read_to_string(p).ok()).unwrap_or_default();
+        let lines: Vec<&str> = s.lines().collect();
+        lines[lines.len().saturating_sub(15)..].join("\n")
+    }
+
+    /// `":\n"` and the log's tail when the log has anything, else `""`.
+    pub fn log_note(&self) -> String {
+        let t = self.log_tail();
+        if t.trim().is_empty() {
+            String::new()
+        } else {
+            format!(":\n{t}")
+        }
+    }
+
+    /// CPU time (user + system) the process has used, seconds.
+    pub fn cpu_seconds(&self) -> Option<f64> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).ok()?;
+        let rest = &stat[stat.rfind(')')? + 2..];
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        // Fields 14 and 15 of stat (utime, stime) are 12 and 13 after the name.
+        let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+        let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok().flatten().unwrap_or(100).max(1);
+        Some(ticks as f64 / hz as f64)
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_reports_its_exit_with_the_log_and_is_killed_on_drop() {
+        let dir = std::env::temp_dir().join(lab::netns::unique_name("v6gate-bench-proc"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut c = Command::new("sh");
+        c.args(["-c", "echo started; echo broken config >&2; exit 3"]);
+        let mut p = Proc::spawn("dut", c, Some(&dir.join("dut.log"))).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let e = p.alive().unwrap_err().to_string();
+        assert!(e.starts_with("dut exited") && e.contains("broken config"), "{e}");
+        let mut s = Command::new("sleep");
+        s.arg("60");
+        let mut p = Proc::spawn("sleeper", s, None).unwrap();
+        p.alive().unwrap();
+        assert!(p.cpu_seconds().is_some());
+        let pid = p.child.id();
+        drop(p);
+        assert!(!Path::new(&format!("/proc/{pid}")).exists(), "killed and reaped");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn watchdog_cleans_up_when_the_bench_dies() {
+        assert!(lab::netns::am_root(), "network-namespace tests need root (CI runs as root)");
+        let prefix = lab::netns::unique_name("v6bg");
+        let work = std::env::temp_dir().join(format!("{prefix}-work"));
+        let g = RunGuard::new(&format!("{prefix}-"), work.clone()).unwrap();
+        let ns = lab::netns::Netns::create(&format!("{prefix}-x")).unwrap().keep();
+        let mut sleeper = lab::netns::Netns::attach(&ns).command("sleep").arg("60").spawn().unwrap();
+        // A bench process that dies without dropping its guard: only the
+        // watchdog is left to clean up once its pipe closes.
+        let mut g = g;
+        let (mut child, stdin) = g.watchdog.take().expect("sh runs the watchdog");
+        std::mem::forget(g);
+        drop(stdin);
+        child.wait().unwrap();
+        assert!(!lab::netns::exists(&ns), "namespace removed");
+        assert!(!work.exists(), "work directory removed");
+        assert!(!sleeper.wait().unwrap().success(), "the process inside was killed");
+    }
+}

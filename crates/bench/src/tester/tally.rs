@@ -1,0 +1,266 @@
+//! What every tester backend does with what comes back: each packet
+//! carries its index in the trial and its send time; the receiver's
+//! [`Tally`] marks it seen (duplicates and strangers counted apart), judges
+//! it on time or late (later than the budget counts as lost), records its
+//! latency and the trend of the trial, and [`Tally::outcome`] turns that
+//! and the sender's [`SendStats`] into the trial's [`Outcome`].
+
+use serde::Serialize;
+
+use crate::harness::latency::{Latency, LatencyHistogram};
+
+/// Tenths of a trial over which the latency trend is taken.
+const TREND: usize = 10;
+
+/// What became of one received packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// First arrival within the budget, with its latency (ns).
+    OnTime(u64),
+    /// First arrival, later than the budget (lost).
+    Late,
+    /// Seen before.
+    Duplicate,
+    /// Not a packet of this trial.
+    Foreign,
+}
+
+/// A receiver's bookkeeping for one trial of `total` packets (indices
+/// `0..total`).
+#[derive(Debug, Clone)]
+pub struct Tally {
+    total: u64,
+    budget_ns: u64,
+    seen: Vec<u64>,
+    received: u64,
+    late: u64,
+    dup: u64,
+    foreign: u64,
+    hist: LatencyHistogram,
+    trend: [(f64, u64); TREND],
+}
+
+impl Tally {
+    /// Bookkeeping for `total` packets; later than `budget_ns` is late.
+    pub fn new(total: u64, budget_ns: u64) -> Self {
+        Tally {
+            total,
+            budget_ns,
+            seen: vec![0; total.div_ceil(64) as usize],
+            received: 0,
+            late: 0,
+            dup: 0,
+            foreign: 0,
+            hist: LatencyHistogram::new(),
+            trend: [(0.0, 0); TREND],
+        }
+    }
+
+    /// Counts a datagram or frame that is not one of the trial's packets.
+    pub fn foreign(&mut self) {
+        self.foreign += 1;
+    }
+
+    /// Judges packet `index`, sent at `sent_ns`, received at `now_ns`.
+    #[inline]
+    pub fn record(&mut self, index: u64, sent_ns: u64, now_ns: u64) -> Verdict {
+        if index >= self.total {
+            self.foreign += 1;
+            return Verdict::Foreign;
+        }
+        let (w, bit) = ((index / 64) as usize, 1u64 << (index % 64));
+        if self.seen[w] & bit != 0 {
+            self.dup += 1;
+            return Verdict::Duplicate;
+        }
+        self.seen[w] |= bit;
+        self.received += 1;
+        let lat = now_ns.saturating_sub(sent_ns);
+        let t = &mut self.trend[(index * TREND as u64 / self.total) as usize];
+        t.0 += lat as f64;
+        t.1 += 1;
+        if lat > self.budget_ns {
+            self.late += 1;
+            return Verdict::Late;
+        }
+        self.hist.record(lat);
+        Verdict::OnTime(lat)
+    }
+
+    /// Adds another receiver's bookkeeping of the same trial.
+    pub fn merge(&mut self, o: &Tally) {
+        for (a, b) in self.seen.iter_mut().zip(&o.seen) {
+            *a |= b;
+        }
+        self.received += o.received;
+        self.late += o.late;
+        self.dup += o.dup;
+        self.foreign += o.foreign;
+        self.hist.merge(&o.hist);
+        for (a, b) in self.trend.iter_mut().zip(o.trend) {
+            a.0 += b.0;
+            a.1 += b.1;
+        }
+    }
+
+    /// The trial's outcome, with what the sender(s) reported.
+    pub fn outcome(&self, sent: &SendStats, streams: usize) -> Outcome {
+        let received: u64 = self.seen.iter().map(|w| u64::from(w.count_ones())).sum();
+        let missing = sent.sent.saturating_sub(received);
+        let trend_us: Vec<f64> =
+            self.trend.iter().map(|(s, c)| if *c == 0 { 0.0 } else { s / *c as f64 / 1e3 }).collect();
+        let (first, last) = (self.trend[0].1 > 0, self.trend[TREND - 1].1 > 0);
+        let rising_queue = first && last && trend_us[TREND - 1] - trend_us[0] > self.budget_ns as f64 / 4.0 / 1e3;
+        Outcome {
+            streams,
+            sent: sent.sent,
+            on_time: self.hist.count(),
+            late: self.late,
+            missing,
+            duplicates: self.dup,
+            foreign: self.foreign,
+            loss_rate: if sent.sent == 0 { 0.0 } else { (missing + self.late) as f64 / sent.sent as f64 },
+            latency: self.hist.summary(),
+            trend_us,
+            rising_queue,
+            send_lag: sent.lag.summary(),
+            send_errors: sent.errors,
+            sent_pps: if sent.secs > 0.0 { sent.sent as f64 / sent.secs } else { 0.0 },
+        }
+    }
+}
+
+/// What the sender(s) of a trial report.
+#[derive(Debug, Clone, Default)]
+pub struct SendStats {
+    /// Packets sent (refused ones included: they count as missing).
+    pub sent: u64,
+    /// Packets the kernel refused.
+    pub errors: u64,
+    /// How late against the schedule packets were handed to the kernel.
+    pub lag: LatencyHistogram,
+    /// Seconds the sending took (at least the schedule's length).
+    pub secs: f64,
+}
+
+impl SendStats {
+    /// Adds another sender's figures (senders run side by side: the
+    /// longer time counts).
+    pub fn merge(&mut self, o: &SendStats) {
+        self.sent += o.sent;
+        self.errors += o.errors;
+        self.lag.merge(&o.lag);
+        self.secs = self.secs.max(o.secs);
+    }
+}
+
+/// What one trial measured (both benches' JSON carry it).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Outcome {
+    /// Streams (calls' media streams, or flows).
+    pub streams: usize,
+    /// Packets sent.
+    pub sent: u64,
+    /// Received within the budget, each counted once.
+    pub on_time: u64,
+    /// Received, but later than the budget (counted as lost).
+    pub late: u64,
+    /// Never received.
+    pub missing: u64,
+    /// Received more than once (counted once).
+    pub duplicates: u64,
+    /// Datagrams or frames that were not this trial's packets.
+    pub foreign: u64,
+    /// (missing + late) / sent.
+    pub loss_rate: f64,
+    /// Latency of the packets received within the budget.
+    pub latency: Latency,
+    /// Mean latency (µs) of all received packets, per tenth of the trial:
+    /// a rising queue shows as a rising trend.
+    pub trend_us: Vec<f64>,
+    /// The last tenth's mean is more than a quarter budget above the first's.
+    pub rising_queue: bool,
+    /// How late the sender handed packets to the kernel against the
+    /// schedule: large values mean the tester itself fell behind.
+    pub send_lag: Latency,
+    /// Packets the kernel refused to send.
+    pub send_errors: u64,
+    /// The rate the sender achieved, packets per second.
+    pub sent_pps: f64,
+}
+
+impl Outcome {
+    /// Packets lost: missing or late.
+    pub fn lost(&self) -> u64 {
+        self.missing + self.late
+    }
+
+    /// Zero loss (nothing missing, nothing late) and no rising queue.
+    pub fn passes(&self) -> bool {
+        self.sent > 0 && self.lost() == 0 && !self.rising_queue
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sent(n: u64) -> SendStats {
+        SendStats { sent: n, secs: 1.0, ..Default::default() }
+    }
+
+    #[test]
+    fn judges_every_packet_once() {
+        let mut t = Tally::new(200, 1_000);
+        for i in 0..150 {
+            assert_eq!(t.record(i, 1_000, 1_500), Verdict::OnTime(500));
+        }
+        assert_eq!(t.record(5, 0, 10), Verdict::Duplicate);
+        assert_eq!(t.record(150, 0, 5_000), Verdict::Late);
+        assert_eq!(t.record(200, 0, 1), Verdict::Foreign);
+        t.foreign();
+        let o = t.outcome(&sent(200), 3);
+        assert_eq!((o.on_time, o.late, o.missing, o.duplicates, o.foreign), (150, 1, 49, 1, 2));
+        assert_eq!(o.lost(), 50);
+        assert!((o.loss_rate - 0.25).abs() < 1e-12);
+        assert_eq!((o.latency.samples, o.latency.p50_ns, o.streams, o.sent_pps), (150, 500, 3, 200.0));
+        assert!(!o.passes());
+        assert_eq!(Tally::new(0, 1).outcome(&sent(0), 0).loss_rate, 0.0);
+    }
+
+    #[test]
+    fn a_rising_queue_fails_a_trial_without_loss() {
+        let mut t = Tally::new(100, 20_000_000);
+        for i in 0..100 {
+            // Latency grows by 0.1 ms per packet: 10 ms more at the end.
+            t.record(i, 0, 1_000_000 + i * 100_000);
+        }
+        let o = t.outcome(&sent(100), 1);
+        assert_eq!(o.lost(), 0);
+        assert!(o.rising_queue && !o.passes(), "{:?}", o.trend_us);
+        let mut flat = Tally::new(100, 20_000_000);
+        (0..100).for_each(|i| {
+            flat.record(i, 0, 1_000_000);
+        });
+        assert!(flat.outcome(&sent(100), 1).passes());
+    }
+
+    #[test]
+    fn receivers_merge() {
+        let (mut a, mut b) = (Tally::new(10, 100), Tally::new(10, 100));
+        (0..5).for_each(|i| {
+            a.record(i, 0, 10);
+        });
+        (5..10).for_each(|i| {
+            b.record(i, 0, 20);
+        });
+        b.foreign();
+        a.merge(&b);
+        let mut s = sent(6);
+        s.merge(&SendStats { sent: 4, errors: 1, secs: 2.0, ..Default::default() });
+        let o = a.outcome(&s, 2);
+        assert_eq!((o.sent, o.on_time, o.missing, o.foreign, o.send_errors), (10, 10, 0, 1, 1));
+        assert!(o.passes());
+        assert_eq!(o.sent_pps, 5.0);
+    }
+}

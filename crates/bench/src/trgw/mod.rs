@@ -1,0 +1,604 @@
+//! `v6gate bench trgw`: the NICI TrGW experiment (Lin 2008, Figures 8 and
+//! 9) in network namespaces. N concurrent G.711 calls (a 12-byte RTP
+//! header and a 160-byte payload every 20 ms) are set up through the relay with the
+//! ng protocol (offer from the IPv6 side, answer from the IPv4 side), then
+//! every stream sends `--packets` probes IPv6->IPv4, IPv4->IPv6 or both.
+//! The receivers count loss (missing, or later than the 20 ms jitter
+//! budget) and latency from the send time in each payload. The same tester
+//! runs against every relay (v6gate, rtpengine in userspace mode) and
+//! against kernel IPv6 forwarding (no relay), which is the tester's own
+//! ceiling. Output: JSON, a Markdown table, SVG plots like Figures 8 and 9.
+//!
+//! Topology: [`lab::topo::RelayTopo`] (one trial = a fresh relay process
+//! in the same namespaces).
+
+mod relay;
+mod report;
+
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{anyhow, bail, Context as _, Result};
+use clap::{Parser, ValueEnum};
+use lab::netns::Netns;
+use lab::topo::relay_addr::*;
+use lab::topo::RelayTopo;
+use serde::Serialize;
+
+use crate::harness::guard::{Proc, RunGuard};
+use crate::harness::latency::us;
+use crate::harness::search::Start;
+use crate::harness::{cpu, peers};
+use crate::ng;
+use crate::report::Outputs;
+use crate::tester::udp::{self, Load, Stream};
+use crate::tester::{probe, Outcome};
+
+pub use relay::{rtpengine_args, sdp, v6gate_config};
+pub use report::{markdown, zero_loss};
+
+/// Media direction of a trial.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Direction {
+    /// IPv6 UA -> relay -> IPv4 UA.
+    V6v4,
+    /// IPv4 UA -> relay -> IPv6 UA.
+    V4v6,
+    /// Both at once (2 streams per call).
+    Both,
+}
+
+impl Direction {
+    /// "IPv6->IPv4", ...
+    pub fn label(self) -> &'static str {
+        match self {
+            Direction::V6v4 => "IPv6->IPv4",
+            Direction::V4v6 => "IPv4->IPv6",
+            Direction::Both => "both directions",
+        }
+    }
+    /// "v6v4", ... (file names).
+    pub fn key(self) -> &'static str {
+        match self {
+            Direction::V6v4 => "v6v4",
+            Direction::V4v6 => "v4v6",
+            Direction::Both => "both",
+        }
+    }
+}
+
+/// A relay under test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RelayKind {
+    V6gate,
+    Rtpengine,
+}
+
+impl RelayKind {
+    /// The relay's name in the reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            RelayKind::V6gate => "v6gate",
+            RelayKind::Rtpengine => "rtpengine",
+        }
+    }
+}
+
+/// `v6gate bench trgw`: G.711 calls through a media relay (the NICI TrGW test).
+#[derive(Debug, Clone, Parser)]
+pub struct Args {
+    /// Output directory for results.json, results.md and the SVG plots.
+    #[arg(long, default_value = "bench-results/trgw")]
+    pub out: PathBuf,
+    /// Relays to measure.
+    #[arg(long, value_delimiter = ',', default_value = "v6gate,rtpengine")]
+    pub relays: Vec<RelayKind>,
+    /// The v6gate binary (default: this executable).
+    #[arg(long, alias = "v6gate")]
+    pub v6gate_bin: Option<PathBuf>,
+    /// The rtpengine binary; skipped with a note when it cannot be found.
+    #[arg(long, default_value = "rtpengine")]
+    pub rtpengine_bin: PathBuf,
+    /// Media directions.
+    #[arg(long, value_delimiter = ',', default_value = "v6v4,v4v6,both")]
+    pub directions: Vec<Direction>,
+    /// Numbers of concurrent calls for the curves (Figures 8 and 9).
+    #[arg(long, value_delimiter = ',', default_value = "100,250,500,1000,1500,2000")]
+    pub calls: Vec<u32>,
+    /// Packets per stream (the paper sends 10,000; see --full).
+    #[arg(long, default_value_t = 500)]
+    pub packets: u32,
+    /// Send the paper's 10,000 packets per stream (200 s per trial).
+    #[arg(long)]
+    pub full: bool,
+    /// Packets per stream in the zero-loss search trials (default: --packets).
+    #[arg(long)]
+    pub search_packets: Option<u32>,
+    /// Skip the search for the maximum zero-loss number of calls.
+    #[arg(long)]
+    pub no_search: bool,
+    /// Directions searched (default: v6v4 only, the issue's bar).
+    #[arg(long, value_delimiter = ',', default_value = "v6v4")]
+    pub search_directions: Vec<Direction>,
+    /// First number of calls of the search (doubled until loss, then bisected).
+    #[arg(long, default_value_t = 250)]
+    pub search_start: u32,
+    /// In the search, a failing trial is run again up to this many times
+    /// and fails only if every run fails (a one-off hiccup of a shared
+    /// machine must not halve the result). Every run is reported.
+    #[arg(long, default_value_t = 1)]
+    pub confirm: u32,
+    /// Upper bound of every search.
+    #[arg(long, default_value_t = 8000)]
+    pub max_calls: u32,
+    /// Skip the tester-ceiling measurement (kernel forwarding, no relay).
+    #[arg(long)]
+    pub no_ceiling: bool,
+    /// CPUs of the tester threads (taskset list, e.g. "0").
+    #[arg(long, default_value = "0")]
+    pub tester_cpus: String,
+    /// CPUs of the relay under test (taskset list, e.g. "1" or "0-1").
+    #[arg(long, default_value = "1")]
+    pub relay_cpus: String,
+    /// Worker threads asked of each relay (default: number of relay CPUs).
+    #[arg(long)]
+    pub relay_threads: Option<usize>,
+    /// UDP sockets per UA side (calls are spread over them round-robin).
+    #[arg(long, default_value_t = 16)]
+    pub sockets: usize,
+    /// Messages per sendmmsg call.
+    #[arg(long, default_value_t = 8)]
+    pub batch: usize,
+    /// Jitter budget in milliseconds: a later packet counts as lost.
+    #[arg(long, default_value_t = 20)]
+    pub budget_ms: u64,
+    /// Run the relay and the tester threads with SCHED_FIFO priority 10
+    /// (relay under `chrt -f 10`, the same for every relay), so that other
+    /// work on a shared machine cannot take their CPUs. The kernel keeps 5 %
+    /// for everything else (sched_rt_runtime_us).
+    #[arg(long)]
+    pub realtime: bool,
+    /// Keep the relays' logs in the output directory.
+    #[arg(long)]
+    pub keep_logs: bool,
+    /// Smoke run: 50 and 200 calls (unless --calls is given), 200 packets
+    /// per stream (at most), no search.
+    #[arg(long)]
+    pub quick: bool,
+}
+
+impl Args {
+    /// Applies `--quick` and `--full`.
+    pub fn effective(&self) -> Args {
+        let mut a = self.clone();
+        if a.full {
+            a.packets = 10_000;
+        }
+        if a.quick {
+            if a.calls == [100, 250, 500, 1000, 1500, 2000] {
+                a.calls = vec![50, 200];
+            }
+            a.packets = a.packets.min(200);
+            a.no_search = true;
+        }
+        a
+    }
+}
+
+/// One trial's result.
+#[derive(Debug, Clone, Serialize)]
+pub struct Trial {
+    pub calls: u32,
+    pub packets: u32,
+    pub passed: bool,
+    /// Seconds spent setting up the calls over ng (not part of the media test).
+    pub setup_s: f64,
+    /// CPU seconds the relay used per wall second during the media phase.
+    pub relay_cpu: Option<f64>,
+    #[serde(flatten)]
+    pub outcome: Outcome,
+}
+
+/// Result of a search for the maximum zero-loss number of calls.
+#[derive(Debug, Clone, Serialize)]
+pub struct Search {
+    /// The largest number of calls that passed (0 when none did).
+    pub max_zero_loss: u32,
+    /// The smallest that failed, when one did.
+    pub first_failure: Option<u32>,
+    /// No failure up to the bound (the relay may do more).
+    pub capped_at: Option<u32>,
+    pub trials: Vec<Trial>,
+}
+
+/// One device in one direction.
+#[derive(Debug, Clone, Serialize)]
+pub struct DirResult {
+    pub direction: Direction,
+    pub points: Vec<Trial>,
+    pub search: Option<Search>,
+    pub error: Option<String>,
+}
+
+/// One device.
+#[derive(Debug, Clone, Serialize)]
+pub struct Device {
+    pub name: String,
+    pub version: Option<String>,
+    pub skipped: Option<String>,
+    pub directions: Vec<DirResult>,
+}
+
+/// Everything a run produces (results.json).
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub test: &'static str,
+    pub frame_bytes: FrameBytes,
+    pub packets: u32,
+    pub search_packets: u32,
+    pub interval_ms: u64,
+    pub budget_ms: u64,
+    pub tester_cpus: String,
+    pub relay_cpus: String,
+    pub relay_threads: usize,
+    pub realtime: bool,
+    pub sockets_per_side: usize,
+    pub batch: usize,
+    pub online_cpus: usize,
+    pub kernel: String,
+    /// Kernel IPv6 forwarding with no relay: the tester's own ceiling.
+    pub ceiling: Option<Device>,
+    pub relays: Vec<Device>,
+    pub notes: Vec<String>,
+}
+
+/// Ethernet frame sizes of the probes (the paper's 214 and 234 bytes).
+#[derive(Debug, Clone, Serialize)]
+pub struct FrameBytes {
+    pub ipv4: usize,
+    pub ipv6: usize,
+}
+
+fn ua_sockets(ns: &Netns, ip: IpAddr, k: usize) -> Result<Vec<UdpSocket>> {
+    ns.run(|| {
+        (0..k)
+            .map(|_| {
+                let s =
+                    UdpSocket::bind(SocketAddr::new(ip, 0)).with_context(|| format!("binding a UA socket on {ip}"))?;
+                udp::big_buffers(&s, 8 << 20);
+                Ok(s)
+            })
+            .collect()
+    })
+}
+
+/// What every part of a run needs.
+struct Ctx<'a> {
+    args: &'a Args,
+    tester_cpus: Vec<usize>,
+    relay_threads: usize,
+    work: &'a Path,
+    v6gate_bin: PathBuf,
+}
+
+fn streams_for(dir: Direction, dst: &[(SocketAddr, SocketAddr)], k: usize) -> Vec<Stream> {
+    let mut v = Vec::new();
+    for (i, (to6, to4)) in dst.iter().enumerate() {
+        if dir != Direction::V4v6 {
+            v.push(Stream { tx_side: 0, tx_sock: i % k, dst: *to6 });
+        }
+        if dir != Direction::V6v4 {
+            v.push(Stream { tx_side: 1, tx_sock: i % k, dst: *to4 });
+        }
+    }
+    v
+}
+
+fn local_ports(s: &[UdpSocket]) -> Result<Vec<u16>> {
+    s.iter().map(|s| Ok(s.local_addr()?.port())).collect()
+}
+
+/// The device under test: a relay (its kind and binary) or, with `None`,
+/// kernel forwarding (the tester's ceiling).
+type Relay<'a> = Option<(RelayKind, &'a Path)>;
+
+/// One trial: fresh relay (or kernel forwarding), `n` calls, media, result.
+fn trial(ctx: &Ctx, topo: &RelayTopo, relay: Relay, dir: Direction, n: u32, packets: u32) -> Result<Trial> {
+    let k = ctx.args.sockets.clamp(1, n.max(1) as usize);
+    let ua4_ip = if topo.kernel { IpAddr::V6(UA4_V6) } else { IpAddr::V4(UA4) };
+    let s6 = ua_sockets(&topo.ua6, IpAddr::V6(UA6), k)?;
+    let s4 = ua_sockets(&topo.ua4, ua4_ip, k)?;
+    let (p6, p4) = (local_ports(&s6)?, local_ports(&s4)?);
+    let setup_start = Instant::now();
+    let (mut proc_, dst) = match relay {
+        Some((kind, bin)) => {
+            let mut p = relay::start(ctx, topo, kind, bin, &format!("{}-{n}", dir.key()))?;
+            let mut client = topo.relay.run(|| ng::Client::connect(NG.parse()?))?;
+            let dst = relay::setup_calls(&mut client, n, &p6, &p4)
+                .map_err(|e| anyhow!("{e:#}\nrelay log:\n{}", p.log_tail()))?;
+            p.alive()?;
+            (Some(p), dst)
+        }
+        None => {
+            let dst = (0..n as usize)
+                .map(|i| (SocketAddr::new(ua4_ip, p4[i % k]), SocketAddr::new(IpAddr::V6(UA6), p6[i % k])))
+                .collect();
+            (None, dst)
+        }
+    };
+    let setup_s = setup_start.elapsed().as_secs_f64();
+    let load = Load {
+        streams: streams_for(dir, &dst, k),
+        packets,
+        interval_ns: 20_000_000,
+        budget_ns: ctx.args.budget_ms * 1_000_000,
+        batch: ctx.args.batch,
+        cpus: ctx.tester_cpus.clone(),
+        realtime: ctx.args.realtime,
+    };
+    let cpu0 = proc_.as_ref().and_then(Proc::cpu_seconds);
+    let t = Instant::now();
+    let outcome = udp::run(&[s6, s4], &load)?;
+    let wall = t.elapsed().as_secs_f64();
+    let cpu1 = proc_.as_ref().and_then(Proc::cpu_seconds);
+    let relay_cpu = cpu0.zip(cpu1).map(|(a, b)| (b - a).max(0.0) / wall);
+    if let Some(p) = &mut proc_ {
+        p.alive().context("during the trial")?;
+    }
+    Ok(Trial { calls: n, packets, passed: outcome.passes(), setup_s, relay_cpu, outcome })
+}
+
+/// The search for the maximum zero-loss number of calls: doubling from
+/// `start`, then bisection to 5 % (or 10 calls); failures confirmed.
+fn search(
+    run: impl FnMut(u32) -> Result<Trial>,
+    start: u32,
+    max: u32,
+    confirm: u32,
+    log: &mut dyn FnMut(&Trial),
+) -> Result<Search> {
+    let mut run = run;
+    let s = crate::harness::search::Search {
+        max: f64::from(max.max(1)),
+        start: Start::Doubling(f64::from(start.max(1))),
+        resolution: 0.05,
+        min_step: 10.0,
+        max_trials: usize::MAX,
+        confirm,
+        granularity: 1.0,
+    };
+    let found = s.run(|n| {
+        let t = run(n as u32)?;
+        log(&t);
+        if !t.passed && confirm > 0 {
+            eprintln!("  {} calls failed (a failure stands when every one of {} runs fails)", t.calls, confirm + 1);
+        }
+        Ok((t.passed, t))
+    })?;
+    Ok(Search {
+        max_zero_loss: found.best as u32,
+        first_failure: found.first_failure.map(|f| f as u32),
+        capped_at: found.first_failure.is_none().then_some(max),
+        trials: found.trials.into_iter().map(|t| t.result).collect(),
+    })
+}
+
+fn print_trial(who: &str, dir: Direction, t: &Trial) {
+    let o = &t.outcome;
+    let l = &o.latency;
+    eprintln!(
+        "  {who:<9} {:<15} {:>5} calls: loss {:>8.4}% (missing {}, late {}), latency avg {} p50 {} p99 {} p99.9 {} µs{}{} send-lag p99 {} µs{}",
+        dir.label(),
+        t.calls,
+        o.loss_rate * 100.0,
+        o.missing,
+        o.late,
+        us(l.mean_ns),
+        us(l.p50_ns),
+        us(l.p99_ns),
+        us(l.p999_ns),
+        if o.rising_queue { ", RISING QUEUE" } else { "" },
+        t.relay_cpu.map(|c| format!(", relay CPU {:.0}%", c * 100.0)).unwrap_or_default(),
+        us(o.send_lag.p99_ns),
+        if t.passed { "" } else { "  [fail]" },
+    );
+}
+
+fn measure_device(ctx: &Ctx, topo: &RelayTopo, relay: Relay, name: &str, max_calls: u32) -> Vec<DirResult> {
+    let a = ctx.args;
+    let spackets = a.search_packets.unwrap_or(a.packets);
+    let mut out = Vec::new();
+    for &dir in &a.directions {
+        let mut r = DirResult { direction: dir, points: Vec::new(), search: None, error: None };
+        let res: Result<()> = (|| {
+            let want_search = !a.no_search && (relay.is_none() || a.search_directions.contains(&dir));
+            if relay.is_some() || !want_search {
+                for &n in &a.calls {
+                    let t = trial(ctx, topo, relay, dir, n, a.packets)?;
+                    print_trial(name, dir, &t);
+                    r.points.push(t);
+                }
+            }
+            if want_search {
+                let s = search(
+                    |n| trial(ctx, topo, relay, dir, n, spackets),
+                    a.search_start,
+                    max_calls,
+                    a.confirm,
+                    &mut |t| print_trial(name, dir, t),
+                )?;
+                eprintln!(
+                    "  {name:<9} {:<15} max zero-loss calls: {}{}",
+                    dir.label(),
+                    s.max_zero_loss,
+                    s.capped_at.map(|c| format!(" (no loss up to the bound {c})")).unwrap_or_default()
+                );
+                r.search = Some(s);
+            }
+            Ok(())
+        })();
+        if let Err(e) = res {
+            eprintln!("  {name}: {}: error: {e:#}", dir.label());
+            r.error = Some(format!("{e:#}"));
+        }
+        out.push(r);
+    }
+    out
+}
+
+/// Runs the bench and writes the results; returns the report.
+pub fn run(args: Args) -> Result<Report> {
+    let args = args.effective();
+    if !nix::unistd::geteuid().is_root() {
+        bail!("v6gate bench trgw needs root (network namespaces)");
+    }
+    let tester_cpus = cpu::parse_cpus(&args.tester_cpus)?;
+    let relay_cpus = cpu::parse_cpus(&args.relay_cpus)?;
+    if relay_cpus.is_empty() {
+        bail!("--relay-cpus is empty");
+    }
+    let v6gate_bin = peers::v6gate(args.v6gate_bin.as_deref())?;
+    // Created first: an output directory that cannot be written fails the
+    // run before it starts, not after it.
+    let mut out = Outputs::create(&args.out)?;
+    // The namespaces and the relays' configurations and logs go with the
+    // guard, however the run ends.
+    let prefix = format!("v6gate-bt-{}", std::process::id());
+    let guard = RunGuard::new(
+        &format!("{prefix}-"),
+        std::env::temp_dir().join(format!("v6gate-bench-trgw-{}", std::process::id())),
+    )?;
+    let relay_threads = args.relay_threads.unwrap_or(relay_cpus.len());
+    let ctx = Ctx { args: &args, tester_cpus, relay_threads, work: guard.work(), v6gate_bin };
+    let mut notes = vec![format!(
+        "CPU arrangement: tester threads on CPU(s) {}, relay process on CPU(s) {} (taskset), {} relay worker thread(s); \
+         kernel softirq work for the veth links runs on whichever CPU sends.{}",
+        args.tester_cpus,
+        args.relay_cpus,
+        relay_threads,
+        if args.realtime { " Relay and tester threads ran with SCHED_FIFO priority 10." } else { "" }
+    )];
+    eprintln!(
+        "v6gate bench trgw: {} packets per stream, tester on CPU {}, relay on CPU {}",
+        args.packets, args.tester_cpus, args.relay_cpus
+    );
+
+    let mut max_for_relays = args.max_calls;
+    let ceiling = if args.no_ceiling {
+        None
+    } else {
+        eprintln!("tester ceiling (kernel IPv6 forwarding, no relay):");
+        let topo = RelayTopo::build(&format!("{prefix}-k"), true)?;
+        let dirs = measure_device(&ctx, &topo, None, "kernel", args.max_calls);
+        if let Some(c) = dirs.iter().find(|d| d.direction == Direction::V6v4).and_then(|d| d.search.as_ref()) {
+            if c.capped_at.is_none() && c.max_zero_loss > 0 {
+                max_for_relays = c.max_zero_loss;
+                notes.push(format!(
+                    "Relay searches are bounded by the tester ceiling ({} calls): a relay that reaches it is tester-bound.",
+                    c.max_zero_loss
+                ));
+            }
+        }
+        Some(Device {
+            name: "kernel forwarding (tester ceiling)".into(),
+            version: None,
+            skipped: None,
+            directions: dirs,
+        })
+    };
+
+    let mut relays = Vec::new();
+    for &kind in &args.relays {
+        let name = kind.name();
+        let bin = match kind {
+            RelayKind::V6gate => Ok(ctx.v6gate_bin.clone()),
+            RelayKind::Rtpengine => peers::require("rtpengine", &args.rtpengine_bin),
+        };
+        let bin = match bin {
+            Ok(b) => b,
+            Err(why) => {
+                let note = format!("{name} skipped: {why}");
+                eprintln!("{note}");
+                notes.push(note.clone());
+                relays.push(Device { name: name.into(), version: None, skipped: Some(note), directions: vec![] });
+                continue;
+            }
+        };
+        eprintln!("{name}:");
+        let topo = RelayTopo::build(&format!("{prefix}-r"), false)?;
+        let dirs = measure_device(&ctx, &topo, Some((kind, &bin)), name, max_for_relays);
+        relays.push(Device { name: name.into(), version: peers::version(&bin), skipped: None, directions: dirs });
+    }
+
+    let report = Report {
+        test: "NICI TrGW (Lin 2008): G.711 RTP, 20 ms, N concurrent calls through the relay, set up by ng offer/answer",
+        frame_bytes: FrameBytes { ipv4: 14 + 20 + 8 + probe::LEN, ipv6: 14 + 40 + 8 + probe::LEN },
+        packets: args.packets,
+        search_packets: args.search_packets.unwrap_or(args.packets),
+        interval_ms: 20,
+        budget_ms: args.budget_ms,
+        tester_cpus: args.tester_cpus.clone(),
+        relay_cpus: args.relay_cpus.clone(),
+        relay_threads,
+        realtime: args.realtime,
+        sockets_per_side: args.sockets,
+        batch: args.batch,
+        online_cpus: crate::report::online_cpus(),
+        kernel: crate::report::kernel_release(),
+        ceiling,
+        relays,
+        notes,
+    };
+    report::write(&report, &mut out)?;
+    if args.keep_logs {
+        for e in std::fs::read_dir(guard.work())?.flatten() {
+            let _ = std::fs::copy(e.path(), args.out.join(e.file_name()));
+        }
+    }
+    eprintln!("{}", out.summary());
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(super) fn fake_trial(calls: u32, pass: bool) -> Trial {
+        let o = Outcome {
+            streams: calls as usize,
+            sent: 1,
+            on_time: u64::from(pass),
+            missing: u64::from(!pass),
+            ..Default::default()
+        };
+        Trial { calls, packets: 1, passed: o.passes(), setup_s: 0.0, relay_cpu: None, outcome: o }
+    }
+
+    #[test]
+    fn search_finds_the_threshold_in_calls() {
+        let s = search(|n| Ok(fake_trial(n, n <= 1234)), 250, 8000, 0, &mut |_| {}).unwrap();
+        assert!(s.max_zero_loss <= 1234 && s.max_zero_loss >= 1234 - 1234 / 20 - 10, "{}", s.max_zero_loss);
+        let f = s.first_failure.unwrap();
+        assert!(f > 1234 && f - s.max_zero_loss <= (f / 20).max(10));
+        assert_eq!(s.capped_at, None);
+        assert_eq!(s.trials.iter().map(|t| t.calls).take(4).collect::<Vec<_>>(), [250, 500, 1000, 2000]);
+        let capped = search(|n| Ok(fake_trial(n, true)), 250, 1000, 0, &mut |_| {}).unwrap();
+        assert_eq!((capped.max_zero_loss, capped.capped_at), (1000, Some(1000)));
+        let mut logged = 0;
+        let none = search(|n| Ok(fake_trial(n, false)), 250, 1000, 1, &mut |_| logged += 1).unwrap();
+        assert_eq!(none.max_zero_loss, 0);
+        assert_eq!(logged, none.trials.len(), "every run is logged and kept");
+    }
+
+    #[test]
+    fn quick_and_full() {
+        let a = Args::parse_from(["x", "--quick", "--v6gate", "/x/v6gate"]).effective();
+        assert_eq!((a.calls.as_slice(), a.packets, a.no_search), (&[50, 200][..], 200, true));
+        assert_eq!(a.v6gate_bin.as_deref(), Some(Path::new("/x/v6gate")), "--v6gate is an alias");
+        let f = Args::parse_from(["x", "--full", "--calls", "10"]).effective();
+        assert_eq!((f.calls.as_slice(), f.packets, f.no_search), (&[10][..], 10_000, false));
+    }
+}

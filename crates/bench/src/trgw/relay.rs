@@ -1,0 +1,197 @@
+//! The relays under test of `bench trgw` (v6gate's `[trgw]`, rtpengine in
+//! userspace mode): their command lines and configurations, starting one
+//! in the relay namespace until it answers ng, and setting up calls over
+//! ng offer/answer.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context as _, Result};
+use lab::gateconf;
+use lab::topo::relay_addr::*;
+use lab::topo::RelayTopo;
+
+use super::{Ctx, RelayKind};
+use crate::harness::cpu;
+use crate::harness::guard::Proc;
+use crate::ng::{self, Value};
+
+/// Media ports both relays use.
+pub const PORTS: (u16, u16) = (20000, 59999);
+
+/// The `[trgw]` configuration given to `v6gate trgw --config`: one media
+/// interface with both families (as rtpengine gets), ng on [`NG`].
+pub fn v6gate_config(v4: Ipv4Addr, v6: Ipv6Addr, ports: (u16, u16), workers: usize) -> Result<String> {
+    gateconf::V6gate {
+        header: vec!["v6gate bench trgw: relay between the ua6 and ua4 namespaces".into()],
+        trgw: Some(gateconf::Trgw {
+            ng: Some(NG.into()),
+            port_min: ports.0,
+            port_max: ports.1,
+            workers: Some(workers),
+            interface: vec![gateconf::TrgwInterface { name: "pub".into(), ipv4: Some(v4), ipv6: Some(v6) }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+    .render()
+}
+
+/// rtpengine's command-line arguments for the same setup: userspace only
+/// (`--table=-1`), both addresses, ng on `ng`; `threads`: `--num-threads`.
+pub fn rtpengine_args(
+    ng: &str,
+    v4: Ipv4Addr,
+    v6: Ipv6Addr,
+    ports: (u16, u16),
+    threads: Option<usize>,
+    log_level: u8,
+) -> Vec<String> {
+    let mut v: Vec<String> = vec![
+        "--config-file=none".into(),
+        "--foreground".into(),
+        "--table=-1".into(),
+        format!("--interface={v4}"),
+        format!("--interface={v6}"),
+        format!("--listen-ng={ng}"),
+        format!("--port-min={}", ports.0),
+        format!("--port-max={}", ports.1),
+    ];
+    v.extend(threads.map(|t| format!("--num-threads={t}")));
+    v.extend(["--log-stderr".into(), format!("--log-level={log_level}"), "--delete-delay=0".into()]);
+    v
+}
+
+/// Starts `kind` in the relay namespace and waits until it answers an ng
+/// ping (10 s at most).
+pub(super) fn start(ctx: &Ctx, topo: &RelayTopo, kind: RelayKind, bin: &Path, tag: &str) -> Result<Proc> {
+    let place = cpu::placement(&ctx.args.relay_cpus, ctx.args.realtime);
+    let mut cmd = topo.relay.command(&place[0]);
+    cmd.args(&place[1..]).arg(bin);
+    match kind {
+        RelayKind::V6gate => {
+            let cfg = ctx.work.join("v6gate-trgw.toml");
+            std::fs::write(&cfg, v6gate_config(RELAY4, RELAY6, PORTS, ctx.relay_threads)?)?;
+            cmd.arg("trgw").arg("--config").arg(&cfg);
+        }
+        RelayKind::Rtpengine => {
+            cmd.args(rtpengine_args(NG, RELAY4, RELAY6, PORTS, Some(ctx.relay_threads), 4));
+        }
+    }
+    let mut p = Proc::spawn(kind.name(), cmd, Some(&ctx.work.join(format!("{}-{tag}.log", kind.name()))))?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut client = topo.relay.run(|| ng::Client::connect(NG.parse()?))?;
+    client.timeout = Duration::from_millis(200);
+    loop {
+        p.alive().context("at start")?;
+        if client.ping().is_ok() {
+            return Ok(p);
+        }
+        if Instant::now() > deadline {
+            bail!("{} did not answer ng ping on {NG} within 10 s{}", kind.name(), p.log_note());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A realistic offer/answer SDP body for one G.711 call leg.
+pub fn sdp(ip: IpAddr, port: u16, sess: u64) -> String {
+    let fam = if ip.is_ipv4() { "IP4" } else { "IP6" };
+    format!(
+        "v=0\r\no=- {sess} 1 IN {fam} {ip}\r\ns=v6gate-bench\r\nc=IN {fam} {ip}\r\nt=0 0\r\n\
+         m=audio {port} RTP/AVP 0 8 101\r\na=rtpmap:0 PCMU/8000\r\na=rtpmap:8 PCMA/8000\r\n\
+         a=rtpmap:101 telephone-event/8000\r\na=fmtp:101 0-15\r\na=ptime:20\r\na=sendrecv\r\n"
+    )
+}
+
+fn reply_addr(reply: &Value, want_v4: bool, what: &str) -> Result<SocketAddr> {
+    let sdp =
+        reply.get("sdp").and_then(Value::as_str).ok_or_else(|| anyhow!("{what}: reply without sdp: {reply:?}"))?;
+    let a = ng::sdp_audio_addr(sdp).ok_or_else(|| anyhow!("{what}: no audio address in the relay's SDP:\n{sdp}"))?;
+    if a.is_ipv4() != want_v4 {
+        bail!(
+            "{what}: the relay's SDP has {} but the other side is IPv{}:\n{sdp}",
+            a.ip(),
+            if want_v4 { 4 } else { 6 }
+        );
+    }
+    Ok(a)
+}
+
+/// One leg's ng message (offer or answer).
+fn leg(command: &str, call_id: &str, i: usize, sdp_body: String, family: &str) -> Value {
+    let mut items = vec![
+        ("command", Value::str(command)),
+        ("call-id", Value::str(call_id)),
+        ("from-tag", Value::str(&format!("ua6-{i}"))),
+    ];
+    if command == "answer" {
+        items.push(("to-tag", Value::str(&format!("ua4-{i}"))));
+    }
+    items.extend([
+        ("sdp", Value::Bytes(sdp_body.into_bytes())),
+        ("address family", Value::str(family)),
+        ("replace", ng::list(&["origin", "session-connection"])),
+        ("ICE", Value::str("remove")),
+    ]);
+    Value::Dict(items.into_iter().map(|(k, v)| (k.as_bytes().to_vec(), v)).collect())
+}
+
+/// Sets up `n` calls; returns per call (relay address for ua6 to send to,
+/// relay address for ua4 to send to).
+pub(super) fn setup_calls(
+    client: &mut ng::Client,
+    n: u32,
+    p6: &[u16],
+    p4: &[u16],
+) -> Result<Vec<(SocketAddr, SocketAddr)>> {
+    let mut out = Vec::with_capacity(n as usize);
+    for i in 0..n as usize {
+        let call_id = format!("v6gate-bench-{}-{i}", std::process::id());
+        let offer = leg("offer", &call_id, i, sdp(IpAddr::V6(UA6), p6[i % p6.len()], i as u64), "IP4");
+        let r = client.request(&offer).with_context(|| format!("ng offer of call {i}"))?;
+        let to_ua4 = reply_addr(&r, true, "offer")?; // where ua4 sends
+        let answer = leg("answer", &call_id, i, sdp(IpAddr::V4(UA4), p4[i % p4.len()], i as u64), "IP6");
+        let r = client.request(&answer).with_context(|| format!("ng answer of call {i}"))?;
+        let to_ua6 = reply_addr(&r, false, "answer")?; // where ua6 sends
+        out.push((to_ua6, to_ua4));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sdp_is_parsed_back() {
+        let s = sdp(IpAddr::V6(UA6), 4000, 7);
+        assert_eq!(ng::sdp_audio_addr(&s), Some(SocketAddr::new(IpAddr::V6(UA6), 4000)));
+        assert!(s.contains("c=IN IP6 2001:db8:6::2\r\n"));
+    }
+
+    #[test]
+    fn offer_and_answer_messages() {
+        let o = leg("offer", "c1", 3, sdp(IpAddr::V6(UA6), 4000, 3), "IP4");
+        assert_eq!(o.get("from-tag").and_then(Value::as_str), Some("ua6-3"));
+        assert!(o.get("to-tag").is_none());
+        assert_eq!(o.get("address family").and_then(Value::as_str), Some("IP4"));
+        let a = leg("answer", "c1", 3, sdp(IpAddr::V4(UA4), 4000, 3), "IP6");
+        assert_eq!(a.get("to-tag").and_then(Value::as_str), Some("ua4-3"));
+    }
+
+    #[test]
+    fn relay_configurations() {
+        let c = v6gate_config(RELAY4, RELAY6, PORTS, 2).unwrap();
+        assert!(
+            c.contains("ng = \"127.0.0.1:2223\"")
+                && c.contains("workers = 2")
+                && c.contains("ipv6 = \"2001:db8:6::1\""),
+            "{c}"
+        );
+        let r = rtpengine_args(NG, RELAY4, RELAY6, PORTS, Some(3), 4);
+        assert!(r.contains(&"--interface=10.0.4.1".to_string()) && r.contains(&"--num-threads=3".to_string()));
+        assert!(!rtpengine_args(NG, RELAY4, RELAY6, PORTS, None, 6).iter().any(|a| a.starts_with("--num-threads")));
+    }
+}

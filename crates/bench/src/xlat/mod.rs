@@ -1,0 +1,357 @@
+//! `v6gate bench xlat`: RFC 8219 (benchmarking IPv6 transition
+//! technologies) with the RFC 2544 methods, through the
+//! [`lab::topo::BenchTopo`] tester — DUT — tester topology, with a
+//! [`crate::tester::FrameTester`] (`--tester`).
+//!
+//! For each device under test, direction and frame size: throughput (the
+//! highest zero-loss rate, binary search, [`crate::harness::search`]), frame loss rate at
+//! rates above it, latency (median, 99th, 99.9th percentile) and PDV at
+//! the throughput rate, and latency at lower loads. Stateful NAT64 also
+//! gets the connection setup rate (new flows per second without loss) and
+//! the first-packet latency of new sessions. Traffic is UDP with RFC 4814
+//! pseudorandom ports over many flows. See docs/bench-xlat.md.
+
+mod dut;
+mod report;
+mod trial;
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Result};
+use lab::topo::BENCH_PREFIX;
+use serde::Serialize;
+
+use crate::harness::guard::RunGuard;
+use crate::harness::latency::Latency;
+use crate::harness::{cpu, peers};
+use crate::report::Outputs;
+use crate::tester::{frame, Backend};
+
+pub use dut::{tayga_conf, v6gate_conf};
+pub use report::markdown;
+
+/// A device under test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Dut {
+    /// No DUT: the two tester ports on one veth (the tester's ceiling).
+    Tester,
+    /// Linux IPv4 forwarding (IPv4 frames both ways, 20 bytes shorter): the
+    /// ceiling of the DUT namespace and its links.
+    Kernel,
+    /// TAYGA as SIIT (static EAM for the IPv6 host).
+    TaygaSiit,
+    /// TAYGA as NAT64 (dynamic pool: one IPv4 address per IPv6 host).
+    TaygaNat64,
+    /// `v6gate run` with `[siit]`.
+    V6gateSiit,
+    /// `v6gate run` with `[nat64]` (stateful NAT64).
+    V6gateNat64,
+}
+
+impl Dut {
+    /// The DUT's name in the reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Dut::Tester => "tester",
+            Dut::Kernel => "kernel",
+            Dut::TaygaSiit => "tayga-siit",
+            Dut::TaygaNat64 => "tayga-nat64",
+            Dut::V6gateSiit => "v6gate-siit",
+            Dut::V6gateNat64 => "v6gate-nat64",
+        }
+    }
+
+    /// Whether the DUT keeps per-flow state (NAT64).
+    pub fn stateful(self) -> bool {
+        matches!(self, Dut::TaygaNat64 | Dut::V6gateNat64)
+    }
+}
+
+/// Traffic direction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+pub enum Dir {
+    /// IPv6 tester port -> DUT -> IPv4 tester port.
+    #[value(name = "6to4")]
+    #[serde(rename = "6to4")]
+    V6ToV4,
+    /// IPv4 tester port -> DUT -> IPv6 tester port (NAT64: to the sessions
+    /// the 6to4 warm-up created).
+    #[value(name = "4to6")]
+    #[serde(rename = "4to6")]
+    V4ToV6,
+}
+
+/// `v6gate bench xlat` arguments.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// Directory for results.json, results.md and the SVG plots.
+    #[arg(long, default_value = "bench-results/xlat")]
+    pub out: PathBuf,
+    /// Devices under test, in order (comma-separated). Unavailable ones
+    /// (TAYGA not installed, ...) are reported as skipped.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "tester,kernel,tayga-siit,tayga-nat64,v6gate-siit,v6gate-nat64"
+    )]
+    pub dut: Vec<Dut>,
+    /// IPv6 frame sizes in bytes (RFC 8219; the IPv4 side is 20 bytes shorter).
+    #[arg(long, value_delimiter = ',', default_value = "84,512,1280,1518")]
+    pub sizes: Vec<usize>,
+    /// Directions.
+    #[arg(long, value_delimiter = ',', default_value = "6to4,4to6")]
+    pub dir: Vec<Dir>,
+    /// Number of flows (RFC 4814 pseudorandom source/destination ports).
+    #[arg(long, default_value_t = 1024)]
+    pub flows: usize,
+    /// Trial duration, ms.
+    #[arg(long, default_value_t = 2000)]
+    pub trial_ms: u64,
+    /// How long the receiver waits for stragglers after a trial, ms.
+    #[arg(long, default_value_t = 500)]
+    pub drain_ms: u64,
+    /// A frame later than this counts as lost (a growing queue is a failure), ms.
+    #[arg(long, default_value_t = 10)]
+    pub late_ms: u64,
+    /// Highest rate the search tries, frames/s.
+    #[arg(long, default_value_t = 2_000_000.0)]
+    pub max_rate: f64,
+    /// Search resolution (share of the rate).
+    #[arg(long, default_value_t = 0.02)]
+    pub resolution: f64,
+    /// Trials per search at most.
+    #[arg(long, default_value_t = 12)]
+    pub max_trials: usize,
+    /// Loads above the throughput for the frame loss rate, % of throughput.
+    #[arg(long, value_delimiter = ',', default_value = "110,125,150")]
+    pub overload: Vec<u32>,
+    /// Loads below the throughput for latency by load, % of throughput.
+    #[arg(long, value_delimiter = ',', default_value = "10,50,90")]
+    pub loads: Vec<u32>,
+    /// NAT64: new flows in the first-packet latency test.
+    #[arg(long, default_value_t = 2000)]
+    pub setup_flows: usize,
+    /// NAT64: rate of new flows in the first-packet latency test, flows/s.
+    #[arg(long, default_value_t = 1000.0)]
+    pub setup_probe_rate: f64,
+    /// CPUs the DUT process may run on (taskset list).
+    #[arg(long, default_value = "0")]
+    pub dut_cpus: String,
+    /// CPU of the tester's sending thread.
+    #[arg(long, default_value_t = 1)]
+    pub tx_cpu: usize,
+    /// CPU of the tester's receiving thread.
+    #[arg(long, default_value_t = 1)]
+    pub rx_cpu: usize,
+    /// The tester backend that sends and receives the frames.
+    #[arg(long, value_enum, default_value = "af-packet")]
+    pub tester: Backend,
+    /// The v6gate binary the v6gate DUTs run (default: this executable).
+    #[arg(long, alias = "v6gate-bin")]
+    pub v6gate: Option<PathBuf>,
+    /// Extra `[tun]` settings for the v6gate DUTs, as TOML `key = value`
+    /// lines (repeatable), e.g. `--v6gate-tun 'io = "poll"'`.
+    #[arg(long, value_name = "KEY = VALUE")]
+    pub v6gate_tun: Vec<String>,
+    /// Namespace name prefix (namespaces PREFIX-t6, PREFIX-dut, PREFIX-t4).
+    #[arg(long, default_value = BENCH_PREFIX)]
+    pub prefix: String,
+    /// Smoke run: sizes 84 and 1518, short trials, coarse search, one
+    /// overload and one lower load, 200 new flows.
+    #[arg(long)]
+    pub quick: bool,
+}
+
+impl Args {
+    /// Applies `--quick`.
+    pub fn effective(&self) -> Args {
+        let mut a = self.clone();
+        if a.quick {
+            if a.sizes == [84, 512, 1280, 1518] {
+                a.sizes = vec![84, 1518];
+            }
+            a.trial_ms = a.trial_ms.min(500);
+            a.drain_ms = a.drain_ms.min(200);
+            a.resolution = a.resolution.max(0.05);
+            a.max_trials = a.max_trials.min(8);
+            a.overload = vec![125];
+            a.loads = vec![50];
+            a.setup_flows = a.setup_flows.min(200);
+            a.flows = a.flows.min(256);
+        }
+        a
+    }
+}
+
+/// One (DUT, direction, frame size) measurement.
+#[derive(Debug, Clone, Serialize)]
+pub struct Point {
+    /// Direction.
+    pub dir: Dir,
+    /// IPv6 frame size (the label); the IPv4 frames are 20 bytes shorter.
+    pub frame_size: usize,
+    /// Size of the frames the tester sent.
+    pub sent_frame_size: usize,
+    /// Flows actually used.
+    pub flows: usize,
+    /// Throughput: highest zero-loss rate, frames/s.
+    pub throughput_fps: f64,
+    /// The same in Mbit/s of sent frames (FCS included, RFC 2544).
+    pub throughput_mbps: f64,
+    /// Search trials (rate, passed).
+    pub search: Vec<(f64, bool)>,
+    /// Frame loss rate above the throughput.
+    pub loss: Vec<LoadResult>,
+    /// Latency at the throughput rate.
+    pub latency: Option<Latency>,
+    /// Latency at lower loads.
+    pub by_load: Vec<LoadResult>,
+}
+
+/// A trial at a share of the throughput.
+#[derive(Debug, Clone, Serialize)]
+pub struct LoadResult {
+    /// % of throughput.
+    pub load_pct: u32,
+    /// Offered rate, frames/s.
+    pub rate_fps: f64,
+    /// Share of frames lost (late ones included).
+    pub loss_ratio: f64,
+    /// Latency of the frames received.
+    pub latency: Latency,
+}
+
+/// NAT64 session-setup results.
+#[derive(Debug, Clone, Serialize)]
+pub struct Setup {
+    /// Highest rate of new flows (one frame each) without loss, flows/s.
+    pub setup_rate_fps: f64,
+    /// Search trials.
+    pub search: Vec<(f64, bool)>,
+    /// Latency of the first frame of new sessions (at `probe_rate`).
+    pub first_packet: Latency,
+    /// Latency of the same flows' next frame (sessions established).
+    pub established: Latency,
+    /// Rate of the first-packet probe, flows/s.
+    pub probe_rate: f64,
+}
+
+/// Results for one DUT.
+#[derive(Debug, Clone, Serialize)]
+pub struct DutReport {
+    /// DUT name.
+    pub dut: &'static str,
+    /// "ok", "skipped: why" or "error: what".
+    pub status: String,
+    /// Measurements.
+    pub points: Vec<Point>,
+    /// NAT64 session setup.
+    pub setup: Option<Setup>,
+}
+
+/// The whole run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// Online CPUs.
+    pub cpus: usize,
+    /// `uname -r`.
+    pub kernel: String,
+    /// Parameters (the command line, effective).
+    pub params: String,
+    /// Per DUT.
+    pub duts: Vec<DutReport>,
+}
+
+impl Dir {
+    /// "6to4" or "4to6".
+    pub fn name(self) -> &'static str {
+        match self {
+            Dir::V6ToV4 => "6to4",
+            Dir::V4ToV6 => "4to6",
+        }
+    }
+}
+
+/// What every part of a run needs.
+struct Ctx<'a> {
+    a: &'a Args,
+    v6gate: PathBuf,
+    work: &'a std::path::Path,
+    tester: &'a dyn crate::tester::FrameTester,
+    dut_cpus: Vec<usize>,
+}
+
+/// Runs the benchmark and writes the results into `args.out`.
+pub fn run(args: &Args) -> Result<Report> {
+    let a = args.effective();
+    if !nix::unistd::geteuid().is_root() {
+        bail!("v6gate bench xlat builds network namespaces: run it as root");
+    }
+    for &s in &a.sizes {
+        if s < frame::min_frame(true) || s > 1518 {
+            bail!("frame size {s}: RFC 8219 IPv6 frame sizes run from 84 to 1518 bytes");
+        }
+    }
+    let dut_cpus = cpu::parse_cpus(&a.dut_cpus)?;
+    if dut_cpus.is_empty() {
+        bail!("--dut-cpus is empty");
+    }
+    let v6gate = peers::v6gate(a.v6gate.as_deref())?;
+    // Created first: an output directory that cannot be written fails the
+    // run before it starts, not after it.
+    let mut out = Outputs::create(&a.out)?;
+    // The namespaces, the generated DUT configurations and logs go with
+    // the guard, however the run ends.
+    let guard = RunGuard::new(&format!("{}-", a.prefix), PathBuf::from(format!("/run/{}", a.prefix)))?;
+    let tester = a.tester.tester();
+    let ctx = Ctx { a: &a, v6gate, work: guard.work(), tester: tester.as_ref(), dut_cpus };
+    let mut report = Report {
+        cpus: crate::report::online_cpus(),
+        kernel: crate::report::kernel_release(),
+        params: format!("{a:?}"),
+        duts: Vec::new(),
+    };
+    // The tester's ceiling per (direction, size), once measured, caps the
+    // other DUTs' searches: no DUT can forward more than the tester sends.
+    let mut ceiling: Vec<(Dir, usize, f64)> = Vec::new();
+    for &dut in &a.dut {
+        eprintln!("bench xlat: {} ...", dut.name());
+        let r = match dut::availability(dut, &ctx.v6gate) {
+            Some(why) => DutReport { dut: dut.name(), status: format!("skipped: {why}"), points: vec![], setup: None },
+            None => trial::bench_dut(&ctx, dut, &ceiling),
+        };
+        if dut == Dut::Tester {
+            ceiling = r.points.iter().map(|p| (p.dir, p.frame_size, p.throughput_fps)).collect();
+        }
+        eprintln!("bench xlat: {}: {}", dut.name(), r.status);
+        report.duts.push(r);
+    }
+    drop(guard);
+    report::write(&report, &mut out)?;
+    eprintln!("bench xlat: {}", out.summary());
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quick_shrinks_the_run() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct W {
+            #[command(flatten)]
+            a: Args,
+        }
+        let a = W::parse_from(["x", "--quick"]).a.effective();
+        assert_eq!(a.sizes, vec![84, 1518]);
+        assert!(a.trial_ms <= 500 && a.max_trials <= 8);
+        assert_eq!(a.tester, Backend::AfPacket);
+        let full = W::parse_from(["x", "--v6gate-bin", "/x/v6gate"]).a.effective();
+        assert_eq!(full.sizes, vec![84, 512, 1280, 1518]);
+        assert_eq!(full.dir, vec![Dir::V6ToV4, Dir::V4ToV6]);
+        assert_eq!(full.v6gate.as_deref(), Some(std::path::Path::new("/x/v6gate")), "--v6gate-bin is an alias");
+    }
+}

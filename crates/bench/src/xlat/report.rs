@@ -1,0 +1,205 @@
+//! `bench xlat`'s outputs: results.json, results.md, the throughput and
+//! latency-by-load plots.
+
+use anyhow::Result;
+
+use super::{Dir, DutReport, Report};
+use crate::harness::latency::us;
+use crate::report::{markdown_table, Align, LinePlot, Outputs, Series};
+
+/// The Markdown tables of a report.
+pub fn markdown(r: &Report) -> String {
+    use Align::{Left as L, Right as R};
+    let mut o = String::new();
+    o += "# v6gate bench xlat (RFC 8219 / RFC 2544)\n\n";
+    o += &format!("{} CPUs, kernel {}. Parameters: `{}`\n\n", r.cpus, r.kernel, r.params);
+    let mut rows = Vec::new();
+    for d in &r.duts {
+        let status_row = || vec![d.dut.to_owned(), String::new(), String::new(), d.status.clone()];
+        if d.points.is_empty() {
+            rows.push(status_row());
+            continue;
+        }
+        for p in &d.points {
+            let loss: Vec<String> =
+                p.loss.iter().map(|l| format!("{}%: {:.2}%", l.load_pct, l.loss_ratio * 100.0)).collect();
+            let l = p.latency.unwrap_or_default();
+            rows.push(vec![
+                d.dut.to_owned(),
+                p.dir.name().to_owned(),
+                p.frame_size.to_string(),
+                format!("{:.0}", p.throughput_fps),
+                format!("{:.1}", p.throughput_mbps),
+                loss.join(", "),
+                us(l.p50_ns),
+                us(l.p99_ns),
+                us(l.p999_ns),
+                us(l.pdv_ns),
+            ]);
+        }
+        if !d.status.starts_with("ok") {
+            rows.push(status_row());
+        }
+    }
+    o += &markdown_table(
+        &[
+            ("DUT", L),
+            ("dir", L),
+            ("frame", R),
+            ("throughput (fps)", R),
+            ("Mbit/s", R),
+            ("loss above (load: loss)", L),
+            ("lat p50 (us)", R),
+            ("p99", R),
+            ("p99.9", R),
+            ("PDV (us)", R),
+        ],
+        &rows,
+    );
+    let setups: Vec<&DutReport> = r.duts.iter().filter(|d| d.setup.is_some()).collect();
+    if !setups.is_empty() {
+        o += "\n## NAT64 session setup\n\n";
+        let rows: Vec<Vec<String>> = setups
+            .iter()
+            .filter_map(|d| {
+                let s = d.setup.as_ref()?;
+                Some(vec![
+                    d.dut.to_owned(),
+                    format!("{:.0}", s.setup_rate_fps),
+                    us(s.first_packet.p50_ns),
+                    us(s.first_packet.p99_ns),
+                    us(s.established.p50_ns),
+                    us(s.established.p99_ns),
+                ])
+            })
+            .collect();
+        o += &markdown_table(
+            &[
+                ("DUT", L),
+                ("setup rate (new flows/s)", R),
+                ("first packet p50 (us)", R),
+                ("p99", R),
+                ("established p50 (us)", R),
+                ("p99", R),
+            ],
+            &rows,
+        );
+    }
+    o
+}
+
+/// Writes results.json, results.md and per direction throughput-DIR.svg
+/// and latency-DIR.svg into `out`.
+pub(super) fn write(r: &Report, o: &mut Outputs) -> Result<()> {
+    o.json("results.json", r)?;
+    o.text("results.md", &markdown(r))?;
+    for dir in [Dir::V6ToV4, Dir::V4ToV6] {
+        let dname = dir.name();
+        let series: Vec<Series> = r
+            .duts
+            .iter()
+            .map(|d| Series {
+                name: d.dut.into(),
+                points: d
+                    .points
+                    .iter()
+                    .filter(|p| p.dir == dir)
+                    .map(|p| (p.frame_size as f64, p.throughput_fps / 1e6))
+                    .collect(),
+            })
+            .filter(|s| !s.points.is_empty())
+            .collect();
+        if series.is_empty() {
+            continue;
+        }
+        let plot = LinePlot {
+            title: format!("Zero-loss throughput, {dname}"),
+            x_label: "IPv6 frame size (bytes)".into(),
+            y_label: "Mframes/s".into(),
+            series,
+        };
+        o.svg(&format!("throughput-{dname}.svg"), &plot)?;
+        let smallest = r.duts.iter().flat_map(|d| d.points.iter()).map(|p| p.frame_size).min().unwrap_or(84);
+        let series: Vec<Series> = r
+            .duts
+            .iter()
+            .filter_map(|d| {
+                let p = d.points.iter().find(|p| p.dir == dir && p.frame_size == smallest)?;
+                let pts = p.by_load.iter().map(|l| (f64::from(l.load_pct), l.latency.p50_ns as f64 / 1000.0)).collect();
+                Some(Series { name: d.dut.into(), points: pts })
+            })
+            .collect();
+        let plot = LinePlot {
+            title: format!("Median latency by load, {dname}, {smallest}-byte frames"),
+            x_label: "load (% of the DUT's throughput)".into(),
+            y_label: "median latency (us)".into(),
+            series,
+        };
+        o.svg(&format!("latency-{dname}.svg"), &plot)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Point;
+    use super::*;
+    use crate::harness::latency::Latency;
+
+    fn report() -> Report {
+        Report {
+            cpus: 2,
+            kernel: "k".into(),
+            params: "p".into(),
+            duts: vec![
+                DutReport {
+                    dut: "tayga-siit",
+                    status: "skipped: tayga is not installed".into(),
+                    points: vec![],
+                    setup: None,
+                },
+                DutReport {
+                    dut: "kernel",
+                    status: "ok".into(),
+                    points: vec![Point {
+                        dir: Dir::V6ToV4,
+                        frame_size: 84,
+                        sent_frame_size: 64,
+                        flows: 2,
+                        throughput_fps: 1000.0,
+                        throughput_mbps: 0.512,
+                        search: vec![(1000.0, true)],
+                        loss: vec![],
+                        latency: Some(Latency { p50_ns: 12_345, ..Default::default() }),
+                        by_load: vec![],
+                    }],
+                    setup: None,
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn markdown_lists_every_dut() {
+        let md = markdown(&report());
+        assert!(md.contains("| tayga-siit |  |  | skipped: tayga is not installed |"), "{md}");
+        assert!(md.contains("| kernel | 6to4 | 84 | 1000 | 0.5 |  | 12.3 |"), "{md}");
+        assert!(md.contains("|---|---|---:|---:|"), "{md}");
+    }
+
+    #[test]
+    fn writes_json_markdown_and_plots() {
+        let dir = std::env::temp_dir().join(lab::netns::unique_name("v6gate-bench-xlat-report"));
+        let mut o = Outputs::create(&dir).unwrap();
+        write(&report(), &mut o).unwrap();
+        assert_eq!(
+            o.summary(),
+            format!("wrote results.json, results.md, throughput-6to4.svg and latency-6to4.svg in {}", dir.display())
+        );
+        let json: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap();
+        assert_eq!(json["duts"][1]["points"][0]["latency"]["p50_ns"], 12_345);
+        assert_eq!(json["duts"][1]["points"][0]["search"][0], serde_json::json!([1000.0, true]));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,334 @@
+//! The measurements of `bench xlat`: frame templates per DUT and
+//! direction, trials on the frame tester, throughput search, loss above
+//! and latency below the throughput, NAT64 session setup.
+
+use std::net::{IpAddr, Ipv6Addr};
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use lab::topo::bench_addr::*;
+use lab::topo::BenchTopo;
+
+use super::{dut, Ctx, Dir, Dut, DutReport, LoadResult, Point, Setup};
+use crate::harness::guard::Proc;
+use crate::harness::latency::us;
+use crate::harness::search::{Found, Search};
+use crate::tester::frame::{self, Header, Template};
+use crate::tester::{Port, TrialResult, TrialSpec};
+
+static TRIAL_ID: AtomicU16 = AtomicU16::new(1);
+
+/// The emulated IPv6 host for new-session tests: `2001:db8:46::<tag>:<n>`.
+fn host6(tag: u16, n: u16) -> Ipv6Addr {
+    Ipv6Addr::new(0x2001, 0xdb8, 0x46, 0, 0, 0, tag, n)
+}
+
+/// Frame templates and ports for one direction.
+struct Streams {
+    tx: Port,
+    rx: Port,
+    flows: Arc<Vec<Template>>,
+    sent_size: usize,
+    rx_v6: bool,
+}
+
+fn ports(topo: &BenchTopo, ctx: &Ctx, dir: Dir) -> (Port, Port) {
+    let p6 = Port { ns: topo.t6.name().to_owned(), ifname: "t6".into(), cpus: vec![] };
+    let p4 = Port { ns: topo.t4.name().to_owned(), ifname: "t4".into(), cpus: vec![] };
+    let (tx, rx) = (vec![ctx.a.tx_cpu], vec![ctx.a.rx_cpu]);
+    match dir {
+        Dir::V6ToV4 => (Port { cpus: tx, ..p6 }, Port { cpus: rx, ..p4 }),
+        Dir::V4ToV6 => (Port { cpus: tx, ..p4 }, Port { cpus: rx, ..p6 }),
+    }
+}
+
+/// The headers of each flow for `dut` and `dir`. `nat` maps flow i to the
+/// IPv4 source address and port the NAT64 gave it (4to6 through NAT64).
+fn headers(dut: Dut, dir: Dir, flow_ports: &[(u16, u16)], nat: Option<&[Option<(IpAddr, u16)>]>) -> Vec<Header> {
+    let v6_out = |sport, dport| Header {
+        dst_mac: D6_MAC,
+        src_mac: T6_MAC,
+        src: IpAddr::V6(HOST6),
+        dst: IpAddr::V6(in_pool6(HOST4)),
+        sport,
+        dport,
+    };
+    let v4_in = |dst: IpAddr, sport, dport| Header {
+        dst_mac: D4_MAC,
+        src_mac: T4_MAC,
+        src: IpAddr::V4(HOST4),
+        dst,
+        sport,
+        dport,
+    };
+    let mut out = Vec::with_capacity(flow_ports.len());
+    for (i, &(sp, dp)) in flow_ports.iter().enumerate() {
+        let h = match (dut, dir) {
+            (Dut::Tester, Dir::V6ToV4) => Header { dst_mac: T4_MAC, ..v6_out(sp, dp) },
+            (Dut::Tester, Dir::V4ToV6) => Header { dst_mac: D6_MAC, ..v4_in(IpAddr::V4(HOST6_AS_V4), dp, sp) },
+            (Dut::Kernel, Dir::V6ToV4) => {
+                Header { src: IpAddr::V4(HOST6_AS_V4), dst: IpAddr::V4(HOST4), ..v6_out(sp, dp) }
+            }
+            (Dut::Kernel, Dir::V4ToV6) | (Dut::TaygaSiit | Dut::V6gateSiit, Dir::V4ToV6) => {
+                v4_in(IpAddr::V4(HOST6_AS_V4), dp, sp)
+            }
+            (_, Dir::V6ToV4) => v6_out(sp, dp),
+            (_, Dir::V4ToV6) => match nat.and_then(|m| m.get(i).copied().flatten()) {
+                Some((addr, port)) => v4_in(addr, dp, port),
+                None => continue,
+            },
+        };
+        out.push(h);
+    }
+    out
+}
+
+/// Whether the frames this DUT and direction send are IPv6.
+fn sends_v6(dut: Dut, dir: Dir) -> bool {
+    dir == Dir::V6ToV4 && dut != Dut::Kernel
+}
+
+fn streams(topo: &BenchTopo, ctx: &Ctx, dut: Dut, dir: Dir, size: usize, hdrs: &[Header]) -> Result<Streams> {
+    let sent_size = if sends_v6(dut, dir) { size } else { size - 20 };
+    let flows = hdrs.iter().map(|h| Template::new(h, sent_size)).collect::<Result<Vec<_>, _>>()?;
+    if flows.is_empty() {
+        bail!("no flows to send");
+    }
+    let (tx, rx) = ports(topo, ctx, dir);
+    // What arrives: IPv6 after a translator in 4to6, IPv4 after one in 6to4;
+    // unchanged without a translator.
+    let translates = !matches!(dut, Dut::Tester | Dut::Kernel);
+    let rx_v6 = if translates { dir == Dir::V4ToV6 } else { sends_v6(dut, dir) };
+    Ok(Streams { tx, rx, flows: Arc::new(flows), sent_size, rx_v6 })
+}
+
+fn trial(ctx: &Ctx, s: &Streams, rate: f64, ms: u64, learn: bool) -> Result<TrialResult> {
+    let frames = ((rate * ms as f64 / 1000.0).round() as u64).max(1);
+    trial_frames(ctx, s, rate, frames, learn)
+}
+
+fn trial_frames(ctx: &Ctx, s: &Streams, rate: f64, frames: u64, learn: bool) -> Result<TrialResult> {
+    let spec = TrialSpec {
+        tx: s.tx.clone(),
+        rx: s.rx.clone(),
+        flows: s.flows.clone(),
+        rate_pps: rate,
+        frames,
+        drain: Duration::from_millis(ctx.a.drain_ms),
+        late: Duration::from_millis(ctx.a.late_ms),
+        id: TRIAL_ID.fetch_add(1, Ordering::Relaxed),
+        learn,
+        batch: 32,
+        rx_v6: s.rx_v6,
+    };
+    let r = ctx.tester.run_trial(&spec)?;
+    if std::env::var_os("V6GATE_BENCH_DEBUG").is_some() {
+        let o = &r.outcome;
+        eprintln!(
+            "  trial {}: rate {rate:.0} sent {} ({:.0}/s) received {} late {} p50 {} us p99 {} us",
+            spec.id,
+            o.sent,
+            o.sent_pps,
+            o.on_time,
+            o.late,
+            us(o.latency.p50_ns),
+            us(o.latency.p99_ns)
+        );
+    }
+    Ok(r)
+}
+
+/// A trial passes with no frame lost or late, at (nearly) the offered rate
+/// (a tester that cannot keep up fails the trial: its ceiling shows).
+fn passed(r: &TrialResult, rate: f64) -> bool {
+    r.outcome.lost() == 0 && r.outcome.sent_pps >= 0.95 * rate
+}
+
+/// The search trials as the report lists them: (rate, passed).
+fn tried<T>(f: &Found<T>) -> Vec<(f64, bool)> {
+    f.trials.iter().map(|t| (t.load, t.passed)).collect()
+}
+
+fn measure_point(ctx: &Ctx, s: &Streams, dir: Dir, size: usize, max: f64, proc_: &mut Option<Proc>) -> Result<Point> {
+    let a = ctx.a;
+    let alive = |p: &mut Option<Proc>| p.as_mut().map_or(Ok(()), Proc::alive);
+    // Warm-up (RFC 2544 §23 learning frames): every flow once, slowly.
+    trial(ctx, s, 20_000.0, (s.flows.len() as u64 * 2 * 1000 / 20_000).max(50), false)?;
+    let found = Search::rfc2544(max, a.resolution, a.max_trials).run(|rate| {
+        alive(proc_)?;
+        let r = trial(ctx, s, rate, a.trial_ms, false)?;
+        Ok((passed(&r, rate), ()))
+    })?;
+    alive(proc_)?;
+    let tput = found.best;
+    let mut p = Point {
+        dir,
+        frame_size: size,
+        sent_frame_size: s.sent_size,
+        flows: s.flows.len(),
+        throughput_fps: tput,
+        throughput_mbps: tput * s.sent_size as f64 * 8.0 / 1e6,
+        search: tried(&found),
+        loss: vec![],
+        latency: None,
+        by_load: vec![],
+    };
+    if tput <= 0.0 {
+        return Ok(p);
+    }
+    let at = |pct: u32| -> Result<LoadResult> {
+        let rate = tput * f64::from(pct) / 100.0;
+        let o = trial(ctx, s, rate, a.trial_ms, false)?.outcome;
+        Ok(LoadResult { load_pct: pct, rate_fps: rate, loss_ratio: o.loss_rate, latency: o.latency })
+    };
+    for &pct in &a.overload {
+        p.loss.push(at(pct)?);
+    }
+    let full = at(100)?;
+    p.latency = Some(full.latency);
+    for &pct in &a.loads {
+        p.by_load.push(at(pct)?);
+    }
+    p.by_load.push(full);
+    Ok(p)
+}
+
+/// NAT64 4to6 needs sessions: send every flow 6to4 and learn the IPv4
+/// address and port the DUT mapped it to.
+fn learn_nat(ctx: &Ctx, topo: &BenchTopo, dut: Dut, flow_ports: &[(u16, u16)]) -> Result<Vec<Option<(IpAddr, u16)>>> {
+    let hdrs = headers(dut, Dir::V6ToV4, flow_ports, None);
+    let s = streams(topo, ctx, dut, Dir::V6ToV4, 84, &hdrs)?;
+    let ms = (flow_ports.len() as u64 * 3 * 1000 / 20_000).max(100);
+    Ok(trial(ctx, &s, 20_000.0, ms, true)?.seen_src)
+}
+
+fn new_flow_streams(ctx: &Ctx, topo: &BenchTopo, tag: u16, n: usize) -> Result<Streams> {
+    let per_addr = 64512usize;
+    let ports = frame::rfc4814_ports(n.min(per_addr), 4814 + u64::from(tag));
+    let hdrs: Vec<Header> = (0..n)
+        .map(|i| {
+            let (sp, dp) = ports[i % ports.len()];
+            Header {
+                dst_mac: D6_MAC,
+                src_mac: T6_MAC,
+                src: IpAddr::V6(host6(tag, 1 + (i / per_addr) as u16)),
+                dst: IpAddr::V6(in_pool6(HOST4)),
+                sport: sp,
+                dport: dp,
+            }
+        })
+        .collect();
+    streams(topo, ctx, Dut::V6gateNat64, Dir::V6ToV4, 84, &hdrs)
+}
+
+/// Sends every template exactly once at `rate` (a trial of `flows` frames).
+fn once_each(ctx: &Ctx, s: &Streams, rate: f64) -> Result<TrialResult> {
+    trial_frames(ctx, s, rate, s.flows.len() as u64, false)
+}
+
+fn measure_setup(ctx: &Ctx, topo: &BenchTopo, proc_: &mut Option<Proc>) -> Result<Setup> {
+    let a = ctx.a;
+    let alive = |p: &mut Option<Proc>| p.as_mut().map_or(Ok(()), Proc::alive);
+    // First-packet latency: new flows at a low rate, then the same flows again.
+    let probe = new_flow_streams(ctx, topo, 1, a.setup_flows)?;
+    let first = once_each(ctx, &probe, a.setup_probe_rate)?;
+    let again = once_each(ctx, &probe, a.setup_probe_rate)?;
+    alive(proc_)?;
+    // Setup rate: each trial sends fresh flows (a new IPv6 source prefix tag).
+    let mut tag = 100u16;
+    let found = Search::rfc2544(a.max_rate.min(1_000_000.0), a.resolution, a.max_trials).run(|rate| {
+        alive(proc_)?;
+        tag += 1;
+        // At most 131,072 new sessions per trial (a shorter trial at high
+        // rates): the templates stay small and a dozen trials stay within
+        // the DUT's session table.
+        let n = ((rate * a.trial_ms as f64 / 1000.0) as usize).clamp(1, 1 << 17);
+        let s = new_flow_streams(ctx, topo, tag, n)?;
+        let r = once_each(ctx, &s, rate)?;
+        Ok((passed(&r, rate), ()))
+    })?;
+    Ok(Setup {
+        setup_rate_fps: found.best,
+        search: tried(&found),
+        first_packet: first.outcome.latency,
+        established: again.outcome.latency,
+        probe_rate: a.setup_probe_rate,
+    })
+}
+
+/// Every measurement of one DUT; an error ends the DUT with `error: ...`.
+pub(super) fn bench_dut(ctx: &Ctx, dut: Dut, ceiling: &[(Dir, usize, f64)]) -> DutReport {
+    let a = ctx.a;
+    let mut rep = DutReport { dut: dut.name(), status: "ok".into(), points: vec![], setup: None };
+    let res = (|| -> Result<()> {
+        let flow_ports = frame::rfc4814_ports(a.flows, 4814);
+        for &dir in &a.dir {
+            // A fresh topology and DUT per direction (NAT64 state from the
+            // other direction does not carry over).
+            let topo = BenchTopo::create(&a.prefix, dut == Dut::Tester)?;
+            let mut proc_ = dut::start(ctx, dut, &topo)?;
+            let nat = if dut.stateful() && dir == Dir::V4ToV6 {
+                let m = learn_nat(ctx, &topo, dut, &flow_ports)?;
+                if m.iter().all(Option::is_none) {
+                    bail!("no NAT64 session was created by the 6to4 warm-up");
+                }
+                Some(m)
+            } else {
+                None
+            };
+            let hdrs = headers(dut, dir, &flow_ports, nat.as_deref());
+            for &size in &a.sizes {
+                let s = streams(&topo, ctx, dut, dir, size, &hdrs)?;
+                let max = ceiling
+                    .iter()
+                    .find(|c| c.0 == dir && c.1 == size && c.2 > 0.0)
+                    .map_or(a.max_rate, |c| c.2.min(a.max_rate));
+                let p = measure_point(ctx, &s, dir, size, max, &mut proc_)?;
+                eprintln!(
+                    "bench xlat: {} {} {size}: {:.0} fps, p50 {} us",
+                    dut.name(),
+                    dir.name(),
+                    p.throughput_fps,
+                    p.latency.map_or(0, |l| l.p50_ns / 1000)
+                );
+                rep.points.push(p);
+            }
+        }
+        if dut.stateful() {
+            let topo = BenchTopo::create(&a.prefix, false)?;
+            let mut proc_ = dut::start(ctx, dut, &topo)?;
+            rep.setup = Some(measure_setup(ctx, &topo, &mut proc_)?);
+        }
+        Ok(())
+    })();
+    if let Err(e) = res {
+        rep.status = format!("error: {e:#}");
+    }
+    rep
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_per_dut_and_direction() {
+        let ports = [(40000u16, 53u16), (40001, 54)];
+        let h = headers(Dut::TaygaSiit, Dir::V6ToV4, &ports, None);
+        assert_eq!(h[0].dst.to_string(), "2001:db8:64::cb00:710a");
+        assert_eq!((h[1].sport, h[1].dport), (40001, 54));
+        let h = headers(Dut::V6gateSiit, Dir::V4ToV6, &ports, None);
+        assert_eq!((h[0].src, h[0].dst), (IpAddr::V4(HOST4), IpAddr::V4(HOST6_AS_V4)));
+        assert_eq!((h[0].sport, h[0].dport), (53, 40000), "replies go back to the flow's source port");
+        let k = headers(Dut::Kernel, Dir::V6ToV4, &ports, None);
+        assert!(k[0].src.is_ipv4() && k[0].dst.is_ipv4());
+        // NAT64 4to6: only flows with a learned mapping, to the mapped address and port.
+        let m = [None, Some((IpAddr::V4("203.0.113.129".parse().unwrap()), 2000))];
+        let n = headers(Dut::V6gateNat64, Dir::V4ToV6, &ports, Some(&m));
+        assert_eq!(n.len(), 1);
+        assert_eq!((n[0].dst.to_string().as_str(), n[0].sport, n[0].dport), ("203.0.113.129", 54, 2000));
+        assert_eq!(host6(7, 1).to_string(), "2001:db8:46::7:1");
+    }
+}

@@ -1,0 +1,131 @@
+//! Network-namespace tests of the benches: tiny runs against kernel
+//! forwarding (no peer needed) that check the testers work end to end,
+//! the reports are written in their shape, and nothing is left behind.
+//! They check that the tester works, not how fast anything is.
+//!
+//! Each test uses its own namespace prefix and removes its namespaces,
+//! also when it fails (`PrefixGuard`).
+
+use lab::netns::{self, am_root, unique_name, PrefixGuard};
+
+#[test]
+fn bench_smoke_against_kernel_forwarding() {
+    use clap::Parser;
+    assert!(am_root(), "network-namespace tests need root (CI runs as root)");
+    #[derive(Parser)]
+    struct W {
+        #[command(flatten)]
+        a: bench::xlat::Args,
+    }
+    let prefix = unique_name("v6lb");
+    let _guard = PrefixGuard(prefix.clone());
+    let out = std::env::temp_dir().join(format!("{prefix}-out"));
+    let out_s = out.to_string_lossy().into_owned();
+    // Low rates and a generous lateness limit: this checks that the tester
+    // works end to end, not how fast anything is.
+    let a = W::parse_from([
+        "x",
+        "--dut",
+        "kernel",
+        "--dir",
+        "6to4",
+        "--sizes",
+        "84",
+        "--flows",
+        "16",
+        "--max-rate",
+        "2000",
+        "--trial-ms",
+        "300",
+        "--drain-ms",
+        "300",
+        "--late-ms",
+        "2000",
+        "--max-trials",
+        "4",
+        "--overload",
+        "150",
+        "--loads",
+        "50",
+        "--prefix",
+        &prefix,
+        "--out",
+        &out_s,
+    ])
+    .a;
+    let r = bench::xlat::run(&a).unwrap();
+    let d = &r.duts[0];
+    assert_eq!(d.status, "ok");
+    let p = &d.points[0];
+    assert!(p.throughput_fps > 0.0, "a zero-loss rate was found: {:?}", p.search);
+    let l = p.latency.expect("latency at the throughput rate");
+    assert!(l.samples > 0);
+    assert!(l.min_ns <= l.p50_ns && l.p50_ns <= l.p99_ns && l.p99_ns <= l.p999_ns && l.p999_ns <= l.max_ns);
+    assert_eq!(l.pdv_ns, l.p999_ns - l.min_ns);
+    assert_eq!(p.sent_frame_size, 64, "kernel forwarding sends IPv4 frames 20 bytes shorter");
+    for f in ["results.json", "results.md", "throughput-6to4.svg", "latency-6to4.svg"] {
+        assert!(out.join(f).exists(), "{f} written");
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    assert_eq!(json["duts"][0]["dut"], "kernel");
+    assert!(!netns::exists(&format!("{prefix}-dut")), "bench namespaces removed");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn trgw_smoke_against_kernel_forwarding() {
+    use clap::Parser;
+    assert!(am_root(), "network-namespace tests need root (CI runs as root)");
+    let out = std::env::temp_dir().join(unique_name("v6gate-bt-test-out"));
+    let out_s = out.to_string_lossy().into_owned();
+    // The ceiling only (kernel forwarding between the UA namespaces); the
+    // relay row is skipped with a note, as when rtpengine is not installed.
+    let a = bench::trgw::Args::parse_from([
+        "x",
+        "--relays",
+        "rtpengine",
+        "--rtpengine-bin",
+        "/nonexistent/rtpengine",
+        "--directions",
+        "v6v4,both",
+        "--calls",
+        "5",
+        "--packets",
+        "20",
+        "--no-search",
+        "--sockets",
+        "2",
+        "--budget-ms",
+        "2000",
+        "--tester-cpus",
+        "",
+        "--out",
+        &out_s,
+    ]);
+    let r = bench::trgw::run(a).unwrap();
+    let c = r.ceiling.as_ref().expect("the tester ceiling ran");
+    assert_eq!(c.directions.len(), 2);
+    for d in &c.directions {
+        assert!(d.error.is_none(), "{:?}", d.error);
+        let t = &d.points[0];
+        let streams = if d.direction == bench::trgw::Direction::Both { 10 } else { 5 };
+        assert_eq!((t.calls, t.outcome.streams, t.outcome.sent), (5, streams, 20 * streams as u64));
+        assert_eq!(t.outcome.lost(), 0, "kernel forwarding at 250 packets/s loses nothing: {:?}", t.outcome);
+        let l = t.outcome.latency;
+        assert_eq!(l.samples, t.outcome.on_time);
+        assert!(l.min_ns <= l.p50_ns && l.p50_ns <= l.p99_ns && l.p99_ns <= l.max_ns, "{l:?}");
+    }
+    assert!(r.relays[0].skipped.as_deref().is_some_and(|s| s.contains("not installed")), "{:?}", r.relays[0]);
+    for f in ["results.json", "results.md", "fig8-loss-v6v4.svg", "fig9-latency-both.svg"] {
+        assert!(out.join(f).exists(), "{f} written");
+    }
+    let md = std::fs::read_to_string(out.join("results.md")).unwrap();
+    assert!(md.contains("| kernel forwarding (tester ceiling) | 5 |"), "{md}");
+    let left: Vec<String> = std::fs::read_dir(netns::NETNS_DIR)
+        .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    let mine = format!("v6gate-bt-{}-", std::process::id());
+    assert!(!left.iter().any(|n| n.starts_with(&mine)), "bench namespaces removed: {left:?}");
+    let _ = std::fs::remove_dir_all(&out);
+}

@@ -1,0 +1,605 @@
+//! The daemon's TOML configuration.
+//!
+//! One optional table per function: `[siit]` (read here, module `siit`),
+//! `[nat64]`, `[dns64]` and `[trgw]` (each read by its own crate), and the
+//! daemon's own `[tun]`, `[admin]` and `[daemon]` (module `daemon`). This
+//! module holds the file-level [`Config`], its errors (with line and
+//! column) and the parse entry points; `example` builds the text of
+//! `v6gate config example`. Building the engines from a checked
+//! configuration is the daemon's job (`daemon::engine`).
+//!
+//! Keys are kebab-case and follow Jool's names where Jool has the same knob,
+//! so operators can carry settings over. Parsing is strict: unknown keys,
+//! wrong types and invalid prefixes are errors, and every error names the
+//! file, the line and column when known, and the key at fault, e.g.
+//!
+//! ```text
+//! config error in /etc/v6gate.toml: line 2, column 9: [siit] pool6: `2001:db8::1/32` has bits set beyond its prefix length
+//! ```
+//!
+//! Defaults come from [`xlat::siit::Config::default`], so the packet plane
+//! and this file cannot disagree about them.
+
+mod daemon;
+mod example;
+mod siit;
+
+pub use daemon::{
+    AdminConfig, DaemonConfig, IfAddr, TunConfig, ADMIN_KEYS, DAEMON_KEYS, DEFAULT_ADMIN_LISTEN, DEFAULT_TUN_NAME,
+    LOG_LEVELS, MAX_QUEUES, TUN_KEYS,
+};
+pub use example::example;
+pub use siit::SIIT_KEYS;
+
+use core::fmt;
+use core::ops::Range;
+use core::str::FromStr;
+use std::path::{Path, PathBuf};
+
+use confval::{Alias, IoMode};
+use serde::Deserialize;
+use toml::Spanned;
+use xlat::addr::AddrError;
+
+use daemon::{AdminToml, DaemonToml, TunToml};
+use siit::SiitToml;
+
+/// Top-level tables that configure a translation function (at least one
+/// must be present).
+pub const TABLES: &[&str] = &["siit", "nat64", "dns64", "trgw"];
+
+/// Top-level tables of the daemon itself (`v6gate run`); all optional.
+/// `v6gate translate` ignores them.
+pub const DAEMON_TABLES: &[&str] = &["tun", "admin", "daemon"];
+
+/// A parsed configuration file. Every table is optional; [`Config::check`]
+/// (run by [`Config::load`]) insists that at least one function is
+/// configured and that each configured one can be built.
+#[derive(Debug, Clone, Default)]
+pub struct Config {
+    /// `[siit]`: the stateless IP/ICMP translator (RFC 7915).
+    pub siit: Option<xlat::siit::Config>,
+    /// `[nat64]`: stateful NAT64 (RFC 6146) or NAT-PT pool mode, crate `nat64`.
+    pub nat64: Option<nat64::Config>,
+    /// `[dns64]`: the DNS64 resolver front end (RFC 6147), crate `dns64`.
+    pub dns64: Option<dns64::Config>,
+    /// `[tun]`: the daemon's TUN device (defaults when the table is absent).
+    pub tun: TunConfig,
+    /// `[admin]`: the admin HTTP API.
+    pub admin: AdminConfig,
+    /// `[daemon]`: logging and rate limits.
+    pub daemon: DaemonConfig,
+    /// `[trgw]`: the media relay (see the `trgw` crate).
+    pub trgw: Option<trgw::Config>,
+    /// The file this came from, for error messages.
+    origin: Option<PathBuf>,
+    /// Deprecated spellings found (see [`Config::warnings`]).
+    warnings: Vec<Warning>,
+}
+
+/// The class of a configuration error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The file could not be read.
+    Io,
+    /// The text is not valid TOML.
+    Syntax,
+    /// A key or table v6gate does not know.
+    UnknownKey,
+    /// A value of the wrong type, or a required key is missing.
+    Type,
+    /// A value of the right type that is not acceptable (bad prefix, MTU
+    /// below the minimum, inconsistent settings, ...).
+    Invalid,
+    /// A table the requested function needs is absent.
+    Missing,
+}
+
+/// A configuration error: which file, where in it, which key, what is wrong.
+#[derive(Debug)]
+pub struct Error {
+    kind: ErrorKind,
+    file: Option<PathBuf>,
+    /// 1-based line and column.
+    pos: Option<(usize, usize)>,
+    /// Key as the operator wrote it, e.g. `[siit] eamt[1].ipv4`.
+    key: Option<String>,
+    msg: String,
+}
+
+impl Error {
+    pub(crate) fn new(kind: ErrorKind, key: Option<String>, msg: impl Into<String>) -> Self {
+        Error { kind, file: None, pos: None, key, msg: msg.into() }
+    }
+
+    fn at(mut self, text: &str, span: Option<Range<usize>>) -> Self {
+        if let Some(s) = span {
+            self.pos = Some(line_col(text, s.start));
+        }
+        self
+    }
+
+    pub(crate) fn in_file(mut self, file: Option<&Path>) -> Self {
+        if self.file.is_none() {
+            self.file = file.map(Path::to_path_buf);
+        }
+        self
+    }
+
+    /// What kind of error this is.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The key at fault, e.g. `[siit] pool6`, when there is one.
+    pub fn key(&self) -> Option<&str> {
+        self.key.as_deref()
+    }
+
+    /// 1-based (line, column) in the file, when known.
+    pub fn position(&self) -> Option<(usize, usize)> {
+        self.pos
+    }
+
+    /// The problem, without file, position or key.
+    pub fn message(&self) -> &str {
+        &self.msg
+    }
+}
+
+/// `config KIND in FILE: line L, column C: ` (the parts that are known).
+fn write_where(
+    f: &mut fmt::Formatter<'_>,
+    kind: &str,
+    file: Option<&Path>,
+    pos: Option<(usize, usize)>,
+) -> fmt::Result {
+    match file {
+        Some(p) => write!(f, "config {kind} in {}: ", p.display())?,
+        None => write!(f, "config {kind}: ")?,
+    }
+    if let Some((l, c)) = pos {
+        write!(f, "line {l}, column {c}: ")?;
+    }
+    Ok(())
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write_where(f, "error", self.file.as_deref(), self.pos)?;
+        if let Some(k) = &self.key {
+            write!(f, "{k}: ")?;
+        }
+        f.write_str(&self.msg)
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// A deprecated spelling the configuration still accepts (an old key
+/// name or value, see [`confval::alias`]): where it is and what to write
+/// instead. Printed by `v6gate config check`, logged by `v6gate run`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Warning {
+    file: Option<PathBuf>,
+    /// 1-based line and column.
+    pos: Option<(usize, usize)>,
+    msg: String,
+}
+
+impl Warning {
+    /// 1-based (line, column) in the file, when known.
+    pub fn position(&self) -> Option<(usize, usize)> {
+        self.pos
+    }
+
+    /// What is deprecated and what to write instead.
+    pub fn message(&self) -> &str {
+        &self.msg
+    }
+}
+
+impl fmt::Display for Warning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write_where(f, "warning", self.file.as_deref(), self.pos)?;
+        f.write_str(&self.msg)
+    }
+}
+
+/// The old spellings each table still accepts, by table.
+fn aliases(table: &str) -> Vec<&'static Alias> {
+    match table {
+        "tun" => IoMode::ALIASES.iter().collect(),
+        "trgw" => trgw::config::aliases().collect(),
+        "dns64" => dns64::config::ALIASES.iter().collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// 1-based line and column (in characters) of byte offset `at`.
+fn line_col(text: &str, at: usize) -> (usize, usize) {
+    let at = at.min(text.len());
+    let mut at = at;
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    let before = &text[..at];
+    let line = before.bytes().filter(|&b| b == b'\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    (line, before[line_start..].chars().count() + 1)
+}
+
+// ---------------------------------------------------------------------------
+// The TOML shape. Values that need validation beyond their TOML type are
+// kept as `Spanned<String>` so errors can point at them.
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", expecting = "a table of v6gate configuration")]
+struct FileToml {
+    siit: Option<SiitToml>,
+    nat64: Option<nat64::Config>,
+    dns64: Option<dns64::Config>,
+    tun: Option<TunToml>,
+    admin: Option<AdminToml>,
+    daemon: Option<DaemonToml>,
+    trgw: Option<trgw::Config>,
+}
+
+// ---------------------------------------------------------------------------
+
+/// Render a serde path (`siit.eamt.1.ipv4`) the way an operator reads it
+/// (`[siit] eamt[1].ipv4`), skipping the `Spanned` wrapper's private keys.
+fn render_path(path: &serde_path_to_error::Path) -> Option<String> {
+    use serde_path_to_error::Segment;
+    let mut segs = path.iter().filter(|s| !matches!(s, Segment::Map { key } if key.starts_with("$__")));
+    let table = match segs.next()? {
+        Segment::Map { key } => key.clone(),
+        _ => return None,
+    };
+    let mut out = format!("[{table}]");
+    let mut first = true;
+    for s in segs {
+        match s {
+            Segment::Map { key } if first => {
+                out.push(' ');
+                out.push_str(key);
+            }
+            Segment::Map { key } => {
+                out.push('.');
+                out.push_str(key);
+            }
+            Segment::Seq { index } => out.push_str(&format!("[{index}]")),
+            Segment::Enum { .. } | Segment::Unknown => {}
+        }
+        first = false;
+    }
+    Some(out)
+}
+
+/// Turn a deserialisation error into one that names the key.
+fn classify(text: &str, err: serde_path_to_error::Error<toml::de::Error>) -> Error {
+    let key = render_path(err.path());
+    let inner = err.into_inner();
+    // serde says "field"; a TOML user says "key". Keep serde's list of
+    // what is allowed, it is the most useful part.
+    let msg = inner
+        .message()
+        .trim()
+        .replace('\n', "; ")
+        .replace("missing field `", "missing key `")
+        .replace("duplicate field `", "duplicate key `");
+    let e = if let Some(rest) = msg.strip_prefix("unknown field `") {
+        let (name, tail) = rest.split_once('`').unwrap_or((rest, ""));
+        let expected = tail.trim_start_matches(',').trim();
+        let expected = if expected.is_empty() { String::new() } else { format!(" ({expected})") };
+        // The path usually ends with the unknown key itself already; at the
+        // top level it is nothing but the unknown name.
+        let full = match key {
+            Some(k) if k == format!("[{name}]") => None,
+            Some(k) if k.ends_with(&format!(" {name}")) || k.ends_with(&format!(".{name}")) => Some(k),
+            Some(k) if k.contains(' ') => Some(format!("{k}.{name}")),
+            Some(k) => Some(format!("{k} {name}")),
+            None => None,
+        };
+        match full {
+            Some(k) => Error::new(ErrorKind::UnknownKey, Some(k), format!("unknown key{expected}")),
+            _ => {
+                let mut m = format!("unknown top-level table or key{expected}");
+                if SIIT_KEYS.contains(&name) {
+                    m.push_str(&format!("; `{name}` belongs in the [siit] table: add a `[siit]` header above it"));
+                }
+                Error::new(ErrorKind::UnknownKey, Some(name.to_string()), m)
+            }
+        }
+    } else {
+        Error::new(ErrorKind::Type, key, msg)
+    };
+    e.at(text, inner.span())
+}
+
+/// A prefix ([`xlat::addr::Prefix4`], `Prefix6` or `IpPrefix`); errors name
+/// `key` and point at the value.
+fn parse_prefix<P: FromStr<Err = AddrError>>(text: &str, key: &str, v: &Spanned<String>) -> Result<P, Error> {
+    P::from_str(v.get_ref()).map_err(|e| invalid(text, key, v.span(), e.to_string()))
+}
+
+fn parse_addr<A: FromStr>(text: &str, key: &str, v: &Spanned<String>, family: &str) -> Result<A, Error> {
+    A::from_str(v.get_ref().trim()).map_err(|_| {
+        Error::new(ErrorKind::Invalid, Some(key.to_string()), format!("`{}` is not an {family} address", v.get_ref()))
+            .at(text, Some(v.span()))
+    })
+}
+
+fn invalid(text: &str, key: &str, span: Range<usize>, msg: impl Into<String>) -> Error {
+    Error::new(ErrorKind::Invalid, Some(key.to_string()), msg).at(text, Some(span))
+}
+
+impl Config {
+    /// Parse TOML text: syntax, key names, types, prefixes and addresses.
+    /// Does not build the engines; see [`Config::check`].
+    pub fn parse(text: &str) -> Result<Config, Error> {
+        let mut doc = toml::de::DeTable::parse(text).map_err(|e| {
+            Error::new(ErrorKind::Syntax, None, e.message().trim().replace('\n', "; ")).at(text, e.span())
+        })?;
+        let mut warnings = Vec::new();
+        for table in TABLES.iter().chain(DAEMON_TABLES) {
+            let found = confval::alias::apply(doc.get_mut(), table, aliases(table))
+                .map_err(|e| Error::new(ErrorKind::Invalid, Some(e.key), e.msg).at(text, Some(e.span)))?;
+            warnings.extend(found.into_iter().map(|d| Warning {
+                file: None,
+                pos: Some(line_col(text, d.span.start)),
+                msg: d.to_string(),
+            }));
+        }
+        let de = toml::Deserializer::from(doc);
+        let file: FileToml = serde_path_to_error::deserialize(de).map_err(|e| classify(text, e))?;
+        let siit = file.siit.map(|t| siit::siit_from_toml(text, t)).transpose()?;
+        let tun = file.tun.map(|t| daemon::tun_from_toml(text, t)).transpose()?.unwrap_or_default();
+        let admin = file.admin.map(|t| daemon::admin_from_toml(text, t)).transpose()?.unwrap_or_default();
+        let daemon = file.daemon.map(|t| daemon::daemon_from_toml(text, t)).transpose()?.unwrap_or_default();
+        Ok(Config {
+            siit,
+            nat64: file.nat64,
+            dns64: file.dns64,
+            trgw: file.trgw,
+            tun,
+            admin,
+            daemon,
+            origin: None,
+            warnings,
+        })
+    }
+
+    /// Read, parse and [`check`](Config::check) a configuration file.
+    /// Errors name the file.
+    pub fn load(path: &Path) -> Result<Config, Error> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::new(ErrorKind::Io, None, format!("cannot read: {e}")).in_file(Some(path)))?;
+        let mut cfg = Config::parse(&text).map_err(|e| e.in_file(Some(path)))?;
+        cfg.origin = Some(path.to_path_buf());
+        for w in &mut cfg.warnings {
+            w.file = cfg.origin.clone();
+        }
+        cfg.check()?;
+        Ok(cfg)
+    }
+
+    /// Validate what [`parse`](Config::parse) cannot: at least one function
+    /// is configured, and every configured one can be built.
+    pub fn check(&self) -> Result<(), Error> {
+        if let Some(t) = &self.trgw {
+            t.check().map_err(|m| Error::new(ErrorKind::Invalid, None, m).in_file(self.origin.as_deref()))?;
+        }
+        if self.siit.is_none() && self.nat64.is_none() && self.dns64.is_none() && self.trgw.is_none() {
+            let tables: Vec<String> = TABLES.iter().map(|t| format!("[{t}]")).collect();
+            return Err(Error::new(
+                ErrorKind::Missing,
+                None,
+                format!("nothing is configured: expected at least one of {}", tables.join(", ")),
+            )
+            .in_file(self.origin.as_deref()));
+        }
+        if self.siit.is_some() {
+            self.siit_translator()?;
+        }
+        if self.nat64.is_some() {
+            self.nat64_translator()?;
+        }
+        if let Some(d) = &self.dns64 {
+            d.check().map_err(|e| {
+                Error::new(ErrorKind::Invalid, Some(format!("[dns64] {}", e.key)), e.message)
+                    .in_file(self.origin.as_deref())
+            })?;
+        }
+        crate::validate::check(self)
+            .map_err(|(key, msg)| Error::new(ErrorKind::Invalid, Some(key), msg).in_file(self.origin.as_deref()))
+    }
+
+    /// The file [`Config::load`] read, if any.
+    pub fn origin(&self) -> Option<&Path> {
+        self.origin.as_deref()
+    }
+
+    /// Deprecated spellings the file uses, in the order of the tables.
+    pub fn warnings(&self) -> &[Warning] {
+        &self.warnings
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(super) fn err(text: &str) -> Error {
+        match Config::parse(text).and_then(|c| c.check().map(|()| c)) {
+            Ok(c) => panic!("expected an error, got {c:?}"),
+            Err(e) => e,
+        }
+    }
+
+    pub(super) fn assert_names(text: &str, key: &str) -> Error {
+        let e = err(text);
+        let s = e.to_string();
+        assert!(s.contains(key), "`{key}` not named in: {s}");
+        assert!(!s.contains('\n'), "multi-line error: {s}");
+        e
+    }
+
+    #[test]
+    fn syntax_error_has_line_and_column() {
+        let e = err("[siit]\npool6 = \"64:ff9b::/96\"\nmapping = \n");
+        assert_eq!(e.kind(), ErrorKind::Syntax);
+        assert_eq!(e.position().map(|p| p.0), Some(3));
+        assert!(e.to_string().contains("line 3, column"), "{e}");
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let e = assert_names("[siit]\npool6 = \"64:ff9b::/96\"\npool7 = 1\n", "[siit] pool7");
+        assert_eq!(e.kind(), ErrorKind::UnknownKey);
+        assert_eq!(e.position().map(|p| p.0), Some(3), "{e}");
+        assert!(e.to_string().contains("pool6"), "should list the valid keys: {e}");
+        let e = assert_names("[nat46]\nx = 1\n", "nat46: unknown top-level table");
+        assert_eq!(e.kind(), ErrorKind::UnknownKey);
+        let e = assert_names("pool6 = \"64:ff9b::/96\"\n", "pool6: unknown top-level");
+        assert!(e.to_string().contains("add a `[siit]` header"), "{e}");
+        let e =
+            assert_names("[siit]\neamt = [{ ipv6 = \"2001:db8::/128\", ipv4 = \"192.0.2.1\", ipv5 = 1 }]\n", "ipv5");
+        assert!(e.to_string().contains("[siit] eamt[0]"), "{e}");
+    }
+
+    #[test]
+    fn wrong_type_is_named() {
+        let e =
+            assert_names("[siit]\npool6 = \"64:ff9b::/96\"\nlowest-ipv6-mtu = \"1280\"\n", "[siit] lowest-ipv6-mtu");
+        assert_eq!(e.kind(), ErrorKind::Type);
+        assert_eq!(e.position().map(|p| p.0), Some(3), "{e}");
+        assert_names("[siit]\npool6 = 64\n", "[siit] pool6");
+        assert_names("[siit]\npool6 = \"64:ff9b::/96\"\nipv4-mtu = 70000\n", "[siit] ipv4-mtu");
+        assert_names("[siit]\npool6 = \"64:ff9b::/96\"\nnew-tos = -1\n", "[siit] new-tos");
+        assert_names("[siit]\npool6 = \"64:ff9b::/96\"\nmapping = \"nat64\"\n", "[siit] mapping");
+        assert_names("[siit]\npool6 = \"64:ff9b::/96\"\nmtu-plateaus = [1500, \"x\"]\n", "[siit] mtu-plateaus[1]");
+        assert_names("[siit]\neam-hairpinning = \"yes\"\n", "[siit] eam-hairpinning");
+        assert_names("[siit]\neamt = [[\"2001:db8::/128\"]]\n", "[siit] eamt[0]");
+        assert_names("[siit]\neamt = [{ ipv6 = \"2001:db8::/128\" }]\n", "ipv4");
+        assert_names("[siit]\neamt = \"2001:db8::/128 192.0.2.1\"\n", "[siit] eamt");
+        assert_names("siit = 1\n", "[siit]");
+    }
+
+    #[test]
+    fn empty_file_is_an_error() {
+        let e = err("# nothing\n");
+        assert_eq!(e.kind(), ErrorKind::Missing);
+        assert!(e.to_string().contains("[siit]"), "{e}");
+        let e = Config::default().siit_translator().unwrap_err();
+        assert_eq!(e.key(), Some("[siit]"));
+    }
+
+    #[test]
+    fn load_names_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("x.toml");
+        std::fs::write(&p, "[siit]\npool6 = \"2001:db8::1/32\"\n").unwrap();
+        let e = Config::load(&p).unwrap_err().to_string();
+        assert!(e.starts_with(&format!("config error in {}: line 2, column 9: [siit] pool6: ", p.display())), "{e}");
+        let e = Config::load(&dir.path().join("missing.toml")).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Io);
+        assert!(e.to_string().contains("missing.toml"), "{e}");
+    }
+
+    #[test]
+    fn deprecated_spellings_warn_with_file_and_position() {
+        let trgw = "[trgw]\nio = \"epoll\"\n[[trgw.interface]]\nname = \"a\"\nipv4 = \"192.0.2.1\"\n";
+        let c = Config::parse(&format!("[tun]\nio = \"io-uring\"\n{trgw}")).unwrap();
+        assert_eq!(c.tun.io, IoMode::Uring);
+        assert_eq!(c.trgw.as_ref().unwrap().io, IoMode::Poll);
+        let w: Vec<String> = c.warnings().iter().map(ToString::to_string).collect();
+        assert_eq!(
+            w,
+            [
+                "config warning: line 4, column 6: [trgw] io = \"epoll\" is deprecated: write io = \"poll\"",
+                "config warning: line 2, column 6: [tun] io = \"io-uring\" is deprecated: write io = \"uring\"",
+            ]
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("x.toml");
+        std::fs::write(&p, trgw).unwrap();
+        let c = Config::load(&p).unwrap();
+        assert_eq!(c.warnings().len(), 1);
+        assert_eq!(c.warnings()[0].position(), Some((2, 6)));
+        assert!(c.warnings()[0].to_string().starts_with(&format!("config warning in {}: line 2", p.display())));
+        let c = Config::parse("[dns64]\nupstream = [\"192.0.2.53\"]\ntimeout-ms = 800\n").unwrap();
+        assert_eq!(c.dns64.unwrap().timeout, std::time::Duration::from_millis(800));
+        assert_eq!(
+            c.warnings[0].to_string(),
+            "config warning: line 3, column 1: [dns64] timeout-ms = 800 is deprecated: write timeout = \"800ms\""
+        );
+        let e =
+            assert_names("[dns64]\nupstream = [\"192.0.2.53\"]\ntimeout = 1\ntimeout-ms = 800\n", "[dns64] timeout-ms");
+        assert_eq!(e.position(), Some((4, 1)));
+        // The current spellings raise none.
+        let c = Config::parse("[siit]\npool6 = \"64:ff9b:1::/96\"\n[tun]\nio = \"uring\"\n").unwrap();
+        assert!(c.warnings().is_empty());
+    }
+
+    #[test]
+    fn dns64_table_is_read_and_checked() {
+        let c = Config::parse("[dns64]\nupstream = [\"192.0.2.53\"]\nprefix = \"64:ff9b:1::/96\"\n").unwrap();
+        c.check().unwrap();
+        let d = c.dns64.unwrap();
+        assert_eq!(d.upstream, ["192.0.2.53"]);
+        assert_eq!(d.prefix, "64:ff9b:1::/96");
+        assert_names("[dns64]\nupstream = [\"192.0.2.53\"]\nprefix = \"nope\"\n", "[dns64] prefix");
+        assert_names("[dns64]\nupstream = []\n", "[dns64] upstream");
+        assert_names("[dns64]\nupstream = [\"192.0.2.53\"]\nbogus = 1\n", "[dns64] bogus");
+        // The example carries the [dns64] table, commented out.
+        assert!(example().contains("# [dns64]"));
+        let uncommented: String = example()
+            .lines()
+            .skip_while(|l| !l.starts_with("# [dns64]"))
+            .map(|l| {
+                let body = l.trim_start_matches(['#', ' ']);
+                let key =
+                    body.split_once(" = ").is_some_and(|(k, _)| k.chars().all(|c| c.is_ascii_lowercase() || c == '-'));
+                let table = body.starts_with('[') && body.ends_with(']') && !body.contains(' ');
+                if key || table {
+                    format!("{body}\n")
+                } else {
+                    "\n".to_string()
+                }
+            })
+            .collect();
+        let d: Config = Config::parse(&uncommented).unwrap_or_else(|e| panic!("{e}\n{uncommented}"));
+        assert!(d.dns64.is_some());
+        // ... and so does the [trgw] table that follows it.
+        assert!(d.trgw.as_ref().is_some_and(|t| !t.interfaces.is_empty()), "{uncommented}");
+    }
+
+    #[test]
+    fn nat64_table_is_read_and_checked() {
+        let c =
+            Config::parse("[nat64]\npool6 = \"64:ff9b::/96\"\npool4 = [\"192.0.2.1/32\"]\nudp-timeout = 2\n").unwrap();
+        c.check().unwrap();
+        let n = c.nat64.as_ref().unwrap();
+        assert_eq!(n.udp_timeout.0, 2);
+        assert_eq!(c.nat64_translator().unwrap().config().pool4.len(), 1);
+        assert_names("[nat64]\npool4 = []\n", "[nat64] pool4");
+        assert_names("[nat64]\npool4 = [\"192.0.2.1/32\"]\nmax-sessions = 0\n", "[nat64] max-sessions");
+        assert_names("[nat64]\npool4 = [\"192.0.2.1/32\"]\nbogus = 0\n", "[nat64] bogus");
+        // The header settings come from [siit]: its errors name [siit].
+        assert_names(
+            "[siit]\npool6 = \"64:ff9b:1::/96\"\nipv6-mtu = 1000\n[nat64]\npool4 = [\"192.0.2.1/32\"]\n",
+            "[siit] ipv6-mtu",
+        );
+        assert!(example().contains("# [nat64]"));
+    }
+
+    #[test]
+    fn line_col_counts_chars() {
+        assert_eq!(line_col("ab\ncd", 0), (1, 1));
+        assert_eq!(line_col("ab\ncd", 4), (2, 2));
+        assert_eq!(line_col("é\nx", 3), (2, 1));
+        assert_eq!(line_col("x", 99), (1, 2));
+    }
+}

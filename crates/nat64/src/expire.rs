@@ -1,0 +1,85 @@
+//! RFC 6146 §3.5.2.2 and §3.5 session lifetimes: expiry of sessions (TCP
+//! established-like ones through TRANS, RFC 6146 §3.5.2.2 state machine),
+//! of the BIB entries they held, of held unsolicited IPv4 SYNs (answered
+//! with ICMPv4 Port Unreachable) and of stale fragment sets (§3.4).
+
+use crate::state::lock;
+use crate::tcp;
+use crate::{Nat64, TO_TRANS};
+use std::sync::atomic::Ordering;
+use xlat::wire::icmp::v4 as icmp4;
+use xlat::Out;
+
+/// What [`Nat64::expire`] did and what it has to send.
+#[derive(Debug, Default)]
+pub struct Expired {
+    /// Sessions deleted.
+    pub sessions: usize,
+    /// TCP sessions moved to TRANS.
+    pub to_trans: usize,
+    /// ICMPv4 errors to send to the IPv4 side (Port Unreachable for held
+    /// SYNs nobody answered, RFC 6146 §3.5.2.2), complete IPv4 packets.
+    pub icmp: Vec<Vec<u8>>,
+}
+
+impl Nat64 {
+    /// Expire what is due at `now`: sessions (TCP established-like ones
+    /// move to TRANS first), their BIB entries when they were the last
+    /// session of a dynamic entry (and in NAT-PT mode the host's address
+    /// with its last entry), held SYNs (answered with ICMPv4 Port
+    /// Unreachable, returned in [`Expired::icmp`]) and stale fragments.
+    /// Call it every 100 ms–1 s; cost is proportional to what is due.
+    pub fn expire(&self, now: u64) -> Expired {
+        let mut rep = Expired::default();
+        let mut due = Vec::new();
+        for s in self.shards.iter() {
+            let mut sh = lock(s);
+            due.clear();
+            sh.wheel.advance(now, |_, k| due.push(k));
+            for k in &due {
+                let Some(sess) = sh.sessions.get(k).copied() else { continue };
+                if sess.expires > now {
+                    sh.wheel.insert(sess.expires, *k);
+                    continue;
+                }
+                if let Some(next) = sess.state.and_then(tcp::on_timeout) {
+                    let exp = now.saturating_add(self.to[TO_TRANS]);
+                    if let Some(s) = sh.sessions.get_mut(k) {
+                        s.state = Some(next);
+                        s.expires = exp;
+                    }
+                    sh.wheel.insert(exp, *k);
+                    rep.to_trans += 1;
+                    continue;
+                }
+                if self.session_drop(&mut sh, k) {
+                    self.c.expired[k.p.idx()].fetch_add(1, Ordering::Relaxed);
+                    rep.sessions += 1;
+                }
+            }
+        }
+        if self.held_n.load(Ordering::Acquire) > 0 {
+            let mut held = lock(&self.held);
+            let mut i = 0;
+            let mut out = Out::new();
+            while i < held.len() {
+                if held[i].deadline <= now {
+                    let h = held.swap_remove(i);
+                    self.held_n.fetch_sub(1, Ordering::AcqRel);
+                    self.c.held_expired.fetch_add(1, Ordering::Relaxed);
+                    out.clear();
+                    if self.xl.icmp4_error(&mut out, Some(h.t.addr), &h.pkt, icmp4::DEST_UNREACH, 3, [0; 4]) {
+                        if let Some((_, b)) = out.get(0) {
+                            rep.icmp.push(b.to_vec());
+                        }
+                    }
+                } else {
+                    i += 1;
+                }
+            }
+        }
+        let f = self.reasm.expire(now);
+        self.c.frag_expired.fetch_add(f as u64, Ordering::Relaxed);
+        rep
+    }
+}

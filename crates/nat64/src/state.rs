@@ -1,0 +1,312 @@
+//! RFC 6146 §3.1 / §3.2: the state tables — the Binding Information Base
+//! (BIB), the session table, NAT-PT host addresses, the IPv4-side index —
+//! and the operations every direction shares on them (RFC 6146 §3.5:
+//! creating and refreshing sessions, dropping sessions and their BIB
+//! entries, finding the IPv6 owner of a pool4 transport address).
+
+use crate::config::{Mode, Protocol};
+use crate::tcp::{self, Lifetime, Side, TcpState};
+use crate::tuple::Flow;
+use crate::wheel::Wheel;
+use crate::{Map, Nat64, TO_EST, TO_ICMP, TO_TRANS, TO_UDP};
+use core::net::{Ipv4Addr, Ipv6Addr};
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use xlat::DropReason;
+
+/// An IPv6 transport address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct T6 {
+    pub(crate) addr: Ipv6Addr,
+    pub(crate) port: u16,
+}
+
+/// An IPv4 transport address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct T4 {
+    pub(crate) addr: Ipv4Addr,
+    pub(crate) port: u16,
+}
+
+/// Session key: protocol, the IPv6 host's transport address (X, x) and the
+/// IPv4 peer's (Y, y). For ICMP the peer's "port" is 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct SessKey {
+    pub(crate) p: Protocol,
+    pub(crate) x: T6,
+    pub(crate) y: T4,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Bib {
+    pub(crate) t: T4,
+    pub(crate) sessions: u32,
+    pub(crate) is_static: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Session {
+    pub(crate) t: T4,
+    pub(crate) state: Option<TcpState>,
+    pub(crate) expires: u64,
+    pub(crate) created: u64,
+}
+
+/// NAT-PT: the address an IPv6 host holds and how many BIB entries use it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Host {
+    pub(crate) addr: Ipv4Addr,
+    pub(crate) bibs: u32,
+    pub(crate) pinned: bool,
+}
+
+/// IPv4-side index key. NAT-PT mode indexes whole addresses (`p = None`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct V4Key {
+    pub(crate) p: Option<Protocol>,
+    pub(crate) t: T4,
+}
+
+#[derive(Debug)]
+pub(crate) struct Shard {
+    pub(crate) bib: Map<(Protocol, T6), Bib>,
+    pub(crate) sessions: Map<SessKey, Session>,
+    /// Sessions per (BIB entry, peer address): address-dependent filtering.
+    pub(crate) peers: Map<(Protocol, T6, Ipv4Addr), u32>,
+    pub(crate) hosts: Map<Ipv6Addr, Host>,
+    pub(crate) wheel: Wheel<SessKey>,
+}
+
+/// An unsolicited IPv4 SYN held for `tcp-incoming-syn-timeout`.
+#[derive(Debug)]
+pub(crate) struct Held {
+    pub(crate) t: T4,
+    pub(crate) y: T4,
+    pub(crate) deadline: u64,
+    pub(crate) pkt: Vec<u8>,
+}
+
+/// Refusal of a new flow.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Refusal {
+    pub(crate) reason: DropReason,
+    /// ICMP (type, code) to send back, in the packet's family.
+    pub(crate) icmp: Option<(u8, u8)>,
+}
+
+pub(crate) const fn refuse(reason: DropReason, icmp: Option<(u8, u8)>) -> Refusal {
+    Refusal { reason, icmp }
+}
+
+#[derive(Debug)]
+pub(crate) struct Counters {
+    pub(crate) in6: AtomicU64,
+    pub(crate) in4: AtomicU64,
+    pub(crate) emitted: AtomicU64,
+    pub(crate) hairpinned: AtomicU64,
+    pub(crate) created: [AtomicU64; 3],
+    pub(crate) expired: [AtomicU64; 3],
+    pub(crate) drops: Box<[AtomicU64]>,
+    pub(crate) refused: Box<[AtomicU64]>,
+    pub(crate) held_expired: AtomicU64,
+    pub(crate) frag_expired: AtomicU64,
+    pub(crate) reassembled: AtomicU64,
+}
+
+pub(crate) fn reason_idx(r: DropReason) -> usize {
+    DropReason::ALL.iter().position(|x| *x == r).unwrap_or(0)
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Nat64 {
+    #[inline]
+    pub(crate) fn shard_of6(&self, a: &Ipv6Addr) -> usize {
+        if self.shards.len() == 1 {
+            return 0;
+        }
+        (self.keys.hash_one(a) % self.shards.len() as u64) as usize
+    }
+
+    #[inline]
+    pub(crate) fn shard_of4(&self, k: &V4Key) -> usize {
+        if self.v4idx.len() == 1 {
+            return 0;
+        }
+        (self.keys.hash_one(k) % self.v4idx.len() as u64) as usize
+    }
+
+    pub(crate) fn v4key(&self, p: Protocol, t: T4) -> V4Key {
+        match self.cfg.mode {
+            Mode::Nat64 => V4Key { p: Some(p), t },
+            Mode::Natpt => V4Key { p: None, t: T4 { addr: t.addr, port: 0 } },
+        }
+    }
+
+    pub(crate) fn idle_timeout(&self, p: Protocol) -> u64 {
+        match p {
+            Protocol::Udp => self.to[TO_UDP],
+            Protocol::Icmp => self.to[TO_ICMP],
+            Protocol::Tcp => self.to[TO_EST],
+        }
+    }
+
+    pub(crate) fn count_drop(&self, r: DropReason) {
+        self.c.drops[reason_idx(r)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_refused(&self, r: DropReason) {
+        self.c.refused[reason_idx(r)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn touch(&self, s: &mut Session, side: Side, flow: Flow, now: u64) {
+        match s.state {
+            Some(st) => {
+                let (next, life) = tcp::step(st, side, flow.flags, self.cfg.handle_rst_during_fin_rcv);
+                s.state = Some(next);
+                match life {
+                    Lifetime::Keep => {}
+                    Lifetime::Est => s.expires = now.saturating_add(self.to[TO_EST]),
+                    Lifetime::Trans => s.expires = now.saturating_add(self.to[TO_TRANS]),
+                }
+            }
+            None => s.expires = now.saturating_add(self.idle_timeout(flow.p)),
+        }
+    }
+
+    pub(crate) fn insert_session(
+        &self,
+        sh: &mut Shard,
+        key: SessKey,
+        t: T4,
+        state: Option<TcpState>,
+        now: u64,
+        expires: u64,
+    ) {
+        sh.sessions.insert(key, Session { t, state, expires, created: now });
+        sh.wheel.insert(expires, key);
+        if let Some(b) = sh.bib.get_mut(&(key.p, key.x)) {
+            b.sessions += 1;
+        }
+        *sh.peers.entry((key.p, key.x, key.y.addr)).or_insert(0) += 1;
+        self.sess_by[key.p.idx()].fetch_add(1, Ordering::Relaxed);
+        self.c.created[key.p.idx()].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The BIB entry of `(p, x)`, created if missing (the caller holds the
+    /// owner shard). Dynamic entries get a port by RFC 6056 algorithm 3
+    /// (NAT64) or the host's whole address (NAT-PT).
+    pub(crate) fn bib_get_or_create(&self, sh: &mut Shard, p: Protocol, x: T6, y: Ipv4Addr) -> Result<T4, DropReason> {
+        if let Some(b) = sh.bib.get(&(p, x)) {
+            return Ok(b.t);
+        }
+        if self.n_bib.fetch_add(1, Ordering::AcqRel) >= self.cfg.max_bib {
+            self.n_bib.fetch_sub(1, Ordering::AcqRel);
+            return Err(DropReason::BibFull);
+        }
+        let t = match self.cfg.mode {
+            Mode::Nat64 => match self.pool.alloc(p, &x.addr, x.port, y, self.cfg.max_port_probes) {
+                Some((a, port)) => {
+                    let t = T4 { addr: a, port };
+                    let k = self.v4key(p, t);
+                    lock(&self.v4idx[self.shard_of4(&k)]).insert(k, x);
+                    t
+                }
+                None => {
+                    self.n_bib.fetch_sub(1, Ordering::AcqRel);
+                    return Err(DropReason::Pool4Exhausted);
+                }
+            },
+            Mode::Natpt => {
+                let addr = match sh.hosts.get_mut(&x.addr) {
+                    Some(h) => {
+                        h.bibs += 1;
+                        h.addr
+                    }
+                    None => {
+                        let Some(a) = self.pool.claim_addr(&x.addr) else {
+                            self.n_bib.fetch_sub(1, Ordering::AcqRel);
+                            return Err(DropReason::Pool4Exhausted);
+                        };
+                        sh.hosts.insert(x.addr, Host { addr: a, bibs: 1, pinned: false });
+                        let k = self.v4key(p, T4 { addr: a, port: 0 });
+                        lock(&self.v4idx[self.shard_of4(&k)]).insert(k, T6 { addr: x.addr, port: 0 });
+                        a
+                    }
+                };
+                T4 { addr, port: x.port }
+            }
+        };
+        sh.bib.insert((p, x), Bib { t, sessions: 0, is_static: false });
+        self.bib_by[p.idx()].fetch_add(1, Ordering::Relaxed);
+        Ok(t)
+    }
+
+    /// Remove a BIB entry and give back what it held (caller holds the shard).
+    pub(crate) fn bib_drop(&self, sh: &mut Shard, p: Protocol, x: T6) {
+        let Some(b) = sh.bib.remove(&(p, x)) else { return };
+        self.n_bib.fetch_sub(1, Ordering::AcqRel);
+        self.bib_by[p.idx()].fetch_sub(1, Ordering::Relaxed);
+        match self.cfg.mode {
+            Mode::Nat64 => {
+                let k = self.v4key(p, b.t);
+                let mut idx = lock(&self.v4idx[self.shard_of4(&k)]);
+                if idx.get(&k) == Some(&x) {
+                    idx.remove(&k);
+                }
+                drop(idx);
+                self.pool.release(p, b.t.addr, b.t.port);
+            }
+            Mode::Natpt => {
+                let Some(h) = sh.hosts.get_mut(&x.addr) else { return };
+                h.bibs = h.bibs.saturating_sub(1);
+                if h.bibs == 0 && !h.pinned {
+                    let a = h.addr;
+                    sh.hosts.remove(&x.addr);
+                    let k = self.v4key(p, T4 { addr: a, port: 0 });
+                    lock(&self.v4idx[self.shard_of4(&k)]).remove(&k);
+                    self.pool.release_addr(a);
+                }
+            }
+        }
+    }
+
+    /// Remove a session (caller holds the shard); drops its BIB entry when
+    /// it was the last session of a dynamic entry.
+    pub(crate) fn session_drop(&self, sh: &mut Shard, key: &SessKey) -> bool {
+        if sh.sessions.remove(key).is_none() {
+            return false;
+        }
+        self.n_sess.fetch_sub(1, Ordering::AcqRel);
+        self.sess_by[key.p.idx()].fetch_sub(1, Ordering::Relaxed);
+        let pk = (key.p, key.x, key.y.addr);
+        if let Some(n) = sh.peers.get_mut(&pk) {
+            *n -= 1;
+            if *n == 0 {
+                sh.peers.remove(&pk);
+            }
+        }
+        let mut gone = false;
+        if let Some(b) = sh.bib.get_mut(&(key.p, key.x)) {
+            b.sessions = b.sessions.saturating_sub(1);
+            gone = b.sessions == 0 && !b.is_static;
+        }
+        if gone {
+            self.bib_drop(sh, key.p, key.x);
+        }
+        true
+    }
+
+    /// The IPv6 owner of pool4 transport address `t`.
+    pub(crate) fn owner_of(&self, p: Protocol, t: T4) -> Option<T6> {
+        let k = self.v4key(p, t);
+        let owner = *lock(&self.v4idx[self.shard_of4(&k)]).get(&k)?;
+        Some(match self.cfg.mode {
+            Mode::Nat64 => owner,
+            Mode::Natpt => T6 { addr: owner.addr, port: t.port },
+        })
+    }
+}
