@@ -33,7 +33,7 @@ V6G_INLINE int tcp_control(const struct pkt *p)
 }
 
 /* An IPv6 packet parsed by parse6(). */
-V6G_INLINE __u32 nat64_6(struct xdp_md *ctx, const struct v6g_config *c, const struct pkt *p)
+static __noinline __u32 nat64_6(struct xdp_md *ctx, const struct v6g_config *c, const struct pkt *p)
 {
 	struct v6g_flow k = {};
 	struct v6g_nat64 *v;
@@ -66,7 +66,7 @@ V6G_INLINE __u32 nat64_6(struct xdp_md *ctx, const struct v6g_config *c, const s
 }
 
 /* An IPv4 packet parsed by parse4(). */
-V6G_INLINE __u32 nat64_4(struct xdp_md *ctx, const struct v6g_config *c, const struct pkt *p)
+static __noinline __u32 nat64_4(struct xdp_md *ctx, const struct v6g_config *c, const struct pkt *p)
 {
 	struct v6g_flow k = {};
 	struct v6g_nat64 *v;

@@ -174,7 +174,7 @@ V6G_INLINE int siit_map64(const struct v6g_config *c, struct a6 a, __u32 *out, i
 /* ---- entry points --------------------------------------------------------------- */
 
 /* An IPv4 packet parsed by parse4(). */
-V6G_INLINE __u32 siit4(struct xdp_md *ctx, const struct v6g_config *c, const struct pkt *p)
+static __noinline __u32 siit4(struct xdp_md *ctx, const struct v6g_config *c, const struct pkt *p)
 {
 	struct xargs a = { .rw = { .which = PORT_NONE }, .ctr = V6G_C_SIIT_46 };
 
@@ -189,7 +189,7 @@ V6G_INLINE __u32 siit4(struct xdp_md *ctx, const struct v6g_config *c, const str
 }
 
 /* An IPv6 packet parsed by parse6(). */
-V6G_INLINE __u32 siit6(struct xdp_md *ctx, const struct v6g_config *c, const struct pkt *p)
+static __noinline __u32 siit6(struct xdp_md *ctx, const struct v6g_config *c, const struct pkt *p)
 {
 	struct xargs a = { .rw = { .which = PORT_NONE }, .ctr = V6G_C_SIIT_64 };
 	__u32 s4, d4;

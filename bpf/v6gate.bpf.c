@@ -6,11 +6,13 @@
  *
  *   xdp_siit    SIIT (RFC 7915 / RFC 6052 / RFC 7757)
  *   xdp_nat64   NAT64 established sessions (RFC 6146)
- *   xdp_gate    everything the configuration turns on: NAT64 sessions
- *               first, then SIIT
+ *   xdp_trgw    TrGW media relay
+ *   xdp_gate    everything the configuration turns on: TrGW relay ports
+ *               first, then NAT64 sessions, then SIIT
  */
 #include "siit.h"
 #include "nat64.h"
+#include "trgw.h"
 
 V6G_INLINE __u32 ethertype(struct xdp_md *ctx)
 {
@@ -25,6 +27,7 @@ V6G_INLINE __u32 ethertype(struct xdp_md *ctx)
 
 #define F_SIIT 1
 #define F_NAT64 2
+#define F_TRGW 4
 
 V6G_INLINE __u32 dispatch(struct xdp_md *ctx, const struct v6g_config *c, int fns)
 {
@@ -36,7 +39,9 @@ V6G_INLINE __u32 dispatch(struct xdp_md *ctx, const struct v6g_config *c, int fn
 		if (rc)
 			return rc;
 		rc = PASS(V6G_P_NO_MATCH);
-		if (fns & F_NAT64)
+		if (fns & F_TRGW)
+			rc = trgw(ctx, c, &p, 0);
+		if ((fns & F_NAT64) && rc == PASS(V6G_P_NO_MATCH))
 			rc = nat64_4(ctx, c, &p);
 		if ((fns & F_SIIT) && rc == PASS(V6G_P_NO_MATCH))
 			rc = siit4(ctx, c, &p);
@@ -47,7 +52,9 @@ V6G_INLINE __u32 dispatch(struct xdp_md *ctx, const struct v6g_config *c, int fn
 		if (rc)
 			return rc;
 		rc = PASS(V6G_P_NO_MATCH);
-		if (fns & F_NAT64)
+		if (fns & F_TRGW)
+			rc = trgw(ctx, c, &p, 1);
+		if ((fns & F_NAT64) && rc == PASS(V6G_P_NO_MATCH))
 			rc = nat64_6(ctx, c, &p);
 		if ((fns & F_SIIT) && rc == PASS(V6G_P_NO_MATCH))
 			rc = siit6(ctx, c, &p);
@@ -77,13 +84,23 @@ int xdp_nat64(struct xdp_md *ctx)
 }
 
 SEC("xdp")
+int xdp_trgw(struct xdp_md *ctx)
+{
+	const struct v6g_config *c = get_config();
+
+	if (!c)
+		return XDP_PASS;
+	return finish(ctx, dispatch(ctx, c, F_TRGW));
+}
+
+SEC("xdp")
 int xdp_gate(struct xdp_md *ctx)
 {
 	const struct v6g_config *c = get_config();
 
 	if (!c)
 		return XDP_PASS;
-	return finish(ctx, dispatch(ctx, c, F_SIIT | F_NAT64));
+	return finish(ctx, dispatch(ctx, c, F_SIIT | F_NAT64 | F_TRGW));
 }
 
 char LICENSE[] SEC("license") = "GPL";

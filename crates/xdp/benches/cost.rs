@@ -24,6 +24,7 @@ mod support;
 use common::*;
 use support::{frame, Net};
 use xdp::action;
+use xdp::nat64::{Session, L4};
 use xdp::types::progs;
 
 const REPEAT: u32 = 60;
@@ -60,6 +61,32 @@ fn main() {
         f[13] = 0x06;
         f
     };
+    // NAT64: one established UDP session X:5000 <-> Y:53 through T:5000, and
+    // a second entry pair that maps the translated packet straight back
+    // (its IPv4 peer is T, its pool4 address Y), so the ping-pong keeps
+    // hitting established entries: every run is a session lookup, the
+    // RFC 7915 rewrite, the port rewrite and the last-seen refresh.
+    net.fp.set_nat64(&xlat::siit::Config::default()).unwrap();
+    let (x, y6, t, y) = ("[2001:db8:6::5]:5000", "[2001:db8:64::c633:6407]:53", "192.0.2.1:5000", "198.51.100.7:53");
+    let s1 = Session {
+        l4: L4::Udp,
+        x: x.parse().unwrap(),
+        y6: y6.parse().unwrap(),
+        t: t.parse().unwrap(),
+        y: y.parse().unwrap(),
+    };
+    let s2 = Session {
+        l4: L4::Udp,
+        x: y6.parse().unwrap(),
+        y6: x.parse().unwrap(),
+        t: y.parse().unwrap(),
+        y: t.parse().unwrap(),
+    };
+    for (k, v) in s1.entries().into_iter().chain(s2.entries()) {
+        net.fp.nat64_insert(&k, &v).unwrap();
+    }
+    let nat6 = V6::new(17, "2001:db8:6::5", "2001:db8:64::c633:6407").udp(5000, 53, &[0u8; 18]);
+
     println!("XDP per-packet cost, BPF_PROG_TEST_RUN, {CALLS} calls x {REPEAT} runs (mean ns per run)");
     println!("{:<44} {:>8}", "case", "ns/pkt");
     let rows = [
@@ -68,6 +95,8 @@ fn main() {
         ("SIIT UDP 84 B, from 6->4, alternating", cost(&net, progs::SIIT, &frame(&udp6), net.if6, REPEAT, &fwd)),
         ("SIIT UDP 84 B, 4->6 only (1 run per call)", cost(&net, progs::SIIT, &frame(&udp4), net.if4, 1, &fwd)),
         ("SIIT UDP 84 B, 6->4 only (1 run per call)", cost(&net, progs::SIIT, &frame(&udp6), net.if6, 1, &fwd)),
+        ("NAT64 established UDP 84 B, alternating", cost(&net, progs::NAT64, &frame(&nat6), net.if6, REPEAT, &fwd)),
+        ("NAT64 established UDP, 6->4 only (1 run/call)", cost(&net, progs::NAT64, &frame(&nat6), net.if6, 1, &fwd)),
         ("xdp_gate, SIIT UDP 84 B, alternating", cost(&net, progs::GATE, &frame(&udp4), net.if4, REPEAT, &fwd)),
     ];
     for (name, ns) in rows {

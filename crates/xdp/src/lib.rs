@@ -17,6 +17,7 @@ pub mod config;
 mod loader;
 pub mod nat64;
 pub mod sys;
+pub mod trgw;
 pub mod types;
 
 pub use loader::{action, Attachment, FastPath, Limits, Mode, TestResult};

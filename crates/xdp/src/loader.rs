@@ -68,6 +68,8 @@ pub struct Attachment {
     pub iface: String,
     /// Interface index.
     pub ifindex: u32,
+    /// The program attached (a [`progs`] name).
+    pub program: &'static str,
     /// The mode in force (generic after a native fallback).
     pub mode: Mode,
     /// Why native attach failed, when it fell back to generic.
@@ -149,7 +151,7 @@ impl FastPath {
             .map_max_entries(maps::TX_PORTS, limits.tx_ports)
             .load(OBJECT)
             .map_err(|e| Error::Unavailable(format!("loading the BPF object: {}", chain(&e))))?;
-        for name in [progs::SIIT, progs::NAT64, progs::GATE] {
+        for name in [progs::SIIT, progs::NAT64, progs::TRGW, progs::GATE] {
             let p: &mut Xdp = bpf
                 .program_mut(name)
                 .ok_or_else(|| Error::Bpf(format!("program {name} missing from the object")))?
@@ -227,6 +229,12 @@ impl FastPath {
         self.write_config()
     }
 
+    /// Turn the TrGW fast path on or off (relay entries stay in the map).
+    pub fn set_trgw(&mut self, on: bool) -> Result<(), Error> {
+        self.config.trgw_flags = if on { crate::types::TRGW_ON } else { 0 };
+        self.write_config()
+    }
+
     /// Turn the NAT64 fast path off (sessions stay in the map).
     pub fn nat64_off(&mut self) -> Result<(), Error> {
         self.config.nat64.flags = 0;
@@ -271,6 +279,16 @@ impl FastPath {
     /// back to generic, logging a warning and recording why in the
     /// returned [`Attachment::fallback`]; `Mode::Off` attaches nothing.
     pub fn attach(&mut self, iface: &str, mode: Mode) -> Result<Option<&Attachment>, Error> {
+        self.attach_program(iface, mode, progs::GATE)
+    }
+
+    /// [`FastPath::attach`] with one function's program (`progs::SIIT`,
+    /// `progs::NAT64`, `progs::TRGW` or `progs::GATE`).
+    pub fn attach_program(&mut self, iface: &str, mode: Mode, program: &str) -> Result<Option<&Attachment>, Error> {
+        let program = [progs::SIIT, progs::NAT64, progs::TRGW, progs::GATE]
+            .into_iter()
+            .find(|p| *p == program)
+            .ok_or_else(|| Error::Config(format!("no XDP program {program}")))?;
         if mode == Mode::Off {
             return Ok(None);
         }
@@ -278,7 +296,7 @@ impl FastPath {
         if self.attached.iter().any(|a| a.ifindex == ifindex) {
             return Err(Error::Interface(format!("{iface}: already attached")));
         }
-        let prog = self.xdp_mut(progs::GATE)?;
+        let prog = self.xdp_mut(program)?;
         let (link, used, fallback) = match mode {
             Mode::Native => match prog.attach_to_if_index(ifindex, XdpMode::Driver) {
                 Ok(l) => (l, Mode::Native, None),
@@ -301,7 +319,7 @@ impl FastPath {
                 (l, Mode::Generic, None)
             }
         };
-        self.attached.push(Attachment { iface: iface.to_owned(), ifindex, mode: used, fallback, link });
+        self.attached.push(Attachment { iface: iface.to_owned(), ifindex, program, mode: used, fallback, link });
         if let Err(e) = self.allow_egress(ifindex) {
             let _ = self.detach(iface);
             return Err(e);
@@ -313,7 +331,7 @@ impl FastPath {
     pub fn detach(&mut self, iface: &str) -> Result<bool, Error> {
         let Some(i) = self.attached.iter().position(|a| a.iface == iface) else { return Ok(false) };
         let a = self.attached.remove(i);
-        let prog = self.xdp_mut(progs::GATE)?;
+        let prog = self.xdp_mut(a.program)?;
         prog.detach(a.link).map_err(|e| Error::Interface(format!("{iface}: detach failed: {}", chain(&e))))?;
         Ok(true)
     }

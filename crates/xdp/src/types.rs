@@ -321,6 +321,9 @@ counters! {
     PassIcmp = "V6G_P_ICMP", "icmp";
     /// Pass: UDP with a zero checksum.
     PassUdpZeroChecksum = "V6G_P_UDP_ZERO_CSUM", "udp-zero-checksum";
+    /// Pass: TrGW datagram whose UDP checksum does not verify (the slow
+    /// path's socket discards it).
+    PassUdpChecksum = "V6G_P_UDP_CSUM", "udp-checksum";
     /// Pass: TTL / Hop Limit would expire (the slow path sends Time Exceeded).
     PassTtl = "V6G_P_TTL", "ttl";
     /// Pass: nothing to do here (no mapping, no session, no relay entry).

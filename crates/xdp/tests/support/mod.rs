@@ -8,7 +8,8 @@
 #![allow(dead_code)]
 
 use lab::netns::Netns;
-use xdp::{action, FastPath, Limits};
+use xdp::types::progs;
+use xdp::{action, FastPath, Limits, Mode};
 
 /// MAC addresses of the test network.
 pub const MAC_X4: [u8; 6] = [0x02, 0, 0, 0, 0x04, 0x01];
@@ -42,6 +43,9 @@ impl Net {
             &["link", "set", "lo", "up"],
             &["link", "add", "x4", "address", "02:00:00:00:04:01", "type", "veth", "peer", "name", "x4p"],
             &["link", "add", "x6", "address", "02:00:00:00:06:01", "type", "veth", "peer", "name", "x6p"],
+            &["link", "add", "xa", "type", "veth", "peer", "name", "xb"],
+            &["link", "set", "xa", "up"],
+            &["link", "set", "xb", "up"],
             &["link", "set", "x4", "up"],
             &["link", "set", "x4p", "up"],
             &["link", "set", "x6", "up"],
@@ -64,6 +68,16 @@ impl Net {
         let mut fp = FastPath::load(Limits::default()).unwrap_or_else(|e| panic!("{e}"));
         fp.allow_egress(if4).expect("tx_ports x4");
         fp.allow_egress(if6).expect("tx_ports x6");
+        // Every BPF_PROG_TEST_RUN of an XDP program adds it to the kernel's
+        // XDP dispatcher and removes it again, waiting for an RCU grace
+        // period each time (milliseconds) unless the program is already
+        // there: keep each one attached (native, through bpf_link) to an
+        // idle interface. This also exercises attach and detach.
+        for (iface, prog) in [("x4p", progs::SIIT), ("x6p", progs::NAT64), ("xa", progs::TRGW), ("xb", progs::GATE)] {
+            let a = fp.attach_program(iface, Mode::Native, prog).unwrap_or_else(|e| panic!("{e}"));
+            let a = a.expect("attached");
+            assert_eq!((a.mode, a.program), (Mode::Native, prog), "native XDP on veth");
+        }
         Net { fp, if4, if6, ns }
     }
 
