@@ -86,6 +86,27 @@ struct {
 } counters SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_LRU_PERCPU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct v6g_fib_key);
+	__type(value, struct v6g_fib);
+} fib_cache SEC(".maps");
+
+/* Per-CPU scratch space for route(): keeps the BPF stack (512 bytes for a
+ * whole call chain) free. Internal: userspace never reads it. */
+struct v6g_scratch {
+	struct v6g_fib_key k;
+	struct v6g_fib v;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct v6g_scratch);
+} scratch SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);
 	__uint(max_entries, 64);
 	__type(key, __u32);
@@ -245,13 +266,52 @@ struct egress {
 
 /* Look up the route and neighbour of the packet-to-be in `fib` (family,
  * addresses, tot_len, tos/flowinfo and ports filled in) and check the
- * egress interface may be used. Returns 0 or PASS(reason). */
+ * egress interface may be used. Returns 0 or PASS(reason).
+ *
+ * With fib_cache_ms set, the answer for the same lookup inputs is reused
+ * for that long (per CPU, LRU): bpf_fib_lookup is most of the fast path's
+ * cost. A packet larger than any the cached lookup accepted is looked up
+ * again (the MTU check); a miss or a failure is never cached. */
 V6G_INLINE __u32 route(struct xdp_md *ctx, struct bpf_fib_lookup *fib, struct egress *eg)
 {
-	__u32 in = ctx->ingress_ifindex;
+	const struct v6g_config *c = get_config();
+	__u32 in = ctx->ingress_ifindex, cache_ms = c ? c->fib_cache_ms : 0, zero = 0;
+	struct v6g_scratch *sc = 0;
+	struct v6g_fib *e = 0;
+	__u64 now = 0;
 	long rc;
 
 	fib->ifindex = in;
+	if (cache_ms)
+		sc = bpf_map_lookup_elem(&scratch, &zero);
+	if (sc) {
+		struct v6g_fib_key *kp = &sc->k;
+		struct v6g_fib_key k = {};
+
+		k.ifindex = in;
+		k.family = fib->family;
+		k.proto = fib->l4_protocol;
+		k.sport_be = fib->sport;
+		k.dport_be = fib->dport;
+		if (fib->family == AF_INET) {
+			k.tos = fib->tos;
+			__builtin_memcpy(k.src, &fib->ipv4_src, 4);
+			__builtin_memcpy(k.dst, &fib->ipv4_dst, 4);
+		} else {
+			k.tos = bpf_ntohl(fib->flowinfo) >> 20;
+			__builtin_memcpy(k.src, fib->ipv6_src, 16);
+			__builtin_memcpy(k.dst, fib->ipv6_dst, 16);
+		}
+		*kp = k;
+		now = bpf_ktime_get_ns();
+		e = bpf_map_lookup_elem(&fib_cache, kp);
+		if (e && now < e->expires_ns && fib->tot_len <= e->ok_len) {
+			__builtin_memcpy(eg->dmac, e->dmac, ETH_ALEN);
+			__builtin_memcpy(eg->smac, e->smac, ETH_ALEN);
+			eg->ifindex = e->ifindex == in ? 0 : e->ifindex;
+			goto check;
+		}
+	}
 	rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
 		return PASS(V6G_P_TOO_BIG);
@@ -259,11 +319,25 @@ V6G_INLINE __u32 route(struct xdp_md *ctx, struct bpf_fib_lookup *fib, struct eg
 		return PASS(V6G_P_FIB);
 	__builtin_memcpy(eg->dmac, fib->dmac, ETH_ALEN);
 	__builtin_memcpy(eg->smac, fib->smac, ETH_ALEN);
-	if (fib->ifindex == in) {
-		eg->ifindex = 0;
-		return 0;
+	if (sc) {
+		struct v6g_fib *nv = &sc->v;
+
+		nv->expires_ns = now + (__u64)cache_ms * 1000000;
+		nv->ifindex = fib->ifindex;
+		/* tot_len is the packet's length still (it is only replaced by
+		 * the MTU on FRAG_NEEDED). */
+		nv->ok_len = fib->tot_len;
+		if (e && now < e->expires_ns && e->ifindex == fib->ifindex && e->ok_len > nv->ok_len)
+			nv->ok_len = e->ok_len;
+		__builtin_memcpy(nv->dmac, fib->dmac, ETH_ALEN);
+		__builtin_memcpy(nv->smac, fib->smac, ETH_ALEN);
+		__builtin_memset(nv->pad, 0, sizeof(nv->pad));
+		bpf_map_update_elem(&fib_cache, &sc->k, nv, BPF_ANY);
 	}
-	eg->ifindex = fib->ifindex;
+	eg->ifindex = fib->ifindex == in ? 0 : fib->ifindex;
+check:
+	if (!eg->ifindex)
+		return 0;
 	if (!bpf_map_lookup_elem(&tx_ports, &eg->ifindex))
 		return PASS(V6G_P_EGRESS);
 	return 0;

@@ -33,6 +33,29 @@ struct v6g_config {
 	__u8 pad[2];
 	struct v6g_xlat siit;
 	struct v6g_xlat nat64;
+	__u32 fib_cache_ms; /* 0: no FIB cache */
+};
+
+/* FIB cache: every input of the lookup -> its answer. */
+struct v6g_fib_key {
+	__u32 ifindex;
+	__u8 family;
+	__u8 proto;
+	__u8 tos;
+	__u8 pad;
+	__be16 sport_be;
+	__be16 dport_be;
+	__u8 src[16];
+	__u8 dst[16];
+};
+
+struct v6g_fib {
+	__u64 expires_ns;
+	__u32 ifindex;
+	__u16 ok_len;
+	__u8 dmac[6];
+	__u8 smac[6];
+	__u8 pad[6];
 };
 
 /* EAMT LPM trie keys (RFC 7757) and value. */

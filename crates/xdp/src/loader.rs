@@ -28,11 +28,20 @@ pub struct Limits {
     pub trgw_stats: u32,
     /// Interfaces the fast path may redirect to.
     pub tx_ports: u32,
+    /// FIB cache entries per CPU (LRU; see [`FastPath::set_fib_cache`]).
+    pub fib_cache: u32,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { eamt: 4096, nat64_sessions: 262_144, trgw_relays: 65_536, trgw_stats: 65_536, tx_ports: 64 }
+        Limits {
+            eamt: 4096,
+            nat64_sessions: 262_144,
+            trgw_relays: 65_536,
+            trgw_stats: 65_536,
+            tx_ports: 64,
+            fib_cache: 16_384,
+        }
     }
 }
 
@@ -137,6 +146,7 @@ impl FastPath {
             ("trgw-relays", limits.trgw_relays),
             ("trgw-stats", limits.trgw_stats),
             ("tx-ports", limits.tx_ports),
+            ("fib-cache", limits.fib_cache),
         ] {
             if n == 0 {
                 return Err(Error::Config(format!("xdp limit {what} must be at least 1")));
@@ -149,6 +159,7 @@ impl FastPath {
             .map_max_entries(maps::TRGW_RELAY, limits.trgw_relays)
             .map_max_entries(maps::TRGW_STATS, limits.trgw_stats)
             .map_max_entries(maps::TX_PORTS, limits.tx_ports)
+            .map_max_entries(maps::FIB_CACHE, limits.fib_cache)
             .load(OBJECT)
             .map_err(|e| Error::Unavailable(format!("loading the BPF object: {}", chain(&e))))?;
         for name in [progs::SIIT, progs::NAT64, progs::TRGW, progs::GATE] {
@@ -226,6 +237,18 @@ impl FastPath {
             return Err(Error::Config("nat64: MTUs below the IPv4/IPv6 minimums".into()));
         }
         self.config.nat64 = crate::config::xlat_params(xcfg);
+        self.write_config()
+    }
+
+    /// Reuse each `bpf_fib_lookup` answer for `ms` milliseconds (per CPU,
+    /// keyed by every input of the lookup; 0 = look up every packet, the
+    /// default). Route or neighbour changes then reach the fast path
+    /// within `ms`; the lookup is most of the per-packet cost.
+    pub fn set_fib_cache(&mut self, ms: u32) -> Result<(), Error> {
+        if ms > 60_000 {
+            return Err(Error::Config(format!("fib cache lifetime {ms} ms: at most 60000")));
+        }
+        self.config.fib_cache_ms = ms;
         self.write_config()
     }
 

@@ -6,7 +6,7 @@ use std::ffi::CString;
 
 // SAFETY: each type is `#[repr(C)]`, `Copy`, made only of integers and
 // integer arrays with no implicit padding (build.rs asserts every size and
-// offset against the C side, and `tests/abi.rs` against the object's BTF),
+// offset against the C side; `types::tests` checks there is no padding),
 // so every byte pattern is a valid value and no uninitialised padding is
 // ever copied to or from the kernel.
 unsafe impl aya::Pod for Config {}

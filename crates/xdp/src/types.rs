@@ -6,10 +6,10 @@
 //! - the C side declares the same structs in `bpf/v6gate.h` (readable C),
 //!   and `build.rs` includes this file and generates `v6gate_abi.h`: the
 //!   constants as `#define`s and a `_Static_assert` for the size of every
-//!   struct and the offset of every field, so the BPF object does not
-//!   build when the two sides disagree;
-//! - `tests/abi.rs` checks the same layouts once more against the BTF the
-//!   compiler wrote into the object.
+//!   struct and the offset and size of every field, so the BPF object does
+//!   not build when the two sides disagree;
+//! - the tests below check that no struct has implicit padding (what the
+//!   `aya::Pod` impls in `sys` rely on).
 //!
 //! This file has no dependencies (build.rs compiles it as a module).
 //! Addresses are in network byte order; an IPv4 address in a 16-byte field
@@ -72,6 +72,55 @@ contract! {
         /// NAT64 knobs (its translator's settings; addresses come from the
         /// sessions).
         pub nat64: Xlat,
+        /// Lifetime of a `fib_cache` entry in milliseconds; 0 = no cache
+        /// (a `bpf_fib_lookup` per packet).
+        pub fib_cache_ms: u32,
+    }
+}
+
+contract! {
+    /// Key of the per-CPU LRU `fib_cache`: every input of the
+    /// `bpf_fib_lookup` of a packet to be sent, so a hit answers exactly
+    /// what the lookup answered, as long as routes and neighbours did not
+    /// change during the entry's lifetime.
+    pub struct FibKey / "v6g_fib_key" {
+        /// Ingress interface.
+        pub ifindex: u32,
+        /// 4 or 6.
+        pub family: u8,
+        /// L4 protocol.
+        pub proto: u8,
+        /// TOS or Traffic Class.
+        pub tos: u8,
+        /// Zero.
+        pub pad: u8,
+        /// Source port, network order (0 for ICMP).
+        pub sport_be: u16,
+        /// Destination port, network order (0 for ICMP).
+        pub dport_be: u16,
+        /// Source address (IPv4 in the first 4 bytes).
+        pub src: [u8; 16],
+        /// Destination address (IPv4 in the first 4 bytes).
+        pub dst: [u8; 16],
+    }
+}
+
+contract! {
+    /// Value of `fib_cache`.
+    pub struct FibValue / "v6g_fib" {
+        /// `bpf_ktime_get_ns()` after which the entry is looked up again.
+        pub expires_ns: u64,
+        /// Egress interface.
+        pub ifindex: u32,
+        /// The largest packet the lookup accepted (its MTU check): larger
+        /// ones are looked up again.
+        pub ok_len: u16,
+        /// Next hop's MAC.
+        pub dmac: [u8; 6],
+        /// Egress interface's MAC.
+        pub smac: [u8; 6],
+        /// Zero.
+        pub pad: [u8; 6],
     }
 }
 
@@ -251,6 +300,8 @@ pub mod maps {
     pub const TRGW_STATS: &str = "trgw_stats";
     /// `PERCPU_ARRAY` of [`super::Count`], indexed by [`super::Counter`].
     pub const COUNTERS: &str = "counters";
+    /// `LRU_PERCPU_HASH` [`super::FibKey`] → [`super::FibValue`].
+    pub const FIB_CACHE: &str = "fib_cache";
     /// `DEVMAP_HASH` ifindex → ifindex: the interfaces the fast path may
     /// redirect to.
     pub const TX_PORTS: &str = "tx_ports";
@@ -359,6 +410,8 @@ pub const STRUCTS: &[(&str, usize, &[(&str, usize, usize)])] = &[
     (RelayKey::C_NAME, core::mem::size_of::<RelayKey>(), RelayKey::FIELDS),
     (RelayValue::C_NAME, core::mem::size_of::<RelayValue>(), RelayValue::FIELDS),
     (Count::C_NAME, core::mem::size_of::<Count>(), Count::FIELDS),
+    (FibKey::C_NAME, core::mem::size_of::<FibKey>(), FibKey::FIELDS),
+    (FibValue::C_NAME, core::mem::size_of::<FibValue>(), FibValue::FIELDS),
 ];
 
 /// Integer constants shared with C (`#define NAME value`).
@@ -373,3 +426,40 @@ pub const CONSTANTS: &[(&str, u64)] = &[
     ("V6G_RELAY_OUT_KNOWN", RELAY_OUT_KNOWN as u64),
     ("V6G_COUNTER_MAX", COUNTER_MAX as u64),
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Fields tile each struct exactly: no implicit padding anywhere, so
+    /// every byte the kernel sees was written by us.
+    #[test]
+    fn no_implicit_padding() {
+        for (name, size, fields) in STRUCTS {
+            let mut at = 0;
+            for (f, off, fsize) in fields.iter() {
+                assert_eq!(*off, at, "{name}.{f}: a hole before it");
+                at += fsize;
+            }
+            assert_eq!(at, *size, "{name}: padding at the end");
+        }
+    }
+
+    #[test]
+    fn sizes_fixed_by_the_contract() {
+        assert_eq!(core::mem::size_of::<Config>(), 40);
+        assert_eq!(core::mem::size_of::<FibKey>(), 44);
+        assert_eq!(core::mem::size_of::<FibValue>(), 32);
+        assert_eq!(core::mem::size_of::<FlowKey>(), 40);
+        assert_eq!(core::mem::size_of::<Nat64Value>(), 48);
+        // Same layout as trgw::table::RelayKey, which it mirrors.
+        assert_eq!(core::mem::size_of::<RelayKey>(), 20);
+        assert_eq!(core::mem::size_of::<RelayValue>(), 60);
+        assert_eq!(core::mem::size_of::<Eam>(), 24);
+        assert_eq!(COUNTER_MAX as usize, Counter::ALL.len());
+        let mut labels: Vec<_> = Counter::ALL.iter().map(|c| c.label()).collect();
+        labels.sort_unstable();
+        labels.dedup();
+        assert_eq!(labels.len(), Counter::ALL.len(), "counter labels are unique");
+    }
+}

@@ -357,3 +357,38 @@ fn generated_packets() {
         }
     }
 }
+
+/// The FIB cache answers like the FIB: the same frames; a packet larger
+/// than the cached lookup accepted is looked up again (MTU); a route
+/// change reaches the fast path when the entry expires.
+#[test]
+fn fib_cache() {
+    let mut net = Net::new("xdp-siit-fib");
+    let t = setup(&mut net, config());
+    net.fp.set_fib_cache(300).unwrap();
+    net.ns.ip(&["link", "set", "x6", "mtu", "1400"]).unwrap();
+    let small = v4_to_h6(17).udp(1, 2, b"small");
+    fast(&net, &t, "first lookup", &small);
+    fast(&net, &t, "cached", &small);
+    // 1420 bytes of IPv6: fits the configured ipv6-mtu (1500), not x6's
+    // MTU: the cached small lookup must not vouch for it.
+    pass(&net, &t, "larger than the cached lookup allowed", &v4_to_h6(17).udp(1, 2, &vec![0u8; 1400 - 28 - 20 + 20]));
+    fast(&net, &t, "6to4 cached too", &v6_to_h4(6).tcp(80, 40000, 0x10, b"x"));
+    net.ns.ip(&["-6", "route", "del", "default"]).unwrap();
+    fast(&net, &t, "stale until the entry expires", &small);
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    pass(&net, &t, "expired: the FIB has no route", &small);
+    let c = net.fp.counter_map().unwrap();
+    assert!(c["fib"].packets >= 1 && c["too-big"].packets >= 1, "{c:?}");
+    // Generated packets through the cache: still the core's bytes.
+    net.ns.ip(&["-6", "route", "add", "default", "via", "fd00:6::2", "dev", "x6"]).unwrap();
+    net.ns.ip(&["link", "set", "x6", "mtu", "1500"]).unwrap();
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig { cases: 200, ..ProptestConfig::default() });
+    runner
+        .run(&gen_packet(), |g| {
+            let o = diff(&net, &t, &g.l3);
+            prop_assert_eq!(matches!(o, Outcome::Forwarded(_)), g.fast, "fast path choice for {}", hex(&g.l3));
+            Ok(())
+        })
+        .unwrap();
+}
