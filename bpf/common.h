@@ -303,7 +303,7 @@ V6G_INLINE __u32 route(struct xdp_md *ctx, struct bpf_fib_lookup *fib, struct eg
 			__builtin_memcpy(k.dst, fib->ipv6_dst, 16);
 		}
 		*kp = k;
-		now = bpf_ktime_get_ns();
+		now = bpf_ktime_get_coarse_ns();
 		e = bpf_map_lookup_elem(&fib_cache, kp);
 		if (e && now < e->expires_ns && fib->tot_len <= e->ok_len) {
 			__builtin_memcpy(eg->dmac, e->dmac, ETH_ALEN);

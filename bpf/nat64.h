@@ -61,7 +61,7 @@ static __noinline __u32 nat64_6(struct xdp_md *ctx, const struct v6g_config *c, 
 	a.ctr = V6G_C_NAT64_64;
 	rc = xlat64(ctx, p, &c->nat64, &a);
 	if (!IS_PASS(rc))
-		v->last_seen_ns = bpf_ktime_get_ns();
+		v->last_seen_ns = bpf_ktime_get_coarse_ns();
 	return rc;
 }
 
@@ -93,7 +93,7 @@ static __noinline __u32 nat64_4(struct xdp_md *ctx, const struct v6g_config *c, 
 	a.ctr = V6G_C_NAT64_46;
 	rc = xlat46(ctx, p, &c->nat64, &a);
 	if (!IS_PASS(rc))
-		v->last_seen_ns = bpf_ktime_get_ns();
+		v->last_seen_ns = bpf_ktime_get_coarse_ns();
 	return rc;
 }
 

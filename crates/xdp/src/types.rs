@@ -108,7 +108,7 @@ contract! {
 contract! {
     /// Value of `fib_cache`.
     pub struct FibValue / "v6g_fib" {
-        /// `bpf_ktime_get_ns()` after which the entry is looked up again.
+        /// `bpf_ktime_get_coarse_ns()` after which the entry is looked up again.
         pub expires_ns: u64,
         /// Egress interface.
         pub ifindex: u32,
@@ -204,9 +204,10 @@ contract! {
         pub port_be: u16,
         /// Zero.
         pub pad: [u8; 6],
-        /// `bpf_ktime_get_ns()` (CLOCK_MONOTONIC) of the last packet the
-        /// fast path translated with this entry; 0 until then. The slow
-        /// path reads it before expiring the session.
+        /// `bpf_ktime_get_coarse_ns()` (CLOCK_MONOTONIC_COARSE: the
+        /// monotonic clock at tick resolution) of the last packet the fast
+        /// path translated with this entry; 0 until then. The slow path
+        /// reads it before expiring the session.
         pub last_seen_ns: u64,
     }
 }
