@@ -16,7 +16,7 @@
 //! counter. Timing on a shared machine is noisy: run it on a quiet one.
 
 #[path = "../../xlat/tests/common/mod.rs"]
-#[allow(dead_code, unused_imports)]
+#[allow(unused_imports)]
 mod common;
 #[path = "../tests/support/mod.rs"]
 mod support;

@@ -43,13 +43,16 @@ pub fn eam(p6: Prefix6, p4: Prefix4) -> Eam {
     }
 }
 
+/// One EAMT entry: its prefixes (the trie keys) and the trie value.
+pub type EamEntry = (Prefix6, Prefix4, Eam);
+
 /// The SIIT part of the fast-path configuration: `config` with its
 /// `pool6`/`siit` fields set (other fields kept) and the EAMT entries.
 ///
 /// The configuration is validated as the slow path validates it. With
 /// `mapping = "ivi"` (RFC 6219) no prefix is given to the fast path: only
 /// EAMT addresses are translated there and everything else passes.
-pub fn siit(base: Config, cfg: &SiitConfig) -> Result<(Config, Vec<(Prefix6, Prefix4, Eam)>), Error> {
+pub fn siit(base: Config, cfg: &SiitConfig) -> Result<(Config, Vec<EamEntry>), Error> {
     Translator::new(cfg.clone()).map_err(|e| Error::Config(e.to_string()))?;
     let mut c = base;
     c.siit = xlat_params(cfg);

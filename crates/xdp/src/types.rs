@@ -31,7 +31,7 @@ macro_rules! contract {
             /// The C name of the struct (`struct <C_NAME>` in `bpf/v6gate.h`).
             pub const C_NAME: &'static str = $cname;
             /// (field, offset, size) in declaration order.
-            pub const FIELDS: &'static [(&'static str, usize, usize)] = &[
+            pub const FIELDS: &'static [Field] = &[
                 $( (stringify!($f), core::mem::offset_of!($name, $f), core::mem::size_of::<$t>()), )*
             ];
         }
@@ -399,8 +399,11 @@ counters! {
 /// Number of counters (`max_entries` of `counters`).
 pub const COUNTER_MAX: u32 = Counter::ALL.len() as u32;
 
+/// (field name, offset, size) of one struct field.
+pub type Field = (&'static str, usize, usize);
+
 /// All contract structs: (C name, size, fields), for build.rs and tests.
-pub const STRUCTS: &[(&str, usize, &[(&str, usize, usize)])] = &[
+pub const STRUCTS: &[(&str, usize, &[Field])] = &[
     (Xlat::C_NAME, core::mem::size_of::<Xlat>(), Xlat::FIELDS),
     (Config::C_NAME, core::mem::size_of::<Config>(), Config::FIELDS),
     (LpmKey4::C_NAME, core::mem::size_of::<LpmKey4>(), LpmKey4::FIELDS),

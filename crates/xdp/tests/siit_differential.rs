@@ -298,7 +298,7 @@ fn mutated() -> impl Strategy<Value = Vec<u8>> {
             }
             match how {
                 0 => p.truncate(p.len().saturating_sub(usize::from(extra) + 1)),
-                1 => p.extend(std::iter::repeat(extra).take(usize::from(extra))),
+                1 => p.extend(std::iter::repeat_n(extra, usize::from(extra))),
                 _ => {}
             }
             p

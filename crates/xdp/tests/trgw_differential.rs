@@ -140,7 +140,7 @@ fn rtp(seq: u16) -> Vec<u8> {
     p.extend_from_slice(&seq.to_be_bytes());
     p.extend_from_slice(&(u32::from(seq) * 160).to_be_bytes());
     p.extend_from_slice(&0x1234_5678u32.to_be_bytes());
-    p.extend(std::iter::repeat(0xd5).take(160));
+    p.extend(std::iter::repeat_n(0xd5, 160));
     p
 }
 
