@@ -177,21 +177,14 @@ fn rfc7915_vectors() {
 #[test]
 fn rfc6052_all_prefix_lengths() {
     let mut net = Net::new("xdp-siit-6052");
-    for (prefix, embedded) in [
-        ("2001:db8::/32", "2001:db8:c000:221::"),
-        ("2001:db8:100::/40", "2001:db8:1c0:2:21::"),
-        ("2001:db8:122::/48", "2001:db8:122:c000:2:2100::"),
-        ("2001:db8:122:300::/56", "2001:db8:122:3c0:0:221::"),
-        ("2001:db8:122:344::/64", "2001:db8:122:344:c0:2:2100:0"),
-        ("2001:db8:122:344::/96", "2001:db8:122:344::192.0.2.33"),
-    ] {
+    for (prefix, embedded) in xlat::testvec::RFC6052_2_4 {
         let cfg = Config {
             pool6: Some(prefix.parse().unwrap()),
             eamt: vec![("2001:db8:6::/120".parse().unwrap(), "198.51.100.0/24".parse().unwrap())],
             ..Config::default()
         };
         let t = setup(&mut net, cfg);
-        let out = diff(&net, &t, &V4::new(17, "192.0.2.33", H6_AS4).udp(7, 8, b"6052"));
+        let out = diff(&net, &t, &V4::new(17, &xlat::testvec::RFC6052_2_4_IPV4.to_string(), H6_AS4).udp(7, 8, b"6052"));
         let Outcome::Forwarded(p) = out else { panic!("{prefix}: not translated") };
         assert_eq!(p[8..24], a6(embedded).octets(), "{prefix}: RFC 6052 §2.4 source");
         fast(&net, &t, prefix, &V6::new(17, H6, embedded).udp(8, 7, b"back"));
@@ -365,7 +358,7 @@ fn generated_packets() {
 fn fib_cache() {
     let mut net = Net::new("xdp-siit-fib");
     let t = setup(&mut net, config());
-    net.fp.set_fib_cache(300).unwrap();
+    net.fp.set_fib_cache(1500).unwrap();
     net.ns.ip(&["link", "set", "x6", "mtu", "1400"]).unwrap();
     let small = v4_to_h6(17).udp(1, 2, b"small");
     fast(&net, &t, "first lookup", &small);
@@ -376,7 +369,7 @@ fn fib_cache() {
     fast(&net, &t, "6to4 cached too", &v6_to_h4(6).tcp(80, 40000, 0x10, b"x"));
     net.ns.ip(&["-6", "route", "del", "default"]).unwrap();
     fast(&net, &t, "stale until the entry expires", &small);
-    std::thread::sleep(std::time::Duration::from_millis(400));
+    std::thread::sleep(std::time::Duration::from_millis(1700));
     pass(&net, &t, "expired: the FIB has no route", &small);
     let c = net.fp.counter_map().unwrap();
     assert!(c["fib"].packets >= 1 && c["too-big"].packets >= 1, "{c:?}");

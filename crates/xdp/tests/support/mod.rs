@@ -7,7 +7,7 @@
 //! Rust core. The namespace is removed when [`Net`] drops (also on panic).
 #![allow(dead_code)]
 
-use lab::netns::Netns;
+use lab::netns::{am_root, Netns};
 use xdp::types::progs;
 use xdp::{action, FastPath, Limits, Mode};
 
@@ -26,10 +26,6 @@ pub struct Net {
     pub if4: u32,
     pub if6: u32,
     pub ns: Netns,
-}
-
-fn am_root() -> bool {
-    nix::unistd::geteuid().is_root()
 }
 
 impl Net {
