@@ -255,6 +255,32 @@ V6G_INLINE int forbidden6(struct a6 a)
 	return (a.hi >> 56) == 0xff;
 }
 
+/* A 20-byte IPv4 header (no options) in network order, checksum included,
+ * as xlat's Ipv4Header::emit writes it. `flags_frag` holds DF/MF/offset. */
+V6G_INLINE void ipv4_header(__u16 *hdr, __u8 tos, __u16 total, __u16 ident, __u16 flags_frag, __u8 ttl, __u8 proto,
+			    __u32 src, __u32 dst)
+{
+	__u64 acc = 0;
+
+	hdr[0] = (0x45 << 8) | tos;
+	hdr[1] = total;
+	hdr[2] = ident;
+	hdr[3] = flags_frag;
+	hdr[4] = ((__u16)ttl << 8) | proto;
+	hdr[5] = 0;
+	hdr[6] = src >> 16;
+	hdr[7] = src & 0xffff;
+	hdr[8] = dst >> 16;
+	hdr[9] = dst & 0xffff;
+#pragma unroll
+	for (int i = 0; i < 10; i++)
+		acc += hdr[i];
+	hdr[5] = (__u16)~fold(acc);
+#pragma unroll
+	for (int i = 0; i < 10; i++)
+		hdr[i] = bpf_htons(hdr[i]);
+}
+
 /* ---- forwarding ------------------------------------------------------------ */
 
 /* Where a translated packet goes, decided before the packet is touched. */

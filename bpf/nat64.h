@@ -32,9 +32,10 @@ V6G_INLINE int tcp_control(const struct pkt *p)
 	return p->proto == IPPROTO_TCP && (p->tcp_flags & (TCP_FIN_ | TCP_SYN_ | TCP_RST_));
 }
 
-/* An IPv6 packet parsed by parse6(). */
-static __noinline __u32 nat64_6(struct xdp_md *ctx, const struct v6g_config *c, const struct pkt *p)
+/* A packet parsed by parse4() (in6 = 0) or parse6() (in6 = 1). */
+static __noinline __u32 nat64(struct xdp_md *ctx, const struct v6g_config *c, const struct pkt *p, int in6)
 {
+	int icmp = p->proto == IPPROTO_ICMP || p->proto == IPPROTO_ICMPV6_;
 	struct v6g_flow k = {};
 	struct v6g_nat64 *v;
 	struct xargs a = {};
@@ -42,56 +43,42 @@ static __noinline __u32 nat64_6(struct xdp_md *ctx, const struct v6g_config *c, 
 
 	if (!(c->nat64.flags & V6G_XLAT_ON))
 		return PASS(V6G_P_NO_MATCH);
-	store6(k.src, p->src6);
-	store6(k.dst, p->dst6);
-	k.sport_be = bpf_htons(p->sport);
-	/* ICMP echo: the identifier is the IPv6 host's "port", the peer's is 0. */
-	k.dport_be = p->proto == IPPROTO_ICMPV6_ ? 0 : bpf_htons(p->dport);
-	k.family = 6;
+	/* ICMP echo: the identifier is the IPv6 host's "port" (the source on
+	 * the IPv6 side, the destination on the IPv4 side), the peer's is 0. */
+	if (in6) {
+		store6(k.src, p->src6);
+		store6(k.dst, p->dst6);
+		k.sport_be = bpf_htons(p->sport);
+		k.dport_be = icmp ? 0 : bpf_htons(p->dport);
+	} else {
+		mapped4(k.src, p->src4);
+		mapped4(k.dst, p->dst4);
+		k.sport_be = icmp ? 0 : bpf_htons(p->sport);
+		k.dport_be = bpf_htons(p->dport);
+	}
+	k.family = in6 ? 6 : 4;
 	k.proto = p->proto;
 	v = bpf_map_lookup_elem(&nat64_sessions, &k);
 	if (!v)
 		return PASS(V6G_P_NO_MATCH);
 	if (tcp_control(p))
 		return PASS(V6G_P_TCP_CONTROL);
-	a.rw.which = PORT_SRC;
+	/* As nat64: 6->4 rewrites the source port (to t), 4->6 the destination
+	 * port (to x); ICMP echo the identifier. */
 	a.rw.port = bpf_ntohs(v->port_be);
-	a.src4 = load4(v->src + 12);
-	a.dst4 = load4(v->dst + 12);
-	a.ctr = V6G_C_NAT64_64;
-	rc = xlat64(ctx, p, &c->nat64, &a);
-	if (!IS_PASS(rc))
-		v->last_seen_ns = bpf_ktime_get_coarse_ns();
-	return rc;
-}
-
-/* An IPv4 packet parsed by parse4(). */
-static __noinline __u32 nat64_4(struct xdp_md *ctx, const struct v6g_config *c, const struct pkt *p)
-{
-	struct v6g_flow k = {};
-	struct v6g_nat64 *v;
-	struct xargs a = {};
-	__u32 rc;
-
-	if (!(c->nat64.flags & V6G_XLAT_ON))
-		return PASS(V6G_P_NO_MATCH);
-	mapped4(k.src, p->src4);
-	mapped4(k.dst, p->dst4);
-	k.sport_be = p->proto == IPPROTO_ICMP ? 0 : bpf_htons(p->sport);
-	k.dport_be = bpf_htons(p->dport);
-	k.family = 4;
-	k.proto = p->proto;
-	v = bpf_map_lookup_elem(&nat64_sessions, &k);
-	if (!v)
-		return PASS(V6G_P_NO_MATCH);
-	if (tcp_control(p))
-		return PASS(V6G_P_TCP_CONTROL);
-	a.rw.which = PORT_DST;
-	a.rw.port = bpf_ntohs(v->port_be);
-	a.src6 = load6(v->src);
-	a.dst6 = load6(v->dst);
-	a.ctr = V6G_C_NAT64_46;
-	rc = xlat46(ctx, p, &c->nat64, &a);
+	if (in6) {
+		a.rw.which = PORT_SRC;
+		a.src4 = load4(v->src + 12);
+		a.dst4 = load4(v->dst + 12);
+		a.ctr = V6G_C_NAT64_64;
+		rc = xlat64(ctx, p, &c->nat64, &a);
+	} else {
+		a.rw.which = PORT_DST;
+		a.src6 = load6(v->src);
+		a.dst6 = load6(v->dst);
+		a.ctr = V6G_C_NAT64_46;
+		rc = xlat46(ctx, p, &c->nat64, &a);
+	}
 	if (!IS_PASS(rc))
 		v->last_seen_ns = bpf_ktime_get_coarse_ns();
 	return rc;

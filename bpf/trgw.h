@@ -113,7 +113,6 @@ static __noinline __u32 relay(struct xdp_md *ctx, const struct pkt *p, const str
 	struct a6 s6 = load6(r->out_src), d6 = load6(r->out_dst);
 	__u64 old, new;
 	__u16 hdr[10];
-	__u64 acc = 0;
 
 	if (r->out_family != 4 && r->out_family != 6)
 		return PASS(V6G_P_NO_MATCH);
@@ -147,25 +146,9 @@ static __noinline __u32 relay(struct xdp_md *ctx, const struct pkt *p, const str
 	if (rc)
 		return rc;
 
-	if (!out6) {
-		hdr[0] = 0x4500;
-		hdr[1] = l3out;
-		hdr[2] = 0;
-		hdr[3] = 0x4000;
-		hdr[4] = (RELAY_TTL << 8) | IPPROTO_UDP;
-		hdr[5] = 0;
-		hdr[6] = (__u32)s6.lo >> 16;
-		hdr[7] = s6.lo & 0xffff;
-		hdr[8] = (__u32)d6.lo >> 16;
-		hdr[9] = d6.lo & 0xffff;
-#pragma unroll
-		for (int i = 0; i < 10; i++)
-			acc += hdr[i];
-		hdr[5] = (__u16)~fold(acc);
-#pragma unroll
-		for (int i = 0; i < 10; i++)
-			hdr[i] = bpf_htons(hdr[i]);
-	}
+	/* As Linux sends on an unconnected UDP socket: DF, Identification 0. */
+	if (!out6)
+		ipv4_header(hdr, 0, l3out, 0, 0x4000, RELAY_TTL, IPPROTO_UDP, (__u32)s6.lo, (__u32)d6.lo);
 
 	/* From here on the packet changes. */
 	delta = (int)hl_in - (out6 ? 40 : 20);

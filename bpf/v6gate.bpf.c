@@ -42,7 +42,7 @@ V6G_INLINE __u32 dispatch(struct xdp_md *ctx, const struct v6g_config *c, int fn
 		if (fns & F_TRGW)
 			rc = trgw(ctx, c, &p, 0);
 		if ((fns & F_NAT64) && rc == PASS(V6G_P_NO_MATCH))
-			rc = nat64_4(ctx, c, &p);
+			rc = nat64(ctx, c, &p, 0);
 		if ((fns & F_SIIT) && rc == PASS(V6G_P_NO_MATCH))
 			rc = siit4(ctx, c, &p);
 		return rc;
@@ -55,7 +55,7 @@ V6G_INLINE __u32 dispatch(struct xdp_md *ctx, const struct v6g_config *c, int fn
 		if (fns & F_TRGW)
 			rc = trgw(ctx, c, &p, 1);
 		if ((fns & F_NAT64) && rc == PASS(V6G_P_NO_MATCH))
-			rc = nat64_6(ctx, c, &p);
+			rc = nat64(ctx, c, &p, 1);
 		if ((fns & F_SIIT) && rc == PASS(V6G_P_NO_MATCH))
 			rc = siit6(ctx, c, &p);
 		return rc;

@@ -307,6 +307,21 @@ V6G_INLINE int trim(struct xdp_md *ctx, __u32 want, int head)
 	return 0;
 }
 
+/* The transport ports of the packet-to-be, for the FIB lookup. */
+V6G_INLINE void fib_ports(struct bpf_fib_lookup *fib, const struct pkt *p, const struct rewrite *rw)
+{
+	__u16 sport = p->sport, dport = p->dport;
+
+	if (p->proto != IPPROTO_UDP && p->proto != IPPROTO_TCP)
+		return;
+	if (rw->which == PORT_SRC)
+		sport = rw->port;
+	else if (rw->which == PORT_DST)
+		dport = rw->port;
+	fib->sport = bpf_htons(sport);
+	fib->dport = bpf_htons(dport);
+}
+
 /* ---- RFC 7915 §4: IPv4 -> IPv6 ---------------------------------------------- */
 
 /* A BPF-to-BPF call, not inlined: each caller (SIIT, NAT64) would
@@ -321,7 +336,7 @@ static __noinline __u32 xlat46(struct xdp_md *ctx, const struct pkt *p, const st
 	struct egress eg;
 	__u32 v6len = 40 + (__u32)p->plen;
 	__u8 tc, icmp_type = 0;
-	__u16 csum, sport, dport;
+	__u16 csum;
 	__u32 rc;
 
 	/* §4.1 Hop Limit: the slow path sends Time Exceeded. */
@@ -334,18 +349,9 @@ static __noinline __u32 xlat46(struct xdp_md *ctx, const struct pkt *p, const st
 	tc = (xp->flags & V6G_XLAT_RESET_TC) ? 0 : p->tos;
 	csum = l4_after(p, sum4(p->src4) + sum4(p->dst4), sum6(src6) + sum6(dst6), src6, dst6, 1, rw, &icmp_type);
 
-	sport = p->sport;
-	dport = p->dport;
-	if (rw->which == PORT_SRC)
-		sport = rw->port;
-	else if (rw->which == PORT_DST)
-		dport = rw->port;
 	fib.family = AF_INET6;
 	fib.l4_protocol = p->proto == IPPROTO_ICMP ? IPPROTO_ICMPV6_ : p->proto;
-	if (p->proto == IPPROTO_UDP || p->proto == IPPROTO_TCP) {
-		fib.sport = bpf_htons(sport);
-		fib.dport = bpf_htons(dport);
-	}
+	fib_ports(&fib, p, rw);
 	fib.tot_len = v6len;
 	fib.flowinfo = bpf_htonl((__u32)tc << 20);
 	store6(fib.ipv6_src, src6);
@@ -399,9 +405,8 @@ static __noinline __u32 xlat64(struct xdp_md *ctx, const struct pkt *p, const st
 	struct v6g_count *cnt;
 	__u32 total = 20 + (__u32)p->plen;
 	__u8 tos, icmp_type = 0, proto;
-	__u16 csum, ident = 0, sport, dport;
+	__u16 csum, ident = 0;
 	__u16 hdr[10];
-	__u64 acc = 0;
 	__u32 rc;
 
 	if (p->ttl <= 1)
@@ -414,18 +419,9 @@ static __noinline __u32 xlat64(struct xdp_md *ctx, const struct pkt *p, const st
 	csum = l4_after(p, sum6(p->src6) + sum6(p->dst6), sum4(src4) + sum4(dst4), p->src6, p->dst6, 0, rw,
 			&icmp_type);
 
-	sport = p->sport;
-	dport = p->dport;
-	if (rw->which == PORT_SRC)
-		sport = rw->port;
-	else if (rw->which == PORT_DST)
-		dport = rw->port;
 	fib.family = AF_INET;
 	fib.l4_protocol = proto;
-	if (proto == IPPROTO_UDP || proto == IPPROTO_TCP) {
-		fib.sport = bpf_htons(sport);
-		fib.dport = bpf_htons(dport);
-	}
+	fib_ports(&fib, p, rw);
 	fib.tot_len = total;
 	fib.tos = tos;
 	fib.ipv4_src = bpf_htonl(src4);
@@ -439,23 +435,7 @@ static __noinline __u32 xlat64(struct xdp_md *ctx, const struct pkt *p, const st
 	cnt = counter(ctr);
 	if (total <= DF_THRESHOLD && cnt)
 		ident = (__u16)(cnt->packets ^ ((__u64)bpf_get_smp_processor_id() << 13));
-	hdr[0] = (0x45 << 8) | tos;
-	hdr[1] = total;
-	hdr[2] = total <= DF_THRESHOLD ? ident : 0;
-	hdr[3] = total <= DF_THRESHOLD ? 0 : 0x4000;
-	hdr[4] = ((__u16)(p->ttl - 1) << 8) | proto;
-	hdr[5] = 0;
-	hdr[6] = src4 >> 16;
-	hdr[7] = src4 & 0xffff;
-	hdr[8] = dst4 >> 16;
-	hdr[9] = dst4 & 0xffff;
-#pragma unroll
-	for (int i = 0; i < 10; i++)
-		acc += hdr[i];
-	hdr[5] = (__u16)~fold(acc);
-#pragma unroll
-	for (int i = 0; i < 10; i++)
-		hdr[i] = bpf_htons(hdr[i]);
+	ipv4_header(hdr, tos, total, ident, total <= DF_THRESHOLD ? 0 : 0x4000, p->ttl - 1, proto, src4, dst4);
 
 	/* From here on the packet changes: drop 20 bytes of head room. */
 	if (bpf_xdp_adjust_head(ctx, 20))
