@@ -183,8 +183,15 @@ static __noinline __u32 siit4(struct xdp_md *ctx, const struct v6g_config *c, co
 	/* §4.1: never-translated addresses (the slow path drops them). */
 	if (forbidden4(p->src4) || forbidden4(p->dst4))
 		return PASS(V6G_P_ADDRESS);
-	if (!siit_map46(c, p->dst4, &a.dst6) || !siit_map46(c, p->src4, &a.src6))
+	if (!siit_map46(c, p->dst4, &a.dst6))
 		return PASS(V6G_P_NO_MATCH);
+	/* RFC 7757 §4.2.1 (simple hairpinning): sources through pool6 only. */
+	if (c->siit.flags & V6G_XLAT_EAM_SIMPLE) {
+		if (!pool6_embed(c, p->src4, &a.src6))
+			return PASS(V6G_P_NO_MATCH);
+	} else if (!siit_map46(c, p->src4, &a.src6)) {
+		return PASS(V6G_P_NO_MATCH);
+	}
 	return xlat46(ctx, p, &c->siit, &a);
 }
 
@@ -203,8 +210,8 @@ static __noinline __u32 siit6(struct xdp_md *ctx, const struct v6g_config *c, co
 		return PASS(V6G_P_NO_MATCH);
 	if (forbidden4(s4) || forbidden4(d4))
 		return PASS(V6G_P_ADDRESS);
-	/* RFC 7757 §4.2: a pool6 destination whose IPv4 form is an EAM address
-	 * is hairpinned back to IPv6 by the slow path. */
+	/* RFC 7757 §4.2.2 (intrinsic hairpinning): a pool6 destination whose
+	 * IPv4 form is an EAM address is turned around by the slow path. */
 	if ((c->siit.flags & V6G_XLAT_EAM_HAIRPIN) && (c->siit.flags & V6G_XLAT_HAVE_EAMT) && !dst_eam &&
 	    eam_covers4(d4))
 		return PASS(V6G_P_ADDRESS);

@@ -3,11 +3,12 @@
 //! [`Config`] fields and trie entries.
 
 use crate::types::{
-    Config, Eam, Xlat, XLAT_EAM_HAIRPIN, XLAT_HAVE_EAMT, XLAT_ON, XLAT_POOL6_WKP, XLAT_RESET_TC, XLAT_RESET_TOS,
+    Config, Eam, Xlat, XLAT_EAM_HAIRPIN, XLAT_EAM_SIMPLE, XLAT_HAVE_EAMT, XLAT_ON, XLAT_POOL6_WKP, XLAT_RESET_TC,
+    XLAT_RESET_TOS,
 };
 use crate::Error;
 use xlat::addr::{Prefix4, Prefix6, Rfc6052};
-use xlat::siit::{Config as SiitConfig, MappingMode, Translator};
+use xlat::siit::{Config as SiitConfig, EamHairpinMode, MappingMode, Translator};
 
 /// The RFC 7915 knobs of `cfg` (MTUs, TOS/Traffic Class), with the
 /// function turned on.
@@ -68,8 +69,15 @@ pub fn siit(base: Config, cfg: &SiitConfig) -> Result<(Config, Vec<EamEntry>), E
     }
     if !cfg.eamt.is_empty() {
         c.siit.flags |= XLAT_HAVE_EAMT;
-        if cfg.eam_hairpinning {
-            c.siit.flags |= XLAT_EAM_HAIRPIN;
+        // The hairpin rules apply when there is a prefix besides the EAMT
+        // (as in xlat; with IVI the fast path has no prefix, and the
+        // packets concerned pass for want of a mapping).
+        if cfg.pool6.is_some() {
+            match cfg.eam_hairpin_mode {
+                EamHairpinMode::Off => {}
+                EamHairpinMode::Simple => c.siit.flags |= XLAT_EAM_SIMPLE,
+                EamHairpinMode::Intrinsic => c.siit.flags |= XLAT_EAM_HAIRPIN,
+            }
         }
     }
     let eamt = cfg.eamt.iter().map(|&(p6, p4)| (p6, p4, eam(p6, p4))).collect();

@@ -270,13 +270,19 @@ pub const XLAT_ON: u8 = 1 << 0;
 pub const XLAT_RESET_TC: u8 = 1 << 1;
 /// `reset-tos`: IPv6 → IPv4 TOS = `new-tos`.
 pub const XLAT_RESET_TOS: u8 = 1 << 2;
-/// SIIT: `eam-hairpinning` (RFC 7757 §4.2): such packets go to the slow path.
+/// SIIT: `eam-hairpin-mode = intrinsic` with pool6 and an EAMT (RFC 7757
+/// §4.2.2): IPv6 packets through pool6 to an EAMT IPv4 address are turned
+/// around by the slow path, so they pass.
 pub const XLAT_EAM_HAIRPIN: u8 = 1 << 3;
 /// SIIT: the EAMT is not empty (skips both trie lookups when it is).
 pub const XLAT_HAVE_EAMT: u8 = 1 << 4;
 /// SIIT: `pool6` is the Well-Known Prefix 64:ff9b::/96 (RFC 6052 §3.1:
 /// only global IPv4 addresses translate).
 pub const XLAT_POOL6_WKP: u8 = 1 << 5;
+
+/// SIIT: `eam-hairpin-mode = simple` with pool6 and an EAMT (RFC 7757
+/// §4.2.1): IPv4 → IPv6 sources are mapped with pool6 only.
+pub const XLAT_EAM_SIMPLE: u8 = 1 << 6;
 
 /// [`Config::trgw_flags`]: the TrGW fast path is on.
 pub const TRGW_ON: u8 = 1 << 0;
@@ -426,6 +432,7 @@ pub const CONSTANTS: &[(&str, u64)] = &[
     ("V6G_XLAT_EAM_HAIRPIN", XLAT_EAM_HAIRPIN as u64),
     ("V6G_XLAT_HAVE_EAMT", XLAT_HAVE_EAMT as u64),
     ("V6G_XLAT_POOL6_WKP", XLAT_POOL6_WKP as u64),
+    ("V6G_XLAT_EAM_SIMPLE", XLAT_EAM_SIMPLE as u64),
     ("V6G_TRGW_ON", TRGW_ON as u64),
     ("V6G_RELAY_OUT_KNOWN", RELAY_OUT_KNOWN as u64),
     ("V6G_COUNTER_MAX", COUNTER_MAX as u64),

@@ -20,7 +20,7 @@ use common::*;
 use proptest::prelude::*;
 use support::{frame, hex, ident_of, run, Net, Outcome};
 use xdp::types::progs;
-use xlat::siit::{Config, Translator};
+use xlat::siit::{Config, EamHairpinMode, Translator};
 use xlat::{Out, PacketKind, Verdict};
 
 const H4: &str = "192.0.2.1";
@@ -159,7 +159,15 @@ fn rfc7915_vectors() {
     );
     pass(n, &t, "rfc7757_4_2_hairpinning", &hp);
 
-    // The knobs.
+    // The knobs. RFC 7757 §4.2.1 simple hairpinning: IPv4 sources through
+    // pool6 only (an EAMT source too), and nothing is turned around.
+    let t = setup(&mut net, Config { eam_hairpin_mode: EamHairpinMode::Simple, ..config() });
+    let o = diff(&net, &t, &V4::new(17, "198.51.100.5", "198.51.100.7").udp(1, 2, b"simple"));
+    let Outcome::Forwarded(p) = o else { panic!("simple hairpin mode: not translated") };
+    assert_eq!(p[8..24], a6("2001:db8:1c6:3364:5::").octets(), "source through pool6, not the EAMT");
+    fast(&net, &t, "rfc7757_4_2_1_simple_mode_v6_side", &hp);
+    let t = setup(&mut net, Config { eam_hairpin_mode: EamHairpinMode::Off, ..config() });
+    fast(&net, &t, "rfc7757_hairpin_off", &hp);
     let t = setup(&mut net, Config { reset_traffic_class: true, ..config() });
     fast(&net, &t, "rfc7915_4_1_reset_traffic_class", &v4_to_h6(17).udp(1, 2, b"x"));
     let t = setup(&mut net, Config { reset_tos: true, new_tos: 0x28, ..config() });
@@ -220,7 +228,7 @@ fn rfc7757_eamt_lookups() {
             ("2001:db8::abcd/128".parse().unwrap(), "198.51.100.64/32".parse().unwrap()),
             ("2001:db8:6::/120".parse().unwrap(), "198.51.100.0/24".parse().unwrap()),
         ],
-        eam_hairpinning: false,
+        eam_hairpin_mode: EamHairpinMode::Off,
         ..Config::default()
     };
     let t = setup(&mut net, cfg);
