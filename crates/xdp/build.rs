@@ -53,7 +53,7 @@ fn main() {
 
 fn compile(clang: &str, multiarch: &str, bpf_dir: &Path, out: &Path, src: &Path, obj: &Path) {
     let mut cmd = Command::new(clang);
-    cmd.args(["-target", "bpf", "-O2", "-g", "-Wall", "-Werror", "-Wno-unused-function"])
+    cmd.args(["-target", "bpf", "-mcpu=v3", "-O2", "-g", "-Wall", "-Werror", "-Wno-unused-function"])
         .arg(format!("-I{}", out.display()))
         .arg(format!("-I{}", bpf_dir.display()))
         .arg(format!("-I/usr/include/{multiarch}"))
