@@ -1,5 +1,5 @@
 //! Builds the XDP programs: `bpf/*.bpf.c` → BPF ELF objects in OUT_DIR
-//! with Debian's clang (`-target bpf -O2 -g`: BTF for the maps and the
+//! with Debian's clang (`-target bpf -mcpu=v3 -O2 -g`: BTF for the maps and the
 //! loader), after writing `v6gate_abi.h` from `src/types.rs`: the shared
 //! constants and a static assert per contract struct size and field
 //! offset, so the C and Rust sides cannot drift apart.
