@@ -129,8 +129,9 @@ impl std::fmt::Debug for FastPath {
 
 fn map_err(map: &'static str, e: MapError) -> Error {
     match &e {
+        // A full hash map says E2BIG, a full LPM trie ENOSPC.
         MapError::SyscallError(s) if s.io_error.raw_os_error() == Some(libc::E2BIG) => Error::MapFull(map),
-        MapError::SyscallError(s) if s.io_error.raw_os_error() == Some(libc::ENOMEM) => Error::MapFull(map),
+        MapError::SyscallError(s) if s.io_error.raw_os_error() == Some(libc::ENOSPC) => Error::MapFull(map),
         _ => Error::Bpf(format!("map {map}: {e}")),
     }
 }

@@ -39,3 +39,50 @@ fn attach_modes_and_detach() {
         assert!(xdp_shown(&net, i).is_empty(), "{i}: {}", xdp_shown(&net, i));
     }
 }
+
+/// Every mirrored table is bounded: a full one refuses the entry with
+/// `MapFull` (that flow stays on the slow path) and keeps the others.
+#[test]
+fn bounded_maps() {
+    assert!(lab::netns::am_root(), "the XDP tests need root; CI runs as root");
+    let limits = xdp::Limits { nat64_sessions: 2, trgw_relays: 1, eamt: 1, ..xdp::Limits::default() };
+    let mut fp = xdp::FastPath::load(limits).unwrap_or_else(|e| panic!("{e}"));
+    let s = |port: u16| xdp::nat64::Session {
+        l4: xdp::nat64::L4::Udp,
+        x: format!("[2001:db8::1]:{port}").parse().unwrap(),
+        y6: "[64:ff9b::c633:6407]:53".parse().unwrap(),
+        t: format!("192.0.2.1:{port}").parse().unwrap(),
+        y: "198.51.100.7:53".parse().unwrap(),
+    };
+    for (k, v) in s(1000).entries() {
+        fp.nat64_insert(&k, &v).unwrap();
+    }
+    let [(k, v), _] = s(1001).entries();
+    assert_eq!(fp.nat64_insert(&k, &v), Err(Error::MapFull("nat64_sessions")));
+    let [(k0, _), _] = s(1000).entries();
+    assert!(fp.nat64_get(&k0).unwrap().is_some(), "the entries already there stay");
+    let leg = |port: u16| xdp::trgw::Leg {
+        local: format!("192.0.2.1:{port}").parse().unwrap(),
+        latched: "198.51.100.7:5004".parse().unwrap(),
+        out_local: "[2001:db8::1]:30000".parse().unwrap(),
+        out_peer: Some("[2001:db8::9]:4000".parse().unwrap()),
+        stats_index: 0,
+    };
+    let (k, v) = leg(30002).entry().unwrap();
+    fp.relay_insert(&k, &v).unwrap();
+    let (k, v) = leg(30004).entry().unwrap();
+    assert_eq!(fp.relay_insert(&k, &v), Err(Error::MapFull("trgw_relay")));
+    let (k, mut v) = leg(30002).entry().unwrap();
+    v.stats_index = xdp::Limits::default().trgw_stats;
+    assert!(matches!(fp.relay_insert(&k, &v), Err(Error::Config(_))), "stats index beyond trgw-stats");
+    let cfg = xlat::siit::Config {
+        pool6: Some("64:ff9b::/96".parse().unwrap()),
+        eamt: vec![
+            ("2001:db8:6::/120".parse().unwrap(), "198.51.100.0/24".parse().unwrap()),
+            ("2001:db8:7::/120".parse().unwrap(), "203.0.113.0/24".parse().unwrap()),
+        ],
+        ..Default::default()
+    };
+    assert!(matches!(fp.set_siit(&cfg), Err(Error::Config(_))), "EAMT beyond the limit");
+    assert!(matches!(xdp::FastPath::load(xdp::Limits { eamt: 0, ..limits }), Err(Error::Config(_))));
+}
