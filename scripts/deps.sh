@@ -21,13 +21,13 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 # --- Debian packages -------------------------------------------------------
-# clang + libbpf-dev + pkg-config: the XDP fast path (bpf/*.bpf.c).
+# clang + libbpf-dev + linux-libc-dev (+ pkg-config): the XDP fast path (bpf/*.bpf.c, built by crates/xdp/build.rs).
 # sip-tester (SIPp): SIP load for the IMS-ALG and TrGW interop tests.
 # iproute2, iputils-ping: `ip netns` and ping for the lab and the namespace tests.
 # The peers v6gate is tested and benchmarked against: tayga (SIIT/NAT64),
 # rtpengine-daemon (media relay), kamailio (+ its rtpengine/rtpproxy modules).
 # (tshark is optional and not installed here.)
-APT_PKGS=(clang libbpf-dev pkg-config sip-tester iproute2 iputils-ping tayga rtpengine-daemon kamailio)
+APT_PKGS=(clang libbpf-dev linux-libc-dev pkg-config sip-tester iproute2 iputils-ping tayga rtpengine-daemon kamailio)
 
 missing=()
 for p in "${APT_PKGS[@]}"; do

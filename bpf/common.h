@@ -1,0 +1,385 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR Apache-2.0) */
+/*
+ * v6gate XDP fast path: maps, counters, checksums, address helpers and
+ * forwarding (bpf_fib_lookup + devmap), shared by the SIIT, NAT64 and
+ * TrGW programs.
+ *
+ * Every function either handles a packet completely (returns XDP_TX or
+ * XDP_REDIRECT) or returns PASS(reason) having left the packet exactly as
+ * it was; the entry point counts the reason and returns XDP_PASS, so the
+ * slow path sees the original packet.
+ */
+#ifndef V6GATE_COMMON_H
+#define V6GATE_COMMON_H
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/udp.h>
+#include <linux/tcp.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include "v6gate.h"
+
+#ifndef AF_INET
+#define AF_INET 2
+#endif
+#ifndef AF_INET6
+#define AF_INET6 10
+#endif
+
+#define V6G_INLINE static __always_inline
+
+/* ---- maps (sizes are defaults; the loader sets them from the config) ---- */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct v6g_config);
+} config SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 1024);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct v6g_lpm4);
+	__type(value, struct v6g_eam);
+} eamt4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 1024);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct v6g_lpm6);
+	__type(value, struct v6g_eam);
+} eamt6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct v6g_flow);
+	__type(value, struct v6g_nat64);
+} nat64_sessions SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct v6g_relay_key);
+	__type(value, struct v6g_relay);
+} trgw_relay SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, struct v6g_count);
+} trgw_stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, V6G_COUNTER_MAX);
+	__type(key, __u32);
+	__type(value, struct v6g_count);
+} counters SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_PERCPU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct v6g_fib_key);
+	__type(value, struct v6g_fib);
+} fib_cache SEC(".maps");
+
+/* Per-CPU scratch space for route(): keeps the BPF stack (512 bytes for a
+ * whole call chain) free. Internal: userspace never reads it. */
+struct v6g_scratch {
+	struct v6g_fib_key k;
+	struct v6g_fib v;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct v6g_scratch);
+} scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, struct bpf_devmap_val);
+} tx_ports SEC(".maps");
+
+/* ---- verdicts ---------------------------------------------------------- */
+
+/* A pass to the slow path for `reason` (a V6G_P_* counter index). */
+#define V6G_PASS_BIT 0x100u
+#define PASS(reason) (V6G_PASS_BIT | (reason))
+#define IS_PASS(rc) ((rc) & V6G_PASS_BIT)
+
+V6G_INLINE struct v6g_count *counter(__u32 idx)
+{
+	return bpf_map_lookup_elem(&counters, &idx);
+}
+
+V6G_INLINE void count(__u32 idx, __u64 bytes)
+{
+	struct v6g_count *c = counter(idx);
+
+	if (c) {
+		c->packets++;
+		c->bytes += bytes;
+	}
+}
+
+/* The XDP action for `rc`, counting passes by reason. */
+V6G_INLINE int finish(struct xdp_md *ctx, __u32 rc)
+{
+	if (IS_PASS(rc)) {
+		count(rc & ~V6G_PASS_BIT, ctx->data_end - ctx->data);
+		return XDP_PASS;
+	}
+	return rc;
+}
+
+V6G_INLINE const struct v6g_config *get_config(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&config, &zero);
+}
+
+/* ---- the Internet checksum (RFC 1071, RFC 1624) -------------------------
+ * Sums are unfolded host-order u64 accumulators of big-endian words, as in
+ * xlat::checksum; fold() is an end-around-carry fold, so any two sums of
+ * the same words fold alike, whatever their grouping (16- or 32-bit).
+ */
+V6G_INLINE __u16 fold(__u64 acc)
+{
+	acc = (acc & 0xffffffff) + (acc >> 32);
+	acc = (acc & 0xffff) + (acc >> 16);
+	acc = (acc & 0xffff) + (acc >> 16);
+	acc = (acc & 0xffff) + (acc >> 16);
+	return (__u16)acc;
+}
+
+/* RFC 1624 eqn. 3: HC' = ~(~HC + ~m + m'), as xlat::checksum::update. */
+V6G_INLINE __u16 csum_update(__u16 csum, __u64 old, __u64 new)
+{
+	__u64 acc = (__u64)(__u16)~csum + (__u64)(__u16)~fold(old) + (__u64)fold(new);
+
+	return (__u16)~fold(acc);
+}
+
+/* A transmitted UDP checksum is never zero (RFC 768). */
+V6G_INLINE __u16 csum_update_udp(__u16 csum, __u64 old, __u64 new)
+{
+	__u16 c = csum_update(csum, old, new);
+
+	return c ? c : 0xffff;
+}
+
+/* ---- addresses ------------------------------------------------------------ */
+
+/* An IPv6 address as two host-order halves. */
+struct a6 {
+	__u64 hi;
+	__u64 lo;
+};
+
+V6G_INLINE struct a6 load6(const void *p)
+{
+	__u64 w[2];
+	struct a6 a;
+
+	__builtin_memcpy(w, p, 16);
+	a.hi = bpf_be64_to_cpu(w[0]);
+	a.lo = bpf_be64_to_cpu(w[1]);
+	return a;
+}
+
+V6G_INLINE void store6(void *p, struct a6 a)
+{
+	__u64 w[2] = { bpf_cpu_to_be64(a.hi), bpf_cpu_to_be64(a.lo) };
+
+	__builtin_memcpy(p, w, 16);
+}
+
+V6G_INLINE __u32 load4(const void *p)
+{
+	__u32 w;
+
+	__builtin_memcpy(&w, p, 4);
+	return bpf_ntohl(w);
+}
+
+V6G_INLINE void store4(void *p, __u32 a)
+{
+	__u32 w = bpf_htonl(a);
+
+	__builtin_memcpy(p, &w, 4);
+}
+
+V6G_INLINE __u64 sum4(__u32 a)
+{
+	return (__u64)a;
+}
+
+V6G_INLINE __u64 sum6(struct a6 a)
+{
+	return (a.hi >> 32) + (a.hi & 0xffffffff) + (a.lo >> 32) + (a.lo & 0xffffffff);
+}
+
+/* RFC 8200 §8.1 pseudo-header sum. */
+V6G_INLINE __u64 pseudo6(struct a6 s, struct a6 d, __u8 next, __u32 len)
+{
+	return sum6(s) + sum6(d) + (len >> 16) + (len & 0xffff) + next;
+}
+
+/* As xlat::addr::is_forbidden_v4: 0/8, 127/8, 224/3. */
+V6G_INLINE int forbidden4(__u32 a)
+{
+	__u32 o = a >> 24;
+
+	return o == 0 || o == 127 || o >= 224;
+}
+
+/* As xlat::addr::is_forbidden_v6: ::, ::1, ff00::/8, ::ffff:0:0/96. */
+V6G_INLINE int forbidden6(struct a6 a)
+{
+	if (a.hi == 0 && (a.lo == 0 || a.lo == 1 || (a.lo >> 32) == 0xffff))
+		return 1;
+	return (a.hi >> 56) == 0xff;
+}
+
+/* A 20-byte IPv4 header (no options) in network order, checksum included,
+ * as xlat's Ipv4Header::emit writes it. `flags_frag` holds DF/MF/offset. */
+V6G_INLINE void ipv4_header(__u16 *hdr, __u8 tos, __u16 total, __u16 ident, __u16 flags_frag, __u8 ttl, __u8 proto,
+			    __u32 src, __u32 dst)
+{
+	__u64 acc = 0;
+
+	hdr[0] = (0x45 << 8) | tos;
+	hdr[1] = total;
+	hdr[2] = ident;
+	hdr[3] = flags_frag;
+	hdr[4] = ((__u16)ttl << 8) | proto;
+	hdr[5] = 0;
+	hdr[6] = src >> 16;
+	hdr[7] = src & 0xffff;
+	hdr[8] = dst >> 16;
+	hdr[9] = dst & 0xffff;
+#pragma unroll
+	for (int i = 0; i < 10; i++)
+		acc += hdr[i];
+	hdr[5] = (__u16)~fold(acc);
+#pragma unroll
+	for (int i = 0; i < 10; i++)
+		hdr[i] = bpf_htons(hdr[i]);
+}
+
+/* ---- forwarding ------------------------------------------------------------ */
+
+/* Where a translated packet goes, decided before the packet is touched. */
+struct egress {
+	__u32 ifindex; /* 0: back out of the ingress interface (XDP_TX) */
+	__u8 dmac[ETH_ALEN];
+	__u8 smac[ETH_ALEN];
+};
+
+/* Look up the route and neighbour of the packet-to-be in `fib` (family,
+ * addresses, tot_len, tos/flowinfo and ports filled in) and check the
+ * egress interface may be used. Returns 0 or PASS(reason).
+ *
+ * With fib_cache_ms set, the answer for the same lookup inputs is reused
+ * for that long (per CPU, LRU): bpf_fib_lookup is most of the fast path's
+ * cost. A packet larger than any the cached lookup accepted is looked up
+ * again (the MTU check); a miss or a failure is never cached. */
+V6G_INLINE __u32 route(struct xdp_md *ctx, struct bpf_fib_lookup *fib, struct egress *eg)
+{
+	const struct v6g_config *c = get_config();
+	__u32 in = ctx->ingress_ifindex, cache_ms = c ? c->fib_cache_ms : 0, zero = 0;
+	struct v6g_scratch *sc = 0;
+	struct v6g_fib *e = 0;
+	__u64 now = 0;
+	long rc;
+
+	fib->ifindex = in;
+	if (cache_ms)
+		sc = bpf_map_lookup_elem(&scratch, &zero);
+	if (sc) {
+		struct v6g_fib_key *kp = &sc->k;
+		struct v6g_fib_key k = {};
+
+		k.ifindex = in;
+		k.family = fib->family;
+		k.proto = fib->l4_protocol;
+		k.sport_be = fib->sport;
+		k.dport_be = fib->dport;
+		if (fib->family == AF_INET) {
+			k.tos = fib->tos;
+			__builtin_memcpy(k.src, &fib->ipv4_src, 4);
+			__builtin_memcpy(k.dst, &fib->ipv4_dst, 4);
+		} else {
+			k.tos = bpf_ntohl(fib->flowinfo) >> 20;
+			__builtin_memcpy(k.src, fib->ipv6_src, 16);
+			__builtin_memcpy(k.dst, fib->ipv6_dst, 16);
+		}
+		*kp = k;
+		now = bpf_ktime_get_coarse_ns();
+		e = bpf_map_lookup_elem(&fib_cache, kp);
+		if (e && now < e->expires_ns && fib->tot_len <= e->ok_len) {
+			__builtin_memcpy(eg->dmac, e->dmac, ETH_ALEN);
+			__builtin_memcpy(eg->smac, e->smac, ETH_ALEN);
+			eg->ifindex = e->ifindex == in ? 0 : e->ifindex;
+			goto check;
+		}
+	}
+	rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
+	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
+		return PASS(V6G_P_TOO_BIG);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+		return PASS(V6G_P_FIB);
+	__builtin_memcpy(eg->dmac, fib->dmac, ETH_ALEN);
+	__builtin_memcpy(eg->smac, fib->smac, ETH_ALEN);
+	if (sc) {
+		struct v6g_fib *nv = &sc->v;
+
+		nv->expires_ns = now + (__u64)cache_ms * 1000000;
+		nv->ifindex = fib->ifindex;
+		/* tot_len is the packet's length still (it is only replaced by
+		 * the MTU on FRAG_NEEDED). */
+		nv->ok_len = fib->tot_len;
+		if (e && now < e->expires_ns && e->ifindex == fib->ifindex && e->ok_len > nv->ok_len)
+			nv->ok_len = e->ok_len;
+		__builtin_memcpy(nv->dmac, fib->dmac, ETH_ALEN);
+		__builtin_memcpy(nv->smac, fib->smac, ETH_ALEN);
+		__builtin_memset(nv->pad, 0, sizeof(nv->pad));
+		bpf_map_update_elem(&fib_cache, &sc->k, nv, BPF_ANY);
+	}
+	eg->ifindex = fib->ifindex == in ? 0 : fib->ifindex;
+check:
+	if (!eg->ifindex)
+		return 0;
+	if (!bpf_map_lookup_elem(&tx_ports, &eg->ifindex))
+		return PASS(V6G_P_EGRESS);
+	return 0;
+}
+
+/* Write the Ethernet header and send. */
+V6G_INLINE __u32 transmit(struct ethhdr *eth, const struct egress *eg, __u16 proto)
+{
+	__builtin_memcpy(eth->h_dest, eg->dmac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, eg->smac, ETH_ALEN);
+	eth->h_proto = bpf_htons(proto);
+	if (!eg->ifindex)
+		return XDP_TX;
+	/* The entry was there a moment ago (route()); should it vanish in
+	 * between, the translated packet goes up the stack, which forwards it. */
+	return bpf_redirect_map(&tx_ports, eg->ifindex, XDP_PASS);
+}
+
+#endif

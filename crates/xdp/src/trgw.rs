@@ -1,0 +1,98 @@
+//! TrGW relay legs in the contract's form: the `trgw_relay` entry that
+//! mirrors one latched relay socket of `crates/trgw` (slot k of a stream:
+//! packets arriving on it from its latched far end leave through slot
+//! k ^ 2, see `trgw::table`).
+
+use crate::types::{RelayKey, RelayValue, RELAY_OUT_KNOWN};
+use crate::Error;
+use core::net::{IpAddr, SocketAddr};
+
+fn addr16(a: IpAddr) -> ([u8; 16], u8) {
+    match a {
+        IpAddr::V4(v4) => (v4.to_ipv6_mapped().octets(), 4),
+        IpAddr::V6(v6) => (v6.octets(), 6),
+    }
+}
+
+/// One relay leg.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Leg {
+    /// Our relay socket packets arrive on.
+    pub local: SocketAddr,
+    /// The far end latched on it (the only source the fast path accepts).
+    pub latched: SocketAddr,
+    /// Our socket on the other leg (the new source).
+    pub out_local: SocketAddr,
+    /// The other leg's far end (the new destination); `None` while unknown.
+    pub out_peer: Option<SocketAddr>,
+    /// Counters slot (stream * 4 + k, as `trgw::table`).
+    pub stats_index: u32,
+}
+
+impl Leg {
+    /// The map entry. Fails when the families of a leg disagree.
+    pub fn entry(&self) -> Result<(RelayKey, RelayValue), Error> {
+        let (addr, family) = addr16(self.local.ip());
+        let (peer, pf) = addr16(self.latched.ip());
+        let (out_src, of) = addr16(self.out_local.ip());
+        if pf != family {
+            return Err(Error::Config(format!(
+                "relay leg {}: latched {} of the other family",
+                self.local, self.latched
+            )));
+        }
+        let (out_dst, out_dport, flags) = match self.out_peer {
+            Some(p) => {
+                let (d, df) = addr16(p.ip());
+                if df != of {
+                    return Err(Error::Config(format!(
+                        "relay leg {}: far end {p} of the other family",
+                        self.out_local
+                    )));
+                }
+                (d, p.port(), RELAY_OUT_KNOWN)
+            }
+            None => ([0; 16], 0, 0),
+        };
+        Ok((
+            RelayKey { addr, port_be: self.local.port().to_be(), family, pad: 0 },
+            RelayValue {
+                peer,
+                out_src,
+                out_dst,
+                peer_port_be: self.latched.port().to_be(),
+                out_sport_be: self.out_local.port().to_be(),
+                out_dport_be: out_dport.to_be(),
+                out_family: of,
+                flags,
+                stats_index: self.stats_index,
+            },
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entry_layout_and_families() {
+        let leg = Leg {
+            local: "[2001:db8::1]:30000".parse().unwrap(),
+            latched: "[2001:db8::99]:4000".parse().unwrap(),
+            out_local: "192.0.2.1:30002".parse().unwrap(),
+            out_peer: Some("198.51.100.7:5004".parse().unwrap()),
+            stats_index: 6,
+        };
+        let (k, v) = leg.entry().unwrap();
+        assert_eq!((k.family, u16::from_be(k.port_be)), (6, 30000));
+        assert_eq!(v.out_family, 4);
+        assert_eq!(&v.out_dst[10..], &[0xff, 0xff, 198, 51, 100, 7]);
+        assert_eq!((u16::from_be(v.out_sport_be), u16::from_be(v.out_dport_be)), (30002, 5004));
+        assert_eq!(v.flags, RELAY_OUT_KNOWN);
+        let bad = Leg { latched: "192.0.2.9:1".parse().unwrap(), ..leg };
+        assert!(bad.entry().is_err());
+        let unknown = Leg { out_peer: None, ..leg };
+        assert_eq!(unknown.entry().unwrap().1.flags, 0);
+    }
+}

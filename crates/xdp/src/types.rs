@@ -1,0 +1,476 @@
+//! The contract between the XDP programs (`bpf/*.bpf.c`) and userspace:
+//! every map key and value as a `#[repr(C)]` struct, and every constant
+//! the programs use (flags, counter indices). This file is the one home of
+//! these facts:
+//!
+//! - the C side declares the same structs in `bpf/v6gate.h` (readable C),
+//!   and `build.rs` includes this file and generates `v6gate_abi.h`: the
+//!   constants as `#define`s and a `_Static_assert` for the size of every
+//!   struct and the offset and size of every field, so the BPF object does
+//!   not build when the two sides disagree;
+//! - the tests below check that no struct has implicit padding (what the
+//!   `aya::Pod` impls in `sys` rely on).
+//!
+//! This file has no dependencies (build.rs compiles it as a module).
+//! Addresses are in network byte order; an IPv4 address in a 16-byte field
+//! is IPv4-mapped (`::ffff:a.b.c.d`), as in `trgw::table`. Ports named
+//! `*_be` hold the network-order value (`port.to_be()`). MTUs and lengths
+//! are host order.
+
+/// Defines a `#[repr(C)]` contract struct and its layout description
+/// (`FIELDS`: name, offset, size), from which `build.rs` writes the C
+/// static asserts.
+macro_rules! contract {
+    ($(#[$m:meta])* pub struct $name:ident / $cname:literal { $( $(#[$fm:meta])* pub $f:ident : $t:ty, )* }) => {
+        $(#[$m])*
+        #[repr(C)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+        pub struct $name { $( $(#[$fm])* pub $f: $t, )* }
+
+        impl $name {
+            /// The C name of the struct (`struct <C_NAME>` in `bpf/v6gate.h`).
+            pub const C_NAME: &'static str = $cname;
+            /// (field, offset, size) in declaration order.
+            pub const FIELDS: &'static [Field] = &[
+                $( (stringify!($f), core::mem::offset_of!($name, $f), core::mem::size_of::<$t>()), )*
+            ];
+        }
+    };
+}
+
+contract! {
+    /// RFC 7915 translation knobs of one function (SIIT or NAT64): the
+    /// subset of `xlat::siit::Config` the fast path needs.
+    pub struct Xlat / "v6g_xlat" {
+        /// `XLAT_*` flags.
+        pub flags: u8,
+        /// `new-tos` (used with [`XLAT_RESET_TOS`]).
+        pub new_tos: u8,
+        /// `ipv4-mtu`: larger IPv4 results go to the slow path.
+        pub ipv4_mtu: u16,
+        /// `ipv6-mtu`: larger IPv6 results go to the slow path.
+        pub ipv6_mtu: u16,
+        /// min(`lowest-ipv6-mtu`, `ipv6-mtu`): DF-clear IPv4 packets whose
+        /// IPv6 form is larger are fragmented by the slow path.
+        pub frag_mtu: u16,
+    }
+}
+
+contract! {
+    /// The single entry of the `config` array map.
+    pub struct Config / "v6g_config" {
+        /// SIIT `pool6` network (RFC 6052); unused when `pool6_len` is 0.
+        pub pool6: [u8; 16],
+        /// `pool6` length: 0 (no pool6), 32, 40, 48, 56, 64 or 96.
+        pub pool6_len: u8,
+        /// `TRGW_*` flags.
+        pub trgw_flags: u8,
+        /// Zero.
+        pub pad: [u8; 2],
+        /// SIIT knobs.
+        pub siit: Xlat,
+        /// NAT64 knobs (its translator's settings; addresses come from the
+        /// sessions).
+        pub nat64: Xlat,
+        /// Lifetime of a `fib_cache` entry in milliseconds; 0 = no cache
+        /// (a `bpf_fib_lookup` per packet).
+        pub fib_cache_ms: u32,
+    }
+}
+
+contract! {
+    /// Key of the per-CPU LRU `fib_cache`: every input of the
+    /// `bpf_fib_lookup` of a packet to be sent, so a hit answers exactly
+    /// what the lookup answered, as long as routes and neighbours did not
+    /// change during the entry's lifetime.
+    pub struct FibKey / "v6g_fib_key" {
+        /// Ingress interface.
+        pub ifindex: u32,
+        /// 4 or 6.
+        pub family: u8,
+        /// L4 protocol.
+        pub proto: u8,
+        /// TOS or Traffic Class.
+        pub tos: u8,
+        /// Zero.
+        pub pad: u8,
+        /// Source port, network order (0 for ICMP).
+        pub sport_be: u16,
+        /// Destination port, network order (0 for ICMP).
+        pub dport_be: u16,
+        /// Source address (IPv4 in the first 4 bytes).
+        pub src: [u8; 16],
+        /// Destination address (IPv4 in the first 4 bytes).
+        pub dst: [u8; 16],
+    }
+}
+
+contract! {
+    /// Value of `fib_cache`.
+    pub struct FibValue / "v6g_fib" {
+        /// `bpf_ktime_get_coarse_ns()` after which the entry is looked up again.
+        pub expires_ns: u64,
+        /// Egress interface.
+        pub ifindex: u32,
+        /// The largest packet the lookup accepted (its MTU check): larger
+        /// ones are looked up again.
+        pub ok_len: u16,
+        /// Next hop's MAC.
+        pub dmac: [u8; 6],
+        /// Egress interface's MAC.
+        pub smac: [u8; 6],
+        /// Zero.
+        pub pad: [u8; 6],
+    }
+}
+
+contract! {
+    /// Key of the `eamt4` LPM trie (RFC 7757, IPv4 side).
+    pub struct LpmKey4 / "v6g_lpm4" {
+        /// Prefix length in bits (the LPM trie's key header).
+        pub prefixlen: u32,
+        /// IPv4 network.
+        pub addr: [u8; 4],
+    }
+}
+
+contract! {
+    /// Key of the `eamt6` LPM trie (RFC 7757, IPv6 side).
+    pub struct LpmKey6 / "v6g_lpm6" {
+        /// Prefix length in bits.
+        pub prefixlen: u32,
+        /// IPv6 network.
+        pub addr: [u8; 16],
+    }
+}
+
+contract! {
+    /// One Explicit Address Mapping, the value of both EAMT tries.
+    pub struct Eam / "v6g_eam" {
+        /// IPv6 network.
+        pub net6: [u8; 16],
+        /// IPv4 network.
+        pub net4: [u8; 4],
+        /// IPv4 prefix length.
+        pub len4: u8,
+        /// IPv6 prefix length.
+        pub len6: u8,
+        /// Bit position of the IPv4 suffix in the IPv6 address:
+        /// (128 - len6) - (32 - len4), at most 127.
+        pub shift: u8,
+        /// Zero.
+        pub pad: u8,
+    }
+}
+
+contract! {
+    /// Key of the `nat64_sessions` hash map: the 5-tuple of a packet in
+    /// one direction. For ICMP echo the "port" of the IPv6 host's side is
+    /// the identifier and the other port is 0: IPv6 → IPv4 keys have
+    /// `sport_be` = identifier, IPv4 → IPv6 keys `dport_be` = identifier.
+    pub struct FlowKey / "v6g_flow" {
+        /// Source address (IPv4-mapped for IPv4).
+        pub src: [u8; 16],
+        /// Destination address (IPv4-mapped for IPv4).
+        pub dst: [u8; 16],
+        /// Source port, network order.
+        pub sport_be: u16,
+        /// Destination port, network order.
+        pub dport_be: u16,
+        /// 4 or 6: the family of this packet.
+        pub family: u8,
+        /// 6 (TCP), 17 (UDP), 1 (ICMP, IPv4 side) or 58 (ICMPv6, IPv6 side).
+        pub proto: u8,
+        /// Zero.
+        pub pad: [u8; 2],
+    }
+}
+
+contract! {
+    /// Value of the `nat64_sessions` map: the translated addresses of a
+    /// packet matching the key, the one port the translation changes, and
+    /// when the fast path last used the entry. As in `nat64`, IPv6 → IPv4
+    /// rewrites the source port (to the pool4 port t) and IPv4 → IPv6 the
+    /// destination port (to the IPv6 host's port x); for ICMP echo the
+    /// identifier is rewritten instead, both ways.
+    pub struct Nat64Value / "v6g_nat64" {
+        /// New source (IPv4-mapped for IPv4).
+        pub src: [u8; 16],
+        /// New destination (IPv4-mapped for IPv4).
+        pub dst: [u8; 16],
+        /// New port of the IPv6 host's side (source port t for IPv6 →
+        /// IPv4, destination port x for IPv4 → IPv6, or the ICMP echo
+        /// identifier), network order.
+        pub port_be: u16,
+        /// Zero.
+        pub pad: [u8; 6],
+        /// `bpf_ktime_get_coarse_ns()` (CLOCK_MONOTONIC_COARSE: the
+        /// monotonic clock at tick resolution) of the last packet the fast
+        /// path translated with this entry; 0 until then. The slow path
+        /// reads it before expiring the session.
+        pub last_seen_ns: u64,
+    }
+}
+
+contract! {
+    /// Key of the `trgw_relay` hash map: where a media packet arrives
+    /// (same layout as `trgw::table::RelayKey`).
+    pub struct RelayKey / "v6g_relay_key" {
+        /// Local relay address (IPv4-mapped for IPv4).
+        pub addr: [u8; 16],
+        /// Local relay port, network order.
+        pub port_be: u16,
+        /// 4 or 6.
+        pub family: u8,
+        /// Zero.
+        pub pad: u8,
+    }
+}
+
+contract! {
+    /// Value of the `trgw_relay` map: the latched far end this leg accepts
+    /// packets from, and the other leg to send them out of.
+    pub struct RelayValue / "v6g_relay" {
+        /// Latched source (far end of this leg), IPv4-mapped for IPv4.
+        pub peer: [u8; 16],
+        /// Our address on the other leg (the new source).
+        pub out_src: [u8; 16],
+        /// The other leg's far end (the new destination).
+        pub out_dst: [u8; 16],
+        /// Latched source port, network order.
+        pub peer_port_be: u16,
+        /// New source port, network order.
+        pub out_sport_be: u16,
+        /// New destination port, network order.
+        pub out_dport_be: u16,
+        /// Family of the other leg, 4 or 6.
+        pub out_family: u8,
+        /// `RELAY_*` flags.
+        pub flags: u8,
+        /// Index into `trgw_stats` (stream * 4 + slot, as `trgw::table`).
+        pub stats_index: u32,
+    }
+}
+
+contract! {
+    /// A packet and byte counter: the value of the per-CPU `counters` and
+    /// `trgw_stats` arrays.
+    pub struct Count / "v6g_count" {
+        /// Packets.
+        pub packets: u64,
+        /// Bytes (L3 length of the packet as received; for TrGW the UDP
+        /// payload, as the slow path counts).
+        pub bytes: u64,
+    }
+}
+
+/// [`Xlat::flags`]: the function is on.
+pub const XLAT_ON: u8 = 1 << 0;
+/// `reset-traffic-class`: IPv4 → IPv6 Traffic Class 0.
+pub const XLAT_RESET_TC: u8 = 1 << 1;
+/// `reset-tos`: IPv6 → IPv4 TOS = `new-tos`.
+pub const XLAT_RESET_TOS: u8 = 1 << 2;
+/// SIIT: `eam-hairpin-mode = intrinsic` with pool6 and an EAMT (RFC 7757
+/// §4.2.2): IPv6 packets through pool6 to an EAMT IPv4 address are turned
+/// around by the slow path, so they pass.
+pub const XLAT_EAM_HAIRPIN: u8 = 1 << 3;
+/// SIIT: the EAMT is not empty (skips both trie lookups when it is).
+pub const XLAT_HAVE_EAMT: u8 = 1 << 4;
+/// SIIT: `pool6` is the Well-Known Prefix 64:ff9b::/96 (RFC 6052 §3.1:
+/// only global IPv4 addresses translate).
+pub const XLAT_POOL6_WKP: u8 = 1 << 5;
+
+/// SIIT: `eam-hairpin-mode = simple` with pool6 and an EAMT (RFC 7757
+/// §4.2.1): IPv4 → IPv6 sources are mapped with pool6 only.
+pub const XLAT_EAM_SIMPLE: u8 = 1 << 6;
+
+/// [`Config::trgw_flags`]: the TrGW fast path is on.
+pub const TRGW_ON: u8 = 1 << 0;
+
+/// [`RelayValue::flags`]: the other leg's far end is known (latched or
+/// signalled); without it packets go to the slow path.
+pub const RELAY_OUT_KNOWN: u8 = 1 << 0;
+
+/// Map names in the BPF object.
+pub mod maps {
+    /// `ARRAY[1]` of [`super::Config`].
+    pub const CONFIG: &str = "config";
+    /// `LPM_TRIE` [`super::LpmKey4`] → [`super::Eam`].
+    pub const EAMT4: &str = "eamt4";
+    /// `LPM_TRIE` [`super::LpmKey6`] → [`super::Eam`].
+    pub const EAMT6: &str = "eamt6";
+    /// `HASH` [`super::FlowKey`] → [`super::Nat64Value`].
+    pub const NAT64_SESSIONS: &str = "nat64_sessions";
+    /// `HASH` [`super::RelayKey`] → [`super::RelayValue`].
+    pub const TRGW_RELAY: &str = "trgw_relay";
+    /// `PERCPU_ARRAY` of [`super::Count`], indexed by `RelayValue::stats_index`.
+    pub const TRGW_STATS: &str = "trgw_stats";
+    /// `PERCPU_ARRAY` of [`super::Count`], indexed by [`super::Counter`].
+    pub const COUNTERS: &str = "counters";
+    /// `LRU_PERCPU_HASH` [`super::FibKey`] → [`super::FibValue`].
+    pub const FIB_CACHE: &str = "fib_cache";
+    /// `DEVMAP_HASH` ifindex → ifindex: the interfaces the fast path may
+    /// redirect to.
+    pub const TX_PORTS: &str = "tx_ports";
+}
+
+/// Program names (ELF section functions) in the BPF object.
+pub mod progs {
+    /// SIIT only.
+    pub const SIIT: &str = "xdp_siit";
+    /// NAT64 established sessions only.
+    pub const NAT64: &str = "xdp_nat64";
+    /// TrGW media relay only.
+    pub const TRGW: &str = "xdp_trgw";
+    /// Everything the configuration turns on: TrGW, then NAT64, then SIIT.
+    pub const GATE: &str = "xdp_gate";
+}
+
+macro_rules! counters {
+    ($( $(#[$m:meta])* $name:ident = $c:literal, $label:literal; )*) => {
+        /// Index into the per-CPU `counters` array: packets the fast path
+        /// handled, per function and direction, and packets it passed to
+        /// the slow path, per reason.
+        #[repr(u32)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Counter { $( $(#[$m])* $name, )* }
+
+        impl Counter {
+            /// Every counter, in index order.
+            pub const ALL: &'static [Counter] = &[ $( Counter::$name, )* ];
+            /// The C constant (`#define <C_NAME> <index>`).
+            pub const fn c_name(self) -> &'static str {
+                match self { $( Counter::$name => $c, )* }
+            }
+            /// Stable label for metrics (`v6gate_xdp_*`).
+            pub const fn label(self) -> &'static str {
+                match self { $( Counter::$name => $label, )* }
+            }
+        }
+    };
+}
+
+counters! {
+    /// SIIT IPv4 → IPv6 translated and forwarded.
+    Siit46 = "V6G_C_SIIT_46", "siit-4to6";
+    /// SIIT IPv6 → IPv4 translated and forwarded.
+    Siit64 = "V6G_C_SIIT_64", "siit-6to4";
+    /// NAT64 IPv6 → IPv4 (established session).
+    Nat6464 = "V6G_C_NAT64_64", "nat64-6to4";
+    /// NAT64 IPv4 → IPv6 (established session).
+    Nat6446 = "V6G_C_NAT64_46", "nat64-4to6";
+    /// TrGW media packets relayed.
+    Trgw = "V6G_C_TRGW", "trgw";
+    /// Pass: not IPv4/IPv6 over Ethernet (VLAN tags, ARP, ...).
+    PassNotIp = "V6G_P_NOT_IP", "not-ip";
+    /// Pass: lengths inconsistent or headers cut short.
+    PassMalformed = "V6G_P_MALFORMED", "malformed";
+    /// Pass: IPv4 header checksum does not verify.
+    PassIpv4Checksum = "V6G_P_IPV4_CHECKSUM", "ipv4-checksum";
+    /// Pass: IPv4 options.
+    PassIpv4Options = "V6G_P_IPV4_OPTIONS", "ipv4-options";
+    /// Pass: IPv6 extension headers.
+    PassIpv6Extension = "V6G_P_IPV6_EXT", "ipv6-extension";
+    /// Pass: a fragment.
+    PassFragment = "V6G_P_FRAGMENT", "fragment";
+    /// Pass: a transport the fast path does not handle.
+    PassProtocol = "V6G_P_PROTOCOL", "protocol";
+    /// Pass: ICMP other than echo request/reply (errors, ND, ...).
+    PassIcmp = "V6G_P_ICMP", "icmp";
+    /// Pass: UDP with a zero checksum.
+    PassUdpZeroChecksum = "V6G_P_UDP_ZERO_CSUM", "udp-zero-checksum";
+    /// Pass: TrGW datagram whose UDP checksum does not verify (the slow
+    /// path's socket discards it).
+    PassUdpChecksum = "V6G_P_UDP_CSUM", "udp-checksum";
+    /// Pass: TTL / Hop Limit would expire (the slow path sends Time Exceeded).
+    PassTtl = "V6G_P_TTL", "ttl";
+    /// Pass: nothing to do here (no mapping, no session, no relay entry).
+    PassNoMatch = "V6G_P_NO_MATCH", "no-match";
+    /// Pass: an address the translator never translates, or an EAM hairpin.
+    PassAddress = "V6G_P_ADDRESS", "address";
+    /// Pass: larger than an MTU: needs fragmentation or an ICMP error.
+    PassTooBig = "V6G_P_TOO_BIG", "too-big";
+    /// Pass: TCP SYN, FIN or RST (the slow path's state machine decides).
+    PassTcpControl = "V6G_P_TCP_CONTROL", "tcp-control";
+    /// Pass: TrGW packet from a source other than the latched one.
+    PassNotLatched = "V6G_P_NOT_LATCHED", "not-latched";
+    /// Pass: the FIB lookup failed (no route, no neighbour entry, ...).
+    PassFib = "V6G_P_FIB", "fib";
+    /// Pass: the egress interface is not in `tx_ports`.
+    PassEgress = "V6G_P_EGRESS", "egress";
+    /// Pass: the packet could not be resized (bpf_xdp_adjust_*).
+    PassAdjust = "V6G_P_ADJUST", "adjust";
+}
+
+/// Number of counters (`max_entries` of `counters`).
+pub const COUNTER_MAX: u32 = Counter::ALL.len() as u32;
+
+/// (field name, offset, size) of one struct field.
+pub type Field = (&'static str, usize, usize);
+
+/// All contract structs: (C name, size, fields), for build.rs and tests.
+pub const STRUCTS: &[(&str, usize, &[Field])] = &[
+    (Xlat::C_NAME, core::mem::size_of::<Xlat>(), Xlat::FIELDS),
+    (Config::C_NAME, core::mem::size_of::<Config>(), Config::FIELDS),
+    (LpmKey4::C_NAME, core::mem::size_of::<LpmKey4>(), LpmKey4::FIELDS),
+    (LpmKey6::C_NAME, core::mem::size_of::<LpmKey6>(), LpmKey6::FIELDS),
+    (Eam::C_NAME, core::mem::size_of::<Eam>(), Eam::FIELDS),
+    (FlowKey::C_NAME, core::mem::size_of::<FlowKey>(), FlowKey::FIELDS),
+    (Nat64Value::C_NAME, core::mem::size_of::<Nat64Value>(), Nat64Value::FIELDS),
+    (RelayKey::C_NAME, core::mem::size_of::<RelayKey>(), RelayKey::FIELDS),
+    (RelayValue::C_NAME, core::mem::size_of::<RelayValue>(), RelayValue::FIELDS),
+    (Count::C_NAME, core::mem::size_of::<Count>(), Count::FIELDS),
+    (FibKey::C_NAME, core::mem::size_of::<FibKey>(), FibKey::FIELDS),
+    (FibValue::C_NAME, core::mem::size_of::<FibValue>(), FibValue::FIELDS),
+];
+
+/// Integer constants shared with C (`#define NAME value`).
+pub const CONSTANTS: &[(&str, u64)] = &[
+    ("V6G_XLAT_ON", XLAT_ON as u64),
+    ("V6G_XLAT_RESET_TC", XLAT_RESET_TC as u64),
+    ("V6G_XLAT_RESET_TOS", XLAT_RESET_TOS as u64),
+    ("V6G_XLAT_EAM_HAIRPIN", XLAT_EAM_HAIRPIN as u64),
+    ("V6G_XLAT_HAVE_EAMT", XLAT_HAVE_EAMT as u64),
+    ("V6G_XLAT_POOL6_WKP", XLAT_POOL6_WKP as u64),
+    ("V6G_XLAT_EAM_SIMPLE", XLAT_EAM_SIMPLE as u64),
+    ("V6G_TRGW_ON", TRGW_ON as u64),
+    ("V6G_RELAY_OUT_KNOWN", RELAY_OUT_KNOWN as u64),
+    ("V6G_COUNTER_MAX", COUNTER_MAX as u64),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Fields tile each struct exactly: no implicit padding anywhere, so
+    /// every byte the kernel sees was written by us.
+    #[test]
+    fn no_implicit_padding() {
+        for (name, size, fields) in STRUCTS {
+            let mut at = 0;
+            for (f, off, fsize) in fields.iter() {
+                assert_eq!(*off, at, "{name}.{f}: a hole before it");
+                at += fsize;
+            }
+            assert_eq!(at, *size, "{name}: padding at the end");
+        }
+    }
+
+    #[test]
+    fn sizes_fixed_by_the_contract() {
+        assert_eq!(core::mem::size_of::<Config>(), 40);
+        assert_eq!(core::mem::size_of::<FibKey>(), 44);
+        assert_eq!(core::mem::size_of::<FibValue>(), 32);
+        assert_eq!(core::mem::size_of::<FlowKey>(), 40);
+        assert_eq!(core::mem::size_of::<Nat64Value>(), 48);
+        // Same layout as trgw::table::RelayKey, which it mirrors.
+        assert_eq!(core::mem::size_of::<RelayKey>(), 20);
+        assert_eq!(core::mem::size_of::<RelayValue>(), 60);
+        assert_eq!(core::mem::size_of::<Eam>(), 24);
+        assert_eq!(COUNTER_MAX as usize, Counter::ALL.len());
+        let mut labels: Vec<_> = Counter::ALL.iter().map(|c| c.label()).collect();
+        labels.sort_unstable();
+        labels.dedup();
+        assert_eq!(labels.len(), Counter::ALL.len(), "counter labels are unique");
+    }
+}
