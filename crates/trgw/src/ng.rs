@@ -170,6 +170,18 @@ fn dispatch(core: &mut Core, v: &Value) -> Value {
     r.unwrap_or_else(|e| error(&e))
 }
 
+/// Runs one ng command dictionary in-process (no cookie, no datagram, no
+/// reply cache): what the IMS-ALG calls instead of sending the same
+/// dictionary over UDP. Errors are `result: error` replies, as on the wire,
+/// and are counted in `control_errors`.
+pub fn command(core: &mut Core, req: &Value) -> Value {
+    let reply = dispatch(core, req);
+    if reply.get("result").and_then(Value::as_str) == Some("error") {
+        core.totals.control_errors += 1;
+    }
+    reply
+}
+
 fn core_err(e: CoreError) -> String {
     e.to_string()
 }

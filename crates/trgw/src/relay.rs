@@ -423,6 +423,12 @@ impl RelayHandle {
         }
     }
 
+    /// Runs an ng command dictionary in-process ([`crate::ng::command`]):
+    /// the IMS-ALG's default media backend.
+    pub fn ng_command(&self, req: &crate::bencode::Value) -> crate::bencode::Value {
+        crate::ng::command(&mut lock(&self.core), req)
+    }
+
     /// The relay table as XDP map entries (see [`crate::table`]).
     pub fn relay_table(&self) -> Vec<(RelayKey, RelayValue)> {
         lock(&self.core).relay_table()

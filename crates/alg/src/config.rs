@@ -1,0 +1,270 @@
+//! The `[alg]` table (serde; the daemon embeds it as it is).
+
+use std::net::{IpAddr, SocketAddr};
+
+use serde::Deserialize;
+
+/// Example `[alg]` block for `v6gate config example`.
+pub const EXAMPLE_TOML: &str = r#"[alg]
+# SIP on the IPv6 realm and on the IPv4 realm, UDP and TCP on each.
+listen-v6 = "[2001:db8::1]:5060"
+listen-v4 = "192.0.2.1:5060"
+# advertise-v4 = "198.51.100.1"     # written in Via/Record-Route/Contact/Path instead (1:1 NAT)
+# advertise-v6 = "2001:db8::1"
+tcp = true
+contact = "rewrite"        # or "keep": rely on Record-Route alone
+media = "in-process"       # the [trgw] relay of this process; or "ng" (the [[alg.ng]] servers)
+media-v6-interface = "v6"  # [[trgw.interface]] names used for each realm
+media-v4-interface = "v4"
+max-message = 65535        # bytes; larger requests get 513, others are dropped
+rate-limit = 500           # requests per second per source address (burst twice that); 0: off
+dialog-timeout-secs = 7200 # a dialog without an in-dialog request for this long is released (Session-Expires shortens it)
+t1-ms = 500                # RFC 3261 T1 (T2 = 4 s, T4 = 5 s)
+max-transactions = 100000  # new requests beyond this get 503
+
+# [[alg.route]]            # domain routes, checked before DNS (longest suffix wins)
+# domain = "ipv4.example"
+# next-hop = "192.0.2.10:5060"
+# transport = "udp"
+
+# [[alg.ng]]               # media = "ng": remote TrGWs or rtpengines, chosen by weight per call
+# addr = "127.0.0.1:2223"
+# weight = 1
+"#;
+
+/// How Contact is made reachable from the other realm.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ContactMode {
+    /// Contact becomes a URI at the ALG's address in the outgoing realm,
+    /// the original URI carried in its user part and restored when a
+    /// request comes back to it.
+    #[default]
+    Rewrite,
+    /// Contact passes through; in-dialog requests reach the ALG through
+    /// its Record-Route entries.
+    Keep,
+}
+
+/// Where media is anchored.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MediaMode {
+    /// The TrGW of this process.
+    #[default]
+    InProcess,
+    /// Remote ng servers (`[[alg.ng]]`).
+    Ng,
+    /// No media anchoring (signalling only; for tests and same-family use).
+    None,
+}
+
+/// A transport.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Transport {
+    /// UDP.
+    #[default]
+    Udp,
+    /// TCP.
+    Tcp,
+}
+
+impl Transport {
+    /// The Via / URI token.
+    pub fn token(self) -> &'static str {
+        match self {
+            Transport::Udp => "UDP",
+            Transport::Tcp => "TCP",
+        }
+    }
+    /// Reliable (no retransmissions).
+    pub fn reliable(self) -> bool {
+        self == Transport::Tcp
+    }
+    /// From a Via or URI `transport` token.
+    pub fn from_token(t: &str) -> Option<Transport> {
+        if t.eq_ignore_ascii_case("udp") {
+            Some(Transport::Udp)
+        } else if t.eq_ignore_ascii_case("tcp") {
+            Some(Transport::Tcp)
+        } else {
+            None
+        }
+    }
+}
+
+/// A domain route.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Route {
+    /// The domain (and its subdomains).
+    pub domain: String,
+    /// Where requests for it go.
+    pub next_hop: SocketAddr,
+    /// Over which transport.
+    #[serde(default)]
+    pub transport: Transport,
+}
+
+/// A remote ng server.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct NgServer {
+    /// Its address.
+    pub addr: SocketAddr,
+    /// Relative weight.
+    #[serde(default = "one")]
+    pub weight: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// `[alg]`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct Config {
+    /// IPv6 realm listener.
+    pub listen_v6: SocketAddr,
+    /// IPv4 realm listener.
+    pub listen_v4: SocketAddr,
+    /// Address written for the IPv6 side.
+    pub advertise_v6: Option<IpAddr>,
+    /// Address written for the IPv4 side.
+    pub advertise_v4: Option<IpAddr>,
+    /// Listen on TCP too.
+    pub tcp: bool,
+    /// Contact handling.
+    pub contact: ContactMode,
+    /// Media anchoring.
+    pub media: MediaMode,
+    /// TrGW interface for the IPv6 realm.
+    pub media_v6_interface: Option<String>,
+    /// TrGW interface for the IPv4 realm.
+    pub media_v4_interface: Option<String>,
+    /// Largest message accepted.
+    pub max_message: usize,
+    /// Requests per second per source (0: no limit).
+    pub rate_limit: u32,
+    /// Idle dialog lifetime.
+    pub dialog_timeout_secs: u64,
+    /// RFC 3261 T1 in milliseconds.
+    pub t1_ms: u64,
+    /// Most live transactions.
+    pub max_transactions: usize,
+    /// Domain routes.
+    pub route: Vec<Route>,
+    /// Remote ng servers.
+    pub ng: Vec<NgServer>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen_v6: "[::1]:5060".parse().expect("literal"),
+            listen_v4: "127.0.0.1:5060".parse().expect("literal"),
+            advertise_v6: None,
+            advertise_v4: None,
+            tcp: true,
+            contact: ContactMode::Rewrite,
+            media: MediaMode::InProcess,
+            media_v6_interface: None,
+            media_v4_interface: None,
+            max_message: crate::MAX_MESSAGE,
+            rate_limit: 500,
+            dialog_timeout_secs: 7200,
+            t1_ms: 500,
+            max_transactions: 100_000,
+            route: Vec::new(),
+            ng: Vec::new(),
+        }
+    }
+}
+
+impl Config {
+    /// Parses a whole file's `[alg]` table (other tables are ignored).
+    pub fn from_toml_file_text(text: &str) -> Result<Config, String> {
+        #[derive(Deserialize)]
+        struct File {
+            alg: Option<toml::Value>,
+        }
+        let f: File = toml::from_str(text).map_err(|e| e.to_string())?;
+        let v = f.alg.ok_or("no [alg] table")?;
+        let c: Config = v.try_into().map_err(|e: toml::de::Error| format!("[alg]: {e}"))?;
+        c.check()?;
+        Ok(c)
+    }
+
+    /// Consistency checks.
+    pub fn check(&self) -> Result<(), String> {
+        if !self.listen_v6.is_ipv6() {
+            return Err("[alg] listen-v6 must be an IPv6 address".into());
+        }
+        if !self.listen_v4.is_ipv4() {
+            return Err("[alg] listen-v4 must be an IPv4 address".into());
+        }
+        if self.advertise_v6.is_some_and(|a| !a.is_ipv6()) || self.advertise_v4.is_some_and(|a| !a.is_ipv4()) {
+            return Err("[alg] advertise-v6/-v4 must be of their realm's family".into());
+        }
+        if !(1024..=crate::MAX_MESSAGE).contains(&self.max_message) {
+            return Err(format!("[alg] max-message must be 1024..={}", crate::MAX_MESSAGE));
+        }
+        if self.dialog_timeout_secs == 0 || self.t1_ms == 0 || self.t1_ms > 10_000 {
+            return Err("[alg] dialog-timeout-secs must be > 0 and t1-ms 1..=10000".into());
+        }
+        if self.max_transactions == 0 {
+            return Err("[alg] max-transactions must be > 0".into());
+        }
+        if self.media == MediaMode::Ng && self.ng.is_empty() {
+            return Err("[alg] media = \"ng\" needs at least one [[alg.ng]] server".into());
+        }
+        for r in &self.route {
+            if r.domain.is_empty() || r.domain.starts_with('.') {
+                return Err(format!("[alg] route domain `{}` is not a domain", r.domain));
+            }
+        }
+        Ok(())
+    }
+
+    /// The address written for a realm.
+    pub fn advertised(&self, v6: bool) -> IpAddr {
+        if v6 {
+            self.advertise_v6.unwrap_or(self.listen_v6.ip())
+        } else {
+            self.advertise_v4.unwrap_or(self.listen_v4.ip())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn example_parses_and_checks() {
+        let mut text = EXAMPLE_TOML.to_string();
+        text = text.replace("# [[alg.route]]", "[[alg.route]]").replace("# domain", "domain").replace("# next-hop", "next-hop");
+        text = text.replace("# transport = \"udp\"", "transport = \"udp\"");
+        let c = Config::from_toml_file_text(&text).unwrap();
+        assert_eq!(c.listen_v6, "[2001:db8::1]:5060".parse().unwrap());
+        assert_eq!(c.route[0].next_hop, "192.0.2.10:5060".parse().unwrap());
+        assert_eq!(c.media_v4_interface.as_deref(), Some("v4"));
+    }
+
+    #[test]
+    fn bad_configs_are_refused() {
+        for (t, want) in [
+            ("[alg]\nlisten-v6 = \"1.2.3.4:5060\"\n", "listen-v6"),
+            ("[alg]\nbogus = 1\n", "unknown field"),
+            ("[alg]\nmedia = \"ng\"\n", "[[alg.ng]]"),
+            ("[alg]\nmax-message = 10\n", "max-message"),
+            ("[alg]\nt1-ms = 0\n", "t1-ms"),
+            ("[x]\n", "no [alg]"),
+        ] {
+            let e = Config::from_toml_file_text(t).unwrap_err();
+            assert!(e.contains(want), "{t}: {e}");
+        }
+    }
+}

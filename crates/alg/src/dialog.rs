@@ -1,0 +1,328 @@
+//! Dialogs and their media: which side offered, the TrGW session behind
+//! each Call-ID, terminal mobility (a re-offer from a new address re-points
+//! the leg; from a new address family it moves the call to a fresh TrGW
+//! session, make-before-break), and release on BYE, failure, CANCEL and
+//! the session timeout.
+
+use std::time::{Duration, Instant};
+
+use crate::media::{self, Side};
+use crate::msg::{Message, Name};
+use crate::proxy::Alg;
+use crate::realm::Realm;
+use crate::txn::{ServerKey, TimerKind, TimerRef};
+
+/// A dialog (early or confirmed), keyed by Call-ID.
+#[derive(Debug, Clone)]
+pub struct Dialog {
+    /// Timer id.
+    pub id: u64,
+    /// The caller's From tag.
+    pub caller_tag: String,
+    /// The callee's tag once answered.
+    pub callee_tag: Option<String>,
+    /// Realm of the caller.
+    pub caller_realm: Realm,
+    /// Realm of the callee.
+    pub callee_realm: Realm,
+    /// A TrGW session exists.
+    pub media: bool,
+    /// TrGW session generation (a change of address family starts a new
+    /// one).
+    pub epoch: u32,
+    /// The previous generation, deleted once the re-offer is answered.
+    pub old_epoch: Option<u32>,
+    /// Per tag: the family (v6) and connection address of its last SDP.
+    pub sdp_from: Vec<(String, bool, String)>,
+    /// 2xx seen.
+    pub confirmed: bool,
+    /// Released when nothing happens until then.
+    pub expires: Instant,
+    /// The tag whose offer (in a response) awaits an answer in ACK/PRACK.
+    pub late_offer_from: Option<String>,
+}
+
+/// The ng Call-ID of a generation.
+pub fn ng_call_id(call_id: &str, epoch: u32) -> String {
+    if epoch == 0 {
+        call_id.to_string()
+    } else {
+        format!("{call_id};v6g-e{epoch}")
+    }
+}
+
+/// The family and address of an SDP body's first `c=` line.
+pub fn sdp_conn(body: &[u8]) -> Option<(bool, String)> {
+    let text = std::str::from_utf8(body).ok()?;
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("c=") {
+            let mut it = rest.split_ascii_whitespace();
+            let (_, fam, addr) = (it.next()?, it.next()?, it.next()?);
+            return Some((fam.eq_ignore_ascii_case("IP6"), addr.split('/').next()?.to_string()));
+        }
+    }
+    None
+}
+
+impl Alg {
+    fn side(&self, v6: bool) -> Side {
+        let iface = if v6 { &self.cfg.media_v6_interface } else { &self.cfg.media_v4_interface };
+        Side { iface: iface.clone(), v6 }
+    }
+
+    fn early_expiry(&self, now: Instant) -> Instant {
+        now + self.timers_cfg.c() + Duration::from_secs(20)
+    }
+
+    /// Dialog bookkeeping and the SDP of a request being forwarded; the new
+    /// body, or the status to answer with.
+    pub(crate) fn media_for_request(
+        &mut self,
+        now: Instant,
+        m: &Message,
+        method: &str,
+        in_realm: Realm,
+        out_realm: Realm,
+    ) -> Result<Option<Vec<u8>>, (u16, String)> {
+        let call_id = m.call_id().to_string();
+        let from_tag = m.from_tag().unwrap_or("").to_string();
+        let to_tag = m.to_tag().map(str::to_string);
+        let mut created = false;
+        if method == "INVITE" && to_tag.is_none() && !self.dialogs.contains_key(&call_id) {
+            let id = self.id();
+            let expires = self.early_expiry(now);
+            self.dialogs.insert(
+                call_id.clone(),
+                Dialog {
+                    id,
+                    caller_tag: from_tag.clone(),
+                    callee_tag: None,
+                    caller_realm: in_realm,
+                    callee_realm: out_realm,
+                    media: false,
+                    epoch: 0,
+                    old_epoch: None,
+                    sdp_from: Vec::new(),
+                    confirmed: false,
+                    expires,
+                    late_offer_from: None,
+                },
+            );
+            self.stats.dialogs_created += 1;
+            self.schedule(expires, TimerKind::Dialog, TimerRef::Dialog(call_id.clone()), id);
+            created = true;
+        } else if to_tag.is_some() {
+            let timeout = Duration::from_secs(self.cfg.dialog_timeout_secs);
+            if let Some(d) = self.dialogs.get_mut(&call_id) {
+                if d.confirmed {
+                    d.expires = now + timeout;
+                }
+            }
+        }
+        if !m.has_sdp() || self.media.is_none() || !matches!(method, "INVITE" | "UPDATE" | "ACK" | "PRACK") {
+            return Ok(None);
+        }
+        let Some(d) = self.dialogs.get(&call_id).cloned() else { return Ok(None) };
+        if in_realm == out_realm && !d.media {
+            return Ok(None);
+        }
+        let Some((fam6, addr)) = sdp_conn(m.body) else {
+            if created {
+                self.dialogs.remove(&call_id);
+            }
+            self.stats.media_errors += 1;
+            return Err((400, "Bad SDP: no usable c= line".into()));
+        };
+        let answer_to = if matches!(method, "ACK" | "PRACK") {
+            d.late_offer_from.clone().filter(|t| Some(t) == to_tag.as_ref())
+        } else {
+            None
+        };
+        let from_side = self.side(fam6);
+        let to_side = self.side(out_realm.v6());
+        let mut epoch = d.epoch;
+        let mut switched = false;
+        if answer_to.is_none() {
+            if let Some((_, f, a)) = d.sdp_from.iter().find(|(t, _, _)| *t == from_tag) {
+                if *a != addr {
+                    self.stats.handovers += 1;
+                    tracing::info!(call_id = %call_id, from = %a, to = %addr, "media handover");
+                }
+                if *f != fam6 && d.media {
+                    epoch += 1;
+                    switched = true;
+                }
+            }
+        }
+        let ng_id = ng_call_id(&call_id, epoch);
+        let r = {
+            let mc = self.media.as_deref_mut().expect("checked");
+            match &answer_to {
+                Some(offerer) => media::signal(mc, false, &ng_id, offerer, Some(&from_tag), m.body, &from_side, &to_side),
+                None => media::signal(mc, true, &ng_id, &from_tag, None, m.body, &from_side, &to_side),
+            }
+        };
+        match r {
+            Ok(sdp) => {
+                if let Some(d) = self.dialogs.get_mut(&call_id) {
+                    d.media = true;
+                    if switched {
+                        d.old_epoch = Some(d.epoch);
+                        d.epoch = epoch;
+                        // The other side keeps its family in the new session.
+                        d.sdp_from.retain(|(t, _, _)| *t == from_tag);
+                    }
+                    d.sdp_from.retain(|(t, _, _)| *t != from_tag);
+                    d.sdp_from.push((from_tag, fam6, addr));
+                    if answer_to.is_some() {
+                        d.late_offer_from = None;
+                    }
+                }
+                Ok(Some(sdp))
+            }
+            Err(e) => {
+                self.stats.media_errors += 1;
+                tracing::warn!(call_id = %call_id, error = %e, "media offer refused");
+                if created {
+                    self.dialogs.remove(&call_id);
+                    self.stats.dialogs_released += 1;
+                }
+                Err(e.status())
+            }
+        }
+    }
+
+    /// The SDP of a response being forwarded (None: body unchanged; an
+    /// empty body when the relay refused it).
+    pub(crate) fn media_for_response(
+        &mut self,
+        _now: Instant,
+        m: &Message,
+        method: &str,
+        from_realm: Realm,
+        to_realm: Realm,
+        request_had_offer: bool,
+    ) -> Option<Vec<u8>> {
+        if !m.has_sdp() || self.media.is_none() || !matches!(method, "INVITE" | "UPDATE" | "PRACK") {
+            return None;
+        }
+        let call_id = m.call_id().to_string();
+        let d = self.dialogs.get(&call_id)?.clone();
+        if from_realm == to_realm && !d.media {
+            return None;
+        }
+        let sender = m.to_tag().unwrap_or("").to_string();
+        let receiver = m.from_tag().unwrap_or("").to_string();
+        let Some((fam6, addr)) = sdp_conn(m.body) else {
+            self.stats.sdp_dropped += 1;
+            return Some(Vec::new());
+        };
+        let from_side = self.side(fam6);
+        let to_side = self.side(to_realm.v6());
+        let ng_id = ng_call_id(&call_id, d.epoch);
+        let r = {
+            let mc = self.media.as_deref_mut().expect("checked");
+            if request_had_offer {
+                media::signal(mc, false, &ng_id, &receiver, Some(&sender), m.body, &from_side, &to_side)
+            } else {
+                media::signal(mc, true, &ng_id, &sender, None, m.body, &from_side, &to_side)
+            }
+        };
+        match r {
+            Ok(sdp) => {
+                if let Some(d) = self.dialogs.get_mut(&call_id) {
+                    d.media = true;
+                    if d.callee_tag.is_none() && !sender.is_empty() && sender != d.caller_tag {
+                        d.callee_tag = Some(sender.clone());
+                    }
+                    if !request_had_offer {
+                        d.late_offer_from = Some(sender.clone());
+                    }
+                    d.sdp_from.retain(|(t, _, _)| *t != sender);
+                    d.sdp_from.push((sender, fam6, addr));
+                }
+                Some(sdp)
+            }
+            Err(e) => {
+                self.stats.media_errors += 1;
+                self.stats.sdp_dropped += 1;
+                tracing::warn!(call_id = %call_id, error = %e, "media answer refused; SDP removed from the response");
+                Some(Vec::new())
+            }
+        }
+    }
+
+    /// A 2xx to INVITE: the dialog is up; an older TrGW generation goes.
+    pub(crate) fn dialog_confirmed(&mut self, now: Instant, m: &Message) {
+        let call_id = m.call_id().to_string();
+        let se = m
+            .header(Name::SessionExpires)
+            .and_then(|v| v.split(';').next())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(|s| Duration::from_secs(s.max(90) * 2));
+        let timeout = se.unwrap_or(Duration::from_secs(self.cfg.dialog_timeout_secs));
+        let Some(d) = self.dialogs.get_mut(&call_id) else { return };
+        d.confirmed = true;
+        if d.callee_tag.is_none() {
+            d.callee_tag = m.to_tag().map(str::to_string);
+        }
+        d.expires = now + timeout;
+        if let Some(old) = d.old_epoch.take() {
+            let id = ng_call_id(&call_id, old);
+            if let Some(mc) = self.media.as_deref_mut() {
+                let _ = media::delete(mc, &id);
+            }
+        }
+    }
+
+    /// A failed re-offer that moved to a new TrGW generation goes back to
+    /// the old one.
+    pub(crate) fn revert_epoch(&mut self, call_id: &str) {
+        let Some(d) = self.dialogs.get_mut(call_id) else { return };
+        let Some(old) = d.old_epoch.take() else { return };
+        let new = std::mem::replace(&mut d.epoch, old);
+        let id = ng_call_id(call_id, new);
+        if let Some(mc) = self.media.as_deref_mut() {
+            let _ = media::delete(mc, &id);
+        }
+    }
+
+    /// Releases a dialog and its media.
+    pub(crate) fn release_dialog(&mut self, call_id: &str, why: &str) {
+        let Some(d) = self.dialogs.remove(call_id) else { return };
+        self.stats.dialogs_released += 1;
+        tracing::debug!(call_id, why, "dialog released");
+        if d.media {
+            if let Some(mc) = self.media.as_deref_mut() {
+                for e in std::iter::once(d.epoch).chain(d.old_epoch) {
+                    if let Err(err) = media::delete(mc, &ng_call_id(call_id, e)) {
+                        tracing::debug!(call_id, error = %err, "media delete");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Releases the (unconfirmed) dialog of a failed initial INVITE.
+    pub(crate) fn release_dialog_of(&mut self, sk: &ServerKey) {
+        let Some(cid) = self.server.get(sk).map(|s| s.call_id.clone()) else { return };
+        if self.dialogs.get(&cid).is_some_and(|d| !d.confirmed) {
+            self.release_dialog(&cid, "INVITE failed");
+        }
+    }
+
+    pub(crate) fn dialog_timer(&mut self, now: Instant, cid: &str, id: u64) {
+        let Some(d) = self.dialogs.get(cid) else { return };
+        if d.id != id {
+            return;
+        }
+        if now >= d.expires {
+            self.stats.dialogs_timed_out += 1;
+            tracing::info!(call_id = cid, "dialog timed out; media released");
+            self.release_dialog(cid, "session timeout");
+        } else {
+            let at = d.expires;
+            self.schedule(at, TimerKind::Dialog, TimerRef::Dialog(cid.to_string()), id);
+        }
+    }
+}

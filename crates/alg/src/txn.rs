@@ -1,0 +1,216 @@
+//! RFC 3261 §17 transaction state (with RFC 6026's Accepted state for
+//! INVITE 2xx), the timers, and what the core keeps per transaction.
+
+use std::time::{Duration, Instant};
+
+use crate::config::Transport;
+use crate::realm::Realm;
+
+/// Where a message came from or goes to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peer {
+    /// The realm (which listener).
+    pub realm: Realm,
+    /// Transport.
+    pub transport: Transport,
+    /// Remote address.
+    pub addr: std::net::SocketAddr,
+    /// The stream connection it arrived on (TCP), if any.
+    pub conn: Option<u64>,
+}
+
+/// Server transaction key (RFC 3261 §17.2.3): branch, sent-by, and the
+/// method (ACK counts as INVITE).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ServerKey {
+    /// Branch (or the RFC 2543 fallback identity).
+    pub branch: String,
+    /// sent-by of the top Via.
+    pub sent_by: String,
+    /// Method (INVITE for ACK).
+    pub method: String,
+}
+
+/// Server transaction states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SState {
+    /// Request received, no final response yet.
+    Proceeding,
+    /// Final non-2xx sent (INVITE: waiting for ACK) / final sent (non-INVITE).
+    Completed,
+    /// ACK received (INVITE).
+    Confirmed,
+    /// 2xx sent (INVITE, RFC 6026).
+    Accepted,
+}
+
+/// Client transaction states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CState {
+    /// INVITE sent / non-INVITE sent.
+    Calling,
+    /// Provisional received.
+    Proceeding,
+    /// Final non-2xx received (INVITE) / final received (non-INVITE).
+    Completed,
+    /// 2xx received (INVITE, RFC 6026).
+    Accepted,
+}
+
+/// A server transaction.
+#[derive(Debug)]
+pub struct ServerTxn {
+    /// Unique id (timers carry it).
+    pub id: u64,
+    /// INVITE transaction.
+    pub invite: bool,
+    /// State.
+    pub state: SState,
+    /// Where responses go.
+    pub peer: Peer,
+    /// The last response sent (retransmitted on request retransmissions
+    /// and by Timer G).
+    pub last: Option<Vec<u8>>,
+    /// The client transaction it forwarded to (its key).
+    pub client: Option<String>,
+    /// The headers a locally generated response copies (Via lines with
+    /// `received`, From, To, Call-ID, CSeq).
+    pub resp_headers: String,
+    /// To tag for local responses.
+    pub to_tag: String,
+    /// Timer G interval.
+    pub g: Duration,
+    /// Call-ID (media and dialog cleanup).
+    pub call_id: String,
+    /// An initial (out-of-dialog) INVITE.
+    pub initial_invite: bool,
+    /// CANCEL received before the forwarded INVITE got an answer.
+    pub cancelled: bool,
+    /// Realm it arrived in.
+    pub in_realm: Realm,
+    /// Realm it went out to.
+    pub out_realm: Realm,
+    /// The request carried an SDP offer.
+    pub offer: bool,
+    /// The method.
+    pub method: String,
+}
+
+/// A client transaction.
+#[derive(Debug)]
+pub struct ClientTxn {
+    /// Unique id (timers carry it).
+    pub id: u64,
+    /// INVITE transaction.
+    pub invite: bool,
+    /// State.
+    pub state: CState,
+    /// The request as sent (retransmissions, ACK and CANCEL are built from
+    /// it).
+    pub request: Vec<u8>,
+    /// Destination.
+    pub peer: Peer,
+    /// The server transaction it serves (None: our own CANCEL).
+    pub server: Option<ServerKey>,
+    /// Our branch.
+    pub branch: String,
+    /// Timer A/E interval.
+    pub interval: Duration,
+    /// A CANCEL waits for the first provisional (RFC 3261 §9.1).
+    pub cancel_pending: bool,
+    /// The ACK sent for a non-2xx final (retransmitted on response
+    /// retransmissions).
+    pub ack: Option<Vec<u8>>,
+    /// Method.
+    pub method: String,
+}
+
+/// Timer kinds (RFC 3261 §17 Table 4, plus C and RFC 6026's L/M, and the
+/// dialog lifetime).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum TimerKind {
+    /// INVITE request retransmit.
+    A,
+    /// INVITE transaction timeout.
+    B,
+    /// Proxy INVITE transaction timeout (RFC 3261 §16.6 step 11).
+    C,
+    /// Wait for response retransmits (INVITE client).
+    D,
+    /// Non-INVITE request retransmit.
+    E,
+    /// Non-INVITE transaction timeout.
+    F,
+    /// INVITE response retransmit.
+    G,
+    /// Wait for ACK.
+    H,
+    /// Wait for ACK retransmits.
+    I,
+    /// Wait for non-INVITE request retransmits.
+    J,
+    /// Wait for response retransmits (non-INVITE client).
+    K,
+    /// Accepted server INVITE (RFC 6026).
+    L,
+    /// Accepted client INVITE (RFC 6026).
+    M,
+    /// Dialog lifetime check.
+    Dialog,
+}
+
+/// What a timer refers to.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum TimerRef {
+    /// A server transaction (by key text).
+    Server(String, String, String),
+    /// A client transaction (by map key).
+    Client(String),
+    /// A dialog (by Call-ID).
+    Dialog(String),
+}
+
+/// A scheduled timer.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Timer {
+    /// When.
+    pub at: Instant,
+    /// Sequence (ties).
+    pub seq: u64,
+    /// Kind.
+    pub kind: TimerKind,
+    /// Whose.
+    pub whose: TimerRef,
+    /// The transaction id it was set for (stale timers are ignored).
+    pub id: u64,
+}
+
+/// The RFC 3261 timer base values.
+#[derive(Debug, Clone, Copy)]
+pub struct Timers {
+    /// T1 (RTT estimate).
+    pub t1: Duration,
+    /// T2 (maximum retransmit interval for non-INVITE / responses).
+    pub t2: Duration,
+    /// T4 (maximum time a message stays in the network).
+    pub t4: Duration,
+}
+
+impl Timers {
+    /// From T1 (T2 = 4 s, T4 = 5 s, as RFC 3261 recommends).
+    pub fn new(t1: Duration) -> Timers {
+        Timers { t1, t2: Duration::from_secs(4), t4: Duration::from_secs(5) }
+    }
+    /// 64 × T1 (Timers B, F, H, J, L, M).
+    pub fn t64(&self) -> Duration {
+        self.t1 * 64
+    }
+    /// Timer C (more than 3 minutes).
+    pub fn c(&self) -> Duration {
+        Duration::from_secs(181)
+    }
+    /// Timer D (at least 32 s over UDP).
+    pub fn d(&self) -> Duration {
+        Duration::from_secs(32).max(self.t64())
+    }
+}
