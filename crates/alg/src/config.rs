@@ -22,12 +22,14 @@ dialog-timeout-secs = 7200 # a dialog without an in-dialog request for this long
 t1-ms = 500                # RFC 3261 T1 (T2 = 4 s, T4 = 5 s)
 max-transactions = 100000  # new requests beyond this get 503
 
-# [[alg.route]]            # domain routes, checked before DNS (longest suffix wins)
+# Domain routes, checked before DNS (longest suffix wins):
+# [[alg.route]]
 # domain = "ipv4.example"
 # next-hop = "192.0.2.10:5060"
 # transport = "udp"
 
-# [[alg.ng]]               # media = "ng": remote TrGWs or rtpengines, chosen by weight per call
+# media = "ng": remote TrGWs or rtpengines, chosen by weight per call:
+# [[alg.ng]]
 # addr = "127.0.0.1:2223"
 # weight = 1
 "#;
@@ -245,7 +247,7 @@ mod tests {
     #[test]
     fn example_parses_and_checks() {
         let mut text = EXAMPLE_TOML.to_string();
-        text = text.replace("# [[alg.route]]", "[[alg.route]]").replace("# domain", "domain").replace("# next-hop", "next-hop");
+        text = text.replace("# [[alg.route]]", "[[alg.route]]").replace("# domain = ", "domain = ").replace("# next-hop", "next-hop");
         text = text.replace("# transport = \"udp\"", "transport = \"udp\"");
         let c = Config::from_toml_file_text(&text).unwrap();
         assert_eq!(c.listen_v6, "[2001:db8::1]:5060".parse().unwrap());

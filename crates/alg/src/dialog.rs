@@ -267,7 +267,10 @@ impl Alg {
             d.callee_tag = m.to_tag().map(str::to_string);
         }
         d.expires = now + timeout;
-        if let Some(old) = d.old_epoch.take() {
+        let (at, id) = (d.expires, d.id);
+        let old = d.old_epoch.take();
+        self.schedule(at, TimerKind::Dialog, TimerRef::Dialog(call_id.clone()), id);
+        if let Some(old) = old {
             let id = ng_call_id(&call_id, old);
             if let Some(mc) = self.media.as_deref_mut() {
                 let _ = media::delete(mc, &id);

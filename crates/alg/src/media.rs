@@ -320,3 +320,10 @@ mod tests {
         assert_eq!(c.order(b"x", Instant::now())[0], 1);
     }
 }
+
+/// A control shared with its owner (tests look at the TrGW's tables).
+impl<M: MediaControl> MediaControl for std::sync::Arc<std::sync::Mutex<M>> {
+    fn command(&mut self, req: &Value) -> Result<Value, MediaError> {
+        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).command(req)
+    }
+}
