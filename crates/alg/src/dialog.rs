@@ -51,17 +51,26 @@ pub fn ng_call_id(call_id: &str, epoch: u32) -> String {
     }
 }
 
-/// The family and address of an SDP body's first `c=` line.
+/// The family of an SDP body's first `c=` line, and that address with the
+/// first `m=` port (where the sender receives media).
 pub fn sdp_conn(body: &[u8]) -> Option<(bool, String)> {
     let text = std::str::from_utf8(body).ok()?;
+    let mut conn = None;
+    let mut port = "";
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("c=") {
-            let mut it = rest.split_ascii_whitespace();
-            let (_, fam, addr) = (it.next()?, it.next()?, it.next()?);
-            return Some((fam.eq_ignore_ascii_case("IP6"), addr.split('/').next()?.to_string()));
+            if conn.is_none() {
+                let mut it = rest.split_ascii_whitespace();
+                let (_, fam, addr) = (it.next()?, it.next()?, it.next()?);
+                conn = Some((fam.eq_ignore_ascii_case("IP6"), addr.split('/').next()?.to_string()));
+            }
+        } else if let Some(rest) = line.strip_prefix("m=") {
+            if port.is_empty() {
+                port = rest.split_ascii_whitespace().nth(1).unwrap_or("");
+            }
         }
     }
-    None
+    conn.map(|(f, a)| (f, format!("{a} {port}")))
 }
 
 impl Alg {

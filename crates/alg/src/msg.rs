@@ -269,6 +269,9 @@ impl<'a> Message<'a> {
     /// datagram (octets past Content-Length are discarded).
     pub fn parse(buf: &'a [u8], stream: bool) -> Result<Framing<'a>, Reject> {
         // Leading CRLFs are ignored (RFC 3261 §7.5) and are keep-alives.
+        if buf.is_empty() {
+            return if stream { Ok(Framing::Incomplete) } else { Err(Reject::drop("empty datagram")) };
+        }
         let lead = buf.iter().take_while(|&&b| b == b'\r' || b == b'\n').count();
         if lead == buf.len() {
             return Ok(Framing::KeepAlive(lead));

@@ -1,0 +1,343 @@
+//! The I/O runner: UDP and TCP listeners on the two realm addresses, a
+//! tokio task that owns the core and feeds it datagrams, framed stream
+//! messages, timer expiries and DNS completions, and sends what it
+//! returns. [`spawn`] runs it on its own thread with a current-thread
+//! runtime, so the daemon (phase 2) and tests start it the same way.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use anyhow::{Context as _, Result};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::sync::{mpsc, Notify};
+
+use crate::config::{Config, Transport};
+use crate::media::MediaControl;
+use crate::msg::{Framing, Message};
+use crate::proxy::{Alg, Incoming, Stats};
+use crate::realm::{Realm, Resolver};
+use crate::txn::Peer;
+
+/// What the runner shares with its handle.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Counters.
+    pub stats: Stats,
+    /// (server transactions, client transactions, dialogs, parked).
+    pub tables: (usize, usize, usize, usize),
+    /// Open TCP connections.
+    pub tcp_connections: usize,
+}
+
+/// A running ALG.
+pub struct AlgHandle {
+    stop: Arc<Notify>,
+    stopped: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    snapshot: Arc<Mutex<Snapshot>>,
+    /// Bound UDP address in the IPv6 realm (real port when 0 was asked).
+    pub udp_v6: SocketAddr,
+    /// Bound UDP address in the IPv4 realm.
+    pub udp_v4: SocketAddr,
+}
+
+impl AlgHandle {
+    /// The latest counters and table sizes (updated after every event).
+    pub fn snapshot(&self) -> Snapshot {
+        *self.snapshot.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Stops the runner and waits for it.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        self.stopped.store(true, Relaxed);
+        self.stop.notify_one();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for AlgHandle {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+enum Event {
+    Msg { realm: Realm, conn: u64, addr: SocketAddr, data: Vec<u8> },
+    Connected { conn: u64, addr: SocketAddr, tx: mpsc::Sender<Vec<u8>> },
+    Closed { conn: u64 },
+    ConnectFailed { addr: SocketAddr },
+}
+
+fn bind_udp(addr: SocketAddr) -> Result<std::net::UdpSocket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    if addr.is_ipv6() {
+        s.set_only_v6(true)?;
+    }
+    let _ = s.set_recv_buffer_size(4 << 20);
+    s.set_nonblocking(true)?;
+    s.bind(&addr.into()).with_context(|| format!("binding SIP UDP on {addr}"))?;
+    Ok(s.into())
+}
+
+fn bind_tcp(addr: SocketAddr) -> Result<std::net::TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    if addr.is_ipv6() {
+        s.set_only_v6(true)?;
+    }
+    s.set_reuse_address(true)?;
+    s.set_nonblocking(true)?;
+    s.bind(&addr.into()).with_context(|| format!("binding SIP TCP on {addr}"))?;
+    s.listen(1024)?;
+    Ok(s.into())
+}
+
+/// Starts the ALG: binds its sockets (errors are returned here), then runs
+/// on a thread of its own. `resolver` None: the system's DNS through
+/// hickory ([`crate::dns::HickoryResolver`]).
+pub fn spawn(
+    mut cfg: Config,
+    media: Option<Box<dyn MediaControl>>,
+    resolver: Option<Box<dyn Resolver>>,
+) -> Result<AlgHandle> {
+    cfg.check().map_err(anyhow::Error::msg)?;
+    let u6 = bind_udp(cfg.listen_v6)?;
+    let u4 = bind_udp(cfg.listen_v4)?;
+    let (udp_v6, udp_v4) = (u6.local_addr()?, u4.local_addr()?);
+    // Port 0 (tests): the real ports are what the core writes in headers.
+    cfg.listen_v6.set_port(udp_v6.port());
+    cfg.listen_v4.set_port(udp_v4.port());
+    let tcp = if cfg.tcp {
+        Some((bind_tcp(SocketAddr::new(cfg.listen_v6.ip(), udp_v6.port()))?, bind_tcp(SocketAddr::new(cfg.listen_v4.ip(), udp_v4.port()))?))
+    } else {
+        None
+    };
+    let stop = Arc::new(Notify::new());
+    let stopped = Arc::new(AtomicBool::new(false));
+    let snapshot = Arc::new(Mutex::new(Snapshot::default()));
+    let (st, sn, stp) = (stop.clone(), snapshot.clone(), stopped.clone());
+    let thread = std::thread::Builder::new().name("alg".into()).spawn(move || {
+        let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            Ok(rt) => rt,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start the ALG runtime");
+                return;
+            }
+        };
+        rt.block_on(async move {
+            let wake = Arc::new(Notify::new());
+            let resolver = match resolver {
+                Some(r) => r,
+                None => match crate::dns::HickoryResolver::new(wake.clone()) {
+                    Ok(r) => Box::new(r) as Box<dyn Resolver>,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "no system DNS configuration; only literals and domain routes resolve");
+                        Box::new(crate::realm::StaticResolver::default())
+                    }
+                },
+            };
+            let alg = Alg::new(cfg, resolver, media);
+            if let Err(e) = run(alg, u6, u4, tcp, st, stp, sn, wake).await {
+                tracing::error!(error = %e, "ALG stopped");
+            }
+        });
+    })?;
+    tracing::info!(%udp_v6, %udp_v4, "IMS-ALG listening");
+    Ok(AlgHandle { stop, stopped, thread: Some(thread), snapshot, udp_v6, udp_v4 })
+}
+
+static CONN_IDS: AtomicU64 = AtomicU64::new(1);
+
+fn spawn_conn(stream: TcpStream, addr: SocketAddr, realm: Realm, events: mpsc::Sender<Event>, max: usize) {
+    let conn = CONN_IDS.fetch_add(1, Relaxed);
+    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(256);
+    tokio::spawn(async move {
+        let (mut rd, mut wr) = stream.into_split();
+        if events.send(Event::Connected { conn, addr, tx }).await.is_err() {
+            return;
+        }
+        let writer = tokio::spawn(async move {
+            while let Some(d) = rx.recv().await {
+                if wr.write_all(&d).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let mut buf: Vec<u8> = Vec::with_capacity(8192);
+        let mut chunk = vec![0u8; 16384];
+        'read: loop {
+            let n = match rd.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            buf.extend_from_slice(&chunk[..n]);
+            while !buf.is_empty() {
+                match Message::parse(&buf, true) {
+                    Ok(Framing::Message(m)) => {
+                        let len = m.len;
+                        let data = buf[..len].to_vec();
+                        buf.drain(..len);
+                        if events.send(Event::Msg { realm, conn, addr, data }).await.is_err() {
+                            break 'read;
+                        }
+                    }
+                    Ok(Framing::KeepAlive(n)) => {
+                        buf.drain(..n);
+                    }
+                    Ok(Framing::Incomplete) => {
+                        if buf.len() > max {
+                            tracing::debug!(%addr, "TCP message over the size limit; closing");
+                            break 'read;
+                        }
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::debug!(%addr, reason = %e.reason, "unframeable TCP input; closing");
+                        break 'read;
+                    }
+                }
+            }
+        }
+        writer.abort();
+        let _ = events.send(Event::Closed { conn }).await;
+    });
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run(
+    mut alg: Alg,
+    u6: std::net::UdpSocket,
+    u4: std::net::UdpSocket,
+    tcp: Option<(std::net::TcpListener, std::net::TcpListener)>,
+    stop: Arc<Notify>,
+    stopped: Arc<AtomicBool>,
+    snapshot: Arc<Mutex<Snapshot>>,
+    dns_wake: Arc<Notify>,
+) -> Result<()> {
+    let u6 = UdpSocket::from_std(u6)?;
+    let u4 = UdpSocket::from_std(u4)?;
+    let max = alg.config().max_message;
+    let (etx, mut erx) = mpsc::channel::<Event>(4096);
+    if let Some((l6, l4)) = tcp {
+        for (l, realm) in [(l6, Realm::V6), (l4, Realm::V4)] {
+            let l = TcpListener::from_std(l)?;
+            let etx = etx.clone();
+            tokio::spawn(async move {
+                loop {
+                    match l.accept().await {
+                        Ok((s, a)) => {
+                            let _ = s.set_nodelay(true);
+                            spawn_conn(s, a, realm, etx.clone(), max);
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "TCP accept failed");
+                            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        }
+                    }
+                }
+            });
+        }
+    }
+    let mut conns: HashMap<u64, mpsc::Sender<Vec<u8>>> = HashMap::new();
+    let mut by_addr: HashMap<SocketAddr, u64> = HashMap::new();
+    let mut pending_out: HashMap<SocketAddr, Vec<Vec<u8>>> = HashMap::new();
+    let mut b6 = vec![0u8; 65_536];
+    let mut b4 = vec![0u8; 65_536];
+    loop {
+        if stopped.load(Relaxed) {
+            break;
+        }
+        let deadline = alg.poll_timeout().map(tokio::time::Instant::from_std);
+        let sleep = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            r = u6.recv_from(&mut b6) => if let Ok((n, a)) = r {
+                let p = Peer { realm: Realm::V6, transport: Transport::Udp, addr: a, conn: None };
+                alg.handle(Instant::now(), Incoming { peer: &p, data: &b6[..n] });
+            },
+            r = u4.recv_from(&mut b4) => if let Ok((n, a)) = r {
+                let a = match a { SocketAddr::V6(v) => v.ip().to_ipv4_mapped().map_or(a, |ip| SocketAddr::new(ip.into(), v.port())), v => v };
+                let p = Peer { realm: Realm::V4, transport: Transport::Udp, addr: a, conn: None };
+                alg.handle(Instant::now(), Incoming { peer: &p, data: &b4[..n] });
+            },
+            Some(ev) = erx.recv() => match ev {
+                Event::Msg { realm, conn, addr, data } => {
+                    let p = Peer { realm, transport: Transport::Tcp, addr, conn: Some(conn) };
+                    alg.handle(Instant::now(), Incoming { peer: &p, data: &data });
+                }
+                Event::Connected { conn, addr, tx } => {
+                    for d in pending_out.remove(&addr).unwrap_or_default() {
+                        let _ = tx.try_send(d);
+                    }
+                    conns.insert(conn, tx);
+                    by_addr.insert(addr, conn);
+                }
+                Event::ConnectFailed { addr } => {
+                    pending_out.remove(&addr);
+                }
+                Event::Closed { conn } => {
+                    conns.remove(&conn);
+                    by_addr.retain(|_, c| *c != conn);
+                }
+            },
+            _ = sleep => alg.handle_timeout(Instant::now()),
+            _ = dns_wake.notified() => alg.retry_parked(Instant::now()),
+            _ = stop.notified() => break,
+        }
+        while let Some(t) = alg.poll_transmit() {
+            match t.peer.transport {
+                Transport::Udp => {
+                    let s = if t.peer.addr.is_ipv6() { &u6 } else { &u4 };
+                    if let Err(e) = s.try_send_to(&t.data, t.peer.addr) {
+                        tracing::debug!(to = %t.peer.addr, error = %e, "SIP send failed");
+                    }
+                }
+                Transport::Tcp => {
+                    let c = t.peer.conn.filter(|c| conns.contains_key(c)).or_else(|| by_addr.get(&t.peer.addr).copied());
+                    match c.and_then(|c| conns.get(&c)) {
+                        Some(tx) => {
+                            let _ = tx.try_send(t.data);
+                        }
+                        None => {
+                            let first = !pending_out.contains_key(&t.peer.addr);
+                            pending_out.entry(t.peer.addr).or_default().push(t.data);
+                            if first {
+                                let (addr, etx, realm) = (t.peer.addr, etx.clone(), t.peer.realm);
+                                tokio::spawn(async move {
+                                    match tokio::time::timeout(std::time::Duration::from_secs(5), TcpStream::connect(addr)).await {
+                                        Ok(Ok(s)) => {
+                                            let _ = s.set_nodelay(true);
+                                            spawn_conn(s, addr, realm, etx, max);
+                                        }
+                                        _ => {
+                                            tracing::debug!(%addr, "TCP connect failed");
+                                            let _ = etx.send(Event::ConnectFailed { addr }).await;
+                                        }
+                                    }
+                                });
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let snap = Snapshot { stats: alg.stats, tables: alg.table_sizes(), tcp_connections: conns.len() };
+        *snapshot.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = snap;
+    }
+    Ok(())
+}

@@ -1,0 +1,204 @@
+//! The runner on loopback: real UDP/TCP sockets, the real TrGW relay in
+//! the same process. A UA in the IPv6 realm ([::1]) calls a UA in the IPv4
+//! realm (127.0.0.1): INVITE/100/200/ACK with SDP rewritten, RTP relayed,
+//! a re-INVITE handover to a new address (media follows, the old address
+//! is no longer relayed), BYE, and everything released.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use alg::msg::{Message, Name};
+
+fn recv(s: &UdpSocket) -> Option<Vec<u8>> {
+    let mut b = vec![0u8; 65536];
+    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    s.recv(&mut b).ok().map(|n| b[..n].to_vec())
+}
+
+/// The next SIP message that is not a 100 Trying.
+fn recv_sip(s: &UdpSocket) -> Vec<u8> {
+    loop {
+        let d = recv(s).expect("a SIP message");
+        if Message::parse_datagram(&d).unwrap().code() != Some(100) {
+            return d;
+        }
+    }
+}
+
+fn sdp(addr: &str, port: u16) -> String {
+    let fam = if addr.contains(':') { "IP6" } else { "IP4" };
+    format!("v=0\r\no=- 1 1 IN {fam} {addr}\r\ns=-\r\nc=IN {fam} {addr}\r\nt=0 0\r\nm=audio {port} RTP/AVP 0\r\n")
+}
+
+fn msg(head: &str, body: &str) -> Vec<u8> {
+    let ct = if body.is_empty() { "" } else { "Content-Type: application/sdp\r\n" };
+    format!("{head}{ct}Content-Length: {}\r\n\r\n{body}", body.len()).into_bytes()
+}
+
+fn respond(req: &[u8], code: &str, tag: &str, contact: &str, body: &str) -> Vec<u8> {
+    let m = Message::parse_datagram(req).unwrap();
+    let mut s = format!("SIP/2.0 {code}\r\n");
+    for h in &m.headers {
+        match h.name {
+            Name::Via | Name::RecordRoute | Name::From | Name::CallId | Name::CSeq => s.push_str(&format!("{}\r\n", h.line)),
+            Name::To if m.to_tag().is_none() => s.push_str(&format!("{};tag={tag}\r\n", h.line)),
+            Name::To => s.push_str(&format!("{}\r\n", h.line)),
+            _ => {}
+        }
+    }
+    s.push_str(&format!("Contact: <{contact}>\r\n"));
+    msg(&s, body)
+}
+
+fn media_of(d: &[u8]) -> (String, u16) {
+    let b = String::from_utf8(Message::parse_datagram(d).unwrap().body.to_vec()).unwrap();
+    let c = b.lines().find_map(|l| l.strip_prefix("c=IN ")).unwrap().split(' ').nth(1).unwrap().to_string();
+    let p = b.lines().find_map(|l| l.strip_prefix("m=audio ")).unwrap().split(' ').next().unwrap().parse().unwrap();
+    (c, p)
+}
+
+fn addrs(d: &[u8], n: Name) -> Vec<String> {
+    let m = Message::parse_datagram(d).unwrap();
+    m.all(n).flat_map(|h| alg::msg::addresses(&h.value).into_iter().map(|a| a.uri.to_string()).collect::<Vec<_>>()).collect()
+}
+
+#[test]
+fn call_handover_and_release_over_real_sockets() {
+    let trgw_cfg = trgw::Config {
+        interfaces: vec![
+            trgw::config::Interface::new("v6", None, Some("::1".parse().unwrap())),
+            trgw::config::Interface::new("v4", Some("127.0.0.1".parse().unwrap()), None),
+        ],
+        port_min: 41000,
+        port_max: 41199,
+        ng: Some("127.0.0.1:0".parse().unwrap()),
+        rtpproxy_udp: None,
+        io: trgw::IoMode::Epoll,
+        workers: Some(1),
+        ..trgw::Config::default()
+    };
+    let relay = Arc::new(trgw::Relay::start(trgw_cfg).unwrap());
+    let cfg = alg::Config {
+        listen_v6: "[::1]:0".parse().unwrap(),
+        listen_v4: "127.0.0.1:0".parse().unwrap(),
+        media_v6_interface: Some("v6".into()),
+        media_v4_interface: Some("v4".into()),
+        t1_ms: 20,
+        ..alg::Config::default()
+    };
+    let served = alg::cli::serve(cfg, Some(relay.clone())).unwrap();
+    let (a6, a4) = (served.alg.udp_v6, served.alg.udp_v4);
+
+    let ua6 = UdpSocket::bind("[::1]:0").unwrap();
+    let ua4 = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let rtp6 = UdpSocket::bind("[::1]:0").unwrap();
+    let rtp4 = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let (p6, p4) = (ua6.local_addr().unwrap(), ua4.local_addr().unwrap());
+    let (r6, r4) = (rtp6.local_addr().unwrap().port(), rtp4.local_addr().unwrap().port());
+
+    let inv = msg(&format!("INVITE sip:bob@{p4} SIP/2.0\r\nVia: SIP/2.0/UDP {p6};branch=z9hG4bK-1\r\nMax-Forwards: 70\r\nFrom: <sip:alice@[::1]>;tag=a\r\nTo: <sip:bob@127.0.0.1>\r\nCall-ID: rc1\r\nCSeq: 1 INVITE\r\nContact: <sip:alice@{p6}>\r\n"), &sdp("::1", r6));
+    ua6.send_to(&inv, a6).unwrap();
+    let inv4 = recv_sip(&ua4);
+    let (c, relay4) = media_of(&inv4);
+    assert_eq!(c, "127.0.0.1", "the callee is offered the relay's IPv4 address");
+    ua4.send_to(&respond(&inv4, "200 OK", "b", &format!("sip:bob@{p4}"), &sdp("127.0.0.1", r4)), a4).unwrap();
+    let ok6 = recv_sip(&ua6);
+    let (c, relay6) = media_of(&ok6);
+    assert_eq!(c, "::1");
+    assert_eq!(relay.stats().calls, 1, "media allocated");
+    let mut rs = addrs(&ok6, Name::RecordRoute);
+    rs.reverse();
+    let routes: String = rs.iter().map(|r| format!("Route: <{r}>\r\n")).collect();
+    let target = addrs(&ok6, Name::Contact)[0].clone();
+    let ack = msg(&format!("ACK {target} SIP/2.0\r\nVia: SIP/2.0/UDP {p6};branch=z9hG4bK-2\r\nMax-Forwards: 70\r\n{routes}From: <sip:alice@[::1]>;tag=a\r\nTo: <sip:bob@127.0.0.1>;tag=b\r\nCall-ID: rc1\r\nCSeq: 1 ACK\r\n"), "");
+    ua6.send_to(&ack, a6).unwrap();
+    let ack4 = recv_sip(&ua4);
+    assert!(ack4.starts_with(format!("ACK sip:bob@{p4} SIP/2.0").as_bytes()));
+
+    // RTP both ways through the relay.
+    let relay6_addr: SocketAddr = format!("[::1]:{relay6}").parse().unwrap();
+    let relay4_addr: SocketAddr = format!("127.0.0.1:{relay4}").parse().unwrap();
+    rtp6.send_to(&[0x80, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0xaa], relay6_addr).unwrap();
+    assert_eq!(recv(&rtp4).unwrap().last(), Some(&0xaa), "6 -> 4 relayed");
+    rtp4.send_to(&[0x80, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 0xbb], relay4_addr).unwrap();
+    assert_eq!(recv(&rtp6).unwrap().last(), Some(&0xbb), "4 -> 6 relayed");
+
+    // Handover: alice moves to a new address (new SIP and RTP sockets).
+    let ua6b = UdpSocket::bind("[::1]:0").unwrap();
+    let rtp6b = UdpSocket::bind("[::1]:0").unwrap();
+    let (p6b, r6b) = (ua6b.local_addr().unwrap(), rtp6b.local_addr().unwrap().port());
+    let re = msg(&format!("INVITE {target} SIP/2.0\r\nVia: SIP/2.0/UDP {p6b};branch=z9hG4bK-3\r\nMax-Forwards: 70\r\n{routes}From: <sip:alice@[::1]>;tag=a\r\nTo: <sip:bob@127.0.0.1>;tag=b\r\nCall-ID: rc1\r\nCSeq: 2 INVITE\r\nContact: <sip:alice@{p6b}>\r\n"), &sdp("::1", r6b));
+    ua6b.send_to(&re, a6).unwrap();
+    let re4 = recv_sip(&ua4);
+    assert_eq!(media_of(&re4), ("127.0.0.1".to_string(), relay4), "the callee keeps its relay port");
+    ua4.send_to(&respond(&re4, "200 OK", "b", &format!("sip:bob@{p4}"), &sdp("127.0.0.1", r4)), a4).unwrap();
+    let ok6b = recv_sip(&ua6b);
+    assert_eq!(media_of(&ok6b).1, relay6);
+    let t0 = Instant::now();
+    rtp4.send_to(&[0x80, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 2, 0xcc], relay4_addr).unwrap();
+    assert_eq!(recv(&rtp6b).unwrap().last(), Some(&0xcc), "media follows the terminal");
+    rtp6b.send_to(&[0x80, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 1, 0xdd], relay6_addr).unwrap();
+    assert_eq!(recv(&rtp4).unwrap().last(), Some(&0xdd));
+    assert!(t0.elapsed() < Duration::from_secs(3));
+    // The old address is latched out.
+    rtp6.send_to(&[0x80, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 1, 0xee], relay6_addr).unwrap();
+    rtp4.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    let mut b = [0u8; 64];
+    assert!(rtp4.recv(&mut b).is_err(), "media from the old address is not relayed");
+    assert_eq!(relay.stats().calls, 1, "the call was never torn down");
+
+    // BYE from bob (route set = Record-Route of the INVITE he got).
+    let rs4: String = addrs(&inv4, Name::RecordRoute).iter().map(|r| format!("Route: <{r}>\r\n")).collect();
+    let alice_target = addrs(&re4, Name::Contact)[0].clone();
+    let bye = msg(&format!("BYE {alice_target} SIP/2.0\r\nVia: SIP/2.0/UDP {p4};branch=z9hG4bK-4\r\nMax-Forwards: 70\r\n{rs4}From: <sip:bob@127.0.0.1>;tag=b\r\nTo: <sip:alice@[::1]>;tag=a\r\nCall-ID: rc1\r\nCSeq: 1 BYE\r\n"), "");
+    ua4.send_to(&bye, a4).unwrap();
+    let bye6 = recv_sip(&ua6b);
+    assert!(bye6.starts_with(format!("BYE sip:alice@{p6b} SIP/2.0").as_bytes()), "{}", String::from_utf8_lossy(&bye6));
+    ua6b.send_to(&respond(&bye6, "200 OK", "a", &format!("sip:alice@{p6b}"), ""), a6).unwrap();
+    assert!(recv_sip(&ua4).starts_with(b"SIP/2.0 200 OK"));
+    assert_eq!(relay.stats().calls, 0, "media released");
+
+    // OPTIONS to the ALG over TCP.
+    use std::io::{Read, Write};
+    let mut t = std::net::TcpStream::connect(a4).unwrap();
+    let o = msg(&format!("OPTIONS sip:{a4} SIP/2.0\r\nVia: SIP/2.0/TCP 127.0.0.1:9;branch=z9hG4bK-t\r\nFrom: <sip:x@y>;tag=1\r\nTo: <sip:{a4}>\r\nCall-ID: tcp1\r\nCSeq: 1 OPTIONS\r\nMax-Forwards: 70\r\n"), "");
+    t.write_all(&o).unwrap();
+    t.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let mut b = [0u8; 2048];
+    let n = t.read(&mut b).unwrap();
+    assert!(b[..n].starts_with(b"SIP/2.0 200 OK"), "{}", String::from_utf8_lossy(&b[..n]));
+
+    // Every transaction ends by its timers (T1 = 20 ms; T4 = 5 s).
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while served.alg.snapshot().tables != (0, 0, 0, 0) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let s = served.alg.snapshot();
+    assert_eq!(s.tables, (0, 0, 0, 0), "tables empty: {s:?}");
+    assert_eq!(s.stats.dialogs_created, 1);
+    assert_eq!(s.stats.handovers, 1);
+}
+
+#[test]
+fn options_over_tcp_and_a_clean_stop() {
+    use std::io::{Read, Write};
+    let cfg = alg::Config {
+        listen_v6: "[::1]:0".parse().unwrap(),
+        listen_v4: "127.0.0.1:0".parse().unwrap(),
+        media: alg::config::MediaMode::None,
+        ..alg::Config::default()
+    };
+    let h = alg::runner::spawn(cfg, None, Some(Box::new(alg::realm::StaticResolver::default()))).unwrap();
+    let a4 = h.udp_v4;
+    let mut t = std::net::TcpStream::connect(a4).unwrap();
+    let o = msg(&format!("OPTIONS sip:{a4} SIP/2.0\r\nVia: SIP/2.0/TCP 127.0.0.1:9;branch=z9hG4bK-t\r\nFrom: <sip:x@y>;tag=1\r\nTo: <sip:{a4}>\r\nCall-ID: tcp1\r\nCSeq: 1 OPTIONS\r\nMax-Forwards: 70\r\n"), "");
+    t.write_all(&o).unwrap();
+    t.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let mut b = [0u8; 2048];
+    let n = t.read(&mut b).unwrap();
+    assert!(b[..n].starts_with(b"SIP/2.0 200 OK"), "{}", String::from_utf8_lossy(&b[..n]));
+    let t0 = Instant::now();
+    h.stop();
+    assert!(t0.elapsed() < Duration::from_secs(2));
+}

@@ -1,0 +1,45 @@
+//! Entry point: the SIP message views (datagram and stream framing),
+//! validation and every header accessor the ALG uses. Nothing panics; a
+//! message that validates has the five required headers readable.
+#![no_main]
+
+use alg::msg::{addresses, Framing, Message, Name};
+use alg::uri::Uri;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let mut rest = data;
+    for _ in 0..64 {
+        match Message::parse(rest, true) {
+            Ok(Framing::Message(m)) => {
+                assert!(m.len > 0 && m.len <= rest.len());
+                rest = &rest[m.len..];
+            }
+            Ok(Framing::KeepAlive(n)) => {
+                assert!(n > 0 && n <= rest.len());
+                rest = &rest[n..];
+            }
+            _ => break,
+        }
+        if rest.is_empty() {
+            break;
+        }
+    }
+    let Ok(m) = Message::parse_datagram(data) else { return };
+    let ok = m.validate().is_ok();
+    let _ = (m.top_via(), m.from_tag(), m.to_tag(), m.cseq(), m.vias(), m.max_forwards(), m.has_sdp());
+    for n in [Name::Contact, Name::Route, Name::RecordRoute, Name::Path] {
+        for h in m.all(n) {
+            for a in addresses(&h.value) {
+                let _ = Uri::parse(a.uri);
+                let _ = a.tag();
+            }
+        }
+    }
+    if ok {
+        assert!(m.cseq().is_some() && m.top_via().is_some() && !m.call_id().is_empty());
+        if let alg::msg::Start::Request { uri, .. } = m.start {
+            assert!(Uri::parse(uri).is_ok());
+        }
+    }
+});
