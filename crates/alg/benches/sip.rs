@@ -63,7 +63,8 @@ fn ezk(data: &[u8]) -> Vec<u8> {
     let cid: CallID = headers.get_named().unwrap();
     let mf: MaxForwards = headers.get_named().unwrap();
     black_box((&via, &from.tag, &to.tag, &cseq, &cid));
-    let new_via = Via::new("UDP", "192.0.2.1:5060".parse::<ezk_sip_types::host::HostPort>().unwrap(), "z9hG4bK-v6g1-abc");
+    let new_via =
+        Via::new("UDP", "192.0.2.1:5060".parse::<ezk_sip_types::host::HostPort>().unwrap(), "z9hG4bK-v6g1-abc");
     headers.insert_named_front(&new_via);
     headers.remove(&N::MAX_FORWARDS);
     headers.insert_named(&MaxForwards(mf.0 - 1));
@@ -93,7 +94,12 @@ fn call_cycle(c: &mut Criterion) {
         ..Config::default()
     };
     let mut alg = Alg::new(cfg, Box::new(StaticResolver::default()), Some(Box::new(LocalCore::new(trgw_cfg))));
-    let p6 = Peer { realm: Realm::V6, transport: Transport::Udp, addr: "[2001:db8:6::10]:5060".parse().unwrap(), conn: None };
+    let p6 = Peer {
+        realm: Realm::V6,
+        transport: Transport::Udp,
+        addr: "[2001:db8:6::10]:5060".parse().unwrap(),
+        conn: None,
+    };
     let p4 = Peer { realm: Realm::V4, transport: Transport::Udp, addr: "192.0.2.50:5060".parse().unwrap(), conn: None };
     let mut now = Instant::now();
     let mut n = 0u64;

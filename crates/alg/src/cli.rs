@@ -22,7 +22,9 @@ pub struct Serving {
 pub fn media_for(cfg: &Config, relay: Option<Arc<trgw::RelayHandle>>) -> Result<Option<Box<dyn MediaControl>>> {
     Ok(match cfg.media {
         MediaMode::None => None,
-        MediaMode::InProcess => Some(Box::new(InProcess(relay.context("media = \"in-process\" needs a [trgw] relay")?))),
+        MediaMode::InProcess => {
+            Some(Box::new(InProcess(relay.context("media = \"in-process\" needs a [trgw] relay")?)))
+        }
         MediaMode::Ng => {
             let servers: Vec<_> = cfg.ng.iter().map(|s| (s.addr, s.weight)).collect();
             Some(Box::new(NgClients::new(&servers, std::time::Duration::from_millis(500), 2)?))
@@ -35,7 +37,9 @@ pub fn media_for(cfg: &Config, relay: Option<Arc<trgw::RelayHandle>>) -> Result<
 pub fn serve_text(text: &str) -> Result<Serving> {
     let cfg = Config::from_toml_file_text(text).map_err(anyhow::Error::msg)?;
     let relay = if cfg.media == MediaMode::InProcess {
-        let t = trgw::Config::from_toml_file_text(text).map_err(anyhow::Error::msg).context("[trgw] for in-process media")?;
+        let t = trgw::Config::from_toml_file_text(text)
+            .map_err(anyhow::Error::msg)
+            .context("[trgw] for in-process media")?;
         Some(Arc::new(trgw::Relay::start(t)?))
     } else {
         None

@@ -247,7 +247,10 @@ mod tests {
     #[test]
     fn example_parses_and_checks() {
         let mut text = EXAMPLE_TOML.to_string();
-        text = text.replace("# [[alg.route]]", "[[alg.route]]").replace("# domain = ", "domain = ").replace("# next-hop", "next-hop");
+        text = text
+            .replace("# [[alg.route]]", "[[alg.route]]")
+            .replace("# domain = ", "domain = ")
+            .replace("# next-hop", "next-hop");
         text = text.replace("# transport = \"udp\"", "transport = \"udp\"");
         let c = Config::from_toml_file_text(&text).unwrap();
         assert_eq!(c.listen_v6, "[2001:db8::1]:5060".parse().unwrap());

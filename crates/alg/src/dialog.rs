@@ -167,7 +167,9 @@ impl Alg {
         let r = {
             let mc = self.media.as_deref_mut().expect("checked");
             match &answer_to {
-                Some(offerer) => media::signal(mc, false, &ng_id, offerer, Some(&from_tag), m.body, &from_side, &to_side),
+                Some(offerer) => {
+                    media::signal(mc, false, &ng_id, offerer, Some(&from_tag), m.body, &from_side, &to_side)
+                }
                 None => media::signal(mc, true, &ng_id, &from_tag, None, m.body, &from_side, &to_side),
             }
         };

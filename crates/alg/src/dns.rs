@@ -106,7 +106,8 @@ async fn locate(r: &TokioResolver, host: &str, port: Option<u16>, transport: Opt
     // §4.1/§4.2: an explicit port or transport skips NAPTR (and a port SRV).
     if let Some(p) = port {
         let t = transport.unwrap_or_default();
-        let v: Vec<Target> = ips(r, host).await.into_iter().map(|ip| Target { addr: SocketAddr::new(ip, p), transport: t }).collect();
+        let v: Vec<Target> =
+            ips(r, host).await.into_iter().map(|ip| Target { addr: SocketAddr::new(ip, p), transport: t }).collect();
         return if v.is_empty() { Resolution::Failed(format!("no address for {host}")) } else { Resolution::Ready(v) };
     }
     if transport.is_none() {
@@ -144,7 +145,8 @@ async fn locate(r: &TokioResolver, host: &str, port: Option<u16>, transport: Opt
         }
     }
     let t = transport.unwrap_or_default();
-    let v: Vec<Target> = ips(r, host).await.into_iter().map(|ip| Target { addr: SocketAddr::new(ip, 5060), transport: t }).collect();
+    let v: Vec<Target> =
+        ips(r, host).await.into_iter().map(|ip| Target { addr: SocketAddr::new(ip, 5060), transport: t }).collect();
     if v.is_empty() {
         Resolution::Failed(format!("no address for {host}"))
     } else {
@@ -172,7 +174,10 @@ impl Resolver for HickoryResolver {
                 .await
                 .unwrap_or_else(|_| Resolution::Failed("DNS timeout".into()));
             let ttl = if matches!(r, Resolution::Ready(_)) { MAX_TTL } else { NEG_TTL };
-            cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(key, Entry::Done(Instant::now() + ttl, r));
+            cache
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(key, Entry::Done(Instant::now() + ttl, r));
             wake.notify_one();
         });
         Resolution::Pending
@@ -185,19 +190,39 @@ mod tests {
 
     #[test]
     fn rfc3263_4_1_naptr_selection() {
-        let n = |o, p, f: &str, s: &str, r: &str| Naptr { order: o, preference: p, flags: f.into(), service: s.into(), replacement: r.into() };
+        let n = |o, p, f: &str, s: &str, r: &str| Naptr {
+            order: o,
+            preference: p,
+            flags: f.into(),
+            service: s.into(),
+            replacement: r.into(),
+        };
         let v = naptr_choices(vec![
             n(50, 50, "s", "SIPS+D2T", "_sips._tcp.example.com."),
             n(90, 50, "s", "SIP+D2T", "_sip._tcp.example.com."),
             n(100, 50, "s", "SIP+D2U", "_sip._udp.example.com."),
             n(10, 10, "u", "SIP+D2U", "!regexp!"),
         ]);
-        assert_eq!(v, [(Transport::Tcp, "_sip._tcp.example.com".to_string()), (Transport::Udp, "_sip._udp.example.com".to_string())]);
+        assert_eq!(
+            v,
+            [
+                (Transport::Tcp, "_sip._tcp.example.com".to_string()),
+                (Transport::Udp, "_sip._udp.example.com".to_string())
+            ]
+        );
     }
 
     #[test]
     fn rfc2782_srv_order() {
-        let v = srv_order(vec![(20, 0, 5062, "c.example.".into()), (10, 1, 5060, "b.example.".into()), (10, 5, 5061, "a.example.".into()), (0, 0, 0, ".".into())]);
-        assert_eq!(v, [(5061, "a.example".to_string()), (5060, "b.example".to_string()), (5062, "c.example".to_string())]);
+        let v = srv_order(vec![
+            (20, 0, 5062, "c.example.".into()),
+            (10, 1, 5060, "b.example.".into()),
+            (10, 5, 5061, "a.example.".into()),
+            (0, 0, 0, ".".into()),
+        ]);
+        assert_eq!(
+            v,
+            [(5061, "a.example".to_string()), (5060, "b.example".to_string()), (5062, "c.example".to_string())]
+        );
     }
 }

@@ -258,7 +258,9 @@ pub fn signal(
 ) -> Result<Vec<u8>, MediaError> {
     let r = m.command(&sdp_command(offer, call_id, from_tag, to_tag, sdp, from, to))?;
     match r.get("result").and_then(Value::as_str) {
-        Some("ok") => r.get("sdp").and_then(Value::as_bytes).map(<[u8]>::to_vec).ok_or(MediaError("reply without SDP".into())),
+        Some("ok") => {
+            r.get("sdp").and_then(Value::as_bytes).map(<[u8]>::to_vec).ok_or(MediaError("reply without SDP".into()))
+        }
         _ => Err(MediaError(r.get("error-reason").and_then(Value::as_str).unwrap_or("error").to_string())),
     }
 }
@@ -307,12 +309,8 @@ mod tests {
             r.extend_from_slice(b" d6:result4:ponge");
             live.send_to(&r, from).unwrap();
         });
-        let mut c = NgClients::new(
-            &[(dead.local_addr().unwrap(), 1000), (live_addr, 1)],
-            Duration::from_millis(50),
-            0,
-        )
-        .unwrap();
+        let mut c = NgClients::new(&[(dead.local_addr().unwrap(), 1000), (live_addr, 1)], Duration::from_millis(50), 0)
+            .unwrap();
         let r = c.command(&dict(vec![("command", s("ping")), ("call-id", s("x"))])).unwrap();
         assert_eq!(r.get("result").and_then(Value::as_str), Some("pong"));
         t.join().unwrap();

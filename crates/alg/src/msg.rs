@@ -554,7 +554,8 @@ impl<'a> Message<'a> {
                 if n == Name::Contact && h.value.trim() == "*" {
                     continue;
                 }
-                uri::parse_name_addr_list(&h.value).map_err(|e| fix(Reject::answer(400, format!("Bad {what}: {e}"))))?;
+                uri::parse_name_addr_list(&h.value)
+                    .map_err(|e| fix(Reject::answer(400, format!("Bad {what}: {e}"))))?;
             }
         }
         Ok(())

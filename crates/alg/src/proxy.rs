@@ -3,8 +3,8 @@
 //! it returns what to send ([`Alg::poll_transmit`]) and when to call it
 //! again ([`Alg::poll_timeout`]). No sockets, no clock, no DNS of its own.
 
-use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
@@ -756,9 +756,9 @@ impl Alg {
         let decoded = {
             let cur = Uri::parse(&new_ruri).unwrap_or(ru.clone());
             match cur.user.and_then(|u| u.strip_prefix(ENC_PREFIX)) {
-                Some(enc) if self.is_us(&cur.host, cur.port) => {
-                    Some(uri::b64url_decode(enc).and_then(|b| String::from_utf8(b).ok()).filter(|o| Uri::parse(o).is_ok()))
-                }
+                Some(enc) if self.is_us(&cur.host, cur.port) => Some(
+                    uri::b64url_decode(enc).and_then(|b| String::from_utf8(b).ok()).filter(|o| Uri::parse(o).is_ok()),
+                ),
                 _ => None,
             }
         };
@@ -893,17 +893,21 @@ impl Alg {
                         // Remove the last element (strict-route fix-up).
                         let v = h.value.as_ref();
                         if let Ok(parts) = uri::split_list(v) {
-                            let keep: Vec<&str> = parts[..parts.len() - 1].iter().map(|r| v[r.clone()].trim()).collect();
+                            let keep: Vec<&str> =
+                                parts[..parts.len() - 1].iter().map(|r| v[r.clone()].trim()).collect();
                             let mut skip_here = route_skip.min(keep.len());
                             route_skip -= skip_here;
-                            let rest: Vec<&str> = keep.into_iter().filter(|_| {
-                                if skip_here > 0 {
-                                    skip_here -= 1;
-                                    false
-                                } else {
-                                    true
-                                }
-                            }).collect();
+                            let rest: Vec<&str> = keep
+                                .into_iter()
+                                .filter(|_| {
+                                    if skip_here > 0 {
+                                        skip_here -= 1;
+                                        false
+                                    } else {
+                                        true
+                                    }
+                                })
+                                .collect();
                             if !rest.is_empty() {
                                 b.header(h.raw_name, &rest.join(", "));
                             }
@@ -1022,7 +1026,9 @@ impl Alg {
         let method = c.method.clone();
         let Some(sk) = c.server.clone() else { return };
         let Some(st) = self.server.get(&sk) else { return };
-        if st.state != SState::Proceeding && !(st.state == SState::Accepted && (200..300).contains(&m.code().unwrap_or(0))) {
+        if st.state != SState::Proceeding
+            && !(st.state == SState::Accepted && (200..300).contains(&m.code().unwrap_or(0)))
+        {
             return;
         }
         let (in_realm, out_realm, offer, initial) = (st.in_realm, st.out_realm, st.offer, st.initial_invite);
@@ -1053,16 +1059,17 @@ impl Alg {
             self.stats.stray_responses += 1;
             return;
         };
-        let host = match next.param("received").flatten().and_then(|r| r.trim_matches(['[', ']']).parse::<IpAddr>().ok()) {
-            Some(ip) => ip,
-            None => match next.host.ip() {
+        let host =
+            match next.param("received").flatten().and_then(|r| r.trim_matches(['[', ']']).parse::<IpAddr>().ok()) {
                 Some(ip) => ip,
-                None => {
-                    self.stats.stray_responses += 1;
-                    return;
-                }
-            },
-        };
+                None => match next.host.ip() {
+                    Some(ip) => ip,
+                    None => {
+                        self.stats.stray_responses += 1;
+                        return;
+                    }
+                },
+            };
         let port = next.param("rport").flatten().and_then(|p| p.parse().ok()).or(next.port).unwrap_or(5060);
         let tp = Transport::from_token(next.transport).unwrap_or_default();
         let in_realm = Realm::of(host);
@@ -1080,7 +1087,14 @@ impl Alg {
 
     /// A response with our Via removed, Contact made reachable from
     /// `to_realm` (or restored for REGISTER), and the new body.
-    fn build_response(&self, m: &Message, to_realm: Realm, from_realm: Realm, method: &str, body: Option<&[u8]>) -> Vec<u8> {
+    fn build_response(
+        &self,
+        m: &Message,
+        to_realm: Realm,
+        from_realm: Realm,
+        method: &str,
+        body: Option<&[u8]>,
+    ) -> Vec<u8> {
         let mut b = Builder::new(m.start_line, m.body.len() + 600);
         let mut via_done = false;
         let hp = self.local_hostport(to_realm);
@@ -1107,7 +1121,8 @@ impl Alg {
                 }
                 Name::Contact if rewrite => {
                     let hp = hp.clone();
-                    let mut f = |a: &uri::NameAddr| Some(emit::replace_uri(a, &encode_contact(a.uri, &hp, Transport::Udp)));
+                    let mut f =
+                        |a: &uri::NameAddr| Some(emit::replace_uri(a, &encode_contact(a.uri, &hp, Transport::Udp)));
                     match emit::map_addresses(h, &mut f) {
                         Some(v) => b.header(h.raw_name, &v),
                         None => b.raw(h),
@@ -1176,7 +1191,9 @@ impl Alg {
                     }
                     (TimerKind::C, CState::Proceeding) => self.send_cancel(now, &ck),
                     (TimerKind::C, CState::Calling) => {}
-                    (TimerKind::D, CState::Completed) | (TimerKind::K, CState::Completed) | (TimerKind::M, CState::Accepted) => {
+                    (TimerKind::D, CState::Completed)
+                    | (TimerKind::K, CState::Completed)
+                    | (TimerKind::M, CState::Accepted) => {
                         self.client.remove(&ck);
                     }
                     _ => {}

@@ -119,7 +119,10 @@ pub fn spawn(
     cfg.listen_v6.set_port(udp_v6.port());
     cfg.listen_v4.set_port(udp_v4.port());
     let tcp = if cfg.tcp {
-        Some((bind_tcp(SocketAddr::new(cfg.listen_v6.ip(), udp_v6.port()))?, bind_tcp(SocketAddr::new(cfg.listen_v4.ip(), udp_v4.port()))?))
+        Some((
+            bind_tcp(SocketAddr::new(cfg.listen_v6.ip(), udp_v6.port()))?,
+            bind_tcp(SocketAddr::new(cfg.listen_v4.ip(), udp_v4.port()))?,
+        ))
     } else {
         None
     };
@@ -308,7 +311,8 @@ async fn run(
                     }
                 }
                 Transport::Tcp => {
-                    let c = t.peer.conn.filter(|c| conns.contains_key(c)).or_else(|| by_addr.get(&t.peer.addr).copied());
+                    let c =
+                        t.peer.conn.filter(|c| conns.contains_key(c)).or_else(|| by_addr.get(&t.peer.addr).copied());
                     match c.and_then(|c| conns.get(&c)) {
                         Some(tx) => {
                             let _ = tx.try_send(t.data);
@@ -319,7 +323,12 @@ async fn run(
                             if first {
                                 let (addr, etx, realm) = (t.peer.addr, etx.clone(), t.peer.realm);
                                 tokio::spawn(async move {
-                                    match tokio::time::timeout(std::time::Duration::from_secs(5), TcpStream::connect(addr)).await {
+                                    match tokio::time::timeout(
+                                        std::time::Duration::from_secs(5),
+                                        TcpStream::connect(addr),
+                                    )
+                                    .await
+                                    {
                                         Ok(Ok(s)) => {
                                             let _ = s.set_nodelay(true);
                                             spawn_conn(s, addr, realm, etx, max);

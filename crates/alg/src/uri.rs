@@ -421,7 +421,8 @@ const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012
 pub fn b64url_encode(data: &[u8]) -> String {
     let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
     for c in data.chunks(3) {
-        let n = (u32::from(c[0]) << 16) | (u32::from(*c.get(1).unwrap_or(&0)) << 8) | u32::from(*c.get(2).unwrap_or(&0));
+        let n =
+            (u32::from(c[0]) << 16) | (u32::from(*c.get(1).unwrap_or(&0)) << 8) | u32::from(*c.get(2).unwrap_or(&0));
         let chars = c.len() + 1;
         for k in 0..chars {
             out.push(B64[((n >> (18 - 6 * k)) & 63) as usize] as char);
@@ -492,7 +493,8 @@ mod tests {
 
     #[test]
     fn name_addr_forms() {
-        let a = parse_name_addr(" \"J Rosenberg \\\\\\\"\"       <sip:jdrosen@example.com>\r\n  ;\r\n  tag = 98asjd8").unwrap();
+        let a = parse_name_addr(" \"J Rosenberg \\\\\\\"\"       <sip:jdrosen@example.com>\r\n  ;\r\n  tag = 98asjd8")
+            .unwrap();
         assert_eq!(a.uri, "sip:jdrosen@example.com");
         assert_eq!(a.tag(), Some("98asjd8"));
         let a = parse_name_addr("sip:vivekg@chair-dnrc.example.com ;   tag    = 1918181833n").unwrap();

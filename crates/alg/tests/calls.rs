@@ -23,13 +23,26 @@ fn setup(lab: &mut Lab, cid: &str) -> Call {
     let inv = one(&out, UA4).data.clone();
     let out = lab.send(UA4, &respond(&inv, 180, "Ringing", Some("bob1"), Some("sip:bob@192.0.2.50"), ""));
     assert_eq!(code(&one(&out, UA6).data), 180);
-    let out = lab.send(UA4, &respond(&inv, 200, "OK", Some("bob1"), Some("sip:bob@192.0.2.50"), &sdp("192.0.2.50", 5000)));
+    let out =
+        lab.send(UA4, &respond(&inv, 200, "OK", Some("bob1"), Some("sip:bob@192.0.2.50"), &sdp("192.0.2.50", 5000)));
     let ok6 = one(&out, UA6).data.clone();
     assert_eq!(code(&ok6), 200);
     // ACK: route set = Record-Route reversed, target = Contact.
     let mut rs = record_route(&ok6);
     rs.reverse();
-    let ack = in_dialog("ACK", &contact_uri(&ok6), &rs, UA6, &format!("z9hG4bK-ack-{cid}"), ALICE, "<sip:bob@192.0.2.50>;tag=bob1", cid, 1, None, "");
+    let ack = in_dialog(
+        "ACK",
+        &contact_uri(&ok6),
+        &rs,
+        UA6,
+        &format!("z9hG4bK-ack-{cid}"),
+        ALICE,
+        "<sip:bob@192.0.2.50>;tag=bob1",
+        cid,
+        1,
+        None,
+        "",
+    );
     let out = lab.send(UA6, &ack);
     let a = one(&out, UA4);
     assert_eq!(request_uri(&a.data), "sip:bob@192.0.2.50", "the ACK reaches the callee's real Contact");
@@ -39,7 +52,19 @@ fn setup(lab: &mut Lab, cid: &str) -> Call {
 
 fn bye_from_callee(lab: &mut Lab, c: &Call, cid: &str) {
     let rs = record_route(&c.invite_out);
-    let bye = in_dialog("BYE", &contact_uri(&c.invite_out), &rs, UA4, &format!("z9hG4bK-bye-{cid}"), "<sip:bob@192.0.2.50>;tag=bob1", ALICE, cid, 1, None, "");
+    let bye = in_dialog(
+        "BYE",
+        &contact_uri(&c.invite_out),
+        &rs,
+        UA4,
+        &format!("z9hG4bK-bye-{cid}"),
+        "<sip:bob@192.0.2.50>;tag=bob1",
+        ALICE,
+        cid,
+        1,
+        None,
+        "",
+    );
     let out = lab.send(UA4, &bye);
     let b6 = one(&out, UA6).data.clone();
     assert_eq!(request_uri(&b6), format!("sip:alice@{UA6}"));
@@ -66,7 +91,10 @@ fn call_from_the_ipv6_realm_to_the_ipv4_realm() {
     assert!(b.contains("m=audio 30000 RTP/AVP 0 8\r\n") && b.contains("a=rtcp:30001\r\n"), "{b}");
     assert!(!b.contains("2001:db8:6::10"));
     assert_eq!(lab.media_calls(), 1);
-    let out = lab.send(UA4, &respond(inv.as_bytes(), 200, "OK", Some("bob1"), Some("sip:bob@192.0.2.50"), &sdp("192.0.2.50", 5000)));
+    let out = lab.send(
+        UA4,
+        &respond(inv.as_bytes(), 200, "OK", Some("bob1"), Some("sip:bob@192.0.2.50"), &sdp("192.0.2.50", 5000)),
+    );
     let ok = text(one(&out, UA6));
     assert_eq!(ok.matches("Via:").count(), 1, "our Via removed: {ok}");
     let b = body(ok.as_bytes());
@@ -100,12 +128,27 @@ fn reinvite_handover_repoints_media_without_teardown() {
         let mut rs = record_route(&c.ok6);
         rs.reverse();
         let new_ua = format!("[{new_addr}]:5060");
-        let re = in_dialog("INVITE", &contact_uri(&c.ok6), &rs, &new_ua, "z9hG4bK-re1", ALICE, "<sip:bob@192.0.2.50>;tag=bob1", "h1", 2, Some(&format!("sip:alice@{new_ua}")), &sdp(new_addr, 4100));
+        let re = in_dialog(
+            "INVITE",
+            &contact_uri(&c.ok6),
+            &rs,
+            &new_ua,
+            "z9hG4bK-re1",
+            ALICE,
+            "<sip:bob@192.0.2.50>;tag=bob1",
+            "h1",
+            2,
+            Some(&format!("sip:alice@{new_ua}")),
+            &sdp(new_addr, 4100),
+        );
         let out = lab.send(&new_ua, &re);
         assert_eq!(code(&one(&out, &new_ua).data), 100);
         let re4 = one(&out, UA4).data.clone();
         let b = body(&re4);
-        assert!(b.contains("c=IN IP4 192.0.2.1\r\n") && b.contains("m=audio 30000 "), "{label}: same relay port for the callee: {b}");
+        assert!(
+            b.contains("c=IN IP4 192.0.2.1\r\n") && b.contains("m=audio 30000 "),
+            "{label}: same relay port for the callee: {b}"
+        );
         {
             let s = lab.trgw.lock().unwrap();
             let st = s.0.call("h1").unwrap().media[0].as_ref().unwrap();
@@ -129,7 +172,19 @@ fn handover_to_an_ipv4_address_moves_to_a_new_relay_session() {
     let mut rs = record_route(&c.ok6);
     rs.reverse();
     // The UE now offers IPv4 media (dual-stack, moved to an IPv4 network).
-    let re = in_dialog("INVITE", &contact_uri(&c.ok6), &rs, UA6, "z9hG4bK-re4", ALICE, "<sip:bob@192.0.2.50>;tag=bob1", "h4", 2, None, &sdp("198.51.100.7", 4200));
+    let re = in_dialog(
+        "INVITE",
+        &contact_uri(&c.ok6),
+        &rs,
+        UA6,
+        "z9hG4bK-re4",
+        ALICE,
+        "<sip:bob@192.0.2.50>;tag=bob1",
+        "h4",
+        2,
+        None,
+        &sdp("198.51.100.7", 4200),
+    );
     let out = lab.send(UA6, &re);
     let re4 = one(&out, UA4).data.clone();
     assert_eq!(lab.media_calls(), 2, "make before break");
@@ -156,7 +211,10 @@ fn cancel_before_answer_releases_media() {
     let inv = one(&out, UA4).data.clone();
     let out = lab.send(UA4, &respond(&inv, 180, "Ringing", Some("bob1"), None, ""));
     assert_eq!(code(&one(&out, UA6).data), 180);
-    let cancel = String::from_utf8(inv6.clone()).unwrap().replacen("INVITE sip", "CANCEL sip", 1).replace("CSeq: 1 INVITE", "CSeq: 1 CANCEL");
+    let cancel = String::from_utf8(inv6.clone())
+        .unwrap()
+        .replacen("INVITE sip", "CANCEL sip", 1)
+        .replace("CSeq: 1 INVITE", "CSeq: 1 CANCEL");
     let cancel = cancel.split("Content-Type").next().unwrap().to_string() + "Content-Length: 0\r\n\r\n";
     let out = lab.send(UA6, cancel.as_bytes());
     assert_eq!(code(&one(&out, UA6).data), 200, "CANCEL answered hop by hop");
@@ -170,7 +228,19 @@ fn cancel_before_answer_releases_media() {
     assert_eq!(code(&r6.data), 487);
     assert_eq!(lab.media_calls(), 0, "media released");
     // The UA's ACK is absorbed by the server transaction.
-    let ack = in_dialog("ACK", &format!("sip:bob@{UA4}"), &[], UA6, "z9hG4bK-inv-cx", ALICE, "<sip:bob@192.0.2.50>;tag=bob1", "cx", 1, None, "");
+    let ack = in_dialog(
+        "ACK",
+        &format!("sip:bob@{UA4}"),
+        &[],
+        UA6,
+        "z9hG4bK-inv-cx",
+        ALICE,
+        "<sip:bob@192.0.2.50>;tag=bob1",
+        "cx",
+        1,
+        None,
+        "",
+    );
     assert!(lab.send(UA6, &ack).is_empty());
     lab.assert_empty();
 }
@@ -215,12 +285,25 @@ fn offer_in_the_200_answer_in_the_ack() {
     let out = lab.send(UA6, &invite6("lo", ""));
     let inv = one(&out, UA4).data.clone();
     assert!(body(&inv).is_empty());
-    let out = lab.send(UA4, &respond(&inv, 200, "OK", Some("bob1"), Some("sip:bob@192.0.2.50"), &sdp("192.0.2.50", 5000)));
+    let out =
+        lab.send(UA4, &respond(&inv, 200, "OK", Some("bob1"), Some("sip:bob@192.0.2.50"), &sdp("192.0.2.50", 5000)));
     let ok6 = one(&out, UA6).data.clone();
     assert!(body(&ok6).contains("c=IN IP6 2001:db8::1"), "the callee's offer, rewritten");
     let mut rs = record_route(&ok6);
     rs.reverse();
-    let ack = in_dialog("ACK", &contact_uri(&ok6), &rs, UA6, "z9hG4bK-lack", ALICE, "<sip:bob@192.0.2.50>;tag=bob1", "lo", 1, None, &sdp("2001:db8:6::10", 4000));
+    let ack = in_dialog(
+        "ACK",
+        &contact_uri(&ok6),
+        &rs,
+        UA6,
+        "z9hG4bK-lack",
+        ALICE,
+        "<sip:bob@192.0.2.50>;tag=bob1",
+        "lo",
+        1,
+        None,
+        &sdp("2001:db8:6::10", 4000),
+    );
     let out = lab.send(UA6, &ack);
     let a4 = one(&out, UA4);
     assert!(body(&a4.data).contains("c=IN IP4 192.0.2.1"), "answer rewritten: {}", text(a4));
@@ -246,7 +329,11 @@ fn early_media_in_183() {
 #[test]
 fn register_gets_path_and_an_incoming_call_reaches_the_registered_ue() {
     let mut cfg = alg_config();
-    cfg.route.push(alg::config::Route { domain: "ims.example".into(), next_hop: "192.0.2.60:5060".parse().unwrap(), transport: alg::Transport::Udp });
+    cfg.route.push(alg::config::Route {
+        domain: "ims.example".into(),
+        next_hop: "192.0.2.60:5060".parse().unwrap(),
+        transport: alg::Transport::Udp,
+    });
     let mut lab = Lab::with(cfg, Default::default());
     let reg = with_body(&format!("REGISTER sip:ims.example SIP/2.0\r\nVia: SIP/2.0/UDP {UA6};branch=z9hG4bK-reg1\r\nMax-Forwards: 70\r\nFrom: <sip:alice@ims.example>;tag=r1\r\nTo: <sip:alice@ims.example>\r\nCall-ID: reg1\r\nCSeq: 1 REGISTER\r\nSupported: path\r\nContact: <sip:alice@{UA6}>;expires=600\r\n"), "");
     let out = lab.send(UA6, &reg);
@@ -342,5 +429,91 @@ fn floods_are_rate_limited_per_source() {
     // Another source is not affected.
     let m = format!("OPTIONS sip:192.0.2.1:5060 SIP/2.0\r\nVia: SIP/2.0/UDP {UA4};branch=z9hG4bK-x\r\nFrom: <sip:a@b>;tag=1\r\nTo: <sip:c@d>\r\nCall-ID: x\r\nCSeq: 1 OPTIONS\r\nContent-Length: 0\r\n\r\n");
     assert_eq!(code(&one(&lab.send(UA4, m.as_bytes()), UA4).data), 200);
+    lab.assert_empty();
+}
+
+#[test]
+fn update_from_the_callee_and_other_methods_are_proxied() {
+    let mut lab = Lab::new();
+    let c = setup(&mut lab, "up");
+    // UPDATE with a new offer from the callee (IPv4 realm) towards alice.
+    let rs = record_route(&c.invite_out);
+    let upd = in_dialog(
+        "UPDATE",
+        &contact_uri(&c.invite_out),
+        &rs,
+        UA4,
+        "z9hG4bK-up1",
+        "<sip:bob@192.0.2.50>;tag=bob1",
+        ALICE,
+        "up",
+        2,
+        Some("sip:bob@192.0.2.50"),
+        &sdp("192.0.2.51", 5100),
+    );
+    let out = lab.send(UA4, &upd);
+    let u6 = one(&out, UA6).data.clone();
+    assert!(body(&u6).contains("c=IN IP6 2001:db8::1\r\n") && body(&u6).contains("m=audio 30000 "), "{}", body(&u6));
+    {
+        let s = lab.trgw.lock().unwrap();
+        assert_eq!(
+            s.0.call("up").unwrap().media[0].as_ref().unwrap().peers[2],
+            Some("192.0.2.51:5100".parse().unwrap())
+        );
+    }
+    let out =
+        lab.send(UA6, &respond(&u6, 200, "OK", None, Some(&format!("sip:alice@{UA6}")), &sdp("2001:db8:6::10", 4000)));
+    let ok4 = one(&out, UA4);
+    assert!(body(&ok4.data).contains("c=IN IP4 192.0.2.1\r\n"));
+    // INFO and MESSAGE in the dialog pass without SDP handling.
+    let info = in_dialog(
+        "INFO",
+        &contact_uri(&c.invite_out),
+        &rs,
+        UA4,
+        "z9hG4bK-info",
+        "<sip:bob@192.0.2.50>;tag=bob1",
+        ALICE,
+        "up",
+        3,
+        None,
+        "",
+    );
+    let out = lab.send(UA4, &info);
+    assert!(text(one(&out, UA6)).starts_with(&format!("INFO sip:alice@{UA6} SIP/2.0")));
+    // An out-of-dialog MESSAGE from the IPv4 realm to an IPv6 literal.
+    let msg = with_body(&format!("MESSAGE sip:alice@{UA6} SIP/2.0\r\nVia: SIP/2.0/UDP {UA4};branch=z9hG4bK-msg\r\nMax-Forwards: 70\r\nFrom: <sip:bob@192.0.2.50>;tag=m1\r\nTo: <sip:alice@[2001:db8:6::10]>\r\nCall-ID: msg1\r\nCSeq: 1 MESSAGE\r\n"), "");
+    let out = lab.send(UA4, &msg);
+    let m6 = one(&out, UA6);
+    assert!(text(m6).contains("Via: SIP/2.0/UDP [2001:db8::1]:5060;branch="));
+    assert!(record_route(&m6.data).is_empty(), "no Record-Route for MESSAGE");
+    bye_from_callee(&mut lab, &c, "up");
+    let out = lab.send(UA6, &respond(&m6.data, 200, "OK", Some("x"), None, ""));
+    assert_eq!(code(&one(&out, UA4).data), 200);
+    lab.assert_empty();
+}
+
+#[test]
+fn malformed_input_is_answered_or_dropped_and_counted() {
+    let mut lab = Lab::new();
+    // Broken header line in a request that still has what a 400 needs.
+    let m = format!("OPTIONS sip:bob@{UA4} SIP/2.0\r\nVia: SIP/2.0/UDP {UA6};branch=z9hG4bK-m1\r\nFrom: <sip:a@b>;tag=1\r\nTo: <sip:c@d>\r\nCall-ID: m1\r\nCSeq: 1 OPTIONS\r\nthis line has no colon\r\nContent-Length: 0\r\n\r\n");
+    let out = lab.send(UA6, m.as_bytes());
+    assert!(text(one(&out, UA6)).starts_with("SIP/2.0 400 Malformed header line"));
+    // Garbage, a bad start line without headers, binary: dropped.
+    for junk in [&b"\x00\x01\x02garbage"[..], b"HELLO\r\n\r\n", b"SIP/2.0 abc\r\n\r\n", &[0xff; 100]] {
+        assert!(lab.send(UA6, junk).is_empty());
+    }
+    assert_eq!(lab.alg.stats.malformed_dropped, 4);
+    assert_eq!(lab.alg.stats.malformed_answered, 1);
+    // Oversized: 513 when the head is readable.
+    let big = format!("OPTIONS sip:bob@{UA4} SIP/2.0\r\nVia: SIP/2.0/UDP {UA6};branch=z9hG4bK-big\r\nFrom: <sip:a@b>;tag=1\r\nTo: <sip:c@d>\r\nCall-ID: big\r\nCSeq: 1 OPTIONS\r\nX-Pad: {}\r\nContent-Length: 0\r\n\r\n", "x".repeat(70_000));
+    let out = lab.send(UA6, big.as_bytes());
+    assert!(text(one(&out, UA6)).starts_with("SIP/2.0 513 "));
+    assert_eq!(lab.alg.stats.oversized, 1);
+    // A stray response (not ours) is dropped and counted.
+    let stray = format!("SIP/2.0 200 OK\r\nVia: SIP/2.0/UDP {UA6};branch=z9hG4bK-zz\r\nFrom: <sip:a@b>;tag=1\r\nTo: <sip:c@d>;tag=2\r\nCall-ID: s\r\nCSeq: 1 OPTIONS\r\nContent-Length: 0\r\n\r\n");
+    assert!(lab.send(UA4, stray.as_bytes()).is_empty());
+    assert_eq!(lab.alg.stats.stray_responses, 1);
     lab.assert_empty();
 }

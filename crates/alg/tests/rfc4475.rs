@@ -16,7 +16,11 @@ const CORE: &str = "192.0.2.99:5060";
 fn lab() -> Lab {
     let mut cfg = alg_config();
     for d in ["example.com", "example.net", "example.org", "example.edu"] {
-        cfg.route.push(alg::config::Route { domain: d.into(), next_hop: CORE.parse().unwrap(), transport: alg::Transport::Udp });
+        cfg.route.push(alg::config::Route {
+            domain: d.into(),
+            next_hop: CORE.parse().unwrap(),
+            transport: alg::Transport::Udp,
+        });
     }
     Lab::with(cfg, Default::default())
 }
@@ -49,7 +53,10 @@ fn run(name: &str, msg: &[u8], want: Want) {
             assert_eq!(back, [c], "{name}: answered {c}");
             let ans = to(&out, UA6).into_iter().last().unwrap();
             let m = Message::parse_datagram(&ans.data).unwrap();
-            assert!(matches!(m.start, alg::msg::Start::Response { reason, .. } if !reason.is_empty()), "{name}: a reason phrase");
+            assert!(
+                matches!(m.start, alg::msg::Start::Response { reason, .. } if !reason.is_empty()),
+                "{name}: a reason phrase"
+            );
         }
         Want::Dropped => {
             assert!(out.is_empty(), "{name}: dropped silently: {:#?}", out.iter().map(text).collect::<Vec<_>>());
@@ -75,7 +82,10 @@ fn rfc4475_3_1_1_1_wsinv_short_tortuous_invite() {
     let out = lab.send(UA6, m.as_bytes());
     let f = text(one(&out, CORE));
     assert!(f.contains("Max-Forwards: 67\r\n"));
-    assert!(f.contains("NewFangledHeader:   newfangled value\r\n continued newfangled value\r\n"), "unknown headers pass as received");
+    assert!(
+        f.contains("NewFangledHeader:   newfangled value\r\n continued newfangled value\r\n"),
+        "unknown headers pass as received"
+    );
     assert!(f.contains("Route:\r\n <sip:services.example.com;lr;"), "a foreign Route stays");
 }
 
@@ -149,7 +159,9 @@ fn rfc4475_3_1_1_12_13_unusual_and_empty_reason_phrases_pass_through() {
 
 #[test]
 fn rfc4475_3_1_2_invalid_messages_get_400_or_are_dropped() {
-    let sdp = |a: &str| format!("v=0\r\no=mhandley 29739 7272939 IN IP4 {a}\r\ns=-\r\nc=IN IP4 {a}\r\nt=0 0\r\nm=audio 49217 RTP/AVP 0 12\r\nm=video 3227 RTP/AVP 31\r\na=rtpmap:31 LPC\r\n");
+    let sdp = |a: &str| {
+        format!("v=0\r\no=mhandley 29739 7272939 IN IP4 {a}\r\ns=-\r\nc=IN IP4 {a}\r\nt=0 0\r\nm=audio 49217 RTP/AVP 0 12\r\nm=video 3227 RTP/AVP 31\r\na=rtpmap:31 LPC\r\n")
+    };
     let cases: Vec<(&str, String, Want)> = vec![
         ("3.1.2.1 badinv01", format!("INVITE sip:user@example.com SIP/2.0\r\nTo: sip:j.user@example.com\r\nFrom: sip:caller@example.net;tag=134161461246\r\nMax-Forwards: 7\r\nCall-ID: badinv01.0ha0isndaksdjasdf3234nas\r\nCSeq: 8 INVITE\r\nVia: SIP/2.0/UDP 192.0.2.15;;,;,,\r\nContact: \"Joe\" <sip:joe@example.org>;;;;\r\nContent-Length: 152\r\nContent-Type: application/sdp\r\n\r\n{}", sdp("192.0.2.15")), Want::Answer(400)),
         ("3.1.2.2 clerr", format!("INVITE sip:user@example.com SIP/2.0\r\nMax-Forwards: 80\r\nTo: sip:j.user@example.com\r\nFrom: sip:caller@example.net;tag=93942939o2\r\nContact: <sip:caller@hungry.example.net>\r\nCall-ID: clerr.0ha0isndaksdjweiafasdk3\r\nCSeq: 8 INVITE\r\nVia: SIP/2.0/UDP host5.example.com;branch=z9hG4bK-39234-23523\r\nContent-Type: application/sdp\r\nContent-Length: 9999\r\n\r\n{}", sdp("192.0.2.155")), Want::Answer(400)),
@@ -186,7 +198,10 @@ fn rfc5118_4_1_valid_ipv6_register_is_proxied_with_an_ipv6_received() {
     let f = text(one(&out, "[2001:db8::10]:5060"));
     // RFC 5118 §4.6: received carries the IPv6 address without brackets.
     assert!(f.contains("Via: SIP/2.0/UDP [2001:db8::9:1];branch=z9hG4bKas3-111;received=2001:db8:6::10\r\n"), "{f}");
-    assert!(f.starts_with("REGISTER sip:[2001:db8::10] SIP/2.0\r\nVia: SIP/2.0/UDP [2001:db8::1]:5060;"), "same realm: our IPv6 Via: {f}");
+    assert!(
+        f.starts_with("REGISTER sip:[2001:db8::10] SIP/2.0\r\nVia: SIP/2.0/UDP [2001:db8::1]:5060;"),
+        "same realm: our IPv6 Via: {f}"
+    );
 }
 
 #[test]
@@ -197,7 +212,9 @@ fn rfc5118_4_2_ipv6_without_brackets_is_rejected() {
 
 #[test]
 fn rfc5118_4_3_and_4_4_port_inside_and_outside_the_brackets() {
-    for (ruri, dest) in [("sip:[2001:db8::10:5070]", "[2001:db8::10:5070]:5060"), ("sip:[2001:db8::10]:5070", "[2001:db8::10]:5070")] {
+    for (ruri, dest) in
+        [("sip:[2001:db8::10:5070]", "[2001:db8::10:5070]:5060"), ("sip:[2001:db8::10]:5070", "[2001:db8::10]:5070")]
+    {
         let m = format!("REGISTER {ruri} SIP/2.0\r\nTo: sip:user@example.com\r\nFrom: sip:user@example.com;tag=1234\r\nVia: SIP/2.0/UDP [2001:db8::9:1];branch=z9hG4bKas3-111\r\nCall-ID: SSG95523997077@hlau_4100\r\nContact: \"Caller\" <sip:caller@[2001:db8::9:1]>\r\nMax-Forwards: 70\r\nCSeq: 98176 REGISTER\r\nContent-Length: 0\r\n\r\n");
         let mut l = lab();
         let out = l.send(UA6, m.as_bytes());
@@ -231,7 +248,10 @@ fn rfc5118_4_10_ipv6_sdp_is_rewritten_for_the_ipv4_realm() {
     let mut l = lab();
     let out = l.send(UA6, &invite6("sdp6", body));
     let b = body_of(one(&out, UA4));
-    assert!(b.contains("o=assistant 971731711378798081 0 IN IP4 192.0.2.1\r\n") && b.contains("c=IN IP4 192.0.2.1\r\n"), "{b}");
+    assert!(
+        b.contains("o=assistant 971731711378798081 0 IN IP4 192.0.2.1\r\n") && b.contains("c=IN IP4 192.0.2.1\r\n"),
+        "{b}"
+    );
     assert!(b.contains("m=audio 30000 RTP/AVP 2\r\n") && b.contains("m=video 30002 RTP/AVP 107\r\n"), "{b}");
     assert!(!b.contains("2001:db8::20"));
 }

@@ -41,7 +41,9 @@ fn respond(req: &[u8], code: &str, tag: &str, contact: &str, body: &str) -> Vec<
     let mut s = format!("SIP/2.0 {code}\r\n");
     for h in &m.headers {
         match h.name {
-            Name::Via | Name::RecordRoute | Name::From | Name::CallId | Name::CSeq => s.push_str(&format!("{}\r\n", h.line)),
+            Name::Via | Name::RecordRoute | Name::From | Name::CallId | Name::CSeq => {
+                s.push_str(&format!("{}\r\n", h.line))
+            }
             Name::To if m.to_tag().is_none() => s.push_str(&format!("{};tag={tag}\r\n", h.line)),
             Name::To => s.push_str(&format!("{}\r\n", h.line)),
             _ => {}
@@ -60,7 +62,9 @@ fn media_of(d: &[u8]) -> (String, u16) {
 
 fn addrs(d: &[u8], n: Name) -> Vec<String> {
     let m = Message::parse_datagram(d).unwrap();
-    m.all(n).flat_map(|h| alg::msg::addresses(&h.value).into_iter().map(|a| a.uri.to_string()).collect::<Vec<_>>()).collect()
+    m.all(n)
+        .flat_map(|h| alg::msg::addresses(&h.value).into_iter().map(|a| a.uri.to_string()).collect::<Vec<_>>())
+        .collect()
 }
 
 #[test]

@@ -130,7 +130,14 @@ pub fn invite6(call_id: &str, body: &str) -> Vec<u8> {
 
 /// A response to `req` (as received by its UAS): Vias, Record-Route,
 /// From, To (+tag), Call-ID, CSeq copied.
-pub fn respond(req: &[u8], code: u16, reason: &str, to_tag: Option<&str>, contact: Option<&str>, body: &str) -> Vec<u8> {
+pub fn respond(
+    req: &[u8],
+    code: u16,
+    reason: &str,
+    to_tag: Option<&str>,
+    contact: Option<&str>,
+    body: &str,
+) -> Vec<u8> {
     let m = Message::parse_datagram(req).unwrap();
     let mut s = format!("SIP/2.0 {code} {reason}\r\n");
     for h in &m.headers {
@@ -159,7 +166,9 @@ pub fn respond(req: &[u8], code: u16, reason: &str, to_tag: Option<&str>, contac
 /// The Record-Route entries of a message, in order.
 pub fn record_route(data: &[u8]) -> Vec<String> {
     let m = Message::parse_datagram(data).unwrap();
-    m.all(Name::RecordRoute).flat_map(|h| alg::msg::addresses(&h.value).into_iter().map(|a| a.uri.to_string()).collect::<Vec<_>>()).collect()
+    m.all(Name::RecordRoute)
+        .flat_map(|h| alg::msg::addresses(&h.value).into_iter().map(|a| a.uri.to_string()).collect::<Vec<_>>())
+        .collect()
 }
 
 pub fn contact_uri(data: &[u8]) -> String {
@@ -205,7 +214,10 @@ pub fn in_dialog(
     for r in routes {
         s.push_str(&format!("Route: <{r}>\r\n"));
     }
-    s.push_str(&format!("From: {from}\r\nTo: {to}\r\nCall-ID: {call_id}\r\nCSeq: {cseq} {}\r\n", if method == "ACK" { "ACK" } else { method }));
+    s.push_str(&format!(
+        "From: {from}\r\nTo: {to}\r\nCall-ID: {call_id}\r\nCSeq: {cseq} {}\r\n",
+        if method == "ACK" { "ACK" } else { method }
+    ));
     if let Some(c) = contact {
         s.push_str(&format!("Contact: <{c}>\r\n"));
     }
