@@ -155,7 +155,7 @@ fn call_cycle(c: &mut Criterion) {
             r.push_str("Content-Length: 0\r\n\r\n");
             alg.handle(now, Incoming { peer: &p4, data: r.as_bytes() });
             while alg.poll_transmit().is_some() {}
-            if n % 1000 == 0 {
+            if n.is_multiple_of(1000) {
                 now += Duration::from_secs(40);
                 alg.handle_timeout(now);
                 while alg.poll_transmit().is_some() {}

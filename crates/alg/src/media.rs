@@ -274,6 +274,13 @@ pub fn delete(m: &mut dyn MediaControl, call_id: &str) -> Result<(), MediaError>
     }
 }
 
+/// A control shared with its owner (tests look at the TrGW's tables).
+impl<M: MediaControl> MediaControl for std::sync::Arc<std::sync::Mutex<M>> {
+    fn command(&mut self, req: &Value) -> Result<Value, MediaError> {
+        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).command(req)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -316,12 +323,5 @@ mod tests {
         t.join().unwrap();
         // The dead one is now skipped first.
         assert_eq!(c.order(b"x", Instant::now())[0], 1);
-    }
-}
-
-/// A control shared with its owner (tests look at the TrGW's tables).
-impl<M: MediaControl> MediaControl for std::sync::Arc<std::sync::Mutex<M>> {
-    fn command(&mut self, req: &Value) -> Result<Value, MediaError> {
-        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).command(req)
     }
 }
