@@ -219,7 +219,9 @@ impl Alg {
         }
         let call_id = m.call_id().to_string();
         let d = self.dialogs.get(&call_id)?.clone();
-        if from_realm == to_realm && !d.media {
+        // Nothing anchored for this dialog: only a late offer crossing the
+        // realms starts a session here.
+        if !d.media && (from_realm == to_realm || request_had_offer) {
             return None;
         }
         let sender = m.to_tag().unwrap_or("").to_string();

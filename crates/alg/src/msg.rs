@@ -291,9 +291,6 @@ impl<'a> Message<'a> {
             },
         };
         let head = std::str::from_utf8(&rest[..head_end]).map_err(|_| Reject::drop("head is not UTF-8"))?;
-        if head.bytes().any(|b| b == 0) && !head.contains('"') {
-            return Err(Reject::drop("NUL in head"));
-        }
         // Logical lines: CRLF (or LF) followed by SP/HT continues a line.
         let mut lines: Vec<&str> = Vec::with_capacity(16);
         let hb = head.as_bytes();
