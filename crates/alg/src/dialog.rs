@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::media::{self, Side};
+use crate::media::{self, SdpCommand, Side};
 use crate::msg::{Message, Name};
 use crate::proxy::Alg;
 use crate::realm::Realm;
@@ -166,12 +166,20 @@ impl Alg {
         let ng_id = ng_call_id(&call_id, epoch);
         let r = {
             let mc = self.media.as_deref_mut().expect("checked");
-            match &answer_to {
-                Some(offerer) => {
-                    media::signal(mc, false, &ng_id, offerer, Some(&from_tag), m.body, &from_side, &to_side)
-                }
-                None => media::signal(mc, true, &ng_id, &from_tag, None, m.body, &from_side, &to_side),
+            let (offerer, answerer) = match &answer_to {
+                Some(offerer) => (offerer.as_str(), Some(from_tag.as_str())),
+                None => (from_tag.as_str(), None),
+            };
+            SdpCommand {
+                offer: answer_to.is_none(),
+                call_id: &ng_id,
+                from_tag: offerer,
+                to_tag: answerer,
+                sdp: m.body,
+                from: &from_side,
+                to: &to_side,
             }
+            .run(mc)
         };
         match r {
             Ok(sdp) => {
@@ -235,11 +243,18 @@ impl Alg {
         let ng_id = ng_call_id(&call_id, d.epoch);
         let r = {
             let mc = self.media.as_deref_mut().expect("checked");
-            if request_had_offer {
-                media::signal(mc, false, &ng_id, &receiver, Some(&sender), m.body, &from_side, &to_side)
-            } else {
-                media::signal(mc, true, &ng_id, &sender, None, m.body, &from_side, &to_side)
+            let (from_tag, to_tag) =
+                if request_had_offer { (&receiver, Some(sender.as_str())) } else { (&sender, None) };
+            SdpCommand {
+                offer: !request_had_offer,
+                call_id: &ng_id,
+                from_tag,
+                to_tag,
+                sdp: m.body,
+                from: &from_side,
+                to: &to_side,
             }
+            .run(mc)
         };
         match r {
             Ok(sdp) => {

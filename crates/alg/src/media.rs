@@ -214,64 +214,64 @@ fn dict(pairs: Vec<(&str, Value)>) -> Value {
     Value::Dict(pairs.into_iter().map(|(k, v)| (k.as_bytes().to_vec(), v)).collect())
 }
 
-/// An offer or answer dictionary.
-#[allow(clippy::too_many_arguments)]
-pub fn sdp_command(
-    offer: bool,
-    call_id: &str,
-    from_tag: &str,
-    to_tag: Option<&str>,
-    sdp: &[u8],
-    from: &Side,
-    to: &Side,
-) -> Value {
-    let mut p = vec![
-        ("command", s(if offer { "offer" } else { "answer" })),
-        ("call-id", s(call_id)),
-        ("from-tag", s(from_tag)),
-        ("sdp", Value::Bytes(sdp.to_vec())),
-        ("flags", Value::List(vec![s("trust-address")])),
-        ("replace", Value::List(vec![s("origin"), s("session-connection")])),
-        ("ICE", s("remove")),
-        ("address family", s(if to.v6 { "IP6" } else { "IP4" })),
-    ];
-    if let Some(t) = to_tag {
-        p.push(("to-tag", s(t)));
-    }
-    if let (Some(a), Some(b)) = (&from.iface, &to.iface) {
-        p.push(("direction", Value::List(vec![s(a), s(b)])));
-    }
-    dict(p)
+/// An offer or answer: who sends SDP to whom.
+#[derive(Debug, Clone, Copy)]
+pub struct SdpCommand<'a> {
+    /// `offer` (else `answer`).
+    pub offer: bool,
+    /// The ng Call-ID.
+    pub call_id: &'a str,
+    /// The offerer's tag.
+    pub from_tag: &'a str,
+    /// The answerer's tag (answers).
+    pub to_tag: Option<&'a str>,
+    /// The SDP as the sender wrote it.
+    pub sdp: &'a [u8],
+    /// The sender's side.
+    pub from: &'a Side,
+    /// The receiver's side.
+    pub to: &'a Side,
 }
 
-/// Runs an offer/answer; the rewritten SDP.
-#[allow(clippy::too_many_arguments)]
-pub fn signal(
-    m: &mut dyn MediaControl,
-    offer: bool,
-    call_id: &str,
-    from_tag: &str,
-    to_tag: Option<&str>,
-    sdp: &[u8],
-    from: &Side,
-    to: &Side,
-) -> Result<Vec<u8>, MediaError> {
-    let r = m.command(&sdp_command(offer, call_id, from_tag, to_tag, sdp, from, to))?;
-    match r.get("result").and_then(Value::as_str) {
-        Some("ok") => {
-            r.get("sdp").and_then(Value::as_bytes).map(<[u8]>::to_vec).ok_or(MediaError("reply without SDP".into()))
+impl SdpCommand<'_> {
+    /// The ng dictionary (as Kamailio's rtpengine module writes it).
+    pub fn to_value(&self) -> Value {
+        let mut p = vec![
+            ("command", s(if self.offer { "offer" } else { "answer" })),
+            ("call-id", s(self.call_id)),
+            ("from-tag", s(self.from_tag)),
+            ("sdp", Value::Bytes(self.sdp.to_vec())),
+            ("flags", Value::List(vec![s("trust-address")])),
+            ("replace", Value::List(vec![s("origin"), s("session-connection")])),
+            ("ICE", s("remove")),
+            ("address family", s(if self.to.v6 { "IP6" } else { "IP4" })),
+        ];
+        if let Some(t) = self.to_tag {
+            p.push(("to-tag", s(t)));
         }
+        if let (Some(a), Some(b)) = (&self.from.iface, &self.to.iface) {
+            p.push(("direction", Value::List(vec![s(a), s(b)])));
+        }
+        dict(p)
+    }
+
+    /// Runs it; the rewritten SDP.
+    pub fn run(&self, m: &mut dyn MediaControl) -> Result<Vec<u8>, MediaError> {
+        let r = ok_reply(m.command(&self.to_value())?)?;
+        r.get("sdp").and_then(Value::as_bytes).map(<[u8]>::to_vec).ok_or(MediaError("reply without SDP".into()))
+    }
+}
+
+fn ok_reply(r: Value) -> Result<Value, MediaError> {
+    match r.get("result").and_then(Value::as_str) {
+        Some("ok") => Ok(r),
         _ => Err(MediaError(r.get("error-reason").and_then(Value::as_str).unwrap_or("error").to_string())),
     }
 }
 
 /// Deletes a media session (Ok also when it was already gone).
 pub fn delete(m: &mut dyn MediaControl, call_id: &str) -> Result<(), MediaError> {
-    let r = m.command(&dict(vec![("command", s("delete")), ("call-id", s(call_id))]))?;
-    match r.get("result").and_then(Value::as_str) {
-        Some("ok") => Ok(()),
-        _ => Err(MediaError(r.get("error-reason").and_then(Value::as_str).unwrap_or("error").to_string())),
-    }
+    ok_reply(m.command(&dict(vec![("command", s("delete")), ("call-id", s(call_id))]))?).map(|_| ())
 }
 
 /// A control shared with its owner (tests look at the TrGW's tables).
