@@ -206,3 +206,52 @@ fn options_over_tcp_and_a_clean_stop() {
     h.stop();
     assert!(t0.elapsed() < Duration::from_secs(2));
 }
+
+/// `media = "ng"`: the core drives a TrGW over the ng protocol (UDP,
+/// bencode), here the relay's own ng listener on loopback.
+#[test]
+fn media_through_a_remote_trgw_over_ng() {
+    use alg::media::NgClients;
+    use alg::{Alg, Incoming, Peer, Realm, Transport};
+    let relay = trgw::Relay::start(trgw::Config {
+        interfaces: vec![
+            trgw::config::Interface::new("v6", None, Some("::1".parse().unwrap())),
+            trgw::config::Interface::new("v4", Some("127.0.0.1".parse().unwrap()), None),
+        ],
+        port_min: 41400,
+        port_max: 41499,
+        ng: Some("127.0.0.1:0".parse().unwrap()),
+        rtpproxy_udp: None,
+        io: trgw::IoMode::Epoll,
+        workers: Some(1),
+        ..trgw::Config::default()
+    })
+    .unwrap();
+    let ng = NgClients::new(&[(relay.ng_addr().unwrap(), 1)], Duration::from_millis(500), 2).unwrap();
+    let cfg = alg::Config {
+        listen_v6: "[::1]:5060".parse().unwrap(),
+        listen_v4: "127.0.0.1:5060".parse().unwrap(),
+        media: alg::config::MediaMode::Ng,
+        ng: vec![alg::config::NgServer { addr: relay.ng_addr().unwrap(), weight: 1 }],
+        ..alg::Config::default()
+    };
+    let mut core = Alg::new(cfg, Box::new(alg::realm::StaticResolver::default()), Some(Box::new(ng)));
+    let p6 = Peer { realm: Realm::V6, transport: Transport::Udp, addr: "[::1]:7000".parse().unwrap(), conn: None };
+    let p4 = Peer { realm: Realm::V4, transport: Transport::Udp, addr: "127.0.0.1:7002".parse().unwrap(), conn: None };
+    let inv = msg("INVITE sip:bob@127.0.0.1:7002 SIP/2.0\r\nVia: SIP/2.0/UDP [::1]:7000;branch=z9hG4bK-ng1\r\nMax-Forwards: 70\r\nFrom: <sip:alice@[::1]>;tag=a\r\nTo: <sip:bob@127.0.0.1>\r\nCall-ID: ng1\r\nCSeq: 1 INVITE\r\nContact: <sip:alice@[::1]:7000>\r\n", &sdp("::1", 9000));
+    let now = Instant::now();
+    core.handle(now, Incoming { peer: &p6, data: &inv });
+    let out: Vec<_> = std::iter::from_fn(|| core.poll_transmit()).collect();
+    let fwd = out.iter().find(|t| t.peer.realm == Realm::V4).expect("forwarded");
+    let (c, port) = media_of(&fwd.data);
+    assert_eq!(c, "127.0.0.1");
+    assert!((41400..41500).contains(&port));
+    assert_eq!(relay.stats().calls, 1);
+    core.handle(
+        now,
+        Incoming { peer: &p4, data: &respond(&fwd.data, "486 Busy Here", "b", "sip:bob@127.0.0.1:7002", "") },
+    );
+    let out: Vec<_> = std::iter::from_fn(|| core.poll_transmit()).collect();
+    assert!(out.iter().any(|t| t.peer.realm == Realm::V6 && t.data.starts_with(b"SIP/2.0 486")));
+    assert_eq!(relay.stats().calls, 0, "deleted over ng");
+}
