@@ -18,8 +18,8 @@ media-v6-interface = "v6"  # [[trgw.interface]] names used for each realm
 media-v4-interface = "v4"
 max-message = 65535        # bytes; larger requests get 513, others are dropped
 rate-limit = 500           # requests per second per source address (burst twice that); 0: off
-dialog-timeout-secs = 7200 # a dialog without an in-dialog request for this long is released (Session-Expires shortens it)
-t1-ms = 500                # RFC 3261 T1 (T2 = 4 s, T4 = 5 s)
+dialog-timeout = "2h"     # a dialog without an in-dialog request for this long is released (Session-Expires shortens it)
+t1 = "500ms"               # RFC 3261 T1 (T2 = 4 s, T4 = 5 s)
 max-transactions = 100000  # new requests beyond this get 503
 
 # Domain routes, checked before DNS (longest suffix wins):
@@ -150,10 +150,13 @@ pub struct Config {
     pub max_message: usize,
     /// Requests per second per source (0: no limit).
     pub rate_limit: u32,
-    /// Idle dialog lifetime.
+    /// Idle dialog lifetime (`dialog-timeout`, the duration syntax of
+    /// [`confval::duration`]; whole seconds).
+    #[serde(rename = "dialog-timeout", deserialize_with = "confval::duration::secs")]
     pub dialog_timeout_secs: u64,
-    /// RFC 3261 T1 in milliseconds.
-    pub t1_ms: u64,
+    /// RFC 3261 T1 (`t1`, a duration).
+    #[serde(with = "confval::duration")]
+    pub t1: std::time::Duration,
     /// Most live transactions.
     pub max_transactions: usize,
     /// Domain routes.
@@ -177,7 +180,7 @@ impl Default for Config {
             max_message: crate::MAX_MESSAGE,
             rate_limit: 500,
             dialog_timeout_secs: 7200,
-            t1_ms: 500,
+            t1: std::time::Duration::from_millis(500),
             max_transactions: 100_000,
             route: Vec::new(),
             ng: Vec::new(),
@@ -213,8 +216,8 @@ impl Config {
         if !(1024..=crate::MAX_MESSAGE).contains(&self.max_message) {
             return Err(format!("[alg] max-message must be 1024..={}", crate::MAX_MESSAGE));
         }
-        if self.dialog_timeout_secs == 0 || self.t1_ms == 0 || self.t1_ms > 10_000 {
-            return Err("[alg] dialog-timeout-secs must be > 0 and t1-ms 1..=10000".into());
+        if self.dialog_timeout_secs == 0 || self.t1.is_zero() || self.t1 > std::time::Duration::from_secs(10) {
+            return Err("[alg] dialog-timeout must be at least 1s and t1 between 1ms and 10s".into());
         }
         if self.max_transactions == 0 {
             return Err("[alg] max-transactions must be > 0".into());
@@ -265,7 +268,9 @@ mod tests {
             ("[alg]\nbogus = 1\n", "unknown field"),
             ("[alg]\nmedia = \"ng\"\n", "[[alg.ng]]"),
             ("[alg]\nmax-message = 10\n", "max-message"),
-            ("[alg]\nt1-ms = 0\n", "t1-ms"),
+            ("[alg]\nt1 = \"0s\"\n", "t1"),
+            ("[alg]\nt1 = \"1.5s\"\n", "t1"),
+            ("[alg]\ndialog-timeout = 0\n", "dialog-timeout"),
             ("[x]\n", "no [alg]"),
         ] {
             let e = Config::from_toml_file_text(t).unwrap_err();

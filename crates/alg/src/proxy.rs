@@ -180,7 +180,7 @@ fn client_key(branch: &str, method: &str) -> String {
 impl Alg {
     /// A core. `media` None: signalling only (no SDP rewriting).
     pub fn new(cfg: Config, resolver: Box<dyn Resolver>, media: Option<Box<dyn MediaControl>>) -> Alg {
-        let timers_cfg = Timers::new(Duration::from_millis(cfg.t1_ms));
+        let timers_cfg = Timers::new(cfg.t1);
         Alg {
             cfg,
             timers_cfg,

@@ -78,7 +78,7 @@ fn call_handover_and_release_over_real_sockets() {
         port_max: 41199,
         ng: Some("127.0.0.1:0".parse().unwrap()),
         rtpproxy_udp: None,
-        io: trgw::IoMode::Epoll,
+        io: trgw::IoMode::Poll,
         workers: Some(1),
         ..trgw::Config::default()
     };
@@ -88,7 +88,7 @@ fn call_handover_and_release_over_real_sockets() {
         listen_v4: "127.0.0.1:0".parse().unwrap(),
         media_v6_interface: Some("v6".into()),
         media_v4_interface: Some("v4".into()),
-        t1_ms: 20,
+        t1: Duration::from_millis(20),
         ..alg::Config::default()
     };
     let served = alg::cli::serve(cfg, Some(relay.clone())).unwrap();
@@ -222,7 +222,7 @@ fn media_through_a_remote_trgw_over_ng() {
         port_max: 41499,
         ng: Some("127.0.0.1:0".parse().unwrap()),
         rtpproxy_udp: None,
-        io: trgw::IoMode::Epoll,
+        io: trgw::IoMode::Poll,
         workers: Some(1),
         ..trgw::Config::default()
     })
