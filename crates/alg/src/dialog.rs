@@ -79,6 +79,24 @@ impl Alg {
         Side { iface: iface.clone(), v6 }
     }
 
+    /// Runs an offer (or answer) through the media control: the sender's
+    /// leg in the family of its SDP, the receiver's in its realm's.
+    #[allow(clippy::too_many_arguments)]
+    fn run_sdp(
+        &mut self,
+        offer: bool,
+        ng_id: &str,
+        offerer: &str,
+        answerer: Option<&str>,
+        sdp: &[u8],
+        sender_v6: bool,
+        receiver_v6: bool,
+    ) -> Result<Vec<u8>, media::MediaError> {
+        let (from, to) = (self.side(sender_v6), self.side(receiver_v6));
+        let mc = self.media.as_deref_mut().ok_or(media::MediaError("no media control".into()))?;
+        SdpCommand { offer, call_id: ng_id, from_tag: offerer, to_tag: answerer, sdp, from: &from, to: &to }.run(mc)
+    }
+
     fn early_expiry(&self, now: Instant) -> Instant {
         now + self.timers_cfg.c() + Duration::from_secs(20)
     }
@@ -147,8 +165,6 @@ impl Alg {
         } else {
             None
         };
-        let from_side = self.side(fam6);
-        let to_side = self.side(out_realm.v6());
         let mut epoch = d.epoch;
         let mut switched = false;
         if answer_to.is_none() {
@@ -164,23 +180,11 @@ impl Alg {
             }
         }
         let ng_id = ng_call_id(&call_id, epoch);
-        let r = {
-            let mc = self.media.as_deref_mut().expect("checked");
-            let (offerer, answerer) = match &answer_to {
-                Some(offerer) => (offerer.as_str(), Some(from_tag.as_str())),
-                None => (from_tag.as_str(), None),
-            };
-            SdpCommand {
-                offer: answer_to.is_none(),
-                call_id: &ng_id,
-                from_tag: offerer,
-                to_tag: answerer,
-                sdp: m.body,
-                from: &from_side,
-                to: &to_side,
-            }
-            .run(mc)
+        let (offerer, answerer) = match &answer_to {
+            Some(offerer) => (offerer.as_str(), Some(from_tag.as_str())),
+            None => (from_tag.as_str(), None),
         };
+        let r = self.run_sdp(answer_to.is_none(), &ng_id, offerer, answerer, m.body, fam6, out_realm.v6());
         match r {
             Ok(sdp) => {
                 if let Some(d) = self.dialogs.get_mut(&call_id) {
@@ -238,24 +242,10 @@ impl Alg {
             self.stats.sdp_dropped += 1;
             return Some(Vec::new());
         };
-        let from_side = self.side(fam6);
-        let to_side = self.side(to_realm.v6());
         let ng_id = ng_call_id(&call_id, d.epoch);
-        let r = {
-            let mc = self.media.as_deref_mut().expect("checked");
-            let (from_tag, to_tag) =
-                if request_had_offer { (&receiver, Some(sender.as_str())) } else { (&sender, None) };
-            SdpCommand {
-                offer: !request_had_offer,
-                call_id: &ng_id,
-                from_tag,
-                to_tag,
-                sdp: m.body,
-                from: &from_side,
-                to: &to_side,
-            }
-            .run(mc)
-        };
+        let (offerer, answerer) =
+            if request_had_offer { (receiver.as_str(), Some(sender.as_str())) } else { (sender.as_str(), None) };
+        let r = self.run_sdp(!request_had_offer, &ng_id, offerer, answerer, m.body, fam6, to_realm.v6());
         match r {
             Ok(sdp) => {
                 if let Some(d) = self.dialogs.get_mut(&call_id) {

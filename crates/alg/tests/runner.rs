@@ -67,22 +67,27 @@ fn addrs(d: &[u8], n: Name) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn call_handover_and_release_over_real_sockets() {
-    let trgw_cfg = trgw::Config {
+/// A relay on loopback: `[::1]` and 127.0.0.1, 100 ports from `port_min`,
+/// ng on an ephemeral port, one poll worker.
+fn relay_config(port_min: u16) -> trgw::Config {
+    trgw::Config {
         interfaces: vec![
             trgw::config::Interface::new("v6", None, Some("::1".parse().unwrap())),
             trgw::config::Interface::new("v4", Some("127.0.0.1".parse().unwrap()), None),
         ],
-        port_min: 41000,
-        port_max: 41199,
+        port_min,
+        port_max: port_min + 99,
         ng: Some("127.0.0.1:0".parse().unwrap()),
         rtpproxy_udp: None,
         io: trgw::IoMode::Poll,
         workers: Some(1),
         ..trgw::Config::default()
-    };
-    let relay = Arc::new(trgw::Relay::start(trgw_cfg).unwrap());
+    }
+}
+
+#[test]
+fn call_handover_and_release_over_real_sockets() {
+    let relay = Arc::new(trgw::Relay::start(relay_config(41000)).unwrap());
     let cfg = alg::Config {
         listen_v6: "[::1]:0".parse().unwrap(),
         listen_v4: "127.0.0.1:0".parse().unwrap(),
@@ -213,20 +218,7 @@ fn options_over_tcp_and_a_clean_stop() {
 fn media_through_a_remote_trgw_over_ng() {
     use alg::media::NgClients;
     use alg::{Alg, Incoming, Peer, Realm, Transport};
-    let relay = trgw::Relay::start(trgw::Config {
-        interfaces: vec![
-            trgw::config::Interface::new("v6", None, Some("::1".parse().unwrap())),
-            trgw::config::Interface::new("v4", Some("127.0.0.1".parse().unwrap()), None),
-        ],
-        port_min: 41400,
-        port_max: 41499,
-        ng: Some("127.0.0.1:0".parse().unwrap()),
-        rtpproxy_udp: None,
-        io: trgw::IoMode::Poll,
-        workers: Some(1),
-        ..trgw::Config::default()
-    })
-    .unwrap();
+    let relay = trgw::Relay::start(relay_config(41400)).unwrap();
     let ng = NgClients::new(&[(relay.ng_addr().unwrap(), 1)], Duration::from_millis(500), 2).unwrap();
     let cfg = alg::Config {
         listen_v6: "[::1]:5060".parse().unwrap(),
