@@ -73,6 +73,8 @@ pub struct Stats {
     pub handovers: u64,
     /// Requests parked waiting for DNS.
     pub parked: u64,
+    /// Requests sent to the next destination after one never answered.
+    pub failovers: u64,
     /// Requests refused because the transaction table was full.
     pub overload: u64,
 }
@@ -666,6 +668,7 @@ impl Alg {
                 cancel_pending: false,
                 ack: None,
                 method: method.to_string(),
+                alternates: Vec::new(),
             },
         );
         self.send(peer, data);
@@ -797,8 +800,8 @@ impl Alg {
             }
             return;
         }
-        let dest = match realm::targets(&target_uri, &self.cfg.route, self.resolver.as_mut(), now) {
-            Resolution::Ready(t) if !t.is_empty() => t[0],
+        let mut targets = match realm::targets(&target_uri, &self.cfg.route, self.resolver.as_mut(), now) {
+            Resolution::Ready(t) if !t.is_empty() => t,
             Resolution::Ready(_) | Resolution::Failed(_) => {
                 self.stats.unroutable += 1;
                 self.answer_new(now, peer, m, key, 404, "Not Found (no route to the target)");
@@ -812,7 +815,9 @@ impl Alg {
                 return;
             }
         };
+        let dest = targets.remove(0);
         let out_realm = Realm::of(dest.addr.ip());
+        targets.retain(|t| Realm::of(t.addr.ip()) == out_realm);
         let out_peer = Peer { realm: out_realm, transport: dest.transport, addr: dest.addr, conn: None };
         let initial = m.to_tag().is_none();
         if let Some(k) = &key {
@@ -939,7 +944,10 @@ impl Alg {
                 if let Some(st) = self.server.get_mut(&k) {
                     st.client = Some(ck.clone());
                 }
-                self.start_client(now, ck, branch, method, out_peer, data, Some(k));
+                self.start_client(now, ck.clone(), branch, method, out_peer, data, Some(k));
+                if let Some(c) = self.client.get_mut(&ck) {
+                    c.alternates = targets;
+                }
             }
             None => self.send(out_peer, data),
         }
@@ -1169,6 +1177,13 @@ impl Alg {
                         self.send(p, d);
                         self.schedule(now + iv, TimerKind::E, t.whose, id);
                     }
+                    (TimerKind::B | TimerKind::F, CState::Calling)
+                        if !c.alternates.is_empty()
+                            && c.server.as_ref().and_then(|k| self.server.get(k)).is_some_and(|s| !s.cancelled) =>
+                    {
+                        let c = self.client.remove(&ck).expect("present");
+                        self.failover(now, c);
+                    }
                     (TimerKind::B, CState::Calling) | (TimerKind::F, CState::Calling | CState::Proceeding) => {
                         self.stats.timeouts += 1;
                         let c = self.client.remove(&ck).expect("present");
@@ -1233,6 +1248,41 @@ impl Alg {
             }
         }
     }
+}
+
+impl Alg {
+    /// RFC 3263 §4.3: a destination that never answered is replaced by the
+    /// next one of the same realm, in a new client transaction (new branch,
+    /// same loop-detection hash).
+    fn failover(&mut self, now: Instant, mut c: ClientTxn) {
+        let next = c.alternates.remove(0);
+        let lh = c.branch.rsplit('-').next().unwrap_or("").to_string();
+        let branch = format!("z9hG4bK-v6g{:x}-{lh}", self.id());
+        let old = format!("branch={}", c.branch);
+        let Some(at) = find_bytes(&c.request, old.as_bytes()) else { return };
+        let mut data = Vec::with_capacity(c.request.len() + 8);
+        data.extend_from_slice(&c.request[..at]);
+        data.extend_from_slice(format!("branch={branch}").as_bytes());
+        data.extend_from_slice(&c.request[at + old.len()..]);
+        self.stats.failovers += 1;
+        tracing::debug!(from = %c.peer.addr, to = %next.addr, "no answer; trying the next destination");
+        let peer = Peer { realm: c.peer.realm, transport: next.transport, addr: next.addr, conn: None };
+        let ck = client_key(&branch, &c.method);
+        if let Some(sk) = &c.server {
+            if let Some(st) = self.server.get_mut(sk) {
+                st.client = Some(ck.clone());
+            }
+        }
+        let method = c.method.clone();
+        self.start_client(now, ck.clone(), branch, &method, peer, data, c.server.take());
+        if let Some(n) = self.client.get_mut(&ck) {
+            n.alternates = std::mem::take(&mut c.alternates);
+        }
+    }
+}
+
+fn find_bytes(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
 }
 
 /// `sip:alg-<base64url(original)>@ours` — the original comes back when a

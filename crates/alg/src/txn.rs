@@ -123,6 +123,9 @@ pub struct ClientTxn {
     pub ack: Option<Vec<u8>>,
     /// Method.
     pub method: String,
+    /// Further destinations of the same realm to try when this one never
+    /// answers (RFC 3263 §4.3).
+    pub alternates: Vec<crate::realm::Target>,
 }
 
 /// Timer kinds (RFC 3261 §17 Table 4, plus C and RFC 6026's L/M, and the

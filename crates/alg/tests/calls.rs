@@ -517,3 +517,38 @@ fn malformed_input_is_answered_or_dropped_and_counted() {
     assert_eq!(lab.alg.stats.stray_responses, 1);
     lab.assert_empty();
 }
+
+#[test]
+fn a_destination_that_never_answers_is_replaced_by_the_next_one() {
+    let mut r = alg::realm::StaticResolver::default();
+    r.add("pool.example", "192.0.2.70:5060".parse().unwrap(), alg::Transport::Udp);
+    r.add("pool.example", "192.0.2.71:5060".parse().unwrap(), alg::Transport::Udp);
+    let mut lab = Lab::with(alg_config(), r);
+    let inv = String::from_utf8(invite6("fo", &sdp("2001:db8:6::10", 4000)))
+        .unwrap()
+        .replace(&format!("INVITE sip:bob@{UA4}"), "INVITE sip:bob@pool.example");
+    let out = lab.send(UA6, inv.as_bytes());
+    assert_eq!(to(&out, "192.0.2.70:5060").len(), 1);
+    // 64*T1 without any answer: the same INVITE (new branch) to the next one.
+    let out = lab.advance(Duration::from_millis(32_100));
+    let second = to(&out, "192.0.2.71:5060");
+    assert_eq!(second.len(), 1, "failed over");
+    assert!(to(&out, UA6).is_empty(), "no 408 while another destination is left");
+    assert_eq!(lab.alg.stats.failovers, 1);
+    let fwd = second[0].data.clone();
+    assert!(body(&fwd).contains("c=IN IP4 192.0.2.1"), "same rewritten SDP");
+    let out = lab.send(
+        "192.0.2.71:5060",
+        &respond(&fwd, 200, "OK", Some("b"), Some("sip:bob@192.0.2.71"), &sdp("192.0.2.71", 5000)),
+    );
+    assert_eq!(code(&one(&out, UA6).data), 200);
+    // Both failed: 408.
+    let mut r = alg::realm::StaticResolver::default();
+    r.add("pool.example", "192.0.2.70:5060".parse().unwrap(), alg::Transport::Udp);
+    r.add("pool.example", "192.0.2.71:5060".parse().unwrap(), alg::Transport::Udp);
+    let mut lab = Lab::with(alg_config(), r);
+    lab.send(UA6, inv.as_bytes());
+    let out = lab.advance(Duration::from_secs(70));
+    assert_eq!(code(&to(&out, UA6).last().unwrap().data), 408);
+    lab.assert_empty();
+}
