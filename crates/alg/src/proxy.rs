@@ -113,6 +113,8 @@ pub struct Alg {
 }
 
 const ENC_PREFIX: &str = "alg-";
+/// Most sources the rate limiter remembers.
+const RATE_SOURCES_MAX: usize = 65_536;
 
 fn hash(parts: &[&str]) -> u64 {
     let mut h = 0xcbf2_9ce4_8422_2325u64;
@@ -266,8 +268,12 @@ impl Alg {
         if limit == 0.0 {
             return true;
         }
-        if self.rate_sweep.is_none_or(|t| now.saturating_duration_since(t) > Duration::from_secs(10)) {
-            self.rate.retain(|_, b| now.saturating_duration_since(b.at) < Duration::from_secs(10));
+        // Idle sources are forgotten every 10 s; a flood from many (spoofed)
+        // sources keeps only the last second's, so the map stays bounded.
+        let full = self.rate.len() >= RATE_SOURCES_MAX;
+        if full || self.rate_sweep.is_none_or(|t| now.saturating_duration_since(t) > Duration::from_secs(10)) {
+            let keep = if full { Duration::from_secs(1) } else { Duration::from_secs(10) };
+            self.rate.retain(|_, b| now.saturating_duration_since(b.at) < keep);
             self.rate_sweep = Some(now);
         }
         let b = self.rate.entry(ip).or_insert(Bucket { tokens: limit * 2.0, at: now });
