@@ -6,7 +6,7 @@ fn main() -> anyhow::Result<()> {
     let path = std::env::args().nth(1).ok_or_else(|| anyhow::anyhow!("usage: serve CONFIG.toml"))?;
     let text = std::fs::read_to_string(&path)?;
     let s = alg::cli::serve_text(&text)?;
-    eprintln!("IMS-ALG on {} and {}; Ctrl-C stops", s.alg.udp_v6, s.alg.udp_v4);
+    eprintln!("IMS-ALG on {} and {}; Enter or Ctrl-C stops", s.alg.udp_v6, s.alg.udp_v4);
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let mut line = String::new();
