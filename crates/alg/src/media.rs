@@ -22,11 +22,16 @@ impl std::fmt::Display for MediaError {
 
 impl MediaError {
     /// The SIP status a request gets when its media cannot be anchored:
-    /// 400 for SDP the relay cannot parse, 503 when it ran out of ports or
-    /// cannot be reached, 500 otherwise.
+    /// 400 for SDP the relay cannot parse, 488 for a media address its
+    /// policy refuses, 503 when it ran out of ports or cannot be reached,
+    /// 500 otherwise.
     pub fn status(&self) -> (u16, String) {
         if self.0.starts_with("Failed to parse SDP") || self.0.starts_with("No SDP") {
             (400, format!("Bad SDP: {}", self.0.trim_start_matches("Failed to parse SDP: ")))
+        } else if self.0.starts_with("Media address") {
+            // The TrGW's media address policy (loopback, its own addresses,
+            // media-deny, outside media-allow).
+            (488, "Not Acceptable Here (media address refused)".into())
         } else if self.0.starts_with("Ran out of ports") || self.0.starts_with("media relay") {
             (503, "Media relay unavailable".into())
         } else {

@@ -87,7 +87,7 @@ fn call_from_the_ipv6_realm_to_the_ipv4_realm() {
     assert!(c.starts_with("sip:alg-") && c.ends_with("@192.0.2.1:5060"), "{c}");
     // SDP: c=, o= and m= of the relay's IPv4 leg, a=rtcp added.
     let b = body(inv.as_bytes());
-    assert!(b.contains("c=IN IP4 192.0.2.1\r\n") && b.contains("o=- 1 1 IN IP4 192.0.2.1\r\n"), "{b}");
+    assert!(b.contains("c=IN IP4 198.51.100.1\r\n") && b.contains("o=- 1 1 IN IP4 198.51.100.1\r\n"), "{b}");
     assert!(b.contains("m=audio 30000 RTP/AVP 0 8\r\n") && b.contains("a=rtcp:30001\r\n"), "{b}");
     assert!(!b.contains("2001:db8:6::10"));
     assert_eq!(lab.media_calls(), 1);
@@ -146,7 +146,7 @@ fn reinvite_handover_repoints_media_without_teardown() {
         let re4 = one(&out, UA4).data.clone();
         let b = body(&re4);
         assert!(
-            b.contains("c=IN IP4 192.0.2.1\r\n") && b.contains("m=audio 30000 "),
+            b.contains("c=IN IP4 198.51.100.1\r\n") && b.contains("m=audio 30000 "),
             "{label}: same relay port for the callee: {b}"
         );
         {
@@ -190,7 +190,7 @@ fn handover_to_an_ipv4_address_moves_to_a_new_relay_session() {
     assert_eq!(lab.media_calls(), 2, "make before break");
     let out = lab.send(UA4, &respond(&re4, 200, "OK", None, None, &sdp("192.0.2.50", 5000)));
     // The UE offered IPv4 media, so its leg of the relay is IPv4 now.
-    assert!(body(&one(&out, UA6).data).contains("c=IN IP4 192.0.2.1"));
+    assert!(body(&one(&out, UA6).data).contains("c=IN IP4 198.51.100.1"));
     assert_eq!(lab.media_calls(), 1, "the old session goes once the re-offer is answered");
     {
         let s = lab.trgw.lock().unwrap();
@@ -306,7 +306,7 @@ fn offer_in_the_200_answer_in_the_ack() {
     );
     let out = lab.send(UA6, &ack);
     let a4 = one(&out, UA4);
-    assert!(body(&a4.data).contains("c=IN IP4 192.0.2.1"), "answer rewritten: {}", text(a4));
+    assert!(body(&a4.data).contains("c=IN IP4 198.51.100.1"), "answer rewritten: {}", text(a4));
     let s = lab.trgw.lock().unwrap();
     let st = s.0.call("lo").unwrap().media[0].as_ref().unwrap();
     assert!(st.peers.iter().flatten().any(|p| *p == "[2001:db8:6::10]:4000".parse().unwrap()));
@@ -464,7 +464,7 @@ fn update_from_the_callee_and_other_methods_are_proxied() {
     let out =
         lab.send(UA6, &respond(&u6, 200, "OK", None, Some(&format!("sip:alice@{UA6}")), &sdp("2001:db8:6::10", 4000)));
     let ok4 = one(&out, UA4);
-    assert!(body(&ok4.data).contains("c=IN IP4 192.0.2.1\r\n"));
+    assert!(body(&ok4.data).contains("c=IN IP4 198.51.100.1\r\n"));
     // INFO and MESSAGE in the dialog pass without SDP handling.
     let info = in_dialog(
         "INFO",
@@ -536,7 +536,7 @@ fn a_destination_that_never_answers_is_replaced_by_the_next_one() {
     assert!(to(&out, UA6).is_empty(), "no 408 while another destination is left");
     assert_eq!(lab.alg.stats.failovers, 1);
     let fwd = second[0].data.clone();
-    assert!(body(&fwd).contains("c=IN IP4 192.0.2.1"), "same rewritten SDP");
+    assert!(body(&fwd).contains("c=IN IP4 198.51.100.1"), "same rewritten SDP");
     let out = lab.send(
         "192.0.2.71:5060",
         &respond(&fwd, 200, "OK", Some("b"), Some("sip:bob@192.0.2.71"), &sdp("192.0.2.71", 5000)),
@@ -550,5 +550,17 @@ fn a_destination_that_never_answers_is_replaced_by_the_next_one() {
     lab.send(UA6, inv.as_bytes());
     let out = lab.advance(Duration::from_secs(70));
     assert_eq!(code(&to(&out, UA6).last().unwrap().data), 408);
+    lab.assert_empty();
+}
+
+#[test]
+fn media_aimed_at_the_relay_itself_is_not_acceptable() {
+    let mut lab = Lab::new();
+    // The TrGW's policy refuses its own address (and loopback) as a far end.
+    let out = lab.send(UA6, &invite6("own", &sdp("2001:db8::1", 4000)));
+    let r = to(&out, UA6).pop().unwrap();
+    assert!(text(r).starts_with("SIP/2.0 488 Not Acceptable Here"), "{}", text(r));
+    assert!(to(&out, UA4).is_empty());
+    assert_eq!(lab.alg.stats.media_errors, 1);
     lab.assert_empty();
 }

@@ -249,7 +249,8 @@ fn rfc5118_4_10_ipv6_sdp_is_rewritten_for_the_ipv4_realm() {
     let out = l.send(UA6, &invite6("sdp6", body));
     let b = body_of(one(&out, UA4));
     assert!(
-        b.contains("o=assistant 971731711378798081 0 IN IP4 192.0.2.1\r\n") && b.contains("c=IN IP4 192.0.2.1\r\n"),
+        b.contains("o=assistant 971731711378798081 0 IN IP4 198.51.100.1\r\n")
+            && b.contains("c=IN IP4 198.51.100.1\r\n"),
         "{b}"
     );
     assert!(b.contains("m=audio 30000 RTP/AVP 2\r\n") && b.contains("m=video 30002 RTP/AVP 107\r\n"), "{b}");

@@ -68,7 +68,7 @@ fn addrs(d: &[u8], n: Name) -> Vec<String> {
 }
 
 /// A relay on loopback: `[::1]` and 127.0.0.1, 100 ports from `port_min`,
-/// ng on an ephemeral port, one poll worker.
+/// ng on an ephemeral port, one poll worker, loopback media allowed.
 fn relay_config(port_min: u16) -> trgw::Config {
     trgw::Config {
         interfaces: vec![
@@ -81,6 +81,8 @@ fn relay_config(port_min: u16) -> trgw::Config {
         rtpproxy_udp: None,
         io: trgw::IoMode::Poll,
         workers: Some(1),
+        // The UAs of these tests are on loopback, like the relay itself.
+        media_allow: ["::1", "127.0.0.1"].iter().map(|a| a.parse().unwrap()).collect(),
         ..trgw::Config::default()
     }
 }

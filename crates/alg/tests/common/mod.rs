@@ -23,7 +23,7 @@ pub fn trgw_config() -> trgw::Config {
     trgw::Config {
         interfaces: vec![
             trgw::config::Interface::new("v6", None, Some("2001:db8::1".parse().unwrap())),
-            trgw::config::Interface::new("v4", Some("192.0.2.1".parse().unwrap()), None),
+            trgw::config::Interface::new("v4", Some("198.51.100.1".parse().unwrap()), None),
         ],
         port_min: 30000,
         port_max: 30099,
