@@ -11,50 +11,9 @@ use std::time::Duration;
 use alg::msg::{Message, Name};
 use lab::netns::{am_root, veth, Netns};
 
-fn recv_sip(s: &UdpSocket) -> Vec<u8> {
-    let mut b = vec![0u8; 65536];
-    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
-    loop {
-        let n = s.recv(&mut b).expect("a SIP message");
-        if Message::parse_datagram(&b[..n]).unwrap().code() != Some(100) {
-            return b[..n].to_vec();
-        }
-    }
-}
-
-fn msg(head: &str, body: &str) -> Vec<u8> {
-    let ct = if body.is_empty() { "" } else { "Content-Type: application/sdp\r\n" };
-    format!("{head}{ct}Content-Length: {}\r\n\r\n{body}", body.len()).into_bytes()
-}
-
-fn sdp(addr: &str, port: u16) -> String {
-    let fam = if addr.contains(':') { "IP6" } else { "IP4" };
-    format!("v=0\r\no=- 1 1 IN {fam} {addr}\r\ns=-\r\nc=IN {fam} {addr}\r\nt=0 0\r\nm=audio {port} RTP/AVP 0\r\n")
-}
-
-fn media_of(d: &[u8]) -> (String, u16) {
-    let b = String::from_utf8(Message::parse_datagram(d).unwrap().body.to_vec()).unwrap();
-    let c = b.lines().find_map(|l| l.strip_prefix("c=IN ")).unwrap().split(' ').nth(1).unwrap().to_string();
-    let p = b.lines().find_map(|l| l.strip_prefix("m=audio ")).unwrap().split(' ').next().unwrap().parse().unwrap();
-    (c, p)
-}
-
-fn respond(req: &[u8], status: &str, tag: &str, contact: &str, body: &str) -> Vec<u8> {
-    let m = Message::parse_datagram(req).unwrap();
-    let mut s = format!("SIP/2.0 {status}\r\n");
-    for h in &m.headers {
-        match h.name {
-            Name::Via | Name::RecordRoute | Name::From | Name::CallId | Name::CSeq => {
-                s.push_str(&format!("{}\r\n", h.line))
-            }
-            Name::To if m.to_tag().is_none() => s.push_str(&format!("{};tag={tag}\r\n", h.line)),
-            Name::To => s.push_str(&format!("{}\r\n", h.line)),
-            _ => {}
-        }
-    }
-    s.push_str(&format!("Contact: <{contact}>\r\n"));
-    msg(&s, body)
-}
+#[path = "common/wire.rs"]
+mod wire;
+use wire::*;
 
 #[test]
 fn an_ipv6_only_ua_calls_an_ipv4_only_ua_through_the_gateway() {

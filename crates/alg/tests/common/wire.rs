@@ -1,0 +1,65 @@
+//! Helpers for the tests that talk to the ALG over real sockets
+//! (`runner.rs`, `netns.rs`): one UA's view of SIP and SDP.
+#![allow(dead_code)]
+
+use std::net::UdpSocket;
+use std::time::Duration;
+
+use alg::msg::{Message, Name};
+
+pub fn recv(s: &UdpSocket) -> Option<Vec<u8>> {
+    let mut b = vec![0u8; 65536];
+    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    s.recv(&mut b).ok().map(|n| b[..n].to_vec())
+}
+
+/// The next SIP message that is not a 100 Trying.
+pub fn recv_sip(s: &UdpSocket) -> Vec<u8> {
+    loop {
+        let d = recv(s).expect("a SIP message");
+        if Message::parse_datagram(&d).unwrap().code() != Some(100) {
+            return d;
+        }
+    }
+}
+
+pub fn sdp(addr: &str, port: u16) -> String {
+    let fam = if addr.contains(':') { "IP6" } else { "IP4" };
+    format!("v=0\r\no=- 1 1 IN {fam} {addr}\r\ns=-\r\nc=IN {fam} {addr}\r\nt=0 0\r\nm=audio {port} RTP/AVP 0\r\n")
+}
+
+pub fn msg(head: &str, body: &str) -> Vec<u8> {
+    let ct = if body.is_empty() { "" } else { "Content-Type: application/sdp\r\n" };
+    format!("{head}{ct}Content-Length: {}\r\n\r\n{body}", body.len()).into_bytes()
+}
+
+pub fn respond(req: &[u8], code: &str, tag: &str, contact: &str, body: &str) -> Vec<u8> {
+    let m = Message::parse_datagram(req).unwrap();
+    let mut s = format!("SIP/2.0 {code}\r\n");
+    for h in &m.headers {
+        match h.name {
+            Name::Via | Name::RecordRoute | Name::From | Name::CallId | Name::CSeq => {
+                s.push_str(&format!("{}\r\n", h.line))
+            }
+            Name::To if m.to_tag().is_none() => s.push_str(&format!("{};tag={tag}\r\n", h.line)),
+            Name::To => s.push_str(&format!("{}\r\n", h.line)),
+            _ => {}
+        }
+    }
+    s.push_str(&format!("Contact: <{contact}>\r\n"));
+    msg(&s, body)
+}
+
+pub fn media_of(d: &[u8]) -> (String, u16) {
+    let b = String::from_utf8(Message::parse_datagram(d).unwrap().body.to_vec()).unwrap();
+    let c = b.lines().find_map(|l| l.strip_prefix("c=IN ")).unwrap().split(' ').nth(1).unwrap().to_string();
+    let p = b.lines().find_map(|l| l.strip_prefix("m=audio ")).unwrap().split(' ').next().unwrap().parse().unwrap();
+    (c, p)
+}
+
+pub fn addrs(d: &[u8], n: Name) -> Vec<String> {
+    let m = Message::parse_datagram(d).unwrap();
+    m.all(n)
+        .flat_map(|h| alg::msg::addresses(&h.value).into_iter().map(|a| a.uri.to_string()).collect::<Vec<_>>())
+        .collect()
+}
