@@ -22,7 +22,10 @@ pub mod media;
 pub mod msg;
 pub mod proxy;
 pub mod realm;
+mod request;
+mod response;
 pub mod runner;
+mod timers;
 pub mod txn;
 pub mod uri;
 

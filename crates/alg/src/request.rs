@@ -1,0 +1,503 @@
+//! Requests (RFC 3261 §16.3 – §16.6): retransmissions, ACK, CANCEL,
+//! validation of the proxy's own (Max-Forwards, loops, Proxy-Require),
+//! Route processing, the realm decision and the forwarded copy with its
+//! Via, Record-Route, Path, Contact and SDP.
+
+use std::time::{Duration, Instant};
+
+use crate::config::{ContactMode, Transport};
+use crate::emit::{self, Builder};
+use crate::msg::{Message, Name, Start, Via};
+use crate::proxy::{client_key, encode_contact, hash, reason_of, server_key, Alg, ENC_PREFIX};
+use crate::realm::{self, Realm, Resolution};
+use crate::txn::*;
+use crate::uri::{self, Scheme, Uri};
+
+impl Alg {
+    pub(crate) fn on_request(&mut self, now: Instant, peer: &Peer, m: &Message, raw: &[u8]) {
+        let Start::Request { method, uri: ruri } = m.start else { return };
+        let Some(key) = server_key(m, method) else { return };
+        // ACK: absorbed by a Completed INVITE transaction (non-2xx, hop by
+        // hop), else end to end.
+        if method == "ACK" {
+            if let Some(st) = self.server.get_mut(&key) {
+                match st.state {
+                    SState::Completed => {
+                        st.state = SState::Confirmed;
+                        let (id, reliable) = (st.id, st.peer.transport.reliable());
+                        let i = if reliable { Duration::ZERO } else { self.timers_cfg.t4 };
+                        let tref = TimerRef::Server(key.branch.clone(), key.sent_by.clone(), key.method.clone());
+                        self.schedule(now + i, TimerKind::I, tref, id);
+                        self.stats.retransmissions_absorbed += 1;
+                        return;
+                    }
+                    SState::Confirmed => {
+                        self.stats.retransmissions_absorbed += 1;
+                        return;
+                    }
+                    _ => {}
+                }
+            }
+            self.forward_new(now, peer, m, raw, method, ruri, None);
+            return;
+        }
+        // Retransmission of a request with a transaction.
+        if let Some(st) = self.server.get(&key) {
+            if let Some(last) = st.last.clone() {
+                let p = st.peer.clone();
+                self.send(p, last);
+            }
+            self.stats.retransmissions_absorbed += 1;
+            return;
+        }
+        if method == "CANCEL" {
+            self.on_cancel(now, peer, m, key);
+            return;
+        }
+        if self.server.len() >= self.cfg.max_transactions {
+            self.stats.overload += 1;
+            let rh = self.resp_headers(m, peer);
+            let r = Self::local_response(&rh, 503, "Service Unavailable", Some("ovl"), "Retry-After: 5\r\n");
+            self.send(peer.clone(), r);
+            return;
+        }
+        self.forward_new(now, peer, m, raw, method, ruri, Some(key));
+    }
+
+    pub(crate) fn new_server(&mut self, now: Instant, peer: &Peer, m: &Message, key: &ServerKey, method: &str) {
+        let id = self.id();
+        let invite = method == "INVITE";
+        let st = ServerTxn {
+            id,
+            invite,
+            state: SState::Proceeding,
+            peer: peer.clone(),
+            last: None,
+            client: None,
+            resp_headers: self.resp_headers(m, peer),
+            to_tag: format!("{:x}", hash(&[m.call_id(), &key.branch])),
+            g: self.timers_cfg.t1,
+            call_id: m.call_id().to_string(),
+            initial_invite: invite && m.to_tag().is_none(),
+            cancelled: false,
+            in_realm: peer.realm,
+            out_realm: peer.realm,
+            offer: false,
+            method: method.to_string(),
+        };
+        self.server.insert(key.clone(), st);
+        let _ = now;
+    }
+
+    /// Answers a new request locally in its own server transaction.
+    pub(crate) fn answer_new(
+        &mut self,
+        now: Instant,
+        peer: &Peer,
+        m: &Message,
+        key: Option<ServerKey>,
+        code: u16,
+        reason: &str,
+    ) {
+        match key {
+            Some(k) => {
+                let method = m.method().unwrap_or("");
+                self.new_server(now, peer, m, &k, method);
+                self.reply(now, &k, code, reason, "");
+            }
+            None => {
+                if m.method() != Some("ACK") {
+                    self.reply_stateless(m, peer, code, reason);
+                }
+            }
+        }
+    }
+
+    pub(crate) fn on_cancel(&mut self, now: Instant, peer: &Peer, m: &Message, key: ServerKey) {
+        let ikey = ServerKey { method: "INVITE".into(), ..key.clone() };
+        self.new_server(now, peer, m, &key, "CANCEL");
+        if !self.server.contains_key(&ikey) {
+            self.reply(now, &key, 481, reason_of(481), "");
+            return;
+        }
+        self.reply(now, &key, 200, "OK", "");
+        let Some(inv) = self.server.get_mut(&ikey) else { return };
+        if inv.state != SState::Proceeding || inv.cancelled {
+            return;
+        }
+        inv.cancelled = true;
+        let ck = inv.client.clone();
+        match ck {
+            Some(ck) => {
+                let provisional = self.client.get(&ck).map(|c| c.state == CState::Proceeding);
+                match provisional {
+                    Some(true) => self.send_cancel(now, &ck),
+                    Some(false) => {
+                        if let Some(c) = self.client.get_mut(&ck) {
+                            c.cancel_pending = true;
+                        }
+                    }
+                    None => {}
+                }
+            }
+            None => {
+                self.reply(now, &ikey, 487, reason_of(487), "");
+                self.release_dialog_of(&ikey);
+            }
+        }
+    }
+
+    /// Sends CANCEL for client INVITE transaction `ck` (RFC 3261 §9.1:
+    /// same Request-URI, Call-ID, To, From, CSeq number, one Via = ours).
+    pub(crate) fn send_cancel(&mut self, now: Instant, ck: &str) {
+        let Some(c) = self.client.get(ck) else { return };
+        let Ok(req) = Message::parse_datagram(&c.request) else { return };
+        let Start::Request { uri: ruri, .. } = req.start else { return };
+        let mut b = Builder::new(&format!("CANCEL {ruri} SIP/2.0"), 512);
+        if let Some((_, v, _)) = emit::first_via(&req) {
+            b.header("Via", &v);
+        }
+        for h in &req.headers {
+            match h.name {
+                Name::From | Name::To | Name::CallId | Name::Route => b.raw(h),
+                Name::CSeq => {
+                    let n = req.cseq().map_or(1, |c| c.0);
+                    b.header("CSeq", &format!("{n} CANCEL"));
+                }
+                _ => {}
+            }
+        }
+        b.header("Max-Forwards", "70");
+        let data = b.finish(b"");
+        let (peer, branch) = (c.peer.clone(), c.branch.clone());
+        self.start_client(now, client_key(&branch, "CANCEL"), branch, "CANCEL", peer, data, None);
+    }
+
+    /// Starts a client transaction and sends its request.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn start_client(
+        &mut self,
+        now: Instant,
+        ck: String,
+        branch: String,
+        method: &str,
+        peer: Peer,
+        data: Vec<u8>,
+        server: Option<ServerKey>,
+    ) {
+        let t = self.timers_cfg;
+        let id = self.id();
+        let invite = method == "INVITE";
+        let reliable = peer.transport.reliable();
+        let tref = TimerRef::Client(ck.clone());
+        if invite {
+            if !reliable {
+                self.schedule(now + t.t1, TimerKind::A, tref.clone(), id);
+            }
+            self.schedule(now + t.t64(), TimerKind::B, tref.clone(), id);
+            self.schedule(now + t.c(), TimerKind::C, tref, id);
+        } else {
+            if !reliable {
+                self.schedule(now + t.t1, TimerKind::E, tref.clone(), id);
+            }
+            self.schedule(now + t.t64(), TimerKind::F, tref, id);
+        }
+        self.client.insert(
+            ck,
+            ClientTxn {
+                id,
+                invite,
+                state: CState::Calling,
+                request: data.clone(),
+                peer: peer.clone(),
+                server,
+                branch,
+                interval: t.t1,
+                cancel_pending: false,
+                ack: None,
+                method: method.to_string(),
+                alternates: Vec::new(),
+            },
+        );
+        self.send(peer, data);
+    }
+
+    pub(crate) fn loop_hash(m: &Message, ruri: &str) -> u64 {
+        hash(&[
+            ruri,
+            m.from_tag().unwrap_or(""),
+            m.to_tag().unwrap_or(""),
+            m.call_id(),
+            &m.cseq().map_or(0, |c| c.0).to_string(),
+            m.header(Name::ProxyRequire).unwrap_or(""),
+        ])
+    }
+
+    /// Proxies a new request (RFC 3261 §16.3 – §16.6). `key` None: ACK for
+    /// a 2xx (forwarded without a transaction).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn forward_new(
+        &mut self,
+        now: Instant,
+        peer: &Peer,
+        m: &Message,
+        raw: &[u8],
+        method: &str,
+        ruri: &str,
+        key: Option<ServerKey>,
+    ) {
+        // §16.3 step 2: URI scheme.
+        let Ok(ru) = Uri::parse(ruri) else { return };
+        // §16.3 step 3: Max-Forwards.
+        let mf = m.max_forwards().unwrap_or(70);
+        if mf == 0 {
+            self.stats.too_many_hops += 1;
+            if key.is_some() {
+                self.answer_new(now, peer, m, key, 483, reason_of(483));
+            }
+            return;
+        }
+        // §16.3 step 4: loop detection, over our own Via entries.
+        let lh = format!("{:x}", Self::loop_hash(m, ruri));
+        if key.is_some() {
+            for v in m.vias() {
+                if let Ok(v) = Via::parse(v) {
+                    if self.is_us(&v.host, v.port) && v.branch().is_some_and(|b| b.ends_with(&format!("-{lh}"))) {
+                        self.stats.loops += 1;
+                        self.answer_new(now, peer, m, key, 482, reason_of(482));
+                        return;
+                    }
+                }
+            }
+        }
+        // §16.3 step 6: Proxy-Require (no extensions are required of us).
+        if let Some(pr) = m.header(Name::ProxyRequire) {
+            if key.is_some() {
+                let extra = format!("Unsupported: {pr}\r\n");
+                let k = key.clone().expect("checked");
+                self.new_server(now, peer, m, &k, method);
+                self.reply(now, &k, 420, reason_of(420), &extra);
+            }
+            return;
+        }
+        // §16.4: Route processing. Strict-routing predecessor first.
+        let mut routes: Vec<String> = Vec::new();
+        for h in m.all(Name::Route) {
+            for a in crate::msg::addresses(&h.value) {
+                routes.push(a.uri.to_string());
+            }
+        }
+        let mut new_ruri: String = ruri.to_string();
+        let mut drop_last_route = false;
+        if ru.user.is_none() && self.is_us(&ru.host, ru.port) && !routes.is_empty() {
+            new_ruri = routes.last().cloned().unwrap_or_default();
+            drop_last_route = true;
+            routes.pop();
+        }
+        let mut popped = 0;
+        while popped < routes.len() {
+            let Ok(u) = Uri::parse(&routes[popped]) else { break };
+            if u.user.is_none() && self.is_us(&u.host, u.port) {
+                popped += 1;
+            } else {
+                break;
+            }
+        }
+        // A Request-URI we made (a rewritten Contact) goes back to what it was.
+        let decoded = {
+            let cur = Uri::parse(&new_ruri).unwrap_or(ru.clone());
+            match cur.user.and_then(|u| u.strip_prefix(ENC_PREFIX)) {
+                Some(enc) if self.is_us(&cur.host, cur.port) => Some(
+                    uri::b64url_decode(enc).and_then(|b| String::from_utf8(b).ok()).filter(|o| Uri::parse(o).is_ok()),
+                ),
+                _ => None,
+            }
+        };
+        match decoded {
+            Some(Some(orig)) => new_ruri = orig,
+            Some(None) => {
+                self.answer_new(now, peer, m, key, 404, "Not Found (bad ALG contact)");
+                return;
+            }
+            None => {}
+        }
+        let ru = match Uri::parse(&new_ruri) {
+            Ok(u) => u,
+            Err(_) => return,
+        };
+        let next = routes.get(popped).cloned();
+        let target_uri = match &next {
+            Some(r) => Uri::parse(r).ok(),
+            None => Some(ru.clone()),
+        };
+        let Some(target_uri) = target_uri else { return };
+        if next.is_none() && !matches!(target_uri.scheme, Scheme::Sip | Scheme::Sips) {
+            self.answer_new(now, peer, m, key, 416, reason_of(416));
+            return;
+        }
+        if next.is_none() && target_uri.user.is_none() && self.is_us(&target_uri.host, target_uri.port) {
+            // Addressed to the ALG itself.
+            if method == "OPTIONS" {
+                let k = key.clone();
+                if let Some(k) = k {
+                    self.new_server(now, peer, m, &k, method);
+                    self.reply(now, &k, 200, "OK", "Allow: INVITE, ACK, CANCEL, BYE, OPTIONS, UPDATE, PRACK, REGISTER, SUBSCRIBE, NOTIFY, REFER, INFO, MESSAGE\r\n");
+                }
+            } else {
+                self.answer_new(now, peer, m, key, 404, "Not Found (no route)");
+            }
+            return;
+        }
+        let mut targets = match realm::targets(&target_uri, &self.cfg.route, self.resolver.as_mut(), now) {
+            Resolution::Ready(t) if !t.is_empty() => t,
+            Resolution::Ready(_) | Resolution::Failed(_) => {
+                self.stats.unroutable += 1;
+                self.answer_new(now, peer, m, key, 404, "Not Found (no route to the target)");
+                return;
+            }
+            Resolution::Pending => {
+                self.stats.parked += 1;
+                if self.parked.len() < 10_000 {
+                    self.parked.push((peer.clone(), raw.to_vec()));
+                }
+                return;
+            }
+        };
+        let dest = targets.remove(0);
+        let out_realm = Realm::of(dest.addr.ip());
+        targets.retain(|t| Realm::of(t.addr.ip()) == out_realm);
+        let out_peer = Peer { realm: out_realm, transport: dest.transport, addr: dest.addr, conn: None };
+        let initial = m.to_tag().is_none();
+        if let Some(k) = &key {
+            self.new_server(now, peer, m, k, method);
+            if let Some(st) = self.server.get_mut(k) {
+                st.out_realm = out_realm;
+                st.offer = m.has_sdp();
+            }
+            if method == "INVITE" {
+                self.reply(now, k, 100, "Trying", "");
+            }
+        }
+        // Media (SDP offer/answer through the TrGW).
+        let body = match self.media_for_request(now, m, method, peer.realm, out_realm) {
+            Ok(b) => b,
+            Err((code, reason)) => {
+                if let Some(k) = &key {
+                    if let Some(st) = self.server.get_mut(k) {
+                        st.state = SState::Proceeding;
+                    }
+                    self.reply(now, k, code, &reason, "");
+                }
+                return;
+            }
+        };
+        // Build the request.
+        let branch = match &key {
+            Some(_) => format!("z9hG4bK-v6g{:x}-{lh}", self.id()),
+            None => format!("z9hG4bK-v6ga{:x}", hash(&[m.top_via().and_then(|v| v.branch()).unwrap_or(""), "ack"])),
+        };
+        let out_hp = self.local_hostport(out_realm);
+        let in_hp = self.local_hostport(peer.realm);
+        let tp = dest.transport;
+        let our_via = format!("SIP/2.0/{} {out_hp};branch={branch}", tp.token());
+        let mut b = Builder::new(&format!("{method} {new_ruri} SIP/2.0"), raw.len() + 400);
+        b.header("Via", &our_via);
+        let rr = initial && matches!(method, "INVITE" | "SUBSCRIBE" | "REFER" | "NOTIFY");
+        if rr {
+            // RFC 5658 double Record-Route: the entry facing the next hop
+            // first, then the one facing the previous hop.
+            let mk = |hp: &str, t: Transport| {
+                let tparam = if t == Transport::Tcp { ";transport=tcp" } else { "" };
+                format!("<sip:{hp}{tparam};lr;r2=on>")
+            };
+            if out_realm != peer.realm {
+                b.header("Record-Route", &format!("{}, {}", mk(&out_hp, tp), mk(&in_hp, peer.transport)));
+            } else {
+                b.header("Record-Route", &mk(&in_hp, peer.transport).replace(";r2=on", ""));
+            }
+        }
+        if method == "REGISTER" {
+            let tparam = if tp == Transport::Tcp { ";transport=tcp" } else { "" };
+            b.header("Path", &format!("<sip:{out_hp}{tparam};lr>"));
+        }
+        let rewrite_contact = out_realm != peer.realm && self.cfg.contact == ContactMode::Rewrite;
+        let mut route_skip = popped;
+        let total_routes = m.all(Name::Route).map(|h| crate::msg::addresses(&h.value).len()).sum::<usize>();
+        let mut route_seen = 0usize;
+        let mut first_via = true;
+        for h in &m.headers {
+            match h.name {
+                Name::Via if first_via => {
+                    first_via = false;
+                    if let Some((_, v, rest)) = emit::first_via(m) {
+                        let mut val = self.with_received(&v, peer);
+                        for r in rest {
+                            val.push_str(", ");
+                            val.push_str(&r);
+                        }
+                        b.header(h.raw_name, &val);
+                    }
+                }
+                Name::MaxForwards => {}
+                Name::ContentLength => {}
+                Name::Route => {
+                    let n = crate::msg::addresses(&h.value).len();
+                    if drop_last_route && route_seen + n == total_routes {
+                        // Remove the last element (strict-route fix-up).
+                        let v = h.value.as_ref();
+                        if let Ok(parts) = uri::split_list(v) {
+                            let keep: Vec<&str> =
+                                parts[..parts.len() - 1].iter().map(|r| v[r.clone()].trim()).collect();
+                            let mut skip_here = route_skip.min(keep.len());
+                            route_skip -= skip_here;
+                            let rest: Vec<&str> = keep
+                                .into_iter()
+                                .filter(|_| {
+                                    if skip_here > 0 {
+                                        skip_here -= 1;
+                                        false
+                                    } else {
+                                        true
+                                    }
+                                })
+                                .collect();
+                            if !rest.is_empty() {
+                                b.header(h.raw_name, &rest.join(", "));
+                            }
+                        }
+                    } else {
+                        emit::write_list_skipping(&mut b, h, &mut route_skip);
+                    }
+                    route_seen += n;
+                }
+                Name::Contact if rewrite_contact => {
+                    let hp = out_hp.clone();
+                    let t = tp;
+                    let mut f = |a: &uri::NameAddr| Some(emit::replace_uri(a, &encode_contact(a.uri, &hp, t)));
+                    match emit::map_addresses(h, &mut f) {
+                        Some(v) => b.header(h.raw_name, &v),
+                        None => b.raw(h),
+                    }
+                }
+                _ => b.raw(h),
+            }
+        }
+        // §16.6 step 3: decrement, or add 70 when absent.
+        b.header("Max-Forwards", &m.max_forwards().map_or(70, |v| v - 1).to_string());
+        let data = b.finish(body.as_deref().unwrap_or(m.body));
+        self.stats.requests_forwarded += 1;
+        match key {
+            Some(k) => {
+                let ck = client_key(&branch, method);
+                if let Some(st) = self.server.get_mut(&k) {
+                    st.client = Some(ck.clone());
+                }
+                self.start_client(now, ck.clone(), branch, method, out_peer, data, Some(k));
+                if let Some(c) = self.client.get_mut(&ck) {
+                    c.alternates = targets;
+                }
+            }
+            None => self.send(out_peer, data),
+        }
+    }
+}

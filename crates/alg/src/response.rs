@@ -1,0 +1,228 @@
+//! Responses (RFC 3261 §16.7, §17.1): client transaction state, the ACK
+//! for non-2xx finals, forwarding through the server transaction (or
+//! statelessly for a 2xx retransmitted after it ended), Contact and SDP.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use crate::config::{ContactMode, Transport};
+use crate::emit::{self, Builder};
+use crate::msg::{Message, Name, Start, Via};
+use crate::proxy::{client_key, encode_contact, Alg, ENC_PREFIX};
+use crate::realm::Realm;
+use crate::txn::*;
+use crate::uri::{self, Uri};
+
+impl Alg {
+    pub(crate) fn on_response(&mut self, now: Instant, peer: &Peer, m: &Message) {
+        let Some(via) = m.top_via() else { return };
+        let Some((_, cseq_m)) = m.cseq() else { return };
+        let code = m.code().unwrap_or(0);
+        let branch = via.branch().unwrap_or("").to_string();
+        let ck = client_key(&branch, cseq_m);
+        let Some(c) = self.client.get_mut(&ck) else {
+            // §16.7 step 1: no transaction: forward statelessly when the top
+            // Via is ours (2xx retransmissions after the transaction ended).
+            if self.is_us(&via.host, via.port) {
+                self.forward_response_stateless(now, m);
+            } else {
+                self.stats.stray_responses += 1;
+            }
+            return;
+        };
+        let _ = peer;
+        let t = self.timers_cfg;
+        let tref = TimerRef::Client(ck.clone());
+        let id = c.id;
+        let reliable = c.peer.transport.reliable();
+        match (c.invite, c.state, code) {
+            (true, CState::Calling | CState::Proceeding, 100..=199) => {
+                c.state = CState::Proceeding;
+                if c.cancel_pending {
+                    c.cancel_pending = false;
+                    self.send_cancel(now, &ck);
+                }
+                if code > 100 {
+                    self.schedule(now + t.c(), TimerKind::C, tref, id);
+                    self.relay_response(now, &ck, m);
+                }
+            }
+            (true, CState::Calling | CState::Proceeding | CState::Accepted, 200..=299) => {
+                if c.state != CState::Accepted {
+                    c.state = CState::Accepted;
+                    self.schedule(now + t.t64(), TimerKind::M, tref, id);
+                }
+                self.relay_response(now, &ck, m);
+            }
+            (true, CState::Calling | CState::Proceeding, 300..=699) => {
+                c.state = CState::Completed;
+                let ack = build_ack(&c.request, m);
+                c.ack = ack.clone();
+                let p = c.peer.clone();
+                if let Some(a) = ack {
+                    self.send(p, a);
+                }
+                let d = if reliable { Duration::ZERO } else { t.d() };
+                self.schedule(now + d, TimerKind::D, tref, id);
+                self.relay_response(now, &ck, m);
+            }
+            (true, CState::Completed, 300..=699) => {
+                if let Some(a) = c.ack.clone() {
+                    let p = c.peer.clone();
+                    self.send(p, a);
+                }
+                self.stats.retransmissions_absorbed += 1;
+            }
+            (false, CState::Calling | CState::Proceeding, 100..=199) => {
+                c.state = CState::Proceeding;
+                if code > 100 {
+                    self.relay_response(now, &ck, m);
+                }
+            }
+            (false, CState::Calling | CState::Proceeding, 200..=699) => {
+                c.state = CState::Completed;
+                let k = if reliable { Duration::ZERO } else { t.t4 };
+                self.schedule(now + k, TimerKind::K, tref, id);
+                self.relay_response(now, &ck, m);
+            }
+            _ => self.stats.retransmissions_absorbed += 1,
+        }
+    }
+
+    /// Forwards a response to the server transaction of client `ck`.
+    pub(crate) fn relay_response(&mut self, now: Instant, ck: &str, m: &Message) {
+        let Some(c) = self.client.get(ck) else { return };
+        let method = c.method.clone();
+        let Some(sk) = c.server.clone() else { return };
+        let Some(st) = self.server.get(&sk) else { return };
+        if st.state != SState::Proceeding
+            && !(st.state == SState::Accepted && (200..300).contains(&m.code().unwrap_or(0)))
+        {
+            return;
+        }
+        let (in_realm, out_realm, offer, initial) = (st.in_realm, st.out_realm, st.offer, st.initial_invite);
+        let code = m.code().unwrap_or(0);
+        let body = self.media_for_response(now, m, &method, out_realm, in_realm, offer);
+        let data = self.build_response(m, in_realm, out_realm, &method, body.as_deref());
+        self.stats.responses_forwarded += 1;
+        self.server_send(now, &sk, code, data);
+        if code >= 300 && method == "INVITE" {
+            if initial {
+                self.release_dialog_of(&sk);
+            } else {
+                let cid = m.call_id().to_string();
+                self.revert_epoch(&cid);
+            }
+        }
+        if code >= 200 && method == "INVITE" && code < 300 {
+            self.dialog_confirmed(now, m);
+        }
+        if code >= 200 && method == "BYE" {
+            self.release_dialog(m.call_id(), "BYE");
+        }
+    }
+
+    pub(crate) fn forward_response_stateless(&mut self, now: Instant, m: &Message) {
+        let vias = m.vias();
+        let Some(next) = vias.get(1).and_then(|v| Via::parse(v).ok()) else {
+            self.stats.stray_responses += 1;
+            return;
+        };
+        let host =
+            match next.param("received").flatten().and_then(|r| r.trim_matches(['[', ']']).parse::<IpAddr>().ok()) {
+                Some(ip) => ip,
+                None => match next.host.ip() {
+                    Some(ip) => ip,
+                    None => {
+                        self.stats.stray_responses += 1;
+                        return;
+                    }
+                },
+            };
+        let port = next.param("rport").flatten().and_then(|p| p.parse().ok()).or(next.port).unwrap_or(5060);
+        let tp = Transport::from_token(next.transport).unwrap_or_default();
+        let in_realm = Realm::of(host);
+        let out_realm = in_realm.other();
+        let method = m.cseq().map(|c| c.1.to_string()).unwrap_or_default();
+        let body = if (200..300).contains(&m.code().unwrap_or(0)) && method == "INVITE" {
+            self.media_for_response(now, m, &method, out_realm, in_realm, true)
+        } else {
+            None
+        };
+        let data = self.build_response(m, in_realm, out_realm, &method, body.as_deref());
+        self.stats.responses_forwarded += 1;
+        self.send(Peer { realm: in_realm, transport: tp, addr: SocketAddr::new(host, port), conn: None }, data);
+    }
+
+    /// A response with our Via removed, Contact made reachable from
+    /// `to_realm` (or restored for REGISTER), and the new body.
+    pub(crate) fn build_response(
+        &self,
+        m: &Message,
+        to_realm: Realm,
+        from_realm: Realm,
+        method: &str,
+        body: Option<&[u8]>,
+    ) -> Vec<u8> {
+        let mut b = Builder::new(m.start_line, m.body.len() + 600);
+        let mut via_done = false;
+        let hp = self.local_hostport(to_realm);
+        let rewrite = to_realm != from_realm && self.cfg.contact == ContactMode::Rewrite;
+        for h in &m.headers {
+            match h.name {
+                Name::Via if !via_done => {
+                    via_done = true;
+                    let mut skip = 1;
+                    emit::write_list_skipping(&mut b, h, &mut skip);
+                }
+                Name::ContentLength => {}
+                Name::Contact if method == "REGISTER" => {
+                    let mut f = |a: &uri::NameAddr| {
+                        let u = Uri::parse(a.uri).ok()?;
+                        let enc = u.user?.strip_prefix(ENC_PREFIX)?;
+                        let orig = String::from_utf8(uri::b64url_decode(enc)?).ok()?;
+                        Some(emit::replace_uri(a, &orig))
+                    };
+                    match emit::map_addresses(h, &mut f) {
+                        Some(v) => b.header(h.raw_name, &v),
+                        None => b.raw(h),
+                    }
+                }
+                Name::Contact if rewrite => {
+                    let hp = hp.clone();
+                    let mut f =
+                        |a: &uri::NameAddr| Some(emit::replace_uri(a, &encode_contact(a.uri, &hp, Transport::Udp)));
+                    match emit::map_addresses(h, &mut f) {
+                        Some(v) => b.header(h.raw_name, &v),
+                        None => b.raw(h),
+                    }
+                }
+                _ => b.raw(h),
+            }
+        }
+        b.finish(body.unwrap_or(m.body))
+    }
+}
+
+/// The ACK for a non-2xx final response (RFC 3261 §17.1.1.3): the
+/// request's Request-URI, top Via, From, Call-ID, CSeq number and Route,
+/// the response's To.
+fn build_ack(request: &[u8], resp: &Message) -> Option<Vec<u8>> {
+    let req = Message::parse_datagram(request).ok()?;
+    let Start::Request { uri: ruri, .. } = req.start else { return None };
+    let mut b = Builder::new(&format!("ACK {ruri} SIP/2.0"), 512);
+    let (_, v, _) = emit::first_via(&req)?;
+    b.header("Via", &v);
+    for h in &req.headers {
+        match h.name {
+            Name::From | Name::CallId | Name::Route => b.raw(h),
+            Name::CSeq => b.header("CSeq", &format!("{} ACK", req.cseq()?.0)),
+            _ => {}
+        }
+    }
+    if let Some(h) = resp.all(Name::To).next() {
+        b.raw(h);
+    }
+    b.header("Max-Forwards", "70");
+    Some(b.finish(b""))
+}

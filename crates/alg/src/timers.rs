@@ -1,0 +1,152 @@
+//! Timers (RFC 3261 §17 Table 4, Timer C, RFC 6026 L/M, dialog
+//! lifetimes) and the RFC 3263 §4.3 failover to the next destination.
+
+use std::cmp::Reverse;
+use std::time::Instant;
+
+use crate::proxy::{client_key, reason_of, Alg};
+use crate::txn::*;
+
+impl Alg {
+    /// Runs expired timers.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        while let Some(Reverse(t)) = self.timers.peek() {
+            if t.at > now {
+                break;
+            }
+            let Reverse(t) = self.timers.pop().expect("peeked");
+            self.fire(now, t);
+        }
+    }
+
+    pub(crate) fn fire(&mut self, now: Instant, t: Timer) {
+        let tc = self.timers_cfg;
+        match t.whose.clone() {
+            TimerRef::Dialog(cid) => self.dialog_timer(now, &cid, t.id),
+            TimerRef::Client(ck) => {
+                let Some(c) = self.client.get_mut(&ck) else { return };
+                if c.id != t.id {
+                    return;
+                }
+                match (t.kind, c.state) {
+                    (TimerKind::A, CState::Calling) => {
+                        c.interval *= 2;
+                        let (p, d, iv, id) = (c.peer.clone(), c.request.clone(), c.interval, c.id);
+                        self.stats.retransmissions_sent += 1;
+                        self.send(p, d);
+                        self.schedule(now + iv, TimerKind::A, t.whose, id);
+                    }
+                    (TimerKind::E, CState::Calling | CState::Proceeding) => {
+                        c.interval = if c.state == CState::Proceeding { tc.t2 } else { (c.interval * 2).min(tc.t2) };
+                        let (p, d, iv, id) = (c.peer.clone(), c.request.clone(), c.interval, c.id);
+                        self.stats.retransmissions_sent += 1;
+                        self.send(p, d);
+                        self.schedule(now + iv, TimerKind::E, t.whose, id);
+                    }
+                    (TimerKind::B | TimerKind::F, CState::Calling)
+                        if !c.alternates.is_empty()
+                            && c.server.as_ref().and_then(|k| self.server.get(k)).is_some_and(|s| !s.cancelled) =>
+                    {
+                        let c = self.client.remove(&ck).expect("present");
+                        self.failover(now, c);
+                    }
+                    (TimerKind::B, CState::Calling) | (TimerKind::F, CState::Calling | CState::Proceeding) => {
+                        self.stats.timeouts += 1;
+                        let c = self.client.remove(&ck).expect("present");
+                        tracing::debug!(method = %c.method, to = %c.peer.addr, "client transaction timed out");
+                        if let Some(sk) = c.server {
+                            let (bye, initial) = self
+                                .server
+                                .get(&sk)
+                                .map(|s| (s.method == "BYE", s.initial_invite))
+                                .unwrap_or((false, false));
+                            self.reply(now, &sk, 408, reason_of(408), "");
+                            if initial {
+                                self.release_dialog_of(&sk);
+                            }
+                            if bye {
+                                let cid = self.server.get(&sk).map(|s| s.call_id.clone()).unwrap_or_default();
+                                self.release_dialog(&cid, "BYE timeout");
+                            }
+                        }
+                    }
+                    (TimerKind::C, CState::Proceeding) => self.send_cancel(now, &ck),
+                    (TimerKind::C, CState::Calling) => {}
+                    (TimerKind::D, CState::Completed)
+                    | (TimerKind::K, CState::Completed)
+                    | (TimerKind::M, CState::Accepted) => {
+                        self.client.remove(&ck);
+                    }
+                    _ => {}
+                }
+            }
+            TimerRef::Server(branch, sent_by, method) => {
+                let key = ServerKey { branch, sent_by, method };
+                let Some(s) = self.server.get_mut(&key) else { return };
+                if s.id != t.id {
+                    return;
+                }
+                match (t.kind, s.state) {
+                    (TimerKind::G, SState::Completed) => {
+                        s.g = (s.g * 2).min(tc.t2);
+                        let (p, d, g, id) = (s.peer.clone(), s.last.clone(), s.g, s.id);
+                        if let Some(d) = d {
+                            self.stats.retransmissions_sent += 1;
+                            self.send(p, d);
+                        }
+                        self.schedule(now + g, TimerKind::G, t.whose, id);
+                    }
+                    (TimerKind::H, SState::Completed)
+                    | (TimerKind::I, SState::Confirmed)
+                    | (TimerKind::J, SState::Completed)
+                    | (TimerKind::L, SState::Accepted) => {
+                        if t.kind == TimerKind::H {
+                            tracing::debug!("no ACK for a final response (Timer H)");
+                        }
+                        let s = self.server.remove(&key).expect("present");
+                        if let Some(ck) = s.client {
+                            // The client side ends by its own timers.
+                            let _ = ck;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+impl Alg {
+    /// RFC 3263 §4.3: a destination that never answered is replaced by the
+    /// next one of the same realm, in a new client transaction (new branch,
+    /// same loop-detection hash).
+    pub(crate) fn failover(&mut self, now: Instant, mut c: ClientTxn) {
+        let next = c.alternates.remove(0);
+        let lh = c.branch.rsplit('-').next().unwrap_or("").to_string();
+        let branch = format!("z9hG4bK-v6g{:x}-{lh}", self.id());
+        let old = format!("branch={}", c.branch);
+        let Some(at) = find_bytes(&c.request, old.as_bytes()) else { return };
+        let mut data = Vec::with_capacity(c.request.len() + 8);
+        data.extend_from_slice(&c.request[..at]);
+        data.extend_from_slice(format!("branch={branch}").as_bytes());
+        data.extend_from_slice(&c.request[at + old.len()..]);
+        self.stats.failovers += 1;
+        tracing::debug!(from = %c.peer.addr, to = %next.addr, "no answer; trying the next destination");
+        let peer = Peer { realm: c.peer.realm, transport: next.transport, addr: next.addr, conn: None };
+        let ck = client_key(&branch, &c.method);
+        if let Some(sk) = &c.server {
+            if let Some(st) = self.server.get_mut(sk) {
+                st.client = Some(ck.clone());
+            }
+        }
+        let method = c.method.clone();
+        self.start_client(now, ck.clone(), branch, &method, peer, data, c.server.take());
+        if let Some(n) = self.client.get_mut(&ck) {
+            n.alternates = std::mem::take(&mut c.alternates);
+        }
+    }
+}
+
+fn find_bytes(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
