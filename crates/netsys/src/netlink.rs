@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use super::cvt;
-use crate::config::IfAddr;
+use crate::IfAddr;
 use xlat::addr::IpPrefix;
 
 const NLMSG_ERROR: u16 = 2;
@@ -171,9 +171,9 @@ impl Netlink {
             .bytes(&(index as i32).to_ne_bytes())
             .bytes(&[0; 8])
             .attr(IFLA_AF_SPEC, &af);
-        if let Err(e) = self.call(&mut m) {
-            log::debug!("cannot switch IPv6 address generation off: {e}");
-        }
+        // Best effort: kernels without IPv6 on the device refuse it, and
+        // the device works without it.
+        let _ = self.call(&mut m);
         let mut m = Msg::new(RTM_NEWLINK, 0, 0);
         m.bytes(&[libc::AF_UNSPEC as u8, 0, 0, 0])
             .bytes(&(index as i32).to_ne_bytes())
