@@ -7,6 +7,8 @@
 //!   checks; the encapsulation is 6to4's.
 //! - [`teredo`] — RFC 4380 Teredo (IPv6 in UDP over IPv4): addresses, the
 //!   authentication and origin indicators, bubbles, IPv4+UDP framing.
+//! - [`teredo_msg`] — Teredo qualification (Router Solicitation and
+//!   Advertisement), the Echo of the connectivity test, RFC 6081 trailers.
 //! - [`ip4in6`] — RFC 2473 generic packet tunnelling in IPv6 (4in6 for DSTM
 //!   and DS-Lite, RFC 6333 §5; 6in6 on decapsulation), including the Tunnel
 //!   Encapsulation Limit option and the §7 packet-size rules.
@@ -36,6 +38,7 @@ pub mod ip4in6;
 pub mod sixrd;
 pub mod sixto4;
 pub mod teredo;
+pub mod teredo_msg;
 
 /// Why a tunnel packet could not be encapsulated or decapsulated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
