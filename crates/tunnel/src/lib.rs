@@ -19,5 +19,6 @@
 pub mod outbox;
 pub mod proto41;
 pub mod table;
+pub mod teredo;
 
 pub use outbox::{Dest, Outbox};

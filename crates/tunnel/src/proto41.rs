@@ -305,8 +305,16 @@ mod tests {
 
     fn v6(src: Ipv6Addr, dst: Ipv6Addr) -> Vec<u8> {
         let mut b = vec![0u8; 48];
-        Ipv6Header { traffic_class: 0, flow_label: 0, payload_len: 8, next_header: proto::UDP, hop_limit: 64, src, dst }
-            .emit(&mut b);
+        Ipv6Header {
+            traffic_class: 0,
+            flow_label: 0,
+            payload_len: 8,
+            next_header: proto::UDP,
+            hop_limit: 64,
+            src,
+            dst,
+        }
+        .emit(&mut b);
         b[40..48].copy_from_slice(&[0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4]);
         b
     }
@@ -359,7 +367,10 @@ mod tests {
         r.from_v6(&v6(a, a6("2001:db8::1")), &mut ob);
         assert_eq!(only(&ob).0, Dest::Raw4(RELAY));
         // Without a relay: counted drop.
-        let mut norelay = Proto41::new(Proto41Config { relay: None, ..cfg(Kind::SixToFour, Mode::Site, SITE_A, SixrdDomain::sixto4()) });
+        let mut norelay = Proto41::new(Proto41Config {
+            relay: None,
+            ..cfg(Kind::SixToFour, Mode::Site, SITE_A, SixrdDomain::sixto4())
+        });
         ob.clear();
         norelay.from_v6(&v6(a, a6("2001:db8::1")), &mut ob);
         assert!(ob.is_empty());

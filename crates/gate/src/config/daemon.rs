@@ -3,7 +3,7 @@
 //! limit). All optional; `v6gate translate` ignores them.
 
 use core::fmt;
-use core::net::{IpAddr, SocketAddr};
+use core::net::SocketAddr;
 use std::path::PathBuf;
 
 use confval::IoMode;

@@ -144,11 +144,7 @@ pub struct SixrdPolicy {
 /// `policy.br`; an inner destination inside the domain must embed the
 /// outer IPv4 destination; one outside it only when
 /// `policy.allow_native_dst`.
-pub fn decap<'a>(
-    outer_v4: &'a [u8],
-    domain: &SixrdDomain,
-    policy: &SixrdPolicy,
-) -> Result<Decapped<'a>, TunnelError> {
+pub fn decap<'a>(outer_v4: &'a [u8], domain: &SixrdDomain, policy: &SixrdPolicy) -> Result<Decapped<'a>, TunnelError> {
     let (d, inner) = outer41(outer_v4, policy.reject_private)?;
     let (src6, dst6) = (inner.src(), inner.dst());
     match domain.v4_of(&src6) {
@@ -166,7 +162,9 @@ pub fn decap<'a>(
     }
     match domain.v4_of(&dst6) {
         Some(v4) if v4 != d.outer_dst => {
-            return Err(TunnelError::Rule("RFC 5969 §7.1: inner destination does not embed the outer IPv4 destination"));
+            return Err(TunnelError::Rule(
+                "RFC 5969 §7.1: inner destination does not embed the outer IPv4 destination",
+            ));
         }
         Some(_) => {}
         None if policy.allow_native_dst => {}

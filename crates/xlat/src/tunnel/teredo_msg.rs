@@ -345,9 +345,10 @@ pub struct AltAddrs<'a>(&'a [u8]);
 impl AltAddrs<'_> {
     /// The addresses, at most [`MAX_ALT_ADDRS`].
     pub fn iter(&self) -> impl Iterator<Item = SocketAddrV4> + '_ {
-        self.0.chunks_exact(6).take(MAX_ALT_ADDRS).map(|c| {
-            SocketAddrV4::new(Ipv4Addr::new(c[0], c[1], c[2], c[3]), u16::from_be_bytes([c[4], c[5]]))
-        })
+        self.0
+            .chunks_exact(6)
+            .take(MAX_ALT_ADDRS)
+            .map(|c| SocketAddrV4::new(Ipv4Addr::new(c[0], c[1], c[2], c[3]), u16::from_be_bytes([c[4], c[5]])))
     }
 }
 
@@ -465,7 +466,10 @@ mod tests {
         let e = etherparse::SlicedPacket::from_ip(p.ipv6).unwrap();
         let Some(etherparse::TransportSlice::Icmpv6(icmp)) = e.transport else { panic!("not ICMPv6") };
         let ip = etherparse::Ipv6HeaderSlice::from_slice(p.ipv6).unwrap();
-        assert_eq!(icmp.icmp_type().calc_checksum(ip.source(), ip.destination(), icmp.payload()).unwrap(), icmp.checksum());
+        assert_eq!(
+            icmp.icmp_type().calc_checksum(ip.source(), ip.destination(), icmp.payload()).unwrap(),
+            icmp.checksum()
+        );
         let n = router_solicitation(true, [0; 8], &mut buf).unwrap();
         assert!(ll_is_cone(&teredo::parse(&buf[..n]).unwrap().ipv6_packet().src()));
         assert_eq!(router_solicitation(true, [0; 8], &mut [0u8; 20]), Err(TunnelError::NoSpace));
@@ -506,7 +510,8 @@ mod tests {
     #[test]
     fn router_advertisement_rejections() {
         let server = Ipv4Addr::new(192, 0, 2, 1);
-        let params = RaParams { src: server_link_local(server), dst: RS_SRC_CONE, prefix_hi32: 0x2001_0000, server, mtu: 1280 };
+        let params =
+            RaParams { src: server_link_local(server), dst: RS_SRC_CONE, prefix_hi32: 0x2001_0000, server, mtu: 1280 };
         let mut buf = [0u8; 256];
         let n = router_advertisement(&params, None, sa("198.51.100.7:1"), &mut buf).unwrap();
         let ipv6 = teredo::parse(&buf[..n]).unwrap().ipv6.to_vec();
