@@ -62,6 +62,11 @@ enum Cmd {
     /// rtpengine ng and rtpproxy protocols) in the foreground until
     /// SIGINT/SIGTERM.
     Trgw(trgw::cli::Args),
+    /// Run the tunnels in the foreground until SIGINT/SIGTERM: 6to4
+    /// ([sixtofour], router or relay), 6rd ([sixrd], CE or BR) and Teredo
+    /// ([teredo.server], [teredo.relay], [teredo.client]), each on its own
+    /// TUN device, over raw protocol-41 and UDP sockets. See docs/tunnels.md.
+    Tunnel(tunnel::cli::Args),
     /// Network-namespace testbed: IPv6-only host, gateway, IPv4-only host.
     Lab(lab::cli::LabArgs),
     /// Benchmarks in network namespaces (needs root), with peers side by
@@ -142,6 +147,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Run(a) => run_daemon(&a)?,
         Cmd::Ctl(a) => gate::daemon::ctl::run(&a)?,
         Cmd::Trgw(a) => run_trgw(&a)?,
+        Cmd::Tunnel(a) => run_tunnel(&a)?,
         Cmd::Config(ConfigCmd::Example) => {
             let mut out = io::stdout().lock();
             match out.write_all(gate::config::example().as_bytes()).and_then(|()| out.flush()) {
@@ -241,6 +247,28 @@ fn run_trgw(a: &trgw::cli::Args) -> anyhow::Result<()> {
     let s = relay.stats();
     relay.stop();
     tracing::info!(calls_created = s.totals.calls_created, timed_out = s.totals.calls_timed_out, "trgw stopped");
+    Ok(())
+}
+
+/// `v6gate tunnel`: the tunnels alone until SIGINT/SIGTERM, writing the
+/// status file (when asked) twice a second and at exit.
+fn run_tunnel(a: &tunnel::cli::Args) -> anyhow::Result<()> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).context("installing signal handlers")?;
+    let _ = init_logging("info");
+    let cfg = tunnel::cli::load(a)?;
+    let mut t = tunnel::Tunnels::start(&cfg)?;
+    tracing::info!("tunnels running: {}", t.functions().join(", "));
+    loop {
+        if let Some(sig) = signals.pending().next() {
+            tracing::info!(signal = sig, "stopping");
+            break;
+        }
+        tunnel::cli::write_status(a, &t);
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    t.stop();
+    tunnel::cli::write_status(a, &t);
     Ok(())
 }
 

@@ -13,12 +13,23 @@
 //! the time and packets; it returns packets to send in an [`Outbox`] and
 //! tells when it next wants a timer call. Tables are bounded and expire
 //! ([`table`]). Packet parsing and encapsulation is `xlat::tunnel`'s.
+//!
+//! Around them: [`config`] (the `[sixtofour]`, `[sixrd]` and `[teredo.*]`
+//! tables), [`run`] (one thread per function over real sockets and a TUN
+//! device; [`Tunnels::start`] is the standalone entry point), [`sys`]
+//! (sockets, devices, `poll`) and [`cli`] (`v6gate tunnel`).
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations)]
 
+pub mod cli;
+pub mod config;
 pub mod outbox;
 pub mod proto41;
+pub mod run;
+pub mod sys;
 pub mod table;
 pub mod teredo;
 
+pub use config::TunnelConfig;
 pub use outbox::{Dest, Outbox};
+pub use run::Tunnels;
