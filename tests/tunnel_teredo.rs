@@ -1,0 +1,151 @@
+//! Teredo interoperability in network namespaces, against Debian's Miredo
+//! (`miredo` client, `miredo-server`), through nftables NATs of each kind.
+//!
+//! Testbed (IPv4 "Internet" router `i` in the middle):
+//!
+//! ```text
+//!  ca 192.168.1.2 -- na [NAT A 198.51.100.7] --+
+//!                                              i -- s 192.0.2.10/.11 server, 192.0.2.20 relay -- h 2001:db8:1::2
+//!  cb 192.168.2.2 -- nb [NAT B 203.0.113.7] ---+
+//! ```
+//!
+//! Every case checks that pings, UDP datagrams and a TCP stream arrive
+//! intact, in both directions where the case says so.
+
+mod tunnel_util;
+
+use tunnel_util::{NatKind, World};
+
+const SERVER: &str = "192.0.2.10";
+const HOST: &str = "2001:db8:1::2";
+const PORT: u16 = 5000;
+
+/// The namespaces and links; no tunnel software started yet.
+fn testbed(nat_a: NatKind, nat_b: Option<NatKind>) -> World {
+    let mut w = World::new("v6tt");
+    for n in ["i", "s", "h", "na", "ca"] {
+        w.add(n);
+    }
+    w.link("i", "is", "s", "e0");
+    w.link("s", "sh", "h", "e0");
+    w.link("i", "ia", "na", "o");
+    w.link("na", "in", "ca", "e0");
+    w.ip("i", "addr add 192.0.2.254/24 dev is");
+    w.ip("i", "addr add 198.51.100.254/24 dev ia");
+    w.sysctl("i", "net.ipv4.ip_forward", "1");
+    for a in ["192.0.2.10/24", "192.0.2.11/24", "192.0.2.20/24"] {
+        w.ip("s", &format!("addr add {a} dev e0"));
+    }
+    w.ip("s", "route add default via 192.0.2.254");
+    w.ip("s", "addr add 2001:db8:1::1/64 dev sh nodad");
+    w.ip("h", "addr add 2001:db8:1::2/64 dev e0 nodad");
+    w.ip("h", "-6 route add default via 2001:db8:1::1");
+    w.sysctl("s", "net.ipv6.conf.all.forwarding", "1");
+    nat(&mut w, "na", "ca", "198.51.100.7", "192.168.1", nat_a);
+    if let Some(kb) = nat_b {
+        w.add("nb");
+        w.add("cb");
+        w.link("i", "ib", "nb", "o");
+        w.link("nb", "in", "cb", "e0");
+        w.ip("i", "addr add 203.0.113.254/24 dev ib");
+        nat(&mut w, "nb", "cb", "203.0.113.7", "192.168.2", kb);
+    }
+    w
+}
+
+fn nat(w: &mut World, n: &str, c: &str, public: &str, lan: &str, kind: NatKind) {
+    w.ip(n, &format!("addr add {public}/24 dev o"));
+    let gw = format!("{}.254", public.rsplit_once('.').unwrap().0);
+    w.ip(n, &format!("route add default via {gw}"));
+    w.ip(n, &format!("addr add {lan}.1/24 dev in"));
+    w.sysctl(n, "net.ipv4.ip_forward", "1");
+    w.ip(c, &format!("addr add {lan}.2/24 dev e0"));
+    w.ip(c, &format!("route add default via {lan}.1"));
+    w.nft(n, &kind.ruleset(public, &format!("{lan}.2"), PORT));
+}
+
+fn v6gate_server_and_relay(w: &mut World) {
+    w.v6gate(
+        "s",
+        "srv",
+        "[teredo.server]\nprimary = \"192.0.2.10\"\nsecondary = \"192.0.2.11\"\n\
+         [teredo.relay]\nbind = \"192.0.2.20:3544\"\naddress = \"2001:db8:1::1\"\n",
+    );
+}
+
+fn miredo_client(w: &mut World, ns: &str, tag: &str) -> String {
+    w.miredo(
+        ns,
+        tag,
+        &format!("RelayType client\nInterfaceName teredo\nServerAddress {SERVER}\nServerAddress2 192.0.2.11\nBindPort {PORT}\n"),
+    );
+    w.wait_addr(ns, "teredo", "2001:0:", 30).unwrap_or_else(|| panic!("Miredo did not qualify: {}", w.log(tag)))
+}
+
+fn v6gate_client(w: &mut World, ns: &str, tag: &str, lan: &str) -> String {
+    w.v6gate(
+        ns,
+        tag,
+        &format!(
+            "[teredo.client]\nserver = \"{SERVER}\"\nserver2 = \"192.0.2.11\"\nbind = \"{lan}.2:{PORT}\"\n\
+             timeout = \"1s\"\nroutes = [\"::/0\"]\n"
+        ),
+    );
+    w.wait_addr(ns, "v6gate-teredo", "2001:0:", 30)
+        .unwrap_or_else(|| panic!("v6gate client did not qualify: {}", w.log(tag)))
+}
+
+/// Ping, UDP and TCP between client namespace `c` (address `ca`) and the
+/// native host, both directions.
+fn native_both_ways(w: &World, c: &str, ca: &str) {
+    assert!(w.ping_until(c, HOST, 20), "client -> native: no echo");
+    assert!(w.ping(c, HOST, 3), "client -> native ping");
+    assert!(w.ping(c, HOST, 3), "client -> native ping");
+    assert!(w.ping("h", ca, 3), "native -> client ping");
+    assert_eq!(w.udp_echo("h", c, HOST, 7001, 20, 1000), 20, "client -> native UDP");
+    assert_eq!(w.udp_echo(c, "h", ca, 7002, 20, 1000), 20, "native -> client UDP");
+    assert!(w.tcp_echo("h", c, HOST, 7003, 200_000), "client -> native TCP");
+    assert!(w.tcp_echo(c, "h", ca, 7004, 200_000), "native -> client TCP");
+}
+
+#[test]
+fn miredo_client_through_v6gate_server_and_relay_behind_each_nat() {
+    for kind in [NatKind::FullCone, NatKind::Restricted, NatKind::PortRestricted] {
+        let mut w = testbed(kind, None);
+        v6gate_server_and_relay(&mut w);
+        let ca = miredo_client(&mut w, "ca", "miredo");
+        native_both_ways(&w, "ca", &ca);
+        assert!(w.counter("srv", "teredo-server", "router_advertisements") >= 1, "{kind:?}");
+        assert!(w.counter("srv", "teredo-relay", "peers_trusted") >= 1, "{kind:?}");
+        assert!(w.counter("srv", "teredo-relay", "to_ipv6") >= 20, "{kind:?}");
+    }
+}
+
+#[test]
+fn v6gate_client_qualifies_against_miredo_server() {
+    let mut w = testbed(NatKind::PortRestricted, None);
+    w.miredo_server("s", "mserver", "ServerBindAddress 192.0.2.10\nServerBindAddress2 192.0.2.11\n");
+    w.v6gate("s", "relay", "[teredo.relay]\nbind = \"192.0.2.20:3544\"\naddress = \"2001:db8:1::1\"\n");
+    let ca = v6gate_client(&mut w, "ca", "client", "192.168.1");
+    let st = w.wait_status("client", |s| !s["teredo-client"]["nat"].is_null());
+    assert_eq!(st["teredo-client"]["nat"], "restricted", "{st}");
+    assert_eq!(st["teredo-client"]["mapping"], format!("198.51.100.7:{PORT}"));
+    native_both_ways(&w, "ca", &ca);
+    assert!(w.counter("client", "teredo-client", "pings_sent") >= 1);
+    assert!(w.counter("client", "teredo-client", "peers_trusted") >= 1);
+}
+
+#[test]
+fn miredo_and_v6gate_clients_behind_different_nats_reach_each_other() {
+    let mut w = testbed(NatKind::PortRestricted, Some(NatKind::Restricted));
+    v6gate_server_and_relay(&mut w);
+    let a = miredo_client(&mut w, "ca", "miredo");
+    let b = v6gate_client(&mut w, "cb", "client", "192.168.2");
+    assert!(w.ping_until("cb", &a, 20), "v6gate -> Miredo");
+    assert!(w.ping("cb", &a, 3));
+    assert!(w.ping("ca", &b, 3), "Miredo -> v6gate");
+    assert_eq!(w.udp_echo("ca", "cb", &a, 7011, 20, 1000), 20, "v6gate -> Miredo UDP");
+    assert_eq!(w.udp_echo("cb", "ca", &b, 7012, 20, 1000), 20, "Miredo -> v6gate UDP");
+    assert!(w.tcp_echo("ca", "cb", &a, 7013, 100_000), "v6gate -> Miredo TCP");
+    assert!(w.counter("client", "teredo-client", "bubbles_sent") >= 1);
+}
