@@ -149,3 +149,41 @@ fn miredo_and_v6gate_clients_behind_different_nats_reach_each_other() {
     assert!(w.tcp_echo("ca", "cb", &a, 7013, 100_000), "v6gate -> Miredo TCP");
     assert!(w.counter("client", "teredo-client", "bubbles_sent") >= 1);
 }
+
+/// RFC 6081 Symmetric NAT Support. Behind a symmetric NAT (a new port for
+/// every destination) the v6gate client qualifies and says so; its relay
+/// and its peers learn the mapping the NAT gave them from the bubbles that
+/// answer theirs. Miredo, as the peer behind the restricted NAT, drops
+/// those bubbles (their source embeds another port), so a Miredo peer
+/// cannot be reached from behind a symmetric NAT.
+#[test]
+fn symmetric_nat_what_v6gate_does_that_miredo_cannot() {
+    let mut w = testbed(NatKind::Symmetric, Some(NatKind::Restricted));
+    v6gate_server_and_relay(&mut w);
+    let a = v6gate_client(&mut w, "ca", "client", "192.168.1");
+    let st = w.wait_status("client", |s| !s["teredo-client"]["nat"].is_null());
+    assert_eq!(st["teredo-client"]["nat"], "symmetric", "{st}");
+    native_both_ways(&w, "ca", &a);
+    assert!(w.wait_counter("srv", "teredo-relay", "mappings_learnt", 5, |v| v >= 1) >= 1, "relay learnt the mapping");
+    // A v6gate peer behind the restricted NAT: both ways.
+    let b = v6gate_client(&mut w, "cb", "peer", "192.168.2");
+    assert!(
+        w.ping_until("ca", &b, 20),
+        "symmetric -> restricted\nA: {}\nB: {}",
+        w.status("client")["teredo-client"],
+        w.status("peer")["teredo-client"]
+    );
+    assert!(w.ping("ca", &b, 3));
+    assert!(w.ping("cb", &a, 3), "restricted -> symmetric");
+    assert_eq!(w.udp_echo("cb", "ca", &b, 7021, 20, 1000), 20);
+    assert!(w.wait_counter("peer", "teredo-client", "mappings_learnt", 5, |v| v >= 1) >= 1);
+    drop(w);
+
+    // The same with Miredo as the peer behind the restricted NAT: no way through.
+    let mut w = testbed(NatKind::Symmetric, Some(NatKind::Restricted));
+    v6gate_server_and_relay(&mut w);
+    let _a = v6gate_client(&mut w, "ca", "client", "192.168.1");
+    let b = miredo_client(&mut w, "cb", "miredo");
+    assert!(!w.ping_until("ca", &b, 12), "Miredo accepted a symmetric NAT's mapping after all");
+    assert!(w.counter("client", "teredo-client", "bubbles_sent") >= 2, "the v6gate client did try");
+}

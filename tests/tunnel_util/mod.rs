@@ -44,8 +44,12 @@ impl NatKind {
             NatKind::FullCone => format!(
                 "table ip nat {{\n chain pre {{\n  type nat hook prerouting priority -100;\n  iif \"o\" ip daddr {public} udp dport {port} dnat to {client}\n }}\n chain post {{\n  type nat hook postrouting priority 100;\n  oif \"o\" ip saddr {client} udp sport {port} snat to {public}\n  oif \"o\" masquerade\n }}\n}}\n"
             ),
+            // Unsolicited packets are dropped before conntrack sees them
+            // (priority raw): otherwise the first one, refused, leaves an
+            // entry that keeps refusing its flow after the client has
+            // opened the filter.
             NatKind::Restricted => format!(
-                "table ip nat {{\n set peers {{\n  type ipv4_addr\n  flags timeout\n  timeout 120s\n }}\n chain pre {{\n  type nat hook prerouting priority -100;\n  iif \"o\" ip daddr {public} udp dport {port} ip saddr @peers dnat to {client}\n }}\n chain post {{\n  type nat hook postrouting priority 100;\n  oif \"o\" ip saddr {client} udp sport {port} add @peers {{ ip daddr }}\n  oif \"o\" ip saddr {client} udp sport {port} snat to {public}\n  oif \"o\" masquerade\n }}\n}}\n"
+                "table ip nat {{\n set peers {{\n  type ipv4_addr\n  flags timeout\n  timeout 120s\n }}\n chain raw {{\n  type filter hook prerouting priority -300;\n  iif \"o\" ip daddr {public} udp dport {port} ip saddr != @peers drop\n }}\n chain pre {{\n  type nat hook prerouting priority -100;\n  iif \"o\" ip daddr {public} udp dport {port} ip saddr @peers dnat to {client}\n }}\n chain post {{\n  type nat hook postrouting priority 100;\n  oif \"o\" ip saddr {client} udp sport {port} add @peers {{ ip daddr }}\n  oif \"o\" ip saddr {client} udp sport {port} snat to {public}\n  oif \"o\" masquerade\n }}\n}}\n"
             ),
             NatKind::PortRestricted => {
                 "table ip nat {\n chain post {\n  type nat hook postrouting priority 100;\n  oif \"o\" masquerade\n }\n}\n".to_string()

@@ -688,9 +688,11 @@ impl Client {
                     && teredo::TeredoAddr::from_ipv6(&src).is_some_and(|t| t.mapped.ip() == from.ip()) =>
             {
                 // RFC 6081 Symmetric NAT Support: the peer's NAT gave it
-                // another port towards us; learn it.
+                // another port towards us; learn it, and answer there so
+                // the peer trusts us in turn.
                 self.stats.mappings_learnt += 1;
                 self.trust(src, from, now, ob);
+                self.bubble_to(from, src, false, ob);
                 true
             }
             Some((_, _, Some((id, seq, nonce)), _, _)) if !teredo_src => {
@@ -990,8 +992,12 @@ mod tests {
         teredo::bubble(a, ba, &mut inner).unwrap();
         let n = teredo::encap_udp_payload(None, Some(sa("198.51.100.7:50000")), &inner, &mut ind).unwrap();
         b.on_udp(sa("192.0.2.1:3544"), &ind[..n], 0, &mut ob);
+        ob.clear();
         b.on_udp(sa("198.51.100.7:50077"), &inner, 10, &mut ob);
         assert_eq!(b.stats.mappings_learnt, 1);
+        let (d, bb) = ob.iter().next().unwrap();
+        assert_eq!(d, Dest::Udp { sock: 0, to: sa("198.51.100.7:50077") }, "answered at the learnt mapping");
+        assert!(teredo::parse(bb).unwrap().is_bubble());
         ob.clear();
         b.on_v6(&v6(ba, a, proto::UDP, &[1; 8]), 20, &mut ob);
         assert_eq!(ob.iter().next().unwrap().0, Dest::Udp { sock: 0, to: sa("198.51.100.7:50077") });
