@@ -282,7 +282,13 @@ struct FileToml {
     teredo: Option<TeredoToml>,
 }
 
-fn tun_table(t: TunToml, table: &str, default_name: &str, default_mtu: u32, auto: &[IpPrefix]) -> Result<TunTable, String> {
+fn tun_table(
+    t: TunToml,
+    table: &str,
+    default_name: &str,
+    default_mtu: u32,
+    auto: &[IpPrefix],
+) -> Result<TunTable, String> {
     let name = t.tun.unwrap_or_else(|| default_name.to_string());
     if name.is_empty() || name.len() > 15 {
         return Err(format!("[{table}] tun: `{name}` must be 1-15 bytes (a Linux interface name)"));
@@ -355,7 +361,13 @@ impl TunnelConfig {
                 native_only_from_relay: t.native_only_from_relay,
                 outer: outer(t.ttl, "sixtofour")?,
             };
-            let tun = tun_table(TunToml { tun: t.tun, mtu: t.mtu, addresses: t.addresses, routes: t.routes }, "sixtofour", "v6gate-6to4", 1480, &[IpPrefix::V6(domain.prefix())])?;
+            let tun = tun_table(
+                TunToml { tun: t.tun, mtu: t.mtu, addresses: t.addresses, routes: t.routes },
+                "sixtofour",
+                "v6gate-6to4",
+                1480,
+                &[IpPrefix::V6(domain.prefix())],
+            )?;
             c.sixtofour = Some(Proto41Table { core, tun });
         }
         if let Some(t) = f.sixrd {
@@ -385,7 +397,13 @@ impl TunnelConfig {
                 native_only_from_relay: true,
                 outer: outer(t.ttl, "sixrd")?,
             };
-            let tun = tun_table(TunToml { tun: t.tun, mtu: t.mtu, addresses: t.addresses, routes: t.routes }, "sixrd", "v6gate-6rd", 1480, &[IpPrefix::V6(prefix)])?;
+            let tun = tun_table(
+                TunToml { tun: t.tun, mtu: t.mtu, addresses: t.addresses, routes: t.routes },
+                "sixrd",
+                "v6gate-6rd",
+                1480,
+                &[IpPrefix::V6(prefix)],
+            )?;
             c.sixrd = Some(Proto41Table { core, tun });
         }
         if let Some(t) = f.teredo {
@@ -393,7 +411,9 @@ impl TunnelConfig {
                 let secondary = s.secondary.unwrap_or(Ipv4Addr::from(u32::from(s.primary).wrapping_add(1)));
                 for (k, a) in [("primary", s.primary), ("secondary", secondary)] {
                     if !xlat::tunnel::teredo::is_global_v4(a) {
-                        return Err(format!("[teredo.server] {k}: {a} is not a global IPv4 address (clients refuse it)"));
+                        return Err(format!(
+                            "[teredo.server] {k}: {a} is not a global IPv4 address (clients refuse it)"
+                        ));
                     }
                 }
                 if secondary == s.primary {
@@ -426,8 +446,15 @@ impl TunnelConfig {
                 core.queue_bytes = r.queue_bytes.unwrap_or(core.queue_bytes);
                 core.trust_cone = r.trust_cone;
                 core.symmetric_nat = r.symmetric_nat;
-                let teredo = IpPrefix::V6(Prefix6::new(Ipv6Addr::from(u128::from(PREFIX_HI32) << 96), 32).expect("2001::/32"));
-                let mut tun = tun_table(TunToml { tun: r.tun, mtu: r.mtu, addresses: r.addresses, routes: r.routes }, "teredo.relay", "v6gate-trly", 1500, &[teredo])?;
+                let teredo =
+                    IpPrefix::V6(Prefix6::new(Ipv6Addr::from(u128::from(PREFIX_HI32) << 96), 32).expect("2001::/32"));
+                let mut tun = tun_table(
+                    TunToml { tun: r.tun, mtu: r.mtu, addresses: r.addresses, routes: r.routes },
+                    "teredo.relay",
+                    "v6gate-trly",
+                    1500,
+                    &[teredo],
+                )?;
                 if r.address.is_some() && !tun.addresses.iter().any(|(a, _)| *a == core::net::IpAddr::V6(address)) {
                     tun.addresses.push((core::net::IpAddr::V6(address), 128));
                 }
@@ -447,7 +474,13 @@ impl TunnelConfig {
                 core.hairpinning = cl.hairpinning;
                 core.random_flags = cl.random_flags;
                 core.max_peers = cl.max_peers.unwrap_or(core.max_peers).max(1);
-                let tun = tun_table(TunToml { tun: cl.tun, mtu: cl.mtu, addresses: cl.addresses, routes: cl.routes }, "teredo.client", "v6gate-teredo", 1280, &[])?;
+                let tun = tun_table(
+                    TunToml { tun: cl.tun, mtu: cl.mtu, addresses: cl.addresses, routes: cl.routes },
+                    "teredo.client",
+                    "v6gate-teredo",
+                    1280,
+                    &[],
+                )?;
                 c.teredo_client = Some(TeredoClientTable { core, bind, tun });
             }
         }

@@ -184,9 +184,12 @@ fn run_server(ctx: Ctx, mut core: Server, dev: Device, socks: [UdpSocket; 2]) {
             while let Ok(Some(_)) = dev.queue.recv(&mut buf) {}
         }
         core.tick(now);
-        publish(&ctx, &mut last, now, || {
-            serde_json::json!({ "counters": core.stats, "io": io, "clients_tracked": core.tracked_clients() })
-        });
+        publish(
+            &ctx,
+            &mut last,
+            now,
+            || serde_json::json!({ "counters": core.stats, "io": io, "clients_tracked": core.tracked_clients() }),
+        );
     }
 }
 
@@ -229,7 +232,12 @@ fn run_relay(ctx: Ctx, mut core: Relay, dev: Device, sock: UdpSocket) {
             }
         }
         core.tick(now);
-        publish(&ctx, &mut last, now, || serde_json::json!({ "counters": core.stats, "io": io, "peers": core.peers() }));
+        publish(
+            &ctx,
+            &mut last,
+            now,
+            || serde_json::json!({ "counters": core.stats, "io": io, "peers": core.peers() }),
+        );
     }
 }
 
@@ -332,14 +340,22 @@ impl Tunnels {
                 let raw = Raw41::open(core.local_v4).with_context(|| format!("[{name}]"))?;
                 let core = Proto41::new(core.clone());
                 let kind = if core.config().kind == Kind::SixToFour { "6to4" } else { "6rd" };
-                tracing::info!("{kind} {:?} on {} ({}), IPv4 {}", core.config().mode, dev.name, dev.index, core.config().local_v4);
+                tracing::info!(
+                    "{kind} {:?} on {} ({}), IPv4 {}",
+                    core.config().mode,
+                    dev.name,
+                    dev.index,
+                    core.config().local_v4
+                );
                 self.spawn(name, move |ctx| run_proto41(ctx, core, dev, raw))?;
             }
         }
         if let Some(TeredoServerTable { core, tun }) = &cfg.teredo_server {
             let dev = Device::open(tun).context("[teredo.server]")?;
-            let a = sys::udp(SocketAddrV4::new(core.primary, crate::teredo::TEREDO_PORT)).context("[teredo.server] primary")?;
-            let b = sys::udp(SocketAddrV4::new(core.secondary, crate::teredo::TEREDO_PORT)).context("[teredo.server] secondary")?;
+            let a = sys::udp(SocketAddrV4::new(core.primary, crate::teredo::TEREDO_PORT))
+                .context("[teredo.server] primary")?;
+            let b = sys::udp(SocketAddrV4::new(core.secondary, crate::teredo::TEREDO_PORT))
+                .context("[teredo.server] secondary")?;
             let server = Server::new(core.clone());
             tracing::info!("teredo server on {}:3544 and {}:3544", core.primary, core.secondary);
             self.spawn("teredo-server", move |ctx| run_server(ctx, server, dev, [a, b]))?;
@@ -355,7 +371,11 @@ impl Tunnels {
             let dev = Device::open(tun).context("[teredo.client]")?;
             let s = sys::udp(*bind).context("[teredo.client] bind")?;
             let port = s.local_addr().map(|a| a.port()).unwrap_or(bind.port());
-            let ip = if bind.ip().is_unspecified() { sys::source_towards(core.server).unwrap_or(*bind.ip()) } else { *bind.ip() };
+            let ip = if bind.ip().is_unspecified() {
+                sys::source_towards(core.server).unwrap_or(*bind.ip())
+            } else {
+                *bind.ip()
+            };
             let mut c = core.clone();
             c.local = SocketAddrV4::new(ip, port);
             let client = Client::new(c, Rng::from_os());

@@ -77,7 +77,13 @@ pub fn udp_recv(s: &UdpSocket, buf: &mut [u8]) -> io::Result<Option<(usize, Sock
             Ok((n, core::net::SocketAddr::V4(a))) => Ok(Some((n, a))),
             Ok(_) => continue,
             Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => Ok(None),
-            Err(e) if e.raw_os_error().is_some_and(|c| c == nix::libc::ECONNREFUSED || c == nix::libc::EHOSTUNREACH || c == nix::libc::ENETUNREACH) => continue,
+            Err(e)
+                if e.raw_os_error().is_some_and(|c| {
+                    c == nix::libc::ECONNREFUSED || c == nix::libc::EHOSTUNREACH || c == nix::libc::ENETUNREACH
+                }) =>
+            {
+                continue
+            }
             Err(e) => Err(e),
         };
     }
@@ -113,7 +119,8 @@ impl Device {
         let mut nl = Netlink::open().context("opening route netlink")?;
         nl.link_up(index, t.mtu, 1000).with_context(|| format!("bringing {} up", t.name))?;
         for &(addr, len) in &t.addresses {
-            nl.add_address(index, IfAddr { addr, len }).with_context(|| format!("adding {addr}/{len} to {}", t.name))?;
+            nl.add_address(index, IfAddr { addr, len })
+                .with_context(|| format!("adding {addr}/{len} to {}", t.name))?;
         }
         for r in &t.routes {
             nl.add_route(index, *r).with_context(|| format!("routing {r} into {}", t.name))?;

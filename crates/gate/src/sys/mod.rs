@@ -6,4 +6,3 @@
 
 pub use netsys::{netlink, tun};
 pub mod uring;
-
