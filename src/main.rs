@@ -85,6 +85,11 @@ enum BenchCmd {
     /// (v6gate and rtpengine), set up by the ng protocol; loss and latency
     /// against calls, maximum zero-loss calls; JSON, Markdown and SVG.
     Trgw(Box<bench::trgw::Args>),
+    /// Tunnels: the Teredo relay's added latency for 64/512/1280-byte
+    /// packets each way and its zero-loss throughput, v6gate against Miredo
+    /// (the mobility paper's Table I), and the RTP one-way delay through
+    /// 6to4 and Teredo (the SIP-over-IPv6 paper); JSON, Markdown and SVG.
+    Tunnel(Box<bench::tunnel::Args>),
 }
 
 #[derive(Debug, Args)]
@@ -161,6 +166,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Cmd::Bench(BenchCmd::Trgw(a)) => {
             bench::trgw::run(*a)?;
+        }
+        Cmd::Bench(BenchCmd::Tunnel(a)) => {
+            bench::tunnel::run(&a)?;
         }
         Cmd::Config(ConfigCmd::Check { config }) => match Config::load(&config) {
             Ok(c) => {
