@@ -16,9 +16,10 @@ use gate::offline;
 /// IPv4/IPv6 transition gateway: the offline RFC 7915 translator
 /// (`translate`), the daemon (`run`, `ctl`) with SIIT, stateful NAT64 /
 /// NAT-PT, DNS64 and the IMS TrGW media relay (rtpengine ng and rtpproxy
-/// control), the network-namespace lab (`lab`) and benchmarks against
-/// TAYGA, rtpengine and kernel forwarding (`bench`). Tunnels and the
-/// IMS-ALG come in later versions.
+/// control), the tunnels (`tunnel`: 6to4, 6rd, Teredo server, relay and
+/// client), the network-namespace lab (`lab`) and benchmarks against
+/// TAYGA, rtpengine, Miredo and kernel forwarding (`bench`). The IMS-ALG
+/// comes in a later version.
 #[derive(Debug, Parser)]
 #[command(name = "v6gate", version, propagate_version = true)]
 struct Cli {

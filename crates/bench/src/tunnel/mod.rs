@@ -362,7 +362,12 @@ fn hist_of(samples: &[u64]) -> Latency {
 
 /// One packet in flight at a time: `send(seq, ts)` sends; `recv()` returns
 /// a stamp when one arrives within 100 ms.
-fn ping_pong(n: u32, mut send: impl FnMut(u32, u64) -> Result<()>, mut recv: impl FnMut() -> Option<(u32, u64)>, keepalive: impl Fn()) -> Result<(Vec<u64>, u64)> {
+fn ping_pong(
+    n: u32,
+    mut send: impl FnMut(u32, u64) -> Result<()>,
+    mut recv: impl FnMut() -> Option<(u32, u64)>,
+    keepalive: impl Fn(),
+) -> Result<(Vec<u64>, u64)> {
     let mut samples = Vec::with_capacity(n as usize);
     let mut lost = 0;
     for seq in 0..n {
@@ -561,7 +566,14 @@ fn rtp(bed: &Bed, dut: Dut, n: u32) -> Result<Rtp> {
     let mean = samples.iter().sum::<u64>() / samples.len().max(1) as u64;
     let var = samples.iter().map(|s| (*s as f64 - mean as f64).powi(2)).sum::<f64>() / samples.len().max(1) as f64;
     let lat = hist_of(&samples);
-    Ok(Rtp { received: samples.len() as u64, sent, mean_ns: mean, median_ns: lat.p50_ns, std_ns: var.sqrt() as u64, latency: lat })
+    Ok(Rtp {
+        received: samples.len() as u64,
+        sent,
+        mean_ns: mean,
+        median_ns: lat.p50_ns,
+        std_ns: var.sqrt() as u64,
+        latency: lat,
+    })
 }
 
 fn machine() -> String {
@@ -588,11 +600,16 @@ pub fn run(args: &Args) -> Result<Report> {
     for (i, dut) in [Dut::V6gate, Dut::Miredo, Dut::V6gate6to4].into_iter().enumerate() {
         let version = match dut {
             Dut::Miredo => miredo.as_deref().and_then(|b| {
-                Command::new(b).arg("-V").output().ok().map(|o| String::from_utf8_lossy(&o.stdout).lines().next().unwrap_or("").to_string())
+                Command::new(b)
+                    .arg("-V")
+                    .output()
+                    .ok()
+                    .map(|o| String::from_utf8_lossy(&o.stdout).lines().next().unwrap_or("").to_string())
             }),
             _ => peers::version(&v6gate),
         };
-        let mut r = DeviceResult { dut, version, cells: vec![], zero_loss_pps: None, trials: vec![], rtp: None, error: None };
+        let mut r =
+            DeviceResult { dut, version, cells: vec![], zero_loss_pps: None, trials: vec![], rtp: None, error: None };
         if dut == Dut::Miredo && miredo.is_none() {
             r.error = Some(format!("{} not installed: row skipped", args.miredo_bin.display()));
             eprintln!("  {}: skipped (not installed)", dut.label());
@@ -639,7 +656,12 @@ fn plot(r: &Report) -> LinePlot {
         for dir in ["v6v4", "v4v6"] {
             series.push(Series {
                 name: format!("{} {dir}", d.dut.label()),
-                points: d.cells.iter().filter(|c| c.direction == dir).map(|c| (c.size as f64, c.added_p50_ns as f64 / 1e3)).collect(),
+                points: d
+                    .cells
+                    .iter()
+                    .filter(|c| c.direction == dir)
+                    .map(|c| (c.size as f64, c.added_p50_ns as f64 / 1e3))
+                    .collect(),
             });
         }
     }
@@ -653,8 +675,15 @@ fn plot(r: &Report) -> LinePlot {
 
 /// The Markdown tables: Table I, the zero-loss rates, the RTP rows.
 pub fn markdown(r: &Report) -> String {
-    let mut s = format!("# v6gate bench tunnel\n\n{}{}\n\n", r.machine, if r.quick { ", --quick (functional run, not figures)" } else { "" });
-    s.push_str(&format!("## Teredo relay added latency (the mobility paper's Table I), {} samples a cell\n\n", r.packets));
+    let mut s = format!(
+        "# v6gate bench tunnel\n\n{}{}\n\n",
+        r.machine,
+        if r.quick { ", --quick (functional run, not figures)" } else { "" }
+    );
+    s.push_str(&format!(
+        "## Teredo relay added latency (the mobility paper's Table I), {} samples a cell\n\n",
+        r.packets
+    ));
     let mut rows = Vec::new();
     for d in &r.devices {
         for c in &d.cells {
@@ -688,7 +717,13 @@ pub fn markdown(r: &Report) -> String {
         .devices
         .iter()
         .filter(|d| d.dut != Dut::V6gate6to4)
-        .map(|d| vec![d.dut.label().into(), d.zero_loss_pps.map_or("-".into(), |p| format!("{p:.0}")), d.error.clone().unwrap_or_default()])
+        .map(|d| {
+            vec![
+                d.dut.label().into(),
+                d.zero_loss_pps.map_or("-".into(), |p| format!("{p:.0}")),
+                d.error.clone().unwrap_or_default(),
+            ]
+        })
         .collect();
     s.push_str(&markdown_table(&[("relay", Align::Left), ("packets/s", Align::Right), ("note", Align::Left)], &rows));
     s.push_str("\n## RTP one-way delay through the tunnel (the SIP-over-IPv6 paper's Table I rows)\n\n");
@@ -708,7 +743,13 @@ pub fn markdown(r: &Report) -> String {
         })
         .collect();
     s.push_str(&markdown_table(
-        &[("tunnel", Align::Left), ("mean (ms)", Align::Right), ("median (ms)", Align::Right), ("std (ms)", Align::Right), ("received", Align::Right)],
+        &[
+            ("tunnel", Align::Left),
+            ("mean (ms)", Align::Right),
+            ("median (ms)", Align::Right),
+            ("std (ms)", Align::Right),
+            ("received", Align::Right),
+        ],
         &rows,
     ));
     s
