@@ -145,7 +145,7 @@ pub struct DeviceResult {
     /// Highest rate without loss, IPv4 to IPv6, 512-byte packets (packets/s).
     pub zero_loss_pps: Option<f64>,
     /// Every search trial: (rate, passed, received/sent).
-    pub trials: Vec<(f64, bool, u64, u64)>,
+    pub trials: Vec<Trial>,
     /// RTP one-way delay through the tunnel.
     pub rtp: Option<Rtp>,
     /// Why the device was skipped or failed.
@@ -369,10 +369,11 @@ fn ping_pong(
     keepalive: impl Fn(),
 ) -> Result<(Vec<u64>, u64)> {
     let mut samples = Vec::with_capacity(n as usize);
-    let mut lost = 0;
+    let (mut lost, mut next_keepalive) = (0, 0);
     for seq in 0..n {
-        if seq % 500 == 0 {
+        if seq == next_keepalive {
             keepalive();
+            next_keepalive += 500;
         }
         send(seq, now_ns())?;
         let deadline = now_ns() + 100_000_000;
@@ -474,7 +475,10 @@ fn cell(size: usize, direction: &'static str, relay: &[u64], direct: &[u64], los
 }
 
 /// Zero-loss search, IPv4 to IPv6, 512-byte packets, from the tester's client.
-fn throughput(bed: &Bed, secs: f64, search: Search) -> Result<(Option<f64>, Vec<(f64, bool, u64, u64)>)> {
+/// One zero-loss trial: rate, passed, received, sent.
+pub type Trial = (f64, bool, u64, u64);
+
+fn throughput(bed: &Bed, secs: f64, search: Search) -> Result<(Option<f64>, Vec<Trial>)> {
     let client = Client::open(&bed.c)?;
     let host6 = udp_in(&bed.h, SocketAddr::new(HOST6.into(), HOST_PORT + 1))?;
     host6.set_read_timeout(Some(Duration::from_millis(20)))?;
@@ -548,10 +552,11 @@ fn rtp(bed: &Bed, dut: Dut, n: u32) -> Result<Rtp> {
             let client = Client::open(&bed.c)?;
             client.trust(&host6)?;
             let t = teredo_addr();
-            let mut i = 0u32;
+            let (mut i, mut next_keepalive) = (0u32, 0u32);
             while pacer.wait().is_some() {
-                if i % 100 == 0 {
+                if i == next_keepalive {
                     client.bubble();
+                    next_keepalive += 100;
                 }
                 client.sock.send_to(&v6_udp(t, HOST6, size, i, now_ns()), client.relay)?;
                 pacer.advance(1);
