@@ -29,6 +29,8 @@ pub mod run;
 pub mod sys;
 pub mod table;
 pub mod teredo;
+#[cfg(test)]
+mod testutil;
 
 pub use config::TunnelConfig;
 pub use outbox::{Dest, Outbox};

@@ -98,6 +98,30 @@ fn send_all(ob: &mut Outbox, dev: &Device, raw: Option<&Raw41>, udp: &[&UdpSocke
     ob.clear();
 }
 
+/// Read up to [`BATCH`] packets with `recv` and hand each to `each`
+/// (which feeds the core and sends what it queued).
+fn drain<T>(
+    buf: &mut [u8],
+    io: &mut IoStats,
+    mut recv: impl FnMut(&mut [u8]) -> std::io::Result<Option<(usize, T)>>,
+    mut each: impl FnMut(&[u8], T, &mut IoStats),
+) {
+    for _ in 0..BATCH {
+        match recv(buf) {
+            Ok(Some((n, t))) => each(&buf[..n], t, io),
+            Ok(None) => break,
+            Err(_) => {
+                io.recv_errors += 1;
+                break;
+            }
+        }
+    }
+}
+
+fn tun_recv(dev: &Device) -> impl FnMut(&mut [u8]) -> std::io::Result<Option<(usize, ())>> + '_ {
+    |b| dev.queue.recv(b).map(|o| o.map(|n| (n, ())))
+}
+
 fn publish(ctx: &Ctx, last: &mut u64, now: u64, f: impl FnOnce() -> serde_json::Value) {
     if now >= *last + STATUS_MS {
         *last = now;
@@ -119,30 +143,21 @@ fn run_proto41(ctx: Ctx, mut core: Proto41, dev: Device, raw: Raw41) {
             break;
         }
         if ready[0] {
-            for _ in 0..BATCH {
-                match dev.queue.recv(&mut buf) {
-                    Ok(Some(n)) => core.from_v6(&buf[..n], &mut ob),
-                    Ok(None) => break,
-                    Err(_) => {
-                        io.recv_errors += 1;
-                        break;
-                    }
-                }
-                send_all(&mut ob, &dev, Some(&raw), &[], &mut io);
-            }
+            drain(&mut buf, &mut io, tun_recv(&dev), |p, (), io| {
+                core.from_v6(p, &mut ob);
+                send_all(&mut ob, &dev, Some(&raw), &[], io);
+            });
         }
         if ready[1] {
-            for _ in 0..BATCH {
-                match raw.recv(&mut buf) {
-                    Ok(Some(n)) => core.from_v4(&buf[..n], &mut ob),
-                    Ok(None) => break,
-                    Err(_) => {
-                        io.recv_errors += 1;
-                        break;
-                    }
-                }
-                send_all(&mut ob, &dev, Some(&raw), &[], &mut io);
-            }
+            drain(
+                &mut buf,
+                &mut io,
+                |b| raw.recv(b).map(|o| o.map(|n| (n, ()))),
+                |p, (), io| {
+                    core.from_v4(p, &mut ob);
+                    send_all(&mut ob, &dev, Some(&raw), &[], io);
+                },
+            );
         }
         let now = ctx.now();
         publish(&ctx, &mut last, now, || serde_json::json!({ "counters": core.stats, "io": io }));
@@ -167,17 +182,15 @@ fn run_server(ctx: Ctx, mut core: Server, dev: Device, socks: [UdpSocket; 2]) {
             if !ready[i] {
                 continue;
             }
-            for _ in 0..BATCH {
-                match sys::udp_recv(s, &mut buf) {
-                    Ok(Some((n, from))) => core.on_udp(i as u8, from, &buf[..n], now, &mut ob),
-                    Ok(None) => break,
-                    Err(_) => {
-                        io.recv_errors += 1;
-                        break;
-                    }
-                }
-                send_all(&mut ob, &dev, None, &refs, &mut io);
-            }
+            drain(
+                &mut buf,
+                &mut io,
+                |b| sys::udp_recv(s, b),
+                |p, from, io| {
+                    core.on_udp(i as u8, from, p, now, &mut ob);
+                    send_all(&mut ob, &dev, None, &refs, io);
+                },
+            );
         }
         if ready[2] {
             // Nothing is routed into the server's device; drain whatever the kernel sends.
@@ -206,30 +219,21 @@ fn run_relay(ctx: Ctx, mut core: Relay, dev: Device, sock: UdpSocket) {
         }
         let now = ctx.now();
         if ready[0] {
-            for _ in 0..BATCH {
-                match dev.queue.recv(&mut buf) {
-                    Ok(Some(n)) => core.on_v6(&buf[..n], now, &mut ob),
-                    Ok(None) => break,
-                    Err(_) => {
-                        io.recv_errors += 1;
-                        break;
-                    }
-                }
-                send_all(&mut ob, &dev, None, &[&sock], &mut io);
-            }
+            drain(&mut buf, &mut io, tun_recv(&dev), |p, (), io| {
+                core.on_v6(p, now, &mut ob);
+                send_all(&mut ob, &dev, None, &[&sock], io);
+            });
         }
         if ready[1] {
-            for _ in 0..BATCH {
-                match sys::udp_recv(&sock, &mut buf) {
-                    Ok(Some((n, from))) => core.on_udp(from, &buf[..n], now, &mut ob),
-                    Ok(None) => break,
-                    Err(_) => {
-                        io.recv_errors += 1;
-                        break;
-                    }
-                }
-                send_all(&mut ob, &dev, None, &[&sock], &mut io);
-            }
+            drain(
+                &mut buf,
+                &mut io,
+                |b| sys::udp_recv(&sock, b),
+                |p, from, io| {
+                    core.on_udp(from, p, now, &mut ob);
+                    send_all(&mut ob, &dev, None, &[&sock], io);
+                },
+            );
         }
         core.tick(now);
         publish(
@@ -258,30 +262,21 @@ fn run_client(ctx: Ctx, mut core: Client, dev: Device, sock: UdpSocket) {
         }
         let now = ctx.now();
         if ready[1] {
-            for _ in 0..BATCH {
-                match sys::udp_recv(&sock, &mut buf) {
-                    Ok(Some((n, from))) => core.on_udp(from, &buf[..n], now, &mut ob),
-                    Ok(None) => break,
-                    Err(_) => {
-                        io.recv_errors += 1;
-                        break;
-                    }
-                }
-                send_all(&mut ob, &dev, None, &[&sock], &mut io);
-            }
+            drain(
+                &mut buf,
+                &mut io,
+                |b| sys::udp_recv(&sock, b),
+                |p, from, io| {
+                    core.on_udp(from, p, now, &mut ob);
+                    send_all(&mut ob, &dev, None, &[&sock], io);
+                },
+            );
         }
         if ready[0] {
-            for _ in 0..BATCH {
-                match dev.queue.recv(&mut buf) {
-                    Ok(Some(n)) => core.on_v6(&buf[..n], now, &mut ob),
-                    Ok(None) => break,
-                    Err(_) => {
-                        io.recv_errors += 1;
-                        break;
-                    }
-                }
-                send_all(&mut ob, &dev, None, &[&sock], &mut io);
-            }
+            drain(&mut buf, &mut io, tun_recv(&dev), |p, (), io| {
+                core.on_v6(p, now, &mut ob);
+                send_all(&mut ob, &dev, None, &[&sock], io);
+            });
         }
         core.tick(now, &mut ob);
         send_all(&mut ob, &dev, None, &[&sock], &mut io);

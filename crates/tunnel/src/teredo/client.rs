@@ -738,35 +738,11 @@ impl Client {
 mod tests {
     use super::super::server::{Server, ServerConfig};
     use super::*;
-    use xlat::wire::ipv6::Ipv6Header;
+    use crate::testutil::*;
     use xlat::wire::proto;
 
     const SRV: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
     const SRV2: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 2);
-
-    fn sa(s: &str) -> SocketAddrV4 {
-        s.parse().unwrap()
-    }
-
-    fn a6(s: &str) -> Ipv6Addr {
-        s.parse().unwrap()
-    }
-
-    fn v6(src: Ipv6Addr, dst: Ipv6Addr, nh: u8, payload: &[u8]) -> Vec<u8> {
-        let mut b = vec![0u8; 40];
-        Ipv6Header {
-            traffic_class: 0,
-            flow_label: 0,
-            payload_len: payload.len() as u16,
-            next_header: nh,
-            hop_limit: 64,
-            src,
-            dst,
-        }
-        .emit(&mut b);
-        b.extend_from_slice(payload);
-        b
-    }
 
     /// A NAT in the test: how the server sees the client towards each server address.
     #[derive(Clone, Copy)]

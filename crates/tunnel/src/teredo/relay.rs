@@ -368,36 +368,12 @@ impl Relay {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testutil::*;
     use core::net::Ipv4Addr;
     use xlat::tunnel::teredo::FLAG_CONE;
-    use xlat::wire::ipv6::Ipv6Header;
     use xlat::wire::proto;
 
     const SERVER: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
-
-    fn sa(s: &str) -> SocketAddrV4 {
-        s.parse().unwrap()
-    }
-
-    fn a6(s: &str) -> Ipv6Addr {
-        s.parse().unwrap()
-    }
-
-    fn v6(src: Ipv6Addr, dst: Ipv6Addr, nh: u8, payload: &[u8]) -> Vec<u8> {
-        let mut b = vec![0u8; 40];
-        Ipv6Header {
-            traffic_class: 0,
-            flow_label: 0,
-            payload_len: payload.len() as u16,
-            next_header: nh,
-            hop_limit: 64,
-            src,
-            dst,
-        }
-        .emit(&mut b);
-        b.extend_from_slice(payload);
-        b
-    }
 
     fn client(mapped: &str, flags: u16) -> Ipv6Addr {
         TeredoAddr { server: SERVER, flags, mapped: sa(mapped) }.to_ipv6()

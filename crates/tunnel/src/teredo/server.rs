@@ -278,16 +278,13 @@ impl Server {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testutil::*;
     use xlat::tunnel::teredo::FLAG_CONE;
     use xlat::tunnel::teredo_msg::{RS_SRC_CONE, RS_SRC_RESTRICTED};
-    use xlat::wire::ipv6::{Ipv6Header, Ipv6Packet};
+    use xlat::wire::ipv6::Ipv6Packet;
 
     const P: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
     const S: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 2);
-
-    fn sa(s: &str) -> SocketAddrV4 {
-        s.parse().unwrap()
-    }
 
     fn server() -> Server {
         Server::new(ServerConfig::new(P, S))
@@ -297,22 +294,6 @@ mod tests {
         let mut b = [0u8; 128];
         let n = teredo_msg::router_solicitation(cone, [7; 8], &mut b).unwrap();
         b[..n].to_vec()
-    }
-
-    fn v6(src: Ipv6Addr, dst: Ipv6Addr, nh: u8, payload: &[u8]) -> Vec<u8> {
-        let mut b = vec![0u8; 40];
-        Ipv6Header {
-            traffic_class: 0,
-            flow_label: 0,
-            payload_len: payload.len() as u16,
-            next_header: nh,
-            hop_limit: 64,
-            src,
-            dst,
-        }
-        .emit(&mut b);
-        b.extend_from_slice(payload);
-        b
     }
 
     fn client_addr(mapped: &str) -> Ipv6Addr {
