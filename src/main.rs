@@ -268,12 +268,14 @@ fn run_tunnel(a: &tunnel::cli::Args) -> anyhow::Result<()> {
     let cfg = tunnel::cli::load(a)?;
     let mut t = tunnel::Tunnels::start(&cfg)?;
     tracing::info!("tunnels running: {}", t.functions().join(", "));
-    loop {
+    for tick in 0u64.. {
         if let Some(sig) = signals.pending().next() {
             tracing::info!(signal = sig, "stopping");
             break;
         }
-        tunnel::cli::write_status(a, &t);
+        if tick % 5 == 0 {
+            tunnel::cli::write_status(a, &t);
+        }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     t.stop();
