@@ -77,7 +77,7 @@ fn sixtofour_sites_reach_each_other_and_native_ipv6_through_the_relay() {
     w.v6gate("r", "r", "[sixtofour]\nmode = \"relay\"\naddress = \"203.0.113.1\"\n");
     both_ways(&w, "a", "2002:c000:201::1", "b", "2002:c633:6402::1", 7100);
     both_ways(&w, "a", "2002:c000:201::1", "h", HOST, 7110);
-    assert!(w.counter("a", "sixtofour", "encapsulated") >= 40);
+    assert!(w.wait_counter("a", "sixtofour", "encapsulated", 5, |v| v >= 40) >= 40);
     assert!(w.wait_counter("r", "sixtofour", "decapsulated", 3, |v| v >= 20) >= 20);
 
     // Spoofed: B claims to be site A (inner source 2002:c000:201::9 from 198.51.100.2).

@@ -115,9 +115,11 @@ fn miredo_client_through_v6gate_server_and_relay_behind_each_nat() {
         v6gate_server_and_relay(&mut w);
         let ca = miredo_client(&mut w, "ca", "miredo");
         native_both_ways(&w, "ca", &ca);
-        assert!(w.counter("srv", "teredo-server", "router_advertisements") >= 1, "{kind:?}");
-        assert!(w.counter("srv", "teredo-relay", "peers_trusted") >= 1, "{kind:?}");
-        assert!(w.counter("srv", "teredo-relay", "to_ipv6") >= 20, "{kind:?}");
+        // The status file is rewritten every half second: wait for the
+        // counters to catch up with the traffic just sent.
+        assert!(w.wait_counter("srv", "teredo-server", "router_advertisements", 5, |v| v >= 1) >= 1, "{kind:?}");
+        assert!(w.wait_counter("srv", "teredo-relay", "peers_trusted", 5, |v| v >= 1) >= 1, "{kind:?}");
+        assert!(w.wait_counter("srv", "teredo-relay", "to_ipv6", 5, |v| v >= 20) >= 20, "{kind:?} {}", w.status("srv"));
     }
 }
 
@@ -131,8 +133,8 @@ fn v6gate_client_qualifies_against_miredo_server() {
     assert_eq!(st["teredo-client"]["nat"], "restricted", "{st}");
     assert_eq!(st["teredo-client"]["mapping"], format!("198.51.100.7:{PORT}"));
     native_both_ways(&w, "ca", &ca);
-    assert!(w.counter("client", "teredo-client", "pings_sent") >= 1);
-    assert!(w.counter("client", "teredo-client", "peers_trusted") >= 1);
+    assert!(w.wait_counter("client", "teredo-client", "pings_sent", 5, |v| v >= 1) >= 1);
+    assert!(w.wait_counter("client", "teredo-client", "peers_trusted", 5, |v| v >= 1) >= 1);
 }
 
 #[test]
@@ -147,7 +149,7 @@ fn miredo_and_v6gate_clients_behind_different_nats_reach_each_other() {
     assert_eq!(w.udp_echo("ca", "cb", &a, 7011, 20, 1000), 20, "v6gate -> Miredo UDP");
     assert_eq!(w.udp_echo("cb", "ca", &b, 7012, 20, 1000), 20, "Miredo -> v6gate UDP");
     assert!(w.tcp_echo("ca", "cb", &a, 7013, 100_000), "v6gate -> Miredo TCP");
-    assert!(w.counter("client", "teredo-client", "bubbles_sent") >= 1);
+    assert!(w.wait_counter("client", "teredo-client", "bubbles_sent", 5, |v| v >= 1) >= 1);
 }
 
 /// RFC 6081 Symmetric NAT Support. Behind a symmetric NAT (a new port for
@@ -185,5 +187,5 @@ fn symmetric_nat_what_v6gate_does_that_miredo_cannot() {
     let _a = v6gate_client(&mut w, "ca", "client", "192.168.1");
     let b = miredo_client(&mut w, "cb", "miredo");
     assert!(!w.ping_until("ca", &b, 12), "Miredo accepted a symmetric NAT's mapping after all");
-    assert!(w.counter("client", "teredo-client", "bubbles_sent") >= 2, "the v6gate client did try");
+    assert!(w.wait_counter("client", "teredo-client", "bubbles_sent", 5, |v| v >= 2) >= 2, "the v6gate client did try");
 }
