@@ -22,7 +22,7 @@ demo: deps build
 test: deps
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
-	$(CARGO) test --workspace
+	$(CARGO) test --workspace --no-fail-fast
 	@scripts/fuzz-smoke.sh
 
 bench:
