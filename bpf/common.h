@@ -97,6 +97,10 @@ struct {
 struct v6g_scratch {
 	struct v6g_fib_key k;
 	struct v6g_fib v;
+	union {
+		struct v6g_lpm4 r4;
+		struct v6g_lpm6 r6;
+	};
 };
 
 struct {
@@ -105,6 +109,32 @@ struct {
 	__type(key, __u32);
 	__type(value, struct v6g_scratch);
 } scratch SEC(".maps");
+
+/* Routes and next hops the slow path resolved (Katran/Cilium style: the
+ * daemon owns policy and keeps these fresh from netlink route and
+ * neighbour events); a miss takes bpf_fib_lookup. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 1024);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct v6g_lpm4);
+	__type(value, __u32);
+} routes4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 1024);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct v6g_lpm6);
+	__type(value, __u32);
+} routes6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 256);
+	__type(key, __u32);
+	__type(value, struct v6g_nexthop);
+} nexthops SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);
@@ -298,6 +328,49 @@ struct egress {
  * for that long (per CPU, LRU): bpf_fib_lookup is most of the fast path's
  * cost. A packet larger than any the cached lookup accepted is looked up
  * again (the MTU check); a miss or a failure is never cached. */
+/* The slow path's route for the packet-to-be, when it mirrored one: a
+ * longest-prefix match in routes4/routes6, then the next hop. Returns 1
+ * (eg filled), 0 (no route here: ask the FIB) or PASS(reason). */
+V6G_INLINE __u32 route_table(const struct v6g_config *c, __u32 in, const struct bpf_fib_lookup *fib,
+			     struct egress *eg)
+{
+	const struct v6g_nexthop *nh;
+	struct v6g_scratch *sc;
+	__u32 *id, zero = 0;
+
+	/* The trie keys live in the per-CPU scratch entry: the stack is full. */
+	if (fib->family == AF_INET) {
+		if (!(c->route_flags & V6G_ROUTES4))
+			return 0;
+		sc = bpf_map_lookup_elem(&scratch, &zero);
+		if (!sc)
+			return 0;
+		sc->r4.prefixlen = 32;
+		__builtin_memcpy(sc->r4.addr, &fib->ipv4_dst, 4);
+		id = bpf_map_lookup_elem(&routes4, &sc->r4);
+	} else {
+		if (!(c->route_flags & V6G_ROUTES6))
+			return 0;
+		sc = bpf_map_lookup_elem(&scratch, &zero);
+		if (!sc)
+			return 0;
+		sc->r6.prefixlen = 128;
+		__builtin_memcpy(sc->r6.addr, fib->ipv6_dst, 16);
+		id = bpf_map_lookup_elem(&routes6, &sc->r6);
+	}
+	if (!id)
+		return 0;
+	nh = bpf_map_lookup_elem(&nexthops, id);
+	if (!nh || !nh->ifindex)
+		return 0;
+	if (fib->tot_len > nh->mtu)
+		return PASS(V6G_P_TOO_BIG);
+	__builtin_memcpy(eg->dmac, nh->dmac, ETH_ALEN);
+	__builtin_memcpy(eg->smac, nh->smac, ETH_ALEN);
+	eg->ifindex = nh->ifindex == in ? 0 : nh->ifindex;
+	return 1;
+}
+
 V6G_INLINE __u32 route(struct xdp_md *ctx, struct bpf_fib_lookup *fib, struct egress *eg)
 {
 	const struct v6g_config *c = get_config();
@@ -308,27 +381,34 @@ V6G_INLINE __u32 route(struct xdp_md *ctx, struct bpf_fib_lookup *fib, struct eg
 	long rc;
 
 	fib->ifindex = in;
+	if (c) {
+		rc = route_table(c, in, fib, eg);
+		if (rc == 1)
+			return 0; /* egress checked when the next hop was mirrored */
+		if (rc)
+			return rc;
+	}
 	if (cache_ms)
 		sc = bpf_map_lookup_elem(&scratch, &zero);
 	if (sc) {
+		/* Built in place: the stack is full. */
 		struct v6g_fib_key *kp = &sc->k;
-		struct v6g_fib_key k = {};
 
-		k.ifindex = in;
-		k.family = fib->family;
-		k.proto = fib->l4_protocol;
-		k.sport_be = fib->sport;
-		k.dport_be = fib->dport;
+		__builtin_memset(kp, 0, sizeof(*kp));
+		kp->ifindex = in;
+		kp->family = fib->family;
+		kp->proto = fib->l4_protocol;
+		kp->sport_be = fib->sport;
+		kp->dport_be = fib->dport;
 		if (fib->family == AF_INET) {
-			k.tos = fib->tos;
-			__builtin_memcpy(k.src, &fib->ipv4_src, 4);
-			__builtin_memcpy(k.dst, &fib->ipv4_dst, 4);
+			kp->tos = fib->tos;
+			__builtin_memcpy(kp->src, &fib->ipv4_src, 4);
+			__builtin_memcpy(kp->dst, &fib->ipv4_dst, 4);
 		} else {
-			k.tos = bpf_ntohl(fib->flowinfo) >> 20;
-			__builtin_memcpy(k.src, fib->ipv6_src, 16);
-			__builtin_memcpy(k.dst, fib->ipv6_dst, 16);
+			kp->tos = bpf_ntohl(fib->flowinfo) >> 20;
+			__builtin_memcpy(kp->src, fib->ipv6_src, 16);
+			__builtin_memcpy(kp->dst, fib->ipv6_dst, 16);
 		}
-		*kp = k;
 		now = bpf_ktime_get_coarse_ns();
 		e = bpf_map_lookup_elem(&fib_cache, kp);
 		if (e && now < e->expires_ns && fib->tot_len <= e->ok_len) {
@@ -338,7 +418,17 @@ V6G_INLINE __u32 route(struct xdp_md *ctx, struct bpf_fib_lookup *fib, struct eg
 			goto check;
 		}
 	}
-	rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
+	if (c && (c->fib_flags & V6G_FIB_DIRECT)) {
+		__u32 flags = BPF_FIB_LOOKUP_DIRECT;
+
+		if (c->fib_flags & V6G_FIB_TABLE) {
+			flags |= BPF_FIB_LOOKUP_TBID;
+			fib->tbid = c->fib_table;
+		}
+		rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), flags);
+	} else {
+		rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
+	}
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
 		return PASS(V6G_P_TOO_BIG);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS)

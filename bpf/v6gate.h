@@ -34,6 +34,19 @@ struct v6g_config {
 	struct v6g_xlat siit;
 	struct v6g_xlat nat64;
 	__u32 fib_cache_ms; /* 0: no FIB cache */
+	__u8 fib_flags;	    /* V6G_FIB_* */
+	__u8 route_flags;   /* V6G_ROUTES* */
+	__u8 pad2[2];
+	__u32 fib_table;
+};
+
+/* A next hop resolved by the slow path (routes4/routes6 -> nexthops). */
+struct v6g_nexthop {
+	__u32 ifindex; /* 0: unused */
+	__u16 mtu;
+	__u8 dmac[6];
+	__u8 smac[6];
+	__u8 pad[2];
 };
 
 /* FIB cache: every input of the lookup -> its answer. */

@@ -22,11 +22,12 @@ mod common;
 mod support;
 
 use common::*;
-use support::{frame, Net};
+use support::{frame, Fwd, Net};
 use xdp::action;
 use xdp::nat64::{Session, L4};
 use xdp::trgw::Leg;
 use xdp::types::progs;
+use xdp::FibLookup;
 
 const REPEAT: u32 = 60;
 const CALLS: u32 = 5_000;
@@ -44,6 +45,65 @@ fn cost(net: &Net, prog: &str, frame: &[u8], ingress: u32, repeat: u32, want: &[
     total as f64 / f64::from(CALLS)
 }
 
+/// One measured case.
+struct Row {
+    name: &'static str,
+    prog: &'static str,
+    frame: Vec<u8>,
+    ingress: u32,
+    repeat: u32,
+    want: &'static [u32],
+}
+
+impl Row {
+    fn new(
+        name: &'static str,
+        prog: &'static str,
+        frame: Vec<u8>,
+        ingress: u32,
+        repeat: u32,
+        want: &'static [u32],
+    ) -> Row {
+        Row { name, prog, frame, ingress, repeat, want }
+    }
+}
+
+/// Command line: `--runs N` (repeat every row, print min and median),
+/// `--filter TEXT` (rows whose name contains it), `--variant TEXT` (the
+/// forwarding variants whose title contains it), `--loop SECS` (run the
+/// selected rows for that long and print nothing: for `perf record -a`).
+struct Opts {
+    runs: usize,
+    filter: Option<String>,
+    variant: Option<String>,
+    loop_secs: Option<f64>,
+}
+
+impl Opts {
+    fn parse() -> Opts {
+        let mut o = Opts { runs: 5, filter: None, variant: None, loop_secs: None };
+        let mut it = std::env::args().skip(1);
+        while let Some(a) = it.next() {
+            match a.as_str() {
+                "--runs" => o.runs = it.next().and_then(|v| v.parse::<usize>().ok()).expect("--runs N").max(1),
+                "--filter" => o.filter = it.next(),
+                "--variant" => o.variant = it.next(),
+                "--loop" => o.loop_secs = it.next().and_then(|v| v.parse().ok()),
+                _ => {}
+            }
+        }
+        o
+    }
+
+    fn selects(&self, name: &str) -> bool {
+        self.filter.as_deref().is_none_or(|f| name.contains(f))
+    }
+
+    fn selects_variant(&self, title: &str) -> bool {
+        self.variant.as_deref().is_none_or(|f| title.contains(f))
+    }
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
@@ -56,7 +116,8 @@ fn main() {
 fn bench() {
     let mut net = Net::new("xdp-cost");
     net.fp.set_siit(&config()).unwrap();
-    let fwd = [action::TX, action::REDIRECT];
+    const FWD: &[u32] = &[action::TX, action::REDIRECT];
+    let fwd = FWD;
     let v4 = V4::new(17, "192.0.2.1", "198.51.100.5");
     // 84-byte frames on the wire: 14 + 66 (+ 4 FCS), i.e. 38 bytes of UDP data.
     let udp4 = v4.udp(1234, 5678, &[0u8; 38]);
@@ -119,35 +180,68 @@ fn bench() {
     }
     let rtp6 = V6::new(17, "2001:db8:6::99", "2001:db8:6::1").udp(4000, 30000, &[0xd5u8; 172]);
 
-    println!("XDP per-packet cost, BPF_PROG_TEST_RUN, {CALLS} calls x {REPEAT} runs (mean ns per run)");
-    println!("{:<44} {:>8}", "case", "ns/pkt");
-    let rows = [
-        ("pass (ARP frame), xdp_siit", cost(&net, progs::SIIT, &arp, net.if4, REPEAT, &[action::PASS])),
-        ("SIIT UDP 84 B, from 4->6, alternating", cost(&net, progs::SIIT, &frame(&udp4), net.if4, REPEAT, &fwd)),
-        ("SIIT UDP 84 B, from 6->4, alternating", cost(&net, progs::SIIT, &frame(&udp6), net.if6, REPEAT, &fwd)),
-        ("SIIT UDP 84 B, 4->6 only (1 run per call)", cost(&net, progs::SIIT, &frame(&udp4), net.if4, 1, &fwd)),
-        ("SIIT UDP 84 B, 6->4 only (1 run per call)", cost(&net, progs::SIIT, &frame(&udp6), net.if6, 1, &fwd)),
-        ("NAT64 established UDP 84 B, alternating", cost(&net, progs::NAT64, &frame(&nat6), net.if6, REPEAT, &fwd)),
-        ("NAT64 established UDP, 6->4 only (1 run/call)", cost(&net, progs::NAT64, &frame(&nat6), net.if6, 1, &fwd)),
-        ("TrGW G.711 RTP, 6->4 and 4->6 alternating", cost(&net, progs::TRGW, &frame(&rtp6), net.if6, REPEAT, &fwd)),
-        ("TrGW G.711 RTP, 6->4 only (1 run/call)", cost(&net, progs::TRGW, &frame(&rtp6), net.if6, 1, &fwd)),
-        ("xdp_gate, TrGW RTP, alternating", cost(&net, progs::GATE, &frame(&rtp6), net.if6, REPEAT, &fwd)),
-        ("xdp_gate, NAT64 UDP 84 B, alternating", cost(&net, progs::GATE, &frame(&nat6), net.if6, REPEAT, &fwd)),
-        ("xdp_gate, SIIT UDP 84 B, alternating", cost(&net, progs::GATE, &frame(&udp4), net.if4, REPEAT, &fwd)),
+    let opts = Opts::parse();
+    let rows: Vec<Row> = vec![
+        Row::new("pass (ARP frame), xdp_siit", progs::SIIT, arp, net.if4, REPEAT, &[action::PASS]),
+        Row::new("SIIT UDP 84 B, from 4->6, alternating", progs::SIIT, frame(&udp4), net.if4, REPEAT, fwd),
+        Row::new("SIIT UDP 84 B, from 6->4, alternating", progs::SIIT, frame(&udp6), net.if6, REPEAT, fwd),
+        Row::new("SIIT UDP 84 B, 4->6 only (1 run per call)", progs::SIIT, frame(&udp4), net.if4, 1, fwd),
+        Row::new("SIIT UDP 84 B, 6->4 only (1 run per call)", progs::SIIT, frame(&udp6), net.if6, 1, fwd),
+        Row::new("NAT64 established UDP 84 B, alternating", progs::NAT64, frame(&nat6), net.if6, REPEAT, fwd),
+        Row::new("NAT64 established UDP, 6->4 only (1 run/call)", progs::NAT64, frame(&nat6), net.if6, 1, fwd),
+        Row::new("TrGW G.711 RTP, 6->4 and 4->6 alternating", progs::TRGW, frame(&rtp6), net.if6, REPEAT, fwd),
+        Row::new("TrGW G.711 RTP, 6->4 only (1 run/call)", progs::TRGW, frame(&rtp6), net.if6, 1, fwd),
+        Row::new("xdp_gate, TrGW RTP, alternating", progs::GATE, frame(&rtp6), net.if6, REPEAT, fwd),
+        Row::new("xdp_gate, NAT64 UDP 84 B, alternating", progs::GATE, frame(&nat6), net.if6, REPEAT, fwd),
+        Row::new("xdp_gate, SIIT UDP 84 B, alternating", progs::GATE, frame(&udp4), net.if4, REPEAT, fwd),
     ];
-    for (name, ns) in rows {
-        println!("{name:<44} {ns:>8.1}");
+    let rows: Vec<Row> = rows.into_iter().filter(|r| opts.selects(r.name)).collect();
+    if let Some(secs) = opts.loop_secs {
+        if let Some(v) = &opts.variant {
+            let how = if v.contains("DIRECT") {
+                Fwd::Fib(FibLookup::Main, 0)
+            } else if v.contains("cache") {
+                Fwd::Fib(FibLookup::Rules, 100)
+            } else if v.contains("routes") {
+                Fwd::Routes
+            } else {
+                Fwd::Fib(FibLookup::Rules, 0)
+            };
+            support::set_forwarding(&mut net, &how);
+        }
+        // For `perf record -a`: run the selected rows over and over.
+        let until = std::time::Instant::now() + std::time::Duration::from_secs_f64(secs);
+        while std::time::Instant::now() < until {
+            for r in &rows {
+                cost(&net, r.prog, &r.frame, r.ingress, r.repeat, r.want);
+            }
+        }
+        return;
     }
-    net.fp.set_fib_cache(100).unwrap();
-    println!("with the FIB cache (fib_cache_ms = 100):");
-    let rows = [
-        ("SIIT UDP 84 B, alternating", cost(&net, progs::SIIT, &frame(&udp4), net.if4, REPEAT, &fwd)),
-        ("NAT64 established UDP 84 B, alternating", cost(&net, progs::NAT64, &frame(&nat6), net.if6, REPEAT, &fwd)),
-        ("TrGW G.711 RTP, alternating", cost(&net, progs::TRGW, &frame(&rtp6), net.if6, REPEAT, &fwd)),
-        ("xdp_gate, SIIT UDP 84 B, alternating", cost(&net, progs::GATE, &frame(&udp4), net.if4, REPEAT, &fwd)),
+    println!(
+        "XDP per-packet cost, BPF_PROG_TEST_RUN, {CALLS} calls x {REPEAT} runs (mean ns per run); {} run(s): min / median",
+        opts.runs
+    );
+    println!("{:<48} {:>8} {:>8}", "case", "min", "median");
+    // How the egress is found: the variants of docs/xdp.md ("Forwarding").
+    let variants: &[(&str, Fwd)] = &[
+        ("bpf_fib_lookup (policy rules, then the table)", Fwd::Fib(FibLookup::Rules, 0)),
+        ("bpf_fib_lookup with BPF_FIB_LOOKUP_DIRECT (main table)", Fwd::Fib(FibLookup::Main, 0)),
+        ("bpf_fib_lookup behind the FIB cache (fib_cache_ms = 100)", Fwd::Fib(FibLookup::Rules, 100)),
+        ("mirrored routes and next hops (routes4/6 -> nexthops)", Fwd::Routes),
     ];
-    for (name, ns) in rows {
-        println!("{name:<44} {ns:>8.1}");
+    for (title, how) in variants {
+        if !opts.selects_variant(title) {
+            continue;
+        }
+        println!("{title}:");
+        support::set_forwarding(&mut net, how);
+        for r in &rows {
+            let mut v: Vec<f64> =
+                (0..opts.runs).map(|_| cost(&net, r.prog, &r.frame, r.ingress, r.repeat, r.want)).collect();
+            v.sort_by(f64::total_cmp);
+            println!("  {:<46} {:>8.1} {:>8.1}", r.name, v[0], v[v.len() / 2]);
+        }
     }
     println!("(rows with 1 run per call include the kernel's timer reads, ~2 clock reads per call)");
 }

@@ -16,11 +16,13 @@
 pub mod config;
 mod loader;
 pub mod nat64;
+mod route;
 pub mod sys;
 pub mod trgw;
 pub mod types;
 
 pub use loader::{action, Attachment, FastPath, Limits, Mode, TestResult};
+pub use route::FibLookup;
 
 use core::fmt;
 

@@ -8,7 +8,7 @@ use aya::maps::{Array, DevMapHash, HashMap, MapData, MapError, PerCpuArray};
 use aya::programs::xdp::XdpLinkId;
 use aya::programs::{TestRun, TestRunOptions, Xdp, XdpMode};
 use aya::{Ebpf, EbpfLoader};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use xlat::addr::{Prefix4, Prefix6};
 
 /// The BPF object built by build.rs from `bpf/v6gate.bpf.c`.
@@ -30,6 +30,10 @@ pub struct Limits {
     pub tx_ports: u32,
     /// FIB cache entries per CPU (LRU; see [`FastPath::set_fib_cache`]).
     pub fib_cache: u32,
+    /// Mirrored routes (each trie; see [`FastPath::route4_insert`]).
+    pub routes: u32,
+    /// Mirrored next hops (ids `0..nexthops`).
+    pub nexthops: u32,
 }
 
 impl Default for Limits {
@@ -41,6 +45,8 @@ impl Default for Limits {
             trgw_stats: 65_536,
             tx_ports: 64,
             fib_cache: 16_384,
+            routes: 4096,
+            nexthops: 256,
         }
     }
 }
@@ -115,10 +121,15 @@ pub mod action {
 /// detaches every attachment (bpf_link) and unloads the programs.
 pub struct FastPath {
     bpf: Ebpf,
-    limits: Limits,
-    config: Config,
+    pub(crate) limits: Limits,
+    pub(crate) config: Config,
     eamt: Vec<(Prefix6, Prefix4)>,
     attached: Vec<Attachment>,
+    /// Interfaces in `tx_ports`.
+    pub(crate) egress: BTreeSet<u32>,
+    /// Prefixes in `routes4` / `routes6` (address, length).
+    pub(crate) routes4: BTreeSet<([u8; 4], u8)>,
+    pub(crate) routes6: BTreeSet<([u8; 16], u8)>,
 }
 
 impl std::fmt::Debug for FastPath {
@@ -127,7 +138,7 @@ impl std::fmt::Debug for FastPath {
     }
 }
 
-fn map_err(map: &'static str, e: MapError) -> Error {
+pub(crate) fn map_err(map: &'static str, e: MapError) -> Error {
     match &e {
         // A full hash map says E2BIG, a full LPM trie ENOSPC.
         MapError::SyscallError(s) if s.io_error.raw_os_error() == Some(libc::E2BIG) => Error::MapFull(map),
@@ -148,6 +159,8 @@ impl FastPath {
             ("trgw-stats", limits.trgw_stats),
             ("tx-ports", limits.tx_ports),
             ("fib-cache", limits.fib_cache),
+            ("routes", limits.routes),
+            ("nexthops", limits.nexthops),
         ] {
             if n == 0 {
                 return Err(Error::Config(format!("xdp limit {what} must be at least 1")));
@@ -161,6 +174,9 @@ impl FastPath {
             .map_max_entries(maps::TRGW_STATS, limits.trgw_stats)
             .map_max_entries(maps::TX_PORTS, limits.tx_ports)
             .map_max_entries(maps::FIB_CACHE, limits.fib_cache)
+            .map_max_entries(maps::ROUTES4, limits.routes)
+            .map_max_entries(maps::ROUTES6, limits.routes)
+            .map_max_entries(maps::NEXTHOPS, limits.nexthops)
             .load(OBJECT)
             .map_err(|e| Error::Unavailable(format!("loading the BPF object: {}", chain(&e))))?;
         for name in [progs::SIIT, progs::NAT64, progs::TRGW, progs::GATE] {
@@ -171,7 +187,16 @@ impl FastPath {
                 .map_err(|e| Error::Bpf(format!("program {name}: {e}")))?;
             p.load().map_err(|e| Error::Unavailable(format!("loading program {name}: {}", chain(&e))))?;
         }
-        let mut fp = FastPath { bpf, limits, config: Config::default(), eamt: Vec::new(), attached: Vec::new() };
+        let mut fp = FastPath {
+            bpf,
+            limits,
+            config: Config::default(),
+            eamt: Vec::new(),
+            attached: Vec::new(),
+            egress: BTreeSet::new(),
+            routes4: BTreeSet::new(),
+            routes6: BTreeSet::new(),
+        };
         fp.write_config()?;
         Ok(fp)
     }
@@ -186,14 +211,14 @@ impl FastPath {
         &self.config
     }
 
-    fn write_config(&mut self) -> Result<(), Error> {
+    pub(crate) fn write_config(&mut self) -> Result<(), Error> {
         let config = self.config;
         let mut a: Array<&mut MapData, Config> = Array::try_from(self.map_mut(maps::CONFIG)?)
             .map_err(|e| Error::Bpf(format!("map {}: {e}", maps::CONFIG)))?;
         a.set(0, config, 0).map_err(|e| map_err(maps::CONFIG, e))
     }
 
-    fn map_mut(&mut self, name: &'static str) -> Result<&mut aya::maps::Map, Error> {
+    pub(crate) fn map_mut(&mut self, name: &'static str) -> Result<&mut aya::maps::Map, Error> {
         self.bpf.map_mut(name).ok_or_else(|| Error::Bpf(format!("map {name} missing from the object")))
     }
 
@@ -295,7 +320,9 @@ impl FastPath {
         m.insert(ifindex, ifindex, None, 0).map_err(|e| match e {
             aya::maps::xdp::XdpMapError::MapError(e) => map_err(maps::TX_PORTS, e),
             e => Error::Bpf(format!("map {}: {e}", maps::TX_PORTS)),
-        })
+        })?;
+        self.egress.insert(ifindex);
+        Ok(())
     }
 
     /// Attach the combined program (`xdp_gate`) to `iface` through a

@@ -1,7 +1,7 @@
 //! The crate's only unsafe code: marking the contract structs as plain old
 //! data for aya's typed maps, and `if_nametoindex`.
 
-use crate::types::{Config, Count, Eam, FlowKey, Nat64Value, RelayKey, RelayValue};
+use crate::types::{Config, Count, Eam, FlowKey, Nat64Value, Nexthop, RelayKey, RelayValue};
 use std::ffi::CString;
 
 // SAFETY: each type is `#[repr(C)]`, `Copy`, made only of integers and
@@ -22,6 +22,8 @@ unsafe impl aya::Pod for RelayKey {}
 unsafe impl aya::Pod for RelayValue {}
 // SAFETY: as above.
 unsafe impl aya::Pod for Count {}
+// SAFETY: as above.
+unsafe impl aya::Pod for Nexthop {}
 
 /// The interface index of `name`, or `None` when there is no such
 /// interface (in the caller's network namespace).

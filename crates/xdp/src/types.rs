@@ -75,6 +75,35 @@ contract! {
         /// Lifetime of a `fib_cache` entry in milliseconds; 0 = no cache
         /// (a `bpf_fib_lookup` per packet).
         pub fib_cache_ms: u32,
+        /// `FIB_*` flags: how `bpf_fib_lookup` is called.
+        pub fib_flags: u8,
+        /// `ROUTES_*` flags: which route tries hold entries.
+        pub route_flags: u8,
+        /// Zero.
+        pub pad2: [u8; 2],
+        /// Routing table of the lookup with [`FIB_TABLE`] (e.g. 254, main).
+        pub fib_table: u32,
+    }
+}
+
+contract! {
+    /// A next hop the slow path resolved (route and neighbour): the value
+    /// of the `nexthops` array, which the `routes4`/`routes6` tries point
+    /// into. The daemon keeps it fresh from netlink route and neighbour
+    /// events; a packet whose route or next hop is missing here takes
+    /// `bpf_fib_lookup`.
+    pub struct Nexthop / "v6g_nexthop" {
+        /// Egress interface; 0 = unused slot (the trie entry is ignored).
+        pub ifindex: u32,
+        /// Largest L3 packet the route takes (the route's or the
+        /// interface's MTU); larger ones pass (too-big).
+        pub mtu: u16,
+        /// Next hop's MAC (the gateway's, or the destination's on-link).
+        pub dmac: [u8; 6],
+        /// The egress interface's MAC.
+        pub smac: [u8; 6],
+        /// Zero.
+        pub pad: [u8; 2],
     }
 }
 
@@ -284,6 +313,18 @@ pub const XLAT_POOL6_WKP: u8 = 1 << 5;
 /// §4.2.1): IPv4 → IPv6 sources are mapped with pool6 only.
 pub const XLAT_EAM_SIMPLE: u8 = 1 << 6;
 
+/// [`Config::fib_flags`]: `BPF_FIB_LOOKUP_DIRECT`: skip the policy
+/// rules, look up the main table (or [`Config::fib_table`] with [`FIB_TABLE`]).
+pub const FIB_DIRECT: u8 = 1 << 0;
+/// [`Config::fib_flags`]: with [`FIB_DIRECT`], look up table
+/// [`Config::fib_table`] (`BPF_FIB_LOOKUP_TBID`, Linux 6.8).
+pub const FIB_TABLE: u8 = 1 << 1;
+
+/// [`Config::route_flags`]: `routes4` has entries.
+pub const ROUTES4: u8 = 1 << 0;
+/// [`Config::route_flags`]: `routes6` has entries.
+pub const ROUTES6: u8 = 1 << 1;
+
 /// [`Config::trgw_flags`]: the TrGW fast path is on.
 pub const TRGW_ON: u8 = 1 << 0;
 
@@ -312,6 +353,12 @@ pub mod maps {
     /// `DEVMAP_HASH` ifindex → ifindex: the interfaces the fast path may
     /// redirect to.
     pub const TX_PORTS: &str = "tx_ports";
+    /// `LPM_TRIE` [`super::LpmKey4`] (destination prefix) → next-hop id.
+    pub const ROUTES4: &str = "routes4";
+    /// `LPM_TRIE` [`super::LpmKey6`] (destination prefix) → next-hop id.
+    pub const ROUTES6: &str = "routes6";
+    /// `ARRAY` next-hop id → [`super::Nexthop`].
+    pub const NEXTHOPS: &str = "nexthops";
 }
 
 /// Program names (ELF section functions) in the BPF object.
@@ -422,6 +469,7 @@ pub const STRUCTS: &[(&str, usize, &[Field])] = &[
     (Count::C_NAME, core::mem::size_of::<Count>(), Count::FIELDS),
     (FibKey::C_NAME, core::mem::size_of::<FibKey>(), FibKey::FIELDS),
     (FibValue::C_NAME, core::mem::size_of::<FibValue>(), FibValue::FIELDS),
+    (Nexthop::C_NAME, core::mem::size_of::<Nexthop>(), Nexthop::FIELDS),
 ];
 
 /// Integer constants shared with C (`#define NAME value`).
@@ -434,6 +482,10 @@ pub const CONSTANTS: &[(&str, u64)] = &[
     ("V6G_XLAT_POOL6_WKP", XLAT_POOL6_WKP as u64),
     ("V6G_XLAT_EAM_SIMPLE", XLAT_EAM_SIMPLE as u64),
     ("V6G_TRGW_ON", TRGW_ON as u64),
+    ("V6G_FIB_DIRECT", FIB_DIRECT as u64),
+    ("V6G_FIB_TABLE", FIB_TABLE as u64),
+    ("V6G_ROUTES4", ROUTES4 as u64),
+    ("V6G_ROUTES6", ROUTES6 as u64),
     ("V6G_RELAY_OUT_KNOWN", RELAY_OUT_KNOWN as u64),
     ("V6G_COUNTER_MAX", COUNTER_MAX as u64),
 ];
@@ -458,7 +510,8 @@ mod tests {
 
     #[test]
     fn sizes_fixed_by_the_contract() {
-        assert_eq!(core::mem::size_of::<Config>(), 40);
+        assert_eq!(core::mem::size_of::<Config>(), 48);
+        assert_eq!(core::mem::size_of::<Nexthop>(), 20);
         assert_eq!(core::mem::size_of::<FibKey>(), 44);
         assert_eq!(core::mem::size_of::<FibValue>(), 32);
         assert_eq!(core::mem::size_of::<FlowKey>(), 40);

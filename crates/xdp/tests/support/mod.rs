@@ -9,7 +9,8 @@
 
 use lab::netns::{am_root, Netns};
 use xdp::types::progs;
-use xdp::{action, FastPath, Limits, Mode};
+use xdp::types::Nexthop;
+use xdp::{action, FastPath, FibLookup, Limits, Mode};
 
 /// MAC addresses of the test network.
 pub const MAC_X4: [u8; 6] = [0x02, 0, 0, 0, 0x04, 0x01];
@@ -83,6 +84,39 @@ impl Net {
             self.if6
         } else {
             self.if4
+        }
+    }
+}
+
+/// How the fast path finds the egress in a test or bench run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fwd {
+    /// `bpf_fib_lookup` called this way, behind a FIB cache of this many ms (0: none).
+    Fib(FibLookup, u32),
+    /// The test network's two default routes mirrored into routes4/routes6
+    /// and nexthops (what the daemon would mirror from the kernel).
+    Routes,
+}
+
+/// Configure forwarding as `how` says (replacing the previous setting).
+pub fn set_forwarding(net: &mut Net, how: &Fwd) {
+    let fp = &mut net.fp;
+    let _ = fp.route4_remove("0.0.0.0/0".parse().unwrap());
+    let _ = fp.route6_remove("::/0".parse().unwrap());
+    match *how {
+        Fwd::Fib(l, ms) => {
+            fp.set_fib_lookup(l).unwrap();
+            fp.set_fib_cache(ms).unwrap();
+        }
+        Fwd::Routes => {
+            fp.set_fib_lookup(FibLookup::Rules).unwrap();
+            fp.set_fib_cache(0).unwrap();
+            fp.nexthop_set(0, Nexthop { ifindex: net.if4, mtu: 1500, dmac: MAC_GW4, smac: MAC_X4, pad: [0; 2] })
+                .unwrap();
+            fp.nexthop_set(1, Nexthop { ifindex: net.if6, mtu: 1500, dmac: MAC_GW6, smac: MAC_X6, pad: [0; 2] })
+                .unwrap();
+            fp.route4_insert("0.0.0.0/0".parse().unwrap(), 0).unwrap();
+            fp.route6_insert("::/0".parse().unwrap(), 1).unwrap();
         }
     }
 }
