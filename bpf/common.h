@@ -220,37 +220,65 @@ struct a6 {
 	__u64 lo;
 };
 
+/* Word loads and stores at addresses clang cannot prove aligned (byte
+ * arrays in the contract structs, packet headers at 2-byte offsets).
+ * __builtin_memcpy there compiles to a load or store per byte, which made
+ * the programs several times longer. Callers pass stack pointers aligned
+ * to the access (the verifier insists on that for the stack); packet and
+ * map-value pointers may be unaligned on the architectures with
+ * efficient unaligned access (x86-64, arm64), where the verifier allows it. */
+#define LD16(p) (*(const __u16 *)(const void *)(p))
+#define LD32(p) (*(const __u32 *)(const void *)(p))
+#define ST16(p, v) (*(__u16 *)(void *)(p) = (v))
+#define ST32(p, v) (*(__u32 *)(void *)(p) = (v))
+
 V6G_INLINE struct a6 load6(const void *p)
 {
-	__u64 w[2];
+	const __u8 *b = p;
 	struct a6 a;
 
-	__builtin_memcpy(w, p, 16);
-	a.hi = bpf_be64_to_cpu(w[0]);
-	a.lo = bpf_be64_to_cpu(w[1]);
+	a.hi = ((__u64)bpf_ntohl(LD32(b)) << 32) | bpf_ntohl(LD32(b + 4));
+	a.lo = ((__u64)bpf_ntohl(LD32(b + 8)) << 32) | bpf_ntohl(LD32(b + 12));
 	return a;
 }
 
 V6G_INLINE void store6(void *p, struct a6 a)
 {
-	__u64 w[2] = { bpf_cpu_to_be64(a.hi), bpf_cpu_to_be64(a.lo) };
+	__u8 *b = p;
 
-	__builtin_memcpy(p, w, 16);
+	ST32(b, bpf_htonl(a.hi >> 32));
+	ST32(b + 4, bpf_htonl((__u32)a.hi));
+	ST32(b + 8, bpf_htonl(a.lo >> 32));
+	ST32(b + 12, bpf_htonl((__u32)a.lo));
+}
+
+/* 16 bytes as they are. */
+V6G_INLINE void copy16(void *dst, const void *src)
+{
+	ST32(dst, LD32(src));
+	ST32((__u8 *)dst + 4, LD32((const __u8 *)src + 4));
+	ST32((__u8 *)dst + 8, LD32((const __u8 *)src + 8));
+	ST32((__u8 *)dst + 12, LD32((const __u8 *)src + 12));
 }
 
 V6G_INLINE __u32 load4(const void *p)
 {
-	__u32 w;
-
-	__builtin_memcpy(&w, p, 4);
-	return bpf_ntohl(w);
+	return bpf_ntohl(LD32(p));
 }
 
 V6G_INLINE void store4(void *p, __u32 a)
 {
-	__u32 w = bpf_htonl(a);
+	ST32(p, bpf_htonl(a));
+}
 
-	__builtin_memcpy(p, &w, 4);
+/* Two MAC addresses (destination, source) as three 16-bit words each. */
+V6G_INLINE void copy_mac(__u16 *dst, const void *src)
+{
+	const __u8 *b = src;
+
+	dst[0] = LD16(b);
+	dst[1] = LD16(b + 2);
+	dst[2] = LD16(b + 4);
 }
 
 V6G_INLINE __u64 sum4(__u32 a)
@@ -311,13 +339,20 @@ V6G_INLINE void ipv4_header(__u16 *hdr, __u8 tos, __u16 total, __u16 ident, __u1
 		hdr[i] = bpf_htons(hdr[i]);
 }
 
+/* The 20 bytes ipv4_header() built, into the packet. */
+V6G_INLINE void put_ipv4_header(void *ip, const __u16 *hdr)
+{
+#pragma unroll
+	for (int i = 0; i < 10; i++)
+		ST16((__u8 *)ip + 2 * i, hdr[i]);
+}
+
 /* ---- forwarding ------------------------------------------------------------ */
 
 /* Where a translated packet goes, decided before the packet is touched. */
 struct egress {
 	__u32 ifindex; /* 0: back out of the ingress interface (XDP_TX) */
-	__u8 dmac[ETH_ALEN];
-	__u8 smac[ETH_ALEN];
+	__u16 mac[6];  /* destination, source: the Ethernet header's first 12 bytes */
 };
 
 /* Look up the route and neighbour of the packet-to-be in `fib` (family,
@@ -346,7 +381,7 @@ V6G_INLINE __u32 route_table(const struct v6g_config *c, __u32 in, const struct 
 		if (!sc)
 			return 0;
 		sc->r4.prefixlen = 32;
-		__builtin_memcpy(sc->r4.addr, &fib->ipv4_dst, 4);
+		ST32(sc->r4.addr, fib->ipv4_dst);
 		id = bpf_map_lookup_elem(&routes4, &sc->r4);
 	} else {
 		if (!(c->route_flags & V6G_ROUTES6))
@@ -355,7 +390,7 @@ V6G_INLINE __u32 route_table(const struct v6g_config *c, __u32 in, const struct 
 		if (!sc)
 			return 0;
 		sc->r6.prefixlen = 128;
-		__builtin_memcpy(sc->r6.addr, fib->ipv6_dst, 16);
+		copy16(sc->r6.addr, fib->ipv6_dst);
 		id = bpf_map_lookup_elem(&routes6, &sc->r6);
 	}
 	if (!id)
@@ -365,8 +400,8 @@ V6G_INLINE __u32 route_table(const struct v6g_config *c, __u32 in, const struct 
 		return 0;
 	if (fib->tot_len > nh->mtu)
 		return PASS(V6G_P_TOO_BIG);
-	__builtin_memcpy(eg->dmac, nh->dmac, ETH_ALEN);
-	__builtin_memcpy(eg->smac, nh->smac, ETH_ALEN);
+	copy_mac(eg->mac, nh->dmac);
+	copy_mac(eg->mac + 3, nh->smac);
 	eg->ifindex = nh->ifindex == in ? 0 : nh->ifindex;
 	return 1;
 }
@@ -402,18 +437,18 @@ V6G_INLINE __u32 route(struct xdp_md *ctx, struct bpf_fib_lookup *fib, struct eg
 		kp->dport_be = fib->dport;
 		if (fib->family == AF_INET) {
 			kp->tos = fib->tos;
-			__builtin_memcpy(kp->src, &fib->ipv4_src, 4);
-			__builtin_memcpy(kp->dst, &fib->ipv4_dst, 4);
+			ST32(kp->src, fib->ipv4_src);
+			ST32(kp->dst, fib->ipv4_dst);
 		} else {
 			kp->tos = bpf_ntohl(fib->flowinfo) >> 20;
-			__builtin_memcpy(kp->src, fib->ipv6_src, 16);
-			__builtin_memcpy(kp->dst, fib->ipv6_dst, 16);
+			copy16(kp->src, fib->ipv6_src);
+			copy16(kp->dst, fib->ipv6_dst);
 		}
 		now = bpf_ktime_get_coarse_ns();
 		e = bpf_map_lookup_elem(&fib_cache, kp);
 		if (e && now < e->expires_ns && fib->tot_len <= e->ok_len) {
-			__builtin_memcpy(eg->dmac, e->dmac, ETH_ALEN);
-			__builtin_memcpy(eg->smac, e->smac, ETH_ALEN);
+			copy_mac(eg->mac, e->dmac);
+			copy_mac(eg->mac + 3, e->smac);
 			eg->ifindex = e->ifindex == in ? 0 : e->ifindex;
 			goto check;
 		}
@@ -433,8 +468,8 @@ V6G_INLINE __u32 route(struct xdp_md *ctx, struct bpf_fib_lookup *fib, struct eg
 		return PASS(V6G_P_TOO_BIG);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
 		return PASS(V6G_P_FIB);
-	__builtin_memcpy(eg->dmac, fib->dmac, ETH_ALEN);
-	__builtin_memcpy(eg->smac, fib->smac, ETH_ALEN);
+	copy_mac(eg->mac, fib->dmac);
+	copy_mac(eg->mac + 3, fib->smac);
 	if (sc) {
 		struct v6g_fib *nv = &sc->v;
 
@@ -445,9 +480,10 @@ V6G_INLINE __u32 route(struct xdp_md *ctx, struct bpf_fib_lookup *fib, struct eg
 		nv->ok_len = fib->tot_len;
 		if (e && now < e->expires_ns && e->ifindex == fib->ifindex && e->ok_len > nv->ok_len)
 			nv->ok_len = e->ok_len;
-		__builtin_memcpy(nv->dmac, fib->dmac, ETH_ALEN);
-		__builtin_memcpy(nv->smac, fib->smac, ETH_ALEN);
-		__builtin_memset(nv->pad, 0, sizeof(nv->pad));
+		copy_mac((__u16 *)(void *)nv->dmac, fib->dmac);
+		copy_mac((__u16 *)(void *)nv->smac, fib->smac);
+		ST32(nv->pad, 0);
+		ST16(nv->pad + 4, 0);
 		bpf_map_update_elem(&fib_cache, &sc->k, nv, BPF_ANY);
 	}
 	eg->ifindex = fib->ifindex == in ? 0 : fib->ifindex;
@@ -462,8 +498,14 @@ check:
 /* Write the Ethernet header and send. */
 V6G_INLINE __u32 transmit(struct ethhdr *eth, const struct egress *eg, __u16 proto)
 {
-	__builtin_memcpy(eth->h_dest, eg->dmac, ETH_ALEN);
-	__builtin_memcpy(eth->h_source, eg->smac, ETH_ALEN);
+	__u16 *m = (__u16 *)(void *)eth;
+
+	m[0] = eg->mac[0];
+	m[1] = eg->mac[1];
+	m[2] = eg->mac[2];
+	m[3] = eg->mac[3];
+	m[4] = eg->mac[4];
+	m[5] = eg->mac[5];
 	eth->h_proto = bpf_htons(proto);
 	if (!eg->ifindex)
 		return XDP_TX;

@@ -19,14 +19,6 @@
 #define TCP_SYN_ 0x02
 #define TCP_RST_ 0x04
 
-V6G_INLINE void mapped4(__u8 *dst, __u32 a)
-{
-	__builtin_memset(dst, 0, 10);
-	dst[10] = 0xff;
-	dst[11] = 0xff;
-	store4(dst + 12, a);
-}
-
 V6G_INLINE int tcp_control(const struct pkt *p)
 {
 	return p->proto == IPPROTO_TCP && (p->tcp_flags & (TCP_FIN_ | TCP_SYN_ | TCP_RST_));
@@ -36,7 +28,7 @@ V6G_INLINE int tcp_control(const struct pkt *p)
 static __noinline __u32 nat64(struct xdp_md *ctx, const struct v6g_config *c, const struct pkt *p, int in6)
 {
 	int icmp = p->proto == IPPROTO_ICMP || p->proto == IPPROTO_ICMPV6_;
-	struct v6g_flow k = {};
+	struct v6g_flow k __attribute__((aligned(8))) = {};
 	struct v6g_nat64 *v;
 	struct xargs a = {};
 	__u32 rc;

@@ -78,26 +78,12 @@ static __noinline int udp_csum_ok(struct xdp_md *ctx, __u32 l4off, __u32 len, __
 /* The raw-domain sum of 16 address bytes. */
 V6G_INLINE __u64 raw_sum16(const __u8 *a)
 {
-	__u32 w[4];
-
-	__builtin_memcpy(w, a, 16);
-	return (__u64)w[0] + w[1] + w[2] + w[3];
+	return (__u64)LD32(a) + LD32(a + 4) + LD32(a + 8) + LD32(a + 12);
 }
 
 V6G_INLINE int mapped_eq4(const __u8 *m, __u32 a)
 {
-	__u32 w[4];
-
-	__builtin_memcpy(w, m, 16);
-	return w[0] == 0 && w[1] == 0 && w[2] == bpf_htonl(0xffff) && w[3] == bpf_htonl(a);
-}
-
-V6G_INLINE void store_mapped(__u8 *dst, __u32 a)
-{
-	__builtin_memset(dst, 0, 10);
-	dst[10] = 0xff;
-	dst[11] = 0xff;
-	store4(dst + 12, a);
+	return LD32(m) == 0 && LD32(m + 4) == 0 && LD32(m + 8) == bpf_htonl(0xffff) && LD32(m + 12) == bpf_htonl(a);
 }
 
 /* Re-originate the datagram described by `p` on the other leg `r`. */
@@ -183,14 +169,11 @@ static __noinline __u32 relay(struct xdp_md *ctx, const struct pkt *p, const str
 			store6(&ip6->saddr, s6);
 			store6(&ip6->daddr, d6);
 		} else {
-			__builtin_memcpy(ip, hdr, 20);
+			put_ipv4_header(ip, hdr);
 		}
-		l4[0] = sport >> 8;
-		l4[1] = sport;
-		l4[2] = dport >> 8;
-		l4[3] = dport;
-		l4[6] = csum >> 8;
-		l4[7] = csum;
+		ST16(l4, bpf_htons(sport));
+		ST16(l4 + 2, bpf_htons(dport));
+		ST16(l4 + 6, bpf_htons(csum));
 		st = bpf_map_lookup_elem(&trgw_stats, &idx);
 		if (st) {
 			st->packets++;
@@ -204,7 +187,7 @@ static __noinline __u32 relay(struct xdp_md *ctx, const struct pkt *p, const str
 /* A packet parsed by parse4()/parse6(). */
 static __noinline __u32 trgw(struct xdp_md *ctx, const struct v6g_config *c, const struct pkt *p, int in6)
 {
-	struct v6g_relay_key k = {};
+	struct v6g_relay_key k __attribute__((aligned(8))) = {};
 	struct v6g_relay *r;
 	__u64 pseudo;
 	__u32 hl = in6 ? 40 : 20;
@@ -215,7 +198,7 @@ static __noinline __u32 trgw(struct xdp_md *ctx, const struct v6g_config *c, con
 		store6(k.addr, p->dst6);
 		k.family = 6;
 	} else {
-		store_mapped(k.addr, p->dst4);
+		mapped4(k.addr, p->dst4);
 		k.family = 4;
 	}
 	k.port_be = bpf_htons(p->dport);
@@ -246,11 +229,11 @@ static __noinline __u32 trgw(struct xdp_md *ctx, const struct v6g_config *c, con
 	}
 	/* The socket discards a datagram whose checksum fails: so do we. */
 	if (in6) {
-		__u8 a[32];
+		__u32 a[8];
 
 		store6(a, p->src6);
-		store6(a + 16, p->dst6);
-		pseudo = raw_sum16(a) + raw_sum16(a + 16);
+		store6(a + 4, p->dst6);
+		pseudo = raw_sum16((__u8 *)a) + raw_sum16((__u8 *)(a + 4));
 	} else {
 		pseudo = (__u64)bpf_htonl(p->src4) + bpf_htonl(p->dst4);
 	}

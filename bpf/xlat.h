@@ -19,6 +19,16 @@
 
 #include "common.h"
 
+/* An IPv4 address IPv4-mapped (::ffff:a.b.c.d) into 16 bytes at `dst`
+ * (4-byte aligned on the stack). */
+V6G_INLINE void mapped4(__u8 *dst, __u32 a)
+{
+	ST32(dst, 0);
+	ST32(dst + 4, 0);
+	ST32(dst + 8, bpf_htonl(0xffff));
+	store4(dst + 12, a);
+}
+
 #define IPPROTO_ICMPV6_ 58
 #define ICMP_ECHOREPLY_ 0
 #define ICMP_ECHO_ 8
@@ -256,34 +266,26 @@ V6G_INLINE int l4_write(const struct pkt *p, __u8 *l4, void *end, __u16 csum, __
 	if (p->proto == IPPROTO_UDP || p->proto == IPPROTO_TCP) {
 		if ((void *)(l4 + 8) > end)
 			return -1;
-		if (rw->which == PORT_SRC) {
-			l4[0] = rw->port >> 8;
-			l4[1] = rw->port;
-		} else if (rw->which == PORT_DST) {
-			l4[2] = rw->port >> 8;
-			l4[3] = rw->port;
-		}
+		if (rw->which == PORT_SRC)
+			ST16(l4, bpf_htons(rw->port));
+		else if (rw->which == PORT_DST)
+			ST16(l4 + 2, bpf_htons(rw->port));
 		if (p->proto == IPPROTO_UDP) {
-			l4[6] = csum >> 8;
-			l4[7] = csum;
+			ST16(l4 + 6, bpf_htons(csum));
 			return 0;
 		}
 		if ((void *)(l4 + 20) > end)
 			return -1;
-		l4[16] = csum >> 8;
-		l4[17] = csum;
+		ST16(l4 + 16, bpf_htons(csum));
 		return 0;
 	}
 	if ((void *)(l4 + 8) > end)
 		return -1;
 	l4[0] = icmp_type;
 	l4[1] = 0;
-	l4[2] = csum >> 8;
-	l4[3] = csum;
-	if (rw->which != PORT_NONE) {
-		l4[4] = rw->port >> 8;
-		l4[5] = rw->port;
-	}
+	ST16(l4 + 2, bpf_htons(csum));
+	if (rw->which != PORT_NONE)
+		ST16(l4 + 4, bpf_htons(rw->port));
 	return 0;
 }
 
@@ -453,7 +455,7 @@ static __noinline __u32 xlat64(struct xdp_md *ctx, const struct pkt *p, const st
 			bpf_xdp_adjust_head(ctx, -20);
 			return PASS(V6G_P_ADJUST);
 		}
-		__builtin_memcpy(ip4, hdr, 20);
+		put_ipv4_header(ip4, hdr);
 		if (l4_write(p, l4, end, csum, icmp_type, rw))
 			return XDP_ABORTED; /* unreachable: the header was checked above */
 		if (cnt) {
