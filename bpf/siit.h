@@ -40,6 +40,21 @@ V6G_INLINE int is_global4(__u32 a)
 
 /* ---- RFC 7757 EAMT ------------------------------------------------------------ */
 
+/* Within the span of the EAMT (as xlat::addr::Eamt checks first). */
+V6G_INLINE int in_span4(const struct v6g_config *c, __u32 a)
+{
+	return a >= load4(c->eam4_lo) && a <= load4(c->eam4_hi);
+}
+
+V6G_INLINE int in_span6(const struct v6g_config *c, struct a6 a)
+{
+	struct a6 lo = load6(c->eam6_lo), hi = load6(c->eam6_hi);
+
+	if (a.hi < lo.hi || (a.hi == lo.hi && a.lo < lo.lo))
+		return 0;
+	return !(a.hi > hi.hi || (a.hi == hi.hi && a.lo > hi.lo));
+}
+
 V6G_INLINE __u32 eam_suffix4(__u8 len4)
 {
 	return len4 >= 32 ? 0 : (__u32)((1ULL << (32 - len4)) - 1);
@@ -156,7 +171,7 @@ V6G_INLINE int pool6_extract(const struct v6g_config *c, struct a6 a, __u32 *out
 /* xlat::addr::Mapper: EAMT first (RFC 7757 §3.3), then pool6. */
 V6G_INLINE int siit_map46(const struct v6g_config *c, __u32 a, struct a6 *out)
 {
-	if ((c->siit.flags & V6G_XLAT_HAVE_EAMT) && eam_4to6(a, out))
+	if ((c->siit.flags & V6G_XLAT_HAVE_EAMT) && in_span4(c, a) && eam_4to6(a, out))
 		return 1;
 	return pool6_embed(c, a, out);
 }
@@ -164,7 +179,7 @@ V6G_INLINE int siit_map46(const struct v6g_config *c, __u32 a, struct a6 *out)
 V6G_INLINE int siit_map64(const struct v6g_config *c, struct a6 a, __u32 *out, int *by_eam)
 {
 	*by_eam = 0;
-	if ((c->siit.flags & V6G_XLAT_HAVE_EAMT) && eam_6to4(a, out)) {
+	if ((c->siit.flags & V6G_XLAT_HAVE_EAMT) && in_span6(c, a) && eam_6to4(a, out)) {
 		*by_eam = 1;
 		return 1;
 	}
@@ -213,7 +228,7 @@ static __noinline __u32 siit6(struct xdp_md *ctx, const struct v6g_config *c, co
 	/* RFC 7757 §4.2.2 (intrinsic hairpinning): a pool6 destination whose
 	 * IPv4 form is an EAM address is turned around by the slow path. */
 	if ((c->siit.flags & V6G_XLAT_EAM_HAIRPIN) && (c->siit.flags & V6G_XLAT_HAVE_EAMT) && !dst_eam &&
-	    eam_covers4(d4))
+	    in_span4(c, d4) && eam_covers4(d4))
 		return PASS(V6G_P_ADDRESS);
 	a.src4 = s4;
 	a.dst4 = d4;

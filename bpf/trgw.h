@@ -33,30 +33,41 @@ static __noinline int udp_csum_ok(struct xdp_md *ctx, __u32 l4off, __u32 len, __
 
 	if (l4off > 128 || len > 2048)
 		return 0;
-	for (i = 0; i < 32; i++) {
-		void *q = data + l4off + off;
-
-		if (off + 64 > len)
-			break;
-		if (q + 64 > end)
-			return 0;
-		sum += (__u32)bpf_csum_diff(0, 0, q, 64, 0);
-		off += 64;
-	}
+	/* 32-bit words summed in a 64-bit accumulator, in unrolled blocks with
+	 * one bounds check each: 128-byte blocks, then one block for each bit
+	 * of the rest (64 ... 4 bytes), then 2 and 1. Cheaper than
+	 * bpf_csum_diff, whose calls cost more than the adds here. */
 	for (i = 0; i < 16; i++) {
 		__u32 *q = data + l4off + off;
 
-		if (off + 4 > len)
+		if (off + 128 > len)
 			break;
-		if ((void *)(q + 1) > end)
+		if ((void *)q + 128 > end)
 			return 0;
-		sum += *q;
-		off += 4;
+#pragma unroll
+		for (int j = 0; j < 32; j++)
+			sum += q[j];
+		off += 128;
 	}
+#define CSUM_BLOCK(n)                                                   \
+	if ((len - off) & (n)) {                                        \
+		__u32 *q = data + l4off + off;                          \
+		if (off > 2048 || (void *)q + (n) > end)                \
+			return 0;                                       \
+		_Pragma("unroll") for (int j = 0; j < (n) / 4; j++)     \
+			sum += q[j];                                    \
+		off += (n);                                             \
+	}
+	CSUM_BLOCK(64)
+	CSUM_BLOCK(32)
+	CSUM_BLOCK(16)
+	CSUM_BLOCK(8)
+	CSUM_BLOCK(4)
+#undef CSUM_BLOCK
 	if (off + 2 <= len) {
 		__u16 *q = data + l4off + off;
 
-		if ((void *)(q + 1) > end)
+		if (off > 2048 || (void *)(q + 1) > end)
 			return 0;
 		sum += *q;
 		off += 2;
@@ -64,7 +75,7 @@ static __noinline int udp_csum_ok(struct xdp_md *ctx, __u32 l4off, __u32 len, __
 	if (off < len) {
 		__u8 *q = data + l4off + off;
 
-		if ((void *)(q + 1) > end)
+		if (off > 2048 || (void *)(q + 1) > end)
 			return 0;
 #if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
 		sum += *q;

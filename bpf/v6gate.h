@@ -38,6 +38,10 @@ struct v6g_config {
 	__u8 route_flags;   /* V6G_ROUTES* */
 	__u8 pad2[2];
 	__u32 fib_table;
+	__u8 eam4_lo[4]; /* the span of the EAMT: no trie lookup outside it */
+	__u8 eam4_hi[4];
+	__u8 eam6_lo[16];
+	__u8 eam6_hi[16];
 };
 
 /* A next hop resolved by the slow path (routes4/routes6 -> nexthops). */

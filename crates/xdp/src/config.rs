@@ -80,8 +80,30 @@ pub fn siit(base: Config, cfg: &SiitConfig) -> Result<(Config, Vec<EamEntry>), E
             }
         }
     }
+    let (lo4, hi4, lo6, hi6) = eam_span(&cfg.eamt);
+    c.eam4_lo = lo4.to_be_bytes();
+    c.eam4_hi = hi4.to_be_bytes();
+    c.eam6_lo = lo6.to_be_bytes();
+    c.eam6_hi = hi6.to_be_bytes();
     let eamt = cfg.eamt.iter().map(|&(p6, p4)| (p6, p4, eam(p6, p4))).collect();
     Ok((c, eamt))
+}
+
+/// The lowest and highest IPv4 and IPv6 address the EAMT covers (an
+/// empty span, lo > hi, when it has no entry).
+fn eam_span(eamt: &[(Prefix6, Prefix4)]) -> (u32, u32, u128, u128) {
+    let mut s = (u32::MAX, 0u32, u128::MAX, 0u128);
+    for (p6, p4) in eamt {
+        let a4 = u32::from(p4.addr());
+        let m4 = if p4.len() == 0 { u32::MAX } else { u32::MAX >> p4.len() };
+        let a6 = u128::from(p6.addr());
+        let m6 = if p6.len() == 0 { u128::MAX } else { u128::MAX >> p6.len() };
+        s.0 = s.0.min(a4);
+        s.1 = s.1.max(a4 | m4);
+        s.2 = s.2.min(a6);
+        s.3 = s.3.max(a6 | m6);
+    }
+    s
 }
 
 #[cfg(test)]
@@ -132,6 +154,9 @@ mod tests {
             ..SiitConfig::default()
         };
         let (c, eamt) = siit(Config::default(), &cfg).unwrap();
+        assert_eq!((c.eam4_lo, c.eam4_hi), ([198, 51, 100, 0], [198, 51, 100, 255]));
+        assert_eq!(std::net::Ipv6Addr::from(c.eam6_lo), "2001:db8:6::".parse::<std::net::Ipv6Addr>().unwrap());
+        assert_eq!(std::net::Ipv6Addr::from(c.eam6_hi), "2001:db8:6::ff".parse::<std::net::Ipv6Addr>().unwrap());
         assert_eq!(c.pool6_len, 0);
         assert_eq!(eamt.len(), 1);
         assert_eq!(c.siit.flags & (XLAT_HAVE_EAMT | XLAT_EAM_HAIRPIN), XLAT_HAVE_EAMT | XLAT_EAM_HAIRPIN);

@@ -83,6 +83,16 @@ contract! {
         pub pad2: [u8; 2],
         /// Routing table of the lookup with [`FIB_TABLE`] (e.g. 254, main).
         pub fib_table: u32,
+        /// Lowest IPv4 address any EAMT entry covers (network order): the
+        /// programs skip the trie for addresses outside the span, as
+        /// `xlat::addr::Eamt` does.
+        pub eam4_lo: [u8; 4],
+        /// Highest IPv4 address any EAMT entry covers.
+        pub eam4_hi: [u8; 4],
+        /// Lowest IPv6 address any EAMT entry covers.
+        pub eam6_lo: [u8; 16],
+        /// Highest IPv6 address any EAMT entry covers.
+        pub eam6_hi: [u8; 16],
     }
 }
 
@@ -510,7 +520,7 @@ mod tests {
 
     #[test]
     fn sizes_fixed_by_the_contract() {
-        assert_eq!(core::mem::size_of::<Config>(), 48);
+        assert_eq!(core::mem::size_of::<Config>(), 88);
         assert_eq!(core::mem::size_of::<Nexthop>(), 20);
         assert_eq!(core::mem::size_of::<FibKey>(), 44);
         assert_eq!(core::mem::size_of::<FibValue>(), 32);
