@@ -18,8 +18,10 @@ mod support;
 
 use common::*;
 use proptest::prelude::*;
-use support::{frame, hex, ident_of, run, Net, Outcome};
+use support::{frame, hex, ident_of, run, Fwd, Net, Outcome, MAC_GW6, MAC_X6};
 use xdp::types::progs;
+use xdp::types::Nexthop;
+use xdp::FibLookup;
 use xlat::siit::{Config, EamHairpinMode, Translator};
 use xlat::{Out, PacketKind, Verdict};
 
@@ -399,4 +401,45 @@ fn fib_cache() {
     net.ns.ip(&["-6", "route", "add", "default", "via", "fd00:6::2", "dev", "x6"]).unwrap();
     net.ns.ip(&["link", "set", "x6", "mtu", "1500"]).unwrap();
     valid_packets(&net, &t, 200);
+}
+
+/// Mirrored routes and next hops (the daemon-owned forwarding table):
+/// generated packets give the core's bytes with the next hop's MACs
+/// (`run` checks them); a next hop's MTU is honoured; a destination no
+/// mirrored route covers, or a cleared next hop, takes bpf_fib_lookup;
+/// BPF_FIB_LOOKUP_DIRECT answers as the full lookup does here.
+#[test]
+fn mirrored_routes() {
+    let mut net = Net::new("xdp-siit-routes");
+    let t = setup(&mut net, config());
+    support::set_forwarding(&mut net, &Fwd::Routes);
+    valid_packets(&net, &t, 200);
+    let small = v4_to_h6(17).udp(1, 2, b"small");
+    fast(&net, &t, "through the mirrored default route", &small);
+    // The kernel's route goes away; the mirrored one still serves.
+    net.ns.ip(&["-6", "route", "del", "default"]).unwrap();
+    fast(&net, &t, "the mirror answers, not the FIB", &small);
+    // A smaller next-hop MTU: too big for the fast path.
+    let nh6 = Nexthop { ifindex: net.if6, mtu: 1280, dmac: MAC_GW6, smac: MAC_X6, pad: [0; 2] };
+    net.fp.nexthop_set(1, nh6).unwrap();
+    let big = v4_to_h6(17).udp(1, 2, &vec![0u8; 1300]);
+    pass(&net, &t, "above the next hop's MTU", &big);
+    assert!(net.fp.counter_map().unwrap()["too-big"].packets >= 1);
+    // A cleared next hop and a removed route both fall back to the FIB,
+    // which has no IPv6 route now.
+    net.fp.nexthop_clear(1).unwrap();
+    pass(&net, &t, "next hop cleared, FIB has no route", &small);
+    net.ns.ip(&["-6", "route", "add", "default", "via", "fd00:6::2", "dev", "x6"]).unwrap();
+    fast(&net, &t, "next hop cleared: the FIB answers", &small);
+    assert!(net.fp.route6_remove("::/0".parse().unwrap()).unwrap());
+    assert!(!net.fp.route6_remove("::/0".parse().unwrap()).unwrap(), "already gone");
+    fast(&net, &t, "no mirrored route: the FIB answers", &small);
+    // Next hops only on interfaces the fast path may send on.
+    let lo = xdp::sys::if_index("lo").unwrap();
+    let bad = Nexthop { ifindex: lo, mtu: 1500, dmac: MAC_GW6, smac: MAC_X6, pad: [0; 2] };
+    assert!(matches!(net.fp.nexthop_set(2, bad), Err(xdp::Error::Config(_))));
+    assert!(matches!(net.fp.route4_insert("0.0.0.0/0".parse().unwrap(), 999), Err(xdp::Error::Config(_))));
+    // BPF_FIB_LOOKUP_DIRECT: same frames in this namespace (no policy rules).
+    support::set_forwarding(&mut net, &Fwd::Fib(FibLookup::Main, 0));
+    valid_packets(&net, &t, 100);
 }
