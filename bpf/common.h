@@ -377,6 +377,10 @@ V6G_INLINE __u32 route_table(const struct v6g_config *c, __u32 in, const struct 
 	if (fib->family == AF_INET) {
 		if (!(c->route_flags & V6G_ROUTES4))
 			return 0;
+		if (c->route_flags & V6G_ROUTES4_DEFAULT) {
+			id = (__u32 *)&c->default_nh4;
+			goto found;
+		}
 		sc = bpf_map_lookup_elem(&scratch, &zero);
 		if (!sc)
 			return 0;
@@ -386,6 +390,10 @@ V6G_INLINE __u32 route_table(const struct v6g_config *c, __u32 in, const struct 
 	} else {
 		if (!(c->route_flags & V6G_ROUTES6))
 			return 0;
+		if (c->route_flags & V6G_ROUTES6_DEFAULT) {
+			id = (__u32 *)&c->default_nh6;
+			goto found;
+		}
 		sc = bpf_map_lookup_elem(&scratch, &zero);
 		if (!sc)
 			return 0;
@@ -395,6 +403,7 @@ V6G_INLINE __u32 route_table(const struct v6g_config *c, __u32 in, const struct 
 	}
 	if (!id)
 		return 0;
+found:
 	nh = bpf_map_lookup_elem(&nexthops, id);
 	if (!nh || !nh->ifindex)
 		return 0;

@@ -42,6 +42,8 @@ struct v6g_config {
 	__u8 eam4_hi[4];
 	__u8 eam6_lo[16];
 	__u8 eam6_hi[16];
+	__u32 default_nh4; /* with V6G_ROUTES4_DEFAULT: the trie holds only 0/0 */
+	__u32 default_nh6;
 };
 
 /* A next hop resolved by the slow path (routes4/routes6 -> nexthops). */

@@ -127,9 +127,9 @@ pub struct FastPath {
     attached: Vec<Attachment>,
     /// Interfaces in `tx_ports`.
     pub(crate) egress: BTreeSet<u32>,
-    /// Prefixes in `routes4` / `routes6` (address, length).
-    pub(crate) routes4: BTreeSet<([u8; 4], u8)>,
-    pub(crate) routes6: BTreeSet<([u8; 16], u8)>,
+    /// Prefixes in `routes4` / `routes6` (address, length) → next hop.
+    pub(crate) routes4: BTreeMap<([u8; 4], u8), u32>,
+    pub(crate) routes6: BTreeMap<([u8; 16], u8), u32>,
 }
 
 impl std::fmt::Debug for FastPath {
@@ -194,8 +194,8 @@ impl FastPath {
             eamt: Vec::new(),
             attached: Vec::new(),
             egress: BTreeSet::new(),
-            routes4: BTreeSet::new(),
-            routes6: BTreeSet::new(),
+            routes4: BTreeMap::new(),
+            routes6: BTreeMap::new(),
         };
         fp.write_config()?;
         Ok(fp)

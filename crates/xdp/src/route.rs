@@ -12,7 +12,7 @@
 //! slower. See docs/xdp.md ("Forwarding").
 
 use crate::loader::{map_err, FastPath};
-use crate::types::{maps, Nexthop, FIB_DIRECT, FIB_TABLE, ROUTES4, ROUTES6};
+use crate::types::{maps, Nexthop, FIB_DIRECT, FIB_TABLE, ROUTES4, ROUTES4_DEFAULT, ROUTES6, ROUTES6_DEFAULT};
 use crate::Error;
 use aya::maps::lpm_trie::{Key, LpmTrie};
 use aya::maps::{Array, MapData, MapError};
@@ -83,7 +83,7 @@ impl FastPath {
         let mut t: LpmTrie<&mut MapData, [u8; 4], u32> = LpmTrie::try_from(self.map_mut(maps::ROUTES4)?)
             .map_err(|e| Error::Bpf(format!("map {}: {e}", maps::ROUTES4)))?;
         t.insert(&Key::new(u32::from(dst.len()), dst.addr().octets()), id, 0).map_err(|e| map_err(maps::ROUTES4, e))?;
-        self.routes4.insert((dst.addr().octets(), dst.len()));
+        self.routes4.insert((dst.addr().octets(), dst.len()), id);
         self.set_route_flags()
     }
 
@@ -93,7 +93,7 @@ impl FastPath {
         let mut t: LpmTrie<&mut MapData, [u8; 16], u32> = LpmTrie::try_from(self.map_mut(maps::ROUTES6)?)
             .map_err(|e| Error::Bpf(format!("map {}: {e}", maps::ROUTES6)))?;
         t.insert(&Key::new(u32::from(dst.len()), dst.addr().octets()), id, 0).map_err(|e| map_err(maps::ROUTES6, e))?;
-        self.routes6.insert((dst.addr().octets(), dst.len()));
+        self.routes6.insert((dst.addr().octets(), dst.len()), id);
         self.set_route_flags()
     }
 
@@ -124,17 +124,29 @@ impl FastPath {
         Ok(())
     }
 
-    /// The programs skip a trie that has no entries.
+    /// The programs skip a trie that has no entries, and search none when
+    /// the only route is the default route (its next hop is in the
+    /// configuration: the common gateway case costs no trie lookup).
     fn set_route_flags(&mut self) -> Result<(), Error> {
-        let mut f = 0;
-        if !self.routes4.is_empty() {
+        let (mut f, mut nh4, mut nh6) = (0, 0, 0);
+        if let Some((&(_, len), &id)) = self.routes4.iter().next() {
             f |= ROUTES4;
+            if self.routes4.len() == 1 && len == 0 {
+                f |= ROUTES4_DEFAULT;
+                nh4 = id;
+            }
         }
-        if !self.routes6.is_empty() {
+        if let Some((&(_, len), &id)) = self.routes6.iter().next() {
             f |= ROUTES6;
+            if self.routes6.len() == 1 && len == 0 {
+                f |= ROUTES6_DEFAULT;
+                nh6 = id;
+            }
         }
-        if f != self.config.route_flags {
+        if (f, nh4, nh6) != (self.config.route_flags, self.config.default_nh4, self.config.default_nh6) {
             self.config.route_flags = f;
+            self.config.default_nh4 = nh4;
+            self.config.default_nh6 = nh6;
             self.write_config()?;
         }
         Ok(())

@@ -93,6 +93,11 @@ contract! {
         pub eam6_lo: [u8; 16],
         /// Highest IPv6 address any EAMT entry covers.
         pub eam6_hi: [u8; 16],
+        /// With [`ROUTES4_DEFAULT`]: the next hop of the only IPv4 route,
+        /// 0.0.0.0/0 (the trie is not searched).
+        pub default_nh4: u32,
+        /// With [`ROUTES6_DEFAULT`]: the next hop of the only IPv6 route, ::/0.
+        pub default_nh6: u32,
     }
 }
 
@@ -334,6 +339,12 @@ pub const FIB_TABLE: u8 = 1 << 1;
 pub const ROUTES4: u8 = 1 << 0;
 /// [`Config::route_flags`]: `routes6` has entries.
 pub const ROUTES6: u8 = 1 << 1;
+/// [`Config::route_flags`]: the only IPv4 route is the default route,
+/// through [`Config::default_nh4`].
+pub const ROUTES4_DEFAULT: u8 = 1 << 2;
+/// [`Config::route_flags`]: the only IPv6 route is the default route,
+/// through [`Config::default_nh6`].
+pub const ROUTES6_DEFAULT: u8 = 1 << 3;
 
 /// [`Config::trgw_flags`]: the TrGW fast path is on.
 pub const TRGW_ON: u8 = 1 << 0;
@@ -496,6 +507,8 @@ pub const CONSTANTS: &[(&str, u64)] = &[
     ("V6G_FIB_TABLE", FIB_TABLE as u64),
     ("V6G_ROUTES4", ROUTES4 as u64),
     ("V6G_ROUTES6", ROUTES6 as u64),
+    ("V6G_ROUTES4_DEFAULT", ROUTES4_DEFAULT as u64),
+    ("V6G_ROUTES6_DEFAULT", ROUTES6_DEFAULT as u64),
     ("V6G_RELAY_OUT_KNOWN", RELAY_OUT_KNOWN as u64),
     ("V6G_COUNTER_MAX", COUNTER_MAX as u64),
 ];
@@ -520,7 +533,7 @@ mod tests {
 
     #[test]
     fn sizes_fixed_by_the_contract() {
-        assert_eq!(core::mem::size_of::<Config>(), 88);
+        assert_eq!(core::mem::size_of::<Config>(), 96);
         assert_eq!(core::mem::size_of::<Nexthop>(), 20);
         assert_eq!(core::mem::size_of::<FibKey>(), 44);
         assert_eq!(core::mem::size_of::<FibValue>(), 32);
