@@ -90,8 +90,16 @@ fn abi_header() -> String {
     for c in types::Counter::ALL {
         let _ = writeln!(h, "#define {} {}", c.c_name(), *c as u32);
     }
-    h.push_str("\n#define V6G_CHECK_LAYOUT() \\\n");
-    for (cname, size, fields) in types::STRUCTS {
+    layout_macro(&mut h, "V6G_CHECK_LAYOUT", types::STRUCTS);
+    layout_macro(&mut h, "V6G_CHECK_TESTER_LAYOUT", types::TESTER_STRUCTS);
+    h.push_str("#endif\n");
+    h
+}
+
+/// `#define NAME()`: a static assert per struct size and field offset and size.
+fn layout_macro(h: &mut String, name: &str, structs: &[(&str, usize, &[types::Field])]) {
+    let _ = write!(h, "\n#define {name}() \\\n");
+    for (cname, size, fields) in structs {
         let _ = writeln!(
             h,
             "    _Static_assert(sizeof(struct {cname}) == {size}, \"struct {cname}: size differs from types.rs\"); \\"
@@ -107,6 +115,5 @@ fn abi_header() -> String {
             );
         }
     }
-    h.push_str("    _Static_assert(1, \"\")\n\n#endif\n");
-    h
+    h.push_str("    _Static_assert(1, \"\")\n\n");
 }

@@ -18,6 +18,7 @@ mod loader;
 pub mod nat64;
 mod route;
 pub mod sys;
+pub mod tester;
 pub mod trgw;
 pub mod types;
 

@@ -348,28 +348,7 @@ impl FastPath {
             return Err(Error::Interface(format!("{iface}: already attached")));
         }
         let prog = self.xdp_mut(program)?;
-        let (link, used, fallback) = match mode {
-            Mode::Native => match prog.attach_to_if_index(ifindex, XdpMode::Driver) {
-                Ok(l) => (l, Mode::Native, None),
-                Err(e) => {
-                    let why = chain(&e);
-                    let l = prog.attach_to_if_index(ifindex, XdpMode::Skb).map_err(|e2| {
-                        Error::Interface(format!(
-                            "{iface}: native XDP failed ({why}); generic failed too ({})",
-                            chain(&e2)
-                        ))
-                    })?;
-                    log::warn!("xdp: {iface}: native XDP not available ({why}); attached in generic mode");
-                    (l, Mode::Generic, Some(why))
-                }
-            },
-            _ => {
-                let l = prog
-                    .attach_to_if_index(ifindex, XdpMode::Skb)
-                    .map_err(|e| Error::Interface(format!("{iface}: generic XDP attach failed: {}", chain(&e))))?;
-                (l, Mode::Generic, None)
-            }
-        };
+        let (link, used, fallback) = attach_link(prog, iface, ifindex, mode)?;
         self.attached.push(Attachment { iface: iface.to_owned(), ifindex, program, mode: used, fallback, link });
         if let Err(e) = self.allow_egress(ifindex) {
             let _ = self.detach(iface);
@@ -444,12 +423,8 @@ impl FastPath {
     /// that namespace). The frame is not sent anywhere.
     pub fn test_run(&self, prog: &str, frame: &[u8], ingress_ifindex: u32, repeat: u32) -> Result<TestResult, Error> {
         let p = self.xdp(prog)?;
-        // struct xdp_md: data, data_end, data_meta, ingress_ifindex,
-        // rx_queue_index, egress_ifindex.
         let len = u32::try_from(frame.len()).map_err(|_| Error::Config("frame too large".into()))?;
-        let mut ctx = [0u8; 24];
-        ctx[4..8].copy_from_slice(&len.to_ne_bytes());
-        ctx[12..16].copy_from_slice(&ingress_ifindex.to_ne_bytes());
+        let ctx = xdp_md(len, ingress_ifindex);
         let mut out = vec![0u8; frame.len() + 256];
         let mut opts = TestRunOptions::new();
         opts.data_in = Some(frame);
@@ -537,8 +512,49 @@ impl Drop for FastPath {
     }
 }
 
+/// Attach `prog` to `ifindex` through a bpf_link: `Mode::Native` in the
+/// driver, falling back to generic with a warning (the reason returned);
+/// otherwise generic. The one attach path of every XDP program of v6gate.
+pub(crate) fn attach_link(
+    prog: &mut Xdp,
+    iface: &str,
+    ifindex: u32,
+    mode: Mode,
+) -> Result<(XdpLinkId, Mode, Option<String>), Error> {
+    match mode {
+        Mode::Native => match prog.attach_to_if_index(ifindex, XdpMode::Driver) {
+            Ok(l) => Ok((l, Mode::Native, None)),
+            Err(e) => {
+                let why = chain(&e);
+                let l = prog.attach_to_if_index(ifindex, XdpMode::Skb).map_err(|e2| {
+                    Error::Interface(format!("{iface}: native XDP failed ({why}); generic failed too ({})", chain(&e2)))
+                })?;
+                log::warn!("xdp: {iface}: native XDP not available ({why}); attached in generic mode");
+                Ok((l, Mode::Generic, Some(why)))
+            }
+        },
+        Mode::Generic => {
+            let l = prog
+                .attach_to_if_index(ifindex, XdpMode::Skb)
+                .map_err(|e| Error::Interface(format!("{iface}: generic XDP attach failed: {}", chain(&e))))?;
+            Ok((l, Mode::Generic, None))
+        }
+        Mode::Off => Err(Error::Config(format!("{iface}: attach with mode off"))),
+    }
+}
+
+/// A `struct xdp_md` for BPF_PROG_TEST_RUN: a frame of `len` bytes
+/// received on `ingress_ifindex` (fields data, data_end, data_meta,
+/// ingress_ifindex, rx_queue_index, egress_ifindex).
+pub(crate) fn xdp_md(len: u32, ingress_ifindex: u32) -> [u8; 24] {
+    let mut ctx = [0u8; 24];
+    ctx[4..8].copy_from_slice(&len.to_ne_bytes());
+    ctx[12..16].copy_from_slice(&ingress_ifindex.to_ne_bytes());
+    ctx
+}
+
 /// An error and its sources on one line.
-fn chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut cur = e.source();
     while let Some(c) = cur {

@@ -1,7 +1,10 @@
 //! The crate's only unsafe code: marking the contract structs as plain old
 //! data for aya's typed maps, and `if_nametoindex`.
 
-use crate::types::{Config, Count, Eam, FlowKey, Nat64Value, Nexthop, RelayKey, RelayValue};
+use crate::types::{
+    Config, Count, Eam, FlowKey, Nat64Value, Nexthop, RelayKey, RelayValue, TgenConfig, TgenFlow, TgenState,
+    TrecvConfig, TrecvCounts, TrecvLearned, TrecvTrend,
+};
 use std::ffi::CString;
 
 // SAFETY: each type is `#[repr(C)]`, `Copy`, made only of integers and
@@ -24,6 +27,20 @@ unsafe impl aya::Pod for RelayValue {}
 unsafe impl aya::Pod for Count {}
 // SAFETY: as above.
 unsafe impl aya::Pod for Nexthop {}
+// SAFETY: as above.
+unsafe impl aya::Pod for TgenConfig {}
+// SAFETY: as above.
+unsafe impl aya::Pod for TgenFlow {}
+// SAFETY: as above.
+unsafe impl aya::Pod for TgenState {}
+// SAFETY: as above.
+unsafe impl aya::Pod for TrecvConfig {}
+// SAFETY: as above.
+unsafe impl aya::Pod for TrecvCounts {}
+// SAFETY: as above.
+unsafe impl aya::Pod for TrecvTrend {}
+// SAFETY: as above.
+unsafe impl aya::Pod for TrecvLearned {}
 
 /// The interface index of `name`, or `None` when there is no such
 /// interface (in the caller's network namespace).

@@ -308,6 +308,155 @@ contract! {
     }
 }
 
+// ---- The XDP tester (bpf/tester.bpf.c, crates/bench `--tester xdp`) ----
+
+contract! {
+    /// The generator's settings (`tgen_config[0]`).
+    pub struct TgenConfig / "v6g_tgen_config" {
+        /// Frames cycle through `tgen_flows[0..nflows)`.
+        pub nflows: u32,
+        /// `TESTER_MAGIC_HI | trial id`, written into every frame.
+        pub magic: u32,
+        /// Offset of the UDP header in the frame.
+        pub udp_off: u16,
+        /// 1: IPv6 frames (64 header bytes copied per frame), 0: IPv4 (44).
+        pub v6: u8,
+        /// Zero.
+        pub pad: u8,
+        /// Zero.
+        pub pad2: u32,
+    }
+}
+
+contract! {
+    /// One flow of the generator (`tgen_flows[i]`).
+    pub struct TgenFlow / "v6g_tgen_flow" {
+        /// The frame's first 64 bytes (two halves): headers, then zero payload.
+        pub hdr: [[u8; 32]; 2],
+        /// Unfolded one's-complement sum (host-order 16-bit words, as
+        /// `xlat::checksum::sum`) of the UDP pseudo-header and datagram
+        /// with the checksum and the stamp fields zero.
+        pub base_sum: u64,
+    }
+}
+
+contract! {
+    /// The generator's state (`tgen_state[0]`).
+    pub struct TgenState / "v6g_tgen_state" {
+        /// Frames generated: the next frame's sequence number.
+        pub seq: u64,
+    }
+}
+
+contract! {
+    /// The receiver's settings (`trecv_config[0]`).
+    pub struct TrecvConfig / "v6g_trecv_config" {
+        /// A frame later than this after its timestamp is late.
+        pub budget_ns: u64,
+        /// The trial's magic.
+        pub magic: u32,
+        /// Sequence numbers `0..total` belong to the trial; 0 closes the
+        /// receiver (everything foreign).
+        pub total: u32,
+        /// Learn the source of flows `0..nflows`.
+        pub nflows: u32,
+        /// A latency sample every `2^sample_shift` sequence numbers.
+        pub sample_shift: u8,
+        /// 1: count only IPv6 frames, 0: only IPv4.
+        pub rx_v6: u8,
+        /// 1: record each flow's first source address and port.
+        pub learn: u8,
+        /// Zero.
+        pub pad: u8,
+    }
+}
+
+contract! {
+    /// The receiver's counters (per CPU, `trecv_counts[0]`).
+    pub struct TrecvCounts / "v6g_trecv_counts" {
+        /// First arrivals (on time or late).
+        pub received: u64,
+        /// First arrivals later than the budget.
+        pub late: u64,
+        /// Frames seen before.
+        pub dup: u64,
+        /// Test frames not of this trial, out of range, of the other IP
+        /// version, or after the receiver closed.
+        pub foreign: u64,
+        /// Latency samples written to `trecv_samples`.
+        pub sampled: u64,
+        /// Samples the ring buffer had no room for.
+        pub sample_lost: u64,
+    }
+}
+
+contract! {
+    /// Latency sum and count of one tenth of a trial (per CPU, `trecv_trend`).
+    pub struct TrecvTrend / "v6g_trecv_trend" {
+        /// Sum of the latencies, ns.
+        pub sum_ns: u64,
+        /// Frames.
+        pub count: u64,
+    }
+}
+
+contract! {
+    /// One latency sample in the `trecv_samples` ring buffer.
+    pub struct TrecvSample / "v6g_trecv_sample" {
+        /// Sequence number.
+        pub seq: u32,
+        /// One-way latency, ns (at most the budget).
+        pub lat_ns: u32,
+    }
+}
+
+contract! {
+    /// The source of a flow's first frame (`trecv_learned[flow]`).
+    pub struct TrecvLearned / "v6g_trecv_learned" {
+        /// Sequence number + 1 of that frame; 0: none arrived.
+        pub seq1: u32,
+        /// UDP source port, network order.
+        pub port_be: u16,
+        /// 1: IPv6 source, 0: IPv4 (in the first 4 bytes of `addr`).
+        pub v6: u8,
+        /// Zero.
+        pub pad: u8,
+        /// Source address.
+        pub addr: [u8; 16],
+    }
+}
+
+/// Upper 16 bits of the tester's magic word (the lower 16: the trial id).
+pub const TESTER_MAGIC_HI: u32 = 0x7636_0000;
+/// Slots of the receiver's latency trend (tenths of a trial).
+pub const TREND_SLOTS: u32 = 10;
+
+/// The tester's maps and programs.
+pub mod tester {
+    /// `ARRAY[1]` of [`super::TgenConfig`].
+    pub const TGEN_CONFIG: &str = "tgen_config";
+    /// `ARRAY` of [`super::TgenFlow`].
+    pub const TGEN_FLOWS: &str = "tgen_flows";
+    /// `ARRAY[1]` of [`super::TgenState`].
+    pub const TGEN_STATE: &str = "tgen_state";
+    /// `ARRAY[1]` of [`super::TrecvConfig`].
+    pub const TRECV_CONFIG: &str = "trecv_config";
+    /// `PERCPU_ARRAY[1]` of [`super::TrecvCounts`].
+    pub const TRECV_COUNTS: &str = "trecv_counts";
+    /// `PERCPU_ARRAY[TREND_SLOTS]` of [`super::TrecvTrend`].
+    pub const TRECV_TREND: &str = "trecv_trend";
+    /// `ARRAY` of u64: one bit per sequence number.
+    pub const TRECV_SEEN: &str = "trecv_seen";
+    /// `RINGBUF` of [`super::TrecvSample`].
+    pub const TRECV_SAMPLES: &str = "trecv_samples";
+    /// `ARRAY` of [`super::TrecvLearned`], by flow.
+    pub const TRECV_LEARNED: &str = "trecv_learned";
+    /// The generator program (BPF_PROG_RUN, live frames).
+    pub const PROG_TGEN: &str = "xdp_tgen";
+    /// The counting receiver program.
+    pub const PROG_TRECV: &str = "xdp_trecv";
+}
+
 /// [`Xlat::flags`]: the function is on.
 pub const XLAT_ON: u8 = 1 << 0;
 /// `reset-traffic-class`: IPv4 → IPv6 Traffic Class 0.
@@ -493,6 +642,18 @@ pub const STRUCTS: &[(&str, usize, &[Field])] = &[
     (Nexthop::C_NAME, core::mem::size_of::<Nexthop>(), Nexthop::FIELDS),
 ];
 
+/// The tester's contract structs (checked by `V6G_CHECK_TESTER_LAYOUT()`).
+pub const TESTER_STRUCTS: &[(&str, usize, &[Field])] = &[
+    (TgenConfig::C_NAME, core::mem::size_of::<TgenConfig>(), TgenConfig::FIELDS),
+    (TgenFlow::C_NAME, core::mem::size_of::<TgenFlow>(), TgenFlow::FIELDS),
+    (TgenState::C_NAME, core::mem::size_of::<TgenState>(), TgenState::FIELDS),
+    (TrecvConfig::C_NAME, core::mem::size_of::<TrecvConfig>(), TrecvConfig::FIELDS),
+    (TrecvCounts::C_NAME, core::mem::size_of::<TrecvCounts>(), TrecvCounts::FIELDS),
+    (TrecvTrend::C_NAME, core::mem::size_of::<TrecvTrend>(), TrecvTrend::FIELDS),
+    (TrecvSample::C_NAME, core::mem::size_of::<TrecvSample>(), TrecvSample::FIELDS),
+    (TrecvLearned::C_NAME, core::mem::size_of::<TrecvLearned>(), TrecvLearned::FIELDS),
+];
+
 /// Integer constants shared with C (`#define NAME value`).
 pub const CONSTANTS: &[(&str, u64)] = &[
     ("V6G_XLAT_ON", XLAT_ON as u64),
@@ -511,6 +672,8 @@ pub const CONSTANTS: &[(&str, u64)] = &[
     ("V6G_ROUTES6_DEFAULT", ROUTES6_DEFAULT as u64),
     ("V6G_RELAY_OUT_KNOWN", RELAY_OUT_KNOWN as u64),
     ("V6G_COUNTER_MAX", COUNTER_MAX as u64),
+    ("V6G_TESTER_MAGIC_HI", TESTER_MAGIC_HI as u64),
+    ("V6G_TREND_SLOTS", TREND_SLOTS as u64),
 ];
 
 #[cfg(test)]
@@ -521,7 +684,7 @@ mod tests {
     /// every byte the kernel sees was written by us.
     #[test]
     fn no_implicit_padding() {
-        for (name, size, fields) in STRUCTS {
+        for (name, size, fields) in STRUCTS.iter().chain(TESTER_STRUCTS) {
             let mut at = 0;
             for (f, off, fsize) in fields.iter() {
                 assert_eq!(*off, at, "{name}.{f}: a hole before it");

@@ -1,0 +1,302 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR Apache-2.0) */
+/*
+ * The XDP tester of `v6gate bench` (crates/bench, `--tester xdp`):
+ *
+ *   xdp_tgen   the generator, run by userspace with BPF_PROG_RUN in live
+ *              frames mode (BPF_F_TEST_XDP_LIVE_FRAMES, the xdp-trafficgen
+ *              approach): each run turns the kernel's copy of the frame
+ *              into the next frame of the trial — the flow's headers
+ *              (RFC 4814 ports, per-flow addresses), a CLOCK_MONOTONIC
+ *              timestamp, the sequence number, the flow index and the
+ *              trial's magic, the UDP checksum — and sends it out of the
+ *              tester port (XDP_TX from the port given as ingress).
+ *   xdp_trecv  the counting receiver, attached to the other tester port:
+ *              judges each test frame as the userspace Tally does (first
+ *              arrival / duplicate by a bitmap, late against the budget,
+ *              a latency trend per tenth of the trial), writes a latency
+ *              sample every 2^k frames to a ring buffer, learns each
+ *              flow's translated source, and drops the frame. Frames that
+ *              are not test frames pass.
+ *
+ * The payload layout is crates/bench/src/tester/frame.rs's:
+ *   ts_ns (8, BE) | seq (4, BE) | flow (2, BE) | magic (4, BE)
+ * right after the UDP header.
+ */
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/udp.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include "tester.h"
+
+#define INLINE static __always_inline
+#define UDP_LEN 8
+#define STAMP_LEN 18
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct v6g_tgen_config);
+} tgen_config SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, struct v6g_tgen_flow);
+} tgen_flows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct v6g_tgen_state);
+} tgen_state SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct v6g_trecv_config);
+} trecv_config SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct v6g_trecv_counts);
+} trecv_counts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, V6G_TREND_SLOTS);
+	__type(key, __u32);
+	__type(value, struct v6g_trecv_trend);
+} trecv_trend SEC(".maps");
+
+/* One bit per sequence number (sized by the loader). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, __u64);
+} trecv_seen SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 20);
+} trecv_samples SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, struct v6g_trecv_learned);
+} trecv_learned SEC(".maps");
+
+#define LD32(p) (*(const __u32 *)(const void *)(p))
+#define ST32(p, v) (*(__u32 *)(void *)(p) = (v))
+#define ST16(p, v) (*(__u16 *)(void *)(p) = (v))
+
+INLINE __u16 fold(__u64 acc)
+{
+	acc = (acc & 0xffffffff) + (acc >> 32);
+	acc = (acc & 0xffff) + (acc >> 16);
+	acc = (acc & 0xffff) + (acc >> 16);
+	acc = (acc & 0xffff) + (acc >> 16);
+	return (__u16)acc;
+}
+
+/* The host-order 16-bit-word sum of a u64 / u32 value's big-endian bytes. */
+INLINE __u64 words64(__u64 v)
+{
+	return (v >> 48) + ((v >> 32) & 0xffff) + ((v >> 16) & 0xffff) + (v & 0xffff);
+}
+
+INLINE __u64 words32(__u32 v)
+{
+	return (v >> 16) + (v & 0xffff);
+}
+
+SEC("xdp")
+int xdp_tgen(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	const struct v6g_tgen_config *c;
+	const struct v6g_tgen_flow *f;
+	struct v6g_tgen_state *st;
+	__u32 zero = 0, flow, seq, off;
+	__u64 ts, sum;
+	__u16 csum;
+	__u8 *p;
+
+	c = bpf_map_lookup_elem(&tgen_config, &zero);
+	st = bpf_map_lookup_elem(&tgen_state, &zero);
+	if (!c || !st || !c->nflows)
+		return XDP_DROP;
+	/* One generator thread at a time, and a run never migrates: a plain
+	 * increment is exact. */
+	seq = (__u32)st->seq;
+	st->seq++;
+	flow = seq % c->nflows;
+	f = bpf_map_lookup_elem(&tgen_flows, &flow);
+	if (!f)
+		return XDP_DROP;
+	/* The flow's headers (the rest of the copied bytes is payload the
+	 * stamp overwrites next, or zeros as in the template). */
+	if (c->v6) {
+		if (data + 64 > end)
+			return XDP_DROP;
+#pragma unroll
+		for (int i = 0; i < 16; i++)
+			ST32(data + 4 * i, LD32(f->hdr + 4 * i));
+	} else {
+		if (data + 44 > end)
+			return XDP_DROP;
+#pragma unroll
+		for (int i = 0; i < 11; i++)
+			ST32(data + 4 * i, LD32(f->hdr + 4 * i));
+	}
+	off = c->udp_off;
+	if (off > 64)
+		return XDP_DROP;
+	p = data + off;
+	if ((void *)(p + UDP_LEN + STAMP_LEN) > end)
+		return XDP_DROP;
+	ts = bpf_ktime_get_ns();
+	ST32(p + 8, bpf_htonl(ts >> 32));
+	ST32(p + 12, bpf_htonl((__u32)ts));
+	ST32(p + 16, bpf_htonl(seq));
+	ST16(p + 20, bpf_htons((__u16)flow));
+	ST32(p + 22, bpf_htonl(c->magic));
+	sum = f->base_sum + words64(ts) + words32(seq) + (__u16)flow + words32(c->magic);
+	csum = ~fold(sum);
+	/* RFC 768: a computed zero is sent as all ones. */
+	if (!csum)
+		csum = 0xffff;
+	ST16(p + 6, bpf_htons(csum));
+	return XDP_TX;
+}
+
+/* ---- receiver --------------------------------------------------------------- */
+
+INLINE void count_foreign(struct v6g_trecv_counts *n)
+{
+	n->foreign++;
+}
+
+SEC("xdp")
+int xdp_trecv(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	const struct v6g_trecv_config *c;
+	struct v6g_trecv_counts *n;
+	struct v6g_trecv_trend *tr;
+	struct ethhdr *eth = data;
+	__u32 zero = 0, seq, magic, word, tenth, is6;
+	__u64 ts, now, lat, bit, old, *w;
+	__u16 flow, sport_be;
+	__u8 *pl, *src;
+
+	if ((void *)(eth + 1) > end)
+		return XDP_PASS;
+	if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip = (void *)(eth + 1);
+
+		if ((void *)(ip + 1) > end || ip->nexthdr != IPPROTO_UDP)
+			return XDP_PASS;
+		src = (__u8 *)&ip->saddr;
+		pl = (__u8 *)(ip + 1);
+		is6 = 1;
+	} else if (eth->h_proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = (void *)(eth + 1);
+
+		if ((void *)(ip + 1) > end || ip->ihl != 5 || ip->protocol != IPPROTO_UDP ||
+		    (ip->frag_off & bpf_htons(0x3fff)))
+			return XDP_PASS;
+		src = (__u8 *)&ip->saddr;
+		pl = (__u8 *)(ip + 1);
+		is6 = 0;
+	} else {
+		return XDP_PASS;
+	}
+	if ((void *)(pl + UDP_LEN + STAMP_LEN) > end)
+		return XDP_PASS;
+	magic = bpf_ntohl(LD32(pl + 22));
+	if ((magic & 0xffff0000) != V6G_TESTER_MAGIC_HI)
+		return XDP_PASS; /* not a test frame: the tester's kernel decides */
+	c = bpf_map_lookup_elem(&trecv_config, &zero);
+	n = bpf_map_lookup_elem(&trecv_counts, &zero);
+	if (!c || !n)
+		return XDP_DROP;
+	seq = bpf_ntohl(LD32(pl + 16));
+	if (magic != c->magic || seq >= c->total || is6 != c->rx_v6) {
+		count_foreign(n);
+		return XDP_DROP;
+	}
+	word = seq >> 6;
+	w = bpf_map_lookup_elem(&trecv_seen, &word);
+	if (!w) {
+		count_foreign(n);
+		return XDP_DROP;
+	}
+	bit = 1ULL << (seq & 63);
+	old = __sync_fetch_and_or(w, bit);
+	if (old & bit) {
+		n->dup++;
+		return XDP_DROP;
+	}
+	now = bpf_ktime_get_ns();
+	ts = ((__u64)bpf_ntohl(LD32(pl + 8)) << 32) | bpf_ntohl(LD32(pl + 12));
+	lat = now > ts ? now - ts : 0;
+	n->received++;
+	tenth = (__u32)(((__u64)seq * V6G_TREND_SLOTS) / c->total);
+	tr = bpf_map_lookup_elem(&trecv_trend, &tenth);
+	if (tr) {
+		tr->sum_ns += lat;
+		tr->count++;
+	}
+	if (lat > c->budget_ns) {
+		n->late++;
+	} else if (!(seq & ((1u << (c->sample_shift & 31)) - 1))) {
+		struct v6g_trecv_sample s = { .seq = seq, .lat_ns = (__u32)lat };
+
+		if (bpf_ringbuf_output(&trecv_samples, &s, sizeof(s), 0))
+			n->sample_lost++;
+		else
+			n->sampled++;
+	}
+	if (c->learn) {
+		struct v6g_trecv_learned *l;
+		__u32 fl;
+
+		flow = bpf_ntohs(*(__u16 *)(void *)(pl + 20));
+		fl = flow;
+		sport_be = *(__u16 *)(void *)pl;
+		if (fl < c->nflows) {
+			l = bpf_map_lookup_elem(&trecv_learned, &fl);
+			if (l && (!l->seq1 || seq + 1 < l->seq1)) {
+				l->seq1 = seq + 1;
+				l->port_be = sport_be;
+				l->v6 = is6;
+				if (is6) {
+					ST32(l->addr, LD32(src));
+					ST32(l->addr + 4, LD32(src + 4));
+					ST32(l->addr + 8, LD32(src + 8));
+					ST32(l->addr + 12, LD32(src + 12));
+				} else {
+					ST32(l->addr, LD32(src));
+				}
+			}
+		}
+	}
+	return XDP_DROP;
+}
+
+char LICENSE[] SEC("license") = "GPL";

@@ -1,0 +1,313 @@
+//! The XDP tester's userspace side (`bpf/tester.bpf.c`): loads the
+//! generator and the counting receiver, fills the flows, runs the
+//! generator with `BPF_PROG_RUN` in live frames mode, attaches the
+//! receiver, and reads back what it counted. `crates/bench` builds its
+//! `--tester xdp` backend on this; the judgement of a trial (loss, late,
+//! latency) is the bench's.
+//!
+//! One [`Tester`] serves one trial: its maps start zeroed (the receiver's
+//! bitmap of seen sequence numbers in particular).
+
+use crate::loader::{attach_link, chain, map_err, xdp_md};
+use crate::types::{
+    tester as names, TgenConfig, TgenFlow, TgenState, TrecvConfig, TrecvCounts, TrecvLearned, TrecvSample, TrecvTrend,
+    TREND_SLOTS,
+};
+use crate::{Error, Mode};
+use aya::maps::{Array, MapData, PerCpuArray, RingBuf};
+use aya::programs::xdp::XdpLinkId;
+use aya::programs::{TestRun, TestRunAttrs, TestRunOptions, Xdp};
+use aya::{Ebpf, EbpfLoader};
+
+/// The BPF object built by build.rs from `bpf/tester.bpf.c`.
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tester.bpf.o"));
+
+/// Most frames one generator call sends (the kernel's limit on a live
+/// frames batch is 256; a call runs several batches).
+pub const MAX_BATCH: u32 = 256;
+
+/// Sizes of one trial.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TesterLimits {
+    /// Frames in the trial (the receiver's bitmap).
+    pub frames: u64,
+    /// Flows (generator templates and learned sources).
+    pub flows: u32,
+    /// Bytes of the latency sample ring (a power of two, at least 4096).
+    pub sample_ring: u32,
+}
+
+/// The loaded tester of one trial.
+pub struct Tester {
+    bpf: Ebpf,
+    receiver: Option<(XdpLinkId, Mode)>,
+    limits: TesterLimits,
+}
+
+impl std::fmt::Debug for Tester {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tester").field("limits", &self.limits).field("receiver", &self.receiver.as_ref().map(|r| r.1)).finish()
+    }
+}
+
+impl Tester {
+    /// Load the programs with maps for `limits`.
+    pub fn load(limits: TesterLimits) -> Result<Tester, Error> {
+        let words = u32::try_from(limits.frames.div_ceil(64).max(1))
+            .map_err(|_| Error::Config(format!("{} frames in one trial: too many", limits.frames)))?;
+        if limits.flows == 0 {
+            return Err(Error::Config("a trial needs at least one flow".into()));
+        }
+        let ring = limits.sample_ring.max(4096).next_power_of_two();
+        let mut bpf = EbpfLoader::new()
+            .map_max_entries(names::TGEN_FLOWS, limits.flows)
+            .map_max_entries(names::TRECV_LEARNED, limits.flows)
+            .map_max_entries(names::TRECV_SEEN, words)
+            .map_max_entries(names::TRECV_SAMPLES, ring)
+            .load(OBJECT)
+            .map_err(|e| Error::Unavailable(format!("loading the tester object: {}", chain(&e))))?;
+        for name in [names::PROG_TGEN, names::PROG_TRECV] {
+            let p: &mut Xdp = bpf
+                .program_mut(name)
+                .ok_or_else(|| Error::Bpf(format!("program {name} missing from the object")))?
+                .try_into()
+                .map_err(|e| Error::Bpf(format!("program {name}: {e}")))?;
+            p.load().map_err(|e| Error::Unavailable(format!("loading program {name}: {}", chain(&e))))?;
+        }
+        Ok(Tester { bpf, receiver: None, limits })
+    }
+
+    fn map_mut(&mut self, name: &'static str) -> Result<&mut aya::maps::Map, Error> {
+        self.bpf.map_mut(name).ok_or_else(|| Error::Bpf(format!("map {name} missing from the object")))
+    }
+
+    fn map(&self, name: &'static str) -> Result<&aya::maps::Map, Error> {
+        self.bpf.map(name).ok_or_else(|| Error::Bpf(format!("map {name} missing from the object")))
+    }
+
+    fn prog(&self, name: &str) -> Result<&Xdp, Error> {
+        self.bpf
+            .program(name)
+            .ok_or_else(|| Error::Bpf(format!("program {name} missing")))?
+            .try_into()
+            .map_err(|e| Error::Bpf(format!("program {name}: {e}")))
+    }
+
+    fn set<T: aya::Pod>(&mut self, map: &'static str, index: u32, v: T) -> Result<(), Error> {
+        let mut a: Array<&mut MapData, T> =
+            Array::try_from(self.map_mut(map)?).map_err(|e| Error::Bpf(format!("map {map}: {e}")))?;
+        a.set(index, v, 0).map_err(|e| map_err(map, e))
+    }
+
+    fn get<T: aya::Pod>(&self, map: &'static str, index: u32) -> Result<T, Error> {
+        let a: Array<&MapData, T> =
+            Array::try_from(self.map(map)?).map_err(|e| Error::Bpf(format!("map {map}: {e}")))?;
+        a.get(&index, 0).map_err(|e| map_err(map, e))
+    }
+
+    /// The generator's flows, in order (at most `limits.flows`).
+    pub fn set_flows(&mut self, flows: &[TgenFlow]) -> Result<(), Error> {
+        if flows.len() > self.limits.flows as usize {
+            return Err(Error::Config(format!(
+                "{} flows, the tester was loaded for {}",
+                flows.len(),
+                self.limits.flows
+            )));
+        }
+        for (i, f) in flows.iter().enumerate() {
+            self.set(names::TGEN_FLOWS, i as u32, *f)?;
+        }
+        Ok(())
+    }
+
+    /// The generator's settings; also restarts its sequence at 0.
+    pub fn set_generator(&mut self, cfg: TgenConfig) -> Result<(), Error> {
+        self.set(names::TGEN_STATE, 0, TgenState { seq: 0 })?;
+        self.set(names::TGEN_CONFIG, 0, cfg)
+    }
+
+    /// Send `count` frames out of `ifindex` (an interface of the calling
+    /// thread's network namespace): `BPF_PROG_RUN` of the generator over
+    /// `frame` in live frames mode, `batch` frames per kernel batch
+    /// (1..=[`MAX_BATCH`]). Each run rewrites the frame for the next
+    /// sequence number and sends it (XDP_TX).
+    pub fn generate(&self, frame: &[u8], ifindex: u32, count: u32, batch: u32) -> Result<(), Error> {
+        let p = self.prog(names::PROG_TGEN)?;
+        let len = u32::try_from(frame.len()).map_err(|_| Error::Config("frame too large".into()))?;
+        let ctx = xdp_md(len, ifindex);
+        let mut opts = TestRunOptions::new();
+        opts.data_in = Some(frame);
+        opts.ctx_in = Some(&ctx);
+        opts.repeat = count.max(1);
+        opts.attrs = TestRunAttrs::new().xdp_live_frames(batch.clamp(1, MAX_BATCH));
+        p.test_run(opts).map_err(|e| Error::Bpf(format!("BPF_PROG_RUN (live frames): {}", chain(&e))))?;
+        Ok(())
+    }
+
+    /// Frames the generator has built since [`Tester::set_generator`].
+    pub fn generated(&self) -> Result<u64, Error> {
+        Ok(self.get::<TgenState>(names::TGEN_STATE, 0)?.seq)
+    }
+
+    /// Attach the receiver to `iface` (of the calling thread's network
+    /// namespace): native, falling back to generic. Returns the mode.
+    pub fn attach_receiver(&mut self, iface: &str, mode: Mode) -> Result<Mode, Error> {
+        let ifindex = crate::sys::if_index(iface).ok_or_else(|| Error::Interface(format!("no interface {iface}")))?;
+        if self.receiver.is_some() {
+            return Err(Error::Interface(format!("{iface}: the receiver is attached already")));
+        }
+        let p: &mut Xdp = self
+            .bpf
+            .program_mut(names::PROG_TRECV)
+            .ok_or_else(|| Error::Bpf("receiver program missing".into()))?
+            .try_into()
+            .map_err(|e| Error::Bpf(format!("receiver: {e}")))?;
+        let (link, used, _) = attach_link(p, iface, ifindex, mode)?;
+        self.receiver = Some((link, used));
+        Ok(used)
+    }
+
+    /// Detach the receiver (also done on drop).
+    pub fn detach_receiver(&mut self) -> Result<(), Error> {
+        if let Some((link, _)) = self.receiver.take() {
+            let p: &mut Xdp = self
+                .bpf
+                .program_mut(names::PROG_TRECV)
+                .ok_or_else(|| Error::Bpf("receiver program missing".into()))?
+                .try_into()
+                .map_err(|e| Error::Bpf(format!("receiver: {e}")))?;
+            p.detach(link).map_err(|e| Error::Interface(format!("receiver detach: {}", chain(&e))))?;
+        }
+        Ok(())
+    }
+
+    /// The receiver's settings (`total` = 0 closes it).
+    pub fn set_receiver(&mut self, cfg: TrecvConfig) -> Result<(), Error> {
+        self.set(names::TRECV_CONFIG, 0, cfg)
+    }
+
+    /// The receiver's counters, summed over CPUs.
+    pub fn counts(&self) -> Result<TrecvCounts, Error> {
+        let a: PerCpuArray<&MapData, TrecvCounts> = PerCpuArray::try_from(self.map(names::TRECV_COUNTS)?)
+            .map_err(|e| Error::Bpf(format!("map {}: {e}", names::TRECV_COUNTS)))?;
+        let v = a.get(&0, 0).map_err(|e| map_err(names::TRECV_COUNTS, e))?;
+        Ok(v.iter().fold(TrecvCounts::default(), |s, x| TrecvCounts {
+            received: s.received + x.received,
+            late: s.late + x.late,
+            dup: s.dup + x.dup,
+            foreign: s.foreign + x.foreign,
+            sampled: s.sampled + x.sampled,
+            sample_lost: s.sample_lost + x.sample_lost,
+        }))
+    }
+
+    /// The latency trend: (sum ns, frames) per tenth of the trial, summed over CPUs.
+    pub fn trend(&self) -> Result<Vec<(u64, u64)>, Error> {
+        let a: PerCpuArray<&MapData, TrecvTrend> = PerCpuArray::try_from(self.map(names::TRECV_TREND)?)
+            .map_err(|e| Error::Bpf(format!("map {}: {e}", names::TRECV_TREND)))?;
+        (0..TREND_SLOTS)
+            .map(|i| {
+                let v = a.get(&i, 0).map_err(|e| map_err(names::TRECV_TREND, e))?;
+                Ok(v.iter().fold((0, 0), |s, x| (s.0 + x.sum_ns, s.1 + x.count)))
+            })
+            .collect()
+    }
+
+    /// Hand every latency sample in the ring to `f` (and consume it).
+    pub fn drain_samples(&mut self, mut f: impl FnMut(TrecvSample)) -> Result<(), Error> {
+        let mut rb: RingBuf<&mut MapData> = RingBuf::try_from(self.map_mut(names::TRECV_SAMPLES)?)
+            .map_err(|e| Error::Bpf(format!("map {}: {e}", names::TRECV_SAMPLES)))?;
+        while let Some(item) = rb.next() {
+            if item.len() >= 8 {
+                let seq = u32::from_ne_bytes(item[0..4].try_into().unwrap_or_default());
+                let lat_ns = u32::from_ne_bytes(item[4..8].try_into().unwrap_or_default());
+                f(TrecvSample { seq, lat_ns });
+            }
+        }
+        Ok(())
+    }
+
+    /// The learned source of flow `i` (None: no frame of it arrived).
+    pub fn learned(&self, i: u32) -> Result<Option<TrecvLearned>, Error> {
+        let l: TrecvLearned = self.get(names::TRECV_LEARNED, i)?;
+        Ok((l.seq1 != 0).then_some(l))
+    }
+}
+
+impl Drop for Tester {
+    fn drop(&mut self) {
+        let _ = self.detach_receiver();
+    }
+}
+
+/// Bytes of the tester's stamp after the UDP header (timestamp, sequence
+/// number, flow, magic).
+pub const STAMP_LEN: usize = 18;
+
+/// A generator flow from a whole template frame (Ethernet, IPv4 without
+/// options or IPv6, UDP, payload of at least [`STAMP_LEN`] bytes; the
+/// payload after the stamp is kept as it is only up to byte 64 of the
+/// frame, so it must be zero there). Returns the flow, the UDP header's
+/// offset and whether the frame is IPv6.
+pub fn flow_from_frame(frame: &[u8]) -> Result<(TgenFlow, u16, bool), Error> {
+    let bad = |why: &str| Error::Config(format!("tester template: {why}"));
+    let et = frame.get(12..14).ok_or_else(|| bad("shorter than an Ethernet header"))?;
+    let (v6, udp, pseudo) = match et {
+        [0x86, 0xdd] => {
+            let ip = frame.get(14..54).ok_or_else(|| bad("short IPv6 header"))?;
+            if ip[6] != 17 {
+                return Err(bad("not UDP"));
+            }
+            (true, 54usize, xlat::checksum::sum(&ip[8..40]))
+        }
+        [0x08, 0x00] => {
+            let ip = frame.get(14..34).ok_or_else(|| bad("short IPv4 header"))?;
+            if ip[0] != 0x45 || ip[9] != 17 {
+                return Err(bad("IPv4 with options, or not UDP"));
+            }
+            (false, 34usize, xlat::checksum::sum(&ip[12..20]))
+        }
+        _ => return Err(bad("neither IPv4 nor IPv6")),
+    };
+    let dgram = frame.get(udp..).ok_or_else(|| bad("no UDP header"))?;
+    let ulen = usize::from(u16::from_be_bytes([dgram.get(4).copied().unwrap_or(0), dgram.get(5).copied().unwrap_or(0)]));
+    if ulen < 8 + STAMP_LEN || ulen > dgram.len() {
+        return Err(bad("UDP length does not cover the stamp or exceeds the frame"));
+    }
+    let mut d = dgram[..ulen].to_vec();
+    d[6] = 0;
+    d[7] = 0;
+    d[8..8 + STAMP_LEN].fill(0);
+    let base_sum = pseudo + 17 + ulen as u64 + xlat::checksum::sum(&d);
+    let mut hdr = [[0u8; 32]; 2];
+    let mut head = [0u8; 64];
+    let n = frame.len().min(64);
+    head[..n].copy_from_slice(&frame[..n]);
+    // The stamp's bytes within the first 64 are written per frame: zero them.
+    let s = (udp + 8).min(64);
+    let e = (udp + 8 + STAMP_LEN).min(64);
+    head[s..e].fill(0);
+    head[udp + 6] = 0;
+    head[udp + 7] = 0;
+    hdr[0].copy_from_slice(&head[..32]);
+    hdr[1].copy_from_slice(&head[32..]);
+    Ok((TgenFlow { hdr, base_sum }, udp as u16, v6))
+}
+
+impl Tester {
+    /// Run the generator once over `frame` without sending it (plain
+    /// `BPF_PROG_TEST_RUN`) and return the frame it built: for tests.
+    pub fn build_frame(&self, frame: &[u8], ifindex: u32) -> Result<(u32, Vec<u8>), Error> {
+        let p = self.prog(names::PROG_TGEN)?;
+        let len = u32::try_from(frame.len()).map_err(|_| Error::Config("frame too large".into()))?;
+        let ctx = xdp_md(len, ifindex);
+        let mut out = vec![0u8; frame.len() + 256];
+        let mut opts = TestRunOptions::new();
+        opts.data_in = Some(frame);
+        opts.data_out = Some(&mut out);
+        opts.ctx_in = Some(&ctx);
+        let r = p.test_run(opts).map_err(|e| Error::Bpf(format!("BPF_PROG_TEST_RUN: {}", chain(&e))))?;
+        out.truncate(r.data_size_out as usize);
+        Ok((r.return_value, out))
+    }
+}

@@ -1,0 +1,148 @@
+//! The XDP tester (bpf/tester.bpf.c, `xdp::tester`): the generator builds
+//! exactly the frames of the bench's frame format (valid UDP checksum,
+//! stamp fields, flows in order); through a veth pair the counting
+//! receiver counts every frame once, none late, learns each flow's
+//! source, samples latencies, and counts other trials' frames and frames
+//! after it closed as foreign. Root only; a uniquely named namespace,
+//! removed when the test ends.
+
+use lab::netns::{am_root, Netns};
+use std::net::Ipv4Addr;
+use xdp::tester::{flow_from_frame, Tester, TesterLimits, STAMP_LEN};
+use xdp::types::{TgenConfig, TrecvConfig, TESTER_MAGIC_HI};
+use xdp::{action, Mode};
+
+fn csum_ok(data: &[u8]) -> bool {
+    xlat::checksum::verifies(xlat::checksum::sum(data))
+}
+
+/// A UDP frame: Ethernet + IPv4 + UDP + `payload` zero bytes.
+fn frame4(src: Ipv4Addr, sport: u16, dport: u16, payload: usize) -> Vec<u8> {
+    let mut f = vec![0u8; 14 + 20 + 8 + payload];
+    f[0..6].copy_from_slice(&[2, 0, 0, 0, 0, 0xb]);
+    f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 0xa]);
+    f[12..14].copy_from_slice(&[0x08, 0x00]);
+    let ip = &mut f[14..34];
+    ip[0] = 0x45;
+    ip[2..4].copy_from_slice(&((20 + 8 + payload) as u16).to_be_bytes());
+    ip[6] = 0x40;
+    ip[8] = 64;
+    ip[9] = 17;
+    ip[12..16].copy_from_slice(&src.octets());
+    ip[16..20].copy_from_slice(&[198, 51, 100, 7]);
+    let c = xlat::checksum::finish(xlat::checksum::sum(ip));
+    ip[10..12].copy_from_slice(&c.to_be_bytes());
+    f[34..36].copy_from_slice(&sport.to_be_bytes());
+    f[36..38].copy_from_slice(&dport.to_be_bytes());
+    f[38..40].copy_from_slice(&((8 + payload) as u16).to_be_bytes());
+    f
+}
+
+fn udp_checksum_ok4(f: &[u8]) -> bool {
+    let ulen = usize::from(u16::from_be_bytes([f[38], f[39]]));
+    let mut p = Vec::new();
+    p.extend_from_slice(&f[26..34]);
+    p.extend_from_slice(&[0, 17]);
+    p.extend_from_slice(&(ulen as u16).to_be_bytes());
+    p.extend_from_slice(&f[34..34 + ulen]);
+    csum_ok(&p)
+}
+
+#[test]
+fn generator_and_receiver_through_a_veth_pair() {
+    assert!(am_root(), "the XDP tester tests need root");
+    std::thread::spawn(body).join().expect("test thread");
+}
+
+fn body() {
+    let ns = Netns::unique("xdp-tester").expect("namespace");
+    for c in [
+        &["link", "add", "ga", "type", "veth", "peer", "name", "gb"][..],
+        &["link", "set", "ga", "up"],
+        &["link", "set", "gb", "up"],
+    ] {
+        ns.ip(c).unwrap();
+    }
+    ns.enter_thread().unwrap();
+    let ga = xdp::sys::if_index("ga").unwrap();
+    const N: u64 = 20_000;
+    let mut t = Tester::load(TesterLimits { frames: N, flows: 4, sample_ring: 1 << 16 }).unwrap();
+    let srcs: Vec<(Ipv4Addr, u16)> = (0..4).map(|i| (Ipv4Addr::new(192, 0, 2, 10 + i), 40000 + u16::from(i))).collect();
+    let frames: Vec<Vec<u8>> = srcs.iter().map(|&(a, p)| frame4(a, p, 53, STAMP_LEN + 4)).collect();
+    let flows: Vec<_> = frames.iter().map(|f| flow_from_frame(f).unwrap()).collect();
+    assert!(flows.iter().all(|f| f.1 == 34 && !f.2));
+    t.set_flows(&flows.iter().map(|f| f.0).collect::<Vec<_>>()).unwrap();
+    let magic = TESTER_MAGIC_HI | 7;
+    let gen = TgenConfig { nflows: 4, magic, udp_off: 34, v6: 0, pad: 0, pad2: 0 };
+    t.set_generator(gen).unwrap();
+
+    // The frames the generator builds: flows in order, stamp, checksum.
+    for k in 0..6u32 {
+        let (act, f) = t.build_frame(&frames[0], ga).unwrap();
+        assert_eq!(act, action::TX);
+        let flow = (k % 4) as usize;
+        assert_eq!(f[..42], {
+            let mut w = frames[flow][..42].to_vec();
+            w[40..42].copy_from_slice(&f[40..42]); // the checksum, verified below
+            w
+        });
+        assert!(udp_checksum_ok4(&f), "UDP checksum of frame {k}");
+        assert_eq!(u32::from_be_bytes(f[50..54].try_into().unwrap()), k, "sequence number");
+        assert_eq!(u16::from_be_bytes(f[54..56].try_into().unwrap()), flow as u16);
+        assert_eq!(u32::from_be_bytes(f[56..60].try_into().unwrap()), magic);
+        assert!(u64::from_be_bytes(f[42..50].try_into().unwrap()) > 0, "timestamp");
+    }
+    assert_eq!(t.generated().unwrap(), 6);
+    t.set_generator(gen).unwrap();
+
+    assert_eq!(t.attach_receiver("gb", Mode::Native).unwrap(), Mode::Native);
+    let rx = TrecvConfig {
+        budget_ns: 1_000_000_000,
+        magic,
+        total: N as u32,
+        nflows: 4,
+        sample_shift: 4,
+        rx_v6: 0,
+        learn: 1,
+        pad: 0,
+    };
+    t.set_receiver(rx).unwrap();
+    for _ in 0..4 {
+        t.generate(&frames[0], ga, (N / 4) as u32, 64).unwrap();
+    }
+    assert_eq!(t.generated().unwrap(), N);
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let c = t.counts().unwrap();
+    assert_eq!((c.received, c.dup, c.late, c.foreign), (N, 0, 0, 0), "{c:?}");
+    assert_eq!(c.sampled, N / 16);
+    let trend = t.trend().unwrap();
+    assert_eq!(trend.iter().map(|x| x.1).sum::<u64>(), N);
+    assert!(trend.iter().all(|x| x.1 == N / 10), "{trend:?}");
+    let mut samples = Vec::new();
+    t.drain_samples(|s| samples.push(s)).unwrap();
+    assert_eq!(samples.len() as u64, N / 16);
+    assert!(samples.iter().all(|s| s.seq % 16 == 0 && u64::from(s.lat_ns) < rx.budget_ns));
+    for (i, &(a, p)) in srcs.iter().enumerate() {
+        let l = t.learned(i as u32).unwrap().expect("learned");
+        assert_eq!((l.seq1, l.v6, u16::from_be(l.port_be)), (i as u32 + 1, 0, p));
+        assert_eq!(l.addr[..4], a.octets());
+    }
+    // Another trial's frames, then frames after the receiver closed: foreign.
+    t.set_generator(TgenConfig { magic: TESTER_MAGIC_HI | 8, ..gen }).unwrap();
+    t.generate(&frames[0], ga, 10, 10).unwrap();
+    t.set_generator(gen).unwrap();
+    t.set_receiver(TrecvConfig { total: 0, ..rx }).unwrap();
+    t.generate(&frames[0], ga, 10, 10).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let c2 = t.counts().unwrap();
+    assert_eq!((c2.received, c2.foreign), (N, 20), "{c2:?}");
+    // Frames again from sequence 0 (same trial, receiver reopened): duplicates.
+    t.set_receiver(rx).unwrap();
+    t.set_generator(gen).unwrap();
+    t.generate(&frames[0], ga, 100, 64).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert_eq!(t.counts().unwrap().dup, 100);
+    t.detach_receiver().unwrap();
+    drop(t);
+    drop(ns);
+}
