@@ -51,3 +51,45 @@ pub fn if_index(name: &str) -> Option<u32> {
     let i = unsafe { libc::if_nametoindex(c.as_ptr()) };
     (i != 0).then_some(i)
 }
+
+/// Turn GRO on or off on interface `name` (of the caller's network
+/// namespace), as `ethtool -K NAME gro on|off` does (the legacy
+/// `ETHTOOL_SGRO` ioctl). On a veth this also turns the interface's NAPI
+/// on, which a peer needs before it can `XDP_REDIRECT` or `XDP_TX` frames
+/// into it.
+pub fn set_gro(name: &str, on: bool) -> std::io::Result<()> {
+    const ETHTOOL_SGRO: u32 = 0x0000_002c;
+    #[repr(C)]
+    struct EthtoolValue {
+        cmd: u32,
+        data: u32,
+    }
+    let bytes = name.as_bytes();
+    if bytes.is_empty() || bytes.len() >= libc::IFNAMSIZ {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("interface name {name:?}")));
+    }
+    let mut val = EthtoolValue { cmd: ETHTOOL_SGRO, data: u32::from(on) };
+    // SAFETY: an all-zero ifreq is a valid value (a C struct of integers,
+    // arrays and a union of them and pointers).
+    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in ifr.ifr_name.iter_mut().zip(bytes) {
+        *d = *s as libc::c_char;
+    }
+    ifr.ifr_ifru.ifru_data = (&mut val as *mut EthtoolValue).cast();
+    // SAFETY: socket() has no memory arguments; the result is checked.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `ifr` is a valid ifreq whose name is NUL-terminated (zeroed
+    // past the copied name, which is shorter than IFNAMSIZ) and whose data
+    // pointer points at `val`, an ethtool_value that outlives the call.
+    let rc = unsafe { libc::ioctl(fd, libc::SIOCETHTOOL, &mut ifr) };
+    let err = std::io::Error::last_os_error();
+    // SAFETY: `fd` is the socket opened above, closed once.
+    unsafe { libc::close(fd) };
+    if rc < 0 {
+        return Err(err);
+    }
+    Ok(())
+}

@@ -29,8 +29,9 @@ pub const FCS_LEN: usize = 4;
 pub const UDP_LEN: usize = 8;
 /// The tester's payload: timestamp, sequence number, flow, magic.
 pub const PAYLOAD_LEN: usize = 18;
-/// Upper 16 bits of the magic word; the lower 16 are the trial id.
-pub const MAGIC_HI: u32 = 0x7636_0000;
+/// Upper 16 bits of the magic word; the lower 16 are the trial id (the
+/// XDP tester's programs use the same value).
+pub const MAGIC_HI: u32 = xdp::types::TESTER_MAGIC_HI;
 
 const ETHERTYPE_IPV4: u16 = 0x0800;
 const ETHERTYPE_IPV6: u16 = 0x86dd;

@@ -38,6 +38,25 @@ pub struct Tally {
     foreign: u64,
     hist: LatencyHistogram,
     trend: [(f64, u64); TREND],
+    /// Set when the packets were judged elsewhere ([`Tally::counted`]):
+    /// (first arrivals, on time); the histogram then holds samples.
+    counted: Option<(u64, u64)>,
+}
+
+/// What a receiver that judges packets itself (the XDP tester's, in the
+/// kernel) counted in one trial.
+#[derive(Debug, Clone, Default)]
+pub struct Counted {
+    /// First arrivals, on time or late.
+    pub received: u64,
+    /// First arrivals later than the budget.
+    pub late: u64,
+    /// Packets seen before.
+    pub dup: u64,
+    /// Packets that were not this trial's.
+    pub foreign: u64,
+    /// Latency sum (ns) and packets per tenth of the trial.
+    pub trend: Vec<(u64, u64)>,
 }
 
 impl Tally {
@@ -53,7 +72,28 @@ impl Tally {
             foreign: 0,
             hist: LatencyHistogram::new(),
             trend: [(0.0, 0); TREND],
+            counted: None,
         }
+    }
+
+    /// The tally of a trial of `total` packets that a receiver judged
+    /// itself: its counts, and the latencies (ns) of a sample of the
+    /// packets it received on time, which make the latency histogram.
+    pub fn counted(total: u64, budget_ns: u64, c: &Counted, samples: impl IntoIterator<Item = u64>) -> Self {
+        let mut t = Tally::new(0, budget_ns);
+        t.total = total;
+        t.received = c.received;
+        t.late = c.late;
+        t.dup = c.dup;
+        t.foreign = c.foreign;
+        for (slot, &(sum, n)) in t.trend.iter_mut().zip(&c.trend) {
+            *slot = (sum as f64, n);
+        }
+        for ns in samples {
+            t.hist.record(ns);
+        }
+        t.counted = Some((c.received, c.received.saturating_sub(c.late)));
+        t
     }
 
     /// Counts a datagram or frame that is not one of the trial's packets.
@@ -105,7 +145,9 @@ impl Tally {
 
     /// The trial's outcome, with what the sender(s) reported.
     pub fn outcome(&self, sent: &SendStats, streams: usize) -> Outcome {
-        let received: u64 = self.seen.iter().map(|w| u64::from(w.count_ones())).sum();
+        let (received, on_time) = self.counted.unwrap_or_else(|| {
+            (self.seen.iter().map(|w| u64::from(w.count_ones())).sum(), self.hist.count())
+        });
         let missing = sent.sent.saturating_sub(received);
         let trend_us: Vec<f64> =
             self.trend.iter().map(|(s, c)| if *c == 0 { 0.0 } else { s / *c as f64 / 1e3 }).collect();
@@ -114,7 +156,7 @@ impl Tally {
         Outcome {
             streams,
             sent: sent.sent,
-            on_time: self.hist.count(),
+            on_time,
             late: self.late,
             missing,
             duplicates: self.dup,

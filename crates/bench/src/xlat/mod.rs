@@ -89,7 +89,8 @@ pub struct Args {
     #[arg(long, default_value = "bench-results/xlat")]
     pub out: PathBuf,
     /// Devices under test, in order (comma-separated). Unavailable ones
-    /// (TAYGA not installed, ...) are reported as skipped.
+    /// (TAYGA not installed, ...) are reported as skipped. The tester's
+    /// own ceiling (`tester`) is always measured, first.
     #[arg(
         long,
         value_delimiter = ',',
@@ -144,7 +145,9 @@ pub struct Args {
     /// CPU of the tester's receiving thread.
     #[arg(long, default_value_t = 1)]
     pub rx_cpu: usize,
-    /// The tester backend that sends and receives the frames.
+    /// The tester backend that sends and receives the frames: `af-packet`
+    /// (sockets) or `xdp` (BPF_PROG_RUN live frames and an XDP counting
+    /// receiver, in the kernel; see docs/bench-xlat.md).
     #[arg(long, value_enum, default_value = "af-packet")]
     pub tester: Backend,
     /// The v6gate binary the v6gate DUTs run (default: this executable).
@@ -314,8 +317,15 @@ pub fn run(args: &Args) -> Result<Report> {
     };
     // The tester's ceiling per (direction, size), once measured, caps the
     // other DUTs' searches: no DUT can forward more than the tester sends.
+    // Every run measures it first (DESIGN.md, measurement rules).
+    let mut duts = a.dut.clone();
+    if !duts.contains(&Dut::Tester) {
+        eprintln!("bench xlat: measuring the tester's own ceiling first (dut `tester`)");
+    }
+    duts.retain(|d| *d != Dut::Tester);
+    duts.insert(0, Dut::Tester);
     let mut ceiling: Vec<(Dir, usize, f64)> = Vec::new();
-    for &dut in &a.dut {
+    for &dut in &duts {
         eprintln!("bench xlat: {} ...", dut.name());
         let r = match dut::availability(dut, &ctx.v6gate) {
             Some(why) => DutReport { dut: dut.name(), status: format!("skipped: {why}"), points: vec![], setup: None },

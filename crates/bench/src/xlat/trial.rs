@@ -258,6 +258,18 @@ fn measure_setup(ctx: &Ctx, topo: &BenchTopo, proc_: &mut Option<Proc>) -> Resul
     })
 }
 
+/// Lets the tester prepare the DUT's ports it sends into (the XDP tester
+/// turns on the veth NAPI its frames need).
+fn prepare_ports(ctx: &Ctx, dut: Dut, topo: &BenchTopo) -> Result<()> {
+    if dut == Dut::Tester {
+        return Ok(());
+    }
+    for ifname in ["d6", "d4"] {
+        ctx.tester.prepare_port(&Port { ns: topo.dut.name().to_owned(), ifname: ifname.into(), cpus: vec![] })?;
+    }
+    Ok(())
+}
+
 /// Every measurement of one DUT; an error ends the DUT with `error: ...`.
 pub(super) fn bench_dut(ctx: &Ctx, dut: Dut, ceiling: &[(Dir, usize, f64)]) -> DutReport {
     let a = ctx.a;
@@ -268,6 +280,7 @@ pub(super) fn bench_dut(ctx: &Ctx, dut: Dut, ceiling: &[(Dir, usize, f64)]) -> D
             // A fresh topology and DUT per direction (NAT64 state from the
             // other direction does not carry over).
             let topo = BenchTopo::create(&a.prefix, dut == Dut::Tester)?;
+            prepare_ports(ctx, dut, &topo)?;
             let mut proc_ = dut::start(ctx, dut, &topo)?;
             let nat = if dut.stateful() && dir == Dir::V4ToV6 {
                 let m = learn_nat(ctx, &topo, dut, &flow_ports)?;
@@ -298,6 +311,7 @@ pub(super) fn bench_dut(ctx: &Ctx, dut: Dut, ceiling: &[(Dir, usize, f64)]) -> D
         }
         if dut.stateful() {
             let topo = BenchTopo::create(&a.prefix, false)?;
+            prepare_ports(ctx, dut, &topo)?;
             let mut proc_ = dut::start(ctx, dut, &topo)?;
             rep.setup = Some(measure_setup(ctx, &topo, &mut proc_)?);
         }

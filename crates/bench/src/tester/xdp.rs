@@ -1,0 +1,202 @@
+//! The XDP frame tester (`--tester xdp`): frames generated in the kernel
+//! by `BPF_PROG_RUN` in live frames mode and counted in the kernel by an
+//! XDP receiver (`bpf/tester.bpf.c`, loaded through `xdp::tester`, the
+//! project's one BPF loader).
+//!
+//! One trial, on one thread of its own:
+//!
+//! 1. load the tester (fresh maps: the receiver's bitmap of seen sequence
+//!    numbers starts empty) and fill one generator flow per template;
+//! 2. enter the receiving namespace and attach the receiver to the
+//!    receiving port (native XDP): it judges every test frame as the
+//!    [`Tally`] would (first arrival or duplicate, late against the
+//!    budget, latency trend per tenth), writes a latency sample every 2^k
+//!    frames to a ring buffer, learns each flow's translated source, and
+//!    drops the frame;
+//! 3. enter the sending namespace, pin to the sending CPU and pace: each
+//!    [`Pacer`] wake-up sends the frames due in one `BPF_PROG_RUN` call
+//!    (repeat = frames, XDP_TX out of the sending port); the generator
+//!    writes each frame's flow headers, CLOCK_MONOTONIC timestamp,
+//!    sequence number, flow and magic and fixes the UDP checksum;
+//! 4. after the drain period close the receiver (later frames count as
+//!    foreign), and read its counters, trend, samples and learned sources.
+//!
+//! Frames sent into a veth must land on a peer whose NAPI is on: the
+//! receiver's own XDP program does that in the ceiling topology; for a
+//! DUT, [`FrameTester::prepare_port`] turns GRO on on the DUT's ports
+//! (which is how a veth gets NAPI without an XDP program). See
+//! docs/bench-xlat.md ("XDP tester").
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use anyhow::{anyhow, bail, Context as _, Result};
+use lab::netns::Netns;
+use xdp::tester::{flow_from_frame, Tester, TesterLimits};
+use xdp::types::{TgenConfig, TrecvConfig, TREND_SLOTS};
+use xdp::Mode;
+
+use super::{frame, Counted, FrameTester, Port, SendStats, Tally, TrialResult, TrialSpec};
+use crate::harness::clock::{now_ns, Pacer};
+use crate::harness::cpu;
+
+// The payload the generator stamps is the frame format's.
+const _: () = assert!(frame::PAYLOAD_LEN == xdp::tester::STAMP_LEN);
+const _: () = assert!(frame::MAGIC_HI == xdp::types::TESTER_MAGIC_HI);
+
+/// Most latency samples per trial (the ring holds 16 bytes per sample).
+const MAX_SAMPLES: u64 = 1 << 17;
+/// Frames per `BPF_PROG_RUN` call at most (a burst), and per kernel batch.
+const MAX_BURST: u64 = 1024;
+const BATCH: u32 = 64;
+/// Shortest gap between two generator calls: frames due meanwhile go in
+/// one call (a call has a fixed cost of a few microseconds).
+const MIN_WAKE_NS: u64 = 20_000;
+
+/// The XDP backend.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct XdpTester;
+
+impl FrameTester for XdpTester {
+    fn run_trial(&self, spec: &TrialSpec) -> Result<TrialResult> {
+        let spec = spec.clone();
+        std::thread::Builder::new()
+            .name("tester-xdp".into())
+            .spawn(move || trial(&spec))
+            .context("spawn the XDP tester thread")?
+            .join()
+            .map_err(|_| anyhow!("the XDP tester thread panicked"))?
+    }
+
+    fn prepare_port(&self, port: &Port) -> Result<()> {
+        let (ns, ifname) = (port.ns.clone(), port.ifname.clone());
+        lab::netns::in_netns(&Netns::attach(&ns), move || {
+            xdp::sys::set_gro(&ifname, true).with_context(|| format!("GRO on {ifname} in {ns} (NAPI for XDP frames)"))
+        })
+    }
+}
+
+/// The sample interval (a power of two) that keeps a trial's samples
+/// within [`MAX_SAMPLES`].
+fn sample_shift(frames: u64) -> u8 {
+    let mut k = 0u8;
+    while (frames >> k) > MAX_SAMPLES && k < 31 {
+        k += 1;
+    }
+    k
+}
+
+fn trial(spec: &TrialSpec) -> Result<TrialResult> {
+    if spec.flows.is_empty() || spec.rate_pps <= 0.0 {
+        bail!("a trial needs at least one flow and a positive rate");
+    }
+    let flows = flows(&spec.flows)?;
+    let (udp_off, v6) = (flows[0].1, flows[0].2);
+    if flows.iter().any(|f| (f.1, f.2) != (udp_off, v6)) {
+        bail!("the XDP tester sends frames of one layout per trial");
+    }
+    let nflows = u32::try_from(spec.flows.len()).context("too many flows")?;
+    let shift = sample_shift(spec.frames);
+    let mut t = Tester::load(TesterLimits {
+        frames: spec.frames,
+        flows: nflows,
+        sample_ring: ((spec.frames >> shift) + 1).saturating_mul(16).min(1 << 26) as u32,
+    })?;
+    t.set_flows(&flows.iter().map(|f| f.0).collect::<Vec<_>>())?;
+    let magic = frame::MAGIC_HI | u32::from(spec.id);
+
+    // The receiver, in the receiving namespace.
+    Netns::attach(&spec.rx.ns).enter_thread()?;
+    t.attach_receiver(&spec.rx.ifname, Mode::Native)
+        .with_context(|| format!("XDP receiver on {} in {}", spec.rx.ifname, spec.rx.ns))?;
+    let total = u32::try_from(spec.frames).context("too many frames for one trial")?;
+    let rx = TrecvConfig {
+        budget_ns: spec.late.as_nanos() as u64,
+        magic,
+        total,
+        nflows: if spec.learn { nflows } else { 0 },
+        sample_shift: shift,
+        rx_v6: u8::from(spec.rx_v6),
+        learn: u8::from(spec.learn),
+        pad: 0,
+    };
+    t.set_receiver(rx)?;
+
+    // The generator, in the sending namespace.
+    Netns::attach(&spec.tx.ns).enter_thread()?;
+    cpu::pin_thread(&spec.tx.cpus)?;
+    let ifindex = xdp::sys::if_index(&spec.tx.ifname)
+        .ok_or_else(|| anyhow!("no interface {} in {}", spec.tx.ifname, spec.tx.ns))?;
+    t.set_generator(TgenConfig { nflows, magic, udp_off, v6: u8::from(v6), pad: 0, pad2: 0 })?;
+    let sent = send(&t, spec, ifindex);
+    // Close the receiver at the end of the drain, also when sending failed.
+    std::thread::sleep(spec.drain);
+    t.set_receiver(TrecvConfig { total: 0, ..rx })?;
+    let sent = sent?;
+    let c = t.counts()?;
+    let counted = Counted { received: c.received, late: c.late, dup: c.dup, foreign: c.foreign, trend: t.trend()? };
+    debug_assert_eq!(counted.trend.len(), TREND_SLOTS as usize);
+    let mut samples = Vec::with_capacity(c.sampled as usize);
+    t.drain_samples(|s| samples.push(u64::from(s.lat_ns)))?;
+    let tally = Tally::counted(spec.frames, rx.budget_ns, &counted, samples);
+    let seen_src = if spec.learn {
+        (0..nflows)
+            .map(|i| {
+                Ok(t.learned(i)?.map(|l| {
+                    let a = if l.v6 == 1 {
+                        IpAddr::from(l.addr)
+                    } else {
+                        IpAddr::from([l.addr[0], l.addr[1], l.addr[2], l.addr[3]])
+                    };
+                    (a, u16::from_be(l.port_be))
+                }))
+            })
+            .collect::<Result<Vec<_>, xdp::Error>>()?
+    } else {
+        Vec::new()
+    };
+    t.detach_receiver()?;
+    Ok(TrialResult { outcome: tally.outcome(&sent, spec.flows.len()), seen_src })
+}
+
+type Flow = (xdp::types::TgenFlow, u16, bool);
+
+fn flows(templates: &Arc<Vec<frame::Template>>) -> Result<Vec<Flow>> {
+    templates.iter().map(|tpl| flow_from_frame(tpl.bytes()).map_err(|e| anyhow!("{e}"))).collect()
+}
+
+/// Paces the trial's frames: each wake-up sends the frames due in one call.
+fn send(t: &Tester, spec: &TrialSpec, ifindex: u32) -> Result<SendStats> {
+    let frame0 = spec.flows[0].bytes();
+    let ns_per_frame = 1e9 / spec.rate_pps;
+    let t0 = now_ns();
+    let mut pacer = Pacer::new(t0, ns_per_frame, spec.frames)
+        .min_wake(MIN_WAKE_NS)
+        .spin(50_000)
+        .deadline(t0 + (spec.frames as f64 * ns_per_frame) as u64 + 1_000_000);
+    let mut st = SendStats::default();
+    while let Some(due) = pacer.wait() {
+        let n = due.min(MAX_BURST);
+        let i = pacer.next();
+        // The first frame of a burst is the latest against its schedule.
+        st.lag.record(now_ns().saturating_sub(pacer.due_at(i)));
+        t.generate(frame0, ifindex, n as u32, BATCH)?;
+        pacer.advance(n);
+    }
+    st.sent = t.generated()?;
+    st.secs = ((now_ns() - t0) as f64 / 1e9).max(st.sent as f64 * ns_per_frame / 1e9);
+    Ok(st)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn samples_stay_bounded() {
+        assert_eq!(sample_shift(1000), 0);
+        assert_eq!(sample_shift(MAX_SAMPLES), 0);
+        assert_eq!(sample_shift(MAX_SAMPLES + 1), 1);
+        assert!((4_000_000u64 >> sample_shift(4_000_000)) <= MAX_SAMPLES);
+    }
+}
