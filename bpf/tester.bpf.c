@@ -137,8 +137,8 @@ int xdp_tgen(struct xdp_md *ctx)
 
 	c = bpf_map_lookup_elem(&tgen_config, &zero);
 	st = bpf_map_lookup_elem(&tgen_state, &zero);
-	if (!c || !st || !c->nflows)
-		return XDP_DROP;
+	if (!c || !st || !c->nflows || ctx->ingress_ifindex != c->ifindex)
+		return XDP_PASS;
 	/* One generator thread at a time, and a run never migrates: a plain
 	 * increment is exact. */
 	seq = (__u32)st->seq;

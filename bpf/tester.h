@@ -17,7 +17,7 @@ struct v6g_tgen_config {
 	__u16 udp_off; /* offset of the UDP header in the frame */
 	__u8 v6;       /* IPv6 frames (64 header bytes copied, else 44) */
 	__u8 pad;
-	__u32 pad2;
+	__u32 ifindex; /* the sending port; frames of other interfaces pass */
 };
 
 /* One flow: the frame's first 64 bytes (headers, zero payload) and the

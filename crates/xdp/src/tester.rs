@@ -41,12 +41,16 @@ pub struct TesterLimits {
 pub struct Tester {
     bpf: Ebpf,
     receiver: Option<(XdpLinkId, Mode)>,
+    anchor: Option<XdpLinkId>,
     limits: TesterLimits,
 }
 
 impl std::fmt::Debug for Tester {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Tester").field("limits", &self.limits).field("receiver", &self.receiver.as_ref().map(|r| r.1)).finish()
+        f.debug_struct("Tester")
+            .field("limits", &self.limits)
+            .field("receiver", &self.receiver.as_ref().map(|r| r.1))
+            .finish()
     }
 }
 
@@ -74,7 +78,7 @@ impl Tester {
                 .map_err(|e| Error::Bpf(format!("program {name}: {e}")))?;
             p.load().map_err(|e| Error::Unavailable(format!("loading program {name}: {}", chain(&e))))?;
         }
-        Ok(Tester { bpf, receiver: None, limits })
+        Ok(Tester { bpf, receiver: None, anchor: None, limits })
     }
 
     fn map_mut(&mut self, name: &'static str) -> Result<&mut aya::maps::Map, Error> {
@@ -167,6 +171,30 @@ impl Tester {
         Ok(used)
     }
 
+    /// Attach the generator (natively) to `iface`, an idle interface of
+    /// the calling thread's namespace, for the tester's lifetime. Every
+    /// `BPF_PROG_RUN` of a program the kernel's XDP dispatcher does not
+    /// hold adds it and removes it again, each time waiting for an RCU
+    /// grace period (tens of milliseconds on a busy machine): with the
+    /// program attached somewhere, a call costs microseconds. Frames
+    /// arriving on `iface` pass untouched (the generator only acts on its
+    /// sending port).
+    pub fn anchor_generator(&mut self, iface: &str) -> Result<(), Error> {
+        let ifindex = crate::sys::if_index(iface).ok_or_else(|| Error::Interface(format!("no interface {iface}")))?;
+        if self.anchor.is_some() {
+            return Err(Error::Interface(format!("{iface}: the generator is anchored already")));
+        }
+        let p: &mut Xdp = self
+            .bpf
+            .program_mut(names::PROG_TGEN)
+            .ok_or_else(|| Error::Bpf("generator program missing".into()))?
+            .try_into()
+            .map_err(|e| Error::Bpf(format!("generator: {e}")))?;
+        let (link, _, _) = attach_link(p, iface, ifindex, Mode::Native)?;
+        self.anchor = Some(link);
+        Ok(())
+    }
+
     /// Detach the receiver (also done on drop).
     pub fn detach_receiver(&mut self) -> Result<(), Error> {
         if let Some((link, _)) = self.receiver.take() {
@@ -237,6 +265,14 @@ impl Tester {
 impl Drop for Tester {
     fn drop(&mut self) {
         let _ = self.detach_receiver();
+        if let Some(link) = self.anchor.take() {
+            if let Some(p) = self.bpf.program_mut(names::PROG_TGEN) {
+                let p: Result<&mut Xdp, _> = p.try_into();
+                if let Ok(p) = p {
+                    let _ = p.detach(link);
+                }
+            }
+        }
     }
 }
 
@@ -270,7 +306,8 @@ pub fn flow_from_frame(frame: &[u8]) -> Result<(TgenFlow, u16, bool), Error> {
         _ => return Err(bad("neither IPv4 nor IPv6")),
     };
     let dgram = frame.get(udp..).ok_or_else(|| bad("no UDP header"))?;
-    let ulen = usize::from(u16::from_be_bytes([dgram.get(4).copied().unwrap_or(0), dgram.get(5).copied().unwrap_or(0)]));
+    let ulen =
+        usize::from(u16::from_be_bytes([dgram.get(4).copied().unwrap_or(0), dgram.get(5).copied().unwrap_or(0)]));
     if ulen < 8 + STAMP_LEN || ulen > dgram.len() {
         return Err(bad("UDP length does not cover the stamp or exceeds the frame"));
     }

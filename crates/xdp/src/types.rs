@@ -323,8 +323,10 @@ contract! {
         pub v6: u8,
         /// Zero.
         pub pad: u8,
-        /// Zero.
-        pub pad2: u32,
+        /// The sending port: frames of any other interface pass untouched
+        /// (the generator is also attached to an idle interface, see
+        /// `xdp::tester::Tester::anchor_generator`).
+        pub ifindex: u32,
     }
 }
 

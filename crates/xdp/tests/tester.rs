@@ -58,6 +58,9 @@ fn body() {
     let ns = Netns::unique("xdp-tester").expect("namespace");
     for c in [
         &["link", "add", "ga", "type", "veth", "peer", "name", "gb"][..],
+        &["link", "add", "gx", "type", "veth", "peer", "name", "gy"],
+        &["link", "set", "gx", "up"],
+        &["link", "set", "gy", "up"],
         &["link", "set", "ga", "up"],
         &["link", "set", "gb", "up"],
     ] {
@@ -73,7 +76,8 @@ fn body() {
     assert!(flows.iter().all(|f| f.1 == 34 && !f.2));
     t.set_flows(&flows.iter().map(|f| f.0).collect::<Vec<_>>()).unwrap();
     let magic = TESTER_MAGIC_HI | 7;
-    let gen = TgenConfig { nflows: 4, magic, udp_off: 34, v6: 0, pad: 0, pad2: 0 };
+    let gen = TgenConfig { nflows: 4, magic, udp_off: 34, v6: 0, pad: 0, ifindex: ga };
+    t.anchor_generator("gx").unwrap();
     t.set_generator(gen).unwrap();
 
     // The frames the generator builds: flows in order, stamp, checksum.

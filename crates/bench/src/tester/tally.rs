@@ -145,9 +145,9 @@ impl Tally {
 
     /// The trial's outcome, with what the sender(s) reported.
     pub fn outcome(&self, sent: &SendStats, streams: usize) -> Outcome {
-        let (received, on_time) = self.counted.unwrap_or_else(|| {
-            (self.seen.iter().map(|w| u64::from(w.count_ones())).sum(), self.hist.count())
-        });
+        let (received, on_time) = self
+            .counted
+            .unwrap_or_else(|| (self.seen.iter().map(|w| u64::from(w.count_ones())).sum(), self.hist.count()));
         let missing = sent.sent.saturating_sub(received);
         let trend_us: Vec<f64> =
             self.trend.iter().map(|(s, c)| if *c == 0 { 0.0 } else { s / *c as f64 / 1e3 }).collect();

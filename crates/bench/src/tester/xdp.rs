@@ -127,7 +127,8 @@ fn trial(spec: &TrialSpec) -> Result<TrialResult> {
     cpu::pin_thread(&spec.tx.cpus)?;
     let ifindex = xdp::sys::if_index(&spec.tx.ifname)
         .ok_or_else(|| anyhow!("no interface {} in {}", spec.tx.ifname, spec.tx.ns))?;
-    t.set_generator(TgenConfig { nflows, magic, udp_off, v6: u8::from(v6), pad: 0, pad2: 0 })?;
+    anchor(&mut t, &spec.tx)?;
+    t.set_generator(TgenConfig { nflows, magic, udp_off, v6: u8::from(v6), pad: 0, ifindex })?;
     let sent = send(&t, spec, ifindex);
     // Close the receiver at the end of the drain, also when sending failed.
     std::thread::sleep(spec.drain);
@@ -157,6 +158,21 @@ fn trial(spec: &TrialSpec) -> Result<TrialResult> {
     };
     t.detach_receiver()?;
     Ok(TrialResult { outcome: tally.outcome(&sent, spec.flows.len()), seen_src })
+}
+
+/// An idle veth pair in the sending namespace to anchor the generator on
+/// (see `Tester::anchor_generator`); created once, it goes with the namespace.
+const ANCHOR: (&str, &str) = ("v6gtg0", "v6gtg1");
+
+fn anchor(t: &mut Tester, port: &Port) -> Result<()> {
+    if xdp::sys::if_index(ANCHOR.0).is_none() {
+        let ns = Netns::attach(&port.ns);
+        ns.ip(&["link", "add", ANCHOR.0, "type", "veth", "peer", "name", ANCHOR.1])?;
+        ns.ip(&["link", "set", ANCHOR.0, "up"])?;
+        ns.ip(&["link", "set", ANCHOR.1, "up"])?;
+    }
+    t.anchor_generator(ANCHOR.0).with_context(|| format!("anchoring the generator on {} in {}", ANCHOR.0, port.ns))?;
+    Ok(())
 }
 
 type Flow = (xdp::types::TgenFlow, u16, bool);
