@@ -252,6 +252,24 @@ mod tests {
     }
 
     #[test]
+    fn counted_elsewhere_gives_the_same_outcome() {
+        // A receiver that judged 1000 packets itself: 900 first arrivals,
+        // 10 of them late, 5 duplicates, 2 strangers; latencies sampled.
+        let mut trend = vec![(0u64, 0u64); TREND];
+        trend[0] = (90 * 500, 90);
+        trend[TREND - 1] = (90 * 600, 90);
+        let c = Counted { received: 900, late: 10, dup: 5, foreign: 2, trend };
+        let t = Tally::counted(1000, 1_000_000, &c, [400u64, 500, 600]);
+        let o = t.outcome(&sent(1000), 4);
+        assert_eq!((o.on_time, o.late, o.missing, o.duplicates, o.foreign), (890, 10, 100, 5, 2));
+        assert!((o.loss_rate - 0.11).abs() < 1e-9);
+        assert_eq!(o.latency.samples, 3, "the histogram holds the samples");
+        assert!(!o.rising_queue && !o.passes());
+        let clean = Counted { received: 1000, trend: vec![(0, 0); TREND], ..Counted::default() };
+        assert!(Tally::counted(1000, 1_000_000, &clean, [1u64]).outcome(&sent(1000), 1).passes());
+    }
+
+    #[test]
     fn judges_every_packet_once() {
         let mut t = Tally::new(200, 1_000);
         for i in 0..150 {
