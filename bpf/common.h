@@ -22,6 +22,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 #include "v6gate.h"
+#include "util.h"
 
 #ifndef AF_INET
 #define AF_INET 2
@@ -30,7 +31,6 @@
 #define AF_INET6 10
 #endif
 
-#define V6G_INLINE static __always_inline
 
 /* ---- maps (sizes are defaults; the loader sets them from the config) ---- */
 
@@ -187,14 +187,6 @@ V6G_INLINE const struct v6g_config *get_config(void)
  * xlat::checksum; fold() is an end-around-carry fold, so any two sums of
  * the same words fold alike, whatever their grouping (16- or 32-bit).
  */
-V6G_INLINE __u16 fold(__u64 acc)
-{
-	acc = (acc & 0xffffffff) + (acc >> 32);
-	acc = (acc & 0xffff) + (acc >> 16);
-	acc = (acc & 0xffff) + (acc >> 16);
-	acc = (acc & 0xffff) + (acc >> 16);
-	return (__u16)acc;
-}
 
 /* RFC 1624 eqn. 3: HC' = ~(~HC + ~m + m'), as xlat::checksum::update. */
 V6G_INLINE __u16 csum_update(__u16 csum, __u64 old, __u64 new)
@@ -220,17 +212,6 @@ struct a6 {
 	__u64 lo;
 };
 
-/* Word loads and stores at addresses clang cannot prove aligned (byte
- * arrays in the contract structs, packet headers at 2-byte offsets).
- * __builtin_memcpy there compiles to a load or store per byte, which made
- * the programs several times longer. Callers pass stack pointers aligned
- * to the access (the verifier insists on that for the stack); packet and
- * map-value pointers may be unaligned on the architectures with
- * efficient unaligned access (x86-64, arm64), where the verifier allows it. */
-#define LD16(p) (*(const __u16 *)(const void *)(p))
-#define LD32(p) (*(const __u32 *)(const void *)(p))
-#define ST16(p, v) (*(__u16 *)(void *)(p) = (v))
-#define ST32(p, v) (*(__u32 *)(void *)(p) = (v))
 
 V6G_INLINE struct a6 load6(const void *p)
 {

@@ -31,8 +31,9 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 #include "tester.h"
+#include "util.h"
 
-#define INLINE static __always_inline
+#define INLINE V6G_INLINE
 #define UDP_LEN 8
 #define STAMP_LEN 18
 
@@ -97,19 +98,6 @@ struct {
 	__type(key, __u32);
 	__type(value, struct v6g_trecv_learned);
 } trecv_learned SEC(".maps");
-
-#define LD32(p) (*(const __u32 *)(const void *)(p))
-#define ST32(p, v) (*(__u32 *)(void *)(p) = (v))
-#define ST16(p, v) (*(__u16 *)(void *)(p) = (v))
-
-INLINE __u16 fold(__u64 acc)
-{
-	acc = (acc & 0xffffffff) + (acc >> 32);
-	acc = (acc & 0xffff) + (acc >> 16);
-	acc = (acc & 0xffff) + (acc >> 16);
-	acc = (acc & 0xffff) + (acc >> 16);
-	return (__u16)acc;
-}
 
 /* The host-order 16-bit-word sum of a u64 / u32 value's big-endian bytes. */
 INLINE __u64 words64(__u64 v)

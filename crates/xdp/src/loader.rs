@@ -422,18 +422,7 @@ impl FastPath {
     /// interface of the caller's network namespace; the FIB lookups use
     /// that namespace). The frame is not sent anywhere.
     pub fn test_run(&self, prog: &str, frame: &[u8], ingress_ifindex: u32, repeat: u32) -> Result<TestResult, Error> {
-        let p = self.xdp(prog)?;
-        let len = u32::try_from(frame.len()).map_err(|_| Error::Config("frame too large".into()))?;
-        let ctx = xdp_md(len, ingress_ifindex);
-        let mut out = vec![0u8; frame.len() + 256];
-        let mut opts = TestRunOptions::new();
-        opts.data_in = Some(frame);
-        opts.data_out = Some(&mut out);
-        opts.ctx_in = Some(&ctx);
-        opts.repeat = repeat.max(1);
-        let r = p.test_run(opts).map_err(|e| Error::Unavailable(format!("BPF_PROG_TEST_RUN: {}", chain(&e))))?;
-        out.truncate(r.data_size_out as usize);
-        Ok(TestResult { action: r.return_value, frame: out, ns_per_run: r.duration.as_nanos() as u64 })
+        test_run_once(self.xdp(prog)?, frame, ingress_ifindex, repeat)
     }
 
     // ---- NAT64 and TrGW tables (filled by the slow path) ----
@@ -551,6 +540,22 @@ pub(crate) fn xdp_md(len: u32, ingress_ifindex: u32) -> [u8; 24] {
     ctx[4..8].copy_from_slice(&len.to_ne_bytes());
     ctx[12..16].copy_from_slice(&ingress_ifindex.to_ne_bytes());
     ctx
+}
+
+/// `BPF_PROG_TEST_RUN` of `p` over `frame` (not live: nothing is sent),
+/// `repeat` runs, as received on `ingress_ifindex`.
+pub(crate) fn test_run_once(p: &Xdp, frame: &[u8], ingress_ifindex: u32, repeat: u32) -> Result<TestResult, Error> {
+    let len = u32::try_from(frame.len()).map_err(|_| Error::Config("frame too large".into()))?;
+    let ctx = xdp_md(len, ingress_ifindex);
+    let mut out = vec![0u8; frame.len() + 256];
+    let mut opts = TestRunOptions::new();
+    opts.data_in = Some(frame);
+    opts.data_out = Some(&mut out);
+    opts.ctx_in = Some(&ctx);
+    opts.repeat = repeat.max(1);
+    let r = p.test_run(opts).map_err(|e| Error::Unavailable(format!("BPF_PROG_TEST_RUN: {}", chain(&e))))?;
+    out.truncate(r.data_size_out as usize);
+    Ok(TestResult { action: r.return_value, frame: out, ns_per_run: r.duration.as_nanos() as u64 })
 }
 
 /// An error and its sources on one line.

@@ -8,7 +8,7 @@
 //! One [`Tester`] serves one trial: its maps start zeroed (the receiver's
 //! bitmap of seen sequence numbers in particular).
 
-use crate::loader::{attach_link, chain, map_err, xdp_md};
+use crate::loader::{attach_link, chain, map_err, test_run_once, xdp_md};
 use crate::types::{
     tester as names, TgenConfig, TgenFlow, TgenState, TrecvConfig, TrecvCounts, TrecvLearned, TrecvSample, TrecvTrend,
     TREND_SLOTS,
@@ -97,6 +97,14 @@ impl Tester {
             .map_err(|e| Error::Bpf(format!("program {name}: {e}")))
     }
 
+    fn prog_mut(&mut self, name: &str) -> Result<&mut Xdp, Error> {
+        self.bpf
+            .program_mut(name)
+            .ok_or_else(|| Error::Bpf(format!("program {name} missing")))?
+            .try_into()
+            .map_err(|e| Error::Bpf(format!("program {name}: {e}")))
+    }
+
     fn set<T: aya::Pod>(&mut self, map: &'static str, index: u32, v: T) -> Result<(), Error> {
         let mut a: Array<&mut MapData, T> =
             Array::try_from(self.map_mut(map)?).map_err(|e| Error::Bpf(format!("map {map}: {e}")))?;
@@ -160,12 +168,7 @@ impl Tester {
         if self.receiver.is_some() {
             return Err(Error::Interface(format!("{iface}: the receiver is attached already")));
         }
-        let p: &mut Xdp = self
-            .bpf
-            .program_mut(names::PROG_TRECV)
-            .ok_or_else(|| Error::Bpf("receiver program missing".into()))?
-            .try_into()
-            .map_err(|e| Error::Bpf(format!("receiver: {e}")))?;
+        let p = self.prog_mut(names::PROG_TRECV)?;
         let (link, used, _) = attach_link(p, iface, ifindex, mode)?;
         self.receiver = Some((link, used));
         Ok(used)
@@ -184,12 +187,7 @@ impl Tester {
         if self.anchor.is_some() {
             return Err(Error::Interface(format!("{iface}: the generator is anchored already")));
         }
-        let p: &mut Xdp = self
-            .bpf
-            .program_mut(names::PROG_TGEN)
-            .ok_or_else(|| Error::Bpf("generator program missing".into()))?
-            .try_into()
-            .map_err(|e| Error::Bpf(format!("generator: {e}")))?;
+        let p = self.prog_mut(names::PROG_TGEN)?;
         let (link, _, _) = attach_link(p, iface, ifindex, Mode::Native)?;
         self.anchor = Some(link);
         Ok(())
@@ -198,12 +196,7 @@ impl Tester {
     /// Detach the receiver (also done on drop).
     pub fn detach_receiver(&mut self) -> Result<(), Error> {
         if let Some((link, _)) = self.receiver.take() {
-            let p: &mut Xdp = self
-                .bpf
-                .program_mut(names::PROG_TRECV)
-                .ok_or_else(|| Error::Bpf("receiver program missing".into()))?
-                .try_into()
-                .map_err(|e| Error::Bpf(format!("receiver: {e}")))?;
+            let p = self.prog_mut(names::PROG_TRECV)?;
             p.detach(link).map_err(|e| Error::Interface(format!("receiver detach: {}", chain(&e))))?;
         }
         Ok(())
@@ -266,11 +259,8 @@ impl Drop for Tester {
     fn drop(&mut self) {
         let _ = self.detach_receiver();
         if let Some(link) = self.anchor.take() {
-            if let Some(p) = self.bpf.program_mut(names::PROG_TGEN) {
-                let p: Result<&mut Xdp, _> = p.try_into();
-                if let Ok(p) = p {
-                    let _ = p.detach(link);
-                }
+            if let Ok(p) = self.prog_mut(names::PROG_TGEN) {
+                let _ = p.detach(link);
             }
         }
     }
@@ -335,16 +325,7 @@ impl Tester {
     /// Run the generator once over `frame` without sending it (plain
     /// `BPF_PROG_TEST_RUN`) and return the frame it built: for tests.
     pub fn build_frame(&self, frame: &[u8], ifindex: u32) -> Result<(u32, Vec<u8>), Error> {
-        let p = self.prog(names::PROG_TGEN)?;
-        let len = u32::try_from(frame.len()).map_err(|_| Error::Config("frame too large".into()))?;
-        let ctx = xdp_md(len, ifindex);
-        let mut out = vec![0u8; frame.len() + 256];
-        let mut opts = TestRunOptions::new();
-        opts.data_in = Some(frame);
-        opts.data_out = Some(&mut out);
-        opts.ctx_in = Some(&ctx);
-        let r = p.test_run(opts).map_err(|e| Error::Bpf(format!("BPF_PROG_TEST_RUN: {}", chain(&e))))?;
-        out.truncate(r.data_size_out as usize);
-        Ok((r.return_value, out))
+        let r = test_run_once(self.prog(names::PROG_TGEN)?, frame, ifindex, 1)?;
+        Ok((r.action, r.frame))
     }
 }

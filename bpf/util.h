@@ -1,0 +1,35 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR Apache-2.0) */
+/*
+ * Small helpers shared by every v6gate BPF object (the fast path and the
+ * tester): inlining, word access at unaligned addresses, the checksum fold.
+ */
+#ifndef V6GATE_UTIL_H
+#define V6GATE_UTIL_H
+
+#include <linux/types.h>
+
+#define V6G_INLINE static __always_inline
+
+/* Word loads and stores at addresses clang cannot prove aligned (byte
+ * arrays in the contract structs, packet headers at 2-byte offsets).
+ * __builtin_memcpy there compiles to a load or store per byte, which made
+ * the programs several times longer. Callers pass stack pointers aligned
+ * to the access (the verifier insists on that for the stack); packet and
+ * map-value pointers may be unaligned on the architectures with
+ * efficient unaligned access (x86-64, arm64), where the verifier allows it. */
+#define LD16(p) (*(const __u16 *)(const void *)(p))
+#define LD32(p) (*(const __u32 *)(const void *)(p))
+#define ST16(p, v) (*(__u16 *)(void *)(p) = (v))
+#define ST32(p, v) (*(__u32 *)(void *)(p) = (v))
+
+/* End-around-carry fold of an unfolded one's-complement sum (RFC 1071). */
+V6G_INLINE __u16 fold(__u64 acc)
+{
+	acc = (acc & 0xffffffff) + (acc >> 32);
+	acc = (acc & 0xffff) + (acc >> 16);
+	acc = (acc & 0xffff) + (acc >> 16);
+	acc = (acc & 0xffff) + (acc >> 16);
+	return (__u16)acc;
+}
+
+#endif
