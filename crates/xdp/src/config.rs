@@ -95,9 +95,9 @@ fn eam_span(eamt: &[(Prefix6, Prefix4)]) -> (u32, u32, u128, u128) {
     let mut s = (u32::MAX, 0u32, u128::MAX, 0u128);
     for (p6, p4) in eamt {
         let a4 = u32::from(p4.addr());
-        let m4 = if p4.len() == 0 { u32::MAX } else { u32::MAX >> p4.len() };
+        let m4 = u32::MAX.checked_shr(u32::from(p4.len())).unwrap_or(0);
         let a6 = u128::from(p6.addr());
-        let m6 = if p6.len() == 0 { u128::MAX } else { u128::MAX >> p6.len() };
+        let m6 = u128::MAX.checked_shr(u32::from(p6.len())).unwrap_or(0);
         s.0 = s.0.min(a4);
         s.1 = s.1.max(a4 | m4);
         s.2 = s.2.min(a6);
@@ -143,6 +143,20 @@ mod tests {
     fn invalid_config_is_refused() {
         let cfg = SiitConfig { pool6: Some("2001:db8::/33".parse().unwrap()), ..SiitConfig::default() };
         assert!(matches!(siit(Config::default(), &cfg), Err(Error::Config(_))));
+    }
+
+    #[test]
+    fn eam_span_covers_every_entry_whatever_the_length() {
+        let e = |a: &str, b: &str| (a.parse::<Prefix6>().unwrap(), b.parse::<Prefix4>().unwrap());
+        let (lo4, hi4, lo6, hi6) =
+            eam_span(&[e("2001:db8::1/128", "198.51.100.1/32"), e("2001:db8:6::/120", "192.0.2.0/24")]);
+        assert_eq!((lo4, hi4), (u32::from_be_bytes([192, 0, 2, 0]), u32::from_be_bytes([198, 51, 100, 1])));
+        assert_eq!(lo6, u128::from("2001:db8::1".parse::<std::net::Ipv6Addr>().unwrap()));
+        assert_eq!(hi6, u128::from("2001:db8:6::ff".parse::<std::net::Ipv6Addr>().unwrap()));
+        let (lo4, hi4, lo6, hi6) = eam_span(&[e("::/0", "0.0.0.0/0")]);
+        assert_eq!((lo4, hi4, lo6, hi6), (0, u32::MAX, 0, u128::MAX));
+        let (lo4, hi4, _, _) = eam_span(&[]);
+        assert!(lo4 > hi4, "empty span");
     }
 
     #[test]
