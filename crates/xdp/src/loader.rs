@@ -325,6 +325,26 @@ impl FastPath {
         Ok(())
     }
 
+    /// Stop redirecting to interface `ifindex` (packets the FIB sends there
+    /// pass to the slow path). Returns false when it was not allowed.
+    pub fn deny_egress(&mut self, ifindex: u32) -> Result<bool, Error> {
+        if !self.egress.remove(&ifindex) {
+            return Ok(false);
+        }
+        let mut m: DevMapHash<&mut MapData> = DevMapHash::try_from(self.map_mut(maps::TX_PORTS)?)
+            .map_err(|e| Error::Bpf(format!("map {}: {e}", maps::TX_PORTS)))?;
+        match m.remove(ifindex) {
+            Ok(()) | Err(MapError::KeyNotFound) => Ok(true),
+            Err(MapError::SyscallError(s)) if s.io_error.raw_os_error() == Some(libc::ENOENT) => Ok(true),
+            Err(e) => Err(map_err(maps::TX_PORTS, e)),
+        }
+    }
+
+    /// The interfaces packets may be redirected to (indexes).
+    pub fn egress(&self) -> impl Iterator<Item = u32> + '_ {
+        self.egress.iter().copied()
+    }
+
     /// Attach the combined program (`xdp_gate`) to `iface` through a
     /// bpf_link: a crash of the process detaches it. `Mode::Native` falls
     /// back to generic, logging a warning and recording why in the

@@ -69,4 +69,25 @@ mod tests {
             assert!(example().lines().any(|l| l.trim_start_matches(['#', ' ']).starts_with(&format!("{k} ="))), "{k}");
         }
     }
+
+    #[test]
+    fn example_has_the_xdp_table_commented_out() {
+        assert!(Config::parse(example()).unwrap().xdp.is_none(), "no fast path unless asked for");
+        let block: String = example()
+            .lines()
+            .skip_while(|l| *l != "# [xdp]")
+            .take_while(|l| !l.starts_with("# The tables below"))
+            .map(|l| l.trim_start_matches("# "))
+            .filter(|l| {
+                *l == "[xdp]"
+                    || l.split_once(" = ").is_some_and(|(k, _)| k.chars().all(|c| c.is_ascii_lowercase() || c == '-'))
+            })
+            .map(|l| format!("{l}\n"))
+            .collect();
+        for k in crate::config::XDP_KEYS {
+            assert!(block.contains(&format!("{k} =")), "{k} missing from the [xdp] example: {block}");
+        }
+        let c = Config::parse(&format!("[siit]\npool6 = \"64:ff9b::/96\"\n{block}")).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.xdp.unwrap(), crate::config::XdpConfig { interfaces: vec!["eth0".into(), "eth1".into()], ..Default::default() });
+    }
 }

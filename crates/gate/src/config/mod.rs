@@ -23,6 +23,7 @@
 mod daemon;
 mod example;
 mod siit;
+mod xdp;
 
 pub use daemon::{
     AdminConfig, DaemonConfig, IfAddr, TunConfig, ADMIN_KEYS, DAEMON_KEYS, DEFAULT_ADMIN_LISTEN, DEFAULT_TUN_NAME,
@@ -30,6 +31,7 @@ pub use daemon::{
 };
 pub use example::example;
 pub use siit::SIIT_KEYS;
+pub use xdp::{XdpConfig, MAX_EAMT_ENTRIES, MAX_XDP_INTERFACES, XDP_KEYS};
 
 use core::fmt;
 use core::ops::Range;
@@ -43,6 +45,7 @@ use xlat::addr::AddrError;
 
 use daemon::{AdminToml, DaemonToml, TunToml};
 use siit::SiitToml;
+use xdp::XdpToml;
 
 /// Top-level tables that configure a translation function (at least one
 /// must be present).
@@ -50,7 +53,7 @@ pub const TABLES: &[&str] = &["siit", "nat64", "dns64", "trgw"];
 
 /// Top-level tables of the daemon itself (`v6gate run`); all optional.
 /// `v6gate translate` ignores them.
-pub const DAEMON_TABLES: &[&str] = &["tun", "admin", "daemon"];
+pub const DAEMON_TABLES: &[&str] = &["tun", "admin", "daemon", "xdp"];
 
 /// A parsed configuration file. Every table is optional; [`Config::check`]
 /// (run by [`Config::load`]) insists that at least one function is
@@ -71,6 +74,8 @@ pub struct Config {
     pub daemon: DaemonConfig,
     /// `[trgw]`: the media relay (see the `trgw` crate).
     pub trgw: Option<trgw::Config>,
+    /// `[xdp]`: the XDP fast path (absent: none).
+    pub xdp: Option<XdpConfig>,
     /// The file this came from, for error messages.
     origin: Option<PathBuf>,
     /// Deprecated spellings found (see [`Config::warnings`]).
@@ -244,6 +249,7 @@ struct FileToml {
     admin: Option<AdminToml>,
     daemon: Option<DaemonToml>,
     trgw: Option<trgw::Config>,
+    xdp: Option<XdpToml>,
 }
 
 // ---------------------------------------------------------------------------
@@ -358,6 +364,7 @@ impl Config {
         let tun = file.tun.map(|t| daemon::tun_from_toml(text, t)).transpose()?.unwrap_or_default();
         let admin = file.admin.map(|t| daemon::admin_from_toml(text, t)).transpose()?.unwrap_or_default();
         let daemon = file.daemon.map(|t| daemon::daemon_from_toml(text, t)).transpose()?.unwrap_or_default();
+        let xdp = file.xdp.map(|t| xdp::xdp_from_toml(text, t)).transpose()?;
         Ok(Config {
             siit,
             nat64: file.nat64,
@@ -366,6 +373,7 @@ impl Config {
             tun,
             admin,
             daemon,
+            xdp,
             origin: None,
             warnings,
         })
@@ -405,6 +413,9 @@ impl Config {
         }
         if self.nat64.is_some() {
             self.nat64_translator()?;
+        }
+        if let Some(x) = &self.xdp {
+            xdp::check(x, self.siit.as_ref()).map_err(|e| e.in_file(self.origin.as_deref()))?;
         }
         if let Some(d) = &self.dns64 {
             d.check().map_err(|e| {

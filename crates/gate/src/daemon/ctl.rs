@@ -56,6 +56,9 @@ pub enum CtlCmd {
     /// Reload the configuration file (like SIGHUP); prints the error when
     /// the new file is rejected.
     Reload,
+    /// Print the XDP fast path's state (JSON): attachments and their mode,
+    /// the mirrored SIIT configuration, map sizes, counters.
+    Xdp,
 }
 
 /// `v6gate ctl bib` commands.
@@ -171,6 +174,7 @@ pub fn run(args: &CtlArgs) -> anyhow::Result<()> {
             ("POST", format!("/bib/{op}?proto={}&v6={}&v4={}", enc(proto), enc(&v6), enc(&v4)))
         }
         CtlCmd::Reload => ("POST", "/reload".to_string()),
+        CtlCmd::Xdp => ("GET", "/xdp".to_string()),
     };
     let (admin, token) = target(args)?;
     let (status, body) = request(admin, method, &path, token.as_deref())?;

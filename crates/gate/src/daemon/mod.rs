@@ -31,6 +31,7 @@
 pub mod admin;
 pub mod ctl;
 pub mod engine;
+pub mod fastpath;
 pub mod stats;
 pub mod worker;
 
@@ -99,6 +100,8 @@ pub struct Daemon {
     pub dns64: Mutex<Option<dns64::Server>>,
     /// The TrGW media relay, when `[trgw]` is configured.
     pub trgw: Option<trgw::RelayHandle>,
+    /// The XDP fast path, when `[xdp]` is configured.
+    pub xdp: Mutex<Option<fastpath::FastPlane>>,
     /// Admin server counters.
     pub admin_stats: Arc<admin::AdminStats>,
     /// Descriptors the configuration may need ([`crate::limits::needed`]).
@@ -226,6 +229,9 @@ impl Daemon {
             // Live calls hold sockets and ports of the old interfaces.
             return Err("[trgw] changed: restart v6gate to apply".into());
         }
+        if let Some(why) = lock(&self.xdp).as_ref().and_then(|p| p.restart_needed(&new)) {
+            return Err(why);
+        }
         let token = crate::validate::admin_token(&new)?;
         let Some((_, idx)) = self.device.clone() else {
             // No TUN device: only [trgw] ran at start.
@@ -237,6 +243,7 @@ impl Daemon {
             let old = self.engines.load_full();
             let generation = old.generation + 1;
             let engines = Engines::build(&new, generation, 0, Some(&old), 0).map_err(|e| e.to_string())?;
+            self.reload_xdp(&cur, &new)?;
             (self.set_log_level)(&new.daemon.log_level);
             self.engines.store(Arc::new(engines));
             *lock(&self.admin_token) = token;
@@ -265,6 +272,7 @@ impl Daemon {
         // Side effects from here on; each step that can fail is undone if a
         // later one fails, so a rejected reload leaves the old state.
         let mut nl = Netlink::open().map_err(|e| format!("netlink: {e}"))?;
+        self.reload_xdp(&cur, &new)?;
         let mut have = lock(&self.routes);
         let want = routes_for(&new);
         let mut undo = Undo::default();
@@ -288,6 +296,9 @@ impl Daemon {
             Ok(())
         })();
         if let Err(e) = applied {
+            if let Err(e2) = self.reload_xdp(&new, &cur) {
+                tracing::error!("reload rollback: xdp: {e2}");
+            }
             let removed_address = !undo.addresses.is_empty();
             undo.run(&mut nl, idx);
             if removed_address {
@@ -316,6 +327,42 @@ impl Daemon {
         *lock(&self.runtime_bib) = kept_bib;
         *cur = new;
         Ok(generation)
+    }
+}
+
+impl Daemon {
+    /// Bring the fast path from `cur`'s `[xdp]` to `new`'s: load it when
+    /// added, detach and unload it when removed, else mirror and re-attach
+    /// ([`fastpath::FastPlane::apply`]). On failure the fast path is put
+    /// back as `cur` had it (or, failing that, everything passes to the
+    /// slow path) and the error returned.
+    fn reload_xdp(&self, cur: &Config, new: &Config) -> Result<(), String> {
+        let mut slot = lock(&self.xdp);
+        match (slot.as_mut(), &new.xdp) {
+            (None, None) => Ok(()),
+            (Some(_), None) => {
+                if let Some(mut p) = slot.take() {
+                    p.stop();
+                }
+                Ok(())
+            }
+            (None, Some(_)) => {
+                *slot = fastpath::FastPlane::start(new)?;
+                Ok(())
+            }
+            (Some(p), Some(_)) => match p.apply(new) {
+                Ok(()) => Ok(()),
+                Err(e) => {
+                    if let Err(e2) = p.apply(cur) {
+                        tracing::error!("xdp: cannot restore the previous fast path ({e2}): fast path off");
+                        if let Some(mut p) = slot.take() {
+                            p.stop();
+                        }
+                    }
+                    Err(e)
+                }
+            },
+        }
     }
 }
 
@@ -476,6 +523,9 @@ pub fn run(
         tun_parts = Some((queues, idx, nl));
     }
 
+    // The fast path last: what it passes goes to the slow path set up above.
+    let fast = fastpath::FastPlane::start(&cfg).map_err(|e| anyhow::anyhow!(e))?;
+
     let shutdown = Arc::new(AtomicBool::new(false));
     let engines = Arc::new(ArcSwap::from_pointee(engines));
     let stats: Vec<Arc<WorkerStats>> = (0..n).map(|_| Arc::new(WorkerStats::default())).collect();
@@ -518,6 +568,7 @@ pub fn run(
         last_reload_error: Mutex::new(None),
         dns64: Mutex::new(dns),
         trgw: relay,
+        xdp: Mutex::new(fast),
         admin_stats: Arc::new(admin::AdminStats::default()),
         fds_needed,
         admin_token: Mutex::new(token),
@@ -589,6 +640,10 @@ pub fn run(
         }
     }
 
+    // Detach first: from here on the slow path stops.
+    if let Some(mut p) = lock(&daemon.xdp).take() {
+        p.stop();
+    }
     shutdown.store(true, Ordering::Relaxed);
     if let Some(a) = admin {
         a.stop();

@@ -25,6 +25,7 @@ use prometheus_client::registry::Registry;
 
 use super::super::stats::{ENGINES, FAMILIES};
 use super::super::Daemon;
+use xdp::types::{Count, Counter};
 
 /// The Content-Type of the document.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -198,7 +199,44 @@ pub fn families(d: &Daemon) -> Vec<Family> {
     if let Some(r) = d.trgw.as_ref() {
         trgw(&mut v, &r.stats());
     }
+    if let Some(p) = super::super::lock(&d.xdp).as_ref() {
+        xdp(&mut v, &p.attachments(), p.counters().as_deref());
+    }
     v
+}
+
+/// `v6gate_xdp_*`: attachments, packets and bytes the fast path forwarded
+/// per function and direction, and passes to the slow path by reason.
+fn xdp(v: &mut Vec<Family>, attached: &[(String, &'static str)], counters: Option<&[(Counter, Count)]>) {
+    let mut a = Family::gauge("v6gate_xdp_attached", "XDP fast path attachments (1 per interface), by mode in force.");
+    for (i, m) in attached {
+        a = a.with(vec![("interface", i.clone()), ("mode", m.to_string())], 1);
+    }
+    v.push(a);
+    let Some(counters) = counters else { return };
+    let mut packets = Family::counter(
+        "v6gate_xdp_fast_path_packets",
+        "Packets the XDP fast path translated or relayed, by function and direction.",
+    );
+    let mut bytes = Family::counter(
+        "v6gate_xdp_fast_path_bytes",
+        "Bytes (L3 as received; TrGW: UDP payload) the XDP fast path forwarded, by function and direction.",
+    );
+    let mut passes =
+        Family::counter("v6gate_xdp_passes", "Packets the XDP fast path passed to the slow path, by reason.");
+    for (c, n) in counters {
+        if super::super::fastpath::is_pass(*c) {
+            passes = passes.with(vec![("reason", c.label().to_string())], n.packets as f64);
+            continue;
+        }
+        let (function, direction) = c.label().split_once('-').unwrap_or((c.label(), "relay"));
+        let l = || vec![("function", function.to_string()), ("direction", direction.to_string())];
+        packets = packets.with(l(), n.packets as f64);
+        bytes = bytes.with(l(), n.bytes as f64);
+    }
+    v.push(packets);
+    v.push(bytes);
+    v.push(passes);
 }
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -342,5 +380,25 @@ mod tests {
         assert!(s.contains("v6gate_uptime_seconds 1.5\n"), "{s}");
         assert!(s.contains("v6gate_trgw_calls_total{event=\"created\"} 7\n"), "{s}");
         assert!(s.ends_with("# EOF\n"), "{s}");
+    }
+
+    #[test]
+    fn xdp_families() {
+        let mut v = Vec::new();
+        let c = [
+            (Counter::Siit64, Count { packets: 3, bytes: 300 }),
+            (Counter::Trgw, Count { packets: 1, bytes: 172 }),
+            (Counter::PassFib, Count { packets: 2, bytes: 0 }),
+        ];
+        xdp(&mut v, &[("eth0".into(), "generic")], Some(&c));
+        let s = encode(v);
+        assert!(s.contains("v6gate_xdp_attached{interface=\"eth0\",mode=\"generic\"} 1\n"), "{s}");
+        assert!(s.contains("v6gate_xdp_fast_path_packets_total{function=\"siit\",direction=\"6to4\"} 3\n"), "{s}");
+        assert!(s.contains("v6gate_xdp_fast_path_bytes_total{function=\"siit\",direction=\"6to4\"} 300\n"), "{s}");
+        assert!(s.contains("v6gate_xdp_fast_path_packets_total{function=\"trgw\",direction=\"relay\"} 1\n"), "{s}");
+        assert!(s.contains("v6gate_xdp_passes_total{reason=\"fib\"} 2\n"), "{s}");
+        let mut v = Vec::new();
+        xdp(&mut v, &[], None);
+        assert_eq!(v.len(), 1, "without counters only the attachments");
     }
 }

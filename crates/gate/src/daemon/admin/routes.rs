@@ -9,6 +9,7 @@
 //! | POST   | `/bib/add`     | add a static BIB entry: `?proto=tcp&v6=ADDR#PORT&v4=ADDR#PORT` |
 //! | POST   | `/bib/remove`  | remove one, same parameters |
 //! | POST   | `/reload`      | reload the configuration file, like SIGHUP |
+//! | GET    | `/xdp`         | JSON: the XDP fast path: attachments, mirrored state, map sizes, counters |
 //!
 //! Errors are JSON `{"error":"..."}` with status 400 (bad request), 404
 //! (unknown path, or the function is not configured) or 409 (refused);
@@ -105,6 +106,10 @@ pub fn route(d: &Daemon, method: &Method, path: &str, params: &[(String, String)
                 Err((code, m)) => Reply::error(code, m),
             }
         }
+        (&Method::GET, "/xdp") => match super::super::lock(&d.xdp).as_ref() {
+            Some(p) => Reply::json(200, p.status()),
+            None => Reply::error(404, "XDP is not configured ([xdp])"),
+        },
         (&Method::POST, "/reload") => match d.reload_and_record("admin API") {
             Ok(g) => Reply::json(200, json!({ "generation": g })),
             Err(e) => Reply::error(409, e),
@@ -193,6 +198,9 @@ pub fn status(d: &Daemon) -> Value {
         "dns64": super::super::lock(&d.dns64).as_ref().map(|s| serde_json::to_value(s.stats()).unwrap_or(Value::Null)),
         "device": d.device.as_ref().map(|(name, index)| json!({ "name": name, "index": index, "workers": d.workers() })),
         "trgw": d.trgw.as_ref().map(|r| trgw_status(&r.stats())),
+        "xdp": super::super::lock(&d.xdp).as_ref().map(|p| {
+            json!({ "interfaces": p.attachments().into_iter().map(|(i, m)| json!({ "name": i, "mode": m })).collect::<Vec<_>>() })
+        }),
         "descriptors": descriptors(d),
         "admin": admin_status(d),
         "routes": super::super::lock(&d.routes).iter().map(|r| r.to_string()).collect::<Vec<_>>(),

@@ -1,0 +1,244 @@
+//! The daemon's side of the XDP fast path (`[xdp]`, crate `xdp`).
+//!
+//! Start-up loads the BPF programs with the configured map sizes, mirrors
+//! the `[siit]` configuration into the maps, allows the egress interfaces
+//! and only then attaches the combined program to each interface through a
+//! bpf_link (so a crash of the daemon detaches it). `native` falls back to
+//! generic with a warning where the driver cannot. A reload mirrors the new
+//! configuration and attaches/detaches what changed; stopping detaches
+//! everything. The programs pass what they do not handle to the kernel's
+//! stack, i.e. to the TUN device and the slow path, as before.
+//!
+//! Not mirrored yet: NAT64 sessions and TrGW relay legs (their maps get one
+//! entry each; those functions run on the slow path only).
+
+use serde_json::{json, Value};
+
+use crate::config::{Config, XdpConfig};
+
+/// The loaded fast path and what it mirrors.
+pub struct FastPlane {
+    cfg: XdpConfig,
+    /// None with `mode = "off"`: nothing loaded, nothing attached.
+    fp: Option<xdp::FastPath>,
+    /// `[siit]` mirrored: (pool6 as written, EAMT entries).
+    siit: Option<(Option<String>, usize)>,
+    /// Interfaces attached: name → the mode asked for.
+    asked: Vec<(String, xdp::Mode)>,
+    /// `egress` interfaces allowed: name → index.
+    egress: Vec<(String, u32)>,
+}
+
+impl std::fmt::Debug for FastPlane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FastPlane").field("cfg", &self.cfg).field("fp", &self.fp).finish()
+    }
+}
+
+impl FastPlane {
+    /// The fast path of `cfg` (None when it has no `[xdp]`): loaded,
+    /// mirrored and attached. Any failure is an error naming what failed;
+    /// nothing stays attached then.
+    pub fn start(cfg: &Config) -> Result<Option<FastPlane>, String> {
+        let Some(x) = &cfg.xdp else { return Ok(None) };
+        let mut p = FastPlane { cfg: x.clone(), fp: None, siit: None, asked: Vec::new(), egress: Vec::new() };
+        if x.mode == xdp::Mode::Off {
+            tracing::info!("xdp: mode off, the slow path does everything");
+            return Ok(Some(p));
+        }
+        p.fp = Some(xdp::FastPath::load(x.limits()).map_err(|e| {
+            format!("[xdp]: {e} (set [xdp] mode = \"off\" to run without the fast path)")
+        })?);
+        p.apply(cfg)?;
+        Ok(Some(p))
+    }
+
+    /// Whether a reload from this plane's configuration to `new` needs a
+    /// restart (map sizes are fixed at load; `off` ↔ on loads or unloads).
+    pub fn restart_needed(&self, new: &Config) -> Option<String> {
+        let n = new.xdp.as_ref()?;
+        if (n.mode == xdp::Mode::Off) != (self.cfg.mode == xdp::Mode::Off) {
+            return Some("[xdp] mode changed to or from \"off\": restart v6gate to apply".into());
+        }
+        if n.limits() != self.cfg.limits() {
+            return Some("[xdp] eamt-entries changed (map sizes are fixed at start): restart v6gate to apply".into());
+        }
+        None
+    }
+
+    /// Mirror `cfg` and bring the attachments in line with its `[xdp]`:
+    /// SIIT state first (turned off while its tables change), egress, then
+    /// detach what is gone or changed mode and attach what is new.
+    pub fn apply(&mut self, cfg: &Config) -> Result<(), String> {
+        let Some(x) = &cfg.xdp else { return Err("[xdp] missing".into()) };
+        let Some(fp) = self.fp.as_mut() else {
+            self.cfg = x.clone();
+            return Ok(());
+        };
+        match &cfg.siit {
+            Some(s) => {
+                fp.set_siit(s).map_err(|e| format!("[xdp]: mirroring [siit]: {e}"))?;
+                self.siit = Some((s.pool6.map(|p| p.to_string()), s.eamt.len()));
+            }
+            None => {
+                fp.siit_off().map_err(|e| format!("[xdp]: {e}"))?;
+                self.siit = None;
+            }
+        }
+        fp.set_fib_cache(x.fib_cache_ms).map_err(|e| format!("[xdp]: {e}"))?;
+        // Egress: the attached interfaces (added by attach) and `egress`.
+        for (name, idx) in std::mem::take(&mut self.egress) {
+            if !x.egress.contains(&name) && !fp.attachments().iter().any(|a| a.ifindex == idx) {
+                fp.deny_egress(idx).map_err(|e| format!("[xdp] egress {name}: {e}"))?;
+            }
+        }
+        for name in &x.egress {
+            let idx = xdp::sys::if_index(name).ok_or_else(|| format!("[xdp] egress: no interface {name}"))?;
+            fp.allow_egress(idx).map_err(|e| format!("[xdp] egress {name}: {e}"))?;
+            self.egress.push((name.clone(), idx));
+        }
+        // Detach what the new file no longer has, or wants in another mode.
+        let keep: Vec<(String, xdp::Mode)> = x.interfaces.iter().map(|i| (i.clone(), x.mode)).collect();
+        for (name, mode) in std::mem::take(&mut self.asked) {
+            if keep.contains(&(name.clone(), mode)) {
+                self.asked.push((name, mode));
+                continue;
+            }
+            let idx = fp.attachments().iter().find(|a| a.iface == name).map(|a| a.ifindex);
+            fp.detach(&name).map_err(|e| format!("[xdp] {e}"))?;
+            if let Some(idx) = idx.filter(|i| !self.egress.iter().any(|e| e.1 == *i)) {
+                fp.deny_egress(idx).map_err(|e| format!("[xdp] {name}: {e}"))?;
+            }
+            tracing::info!("xdp: detached from {name}");
+        }
+        for (name, mode) in keep {
+            if self.asked.iter().any(|a| a.0 == name) {
+                continue;
+            }
+            let a = fp.attach(&name, mode).map_err(|e| format!("[xdp] {e}"))?;
+            if let Some(a) = a {
+                tracing::info!("xdp: attached {} to {name} (index {}) in {} mode", a.program, a.ifindex, mode_name(a.mode));
+            }
+            self.asked.push((name, mode));
+        }
+        self.cfg = x.clone();
+        Ok(())
+    }
+
+    /// Detach from every interface (the programs unload with the plane).
+    pub fn stop(&mut self) {
+        if let Some(fp) = self.fp.as_mut() {
+            let n = fp.attachments().len();
+            match fp.detach_all() {
+                Ok(()) => tracing::info!("xdp: detached from {n} interface(s)"),
+                Err(e) => tracing::warn!("xdp: {e}"),
+            }
+        }
+        self.asked.clear();
+    }
+
+    /// The fast path's counters summed over CPUs (None: not loaded).
+    pub fn counters(&self) -> Option<Vec<(xdp::types::Counter, xdp::types::Count)>> {
+        match self.fp.as_ref()?.counters() {
+            Ok(c) => Some(c),
+            Err(e) => {
+                tracing::debug!("xdp counters: {e}");
+                None
+            }
+        }
+    }
+
+    /// (interface, mode in force) of every attachment.
+    pub fn attachments(&self) -> Vec<(String, &'static str)> {
+        self.fp.as_ref().map_or_else(Vec::new, |fp| {
+            fp.attachments().iter().map(|a| (a.iface.clone(), mode_name(a.mode))).collect()
+        })
+    }
+
+    /// The mirrored state, for `GET /xdp` (`v6gate ctl xdp`).
+    pub fn status(&self) -> Value {
+        let Some(fp) = self.fp.as_ref() else {
+            return json!({ "mode": "off", "loaded": false, "interfaces": [] });
+        };
+        let interfaces: Vec<Value> = fp
+            .attachments()
+            .iter()
+            .map(|a| {
+                json!({
+                    "name": a.iface,
+                    "index": a.ifindex,
+                    "program": a.program,
+                    "mode": mode_name(a.mode),
+                    "native_fallback": a.fallback,
+                })
+            })
+            .collect();
+        let counters: serde_json::Map<String, Value> = self
+            .counters()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(c, v)| (c.label().to_string(), json!({ "packets": v.packets, "bytes": v.bytes })))
+            .collect();
+        let l = fp.limits();
+        json!({
+            "mode": mode_name(self.cfg.mode),
+            "loaded": true,
+            "interfaces": interfaces,
+            "egress": fp.egress().collect::<Vec<_>>(),
+            "fib_cache_ms": self.cfg.fib_cache_ms,
+            "limits": { "eamt_entries": l.eamt, "tx_ports": l.tx_ports, "fib_cache": l.fib_cache },
+            "siit": self.siit.as_ref().map(|(pool6, eamt)| json!({ "pool6": pool6, "eamt_entries": eamt })),
+            "nat64": Value::Null,
+            "trgw": Value::Null,
+            "counters": counters,
+        })
+    }
+}
+
+impl Drop for FastPlane {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// How a mode is written in the configuration.
+pub fn mode_name(m: xdp::Mode) -> &'static str {
+    match m {
+        xdp::Mode::Native => "native",
+        xdp::Mode::Generic => "generic",
+        xdp::Mode::Off => "off",
+    }
+}
+
+/// Fast-path counters are forwards (`siit-4to6`, ...) or passes to the
+/// slow path (by reason).
+pub fn is_pass(c: xdp::types::Counter) -> bool {
+    c.c_name().starts_with("V6G_P_")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mode_off_loads_nothing_and_reload_rules() {
+        let c = Config::parse("[siit]\npool6 = \"64:ff9b:1::/96\"\n[xdp]\nmode = \"off\"\n").unwrap();
+        let p = FastPlane::start(&c).unwrap().expect("a plane");
+        assert!(p.fp.is_none());
+        assert_eq!(p.status()["loaded"], json!(false));
+        assert!(p.counters().is_none());
+        let on = Config::parse("[siit]\npool6 = \"64:ff9b:1::/96\"\n[xdp]\ninterfaces = [\"lo\"]\n").unwrap();
+        assert!(p.restart_needed(&on).is_some(), "off -> native needs a restart");
+        assert!(p.restart_needed(&c).is_none());
+        let none = Config::parse("[siit]\npool6 = \"64:ff9b:1::/96\"\n").unwrap();
+        assert!(FastPlane::start(&none).unwrap().is_none());
+    }
+
+    #[test]
+    fn counter_kinds() {
+        use xdp::types::Counter;
+        assert!(!is_pass(Counter::Siit46) && !is_pass(Counter::Trgw));
+        assert!(is_pass(Counter::PassFib) && is_pass(Counter::PassNoMatch));
+        assert_eq!(mode_name(xdp::Mode::Generic), "generic");
+    }
+}
