@@ -1,0 +1,267 @@
+//! `v6gate run` with `[xdp]`: the SIIT fast path attached to the gateway's
+//! interfaces (generic mode, which works on any interface), in network
+//! namespaces (see `daemon_util`). Frames with known bytes are sent from
+//! each host; the translated packet the other host receives is counted on
+//! the fast path and byte-identical to what the Rust core
+//! (`xlat::siit::Translator`) makes of the frame sent. A reload detaches
+//! an interface dropped from the file, stopping detaches everything, and
+//! `mode = "off"` runs with nothing loaded.
+
+#[path = "../crates/xlat/tests/common/mod.rs"]
+mod common;
+mod daemon_util;
+
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use daemon_util::*;
+use lab::netns::Netns;
+use xlat::{Out, PacketKind, Verdict};
+
+const SIIT: &str = r#"
+[siit]
+pool6 = "64:ff9b:1::/96"
+eamt = [["2001:db8:1::2", "192.0.2.2"]]
+[tun]
+queues = 1
+"#;
+
+/// The IPv4 host seen from the IPv6 side.
+const H4_AS_V6: &str = "64:ff9b:1::c633:6402";
+
+fn config(interfaces: &str, mode: &str) -> String {
+    format!("{SIIT}[xdp]\ninterfaces = [{interfaces}]\nmode = \"{mode}\"\n")
+}
+
+/// The MAC address of `dev` in `ns`.
+fn mac(ns: &Netns, dev: &str) -> [u8; 6] {
+    let out = ns.ip(&["-o", "link", "show", dev]).unwrap();
+    let s = String::from_utf8_lossy(&out.stdout).into_owned();
+    let hex = s.split("link/ether ").nth(1).and_then(|r| r.split_whitespace().next()).unwrap_or_else(|| panic!("{s}"));
+    let mut m = [0u8; 6];
+    for (i, b) in hex.split(':').enumerate() {
+        m[i] = u8::from_str_radix(b, 16).unwrap();
+    }
+    m
+}
+
+/// Which XDP program `ip link` shows on `dev` in `ns` (empty: none).
+fn xdp_shown(ns: &Netns, dev: &str) -> String {
+    let out = ns.ip(&["-d", "link", "show", dev]).unwrap();
+    String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.contains("xdp")).collect::<Vec<_>>().join("\n")
+}
+
+fn packet_socket(proto: u16) -> i32 {
+    // SAFETY: plain socket(2); the caller closes the descriptor.
+    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_DGRAM, i32::from(proto.to_be())) };
+    assert!(fd >= 0, "packet socket: {}", std::io::Error::last_os_error());
+    fd
+}
+
+/// Send `l3` out of `dev` of `ns` in an Ethernet frame to `dst_mac`.
+fn send_frame(ns: &Netns, dev: &str, dst_mac: [u8; 6], l3: &[u8]) {
+    let proto: u16 = if l3[0] >> 4 == 6 { 0x86dd } else { 0x0800 };
+    in_ns(ns, || {
+        let fd = packet_socket(proto);
+        let name = std::ffi::CString::new(dev).unwrap();
+        // SAFETY: `name` is a valid C string for the call.
+        let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
+        assert!(ifindex > 0, "no {dev}");
+        // SAFETY: sockaddr_ll is plain data; all-zero is a valid start.
+        let mut sa: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        sa.sll_family = libc::AF_PACKET as u16;
+        sa.sll_protocol = proto.to_be();
+        sa.sll_ifindex = ifindex as i32;
+        sa.sll_halen = 6;
+        sa.sll_addr[..6].copy_from_slice(&dst_mac);
+        // SAFETY: `l3` and `sa` are valid for the lengths given.
+        let n = unsafe {
+            libc::sendto(
+                fd,
+                l3.as_ptr().cast(),
+                l3.len(),
+                0,
+                (&sa as *const libc::sockaddr_ll).cast(),
+                std::mem::size_of::<libc::sockaddr_ll>() as u32,
+            )
+        };
+        let err = std::io::Error::last_os_error();
+        // SAFETY: our descriptor.
+        unsafe { libc::close(fd) };
+        assert_eq!(n, l3.len() as isize, "sendto: {err}");
+    });
+}
+
+/// In `ns`, the first packet of family `proto` received (not sent) that
+/// contains `marker`, within 5 s. `ready` is signalled once listening.
+fn capture(ns: &Netns, proto: u16, marker: &[u8], ready: mpsc::Sender<()>) -> Option<Vec<u8>> {
+    in_ns(ns, || {
+        let fd = packet_socket(proto);
+        let tv = libc::timeval { tv_sec: 0, tv_usec: 200_000 };
+        // SAFETY: `tv` is valid for the length given.
+        unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                (&tv as *const libc::timeval).cast(),
+                std::mem::size_of::<libc::timeval>() as u32,
+            )
+        };
+        let _ = ready.send(());
+        let t0 = Instant::now();
+        let mut buf = vec![0u8; 4096];
+        let mut found = None;
+        while found.is_none() && t0.elapsed() < Duration::from_secs(5) {
+            // SAFETY: sockaddr_ll is plain data.
+            let mut sa: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+            let mut len = std::mem::size_of::<libc::sockaddr_ll>() as u32;
+            // SAFETY: `buf` and `sa` are valid for the lengths given.
+            let n = unsafe {
+                libc::recvfrom(
+                    fd,
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    0,
+                    (&mut sa as *mut libc::sockaddr_ll).cast(),
+                    &mut len,
+                )
+            };
+            if n <= 0 || sa.sll_pkttype == libc::PACKET_OUTGOING as u8 {
+                continue;
+            }
+            let p = &buf[..n as usize];
+            if p.windows(marker.len()).any(|w| w == marker) {
+                found = Some(p.to_vec());
+            }
+        }
+        // SAFETY: our descriptor.
+        unsafe { libc::close(fd) };
+        found
+    })
+}
+
+/// Send `l3` from `from` (out of `dev`, to the gateway's `gw_dev`) and
+/// return what `to` receives.
+fn through(lab: &Lab, from: (&Netns, &str), gw_dev: &str, to: &Netns, l3: &[u8], marker: &[u8]) -> Option<Vec<u8>> {
+    let rx_proto: u16 = if l3[0] >> 4 == 6 { 0x0800 } else { 0x86dd };
+    let gw_mac = mac(&lab.gw, gw_dev);
+    std::thread::scope(|s| {
+        let (tx, rx) = mpsc::channel();
+        let h = s.spawn(move || capture(to, rx_proto, marker, tx));
+        rx.recv_timeout(Duration::from_secs(5)).expect("capture ready");
+        send_frame(from.0, from.1, gw_mac, l3);
+        h.join().unwrap()
+    })
+}
+
+/// The core's single forwarded packet for `l3`, the IPv4 Identification
+/// generator seeded with `ident`.
+fn core(t: &xlat::siit::Translator, l3: &[u8], ident: u16) -> Vec<u8> {
+    let mut out = Out::with_ident_seed(ident);
+    assert!(matches!(t.translate(l3, &mut out), Verdict::Emit), "the core must translate it");
+    let pkts: Vec<_> = out.iter().map(|(k, p)| (k, p.to_vec())).collect();
+    match pkts.as_slice() {
+        [(PacketKind::Forward, p)] => p.clone(),
+        other => panic!("core emitted {} packets", other.len()),
+    }
+}
+
+fn ident_of(l3: &[u8]) -> u16 {
+    if l3[0] >> 4 == 4 && l3[6] & 0x40 == 0 {
+        u16::from_be_bytes([l3[4], l3[5]])
+    } else {
+        0
+    }
+}
+
+const FAST_64: &str = "v6gate_xdp_fast_path_packets_total{function=\"siit\",direction=\"6to4\"}";
+const FAST_46: &str = "v6gate_xdp_fast_path_packets_total{function=\"siit\",direction=\"4to6\"}";
+
+#[test]
+fn siit_fast_path_counts_and_matches_the_core_reload_and_stop_detach() {
+    let mut lab = Lab::start(&config("\"g6\", \"g4\"", "generic"));
+    let x: serde_json::Value = serde_json::from_str(&lab.ctl(&["xdp"]).unwrap()).unwrap();
+    let names: Vec<&str> = x["interfaces"].as_array().unwrap().iter().map(|i| i["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["g6", "g4"], "{x}");
+    assert!(x["interfaces"].as_array().unwrap().iter().all(|i| i["mode"] == "generic"), "{x}");
+    assert_eq!(x["siit"]["pool6"], "64:ff9b:1::/96", "{x}");
+    assert_eq!(x["siit"]["eamt_entries"], 1, "{x}");
+    for dev in ["g6", "g4"] {
+        assert!(xdp_shown(&lab.gw, dev).contains("xdpgeneric"), "{dev}: {}", xdp_shown(&lab.gw, dev));
+    }
+    assert_eq!(lab.metric("v6gate_xdp_attached{interface=\"g4\",mode=\"generic\"}"), 1);
+    // The gateway knows both hosts' MACs (the fast path forwards only to
+    // resolved neighbours; the first packets would otherwise pass).
+    for (host, dst) in [(&lab.h6, "2001:db8:1::1"), (&lab.h4, "198.51.100.1")] {
+        let (ok, out) = ping(host, dst, &[]);
+        assert!(ok, "{out}");
+    }
+    let t = gate::config::Config::parse(SIIT).unwrap().siit_translator().unwrap();
+
+    // IPv6 -> IPv4: UDP from the IPv6 host to the IPv4 host.
+    let before = lab.metric(FAST_64);
+    let rx_before = lab.metric("v6gate_packets_total{direction=\"rx\",family=\"ipv6\"}");
+    let marker = b"xdp-fast-6to4-marker";
+    let sent = common::V6 { tc: 0x28, flow: 0x12345, ..common::V6::new(17, H6, H4_AS_V6) }.udp(40000, 5300, marker);
+    let got = through(&lab, (&lab.h6, "a6"), "g6", &lab.h4, &sent, marker).expect("translated packet at the IPv4 host");
+    assert_eq!(common::hex(&got), common::hex(&core(&t, &sent, ident_of(&got))), "fast path differs from the core");
+    common::check(&got);
+    assert!(lab.wait_metric(FAST_64, |v| v > before) > before, "not counted on the fast path");
+    assert_eq!(
+        lab.metric("v6gate_packets_total{direction=\"rx\",family=\"ipv6\"}"),
+        rx_before,
+        "the TUN device (slow path) saw it"
+    );
+
+    // IPv4 -> IPv6: TCP (an ACK with data) from the IPv4 host to the EAMT address.
+    let before = lab.metric(FAST_46);
+    let marker = b"xdp-fast-4to6-marker";
+    let sent = common::V4 { tos: 0x10, ..common::V4::new(6, H4, "192.0.2.2") }.tcp(5301, 40001, 0x18, marker);
+    let got = through(&lab, (&lab.h4, "a4"), "g4", &lab.h6, &sent, marker).expect("translated packet at the IPv6 host");
+    assert_eq!(common::hex(&got), common::hex(&core(&t, &sent, 0)), "fast path differs from the core");
+    common::check(&got);
+    assert!(lab.wait_metric(FAST_46, |v| v > before) > before, "not counted on the fast path");
+
+    // What needs the slow path still works through it: hop limit 2 gets
+    // Time Exceeded... from the translator (the fast path passes it).
+    let passes = lab.metric("v6gate_xdp_passes_total{reason=\"ttl\"}");
+    let marker = b"xdp-pass-ttl";
+    let sent = common::V6 { hop: 1, ..common::V6::new(17, H6, H4_AS_V6) }.udp(40002, 5302, marker);
+    assert!(through(&lab, (&lab.h6, "a6"), "g6", &lab.h4, &sent, marker).is_none(), "hop limit 1 forwarded");
+    assert!(lab.wait_metric("v6gate_xdp_passes_total{reason=\"ttl\"}", |v| v > passes) > passes);
+
+    // Reload without g4: detached from g4, still on g6.
+    lab.write_config(&config("\"g6\"", "generic"));
+    lab.sighup();
+    assert!(lab.wait_log("xdp: detached from g4"), "{}", lab.log());
+    assert!(xdp_shown(&lab.gw, "g4").is_empty(), "{}", xdp_shown(&lab.gw, "g4"));
+    assert!(xdp_shown(&lab.gw, "g6").contains("xdpgeneric"));
+    let x: serde_json::Value = serde_json::from_str(&lab.ctl(&["xdp"]).unwrap()).unwrap();
+    assert_eq!(x["interfaces"].as_array().unwrap().len(), 1, "{x}");
+    // A map size change needs a restart: rejected, the old state stays.
+    lab.write_config(&format!("{}eamt-entries = 8\n", config("\"g6\"", "generic")));
+    assert!(lab.ctl(&["reload"]).unwrap_err().contains("restart"), "map sizes are fixed");
+    assert!(xdp_shown(&lab.gw, "g6").contains("xdpgeneric"));
+
+    // Stop: nothing stays attached.
+    let (st, log) = lab.stop();
+    assert!(st.success(), "{log}");
+    for dev in ["g6", "g4"] {
+        assert!(xdp_shown(&lab.gw, dev).is_empty(), "{dev} after stop: {}", xdp_shown(&lab.gw, dev));
+    }
+}
+
+#[test]
+fn xdp_mode_off_runs_the_slow_path_only() {
+    let lab = Lab::start(&config("\"g6\"", "off"));
+    let x: serde_json::Value = serde_json::from_str(&lab.ctl(&["xdp"]).unwrap()).unwrap();
+    assert_eq!((x["mode"].as_str(), x["loaded"].as_bool()), (Some("off"), Some(false)), "{x}");
+    assert!(xdp_shown(&lab.gw, "g6").is_empty());
+    let (ok, out) = ping(&lab.h6, H4_AS_V6, &[]);
+    assert!(ok, "slow path: {out}");
+    assert_eq!(lab.metric(FAST_64), 0);
+    // Without [xdp] the endpoint says so.
+    let lab2 = Lab::start(SIIT);
+    assert!(lab2.ctl(&["xdp"]).unwrap_err().contains("not configured"));
+}
