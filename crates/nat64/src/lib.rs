@@ -40,6 +40,7 @@ pub mod wheel;
 
 mod admin;
 mod expire;
+mod fastpath;
 mod from4;
 mod from6;
 mod hairpin;

@@ -719,3 +719,46 @@ fn config_keys_and_errors() {
         "pool4 = [\"192.0.2.1\"]\n[[bib]]\nprotocol = \"tcp\"\nipv6 = \"[2001:db8::1]:1\"\nipv4 = \"192.0.2.2:1\"";
     assert!(err(bad_bib).contains("nat64.bib"));
 }
+
+/// A session carried by a fast path (XDP) elsewhere: `refresh` from the
+/// time it was last used there keeps it alive, never shortens it, and
+/// leaves TCP sessions outside ESTABLISHED to the state machine.
+#[test]
+fn fast_path_refresh_keeps_used_sessions() {
+    let mut c = cfg();
+    c.udp_timeout = nat64::config::Secs(2);
+    c.tcp_est_timeout = nat64::config::Secs(10);
+    c.tcp_trans_timeout = nat64::config::Secs(4);
+    let n = nat(c);
+    udp_out_and_back(&n, H1, 4000, 0);
+    let udp = n.sessions(&SessionFilter { protocol: Some(Protocol::Udp), ..Default::default() }, 0);
+    assert_eq!(udp.len(), 1);
+    // Used on the fast path at 1.5 s: it lives until 3.5 s, not 2 s.
+    assert!(n.refresh(&udp[0], 3 * S / 2));
+    assert_eq!(n.expire(2 * S + 1).sessions, 0, "refreshed: still there after 2 s");
+    assert!(n.refresh(&udp[0], S), "an older time does not shorten it");
+    assert_eq!(n.expire(3 * S).sessions, 0);
+    assert_eq!(n.expire(3 * S + S / 2 + 1).sessions, 1, "expires 2 s after its last use");
+    assert!(!n.refresh(&udp[0], 4 * S), "gone");
+
+    // TCP: ESTABLISHED gets the established lifetime from the fast path's time.
+    let out = fwd(&n, &tcp6(SYN, 5555), 10 * S);
+    let t = be16(&out, 20);
+    fwd(&n, &tcp4(SYN | ACK, t), 10 * S);
+    let tcp = n.sessions(&SessionFilter { protocol: Some(Protocol::Tcp), ..Default::default() }, 10 * S);
+    assert_eq!(tcp[0].state, Some(TcpState::Established));
+    assert!(n.refresh(&tcp[0], 15 * S));
+    assert_eq!(n.expire(21 * S).to_trans, 0, "established until 25 s");
+    // After a FIN (which the fast path passes), the state machine decides.
+    fwd(&n, &tcp6(FIN | ACK, 5555), 22 * S);
+    assert!(n.refresh(&tcp[0], 100 * S), "still there");
+    let left = n.sessions(&SessionFilter { protocol: Some(Protocol::Tcp), ..Default::default() }, 22 * S);
+    assert!(left[0].expires_in_ms < 70_000, "not extended outside ESTABLISHED: {:?}", left[0]);
+    // ICMP echo sessions refresh with their idle timeout too.
+    let icmp = V6::new(58, H2, Y6).icmp(128, 0, [0, 7, 0, 1], b"ping");
+    fwd(&n, &icmp, 30 * S);
+    let s = n.sessions(&SessionFilter { protocol: Some(Protocol::Icmp), ..Default::default() }, 30 * S);
+    assert!(n.refresh(&s[0], 100 * S));
+    let s2 = n.sessions(&SessionFilter { protocol: Some(Protocol::Icmp), ..Default::default() }, 100 * S);
+    assert!(s2[0].expires_in_ms > 0, "alive after the original lifetime: {:?}", s2[0]);
+}
