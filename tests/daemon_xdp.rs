@@ -265,3 +265,90 @@ fn xdp_mode_off_runs_the_slow_path_only() {
     let lab2 = Lab::start(SIIT);
     assert!(lab2.ctl(&["xdp"]).unwrap_err().contains("not configured"));
 }
+
+const NAT64_CONFIG: &str = r#"
+[nat64]
+pool6 = "64:ff9b:2::/96"
+pool4 = ["203.0.113.1/32"]
+udp-timeout = 3
+[tun]
+queues = 1
+[xdp]
+interfaces = ["g6", "g4"]
+mode = "generic"
+"#;
+
+const H4_NAT64: &str = "64:ff9b:2::c633:6402";
+const NAT_64: &str = "v6gate_xdp_fast_path_packets_total{function=\"nat64\",direction=\"6to4\"}";
+const NAT_46: &str = "v6gate_xdp_fast_path_packets_total{function=\"nat64\",direction=\"4to6\"}";
+
+fn udp_sessions(lab: &Lab) -> Vec<serde_json::Value> {
+    let v: serde_json::Value = serde_json::from_str(&lab.ctl(&["sessions", "--proto", "udp"]).unwrap()).unwrap();
+    v.as_array().cloned().unwrap_or_default()
+}
+
+/// A NAT64 UDP session created by the slow path is mirrored and then
+/// carried by the fast path both ways; used only there, it does not
+/// expire (its last use is read back); idle, it expires and leaves the map.
+#[test]
+fn nat64_established_sessions_on_the_fast_path() {
+    let lab = Lab::start(NAT64_CONFIG);
+    for (host, dst) in [(&lab.h6, "2001:db8:1::1"), (&lab.h4, "198.51.100.1")] {
+        let (ok, out) = ping(host, dst, &[]);
+        assert!(ok, "{out}");
+    }
+    let _echo = EchoServers::udp(&lab.h4, "0.0.0.0", &[5000]);
+    let sock = udp_client(&lab.h6, true);
+    let dst: std::net::SocketAddr = format!("[{H4_NAT64}]:5000").parse().unwrap();
+    // The first datagram creates the session on the slow path; within a
+    // sync period it is mirrored and the following ones take the fast path.
+    let t0 = Instant::now();
+    let mut i = 0u32;
+    while lab.metric(NAT_64) == 0 || lab.metric(NAT_46) == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(10), "never on the fast path: {}", lab.ctl(&["xdp"]).unwrap());
+        let msg = format!("warm-up {i}");
+        assert_eq!(udp_roundtrip(&sock, dst, msg.as_bytes()).expect("echo"), msg.as_bytes());
+        i += 1;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let x: serde_json::Value = serde_json::from_str(&lab.ctl(&["xdp"]).unwrap()).unwrap();
+    assert_eq!(x["nat64"]["sessions_mirrored"], 1, "{x}");
+    assert_eq!(lab.metric("v6gate_xdp_mirrored{table=\"nat64-sessions\"}"), 1);
+    let port = udp_sessions(&lab)[0]["ipv4-src"].clone();
+    assert!(port.is_string(), "{port}");
+
+    // Traffic on the fast path only, for more than twice the UDP timeout:
+    // every datagram comes back, the session stays (same pool4 port) and
+    // the TUN device sees none of it.
+    let rx = lab.metric("v6gate_packets_total{direction=\"rx\",family=\"ipv6\"}");
+    let fast = lab.metric(NAT_64);
+    let t1 = Instant::now();
+    let mut n = 0u64;
+    while t1.elapsed() < Duration::from_secs(7) {
+        let msg = format!("fast {n}");
+        assert_eq!(udp_roundtrip(&sock, dst, msg.as_bytes()).expect("echo on the fast path"), msg.as_bytes());
+        n += 1;
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let s = udp_sessions(&lab);
+    assert_eq!(s.len(), 1, "the session lives on: {s:?}");
+    assert_eq!(s[0]["ipv4-src"], port, "same session");
+    assert!(lab.wait_metric(NAT_64, |v| v >= fast + n) >= fast + n, "all {n} on the fast path");
+    assert_eq!(lab.metric("v6gate_packets_total{direction=\"rx\",family=\"ipv6\"}"), rx, "TUN saw none");
+
+    // Idle: it expires on the slow path and leaves the map.
+    let t2 = Instant::now();
+    while !udp_sessions(&lab).is_empty() {
+        assert!(t2.elapsed() < Duration::from_secs(10), "idle session never expired");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let t3 = Instant::now();
+    loop {
+        let x: serde_json::Value = serde_json::from_str(&lab.ctl(&["xdp"]).unwrap()).unwrap();
+        if x["nat64"]["sessions_mirrored"] == 0 {
+            break;
+        }
+        assert!(t3.elapsed() < Duration::from_secs(5), "expired session still mirrored: {x}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

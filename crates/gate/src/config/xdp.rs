@@ -6,6 +6,7 @@
 //! mode = "native"                 # native | generic | off
 //! egress = []                     # further interfaces it may forward out of
 //! eamt-entries = 4096             # size of each EAMT trie
+//! nat64-sessions = 16384          # NAT64 sessions mirrored at most
 //! fib-cache-ms = 0                # reuse FIB answers this long (0: never)
 //! ```
 //!
@@ -19,7 +20,10 @@ use toml::Spanned;
 use super::{invalid, Error, ErrorKind};
 
 /// Every key of the `[xdp]` table.
-pub const XDP_KEYS: &[&str] = &["interfaces", "mode", "egress", "eamt-entries", "fib-cache-ms"];
+pub const XDP_KEYS: &[&str] = &["interfaces", "mode", "egress", "eamt-entries", "nat64-sessions", "fib-cache-ms"];
+
+/// Largest `nat64-sessions` accepted (two map entries each).
+pub const MAX_NAT64_SESSIONS: u32 = 1 << 22;
 
 /// Largest `eamt-entries` accepted (each entry sits in two LPM tries).
 pub const MAX_EAMT_ENTRIES: u32 = 1 << 20;
@@ -43,6 +47,10 @@ pub struct XdpConfig {
     /// `eamt-entries`: entries of each EAMT trie (the `[siit] eamt` must
     /// fit). Default 4096.
     pub eamt_entries: u32,
+    /// `nat64-sessions`: established NAT64 sessions the fast path carries
+    /// at most (two map entries each); sessions beyond stay on the slow
+    /// path, counted. Default 16384.
+    pub nat64_sessions: u32,
     /// `fib-cache-ms`: reuse a FIB lookup's answer this many milliseconds
     /// (0..=60000; 0, the default, looks up every packet).
     pub fib_cache_ms: u32,
@@ -55,6 +63,7 @@ impl Default for XdpConfig {
             mode: xdp::Mode::Native,
             egress: Vec::new(),
             eamt_entries: xdp::Limits::default().eamt,
+            nat64_sessions: 16_384,
             fib_cache_ms: 0,
         }
     }
@@ -62,12 +71,12 @@ impl Default for XdpConfig {
 
 impl XdpConfig {
     /// The fast path's map sizes. Only the tables the daemon mirrors get
-    /// room: NAT64 sessions and TrGW relays are not mirrored by the daemon
-    /// yet, so their maps get one entry each (memory is not spent on them).
+    /// room: TrGW relays are not mirrored by the daemon yet, so their maps
+    /// get one entry each (memory is not spent on them).
     pub fn limits(&self) -> xdp::Limits {
         xdp::Limits {
             eamt: self.eamt_entries,
-            nat64_sessions: 1,
+            nat64_sessions: self.nat64_sessions.saturating_mul(2),
             trgw_relays: 1,
             trgw_stats: 1,
             tx_ports: MAX_XDP_INTERFACES as u32,
@@ -90,6 +99,7 @@ pub(super) struct XdpToml {
     mode: Option<Spanned<String>>,
     egress: Option<Vec<Spanned<String>>>,
     eamt_entries: Option<u32>,
+    nat64_sessions: Option<u32>,
     fib_cache_ms: Option<u32>,
 }
 
@@ -144,6 +154,16 @@ pub(super) fn xdp_from_toml(text: &str, t: XdpToml) -> Result<XdpConfig, Error> 
         }
         c.eamt_entries = n;
     }
+    if let Some(n) = t.nat64_sessions {
+        if !(1..=MAX_NAT64_SESSIONS).contains(&n) {
+            return Err(Error::new(
+                ErrorKind::Invalid,
+                Some("[xdp] nat64-sessions".into()),
+                format!("{n} is outside 1..={MAX_NAT64_SESSIONS}"),
+            ));
+        }
+        c.nat64_sessions = n;
+    }
     if let Some(ms) = t.fib_cache_ms {
         if ms > 60_000 {
             return Err(Error::new(
@@ -182,7 +202,7 @@ mod tests {
         let c = Config::parse(SIIT).unwrap();
         assert!(c.xdp.is_none());
         let c = Config::parse(&format!(
-            "{SIIT}[xdp]\ninterfaces = [\"eth0\", \"eth1\"]\nmode = \"generic\"\negress = [\"eth2\"]\neamt-entries = 8\nfib-cache-ms = 50\n"
+            "{SIIT}[xdp]\ninterfaces = [\"eth0\", \"eth1\"]\nmode = \"generic\"\negress = [\"eth2\"]\neamt-entries = 8\nnat64-sessions = 3\nfib-cache-ms = 50\n"
         ))
         .unwrap();
         c.check().unwrap();
@@ -191,7 +211,7 @@ mod tests {
         assert_eq!((x.mode, x.egress.as_slice()), (xdp::Mode::Generic, &["eth2".to_string()][..]));
         assert_eq!((x.eamt_entries, x.fib_cache_ms), (8, 50));
         assert!(x.active());
-        assert_eq!(x.limits().eamt, 8);
+        assert_eq!((x.limits().eamt, x.limits().nat64_sessions), (8, 6));
         let c = Config::parse(&format!("{SIIT}[xdp]\ninterfaces = [\"eth0\"]\n")).unwrap();
         assert_eq!(c.xdp.as_ref().unwrap().mode, xdp::Mode::Native);
         let c = Config::parse(&format!("{SIIT}[xdp]\nmode = \"off\"\n")).unwrap();
@@ -206,6 +226,7 @@ mod tests {
         assert_names(&format!("{SIIT}[xdp]\ninterfaces = [\"e\"]\negress = [\"e\"]\n"), "[xdp] egress[0]");
         assert_names(&format!("{SIIT}[xdp]\ninterfaces = [\"e\"]\neamt-entries = 0\n"), "[xdp] eamt-entries");
         assert_names(&format!("{SIIT}[xdp]\ninterfaces = [\"e\"]\nfib-cache-ms = 60001\n"), "[xdp] fib-cache-ms");
+        assert_names(&format!("{SIIT}[xdp]\ninterfaces = [\"e\"]\nnat64-sessions = 0\n"), "[xdp] nat64-sessions");
         assert_names(&format!("{SIIT}[xdp]\ninterfaces = [\"e\"]\nqueues = 1\n"), "[xdp] queues");
         let many: Vec<String> = (0..65).map(|i| format!("\"e{i}\"")).collect();
         assert_names(&format!("{SIIT}[xdp]\ninterfaces = [{}]\n", many.join(",")), "[xdp] interfaces");

@@ -9,12 +9,54 @@
 //! everything. The programs pass what they do not handle to the kernel's
 //! stack, i.e. to the TUN device and the slow path, as before.
 //!
-//! Not mirrored yet: NAT64 sessions and TrGW relay legs (their maps get one
-//! entry each; those functions run on the slow path only).
+//! NAT64: every half second (and right after sessions expire) the timer
+//! thread calls [`FastPlane::sync_nat64`]: sessions that may take the fast
+//! path (UDP, ICMP echo, TCP in ESTABLISHED; not hairpinned ones) are
+//! mirrored into `nat64_sessions` (two entries each), the others removed;
+//! before a mirrored session is due, the time the fast path last used it is
+//! read back and the session refreshed ([`nat64::Nat64::refresh`]), so a
+//! session carried only by the fast path does not expire. TCP FIN and RST
+//! (and SYN) always go to the slow path, whose state machine stays the
+//! truth. A full map leaves the overflow on the slow path, counted.
+//!
+//! Not mirrored yet: TrGW relay legs (their maps get one entry each; the
+//! relay runs on the slow path only).
+
+use std::collections::{HashMap, HashSet};
+use std::net::{SocketAddrV4, SocketAddrV6};
 
 use serde_json::{json, Value};
 
 use crate::config::{Config, XdpConfig};
+
+/// One NAT64 session as mirrored: protocol, X:x, Y':y, T:t, Y:y.
+type NatKey = (nat64::Protocol, SocketAddrV6, SocketAddrV6, SocketAddrV4, SocketAddrV4);
+
+/// A mirrored session: how the slow path lists it, its two map keys and
+/// the last fast-path time already applied (CLOCK_MONOTONIC ns).
+struct Mirrored {
+    info: nat64::SessionInfo,
+    keys: [xdp::types::FlowKey; 2],
+    seen: u64,
+}
+
+/// The NAT64 side of the mirror.
+#[derive(Default)]
+struct NatMirror {
+    on: bool,
+    pool4: Vec<xlat::addr::Prefix4>,
+    mirrored: HashMap<NatKey, Mirrored>,
+    /// Sessions refused by a full map (each counted once).
+    overflow: HashSet<NatKey>,
+    map_full: u64,
+}
+
+/// Sessions due within this many nanoseconds get their fast-path use read
+/// back at each sync (twice the sync period).
+const REFRESH_WINDOW_NS: u64 = 1_000_000_000;
+
+/// How often the timer thread syncs the NAT64 mirror, in its 100 ms ticks.
+pub const NAT64_SYNC_TICKS: u32 = 5;
 
 /// The loaded fast path and what it mirrors.
 pub struct FastPlane {
@@ -27,6 +69,7 @@ pub struct FastPlane {
     asked: Vec<(String, xdp::Mode)>,
     /// `egress` interfaces allowed: name → index.
     egress: Vec<(String, u32)>,
+    nat: NatMirror,
 }
 
 impl std::fmt::Debug for FastPlane {
@@ -41,7 +84,14 @@ impl FastPlane {
     /// nothing stays attached then.
     pub fn start(cfg: &Config) -> Result<Option<FastPlane>, String> {
         let Some(x) = &cfg.xdp else { return Ok(None) };
-        let mut p = FastPlane { cfg: x.clone(), fp: None, siit: None, asked: Vec::new(), egress: Vec::new() };
+        let mut p = FastPlane {
+            cfg: x.clone(),
+            fp: None,
+            siit: None,
+            asked: Vec::new(),
+            egress: Vec::new(),
+            nat: NatMirror::default(),
+        };
         if x.mode == xdp::Mode::Off {
             tracing::info!("xdp: mode off, the slow path does everything");
             return Ok(Some(p));
@@ -61,7 +111,10 @@ impl FastPlane {
             return Some("[xdp] mode changed to or from \"off\": restart v6gate to apply".into());
         }
         if n.limits() != self.cfg.limits() {
-            return Some("[xdp] eamt-entries changed (map sizes are fixed at start): restart v6gate to apply".into());
+            return Some(
+                "[xdp] eamt-entries or nat64-sessions changed (map sizes are fixed at start): restart v6gate to apply"
+                    .into(),
+            );
         }
         None
     }
@@ -83,6 +136,23 @@ impl FastPlane {
             None => {
                 fp.siit_off().map_err(|e| format!("[xdp]: {e}"))?;
                 self.siit = None;
+            }
+        }
+        match &cfg.nat64 {
+            Some(n) => {
+                fp.set_nat64(&cfg.nat64_xlat_config()).map_err(|e| format!("[xdp]: NAT64: {e}"))?;
+                self.nat.on = true;
+                self.nat.pool4 = n.pool4.iter().map(|p| p.prefix).collect();
+            }
+            None => {
+                fp.nat64_off().map_err(|e| format!("[xdp]: {e}"))?;
+                self.nat.on = false;
+                for (_, m) in self.nat.mirrored.drain() {
+                    for k in &m.keys {
+                        let _ = fp.nat64_remove(k);
+                    }
+                }
+                self.nat.overflow.clear();
             }
         }
         fp.set_fib_cache(x.fib_cache_ms).map_err(|e| format!("[xdp]: {e}"))?;
@@ -123,6 +193,101 @@ impl FastPlane {
         }
         self.cfg = x.clone();
         Ok(())
+    }
+
+    /// Bring the NAT64 mirror in line with `n`'s sessions at `now` (the
+    /// translator's clock), refreshing the sessions due soon that the fast
+    /// path used. `mono_minus_now` is CLOCK_MONOTONIC minus `now` (the
+    /// fast path stamps its use with the monotonic clock).
+    pub fn sync_nat64(&mut self, n: &nat64::Nat64, now: u64, mono_minus_now: u64) {
+        let Some(fp) = self.fp.as_mut() else { return };
+        if !self.nat.on {
+            return;
+        }
+        let list = n.sessions(&nat64::SessionFilter::default(), now);
+        let mut want: HashMap<NatKey, nat64::SessionInfo> = HashMap::with_capacity(list.len());
+        for s in list {
+            let eligible = match s.state {
+                None => true,
+                Some(st) => st == nat64::TcpState::Established,
+            };
+            // Hairpinned sessions (the peer is one of our pool4 addresses)
+            // stay on the slow path (RFC 6146 §3.8).
+            if eligible && !self.nat.pool4.iter().any(|p| p.contains(*s.ipv4_dst.ip())) {
+                want.insert((s.protocol, s.ipv6_src, s.ipv6_dst, s.ipv4_src, s.ipv4_dst), s);
+            }
+        }
+        // Fast-path use of the sessions due soon.
+        for (k, m) in self.nat.mirrored.iter_mut() {
+            let due = want.get(k).map_or(true, |s| s.expires_in_ms.saturating_mul(1_000_000) <= REFRESH_WINDOW_NS);
+            if !due {
+                continue;
+            }
+            let mut seen = 0;
+            for fk in &m.keys {
+                if let Ok(Some(v)) = fp.nat64_get(fk) {
+                    seen = seen.max(v.last_seen_ns);
+                }
+            }
+            if seen > m.seen {
+                m.seen = seen;
+                n.refresh(&m.info, seen.saturating_sub(mono_minus_now));
+            }
+        }
+        // Gone, or no longer established: back to the slow path alone.
+        self.nat.mirrored.retain(|k, m| {
+            if want.contains_key(k) {
+                return true;
+            }
+            for fk in &m.keys {
+                if let Err(e) = fp.nat64_remove(fk) {
+                    tracing::warn!("xdp: removing a NAT64 session: {e}");
+                }
+            }
+            false
+        });
+        self.nat.overflow.retain(|k| want.contains_key(k));
+        for (k, s) in want {
+            if self.nat.mirrored.contains_key(&k) || self.nat.overflow.contains(&k) {
+                continue;
+            }
+            let l4 = match s.protocol {
+                nat64::Protocol::Udp => xdp::nat64::L4::Udp,
+                nat64::Protocol::Tcp => xdp::nat64::L4::Tcp,
+                nat64::Protocol::Icmp => xdp::nat64::L4::Icmp,
+            };
+            let sess = xdp::nat64::Session { l4, x: s.ipv6_src, y6: s.ipv6_dst, t: s.ipv4_src, y: s.ipv4_dst };
+            let [(k6, v6), (k4, v4)] = sess.entries();
+            let r = fp.nat64_insert(&k6, &v6).and_then(|()| {
+                fp.nat64_insert(&k4, &v4).inspect_err(|_| {
+                    let _ = fp.nat64_remove(&k6);
+                })
+            });
+            match r {
+                Ok(()) => {
+                    self.nat.mirrored.insert(k, Mirrored { info: s, keys: [k6, k4], seen: 0 });
+                }
+                Err(xdp::Error::MapFull(_)) => {
+                    self.nat.overflow.insert(k);
+                    self.nat.map_full += 1;
+                }
+                Err(e) => {
+                    tracing::warn!("xdp: mirroring a NAT64 session: {e}");
+                    break;
+                }
+            }
+        }
+    }
+
+    /// (mirrored NAT64 sessions, sessions refused by a full map now,
+    /// refusals since start).
+    pub fn nat64_mirror(&self) -> (usize, usize, u64) {
+        (self.nat.mirrored.len(), self.nat.overflow.len(), self.nat.map_full)
+    }
+
+    /// Whether NAT64 sessions are mirrored.
+    pub fn mirrors_nat64(&self) -> bool {
+        self.fp.is_some() && self.nat.on
     }
 
     /// Detach from every interface (the programs unload with the plane).
@@ -188,7 +353,10 @@ impl FastPlane {
             "fib_cache_ms": self.cfg.fib_cache_ms,
             "limits": { "eamt_entries": l.eamt, "tx_ports": l.tx_ports, "fib_cache": l.fib_cache },
             "siit": self.siit.as_ref().map(|(pool6, eamt)| json!({ "pool6": pool6, "eamt_entries": eamt })),
-            "nat64": Value::Null,
+            "nat64": self.nat.on.then(|| {
+                let (m, o, f) = self.nat64_mirror();
+                json!({ "sessions_mirrored": m, "sessions_overflow": o, "map_full": f, "limit": l.nat64_sessions / 2 })
+            }),
             "trgw": Value::Null,
             "counters": counters,
         })

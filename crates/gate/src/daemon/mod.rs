@@ -101,7 +101,7 @@ pub struct Daemon {
     /// The TrGW media relay, when `[trgw]` is configured.
     pub trgw: Option<trgw::RelayHandle>,
     /// The XDP fast path, when `[xdp]` is configured.
-    pub xdp: Mutex<Option<fastpath::FastPlane>>,
+    pub xdp: Arc<Mutex<Option<fastpath::FastPlane>>>,
     /// Admin server counters.
     pub admin_stats: Arc<admin::AdminStats>,
     /// Descriptors the configuration may need ([`crate::limits::needed`]).
@@ -445,14 +445,45 @@ impl Daemon {
     }
 }
 
+/// CLOCK_MONOTONIC minus `epoch.elapsed()`, in nanoseconds: what turns the
+/// fast path's timestamps into the translator's clock.
+fn mono_minus_epoch(epoch: Instant) -> u64 {
+    let now = epoch.elapsed().as_nanos() as u64;
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map_or(0, |t| (t.tv_sec() as u64).saturating_mul(1_000_000_000).saturating_add(t.tv_nsec() as u64))
+        .saturating_sub(now)
+}
+
 /// Every 100 ms: NAT64 expiry; the ICMP errors it returns (held SYNs
-/// nobody answered) are written to the TUN.
-fn timer(q: &tun::TunQueue, engines: &ArcSwap<Engines>, shutdown: &AtomicBool, st: &WorkerStats, epoch: Instant) {
+/// nobody answered) are written to the TUN. Every half second, and right
+/// after sessions expire, the XDP fast path's NAT64 mirror is synced
+/// (before expiry: sessions the fast path used live on).
+fn timer(
+    q: &tun::TunQueue,
+    engines: &ArcSwap<Engines>,
+    shutdown: &AtomicBool,
+    st: &WorkerStats,
+    epoch: Instant,
+    xdp: &Mutex<Option<fastpath::FastPlane>>,
+) {
+    let mut tick = 0u32;
     while !shutdown.load(Ordering::Relaxed) {
         std::thread::sleep(std::time::Duration::from_millis(100));
         let eng = engines.load();
         let Some(n) = &eng.nat64 else { continue };
+        tick = tick.wrapping_add(1);
+        let sync = |xdp: &Mutex<Option<fastpath::FastPlane>>| {
+            if let Some(p) = lock(xdp).as_mut().filter(|p| p.mirrors_nat64()) {
+                p.sync_nat64(n, epoch.elapsed().as_nanos() as u64, mono_minus_epoch(epoch));
+            }
+        };
+        if tick % fastpath::NAT64_SYNC_TICKS == 0 {
+            sync(xdp);
+        }
         let ex = n.expire(epoch.elapsed().as_nanos() as u64);
+        if ex.sessions > 0 || ex.to_trans > 0 {
+            sync(xdp);
+        }
         for p in &ex.icmp {
             match q.send(p) {
                 Ok(()) => {
@@ -568,7 +599,7 @@ pub fn run(
         last_reload_error: Mutex::new(None),
         dns64: Mutex::new(dns),
         trgw: relay,
-        xdp: Mutex::new(fast),
+        xdp: Arc::new(Mutex::new(fast)),
         admin_stats: Arc::new(admin::AdminStats::default()),
         fds_needed,
         admin_token: Mutex::new(token),
@@ -603,11 +634,11 @@ pub fn run(
             threads.push(t);
         }
         if let Some(q) = timer_queue {
-            let (engines, shutdown, st) = (engines.clone(), shutdown.clone(), timer_stats);
+            let (engines, shutdown, st, xdp) = (engines.clone(), shutdown.clone(), timer_stats, daemon.xdp.clone());
             threads.push(
                 std::thread::Builder::new()
                     .name("v6gate-timer".into())
-                    .spawn(move || timer(&q, &engines, &shutdown, &st, epoch))?,
+                    .spawn(move || timer(&q, &engines, &shutdown, &st, epoch, &xdp))?,
             );
         }
     }

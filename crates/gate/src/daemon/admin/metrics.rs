@@ -201,6 +201,20 @@ pub fn families(d: &Daemon) -> Vec<Family> {
     }
     if let Some(p) = super::super::lock(&d.xdp).as_ref() {
         xdp(&mut v, &p.attachments(), p.counters().as_deref());
+        if p.mirrors_nat64() {
+            let (m, _, full) = p.nat64_mirror();
+            v.push(
+                Family::gauge("v6gate_xdp_mirrored", "Entries the daemon mirrors into the XDP fast path, by table.")
+                    .by("table", [("nat64-sessions", m as u64)]),
+            );
+            v.push(
+                Family::counter(
+                    "v6gate_xdp_map_full",
+                    "Entries a full XDP map refused (they stay on the slow path), by map.",
+                )
+                .by("map", [("nat64-sessions", full)]),
+            );
+        }
     }
     v
 }
