@@ -10,6 +10,7 @@
 #[path = "../crates/xlat/tests/common/mod.rs"]
 mod common;
 mod daemon_util;
+mod hardening_util;
 
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -351,4 +352,59 @@ fn nat64_established_sessions_on_the_fast_path() {
         assert!(t3.elapsed() < Duration::from_secs(5), "expired session still mirrored: {x}");
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+const TRGW_FAST: &str = "v6gate_xdp_fast_path_packets_total{function=\"trgw\",direction=\"relay\"}";
+const RELAYED_RTP: &str = "v6gate_trgw_relayed_packets_total{kind=\"rtp\"}";
+
+/// A TrGW call set up over ng: after the first packets latch on the slow
+/// path, the relay legs are mirrored and RTP both ways (6->4, 4->6) is
+/// relayed by the fast path, byte for byte and from the relay's addresses;
+/// the fast path's counts are merged into the relay's own counters.
+#[test]
+fn trgw_media_on_the_fast_path_with_merged_counters() {
+    use hardening_util::{recv_from, Baseline};
+    let (lab, _dir) = hardening_util::start("", "", "[xdp]\ninterfaces = [\"g6\", \"g4\"]\nmode = \"generic\"\n");
+    for (host, dst) in [(&lab.h6, "2001:db8:1::1"), (&lab.h4, "198.51.100.1")] {
+        let (ok, out) = ping(host, dst, &[]);
+        assert!(ok, "{out}");
+    }
+    // Datagrams from local sockets with their UDP checksum computed (see
+    // xdp::sys::set_tx_checksum): the TrGW program verifies it.
+    for (ns, dev) in [(&lab.h6, "a6"), (&lab.h4, "a4")] {
+        in_ns(ns, || xdp::sys::set_tx_checksum(dev, false)).unwrap();
+    }
+    let b = Baseline::new(&lab);
+    let t0 = Instant::now();
+    loop {
+        let x: serde_json::Value = serde_json::from_str(&lab.ctl(&["xdp"]).unwrap()).unwrap();
+        if x["trgw"]["legs_mirrored"].as_u64().unwrap_or(0) >= 2 {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "latched legs never mirrored: {x}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let fast = lab.metric(TRGW_FAST);
+    let relayed = lab.metric(RELAYED_RTP);
+    let n = 20u64;
+    for i in 0..n {
+        let m6 = format!("fast rtp 6->4 {i}");
+        b.ua6.send_to(m6.as_bytes(), b.to6).unwrap();
+        let (got, from) = recv_from(&b.ua4).expect("RTP 6->4 through the fast path");
+        assert_eq!((got.as_slice(), from), (m6.as_bytes(), b.to4));
+        let m4 = format!("fast rtp 4->6 {i}");
+        b.ua4.send_to(m4.as_bytes(), b.to4).unwrap();
+        let (got, from) = recv_from(&b.ua6).expect("RTP 4->6 through the fast path");
+        assert_eq!((got.as_slice(), from), (m4.as_bytes(), b.to6));
+    }
+    assert!(
+        lab.wait_metric(TRGW_FAST, |v| v >= fast + 2 * n) >= fast + 2 * n,
+        "relayed on the fast path: {}",
+        lab.ctl(&["xdp"]).unwrap()
+    );
+    assert!(
+        lab.wait_metric(RELAYED_RTP, |v| v >= relayed + 2 * n) >= relayed + 2 * n,
+        "the fast path's packets counted in the relay's own statistics"
+    );
+    assert_eq!(lab.metric("v6gate_xdp_map_full_total{map=\"trgw-relays\"}"), 0);
 }

@@ -940,3 +940,68 @@ mod tests {
         assert_eq!(c.call_count(), 0);
     }
 }
+
+/// One latched relay socket as a fast path (XDP) mirrors it: packets that
+/// arrive on `local` from `latched` leave from `out_local` to `out_peer`
+/// (`None` while the other leg's far end is unknown), counted in `slot`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FastLeg {
+    /// Our relay socket packets arrive on (slot k).
+    pub local: SocketAddr,
+    /// The far end latched on it (the first packet, on the slow path).
+    pub latched: SocketAddr,
+    /// Our socket on the other leg (slot k ^ 2).
+    pub out_local: SocketAddr,
+    /// Where the slow path would send: the other slot's latched far end,
+    /// else its signalled one.
+    pub out_peer: Option<SocketAddr>,
+    /// Counters slot (stream * 4 + k).
+    pub slot: u32,
+}
+
+impl Core {
+    /// Every relay socket that has latched its far end, as a fast path
+    /// mirrors it (symmetric latching only: with strict latching the
+    /// signalled address is the only source, latched the same way).
+    pub fn fast_legs(&self) -> Vec<FastLeg> {
+        let mut out = Vec::new();
+        for s in self.calls.values().flat_map(|c| c.media.iter().flatten()) {
+            for k in 0..4 {
+                let latched = s.stats.slots[k].latched.lock().ok().and_then(|g| *g);
+                let Some(latched) = latched else { continue };
+                let o = k ^ 2;
+                let out_peer = s.stats.slots[o].latched.lock().ok().and_then(|g| *g).or(s.peers[o]);
+                out.push(FastLeg {
+                    local: s.local(k),
+                    latched,
+                    out_local: s.local(o),
+                    out_peer,
+                    slot: s.id * 4 + k as u32,
+                });
+            }
+        }
+        out
+    }
+
+    /// Add what a fast path relayed — (slot, packets, bytes) since the
+    /// last call — to the slots' own counters, so `query`, `list`, the
+    /// totals and the idle timeout see it; a slot with packets gets "now"
+    /// as its last-packet time. Slots of streams gone are ignored.
+    pub fn add_fast_counts(&self, counts: &[(u32, u64, u64)]) {
+        if counts.is_empty() {
+            return;
+        }
+        let now = self.epoch.elapsed().as_nanos() as u64;
+        let by_id: HashMap<u32, &Stream> =
+            self.calls.values().flat_map(|c| c.media.iter().flatten()).map(|s| (s.id, s)).collect();
+        for &(slot, packets, bytes) in counts {
+            let Some(s) = by_id.get(&(slot / 4)) else { continue };
+            let st = &s.stats.slots[(slot % 4) as usize];
+            st.packets.fetch_add(packets, Relaxed);
+            st.bytes.fetch_add(bytes, Relaxed);
+            if packets > 0 {
+                st.last_ns.fetch_max(now, Relaxed);
+            }
+        }
+    }
+}

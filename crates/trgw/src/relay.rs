@@ -434,6 +434,16 @@ impl RelayHandle {
         lock(&self.core).relay_table()
     }
 
+    /// The latched relay sockets, for a fast path ([`crate::core::Core::fast_legs`]).
+    pub fn fast_legs(&self) -> Vec<crate::core::FastLeg> {
+        lock(&self.core).fast_legs()
+    }
+
+    /// Merge a fast path's per-slot counts ([`crate::core::Core::add_fast_counts`]).
+    pub fn add_fast_counts(&self, counts: &[(u32, u64, u64)]) {
+        lock(&self.core).add_fast_counts(counts)
+    }
+
     /// Stops every thread and closes every socket.
     pub fn stop(mut self) {
         self.shutdown();

@@ -59,6 +59,23 @@ pub fn if_index(name: &str) -> Option<u32> {
 /// into it.
 pub fn set_gro(name: &str, on: bool) -> std::io::Result<()> {
     const ETHTOOL_SGRO: u32 = 0x0000_002c;
+    ethtool_set(name, ETHTOOL_SGRO, on)
+}
+
+/// Turn transmit checksum offload on or off on interface `name` (of the
+/// caller's network namespace), as `ethtool -K NAME tx on|off` does (the
+/// legacy `ETHTOOL_STXCSUM` ioctl). A veth with it on hands its peer
+/// datagrams from local sockets with the transport checksum not yet
+/// computed (CHECKSUM_PARTIAL), which an XDP program cannot verify: the
+/// TrGW program passes them (`udp-checksum`). Tests that send from local
+/// sockets through the fast path turn it off on the senders.
+pub fn set_tx_checksum(name: &str, on: bool) -> std::io::Result<()> {
+    const ETHTOOL_STXCSUM: u32 = 0x0000_0017;
+    ethtool_set(name, ETHTOOL_STXCSUM, on)
+}
+
+/// One legacy ethtool "set value" ioctl (`cmd`) on interface `name`.
+fn ethtool_set(name: &str, cmd: u32, on: bool) -> std::io::Result<()> {
     #[repr(C)]
     struct EthtoolValue {
         cmd: u32,
@@ -68,7 +85,7 @@ pub fn set_gro(name: &str, on: bool) -> std::io::Result<()> {
     if bytes.is_empty() || bytes.len() >= libc::IFNAMSIZ {
         return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("interface name {name:?}")));
     }
-    let mut val = EthtoolValue { cmd: ETHTOOL_SGRO, data: u32::from(on) };
+    let mut val = EthtoolValue { cmd, data: u32::from(on) };
     // SAFETY: an all-zero ifreq is a valid value (a C struct of integers,
     // arrays and a union of them and pointers).
     let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };

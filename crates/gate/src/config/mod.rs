@@ -31,7 +31,7 @@ pub use daemon::{
 };
 pub use example::example;
 pub use siit::SIIT_KEYS;
-pub use xdp::{XdpConfig, MAX_EAMT_ENTRIES, MAX_NAT64_SESSIONS, MAX_XDP_INTERFACES, XDP_KEYS};
+pub use xdp::{XdpConfig, MAX_EAMT_ENTRIES, MAX_NAT64_SESSIONS, MAX_TRGW_STREAMS, MAX_XDP_INTERFACES, XDP_KEYS};
 
 use core::fmt;
 use core::ops::Range;

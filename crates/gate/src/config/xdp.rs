@@ -7,6 +7,7 @@
 //! egress = []                     # further interfaces it may forward out of
 //! eamt-entries = 4096             # size of each EAMT trie
 //! nat64-sessions = 16384          # NAT64 sessions mirrored at most
+//! trgw-streams = 4096             # TrGW media streams mirrored at most
 //! fib-cache-ms = 0                # reuse FIB answers this long (0: never)
 //! ```
 //!
@@ -20,10 +21,13 @@ use toml::Spanned;
 use super::{invalid, Error, ErrorKind};
 
 /// Every key of the `[xdp]` table.
-pub const XDP_KEYS: &[&str] = &["interfaces", "mode", "egress", "eamt-entries", "nat64-sessions", "fib-cache-ms"];
+pub const XDP_KEYS: &[&str] = &["interfaces", "mode", "egress", "eamt-entries", "nat64-sessions", "trgw-streams", "fib-cache-ms"];
 
 /// Largest `nat64-sessions` accepted (two map entries each).
 pub const MAX_NAT64_SESSIONS: u32 = 1 << 22;
+
+/// Largest `trgw-streams` accepted (four relay entries and counter slots each).
+pub const MAX_TRGW_STREAMS: u32 = 1 << 20;
 
 /// Largest `eamt-entries` accepted (each entry sits in two LPM tries).
 pub const MAX_EAMT_ENTRIES: u32 = 1 << 20;
@@ -51,6 +55,10 @@ pub struct XdpConfig {
     /// at most (two map entries each); sessions beyond stay on the slow
     /// path, counted. Default 16384.
     pub nat64_sessions: u32,
+    /// `trgw-streams`: TrGW media streams the fast path relays at most:
+    /// streams whose id is beyond stay on the slow path, counted (four
+    /// relay entries and counter slots each). Default 4096.
+    pub trgw_streams: u32,
     /// `fib-cache-ms`: reuse a FIB lookup's answer this many milliseconds
     /// (0..=60000; 0, the default, looks up every packet).
     pub fib_cache_ms: u32,
@@ -64,21 +72,21 @@ impl Default for XdpConfig {
             egress: Vec::new(),
             eamt_entries: xdp::Limits::default().eamt,
             nat64_sessions: 16_384,
+            trgw_streams: 4096,
             fib_cache_ms: 0,
         }
     }
 }
 
 impl XdpConfig {
-    /// The fast path's map sizes. Only the tables the daemon mirrors get
-    /// room: TrGW relays are not mirrored by the daemon yet, so their maps
-    /// get one entry each (memory is not spent on them).
+    /// The fast path's map sizes (the mirrored routes and next hops, which
+    /// the daemon does not use, get one entry each).
     pub fn limits(&self) -> xdp::Limits {
         xdp::Limits {
             eamt: self.eamt_entries,
             nat64_sessions: self.nat64_sessions.saturating_mul(2),
-            trgw_relays: 1,
-            trgw_stats: 1,
+            trgw_relays: self.trgw_streams.saturating_mul(4),
+            trgw_stats: self.trgw_streams.saturating_mul(4),
             tx_ports: MAX_XDP_INTERFACES as u32,
             routes: 1,
             nexthops: 1,
@@ -100,6 +108,7 @@ pub(super) struct XdpToml {
     egress: Option<Vec<Spanned<String>>>,
     eamt_entries: Option<u32>,
     nat64_sessions: Option<u32>,
+    trgw_streams: Option<u32>,
     fib_cache_ms: Option<u32>,
 }
 
@@ -164,6 +173,16 @@ pub(super) fn xdp_from_toml(text: &str, t: XdpToml) -> Result<XdpConfig, Error> 
         }
         c.nat64_sessions = n;
     }
+    if let Some(n) = t.trgw_streams {
+        if !(1..=MAX_TRGW_STREAMS).contains(&n) {
+            return Err(Error::new(
+                ErrorKind::Invalid,
+                Some("[xdp] trgw-streams".into()),
+                format!("{n} is outside 1..={MAX_TRGW_STREAMS}"),
+            ));
+        }
+        c.trgw_streams = n;
+    }
     if let Some(ms) = t.fib_cache_ms {
         if ms > 60_000 {
             return Err(Error::new(
@@ -202,7 +221,7 @@ mod tests {
         let c = Config::parse(SIIT).unwrap();
         assert!(c.xdp.is_none());
         let c = Config::parse(&format!(
-            "{SIIT}[xdp]\ninterfaces = [\"eth0\", \"eth1\"]\nmode = \"generic\"\negress = [\"eth2\"]\neamt-entries = 8\nnat64-sessions = 3\nfib-cache-ms = 50\n"
+            "{SIIT}[xdp]\ninterfaces = [\"eth0\", \"eth1\"]\nmode = \"generic\"\negress = [\"eth2\"]\neamt-entries = 8\nnat64-sessions = 3\ntrgw-streams = 2\nfib-cache-ms = 50\n"
         ))
         .unwrap();
         c.check().unwrap();
@@ -212,6 +231,7 @@ mod tests {
         assert_eq!((x.eamt_entries, x.fib_cache_ms), (8, 50));
         assert!(x.active());
         assert_eq!((x.limits().eamt, x.limits().nat64_sessions), (8, 6));
+        assert_eq!((x.limits().trgw_relays, x.limits().trgw_stats), (8, 8));
         let c = Config::parse(&format!("{SIIT}[xdp]\ninterfaces = [\"eth0\"]\n")).unwrap();
         assert_eq!(c.xdp.as_ref().unwrap().mode, xdp::Mode::Native);
         let c = Config::parse(&format!("{SIIT}[xdp]\nmode = \"off\"\n")).unwrap();
@@ -227,6 +247,7 @@ mod tests {
         assert_names(&format!("{SIIT}[xdp]\ninterfaces = [\"e\"]\neamt-entries = 0\n"), "[xdp] eamt-entries");
         assert_names(&format!("{SIIT}[xdp]\ninterfaces = [\"e\"]\nfib-cache-ms = 60001\n"), "[xdp] fib-cache-ms");
         assert_names(&format!("{SIIT}[xdp]\ninterfaces = [\"e\"]\nnat64-sessions = 0\n"), "[xdp] nat64-sessions");
+        assert_names(&format!("{SIIT}[xdp]\ninterfaces = [\"e\"]\ntrgw-streams = 0\n"), "[xdp] trgw-streams");
         assert_names(&format!("{SIIT}[xdp]\ninterfaces = [\"e\"]\nqueues = 1\n"), "[xdp] queues");
         let many: Vec<String> = (0..65).map(|i| format!("\"e{i}\"")).collect();
         assert_names(&format!("{SIIT}[xdp]\ninterfaces = [{}]\n", many.join(",")), "[xdp] interfaces");

@@ -19,8 +19,12 @@
 //! (and SYN) always go to the slow path, whose state machine stays the
 //! truth. A full map leaves the overflow on the slow path, counted.
 //!
-//! Not mirrored yet: TrGW relay legs (their maps get one entry each; the
-//! relay runs on the slow path only).
+//! TrGW: every quarter second [`FastPlane::sync_trgw`] (thread
+//! `v6gate-xdp`) adds what the fast path relayed on each mirrored relay
+//! socket to the relay's own per-slot counters (so `query`, `list`, the
+//! metrics and the idle timeout see it), then mirrors every relay socket
+//! that has latched its far end (latching stays on the slow path: the
+//! first packet) into `trgw_relay`, and removes the others.
 
 use std::collections::{HashMap, HashSet};
 use std::net::{SocketAddrV4, SocketAddrV6};
@@ -58,6 +62,19 @@ const REFRESH_WINDOW_NS: u64 = 1_000_000_000;
 /// How often the timer thread syncs the NAT64 mirror, in its 100 ms ticks.
 pub const NAT64_SYNC_TICKS: u32 = 5;
 
+/// How often the TrGW mirror and counters are synced.
+pub const TRGW_SYNC: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// The TrGW side of the mirror: slot → (leg, its counts already merged).
+#[derive(Default)]
+struct RelayMirror {
+    on: bool,
+    mirrored: HashMap<u32, (trgw::core::FastLeg, xdp::types::RelayKey, xdp::types::Count)>,
+    /// Legs refused by a full map or beyond the counter slots (each once).
+    overflow: HashSet<u32>,
+    map_full: u64,
+}
+
 /// The loaded fast path and what it mirrors.
 pub struct FastPlane {
     cfg: XdpConfig,
@@ -70,6 +87,7 @@ pub struct FastPlane {
     /// `egress` interfaces allowed: name → index.
     egress: Vec<(String, u32)>,
     nat: NatMirror,
+    relay: RelayMirror,
 }
 
 impl std::fmt::Debug for FastPlane {
@@ -91,6 +109,7 @@ impl FastPlane {
             asked: Vec::new(),
             egress: Vec::new(),
             nat: NatMirror::default(),
+            relay: RelayMirror::default(),
         };
         if x.mode == xdp::Mode::Off {
             tracing::info!("xdp: mode off, the slow path does everything");
@@ -112,7 +131,7 @@ impl FastPlane {
         }
         if n.limits() != self.cfg.limits() {
             return Some(
-                "[xdp] eamt-entries or nat64-sessions changed (map sizes are fixed at start): restart v6gate to apply"
+                "[xdp] eamt-entries, nat64-sessions or trgw-streams changed (map sizes are fixed at start): restart v6gate to apply"
                     .into(),
             );
         }
@@ -155,6 +174,8 @@ impl FastPlane {
                 self.nat.overflow.clear();
             }
         }
+        self.relay.on = cfg.trgw.is_some();
+        fp.set_trgw(self.relay.on).map_err(|e| format!("[xdp]: {e}"))?;
         fp.set_fib_cache(x.fib_cache_ms).map_err(|e| format!("[xdp]: {e}"))?;
         // Egress: the attached interfaces (added by attach) and `egress`.
         for (name, idx) in std::mem::take(&mut self.egress) {
@@ -279,6 +300,74 @@ impl FastPlane {
         }
     }
 
+    /// Merge the fast path's per-slot counts into the relay's, then bring
+    /// the relay mirror in line with the latched relay sockets of `r`.
+    pub fn sync_trgw(&mut self, r: &trgw::RelayHandle) {
+        let Some(fp) = self.fp.as_mut() else { return };
+        if !self.relay.on {
+            return;
+        }
+        let mut deltas = Vec::new();
+        for (slot, (_, _, last)) in self.relay.mirrored.iter_mut() {
+            let Ok(now) = fp.relay_stats(*slot) else { continue };
+            let (dp, db) = (now.packets.wrapping_sub(last.packets), now.bytes.wrapping_sub(last.bytes));
+            if dp > 0 || db > 0 {
+                deltas.push((*slot, dp, db));
+            }
+            *last = now;
+        }
+        r.add_fast_counts(&deltas);
+        let want: HashMap<u32, trgw::core::FastLeg> = r.fast_legs().into_iter().map(|l| (l.slot, l)).collect();
+        self.relay.mirrored.retain(|slot, (leg, key, _)| {
+            if want.get(slot) == Some(leg) {
+                return true;
+            }
+            if let Err(e) = fp.relay_remove(key) {
+                tracing::warn!("xdp: removing relay leg {}: {e}", leg.local);
+            }
+            false
+        });
+        self.relay.overflow.retain(|slot| want.contains_key(slot));
+        for (slot, leg) in want {
+            if self.relay.mirrored.contains_key(&slot) || self.relay.overflow.contains(&slot) {
+                continue;
+            }
+            let entry = xdp::trgw::Leg {
+                local: leg.local,
+                latched: leg.latched,
+                out_local: leg.out_local,
+                out_peer: leg.out_peer,
+                stats_index: slot,
+            }
+            .entry();
+            let r = entry.and_then(|(k, v)| fp.relay_insert(&k, &v).map(|()| k));
+            match r {
+                Ok(key) => {
+                    let base = fp.relay_stats(slot).unwrap_or_default();
+                    self.relay.mirrored.insert(slot, (leg, key, base));
+                }
+                Err(xdp::Error::MapFull(_)) | Err(xdp::Error::Config(_)) => {
+                    self.relay.overflow.insert(slot);
+                    self.relay.map_full += 1;
+                }
+                Err(e) => {
+                    tracing::warn!("xdp: mirroring relay leg {}: {e}", leg.local);
+                    break;
+                }
+            }
+        }
+    }
+
+    /// (mirrored relay legs, legs refused now, refusals since start).
+    pub fn trgw_mirror(&self) -> (usize, usize, u64) {
+        (self.relay.mirrored.len(), self.relay.overflow.len(), self.relay.map_full)
+    }
+
+    /// Whether TrGW relay legs are mirrored.
+    pub fn mirrors_trgw(&self) -> bool {
+        self.fp.is_some() && self.relay.on
+    }
+
     /// (mirrored NAT64 sessions, sessions refused by a full map now,
     /// refusals since start).
     pub fn nat64_mirror(&self) -> (usize, usize, u64) {
@@ -357,7 +446,10 @@ impl FastPlane {
                 let (m, o, f) = self.nat64_mirror();
                 json!({ "sessions_mirrored": m, "sessions_overflow": o, "map_full": f, "limit": l.nat64_sessions / 2 })
             }),
-            "trgw": Value::Null,
+            "trgw": self.relay.on.then(|| {
+                let (m, o, f) = self.trgw_mirror();
+                json!({ "legs_mirrored": m, "legs_overflow": o, "map_full": f, "limit": l.trgw_relays })
+            }),
             "counters": counters,
         })
     }

@@ -643,6 +643,18 @@ pub fn run(
         }
     }
 
+    if daemon.trgw.is_some() && lock(&daemon.xdp).as_ref().is_some_and(|p| p.mirrors_trgw()) {
+        let (d, shutdown) = (daemon.clone(), shutdown.clone());
+        threads.push(std::thread::Builder::new().name("v6gate-xdp".into()).spawn(move || {
+            while !shutdown.load(Ordering::Relaxed) {
+                std::thread::sleep(fastpath::TRGW_SYNC);
+                if let (Some(r), Some(p)) = (d.trgw.as_ref(), lock(&d.xdp).as_mut()) {
+                    p.sync_trgw(r);
+                }
+            }
+        })?);
+    }
+
     let admin = match admin_addr {
         Some(a) => {
             Some(admin::Admin::start(a, admin_limits, daemon.clone()).with_context(|| format!("admin API on {a}"))?)

@@ -201,18 +201,29 @@ pub fn families(d: &Daemon) -> Vec<Family> {
     }
     if let Some(p) = super::super::lock(&d.xdp).as_ref() {
         xdp(&mut v, &p.attachments(), p.counters().as_deref());
+        let mut mirrored = Vec::new();
+        let mut full = Vec::new();
         if p.mirrors_nat64() {
-            let (m, _, full) = p.nat64_mirror();
+            let (m, _, f) = p.nat64_mirror();
+            mirrored.push(("nat64-sessions", m as u64));
+            full.push(("nat64-sessions", f));
+        }
+        if p.mirrors_trgw() {
+            let (m, _, f) = p.trgw_mirror();
+            mirrored.push(("trgw-relays", m as u64));
+            full.push(("trgw-relays", f));
+        }
+        if !mirrored.is_empty() {
             v.push(
                 Family::gauge("v6gate_xdp_mirrored", "Entries the daemon mirrors into the XDP fast path, by table.")
-                    .by("table", [("nat64-sessions", m as u64)]),
+                    .by("table", mirrored),
             );
             v.push(
                 Family::counter(
                     "v6gate_xdp_map_full",
                     "Entries a full XDP map refused (they stay on the slow path), by map.",
                 )
-                .by("map", [("nat64-sessions", full)]),
+                .by("map", full),
             );
         }
     }
