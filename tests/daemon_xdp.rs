@@ -128,7 +128,7 @@ fn capture(ns: &Netns, proto: u16, marker: &[u8], ready: mpsc::Sender<()>) -> Op
                     &mut len,
                 )
             };
-            if n <= 0 || sa.sll_pkttype == libc::PACKET_OUTGOING as u8 {
+            if n <= 0 || sa.sll_pkttype == libc::PACKET_OUTGOING {
                 continue;
             }
             let p = &buf[..n as usize];

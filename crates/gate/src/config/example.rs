@@ -88,6 +88,9 @@ mod tests {
             assert!(block.contains(&format!("{k} =")), "{k} missing from the [xdp] example: {block}");
         }
         let c = Config::parse(&format!("[siit]\npool6 = \"64:ff9b::/96\"\n{block}")).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(c.xdp.unwrap(), crate::config::XdpConfig { interfaces: vec!["eth0".into(), "eth1".into()], ..Default::default() });
+        assert_eq!(
+            c.xdp.unwrap(),
+            crate::config::XdpConfig { interfaces: vec!["eth0".into(), "eth1".into()], ..Default::default() }
+        );
     }
 }

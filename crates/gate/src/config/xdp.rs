@@ -21,7 +21,8 @@ use toml::Spanned;
 use super::{invalid, Error, ErrorKind};
 
 /// Every key of the `[xdp]` table.
-pub const XDP_KEYS: &[&str] = &["interfaces", "mode", "egress", "eamt-entries", "nat64-sessions", "trgw-streams", "fib-cache-ms"];
+pub const XDP_KEYS: &[&str] =
+    &["interfaces", "mode", "egress", "eamt-entries", "nat64-sessions", "trgw-streams", "fib-cache-ms"];
 
 /// Largest `nat64-sessions` accepted (two map entries each).
 pub const MAX_NAT64_SESSIONS: u32 = 1 << 22;
@@ -124,7 +125,12 @@ pub(super) fn xdp_from_toml(text: &str, t: XdpToml) -> Result<XdpConfig, Error> 
     let mut c = XdpConfig::default();
     if let Some(m) = &t.mode {
         c.mode = m.get_ref().parse().map_err(|_| {
-            invalid(text, "[xdp] mode", m.span(), format!("`{}` is not \"native\", \"generic\" or \"off\"", m.get_ref()))
+            invalid(
+                text,
+                "[xdp] mode",
+                m.span(),
+                format!("`{}` is not \"native\", \"generic\" or \"off\"", m.get_ref()),
+            )
         })?;
     }
     let mut seen = Vec::new();

@@ -115,9 +115,10 @@ impl FastPlane {
             tracing::info!("xdp: mode off, the slow path does everything");
             return Ok(Some(p));
         }
-        p.fp = Some(xdp::FastPath::load(x.limits()).map_err(|e| {
-            format!("[xdp]: {e} (set [xdp] mode = \"off\" to run without the fast path)")
-        })?);
+        p.fp = Some(
+            xdp::FastPath::load(x.limits())
+                .map_err(|e| format!("[xdp]: {e} (set [xdp] mode = \"off\" to run without the fast path)"))?,
+        );
         p.apply(cfg)?;
         Ok(Some(p))
     }
@@ -208,7 +209,12 @@ impl FastPlane {
             }
             let a = fp.attach(&name, mode).map_err(|e| format!("[xdp] {e}"))?;
             if let Some(a) = a {
-                tracing::info!("xdp: attached {} to {name} (index {}) in {} mode", a.program, a.ifindex, mode_name(a.mode));
+                tracing::info!(
+                    "xdp: attached {} to {name} (index {}) in {} mode",
+                    a.program,
+                    a.ifindex,
+                    mode_name(a.mode)
+                );
             }
             self.asked.push((name, mode));
         }
@@ -240,7 +246,7 @@ impl FastPlane {
         }
         // Fast-path use of the sessions due soon.
         for (k, m) in self.nat.mirrored.iter_mut() {
-            let due = want.get(k).map_or(true, |s| s.expires_in_ms.saturating_mul(1_000_000) <= REFRESH_WINDOW_NS);
+            let due = want.get(k).is_none_or(|s| s.expires_in_ms.saturating_mul(1_000_000) <= REFRESH_WINDOW_NS);
             if !due {
                 continue;
             }
@@ -404,9 +410,9 @@ impl FastPlane {
 
     /// (interface, mode in force) of every attachment.
     pub fn attachments(&self) -> Vec<(String, &'static str)> {
-        self.fp.as_ref().map_or_else(Vec::new, |fp| {
-            fp.attachments().iter().map(|a| (a.iface.clone(), mode_name(a.mode))).collect()
-        })
+        self.fp
+            .as_ref()
+            .map_or_else(Vec::new, |fp| fp.attachments().iter().map(|a| (a.iface.clone(), mode_name(a.mode))).collect())
     }
 
     /// The mirrored state, for `GET /xdp` (`v6gate ctl xdp`).

@@ -477,7 +477,7 @@ fn timer(
                 p.sync_nat64(n, epoch.elapsed().as_nanos() as u64, mono_minus_epoch(epoch));
             }
         };
-        if tick % fastpath::NAT64_SYNC_TICKS == 0 {
+        if tick.is_multiple_of(fastpath::NAT64_SYNC_TICKS) {
             sync(xdp);
         }
         let ex = n.expire(epoch.elapsed().as_nanos() as u64);
