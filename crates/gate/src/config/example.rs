@@ -80,7 +80,9 @@ mod tests {
             .map(|l| l.trim_start_matches("# "))
             .filter(|l| {
                 *l == "[xdp]"
-                    || l.split_once(" = ").is_some_and(|(k, _)| k.chars().all(|c| c.is_ascii_lowercase() || c == '-'))
+                    || l.split_once(" = ").is_some_and(|(k, _)| {
+                        k.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                    })
             })
             .map(|l| format!("{l}\n"))
             .collect();
