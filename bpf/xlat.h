@@ -328,7 +328,7 @@ V6G_INLINE void fib_ports(struct bpf_fib_lookup *fib, const struct pkt *p, const
 
 /* A BPF-to-BPF call, not inlined: each caller (SIIT, NAT64) would
  * otherwise get its own copy of the stack frame. */
-static __noinline __u32 xlat46(struct xdp_md *ctx, const struct pkt *p, const struct v6g_xlat *xp,
+V6G_SUB __u32 xlat46(struct xdp_md *ctx, const struct pkt *p, const struct v6g_xlat *xp,
 			       const struct xargs *a)
 {
 	const struct rewrite *rw = &a->rw;
@@ -397,7 +397,7 @@ static __noinline __u32 xlat46(struct xdp_md *ctx, const struct pkt *p, const st
 
 /* ---- RFC 7915 §5: IPv6 -> IPv4 ---------------------------------------------- */
 
-static __noinline __u32 xlat64(struct xdp_md *ctx, const struct pkt *p, const struct v6g_xlat *xp,
+V6G_SUB __u32 xlat64(struct xdp_md *ctx, const struct pkt *p, const struct v6g_xlat *xp,
 			       const struct xargs *a)
 {
 	const struct rewrite *rw = &a->rw;
