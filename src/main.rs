@@ -4,6 +4,10 @@
 //! `RUST_LOG`) and catch signals; the work is in the `gate`, `trgw` and
 //! `xlat` crates.
 
+// The doc comments of the argument types below are `--help` text: `[siit]`
+// names a TOML table and `<reason>` a placeholder, not rustdoc links or HTML.
+#![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
+
 use std::io::{self, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -18,6 +18,8 @@ use clap::{Args, Subcommand};
 use crate::config::DEFAULT_ADMIN_LISTEN;
 
 /// `v6gate ctl` arguments.
+// The doc comments are `--help` text: `[table]` names a TOML table, not an item.
+#[allow(rustdoc::broken_intra_doc_links)]
 #[derive(Debug, Args)]
 pub struct CtlArgs {
     /// Admin API address of the daemon ([admin] listen; default the one of

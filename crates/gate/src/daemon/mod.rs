@@ -51,6 +51,8 @@ use stats::{Totals, WorkerStats};
 use xlat::addr::IpPrefix;
 
 /// `v6gate run` arguments.
+// The doc comments are `--help` text: `[table]` names a TOML table, not an item.
+#[allow(rustdoc::broken_intra_doc_links)]
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
     /// Configuration file (TOML): [siit], [nat64], [dns64], [trgw] (the
