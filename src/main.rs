@@ -7,6 +7,7 @@
 // The doc comments of the argument types below are `--help` text: `[siit]`
 // names a TOML table and `<reason>` a placeholder, not rustdoc links or HTML.
 #![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
+#![forbid(unsafe_code)]
 
 use std::io::{self, Write};
 use std::path::PathBuf;
