@@ -207,9 +207,11 @@ impl fmt::Display for Warning {
     }
 }
 
-/// The old spellings each table still accepts, by table.
+/// The other spellings each table accepts (old ones, deprecated, and
+/// Jool's names), by table.
 fn aliases(table: &str) -> Vec<&'static Alias> {
     match table {
+        "siit" => siit::SIIT_ALIASES.iter().collect(),
         "tun" => IoMode::ALIASES.iter().collect(),
         "trgw" => trgw::config::aliases().collect(),
         "dns64" => dns64::config::ALIASES.iter().collect(),

@@ -4,6 +4,7 @@
 use core::fmt;
 use core::net::{Ipv4Addr, Ipv6Addr};
 
+use confval::Alias;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use toml::Spanned;
@@ -31,6 +32,15 @@ pub const SIIT_KEYS: &[&str] = &[
     "ipv6-mtu",
     "ipv4-address",
     "ipv6-address",
+];
+
+/// Jool's names of `[siit]` keys that v6gate spells differently, accepted
+/// as equals: first-class synonyms, not deprecated, so no warning (a
+/// file may not set both names of one key).
+pub const SIIT_ALIASES: &[Alias] = &[
+    Alias::Synonym { name: "zeroize-traffic-class", key: "reset-traffic-class", of: "Jool" },
+    Alias::Synonym { name: "override-tos", key: "reset-tos", of: "Jool" },
+    Alias::Synonym { name: "tos", key: "new-tos", of: "Jool" },
 ];
 
 #[derive(Debug, Deserialize)]
@@ -429,5 +439,24 @@ mod tests {
         assert_names(&format!("{base}mtu-plateaus = []\n"), "[siit] mtu-plateaus");
         assert_names("[siit]\nmapping = \"ivi\"\n", "[siit] pool6");
         assert_names("[siit]\nipv6-address = \"2001:db8::8\"\n", "[siit] pool6");
+    }
+
+    #[test]
+    fn jool_header_names_are_synonyms() {
+        let base = "[siit]\npool6 = \"64:ff9b::/96\"\n";
+        let c = Config::parse(&format!("{base}zeroize-traffic-class = true\noverride-tos = true\ntos = 184\n")).unwrap();
+        assert!(c.warnings().is_empty(), "Jool's names are not deprecated: {:?}", c.warnings());
+        let s = c.siit.unwrap();
+        assert!(s.reset_traffic_class && s.reset_tos);
+        assert_eq!(s.new_tos, 184);
+        // Both names of one key: an error naming Jool's, where it is.
+        let e = assert_names(&format!("{base}new-tos = 1\ntos = 2\n"), "[siit] tos");
+        assert!(e.to_string().contains("is Jool's name of `new-tos`, which is set too"), "{e}");
+        assert_eq!(e.position(), Some((4, 1)));
+        // A bad value under Jool's name is reported under v6gate's, where it was written.
+        let e = assert_names(&format!("{base}tos = 300\n"), "[siit] new-tos");
+        assert_eq!(e.position(), Some((3, 7)));
+        let e = assert_names(&format!("{base}override-tos = \"yes\"\n"), "[siit] reset-tos");
+        assert_eq!(e.kind(), ErrorKind::Type);
     }
 }
