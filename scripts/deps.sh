@@ -72,4 +72,10 @@ elif ! cargo fuzz --version >/dev/null 2>&1; then
     log "installing cargo-fuzz (cargo install, takes a few minutes)"
     cargo install cargo-fuzz --locked --quiet || log "WARNING: cargo-fuzz could not be installed; fuzzing will be skipped"
 fi
+
+# --- cargo-deny (dependency licences, bans, sources: `make test`; deny.toml)
+if command -v cargo >/dev/null 2>&1 && ! cargo deny --version >/dev/null 2>&1; then
+    log "installing cargo-deny (cargo install, takes several minutes)"
+    cargo install cargo-deny --locked --quiet || log "WARNING: cargo-deny could not be installed; make test will fail at its check"
+fi
 exit 0
