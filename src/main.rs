@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context as _};
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory as _, Parser, Subcommand};
 use gate::config::Config;
 use gate::offline;
 
@@ -69,6 +69,21 @@ enum Cmd {
     Trgw(trgw::cli::Args),
     /// Network-namespace testbed: IPv6-only host, gateway, IPv4-only host.
     Lab(lab::cli::LabArgs),
+    /// Print the shell completion script for SHELL on stdout.
+    ///
+    /// E.g. `v6gate completions bash > /etc/bash_completion.d/v6gate`. The
+    /// Debian package installs those of bash, zsh and fish.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages into DIR: v6gate.1 and one per subcommand
+    /// (v6gate-run.1, v6gate-config-check.1, ...).
+    Manpages {
+        /// Directory to write them to (created if missing).
+        #[arg(long, value_name = "DIR")]
+        dir: PathBuf,
+    },
     /// Benchmarks in network namespaces (needs root), with peers side by
     /// side; results as JSON, Markdown and SVG.
     #[command(subcommand)]
@@ -111,10 +126,11 @@ enum ConfigCmd {
     /// Print a complete, commented example configuration.
     Example,
     /// Check a configuration file: prints "ok" (and on stderr a warning for
-    /// each deprecated spelling it uses), or the error and exits 1.
+    /// each deprecated spelling it uses), or the error on stderr and exits
+    /// with 78 (EX_CONFIG), as every command does with a bad configuration.
     Check {
         /// Configuration file (TOML).
-        #[arg(short, long, value_name = "FILE")]
+        #[arg(short, long, value_name = "FILE", default_value = gate::config::DEFAULT_PATH)]
         config: PathBuf,
     },
 }
@@ -147,13 +163,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Run(a) => run_daemon(&a)?,
         Cmd::Ctl(a) => gate::daemon::ctl::run(&a)?,
         Cmd::Trgw(a) => run_trgw(&a)?,
-        Cmd::Config(ConfigCmd::Example) => {
-            let mut out = io::stdout().lock();
-            match out.write_all(gate::config::example().as_bytes()).and_then(|()| out.flush()) {
-                Err(e) if e.kind() != io::ErrorKind::BrokenPipe => return Err(e.into()),
-                _ => {}
-            }
-        }
+        Cmd::Config(ConfigCmd::Example) => print(gate::config::example().as_bytes())?,
         Cmd::Lab(a) => return lab::cli::run(&a),
         Cmd::Bench(BenchCmd::Xlat(a)) => {
             bench::xlat::run(&a)?;
@@ -161,21 +171,27 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Bench(BenchCmd::Trgw(a)) => {
             bench::trgw::run(*a)?;
         }
-        Cmd::Config(ConfigCmd::Check { config }) => match Config::load(&config) {
-            Ok(c) => {
-                for w in c.warnings() {
-                    eprintln!("v6gate: {w}");
-                }
-                for w in gate::validate::warnings(&c) {
-                    eprintln!("v6gate: config warning in {}: {w}", config.display());
-                }
-                println!("ok");
+        Cmd::Config(ConfigCmd::Check { config }) => {
+            let c = Config::load(&config)?;
+            for w in c.warnings() {
+                eprintln!("v6gate: {w}");
             }
-            Err(e) => {
-                eprintln!("{e}");
-                return Ok(ExitCode::FAILURE);
+            for w in gate::validate::warnings(&c) {
+                eprintln!("v6gate: config warning in {}: {w}", config.display());
             }
-        },
+            println!("ok");
+        }
+        Cmd::Completions { shell } => {
+            // Into memory first: the generator panics when a write fails.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "v6gate", &mut script);
+            print(&script)?;
+        }
+        Cmd::Manpages { dir } => {
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            clap_mangen::generate_to(Cli::command(), &dir)
+                .with_context(|| format!("writing the man pages into {}", dir.display()))?;
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -230,7 +246,7 @@ fn run_trgw(a: &trgw::cli::Args) -> anyhow::Result<()> {
     use signal_hook::consts::{SIGINT, SIGTERM};
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).context("installing signal handlers")?;
     let _ = init_logging("info");
-    let cfg = trgw::cli::load(a)?;
+    let cfg = trgw::cli::load(a).map_err(|e| ConfigError(format!("{e:#}")))?;
     match gate::limits::raise(gate::limits::trgw_needed(&cfg)) {
         Ok(r) => {
             if let Some(w) = r.warning() {
@@ -249,6 +265,39 @@ fn run_trgw(a: &trgw::cli::Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Writes `bytes` to stdout; a reader that went away (`| head`) is not an
+/// error.
+fn print(bytes: &[u8]) -> io::Result<()> {
+    let mut out = io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != io::ErrorKind::BrokenPipe => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// Exit status of a command whose configuration is wrong or unreadable:
+/// sysexits.h's EX_CONFIG, which the systemd unit does not restart on
+/// (`RestartPreventExitStatus=78`).
+const EX_CONFIG: u8 = 78;
+
+/// A configuration error from a crate without `gate::config::Error` (the
+/// `[trgw]` table read alone by `v6gate trgw`).
+#[derive(Debug)]
+struct ConfigError(String);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Whether `e` is (or was caused by) a configuration error.
+fn is_config_error(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.is::<gate::config::Error>() || c.is::<ConfigError>())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
@@ -261,7 +310,11 @@ fn main() -> ExitCode {
             } else {
                 eprintln!("v6gate: error: {msg}");
             }
-            ExitCode::FAILURE
+            if is_config_error(&e) {
+                ExitCode::from(EX_CONFIG)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }

@@ -44,6 +44,11 @@ use xlat::addr::AddrError;
 use daemon::{AdminToml, DaemonToml, TunToml};
 use siit::SiitToml;
 
+/// Where `v6gate run`, `v6gate ctl` and `v6gate config check` look for
+/// the configuration when `--config` is not given (the Debian package
+/// installs `v6gate config example` there).
+pub const DEFAULT_PATH: &str = "/etc/v6gate/v6gate.toml";
+
 /// Top-level tables that configure a translation function (at least one
 /// must be present).
 pub const TABLES: &[&str] = &["siit", "nat64", "dns64", "trgw"];

@@ -444,7 +444,8 @@ mod tests {
     #[test]
     fn jool_header_names_are_synonyms() {
         let base = "[siit]\npool6 = \"64:ff9b::/96\"\n";
-        let c = Config::parse(&format!("{base}zeroize-traffic-class = true\noverride-tos = true\ntos = 184\n")).unwrap();
+        let c =
+            Config::parse(&format!("{base}zeroize-traffic-class = true\noverride-tos = true\ntos = 184\n")).unwrap();
         assert!(c.warnings().is_empty(), "Jool's names are not deprecated: {:?}", c.warnings());
         let s = c.siit.unwrap();
         assert!(s.reset_traffic_class && s.reset_tos);

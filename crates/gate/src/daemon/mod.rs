@@ -58,7 +58,7 @@ pub struct RunArgs {
     /// Configuration file (TOML): [siit], [nat64], [dns64], [trgw] (the
     /// file `v6gate translate` and `config check` read) plus the optional
     /// daemon tables [tun], [admin] and [daemon].
-    #[arg(short, long, value_name = "FILE")]
+    #[arg(short, long, value_name = "FILE", default_value = crate::config::DEFAULT_PATH)]
     pub config: PathBuf,
 }
 
