@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Build the Debian package of v6gate: target/debian/v6gate_VERSION_ARCH.deb
 #
-#   scripts/package.sh [--binary PATH] [--out DIR]
+#   scripts/package.sh [--binary PATH] [--out DIR] [--fast]
 #
 # Without --binary it builds the release binary (cargo build --release
-# --locked). The package holds:
+# --locked). --fast compresses with gzip -1 instead of xz (for tests). The
+# package holds:
 #   /usr/bin/v6gate                              the binary (debug info stripped)
 #   /usr/lib/systemd/system/v6gate.service       packaging/v6gate.service
 #   /etc/v6gate/v6gate.toml                      `v6gate config example` (a conffile)
@@ -22,11 +23,13 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=""
 OUT="$ROOT/target/debian"
+COMPRESS=(-Zxz)
 while [ $# -gt 0 ]; do
     case "$1" in
     --binary) BIN=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
-    -h | --help) sed -n '2,19p' "$0"; exit 0 ;;
+    --fast) COMPRESS=(-Zgzip -z1); shift ;;
+    -h | --help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "package.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -142,5 +145,5 @@ chmod 0755 "$P/DEBIAN/postinst" "$P/DEBIAN/prerm" "$P/DEBIAN/postrm"
 (cd "$P" && find . -type f ! -path './DEBIAN/*' -printf '%P\0' | sort -z | xargs -0 md5sum) >"$P/DEBIAN/md5sums"
 
 DEB="$OUT/$NAME.deb"
-dpkg-deb --root-owner-group -Zxz --build "$P" "$DEB" >/dev/null
+dpkg-deb --root-owner-group "${COMPRESS[@]}" --build "$P" "$DEB" >/dev/null
 echo "$DEB"

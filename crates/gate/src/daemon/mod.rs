@@ -31,6 +31,7 @@
 pub mod admin;
 pub mod ctl;
 pub mod engine;
+pub mod notify;
 pub mod stats;
 pub mod worker;
 
@@ -149,8 +150,19 @@ impl Daemon {
 
     /// [`Daemon::reload`], counted (`v6gate_config_reloads_total`), logged
     /// and recorded in `/status` (`reloads.last_error`): every reload path
-    /// (SIGHUP, the admin API) goes through here.
+    /// (SIGHUP, the admin API) goes through here, between `RELOADING=1`
+    /// and `READY=1` to systemd ([`notify`]).
     pub fn reload_and_record(&self, source: &str) -> Result<u64, String> {
+        notify::reloading();
+        let outcome = self.reload_and_count(source);
+        notify::ready(&match &outcome {
+            Ok(g) => format!("running: reloaded {} (generation {g}, {source})", self.config_path.display()),
+            Err(e) => format!("running: reload rejected ({source}), the old configuration stays: {e}"),
+        });
+        outcome
+    }
+
+    fn reload_and_count(&self, source: &str) -> Result<u64, String> {
         match self.reload() {
             Ok(g) => {
                 self.reloads_ok.fetch_add(1, Ordering::Relaxed);
@@ -570,7 +582,7 @@ pub fn run(
         None => None,
     };
 
-    tracing::info!(
+    let running = format!(
         "running: {}, {n} worker(s), functions {}, admin {}",
         daemon
             .device
@@ -579,6 +591,8 @@ pub fn run(
         daemon.functions().join("+"),
         admin_addr.map_or("disabled".to_string(), |a| format!("http://{a}"))
     );
+    tracing::info!("{running}");
+    notify::ready(&running);
     for sig in signals {
         match sig {
             Signal::Reload => {
@@ -586,6 +600,7 @@ pub fn run(
             }
             Signal::Stop(n) => {
                 tracing::info!("signal {n}: stopping");
+                notify::stopping();
                 break;
             }
         }
