@@ -98,6 +98,26 @@ fn show(v: &DeValue<'_>) -> String {
     }
 }
 
+/// The [`Alias::Synonym`]s of `aliases` that table `[table]` of `doc` uses,
+/// as (v6gate's key, the name written), so that errors about the key can
+/// name it as the operator wrote it. Call before [`apply`].
+pub fn synonyms_written<'a>(
+    doc: &DeTable<'_>,
+    table: &str,
+    aliases: impl IntoIterator<Item = &'a Alias>,
+) -> Vec<(&'static str, &'static str)> {
+    let Some(DeValue::Table(t)) = doc.get(table).map(Spanned::get_ref) else {
+        return Vec::new();
+    };
+    aliases
+        .into_iter()
+        .filter_map(|a| match *a {
+            Alias::Synonym { name, key, .. } if t.contains_key(name) => Some((key, name)),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Rewrite the other spellings of `aliases` in table `[table]` of `doc` to
 /// v6gate's; returns one [`Deprecation`] per rewrite of an old spelling, in
 /// the order of `aliases` ([`Alias::Synonym`]s are rewritten silently). A
@@ -256,6 +276,8 @@ mod tests {
         // An error in the value points at what the operator wrote.
         let text = "[x]\nhold-time = \"later\"\n";
         let mut doc = DeTable::parse(text).unwrap();
+        assert_eq!(synonyms_written(doc.get_ref(), "x", ALIASES), [("wait", "hold-time")]);
+        assert!(synonyms_written(doc.get_ref(), "y", ALIASES).is_empty());
         assert!(apply(doc.get_mut(), "x", ALIASES).unwrap().is_empty());
         let e = <File as serde::Deserialize>::deserialize(toml::de::Deserializer::from(doc)).unwrap_err();
         assert_eq!(e.span(), Some(16..23), "{e}");

@@ -125,6 +125,17 @@ impl Error {
         self
     }
 
+    /// Names the key as the file wrote it: `written` maps v6gate's name
+    /// (`[siit] new-tos`) to a synonym the file used (`[siit] tos`).
+    fn named_as_written(mut self, written: &[(String, String)]) -> Self {
+        if let Some(k) = &self.key {
+            if let Some((_, name)) = written.iter().find(|(key, _)| key == k) {
+                self.key = Some(name.clone());
+            }
+        }
+        self
+    }
+
     pub(crate) fn in_file(mut self, file: Option<&Path>) -> Self {
         if self.file.is_none() {
             self.file = file.map(Path::to_path_buf);
@@ -350,7 +361,14 @@ impl Config {
             Error::new(ErrorKind::Syntax, None, e.message().trim().replace('\n', "; ")).at(text, e.span())
         })?;
         let mut warnings = Vec::new();
+        // Errors name a key as the operator wrote it (Jool's name or ours).
+        let mut written = Vec::new();
         for table in TABLES.iter().chain(DAEMON_TABLES) {
+            written.extend(
+                confval::alias::synonyms_written(doc.get_ref(), table, aliases(table))
+                    .into_iter()
+                    .map(|(key, name)| (format!("[{table}] {key}"), format!("[{table}] {name}"))),
+            );
             let found = confval::alias::apply(doc.get_mut(), table, aliases(table))
                 .map_err(|e| Error::new(ErrorKind::Invalid, Some(e.key), e.msg).at(text, Some(e.span)))?;
             warnings.extend(found.into_iter().map(|d| Warning {
@@ -360,22 +378,25 @@ impl Config {
             }));
         }
         let de = toml::Deserializer::from(doc);
-        let file: FileToml = serde_path_to_error::deserialize(de).map_err(|e| classify(text, e))?;
-        let siit = file.siit.map(|t| siit::siit_from_toml(text, t)).transpose()?;
-        let tun = file.tun.map(|t| daemon::tun_from_toml(text, t)).transpose()?.unwrap_or_default();
-        let admin = file.admin.map(|t| daemon::admin_from_toml(text, t)).transpose()?.unwrap_or_default();
-        let daemon = file.daemon.map(|t| daemon::daemon_from_toml(text, t)).transpose()?.unwrap_or_default();
-        Ok(Config {
-            siit,
-            nat64: file.nat64,
-            dns64: file.dns64,
-            trgw: file.trgw,
-            tun,
-            admin,
-            daemon,
-            origin: None,
-            warnings,
-        })
+        let build = || -> Result<Config, Error> {
+            let file: FileToml = serde_path_to_error::deserialize(de).map_err(|e| classify(text, e))?;
+            let siit = file.siit.map(|t| siit::siit_from_toml(text, t)).transpose()?;
+            let tun = file.tun.map(|t| daemon::tun_from_toml(text, t)).transpose()?.unwrap_or_default();
+            let admin = file.admin.map(|t| daemon::admin_from_toml(text, t)).transpose()?.unwrap_or_default();
+            let daemon = file.daemon.map(|t| daemon::daemon_from_toml(text, t)).transpose()?.unwrap_or_default();
+            Ok(Config {
+                siit,
+                nat64: file.nat64,
+                dns64: file.dns64,
+                trgw: file.trgw,
+                tun,
+                admin,
+                daemon,
+                origin: None,
+                warnings,
+            })
+        };
+        build().map_err(|e| e.named_as_written(&written))
     }
 
     /// Read, parse and [`check`](Config::check) a configuration file.
