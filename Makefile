@@ -58,3 +58,9 @@ bench-xlat-quick: build
 .PHONY: audit
 audit: deps
 	$(CARGO) deny check
+
+# The Debian package: target/debian/v6gate_VERSION_ARCH.deb (binary,
+# systemd unit, /etc/v6gate/v6gate.toml, man pages, completions).
+.PHONY: deb
+deb:
+	@scripts/package.sh
