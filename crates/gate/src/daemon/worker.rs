@@ -3,11 +3,11 @@
 //! reused [`Out`], hand what it emits back to the same queue, count.
 //!
 //! Two I/O modes (`[tun] io`):
-//! - `uring` (default): `batch` reads stay posted on an io_uring; one
+//! - `poll` (default): non-blocking `read(2)` until the queue is empty or
+//!   the batch is full, one `write(2)` per packet, `poll(2)` when idle.
+//! - `uring`: `batch` reads stay posted on an io_uring; one
 //!   `io_uring_enter(2)` submits the writes of the last batch and collects
 //!   the next batch of packets. Writes are copied into pre-allocated slots.
-//! - `poll`: non-blocking `read(2)` until the queue is empty or the batch
-//!   is full, one `write(2)` per packet, `poll(2)` when idle.
 //!
 //! Nothing on the per-packet path allocates or takes a lock: the buffers
 //! are allocated once, the engines are reached through an `ArcSwap` load
