@@ -20,6 +20,8 @@ pub mod relay;
 pub mod rtp;
 pub mod rtpproxy;
 pub mod sdp;
+#[allow(unsafe_code)]
+mod sys;
 pub mod table;
 mod uring;
 mod worker;
