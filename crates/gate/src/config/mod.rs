@@ -29,7 +29,7 @@ pub use daemon::{
     LOG_LEVELS, MAX_QUEUES, TUN_KEYS,
 };
 pub use example::example;
-pub use siit::SIIT_KEYS;
+pub use siit::{SIIT_ALIASES, SIIT_KEYS};
 
 use core::fmt;
 use core::ops::Range;
