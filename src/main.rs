@@ -196,18 +196,33 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Installs the one logger of the process: tracing to stderr, filtered by
-/// `RUST_LOG` when set, else by `level` (changed later by the returned
-/// function, e.g. on reload). Records of the `log` crate are forwarded.
+/// Installs the one logger of the process: tracing, filtered by `RUST_LOG`
+/// when set, else by `level` (changed later by the returned function, on
+/// start and reload, to `[daemon] log-level`). It writes to the systemd
+/// journal (native protocol: priority, fields, `SYSLOG_IDENTIFIER=v6gate`)
+/// when stderr is the journal stream systemd connected, else to stderr.
+/// Records of the `log` crate (dependencies that use it) are forwarded.
 fn init_logging(level: &str) -> Box<dyn Fn(&str) + Send + Sync> {
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::{fmt, reload, EnvFilter, Registry};
     let from_env = std::env::var("RUST_LOG").ok().filter(|v| !v.trim().is_empty());
     let filter = EnvFilter::try_new(from_env.as_deref().unwrap_or(level)).unwrap_or_else(|_| EnvFilter::new("info"));
     let (filter, handle) = reload::Layer::<EnvFilter, Registry>::new(filter);
-    let subscriber = tracing_subscriber::registry()
-        .with(filter)
-        .with(fmt::layer().with_writer(io::stderr).with_ansi(std::io::IsTerminal::is_terminal(&io::stderr())));
+    // Syslog's levels: info is Informational (6), debug Debug (7); the
+    // crate's default moves each one up (info as Notice).
+    let journald = stderr_is_journal().then(tracing_journald::layer).and_then(Result::ok).map(|l| {
+        use tracing_journald::{Priority, PriorityMappings};
+        l.with_priority_mappings(PriorityMappings {
+            info: Priority::Informational,
+            debug: Priority::Debug,
+            trace: Priority::Debug,
+            ..PriorityMappings::new()
+        })
+    });
+    let stderr = journald
+        .is_none()
+        .then(|| fmt::layer().with_writer(io::stderr).with_ansi(std::io::IsTerminal::is_terminal(&io::stderr())));
+    let subscriber = tracing_subscriber::registry().with(filter).with(journald).with(stderr);
     if tracing::subscriber::set_global_default(subscriber).is_ok() {
         // Every `log` record goes to tracing, which filters it.
         let _ = tracing_log::LogTracer::builder().with_max_level(log::LevelFilter::Trace).init();
@@ -219,6 +234,19 @@ fn init_logging(level: &str) -> Box<dyn Fn(&str) + Send + Sync> {
             }
         }
     })
+}
+
+/// Whether stderr is the journal stream systemd connected: `JOURNAL_STREAM`
+/// holds its `device:inode` (systemd.exec(5)), checked against stderr
+/// itself so a child whose stderr was redirected logs to stderr.
+fn stderr_is_journal() -> bool {
+    use std::os::fd::AsFd as _;
+    use std::os::unix::fs::MetadataExt as _;
+    let Some(v) = std::env::var("JOURNAL_STREAM").ok() else { return false };
+    let Some((dev, ino)) = v.split_once(':') else { return false };
+    let (Ok(dev), Ok(ino)) = (dev.parse::<u64>(), ino.parse::<u64>()) else { return false };
+    let Ok(fd) = io::stderr().as_fd().try_clone_to_owned() else { return false };
+    std::fs::File::from(fd).metadata().is_ok_and(|m| m.dev() == dev && m.ino() == ino)
 }
 
 /// SIGHUP, SIGINT and SIGTERM, caught from now on (so one arriving while

@@ -9,7 +9,9 @@
 //! configuration's admin address, reloads as `ExecReload` does and expects
 //! `RELOADING=1` then `READY=1`, stops it (`STOPPING=1`, exit 0), and
 //! checks that a broken configuration exits with the unit's
-//! `RestartPreventExitStatus` (78).
+//! `RestartPreventExitStatus` (78). As under systemd, `JOURNAL_STREAM`
+//! names the daemon's stderr, so it logs to the journal socket (here the
+//! test's, at `/run/systemd/journal/socket` in the root) instead.
 //!
 //! Needs root (namespaces, chroot, mknod), `dpkg` and `dpkg-deb`; CI runs
 //! as root on Debian.
@@ -137,6 +139,26 @@ fn get(ns: &Netns, addr: &str, path: &str) -> (String, String) {
     .expect("admin API request")
 }
 
+/// The fields of one record of journald's native protocol: `KEY=value\n`,
+/// or `KEY\n`, a 64-bit little-endian length, the value and `\n`.
+fn journal_fields(mut r: &[u8]) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    while let Some(nl) = r.iter().position(|&b| b == b'\n') {
+        let line = &r[..nl];
+        if let Some(eq) = line.iter().position(|&b| b == b'=') {
+            out.push((text(&line[..eq]), line[eq + 1..].to_vec()));
+            r = &r[nl + 1..];
+        } else {
+            let Some(len) = r.get(nl + 1..nl + 9) else { break };
+            let len = u64::from_le_bytes(len.try_into().unwrap()) as usize;
+            let Some(v) = r.get(nl + 9..nl + 9 + len) else { break };
+            out.push((text(line), v.to_vec()));
+            r = r.get(nl + 10 + len..).unwrap_or(&[]);
+        }
+    }
+    out
+}
+
 #[test]
 fn package_installs_and_its_unit_runs_the_daemon() {
     assert!(am_root(), "the package test needs root (CI runs as root)");
@@ -197,20 +219,36 @@ fn package_installs_and_its_unit_runs_the_daemon() {
     furnish(&root, &root.join("usr/bin/v6gate"));
     let notify = UnixDatagram::bind(root.join("run/notify.sock")).unwrap();
     notify.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    std::fs::create_dir_all(root.join("run/systemd/journal")).unwrap();
+    let journal = UnixDatagram::bind(root.join("run/systemd/journal/socket")).unwrap();
+    journal.set_nonblocking(true).unwrap();
     let bounding = format!(
         "-all,{},+sys_chroot",
         caps.iter().map(|c| format!("+{}", c.trim_start_matches("CAP_").to_lowercase())).collect::<Vec<_>>().join(",")
     );
     let ns = Netns::unique("v6pkg").unwrap();
-    let start = |log: &Path| {
+    let start = |log: &Path, journal: bool, rust_log: Option<&str>| {
         let log_file = std::fs::File::create(log).unwrap();
-        let child = ns
-            .command("setpriv")
+        let stream = {
+            use std::os::unix::fs::MetadataExt as _;
+            let m = log_file.metadata().unwrap();
+            format!("{}:{}", m.dev(), m.ino())
+        };
+        let mut cmd = ns.command("setpriv");
+        if journal {
+            cmd.env("JOURNAL_STREAM", stream);
+        } else {
+            cmd.env_remove("JOURNAL_STREAM");
+        }
+        match rust_log {
+            Some(l) => cmd.env("RUST_LOG", l),
+            None => cmd.env_remove("RUST_LOG"),
+        };
+        let child = cmd
             .args(["--bounding-set", &bounding, "chroot"])
             .arg(&root)
             .args(&exec)
             .env("NOTIFY_SOCKET", "/run/notify.sock")
-            .env_remove("RUST_LOG")
             .stdin(Stdio::null())
             .stdout(log_file.try_clone().unwrap())
             .stderr(log_file)
@@ -219,9 +257,26 @@ fn package_installs_and_its_unit_runs_the_daemon() {
         Daemon(child)
     };
     let log = tmp.path().join("daemon.log");
-    let mut daemon = start(&log);
+    let mut daemon = start(&log, true, None);
     let seen = wait_for(&notify, "READY=1", &mut daemon, &log);
     assert!(seen.contains("STATUS=running:"), "{seen}");
+    // Its log went to the journal, with a priority and its name, not to stderr.
+    let mut records = Vec::new();
+    let mut buf = vec![0u8; 65536];
+    while let Ok(n) = journal.recv(&mut buf) {
+        records.push(buf[..n].to_vec());
+    }
+    let running = records
+        .iter()
+        .map(|r| journal_fields(r))
+        .find(|f| f.iter().any(|(k, v)| k == "MESSAGE" && v.starts_with(b"running:")))
+        .unwrap_or_else(|| {
+            panic!("no journal record of the start: {records:?}\nstderr: {}", std::fs::read_to_string(&log).unwrap())
+        });
+    let field = |k: &str| running.iter().find(|(n, _)| n == k).map(|(_, v)| text(v));
+    assert_eq!(field("PRIORITY").as_deref(), Some("6"), "info is syslog's Informational: {running:?}");
+    assert_eq!(field("SYSLOG_IDENTIFIER").as_deref(), Some("v6gate"));
+    assert!(!std::fs::read_to_string(&log).unwrap().contains("running:"), "logged to the journal only");
 
     // /metrics from the packaged configuration's admin address.
     let admin = conf
@@ -241,24 +296,40 @@ fn package_installs_and_its_unit_runs_the_daemon() {
     assert!(seen.find("RELOADING=1").unwrap() < seen.rfind("READY=1").unwrap(), "{seen}");
 
     // Stop: SIGTERM, STOPPING=1, exit 0, the device gone.
-    run(Command::new("kill").args(["-TERM", &pid]));
-    wait_for(&notify, "STOPPING=1", &mut daemon, &log);
-    let end = Instant::now() + Duration::from_secs(20);
-    let st = loop {
-        if let Some(st) = daemon.0.try_wait().unwrap() {
-            break st;
-        }
-        assert!(Instant::now() < end, "the daemon did not stop:\n{}", std::fs::read_to_string(&log).unwrap());
-        std::thread::sleep(Duration::from_millis(50));
+    let stop = |daemon: &mut Daemon, log: &Path| {
+        run(Command::new("kill").args(["-TERM", &daemon.0.id().to_string()]));
+        wait_for(&notify, "STOPPING=1", daemon, log);
+        let end = Instant::now() + Duration::from_secs(20);
+        let st = loop {
+            if let Some(st) = daemon.0.try_wait().unwrap() {
+                break st;
+            }
+            assert!(Instant::now() < end, "the daemon did not stop:\n{}", std::fs::read_to_string(log).unwrap());
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert!(st.success(), "exit {st}:\n{}", std::fs::read_to_string(log).unwrap());
+        let links = text(&ns.ip(&["-o", "link"]).unwrap().stdout);
+        assert!(!links.contains("v6gate0"), "the TUN device is gone: {links}");
     };
-    assert!(st.success(), "exit {st}:\n{}", std::fs::read_to_string(&log).unwrap());
-    let links = text(&ns.ip(&["-o", "link"]).unwrap().stdout);
-    assert!(!links.contains("v6gate0"), "the TUN device is gone: {links}");
+    stop(&mut daemon, &log);
+
+    // The level comes from [daemon] log-level, unless RUST_LOG is set.
+    let quiet = conf.replace("log-level = \"info\"", "log-level = \"warn\"");
+    assert_ne!(quiet, conf, "the packaged configuration sets log-level");
+    std::fs::write(root.join("etc/v6gate/v6gate.toml"), quiet).unwrap();
+    for (rust_log, shown) in [(None, false), (Some("info"), true)] {
+        let log = tmp.path().join("level.log");
+        let mut daemon = start(&log, false, rust_log);
+        wait_for(&notify, "READY=1", &mut daemon, &log);
+        stop(&mut daemon, &log);
+        let err = std::fs::read_to_string(&log).unwrap();
+        assert_eq!(err.contains("running:"), shown, "RUST_LOG={rust_log:?}, log-level = \"warn\":\n{err}");
+    }
 
     // A broken configuration: the exit status the unit does not restart on.
     std::fs::write(root.join("etc/v6gate/v6gate.toml"), "[siit]\npool6 = \"2001:db8::1/32\"\n").unwrap();
     let log = tmp.path().join("broken.log");
-    let mut daemon = start(&log);
+    let mut daemon = start(&log, false, None);
     let st = daemon.0.wait().unwrap();
     assert_eq!(st.code(), Some(no_restart), "{}", std::fs::read_to_string(&log).unwrap());
     let err = std::fs::read_to_string(&log).unwrap();

@@ -12,7 +12,7 @@ use sd_notify::NotifyState;
 
 fn send(states: &[NotifyState<'_>]) {
     if let Err(e) = sd_notify::notify(states) {
-        log::warn!("cannot notify the service manager (NOTIFY_SOCKET): {e}");
+        tracing::warn!("cannot notify the service manager (NOTIFY_SOCKET): {e}");
     }
 }
 

@@ -172,7 +172,7 @@ impl Netlink {
             .bytes(&[0; 8])
             .attr(IFLA_AF_SPEC, &af);
         if let Err(e) = self.call(&mut m) {
-            log::debug!("cannot switch IPv6 address generation off: {e}");
+            tracing::debug!("cannot switch IPv6 address generation off: {e}");
         }
         let mut m = Msg::new(RTM_NEWLINK, 0, 0);
         m.bytes(&[libc::AF_UNSPEC as u8, 0, 0, 0])
