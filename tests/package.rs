@@ -313,14 +313,19 @@ fn package_installs_and_its_unit_runs_the_daemon() {
     };
     stop(&mut daemon, &log);
 
-    // The level comes from [daemon] log-level, unless RUST_LOG is set.
-    let quiet = conf.replace("log-level = \"info\"", "log-level = \"warn\"");
-    assert_ne!(quiet, conf, "the packaged configuration sets log-level");
+    // The level comes from [daemon] log-level, unless RUST_LOG is set; and
+    // `ctl` finds a moved admin address in the default configuration.
+    let quiet = conf
+        .replace("log-level = \"info\"", "log-level = \"warn\"")
+        .replace("listen = \"127.0.0.1:9164\"", "listen = \"127.0.0.1:9300\"");
+    assert_eq!(quiet.matches(":9300").count(), 1, "the packaged configuration sets log-level and [admin] listen");
     std::fs::write(root.join("etc/v6gate/v6gate.toml"), quiet).unwrap();
     for (rust_log, shown) in [(None, false), (Some("info"), true)] {
         let log = tmp.path().join("level.log");
         let mut daemon = start(&log, false, rust_log);
         wait_for(&notify, "READY=1", &mut daemon, &log);
+        let o = run(ns.command("chroot").arg(&root).args(["/usr/bin/v6gate", "ctl", "status"]));
+        assert!(text(&o.stdout).contains("\"functions\""), "ctl status: {}", text(&o.stdout));
         stop(&mut daemon, &log);
         let err = std::fs::read_to_string(&log).unwrap();
         assert_eq!(err.contains("running:"), shown, "RUST_LOG={rust_log:?}, log-level = \"warn\":\n{err}");
