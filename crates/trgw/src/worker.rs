@@ -95,7 +95,7 @@ impl Worker {
     pub fn new(rx: Receiver<Cmd>, nworkers: u32, epoch: Instant) -> io::Result<(Worker, Arc<EventFd>)> {
         let epoll = Epoll::new()?;
         let efd = Arc::new(EventFd::new()?);
-        epoll.add(efd.as_raw_fd(), WAKE)?;
+        epoll.add(&*efd, WAKE)?;
         Ok((Worker { epoll, efd: efd.clone(), rx, nworkers, slots: Vec::new(), epoch }, efd))
     }
 
@@ -109,7 +109,7 @@ impl Worker {
                 let base = self.base(id);
                 grow(&mut self.slots, base);
                 for (k, slot) in Slot::for_stream(*sockets, locals, init) {
-                    if let Err(e) = self.epoll.add(slot.sock.as_raw_fd(), (base + k) as u64) {
+                    if let Err(e) = self.epoll.add(&slot.sock, (base + k) as u64) {
                         tracing::error!(error = %e, "epoll_ctl add failed");
                     }
                     self.slots[base + k] = Some(slot);
@@ -127,7 +127,7 @@ impl Worker {
                 let base = self.base(id);
                 for k in 0..4 {
                     if let Some(slot) = self.slots.get_mut(base + k).and_then(Option::take) {
-                        let _ = self.epoll.del(slot.sock.as_raw_fd());
+                        let _ = self.epoll.del(&slot.sock);
                     }
                 }
             }

@@ -2,7 +2,8 @@
 //! `SAFETY:` comment; the rest of the crate is safe code
 //! (`#![deny(unsafe_code)]` in `lib.rs`, lifted for this module only).
 //!
-//! - [`epoll`]: the epoll set and the eventfd that wakes a worker;
+//! - [`epoll`]: the epoll set and the eventfd that wakes a worker (nix's
+//!   safe wrappers, kept here with the rest of the relay's system calls);
 //! - [`mmsg`]: batched `recvmmsg`/`sendmmsg` over reusable buffers;
 //! - [`uring`]: the io_uring engine (a provided-buffer ring shared with
 //!   the kernel, multishot receives and zero-copy sends);
@@ -13,18 +14,8 @@ pub(crate) mod epoll;
 pub(crate) mod mmsg;
 pub(crate) mod uring;
 
-use std::io;
 use std::mem::size_of;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
-
-/// `Err(last_os_error)` when a libc call returned a negative value.
-pub(crate) fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r)
-    }
-}
 
 /// An all-zero C structure (`sockaddr_storage`, `msghdr`, `epoll_event`,
 /// `mmsghdr`): for these plain structs of integers and pointers, zero is a
@@ -40,7 +31,6 @@ pub(crate) trait Zeroable {}
 impl Zeroable for libc::sockaddr_storage {}
 impl Zeroable for libc::msghdr {}
 impl Zeroable for libc::mmsghdr {}
-impl Zeroable for libc::epoll_event {}
 
 /// Writes `a` into `out`; returns the length of the address written.
 pub(crate) fn to_storage(a: SocketAddr, out: &mut libc::sockaddr_storage) -> libc::socklen_t {
