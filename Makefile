@@ -24,7 +24,7 @@ test: deps
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --quiet
 	$(CARGO) deny --log-level error check licenses bans sources
-	$(CARGO) test --workspace
+	$(CARGO) test --workspace --no-fail-fast
 	@scripts/fuzz-smoke.sh
 
 bench:

@@ -27,7 +27,10 @@ fi
 # The peers v6gate is tested and benchmarked against: tayga (SIIT/NAT64),
 # rtpengine-daemon (media relay), kamailio (+ its rtpengine/rtpproxy modules).
 # (tshark is optional and not installed here.)
-APT_PKGS=(clang libbpf-dev linux-libc-dev pkg-config sip-tester iproute2 iputils-ping tayga rtpengine-daemon kamailio)
+# miredo, miredo-server: the Teredo peers of the tunnel interop tests and
+# bench; nftables: the NATs of those tests. Their services are not started
+# (see below): the tests run them with their own configuration files.
+APT_PKGS=(clang libbpf-dev linux-libc-dev pkg-config sip-tester iproute2 iputils-ping tayga rtpengine-daemon kamailio miredo miredo-server nftables)
 
 missing=()
 for p in "${APT_PKGS[@]}"; do
@@ -42,10 +45,20 @@ if [ ${#missing[@]} -gt 0 ]; then
         log "not root and no password-less sudo; please install: ${missing[*]}"
     else
         log "installing ${missing[*]}"
+        # Packages such as miredo start a service on install (which would
+        # contact a public Teredo server): forbid service starts for the
+        # duration when the machine does not already (a policy-rc.d that
+        # exits 101), and remove that policy again afterwards.
+        own_policy=0
+        if [ ! -e /usr/sbin/policy-rc.d ]; then
+            printf '#!/bin/sh\nexit 101\n' | "${AS_ROOT[@]}" tee /usr/sbin/policy-rc.d >/dev/null &&
+                "${AS_ROOT[@]}" chmod 755 /usr/sbin/policy-rc.d && own_policy=1
+        fi
         if ! { "${AS_ROOT[@]}" apt-get update -qq >/dev/null &&
             "${AS_ROOT[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; }; then
             log "WARNING: apt-get could not install ${missing[*]}; continuing without"
         fi
+        if [ "$own_policy" = 1 ]; then "${AS_ROOT[@]}" rm -f /usr/sbin/policy-rc.d; fi
     fi
 fi
 

@@ -21,9 +21,10 @@ use gate::offline;
 /// IPv4/IPv6 transition gateway: the offline RFC 7915 translator
 /// (`translate`), the daemon (`run`, `ctl`) with SIIT, stateful NAT64 /
 /// NAT-PT, DNS64 and the IMS TrGW media relay (rtpengine ng and rtpproxy
-/// control), the network-namespace lab (`lab`) and benchmarks against
-/// TAYGA, rtpengine and kernel forwarding (`bench`). Tunnels and the
-/// IMS-ALG come in later versions.
+/// control), the tunnels (`tunnel`: 6to4, 6rd, Teredo server, relay and
+/// client), the network-namespace lab (`lab`) and benchmarks against
+/// TAYGA, rtpengine, Miredo and kernel forwarding (`bench`). The IMS-ALG
+/// comes in a later version.
 #[derive(Debug, Parser)]
 #[command(name = "v6gate", version, propagate_version = true)]
 struct Cli {
@@ -67,6 +68,11 @@ enum Cmd {
     /// rtpengine ng and rtpproxy protocols) in the foreground until
     /// SIGINT/SIGTERM.
     Trgw(trgw::cli::Args),
+    /// Run the tunnels in the foreground until SIGINT/SIGTERM: 6to4
+    /// ([sixtofour], router or relay), 6rd ([sixrd], CE or BR) and Teredo
+    /// ([teredo.server], [teredo.relay], [teredo.client]), each on its own
+    /// TUN device, over raw protocol-41 and UDP sockets. See docs/tunnels.md.
+    Tunnel(tunnel::cli::Args),
     /// Network-namespace testbed: IPv6-only host, gateway, IPv4-only host.
     Lab(lab::cli::LabArgs),
     /// Print the shell completion script for SHELL on stdout.
@@ -100,6 +106,11 @@ enum BenchCmd {
     /// (v6gate and rtpengine), set up by the ng protocol; loss and latency
     /// against calls, maximum zero-loss calls; JSON, Markdown and SVG.
     Trgw(Box<bench::trgw::Args>),
+    /// Tunnels: the Teredo relay's added latency for 64/512/1280-byte
+    /// packets each way and its zero-loss throughput, v6gate against Miredo
+    /// (the mobility paper's Table I), and the RTP one-way delay through
+    /// 6to4 and Teredo (the SIP-over-IPv6 paper); JSON, Markdown and SVG.
+    Tunnel(Box<bench::tunnel::Args>),
 }
 
 #[derive(Debug, Args)]
@@ -163,6 +174,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Run(a) => run_daemon(&a)?,
         Cmd::Ctl(a) => gate::daemon::ctl::run(&a)?,
         Cmd::Trgw(a) => run_trgw(&a)?,
+        Cmd::Tunnel(a) => run_tunnel(&a)?,
         Cmd::Config(ConfigCmd::Example) => print(gate::config::example().as_bytes())?,
         Cmd::Lab(a) => return lab::cli::run(&a),
         Cmd::Bench(BenchCmd::Xlat(a)) => {
@@ -170,6 +182,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Cmd::Bench(BenchCmd::Trgw(a)) => {
             bench::trgw::run(*a)?;
+        }
+        Cmd::Bench(BenchCmd::Tunnel(a)) => {
+            bench::tunnel::run(&a)?;
         }
         Cmd::Config(ConfigCmd::Check { config }) => {
             let c = Config::load(&config)?;
@@ -290,6 +305,30 @@ fn run_trgw(a: &trgw::cli::Args) -> anyhow::Result<()> {
     let s = relay.stats();
     relay.stop();
     tracing::info!(calls_created = s.totals.calls_created, timed_out = s.totals.calls_timed_out, "trgw stopped");
+    Ok(())
+}
+
+/// `v6gate tunnel`: the tunnels alone until SIGINT/SIGTERM, writing the
+/// status file (when asked) twice a second and at exit.
+fn run_tunnel(a: &tunnel::cli::Args) -> anyhow::Result<()> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).context("installing signal handlers")?;
+    let _ = init_logging("info");
+    let cfg = tunnel::cli::load(a).map_err(|e| ConfigError(format!("{e:#}")))?;
+    let mut t = tunnel::Tunnels::start(&cfg)?;
+    tracing::info!("tunnels running: {}", t.functions().join(", "));
+    for tick in 0u64.. {
+        if let Some(sig) = signals.pending().next() {
+            tracing::info!(signal = sig, "stopping");
+            break;
+        }
+        if tick % 5 == 0 {
+            tunnel::cli::write_status(a, &t);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    t.stop();
+    tunnel::cli::write_status(a, &t);
     Ok(())
 }
 

@@ -10,7 +10,11 @@
 //!   streams through a media relay set up by the ng protocol; loss and
 //!   latency against concurrent calls; maximum zero-loss calls).
 //!
-//! Both run on one harness ([`harness`]: run guard, peers, CPU placement,
+//! - [`tunnel`]: `v6gate bench tunnel`, the mobility paper's Teredo relay
+//!   latency (Table I) and zero-loss throughput against Miredo, and the
+//!   SIP-over-IPv6 paper's RTP one-way delay through 6to4 and Teredo.
+//!
+//! All run on one harness ([`harness`]: run guard, peers, CPU placement,
 //! clock and pacing, latency summary, zero-loss search), one set of
 //! testers ([`tester`]: the shared per-packet judgement and the backends
 //! that move packets) and one report module ([`report`]: output
@@ -28,4 +32,5 @@ pub mod report;
 pub mod sys;
 pub mod tester;
 pub mod trgw;
+pub mod tunnel;
 pub mod xlat;

@@ -3,7 +3,7 @@
 //! limit). All optional; `v6gate translate` ignores them.
 
 use core::fmt;
-use core::net::{IpAddr, SocketAddr};
+use core::net::SocketAddr;
 use std::path::PathBuf;
 
 use confval::IoMode;
@@ -41,21 +41,7 @@ pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9164";
 /// Largest number of TUN queues (and workers) accepted.
 pub const MAX_QUEUES: usize = 64;
 
-/// An interface address with its prefix length (host bits may be set),
-/// e.g. `192.0.2.1/24`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct IfAddr {
-    /// The address.
-    pub addr: IpAddr,
-    /// Prefix length (32/128 when written without one).
-    pub len: u8,
-}
-
-impl fmt::Display for IfAddr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.addr, self.len)
-    }
-}
+pub use netsys::IfAddr;
 
 /// `[tun]`: the TUN device `v6gate run` creates.
 #[derive(Debug, Clone, PartialEq, Eq)]

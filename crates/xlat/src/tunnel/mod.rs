@@ -2,8 +2,13 @@
 //!
 //! - [`sixto4`] — RFC 3056 6to4 (IPv6 in IPv4, protocol 41) with the RFC 3964
 //!   decapsulation checks and the RFC 4213 §3.5 outer-header rules.
+//! - [`sixrd`] — RFC 5969 6rd: the 6rd delegated prefix (6to4 is its
+//!   special case `2002::/16`, IPv4MaskLen 0) and the §8 decapsulation
+//!   checks; the encapsulation is 6to4's.
 //! - [`teredo`] — RFC 4380 Teredo (IPv6 in UDP over IPv4): addresses, the
 //!   authentication and origin indicators, bubbles, IPv4+UDP framing.
+//! - [`teredo_msg`] — Teredo qualification (Router Solicitation and
+//!   Advertisement), the Echo of the connectivity test, RFC 6081 trailers.
 //! - [`ip4in6`] — RFC 2473 generic packet tunnelling in IPv6 (4in6 for DSTM
 //!   and DS-Lite, RFC 6333 §5; 6in6 on decapsulation), including the Tunnel
 //!   Encapsulation Limit option and the §7 packet-size rules.
@@ -30,8 +35,10 @@ use crate::DropReason;
 use core::fmt;
 
 pub mod ip4in6;
+pub mod sixrd;
 pub mod sixto4;
 pub mod teredo;
+pub mod teredo_msg;
 
 /// Why a tunnel packet could not be encapsulated or decapsulated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

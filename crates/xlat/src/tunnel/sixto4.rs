@@ -195,16 +195,15 @@ fn is_bogus_v6(a: &Ipv6Addr) -> bool {
     (v >> 32) == 0 || (v >> 32) == 0xffff || (v >> 120) == 0xff
 }
 
-/// Decapsulate a 6to4 packet (RFC 3056 §5, security checks of RFC 3056 §8
-/// and RFC 3964 §5.1). Zero-copy: returns the inner IPv6 packet as a slice
-/// of `outer_v4`.
-///
-/// Checks, in order: a well-formed IPv4 header with a valid checksum;
-/// protocol 41; not a fragment; outer source not forbidden; a well-formed
-/// inner IPv6 packet filling the IPv4 payload exactly; inner source and
-/// destination sane, 6to4 ones embedding allowed IPv4 addresses that match
-/// the outer header as [`DecapPolicy`] says.
-pub fn decap<'a>(outer_v4: &'a [u8], policy: &DecapPolicy) -> Result<Decapped<'a>, TunnelError> {
+/// The checks every IPv6-in-IPv4 (protocol 41) decapsulation shares, 6to4
+/// and 6rd alike: a well-formed IPv4 header with a valid checksum;
+/// protocol 41; not a fragment; outer addresses not forbidden (RFC 3964
+/// §5.1; RFC 1918 sources too when `reject_private`); a well-formed inner
+/// IPv6 packet filling the IPv4 payload exactly, whose source can come out
+/// of a tunnel and whose destination is not unspecified, loopback or
+/// IPv4-mapped (RFC 4291 §2.5). Returns the decapsulated packet and its
+/// checked IPv6 view for the mechanism's address rules.
+pub(crate) fn outer41(outer_v4: &[u8], reject_private: bool) -> Result<(Decapped<'_>, Ipv6Packet<'_>), TunnelError> {
     let o = Ipv4Packet::new(outer_v4)?;
     if !o.checksum_ok() {
         return Err(TunnelError::BadIpv4Checksum);
@@ -216,7 +215,7 @@ pub fn decap<'a>(outer_v4: &'a [u8], policy: &DecapPolicy) -> Result<Decapped<'a
         return Err(TunnelError::Fragmented);
     }
     let (src4, dst4) = (o.src(), o.dst());
-    if is_forbidden_v4(src4, policy.reject_private) {
+    if is_forbidden_v4(src4, reject_private) {
         return Err(TunnelError::Rule("RFC 3964 §5.1: outer IPv4 source is a forbidden address"));
     }
     if is_forbidden_v4(dst4, false) {
@@ -227,10 +226,29 @@ pub fn decap<'a>(outer_v4: &'a [u8], policy: &DecapPolicy) -> Result<Decapped<'a
     if inner.as_bytes().len() != payload.len() {
         return Err(TunnelError::Malformed);
     }
-    let (src6, dst6) = (inner.src(), inner.dst());
-    if is_bogus_v6(&src6) {
+    if is_bogus_v6(&inner.src()) {
         return Err(TunnelError::Rule("RFC 4291 §2.5: inner IPv6 source can never come out of a tunnel"));
     }
+    let dst6 = u128::from(inner.dst());
+    if (dst6 >> 32) == 0 || (dst6 >> 32) == 0xffff {
+        return Err(TunnelError::Rule("RFC 4291 §2.5: inner IPv6 destination is unspecified, loopback or IPv4-mapped"));
+    }
+    Ok((Decapped { outer_src: src4, outer_dst: dst4, outer_tos: o.tos(), inner: payload }, inner))
+}
+
+/// Decapsulate a 6to4 packet (RFC 3056 §5, security checks of RFC 3056 §8
+/// and RFC 3964 §5.1). Zero-copy: returns the inner IPv6 packet as a slice
+/// of `outer_v4`.
+///
+/// Checks, in order: a well-formed IPv4 header with a valid checksum;
+/// protocol 41; not a fragment; outer source not forbidden; a well-formed
+/// inner IPv6 packet filling the IPv4 payload exactly; inner source and
+/// destination sane, 6to4 ones embedding allowed IPv4 addresses that match
+/// the outer header as [`DecapPolicy`] says.
+pub fn decap<'a>(outer_v4: &'a [u8], policy: &DecapPolicy) -> Result<Decapped<'a>, TunnelError> {
+    let (d, inner) = outer41(outer_v4, policy.reject_private)?;
+    let (src4, dst4) = (d.outer_src, d.outer_dst);
+    let (src6, dst6) = (inner.src(), inner.dst());
     match v4_of(&src6) {
         Some(v4) if is_forbidden_v4(v4, policy.reject_private) => {
             return Err(TunnelError::Rule("RFC 3964 §5.1: 6to4 inner source embeds a forbidden IPv4 address"));
@@ -245,9 +263,6 @@ pub fn decap<'a>(outer_v4: &'a [u8], policy: &DecapPolicy) -> Result<Decapped<'a
             return Err(TunnelError::Rule("RFC 3056 §5.2: native inner source accepted only from relays"));
         }
         None => {}
-    }
-    if (u128::from(dst6) >> 32) == 0 || (u128::from(dst6) >> 32) == 0xffff {
-        return Err(TunnelError::Rule("RFC 4291 §2.5: inner IPv6 destination is unspecified, loopback or IPv4-mapped"));
     }
     match v4_of(&dst6) {
         Some(v4) if is_forbidden_v4(v4, policy.reject_private) => {
@@ -264,7 +279,7 @@ pub fn decap<'a>(outer_v4: &'a [u8], policy: &DecapPolicy) -> Result<Decapped<'a
         }
         None => {}
     }
-    Ok(Decapped { outer_src: src4, outer_dst: dst4, outer_tos: o.tos(), inner: payload })
+    Ok(d)
 }
 
 #[cfg(test)]

@@ -15,8 +15,15 @@
 //! - RFC 4380 §5.2.3 (client reception) and §5.4.2 (relay reception): the
 //!   source-address acceptance rule — [`source_matches`], [`from_server`].
 //!
-//! RFC 5991 and RFC 6081 behaviour (random address bits, extensions) is not
-//! implemented beyond carrying the flag bits.
+//! - RFC 6081 §4: trailers after the IPv6 packet are returned, checked, in
+//!   [`TeredoPacket::trailers`] (see [`super::teredo_msg`] for reading
+//!   and writing them); RFC 5991 random flag bits are carried untouched.
+//! - [`is_global_v4`]: the IPv4 addresses a Teredo node may take as a peer's
+//!   mapped address or a server address.
+//!
+//! The qualification messages (Router Solicitation/Advertisement), the
+//! Echo of the connectivity test and the trailers are in
+//! [`super::teredo_msg`].
 //!
 //! Style: [`encap`] writes into `Out` and returns a [`Verdict`];
 //! [`encap_udp_payload`] and [`bubble`] write into a caller `&mut [u8]` and
@@ -151,8 +158,10 @@ pub struct TeredoPacket<'a> {
     pub auth: Option<Auth<'a>>,
     /// The Origin indication, de-obfuscated, if present.
     pub origin: Option<SocketAddrV4>,
-    /// The IPv6 packet (validated: version 6, payload length fills the rest).
+    /// The IPv6 packet (validated: version 6, payload length within the payload).
     pub ipv6: &'a [u8],
+    /// RFC 6081 trailers after the IPv6 packet (checked; empty when none).
+    pub trailers: &'a [u8],
     view: Ipv6Packet<'a>,
 }
 
@@ -181,7 +190,8 @@ fn obfuscated(b: &[u8]) -> SocketAddrV4 {
 ///
 /// Errors: an indicator cut short → `Truncated`; an unknown indicator type,
 /// indicators out of order or repeated, an IPv6 packet that is not version
-/// 6 or does not fill the payload exactly → `Malformed`.
+/// 6 → `Malformed`; bytes after the IPv6 packet that are not well-formed
+/// RFC 6081 trailers → `Malformed` or `Truncated`.
 pub fn parse(udp_payload: &[u8]) -> Result<TeredoPacket<'_>, TunnelError> {
     let mut rest = udp_payload;
     let mut auth = None;
@@ -214,10 +224,11 @@ pub fn parse(udp_payload: &[u8]) -> Result<TeredoPacket<'_>, TunnelError> {
         }
     }
     let view = Ipv6Packet::new(rest)?;
-    if view.as_bytes().len() != rest.len() {
-        return Err(TunnelError::Malformed);
+    let (ipv6, trailers) = rest.split_at(view.as_bytes().len());
+    if !trailers.is_empty() {
+        super::teredo_msg::check_trailers(trailers).map_err(|_| TunnelError::Malformed)?;
     }
-    Ok(TeredoPacket { auth, origin, ipv6: rest, view })
+    Ok(TeredoPacket { auth, origin, ipv6, trailers, view })
 }
 
 /// Write a Teredo UDP payload `[auth] [origin] ipv6` into `buf` (RFC 4380
@@ -379,6 +390,23 @@ pub fn decap(ipv4_packet: &[u8]) -> Result<(SocketAddrV4, SocketAddrV4, TeredoPa
     let src = SocketAddrV4::new(o.src(), u.src_port());
     let dst = SocketAddrV4::new(o.dst(), u.dst_port());
     Ok((src, dst, parse(&udp[UDP_LEN..])?))
+}
+
+/// A global unicast IPv4 address, as Teredo nodes require of mapped and
+/// server addresses (RFC 4380 §5.2.3 and §5.3.1; the ranges are those
+/// Miredo refuses too): not 0/8, 10/8, 127/8, 169.254/16, 172.16/12,
+/// 192.168/16, the 6to4 relay anycast 192.88.99/24, nor 224/3.
+#[inline]
+pub fn is_global_v4(a: Ipv4Addr) -> bool {
+    let v = u32::from(a);
+    !(v >> 24 == 0
+        || v >> 24 == 10
+        || v >> 24 == 127
+        || v >> 16 == 0xa9fe
+        || v >> 20 == 0xac1
+        || v >> 16 == 0xc0a8
+        || v >> 8 == 0xc0_5863
+        || v >> 29 == 0b111)
 }
 
 /// The RFC 4380 §5.2.3 / §5.4.2 acceptance rule for a packet from a Teredo
@@ -547,10 +575,17 @@ mod tests {
         let mut pl = vec![0, 2, 0, 0];
         pl.extend_from_slice(&inner);
         assert_eq!(parse(&pl).unwrap_err(), TunnelError::Malformed);
-        // IPv6 shorter than its payload length, or with trailing bytes.
+        // IPv6 shorter than its payload length, or with trailing bytes that
+        // are no RFC 6081 trailers; well-formed trailers are returned.
         assert_eq!(parse(&inner[..inner.len() - 1]).unwrap_err(), TunnelError::Truncated);
         let mut pl = inner.clone();
         pl.push(0);
+        assert_eq!(parse(&pl).unwrap_err(), TunnelError::Malformed);
+        let mut pl = inner.clone();
+        pl.extend_from_slice(&[1, 4, 9, 9, 9, 9]);
+        let p = parse(&pl).unwrap();
+        assert_eq!((p.ipv6, p.trailers), (&inner[..], &[1, 4, 9, 9, 9, 9][..]));
+        pl.extend_from_slice(&[5, 3, 0, 0, 0]);
         assert_eq!(parse(&pl).unwrap_err(), TunnelError::Malformed);
         // Oversized auth fields cannot be written; short buffers are reported.
         let big = [0u8; 256];
@@ -647,6 +682,27 @@ mod tests {
             encap(&[0u8; 40], sa("1.2.3.4:1"), sa("5.6.7.8:2"), None, &mut out),
             Verdict::Drop(DropReason::Malformed)
         );
+    }
+
+    #[test]
+    fn global_v4() {
+        for a in [
+            "0.1.1.1",
+            "10.0.0.1",
+            "127.0.0.1",
+            "169.254.1.1",
+            "172.16.0.1",
+            "172.31.9.9",
+            "192.168.0.1",
+            "192.88.99.1",
+            "224.0.0.1",
+            "255.255.255.255",
+        ] {
+            assert!(!is_global_v4(a.parse().unwrap()), "{a}");
+        }
+        for a in ["192.0.2.1", "198.51.100.1", "172.32.0.1", "8.8.8.8", "192.88.98.1"] {
+            assert!(is_global_v4(a.parse().unwrap()), "{a}");
+        }
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use super::cvt;
-use crate::config::IfAddr;
+use crate::IfAddr;
 use xlat::addr::IpPrefix;
 
 const NLMSG_ERROR: u16 = 2;
@@ -171,6 +171,8 @@ impl Netlink {
             .bytes(&(index as i32).to_ne_bytes())
             .bytes(&[0; 8])
             .attr(IFLA_AF_SPEC, &af);
+        // Best effort: kernels without IPv6 on the device refuse it, and
+        // the device works without it.
         if let Err(e) = self.call(&mut m) {
             tracing::debug!("cannot switch IPv6 address generation off: {e}");
         }

@@ -8,7 +8,7 @@
 //! a crash both leave nothing behind.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 use super::cvt;
 
@@ -127,6 +127,12 @@ impl TunQueue {
             return Err(io::Error::other(format!("TUN queue poll error (revents {:#x})", p.revents)));
         }
         Ok(r > 0 && p.revents & libc::POLLIN != 0)
+    }
+}
+
+impl AsFd for TunQueue {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
     }
 }
 

@@ -1,0 +1,43 @@
+//! # netsys — TUN devices and route netlink
+//!
+//! The few system interfaces that need `unsafe` and that more than one
+//! crate drives: the TUN device ([`tun`]: multiqueue `/dev/net/tun`
+//! queues) and route netlink ([`netlink`]: link up, addresses, routes).
+//! The daemon (`gate`) and the tunnel runners (`tunnel`) both use them, so
+//! they live here once. Everything is a thin, audited wrapper over one or
+//! two libc calls with checked lengths; every `unsafe` block carries a
+//! SAFETY comment.
+#![deny(clippy::undocumented_unsafe_blocks)]
+#![warn(missing_debug_implementations)]
+
+pub mod netlink;
+pub mod tun;
+
+use core::fmt;
+use std::io;
+use std::net::IpAddr;
+
+/// `Err(last_os_error)` when a libc call returned a negative value.
+pub(crate) fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+/// An interface address with its prefix length (host bits may be set),
+/// e.g. `192.0.2.1/24`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct IfAddr {
+    /// The address.
+    pub addr: IpAddr,
+    /// Prefix length (32/128 when written without one).
+    pub len: u8,
+}
+
+impl fmt::Display for IfAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.len)
+    }
+}

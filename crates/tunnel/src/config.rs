@@ -1,0 +1,560 @@
+//! The `[sixtofour]`, `[sixrd]` and `[teredo]` configuration tables.
+//!
+//! Each is optional; a file may hold any mix (and other tables, which are
+//! ignored here). Keys are kebab-case; durations take the one syntax of
+//! every v6gate timeout (`"4s"`, `"250ms"`, `"2m"`, bare seconds —
+//! [`confval::duration`]); prefixes are [`xlat::addr::IpPrefix`] text.
+//! [`TunnelConfig::parse`] checks everything and names the key at fault.
+
+use core::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
+use std::time::Duration;
+
+use serde::Deserialize;
+use xlat::addr::{IpPrefix, Prefix6};
+use xlat::tunnel::sixrd::SixrdDomain;
+use xlat::tunnel::teredo::PREFIX_HI32;
+use xlat::tunnel::Ipv4Outer;
+
+use crate::proto41::{Kind, Mode, Proto41Config};
+use crate::teredo::client::ClientConfig;
+use crate::teredo::relay::RelayConfig;
+use crate::teredo::server::ServerConfig;
+
+/// A commented example of the three tables, for `v6gate config example`
+/// and docs/tunnels.md.
+pub const EXAMPLE_TOML: &str = r#"# [sixtofour]: RFC 3056 6to4 over IPv4 protocol 41 (raw sockets; no `sit`).
+# "router": this site's 2002:V4ADDR::/48 to other 6to4 sites directly and to
+# native IPv6 through `relay`; "relay": native IPv6 <-> 6to4 sites.
+# RFC 7526 deprecated the anycast relay 192.88.99.1: name a relay you run.
+[sixtofour]
+mode = "router"
+address = "192.0.2.1"           # this node's public IPv4 address
+relay = "203.0.113.1"           # router mode: relay for native IPv6
+# reject-private = true         # RFC 3964: refuse RFC 1918 embedded addresses
+# native-only-from-relay = false  # accept native sources only from `relay`
+# ttl = 64                      # outer TTL (RFC 4213 3.3)
+# tun = "v6gate-6to4"           # the TUN device on the IPv6 side
+# mtu = 1480
+# routes = ["::/0"]             # routed into the device besides 2002::/16
+# addresses = ["2002:c000:201::1/128"]
+
+# [sixrd]: RFC 5969 6rd, the ISP form of 6to4. "ce" (customer edge) or "br"
+# (border relay). The delegated prefix is prefix + the low 32-ipv4-mask-len
+# bits of the CE's IPv4 address.
+# [sixrd]
+# mode = "ce"
+# prefix = "2001:db8::/32"
+# ipv4-mask-len = 8
+# address = "10.100.100.1"
+# br = "10.0.0.1"               # ce mode: the border relay
+# tun = "v6gate-6rd"
+
+# [teredo.*]: RFC 4380 Teredo (with RFC 5991 and RFC 6081), over UDP.
+# [teredo.server]
+# primary = "192.0.2.10"        # UDP 3544 here and on secondary
+# secondary = "192.0.2.11"      # clients assume primary + 1
+# client-rate = 20              # packets/s one client address may cost
+# global-rate = 20000
+# tun = "v6gate-tsrv"           # where Echo Requests of clients go (IPv6 side)
+#
+# [teredo.relay]
+# bind = "0.0.0.0:3544"
+# address = "2001:db8:ffff::1"  # the relay's IPv6 address (bubble source)
+# max-peers = 65536
+# symmetric-nat = true          # RFC 6081: learn mappings of symmetric NATs
+# tun = "v6gate-trly"           # 2001::/32 is routed into it
+#
+# [teredo.client]
+# server = "192.0.2.10"
+# bind = "0.0.0.0:0"
+# refresh = "30s"
+# symmetric-nat = true          # RFC 6081 extensions Miredo lacks
+# hairpinning = true
+# routes = ["::/0"]
+# tun = "v6gate-teredo"
+"#;
+
+/// Every tunnel table of a configuration file.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TunnelConfig {
+    /// `[sixtofour]`.
+    pub sixtofour: Option<Proto41Table>,
+    /// `[sixrd]`.
+    pub sixrd: Option<Proto41Table>,
+    /// `[teredo.server]`.
+    pub teredo_server: Option<TeredoServerTable>,
+    /// `[teredo.relay]`.
+    pub teredo_relay: Option<TeredoRelayTable>,
+    /// `[teredo.client]`.
+    pub teredo_client: Option<TeredoClientTable>,
+}
+
+/// A checked `[sixtofour]` or `[sixrd]` table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Proto41Table {
+    /// The core's configuration.
+    pub core: Proto41Config,
+    /// The TUN device.
+    pub tun: TunTable,
+}
+
+/// The TUN device of one tunnel function.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TunTable {
+    /// Device name.
+    pub name: String,
+    /// MTU.
+    pub mtu: u32,
+    /// Addresses to put on it.
+    pub addresses: Vec<(core::net::IpAddr, u8)>,
+    /// Prefixes routed into it.
+    pub routes: Vec<IpPrefix>,
+}
+
+/// A checked `[teredo.server]` table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TeredoServerTable {
+    /// The core's configuration.
+    pub core: ServerConfig,
+    /// The TUN device (Echo Requests to the IPv6 side).
+    pub tun: TunTable,
+}
+
+/// A checked `[teredo.relay]` table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TeredoRelayTable {
+    /// The core's configuration.
+    pub core: RelayConfig,
+    /// UDP address to bind.
+    pub bind: SocketAddrV4,
+    /// The TUN device (2001::/32 routed into it).
+    pub tun: TunTable,
+}
+
+/// A checked `[teredo.client]` table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TeredoClientTable {
+    /// The core's configuration (its `local` is fixed up with the bound port at start).
+    pub core: ClientConfig,
+    /// UDP address to bind.
+    pub bind: SocketAddrV4,
+    /// The TUN device (the Teredo address goes on it).
+    pub tun: TunTable,
+}
+
+fn d_true() -> bool {
+    true
+}
+
+#[derive(Debug)]
+struct TunToml {
+    tun: Option<String>,
+    mtu: Option<u32>,
+    addresses: Vec<String>,
+    routes: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct SixToFourToml {
+    mode: String,
+    address: Ipv4Addr,
+    relay: Option<Ipv4Addr>,
+    #[serde(default = "d_true")]
+    reject_private: bool,
+    #[serde(default)]
+    native_only_from_relay: bool,
+    ttl: Option<u8>,
+    tun: Option<String>,
+    mtu: Option<u32>,
+    #[serde(default)]
+    addresses: Vec<String>,
+    #[serde(default)]
+    routes: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct SixRdToml {
+    mode: String,
+    prefix: String,
+    ipv4_mask_len: u8,
+    address: Ipv4Addr,
+    br: Option<Ipv4Addr>,
+    #[serde(default)]
+    reject_private: bool,
+    ttl: Option<u8>,
+    tun: Option<String>,
+    mtu: Option<u32>,
+    #[serde(default)]
+    addresses: Vec<String>,
+    #[serde(default)]
+    routes: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct ServerToml {
+    primary: Ipv4Addr,
+    secondary: Option<Ipv4Addr>,
+    mtu: Option<u32>,
+    client_rate: Option<u32>,
+    client_burst: Option<u32>,
+    global_rate: Option<u32>,
+    max_clients: Option<usize>,
+    max_icmpv6_payload: Option<u16>,
+    tun: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RelayToml {
+    bind: Option<SocketAddrV4>,
+    address: Option<Ipv6Addr>,
+    max_peers: Option<usize>,
+    queue_per_peer: Option<usize>,
+    queue_bytes: Option<usize>,
+    #[serde(default)]
+    trust_cone: bool,
+    #[serde(default = "d_true")]
+    symmetric_nat: bool,
+    tun: Option<String>,
+    mtu: Option<u32>,
+    #[serde(default)]
+    addresses: Vec<String>,
+    #[serde(default)]
+    routes: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct ClientToml {
+    server: Ipv4Addr,
+    server2: Option<Ipv4Addr>,
+    bind: Option<SocketAddrV4>,
+    #[serde(default)]
+    probe_cone: bool,
+    #[serde(default, with = "opt_duration")]
+    timeout: Option<Duration>,
+    retries: Option<u8>,
+    #[serde(default, with = "opt_duration")]
+    refresh: Option<Duration>,
+    #[serde(default, with = "opt_duration")]
+    restart_delay: Option<Duration>,
+    #[serde(default = "d_true")]
+    symmetric_nat: bool,
+    #[serde(default = "d_true")]
+    hairpinning: bool,
+    #[serde(default = "d_true")]
+    random_flags: bool,
+    max_peers: Option<usize>,
+    tun: Option<String>,
+    mtu: Option<u32>,
+    #[serde(default)]
+    addresses: Vec<String>,
+    #[serde(default)]
+    routes: Vec<String>,
+}
+
+mod opt_duration {
+    use serde::{Deserialize, Deserializer};
+    use std::time::Duration;
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        #[derive(Deserialize)]
+        struct W(#[serde(deserialize_with = "confval::duration::deserialize")] Duration);
+        Option::<W>::deserialize(d).map(|o| o.map(|w| w.0))
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TeredoToml {
+    server: Option<ServerToml>,
+    relay: Option<RelayToml>,
+    client: Option<ClientToml>,
+}
+
+#[derive(Debug, Deserialize)]
+struct FileToml {
+    sixtofour: Option<SixToFourToml>,
+    sixrd: Option<SixRdToml>,
+    teredo: Option<TeredoToml>,
+}
+
+fn tun_table(
+    t: TunToml,
+    table: &str,
+    default_name: &str,
+    default_mtu: u32,
+    auto: &[IpPrefix],
+) -> Result<TunTable, String> {
+    let name = t.tun.unwrap_or_else(|| default_name.to_string());
+    if name.is_empty() || name.len() > 15 {
+        return Err(format!("[{table}] tun: `{name}` must be 1-15 bytes (a Linux interface name)"));
+    }
+    let mtu = t.mtu.unwrap_or(default_mtu);
+    if !(1280..=65535).contains(&mtu) {
+        return Err(format!("[{table}] mtu: {mtu} is outside 1280..=65535"));
+    }
+    let mut addresses = Vec::new();
+    for a in &t.addresses {
+        let (addr, len) = xlat::addr::parse_addr_len(a)
+            .or_else(|_| a.parse::<core::net::IpAddr>().map(|ip| (ip, if ip.is_ipv4() { 32 } else { 128 })))
+            .map_err(|e| format!("[{table}] addresses: `{a}`: {e}"))?;
+        addresses.push((addr, len));
+    }
+    let mut routes = auto.to_vec();
+    for r in &t.routes {
+        routes.push(r.parse::<IpPrefix>().map_err(|e| format!("[{table}] routes: `{r}`: {e}"))?);
+    }
+    Ok(TunTable { name, mtu, addresses, routes })
+}
+
+fn outer(ttl: Option<u8>, table: &str) -> Result<Ipv4Outer, String> {
+    let ttl = ttl.unwrap_or(64);
+    if ttl == 0 {
+        return Err(format!("[{table}] ttl: must be 1..=255"));
+    }
+    Ok(Ipv4Outer { ttl, ..Ipv4Outer::default() })
+}
+
+fn ms(d: Option<Duration>, default: u64) -> u64 {
+    d.map_or(default, |d| d.as_millis() as u64)
+}
+
+impl TunnelConfig {
+    /// True when no tunnel table is present.
+    pub fn is_empty(&self) -> bool {
+        self.sixtofour.is_none()
+            && self.sixrd.is_none()
+            && self.teredo_server.is_none()
+            && self.teredo_relay.is_none()
+            && self.teredo_client.is_none()
+    }
+
+    /// Parse and check the tunnel tables of a TOML document (other tables
+    /// are ignored). The error names the table and key.
+    pub fn parse(text: &str) -> Result<TunnelConfig, String> {
+        let f: FileToml = toml::from_str(text).map_err(|e| e.to_string().trim().replace('\n', " "))?;
+        let mut c = TunnelConfig::default();
+        if let Some(t) = f.sixtofour {
+            let mode = match t.mode.as_str() {
+                "router" | "site" => Mode::Site,
+                "relay" => Mode::Relay,
+                m => return Err(format!("[sixtofour] mode: `{m}` is not \"router\" or \"relay\"")),
+            };
+            if xlat::tunnel::sixto4::is_forbidden_v4(t.address, t.reject_private) {
+                return Err(format!("[sixtofour] address: {} cannot be a 6to4 end point (RFC 3964 5.1)", t.address));
+            }
+            if mode == Mode::Relay && t.relay.is_some() {
+                return Err("[sixtofour] relay: only a router uses a relay".into());
+            }
+            let domain = SixrdDomain::sixto4();
+            let core = Proto41Config {
+                kind: Kind::SixToFour,
+                mode,
+                domain,
+                local_v4: t.address,
+                relay: t.relay,
+                reject_private: t.reject_private,
+                native_only_from_relay: t.native_only_from_relay,
+                outer: outer(t.ttl, "sixtofour")?,
+            };
+            let tun = tun_table(
+                TunToml { tun: t.tun, mtu: t.mtu, addresses: t.addresses, routes: t.routes },
+                "sixtofour",
+                "v6gate-6to4",
+                1480,
+                &[IpPrefix::V6(domain.prefix())],
+            )?;
+            c.sixtofour = Some(Proto41Table { core, tun });
+        }
+        if let Some(t) = f.sixrd {
+            let mode = match t.mode.as_str() {
+                "ce" | "site" => Mode::Site,
+                "br" | "relay" => Mode::Relay,
+                m => return Err(format!("[sixrd] mode: `{m}` is not \"ce\" or \"br\"")),
+            };
+            let prefix: Prefix6 = t.prefix.parse().map_err(|e| format!("[sixrd] prefix: `{}`: {e}", t.prefix))?;
+            let domain = SixrdDomain::new(prefix, t.ipv4_mask_len, t.address).map_err(|e| format!("[sixrd] {e}"))?;
+            if mode == Mode::Site && t.br.is_none() {
+                return Err("[sixrd] br: a CE needs the border relay's IPv4 address".into());
+            }
+            if let Some(br) = t.br {
+                if mode == Mode::Relay {
+                    return Err("[sixrd] br: set only in ce mode".into());
+                }
+                let _ = br;
+            }
+            let core = Proto41Config {
+                kind: Kind::SixRd,
+                mode,
+                domain,
+                local_v4: t.address,
+                relay: t.br,
+                reject_private: t.reject_private,
+                native_only_from_relay: true,
+                outer: outer(t.ttl, "sixrd")?,
+            };
+            let tun = tun_table(
+                TunToml { tun: t.tun, mtu: t.mtu, addresses: t.addresses, routes: t.routes },
+                "sixrd",
+                "v6gate-6rd",
+                1480,
+                &[IpPrefix::V6(prefix)],
+            )?;
+            c.sixrd = Some(Proto41Table { core, tun });
+        }
+        if let Some(t) = f.teredo {
+            if let Some(s) = t.server {
+                let secondary = s.secondary.unwrap_or(Ipv4Addr::from(u32::from(s.primary).wrapping_add(1)));
+                for (k, a) in [("primary", s.primary), ("secondary", secondary)] {
+                    if !xlat::tunnel::teredo::is_global_v4(a) {
+                        return Err(format!(
+                            "[teredo.server] {k}: {a} is not a global IPv4 address (clients refuse it)"
+                        ));
+                    }
+                }
+                if secondary == s.primary {
+                    return Err("[teredo.server] secondary: must differ from primary (the NAT tests need two)".into());
+                }
+                let mut core = ServerConfig::new(s.primary, secondary);
+                core.mtu = s.mtu.unwrap_or(core.mtu);
+                if !(1280..=65535).contains(&core.mtu) {
+                    return Err(format!("[teredo.server] mtu: {} is outside 1280..=65535", core.mtu));
+                }
+                core.client_rate = s.client_rate.unwrap_or(core.client_rate);
+                core.client_burst = s.client_burst.unwrap_or(core.client_burst.max(core.client_rate));
+                core.global_rate = s.global_rate.unwrap_or(core.global_rate);
+                core.max_clients = s.max_clients.unwrap_or(core.max_clients).max(1);
+                core.max_icmpv6_payload = s.max_icmpv6_payload.unwrap_or(core.max_icmpv6_payload);
+                let tun = tun_table(
+                    TunToml { tun: s.tun, mtu: None, addresses: vec![], routes: vec![] },
+                    "teredo.server",
+                    "v6gate-tsrv",
+                    1500,
+                    &[],
+                )?;
+                c.teredo_server = Some(TeredoServerTable { core, tun });
+            }
+            if let Some(r) = t.relay {
+                let address = r.address.unwrap_or(Ipv6Addr::new(0xfe80, 0, 0, 0, 0x8000, 0xffff, 0xffff, 0xfffd));
+                let mut core = RelayConfig::new(address);
+                core.max_peers = r.max_peers.unwrap_or(core.max_peers).max(1);
+                core.queue_per_peer = r.queue_per_peer.unwrap_or(core.queue_per_peer);
+                core.queue_bytes = r.queue_bytes.unwrap_or(core.queue_bytes);
+                core.trust_cone = r.trust_cone;
+                core.symmetric_nat = r.symmetric_nat;
+                let teredo =
+                    IpPrefix::V6(Prefix6::new(Ipv6Addr::from(u128::from(PREFIX_HI32) << 96), 32).expect("2001::/32"));
+                let mut tun = tun_table(
+                    TunToml { tun: r.tun, mtu: r.mtu, addresses: r.addresses, routes: r.routes },
+                    "teredo.relay",
+                    "v6gate-trly",
+                    1500,
+                    &[teredo],
+                )?;
+                if r.address.is_some() && !tun.addresses.iter().any(|(a, _)| *a == core::net::IpAddr::V6(address)) {
+                    tun.addresses.push((core::net::IpAddr::V6(address), 128));
+                }
+                let bind = r.bind.unwrap_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 3544));
+                c.teredo_relay = Some(TeredoRelayTable { core, bind, tun });
+            }
+            if let Some(cl) = t.client {
+                let bind = cl.bind.unwrap_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
+                let mut core = ClientConfig::new(cl.server, bind);
+                core.server2 = cl.server2.unwrap_or(core.server2);
+                core.probe_cone = cl.probe_cone;
+                core.timeout = ms(cl.timeout, core.timeout).max(100);
+                core.retries = cl.retries.unwrap_or(core.retries).max(1);
+                core.refresh = ms(cl.refresh, core.refresh).max(1000);
+                core.restart_delay = ms(cl.restart_delay, core.restart_delay).max(1000);
+                core.symmetric_nat = cl.symmetric_nat;
+                core.hairpinning = cl.hairpinning;
+                core.random_flags = cl.random_flags;
+                core.max_peers = cl.max_peers.unwrap_or(core.max_peers).max(1);
+                let tun = tun_table(
+                    TunToml { tun: cl.tun, mtu: cl.mtu, addresses: cl.addresses, routes: cl.routes },
+                    "teredo.client",
+                    "v6gate-teredo",
+                    1280,
+                    &[],
+                )?;
+                c.teredo_client = Some(TeredoClientTable { core, bind, tun });
+            }
+        }
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_example_parses() {
+        let c = TunnelConfig::parse(EXAMPLE_TOML).unwrap();
+        let s = c.sixtofour.unwrap();
+        assert_eq!((s.core.mode, s.core.relay), (Mode::Site, Some(Ipv4Addr::new(203, 0, 113, 1))));
+        assert_eq!(s.tun.routes, vec!["2002::/16".parse().unwrap()]);
+        assert!(c.sixrd.is_none() && c.teredo_client.is_none());
+    }
+
+    #[test]
+    fn every_table() {
+        let c = TunnelConfig::parse(
+            r#"
+            [sixrd]
+            mode = "ce"
+            prefix = "2001:db8::/32"
+            ipv4-mask-len = 8
+            address = "10.100.100.1"
+            br = "10.0.0.1"
+            routes = ["::/0"]
+            [teredo.server]
+            primary = "192.0.2.10"
+            client-rate = 5
+            [teredo.relay]
+            address = "2001:db8:ffff::1"
+            bind = "192.0.2.20:3544"
+            [teredo.client]
+            server = "192.0.2.10"
+            refresh = "10s"
+            timeout = "500ms"
+            routes = ["::/0"]
+            "#,
+        )
+        .unwrap();
+        let r = c.sixrd.unwrap();
+        assert_eq!(r.core.site_prefix().unwrap().to_string(), "2001:db8:6464:100::/56");
+        assert_eq!(r.tun.routes.len(), 2);
+        let s = c.teredo_server.unwrap();
+        assert_eq!((s.core.secondary, s.core.client_rate), (Ipv4Addr::new(192, 0, 2, 11), 5));
+        let rl = c.teredo_relay.unwrap();
+        assert_eq!(rl.tun.routes, vec!["2001::/32".parse().unwrap()]);
+        assert_eq!(rl.tun.addresses, vec![("2001:db8:ffff::1".parse().unwrap(), 128)]);
+        let cl = c.teredo_client.unwrap();
+        assert_eq!((cl.core.refresh, cl.core.timeout, cl.core.server2), (10_000, 500, Ipv4Addr::new(192, 0, 2, 11)));
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        for (text, want) in [
+            ("[sixtofour]\nmode = \"bridge\"\naddress = \"192.0.2.1\"", "[sixtofour] mode"),
+            ("[sixtofour]\nmode = \"router\"\naddress = \"10.0.0.1\"", "[sixtofour] address"),
+            ("[sixtofour]\nmode = \"relay\"\naddress = \"192.0.2.1\"\nrelay = \"192.0.2.2\"", "[sixtofour] relay"),
+            ("[sixtofour]\nmode = \"router\"\naddress = \"192.0.2.1\"\nbogus = 1", "bogus"),
+            ("[sixrd]\nmode = \"ce\"\nprefix = \"2001:db8::/48\"\nipv4-mask-len = 8\naddress = \"10.0.0.1\"\nbr = \"10.0.0.2\"", "/72"),
+            ("[sixrd]\nmode = \"ce\"\nprefix = \"2001:db8::/32\"\nipv4-mask-len = 8\naddress = \"10.0.0.1\"", "[sixrd] br"),
+            ("[teredo.server]\nprimary = \"10.0.0.1\"", "[teredo.server] primary"),
+            ("[teredo.client]\nserver = \"192.0.2.1\"\nrefresh = \"soon\"", "refresh"),
+            ("[teredo.client]\nserver = \"192.0.2.1\"\ntun = \"a-name-that-is-too-long\"", "[teredo.client] tun"),
+            ("[teredo.relay]\nroutes = [\"nope\"]", "[teredo.relay] routes"),
+        ] {
+            let e = TunnelConfig::parse(text).unwrap_err();
+            assert!(e.contains(want), "{text}: {e}");
+        }
+        assert!(TunnelConfig::parse("[siit]\npool6 = \"64:ff9b::/96\"").unwrap().is_empty());
+    }
+}

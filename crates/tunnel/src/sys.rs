@@ -1,0 +1,160 @@
+//! The tunnels' system interfaces: the protocol-41 raw socket, the Teredo
+//! UDP sockets, the TUN device on the IPv6 side (from `netsys`, shared
+//! with the daemon) and waiting on several of them at once.
+//!
+//! No `unsafe` here: socket2 and nix wrap the system calls, and the TUN
+//! device and netlink code (which need it) live in `netsys`.
+
+use core::net::{IpAddr, Ipv4Addr, SocketAddrV4};
+use std::io::{self, Read as _};
+use std::net::UdpSocket;
+use std::os::fd::AsFd;
+
+use anyhow::{Context as _, Result};
+use netsys::netlink::Netlink;
+use netsys::tun::{self, TunQueue};
+use netsys::IfAddr;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+
+use crate::config::TunTable;
+
+/// A raw IPv4 socket for protocol 41 that sends complete IPv4 packets
+/// (IP_HDRINCL) and receives them with their IPv4 header.
+#[derive(Debug)]
+pub struct Raw41(Socket);
+
+impl Raw41 {
+    /// Open it, bound to `local` so that it receives only what is for us.
+    pub fn open(local: Ipv4Addr) -> Result<Raw41> {
+        let s = Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::from(41)))
+            .context("opening a raw IPv4 socket for protocol 41 (needs CAP_NET_RAW)")?;
+        s.set_header_included_v4(true).context("IP_HDRINCL")?;
+        s.set_nonblocking(true)?;
+        s.bind(&SockAddr::from(SocketAddrV4::new(local, 0)))
+            .with_context(|| format!("binding the protocol-41 socket to {local} (is it a local address?)"))?;
+        let _ = s.set_recv_buffer_size(4 << 20);
+        Ok(Raw41(s))
+    }
+
+    /// Read one packet; `Ok(None)` when there is none.
+    pub fn recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        match (&self.0).read(buf) {
+            Ok(n) => Ok(Some(n)),
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Send a complete IPv4 packet to `dst`.
+    pub fn send(&self, pkt: &[u8], dst: Ipv4Addr) -> io::Result<()> {
+        self.0.send_to(pkt, &SockAddr::from(SocketAddrV4::new(dst, 0))).map(|_| ())
+    }
+}
+
+impl AsFd for Raw41 {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
+
+/// A non-blocking UDP socket bound to `addr` (port 0: any).
+pub fn udp(addr: SocketAddrV4) -> Result<UdpSocket> {
+    let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
+    let _ = s.set_reuse_address(true);
+    s.bind(&SockAddr::from(addr)).with_context(|| format!("binding UDP {addr}"))?;
+    s.set_nonblocking(true)?;
+    let _ = s.set_recv_buffer_size(4 << 20);
+    let _ = s.set_send_buffer_size(4 << 20);
+    Ok(s.into())
+}
+
+/// Read one datagram; `Ok(None)` when there is none. ICMP errors the
+/// kernel reports on the socket (a peer's port unreachable) are skipped.
+pub fn udp_recv(s: &UdpSocket, buf: &mut [u8]) -> io::Result<Option<(usize, SocketAddrV4)>> {
+    loop {
+        return match s.recv_from(buf) {
+            Ok((n, core::net::SocketAddr::V4(a))) => Ok(Some((n, a))),
+            Ok(_) => continue,
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => Ok(None),
+            Err(e)
+                if e.raw_os_error().is_some_and(|c| {
+                    c == nix::libc::ECONNREFUSED || c == nix::libc::EHOSTUNREACH || c == nix::libc::ENETUNREACH
+                }) =>
+            {
+                continue
+            }
+            Err(e) => Err(e),
+        };
+    }
+}
+
+/// The local address the kernel would use towards `dst` (for a socket bound to 0.0.0.0).
+pub fn source_towards(dst: Ipv4Addr) -> Option<Ipv4Addr> {
+    let s = UdpSocket::bind("0.0.0.0:0").ok()?;
+    s.connect(SocketAddrV4::new(dst, 3544)).ok()?;
+    match s.local_addr().ok()?.ip() {
+        IpAddr::V4(a) if !a.is_unspecified() => Some(a),
+        _ => None,
+    }
+}
+
+/// The TUN device of one tunnel function: created, up, with its addresses and routes.
+#[derive(Debug)]
+pub struct Device {
+    /// The queue.
+    pub queue: TunQueue,
+    /// Interface index.
+    pub index: u32,
+    /// Name.
+    pub name: String,
+}
+
+impl Device {
+    /// Create `t.name`, bring it up with `t.mtu`, add `t.addresses` and `t.routes`.
+    pub fn open(t: &TunTable) -> Result<Device> {
+        let mut q = tun::open_queues(&t.name, 1, true).with_context(|| format!("creating TUN device {}", t.name))?;
+        let queue = q.pop().context("no TUN queue")?;
+        let index = tun::if_index(&t.name).with_context(|| format!("TUN device {} vanished", t.name))?;
+        let mut nl = Netlink::open().context("opening route netlink")?;
+        nl.link_up(index, t.mtu, 1000).with_context(|| format!("bringing {} up", t.name))?;
+        for &(addr, len) in &t.addresses {
+            nl.add_address(index, IfAddr { addr, len })
+                .with_context(|| format!("adding {addr}/{len} to {}", t.name))?;
+        }
+        for r in &t.routes {
+            nl.add_route(index, *r).with_context(|| format!("routing {r} into {}", t.name))?;
+        }
+        Ok(Device { queue, index, name: t.name.clone() })
+    }
+
+    /// Replace the address `old` (if any) with `new` (Teredo client).
+    pub fn set_address(&self, old: Option<IfAddr>, new: Option<IfAddr>) -> Result<()> {
+        let mut nl = Netlink::open()?;
+        if let Some(o) = old {
+            let _ = nl.del_address(self.index, o);
+        }
+        if let Some(n) = new {
+            nl.add_address(self.index, n).with_context(|| format!("adding {n} to {}", self.name))?;
+        }
+        Ok(())
+    }
+}
+
+/// Wait until one of `fds` is readable or `timeout_ms` passes; returns
+/// which are readable.
+pub fn wait(fds: &[&dyn AsFd], timeout_ms: u16, ready: &mut [bool]) -> io::Result<()> {
+    let mut p: Vec<PollFd<'_>> = fds.iter().map(|f| PollFd::new(f.as_fd(), PollFlags::POLLIN)).collect();
+    ready.iter_mut().for_each(|r| *r = false);
+    match poll(&mut p, PollTimeout::from(timeout_ms)) {
+        Ok(_) => {}
+        Err(nix::errno::Errno::EINTR) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    }
+    for (i, pf) in p.iter().enumerate() {
+        if let (Some(r), Some(ev)) = (ready.get_mut(i), pf.revents()) {
+            *r = ev.intersects(PollFlags::POLLIN | PollFlags::POLLERR | PollFlags::POLLHUP);
+        }
+    }
+    Ok(())
+}
