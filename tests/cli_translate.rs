@@ -231,15 +231,31 @@ fn bad_config_names_the_key() {
         assert!(o.stdout.is_empty());
     }
     let absent = dir.join("absent.toml");
-    for cmd in [&["translate", "--config"][..], &["config", "check", "--config"], &["run", "--config"]] {
+    for cmd in [
+        &["translate", "--config"][..],
+        &["config", "check", "--config"],
+        &["run", "--config"],
+        &["trgw", "--config"],
+        &["tunnel", "--config"],
+    ] {
         let mut args = cmd.to_vec();
         args.push(absent.to_str().unwrap());
         let o = run(&args, "");
         assert_eq!(o.status.code(), Some(78), "{args:?}: an unreadable configuration is EX_CONFIG");
         assert!(text(&o.stderr).contains("absent.toml"));
     }
-    // Other errors keep status 1.
+    // `v6gate tunnel` (read before it needs root): a file without a tunnel
+    // table, or with an unknown key in one, is EX_CONFIG too.
     let good = write_config(&dir, GOOD);
+    let unknown = dir.join("tunnel_unknown.toml");
+    std::fs::write(&unknown, "[sixtofour]\nbogus-key = 1\n").unwrap();
+    for (cfg, says) in [(&good, "no [sixtofour]"), (&unknown, "bogus-key")] {
+        let o = run(&["tunnel", "--config", cfg.to_str().unwrap()], "");
+        assert_eq!(o.status.code(), Some(78), "tunnel with {}", cfg.display());
+        let err = text(&o.stderr);
+        assert!(err.starts_with("v6gate: config error in ") && err.contains(says), "{err}");
+    }
+    // Other errors keep status 1.
     let o = run(&["translate", "--config", good.to_str().unwrap(), "--pcap-in", "in.pcap"], "");
     assert_eq!(o.status.code(), Some(1));
 }
