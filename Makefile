@@ -22,6 +22,8 @@ demo: deps build
 test: deps
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --quiet
+	$(CARGO) deny --log-level error check licenses bans sources
 	$(CARGO) test --workspace --no-fail-fast
 	@scripts/fuzz-smoke.sh
 
@@ -49,3 +51,16 @@ bench-xlat: build
 
 bench-xlat-quick: build
 	$${CARGO_TARGET_DIR:-target}/release/v6gate bench xlat --quick --out bench-results/xlat-quick
+
+# Dependency licences, bans and sources as in `make test`, plus the RustSec
+# advisories and yanked crates: needs the advisory database from GitHub, so
+# it is not part of `make test` (CI reaches only the package registries).
+.PHONY: audit
+audit: deps
+	$(CARGO) deny check
+
+# The Debian package: target/debian/v6gate_VERSION_ARCH.deb (binary,
+# systemd unit, /etc/v6gate/v6gate.toml, man pages, completions).
+.PHONY: deb
+deb:
+	@scripts/package.sh

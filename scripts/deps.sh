@@ -78,11 +78,25 @@ else
     log "no rustup: make sure rustfmt and clippy are installed"
 fi
 
-# --- cargo-fuzz (fuzz targets under fuzz/, run by scripts/fuzz-smoke.sh) ---
+# --- cargo tools, pinned (cargo install --locked: the same build everywhere)
+# cargo-fuzz: the fuzz targets under fuzz/, run by scripts/fuzz-smoke.sh.
+# cargo-deny: dependency licences, bans, sources (`make test`; deny.toml).
+# Debian packages neither; each is compiled once (a few minutes on two
+# cores), and skipped afterwards when that version is on PATH.
+CARGO_FUZZ_VERSION=0.13.2
+CARGO_DENY_VERSION=0.20.2
+cargo_tool() { # cargo_tool SUBCOMMAND CRATE VERSION WHAT-FAILS-WITHOUT
+    local have
+    have=$(cargo "$1" --version 2>/dev/null || true)
+    [ "$have" = "$2 $3" ] && return 0
+    log "installing $2 $3 (cargo install --locked, takes a few minutes)"
+    cargo install "$2" --version "=$3" --locked --quiet --force >/dev/null 2>&1 ||
+        log "WARNING: $2 could not be installed; $4"
+}
 if ! command -v cargo >/dev/null 2>&1; then
     log "no cargo on PATH: install Rust (rustup) first"
-elif ! cargo fuzz --version >/dev/null 2>&1; then
-    log "installing cargo-fuzz (cargo install, takes a few minutes)"
-    cargo install cargo-fuzz --locked --quiet || log "WARNING: cargo-fuzz could not be installed; fuzzing will be skipped"
+else
+    cargo_tool fuzz cargo-fuzz "$CARGO_FUZZ_VERSION" "fuzzing will be skipped"
+    cargo_tool deny cargo-deny "$CARGO_DENY_VERSION" "make test will fail at its check"
 fi
 exit 0

@@ -4,12 +4,17 @@
 //! `RUST_LOG`) and catch signals; the work is in the `gate`, `trgw` and
 //! `xlat` crates.
 
+// The doc comments of the argument types below are `--help` text: `[siit]`
+// names a TOML table and `<reason>` a placeholder, not rustdoc links or HTML.
+#![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
+#![forbid(unsafe_code)]
+
 use std::io::{self, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context as _};
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory as _, Parser, Subcommand};
 use gate::config::Config;
 use gate::offline;
 
@@ -70,6 +75,21 @@ enum Cmd {
     Tunnel(tunnel::cli::Args),
     /// Network-namespace testbed: IPv6-only host, gateway, IPv4-only host.
     Lab(lab::cli::LabArgs),
+    /// Print the shell completion script for SHELL on stdout.
+    ///
+    /// E.g. `v6gate completions bash > /etc/bash_completion.d/v6gate`. The
+    /// Debian package installs those of bash, zsh and fish.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages into DIR: v6gate.1 and one per subcommand
+    /// (v6gate-run.1, v6gate-config-check.1, ...).
+    Manpages {
+        /// Directory to write them to (created if missing).
+        #[arg(long, value_name = "DIR")]
+        dir: PathBuf,
+    },
     /// Benchmarks in network namespaces (needs root), with peers side by
     /// side; results as JSON, Markdown and SVG.
     #[command(subcommand)]
@@ -117,10 +137,11 @@ enum ConfigCmd {
     /// Print a complete, commented example configuration.
     Example,
     /// Check a configuration file: prints "ok" (and on stderr a warning for
-    /// each deprecated spelling it uses), or the error and exits 1.
+    /// each deprecated spelling it uses), or the error on stderr and exits
+    /// with 78 (EX_CONFIG), as every command does with a bad configuration.
     Check {
         /// Configuration file (TOML).
-        #[arg(short, long, value_name = "FILE")]
+        #[arg(short, long, value_name = "FILE", default_value = gate::config::DEFAULT_PATH)]
         config: PathBuf,
     },
 }
@@ -154,13 +175,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Ctl(a) => gate::daemon::ctl::run(&a)?,
         Cmd::Trgw(a) => run_trgw(&a)?,
         Cmd::Tunnel(a) => run_tunnel(&a)?,
-        Cmd::Config(ConfigCmd::Example) => {
-            let mut out = io::stdout().lock();
-            match out.write_all(gate::config::example().as_bytes()).and_then(|()| out.flush()) {
-                Err(e) if e.kind() != io::ErrorKind::BrokenPipe => return Err(e.into()),
-                _ => {}
-            }
-        }
+        Cmd::Config(ConfigCmd::Example) => print(gate::config::example().as_bytes())?,
         Cmd::Lab(a) => return lab::cli::run(&a),
         Cmd::Bench(BenchCmd::Xlat(a)) => {
             bench::xlat::run(&a)?;
@@ -171,37 +186,58 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Bench(BenchCmd::Tunnel(a)) => {
             bench::tunnel::run(&a)?;
         }
-        Cmd::Config(ConfigCmd::Check { config }) => match Config::load(&config) {
-            Ok(c) => {
-                for w in c.warnings() {
-                    eprintln!("v6gate: {w}");
-                }
-                for w in gate::validate::warnings(&c) {
-                    eprintln!("v6gate: config warning in {}: {w}", config.display());
-                }
-                println!("ok");
+        Cmd::Config(ConfigCmd::Check { config }) => {
+            let c = Config::load(&config)?;
+            for w in c.warnings() {
+                eprintln!("v6gate: {w}");
             }
-            Err(e) => {
-                eprintln!("{e}");
-                return Ok(ExitCode::FAILURE);
+            for w in gate::validate::warnings(&c) {
+                eprintln!("v6gate: config warning in {}: {w}", config.display());
             }
-        },
+            println!("ok");
+        }
+        Cmd::Completions { shell } => {
+            // Into memory first: the generator panics when a write fails.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "v6gate", &mut script);
+            print(&script)?;
+        }
+        Cmd::Manpages { dir } => {
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            clap_mangen::generate_to(Cli::command(), &dir)
+                .with_context(|| format!("writing the man pages into {}", dir.display()))?;
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// Installs the one logger of the process: tracing to stderr, filtered by
-/// `RUST_LOG` when set, else by `level` (changed later by the returned
-/// function, e.g. on reload). Records of the `log` crate are forwarded.
+/// Installs the one logger of the process: tracing, filtered by `RUST_LOG`
+/// when set, else by `level` (changed later by the returned function, on
+/// start and reload, to `[daemon] log-level`). It writes to the systemd
+/// journal (native protocol: priority, fields, `SYSLOG_IDENTIFIER=v6gate`)
+/// when stderr is the journal stream systemd connected, else to stderr.
+/// Records of the `log` crate (dependencies that use it) are forwarded.
 fn init_logging(level: &str) -> Box<dyn Fn(&str) + Send + Sync> {
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::{fmt, reload, EnvFilter, Registry};
     let from_env = std::env::var("RUST_LOG").ok().filter(|v| !v.trim().is_empty());
     let filter = EnvFilter::try_new(from_env.as_deref().unwrap_or(level)).unwrap_or_else(|_| EnvFilter::new("info"));
     let (filter, handle) = reload::Layer::<EnvFilter, Registry>::new(filter);
-    let subscriber = tracing_subscriber::registry()
-        .with(filter)
-        .with(fmt::layer().with_writer(io::stderr).with_ansi(std::io::IsTerminal::is_terminal(&io::stderr())));
+    // Syslog's levels: info is Informational (6), debug Debug (7); the
+    // crate's default moves each one up (info as Notice).
+    let journald = stderr_is_journal().then(tracing_journald::layer).and_then(Result::ok).map(|l| {
+        use tracing_journald::{Priority, PriorityMappings};
+        l.with_priority_mappings(PriorityMappings {
+            info: Priority::Informational,
+            debug: Priority::Debug,
+            trace: Priority::Debug,
+            ..PriorityMappings::new()
+        })
+    });
+    let stderr = journald
+        .is_none()
+        .then(|| fmt::layer().with_writer(io::stderr).with_ansi(std::io::IsTerminal::is_terminal(&io::stderr())));
+    let subscriber = tracing_subscriber::registry().with(filter).with(journald).with(stderr);
     if tracing::subscriber::set_global_default(subscriber).is_ok() {
         // Every `log` record goes to tracing, which filters it.
         let _ = tracing_log::LogTracer::builder().with_max_level(log::LevelFilter::Trace).init();
@@ -213,6 +249,19 @@ fn init_logging(level: &str) -> Box<dyn Fn(&str) + Send + Sync> {
             }
         }
     })
+}
+
+/// Whether stderr is the journal stream systemd connected: `JOURNAL_STREAM`
+/// holds its `device:inode` (systemd.exec(5)), checked against stderr
+/// itself so a child whose stderr was redirected logs to stderr.
+fn stderr_is_journal() -> bool {
+    use std::os::fd::AsFd as _;
+    use std::os::unix::fs::MetadataExt as _;
+    let Some(v) = std::env::var("JOURNAL_STREAM").ok() else { return false };
+    let Some((dev, ino)) = v.split_once(':') else { return false };
+    let (Ok(dev), Ok(ino)) = (dev.parse::<u64>(), ino.parse::<u64>()) else { return false };
+    let Ok(fd) = io::stderr().as_fd().try_clone_to_owned() else { return false };
+    std::fs::File::from(fd).metadata().is_ok_and(|m| m.dev() == dev && m.ino() == ino)
 }
 
 /// SIGHUP, SIGINT and SIGTERM, caught from now on (so one arriving while
@@ -240,7 +289,7 @@ fn run_trgw(a: &trgw::cli::Args) -> anyhow::Result<()> {
     use signal_hook::consts::{SIGINT, SIGTERM};
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).context("installing signal handlers")?;
     let _ = init_logging("info");
-    let cfg = trgw::cli::load(a)?;
+    let cfg = trgw::cli::load(a).map_err(|e| ConfigError(format!("{e:#}")))?;
     match gate::limits::raise(gate::limits::trgw_needed(&cfg)) {
         Ok(r) => {
             if let Some(w) = r.warning() {
@@ -265,7 +314,7 @@ fn run_tunnel(a: &tunnel::cli::Args) -> anyhow::Result<()> {
     use signal_hook::consts::{SIGINT, SIGTERM};
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).context("installing signal handlers")?;
     let _ = init_logging("info");
-    let cfg = tunnel::cli::load(a)?;
+    let cfg = tunnel::cli::load(a).map_err(|e| ConfigError(format!("{e:#}")))?;
     let mut t = tunnel::Tunnels::start(&cfg)?;
     tracing::info!("tunnels running: {}", t.functions().join(", "));
     for tick in 0u64.. {
@@ -283,6 +332,39 @@ fn run_tunnel(a: &tunnel::cli::Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Writes `bytes` to stdout; a reader that went away (`| head`) is not an
+/// error.
+fn print(bytes: &[u8]) -> io::Result<()> {
+    let mut out = io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != io::ErrorKind::BrokenPipe => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// Exit status of a command whose configuration is wrong or unreadable:
+/// sysexits.h's EX_CONFIG, which the systemd unit does not restart on
+/// (`RestartPreventExitStatus=78`).
+const EX_CONFIG: u8 = 78;
+
+/// A configuration error from a crate without `gate::config::Error` (the
+/// `[trgw]` table read alone by `v6gate trgw`).
+#[derive(Debug)]
+struct ConfigError(String);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Whether `e` is (or was caused by) a configuration error.
+fn is_config_error(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.is::<gate::config::Error>() || c.is::<ConfigError>())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
@@ -295,7 +377,11 @@ fn main() -> ExitCode {
             } else {
                 eprintln!("v6gate: error: {msg}");
             }
-            ExitCode::FAILURE
+            if is_config_error(&e) {
+                ExitCode::from(EX_CONFIG)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }

@@ -215,7 +215,7 @@ fn bad_config_names_the_key() {
         let cfg = dir.join(format!("bad{i}.toml"));
         std::fs::write(&cfg, cfg_text).unwrap();
         let o = run(&["translate", "--config", cfg.to_str().unwrap()], &format!("{V4_UDP}\n"));
-        assert!(!o.status.success(), "{cfg_text}");
+        assert_eq!(o.status.code(), Some(78), "EX_CONFIG: {cfg_text}");
         assert!(o.stdout.is_empty(), "no output on a bad config");
         let err = text(&o.stderr);
         assert!(err.contains(key) && err.contains(pos), "{cfg_text} -> {err}");
@@ -223,13 +223,41 @@ fn bad_config_names_the_key() {
         assert_eq!(err.trim_end().lines().count(), 1, "one-line error: {err}");
         assert!(!err.contains("panicked"), "{err}");
 
+        // `config check` says it exactly as every other command does.
         let o = run(&["config", "check", "--config", cfg.to_str().unwrap()], "");
-        assert_eq!(o.status.code(), Some(1));
-        assert!(text(&o.stderr).contains(key));
+        assert_eq!(o.status.code(), Some(78));
+        assert_eq!(text(&o.stderr), err, "config check prints the error like translate");
+        assert!(err.starts_with("v6gate: config error in "), "{err}");
+        assert!(o.stdout.is_empty());
     }
-    let o = run(&["translate", "--config", dir.join("absent.toml").to_str().unwrap()], "");
-    assert!(!o.status.success());
-    assert!(text(&o.stderr).contains("absent.toml"));
+    let absent = dir.join("absent.toml");
+    for cmd in [
+        &["translate", "--config"][..],
+        &["config", "check", "--config"],
+        &["run", "--config"],
+        &["trgw", "--config"],
+        &["tunnel", "--config"],
+    ] {
+        let mut args = cmd.to_vec();
+        args.push(absent.to_str().unwrap());
+        let o = run(&args, "");
+        assert_eq!(o.status.code(), Some(78), "{args:?}: an unreadable configuration is EX_CONFIG");
+        assert!(text(&o.stderr).contains("absent.toml"));
+    }
+    // `v6gate tunnel` (read before it needs root): a file without a tunnel
+    // table, or with an unknown key in one, is EX_CONFIG too.
+    let good = write_config(&dir, GOOD);
+    let unknown = dir.join("tunnel_unknown.toml");
+    std::fs::write(&unknown, "[sixtofour]\nbogus-key = 1\n").unwrap();
+    for (cfg, says) in [(&good, "no [sixtofour]"), (&unknown, "bogus-key")] {
+        let o = run(&["tunnel", "--config", cfg.to_str().unwrap()], "");
+        assert_eq!(o.status.code(), Some(78), "tunnel with {}", cfg.display());
+        let err = text(&o.stderr);
+        assert!(err.starts_with("v6gate: config error in ") && err.contains(says), "{err}");
+    }
+    // Other errors keep status 1.
+    let o = run(&["translate", "--config", good.to_str().unwrap(), "--pcap-in", "in.pcap"], "");
+    assert_eq!(o.status.code(), Some(1));
 }
 
 #[test]
@@ -246,6 +274,34 @@ fn config_check_and_example() {
     assert_eq!(ex, gate::config::example());
     for k in gate::config::SIIT_KEYS {
         assert!(ex.contains(&format!("{k} =")), "example lacks {k}");
+    }
+}
+
+#[test]
+fn completions_and_man_pages_from_the_cli() {
+    let o = run(&["completions", "bash"], "");
+    assert!(o.status.success());
+    let bash = text(&o.stdout);
+    assert!(bash.contains("_v6gate()") && bash.contains("complete "), "a bash completion function");
+    for sub in ["translate", "run", "ctl", "config", "trgw", "lab", "bench", "completions", "manpages"] {
+        assert!(bash.contains(sub), "bash completion lacks {sub}");
+    }
+    let o = run(&["completions", "zsh"], "");
+    assert!(text(&o.stdout).starts_with("#compdef v6gate"));
+    let o = run(&["completions", "fish"], "");
+    assert!(text(&o.stdout).contains("complete -c v6gate"));
+    assert!(!run(&["completions", "tcsh"], "").status.success(), "unknown shell refused");
+
+    let dir = scratch("manpages").join("man1");
+    let o = run(&["manpages", "--dir", dir.to_str().unwrap()], "");
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let top = std::fs::read_to_string(dir.join("v6gate.1")).expect("v6gate.1");
+    assert!(top.starts_with(".ie") || top.contains(".TH v6gate 1"), "a roff page: {}", &top[..top.len().min(200)]);
+    let page = std::fs::read_to_string(dir.join("v6gate-run.1")).expect("v6gate-run.1");
+    assert!(page.contains(".TH v6gate-run 1"), "titled after the subcommand");
+    assert!(page.contains("/etc/v6gate/v6gate.toml"), "shows the default configuration path");
+    for f in ["v6gate-config-check.1", "v6gate-ctl-bib-add.1", "v6gate-translate.1"] {
+        assert!(dir.join(f).is_file(), "{f} missing");
     }
 }
 

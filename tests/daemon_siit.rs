@@ -194,14 +194,14 @@ fn run_refuses_a_bad_config_and_a_taken_device() {
     let p = dir.path().join("bad.toml");
     std::fs::write(&p, "[siit]\npool6 = \"2001:db8::1/32\"\n").unwrap();
     let out = std::process::Command::new(BIN).args(["run", "--config"]).arg(&p).output().unwrap();
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(78), "EX_CONFIG, which the systemd unit does not restart on");
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(e.contains("config error") && e.contains("[siit] pool6"), "{e}");
 
     // Inside a namespace where the device name is taken by a second daemon.
     let lab = Lab::start(CONFIG);
     let out = lab.gw.command(BIN).args(["run", "--config"]).arg(config_path(&lab.dir)).output().unwrap();
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(1), "not a configuration error");
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(e.contains("v6gate0 already exists"), "{e}");
     assert!(ping(&lab.h6, H4_AS_V6, &[]).0, "the first daemon is undisturbed");

@@ -12,6 +12,7 @@
 //! deterministic core: datagrams and time in, datagrams and timers out),
 //! [`media`] (ng commands, in-process or remote), [`realm`] (routing),
 //! [`runner`] (tokio UDP/TCP sockets) and [`cli`] (standalone entry).
+#![forbid(unsafe_code)]
 
 pub mod cli;
 pub mod config;

@@ -1,5 +1,6 @@
-//! Old spellings kept working: keys renamed and values respelled, each
-//! with a deprecation warning.
+//! Other spellings of keys and values: old ones kept working with a
+//! deprecation warning, and other products' names (Jool's) accepted as
+//! first-class synonyms, without one.
 //!
 //! The rewrite runs on the parsed TOML document (spans kept, so errors in
 //! a rewritten value still point at the operator's line), before the table
@@ -26,6 +27,17 @@ pub enum Alias {
         new: &'static str,
         /// Unit of a bare integer under `old`.
         unit: &'static str,
+    },
+    /// `name` is another product's name for `key`, accepted as an equal
+    /// (not deprecated, no warning), so its operators can carry settings
+    /// over: e.g. Jool's `zeroize-traffic-class` for `reset-traffic-class`.
+    Synonym {
+        /// The other name, e.g. `zeroize-traffic-class`.
+        name: &'static str,
+        /// v6gate's key, e.g. `reset-traffic-class`.
+        key: &'static str,
+        /// Whose name it is, for messages, e.g. `Jool`.
+        of: &'static str,
     },
     /// Value `old` of `key` is now spelled `new`.
     Value {
@@ -57,7 +69,7 @@ impl fmt::Display for Deprecation {
     }
 }
 
-/// Both an old key and its new name are set.
+/// Both a key and another name of it (old or synonym) are set.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AliasError {
     /// The key at fault as the operator reads it, e.g. `[trgw] timeout-secs`.
@@ -86,10 +98,31 @@ fn show(v: &DeValue<'_>) -> String {
     }
 }
 
-/// Rewrite the old spellings of `aliases` in table `[table]` of `doc` to
-/// the current ones; returns one [`Deprecation`] per rewrite, in the order
-/// of `aliases`. A table that is absent or not a table is left alone (the
-/// deserialiser reports it).
+/// The [`Alias::Synonym`]s of `aliases` that table `[table]` of `doc` uses,
+/// as (v6gate's key, the name written), so that errors about the key can
+/// name it as the operator wrote it. Call before [`apply`].
+pub fn synonyms_written<'a>(
+    doc: &DeTable<'_>,
+    table: &str,
+    aliases: impl IntoIterator<Item = &'a Alias>,
+) -> Vec<(&'static str, &'static str)> {
+    let Some(DeValue::Table(t)) = doc.get(table).map(Spanned::get_ref) else {
+        return Vec::new();
+    };
+    aliases
+        .into_iter()
+        .filter_map(|a| match *a {
+            Alias::Synonym { name, key, .. } if t.contains_key(name) => Some((key, name)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Rewrite the other spellings of `aliases` in table `[table]` of `doc` to
+/// v6gate's; returns one [`Deprecation`] per rewrite of an old spelling, in
+/// the order of `aliases` ([`Alias::Synonym`]s are rewritten silently). A
+/// table that is absent or not a table is left alone (the deserialiser
+/// reports it).
 pub fn apply<'a>(
     doc: &mut DeTable<'_>,
     table: &str,
@@ -135,6 +168,18 @@ pub fn apply<'a>(
                 });
                 t.insert(Spanned::new(span.clone(), new.into()), Spanned::new(vspan, value));
             }
+            Alias::Synonym { name, key, of } => {
+                let Some((k, v)) = t.remove_entry(name) else { continue };
+                let span = k.span();
+                if t.contains_key(key) {
+                    return Err(AliasError {
+                        key: format!("[{table}] {name}"),
+                        msg: format!("is {of}'s name of `{key}`, which is set too: keep one of them"),
+                        span,
+                    });
+                }
+                t.insert(Spanned::new(span, key.into()), v);
+            }
             Alias::Value { key, old, new } => {
                 let Some(v) = t.get_mut(key) else { continue };
                 let span = v.span();
@@ -162,6 +207,7 @@ mod tests {
         Alias::Duration { old: "timeout-ms", new: "timeout", unit: "ms" },
         Alias::Duration { old: "wait-secs", new: "wait", unit: "s" },
         Alias::Value { key: "io", old: "epoll", new: "poll" },
+        Alias::Synonym { name: "hold-time", key: "wait", of: "Jool" },
     ];
 
     #[derive(serde::Deserialize, Debug, PartialEq)]
@@ -218,6 +264,23 @@ mod tests {
         assert_eq!(t.timeout, core::time::Duration::from_secs(3), "a bare integer under the new name is seconds");
         assert!(d.is_empty());
         assert!(run("[y]\nz = 1\n").is_err(), "other tables are left to the deserialiser");
+    }
+
+    #[test]
+    fn synonyms_are_accepted_without_a_warning() {
+        let (t, d) = run("[x]\nhold-time = \"5m\"\n").unwrap();
+        assert_eq!(t.wait, core::time::Duration::from_secs(300));
+        assert!(d.is_empty(), "a synonym is not deprecated: {d:?}");
+        let e = run("[x]\nwait = 3\nhold-time = 4\n").unwrap_err();
+        assert!(e.contains("[x] hold-time: is Jool's name of `wait`, which is set too: keep one of them"), "{e}");
+        // An error in the value points at what the operator wrote.
+        let text = "[x]\nhold-time = \"later\"\n";
+        let mut doc = DeTable::parse(text).unwrap();
+        assert_eq!(synonyms_written(doc.get_ref(), "x", ALIASES), [("wait", "hold-time")]);
+        assert!(synonyms_written(doc.get_ref(), "y", ALIASES).is_empty());
+        assert!(apply(doc.get_mut(), "x", ALIASES).unwrap().is_empty());
+        let e = <File as serde::Deserialize>::deserialize(toml::de::Deserializer::from(doc)).unwrap_err();
+        assert_eq!(e.span(), Some(16..23), "{e}");
     }
 
     #[test]

@@ -9,8 +9,10 @@
 //! - [`IoMode`]: how a table's workers move packets (`io = "uring"` or
 //!   `io = "poll"`), for `[tun]` and `[trgw]`;
 //! - [`alias`]: old key names and values kept working with a deprecation
-//!   warning, rewritten in the parsed TOML document before a table is
-//!   deserialised (so each table's struct knows only the current names).
+//!   warning, and Jool's key names accepted as equals (no warning: they
+//!   are first-class synonyms, not deprecated), rewritten in the parsed
+//!   TOML document before a table is deserialised (so each table's struct
+//!   knows only v6gate's names).
 //!
 //! No I/O and no logging: deprecations are returned to the caller, which
 //! prints them (`v6gate config check`) or logs them (`v6gate run`).

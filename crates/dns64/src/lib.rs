@@ -14,6 +14,7 @@
 //!   the counters ([`Stats`]).
 //!
 //! Behaviour, choices and counters: `docs/dns64.md`.
+#![forbid(unsafe_code)]
 
 pub mod arpa;
 pub mod config;

@@ -7,6 +7,12 @@
 //! they live here once. Everything is a thin, audited wrapper over one or
 //! two libc calls with checked lengths; every `unsafe` block carries a
 //! SAFETY comment.
+//!
+//! The whole crate is a `sys` module in the workspace's sense (unsafe code
+//! only in `sys` modules): it is the one crate that does not say
+//! `#![deny(unsafe_code)]`, and it holds nothing but these wrappers, so
+//! its callers (`gate::sys` re-exports it, `tunnel::sys` uses it) stay
+//! safe code.
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![warn(missing_debug_implementations)]
 

@@ -173,7 +173,9 @@ impl Netlink {
             .attr(IFLA_AF_SPEC, &af);
         // Best effort: kernels without IPv6 on the device refuse it, and
         // the device works without it.
-        let _ = self.call(&mut m);
+        if let Err(e) = self.call(&mut m) {
+            tracing::debug!("cannot switch IPv6 address generation off: {e}");
+        }
         let mut m = Msg::new(RTM_NEWLINK, 0, 0);
         m.bytes(&[libc::AF_UNSPEC as u8, 0, 0, 0])
             .bytes(&(index as i32).to_ne_bytes())

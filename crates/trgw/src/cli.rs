@@ -8,6 +8,8 @@ use anyhow::{Context as _, Result};
 use crate::config::Config;
 
 /// Arguments of `v6gate trgw`.
+// The doc comments are `--help` text: `[table]` names a TOML table, not an item.
+#[allow(rustdoc::broken_intra_doc_links)]
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Configuration file (TOML) with a [trgw] table; other tables are

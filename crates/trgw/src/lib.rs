@@ -7,6 +7,10 @@
 //! ([`rtpproxy`]), so Kamailio's `rtpengine` and `rtpproxy` modules drive it
 //! unchanged. [`Relay::start`] runs it: one worker thread per core does the
 //! packet I/O, looking streams up in O(1) from the flat [`table`].
+//!
+//! Unsafe code (epoll, batched socket calls, the io_uring memory shared
+//! with the kernel) is confined to the private `sys` module.
+#![deny(unsafe_code)]
 
 pub mod bencode;
 pub mod cli;
@@ -20,6 +24,8 @@ pub mod relay;
 pub mod rtp;
 pub mod rtpproxy;
 pub mod sdp;
+#[allow(unsafe_code)]
+mod sys;
 pub mod table;
 mod uring;
 mod worker;

@@ -3,7 +3,6 @@
 
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::os::fd::RawFd;
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
@@ -19,6 +18,7 @@ use crate::config::{Config, IoMode};
 use crate::cookie_cache::{CacheStats, CookieCache};
 use crate::core::{Core, PacketTotals, Plane, StreamInit, Totals};
 use crate::policy::MediaPolicy;
+use crate::sys::epoll::EventFd;
 use crate::table::{RelayKey, RelayValue};
 use crate::uring::UringWorker;
 use crate::worker::{Cmd, Worker, WorkerCtl};
@@ -130,7 +130,7 @@ impl Relay {
             // The ring is created on the worker's own thread (io_uring's
             // single-issuer mode wants the creator to be the submitter);
             // the thread reports its eventfd and engine, or the error.
-            let (rtx, rrx) = mpsc::sync_channel::<io::Result<(RawFd, IoMode)>>(1);
+            let (rtx, rrx) = mpsc::sync_channel::<io::Result<(Arc<EventFd>, IoMode)>>(1);
             let want = cfg.io;
             let nw = n as u32;
             threads.push(std::thread::Builder::new().name(name).spawn(move || {

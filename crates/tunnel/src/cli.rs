@@ -10,6 +10,8 @@ use crate::config::TunnelConfig;
 use crate::run::Tunnels;
 
 /// Arguments of `v6gate tunnel`.
+// The doc comments are `--help` text: `[table]` names a TOML table, not an item.
+#[allow(rustdoc::broken_intra_doc_links)]
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Configuration file (TOML) with [sixtofour], [sixrd] and/or

@@ -11,12 +11,14 @@
 //!
 //! The BPF programs are loaded with aya (pure Rust; see docs/xdp.md for
 //! why). Unsafe code lives only in [`sys`].
+#![deny(unsafe_code)]
 #![warn(missing_debug_implementations)]
 
 pub mod config;
 mod loader;
 pub mod nat64;
 mod route;
+#[allow(unsafe_code)]
 pub mod sys;
 pub mod tester;
 pub mod trgw;

@@ -1,5 +1,6 @@
 //! The crate's only unsafe code: marking the contract structs as plain old
 //! data for aya's typed maps, and `if_nametoindex`.
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 use crate::types::{
     Config, Count, Eam, FlowKey, Nat64Value, Nexthop, RelayKey, RelayValue, TgenConfig, TgenFlow, TgenState,

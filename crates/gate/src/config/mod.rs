@@ -30,7 +30,7 @@ pub use daemon::{
     LOG_LEVELS, MAX_QUEUES, TUN_KEYS,
 };
 pub use example::example;
-pub use siit::SIIT_KEYS;
+pub use siit::{SIIT_ALIASES, SIIT_KEYS};
 pub use xdp::{XdpConfig, MAX_EAMT_ENTRIES, MAX_NAT64_SESSIONS, MAX_TRGW_STREAMS, MAX_XDP_INTERFACES, XDP_KEYS};
 
 use core::fmt;
@@ -46,6 +46,11 @@ use xlat::addr::AddrError;
 use daemon::{AdminToml, DaemonToml, TunToml};
 use siit::SiitToml;
 use xdp::XdpToml;
+
+/// Where `v6gate run`, `v6gate ctl` and `v6gate config check` look for
+/// the configuration when `--config` is not given (the Debian package
+/// installs `v6gate config example` there).
+pub const DEFAULT_PATH: &str = "/etc/v6gate/v6gate.toml";
 
 /// Top-level tables that configure a translation function (at least one
 /// must be present).
@@ -121,6 +126,17 @@ impl Error {
     fn at(mut self, text: &str, span: Option<Range<usize>>) -> Self {
         if let Some(s) = span {
             self.pos = Some(line_col(text, s.start));
+        }
+        self
+    }
+
+    /// Names the key as the file wrote it: `written` maps v6gate's name
+    /// (`[siit] new-tos`) to a synonym the file used (`[siit] tos`).
+    fn named_as_written(mut self, written: &[(String, String)]) -> Self {
+        if let Some(k) = &self.key {
+            if let Some((_, name)) = written.iter().find(|(key, _)| key == k) {
+                self.key = Some(name.clone());
+            }
         }
         self
     }
@@ -212,9 +228,11 @@ impl fmt::Display for Warning {
     }
 }
 
-/// The old spellings each table still accepts, by table.
+/// The other spellings each table accepts (old ones, deprecated, and
+/// Jool's names), by table.
 fn aliases(table: &str) -> Vec<&'static Alias> {
     match table {
+        "siit" => siit::SIIT_ALIASES.iter().collect(),
         "tun" => IoMode::ALIASES.iter().collect(),
         "trgw" => trgw::config::aliases().collect(),
         "dns64" => dns64::config::ALIASES.iter().collect(),
@@ -349,7 +367,14 @@ impl Config {
             Error::new(ErrorKind::Syntax, None, e.message().trim().replace('\n', "; ")).at(text, e.span())
         })?;
         let mut warnings = Vec::new();
+        // Errors name a key as the operator wrote it (Jool's name or ours).
+        let mut written = Vec::new();
         for table in TABLES.iter().chain(DAEMON_TABLES) {
+            written.extend(
+                confval::alias::synonyms_written(doc.get_ref(), table, aliases(table))
+                    .into_iter()
+                    .map(|(key, name)| (format!("[{table}] {key}"), format!("[{table}] {name}"))),
+            );
             let found = confval::alias::apply(doc.get_mut(), table, aliases(table))
                 .map_err(|e| Error::new(ErrorKind::Invalid, Some(e.key), e.msg).at(text, Some(e.span)))?;
             warnings.extend(found.into_iter().map(|d| Warning {
@@ -359,24 +384,27 @@ impl Config {
             }));
         }
         let de = toml::Deserializer::from(doc);
-        let file: FileToml = serde_path_to_error::deserialize(de).map_err(|e| classify(text, e))?;
-        let siit = file.siit.map(|t| siit::siit_from_toml(text, t)).transpose()?;
-        let tun = file.tun.map(|t| daemon::tun_from_toml(text, t)).transpose()?.unwrap_or_default();
-        let admin = file.admin.map(|t| daemon::admin_from_toml(text, t)).transpose()?.unwrap_or_default();
-        let daemon = file.daemon.map(|t| daemon::daemon_from_toml(text, t)).transpose()?.unwrap_or_default();
-        let xdp = file.xdp.map(|t| xdp::xdp_from_toml(text, t)).transpose()?;
-        Ok(Config {
-            siit,
-            nat64: file.nat64,
-            dns64: file.dns64,
-            trgw: file.trgw,
-            tun,
-            admin,
-            daemon,
-            xdp,
-            origin: None,
-            warnings,
-        })
+        let build = || -> Result<Config, Error> {
+            let file: FileToml = serde_path_to_error::deserialize(de).map_err(|e| classify(text, e))?;
+            let siit = file.siit.map(|t| siit::siit_from_toml(text, t)).transpose()?;
+            let tun = file.tun.map(|t| daemon::tun_from_toml(text, t)).transpose()?.unwrap_or_default();
+            let admin = file.admin.map(|t| daemon::admin_from_toml(text, t)).transpose()?.unwrap_or_default();
+            let daemon = file.daemon.map(|t| daemon::daemon_from_toml(text, t)).transpose()?.unwrap_or_default();
+            let xdp = file.xdp.map(|t| xdp::xdp_from_toml(text, t)).transpose()?;
+            Ok(Config {
+                siit,
+                nat64: file.nat64,
+                dns64: file.dns64,
+                trgw: file.trgw,
+                tun,
+                admin,
+                daemon,
+                xdp,
+                origin: None,
+                warnings,
+            })
+        };
+        build().map_err(|e| e.named_as_written(&written))
     }
 
     /// Read, parse and [`check`](Config::check) a configuration file.

@@ -4,6 +4,7 @@
 use core::fmt;
 use core::net::{Ipv4Addr, Ipv6Addr};
 
+use confval::Alias;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use toml::Spanned;
@@ -11,8 +12,8 @@ use xlat::siit::{self, EamHairpinMode, MappingMode, UdpChecksumZero};
 
 use super::{parse_addr, parse_prefix, Error};
 
-/// Every key of the `[siit]` table, in their canonical spelling (aliases
-/// such as `rfc6791_v4` and Jool's `eam-hairpin-mode` are not listed).
+/// Every key of the `[siit]` table, in their canonical spelling (Jool's
+/// names in [`SIIT_ALIASES`] are not listed).
 pub const SIIT_KEYS: &[&str] = &[
     "pool6",
     "mapping",
@@ -33,6 +34,18 @@ pub const SIIT_KEYS: &[&str] = &[
     "ipv6-address",
 ];
 
+/// Jool's names of `[siit]` keys that v6gate spells differently, accepted
+/// as equals: first-class synonyms, not deprecated, so no warning (a
+/// file may not set both names of one key).
+pub const SIIT_ALIASES: &[Alias] = &[
+    Alias::Synonym { name: "zeroize-traffic-class", key: "reset-traffic-class", of: "Jool" },
+    Alias::Synonym { name: "override-tos", key: "reset-tos", of: "Jool" },
+    Alias::Synonym { name: "tos", key: "new-tos", of: "Jool" },
+    Alias::Synonym { name: "eam-hairpin-mode", key: "eam-hairpinning", of: "Jool" },
+    Alias::Synonym { name: "rfc6791_v4", key: "rfc6791v4-prefix", of: "Jool" },
+    Alias::Synonym { name: "rfc6791_v6", key: "rfc6791v6-prefix", of: "Jool" },
+];
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case", expecting = "a table")]
 pub(super) struct SiitToml {
@@ -40,11 +53,8 @@ pub(super) struct SiitToml {
     mapping: Option<MappingToml>,
     #[serde(default)]
     eamt: Vec<EamToml>,
-    #[serde(alias = "eam-hairpin-mode")]
     eam_hairpinning: Option<Choice<EamHairpinMode>>,
-    #[serde(alias = "rfc6791_v4")]
     rfc6791v4_prefix: Option<Spanned<String>>,
-    #[serde(alias = "rfc6791_v6")]
     rfc6791v6_prefix: Option<Spanned<String>>,
     lowest_ipv6_mtu: Option<u16>,
     amend_udp_checksum_zero: Option<Choice<UdpChecksumZero>>,
@@ -351,7 +361,7 @@ mod tests {
         assert!(e.to_string().contains(r#""off", "simple" or "intrinsic""#), "{e}");
         assert_names(&format!("{base}amend-udp-checksum-zero = 1\n"), "[siit] amend-udp-checksum-zero");
         let e = Config::parse(&format!("{base}eam-hairpinning = true\neam-hairpin-mode = \"simple\"\n")).unwrap_err();
-        assert!(e.to_string().contains("duplicate key"), "{e}");
+        assert!(e.to_string().contains("is Jool's name of `eam-hairpinning`, which is set too"), "{e}");
     }
 
     #[test]
@@ -408,7 +418,7 @@ mod tests {
             "[siit]\npool6 = \"64:ff9b::/96\"\nrfc6791v4-prefix = \"192.0.2.0/33\"\n",
             "[siit] rfc6791v4-prefix",
         );
-        assert_names("[siit]\npool6 = \"64:ff9b::/96\"\nrfc6791_v6 = \"nope\"\n", "[siit] rfc6791v6-prefix");
+        assert_names("[siit]\npool6 = \"64:ff9b::/96\"\nrfc6791_v6 = \"nope\"\n", "[siit] rfc6791_v6");
         assert_names("[siit]\neamt = [[\"2001:db8::/120\", \"192.0.2.1/24\"]]\n", "[siit] eamt[0].ipv4");
         assert_names(
             "[siit]\neamt = [{ ipv6 = \"2001:db8::1/120\", ipv4 = \"192.0.2.0/24\" }]\n",
@@ -429,5 +439,25 @@ mod tests {
         assert_names(&format!("{base}mtu-plateaus = []\n"), "[siit] mtu-plateaus");
         assert_names("[siit]\nmapping = \"ivi\"\n", "[siit] pool6");
         assert_names("[siit]\nipv6-address = \"2001:db8::8\"\n", "[siit] pool6");
+    }
+
+    #[test]
+    fn jool_header_names_are_synonyms() {
+        let base = "[siit]\npool6 = \"64:ff9b::/96\"\n";
+        let c =
+            Config::parse(&format!("{base}zeroize-traffic-class = true\noverride-tos = true\ntos = 184\n")).unwrap();
+        assert!(c.warnings().is_empty(), "Jool's names are not deprecated: {:?}", c.warnings());
+        let s = c.siit.unwrap();
+        assert!(s.reset_traffic_class && s.reset_tos);
+        assert_eq!(s.new_tos, 184);
+        // Both names of one key: an error naming Jool's, where it is.
+        let e = assert_names(&format!("{base}new-tos = 1\ntos = 2\n"), "[siit] tos");
+        assert!(e.to_string().contains("is Jool's name of `new-tos`, which is set too"), "{e}");
+        assert_eq!(e.position(), Some((4, 1)));
+        // A bad value under Jool's name is reported as written, where it was written.
+        let e = assert_names(&format!("{base}tos = 300\n"), "[siit] tos");
+        assert_eq!(e.position(), Some((3, 7)));
+        let e = assert_names(&format!("{base}override-tos = \"yes\"\n"), "[siit] override-tos");
+        assert_eq!(e.kind(), ErrorKind::Type);
     }
 }

@@ -4,8 +4,9 @@
 //!
 //! The token (`Authorization: Bearer`) comes from `--token-file`, else the
 //! `V6GATE_ADMIN_TOKEN` environment variable, else the `[admin] token` or
-//! `token-file` of the configuration given with `--config` (which also
-//! gives the admin address when `--admin` is not set).
+//! `token-file` of the configuration given with `--config`, or of
+//! `/etc/v6gate/v6gate.toml` when that exists (which also gives the admin
+//! address when `--admin` is not set).
 
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
@@ -18,6 +19,8 @@ use clap::{Args, Subcommand};
 use crate::config::DEFAULT_ADMIN_LISTEN;
 
 /// `v6gate ctl` arguments.
+// The doc comments are `--help` text: `[table]` names a TOML table, not an item.
+#[allow(rustdoc::broken_intra_doc_links)]
 #[derive(Debug, Args)]
 pub struct CtlArgs {
     /// Admin API address of the daemon ([admin] listen; default the one of
@@ -25,7 +28,8 @@ pub struct CtlArgs {
     #[arg(long, value_name = "ADDR:PORT", global = true)]
     pub admin: Option<SocketAddr>,
     /// The daemon's configuration file: its [admin] listen address and
-    /// token (or token-file) are used.
+    /// token (or token-file) are used [default: /etc/v6gate/v6gate.toml,
+    /// when it exists].
     #[arg(short, long, value_name = "FILE", global = true)]
     pub config: Option<PathBuf>,
     /// A file whose first line is the admin token (overrides
@@ -126,7 +130,9 @@ pub const TOKEN_ENV: &str = "V6GATE_ADMIN_TOKEN";
 
 /// The admin address and token `ctl` uses (see the module documentation).
 pub fn target(args: &CtlArgs) -> anyhow::Result<(SocketAddr, Option<String>)> {
-    let cfg = match &args.config {
+    let default_path = std::path::Path::new(crate::config::DEFAULT_PATH);
+    let path = args.config.as_deref().or_else(|| default_path.exists().then_some(default_path));
+    let cfg = match path {
         Some(p) => Some(crate::config::Config::load(p)?),
         None => None,
     };

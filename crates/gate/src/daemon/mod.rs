@@ -32,6 +32,7 @@ pub mod admin;
 pub mod ctl;
 pub mod engine;
 pub mod fastpath;
+pub mod notify;
 pub mod stats;
 pub mod worker;
 
@@ -52,12 +53,14 @@ use stats::{Totals, WorkerStats};
 use xlat::addr::IpPrefix;
 
 /// `v6gate run` arguments.
+// The doc comments are `--help` text: `[table]` names a TOML table, not an item.
+#[allow(rustdoc::broken_intra_doc_links)]
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
     /// Configuration file (TOML): [siit], [nat64], [dns64], [trgw] (the
     /// file `v6gate translate` and `config check` read) plus the optional
     /// daemon tables [tun], [admin] and [daemon].
-    #[arg(short, long, value_name = "FILE")]
+    #[arg(short, long, value_name = "FILE", default_value = crate::config::DEFAULT_PATH)]
     pub config: PathBuf,
 }
 
@@ -150,8 +153,19 @@ impl Daemon {
 
     /// [`Daemon::reload`], counted (`v6gate_config_reloads_total`), logged
     /// and recorded in `/status` (`reloads.last_error`): every reload path
-    /// (SIGHUP, the admin API) goes through here.
+    /// (SIGHUP, the admin API) goes through here, between `RELOADING=1`
+    /// and `READY=1` to systemd ([`notify`]).
     pub fn reload_and_record(&self, source: &str) -> Result<u64, String> {
+        notify::reloading();
+        let outcome = self.reload_and_count(source);
+        notify::ready(&match &outcome {
+            Ok(g) => format!("running: reloaded {} (generation {g}, {source})", self.config_path.display()),
+            Err(e) => format!("running: reload rejected ({source}), the old configuration stays: {e}"),
+        });
+        outcome
+    }
+
+    fn reload_and_count(&self, source: &str) -> Result<u64, String> {
         match self.reload() {
             Ok(g) => {
                 self.reloads_ok.fetch_add(1, Ordering::Relaxed);
@@ -662,7 +676,7 @@ pub fn run(
         None => None,
     };
 
-    tracing::info!(
+    let running = format!(
         "running: {}, {n} worker(s), functions {}, admin {}",
         daemon
             .device
@@ -671,6 +685,8 @@ pub fn run(
         daemon.functions().join("+"),
         admin_addr.map_or("disabled".to_string(), |a| format!("http://{a}"))
     );
+    tracing::info!("{running}");
+    notify::ready(&running);
     for sig in signals {
         match sig {
             Signal::Reload => {
@@ -678,6 +694,7 @@ pub fn run(
             }
             Signal::Stop(n) => {
                 tracing::info!("signal {n}: stopping");
+                notify::stopping();
                 break;
             }
         }

@@ -3,11 +3,11 @@
 //! reused [`Out`], hand what it emits back to the same queue, count.
 //!
 //! Two I/O modes (`[tun] io`):
-//! - `uring` (default): `batch` reads stay posted on an io_uring; one
+//! - `poll` (default): non-blocking `read(2)` until the queue is empty or
+//!   the batch is full, one `write(2)` per packet, `poll(2)` when idle.
+//! - `uring`: `batch` reads stay posted on an io_uring; one
 //!   `io_uring_enter(2)` submits the writes of the last batch and collects
 //!   the next batch of packets. Writes are copied into pre-allocated slots.
-//! - `poll`: non-blocking `read(2)` until the queue is empty or the batch
-//!   is full, one `write(2)` per packet, `poll(2)` when idle.
 //!
 //! Nothing on the per-packet path allocates or takes a lock: the buffers
 //! are allocated once, the engines are reached through an `ArcSwap` load
@@ -84,7 +84,7 @@ fn write_direct(q: &TunQueue, p: &[u8], stats: &WorkerStats) {
         }
         Err(e) => {
             stats.daemon_drop(DaemonDrop::WriteError);
-            log::debug!("TUN write failed: {e}");
+            tracing::debug!("TUN write failed: {e}");
         }
     }
 }
@@ -106,13 +106,13 @@ impl Sink for Ring<'_> {
                 // first (TUN writes complete inline), so this one does not
                 // overtake them.
                 if let Err(e) = self.ring.submit() {
-                    log::debug!("io_uring submit failed: {e}");
+                    tracing::debug!("io_uring submit failed: {e}");
                 }
                 write_direct(self.queue, p, stats)
             }
             Err(e) => {
                 stats.daemon_drop(DaemonDrop::WriteError);
-                log::debug!("io_uring submit failed: {e}");
+                tracing::debug!("io_uring submit failed: {e}");
             }
         }
     }
@@ -212,9 +212,9 @@ impl Worker {
             match TunRing::new(&self.queue, self.batch, BUF_LEN, self.batch * 2, SLOT_LEN) {
                 Ok(ring) => return self.run_uring(ring),
                 Err(e) => {
-                    log::warn!("worker {}: io_uring unavailable ({e}); using poll", self.id);
+                    tracing::warn!("worker {}: io_uring unavailable ({e}); using poll", self.id);
                     if let Err(e) = self.queue.set_nonblocking() {
-                        log::error!("worker {}: cannot make the queue non-blocking: {e}", self.id);
+                        tracing::error!("worker {}: cannot make the queue non-blocking: {e}", self.id);
                         return;
                     }
                 }
@@ -233,7 +233,7 @@ impl Worker {
         drop(first);
         while !self.shutdown.load(Ordering::Relaxed) {
             if let Err(e) = ring.wait(200) {
-                log::warn!("worker {}: io_uring wait failed: {e}", self.id);
+                tracing::warn!("worker {}: io_uring wait failed: {e}", self.id);
                 std::thread::sleep(std::time::Duration::from_millis(10));
                 continue;
             }
@@ -254,7 +254,7 @@ impl Worker {
                         }
                         Some(e) => {
                             self.stats.daemon_drop(DaemonDrop::WriteError);
-                            log::debug!("TUN write failed: errno {e}");
+                            tracing::debug!("TUN write failed: errno {e}");
                         }
                     },
                     Done::Read(usize::MAX, _) => {}
@@ -267,13 +267,13 @@ impl Worker {
                             }
                             Err(e) => {
                                 self.stats.daemon_drop(DaemonDrop::ReadError);
-                                log::debug!("worker {}: TUN read failed: {e}", self.id);
+                                tracing::debug!("worker {}: TUN read failed: {e}", self.id);
                                 // Not expected while the device exists; do not spin if it is gone.
                                 std::thread::sleep(std::time::Duration::from_millis(10));
                             }
                         }
                         if let Err(e) = ring.rearm(i, buf) {
-                            log::error!("worker {}: cannot post a read: {e}", self.id);
+                            tracing::error!("worker {}: cannot post a read: {e}", self.id);
                         }
                     }
                 }
@@ -294,7 +294,7 @@ impl Worker {
                 Ok(true) => {}
                 Ok(false) => continue,
                 Err(e) => {
-                    log::warn!("worker {}: poll failed: {e}", self.id);
+                    tracing::warn!("worker {}: poll failed: {e}", self.id);
                     std::thread::sleep(std::time::Duration::from_millis(10));
                     continue;
                 }
@@ -310,7 +310,7 @@ impl Worker {
                         Ok(None) => break,
                         Err(e) => {
                             self.stats.daemon_drop(DaemonDrop::ReadError);
-                            log::debug!("worker {}: TUN read failed: {e}", self.id);
+                            tracing::debug!("worker {}: TUN read failed: {e}", self.id);
                             std::thread::sleep(std::time::Duration::from_millis(10));
                             break;
                         }
