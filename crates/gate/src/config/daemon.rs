@@ -223,7 +223,7 @@ fn parse_ifaddr(text: &str, key: &str, v: &Spanned<String>) -> Result<IfAddr, Er
 }
 
 /// `v` when it is within `lo..=hi`, else an error naming `key`.
-fn ranged<T: PartialOrd + fmt::Display>(key: &str, v: T, lo: T, hi: T) -> Result<T, Error> {
+pub(super) fn ranged<T: PartialOrd + fmt::Display>(key: &str, v: T, lo: T, hi: T) -> Result<T, Error> {
     if v < lo || v > hi {
         return Err(Error::new(ErrorKind::Invalid, Some(key.to_string()), format!("{v} is outside {lo}..={hi}")));
     }

@@ -18,6 +18,7 @@
 use serde::Deserialize;
 use toml::Spanned;
 
+use super::daemon::ranged;
 use super::{invalid, Error, ErrorKind};
 
 /// Every key of the `[xdp]` table.
@@ -160,44 +161,16 @@ pub(super) fn xdp_from_toml(text: &str, t: XdpToml) -> Result<XdpConfig, Error> 
         ));
     }
     if let Some(n) = t.eamt_entries {
-        if !(1..=MAX_EAMT_ENTRIES).contains(&n) {
-            return Err(Error::new(
-                ErrorKind::Invalid,
-                Some("[xdp] eamt-entries".into()),
-                format!("{n} is outside 1..={MAX_EAMT_ENTRIES}"),
-            ));
-        }
-        c.eamt_entries = n;
+        c.eamt_entries = ranged("[xdp] eamt-entries", n, 1, MAX_EAMT_ENTRIES)?;
     }
     if let Some(n) = t.nat64_sessions {
-        if !(1..=MAX_NAT64_SESSIONS).contains(&n) {
-            return Err(Error::new(
-                ErrorKind::Invalid,
-                Some("[xdp] nat64-sessions".into()),
-                format!("{n} is outside 1..={MAX_NAT64_SESSIONS}"),
-            ));
-        }
-        c.nat64_sessions = n;
+        c.nat64_sessions = ranged("[xdp] nat64-sessions", n, 1, MAX_NAT64_SESSIONS)?;
     }
     if let Some(n) = t.trgw_streams {
-        if !(1..=MAX_TRGW_STREAMS).contains(&n) {
-            return Err(Error::new(
-                ErrorKind::Invalid,
-                Some("[xdp] trgw-streams".into()),
-                format!("{n} is outside 1..={MAX_TRGW_STREAMS}"),
-            ));
-        }
-        c.trgw_streams = n;
+        c.trgw_streams = ranged("[xdp] trgw-streams", n, 1, MAX_TRGW_STREAMS)?;
     }
     if let Some(ms) = t.fib_cache_ms {
-        if ms > 60_000 {
-            return Err(Error::new(
-                ErrorKind::Invalid,
-                Some("[xdp] fib-cache-ms".into()),
-                format!("{ms} is outside 0..=60000"),
-            ));
-        }
-        c.fib_cache_ms = ms;
+        c.fib_cache_ms = ranged("[xdp] fib-cache-ms", ms, 0, 60_000)?;
     }
     Ok(c)
 }
