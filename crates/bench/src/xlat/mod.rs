@@ -135,6 +135,11 @@ pub struct Args {
     /// NAT64: rate of new flows in the first-packet latency test, flows/s.
     #[arg(long, default_value_t = 1000.0)]
     pub setup_probe_rate: f64,
+    /// Stateful DUTs: measure only the session setup (first-packet
+    /// latency and setup rate), no throughput, loss or latency points;
+    /// other DUTs are skipped. For short targeted runs.
+    #[arg(long)]
+    pub setup_only: bool,
     /// CPUs the DUT process may run on (taskset list).
     #[arg(long, default_value = "0")]
     pub dut_cpus: String,
@@ -317,7 +322,12 @@ pub fn run(args: &Args) -> Result<Report> {
     let mut ceiling: Vec<(Dir, usize, f64)> = Vec::new();
     for &dut in &a.dut {
         eprintln!("bench xlat: {} ...", dut.name());
-        let r = match dut::availability(dut, &ctx.v6gate) {
+        let why = if a.setup_only && !dut.stateful() {
+            Some("--setup-only measures stateful DUTs only".to_string())
+        } else {
+            dut::availability(dut, &ctx.v6gate)
+        };
+        let r = match why {
             Some(why) => DutReport { dut: dut.name(), status: format!("skipped: {why}"), points: vec![], setup: None },
             None => trial::bench_dut(&ctx, dut, &ceiling),
         };

@@ -264,7 +264,8 @@ pub(super) fn bench_dut(ctx: &Ctx, dut: Dut, ceiling: &[(Dir, usize, f64)]) -> D
     let mut rep = DutReport { dut: dut.name(), status: "ok".into(), points: vec![], setup: None };
     let res = (|| -> Result<()> {
         let flow_ports = frame::rfc4814_ports(a.flows, 4814);
-        for &dir in &a.dir {
+        let dirs: &[Dir] = if a.setup_only { &[] } else { &a.dir };
+        for &dir in dirs {
             // A fresh topology and DUT per direction (NAT64 state from the
             // other direction does not carry over).
             let topo = BenchTopo::create(&a.prefix, dut == Dut::Tester)?;
