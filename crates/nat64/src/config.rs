@@ -2,7 +2,7 @@
 //! the same knob (`pool6`, `pool4`, `address-dependent-filtering`,
 //! `udp-timeout`, `icmp-timeout`, `tcp-est-timeout`, `tcp-trans-timeout`,
 //! `max-stored-pkts`, `drop-externally-initiated-tcp`,
-//! `handle-rst-during-fin-rcv`, `bib`).
+//! `handle-rst-during-fin-rcv`, `source-icmpv6-errors-better`, `bib`).
 //!
 //! Timeouts take the one duration syntax of the configuration
 //! ([`confval::duration`]): `udp-timeout = "5m"`, `"2h4m"`, Jool's
@@ -218,6 +218,13 @@ pub struct Config {
     /// An RST in V4 FIN RCV / V6 FIN RCV moves the session to TRANS (Jool name).
     #[serde(default)]
     pub handle_rst_during_fin_rcv: bool,
+    /// Source of an ICMPv6 error translated from an ICMPv4 error (Jool's
+    /// name and default): `true`, the ICMPv4 error's own source under
+    /// pool6, so a router on the way shows as itself in a traceroute;
+    /// `false`, RFC 6146 §3.6's outgoing tuple: the quoted packet's
+    /// destination under pool6, as if the far host had sent every error.
+    #[serde(default = "true_d")]
+    pub source_icmpv6_errors_better: bool,
     /// Ports probed per pool4 address before giving up (RFC 6056 algorithm 3 bound).
     #[serde(default = "probes_d")]
     pub max_port_probes: u32,
@@ -242,6 +249,9 @@ pub struct Config {
     pub bib: Vec<StaticBib>,
 }
 
+fn true_d() -> bool {
+    true
+}
 fn udp_d() -> Secs {
     Secs(UDP_DEFAULT)
 }
@@ -296,6 +306,7 @@ impl Default for Config {
             max_stored_pkts: max_stored_d(),
             drop_externally_initiated_tcp: false,
             handle_rst_during_fin_rcv: false,
+            source_icmpv6_errors_better: true,
             max_port_probes: probes_d(),
             shards: 0,
             fragment_timeout: frag_d(),
@@ -472,6 +483,10 @@ max-bib = 1048576
 max-stored-pkts = 10
 drop-externally-initiated-tcp = false
 handle-rst-during-fin-rcv = false
+# Source of ICMPv6 errors translated from ICMPv4 errors: true, the router
+# that sent the error (under pool6), as Jool; false, the far host the
+# quoted packet was sent to (RFC 6146 §3.6).
+source-icmpv6-errors-better = true
 # Ports probed per pool4 address before a new mapping is refused.
 max-port-probes = 1024
 # Lock shards of the state tables (0 = 16; NAT-PT mode always uses 1).

@@ -245,11 +245,11 @@ impl Nat64 {
         let v = match pkt.first().map(|b| b >> 4) {
             Some(6) => {
                 self.c.in6.fetch_add(1, Ordering::Relaxed);
-                self.from6(pkt, now, out, true)
+                self.from6(pkt, now, out, false)
             }
             Some(4) => {
                 self.c.in4.fetch_add(1, Ordering::Relaxed);
-                self.from4(pkt, now, out, true)
+                self.from4(pkt, now, out, tuple::Via::Wire)
             }
             _ => Verdict::Drop(DropReason::UnknownVersion),
         };
@@ -257,7 +257,11 @@ impl Nat64 {
             Verdict::Emit => {
                 self.c.emitted.fetch_add(1, Ordering::Relaxed);
             }
-            Verdict::Drop(r) => self.count_drop(r),
+            Verdict::Drop(r) => {
+                // Nothing half-built (a hairpin's first pass) goes out.
+                out.clear();
+                self.count_drop(r);
+            }
         }
         v
     }

@@ -84,7 +84,11 @@ pub(crate) struct Held {
     pub(crate) t: T4,
     pub(crate) y: T4,
     pub(crate) deadline: u64,
+    /// The IPv4 SYN.
     pub(crate) pkt: Vec<u8>,
+    /// A hairpinned SYN (RFC 6146 §3.8): the IPv6 SYN it came from, which
+    /// the error at expiry is about.
+    pub(crate) orig6: Option<Vec<u8>>,
 }
 
 /// Refusal of a new flow.
@@ -197,9 +201,17 @@ impl Nat64 {
     }
 
     /// The BIB entry of `(p, x)`, created if missing (the caller holds the
-    /// owner shard). Dynamic entries get a port by RFC 6056 algorithm 3
-    /// (NAT64) or the host's whole address (NAT-PT).
-    pub(crate) fn bib_get_or_create(&self, sh: &mut Shard, p: Protocol, x: T6, y: Ipv4Addr) -> Result<T4, DropReason> {
+    /// owner shard). Dynamic entries get `keep` when it is given and free,
+    /// else a port by RFC 6056 algorithm 3 (NAT64), or the host's whole
+    /// address (NAT-PT).
+    pub(crate) fn bib_get_or_create(
+        &self,
+        sh: &mut Shard,
+        p: Protocol,
+        x: T6,
+        y: Ipv4Addr,
+        keep: Option<T4>,
+    ) -> Result<T4, DropReason> {
         if let Some(b) = sh.bib.get(&(p, x)) {
             return Ok(b.t);
         }
@@ -207,8 +219,10 @@ impl Nat64 {
             self.n_bib.fetch_sub(1, Ordering::AcqRel);
             return Err(DropReason::BibFull);
         }
+        let kept = keep.filter(|k| self.cfg.mode == Mode::Nat64 && self.pool.claim(p, k.addr, k.port));
+        let found = kept.map(|k| (k.addr, k.port));
         let t = match self.cfg.mode {
-            Mode::Nat64 => match self.pool.alloc(p, &x.addr, x.port, y, self.cfg.max_port_probes) {
+            Mode::Nat64 => match found.or_else(|| self.pool.alloc(p, &x.addr, x.port, y, self.cfg.max_port_probes)) {
                 Some((a, port)) => {
                     let t = T4 { addr: a, port };
                     let k = self.v4key(p, t);
