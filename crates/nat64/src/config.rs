@@ -450,6 +450,32 @@ impl Config {
     }
 }
 
+/// Every key of the `[nat64]` table.
+pub const KEYS: &[&str] = &[
+    "pool6",
+    "pool4",
+    "mode",
+    "address-dependent-filtering",
+    "udp-timeout",
+    "icmp-timeout",
+    "tcp-est-timeout",
+    "tcp-trans-timeout",
+    "tcp-incoming-syn-timeout",
+    "max-sessions",
+    "max-bib",
+    "max-stored-pkts",
+    "drop-externally-initiated-tcp",
+    "handle-rst-during-fin-rcv",
+    "source-icmpv6-errors-better",
+    "max-port-probes",
+    "shards",
+    "fragment-timeout",
+    "max-fragment-sets",
+    "max-fragment-bytes",
+    "preallocate-tables",
+    "bib",
+];
+
 /// A commented `[nat64]` block for `v6gate config example`.
 pub const EXAMPLE_TOML: &str = r#"# Stateful NAT64 (RFC 6146) or NAT-PT pool mode. See docs/nat64.md.
 [nat64]

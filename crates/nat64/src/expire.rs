@@ -40,19 +40,29 @@ impl Nat64 {
             due.clear();
             sh.wheel.advance(now, |_, k| due.push(k));
             for k in &due {
-                let Some(sess) = sh.sessions.get(k).copied() else { continue };
-                if sess.expires > now {
-                    sh.wheel.insert(sess.expires, *k);
-                    continue;
-                }
-                if let Some(next) = sess.state.and_then(tcp::on_timeout) {
-                    let exp = now.saturating_add(self.to[TO_TRANS]);
-                    if let Some(s) = sh.sessions.get_mut(k) {
-                        s.state = Some(next);
-                        s.expires = exp;
+                let Some(mut sess) = sh.sessions.get(k).copied() else { continue };
+                // Each lifetime counts from the end of the previous one, not
+                // from when expiry noticed it: one call at `now` does what
+                // a timer ticking all along would have done.
+                let gone = loop {
+                    if sess.expires > now {
+                        break false;
                     }
-                    sh.wheel.insert(exp, *k);
-                    rep.to_trans += 1;
+                    match sess.state.and_then(tcp::on_timeout) {
+                        Some(next) => {
+                            sess.state = Some(next);
+                            sess.expires = sess.expires.saturating_add(self.to[TO_TRANS]);
+                            rep.to_trans += 1;
+                        }
+                        None => break true,
+                    }
+                };
+                if !gone {
+                    if let Some(s) = sh.sessions.get_mut(k) {
+                        s.state = sess.state;
+                        s.expires = sess.expires;
+                    }
+                    sh.wheel.insert(sess.expires, *k);
                     continue;
                 }
                 if self.session_drop(&mut sh, k) {

@@ -710,7 +710,18 @@ fn config_keys_and_errors() {
     assert!(err("pool4 = [\"192.0.2.1\"]\nudp-timeout = \"5 min\"").contains("unknown unit `min`"));
     assert!(err("pool4 = [\"192.0.2.1\"]\nudp-timeout = \"1500ms\"").contains("whole number of seconds"));
     assert!(err("pool4 = [\"192.0.2.1\"]\nudp-timeout = 0").contains("nat64.udp-timeout"));
-    assert!(err("pool4 = [\"192.0.2.1\"]\nbogus = 1").contains("bogus"));
+    let unknown = err("pool4 = [\"192.0.2.1\"]\nbogus = 1");
+    assert!(unknown.contains("bogus"));
+    // nat64::config::KEYS is the table's key list, every key in the example.
+    let mut listed: Vec<&str> = unknown.split('`').skip(3).step_by(2).collect();
+    let mut keys = nat64::config::KEYS.to_vec();
+    listed.sort_unstable();
+    keys.sort_unstable();
+    assert_eq!(listed, keys, "{unknown}");
+    for k in nat64::config::KEYS {
+        let written = |l: &str| l.starts_with(&format!("{k} =")) || l == format!("[[nat64.{k}]]");
+        assert!(nat64::EXAMPLE_TOML.lines().any(written), "{k} is not in the example");
+    }
     assert!(err("pool4 = [\"192.0.2.0/31\", \"192.0.2.1\"]").contains("overlap"));
     assert!(err("pool4 = [{ prefix = \"192.0.2.1\", ports = \"9-2\" }]").contains("port range"));
     assert!(err("pool4 = [\"192.0.2.1\"]\npool6 = \"2001:db8::/33\"").contains("nat64.pool6"));

@@ -384,3 +384,23 @@ fn rfc6146_3_6_source_of_translated_icmpv6_errors() {
     assert!(!c.source_icmpv6_errors_better);
     assert!(Config::default().source_icmpv6_errors_better);
 }
+
+// ---- §3.5.2.2 lifetimes ----------------------------------------------------
+
+/// RFC 6146 §3.5.2.2: an established session whose TCP_EST lifetime runs
+/// out moves to TRANS for TCP_TRANS, then goes. Each lifetime counts from
+/// the end of the one before, however late expiry runs: one call after
+/// both have passed removes the session (the offline translator's
+/// `@advance` and a delayed timer see what a timer ticking all along saw).
+#[test]
+fn rfc6146_3_5_2_2_each_lifetime_counts_from_the_previous_deadline() {
+    let n = nat(cfg());
+    let out = fwd(&n, &V6::new(6, H1, Y6).tcp(7600, 80, SYN, b""), 0);
+    fwd(&n, &V4::new(6, Y4, T4).tcp(80, be16(&out, 20), SYN | ACK, b""), 0);
+    let s = n.sessions(&Default::default(), 0);
+    assert_eq!(s[0].state, Some(TcpState::Established));
+    let e = n.expire((7440 + 240) * S);
+    assert_eq!((e.to_trans, e.sessions), (1, 1));
+    assert!(n.sessions(&Default::default(), (7440 + 240) * S).is_empty());
+    assert_eq!(n.stats().bib.get("tcp"), Some(&0));
+}
