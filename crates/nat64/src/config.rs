@@ -247,6 +247,11 @@ pub struct Config {
     /// Static BIB entries.
     #[serde(default)]
     pub bib: Vec<StaticBib>,
+    /// `v6gate run`: a file keeping the static BIB entries added at run
+    /// time (`v6gate ctl bib add`) across restarts. Read at start-up,
+    /// rewritten after every change. Not used by this crate itself.
+    #[serde(default)]
+    pub bib_file: Option<String>,
 }
 
 fn true_d() -> bool {
@@ -314,6 +319,7 @@ impl Default for Config {
             max_fragment_bytes: frag_bytes_d(),
             preallocate_tables: false,
             bib: Vec::new(),
+            bib_file: None,
         }
     }
 }
@@ -474,6 +480,7 @@ pub const KEYS: &[&str] = &[
     "max-fragment-bytes",
     "preallocate-tables",
     "bib",
+    "bib-file",
 ];
 
 /// A commented `[nat64]` block for `v6gate config example`.
@@ -525,6 +532,11 @@ max-fragment-bytes = 4194304
 # Reserve the tables to max-sessions / max-bib at start (memory for
 # latency: no table growth on the packet path).
 preallocate-tables = false
+
+# v6gate run: keep the static BIB entries added with `v6gate ctl bib add`
+# across restarts in this file (read at start-up, rewritten on every
+# change). Without it they live until the daemon stops (reloads keep them).
+# bib-file = "/var/lib/v6gate/nat64-bib.toml"
 
 # Static BIB entries: IPv4 hosts reach an IPv6 server at a pool4 address.
 [[nat64.bib]]

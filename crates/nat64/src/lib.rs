@@ -51,6 +51,7 @@ mod tuple;
 pub use admin::{BibInfo, SessionFilter, SessionInfo, Stats};
 pub use config::{Config, ConfigError, Mode, Pool4Entry, Protocol, StaticBib, EXAMPLE_TOML};
 pub use expire::Expired;
+pub use state::BibOrigin;
 pub use tcp::TcpState;
 
 use frag::Reassembler;
@@ -119,6 +120,8 @@ pub struct Nat64 {
     c: Counters,
     keys: foldhash::fast::RandomState,
     to: [u64; 6],
+    /// Added static entries a reload could not keep (see [`Nat64::bib_lost`]).
+    lost_bib: Vec<(StaticBib, String)>,
 }
 
 // Indices into `Nat64::to` (timeouts in ns).
@@ -204,10 +207,11 @@ impl Nat64 {
             },
             keys: foldhash::fast::RandomState::default(),
             to,
+            lost_bib: Vec::new(),
             cfg,
         };
         for b in nat.cfg.bib.clone() {
-            nat.bib_add(b)?;
+            nat.bib_insert_static(b, state::BibOrigin::Config)?;
         }
         Ok(nat)
     }

@@ -38,11 +38,32 @@ pub(crate) struct SessKey {
     pub(crate) y: T4,
 }
 
+/// Where a BIB entry comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BibOrigin {
+    /// Made by traffic; goes with its last session.
+    Dynamic,
+    /// `[[nat64.bib]]` in the configuration.
+    Config,
+    /// Added at run time ([`Nat64::bib_add`], `v6gate ctl bib add`); kept
+    /// across reloads ([`Nat64::reconfigure`]) while the configuration
+    /// can hold it.
+    Added,
+}
+
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Bib {
     pub(crate) t: T4,
     pub(crate) sessions: u32,
-    pub(crate) is_static: bool,
+    pub(crate) origin: BibOrigin,
+}
+
+impl Bib {
+    /// Static: stays without sessions.
+    pub(crate) fn is_static(&self) -> bool {
+        self.origin != BibOrigin::Dynamic
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -254,7 +275,7 @@ impl Nat64 {
                 T4 { addr, port: x.port }
             }
         };
-        sh.bib.insert((p, x), Bib { t, sessions: 0, is_static: false });
+        sh.bib.insert((p, x), Bib { t, sessions: 0, origin: BibOrigin::Dynamic });
         self.bib_by[p.idx()].fetch_add(1, Ordering::Relaxed);
         Ok(t)
     }
@@ -306,7 +327,7 @@ impl Nat64 {
         let mut gone = false;
         if let Some(b) = sh.bib.get_mut(&(key.p, key.x)) {
             b.sessions = b.sessions.saturating_sub(1);
-            gone = b.sessions == 0 && !b.is_static;
+            gone = b.sessions == 0 && !b.is_static();
         }
         if gone {
             self.bib_drop(sh, key.p, key.x);

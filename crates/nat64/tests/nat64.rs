@@ -651,6 +651,56 @@ fn reload_keeps_sessions_whose_address_stays() {
     assert_eq!(n3.bib().len(), 0);
 }
 
+/// Entries added at run time (`v6gate ctl bib add`) stay across reloads
+/// with their sessions, before dynamic entries could take their port;
+/// configured entries come from the new file; an added entry the new
+/// configuration cannot hold is reported, not kept.
+#[test]
+fn reload_keeps_bib_entries_added_at_run_time() {
+    use nat64::BibOrigin;
+    let mut c = cfg();
+    c.bib.push(StaticBib {
+        protocol: Protocol::Tcp,
+        ipv6: "[2001:db8::10]:80".parse().unwrap(),
+        ipv4: "192.0.2.1:8080".parse().unwrap(),
+    });
+    let n = nat(c.clone());
+    let added = StaticBib {
+        protocol: Protocol::Udp,
+        ipv6: "[2001:db8::11]:53".parse().unwrap(),
+        ipv4: "192.0.2.1:53".parse().unwrap(),
+    };
+    n.bib_add(added).unwrap();
+    assert_eq!(n.added_bib(), vec![added]);
+    // An IPv4 client opens a session through it.
+    let back = fwd(&n, &V4::new(17, Y4, T4).udp(3333, 53, b"q"), 0);
+    assert_eq!(v6dst(&back), a6("2001:db8::11"));
+    let n2 = n.reconfigure(c.clone(), xlat::siit::Config::default(), S).unwrap();
+    assert_eq!(n2.added_bib(), vec![added], "kept across the reload");
+    assert!(n2.bib_lost().is_empty());
+    let origins: Vec<(u16, BibOrigin)> = n2.bib().iter().map(|b| (b.ipv4.port(), b.origin)).collect();
+    assert!(origins.contains(&(53, BibOrigin::Added)) && origins.contains(&(8080, BibOrigin::Config)), "{origins:?}");
+    assert_eq!(stat(&n2, "sessions", "udp"), 1, "with its session");
+    // Even when pool6 changes (dynamic state does not survive that).
+    let mut c3 = c.clone();
+    c3.pool6 = "2001:db8:65::/96".parse().unwrap();
+    let n3 = n2.reconfigure(c3, xlat::siit::Config::default(), 2 * S).unwrap();
+    assert_eq!(n3.added_bib(), vec![added]);
+    assert_eq!(stat(&n3, "sessions", "udp"), 0);
+    // Removed, it is gone for good; a configuration without room for it
+    // reports it.
+    let mut c4 = c.clone();
+    c4.pool4[0].protocols = vec![Protocol::Tcp];
+    let n4 = n2.reconfigure(c4, xlat::siit::Config::default(), 2 * S).unwrap();
+    assert!(n4.added_bib().is_empty());
+    assert_eq!(n4.bib_lost().len(), 1);
+    assert_eq!(n4.bib_lost()[0].0, added);
+    assert!(n4.bib_lost()[0].1.contains("not in pool4"), "{}", n4.bib_lost()[0].1);
+    n2.bib_remove(added).unwrap();
+    let n5 = n2.reconfigure(c, xlat::siit::Config::default(), 2 * S).unwrap();
+    assert!(n5.added_bib().is_empty() && n5.bib_lost().is_empty());
+}
+
 #[test]
 fn concurrent_workers_share_the_tables() {
     let n = std::sync::Arc::new(nat(cfg()));
@@ -719,7 +769,10 @@ fn config_keys_and_errors() {
     keys.sort_unstable();
     assert_eq!(listed, keys, "{unknown}");
     for k in nat64::config::KEYS {
-        let written = |l: &str| l.starts_with(&format!("{k} =")) || l == format!("[[nat64.{k}]]");
+        let written = |l: &str| {
+            let l = l.trim_start_matches("# ");
+            l.starts_with(&format!("{k} =")) || l == format!("[[nat64.{k}]]")
+        };
         assert!(nat64::EXAMPLE_TOML.lines().any(written), "{k} is not in the example");
     }
     assert!(err("pool4 = [\"192.0.2.0/31\", \"192.0.2.1\"]").contains("overlap"));
