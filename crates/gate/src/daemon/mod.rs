@@ -344,11 +344,18 @@ impl Daemon {
         f
     }
 
-    /// Replace the DNS64 server running `old` by one running `new`; when
-    /// the new one cannot start (e.g. its address is taken), the old one is
-    /// started again and the error returned.
+    /// Apply a changed `[dns64]`: a running server takes the new table
+    /// without going down ([`dns64::Server::reconfigure`]: queries keep
+    /// being answered, a failure changes nothing); otherwise the server is
+    /// started or stopped. When a new one cannot start (e.g. its address is
+    /// taken), the old one is started again and the error returned.
     fn restart_dns64(&self, old: Option<&dns64::Config>, new: Option<&dns64::Config>) -> Result<(), String> {
         let mut slot = lock(&self.dns64);
+        if let (Some(s), Some(n)) = (slot.as_ref(), new) {
+            s.reconfigure(n).map_err(|e| format!("[dns64]: {e}"))?;
+            tracing::info!("dns64: reconfigured, serving on {:?}", s.local_addrs());
+            return Ok(());
+        }
         if let Some(s) = slot.take() {
             s.stop();
         }
