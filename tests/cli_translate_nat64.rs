@@ -5,20 +5,18 @@
 //! follows the capture. The NAT64 behaviours themselves are tested packet
 //! by packet in `crates/nat64`.
 
+mod cli_util;
 #[path = "../crates/xlat/tests/common/mod.rs"]
 mod common;
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
+use cli_util::run;
 use common::{check, V4, V6};
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
 use pcap_file::DataLink;
 use serde_json::Value;
-
-const BIN: &str = env!("CARGO_BIN_EXE_v6gate");
 
 const NAT64: &str = r#"
 [nat64]
@@ -33,22 +31,8 @@ const Y6: &str = "2001:db8:64::c633:6407";
 const Y4: &str = "198.51.100.7";
 const T4: &str = "203.0.113.1";
 
-fn scratch(name: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli_translate_nat64").join(name);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn run(args: &[&str], stdin: &str) -> Output {
-    let mut child = Command::new(BIN)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn v6gate");
-    let _ = child.stdin.take().unwrap().write_all(stdin.as_bytes());
-    child.wait_with_output().unwrap()
+fn scratch(name: &str) -> std::path::PathBuf {
+    cli_util::scratch("cli_translate_nat64", name)
 }
 
 fn hex(b: &[u8]) -> String {
@@ -99,13 +83,7 @@ struct Session {
 impl Session {
     fn start(args: &[&str]) -> Session {
         use std::io::BufRead;
-        let mut child = Command::new(BIN)
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn v6gate");
+        let mut child = cli_util::command(args).spawn().expect("spawn v6gate");
         let stdin = child.stdin.take().unwrap();
         let stdout = child.stdout.take().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();

@@ -6,31 +6,14 @@
 //! `source-icmpv6-errors-better`). Every emitted packet is validated with
 //! etherparse (`common::check`).
 
-#[path = "../../xlat/tests/common/mod.rs"]
-mod common;
+mod support;
 
-use common::{check, V4, V6};
 use nat64::{Config, Nat64, Protocol, StaticBib, TcpState};
-use std::net::{Ipv4Addr, Ipv6Addr};
-use xlat::{DropReason, Out, PacketKind, Verdict};
+use support::*;
+use xlat::{DropReason, PacketKind, Verdict};
 
-const S: u64 = 1_000_000_000;
-const H1: &str = "2001:db8::1";
-const H2: &str = "2001:db8::2";
-/// 198.51.100.7 under pool6 2001:db8:64::/96.
-const Y6: &str = "2001:db8:64::c633:6407";
-const Y4: &str = "198.51.100.7";
-/// The pool4 address, 192.0.2.1, and its pool6 form.
-const T4: &str = "192.0.2.1";
+/// The pool4 address, 192.0.2.1, in its pool6 form.
 const T6: &str = "2001:db8:64::c000:201";
-const SYN: u8 = 0x02;
-const ACK: u8 = 0x10;
-
-fn cfg() -> Config {
-    let mut c: Config = toml::from_str("pool6 = \"2001:db8:64::/96\"\npool4 = [\"192.0.2.1/32\"]\n").unwrap();
-    c.shards = 4;
-    c
-}
 
 /// H2 serves UDP port 7000 at 192.0.2.1:7000 (static BIB entry), so H1
 /// reaches it through the NAT64 at 2001:db8:64::c000:201 port 7000.
@@ -44,20 +27,6 @@ fn hairpin_cfg() -> Config {
     c
 }
 
-fn nat(c: Config) -> Nat64 {
-    Nat64::new(c).expect("valid config")
-}
-
-fn run(n: &Nat64, pkt: &[u8], now: u64) -> (Verdict, Vec<(PacketKind, Vec<u8>)>) {
-    let mut out = Out::new();
-    let v = n.translate(pkt, now, &mut out);
-    let pkts: Vec<_> = out.iter().map(|(k, p)| (k, p.to_vec())).collect();
-    for (_, p) in &pkts {
-        check(p);
-    }
-    (v, pkts)
-}
-
 /// Translated packets (every emitted one is a forward).
 fn fwd_all(n: &Nat64, pkt: &[u8], now: u64) -> Vec<Vec<u8>> {
     let (v, p) = run(n, pkt, now);
@@ -66,42 +35,6 @@ fn fwd_all(n: &Nat64, pkt: &[u8], now: u64) -> Vec<Vec<u8>> {
     p.into_iter().map(|(_, b)| b).collect()
 }
 
-fn fwd(n: &Nat64, pkt: &[u8], now: u64) -> Vec<u8> {
-    let p = fwd_all(n, pkt, now);
-    assert_eq!(p.len(), 1);
-    p[0].clone()
-}
-
-fn icmp_err(n: &Nat64, pkt: &[u8], now: u64) -> Vec<u8> {
-    let (v, p) = run(n, pkt, now);
-    assert_eq!(v, Verdict::Emit, "expected an ICMP error");
-    assert_eq!(p.len(), 1);
-    assert_eq!(p[0].0, PacketKind::IcmpError);
-    p[0].1.clone()
-}
-
-fn dropped(n: &Nat64, pkt: &[u8], now: u64) -> DropReason {
-    match run(n, pkt, now) {
-        (Verdict::Drop(r), p) if p.is_empty() => r,
-        (v, _) => panic!("expected a drop, got {v:?}"),
-    }
-}
-
-fn be16(b: &[u8], at: usize) -> u16 {
-    u16::from_be_bytes([b[at], b[at + 1]])
-}
-fn v6src(p: &[u8]) -> Ipv6Addr {
-    Ipv6Addr::from(<[u8; 16]>::try_from(&p[8..24]).unwrap())
-}
-fn v6dst(p: &[u8]) -> Ipv6Addr {
-    Ipv6Addr::from(<[u8; 16]>::try_from(&p[24..40]).unwrap())
-}
-fn a6(s: &str) -> Ipv6Addr {
-    s.parse().unwrap()
-}
-fn a4(s: &str) -> Ipv4Addr {
-    s.parse().unwrap()
-}
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
@@ -126,10 +59,8 @@ fn frags6(src: &str, dst: &str, next: u8, exts: &[u8], upper: &[u8], piece: usiz
     v
 }
 
-/// The payload of IPv4 fragments put back together (offsets checked).
-fn join4(frags: &[Vec<u8>]) -> Vec<u8> {
-    let mut parts: Vec<(usize, &[u8])> =
-        frags.iter().map(|f| ((usize::from(be16(f, 6)) & 0x1fff) * 8, &f[usize::from(f[0] & 0xf) * 4..])).collect();
+/// Fragments put back together from (offset, data) pieces (no hole).
+fn join(mut parts: Vec<(usize, &[u8])>) -> Vec<u8> {
     parts.sort_by_key(|p| p.0);
     let mut out = Vec::new();
     for (off, d) in parts {
@@ -139,23 +70,23 @@ fn join4(frags: &[Vec<u8>]) -> Vec<u8> {
     out
 }
 
+/// The payload of IPv4 fragments put back together.
+fn join4(frags: &[Vec<u8>]) -> Vec<u8> {
+    join(frags.iter().map(|f| ((usize::from(be16(f, 6)) & 0x1fff) * 8, &f[usize::from(f[0] & 0xf) * 4..])).collect())
+}
+
 /// The fragmentable part of IPv6 fragments (plain Fragment header right
 /// after the fixed header) put back together.
 fn join6(frags: &[Vec<u8>]) -> Vec<u8> {
-    let mut parts: Vec<(usize, &[u8])> = frags
-        .iter()
-        .map(|f| {
-            assert_eq!(f[6], 44, "a Fragment header");
-            ((usize::from(be16(f, 42)) >> 3) * 8, &f[48..])
-        })
-        .collect();
-    parts.sort_by_key(|p| p.0);
-    let mut out = Vec::new();
-    for (off, d) in parts {
-        assert_eq!(off, out.len(), "fragments leave no hole");
-        out.extend_from_slice(d);
-    }
-    out
+    join(
+        frags
+            .iter()
+            .map(|f| {
+                assert_eq!(f[6], 44, "a Fragment header");
+                ((usize::from(be16(f, 42)) >> 3) * 8, &f[48..])
+            })
+            .collect(),
+    )
 }
 
 // ---- §3.8 hairpinning ------------------------------------------------------
@@ -185,20 +116,13 @@ fn rfc6146_3_8_hairpinned_packet_loses_one_hop() {
 fn rfc6146_3_8_hairpinned_syn_expiring_unanswered_gets_icmpv6_from_the_nat64() {
     let n = nat(cfg());
     let syn = V6::new(6, H1, T6).tcp(5001, 9999, SYN, b"");
-    assert_eq!(dropped(&n, &syn, 0), DropReason::SynHeld);
-    assert_eq!(n.stats().held_syns, 1);
-    assert!(n.expire(5 * S).icmp.is_empty());
-    let e = n.expire(6 * S);
-    assert_eq!(e.icmp.len(), 1);
-    let icmp = &e.icmp[0];
-    check(icmp);
+    let icmp = &held_syn_error(&n, &syn);
     assert_eq!(icmp[0] >> 4, 6, "ICMPv6, not ICMPv4 to a pool4 address");
     assert_eq!((icmp[40], icmp[41]), (1, 4));
     assert_eq!(v6src(icmp), n.translator().ipv6_address());
     assert_eq!(v6src(icmp), a6("2001:db8:64::c000:8"), "192.0.0.8 under pool6");
     assert_eq!(v6dst(icmp), a6(H1));
     assert_eq!(&icmp[48..], &syn[..], "quotes the SYN as H1 sent it");
-    assert_eq!(n.stats().held_syns, 0);
 }
 
 /// RFC 6146 §3.8: refusals of the hairpin's IPv4 pass go back to the IPv6

@@ -132,9 +132,13 @@ pub struct Args {
     /// NAT64: new flows in the first-packet latency test.
     #[arg(long, default_value_t = 2000)]
     pub setup_flows: usize,
-    /// NAT64: rate of new flows in the first-packet latency test, flows/s.
-    #[arg(long, default_value_t = 1000.0)]
-    pub setup_probe_rate: f64,
+    /// NAT64: rates of new flows in the first-packet latency test,
+    /// flows/s; each rate probes fresh flows, then the same flows again
+    /// (established) at the same rate. The low rate shows an idle DUT
+    /// woken by every packet; the higher one a DUT kept busy, like the
+    /// latency-by-load points.
+    #[arg(long, value_delimiter = ',', default_value = "1000,10000")]
+    pub setup_probe_rate: Vec<f64>,
     /// Stateful DUTs: measure only the session setup (first-packet
     /// latency and setup rate), no throughput, loss or latency points;
     /// other DUTs are skipped. For short targeted runs.
@@ -234,12 +238,20 @@ pub struct Setup {
     pub setup_rate_fps: f64,
     /// Search trials.
     pub search: Vec<(f64, bool)>,
-    /// Latency of the first frame of new sessions (at `probe_rate`).
+    /// First-packet latency, one probe per `--setup-probe-rate`.
+    pub probes: Vec<SetupProbe>,
+}
+
+/// New flows at one rate, then the same flows again: the first packet of
+/// a session against an established one, in the same conditions.
+#[derive(Debug, Clone, Serialize)]
+pub struct SetupProbe {
+    /// Rate of the probe, flows/s.
+    pub rate: f64,
+    /// Latency of the first frame of new sessions.
     pub first_packet: Latency,
     /// Latency of the same flows' next frame (sessions established).
     pub established: Latency,
-    /// Rate of the first-packet probe, flows/s.
-    pub probe_rate: f64,
 }
 
 /// Results for one DUT.

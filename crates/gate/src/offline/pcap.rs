@@ -56,6 +56,12 @@ impl Link {
     }
 }
 
+/// A pcap record of `p` with the timestamp of `at` (`None`: too long).
+fn record<'p>(at: &RawPcapPacket<'_>, p: &'p [u8]) -> Option<RawPcapPacket<'p>> {
+    let len = u32::try_from(p.len()).ok()?;
+    Some(RawPcapPacket { ts_sec: at.ts_sec, ts_frac: at.ts_frac, incl_len: len, orig_len: len, data: Cow::Borrowed(p) })
+}
+
 /// Translate every packet of the pcap stream `input` and write what is
 /// emitted to the pcap stream `output` (LINKTYPE_RAW, same timestamps and
 /// timestamp resolution as the input). The offline clock follows the
@@ -110,15 +116,9 @@ pub fn translate_pcap<R: Read, W: Write>(
             write_expired(e, &format!("pkt {n:<4}"), engine.x.now(), &expired)?;
         }
         for p in &expired {
-            let Ok(len) = u32::try_from(p.len()) else { continue };
-            let raw = RawPcapPacket {
-                ts_sec: rec.ts_sec,
-                ts_frac: rec.ts_frac,
-                incl_len: len,
-                orig_len: len,
-                data: Cow::Borrowed(p),
-            };
-            writer.write_raw_packet(&raw).map_err(|e| anyhow::anyhow!("writing the output pcap: {e}"))?;
+            if let Some(raw) = record(&rec, p) {
+                writer.write_raw_packet(&raw).map_err(|e| anyhow::anyhow!("writing the output pcap: {e}"))?;
+            }
         }
         let Some(pkt) = link.l3(&rec.data) else {
             engine.stats.skipped += 1;
@@ -134,14 +134,7 @@ pub fn translate_pcap<R: Read, W: Write>(
                 write_explain(e, &tag, input, v, out)?;
             }
             for (_, p) in out.iter() {
-                let Ok(len) = u32::try_from(p.len()) else { continue };
-                let raw = RawPcapPacket {
-                    ts_sec: rec.ts_sec,
-                    ts_frac: rec.ts_frac,
-                    incl_len: len,
-                    orig_len: len,
-                    data: Cow::Borrowed(p),
-                };
+                let Some(raw) = record(&rec, p) else { continue };
                 if let Err(err) = writer.write_raw_packet(&raw) {
                     write_err.get_or_insert(err);
                 }
