@@ -18,6 +18,7 @@ pool6 = "64:ff9b::/96"
 pool4 = ["203.0.113.0/30"]
 max-sessions = 64
 max-bib = 64
+shards = 1
 "#;
 
 fuzz_target!(|data: &[u8]| {
