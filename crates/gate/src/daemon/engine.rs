@@ -75,7 +75,7 @@ impl Engines {
                     old.reconfigure(n.clone(), cfg.nat64_xlat_config(), now_ns).map_err(|e| cfg.nat64_error(e))?;
                 for (e, why) in next.bib_lost() {
                     tracing::warn!(
-                        "nat64: static BIB entry {} {} <-> {} added with `v6gate ctl bib add` dropped: {why}",
+                        "nat64: static BIB entry {} {} <-> {} (added with `v6gate ctl bib add`) dropped by the reload: {why}",
                         e.protocol,
                         e.ipv6,
                         e.ipv4

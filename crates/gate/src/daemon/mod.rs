@@ -442,7 +442,10 @@ pub fn run(
             tracing::warn!("nat64 bib-file: {r}");
         }
         if added > 0 {
-            tracing::info!("nat64: {added} static BIB entr{} restored from {path}", if added == 1 { "y" } else { "ies" });
+            tracing::info!(
+                "nat64: {added} static BIB entr{} restored from {path}",
+                if added == 1 { "y" } else { "ies" }
+            );
         }
     }
 
