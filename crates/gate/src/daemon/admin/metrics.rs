@@ -346,6 +346,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn dns64_cache_counters_are_one_family_by_event() {
+        let st = dns64::Stats { cache_hits: 5, cache_misses: 2, cache_evictions: 1, ..Default::default() };
+        let s = encode(vec![dns64_cache(&st)]);
+        assert!(s.contains("# TYPE v6gate_dns64_cache counter\n"), "{s}");
+        assert!(s.contains("v6gate_dns64_cache_total{event=\"hit\"} 5\n"), "{s}");
+        assert!(s.contains("v6gate_dns64_cache_total{event=\"miss\"} 2\n"), "{s}");
+        assert!(s.contains("v6gate_dns64_cache_total{event=\"eviction\"} 1\n"), "{s}");
+        assert!(s.contains("v6gate_dns64_cache_total{event=\"expired\"} 0\n"), "{s}");
+    }
+
+    #[test]
     fn counters_get_total_gauges_do_not_and_labels_are_kept() {
         let s = encode(vec![
             Family::counter("v6gate_drops", "Drops.").by("reason", [("truncated", 3u64), ("bad-checksum", 0)]),
