@@ -34,7 +34,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Cmd {
-    /// Translate packets offline with the [siit] translator (RFC 7915).
+    /// Translate packets offline with the [siit] translator (RFC 7915)
+    /// and/or a stateful [nat64] (RFC 6146), as the daemon would.
     ///
     /// Reads one hex-encoded IPv4 or IPv6 packet per line on stdin and
     /// writes one JSON line per packet on stdout:
@@ -42,8 +43,20 @@ enum Cmd {
     /// {"out":[],"drop":"<reason>"}. Blank lines and lines starting with
     /// '#' are skipped; a line that is not hex gets "drop":"bad-hex".
     /// With amend-udp-checksum-zero = "hold", zero-checksum UDP fragments are held
-    /// ("drop":"held") until their datagram is complete. With
-    /// --pcap-in/--pcap-out, translates a pcap file instead.
+    /// ("drop":"held") until their datagram is complete.
+    ///
+    /// With [nat64], one NAT64 keeps its sessions across all lines; its
+    /// clock starts at 0 and moves only on a directive line:
+    /// "@advance SECONDS" (e.g. @advance 6, @advance 250ms) moves it and
+    /// runs expiry, answering with the packets expiry emits in the same
+    /// {"out":[...],"drop":null} shape; "@set KEY VALUE" (e.g. @set
+    /// nat64.udp-timeout 10s, @set ipv4-mtu 1400) changes one [nat64] or
+    /// [siit] setting as a reload does, keeping sessions. A directive that
+    /// cannot be carried out changes nothing and gets
+    /// {"out":[],"drop":"bad-directive","error":"..."}; the run goes on.
+    ///
+    /// With --pcap-in/--pcap-out, translates a pcap file instead; the clock
+    /// then follows the capture's timestamps from its first packet.
     Translate(TranslateArgs),
     /// Print an example configuration or check a configuration file.
     #[command(subcommand)]
@@ -115,7 +128,7 @@ enum BenchCmd {
 
 #[derive(Debug, Args)]
 struct TranslateArgs {
-    /// Configuration file (TOML) with a [siit] table.
+    /// Configuration file (TOML) with a [siit] and/or a [nat64] table.
     #[arg(short, long, value_name = "FILE")]
     config: PathBuf,
     /// Read packets from this pcap file (link type RAW, IPV4, IPV6,
@@ -156,14 +169,23 @@ fn translate(a: &TranslateArgs) -> anyhow::Result<()> {
     for w in cfg.warnings() {
         eprintln!("v6gate: {w}");
     }
-    let tr = cfg.siit_translator()?;
+    // The text again, for @set (which edits it and parses it anew).
+    let text = std::fs::read_to_string(&a.config).with_context(|| format!("cannot read {}", a.config.display()))?;
+    let mut x = offline::Offline::new(cfg, &text)?;
     let mut stderr = io::stderr();
     let explain: Option<&mut dyn Write> = if a.explain { Some(&mut stderr) } else { None };
     if let (Some(i), Some(o)) = (&a.pcap_in, &a.pcap_out) {
-        let stats = offline::translate_pcap_files(&tr, i, o, explain)?;
+        let stats = offline::translate_pcap_files(&mut x, i, o, explain)?;
         eprintln!("v6gate translate: {}: {}", o.display(), stats.summary("non-IP frames"));
     } else {
-        offline::translate_lines(&tr, io::stdin().lock(), io::stdout().lock(), explain).context("translating stdin")?;
+        let stats = offline::translate_lines(&mut x, io::stdin().lock(), io::stdout().lock(), explain)
+            .context("translating stdin")?;
+        if stats.bad_directives > 0 {
+            eprintln!(
+                "v6gate translate: {} directive line(s) refused (\"drop\":\"bad-directive\", see their \"error\")",
+                stats.bad_directives
+            );
+        }
     }
     Ok(())
 }

@@ -6,9 +6,12 @@
 //! translation, decoded independently with etherparse; the RFC 7915
 //! behaviours themselves are tested packet by packet in `xlat`.
 
+mod cli_util;
+
+use cli_util::{run, BIN};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -16,8 +19,6 @@ use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
 use pcap_file::DataLink;
 use serde_json::Value;
 use xlat::DropReason;
-
-const BIN: &str = env!("CARGO_BIN_EXE_v6gate");
 
 /// A valid configuration. `ipv6-address` is explicit so the file does not
 /// depend on address-mapping details.
@@ -34,28 +35,13 @@ const V4_UDP: &str = "450000270101000040118d89c6336407c00002019c4000350013304776
 const V6_UDP: &str = "600000000014114020010db80006000000000000000000010064ff9b0001000000000000c633640700359c400014c6fb763667617465207265706c79";
 
 fn scratch(name: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli_translate").join(name);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    cli_util::scratch("cli_translate", name)
 }
 
 fn write_config(dir: &Path, text: &str) -> PathBuf {
     let p = dir.join("v6gate.toml");
     std::fs::write(&p, text).unwrap();
     p
-}
-
-fn run(args: &[&str], stdin: &str) -> Output {
-    let mut child = Command::new(BIN)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn v6gate");
-    // The child may exit before reading (bad configuration): ignore EPIPE.
-    let _ = child.stdin.take().unwrap().write_all(stdin.as_bytes());
-    child.wait_with_output().unwrap()
 }
 
 fn text(b: &[u8]) -> String {

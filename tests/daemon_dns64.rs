@@ -99,3 +99,60 @@ fn dns64_answers_through_the_daemon_and_the_answer_is_reachable() {
         tcp_echo(&lab.h4, "0.0.0.0:4020".parse().unwrap(), &lab.h6, SocketAddr::new(synth.into(), 4020), b"hi");
     assert_eq!(got, b"hi");
 }
+
+/// A reload (SIGHUP) that changes the `[dns64]` prefix does not take DNS64
+/// down: a client querying all along gets every answer, first under the
+/// old prefix, then under the new one.
+#[test]
+fn dns64_keeps_answering_while_a_reload_changes_the_prefix() {
+    let lab = Lab::start(CONFIG);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let seen = std::thread::scope(|s| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let h4 = &lab.h4;
+        s.spawn(move || {
+            h4.enter_thread().unwrap();
+            let sock = UdpSocket::bind("198.51.100.2:5353").unwrap();
+            sock.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+            tx.send(()).unwrap();
+            fake_upstream(&sock, usize::MAX);
+        });
+        rx.recv().unwrap();
+        let (stop, h6) = (&stop, &lab.h6);
+        let client = s.spawn(move || {
+            in_ns(h6, || {
+                let sock = UdpSocket::bind("[::]:0").unwrap();
+                sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                let mut seen = Vec::new();
+                let mut buf = [0u8; 1500];
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    sock.send_to(&aaaa_query("v4only.example."), "[2001:db8:1::1]:53".parse::<SocketAddr>().unwrap())
+                        .unwrap();
+                    let (n, _) = sock.recv_from(&mut buf).expect("every query is answered");
+                    let a = &buf[..n];
+                    assert_eq!(a[3] & 0x0f, 0, "NOERROR");
+                    let rdata: [u8; 16] = a[n - 16..].try_into().unwrap();
+                    seen.push(Ipv6Addr::from(rdata));
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                seen
+            })
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        lab.write_config(&CONFIG.replace("prefix = \"64:ff9b:1::/96\"\nallow", "prefix = \"64:ff9b:2::/96\"\nallow"));
+        lab.sighup();
+        assert_eq!(lab.wait_metric("v6gate_config_generation", |v| v == 2), 2, "{}", lab.log());
+        std::thread::sleep(Duration::from_millis(300));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        client.join().unwrap()
+    });
+    let old: Ipv6Addr = "64:ff9b:1::c633:6402".parse().unwrap();
+    let new: Ipv6Addr = "64:ff9b:2::c633:6402".parse().unwrap();
+    assert!(seen.len() > 20, "{} answers", seen.len());
+    assert_eq!(seen[0], old);
+    assert_eq!(*seen.last().unwrap(), new);
+    let switch = seen.iter().position(|a| *a == new).unwrap();
+    assert!(seen[switch..].iter().all(|a| *a == new), "no answer under the old prefix after the switch");
+    assert!(lab.log().contains("dns64: reconfigured"), "{}", lab.log());
+    assert!(lab.metric("v6gate_dns64_cache_hits_total") > 0, "the A answer came from the cache");
+}

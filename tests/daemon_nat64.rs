@@ -226,3 +226,47 @@ fn nat64_bib_limit() {
     assert!(lab.metric("v6gate_nat64_refused_total{reason=\"bib-full\"}") >= 1);
     assert_eq!(udp_roundtrip(&a, dst, b"a2").unwrap(), b"a2");
 }
+
+/// `v6gate ctl bib add` entries survive a reload (SIGHUP) with their
+/// sessions, and a restart through `[nat64] bib-file`; a removed one stays
+/// removed.
+#[test]
+fn nat64_bib_entries_added_with_ctl_survive_reload_and_restart() {
+    let mut lab = Lab::start(&config(""));
+    let file = lab.dir.path().join("nat64-bib.toml");
+    let with_file = config(&format!("bib-file = \"{}\"", file.display()));
+    lab.write_config(&with_file);
+    lab.sighup();
+    assert_eq!(lab.wait_metric("v6gate_config_generation", |v| v == 2), 2, "{}", lab.log());
+    for (v4, v6) in [("5353", "53"), ("5454", "54")] {
+        let e = lab.ctl(&["bib", "add", "--proto", "udp", &format!("{POOL4}#{v4}"), &format!("2001:db8:1::2#{v6}")]);
+        assert!(e.is_ok(), "{e:?}");
+    }
+    assert!(lab.ctl(&["bib", "remove", "--proto", "udp", "2001:db8:1::2#54", &format!("{POOL4}#5454")]).is_ok());
+    let (got, _) = udp_echo(&lab.h6, sa("[::]:53"), &lab.h4, sa(&format!("{POOL4}:5353")), b"before");
+    assert_eq!(got, b"before");
+    let added = |lab: &Lab| -> Vec<String> {
+        let bib: serde_json::Value =
+            serde_json::from_str(&lab.ctl(&["bib", "list", "--proto", "udp"]).unwrap()).unwrap();
+        bib.as_array().unwrap().iter().filter(|b| b["origin"] == "added").map(|b| b["ipv4"].to_string()).collect()
+    };
+    assert_eq!(added(&lab), ["\"203.0.113.1:5353\""]);
+
+    // A reload keeps it (and its session); the file says what is kept.
+    lab.write_config(&with_file.replace("[tun]", "# reloaded\n[tun]"));
+    lab.sighup();
+    assert_eq!(lab.wait_metric("v6gate_config_generation", |v| v == 3), 3, "{}", lab.log());
+    assert_eq!(added(&lab), ["\"203.0.113.1:5353\""], "{}", lab.log());
+    assert!(lab.metric("v6gate_nat64_sessions{proto=\"udp\"}") >= 1);
+    let saved = std::fs::read_to_string(&file).unwrap();
+    assert!(saved.contains("203.0.113.1:5353") && !saved.contains("5454"), "{saved}");
+
+    // A restart reads it back.
+    let (st, _) = lab.stop();
+    assert!(st.success());
+    lab.restart();
+    assert_eq!(added(&lab), ["\"203.0.113.1:5353\""], "{}", lab.log());
+    assert!(lab.log().contains("1 static BIB entry restored"), "{}", lab.log());
+    let (got, _) = udp_echo(&lab.h6, sa("[::]:53"), &lab.h4, sa(&format!("{POOL4}:5353")), b"after restart");
+    assert_eq!(got, b"after restart");
+}

@@ -215,6 +215,14 @@ impl Lab {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+
+    /// Start the daemon again (after [`Lab::stop`]), same namespaces and
+    /// configuration file; waits until it answers.
+    #[allow(dead_code)]
+    pub fn restart(&mut self) {
+        assert!(self.daemon.is_none(), "stop it first");
+        self.spawn();
+    }
 }
 
 impl Drop for Lab {

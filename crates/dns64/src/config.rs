@@ -39,6 +39,17 @@ pub const DEFAULT_ALLOW: &[&str] = &[
     "fe80::/10",
 ];
 
+/// Default `cache-entries`: answers kept (0 turns the cache off).
+pub const DEFAULT_CACHE_ENTRIES: usize = 10_000;
+/// Default `cache-bytes`: memory the cached answers may take.
+pub const DEFAULT_CACHE_BYTES: usize = 8 << 20;
+/// Default `cache-max-ttl`: no answer is kept longer (RFC 8767 §4
+/// suggests a day as a cap for positive answers).
+pub const DEFAULT_CACHE_MAX_TTL: Duration = Duration::from_secs(86_400);
+/// Default `cache-max-negative-ttl`: RFC 2308 §5 recommends one to three
+/// hours as the upper bound of negative caching.
+pub const DEFAULT_CACHE_MAX_NEGATIVE_TTL: Duration = Duration::from_secs(3 * 3600);
+
 /// Accepted `timeout` range.
 pub const TIMEOUT_RANGE: core::ops::RangeInclusive<Duration> = Duration::from_millis(10)..=Duration::from_secs(30);
 /// Old spellings still accepted, each with a deprecation warning:
@@ -72,6 +83,32 @@ pub struct Config {
     pub exclude_a: Vec<String>,
     /// Client prefixes allowed to query; others get REFUSED.
     pub allow: Vec<String>,
+    /// RFC 6147 §5.2: IPv4 ranges synthesised under a prefix of their own
+    /// (`[[dns64.prefixes]]`), tried in order; addresses in none of them
+    /// use `prefix`.
+    pub prefixes: Vec<RangePrefix>,
+    /// Upstream answers kept in the cache (RFC 2308); 0 turns it off.
+    pub cache_entries: usize,
+    /// Bytes the cached answers may take.
+    pub cache_bytes: usize,
+    /// Longest time a positive answer is kept (its TTL counts if shorter).
+    #[serde(with = "confval::duration")]
+    pub cache_max_ttl: Duration,
+    /// Longest time a negative answer (NXDOMAIN, NODATA) is kept (its
+    /// SOA's TTL and MINIMUM count if shorter, RFC 2308 §5).
+    #[serde(with = "confval::duration")]
+    pub cache_max_negative_ttl: Duration,
+}
+
+/// `[[dns64.prefixes]]`: an RFC 6052 prefix for some IPv4 ranges
+/// (RFC 6147 §5.2), e.g. `{ prefix = "64:ff9b:1::/96", ipv4 = ["10.0.0.0/8"] }`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RangePrefix {
+    /// RFC 6052 prefix (the matching NAT64's pool6).
+    pub prefix: String,
+    /// IPv4 prefixes synthesised under it.
+    pub ipv4: Vec<String>,
 }
 
 impl Default for Config {
@@ -84,6 +121,11 @@ impl Default for Config {
             exclude_aaaa: strings(DEFAULT_EXCLUDE_AAAA),
             exclude_a: strings(DEFAULT_EXCLUDE_A),
             allow: strings(DEFAULT_ALLOW),
+            prefixes: Vec::new(),
+            cache_entries: DEFAULT_CACHE_ENTRIES,
+            cache_bytes: DEFAULT_CACHE_BYTES,
+            cache_max_ttl: DEFAULT_CACHE_MAX_TTL,
+            cache_max_negative_ttl: DEFAULT_CACHE_MAX_NEGATIVE_TTL,
         }
     }
 }
@@ -129,10 +171,41 @@ pub fn parse_socket_addr(s: &str, port: u16) -> Result<SocketAddr, String> {
 /// What the synthesis core needs, validated.
 #[derive(Debug, Clone)]
 pub(crate) struct Policy {
+    /// For addresses in none of `ranges`.
     pub prefix: Rfc6052,
+    /// RFC 6147 §5.2: (prefix, its IPv4 ranges), in order.
+    pub ranges: Vec<(Rfc6052, Vec<Prefix4>)>,
     pub exclude_aaaa: Vec<Prefix6>,
     pub exclude_a: Vec<Prefix4>,
     pub allow: Vec<IpPrefix>,
+}
+
+impl Policy {
+    /// The prefix `a` is synthesised under.
+    pub(crate) fn prefix_for(&self, a: core::net::Ipv4Addr) -> &Rfc6052 {
+        self.ranges.iter().find(|(_, r)| r.iter().any(|p| p.contains(a))).map_or(&self.prefix, |(p, _)| p)
+    }
+
+    /// The IPv4 address a synthesised AAAA address stands for (any of
+    /// the prefixes, when it maps back to the same prefix).
+    pub(crate) fn extract(&self, a: &core::net::Ipv6Addr) -> Option<core::net::Ipv4Addr> {
+        self.ranges
+            .iter()
+            .map(|(p, _)| p)
+            .chain([&self.prefix])
+            .filter_map(|p| p.extract(a).map(|v4| (p, v4)))
+            .find(|(p, v4)| self.prefix_for(*v4).prefix() == p.prefix())
+            .map(|(_, v4)| v4)
+    }
+}
+
+/// The cache limits, validated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CacheLimits {
+    pub entries: usize,
+    pub bytes: usize,
+    pub max_ttl: u32,
+    pub max_negative_ttl: u32,
 }
 
 /// Everything the server needs, validated.
@@ -141,6 +214,7 @@ pub(crate) struct Settings {
     pub listen: Vec<SocketAddr>,
     pub upstream: Vec<SocketAddr>,
     pub timeout: Duration,
+    pub cache: CacheLimits,
 }
 
 fn list<T>(
@@ -173,7 +247,40 @@ impl Config {
             list("exclude-aaaa", &self.exclude_aaaa, |s| s.parse::<Prefix6>().map_err(|e| e.to_string()))?;
         let exclude_a = list("exclude-a", &self.exclude_a, |s| s.parse::<Prefix4>().map_err(|e| e.to_string()))?;
         let allow = list("allow", &self.allow, |s| s.parse::<IpPrefix>().map_err(|e| e.to_string()))?;
-        Ok(Policy { prefix, exclude_aaaa, exclude_a, allow })
+        let mut ranges = Vec::with_capacity(self.prefixes.len());
+        for (i, r) in self.prefixes.iter().enumerate() {
+            let at = |m: String| err("prefixes", format!("entry {}: {m}", i + 1));
+            let p6: Prefix6 = r.prefix.parse().map_err(|e| at(format!("prefix: {e}")))?;
+            let p = Rfc6052::new(p6).map_err(|e| at(format!("prefix: {e}")))?;
+            if r.ipv4.is_empty() {
+                return Err(at("ipv4 lists no IPv4 prefix (the default `prefix` covers everything else)".into()));
+            }
+            let v4 = r
+                .ipv4
+                .iter()
+                .map(|s| s.parse::<Prefix4>().map_err(|e| at(format!("ipv4: {e}"))))
+                .collect::<Result<Vec<_>, _>>()?;
+            ranges.push((p, v4));
+        }
+        Ok(Policy { prefix, ranges, exclude_aaaa, exclude_a, allow })
+    }
+
+    pub(crate) fn cache_limits(&self) -> Result<CacheLimits, ConfigError> {
+        let secs = |key: &'static str, d: Duration| {
+            if d.is_zero() {
+                return Err(err(key, "must be at least 1s (set cache-entries = 0 to turn the cache off)"));
+            }
+            Ok(u32::try_from(d.as_secs()).unwrap_or(u32::MAX).max(1))
+        };
+        if self.cache_entries > 0 && self.cache_bytes < 4096 {
+            return Err(err("cache-bytes", format!("{} is below 4096", self.cache_bytes)));
+        }
+        Ok(CacheLimits {
+            entries: self.cache_entries,
+            bytes: self.cache_bytes,
+            max_ttl: secs("cache-max-ttl", self.cache_max_ttl)?,
+            max_negative_ttl: secs("cache-max-negative-ttl", self.cache_max_negative_ttl)?,
+        })
     }
 
     pub(crate) fn settings(&self) -> Result<Settings, ConfigError> {
@@ -210,7 +317,7 @@ impl Config {
                 ),
             ));
         }
-        Ok(Settings { listen, upstream, timeout: self.timeout })
+        Ok(Settings { listen, upstream, timeout: self.timeout, cache: self.cache_limits()? })
     }
 }
 
@@ -253,6 +360,22 @@ exclude-a = ["0.0.0.0/8", "127.0.0.0/8", "169.254.0.0/16", "224.0.0.0/3"]
 # open resolver is abused for amplification: add your client prefixes rather
 # than "::/0".
 allow = ["127.0.0.0/8", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "::1/128", "fc00::/7", "fe80::/10"]
+
+# Cache of upstream answers (RFC 2308: positive and negative answers, kept
+# for their TTL, which counts down in the answers given from it; errors are
+# not kept). Bounded by entries and bytes, least recently used first out.
+# Zero entries turn it off.
+cache-entries = 10000
+cache-bytes = 8388608
+cache-max-ttl = "1d"
+cache-max-negative-ttl = "3h"
+
+# RFC 6147 §5.2: IPv4 ranges synthesised under a prefix of their own (each
+# the pool6 of the NAT64 that serves them), tried in order; addresses in
+# none of them use `prefix` above.
+# [[dns64.prefixes]]
+# prefix = "64:ff9b:1::/96"
+# ipv4 = ["10.0.0.0/8", "192.168.0.0/16"]
 "#;
 
 #[cfg(test)]

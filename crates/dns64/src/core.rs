@@ -298,7 +298,7 @@ impl Core {
         let no_synth = client.cd && client.dnssec_ok();
         let (phase, lookup) = match qtype {
             RecordType::AAAA if is_in && !no_synth => (Phase::Aaaa, client.lookup(name, RecordType::AAAA)),
-            RecordType::PTR if is_in => match arpa::ip6_arpa_addr(&name).and_then(|a| self.policy.prefix.extract(&a)) {
+            RecordType::PTR if is_in => match arpa::ip6_arpa_addr(&name).and_then(|a| self.policy.extract(&a)) {
                 Some(v4) if !no_synth => (Phase::Ptr, client.lookup(arpa::in_addr_name(v4), RecordType::PTR)),
                 Some(_) => {
                     Counters::inc(&c.dnssec_no_synthesis);
@@ -498,14 +498,15 @@ impl Core {
         self.respond(client, &msg, ResponseCode::NoError, answers, false)
     }
 
-    /// The AAAA address for an A record's address; `None` when excluded
-    /// (`exclude-a`) or not representable (RFC 6052 §3.1: only global
-    /// addresses under the Well-Known Prefix).
+    /// The AAAA address for an A record's address, under the prefix of
+    /// its range (`[[dns64.prefixes]]`, RFC 6147 §5.2) or `prefix`; `None`
+    /// when excluded (`exclude-a`) or not representable (RFC 6052 §3.1:
+    /// only global addresses under the Well-Known Prefix).
     pub fn synthesize(&self, a: Ipv4Addr) -> Option<core::net::Ipv6Addr> {
         if self.policy.exclude_a.iter().any(|p| p.contains(a)) {
             return None;
         }
-        self.policy.prefix.embed(a)
+        self.policy.prefix_for(a).embed(a)
     }
 
     fn on_ptr(&self, client: &Client, result: Upstream) -> Action {

@@ -17,13 +17,15 @@
 #![forbid(unsafe_code)]
 
 pub mod arpa;
+pub mod cache;
 pub mod config;
 pub mod core;
 pub mod server;
 pub mod stats;
 pub mod upstream;
 
-pub use crate::config::{Config, ConfigError, EXAMPLE_TOML};
+pub use crate::cache::Cache;
+pub use crate::config::{Config, ConfigError, RangePrefix, EXAMPLE_TOML};
 pub use crate::core::{Action, Client, Core, Lookup, Task, Upstream};
 pub use crate::server::{Error, Server};
 pub use crate::stats::{Counters, Stats};

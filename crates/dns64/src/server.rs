@@ -1,5 +1,5 @@
 //! The DNS64 server: UDP and TCP (RFC 1035 §4.2.2 length-prefixed, RFC 7766)
-//! listeners driving [`Core`] with [`Upstreams`].
+//! listeners driving [`Core`] with [`Upstreams`] and the [`Cache`].
 //!
 //! Sockets are bound before [`Server::start`] / [`Server::spawn`] return, so
 //! a busy port or a missing address is reported to the caller. Every query
@@ -12,11 +12,19 @@
 //! write of an answer must finish within [`TCP_IDLE`]; accept errors (out
 //! of file descriptors) are counted (`tcp_accept_errors`) and backed off
 //! from (10 ms doubling to 1 s) while the listener stays.
+//!
+//! [`Server::reconfigure`] applies a changed `[dns64]` table without going
+//! down: the new policy, upstreams and cache limits take over from the next
+//! query (queries in flight finish with the old ones); listen addresses
+//! that stay keep their sockets, new ones are bound first (a failure
+//! changes nothing), removed ones are closed last. The cache is kept when
+//! the upstreams and the cache limits stay the same.
 
 use core::net::SocketAddr;
 use core::time::Duration;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -24,8 +32,9 @@ use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 
+use crate::cache::Cache;
 use crate::config::{Config, ConfigError};
-use crate::core::{Action, Core};
+use crate::core::{Action, Core, Lookup, Upstream};
 use crate::stats::{Counters, Stats};
 use crate::upstream::Upstreams;
 
@@ -59,17 +68,52 @@ impl core::fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+/// What one query is answered with: the configuration in force when it
+/// arrived.
 struct Ctx {
     core: Core,
     upstream: Upstreams,
+    upstream_addrs: Vec<SocketAddr>,
+    cache: Option<Arc<Cache>>,
     bound: Duration,
     inflight: Arc<Semaphore>,
     tcp_slots: Arc<Semaphore>,
 }
 
+/// What the listeners share: the [`Ctx`] in force (swapped by a reload)
+/// and the counters (kept across reloads).
+struct Shared {
+    ctx: RwLock<Arc<Ctx>>,
+    counters: Arc<Counters>,
+}
+
+impl Shared {
+    fn ctx(&self) -> Arc<Ctx> {
+        self.ctx.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn counters(&self) -> &Counters {
+        &self.counters
+    }
+}
+
 impl Ctx {
     fn counters(&self) -> &Counters {
         self.core.counters()
+    }
+
+    /// One upstream lookup, from the cache when it holds the answer.
+    async fn lookup(&self, l: &Lookup) -> Upstream {
+        if let Some(c) = &self.cache {
+            if let Some(b) = c.get(l, Instant::now()) {
+                return Upstream::Reply(b);
+            }
+        }
+        let r = self.upstream.exchange(l).await;
+        if let (Some(c), Upstream::Reply(b)) = (&self.cache, &r) {
+            c.put(l, b, Instant::now());
+        }
+        r
     }
 
     /// Answer one query (`None`: send nothing).
@@ -83,7 +127,7 @@ impl Ctx {
         let work = async {
             let mut task = task;
             loop {
-                let outcome = self.upstream.exchange(task.lookup()).await;
+                let outcome = self.lookup(task.lookup()).await;
                 match self.core.upstream(task, outcome) {
                     Action::Reply(b) => return Some(b),
                     Action::Drop => return None,
@@ -132,7 +176,7 @@ fn bind_all(listen: &[SocketAddr]) -> Result<Bound, Error> {
     Ok(b)
 }
 
-async fn udp_loop(sock: UdpSocket, ctx: Arc<Ctx>) {
+async fn udp_loop(sock: UdpSocket, shared: Arc<Shared>) {
     let sock = Arc::new(sock);
     let mut tasks = JoinSet::new();
     let mut buf = vec![0u8; 65535];
@@ -143,6 +187,7 @@ async fn udp_loop(sock: UdpSocket, ctx: Arc<Ctx>) {
             Err(_) => continue,
         };
         while tasks.try_join_next().is_some() {}
+        let ctx = shared.ctx();
         let Ok(permit) = ctx.inflight.clone().try_acquire_owned() else {
             Counters::inc(&ctx.counters().queries_udp);
             Counters::inc(&ctx.counters().dropped_overload);
@@ -160,7 +205,7 @@ async fn udp_loop(sock: UdpSocket, ctx: Arc<Ctx>) {
     }
 }
 
-async fn tcp_conn(mut s: TcpStream, from: SocketAddr, ctx: Arc<Ctx>) {
+async fn tcp_conn(mut s: TcpStream, from: SocketAddr, shared: Arc<Shared>) {
     loop {
         let len = match tokio::time::timeout(TCP_IDLE, s.read_u16()).await {
             Ok(Ok(l)) => usize::from(l),
@@ -171,6 +216,8 @@ async fn tcp_conn(mut s: TcpStream, from: SocketAddr, ctx: Arc<Ctx>) {
             Ok(Ok(_)) => {}
             _ => return,
         }
+        // Each query with the configuration in force when it came.
+        let ctx = shared.ctx();
         let Ok(permit) = ctx.inflight.clone().try_acquire_owned() else {
             Counters::inc(&ctx.counters().queries_tcp);
             Counters::inc(&ctx.counters().dropped_overload);
@@ -193,7 +240,7 @@ async fn tcp_conn(mut s: TcpStream, from: SocketAddr, ctx: Arc<Ctx>) {
     }
 }
 
-async fn tcp_loop(l: TcpListener, ctx: Arc<Ctx>) {
+async fn tcp_loop(l: TcpListener, shared: Arc<Shared>) {
     let mut tasks = JoinSet::new();
     let mut backoff = Duration::from_millis(10);
     loop {
@@ -205,7 +252,7 @@ async fn tcp_loop(l: TcpListener, ctx: Arc<Ctx>) {
             Err(e) => {
                 // Out of descriptors (EMFILE/ENFILE) or another accept
                 // error: keep listening, back off instead of spinning.
-                let n = ctx.counters().tcp_accept_errors.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+                let n = shared.counters().tcp_accept_errors.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
                 if n.is_multiple_of(100) {
                     tracing::warn!("dns64: TCP accept failed ({e}); backing off, still listening");
                 }
@@ -215,62 +262,60 @@ async fn tcp_loop(l: TcpListener, ctx: Arc<Ctx>) {
             }
         };
         while tasks.try_join_next().is_some() {}
-        let Ok(permit) = ctx.tcp_slots.clone().try_acquire_owned() else {
-            Counters::inc(&ctx.counters().dropped_overload);
+        let Ok(permit) = shared.ctx().tcp_slots.clone().try_acquire_owned() else {
+            Counters::inc(&shared.counters().dropped_overload);
             continue;
         };
-        let ctx = ctx.clone();
+        let shared = shared.clone();
         tasks.spawn(async move {
-            tcp_conn(s, from, ctx).await;
+            tcp_conn(s, from, shared).await;
             drop(permit);
         });
     }
 }
 
-/// Serve until `stop` changes; dropping the task set aborts every query.
-async fn serve(b: Bound, ctx: Arc<Ctx>, mut stop: watch::Receiver<bool>) {
-    let mut tasks = JoinSet::new();
-    for u in b.udp {
-        match UdpSocket::from_std(u) {
-            Ok(u) => {
-                tasks.spawn(udp_loop(u, ctx.clone()));
-            }
-            Err(e) => tracing::error!("dns64: udp socket: {e}"),
-        }
-    }
-    for t in b.tcp {
-        match TcpListener::from_std(t) {
-            Ok(t) => {
-                tasks.spawn(tcp_loop(t, ctx.clone()));
-            }
-            Err(e) => tracing::error!("dns64: tcp listener: {e}"),
-        }
-    }
-    let _ = stop.wait_for(|s| *s).await;
+/// One listen address: its UDP and TCP tasks.
+struct Listener {
+    /// As configured (port 0 stays 0).
+    configured: SocketAddr,
+    /// As bound.
+    actual: SocketAddr,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 /// A running DNS64 server. Dropping it stops it, like [`Server::stop`].
 pub struct Server {
-    counters: Arc<Counters>,
-    addrs: Vec<SocketAddr>,
+    shared: Arc<Shared>,
+    handle: tokio::runtime::Handle,
+    listeners: Mutex<Vec<Listener>>,
     stop: watch::Sender<bool>,
     thread: Option<JoinHandle<()>>,
-    task: Option<tokio::task::JoinHandle<()>>,
 }
 
-fn prepare(cfg: &Config) -> Result<(Bound, Arc<Ctx>), Error> {
+/// The [`Ctx`] for `cfg`; `prev` lends its limits and, when the upstreams
+/// and cache limits are the same, its cache.
+fn build_ctx(cfg: &Config, counters: &Arc<Counters>, prev: Option<&Ctx>) -> Result<(Ctx, Vec<SocketAddr>), Error> {
     let s = cfg.settings().map_err(Error::Config)?;
-    let counters = Arc::new(Counters::default());
     let core = Core::new(cfg, counters.clone()).map_err(Error::Config)?;
-    let bound = bind_all(&s.listen)?;
-    let ctx = Arc::new(Ctx {
+    let cache = match prev.and_then(|p| p.cache.as_ref()) {
+        _ if s.cache.entries == 0 => None,
+        Some(c) if c.limits() == s.cache && prev.is_some_and(|p| p.upstream_addrs == s.upstream) => Some(c.clone()),
+        _ => Some(Arc::new(Cache::new(s.cache, counters.clone()))),
+    };
+    let ctx = Ctx {
         core,
-        upstream: Upstreams::new(s.upstream, s.timeout, counters),
+        upstream: Upstreams::new(s.upstream.clone(), s.timeout, counters.clone()),
+        upstream_addrs: s.upstream,
+        cache,
         bound: cfg.answer_bound(),
-        inflight: Arc::new(Semaphore::new(MAX_INFLIGHT)),
-        tcp_slots: Arc::new(Semaphore::new(MAX_TCP_CONNECTIONS)),
-    });
-    Ok((bound, ctx))
+        inflight: prev.map_or_else(|| Arc::new(Semaphore::new(MAX_INFLIGHT)), |p| p.inflight.clone()),
+        tcp_slots: prev.map_or_else(|| Arc::new(Semaphore::new(MAX_TCP_CONNECTIONS)), |p| p.tcp_slots.clone()),
+    };
+    Ok((ctx, s.listen))
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Server {
@@ -278,45 +323,101 @@ impl Server {
     /// its own (named `dns64`, with a single-threaded tokio runtime). For
     /// callers that are not async.
     pub fn start(cfg: &Config) -> Result<Server, Error> {
-        let (b, ctx) = prepare(cfg)?;
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(Error::Runtime)?;
-        let (stop, rx) = watch::channel(false);
-        let counters = ctx.core.counters().clone();
-        let addrs = b.addrs.clone();
+        let handle = rt.handle().clone();
+        let (stop, mut rx) = watch::channel(false);
+        let mut srv = Server::prepare(cfg, handle, stop)?;
         let thread = std::thread::Builder::new()
             .name("dns64".into())
-            .spawn(move || rt.block_on(serve(b, ctx, rx)))
+            .spawn(move || {
+                rt.block_on(async move {
+                    let _ = rx.wait_for(|s| *s).await;
+                })
+            })
             .map_err(Error::Runtime)?;
-        Ok(Server { counters, addrs, stop, thread: Some(thread), task: None })
+        srv.thread = Some(thread);
+        Ok(srv)
     }
 
-    /// Check `cfg`, bind every listen address, and serve as a task on the
+    /// Check `cfg`, bind every listen address, and serve as tasks on the
     /// runtime of `handle` (e.g. `tokio::runtime::Handle::current()`).
     pub fn spawn(cfg: &Config, handle: &tokio::runtime::Handle) -> Result<Server, Error> {
-        let (b, ctx) = prepare(cfg)?;
-        let (stop, rx) = watch::channel(false);
-        let counters = ctx.core.counters().clone();
-        let addrs = b.addrs.clone();
+        let (stop, _) = watch::channel(false);
+        Server::prepare(cfg, handle.clone(), stop)
+    }
+
+    fn prepare(cfg: &Config, handle: tokio::runtime::Handle, stop: watch::Sender<bool>) -> Result<Server, Error> {
+        let counters = Arc::new(Counters::default());
+        let (ctx, listen) = build_ctx(cfg, &counters, None)?;
+        let bound = bind_all(&listen)?;
+        let shared = Arc::new(Shared { ctx: RwLock::new(Arc::new(ctx)), counters });
+        let srv = Server { shared, handle, listeners: Mutex::new(Vec::new()), stop, thread: None };
+        let ls = srv.serve(bound, &listen);
+        *lock(&srv.listeners) = ls;
+        Ok(srv)
+    }
+
+    /// Start the UDP and TCP tasks of freshly bound sockets.
+    fn serve(&self, b: Bound, configured: &[SocketAddr]) -> Vec<Listener> {
         // from_std needs a runtime context.
-        let _guard = handle.enter();
-        let task = handle.spawn(serve(b, ctx, rx));
-        Ok(Server { counters, addrs, stop, thread: None, task: Some(task) })
+        let _guard = self.handle.enter();
+        let mut out = Vec::new();
+        for (((u, t), actual), configured) in b.udp.into_iter().zip(b.tcp).zip(b.addrs).zip(configured) {
+            let mut tasks = Vec::new();
+            match UdpSocket::from_std(u) {
+                Ok(u) => tasks.push(self.handle.spawn(udp_loop(u, self.shared.clone()))),
+                Err(e) => tracing::error!("dns64: udp socket {actual}: {e}"),
+            }
+            match TcpListener::from_std(t) {
+                Ok(t) => tasks.push(self.handle.spawn(tcp_loop(t, self.shared.clone()))),
+                Err(e) => tracing::error!("dns64: tcp listener {actual}: {e}"),
+            }
+            out.push(Listener { configured: *configured, actual, tasks });
+        }
+        out
+    }
+
+    /// Apply a changed `[dns64]` table without going down (see the module
+    /// documentation). On error nothing changed.
+    pub fn reconfigure(&self, cfg: &Config) -> Result<(), Error> {
+        let old = self.shared.ctx();
+        let (ctx, want) = build_ctx(cfg, &self.shared.counters, Some(&old))?;
+        let mut ls = lock(&self.listeners);
+        let add: Vec<SocketAddr> = want.iter().filter(|a| !ls.iter().any(|l| l.configured == **a)).copied().collect();
+        let bound = bind_all(&add)?;
+        *self.shared.ctx.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(ctx);
+        let fresh = self.serve(bound, &add);
+        ls.retain(|l| {
+            let keep = want.contains(&l.configured);
+            if !keep {
+                l.tasks.iter().for_each(tokio::task::JoinHandle::abort);
+            }
+            keep
+        });
+        ls.extend(fresh);
+        ls.sort_by_key(|l| want.iter().position(|a| *a == l.configured));
+        Ok(())
     }
 
     /// The bound addresses, in `listen` order (port 0 resolved); UDP and
     /// TCP share each.
-    pub fn local_addrs(&self) -> &[SocketAddr] {
-        &self.addrs
+    pub fn local_addrs(&self) -> Vec<SocketAddr> {
+        lock(&self.listeners).iter().map(|l| l.actual).collect()
     }
 
     /// A snapshot of the counters.
     pub fn stats(&self) -> Stats {
-        self.counters.snapshot()
+        self.shared.counters.snapshot()
     }
 
     /// The live counters (for an exporter that reads them repeatedly).
     pub fn counters(&self) -> Arc<Counters> {
-        self.counters.clone()
+        self.shared.counters.clone()
+    }
+
+    /// Cached answers now: (entries, bytes); (0, 0) without a cache.
+    pub fn cache_usage(&self) -> (usize, usize) {
+        self.shared.ctx().cache.as_ref().map_or((0, 0), |c| c.usage())
     }
 
     /// Stop serving: sockets are closed and queries in flight dropped. With
@@ -326,10 +427,10 @@ impl Server {
     }
 
     fn shutdown(&mut self) {
-        let _ = self.stop.send(true);
-        if let Some(t) = self.task.take() {
-            t.abort();
+        for l in lock(&self.listeners).drain(..) {
+            l.tasks.iter().for_each(tokio::task::JoinHandle::abort);
         }
+        let _ = self.stop.send(true);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }

@@ -101,6 +101,17 @@ counters! {
     answers,
     /// TCP accepts that failed (e.g. out of file descriptors).
     tcp_accept_errors,
+    /// Upstream lookups answered from the cache (RFC 2308).
+    cache_hits,
+    /// Upstream lookups the cache could not answer (sent upstream).
+    cache_misses,
+    /// Upstream replies put in the cache.
+    cache_inserts,
+    /// Cached replies pushed out by `cache-entries` / `cache-bytes`
+    /// (least recently used first).
+    cache_evictions,
+    /// Cached replies found past their TTL (and removed).
+    cache_expired,
 }
 
 impl Counters {
@@ -131,6 +142,6 @@ mod tests {
         assert_eq!(p[0].0, "queries_udp");
         assert!(p.contains(&("synthesized_records", 3)));
         assert_eq!(p.iter().map(|x| x.1).sum::<u64>(), 4);
-        assert_eq!(p.len(), 31);
+        assert_eq!(p.len(), 36);
     }
 }

@@ -4,7 +4,7 @@
 //! hosts open sessions to IPv6 servers).
 
 use crate::config::{Mode, Protocol, StaticBib};
-use crate::state::{lock, Bib, Host, SessKey, T4, T6};
+use crate::state::{lock, Bib, BibOrigin, Host, SessKey, T4, T6};
 use crate::tcp::TcpState;
 use crate::{Error, Nat64};
 use core::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
@@ -92,6 +92,8 @@ pub struct BibInfo {
     pub ipv4: SocketAddrV4,
     /// Configured or added with [`Nat64::bib_add`].
     pub is_static: bool,
+    /// Where it comes from: `dynamic`, `config` or `added` (at run time).
+    pub origin: BibOrigin,
     /// Sessions using it.
     pub sessions: u32,
 }
@@ -194,7 +196,8 @@ impl Nat64 {
                     protocol: *p,
                     ipv6: SocketAddrV6::new(x.addr, x.port, 0, 0),
                     ipv4: SocketAddrV4::new(b.t.addr, b.t.port),
-                    is_static: b.is_static,
+                    is_static: b.is_static(),
+                    origin: b.origin,
                     sessions: b.sessions,
                 });
             }
@@ -205,8 +208,35 @@ impl Nat64 {
 
     /// Add a static BIB entry (IPv4 hosts can then open sessions to the
     /// IPv6 server). Refused when its IPv4 side is outside pool4, in use,
-    /// or the IPv6 side already has an entry.
+    /// or the IPv6 side already has an entry. It stays across reloads
+    /// ([`Nat64::reconfigure`]) while the configuration can hold it.
     pub fn bib_add(&self, e: StaticBib) -> Result<(), Error> {
+        self.bib_insert_static(e, BibOrigin::Added)
+    }
+
+    /// The static entries added with [`Nat64::bib_add`] that are in the
+    /// table now (not those of the configuration), sorted.
+    pub fn added_bib(&self) -> Vec<StaticBib> {
+        let mut v = Vec::new();
+        for s in self.shards.iter() {
+            let sh = lock(s);
+            for ((p, x), b) in &sh.bib {
+                if b.origin == BibOrigin::Added {
+                    v.push(StaticBib {
+                        protocol: *p,
+                        ipv6: SocketAddrV6::new(x.addr, x.port, 0, 0),
+                        ipv4: SocketAddrV4::new(b.t.addr, b.t.port),
+                    });
+                }
+            }
+        }
+        v.sort_by_key(|e| (e.protocol, e.ipv4, e.ipv6));
+        v
+    }
+
+    /// Insert a static entry of `origin` (a configured entry wins over an
+    /// added one, which wins over a dynamic one for the same mapping).
+    pub(crate) fn bib_insert_static(&self, e: StaticBib, origin: BibOrigin) -> Result<(), Error> {
         self.cfg.check_static(&e).map_err(Error::Bib)?;
         let x = T6 { addr: *e.ipv6.ip(), port: e.ipv6.port() };
         let t = T4 { addr: *e.ipv4.ip(), port: e.ipv4.port() };
@@ -214,7 +244,9 @@ impl Nat64 {
         let mut sh = lock(&self.shards[self.shard_of6(&x.addr)]);
         if let Some(b) = sh.bib.get_mut(&(p, x)) {
             if b.t == t {
-                b.is_static = true;
+                if b.origin != BibOrigin::Config {
+                    b.origin = origin;
+                }
                 return Ok(());
             }
             return Err(Error::Bib(format!("{p} {} already maps to {}:{}", e.ipv6, b.t.addr, b.t.port)));
@@ -251,7 +283,7 @@ impl Nat64 {
                 }
             },
         }
-        sh.bib.insert((p, x), Bib { t, sessions: 0, is_static: true });
+        sh.bib.insert((p, x), Bib { t, sessions: 0, origin });
         self.bib_by[p.idx()].fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -263,7 +295,7 @@ impl Nat64 {
         let p = e.protocol;
         let mut sh = lock(&self.shards[self.shard_of6(&x.addr)]);
         match sh.bib.get_mut(&(p, x)) {
-            Some(b) if b.t == t && b.is_static => b.is_static = false,
+            Some(b) if b.t == t && b.is_static() => b.origin = BibOrigin::Dynamic,
             _ => return Err(Error::Bib(format!("no static {p} entry {} ↔ {}", e.ipv6, e.ipv4))),
         }
         if self.cfg.mode == Mode::Natpt {

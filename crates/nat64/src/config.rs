@@ -2,7 +2,7 @@
 //! the same knob (`pool6`, `pool4`, `address-dependent-filtering`,
 //! `udp-timeout`, `icmp-timeout`, `tcp-est-timeout`, `tcp-trans-timeout`,
 //! `max-stored-pkts`, `drop-externally-initiated-tcp`,
-//! `handle-rst-during-fin-rcv`, `bib`).
+//! `handle-rst-during-fin-rcv`, `source-icmpv6-errors-better`, `bib`).
 //!
 //! Timeouts take the one duration syntax of the configuration
 //! ([`confval::duration`]): `udp-timeout = "5m"`, `"2h4m"`, Jool's
@@ -218,6 +218,13 @@ pub struct Config {
     /// An RST in V4 FIN RCV / V6 FIN RCV moves the session to TRANS (Jool name).
     #[serde(default)]
     pub handle_rst_during_fin_rcv: bool,
+    /// Source of an ICMPv6 error translated from an ICMPv4 error (Jool's
+    /// name and default): `true`, the ICMPv4 error's own source under
+    /// pool6, so a router on the way shows as itself in a traceroute;
+    /// `false`, RFC 6146 §3.6's outgoing tuple: the quoted packet's
+    /// destination under pool6, as if the far host had sent every error.
+    #[serde(default = "true_d")]
+    pub source_icmpv6_errors_better: bool,
     /// Ports probed per pool4 address before giving up (RFC 6056 algorithm 3 bound).
     #[serde(default = "probes_d")]
     pub max_port_probes: u32,
@@ -240,8 +247,16 @@ pub struct Config {
     /// Static BIB entries.
     #[serde(default)]
     pub bib: Vec<StaticBib>,
+    /// `v6gate run`: a file keeping the static BIB entries added at run
+    /// time (`v6gate ctl bib add`) across restarts. Read at start-up,
+    /// rewritten after every change. Not used by this crate itself.
+    #[serde(default)]
+    pub bib_file: Option<String>,
 }
 
+fn true_d() -> bool {
+    true
+}
 fn udp_d() -> Secs {
     Secs(UDP_DEFAULT)
 }
@@ -296,6 +311,7 @@ impl Default for Config {
             max_stored_pkts: max_stored_d(),
             drop_externally_initiated_tcp: false,
             handle_rst_during_fin_rcv: false,
+            source_icmpv6_errors_better: true,
             max_port_probes: probes_d(),
             shards: 0,
             fragment_timeout: frag_d(),
@@ -303,6 +319,7 @@ impl Default for Config {
             max_fragment_bytes: frag_bytes_d(),
             preallocate_tables: false,
             bib: Vec::new(),
+            bib_file: None,
         }
     }
 }
@@ -439,6 +456,33 @@ impl Config {
     }
 }
 
+/// Every key of the `[nat64]` table.
+pub const KEYS: &[&str] = &[
+    "pool6",
+    "pool4",
+    "mode",
+    "address-dependent-filtering",
+    "udp-timeout",
+    "icmp-timeout",
+    "tcp-est-timeout",
+    "tcp-trans-timeout",
+    "tcp-incoming-syn-timeout",
+    "max-sessions",
+    "max-bib",
+    "max-stored-pkts",
+    "drop-externally-initiated-tcp",
+    "handle-rst-during-fin-rcv",
+    "source-icmpv6-errors-better",
+    "max-port-probes",
+    "shards",
+    "fragment-timeout",
+    "max-fragment-sets",
+    "max-fragment-bytes",
+    "preallocate-tables",
+    "bib",
+    "bib-file",
+];
+
 /// A commented `[nat64]` block for `v6gate config example`.
 pub const EXAMPLE_TOML: &str = r#"# Stateful NAT64 (RFC 6146) or NAT-PT pool mode. See docs/nat64.md.
 [nat64]
@@ -472,6 +516,10 @@ max-bib = 1048576
 max-stored-pkts = 10
 drop-externally-initiated-tcp = false
 handle-rst-during-fin-rcv = false
+# Source of ICMPv6 errors translated from ICMPv4 errors: true, the router
+# that sent the error (under pool6), as Jool; false, the far host the
+# quoted packet was sent to (RFC 6146 §3.6).
+source-icmpv6-errors-better = true
 # Ports probed per pool4 address before a new mapping is refused.
 max-port-probes = 1024
 # Lock shards of the state tables (0 = 16; NAT-PT mode always uses 1).
@@ -484,6 +532,11 @@ max-fragment-bytes = 4194304
 # Reserve the tables to max-sessions / max-bib at start (memory for
 # latency: no table growth on the packet path).
 preallocate-tables = false
+
+# v6gate run: keep the static BIB entries added with `v6gate ctl bib add`
+# across restarts in this file (read at start-up, rewritten on every
+# change). Without it they live until the daemon stops (reloads keep them).
+# bib-file = "/var/lib/v6gate/nat64-bib.toml"
 
 # Static BIB entries: IPv4 hosts reach an IPv6 server at a pool4 address.
 [[nat64.bib]]

@@ -1,13 +1,14 @@
 //! RFC 6146 §3.5.2.2 and §3.5 session lifetimes: expiry of sessions (TCP
 //! established-like ones through TRANS, RFC 6146 §3.5.2.2 state machine),
 //! of the BIB entries they held, of held unsolicited IPv4 SYNs (answered
-//! with ICMPv4 Port Unreachable) and of stale fragment sets (§3.4).
+//! with Port Unreachable, in ICMPv6 for a hairpinned one) and of stale
+//! fragment sets (§3.4).
 
 use crate::state::lock;
 use crate::tcp;
 use crate::{Nat64, TO_TRANS};
 use std::sync::atomic::Ordering;
-use xlat::wire::icmp::v4 as icmp4;
+use xlat::wire::icmp::{v4 as icmp4, v6 as icmp6};
 use xlat::Out;
 
 /// What [`Nat64::expire`] did and what it has to send.
@@ -17,8 +18,10 @@ pub struct Expired {
     pub sessions: usize,
     /// TCP sessions moved to TRANS.
     pub to_trans: usize,
-    /// ICMPv4 errors to send to the IPv4 side (Port Unreachable for held
-    /// SYNs nobody answered, RFC 6146 §3.5.2.2), complete IPv4 packets.
+    /// ICMP errors to send, complete IP packets: ICMPv4 Port Unreachable
+    /// to the IPv4 side for held SYNs nobody answered (RFC 6146
+    /// §3.5.2.2), ICMPv6 Port Unreachable from the translator's own
+    /// address for such SYNs that were hairpinned (RFC 6146 §3.8).
     pub icmp: Vec<Vec<u8>>,
 }
 
@@ -37,19 +40,29 @@ impl Nat64 {
             due.clear();
             sh.wheel.advance(now, |_, k| due.push(k));
             for k in &due {
-                let Some(sess) = sh.sessions.get(k).copied() else { continue };
-                if sess.expires > now {
-                    sh.wheel.insert(sess.expires, *k);
-                    continue;
-                }
-                if let Some(next) = sess.state.and_then(tcp::on_timeout) {
-                    let exp = now.saturating_add(self.to[TO_TRANS]);
-                    if let Some(s) = sh.sessions.get_mut(k) {
-                        s.state = Some(next);
-                        s.expires = exp;
+                let Some(mut sess) = sh.sessions.get(k).copied() else { continue };
+                // Each lifetime counts from the end of the previous one, not
+                // from when expiry noticed it: one call at `now` does what
+                // a timer ticking all along would have done.
+                let gone = loop {
+                    if sess.expires > now {
+                        break false;
                     }
-                    sh.wheel.insert(exp, *k);
-                    rep.to_trans += 1;
+                    match sess.state.and_then(tcp::on_timeout) {
+                        Some(next) => {
+                            sess.state = Some(next);
+                            sess.expires = sess.expires.saturating_add(self.to[TO_TRANS]);
+                            rep.to_trans += 1;
+                        }
+                        None => break true,
+                    }
+                };
+                if !gone {
+                    if let Some(s) = sh.sessions.get_mut(k) {
+                        s.state = sess.state;
+                        s.expires = sess.expires;
+                    }
+                    sh.wheel.insert(sess.expires, *k);
                     continue;
                 }
                 if self.session_drop(&mut sh, k) {
@@ -68,7 +81,20 @@ impl Nat64 {
                     self.held_n.fetch_sub(1, Ordering::AcqRel);
                     self.c.held_expired.fetch_add(1, Ordering::Relaxed);
                     out.clear();
-                    if self.xl.icmp4_error(&mut out, Some(h.t.addr), &h.pkt, icmp4::DEST_UNREACH, 3, [0; 4]) {
+                    let sent = match &h.orig6 {
+                        Some(orig6) => {
+                            self.xl.icmp6_error(&mut out, orig6, icmp6::DEST_UNREACH, icmp6::CODE_PORT_UNREACH, [0; 4])
+                        }
+                        None => self.xl.icmp4_error(
+                            &mut out,
+                            Some(h.t.addr),
+                            &h.pkt,
+                            icmp4::DEST_UNREACH,
+                            icmp4::CODE_PORT_UNREACH,
+                            [0; 4],
+                        ),
+                    };
+                    if sent {
                         if let Some((_, b)) = out.get(0) {
                             rep.icmp.push(b.to_vec());
                         }

@@ -4,8 +4,14 @@
 //! bounded: at most `max-fragment-sets` datagrams and `max-fragment-bytes`
 //! bytes are held, each for at most `fragment-timeout` (FRAGMENT_MIN is
 //! 2 s); a fragment that would exceed a limit is dropped and counted.
-//! IPv6 extension headers in front of the Fragment header are not kept in
-//! the reassembled packet (RFC 7915 does not translate them).
+//! An IPv6 datagram is rebuilt as RFC 8200 §4.5 says: the Per-Fragment
+//! headers of the first fragment (the IPv6 header and the extension
+//! headers in front of the Fragment header: Hop-by-Hop, Destination
+//! Options, Routing) are kept, the last one's Next Header set to the
+//! Fragment header's, followed by the fragmentable part. RFC 7915 §5.1
+//! then ignores them when translating (a Routing header with Segments
+//! Left is never reassembled: it is refused statelessly), but ICMP errors
+//! about the datagram quote it as its sender built it.
 
 use std::sync::Mutex;
 use xlat::checksum;
@@ -23,8 +29,12 @@ struct Key {
 
 #[derive(Debug)]
 struct Partial {
-    /// The first fragment's header (IPv4 header with options / IPv6 fixed header).
+    /// The first fragment's header (IPv4 header with options / IPv6
+    /// Per-Fragment headers).
     header: Vec<u8>,
+    /// IPv6: offset in `header` of the Next Header field that named the
+    /// Fragment header.
+    nh_at: usize,
     pieces: Vec<(usize, Vec<u8>)>,
     total: Option<usize>,
     bytes: usize,
@@ -83,7 +93,7 @@ impl Reassembler {
             ident: u32::from(ip.ident()),
         };
         let off = usize::from(ip.frag_offset()) * 8;
-        let hdr = if off == 0 { Some(ip.header()) } else { None };
+        let hdr = if off == 0 { Some((ip.header(), 0)) } else { None };
         self.feed(key, hdr, off, ip.payload(), !ip.more_frags(), now, false)
     }
 
@@ -96,13 +106,33 @@ impl Reassembler {
             return Fed::Refused;
         }
         let off = usize::from(f.offset) * 8;
-        let hdr = if off == 0 { Some(&b[..ipv6::HEADER_LEN]) } else { None };
+        let hdr = if off == 0 {
+            match next_header_field(b, f.at) {
+                Some(nh_at) => Some((&b[..f.at], nh_at)),
+                None => return Fed::Refused,
+            }
+        } else {
+            None
+        };
         self.feed(key, hdr, off, &b[data_at..], !f.more, now, true)
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn feed(&self, key: Key, hdr: Option<&[u8]>, off: usize, data: &[u8], last: bool, now: u64, v6: bool) -> Fed {
-        if off + data.len() > MAX_DATAGRAM || (!last && !data.len().is_multiple_of(8)) {
+    fn feed(
+        &self,
+        key: Key,
+        hdr: Option<(&[u8], usize)>,
+        off: usize,
+        data: &[u8],
+        last: bool,
+        now: u64,
+        v6: bool,
+    ) -> Fed {
+        // The rebuilt datagram must fit its length field: IPv4's Total
+        // Length, IPv6's Payload Length (which counts the Per-Fragment
+        // extension headers too).
+        let ext = hdr.map_or(0, |(h, _)| if v6 { h.len() - ipv6::HEADER_LEN } else { 0 });
+        if ext + off + data.len() > MAX_DATAGRAM || (!last && !data.len().is_multiple_of(8)) {
             return Fed::Refused;
         }
         let mut g = self.lock();
@@ -116,6 +146,7 @@ impl Reassembler {
         let timeout = self.timeout_ns;
         let p = inner.sets.entry(key).or_insert_with(|| Partial {
             header: Vec::new(),
+            nh_at: 0,
             pieces: Vec::new(),
             total: None,
             bytes: 0,
@@ -132,8 +163,9 @@ impl Reassembler {
             inner.bytes -= freed;
             return Fed::Refused;
         }
-        if let Some(h) = hdr {
+        if let Some((h, nh_at)) = hdr {
             p.header = h.to_vec();
+            p.nh_at = nh_at;
         }
         if last {
             p.total = Some(end);
@@ -148,6 +180,9 @@ impl Reassembler {
         let Some(p) = inner.sets.remove(&key) else { return Fed::Held };
         inner.bytes -= p.bytes;
         drop(g);
+        if v6 && p.header.len() - ipv6::HEADER_LEN + total > MAX_DATAGRAM {
+            return Fed::Refused;
+        }
         Fed::Done(build(p, total, v6, key.proto))
     }
 
@@ -178,8 +213,11 @@ fn build(mut p: Partial, total: usize, v6: bool, proto: u8) -> Vec<u8> {
         out.extend_from_slice(d);
     }
     if v6 {
-        out[4..6].copy_from_slice(&(total as u16).to_be_bytes());
-        out[6] = proto;
+        // RFC 8200 §4.5: Payload Length covers the Per-Fragment extension
+        // headers and the fragmentable part; the Next Header that named
+        // the Fragment header now names what the Fragment header carried.
+        out[4..6].copy_from_slice(&((hl - ipv6::HEADER_LEN + total) as u16).to_be_bytes());
+        out[p.nh_at] = proto;
     } else {
         let len = (hl + total).min(MAX_DATAGRAM) as u16;
         out[2..4].copy_from_slice(&len.to_be_bytes());
@@ -192,6 +230,19 @@ fn build(mut p: Partial, total: usize, v6: bool, proto: u8) -> Vec<u8> {
         out[10..12].copy_from_slice(&c.to_be_bytes());
     }
     out
+}
+
+/// The offset of the Next Header field that names the header at `frag_at`
+/// (the Fragment header): the IPv6 header's, or that of the extension
+/// header just in front of it. `None` when the chain does not lead there.
+fn next_header_field(b: &[u8], frag_at: usize) -> Option<usize> {
+    let (mut nh_at, mut off) = (6, ipv6::HEADER_LEN);
+    while off < frag_at {
+        let len = (usize::from(*b.get(off + 1)?) + 1) * 8;
+        nh_at = off;
+        off += len;
+    }
+    (off == frag_at).then_some(nh_at)
 }
 
 #[cfg(test)]
@@ -227,6 +278,46 @@ mod tests {
         assert_eq!(ip.payload().len(), 37);
         assert_eq!(&ip.payload()[16..32], &[2; 16]);
         assert_eq!(r.sets(), 0);
+    }
+
+    /// RFC 8200 §4.5: an original packet with Per-Fragment headers
+    /// (Hop-by-Hop, Destination Options) is cut into fragments that each
+    /// carry them in front of the Fragment header; reassembly gives back
+    /// the original packet, byte for byte.
+    #[test]
+    fn rfc8200_4_5_per_fragment_headers_are_kept() {
+        let hbh = [60u8, 0, 1, 4, 0, 0, 0, 0]; // next: Destination Options; PadN
+        let dst = [17u8, 0, 1, 4, 0, 0, 0, 0]; // next: UDP; PadN
+        let upper: Vec<u8> = (0..40u8).collect();
+        let fixed = |plen: usize, next: u8| {
+            let mut h = vec![0x60, 0, 0, 0, 0, 0, next, 64];
+            h[4..6].copy_from_slice(&(plen as u16).to_be_bytes());
+            h.extend_from_slice(&[0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+            h.extend_from_slice(&[0x20, 1, 0xd, 0xb8, 0, 0x64, 0, 0, 0, 0, 0, 0, 0xc6, 0x33, 0x64, 7]);
+            h
+        };
+        let mut original = fixed(16 + upper.len(), 0);
+        original.extend_from_slice(&hbh);
+        original.extend_from_slice(&dst);
+        original.extend_from_slice(&upper);
+        let frag = |off8: u16, more: bool, piece: &[u8]| {
+            let mut p = fixed(16 + 8 + piece.len(), 0);
+            p.extend_from_slice(&hbh);
+            p.extend_from_slice(&[44, 0, 1, 4, 0, 0, 0, 0]); // DstOpts, next: Fragment
+            let fo = (off8 << 3) | u16::from(more);
+            p.extend_from_slice(&[17, 0, (fo >> 8) as u8, fo as u8, 0, 0, 0x12, 0x34]);
+            p.extend_from_slice(piece);
+            p
+        };
+        let r = Reassembler::new(2_000_000_000, 4, 1 << 20);
+        let feed = |p: &Vec<u8>| {
+            let ip = Ipv6Packet::new(p).unwrap();
+            let f = ip.walk().unwrap().frag.unwrap();
+            r.feed_v6(&ip, f, 0)
+        };
+        assert_eq!(feed(&frag(3, false, &upper[24..])), Fed::Held);
+        let Fed::Done(full) = feed(&frag(0, true, &upper[..24])) else { panic!("not complete") };
+        assert_eq!(full, original);
     }
 
     #[test]

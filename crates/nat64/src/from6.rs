@@ -9,15 +9,16 @@ use crate::tcp::{self, Side, TcpState};
 use crate::tuple::{flow_of, Fixed, Flow, In, NewPort};
 use crate::{Nat64, TO_TRANS};
 use std::sync::atomic::Ordering;
+use xlat::siit::Pass;
 use xlat::wire::icmp::{is_error_v6, v6 as icmp6};
 use xlat::wire::ipv6::Ipv6Packet;
 use xlat::wire::proto;
 use xlat::{DropReason, Out, Verdict};
 
 impl Nat64 {
-    /// A packet in from the IPv6 side. `may_reassemble` is false for a
-    /// datagram this crate just reassembled.
-    pub(crate) fn from6(&self, pkt: &[u8], now: u64, out: &mut Out, may_reassemble: bool) -> Verdict {
+    /// A packet in from the IPv6 side. `reassembled`: a datagram this
+    /// crate just rebuilt from fragments.
+    pub(crate) fn from6(&self, pkt: &[u8], now: u64, out: &mut Out, reassembled: bool) -> Verdict {
         let ip = match Ipv6Packet::new(pkt) {
             Ok(p) => p,
             Err(e) => return Verdict::Drop(e.into()),
@@ -28,13 +29,13 @@ impl Nat64 {
         };
         // RFC 6146 §3.4: reassemble fragments before looking at state.
         if let Some(f) = chain.frag.filter(|f| !f.is_atomic()) {
-            if !may_reassemble || chain.segments_left_at.is_some() || xlat::wire::ipv6::is_extension_header(f.next) {
+            if reassembled || chain.segments_left_at.is_some() || xlat::wire::ipv6::is_extension_header(f.next) {
                 // Let RFC 7915 refuse what it refuses (Segments Left,
                 // extension after fragment), statelessly.
                 return self.xl.translate(pkt, out);
             }
             let fed = self.reasm.feed_v6(&ip, f, now);
-            return self.on_fragment(fed, |full| self.from6(full, now, out, false));
+            return self.on_fragment(fed, |full| self.from6(full, now, out, true));
         }
         let (src6, dst6) = (ip.src(), ip.dst());
         // A source inside pool6 is one of our own translations coming back.
@@ -48,8 +49,14 @@ impl Nat64 {
             return Verdict::Drop(DropReason::ForbiddenAddress);
         }
         let l4 = &pkt[chain.upper_at.min(pkt.len())..];
+        // RFC 6146 §3.8 hairpinning: the destination is one of our own
+        // pool4 addresses, so the IPv4 result comes straight back in; it
+        // never reaches the IPv4 link.
+        let hairpin = self.pool.contains(y);
+        let pass = Pass { reassembled, hairpin_out: hairpin, ..Pass::default() };
         if chain.upper == proto::ICMPV6 && l4.len() >= 8 && is_error_v6(l4[0]) {
-            return self.icmp_error_6to4(pkt, &src6, y, l4, out);
+            let v = self.icmp_error_6to4(pkt, y, l4, out, pass);
+            return if hairpin && v == Verdict::Emit { self.hairpin(pkt, now, out) } else { v };
         }
         let flow = match flow_of(chain.upper, l4, true, false) {
             Ok(f) => f,
@@ -62,16 +69,11 @@ impl Nat64 {
             Err(r) => return self.refuse_v6(r, pkt, out),
         };
         let map = Fixed { v4: [t.addr, y, t.addr, y], v6: [src6; 4] };
-        let v = self.translate_flow(&map, pkt, out, flow.p, NewPort::Src(t.port), In::Packet);
-        if v != Verdict::Emit {
-            return v;
+        let v = self.translate_flow(&map, pkt, out, flow.p, NewPort::Src(t.port), In::Packet, pass);
+        if hairpin && v == Verdict::Emit {
+            return self.hairpin(pkt, now, out);
         }
-        // RFC 6146 §3.8 hairpinning: the destination is one of our own
-        // pool4 addresses, so the IPv4 packet comes straight back in.
-        if self.pool.contains(y) {
-            return self.hairpin(now, out);
-        }
-        Verdict::Emit
+        v
     }
 
     /// RFC 6146 §3.5.1 / §3.5.2 / §3.5.3, IPv6 side: find or create the BIB
@@ -100,7 +102,14 @@ impl Nat64 {
             self.n_sess.fetch_sub(1, Ordering::AcqRel);
             return Err(refuse(DropReason::SessionTableFull, unreach));
         }
-        let t = match self.bib_get_or_create(&mut sh, flow.p, x, y.addr) {
+        // RFC 6146 §3.5.2.2 simultaneous open (RFC 5382 REQ-2): a new TCP
+        // mapping keeps the host's own port when it is free, on the
+        // address a held SYN from this peer was sent to or else on the
+        // host's paired address, so an IPv4 peer that opens towards the
+        // port it expects meets the IPv6 host's SYN.
+        let new_tcp = flow.p == Protocol::Tcp && !sh.bib.contains_key(&(flow.p, x));
+        let keep = new_tcp.then(|| self.port_to_keep(x, y));
+        let t = match self.bib_get_or_create(&mut sh, flow.p, x, y.addr, keep) {
             Ok(t) => t,
             Err(r) => {
                 self.n_sess.fetch_sub(1, Ordering::AcqRel);
@@ -121,6 +130,18 @@ impl Nat64 {
             self.held_n.fetch_sub(before - held.len(), Ordering::AcqRel);
         }
         Ok(t)
+    }
+
+    /// The pool4 transport address a new TCP mapping of `x` towards `y`
+    /// should keep if free: x's port on the address a held SYN from `y`
+    /// to that port was sent to, else on x's paired address.
+    fn port_to_keep(&self, x: T6, y: T4) -> T4 {
+        if self.held_n.load(Ordering::Acquire) > 0 {
+            if let Some(h) = lock(&self.held).iter().find(|h| h.y == y && h.t.port == x.port) {
+                return h.t;
+            }
+        }
+        T4 { addr: self.pool.paired(Protocol::Tcp, &x.addr).unwrap_or(y.addr), port: x.port }
     }
 
     /// Answer a refused packet with the ICMP error RFC 6146 names, or drop.

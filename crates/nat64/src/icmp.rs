@@ -4,9 +4,10 @@
 //! refreshed.
 
 use crate::state::{lock, T4, T6};
-use crate::tuple::{flow_of, Fixed, In, NewPort};
+use crate::tuple::{flow_of, Fixed, In, NewPort, Via};
 use crate::Nat64;
 use core::net::{Ipv4Addr, Ipv6Addr};
+use xlat::siit::Pass;
 use xlat::wire::icmp::{is_error_v4, is_error_v6};
 use xlat::wire::ipv4::Ipv4Packet;
 use xlat::wire::ipv6::Ipv6Packet;
@@ -17,15 +18,10 @@ impl Nat64 {
     /// An ICMPv6 error from the IPv6 side about a packet (Y', y) → (X, x)
     /// that came through us: addresses and ports of the quoted packet go
     /// back through the BIB (RFC 6146 §3.5 and RFC 7915 §5.3); the outer
-    /// source becomes T. No state is created or refreshed.
-    pub(crate) fn icmp_error_6to4(
-        &self,
-        pkt: &[u8],
-        _src6: &Ipv6Addr,
-        y: Ipv4Addr,
-        l4: &[u8],
-        out: &mut Out,
-    ) -> Verdict {
+    /// source becomes T. No state is created or refreshed. When Y is one
+    /// of our pool4 addresses the packet in error was hairpinned, and the
+    /// caller hairpins the error back too (`pass.hairpin_out`).
+    pub(crate) fn icmp_error_6to4(&self, pkt: &[u8], y: Ipv4Addr, l4: &[u8], out: &mut Out, pass: Pass) -> Verdict {
         let inner = &l4[8..];
         let Ok(q) = Ipv6Packet::new_quoted(inner) else { return Verdict::Drop(DropReason::IcmpInnerUntranslatable) };
         let Ok(chain) = q.walk() else { return Verdict::Drop(DropReason::IcmpInnerUntranslatable) };
@@ -46,7 +42,7 @@ impl Nat64 {
             }
         };
         let map = Fixed { v4: [t.addr, y, qy, t.addr], v6: [Ipv6Addr::UNSPECIFIED; 4] };
-        self.translate_flow(&map, pkt, out, f.p, NewPort::Dst(t.port), In::Quoted)
+        self.translate_flow(&map, pkt, out, f.p, NewPort::Dst(t.port), In::Quoted, pass)
     }
 
     /// An ICMPv4 error from the IPv4 side about a packet (T, t) → (Y, y)
@@ -58,6 +54,7 @@ impl Nat64 {
         dst4: Ipv4Addr,
         l4: &[u8],
         out: &mut Out,
+        via: Via<'_>,
     ) -> Verdict {
         if !self.pool.contains(dst4) {
             return Verdict::Drop(DropReason::UntranslatableDestination);
@@ -80,10 +77,16 @@ impl Nat64 {
         }
         let Some(x) = self.owner_of(f.p, t) else { return Verdict::Drop(DropReason::IcmpInnerUntranslatable) };
         let Some(qy6) = self.p6.embed(q.dst()) else { return Verdict::Drop(DropReason::IcmpInnerUntranslatable) };
-        // The router's address under pool6; RFC 6791's fallback (xlat)
-        // covers addresses pool6 cannot hold.
-        let outer_src = self.p6.embed(src4).unwrap_or_else(|| self.xl.ipv6_address());
+        // `source-icmpv6-errors-better`: the router's own address under
+        // pool6 (Jool's default), or RFC 6146 §3.6's outgoing tuple, the
+        // quoted destination Y' as if the far host had sent the error. The
+        // translator's own address covers addresses pool6 cannot hold.
+        let outer_src = if self.cfg.source_icmpv6_errors_better {
+            self.p6.embed(src4).unwrap_or_else(|| self.xl.ipv6_address())
+        } else {
+            qy6
+        };
         let map = Fixed { v4: [src4; 4], v6: [outer_src, x.addr, x.addr, qy6] };
-        self.translate_flow(&map, pkt, out, f.p, NewPort::Src(x.port), In::Quoted)
+        self.translate_flow(&map, pkt, out, f.p, NewPort::Src(x.port), In::Quoted, via.pass())
     }
 }

@@ -52,6 +52,7 @@ mod tuple;
 pub use admin::{BibInfo, SessionFilter, SessionInfo, Stats};
 pub use config::{Config, ConfigError, Mode, Pool4Entry, Protocol, StaticBib, EXAMPLE_TOML};
 pub use expire::Expired;
+pub use state::BibOrigin;
 pub use tcp::TcpState;
 
 use frag::Reassembler;
@@ -120,6 +121,8 @@ pub struct Nat64 {
     c: Counters,
     keys: foldhash::fast::RandomState,
     to: [u64; 6],
+    /// Added static entries a reload could not keep (see [`Nat64::bib_lost`]).
+    lost_bib: Vec<(StaticBib, String)>,
 }
 
 // Indices into `Nat64::to` (timeouts in ns).
@@ -205,10 +208,11 @@ impl Nat64 {
             },
             keys: foldhash::fast::RandomState::default(),
             to,
+            lost_bib: Vec::new(),
             cfg,
         };
         for b in nat.cfg.bib.clone() {
-            nat.bib_add(b)?;
+            nat.bib_insert_static(b, state::BibOrigin::Config)?;
         }
         Ok(nat)
     }
@@ -246,11 +250,11 @@ impl Nat64 {
         let v = match pkt.first().map(|b| b >> 4) {
             Some(6) => {
                 self.c.in6.fetch_add(1, Ordering::Relaxed);
-                self.from6(pkt, now, out, true)
+                self.from6(pkt, now, out, false)
             }
             Some(4) => {
                 self.c.in4.fetch_add(1, Ordering::Relaxed);
-                self.from4(pkt, now, out, true)
+                self.from4(pkt, now, out, tuple::Via::Wire)
             }
             _ => Verdict::Drop(DropReason::UnknownVersion),
         };
@@ -258,7 +262,11 @@ impl Nat64 {
             Verdict::Emit => {
                 self.c.emitted.fetch_add(1, Ordering::Relaxed);
             }
-            Verdict::Drop(r) => self.count_drop(r),
+            Verdict::Drop(r) => {
+                // Nothing half-built (a hairpin's first pass) goes out.
+                out.clear();
+                self.count_drop(r);
+            }
         }
         v
     }

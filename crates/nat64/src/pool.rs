@@ -148,10 +148,7 @@ impl Pool {
         probes: u32,
     ) -> Option<(Ipv4Addr, u16)> {
         let cands = &self.by_proto[p.idx()];
-        if cands.is_empty() {
-            return None;
-        }
-        let first = (self.hash((0u8, x)) % cands.len() as u64) as usize;
+        let first = self.paired_idx(p, x)?;
         let f = self.hash((1u8, x, y)) as u32;
         let g = (self.hash((2u8, x)) as usize) % TABLE_LEN;
         let bump = self.table[g].fetch_add(2, Ordering::Relaxed);
@@ -186,6 +183,19 @@ impl Pool {
             }
         }
         None
+    }
+
+    /// Index in `by_proto[p]` of the address F(x) pairs host `x` with.
+    fn paired_idx(&self, p: Protocol, x: &Ipv6Addr) -> Option<usize> {
+        let n = self.by_proto[p.idx()].len();
+        (n > 0).then(|| (self.hash((0u8, x)) % n as u64) as usize)
+    }
+
+    /// The address host `x`'s `p` mappings go to first (RFC 4787 REQ-2
+    /// paired pooling).
+    pub(crate) fn paired(&self, p: Protocol, x: &Ipv6Addr) -> Option<Ipv4Addr> {
+        let i = self.paired_idx(p, x)?;
+        Some(self.addrs[self.by_proto[p.idx()][i]].addr)
     }
 
     /// Claim a specific transport address (static BIB entries, NAT-PT).

@@ -1,10 +1,12 @@
 //! Reload (`SIGHUP`, `v6gate ctl reload`): a new translator for a changed
 //! configuration that carries over the BIB entries and sessions still
 //! valid under it, so established flows survive (RFC 6146 §3.5 state is
-//! kept; only what the new pool4 cannot hold is dropped).
+//! kept; only what the new pool4 cannot hold is dropped). Static entries
+//! added at run time ([`Nat64::bib_add`]) are carried first, before any
+//! dynamic entry could take their port.
 
-use crate::config::{Config, Mode, Protocol};
-use crate::state::{lock, Bib, Host, SessKey, Session, T4, T6};
+use crate::config::{Config, Mode, Protocol, StaticBib};
+use crate::state::{lock, Bib, BibOrigin, Host, SessKey, Session, T4, T6};
 use crate::{Error, Nat64};
 use std::sync::atomic::Ordering;
 
@@ -16,18 +18,29 @@ impl Nat64 {
     /// daemon swaps the returned instance in (e.g. with `ArcSwap`);
     /// counters restart. Call while `self` no longer receives packets, or
     /// accept that packets translated meanwhile by `self` are not carried.
+    ///
+    /// Static entries added with [`Nat64::bib_add`] stay (with their
+    /// sessions) when the new configuration can hold them; those it cannot
+    /// are listed by [`Nat64::bib_lost`] on the returned instance.
     pub fn reconfigure(&self, cfg: Config, xcfg: xlat::siit::Config, now: u64) -> Result<Nat64, Error> {
-        let next = Nat64::with_xlat(cfg, xcfg)?;
-        let pool6_same = next.cfg.pool6 == self.cfg.pool6 && next.cfg.mode == self.cfg.mode;
-        if !pool6_same {
-            return Ok(next);
+        let mut next = Nat64::with_xlat(cfg, xcfg)?;
+        for e in self.added_bib() {
+            if let Err(err) = next.bib_insert_static(e, BibOrigin::Added) {
+                next.lost_bib.push((e, err.to_string()));
+            }
         }
+        let pool6_same = next.cfg.pool6 == self.cfg.pool6 && next.cfg.mode == self.cfg.mode;
         for s in self.shards.iter() {
             let sh = lock(s);
             let mut nsh_cache: Vec<(SessKey, Session)> = sh.sessions.iter().map(|(k, v)| (*k, *v)).collect();
             nsh_cache.sort_by_key(|(k, _)| (k.p, k.x.addr, k.x.port));
+            if !pool6_same {
+                // Sessions and dynamic entries were made under another
+                // pool6 (or mode): only the static entries stay.
+                nsh_cache.clear();
+            }
             for ((p, x), b) in &sh.bib {
-                if b.is_static {
+                if b.is_static() || !pool6_same {
                     continue;
                 }
                 next.carry_bib(*p, *x, b.t);
@@ -39,6 +52,13 @@ impl Nat64 {
         // Dynamic entries whose sessions did not fit would never expire.
         next.sweep_idle_bib();
         Ok(next)
+    }
+
+    /// Static entries of the previous instance that [`Nat64::reconfigure`]
+    /// could not keep (added at run time, no longer fitting the new
+    /// configuration), with why.
+    pub fn bib_lost(&self) -> &[(StaticBib, String)] {
+        &self.lost_bib
     }
 
     fn carry_bib(&self, p: Protocol, x: T6, t: T4) {
@@ -80,7 +100,7 @@ impl Nat64 {
             self.n_bib.fetch_sub(1, Ordering::AcqRel);
             return;
         }
-        sh.bib.insert((p, x), Bib { t, sessions: 0, is_static: false });
+        sh.bib.insert((p, x), Bib { t, sessions: 0, origin: BibOrigin::Dynamic });
         self.bib_by[p.idx()].fetch_add(1, Ordering::Relaxed);
     }
 
@@ -108,7 +128,7 @@ impl Nat64 {
         for s in self.shards.iter() {
             let mut sh = lock(s);
             let idle: Vec<(Protocol, T6)> =
-                sh.bib.iter().filter(|(_, b)| b.sessions == 0 && !b.is_static).map(|(k, _)| *k).collect();
+                sh.bib.iter().filter(|(_, b)| b.sessions == 0 && !b.is_static()).map(|(k, _)| *k).collect();
             for (p, x) in idle {
                 self.bib_drop(&mut sh, p, x);
                 n += 1;

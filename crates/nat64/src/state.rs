@@ -38,11 +38,32 @@ pub(crate) struct SessKey {
     pub(crate) y: T4,
 }
 
+/// Where a BIB entry comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BibOrigin {
+    /// Made by traffic; goes with its last session.
+    Dynamic,
+    /// `[[nat64.bib]]` in the configuration.
+    Config,
+    /// Added at run time ([`Nat64::bib_add`], `v6gate ctl bib add`); kept
+    /// across reloads ([`Nat64::reconfigure`]) while the configuration
+    /// can hold it.
+    Added,
+}
+
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Bib {
     pub(crate) t: T4,
     pub(crate) sessions: u32,
-    pub(crate) is_static: bool,
+    pub(crate) origin: BibOrigin,
+}
+
+impl Bib {
+    /// Static: stays without sessions.
+    pub(crate) fn is_static(&self) -> bool {
+        self.origin != BibOrigin::Dynamic
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -84,7 +105,11 @@ pub(crate) struct Held {
     pub(crate) t: T4,
     pub(crate) y: T4,
     pub(crate) deadline: u64,
+    /// The IPv4 SYN.
     pub(crate) pkt: Vec<u8>,
+    /// A hairpinned SYN (RFC 6146 §3.8): the IPv6 SYN it came from, which
+    /// the error at expiry is about.
+    pub(crate) orig6: Option<Vec<u8>>,
 }
 
 /// Refusal of a new flow.
@@ -197,9 +222,17 @@ impl Nat64 {
     }
 
     /// The BIB entry of `(p, x)`, created if missing (the caller holds the
-    /// owner shard). Dynamic entries get a port by RFC 6056 algorithm 3
-    /// (NAT64) or the host's whole address (NAT-PT).
-    pub(crate) fn bib_get_or_create(&self, sh: &mut Shard, p: Protocol, x: T6, y: Ipv4Addr) -> Result<T4, DropReason> {
+    /// owner shard). Dynamic entries get `keep` when it is given and free,
+    /// else a port by RFC 6056 algorithm 3 (NAT64), or the host's whole
+    /// address (NAT-PT).
+    pub(crate) fn bib_get_or_create(
+        &self,
+        sh: &mut Shard,
+        p: Protocol,
+        x: T6,
+        y: Ipv4Addr,
+        keep: Option<T4>,
+    ) -> Result<T4, DropReason> {
         if let Some(b) = sh.bib.get(&(p, x)) {
             return Ok(b.t);
         }
@@ -207,8 +240,10 @@ impl Nat64 {
             self.n_bib.fetch_sub(1, Ordering::AcqRel);
             return Err(DropReason::BibFull);
         }
+        let kept = keep.filter(|k| self.cfg.mode == Mode::Nat64 && self.pool.claim(p, k.addr, k.port));
+        let found = kept.map(|k| (k.addr, k.port));
         let t = match self.cfg.mode {
-            Mode::Nat64 => match self.pool.alloc(p, &x.addr, x.port, y, self.cfg.max_port_probes) {
+            Mode::Nat64 => match found.or_else(|| self.pool.alloc(p, &x.addr, x.port, y, self.cfg.max_port_probes)) {
                 Some((a, port)) => {
                     let t = T4 { addr: a, port };
                     let k = self.v4key(p, t);
@@ -240,7 +275,7 @@ impl Nat64 {
                 T4 { addr, port: x.port }
             }
         };
-        sh.bib.insert((p, x), Bib { t, sessions: 0, is_static: false });
+        sh.bib.insert((p, x), Bib { t, sessions: 0, origin: BibOrigin::Dynamic });
         self.bib_by[p.idx()].fetch_add(1, Ordering::Relaxed);
         Ok(t)
     }
@@ -292,7 +327,7 @@ impl Nat64 {
         let mut gone = false;
         if let Some(b) = sh.bib.get_mut(&(key.p, key.x)) {
             b.sessions = b.sessions.saturating_sub(1);
-            gone = b.sessions == 0 && !b.is_static;
+            gone = b.sessions == 0 && !b.is_static();
         }
         if gone {
             self.bib_drop(sh, key.p, key.x);

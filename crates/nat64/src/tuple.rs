@@ -8,7 +8,7 @@ use crate::rewrite::{self, Ports};
 use crate::Nat64;
 use core::net::{Ipv4Addr, Ipv6Addr};
 use xlat::addr::Mapper;
-use xlat::siit::{AddrMap, Role};
+use xlat::siit::{AddrMap, Pass, Role};
 use xlat::wire::icmp::{v4 as icmp4, v6 as icmp6};
 use xlat::wire::proto;
 use xlat::{DropReason, Out, PacketKind, Verdict};
@@ -97,6 +97,25 @@ pub(crate) enum NewPort {
     Dst(u16),
 }
 
+/// Where a packet handed to the IPv4 side (`from4`) comes from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Via<'a> {
+    /// The IPv4 network.
+    Wire,
+    /// A datagram this crate reassembled from IPv4 fragments.
+    Reassembled,
+    /// The second pass of a hairpin (RFC 6146 §3.8): the IPv6 packet that
+    /// came in, which refusals and errors are about.
+    Hairpin(&'a [u8]),
+}
+
+impl Via<'_> {
+    /// The switches of the RFC 7915 pass for a packet from here.
+    pub(crate) fn pass(self) -> Pass {
+        Pass { hairpin_in: matches!(self, Via::Hairpin(_)), ..Pass::default() }
+    }
+}
+
 /// Which packet the flow's ports are in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum In {
@@ -108,9 +127,10 @@ pub(crate) enum In {
 
 impl Nat64 {
     /// RFC 6146 §3.7: translate `pkt` with the addresses of `map` (RFC 7915,
-    /// in `xlat`), then write the new port of the `p` flow into every
-    /// forwarded packet (checksums updated; ICMP errors for the sender are
-    /// left as they are).
+    /// in `xlat`, with the switches of `pass`), then write the new port of
+    /// the `p` flow into every forwarded packet (checksums updated; ICMP
+    /// errors for the sender are left as they are).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn translate_flow(
         &self,
         map: &Fixed,
@@ -119,8 +139,9 @@ impl Nat64 {
         p: Protocol,
         port: NewPort,
         at: In,
+        pass: Pass,
     ) -> Verdict {
-        let v = self.xl.translate_with(map, pkt, out);
+        let v = self.xl.translate_pass(map, pkt, out, pass);
         if v != Verdict::Emit {
             return v;
         }

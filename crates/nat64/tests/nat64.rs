@@ -4,104 +4,11 @@
 //! errors mapped through the BIB, NAT-PT pool mode and reloads. Every
 //! emitted packet is validated with etherparse (`common::check`).
 
-#[path = "../../xlat/tests/common/mod.rs"]
-mod common;
+mod support;
 
-use common::{check, V4, V6};
 use nat64::{Config, Mode, Nat64, Pool4Entry, Protocol, SessionFilter, StaticBib, TcpState};
-use std::net::{Ipv4Addr, Ipv6Addr};
-use xlat::{DropReason, Out, PacketKind, Verdict};
-
-const S: u64 = 1_000_000_000;
-const H1: &str = "2001:db8::1";
-const H2: &str = "2001:db8::2";
-/// 198.51.100.7 under pool6 2001:db8:64::/96.
-const Y6: &str = "2001:db8:64::c633:6407";
-const Y4: &str = "198.51.100.7";
-const Y4B: &str = "198.51.100.8";
-const Y6B: &str = "2001:db8:64::c633:6408";
-const T4: &str = "192.0.2.1";
-
-const SYN: u8 = 0x02;
-const ACK: u8 = 0x10;
-const FIN: u8 = 0x01;
-const RST: u8 = 0x04;
-
-fn cfg() -> Config {
-    let mut c: Config = toml::from_str(
-        r#"
-        pool6 = "2001:db8:64::/96"
-        pool4 = ["192.0.2.1/32"]
-        "#,
-    )
-    .unwrap();
-    c.shards = 4;
-    c
-}
-
-fn nat(c: Config) -> Nat64 {
-    Nat64::new(c).expect("valid config")
-}
-
-/// Translate; validate every emitted packet; return the packets.
-fn run(n: &Nat64, pkt: &[u8], now: u64) -> (Verdict, Vec<(PacketKind, Vec<u8>)>) {
-    let mut out = Out::new();
-    let v = n.translate(pkt, now, &mut out);
-    let pkts: Vec<_> = out.iter().map(|(k, p)| (k, p.to_vec())).collect();
-    for (_, p) in &pkts {
-        check(p);
-    }
-    match v {
-        Verdict::Emit => assert!(!pkts.is_empty()),
-        Verdict::Drop(_) => assert!(pkts.is_empty()),
-    }
-    (v, pkts)
-}
-
-fn fwd(n: &Nat64, pkt: &[u8], now: u64) -> Vec<u8> {
-    let (v, p) = run(n, pkt, now);
-    assert_eq!(v, Verdict::Emit, "expected a translation");
-    assert_eq!(p.len(), 1);
-    assert_eq!(p[0].0, PacketKind::Forward);
-    p[0].1.clone()
-}
-
-fn icmp_err(n: &Nat64, pkt: &[u8], now: u64) -> Vec<u8> {
-    let (v, p) = run(n, pkt, now);
-    assert_eq!(v, Verdict::Emit, "expected an ICMP error");
-    assert_eq!(p.len(), 1);
-    assert_eq!(p[0].0, PacketKind::IcmpError);
-    p[0].1.clone()
-}
-
-fn dropped(n: &Nat64, pkt: &[u8], now: u64) -> DropReason {
-    match run(n, pkt, now).0 {
-        Verdict::Drop(r) => r,
-        Verdict::Emit => panic!("expected a drop"),
-    }
-}
-
-fn be16(b: &[u8], at: usize) -> u16 {
-    u16::from_be_bytes([b[at], b[at + 1]])
-}
-fn v4src(p: &[u8]) -> Ipv4Addr {
-    Ipv4Addr::new(p[12], p[13], p[14], p[15])
-}
-fn v4dst(p: &[u8]) -> Ipv4Addr {
-    Ipv4Addr::new(p[16], p[17], p[18], p[19])
-}
-fn v6src(p: &[u8]) -> Ipv6Addr {
-    Ipv6Addr::from(<[u8; 16]>::try_from(&p[8..24]).unwrap())
-}
-fn v6dst(p: &[u8]) -> Ipv6Addr {
-    Ipv6Addr::from(<[u8; 16]>::try_from(&p[24..40]).unwrap())
-}
-fn a4(s: &str) -> Ipv4Addr {
-    s.parse().unwrap()
-}
-fn a6(s: &str) -> Ipv6Addr {
-    s.parse().unwrap()
-}
+use support::*;
+use xlat::{DropReason, Out, Verdict};
 
 fn stat(n: &Nat64, table: &str, p: &str) -> u64 {
     let s = n.stats();
@@ -301,13 +208,7 @@ fn static_bib_lets_ipv4_open_tcp() {
 fn unsolicited_syn_is_held_then_answered_or_dropped_by_simultaneous_open() {
     let n = nat(cfg());
     // No BIB entry: held for 6 s, then Port Unreachable.
-    assert_eq!(dropped(&n, &tcp4(SYN, 7000), 0), DropReason::SynHeld);
-    assert_eq!(n.stats().held_syns, 1);
-    assert!(n.expire(5 * S).icmp.is_empty());
-    let e = n.expire(6 * S);
-    assert_eq!(e.icmp.len(), 1);
-    let icmp = &e.icmp[0];
-    check(icmp);
+    let icmp = &held_syn_error(&n, &tcp4(SYN, 7000));
     assert_eq!((icmp[20], icmp[21]), (3, 3));
     assert_eq!(v4dst(icmp), a4(Y4));
     assert_eq!(v4src(icmp), a4(T4));
@@ -651,6 +552,56 @@ fn reload_keeps_sessions_whose_address_stays() {
     assert_eq!(n3.bib().len(), 0);
 }
 
+/// Entries added at run time (`v6gate ctl bib add`) stay across reloads
+/// with their sessions, before dynamic entries could take their port;
+/// configured entries come from the new file; an added entry the new
+/// configuration cannot hold is reported, not kept.
+#[test]
+fn reload_keeps_bib_entries_added_at_run_time() {
+    use nat64::BibOrigin;
+    let mut c = cfg();
+    c.bib.push(StaticBib {
+        protocol: Protocol::Tcp,
+        ipv6: "[2001:db8::10]:80".parse().unwrap(),
+        ipv4: "192.0.2.1:8080".parse().unwrap(),
+    });
+    let n = nat(c.clone());
+    let added = StaticBib {
+        protocol: Protocol::Udp,
+        ipv6: "[2001:db8::11]:53".parse().unwrap(),
+        ipv4: "192.0.2.1:53".parse().unwrap(),
+    };
+    n.bib_add(added).unwrap();
+    assert_eq!(n.added_bib(), vec![added]);
+    // An IPv4 client opens a session through it.
+    let back = fwd(&n, &V4::new(17, Y4, T4).udp(3333, 53, b"q"), 0);
+    assert_eq!(v6dst(&back), a6("2001:db8::11"));
+    let n2 = n.reconfigure(c.clone(), xlat::siit::Config::default(), S).unwrap();
+    assert_eq!(n2.added_bib(), vec![added], "kept across the reload");
+    assert!(n2.bib_lost().is_empty());
+    let origins: Vec<(u16, BibOrigin)> = n2.bib().iter().map(|b| (b.ipv4.port(), b.origin)).collect();
+    assert!(origins.contains(&(53, BibOrigin::Added)) && origins.contains(&(8080, BibOrigin::Config)), "{origins:?}");
+    assert_eq!(stat(&n2, "sessions", "udp"), 1, "with its session");
+    // Even when pool6 changes (dynamic state does not survive that).
+    let mut c3 = c.clone();
+    c3.pool6 = "2001:db8:65::/96".parse().unwrap();
+    let n3 = n2.reconfigure(c3, xlat::siit::Config::default(), 2 * S).unwrap();
+    assert_eq!(n3.added_bib(), vec![added]);
+    assert_eq!(stat(&n3, "sessions", "udp"), 0);
+    // Removed, it is gone for good; a configuration without room for it
+    // reports it.
+    let mut c4 = c.clone();
+    c4.pool4[0].protocols = vec![Protocol::Tcp];
+    let n4 = n2.reconfigure(c4, xlat::siit::Config::default(), 2 * S).unwrap();
+    assert!(n4.added_bib().is_empty());
+    assert_eq!(n4.bib_lost().len(), 1);
+    assert_eq!(n4.bib_lost()[0].0, added);
+    assert!(n4.bib_lost()[0].1.contains("not in pool4"), "{}", n4.bib_lost()[0].1);
+    n2.bib_remove(added).unwrap();
+    let n5 = n2.reconfigure(c, xlat::siit::Config::default(), 2 * S).unwrap();
+    assert!(n5.added_bib().is_empty() && n5.bib_lost().is_empty());
+}
+
 #[test]
 fn concurrent_workers_share_the_tables() {
     let n = std::sync::Arc::new(nat(cfg()));
@@ -710,7 +661,21 @@ fn config_keys_and_errors() {
     assert!(err("pool4 = [\"192.0.2.1\"]\nudp-timeout = \"5 min\"").contains("unknown unit `min`"));
     assert!(err("pool4 = [\"192.0.2.1\"]\nudp-timeout = \"1500ms\"").contains("whole number of seconds"));
     assert!(err("pool4 = [\"192.0.2.1\"]\nudp-timeout = 0").contains("nat64.udp-timeout"));
-    assert!(err("pool4 = [\"192.0.2.1\"]\nbogus = 1").contains("bogus"));
+    let unknown = err("pool4 = [\"192.0.2.1\"]\nbogus = 1");
+    assert!(unknown.contains("bogus"));
+    // nat64::config::KEYS is the table's key list, every key in the example.
+    let mut listed: Vec<&str> = unknown.split('`').skip(3).step_by(2).collect();
+    let mut keys = nat64::config::KEYS.to_vec();
+    listed.sort_unstable();
+    keys.sort_unstable();
+    assert_eq!(listed, keys, "{unknown}");
+    for k in nat64::config::KEYS {
+        let written = |l: &str| {
+            let l = l.trim_start_matches("# ");
+            l.starts_with(&format!("{k} =")) || l == format!("[[nat64.{k}]]")
+        };
+        assert!(nat64::EXAMPLE_TOML.lines().any(written), "{k} is not in the example");
+    }
     assert!(err("pool4 = [\"192.0.2.0/31\", \"192.0.2.1\"]").contains("overlap"));
     assert!(err("pool4 = [{ prefix = \"192.0.2.1\", ports = \"9-2\" }]").contains("port range"));
     assert!(err("pool4 = [\"192.0.2.1\"]\npool6 = \"2001:db8::/33\"").contains("nat64.pool6"));

@@ -902,6 +902,34 @@ fn rfc7757_4_2_icmpv6_error_about_a_hairpinned_packet_is_hairpinned() {
 }
 
 #[test]
+fn rfc7757_4_2_hairpinned_packet_is_not_held_to_the_ipv4_mtu() {
+    // A hairpinned packet is turned around inside the translator and never
+    // reaches the IPv4 link, so ipv4-mtu (here 1280) does not apply: a
+    // 1400-byte packet from H6 to 198.51.100.7's pool6 image arrives whole.
+    let t = xlat_with(Config { ipv4_mtu: 1280, ..config() });
+    let dst = "2001:db8:1c6:3364:7::";
+    let data = vec![0x5a; 1352];
+    let input = V6::new(17, H6, dst).udp(1111, 2222, &data);
+    assert_eq!(input.len(), 1400);
+    let out = one(&t, &input);
+    let expected = V6 { hop: 63, ..V6::new(17, "2001:db8:1c6:3364:5::", "2001:db8:6::7") }.udp(1111, 2222, &data);
+    assert_eq!(hex(&out), hex(&expected));
+    // Too big for the IPv6 link it leaves on (RFC 4443 §3.2): Packet Too
+    // Big with ipv6-mtu, from the translator, about the packet as sent.
+    let t = xlat_with(Config { ipv6_mtu: 1300, ..config() });
+    let (v, pkts) = run(&t, &input);
+    assert_eq!(v, Verdict::Emit);
+    assert_eq!(pkts.len(), 1);
+    assert_eq!(pkts[0].0, PacketKind::IcmpError);
+    let ptb = &pkts[0].1;
+    assert_eq!((ptb[40], ptb[41]), (2, 0));
+    assert_eq!(&ptb[44..48], &1300u32.to_be_bytes());
+    assert_eq!(&ptb[8..24], &a6(XLAT6).octets());
+    assert_eq!(&ptb[24..40], &a6(H6).octets());
+    assert_eq!(&ptb[48..88], &input[..40]);
+}
+
+#[test]
 fn rfc7757_eamt_only_translator_needs_no_ipv6_address() {
     // No pool6, no rfc6791v6-prefix, no ipv6-address: the translator still
     // runs, and the ICMPv6 errors it originates come from the documented

@@ -133,9 +133,18 @@ pub struct Args {
     /// NAT64: new flows in the first-packet latency test.
     #[arg(long, default_value_t = 2000)]
     pub setup_flows: usize,
-    /// NAT64: rate of new flows in the first-packet latency test, flows/s.
-    #[arg(long, default_value_t = 1000.0)]
-    pub setup_probe_rate: f64,
+    /// NAT64: rates of new flows in the first-packet latency test,
+    /// flows/s; each rate probes fresh flows, then the same flows again
+    /// (established) at the same rate. The low rate shows an idle DUT
+    /// woken by every packet; the higher one a DUT kept busy, like the
+    /// latency-by-load points.
+    #[arg(long, value_delimiter = ',', default_value = "1000,10000")]
+    pub setup_probe_rate: Vec<f64>,
+    /// Stateful DUTs: measure only the session setup (first-packet
+    /// latency and setup rate), no throughput, loss or latency points;
+    /// other DUTs are skipped. For short targeted runs.
+    #[arg(long)]
+    pub setup_only: bool,
     /// CPUs the DUT process may run on (taskset list).
     #[arg(long, default_value = "0")]
     pub dut_cpus: String,
@@ -232,12 +241,20 @@ pub struct Setup {
     pub setup_rate_fps: f64,
     /// Search trials.
     pub search: Vec<(f64, bool)>,
-    /// Latency of the first frame of new sessions (at `probe_rate`).
+    /// First-packet latency, one probe per `--setup-probe-rate`.
+    pub probes: Vec<SetupProbe>,
+}
+
+/// New flows at one rate, then the same flows again: the first packet of
+/// a session against an established one, in the same conditions.
+#[derive(Debug, Clone, Serialize)]
+pub struct SetupProbe {
+    /// Rate of the probe, flows/s.
+    pub rate: f64,
+    /// Latency of the first frame of new sessions.
     pub first_packet: Latency,
     /// Latency of the same flows' next frame (sessions established).
     pub established: Latency,
-    /// Rate of the first-packet probe, flows/s.
-    pub probe_rate: f64,
 }
 
 /// Results for one DUT.
@@ -327,7 +344,12 @@ pub fn run(args: &Args) -> Result<Report> {
     let mut ceiling: Vec<(Dir, usize, f64)> = Vec::new();
     for &dut in &duts {
         eprintln!("bench xlat: {} ...", dut.name());
-        let r = match dut::availability(dut, &ctx.v6gate) {
+        let why = if a.setup_only && !dut.stateful() {
+            Some("--setup-only measures stateful DUTs only".to_string())
+        } else {
+            dut::availability(dut, &ctx.v6gate)
+        };
+        let r = match why {
             Some(why) => DutReport { dut: dut.name(), status: format!("skipped: {why}"), points: vec![], setup: None },
             None => trial::bench_dut(&ctx, dut, &ceiling),
         };

@@ -61,22 +61,26 @@ pub fn markdown(r: &Report) -> String {
         o += "\n## NAT64 session setup\n\n";
         let rows: Vec<Vec<String>> = setups
             .iter()
-            .filter_map(|d| {
-                let s = d.setup.as_ref()?;
-                Some(vec![
-                    d.dut.to_owned(),
-                    format!("{:.0}", s.setup_rate_fps),
-                    us(s.first_packet.p50_ns),
-                    us(s.first_packet.p99_ns),
-                    us(s.established.p50_ns),
-                    us(s.established.p99_ns),
-                ])
+            .filter_map(|d| d.setup.as_ref().map(|s| (d, s)))
+            .flat_map(|(d, s)| {
+                s.probes.iter().map(move |p| {
+                    vec![
+                        d.dut.to_owned(),
+                        format!("{:.0}", s.setup_rate_fps),
+                        format!("{:.0}", p.rate),
+                        us(p.first_packet.p50_ns),
+                        us(p.first_packet.p99_ns),
+                        us(p.established.p50_ns),
+                        us(p.established.p99_ns),
+                    ]
+                })
             })
             .collect();
         o += &markdown_table(
             &[
                 ("DUT", L),
                 ("setup rate (new flows/s)", R),
+                ("probe (flows/s)", R),
                 ("first packet p50 (us)", R),
                 ("p99", R),
                 ("established p50 (us)", R),

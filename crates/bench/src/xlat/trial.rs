@@ -11,7 +11,7 @@ use anyhow::{bail, Result};
 use lab::topo::bench_addr::*;
 use lab::topo::BenchTopo;
 
-use super::{dut, Ctx, Dir, Dut, DutReport, LoadResult, Point, Setup};
+use super::{dut, Ctx, Dir, Dut, DutReport, LoadResult, Point, Setup, SetupProbe};
 use crate::harness::guard::Proc;
 use crate::harness::latency::us;
 use crate::harness::search::{Found, Search};
@@ -231,11 +231,17 @@ fn once_each(ctx: &Ctx, s: &Streams, rate: f64) -> Result<TrialResult> {
 fn measure_setup(ctx: &Ctx, topo: &BenchTopo, proc_: &mut Option<Proc>) -> Result<Setup> {
     let a = ctx.a;
     let alive = |p: &mut Option<Proc>| p.as_mut().map_or(Ok(()), Proc::alive);
-    // First-packet latency: new flows at a low rate, then the same flows again.
-    let probe = new_flow_streams(ctx, topo, 1, a.setup_flows)?;
-    let first = once_each(ctx, &probe, a.setup_probe_rate)?;
-    let again = once_each(ctx, &probe, a.setup_probe_rate)?;
-    alive(proc_)?;
+    // First-packet latency: new flows at each probe rate, then the same
+    // flows again at that rate (established), so the two compare in the
+    // same conditions.
+    let mut probes = Vec::new();
+    for (i, &rate) in a.setup_probe_rate.iter().enumerate() {
+        let probe = new_flow_streams(ctx, topo, 1 + i as u16, a.setup_flows)?;
+        let first = once_each(ctx, &probe, rate)?;
+        let again = once_each(ctx, &probe, rate)?;
+        alive(proc_)?;
+        probes.push(SetupProbe { rate, first_packet: first.outcome.latency, established: again.outcome.latency });
+    }
     // Setup rate: each trial sends fresh flows (a new IPv6 source prefix tag).
     let mut tag = 100u16;
     let found = Search::rfc2544(a.max_rate.min(1_000_000.0), a.resolution, a.max_trials).run(|rate| {
@@ -249,13 +255,7 @@ fn measure_setup(ctx: &Ctx, topo: &BenchTopo, proc_: &mut Option<Proc>) -> Resul
         let r = once_each(ctx, &s, rate)?;
         Ok((passed(&r, rate), ()))
     })?;
-    Ok(Setup {
-        setup_rate_fps: found.best,
-        search: tried(&found),
-        first_packet: first.outcome.latency,
-        established: again.outcome.latency,
-        probe_rate: a.setup_probe_rate,
-    })
+    Ok(Setup { setup_rate_fps: found.best, search: tried(&found), probes })
 }
 
 /// Lets the tester prepare the DUT's ports it sends into (the XDP tester
@@ -276,7 +276,8 @@ pub(super) fn bench_dut(ctx: &Ctx, dut: Dut, ceiling: &[(Dir, usize, f64)]) -> D
     let mut rep = DutReport { dut: dut.name(), status: "ok".into(), points: vec![], setup: None };
     let res = (|| -> Result<()> {
         let flow_ports = frame::rfc4814_ports(a.flows, 4814);
-        for &dir in &a.dir {
+        let dirs: &[Dir] = if a.setup_only { &[] } else { &a.dir };
+        for &dir in dirs {
             // A fresh topology and DUT per direction (NAT64 state from the
             // other direction does not carry over).
             let topo = BenchTopo::create(&a.prefix, dut == Dut::Tester)?;

@@ -599,8 +599,9 @@ mod tests {
             .skip_while(|l| !l.starts_with("# [dns64]"))
             .map(|l| {
                 let body = l.trim_start_matches(['#', ' ']);
-                let key =
-                    body.split_once(" = ").is_some_and(|(k, _)| k.chars().all(|c| c.is_ascii_lowercase() || c == '-'));
+                let key = body
+                    .split_once(" = ")
+                    .is_some_and(|(k, _)| k.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'));
                 let table = body.starts_with('[') && body.ends_with(']') && !body.contains(' ');
                 if key || table {
                     format!("{body}\n")
@@ -610,7 +611,9 @@ mod tests {
             })
             .collect();
         let d: Config = Config::parse(&uncommented).unwrap_or_else(|e| panic!("{e}\n{uncommented}"));
-        assert!(d.dns64.is_some());
+        let d64 = d.dns64.as_ref().unwrap();
+        assert_eq!(d64.prefixes.len(), 1, "the example's [[dns64.prefixes]]");
+        assert_eq!(d64.cache_entries, dns64::config::DEFAULT_CACHE_ENTRIES);
         // ... and so does the [trgw] table that follows it.
         assert!(d.trgw.as_ref().is_some_and(|t| !t.interfaces.is_empty()), "{uncommented}");
     }

@@ -54,7 +54,9 @@ pub struct Engines {
 impl Engines {
     /// Build every engine `cfg` configures, for `workers` workers.
     /// `generation` is stored as given. With `prev`, NAT64 state (BIB,
-    /// sessions) is carried over ([`nat64::Nat64::reconfigure`]).
+    /// sessions, the static entries added at run time) is carried over
+    /// ([`nat64::Nat64::reconfigure`]); added entries the new
+    /// configuration cannot hold are logged.
     pub fn build(
         cfg: &Config,
         generation: u64,
@@ -68,9 +70,19 @@ impl Engines {
             None => None,
         };
         let nat = match (&cfg.nat64, prev.and_then(|p| p.nat64.as_ref())) {
-            (Some(n), Some(old)) => Some(Arc::new(
-                old.reconfigure(n.clone(), cfg.nat64_xlat_config(), now_ns).map_err(|e| cfg.nat64_error(e))?,
-            )),
+            (Some(n), Some(old)) => {
+                let next =
+                    old.reconfigure(n.clone(), cfg.nat64_xlat_config(), now_ns).map_err(|e| cfg.nat64_error(e))?;
+                for (e, why) in next.bib_lost() {
+                    tracing::warn!(
+                        "nat64: static BIB entry {} {} <-> {} (added with `v6gate ctl bib add`) dropped by the reload: {why}",
+                        e.protocol,
+                        e.ipv6,
+                        e.ipv4
+                    );
+                }
+                Some(Arc::new(next))
+            }
             (Some(_), None) => Some(Arc::new(cfg.nat64_translator()?)),
             (None, _) => None,
         };

@@ -29,6 +29,7 @@
 //! `[daemon] log-level`.
 
 pub mod admin;
+pub mod bibfile;
 pub mod ctl;
 pub mod engine;
 pub mod fastpath;
@@ -110,8 +111,6 @@ pub struct Daemon {
     /// Descriptors the configuration may need ([`crate::limits::needed`]).
     pub fds_needed: u64,
     admin_token: Mutex<Option<String>>,
-    /// Static BIB entries added through the admin API (kept across reloads).
-    runtime_bib: Mutex<Vec<nat64::StaticBib>>,
     set_log_level: Box<dyn Fn(&str) + Send + Sync>,
 }
 
@@ -139,16 +138,6 @@ impl Daemon {
     /// The admin token in force (`[admin] token` / `token-file`).
     pub fn admin_token(&self) -> Option<String> {
         lock(&self.admin_token).clone()
-    }
-
-    /// Record a static BIB entry added (or removed) through the admin API,
-    /// so a reload keeps it.
-    pub fn note_runtime_bib(&self, e: nat64::StaticBib, added: bool) {
-        let mut v = lock(&self.runtime_bib);
-        v.retain(|x| x != &e);
-        if added {
-            v.push(e);
-        }
     }
 
     /// [`Daemon::reload`], counted (`v6gate_config_reloads_total`), logged
@@ -182,50 +171,10 @@ impl Daemon {
         }
     }
 
-    /// Adds the static BIB entries of the admin API that still fit `new` to
-    /// its `[nat64] bib` (so the reload keeps them, with their sessions);
-    /// returns the ones kept. Those that no longer fit are logged.
-    fn carry_runtime_bib(&self, new: &mut Config) -> Vec<nat64::StaticBib> {
-        let runtime = lock(&self.runtime_bib).clone();
-        if runtime.is_empty() {
-            return runtime;
-        }
-        let xcfg = new.nat64_xlat_config();
-        let Some(n) = new.nat64.as_mut() else {
-            tracing::warn!(
-                "{} static BIB entr(y/ies) added through the admin API dropped: the new file has no [nat64]",
-                runtime.len()
-            );
-            return Vec::new();
-        };
-        // A scratch translator of the new file tells which entries fit.
-        let Ok(scratch) = nat64::Nat64::with_xlat(n.clone(), xcfg) else { return runtime };
-        let mut kept = Vec::new();
-        for e in runtime {
-            if n.bib.contains(&e) {
-                kept.push(e);
-                continue;
-            }
-            match scratch.bib_add(e) {
-                Ok(()) => {
-                    n.bib.push(e);
-                    kept.push(e);
-                }
-                Err(err) => tracing::warn!(
-                    "static BIB entry {} {} <-> {} (added through the admin API) dropped by the reload: {err}",
-                    e.protocol,
-                    e.ipv6,
-                    e.ipv4
-                ),
-            }
-        }
-        kept
-    }
-
     /// Re-read the configuration file and apply it, or leave everything as
     /// it is and return why not.
     pub fn reload(&self) -> Result<u64, String> {
-        let mut new = Config::load(&self.config_path).map_err(|e| e.to_string())?;
+        let new = Config::load(&self.config_path).map_err(|e| e.to_string())?;
         for w in new.warnings() {
             tracing::warn!("reload: {w}");
         }
@@ -264,7 +213,6 @@ impl Daemon {
             *cur = new;
             return Ok(generation);
         };
-        let kept_bib = self.carry_runtime_bib(&mut new);
         if new.tun.name != cur.tun.name {
             return Err(format!("[tun] name changed ({} -> {}): restart v6gate to apply", cur.tun.name, new.tun.name));
         }
@@ -338,8 +286,10 @@ impl Daemon {
         (self.set_log_level)(&new.daemon.log_level);
         self.engines.store(Arc::new(engines));
         *lock(&self.admin_token) = token;
-        *lock(&self.runtime_bib) = kept_bib;
         *cur = new;
+        drop(cur);
+        // Logged when it fails; the reload itself succeeded.
+        let _ = self.sync_bib_file();
         Ok(generation)
     }
 }
@@ -419,6 +369,16 @@ impl Undo {
 }
 
 impl Daemon {
+    /// Rewrite `[nat64] bib-file` with the static BIB entries added at run
+    /// time (after `bib add` / `bib remove` and reloads). The error, also
+    /// logged, when it cannot be written.
+    pub fn sync_bib_file(&self) -> Result<(), String> {
+        let path = lock(&self.config).nat64.as_ref().and_then(|n| n.bib_file.clone());
+        let eng = self.engines.load();
+        let (Some(path), Some(n)) = (path, eng.nat64.as_ref()) else { return Ok(()) };
+        bibfile::sync(n, std::path::Path::new(&path)).inspect_err(|e| tracing::warn!("nat64 bib-file: {e}"))
+    }
+
     /// Functions running: the packet engines, then DNS64.
     pub fn functions(&self) -> Vec<&'static str> {
         let mut f = self.engines.load().functions();
@@ -431,11 +391,18 @@ impl Daemon {
         f
     }
 
-    /// Replace the DNS64 server running `old` by one running `new`; when
-    /// the new one cannot start (e.g. its address is taken), the old one is
-    /// started again and the error returned.
+    /// Apply a changed `[dns64]`: a running server takes the new table
+    /// without going down ([`dns64::Server::reconfigure`]: queries keep
+    /// being answered, a failure changes nothing); otherwise the server is
+    /// started or stopped. When a new one cannot start (e.g. its address is
+    /// taken), the old one is started again and the error returned.
     fn restart_dns64(&self, old: Option<&dns64::Config>, new: Option<&dns64::Config>) -> Result<(), String> {
         let mut slot = lock(&self.dns64);
+        if let (Some(s), Some(n)) = (slot.as_ref(), new) {
+            s.reconfigure(n).map_err(|e| format!("[dns64]: {e}"))?;
+            tracing::info!("dns64: reconfigured, serving on {:?}", s.local_addrs());
+            return Ok(());
+        }
         if let Some(s) = slot.take() {
             s.stop();
         }
@@ -547,6 +514,18 @@ pub fn run(
     let needs_tun = cfg.siit.is_some() || cfg.nat64.is_some() || cfg.dns64.is_some();
     let n = if needs_tun { cfg.tun.effective_queues() } else { 0 };
     let engines = Engines::build(&cfg, 1, n, None, 0)?;
+    if let (Some(nat), Some(path)) = (&engines.nat64, cfg.nat64.as_ref().and_then(|c| c.bib_file.as_deref())) {
+        let (added, refused) = bibfile::restore(nat, std::path::Path::new(path));
+        for r in &refused {
+            tracing::warn!("nat64 bib-file: {r}");
+        }
+        if added > 0 {
+            tracing::info!(
+                "nat64: {added} static BIB entr{} restored from {path}",
+                if added == 1 { "y" } else { "ies" }
+            );
+        }
+    }
 
     let name = cfg.tun.name.clone();
     let io = cfg.tun.io;
@@ -617,7 +596,6 @@ pub fn run(
         admin_stats: Arc::new(admin::AdminStats::default()),
         fds_needed,
         admin_token: Mutex::new(token),
-        runtime_bib: Mutex::new(Vec::new()),
         set_log_level,
     });
 

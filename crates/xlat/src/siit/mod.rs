@@ -70,6 +70,30 @@ impl AddrMap for Stateless {
     }
 }
 
+/// Per-call switches of [`Translator::translate_pass`]: what a stateful
+/// caller (NAT64, RFC 6146) knows about a packet that the packet itself
+/// does not say. All off is [`Translator::translate_with`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pass {
+    /// IPv6 → IPv4: the packet is a datagram the caller reassembled from
+    /// fragments (RFC 6146 §3.4). It is translated as the fragments it came
+    /// from would have been (RFC 7915 §5.1: DF clear, so the IPv4 side may
+    /// fragment it again to `ipv4-mtu`), never answered with Packet Too
+    /// Big, which its sender could not act on.
+    pub reassembled: bool,
+    /// IPv6 → IPv4: the result is turned around into IPv6 by the caller
+    /// (RFC 6146 §3.8 hairpinning) and never reaches the IPv4 link:
+    /// `ipv4-mtu` does not apply, and a translated ICMPv6 error keeps up
+    /// to 1280 bytes (what the final ICMPv6 error may carry).
+    pub hairpin_out: bool,
+    /// IPv4 → IPv6: the second pass of a hairpin. The first pass already
+    /// decremented the Hop Limit (a hairpinned packet loses one hop, not
+    /// two), and no ICMPv4 error is sent back (the source is an IPv6 host
+    /// behind this translator; a refusal comes back as [`Verdict::Drop`]
+    /// for the caller to answer in IPv6).
+    pub hairpin_in: bool,
+}
+
 /// `eam-hairpin-mode` (Jool's key): how IPv6 traffic addressed through
 /// `pool6` to an IPv4 address of the EAMT, i.e. to another IPv6 node
 /// behind this translator, is handled (RFC 7757 §4.2).
@@ -339,7 +363,7 @@ impl Translator {
         out.clear();
         match pkt.first().map(|b| b >> 4) {
             Some(4) => self.v4_to_v6(&Stateless, pkt, out, false),
-            Some(6) => self.v6_to_v4(&Stateless, pkt, out),
+            Some(6) => self.v6_to_v4(&Stateless, pkt, out, Pass::default()),
             _ => Verdict::Drop(DropReason::UnknownVersion),
         }
     }
@@ -354,10 +378,16 @@ impl Translator {
     /// [`crate::checksum::update`]. EAM hairpinning is off unless `M` asks
     /// for it.
     pub fn translate_with<M: AddrMap>(&self, map: &M, pkt: &[u8], out: &mut Out) -> Verdict {
+        self.translate_pass(map, pkt, out, Pass::default())
+    }
+
+    /// [`Translator::translate_with`] with the per-call switches of
+    /// `pass` (a stateful translator's reassembled datagrams and hairpins).
+    pub fn translate_pass<M: AddrMap>(&self, map: &M, pkt: &[u8], out: &mut Out, pass: Pass) -> Verdict {
         out.clear();
         match pkt.first().map(|b| b >> 4) {
-            Some(4) => self.v4_to_v6(map, pkt, out, false),
-            Some(6) => self.v6_to_v4(map, pkt, out),
+            Some(4) => self.v4_to_v6(map, pkt, out, pass.hairpin_in),
+            Some(6) => self.v6_to_v4(map, pkt, out, pass),
             _ => Verdict::Drop(DropReason::UnknownVersion),
         }
     }

@@ -56,7 +56,9 @@ impl Translator {
         let Some(dst6) = map.map_4to6(&self.map, Role::Dst, dst4) else {
             return Verdict::Drop(DropReason::UntranslatableDestination);
         };
-        let eam_hairpin = hairpin || (M::EAM_HAIRPIN && self.simple_hairpin);
+        // The RFC 7757 address rules belong to EAM hairpinning: a stateful
+        // caller's second pass ([`super::Pass::hairpin_in`]) keeps its own.
+        let eam_hairpin = M::EAM_HAIRPIN && (hairpin || self.simple_hairpin);
         let src6 = if eam_hairpin && hairpin_src(src4, is_icmp_error, payload) {
             self.map.v4_to_v6_prefix_only(src4)
         } else {

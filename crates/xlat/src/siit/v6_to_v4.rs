@@ -3,7 +3,7 @@
 
 use super::emit::{append_4884, emit_v4, l4_patch, split_4884, Dir, Patch};
 use super::icmp::{map_6to4, Rest};
-use super::{AddrMap, Role, Translator};
+use super::{AddrMap, Pass, Role, Translator};
 use crate::addr::is_forbidden_v6;
 use crate::checksum::{self, sum_v4, sum_v6};
 use crate::origin::{icmp6_error, ICMP4_ERROR_MAX, ICMP6_ERROR_MAX};
@@ -20,8 +20,8 @@ use core::net::{Ipv4Addr, Ipv6Addr};
 const DF_THRESHOLD: usize = 1260;
 
 impl Translator {
-    /// RFC 7915 §5.
-    pub(crate) fn v6_to_v4<M: AddrMap>(&self, map: &M, pkt: &[u8], out: &mut Out) -> Verdict {
+    /// RFC 7915 §5, with a stateful caller's switches in `pass`.
+    pub(crate) fn v6_to_v4<M: AddrMap>(&self, map: &M, pkt: &[u8], out: &mut Out, pass: Pass) -> Verdict {
         let ip = match Ipv6Packet::new(pkt) {
             Ok(p) => p,
             Err(e) => return Verdict::Drop(e.into()),
@@ -109,7 +109,16 @@ impl Translator {
         let cfg = &self.cfg;
         let protocol = if upper == proto::ICMPV6 { proto::ICMP } else { upper };
         let total = ipv4::HEADER_LEN + payload.len();
-        let hdr = self.ipv4_header(&ip, frag, (src4, dst4), protocol, total, ttl, || out.take_ident());
+        let mut hdr = self.ipv4_header(&ip, frag, (src4, dst4), protocol, total, ttl, || out.take_ident());
+        if pass.reassembled && hdr.df {
+            // Sent as fragments: DF stays clear, as on each fragment.
+            hdr.df = false;
+            hdr.ident = out.take_ident();
+        }
+        // A hairpinned packet never reaches the IPv4 link: only IPv4's own
+        // limit applies to it on the way through.
+        let turned = hairpin || pass.hairpin_out;
+        let link_mtu = if turned { usize::from(u16::MAX) } else { usize::from(cfg.ipv4_mtu) };
         // Too big for the IPv4 link and may not be fragmented (DF set, or
         // beyond IPv4's 65,535 bytes, or a fragment the translator does not
         // fragment again, RFC 7915 §1.4): Packet Too Big with the largest
@@ -117,8 +126,7 @@ impl Translator {
         // errors are exempt: they are cut to 576 bytes (RFC 1812
         // §4.3.2.3), below.
         let no_refrag = frag.is_some() && !cfg.refragment_ipv6_fragments;
-        if total > usize::from(cfg.ipv4_mtu) && (hdr.df || total > usize::from(u16::MAX) || no_refrag) && !is_icmp_error
-        {
+        if total > link_mtu && (hdr.df || total > usize::from(u16::MAX) || no_refrag) && !is_icmp_error {
             let mtu = (u32::from(cfg.ipv4_mtu) + 20).max(1280);
             return refuse(wicmp::v6::PACKET_TOO_BIG, 0, mtu.to_be_bytes(), DropReason::TooBig, out);
         }
@@ -138,9 +146,9 @@ impl Translator {
                 if is_icmp_error {
                     // A hairpinned error never leaves as IPv4: keep what
                     // RFC 4443 lets the final ICMPv6 error carry.
-                    let max = if hairpin { ICMP6_ERROR_MAX } else { ICMP4_ERROR_MAX };
+                    let max = if turned { ICMP6_ERROR_MAX } else { ICMP4_ERROR_MAX };
                     let v = self.icmp_error_6to4(map, (&src6, &dst6), payload, &msg, hdr, out, max);
-                    return if hairpin && v == Verdict::Emit { self.hairpin(out) } else { v };
+                    return if hairpin && v == Verdict::Emit { self.hairpin(pkt, out) } else { v };
                 }
                 if map_6to4(msg.kind(), msg.code(), msg.rest()).is_none() {
                     return Verdict::Drop(DropReason::IcmpUntranslatable);
@@ -159,12 +167,12 @@ impl Translator {
             }
             _ => {}
         }
-        if let Err(r) = emit_v4(out, hdr, payload, &patch, usize::from(cfg.ipv4_mtu)) {
+        if let Err(r) = emit_v4(out, hdr, payload, &patch, link_mtu) {
             out.clear();
             return Verdict::Drop(r);
         }
         if hairpin {
-            return self.hairpin(out);
+            return self.hairpin(pkt, out);
         }
         Verdict::Emit
     }
@@ -174,7 +182,11 @@ impl Translator {
     /// IPv6, mapping the source with the prefix only so the receiver
     /// answers through the translator (for an ICMP error, the source when
     /// it is the quoted destination, and the quoted destination).
-    fn hairpin(&self, out: &mut Out) -> Verdict {
+    ///
+    /// The IPv6 rules of the second pass decide the size: a packet too big
+    /// for `ipv6-mtu` that may not be fragmented gets Packet Too Big from
+    /// this translator, about `orig`, the packet as it came in.
+    fn hairpin(&self, orig: &[u8], out: &mut Out) -> Verdict {
         let mut scratch = core::mem::take(&mut out.scratch);
         scratch.clear();
         for (_, p) in out.iter() {
@@ -195,7 +207,20 @@ impl Translator {
             at += len;
         }
         out.scratch = scratch;
+        if verdict == Verdict::Drop(DropReason::TooBig) && self.packet_too_big(orig, out) {
+            return Verdict::Emit;
+        }
         verdict
+    }
+
+    /// RFC 4443 §3.2 Packet Too Big about `orig` (an IPv6 packet this
+    /// translator turned around) with `ipv6-mtu`, from the translator's
+    /// own IPv6 address; false when nothing may be sent (an ICMPv6 error
+    /// about an error, ...).
+    pub(crate) fn packet_too_big(&self, orig: &[u8], out: &mut Out) -> bool {
+        let mtu = u32::from(self.cfg.ipv6_mtu).to_be_bytes();
+        out.clear();
+        icmp6_error(out, self.ipv6_address, orig, wicmp::v6::PACKET_TOO_BIG, 0, mtu)
     }
 
     /// RFC 7915 §5.2 and §5.3: translate an ICMPv6 error and the IPv6

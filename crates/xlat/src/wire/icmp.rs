@@ -31,6 +31,8 @@ pub mod v4 {
     pub const CODE_HOST_UNREACH: u8 = 1;
     /// Dest Unreachable code: communication administratively prohibited.
     pub const CODE_ADMIN_PROHIBITED: u8 = 13;
+    /// Dest Unreachable code: port unreachable.
+    pub const CODE_PORT_UNREACH: u8 = 3;
 }
 
 /// ICMPv6 types.
@@ -51,6 +53,8 @@ pub mod v6 {
     pub const CODE_ADDR_UNREACH: u8 = 3;
     /// Dest Unreachable code: communication administratively prohibited.
     pub const CODE_ADMIN_PROHIBITED: u8 = 1;
+    /// Dest Unreachable code: port unreachable.
+    pub const CODE_PORT_UNREACH: u8 = 4;
 }
 
 /// True for ICMPv4 error types (RFC 792, RFC 1812 §4.3.2).

@@ -187,7 +187,7 @@ pub fn families(d: &Daemon) -> Vec<Family> {
     if let Some(n) = eng.nat64.as_ref() {
         nat64(&mut v, &n.stats());
     }
-    if let Some(st) = super::super::lock(&d.dns64).as_ref().map(|x| x.stats()) {
+    if let Some((st, (entries, bytes))) = super::super::lock(&d.dns64).as_ref().map(|x| (x.stats(), x.cache_usage())) {
         let pairs = st.pairs();
         for (k, val) in &pairs {
             v.push(Family::counter(format!("v6gate_dns64_{k}"), "DNS64 counter (see docs/dns64.md).").one(*val as f64));
@@ -195,6 +195,9 @@ pub fn families(d: &Daemon) -> Vec<Family> {
         v.push(
             Family::counter("v6gate_dns64_events", "DNS64 counters, by event (see docs/dns64.md).").by("event", pairs),
         );
+        v.push(dns64_cache(&st));
+        v.push(Family::gauge("v6gate_dns64_cache_entries", "DNS64 cached upstream answers now.").one(entries as f64));
+        v.push(Family::gauge("v6gate_dns64_cache_bytes", "Bytes the DNS64 cache holds now.").one(bytes as f64));
     }
     if let Some(r) = d.trgw.as_ref() {
         trgw(&mut v, &r.stats());
@@ -262,6 +265,21 @@ fn xdp(v: &mut Vec<Family>, attached: &[(String, &'static str)], counters: Optio
     v.push(packets);
     v.push(bytes);
     v.push(passes);
+}
+
+/// The DNS64 cache's counters as one family labelled by `event` (`hit`,
+/// `miss`, `insert`, `eviction`, `expired`; docs/dns64.md, Cache).
+fn dns64_cache(st: &dns64::Stats) -> Family {
+    Family::counter("v6gate_dns64_cache", "DNS64 cache lookups and changes, by event (see docs/dns64.md).").by(
+        "event",
+        [
+            ("hit", st.cache_hits),
+            ("miss", st.cache_misses),
+            ("insert", st.cache_inserts),
+            ("eviction", st.cache_evictions),
+            ("expired", st.cache_expired),
+        ],
+    )
 }
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -389,6 +407,17 @@ fn nat64(v: &mut Vec<Family>, st: &nat64::Stats) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dns64_cache_counters_are_one_family_by_event() {
+        let st = dns64::Stats { cache_hits: 5, cache_misses: 2, cache_evictions: 1, ..Default::default() };
+        let s = encode(vec![dns64_cache(&st)]);
+        assert!(s.contains("# TYPE v6gate_dns64_cache counter\n"), "{s}");
+        assert!(s.contains("v6gate_dns64_cache_total{event=\"hit\"} 5\n"), "{s}");
+        assert!(s.contains("v6gate_dns64_cache_total{event=\"miss\"} 2\n"), "{s}");
+        assert!(s.contains("v6gate_dns64_cache_total{event=\"eviction\"} 1\n"), "{s}");
+        assert!(s.contains("v6gate_dns64_cache_total{event=\"expired\"} 0\n"), "{s}");
+    }
 
     #[test]
     fn counters_get_total_gauges_do_not_and_labels_are_kept() {

@@ -170,12 +170,16 @@ fn nat64_call(d: &Daemon, n: &nat64::Nat64, path: &str, params: &[(String, Strin
             let e = nat64::StaticBib { protocol, ipv6, ipv4 };
             let r = if path == "/bib/add" { n.bib_add(e) } else { n.bib_remove(e) };
             r.map_err(|e| (409, e.to_string()))?;
-            d.note_runtime_bib(e, path == "/bib/add");
             tracing::info!(
                 "nat64: static BIB entry {protocol} {ipv6} <-> {ipv4} {}",
                 if path == "/bib/add" { "added" } else { "removed" }
             );
-            Ok(json!({ "ok": true }))
+            // Kept across reloads by the NAT64 (Nat64::reconfigure carries
+            // the entries added at run time); across restarts by bib-file.
+            match d.sync_bib_file() {
+                Ok(()) => Ok(json!({ "ok": true })),
+                Err(e) => Ok(json!({ "ok": true, "warning": format!("not saved: {e}") })),
+            }
         }
     }
 }
