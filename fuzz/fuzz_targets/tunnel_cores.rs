@@ -57,7 +57,7 @@ fuzz_target!(|data: &[u8]| {
             3 => client.on_udp(SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 1 + (op & 1)), 3544), body, now, &mut ob),
             4 => client.on_udp(from, body, now, &mut ob),
             5 => client.on_v6(body, now, &mut ob),
-            6 => cores[usize::from(op >> 3) % 4].from_v4(body, &mut ob),
+            6 => cores[usize::from(op >> 3) % 4].from_v4(body, 0, &mut ob),
             _ => cores[usize::from(op >> 3) % 4].from_v6(body, &mut ob),
         }
         client.tick(now, &mut ob);

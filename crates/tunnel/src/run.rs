@@ -148,18 +148,19 @@ fn run_proto41(ctx: Ctx, mut core: Proto41, dev: Device, raw: Raw41) {
                 send_all(&mut ob, &dev, Some(&raw), &[], io);
             });
         }
+        let now = ctx.now();
         if ready[1] {
             drain(
                 &mut buf,
                 &mut io,
                 |b| raw.recv(b).map(|o| o.map(|n| (n, ()))),
                 |p, (), io| {
-                    core.from_v4(p, &mut ob);
+                    core.from_v4(p, now, &mut ob);
                     send_all(&mut ob, &dev, Some(&raw), &[], io);
                 },
             );
         }
-        let now = ctx.now();
+        core.tick(now);
         publish(&ctx, &mut last, now, || serde_json::json!({ "counters": core.stats, "io": io }));
     }
     publish(&ctx, &mut 0, u64::MAX / 2, || serde_json::json!({ "counters": core.stats, "io": io }));

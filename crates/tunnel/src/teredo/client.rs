@@ -166,6 +166,9 @@ crate::counters! {
         peers_evicted,
         /// Dropped: malformed or truncated Teredo packet.
         drop_malformed,
+        /// Dropped: link-local or multicast from the IPv6 side (MLD, router
+        /// and neighbour solicitations the kernel sends on the device).
+        drop_link_scope,
         /// Dropped: not qualified yet.
         drop_not_qualified,
         /// Dropped: advertisement without our nonce, with a failed confirmation, or wrong.
@@ -550,12 +553,16 @@ impl Client {
     /// An IPv6 packet from the Teredo interface.
     pub fn on_v6(&mut self, pkt: &[u8], now: Millis, ob: &mut Outbox) {
         self.stats.v6_in += 1;
-        let Some(me) = self.our_addr() else {
-            self.stats.drop_not_qualified += 1;
-            return;
-        };
         let Ok(p) = Ipv6Packet::new(pkt) else {
             self.stats.drop_malformed += 1;
+            return;
+        };
+        if crate::is_link_scope(&p.src(), &p.dst()) {
+            self.stats.drop_link_scope += 1;
+            return;
+        }
+        let Some(me) = self.our_addr() else {
+            self.stats.drop_not_qualified += 1;
             return;
         };
         let pkt = p.as_bytes();
@@ -857,6 +864,22 @@ mod tests {
     }
 
     #[test]
+    fn rfc4291_2_5_6_link_local_and_mld_from_the_device_are_link_scope() {
+        let mut ob = Outbox::new();
+        // Before and after qualification: the kernel's MLD reports and
+        // router solicitations are counted apart, not as "not qualified".
+        let mut fresh = Client::new(ClientConfig::new(SRV, sa("192.168.1.2:4000")), Rng::new(1));
+        fresh.on_v6(&v6(a6("fe80::1"), a6("ff02::16"), proto::HOPOPT, &[0; 8]), 0, &mut ob);
+        assert_eq!((fresh.stats.drop_link_scope, fresh.stats.drop_not_qualified), (1, 0));
+        let mut c = qualified("198.51.100.7:50000", NatType::Restricted);
+        let me = c.address().unwrap();
+        c.on_v6(&v6(a6("fe80::1"), a6("ff02::2"), proto::ICMPV6, &[133, 0, 0, 0, 0, 0, 0, 0]), 0, &mut ob);
+        c.on_v6(&v6(me, a6("ff02::1"), proto::UDP, &[0; 8]), 0, &mut ob);
+        assert!(ob.is_empty());
+        assert_eq!((c.stats.drop_link_scope, c.stats.drop_not_our_source, c.stats.drop_bad_destination), (2, 0, 0));
+    }
+
+    #[test]
     fn rfc4380_5_2_9_native_peer_through_the_relay_the_echo_names() {
         let mut c = qualified("198.51.100.7:50000", NatType::Restricted);
         let me = c.address().unwrap();
@@ -1030,7 +1053,7 @@ mod tests {
         c.on_udp(sa("203.0.113.5:3544"), &v6(a6("2001:db8::1"), me, proto::NONE, &[1, 2]), 0, &mut ob);
         c.on_udp(sa("203.0.113.5:3544"), &v6(a6("2001:db8::1"), a6("2001:db8::2"), proto::UDP, &[]), 0, &mut ob);
         c.on_v6(&v6(a6("2001:db8::9"), a6("2001:db8::1"), proto::UDP, &[]), 0, &mut ob);
-        c.on_v6(&v6(me, a6("ff02::1"), proto::UDP, &[]), 0, &mut ob);
+        c.on_v6(&v6(me, a6("fe80::5"), proto::UDP, &[]), 0, &mut ob);
         let s = &c.stats;
         assert_eq!(
             (
