@@ -162,6 +162,9 @@ crate::counters! {
         mappings_learnt,
         /// Peers reached at an alternate (local) address (RFC 6081 hairpinning).
         hairpinned,
+        /// Direct bubbles sent to the port a peer announced in a Random Port
+        /// trailer (RFC 6081 §4, a peer behind a port-preserving symmetric NAT).
+        random_port_bubbles,
         /// Peers evicted because the list was full.
         peers_evicted,
         /// Dropped: malformed or truncated Teredo packet.
@@ -648,6 +651,15 @@ impl Client {
             .flatten()
             .filter(|a| a.port() != 0)
             .collect();
+        // RFC 6081 §4: a peer behind a port-preserving symmetric NAT names
+        // the (random, per-peer) local port it talks to us from; its NAT
+        // keeps that port, so a direct bubble there reaches it.
+        let random_ports: Vec<u16> = teredo_msg::trailers(p.trailers)
+            .filter_map(|t| match t {
+                Trailer::RandomPort(port) if port != 0 => Some(port),
+                _ => None,
+            })
+            .collect();
         if from_server {
             // RFC 4380 §5.2.3: an indirect bubble (or packet) relayed by our
             // server; answer its origin with a direct bubble.
@@ -666,6 +678,12 @@ impl Client {
                     self.bubble_to(origin, src, hairpin, ob);
                     for a in alt {
                         self.bubble_to(a, src, true, ob);
+                    }
+                    if self.cfg.symmetric_nat {
+                        for port in random_ports.into_iter().filter(|&p| p != origin.port()) {
+                            self.bubble_to(SocketAddrV4::new(*origin.ip(), port), src, hairpin, ob);
+                            self.stats.random_port_bubbles += 1;
+                        }
                     }
                     return;
                 }
@@ -942,6 +960,47 @@ mod tests {
         let p = teredo::parse(b).unwrap();
         assert!(p.is_bubble());
         assert_eq!((p.ipv6_packet().src(), p.ipv6_packet().dst()), (me, relay_ll));
+    }
+
+    #[test]
+    fn rfc6081_4_random_port_trailer_gets_a_direct_bubble_there_and_the_answer_is_trusted() {
+        let mut c = qualified("198.51.100.7:50000", NatType::Restricted);
+        let me = c.address().unwrap();
+        // A peer behind a port-preserving symmetric NAT: its address embeds
+        // the mapping its NAT gave towards its server (port 6000); towards
+        // us it talks from the random port 41234 it announces.
+        let peer = TeredoAddr { server: SRV, flags: 0, mapped: sa("203.0.113.9:6000") }.to_ipv6();
+        let mut bubble = [0u8; 40];
+        teredo::bubble(peer, me, &mut bubble).unwrap();
+        let mut pl = vec![0u8; 64];
+        let n = teredo::encap_udp_payload(None, Some(sa("203.0.113.9:6000")), &bubble, &mut pl).unwrap();
+        let n = teredo_msg::write_trailer(&Trailer::RandomPort(41234), &mut pl, n).unwrap();
+        let mut ob = Outbox::new();
+        c.on_udp(sa("192.0.2.1:3544"), &pl[..n], 0, &mut ob);
+        let to: Vec<_> = ob.iter().map(|(d, _)| d).collect();
+        assert_eq!(
+            to,
+            vec![Dest::Udp { sock: 0, to: sa("203.0.113.9:6000") }, Dest::Udp { sock: 0, to: sa("203.0.113.9:41234") }]
+        );
+        assert_eq!(c.stats.random_port_bubbles, 1);
+        // The peer's direct bubble from the random port makes it trusted
+        // (its mapping towards us learnt), and data follows there.
+        ob.clear();
+        c.on_udp(sa("203.0.113.9:41234"), &bubble, 100, &mut ob);
+        assert_eq!(c.stats.mappings_learnt, 1);
+        ob.clear();
+        let data = v6(me, peer, proto::UDP, &[1; 8]);
+        c.on_v6(&data, 200, &mut ob);
+        assert_eq!(ob.iter().next(), Some((Dest::Udp { sock: 0, to: sa("203.0.113.9:41234") }, &data[..])));
+        // Without the RFC 6081 extensions the trailer is ignored.
+        let mut plain = Client::new(
+            ClientConfig { symmetric_nat: false, ..ClientConfig::new(SRV, sa("192.168.1.2:50000")) },
+            Rng::new(3),
+        );
+        plain.qualify(sa("198.51.100.7:50000"), 1280, NatType::Restricted);
+        ob.clear();
+        plain.on_udp(sa("192.0.2.1:3544"), &pl[..n], 0, &mut ob);
+        assert_eq!(ob.len(), 1);
     }
 
     #[test]
