@@ -53,6 +53,19 @@ crate::counters! {
     }
 }
 
+/// One function's numbers, as its status last published them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FunctionCounters {
+    /// The function (`sixtofour`, `sixrd`, `teredo-server`, `teredo-relay`, `teredo-client`).
+    pub function: &'static str,
+    /// The core's counters (`drop_*` are drops by reason), by name.
+    pub counters: Vec<(String, u64)>,
+    /// The runner's I/O error counters.
+    pub io: Vec<(String, u64)>,
+    /// Table sizes now (`peers`, `clients_tracked`, `fragment_sets`).
+    pub gauges: Vec<(String, u64)>,
+}
+
 /// One running function.
 #[derive(Debug)]
 struct Handle {
@@ -161,9 +174,19 @@ fn run_proto41(ctx: Ctx, mut core: Proto41, dev: Device, raw: Raw41) {
             );
         }
         core.tick(now);
-        publish(&ctx, &mut last, now, || serde_json::json!({ "counters": core.stats, "io": io }));
+        publish(
+            &ctx,
+            &mut last,
+            now,
+            || serde_json::json!({ "counters": core.stats, "io": io, "fragment_sets": core.fragment_sets() }),
+        );
     }
-    publish(&ctx, &mut 0, u64::MAX / 2, || serde_json::json!({ "counters": core.stats, "io": io }));
+    publish(
+        &ctx,
+        &mut 0,
+        u64::MAX / 2,
+        || serde_json::json!({ "counters": core.stats, "io": io, "fragment_sets": core.fragment_sets() }),
+    );
 }
 
 fn run_server(ctx: Ctx, mut core: Server, dev: Device, socks: [UdpSocket; 2]) {
@@ -389,6 +412,28 @@ impl Tunnels {
             m.insert(h.name.to_string(), v);
         }
         serde_json::Value::Object(m)
+    }
+
+    /// Each function's numbers from its last published status (refreshed
+    /// every 250 ms by its thread): for `/metrics`.
+    pub fn counters(&self) -> Vec<FunctionCounters> {
+        fn nums(v: Option<&serde_json::Value>) -> Vec<(String, u64)> {
+            v.and_then(|v| v.as_object())
+                .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_u64()?))).collect())
+                .unwrap_or_default()
+        }
+        self.handles
+            .iter()
+            .map(|h| {
+                let s = h.status.lock().map(|s| s.clone()).unwrap_or_default();
+                FunctionCounters {
+                    function: h.name,
+                    counters: nums(s.get("counters")),
+                    io: nums(s.get("io")),
+                    gauges: nums(Some(&s)),
+                }
+            })
+            .collect()
     }
 
     /// Names of the running functions.

@@ -197,6 +197,7 @@ pub fn status(d: &Daemon) -> Value {
         "dns64": super::super::lock(&d.dns64).as_ref().map(|s| serde_json::to_value(s.stats()).unwrap_or(Value::Null)),
         "device": d.device.as_ref().map(|(name, index)| json!({ "name": name, "index": index, "workers": d.workers() })),
         "trgw": d.trgw.as_ref().map(|r| trgw_status(&r.stats())),
+        "tunnels": super::super::lock(&d.tunnels).as_ref().map(|t| t.status()),
         "descriptors": descriptors(d),
         "admin": admin_status(d),
         "routes": super::super::lock(&d.routes).iter().map(|r| r.to_string()).collect::<Vec<_>>(),
