@@ -186,7 +186,9 @@ const HOST_PORT: u16 = 9000;
 /// The IPv4 address SIIT maps to the native host (EAMT), and the prefix
 /// the tester's IPv4 source is translated with.
 const HOST_EAM4: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 100);
-const SIIT_POOL6: &str = "64:ff9b::/96";
+/// RFC 8215 local-use prefix: the well-known 64:ff9b::/96 may not carry
+/// the tester's documentation-range IPv4 address (RFC 6052 §3.1).
+const SIIT_POOL6: &str = "64:ff9b:1::/96";
 /// The TUN device of the SIIT translator under test.
 const SIIT_DEV: &str = "v6gb-siit";
 const MAGIC: u32 = 0x5636_544e;
