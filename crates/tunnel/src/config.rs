@@ -70,6 +70,7 @@ relay = "203.0.113.1"           # router mode: relay for native IPv6
 # refresh = "30s"
 # symmetric-nat = true          # RFC 6081 extensions Miredo lacks
 # hairpinning = true
+# random-ports = 16             # RFC 6081 4: per-peer ports behind a port-preserving symmetric NAT (0: off)
 # routes = ["::/0"]
 # tun = "v6gate-teredo"
 "#;
@@ -248,6 +249,7 @@ struct ClientToml {
     #[serde(default = "d_true")]
     random_flags: bool,
     max_peers: Option<usize>,
+    random_ports: Option<usize>,
     tun: Option<String>,
     mtu: Option<u32>,
     #[serde(default)]
@@ -566,6 +568,12 @@ impl TunnelConfig {
                 core.hairpinning = cl.hairpinning;
                 core.random_flags = cl.random_flags;
                 core.max_peers = cl.max_peers.unwrap_or(core.max_peers).max(1);
+                if let Some(n) = cl.random_ports {
+                    if n > 254 {
+                        return Err(format!("[teredo.client] random-ports: {n} is more than 254"));
+                    }
+                    core.random_ports = n;
+                }
                 let tun = tun_table(
                     TunToml { tun: cl.tun, mtu: cl.mtu, addresses: cl.addresses, routes: cl.routes },
                     "teredo.client",
