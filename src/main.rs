@@ -61,13 +61,15 @@ enum Cmd {
     /// Print an example configuration or check a configuration file.
     #[command(subcommand)]
     Config(ConfigCmd),
-    /// Run the gateway daemon (SIIT, NAT64/NAT-PT, DNS64, TrGW media relay).
+    /// Run the gateway daemon (SIIT, NAT64/NAT-PT, DNS64, TrGW media relay,
+    /// tunnels).
     ///
     /// Creates the multiqueue TUN device of [tun], its addresses and routes
     /// (netlink), translates live traffic with one worker per queue, runs
-    /// DNS64 and the [trgw] media relay, and serves the admin API ([admin],
-    /// 127.0.0.1:9164 by default). A file with only [trgw] runs the relay
-    /// alone, without a TUN device (as `v6gate trgw` does).
+    /// DNS64, the [trgw] media relay and the tunnels ([sixtofour], [sixrd],
+    /// [teredo.*], each on its own TUN device), and serves the admin API
+    /// ([admin], 127.0.0.1:9164 by default). A file with only [trgw] or
+    /// tunnels runs them without the translators' TUN device.
     /// SIGHUP reloads the configuration (a bad file is rejected, logged and
     /// the old one stays); SIGINT/SIGTERM stop it and remove the device.
     /// Needs root (CAP_NET_ADMIN). See docs/daemon.md.
@@ -84,7 +86,9 @@ enum Cmd {
     /// Run the tunnels in the foreground until SIGINT/SIGTERM: 6to4
     /// ([sixtofour], router or relay), 6rd ([sixrd], CE or BR) and Teredo
     /// ([teredo.server], [teredo.relay], [teredo.client]), each on its own
-    /// TUN device, over raw protocol-41 and UDP sockets. See docs/tunnels.md.
+    /// TUN device, over raw protocol-41 and UDP sockets, with a JSON status
+    /// file. `v6gate run` runs the same tables with the admin API, metrics
+    /// and reload. See docs/tunnels.md.
     Tunnel(tunnel::cli::Args),
     /// Network-namespace testbed: IPv6-only host, gateway, IPv4-only host.
     Lab(lab::cli::LabArgs),

@@ -1,7 +1,8 @@
 //! Entry points: the tunnel cores (`tunnel` crate) fed a sequence of
 //! hostile packets and clock ticks: the Teredo server, relay and client
-//! (UDP and IPv6 side) and the 6to4 / 6rd cores. Nothing may panic, and
-//! the relay's and client's peer lists stay within their bounds.
+//! (UDP and IPv6 side) and the 6to4 / 6rd cores (outer fragments included).
+//! Nothing may panic, and the relay's and client's peer lists and the
+//! reassembly buffers stay within their bounds.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -57,12 +58,16 @@ fuzz_target!(|data: &[u8]| {
             3 => client.on_udp(SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 1 + (op & 1)), 3544), body, now, &mut ob),
             4 => client.on_udp(from, body, now, &mut ob),
             5 => client.on_v6(body, now, &mut ob),
-            6 => cores[usize::from(op >> 3) % 4].from_v4(body, &mut ob),
+            6 => cores[usize::from(op >> 3) % 4].from_v4(body, now, &mut ob),
             _ => cores[usize::from(op >> 3) % 4].from_v6(body, &mut ob),
         }
         client.tick(now, &mut ob);
         relay.tick(now);
         server.tick(now);
+        for c in &mut cores {
+            c.tick(now);
+            assert!(c.fragment_sets() <= tunnel::proto41::FRAGMENT_SETS);
+        }
         assert!(relay.peers() <= 4);
         assert!(client.peers() <= 4);
     }

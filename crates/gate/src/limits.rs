@@ -38,7 +38,8 @@ pub fn open_fds() -> Option<u64> {
 
 /// What `cfg` may hold open at once: every TrGW media port on every
 /// interface address, the rtpproxy Unix and admin connection caps, DNS64
-/// connections and in-flight upstream queries, TUN queues, plus a margin.
+/// connections and in-flight upstream queries, TUN queues, the tunnels'
+/// devices and sockets, plus a margin.
 pub fn needed(cfg: &Config) -> u64 {
     let mut n = BASE + cfg.tun.effective_queues() as u64 * 2;
     if cfg.admin.listen.is_some() {
@@ -50,6 +51,8 @@ pub fn needed(cfg: &Config) -> u64 {
     if let Some(t) = &cfg.trgw {
         n += trgw_needed(t);
     }
+    // A tunnel function: its TUN queue, a raw or up to two UDP sockets, a netlink socket.
+    n += 4 * cfg.tunnels.devices().len() as u64;
     n
 }
 

@@ -11,6 +11,13 @@
 //!   an `[nat64] pool4` prefix;
 //! - a `[trgw]` interface address inside a prefix the daemon routes into
 //!   its TUN device (the relay would never see its media);
+//! - a tunnel's own IPv6 prefix (`[sixtofour]` 2002::/16, `[sixrd] prefix`,
+//!   the Teredo prefix of `[teredo.relay]` / `[teredo.client]`) overlapping
+//!   a prefix SIIT or NAT64 translates or `[tun] routes` (two devices would
+//!   claim it); a tunnel's IPv4 address (`[sixtofour] address`, `[sixrd]
+//!   address`, `[teredo.server] primary`/`secondary`, Teredo `bind`) inside
+//!   an `[siit]` or `[nat64]` IPv4 prefix (the translator's device would
+//!   take its packets); a tunnel device named like `[tun] name`;
 //! - an `[admin]` token that is empty, set twice (`token` and
 //!   `token-file`), or a `token-file` that cannot be read.
 //!
@@ -140,12 +147,69 @@ pub fn check(cfg: &Config) -> Result<(), (String, String)> {
             }
         }
     }
+    tunnels(cfg)?;
     admin_token(cfg).map(|_| ()).map_err(|m| ("[admin] token-file".to_string(), m))?;
     if cfg.admin.token.as_deref().is_some_and(|t| t.trim().is_empty()) {
         return Err(("[admin] token".into(), "must not be empty".into()));
     }
     if cfg.admin.token.is_some() && cfg.admin.token_file.is_some() {
         return Err(("[admin] token".into(), "set either token or token-file, not both".into()));
+    }
+    Ok(())
+}
+
+/// The tunnel tables against the translators and the daemon's device.
+fn tunnels(cfg: &Config) -> Result<(), (String, String)> {
+    let t = &cfg.tunnels;
+    if t.is_empty() {
+        return Ok(());
+    }
+    let mut v6 = siit_v6(cfg);
+    if let Some(n) = &cfg.nat64 {
+        v6.push(("[nat64] pool6".into(), n.pool6));
+    }
+    let daemon_tun = cfg.siit.is_some() || cfg.nat64.is_some() || cfg.dns64.is_some();
+    if daemon_tun {
+        for r in &cfg.tun.routes {
+            if let xlat::addr::IpPrefix::V6(p) = r {
+                v6.push(("[tun] routes".into(), *p));
+            }
+        }
+    }
+    for (k, p) in t.owned_v6() {
+        if let Some((k2, q)) = v6.iter().find(|(_, q)| overlap6(&p, q)) {
+            return Err((
+                k,
+                format!(
+                    "`{}` overlaps {k2} `{}`: the tunnel's device and the translator's would both claim it; \
+                     give each its own prefix",
+                    show6(&p),
+                    show6(q)
+                ),
+            ));
+        }
+    }
+    let mut v4 = siit_v4(cfg);
+    v4.extend(nat64_v4(cfg));
+    for (k, a) in t.local_v4() {
+        if let Some((k2, q)) = v4.iter().find(|(_, q)| q.contains(a)) {
+            return Err((
+                k,
+                format!(
+                    "`{a}` is inside {k2} `{}`, which the daemon routes into its TUN device: the tunnel would never \
+                     receive its packets",
+                    show4(q)
+                ),
+            ));
+        }
+    }
+    if daemon_tun {
+        if let Some((table, d)) = t.devices().into_iter().find(|(_, d)| d.name == cfg.tun.name) {
+            return Err((
+                format!("[{table}] tun"),
+                format!("`{}` is also [tun] name, the translators' device; each needs its own", d.name),
+            ));
+        }
     }
     Ok(())
 }
@@ -255,6 +319,40 @@ mod tests {
         let e = err("[nat64]\npool6 = \"64:ff9b::/96\"\npool4 = [\"203.0.113.0/30\"]\n\
              [trgw]\n[[trgw.interface]]\nname = \"a\"\nipv4 = \"203.0.113.1\"\n");
         assert!(e.contains("[trgw] interface[0].ipv4") && e.contains("[nat64] pool4[0]"), "{e}");
+    }
+
+    #[test]
+    fn tunnel_prefixes_addresses_and_devices_are_checked_against_the_translators() {
+        // The 6rd prefix inside SIIT's pool6.
+        let e = err("[siit]\npool6 = \"2001:db8::/32\"\n\
+             [sixrd]\nmode = \"br\"\nprefix = \"2001:db8::/32\"\nipv4-mask-len = 8\naddress = \"10.0.0.1\"\n");
+        assert!(e.contains("[sixrd] prefix") && e.contains("[siit] pool6"), "{e}");
+        // 2002::/16 inside [tun] routes of a running translator.
+        let e = err(
+            "[nat64]\npool6 = \"64:ff9b::/96\"\npool4 = [\"203.0.113.0/30\"]\n[tun]\nroutes = [\"2002:c000::/24\"]\n\
+             [sixtofour]\nmode = \"relay\"\naddress = \"192.0.2.1\"\n",
+        );
+        assert!(e.contains("[sixtofour]") && e.contains("[tun] routes"), "{e}");
+        // A Teredo server address inside the NAT64 pool4.
+        let e = err("[nat64]\npool6 = \"64:ff9b::/96\"\npool4 = [\"192.0.2.8/29\"]\n\
+             [teredo.server]\nprimary = \"192.0.2.10\"\n");
+        assert!(e.contains("[teredo.server] primary") && e.contains("[nat64] pool4[0]"), "{e}");
+        // The tunnel's device named like the translators'.
+        let e = err("[siit]\npool6 = \"64:ff9b:1::/96\"\n[tun]\nname = \"gw0\"\n\
+             [sixtofour]\nmode = \"relay\"\naddress = \"192.0.2.1\"\ntun = \"gw0\"\n");
+        assert!(e.contains("[sixtofour] tun") && e.contains("[tun] name"), "{e}");
+        // Apart, they pass; a tunnel alone is a configuration.
+        let c = Config::parse(
+            "[siit]\npool6 = \"64:ff9b:1::/96\"\neamt = [[\"2001:db8::/120\", \"198.51.100.0/24\"]]\n\
+             [sixtofour]\nmode = \"relay\"\naddress = \"192.0.2.1\"\n",
+        )
+        .unwrap();
+        c.check().unwrap();
+        assert!(c.tunnels.sixtofour.is_some());
+        Config::parse("[teredo.relay]\naddress = \"2001:db8::1\"\n").unwrap().check().unwrap();
+        // The tunnel crate's own errors keep their key.
+        let e = Config::parse("[sixtofour]\nmode = \"bridge\"\naddress = \"192.0.2.1\"\n").unwrap_err();
+        assert_eq!(e.key(), Some("[sixtofour] mode"), "{e}");
     }
 
     #[test]

@@ -43,7 +43,7 @@ struct Partial {
 
 /// The reassembly buffer.
 #[derive(Debug)]
-pub(crate) struct Reassembler {
+pub struct Reassembler {
     inner: Mutex<Inner>,
     timeout_ns: u64,
     max_sets: usize,
@@ -58,7 +58,7 @@ struct Inner {
 
 /// What became of a fragment.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Fed {
+pub enum Fed {
     /// Held until the rest arrives.
     Held,
     /// The datagram is complete: here it is, unfragmented.
@@ -70,7 +70,7 @@ pub(crate) enum Fed {
 const MAX_DATAGRAM: usize = 65535;
 
 impl Reassembler {
-    pub(crate) fn new(timeout_ns: u64, max_sets: usize, max_bytes: usize) -> Self {
+    pub fn new(timeout_ns: u64, max_sets: usize, max_bytes: usize) -> Self {
         Reassembler { inner: Mutex::new(Inner::default()), timeout_ns, max_sets, max_bytes }
     }
 
@@ -79,12 +79,12 @@ impl Reassembler {
     }
 
     /// Datagrams in progress.
-    pub(crate) fn sets(&self) -> usize {
+    pub fn sets(&self) -> usize {
         self.lock().sets.len()
     }
 
     /// Feed an IPv4 fragment.
-    pub(crate) fn feed_v4(&self, ip: &Ipv4Packet<'_>, now: u64) -> Fed {
+    pub fn feed_v4(&self, ip: &Ipv4Packet<'_>, now: u64) -> Fed {
         let key = Key {
             v6: false,
             src: u128::from(u32::from(ip.src())),
@@ -98,7 +98,7 @@ impl Reassembler {
     }
 
     /// Feed an IPv6 fragment (`frag_at`: offset of its Fragment header).
-    pub(crate) fn feed_v6(&self, ip: &Ipv6Packet<'_>, f: ipv6::FragHeader, now: u64) -> Fed {
+    pub fn feed_v6(&self, ip: &Ipv6Packet<'_>, f: ipv6::FragHeader, now: u64) -> Fed {
         let key = Key { v6: true, src: u128::from(ip.src()), dst: u128::from(ip.dst()), proto: f.next, ident: f.ident };
         let b = ip.as_bytes();
         let data_at = f.at + ipv6::FRAG_LEN;
@@ -187,7 +187,7 @@ impl Reassembler {
     }
 
     /// Drop datagrams whose time ran out. Returns how many.
-    pub(crate) fn expire(&self, now: u64) -> usize {
+    pub fn expire(&self, now: u64) -> usize {
         let mut g = self.lock();
         let inner = &mut *g;
         let before = inner.sets.len();

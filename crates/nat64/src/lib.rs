@@ -32,7 +32,7 @@
 #![warn(missing_debug_implementations)]
 
 pub mod config;
-mod frag;
+pub mod frag;
 mod pool;
 mod rewrite;
 pub mod tcp;

@@ -70,6 +70,7 @@ relay = "203.0.113.1"           # router mode: relay for native IPv6
 # refresh = "30s"
 # symmetric-nat = true          # RFC 6081 extensions Miredo lacks
 # hairpinning = true
+# random-ports = 16             # RFC 6081 4: per-peer ports behind a port-preserving symmetric NAT (0: off)
 # routes = ["::/0"]
 # tun = "v6gate-teredo"
 "#;
@@ -248,6 +249,7 @@ struct ClientToml {
     #[serde(default = "d_true")]
     random_flags: bool,
     max_peers: Option<usize>,
+    random_ports: Option<usize>,
     tun: Option<String>,
     mtu: Option<u32>,
     #[serde(default)]
@@ -323,7 +325,100 @@ fn ms(d: Option<Duration>, default: u64) -> u64 {
     d.map_or(default, |d| d.as_millis() as u64)
 }
 
+fn teredo_prefix(hi32: u32) -> Prefix6 {
+    Prefix6::new(Ipv6Addr::from(u128::from(hi32) << 96), 32).expect("a /32 has no host bits")
+}
+
 impl TunnelConfig {
+    /// Every configured function: (table, TUN device).
+    pub fn devices(&self) -> Vec<(&'static str, &TunTable)> {
+        let mut v = Vec::new();
+        if let Some(t) = &self.sixtofour {
+            v.push(("sixtofour", &t.tun));
+        }
+        if let Some(t) = &self.sixrd {
+            v.push(("sixrd", &t.tun));
+        }
+        if let Some(t) = &self.teredo_server {
+            v.push(("teredo.server", &t.tun));
+        }
+        if let Some(t) = &self.teredo_relay {
+            v.push(("teredo.relay", &t.tun));
+        }
+        if let Some(t) = &self.teredo_client {
+            v.push(("teredo.client", &t.tun));
+        }
+        v
+    }
+
+    /// The IPv6 prefixes each function owns (what it routes into its
+    /// device because the prefix is the tunnel's: 2002::/16, the 6rd
+    /// prefix, the Teredo prefix), keyed `[table] key`. Other functions
+    /// (SIIT, NAT64, another tunnel) must not claim them.
+    pub fn owned_v6(&self) -> Vec<(String, Prefix6)> {
+        let mut v = Vec::new();
+        if let Some(t) = &self.sixtofour {
+            v.push(("[sixtofour] (2002::/16)".to_string(), t.core.domain.prefix()));
+        }
+        if let Some(t) = &self.sixrd {
+            v.push(("[sixrd] prefix".to_string(), t.core.domain.prefix()));
+        }
+        if let Some(t) = &self.teredo_relay {
+            v.push(("[teredo.relay] (the Teredo prefix)".to_string(), teredo_prefix(t.core.prefix_hi32)));
+        }
+        if let Some(t) = &self.teredo_client {
+            v.push(("[teredo.client] (the Teredo prefix)".to_string(), teredo_prefix(t.core.prefix_hi32)));
+        }
+        v
+    }
+
+    /// The IPv4 addresses the functions send and receive on, keyed
+    /// `[table] key` (unspecified bind addresses left out).
+    pub fn local_v4(&self) -> Vec<(String, Ipv4Addr)> {
+        let mut v = Vec::new();
+        if let Some(t) = &self.sixtofour {
+            v.push(("[sixtofour] address".to_string(), t.core.local_v4));
+        }
+        if let Some(t) = &self.sixrd {
+            v.push(("[sixrd] address".to_string(), t.core.local_v4));
+        }
+        if let Some(t) = &self.teredo_server {
+            v.push(("[teredo.server] primary".to_string(), t.core.primary));
+            v.push(("[teredo.server] secondary".to_string(), t.core.secondary));
+        }
+        if let Some(t) = &self.teredo_relay {
+            v.push(("[teredo.relay] bind".to_string(), *t.bind.ip()));
+        }
+        if let Some(t) = &self.teredo_client {
+            v.push(("[teredo.client] bind".to_string(), *t.bind.ip()));
+        }
+        v.retain(|(_, a)| !a.is_unspecified());
+        v
+    }
+
+    /// Checks across the tunnel tables: one device per function, no
+    /// prefix owned twice.
+    fn check_across(&self) -> Result<(), String> {
+        let devs = self.devices();
+        for (i, (t, d)) in devs.iter().enumerate() {
+            if let Some((t2, _)) = devs[..i].iter().find(|(_, d2)| d2.name == d.name) {
+                return Err(format!(
+                    "[{t}] tun: `{}` is also [{t2}]'s device; each function needs its own (set `tun`)",
+                    d.name
+                ));
+            }
+        }
+        let owned = self.owned_v6();
+        for (i, (k, p)) in owned.iter().enumerate() {
+            if let Some((k2, q)) = owned[..i].iter().find(|(_, q)| q.contains(&p.addr()) || p.contains(&q.addr())) {
+                return Err(format!(
+                    "{k}: {p} overlaps {k2} {q}: two tunnel functions cannot both route one prefix into their devices"
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// True when no tunnel table is present.
     pub fn is_empty(&self) -> bool {
         self.sixtofour.is_none()
@@ -446,8 +541,7 @@ impl TunnelConfig {
                 core.queue_bytes = r.queue_bytes.unwrap_or(core.queue_bytes);
                 core.trust_cone = r.trust_cone;
                 core.symmetric_nat = r.symmetric_nat;
-                let teredo =
-                    IpPrefix::V6(Prefix6::new(Ipv6Addr::from(u128::from(PREFIX_HI32) << 96), 32).expect("2001::/32"));
+                let teredo = IpPrefix::V6(teredo_prefix(PREFIX_HI32));
                 let mut tun = tun_table(
                     TunToml { tun: r.tun, mtu: r.mtu, addresses: r.addresses, routes: r.routes },
                     "teredo.relay",
@@ -474,6 +568,12 @@ impl TunnelConfig {
                 core.hairpinning = cl.hairpinning;
                 core.random_flags = cl.random_flags;
                 core.max_peers = cl.max_peers.unwrap_or(core.max_peers).max(1);
+                if let Some(n) = cl.random_ports {
+                    if n > 254 {
+                        return Err(format!("[teredo.client] random-ports: {n} is more than 254"));
+                    }
+                    core.random_ports = n;
+                }
                 let tun = tun_table(
                     TunToml { tun: cl.tun, mtu: cl.mtu, addresses: cl.addresses, routes: cl.routes },
                     "teredo.client",
@@ -484,6 +584,7 @@ impl TunnelConfig {
                 c.teredo_client = Some(TeredoClientTable { core, bind, tun });
             }
         }
+        c.check_across()?;
         Ok(c)
     }
 }
@@ -518,6 +619,11 @@ mod tests {
             [teredo.relay]
             address = "2001:db8:ffff::1"
             bind = "192.0.2.20:3544"
+            "#,
+        )
+        .unwrap();
+        let cl = TunnelConfig::parse(
+            r#"
             [teredo.client]
             server = "192.0.2.10"
             refresh = "10s"
@@ -534,7 +640,7 @@ mod tests {
         let rl = c.teredo_relay.unwrap();
         assert_eq!(rl.tun.routes, vec!["2001::/32".parse().unwrap()]);
         assert_eq!(rl.tun.addresses, vec![("2001:db8:ffff::1".parse().unwrap(), 128)]);
-        let cl = c.teredo_client.unwrap();
+        let cl = cl.teredo_client.unwrap();
         assert_eq!((cl.core.refresh, cl.core.timeout, cl.core.server2), (10_000, 500, Ipv4Addr::new(192, 0, 2, 11)));
     }
 
@@ -556,5 +662,15 @@ mod tests {
             assert!(e.contains(want), "{text}: {e}");
         }
         assert!(TunnelConfig::parse("[siit]\npool6 = \"64:ff9b::/96\"").unwrap().is_empty());
+        // Across tables: one device per function, one owner per prefix.
+        let two = "[sixtofour]\nmode = \"relay\"\naddress = \"192.0.2.1\"\ntun = \"t0\"\n\
+                   [teredo.relay]\ntun = \"t0\"\n";
+        assert!(TunnelConfig::parse(two)
+            .unwrap_err()
+            .contains("[teredo.relay] tun: `t0` is also [sixtofour]'s device"));
+        let both = "[sixtofour]\nmode = \"relay\"\naddress = \"192.0.2.1\"\n\
+                    [sixrd]\nmode = \"br\"\nprefix = \"2002:100::/24\"\nipv4-mask-len = 0\naddress = \"192.0.2.1\"\n";
+        let e = TunnelConfig::parse(both).unwrap_err();
+        assert!(e.contains("[sixrd] prefix") && e.contains("2002::/16"), "{e}");
     }
 }

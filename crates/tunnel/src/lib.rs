@@ -33,5 +33,16 @@ pub mod teredo;
 mod testutil;
 
 pub use config::TunnelConfig;
+
+/// An IPv6 packet a tunnel never carries: a multicast destination
+/// (ff00::/8: MLD reports to ff02::16, solicitations to ff02::1/::2) or a
+/// link-local or unspecified source (RFC 4291 §2.5.2, §2.5.6: such packets
+/// do not leave the link, and the far end of a tunnel is another link).
+/// The kernel sends these on every TUN device that comes up; the cores
+/// count them apart (`drop_link_scope`) so they do not swell the counter
+/// of a real misconfiguration.
+pub fn is_link_scope(src: &core::net::Ipv6Addr, dst: &core::net::Ipv6Addr) -> bool {
+    dst.is_multicast() || src.is_unspecified() || teredo::is_link_local(src)
+}
 pub use outbox::{Dest, Outbox};
 pub use run::Tunnels;

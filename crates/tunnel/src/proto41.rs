@@ -25,14 +25,28 @@
 
 use core::net::Ipv4Addr;
 
+use nat64::frag::{Fed, Reassembler};
+
 use xlat::addr::Prefix6;
 use xlat::tunnel::sixrd::{self, SixrdDomain, SixrdPolicy};
 use xlat::tunnel::sixto4::{self, DecapPolicy};
 use xlat::tunnel::{Ipv4Outer, TunnelError};
+use xlat::wire::ipv4::Ipv4Packet;
 use xlat::wire::ipv6::Ipv6Packet;
 use xlat::{Out, Verdict};
 
 use crate::outbox::{Dest, Outbox};
+use crate::table::Millis;
+
+/// How long a partly reassembled outer datagram is kept (RFC 4213 §3.6
+/// leaves reassembly to the IPv4 layer; the nat64 reassembler's 2 s
+/// FRAGMENT_MIN is too short for a slow link, RFC 791's 15 s too long for
+/// a relay's memory).
+pub const FRAGMENT_TIMEOUT_MS: Millis = 5_000;
+/// Outer datagrams in reassembly at once.
+pub const FRAGMENT_SETS: usize = 256;
+/// Bytes held for reassembly at once.
+pub const FRAGMENT_BYTES: usize = 4 << 20;
 
 /// Which end of the tunnel this node is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -98,8 +112,18 @@ crate::counters! {
         drop_malformed,
         /// Dropped: outer IPv4 header checksum wrong.
         drop_bad_checksum,
-        /// Dropped: outer IPv4 fragment (not reassembled).
+        /// Outer IPv4 fragments taken in for reassembly.
+        fragments_in,
+        /// Datagrams reassembled from outer IPv4 fragments and decapsulated.
+        reassembled,
+        /// Dropped: an outer fragment refused by the reassembler (a bound
+        /// reached, overlap, inconsistent lengths).
         drop_fragment,
+        /// Dropped: partly reassembled datagrams whose time ran out.
+        drop_fragment_timeout,
+        /// Dropped: link-local or multicast on the IPv6 side (MLD reports,
+        /// router and neighbour solicitations the kernel sends on the device).
+        drop_link_scope,
         /// Dropped: the inner source embeds another IPv4 address than the outer source (spoofing).
         drop_spoofed,
         /// Dropped: an embedded or outer address is forbidden (0/8, 127/8, multicast, broadcast, private when refused).
@@ -129,6 +153,7 @@ pub struct Proto41 {
     cfg: Proto41Config,
     site: Option<Prefix6>,
     out: Out,
+    reasm: Reassembler,
     /// Counters.
     pub stats: Proto41Stats,
 }
@@ -137,7 +162,8 @@ impl Proto41 {
     /// A core for `cfg`.
     pub fn new(cfg: Proto41Config) -> Self {
         let site = if cfg.mode == Mode::Site { cfg.site_prefix() } else { None };
-        Proto41 { cfg, site, out: Out::new(), stats: Proto41Stats::default() }
+        let reasm = Reassembler::new(FRAGMENT_TIMEOUT_MS * 1_000_000, FRAGMENT_SETS, FRAGMENT_BYTES);
+        Proto41 { cfg, site, out: Out::new(), reasm, stats: Proto41Stats::default() }
     }
 
     /// The configuration.
@@ -175,6 +201,11 @@ impl Proto41 {
             Err(e) => return self.count(e.into()),
         };
         let (src, dst) = (p.src(), p.dst());
+        if crate::is_link_scope(&src, &dst) {
+            // Not tunnel traffic: what the kernel itself sends on the device.
+            self.stats.drop_link_scope += 1;
+            return;
+        }
         let d = &self.cfg.domain;
         if let Some(site) = self.site {
             // RFC 3964 §5.1 / RFC 6324 §3.2.3: a site encapsulates only its own packets.
@@ -223,9 +254,44 @@ impl Proto41 {
         }
     }
 
-    /// A complete IPv4 protocol-41 packet from the raw socket.
-    pub fn from_v4(&mut self, pkt: &[u8], ob: &mut Outbox) {
+    /// Partly reassembled outer datagrams.
+    pub fn fragment_sets(&self) -> usize {
+        self.reasm.sets()
+    }
+
+    /// Expire outer datagrams whose reassembly timed out.
+    pub fn tick(&mut self, now: Millis) {
+        self.stats.drop_fragment_timeout += self.reasm.expire(now.saturating_mul(1_000_000)) as u64;
+    }
+
+    /// An IPv4 protocol-41 packet from the raw socket at `now`. Outer
+    /// fragments are reassembled first (bounded: [`FRAGMENT_SETS`],
+    /// [`FRAGMENT_BYTES`], [`FRAGMENT_TIMEOUT_MS`]), since a tunnel end
+    /// point is the IPv4 destination (RFC 4213 §3.6, RFC 791).
+    pub fn from_v4(&mut self, pkt: &[u8], now: Millis, ob: &mut Outbox) {
         self.stats.v4_in += 1;
+        if let Ok(ip) = Ipv4Packet::new(pkt) {
+            if ip.is_fragment()
+                && ip.protocol() == xlat::wire::proto::IPV6
+                && ip.checksum_ok()
+                && ip.dst() == self.cfg.local_v4
+            {
+                self.stats.fragments_in += 1;
+                match self.reasm.feed_v4(&ip, now.saturating_mul(1_000_000)) {
+                    Fed::Held => {}
+                    Fed::Refused => self.stats.drop_fragment += 1,
+                    Fed::Done(full) => {
+                        self.stats.reassembled += 1;
+                        self.decap(&full, ob);
+                    }
+                }
+                return;
+            }
+        }
+        self.decap(pkt, ob);
+    }
+
+    fn decap(&mut self, pkt: &[u8], ob: &mut Outbox) {
         let relay = self.cfg.mode == Mode::Relay;
         let r = match self.cfg.kind {
             Kind::SixToFour => sixto4::decap(
@@ -377,10 +443,10 @@ mod tests {
         assert_eq!(norelay.stats.drop_no_relay, 1);
         // Decapsulation: from site B to us; from the relay with a native source.
         ob.clear();
-        r.from_v4(&v4(SITE_B, SITE_A, &v6(b, a)), &mut ob);
+        r.from_v4(&v4(SITE_B, SITE_A, &v6(b, a)), 0, &mut ob);
         assert_eq!(only(&ob), (Dest::Tun, v6(b, a)));
         ob.clear();
-        r.from_v4(&v4(RELAY, SITE_A, &v6(a6("2001:db8::1"), a)), &mut ob);
+        r.from_v4(&v4(RELAY, SITE_A, &v6(a6("2001:db8::1"), a)), 0, &mut ob);
         assert_eq!(only(&ob).0, Dest::Tun);
         assert_eq!((r.stats.encapsulated, r.stats.decapsulated), (2, 2));
     }
@@ -391,11 +457,11 @@ mod tests {
         let a = sixto4::addr(SITE_A, 0, 1);
         let mut ob = Outbox::new();
         // Inner source claims site B but comes from 203.0.113.9.
-        r.from_v4(&v4(Ipv4Addr::new(203, 0, 113, 9), SITE_A, &v6(sixto4::addr(SITE_B, 0, 1), a)), &mut ob);
+        r.from_v4(&v4(Ipv4Addr::new(203, 0, 113, 9), SITE_A, &v6(sixto4::addr(SITE_B, 0, 1), a)), 0, &mut ob);
         assert_eq!(r.stats.drop_spoofed, 1);
         // Embedded private address (RFC 1918, refused for 6to4 by default).
         let p = Ipv4Addr::new(10, 1, 1, 1);
-        r.from_v4(&v4(p, SITE_A, &v6(sixto4::addr(p, 0, 1), a)), &mut ob);
+        r.from_v4(&v4(p, SITE_A, &v6(sixto4::addr(p, 0, 1), a)), 0, &mut ob);
         assert_eq!(r.stats.drop_forbidden, 1);
         // Encapsulating towards an embedded broadcast / multicast address.
         r.from_v6(&v6(a, sixto4::addr(Ipv4Addr::BROADCAST, 0, 1)), &mut ob);
@@ -405,16 +471,16 @@ mod tests {
         r.from_v6(&v6(sixto4::addr(SITE_B, 0, 1), a6("2001:db8::1")), &mut ob);
         assert_eq!(r.stats.drop_not_our_source, 1);
         // For another site (would make us an open relay), for another local address.
-        r.from_v4(&v4(SITE_B, SITE_A, &v6(sixto4::addr(SITE_B, 0, 1), a6("2001:db8::9"))), &mut ob);
+        r.from_v4(&v4(SITE_B, SITE_A, &v6(sixto4::addr(SITE_B, 0, 1), a6("2001:db8::9"))), 0, &mut ob);
         assert_eq!(r.stats.drop_not_our_destination, 1);
         let other = Ipv4Addr::new(192, 0, 2, 99);
-        r.from_v4(&v4(SITE_B, other, &v6(sixto4::addr(SITE_B, 0, 1), sixto4::addr(other, 0, 1))), &mut ob);
+        r.from_v4(&v4(SITE_B, other, &v6(sixto4::addr(SITE_B, 0, 1), sixto4::addr(other, 0, 1))), 0, &mut ob);
         assert_eq!(r.stats.drop_not_local, 1);
         // Garbage and a bad checksum.
-        r.from_v4(&[0x45, 0, 0], &mut ob);
+        r.from_v4(&[0x45, 0, 0], 0, &mut ob);
         let mut bad = v4(SITE_B, SITE_A, &v6(sixto4::addr(SITE_B, 0, 1), a));
         bad[10] ^= 0xff;
-        r.from_v4(&bad, &mut ob);
+        r.from_v4(&bad, 0, &mut ob);
         r.from_v6(&[0x60, 0], &mut ob);
         assert_eq!((r.stats.drop_malformed, r.stats.drop_bad_checksum), (2, 1));
         assert!(ob.is_empty(), "nothing was forwarded");
@@ -423,7 +489,7 @@ mod tests {
             native_only_from_relay: true,
             ..cfg(Kind::SixToFour, Mode::Site, SITE_A, SixrdDomain::sixto4())
         });
-        strict.from_v4(&v4(SITE_B, SITE_A, &v6(a6("2001:db8::1"), a)), &mut ob);
+        strict.from_v4(&v4(SITE_B, SITE_A, &v6(a6("2001:db8::1"), a)), 0, &mut ob);
         assert_eq!(strict.stats.drop_native_source, 1);
     }
 
@@ -440,16 +506,16 @@ mod tests {
         relay.from_v6(&v6(a6("2001:db8::1"), sixto4::addr(RELAY, 0, 1)), &mut ob);
         // Site-to-site through the relay, both directions.
         relay.from_v6(&v6(a, b), &mut ob);
-        relay.from_v4(&v4(SITE_A, RELAY, &v6(a, b)), &mut ob);
+        relay.from_v4(&v4(SITE_A, RELAY, &v6(a, b)), 0, &mut ob);
         // Native destination routed into the relay (back to the IPv6 side).
         relay.from_v6(&v6(a6("2001:db8::1"), a6("2001:db8::2")), &mut ob);
         assert_eq!(relay.stats.drop_loop, 4);
         // Site to native through the relay: decapsulated.
         ob.clear();
-        relay.from_v4(&v4(SITE_A, RELAY, &v6(a, a6("2001:db8::1"))), &mut ob);
+        relay.from_v4(&v4(SITE_A, RELAY, &v6(a, a6("2001:db8::1"))), 0, &mut ob);
         assert_eq!(only(&ob), (Dest::Tun, v6(a, a6("2001:db8::1"))));
         // A relay accepts no native sources from sites.
-        relay.from_v4(&v4(SITE_A, RELAY, &v6(a6("2001:db8::5"), a6("2001:db8::1"))), &mut ob);
+        relay.from_v4(&v4(SITE_A, RELAY, &v6(a6("2001:db8::5"), a6("2001:db8::1"))), 0, &mut ob);
         assert_eq!(relay.stats.drop_native_source, 1);
     }
 
@@ -474,7 +540,7 @@ mod tests {
         let (d, pkt) = only(&ob);
         assert_eq!(d, Dest::Raw4(br_v4));
         ob.clear();
-        br.from_v4(&pkt, &mut ob);
+        br.from_v4(&pkt, 0, &mut ob);
         assert_eq!(only(&ob), (Dest::Tun, v6(h1, native)));
         // BR: native to CE; the CE accepts it because it comes from the BR.
         ob.clear();
@@ -482,15 +548,119 @@ mod tests {
         let (d, pkt) = only(&ob);
         assert_eq!(d, Dest::Raw4(ce1));
         ob.clear();
-        ce.from_v4(&pkt, &mut ob);
+        ce.from_v4(&pkt, 0, &mut ob);
         assert_eq!(only(&ob), (Dest::Tun, v6(native, h1)));
         // A native source from another CE is refused (RFC 5969 §8).
         ob.clear();
-        ce.from_v4(&v4(ce2, ce1, &v6(native, h1)), &mut ob);
+        ce.from_v4(&v4(ce2, ce1, &v6(native, h1)), 0, &mut ob);
         assert!(ob.is_empty());
         assert_eq!(ce.stats.drop_native_source, 1);
         // Spoofed 6rd source at the BR.
-        br.from_v4(&v4(ce2, br_v4, &v6(h1, native)), &mut ob);
+        br.from_v4(&v4(ce2, br_v4, &v6(h1, native)), 0, &mut ob);
         assert_eq!(br.stats.drop_spoofed, 1);
+    }
+
+    /// Split an IPv4 packet (20-byte header) into fragments carrying
+    /// `sizes` payload bytes each (the last takes the rest).
+    fn fragments(pkt: &[u8], sizes: &[usize]) -> Vec<Vec<u8>> {
+        let payload = &pkt[20..];
+        let mut out = Vec::new();
+        let mut off = 0usize;
+        for (i, &n) in sizes.iter().chain([&usize::MAX]).enumerate() {
+            let end = off.saturating_add(n).min(payload.len());
+            let last = end == payload.len();
+            let mut f = pkt[..20].to_vec();
+            f.extend_from_slice(&payload[off..end]);
+            let tl = f.len() as u16;
+            f[2..4].copy_from_slice(&tl.to_be_bytes());
+            let fo = (off / 8) as u16 | if last { 0 } else { 0x2000 };
+            f[6..8].copy_from_slice(&fo.to_be_bytes());
+            f[4..6].copy_from_slice(&0x1234u16.to_be_bytes());
+            f[10..12].copy_from_slice(&[0, 0]);
+            let c = checksum::finish(checksum::sum(&f[..20]));
+            f[10..12].copy_from_slice(&c.to_be_bytes());
+            out.push(f);
+            off = end;
+            if last || i > 64 {
+                break;
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn rfc4213_3_6_outer_fragments_are_reassembled_then_decapsulated() {
+        let mut r = Proto41::new(cfg(Kind::SixToFour, Mode::Site, SITE_A, SixrdDomain::sixto4()));
+        let (a, b) = (sixto4::addr(SITE_A, 0, 1), sixto4::addr(SITE_B, 0, 1));
+        let mut inner = v6(b, a);
+        inner.extend_from_slice(&[7u8; 200]);
+        let pl = (inner.len() - 40) as u16;
+        inner[4..6].copy_from_slice(&pl.to_be_bytes());
+        let whole = v4(SITE_B, SITE_A, &inner);
+        let frags = fragments(&whole, &[96, 64]);
+        assert_eq!(frags.len(), 3);
+        let mut ob = Outbox::new();
+        // Out of order: last, first, middle.
+        for i in [2, 0, 1] {
+            r.from_v4(&frags[i], 10, &mut ob);
+        }
+        assert_eq!(only(&ob), (Dest::Tun, inner.clone()));
+        assert_eq!((r.stats.fragments_in, r.stats.reassembled, r.stats.decapsulated), (3, 1, 1));
+        assert_eq!(r.fragment_sets(), 0);
+        // Overlapping fragments poison the datagram: refused and counted.
+        ob.clear();
+        r.from_v4(&frags[0], 20, &mut ob);
+        r.from_v4(&fragments(&whole, &[88])[0], 20, &mut ob);
+        assert!(ob.is_empty());
+        assert_eq!(r.stats.drop_fragment, 1);
+        // An incomplete datagram expires after FRAGMENT_TIMEOUT_MS (counted).
+        r.from_v4(&frags[1], 30, &mut ob);
+        assert_eq!(r.fragment_sets(), 1);
+        r.tick(30 + FRAGMENT_TIMEOUT_MS - 1);
+        assert_eq!(r.fragment_sets(), 1);
+        r.tick(30 + FRAGMENT_TIMEOUT_MS + 1);
+        assert_eq!((r.fragment_sets(), r.stats.drop_fragment_timeout), (0, 1));
+        // The reassembled packet still passes every decapsulation check.
+        let spoof = fragments(&v4(SITE_B, SITE_A, &v6(sixto4::addr(RELAY, 0, 1), a)), &[16]);
+        for f in &spoof {
+            r.from_v4(f, 40, &mut ob);
+        }
+        assert!(ob.is_empty());
+        assert_eq!(r.stats.drop_spoofed, 1);
+    }
+
+    #[test]
+    fn rfc4213_3_6_reassembly_is_bounded() {
+        let mut r = Proto41::new(cfg(Kind::SixToFour, Mode::Site, SITE_A, SixrdDomain::sixto4()));
+        let a = sixto4::addr(SITE_A, 0, 1);
+        let mut ob = Outbox::new();
+        // FRAGMENT_SETS first fragments of distinct datagrams are held; one more is refused.
+        for i in 0..=FRAGMENT_SETS {
+            let mut f = fragments(&v4(SITE_B, SITE_A, &v6(sixto4::addr(SITE_B, 0, 1), a)), &[16]).remove(0);
+            f[4..6].copy_from_slice(&(i as u16).to_be_bytes());
+            f[10..12].copy_from_slice(&[0, 0]);
+            let c = checksum::finish(checksum::sum(&f[..20]));
+            f[10..12].copy_from_slice(&c.to_be_bytes());
+            r.from_v4(&f, 0, &mut ob);
+        }
+        assert_eq!(r.fragment_sets(), FRAGMENT_SETS);
+        assert_eq!(r.stats.drop_fragment, 1);
+        assert!(ob.is_empty());
+    }
+
+    #[test]
+    fn rfc4291_2_5_6_link_local_and_multicast_from_the_device_are_link_scope() {
+        let mut ob = Outbox::new();
+        for mode in [Mode::Site, Mode::Relay] {
+            let mut r = Proto41::new(cfg(Kind::SixToFour, mode, SITE_A, SixrdDomain::sixto4()));
+            // An MLDv2 report (fe80:: to ff02::16), a router solicitation
+            // from :: to ff02::2, a link-local unicast.
+            r.from_v6(&v6(a6("fe80::1"), a6("ff02::16")), &mut ob);
+            r.from_v6(&v6(Ipv6Addr::UNSPECIFIED, a6("ff02::2")), &mut ob);
+            r.from_v6(&v6(a6("fe80::1"), sixto4::addr(SITE_B, 0, 1)), &mut ob);
+            assert!(ob.is_empty());
+            assert_eq!(r.stats.drop_link_scope, 3, "{mode:?}");
+            assert_eq!((r.stats.drop_not_our_source, r.stats.drop_loop), (0, 0), "{mode:?}: not misclassified");
+        }
     }
 }

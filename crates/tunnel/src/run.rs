@@ -14,7 +14,7 @@
 //! tests); the devices and sockets are created before it returns, so a
 //! configuration that cannot run fails there.
 
-use core::net::{IpAddr, SocketAddrV4};
+use core::net::{IpAddr, Ipv4Addr, SocketAddrV4};
 use std::net::UdpSocket;
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -51,6 +51,19 @@ crate::counters! {
         /// Receive errors other than "nothing to read".
         recv_errors,
     }
+}
+
+/// One function's numbers, as its status last published them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FunctionCounters {
+    /// The function (`sixtofour`, `sixrd`, `teredo-server`, `teredo-relay`, `teredo-client`).
+    pub function: &'static str,
+    /// The core's counters (`drop_*` are drops by reason), by name.
+    pub counters: Vec<(String, u64)>,
+    /// The runner's I/O error counters.
+    pub io: Vec<(String, u64)>,
+    /// Table sizes now (`peers`, `clients_tracked`, `fragment_sets`).
+    pub gauges: Vec<(String, u64)>,
 }
 
 /// One running function.
@@ -148,21 +161,32 @@ fn run_proto41(ctx: Ctx, mut core: Proto41, dev: Device, raw: Raw41) {
                 send_all(&mut ob, &dev, Some(&raw), &[], io);
             });
         }
+        let now = ctx.now();
         if ready[1] {
             drain(
                 &mut buf,
                 &mut io,
                 |b| raw.recv(b).map(|o| o.map(|n| (n, ()))),
                 |p, (), io| {
-                    core.from_v4(p, &mut ob);
+                    core.from_v4(p, now, &mut ob);
                     send_all(&mut ob, &dev, Some(&raw), &[], io);
                 },
             );
         }
-        let now = ctx.now();
-        publish(&ctx, &mut last, now, || serde_json::json!({ "counters": core.stats, "io": io }));
+        core.tick(now);
+        publish(
+            &ctx,
+            &mut last,
+            now,
+            || serde_json::json!({ "counters": core.stats, "io": io, "fragment_sets": core.fragment_sets() }),
+        );
     }
-    publish(&ctx, &mut 0, u64::MAX / 2, || serde_json::json!({ "counters": core.stats, "io": io }));
+    publish(
+        &ctx,
+        &mut 0,
+        u64::MAX / 2,
+        || serde_json::json!({ "counters": core.stats, "io": io, "fragment_sets": core.fragment_sets() }),
+    );
 }
 
 fn run_server(ctx: Ctx, mut core: Server, dev: Device, socks: [UdpSocket; 2]) {
@@ -245,51 +269,75 @@ fn run_relay(ctx: Ctx, mut core: Relay, dev: Device, sock: UdpSocket) {
     }
 }
 
-fn run_client(ctx: Ctx, mut core: Client, dev: Device, sock: UdpSocket) {
+fn run_client(ctx: Ctx, mut core: Client, dev: Device, sock: UdpSocket, local_ip: Ipv4Addr) {
     let mut buf = vec![0u8; BUF];
     let mut ob = Outbox::new();
     let mut io = IoStats::default();
-    let mut ready = [false; 2];
     let mut last = 0;
     let mut addr: Option<IfAddr> = None;
+    // RFC 6081 §4 random ports: `extra[i]` is the outbox's socket `i + 1`.
+    let mut extra: Vec<Option<UdpSocket>> = Vec::new();
     core.start(ctx.now(), &mut ob);
     send_all(&mut ob, &dev, None, &[&sock], &mut io);
     while !ctx.stop.load(Ordering::Relaxed) {
-        let wait = core.next_timer().saturating_sub(ctx.now()).min(u64::from(IDLE_MS)) as u16;
-        if let Err(e) = sys::wait(&[&dev.queue as &dyn AsFd, &sock], wait, &mut ready) {
-            tracing::error!("teredo client: poll: {e}");
-            break;
+        let mut ready = vec![false; 2 + extra.iter().flatten().count()];
+        {
+            let mut fds: Vec<&dyn AsFd> = vec![&dev.queue, &sock];
+            fds.extend(extra.iter().flatten().map(|s| s as &dyn AsFd));
+            let wait = core.next_timer().saturating_sub(ctx.now()).min(u64::from(IDLE_MS)) as u16;
+            if let Err(e) = sys::wait(&fds, wait, &mut ready) {
+                tracing::error!("teredo client: poll: {e}");
+                break;
+            }
         }
         let now = ctx.now();
-        if ready[1] {
-            drain(
-                &mut buf,
-                &mut io,
-                |b| sys::udp_recv(&sock, b),
-                |p, from, io| {
-                    core.on_udp(from, p, now, &mut ob);
-                    send_all(&mut ob, &dev, None, &[&sock], io);
-                },
-            );
+        // Feed the core a batch from each ready descriptor, then act on its
+        // events (which may open the socket its packets leave through), then send.
+        {
+            let open: Vec<&UdpSocket> = std::iter::once(&sock).chain(extra.iter().flatten()).collect();
+            for (s, _) in open.iter().zip(&ready[1..]).filter(|(_, r)| **r) {
+                drain(&mut buf, &mut io, |b| sys::udp_recv(s, b), |p, from, _| core.on_udp(from, p, now, &mut ob));
+            }
         }
         if ready[0] {
-            drain(&mut buf, &mut io, tun_recv(&dev), |p, (), io| {
-                core.on_v6(p, now, &mut ob);
-                send_all(&mut ob, &dev, None, &[&sock], io);
-            });
+            drain(&mut buf, &mut io, tun_recv(&dev), |p, (), _| core.on_v6(p, now, &mut ob));
         }
         core.tick(now, &mut ob);
-        send_all(&mut ob, &dev, None, &[&sock], &mut io);
         for ev in core.take_events() {
             let new = match ev {
                 ClientEvent::Up { addr: a, .. } => Some(IfAddr { addr: IpAddr::V6(a), len: 32 }),
                 ClientEvent::Down => None,
+                ClientEvent::OpenPort { sock: k, port } => {
+                    let i = usize::from(k).saturating_sub(1);
+                    if extra.len() <= i {
+                        extra.resize_with(i + 1, || None);
+                    }
+                    match sys::udp(SocketAddrV4::new(local_ip, port)) {
+                        Ok(s) => extra[i] = Some(s),
+                        Err(e) => {
+                            tracing::debug!("teredo client: random port {port}: {e:#}");
+                            core.port_failed(k);
+                        }
+                    }
+                    continue;
+                }
+                ClientEvent::ClosePort { sock: k } => {
+                    if let Some(s) = extra.get_mut(usize::from(k).saturating_sub(1)) {
+                        *s = None;
+                    }
+                    continue;
+                }
             };
             if let Err(e) = dev.set_address(addr, new) {
                 tracing::error!("teredo client: {e:#}");
             }
             addr = new;
         }
+        // Outbox socket k: 0 the main one, else its random port's (a slot
+        // that could not be opened falls back to the main socket).
+        let socks: Vec<&UdpSocket> =
+            std::iter::once(&sock).chain(extra.iter().map(|s| s.as_ref().unwrap_or(&sock))).collect();
+        send_all(&mut ob, &dev, None, &socks, &mut io);
         publish(&ctx, &mut last, now, || {
             serde_json::json!({
                 "counters": core.stats,
@@ -299,6 +347,7 @@ fn run_client(ctx: Ctx, mut core: Client, dev: Device, sock: UdpSocket) {
                 "mapping": core.mapping().map(|m| m.to_string()),
                 "port_preserving": core.port_preserving(),
                 "peers": core.peers(),
+                "random_ports": core.random_ports(),
             })
         });
     }
@@ -375,7 +424,7 @@ impl Tunnels {
             c.local = SocketAddrV4::new(ip, port);
             let client = Client::new(c, Rng::from_os());
             tracing::info!("teredo client on {ip}:{port}, server {}", core.server);
-            self.spawn("teredo-client", move |ctx| run_client(ctx, client, dev, s))?;
+            self.spawn("teredo-client", move |ctx| run_client(ctx, client, dev, s, ip))?;
         }
         Ok(())
     }
@@ -388,6 +437,28 @@ impl Tunnels {
             m.insert(h.name.to_string(), v);
         }
         serde_json::Value::Object(m)
+    }
+
+    /// Each function's numbers from its last published status (refreshed
+    /// every 250 ms by its thread): for `/metrics`.
+    pub fn counters(&self) -> Vec<FunctionCounters> {
+        fn nums(v: Option<&serde_json::Value>) -> Vec<(String, u64)> {
+            v.and_then(|v| v.as_object())
+                .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_u64()?))).collect())
+                .unwrap_or_default()
+        }
+        self.handles
+            .iter()
+            .map(|h| {
+                let s = h.status.lock().map(|s| s.clone()).unwrap_or_default();
+                FunctionCounters {
+                    function: h.name,
+                    counters: nums(s.get("counters")),
+                    io: nums(s.get("io")),
+                    gauges: nums(Some(&s)),
+                }
+            })
+            .collect()
     }
 
     /// Names of the running functions.

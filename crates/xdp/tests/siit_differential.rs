@@ -382,18 +382,26 @@ fn generated_packets() {
 fn fib_cache() {
     let mut net = Net::new("xdp-siit-fib");
     let t = setup(&mut net, config());
-    net.fp.set_fib_cache(1500).unwrap();
+    // The entry lives 5 s from the first lookup: long enough for the
+    // steps before the route change on a loaded machine (checked below),
+    // then the test waits until it has expired.
+    const LIFE_MS: u64 = 5000;
+    net.fp.set_fib_cache(LIFE_MS as u32).unwrap();
     net.ns.ip(&["link", "set", "x6", "mtu", "1400"]).unwrap();
     let small = v4_to_h6(17).udp(1, 2, b"small");
+    let before = std::time::Instant::now();
     fast(&net, &t, "first lookup", &small);
+    let after = std::time::Instant::now();
     fast(&net, &t, "cached", &small);
     // 1420 bytes of IPv6: fits the configured ipv6-mtu (1500), not x6's
     // MTU: the cached small lookup must not vouch for it.
     pass(&net, &t, "larger than the cached lookup allowed", &v4_to_h6(17).udp(1, 2, &vec![0u8; 1400 - 28 - 20 + 20]));
     fast(&net, &t, "6to4 cached too", &v6_to_h4(6).tcp(80, 40000, 0x10, b"x"));
     net.ns.ip(&["-6", "route", "del", "default"]).unwrap();
+    let life = std::time::Duration::from_millis(LIFE_MS);
+    assert!(before.elapsed() < life, "the steps above outlasted the cache entry: {:?}", before.elapsed());
     fast(&net, &t, "stale until the entry expires", &small);
-    std::thread::sleep(std::time::Duration::from_millis(1700));
+    std::thread::sleep((life + std::time::Duration::from_millis(100)).saturating_sub(after.elapsed()));
     pass(&net, &t, "expired: the FIB has no route", &small);
     let c = net.fp.counter_map().unwrap();
     assert!(c["fib"].packets >= 1 && c["too-big"].packets >= 1, "{c:?}");

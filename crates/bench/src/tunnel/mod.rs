@@ -8,6 +8,10 @@
 //!   namespaces, plain IPv4 UDP forwarded by the kernel, same sizes), one
 //!   packet in flight at a time as the paper sends them; and the relay's
 //!   zero-loss throughput (RFC 2544 §26.1 search, IPv4 to IPv6).
+//! - The 6to4 bar: the 6to4 relay's zero-loss throughput (site to
+//!   native IPv6, 512-byte IPv6 packets in protocol 41) against v6gate's
+//!   userspace SIIT translator (`v6gate run`, one TUN queue) in the same run
+//!   and testbed (IPv4 to IPv6, 512-byte IPv6 packets out).
 //! - The SIP-over-IPv6 paper's 6to4 and Teredo rows: the one-way delay of
 //!   a G.711 RTP stream (160-byte payload every 20 ms) through each tunnel
 //!   (mean, median, standard deviation as the paper's Table I).
@@ -85,6 +89,9 @@ pub enum Dut {
     Miredo,
     /// v6gate's 6to4 relay.
     V6gate6to4,
+    /// v6gate's userspace SIIT translator (`v6gate run`, one TUN queue):
+    /// the 6to4 relay's comparison bar.
+    V6gateSiit,
 }
 
 impl Dut {
@@ -93,7 +100,12 @@ impl Dut {
             Dut::V6gate => "v6gate Teredo relay",
             Dut::Miredo => "Miredo Teredo relay",
             Dut::V6gate6to4 => "v6gate 6to4 relay",
+            Dut::V6gateSiit => "v6gate SIIT (userspace)",
         }
+    }
+
+    fn is_teredo(self) -> bool {
+        matches!(self, Dut::V6gate | Dut::Miredo)
     }
 }
 
@@ -171,6 +183,14 @@ const DUT4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
 const HOST6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 2);
 const HOST4: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 2);
 const HOST_PORT: u16 = 9000;
+/// The IPv4 address SIIT maps to the native host (EAMT), and the prefix
+/// the tester's IPv4 source is translated with.
+const HOST_EAM4: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 100);
+/// RFC 8215 local-use prefix: the well-known 64:ff9b::/96 may not carry
+/// the tester's documentation-range IPv4 address (RFC 6052 §3.1).
+const SIIT_POOL6: &str = "64:ff9b:1::/96";
+/// The TUN device of the SIIT translator under test.
+const SIIT_DEV: &str = "v6gb-siit";
 const MAGIC: u32 = 0x5636_544e;
 
 fn teredo_addr() -> Ipv6Addr {
@@ -274,6 +294,14 @@ fn start_dut(bed: &mut Bed, dut: Dut, bins: &(PathBuf, Option<PathBuf>), work: &
             let dev = if dut == Dut::V6gate { "v6gate-trly" } else { "v6gate-6to4" };
             wait_dev(&bed.d, dev)?;
         }
+        Dut::V6gateSiit => {
+            let cfg = work.join("siit.toml");
+            std::fs::write(&cfg, siit_config()?)?;
+            let mut cmd = bed.d.command(bins.0.to_str().unwrap_or("v6gate"));
+            cmd.args(["run", "--config"]).arg(&cfg);
+            bed.procs.push(Proc::spawn("v6gate run", cmd, Some(&work.join("siit.log")))?);
+            wait_dev(&bed.d, SIIT_DEV)?;
+        }
         Dut::Miredo => {
             let bin = bins.1.as_ref().context("miredo not installed")?;
             let conf = work.join("miredo.conf");
@@ -287,6 +315,24 @@ fn start_dut(bed: &mut Bed, dut: Dut, bins: &(PathBuf, Option<PathBuf>), work: &
         }
     }
     Ok(())
+}
+
+/// `v6gate run`'s configuration for the SIIT comparison: pool6 for the
+/// tester's IPv4 address, the native host behind an EAM, one TUN queue
+/// (one thread, as each tunnel function has), no admin API.
+fn siit_config() -> Result<String> {
+    lab::gateconf::V6gate {
+        header: vec!["v6gate bench tunnel: the userspace SIIT translator the 6to4 relay is compared with".into()],
+        siit: Some(lab::gateconf::Siit {
+            pool6: Some(SIIT_POOL6.into()),
+            eamt: vec![lab::gateconf::Eam::new(format!("{HOST6}/128"), format!("{HOST_EAM4}/32"))],
+            ..Default::default()
+        }),
+        tun: Some(lab::gateconf::Tun { name: SIIT_DEV.into(), queues: Some(1), ..Default::default() }),
+        admin: Some(lab::gateconf::Admin { enabled: Some(false), listen: None }),
+        ..Default::default()
+    }
+    .render()
 }
 
 fn wait_dev(ns: &Netns, dev: &str) -> Result<()> {
@@ -478,26 +524,62 @@ fn cell(size: usize, direction: &'static str, relay: &[u64], direct: &[u64], los
 /// One zero-loss trial: rate, passed, received, sent.
 pub type Trial = (f64, bool, u64, u64);
 
-fn throughput(bed: &Bed, secs: f64, search: Search) -> Result<(Option<f64>, Vec<Trial>)> {
-    let client = Client::open(&bed.c)?;
+/// A 512-byte IPv6/UDP packet from `src` to the native host's throughput port.
+fn v6_probe(src: Ipv6Addr) -> Vec<u8> {
+    let mut pkt = v6_udp(src, HOST6, 512, 0, 0);
+    pkt[42..44].copy_from_slice(&(HOST_PORT + 1).to_be_bytes());
+    pkt[40..42].copy_from_slice(&(HOST_PORT + 1).to_be_bytes());
+    // Fix the checksum once for the new ports (the stamp is not checked by the receiver).
+    pkt[46] = 0;
+    pkt[47] = 0;
+    let acc = xlat::checksum::pseudo_v6(&src, &HOST6, 17, 472) + xlat::checksum::sum(&pkt[40..]);
+    let c = xlat::checksum::finish(acc);
+    pkt[46..48].copy_from_slice(&if c == 0 { 0xffffu16 } else { c }.to_be_bytes());
+    pkt
+}
+
+/// The zero-loss search towards the native host's throughput port,
+/// 512-byte IPv6 packets arriving there: Teredo from the tester's client,
+/// 6to4 from its site over protocol 41, or IPv4 translated by SIIT.
+fn throughput(bed: &Bed, dut: Dut, secs: f64, search: Search) -> Result<(Option<f64>, Vec<Trial>)> {
     let host6 = udp_in(&bed.h, SocketAddr::new(HOST6.into(), HOST_PORT + 1))?;
     host6.set_read_timeout(Some(Duration::from_millis(20)))?;
-    let trust_host = udp_in(&bed.h, SocketAddr::new(HOST6.into(), HOST_PORT))?;
-    client.trust(&trust_host)?;
-    let t = teredo_addr();
+    let mut keepalive: Box<dyn FnMut()> = Box::new(|| {});
+    let mut send: Box<dyn FnMut()> = match dut {
+        Dut::V6gate | Dut::Miredo => {
+            let client = std::sync::Arc::new(Client::open(&bed.c)?);
+            let trust_host = udp_in(&bed.h, SocketAddr::new(HOST6.into(), HOST_PORT))?;
+            client.trust(&trust_host)?;
+            let pkt = v6_probe(teredo_addr());
+            let c2 = client.clone();
+            keepalive = Box::new(move || c2.bubble());
+            Box::new(move || {
+                let _ = client.sock.send_to(&pkt, client.relay);
+            })
+        }
+        Dut::V6gate6to4 => {
+            let site = xlat::tunnel::sixto4::addr(Ipv4Addr::new(192, 0, 2, 2), 0, 1);
+            let raw = bed.c.run(|| Ok(Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::from(41)))?))?;
+            let to = SockAddr::from(SocketAddrV4::new(DUT4, 0));
+            let pkt = v6_probe(site);
+            Box::new(move || {
+                let _ = raw.send_to(&pkt, &to);
+            })
+        }
+        Dut::V6gateSiit => {
+            // 20 + 8 + 464 bytes of IPv4 become 40 + 8 + 464 of IPv6.
+            let sock = udp_in(&bed.c, SocketAddr::new(Ipv4Addr::new(192, 0, 2, 2).into(), HOST_PORT + 1))?;
+            let to = SocketAddr::new(HOST_EAM4.into(), HOST_PORT + 1);
+            let payload = vec![0x5au8; 464];
+            Box::new(move || {
+                let _ = sock.send_to(&payload, to);
+            })
+        }
+    };
     let mut trials = Vec::new();
     let found = search.run(|rate| {
-        client.bubble();
+        keepalive();
         let total = (rate * secs).max(1.0) as u64;
-        let mut pkt = v6_udp(t, HOST6, 512, 0, 0);
-        pkt[42..44].copy_from_slice(&(HOST_PORT + 1).to_be_bytes());
-        pkt[40..42].copy_from_slice(&(HOST_PORT + 1).to_be_bytes());
-        // Fix the checksum once for the new ports (the stamp is not checked by the receiver).
-        pkt[46] = 0;
-        pkt[47] = 0;
-        let acc = xlat::checksum::pseudo_v6(&t, &HOST6, 17, 472) + xlat::checksum::sum(&pkt[40..]);
-        let c = xlat::checksum::finish(acc);
-        pkt[46..48].copy_from_slice(&if c == 0 { 0xffffu16 } else { c }.to_be_bytes());
         let received = std::thread::scope(|s| -> Result<u64> {
             let rx = s.spawn(|| {
                 let mut got = 0u64;
@@ -512,7 +594,7 @@ fn throughput(bed: &Bed, secs: f64, search: Search) -> Result<(Option<f64>, Vec<
             });
             let mut pacer = Pacer::new(now_ns(), 1e9 / rate, total);
             while pacer.wait().is_some() {
-                let _ = client.sock.send_to(&pkt, client.relay);
+                send();
                 pacer.advance(1);
             }
             Ok(rx.join().unwrap_or(0))
@@ -602,7 +684,7 @@ pub fn run(args: &Args) -> Result<Report> {
     let guard = RunGuard::new(&prefix, std::env::temp_dir().join(&prefix))?;
     let bins = (v6gate.clone(), miredo.clone());
     let mut devices = Vec::new();
-    for (i, dut) in [Dut::V6gate, Dut::Miredo, Dut::V6gate6to4].into_iter().enumerate() {
+    for (i, dut) in [Dut::V6gate, Dut::Miredo, Dut::V6gate6to4, Dut::V6gateSiit].into_iter().enumerate() {
         let version = match dut {
             Dut::Miredo => miredo.as_deref().and_then(|b| {
                 Command::new(b)
@@ -626,15 +708,17 @@ pub fn run(args: &Args) -> Result<Report> {
             let mut bed = testbed(guard.ns_prefix(), &format!("{i}"))?;
             start_dut(&mut bed, dut, &bins, guard.work())?;
             std::thread::sleep(Duration::from_millis(300));
-            if dut != Dut::V6gate6to4 {
+            if dut.is_teredo() {
                 r.cells = table_one(&bed, packets, &args.sizes)?;
-                if !args.no_search {
-                    let (best, tr) = throughput(&bed, secs, Search::rfc2544(args.max_rate, 0.05, trials))?;
-                    r.zero_loss_pps = best;
-                    r.trials = tr;
-                }
             }
-            r.rtp = Some(rtp(&bed, dut, rtp_packets)?);
+            if !args.no_search {
+                let (best, tr) = throughput(&bed, dut, secs, Search::rfc2544(args.max_rate, 0.05, trials))?;
+                r.zero_loss_pps = best;
+                r.trials = tr;
+            }
+            if dut != Dut::V6gateSiit {
+                r.rtp = Some(rtp(&bed, dut, rtp_packets)?);
+            }
             for p in &mut bed.procs {
                 p.alive()?;
             }
@@ -717,11 +801,10 @@ pub fn markdown(r: &Report) -> String {
         ],
         &rows,
     ));
-    s.push_str("\n## Zero-loss throughput, IPv4 to IPv6, 512-byte packets\n\n");
+    s.push_str("\n## Zero-loss throughput, IPv4 side to IPv6 side, 512-byte IPv6 packets, one thread each\n\n");
     let rows: Vec<Vec<String>> = r
         .devices
         .iter()
-        .filter(|d| d.dut != Dut::V6gate6to4)
         .map(|d| {
             vec![
                 d.dut.label().into(),
@@ -730,7 +813,17 @@ pub fn markdown(r: &Report) -> String {
             ]
         })
         .collect();
-    s.push_str(&markdown_table(&[("relay", Align::Left), ("packets/s", Align::Right), ("note", Align::Left)], &rows));
+    s.push_str(&markdown_table(&[("device", Align::Left), ("packets/s", Align::Right), ("note", Align::Left)], &rows));
+    let pps = |dut: Dut| r.devices.iter().find(|d| d.dut == dut).and_then(|d| d.zero_loss_pps);
+    let ratio = |a: Dut, b: Dut| match (pps(a), pps(b)) {
+        (Some(x), Some(y)) if y > 0.0 => format!("{:.2}", x / y),
+        _ => "-".into(),
+    };
+    s.push_str(&format!(
+        "\nRatios in this run: 6to4 relay / userspace SIIT = {} (bar: >= 1); v6gate Teredo relay / Miredo = {} (bar: >= 3).\n",
+        ratio(Dut::V6gate6to4, Dut::V6gateSiit),
+        ratio(Dut::V6gate, Dut::Miredo)
+    ));
     s.push_str("\n## RTP one-way delay through the tunnel (the SIP-over-IPv6 paper's Table I rows)\n\n");
     let rows: Vec<Vec<String>> = r
         .devices

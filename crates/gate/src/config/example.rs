@@ -15,9 +15,17 @@ pub fn example() -> &'static str {
         s.push_str(&commented(dns64::EXAMPLE_TOML));
         s.push('\n');
         s.push_str(&commented(trgw::EXAMPLE_TOML));
+        s.push('\n');
+        s.push_str(TUNNELS_HEADER);
+        s.push('\n');
+        s.push_str(&commented(tunnel::config::EXAMPLE_TOML));
         s
     })
 }
+
+/// The line in front of the tunnel tables of the example.
+pub(crate) const TUNNELS_HEADER: &str =
+    "# --- Tunnels (docs/tunnels.md): each on its own TUN device; a [teredo.relay] and a [teredo.client] do not share a node (both route 2001::/32).";
 
 /// `text` with every line that is not already a comment commented out.
 fn commented(text: &str) -> String {

@@ -1,7 +1,9 @@
 //! The daemon's TOML configuration.
 //!
 //! One optional table per function: `[siit]` (read here, module `siit`),
-//! `[nat64]`, `[dns64]` and `[trgw]` (each read by its own crate), and the
+//! `[nat64]`, `[dns64]` and `[trgw]` (each read by its own crate), the
+//! tunnels `[sixtofour]`, `[sixrd]` and `[teredo.*]` (read by the `tunnel`
+//! crate, [`tunnel::TunnelConfig`], the same types `v6gate tunnel` uses), and the
 //! daemon's own `[tun]`, `[admin]` and `[daemon]` (module `daemon`). This
 //! module holds the file-level [`Config`], its errors (with line and
 //! column) and the parse entry points; `example` builds the text of
@@ -54,7 +56,7 @@ pub const DEFAULT_PATH: &str = "/etc/v6gate/v6gate.toml";
 
 /// Top-level tables that configure a translation function (at least one
 /// must be present).
-pub const TABLES: &[&str] = &["siit", "nat64", "dns64", "trgw"];
+pub const TABLES: &[&str] = &["siit", "nat64", "dns64", "trgw", "sixtofour", "sixrd", "teredo"];
 
 /// Top-level tables of the daemon itself (`v6gate run`); all optional.
 /// `v6gate translate` ignores them.
@@ -81,6 +83,9 @@ pub struct Config {
     pub trgw: Option<trgw::Config>,
     /// `[xdp]`: the XDP fast path (absent: none).
     pub xdp: Option<XdpConfig>,
+    /// `[sixtofour]`, `[sixrd]`, `[teredo.*]`: the tunnels (see the
+    /// `tunnel` crate); each runs on its own TUN device and sockets.
+    pub tunnels: tunnel::TunnelConfig,
     /// The file this came from, for error messages.
     origin: Option<PathBuf>,
     /// Deprecated spellings found (see [`Config::warnings`]).
@@ -268,6 +273,11 @@ struct FileToml {
     daemon: Option<DaemonToml>,
     trgw: Option<trgw::Config>,
     xdp: Option<XdpToml>,
+    // The tunnel tables are read by `tunnel::TunnelConfig::parse` from the
+    // whole text; here they are only accepted.
+    sixtofour: Option<toml::Value>,
+    sixrd: Option<toml::Value>,
+    teredo: Option<toml::Value>,
 }
 
 // ---------------------------------------------------------------------------
@@ -391,7 +401,20 @@ impl Config {
             let admin = file.admin.map(|t| daemon::admin_from_toml(text, t)).transpose()?.unwrap_or_default();
             let daemon = file.daemon.map(|t| daemon::daemon_from_toml(text, t)).transpose()?.unwrap_or_default();
             let xdp = file.xdp.map(|t| xdp::xdp_from_toml(text, t)).transpose()?;
+            let tunnels = if file.sixtofour.is_some() || file.sixrd.is_some() || file.teredo.is_some() {
+                tunnel::TunnelConfig::parse(text).map_err(|m| {
+                    // The message starts with the table and key (`[sixrd] prefix: ...`).
+                    let (key, msg) = match m.split_once(": ") {
+                        Some((k, rest)) if k.starts_with('[') => (Some(k.to_string()), rest.to_string()),
+                        _ => (None, m),
+                    };
+                    Error::new(ErrorKind::Invalid, key, msg)
+                })?
+            } else {
+                tunnel::TunnelConfig::default()
+            };
             Ok(Config {
+                tunnels,
                 siit,
                 nat64: file.nat64,
                 dns64: file.dns64,
@@ -427,7 +450,12 @@ impl Config {
         if let Some(t) = &self.trgw {
             t.check().map_err(|m| Error::new(ErrorKind::Invalid, None, m).in_file(self.origin.as_deref()))?;
         }
-        if self.siit.is_none() && self.nat64.is_none() && self.dns64.is_none() && self.trgw.is_none() {
+        if self.siit.is_none()
+            && self.nat64.is_none()
+            && self.dns64.is_none()
+            && self.trgw.is_none()
+            && self.tunnels.is_empty()
+        {
             let tables: Vec<String> = TABLES.iter().map(|t| format!("[{t}]")).collect();
             return Err(Error::new(
                 ErrorKind::Missing,
@@ -597,6 +625,7 @@ mod tests {
         let uncommented: String = example()
             .lines()
             .skip_while(|l| !l.starts_with("# [dns64]"))
+            .take_while(|l| !l.starts_with(crate::config::example::TUNNELS_HEADER))
             .map(|l| {
                 let body = l.trim_start_matches(['#', ' ']);
                 let key = body

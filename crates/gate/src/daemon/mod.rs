@@ -20,9 +20,17 @@
 //! `POST /reload` (`v6gate ctl reload`) is the same reload, counted and
 //! recorded in `/status` `reloads.last_error` the same way.
 //!
-//! A file without `[siit]`, `[nat64]` and `[dns64]` (only `[trgw]`) runs
-//! without a TUN device: the relay, the admin API and SIGHUP reload (which
-//! refuses a file that adds a function needing the device).
+//! A file without `[siit]`, `[nat64]` and `[dns64]` (only `[trgw]` or
+//! tunnels) runs without the translators' TUN device: the relay, the
+//! tunnels, the admin API and SIGHUP reload (which refuses a file that adds
+//! a function needing the device).
+//!
+//! The tunnels (`[sixtofour]`, `[sixrd]`, `[teredo.*]`) run as
+//! `tunnel::Tunnels`: one thread per function with its own TUN device and
+//! sockets, started after the translators and stopped before them; their
+//! counters are in `/metrics` (`v6gate_tunnel_*`) and `/status`
+//! (`tunnels`). A reload that changes a tunnel table is refused (restart to
+//! apply), as for `[trgw]`.
 //!
 //! Signals and logging belong to the binary (`src/main.rs`): it hands
 //! [`run`] the signals it caught ([`Signal`]) and a function that applies
@@ -58,7 +66,8 @@ use xlat::addr::IpPrefix;
 #[allow(rustdoc::broken_intra_doc_links)]
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// Configuration file (TOML): [siit], [nat64], [dns64], [trgw] (the
+    /// Configuration file (TOML): [siit], [nat64], [dns64], [trgw], the tunnels
+    /// [sixtofour], [sixrd], [teredo.*] (the
     /// file `v6gate translate` and `config check` read) plus the optional
     /// daemon tables [tun], [admin] and [daemon].
     #[arg(short, long, value_name = "FILE", default_value = crate::config::DEFAULT_PATH)]
@@ -106,6 +115,9 @@ pub struct Daemon {
     pub trgw: Option<trgw::RelayHandle>,
     /// The XDP fast path, when `[xdp]` is configured.
     pub xdp: Arc<Mutex<Option<fastpath::FastPlane>>>,
+    /// The tunnel functions (`[sixtofour]`, `[sixrd]`, `[teredo.*]`), each
+    /// on its own thread, TUN device and sockets; None when none is configured.
+    pub tunnels: Mutex<Option<tunnel::Tunnels>>,
     /// Admin server counters.
     pub admin_stats: Arc<admin::AdminStats>,
     /// Descriptors the configuration may need ([`crate::limits::needed`]).
@@ -195,12 +207,17 @@ impl Daemon {
         if let Some(why) = lock(&self.xdp).as_ref().and_then(|p| p.restart_needed(&new)) {
             return Err(why);
         }
+        if new.tunnels != cur.tunnels {
+            // Devices, sockets, peer lists and qualified addresses belong
+            // to the running functions.
+            return Err("[sixtofour], [sixrd] or [teredo.*] changed: restart v6gate to apply".into());
+        }
         let token = crate::validate::admin_token(&new)?;
         let Some((_, idx)) = self.device.clone() else {
             // No TUN device: only [trgw] ran at start.
             if new.siit.is_some() || new.nat64.is_some() || new.dns64.is_some() {
                 return Err(
-                    "[siit], [nat64] or [dns64] added: v6gate runs without a TUN device (only [trgw] was configured at start); restart v6gate to apply".into(),
+                    "[siit], [nat64] or [dns64] added: v6gate runs without a TUN device (only [trgw] or tunnels were configured at start); restart v6gate to apply".into(),
                 );
             }
             let old = self.engines.load_full();
@@ -387,6 +404,9 @@ impl Daemon {
         }
         if self.trgw.is_some() {
             f.push("trgw");
+        }
+        if let Some(t) = lock(&self.tunnels).as_ref() {
+            f.extend(t.functions());
         }
         f
     }
@@ -576,6 +596,13 @@ pub fn run(
         }
         None => None,
     };
+    let tunnels = if cfg.tunnels.is_empty() {
+        None
+    } else {
+        let t = tunnel::Tunnels::start(&cfg.tunnels).context("cannot start the tunnels")?;
+        tracing::info!("tunnels: {}", t.functions().join(", "));
+        Some(t)
+    };
     let timer_stats = Arc::new(WorkerStats::default());
     let daemon = Arc::new(Daemon {
         config_path: args.config.clone(),
@@ -593,6 +620,7 @@ pub fn run(
         dns64: Mutex::new(dns),
         trgw: relay,
         xdp: Arc::new(Mutex::new(fast)),
+        tunnels: Mutex::new(tunnels),
         admin_stats: Arc::new(admin::AdminStats::default()),
         fds_needed,
         admin_token: Mutex::new(token),
@@ -697,6 +725,10 @@ pub fn run(
             s.totals.calls_timed_out,
             s.calls
         );
+    }
+    if let Some(mut t) = lock(&daemon.tunnels).take() {
+        // Joins the threads; closing the devices removes them and their routes.
+        t.stop();
     }
     // The relay stops when the last reference to the daemon goes (the
     // handle stops its workers on drop).

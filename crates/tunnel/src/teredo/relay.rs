@@ -27,13 +27,20 @@ use core::net::{Ipv6Addr, SocketAddrV4};
 
 use xlat::tunnel::teredo::{self, TeredoAddr, PREFIX_HI32};
 use xlat::wire::ipv6::Ipv6Packet;
+use xlat::Out;
 
 use super::{
-    bubble_payload, is_bubble_with_payload, is_global_v6, parse, ParseDrop, BUBBLE_INTERVAL_MS, BUBBLE_MAX,
+    bubble_payload, is_bubble_with_payload, is_global_v6, parse, Bucket, ParseDrop, BUBBLE_INTERVAL_MS, BUBBLE_MAX,
     BUBBLE_WINDOW_MS, PEER_TRUST_MS, TEREDO_PORT,
 };
 use crate::outbox::{Dest, Outbox};
 use crate::table::{Millis, Table};
+
+/// ICMPv6 errors the relay sends a second (RFC 4443 §2.4 (f): a token
+/// bucket; the same order as Linux's default `icmp_ratelimit`).
+pub const ICMP_RATE: u32 = 100;
+/// The bucket's depth.
+pub const ICMP_BURST: u32 = 10;
 
 /// Relay settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,6 +106,9 @@ crate::counters! {
         peers_expired,
         /// Dropped: malformed or truncated Teredo or IPv6 packet.
         drop_malformed,
+        /// Dropped: link-local or multicast from the IPv6 side (MLD, router
+        /// and neighbour solicitations the kernel sends on the device).
+        drop_link_scope,
         /// Dropped: an Origin indication in a client's packet.
         drop_bad_origin,
         /// Dropped: Next Header 59 with a payload.
@@ -117,6 +127,11 @@ crate::counters! {
         drop_queue_full,
         /// Dropped: the peer never answered four bubbles (unreachable).
         drop_unreachable,
+        /// ICMPv6 Destination Unreachable (address unreachable) sent for
+        /// packets to a peer the trust procedure could not reach.
+        icmp_unreachable_sent,
+        /// ICMPv6 errors not sent: over the rate limit (RFC 4443 §2.4 (f)).
+        icmp_rate_limited,
     }
 }
 
@@ -169,6 +184,8 @@ pub struct Relay {
     cfg: RelayConfig,
     peers: Table<Ipv6Addr, Peer>,
     queued_bytes: usize,
+    icmp: Bucket,
+    out: Out,
     /// Counters.
     pub stats: RelayStats,
 }
@@ -177,7 +194,14 @@ impl Relay {
     /// A relay for `cfg`.
     pub fn new(cfg: RelayConfig) -> Self {
         let peers = Table::new(cfg.max_peers, PEER_TRUST_MS);
-        Relay { cfg, peers, queued_bytes: 0, stats: RelayStats::default() }
+        Relay {
+            cfg,
+            peers,
+            queued_bytes: 0,
+            icmp: Bucket::full(ICMP_BURST, 0),
+            out: Out::new(),
+            stats: RelayStats::default(),
+        }
     }
 
     /// The configuration.
@@ -216,6 +240,10 @@ impl Relay {
         };
         let pkt = p.as_bytes();
         let dst = p.dst();
+        if crate::is_link_scope(&p.src(), &dst) {
+            self.stats.drop_link_scope += 1;
+            return;
+        }
         if !self.is_teredo(&dst) {
             self.stats.drop_not_teredo_destination += 1;
             return;
@@ -266,9 +294,31 @@ impl Relay {
             }
             Some(false) => {}
             None => {
-                self.stats.drop_unreachable += peer.queue.len() as u64;
-                self.queued_bytes -= peer.queue.iter().map(Vec::len).sum::<usize>();
-                peer.queue.clear();
+                // RFC 4380 §5.4.1 (the client's §5.2.6 bubble rules): four
+                // bubbles unanswered, the peer is unreachable; its queued
+                // packets are dropped and their sources told so (RFC 4443
+                // §3.1 code 3, address unreachable), rate-limited.
+                let queued = std::mem::take(&mut peer.queue);
+                self.stats.drop_unreachable += queued.len() as u64;
+                self.queued_bytes -= queued.iter().map(Vec::len).sum::<usize>();
+                for q in &queued {
+                    self.unreachable(q, now, ob);
+                }
+            }
+        }
+    }
+
+    /// An ICMPv6 Destination Unreachable (address unreachable) about
+    /// `invoking` to the IPv6 side, within the rate limit.
+    fn unreachable(&mut self, invoking: &[u8], now: Millis, ob: &mut Outbox) {
+        if !self.icmp.take(ICMP_RATE, ICMP_BURST, now) {
+            self.stats.icmp_rate_limited += 1;
+            return;
+        }
+        if xlat::tunnel::icmp6_error(&mut self.out, self.cfg.address, invoking, 1, 3) {
+            if let Some((_, b)) = self.out.get(0) {
+                ob.push(Dest::Tun, b);
+                self.stats.icmp_unreachable_sent += 1;
             }
         }
     }
@@ -485,6 +535,72 @@ mod tests {
         cone.on_v6(&v6(a6("2001:db8::1"), client("198.51.100.7:1", FLAG_CONE), proto::UDP, &[0; 8]), 0, &mut ob);
         assert_eq!(ob.len(), 1);
         assert_eq!(cone.stats.to_clients, 1);
+    }
+
+    #[test]
+    fn rfc4380_5_4_1_unreachable_peer_gets_icmpv6_address_unreachable() {
+        let mut r = relay();
+        let mut ob = Outbox::new();
+        let c = client("198.51.100.7:40000", 0);
+        let host = a6("2001:db8::1");
+        let d = v6(host, c, proto::UDP, &[5; 8]);
+        // Four bubble pairs (0, 2, 4, 6 s), nobody answers.
+        for t in [0u64, 2_000, 4_000, 6_000] {
+            r.on_v6(&d, t, &mut ob);
+        }
+        assert!(ob.iter().all(|(d, _)| d != Dest::Tun), "no error while the trust procedure runs");
+        assert_eq!(r.stats.icmp_unreachable_sent, 0);
+        // The fifth attempt finds the budget spent: the four queued packets
+        // and this one are dropped, each answered with Destination
+        // Unreachable, code 3 (address unreachable), from the relay.
+        ob.clear();
+        r.on_v6(&d, 8_000, &mut ob);
+        let errs: Vec<_> = ob.iter().filter(|(d, _)| *d == Dest::Tun).map(|(_, b)| b.to_vec()).collect();
+        assert_eq!(errs.len(), 5);
+        assert_eq!(r.stats.drop_unreachable, 5);
+        assert_eq!(r.stats.icmp_unreachable_sent, 5);
+        let e = Ipv6Packet::new(&errs[0]).unwrap();
+        assert_eq!((e.src(), e.dst(), e.next_header()), (a6("2001:db8:ffff::1"), host, proto::ICMPV6));
+        assert_eq!(&errs[0][40..42], &[1, 3]);
+        assert_eq!(&errs[0][48..], &d[..], "the invoking packet is quoted whole");
+        assert!(xlat::tunnel::teredo_msg::icmp6_verifies(&e), "checksum");
+        // RFC 4443 §2.4 (e): never an error about an ICMPv6 error.
+        let mut quoted_err = vec![1u8, 3, 0, 0, 0, 0, 0, 0];
+        quoted_err.extend_from_slice(&d);
+        ob.clear();
+        r.on_v6(&v6(host, c, proto::ICMPV6, &quoted_err), 8_100, &mut ob);
+        assert!(ob.is_empty());
+        assert_eq!(r.stats.icmp_unreachable_sent, 5);
+    }
+
+    #[test]
+    fn rfc4443_2_4_f_relay_icmpv6_errors_are_rate_limited() {
+        let mut r = Relay::new(RelayConfig { queue_per_peer: 1000, ..RelayConfig::new(a6("2001:db8:ffff::1")) });
+        let mut ob = Outbox::new();
+        let c = client("198.51.100.7:40000", 0);
+        let d = v6(a6("2001:db8::1"), c, proto::UDP, &[5; 8]);
+        for t in [0u64, 2_000, 4_000, 6_000] {
+            r.on_v6(&d, t, &mut ob);
+        }
+        // 100 packets within the same millisecond after the budget is spent.
+        for _ in 0..100 {
+            r.on_v6(&d, 8_000, &mut ob);
+        }
+        assert_eq!(r.stats.icmp_unreachable_sent, u64::from(ICMP_BURST));
+        assert_eq!(r.stats.icmp_rate_limited, 104 - u64::from(ICMP_BURST));
+        // A second later the bucket has refilled (to its depth).
+        r.on_v6(&d, 9_000, &mut ob);
+        assert_eq!(r.stats.icmp_unreachable_sent, u64::from(ICMP_BURST) + 1);
+    }
+
+    #[test]
+    fn rfc4291_2_5_6_link_local_and_mld_from_the_device_are_link_scope() {
+        let mut r = relay();
+        let mut ob = Outbox::new();
+        r.on_v6(&v6(a6("fe80::1"), a6("ff02::16"), proto::HOPOPT, &[0; 8]), 0, &mut ob);
+        r.on_v6(&v6(a6("fe80::1"), client("198.51.100.7:40000", 0), proto::UDP, &[0; 8]), 0, &mut ob);
+        assert!(ob.is_empty());
+        assert_eq!((r.stats.drop_link_scope, r.stats.drop_not_teredo_destination, r.peers()), (2, 0, 0));
     }
 
     #[test]

@@ -266,9 +266,14 @@ impl Server {
         }
         // RFC 4380 §5.3.1: forwarded from the primary address, with an
         // Origin indication when the destination is our client.
+        // RFC 6081 trailers (Alternate Address for hairpinning, Random
+        // Port) travel on with the packet: they are for the peer.
         let origin = (t.server == self.cfg.primary).then_some(from);
-        if ob.push_with(Dest::Udp { sock: 0, to: t.mapped }, p.ipv6.len() + 8, |b| {
-            teredo::encap_udp_payload(None, origin, p.ipv6, b).ok()
+        let tr = p.trailers;
+        if ob.push_with(Dest::Udp { sock: 0, to: t.mapped }, p.ipv6.len() + 8 + tr.len(), |b| {
+            let n = teredo::encap_udp_payload(None, origin, p.ipv6, b).ok()?;
+            b.get_mut(n..n + tr.len())?.copy_from_slice(tr);
+            Some(n + tr.len())
         }) {
             self.stats.relayed_to_client += 1;
         }
@@ -327,6 +332,27 @@ mod tests {
         s.on_udp(1, nat, &rs(false), 0, &mut ob);
         assert_eq!(ob.iter().next().unwrap().0, Dest::Udp { sock: 1, to: nat });
         assert_eq!((s.stats.router_advertisements, s.stats.cone_tests, s.stats.secondary_solicitations), (3, 1, 1));
+    }
+
+    #[test]
+    fn rfc6081_4_and_7_trailers_are_relayed_with_the_indirect_bubble() {
+        use xlat::tunnel::teredo_msg::{self, Trailer};
+        let mut s = server();
+        let mut ob = Outbox::new();
+        let dst = client_addr("198.51.100.7:40000");
+        let from = sa("203.0.113.9:6000");
+        let src = client_addr("203.0.113.9:6000");
+        let mut pl = v6(src, dst, proto::NONE, &[]);
+        let n = pl.len();
+        pl.resize(n + 16, 0);
+        let n = teredo_msg::write_trailer(&Trailer::RandomPort(41234), &mut pl, n).unwrap();
+        pl.truncate(n);
+        s.on_udp(0, from, &pl, 0, &mut ob);
+        let (_, b) = ob.iter().next().unwrap();
+        let p = teredo::parse(b).unwrap();
+        assert_eq!(p.origin, Some(from));
+        let got: Vec<_> = teredo_msg::trailers(p.trailers).collect();
+        assert_eq!(got, vec![Trailer::RandomPort(41234)]);
     }
 
     #[test]

@@ -152,6 +152,28 @@ impl Ipv4Outer {
     }
 }
 
+/// Originate an ICMPv6 error about `invoking` from a tunnel end point's
+/// address `src` (RFC 4443: Hop Limit 64, as much of the invoking packet as
+/// fits in 1280 bytes), into `out` (cleared first). Returns false, emitting
+/// nothing, when RFC 4443 §2.4 (e) forbids an error: the invoking packet is
+/// itself an ICMPv6 error (or too short to tell), its destination is
+/// multicast, or its source is unspecified or multicast. Rate limiting
+/// (§2.4 (f)) is the caller's: it owns the clock.
+pub fn icmp6_error(out: &mut crate::Out, src: core::net::Ipv6Addr, invoking: &[u8], kind: u8, code: u8) -> bool {
+    out.clear();
+    let Ok(ip) = crate::wire::ipv6::Ipv6Packet::new(invoking) else { return false };
+    if ip.dst().is_multicast() || ip.src().is_multicast() || ip.src().is_unspecified() {
+        return false;
+    }
+    if ip.next_header() == crate::wire::proto::ICMPV6 {
+        match ip.as_bytes().get(crate::wire::ipv6::HEADER_LEN) {
+            Some(&t) if !crate::wire::icmp::is_error_v6(t) => {}
+            _ => return false,
+        }
+    }
+    crate::origin::icmp6_error(out, src, invoking, kind, code, [0; 4])
+}
+
 /// Helper for `Verdict`-style entry points: the error as a drop verdict.
 #[inline]
 pub(crate) fn drop_verdict(e: TunnelError) -> crate::Verdict {

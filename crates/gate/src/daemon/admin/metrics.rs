@@ -230,6 +230,9 @@ pub fn families(d: &Daemon) -> Vec<Family> {
             );
         }
     }
+    if let Some(t) = super::super::lock(&d.tunnels).as_ref() {
+        tunnels(&mut v, &t.counters());
+    }
     v
 }
 
@@ -280,6 +283,42 @@ fn dns64_cache(st: &dns64::Stats) -> Family {
             ("expired", st.cache_expired),
         ],
     )
+}
+
+/// `v6gate_tunnel_*`: every tunnel function's counters, by function and
+/// reason (drops) or event (the rest); `drop_spoofed` becomes
+/// `reason="spoofed"`, `bubbles_sent` `event="bubbles-sent"`.
+fn tunnels(v: &mut Vec<Family>, fns: &[tunnel::run::FunctionCounters]) {
+    let label = |s: &str| s.replace('_', "-");
+    let mut up = Family::gauge("v6gate_tunnel_up", "Tunnel functions running (1 each), by function.");
+    let mut drops =
+        Family::counter("v6gate_tunnel_dropped_packets", "Packets a tunnel function dropped, by function and reason.");
+    let mut events = Family::counter("v6gate_tunnel_events", "Tunnel function counters other than drops (packets in and out, bubbles, peers trusted, ...), by function and event.");
+    let mut io = Family::counter(
+        "v6gate_tunnel_io_errors",
+        "Socket and device errors of a tunnel function, by function and kind.",
+    );
+    let mut tables = Family::gauge(
+        "v6gate_tunnel_table_entries",
+        "Entries in a tunnel function's tables now, by function and table.",
+    );
+    for f in fns {
+        let func = || ("function", f.function.to_string());
+        up = up.with(vec![func()], 1);
+        for (k, n) in &f.counters {
+            match k.strip_prefix("drop_") {
+                Some(r) => drops = drops.with(vec![func(), ("reason", label(r))], *n as f64),
+                None => events = events.with(vec![func(), ("event", label(k))], *n as f64),
+            }
+        }
+        for (k, n) in &f.io {
+            io = io.with(vec![func(), ("kind", label(k))], *n as f64);
+        }
+        for (k, n) in &f.gauges {
+            tables = tables.with(vec![func(), ("table", label(k))], *n as f64);
+        }
+    }
+    v.extend([up, drops, events, io, tables]);
 }
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -454,5 +493,30 @@ mod tests {
         let mut v = Vec::new();
         xdp(&mut v, &[], None);
         assert_eq!(v.len(), 1, "without counters only the attachments");
+    }
+
+    #[test]
+    fn tunnel_counters_by_function_and_reason() {
+        let f = tunnel::run::FunctionCounters {
+            function: "sixtofour",
+            counters: vec![("decapsulated".into(), 5), ("drop_spoofed".into(), 2), ("drop_link_scope".into(), 1)],
+            io: vec![("send_errors".into(), 0)],
+            gauges: vec![("fragment_sets".into(), 3)],
+        };
+        let mut v = Vec::new();
+        tunnels(&mut v, &[f]);
+        let s = encode(v);
+        assert!(s.contains("v6gate_tunnel_up{function=\"sixtofour\"} 1\n"), "{s}");
+        assert!(
+            s.contains("v6gate_tunnel_dropped_packets_total{function=\"sixtofour\",reason=\"spoofed\"} 2\n"),
+            "{s}"
+        );
+        assert!(
+            s.contains("v6gate_tunnel_dropped_packets_total{function=\"sixtofour\",reason=\"link-scope\"} 1\n"),
+            "{s}"
+        );
+        assert!(s.contains("v6gate_tunnel_events_total{function=\"sixtofour\",event=\"decapsulated\"} 5\n"), "{s}");
+        assert!(s.contains("v6gate_tunnel_io_errors_total{function=\"sixtofour\",kind=\"send-errors\"} 0\n"), "{s}");
+        assert!(s.contains("v6gate_tunnel_table_entries{function=\"sixtofour\",table=\"fragment-sets\"} 3\n"), "{s}");
     }
 }

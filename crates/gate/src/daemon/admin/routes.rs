@@ -205,6 +205,7 @@ pub fn status(d: &Daemon) -> Value {
         "xdp": super::super::lock(&d.xdp).as_ref().map(|p| {
             json!({ "interfaces": p.attachments().into_iter().map(|(i, m)| json!({ "name": i, "mode": m })).collect::<Vec<_>>() })
         }),
+        "tunnels": super::super::lock(&d.tunnels).as_ref().map(|t| t.status()),
         "descriptors": descriptors(d),
         "admin": admin_status(d),
         "routes": super::super::lock(&d.routes).iter().map(|r| r.to_string()).collect::<Vec<_>>(),
