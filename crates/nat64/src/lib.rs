@@ -28,12 +28,17 @@
 //! `tcp` (§3.5.2 the TCP state machine), `expire` and `wheel` (lifetimes),
 //! `admin` (counters, listings, static BIB entries), `reload` (carrying
 //! state into a new configuration) and `config`.
+//!
+//! `pool`, `frag`, `tcp` and `wheel` are public so that the `softwire`
+//! crate's NAT44 (the DS-Lite AFTR and the lwB4) reuses the port
+//! allocation, outer-packet reassembly, TCP state machine and timer wheel
+//! instead of keeping copies.
 #![forbid(unsafe_code)]
 #![warn(missing_debug_implementations)]
 
 pub mod config;
 pub mod frag;
-mod pool;
+pub mod pool;
 mod rewrite;
 pub mod tcp;
 pub mod wheel;

@@ -68,7 +68,7 @@ struct Addr {
 
 /// The pool.
 #[derive(Debug)]
-pub(crate) struct Pool {
+pub struct Pool {
     addrs: Vec<Addr>,
     index: crate::Map<Ipv4Addr, usize>,
     /// Addresses serving each protocol (indices into `addrs`).
@@ -85,7 +85,7 @@ pub(crate) struct Pool {
 const TABLE_LEN: usize = 256;
 
 impl Pool {
-    pub(crate) fn new(cfg: &Config) -> Self {
+    pub fn new(cfg: &Config) -> Self {
         let mut addrs: Vec<Addr> = Vec::new();
         let mut index = crate::Map::default();
         for e in &cfg.pool4 {
@@ -120,7 +120,7 @@ impl Pool {
 
     /// True when `a` is a pool4 address.
     #[inline]
-    pub(crate) fn contains(&self, a: Ipv4Addr) -> bool {
+    pub fn contains(&self, a: Ipv4Addr) -> bool {
         // Most packets' addresses are far from the pool: a range test first.
         let v = u32::from(a);
         v >= self.lo && v <= self.hi && self.index.contains_key(&a)
@@ -139,7 +139,7 @@ impl Pool {
     /// first port by F(x, y, secret) + table[G(x)], then stepping by two
     /// (keeping parity) through the port's range class, then the other
     /// parity, at most `probes` ports per address; other addresses follow.
-    pub(crate) fn alloc(
+    pub fn alloc(
         &self,
         p: Protocol,
         x: &Ipv6Addr,
@@ -199,19 +199,19 @@ impl Pool {
     }
 
     /// Claim a specific transport address (static BIB entries, NAT-PT).
-    pub(crate) fn claim(&self, p: Protocol, a: Ipv4Addr, port: u16) -> bool {
+    pub fn claim(&self, p: Protocol, a: Ipv4Addr, port: u16) -> bool {
         self.range(p, a).is_some_and(|r| r.try_claim(port))
     }
 
     /// Give a transport address back.
-    pub(crate) fn release(&self, p: Protocol, a: Ipv4Addr, port: u16) {
+    pub fn release(&self, p: Protocol, a: Ipv4Addr, port: u16) {
         if let Some(r) = self.range(p, a) {
             r.release(port);
         }
     }
 
     /// NAT-PT: claim a whole address for host `x`, starting at F(x).
-    pub(crate) fn claim_addr(&self, x: &Ipv6Addr) -> Option<Ipv4Addr> {
+    pub fn claim_addr(&self, x: &Ipv6Addr) -> Option<Ipv4Addr> {
         let n = self.addrs.len();
         if n == 0 {
             return None;
@@ -228,7 +228,7 @@ impl Pool {
     }
 
     /// NAT-PT: claim a given address (static entries). True if now owned by the caller.
-    pub(crate) fn claim_this_addr(&self, a: Ipv4Addr) -> bool {
+    pub fn claim_this_addr(&self, a: Ipv4Addr) -> bool {
         let Some(&i) = self.index.get(&a) else { return false };
         let ok = self.addrs[i].owned.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire).is_ok();
         if ok {
@@ -238,7 +238,7 @@ impl Pool {
     }
 
     /// NAT-PT: release an address.
-    pub(crate) fn release_addr(&self, a: Ipv4Addr) {
+    pub fn release_addr(&self, a: Ipv4Addr) {
         if let Some(&i) = self.index.get(&a) {
             if self.addrs[i].owned.swap(false, Ordering::AcqRel) {
                 self.owned.fetch_sub(1, Ordering::Relaxed);
@@ -247,7 +247,7 @@ impl Pool {
     }
 
     /// (ports in the pool, ports in use) for `p`.
-    pub(crate) fn usage(&self, p: Protocol) -> (u64, u64) {
+    pub fn usage(&self, p: Protocol) -> (u64, u64) {
         let mut total = 0u64;
         let mut used = 0u64;
         for a in &self.addrs {
@@ -260,7 +260,7 @@ impl Pool {
     }
 
     /// Addresses in the pool and (NAT-PT) addresses held by hosts.
-    pub(crate) fn addresses(&self) -> (usize, usize) {
+    pub fn addresses(&self) -> (usize, usize) {
         (self.addrs.len(), self.owned.load(Ordering::Relaxed) as usize)
     }
 }
