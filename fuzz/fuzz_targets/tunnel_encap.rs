@@ -36,7 +36,7 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     let t = ip4in6::Tunnel { src: a6, dst: b6, hop_limit: 64, encap_limit: None, traffic_class_from_inner: false };
-    let rule = ip4in6::MtuRule { mtu: 1280, icmp_src: Ipv4Addr::new(192, 0, 0, 2), frag_ident: 7 };
+    let rule = ip4in6::MtuRule { mtu: 1280, icmp_src: Ipv4Addr::new(192, 0, 0, 2), frag_ident: 7, fragment_df: false };
     if ip4in6::encap_tunnel(data, &t, Some(&rule), &mut out) == Verdict::Emit {
         for (_, p) in out.iter() {
             assert!(p.len() <= 1280);

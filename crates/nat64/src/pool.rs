@@ -139,14 +139,7 @@ impl Pool {
     /// first port by F(x, y, secret) + table[G(x)], then stepping by two
     /// (keeping parity) through the port's range class, then the other
     /// parity, at most `probes` ports per address; other addresses follow.
-    pub fn alloc(
-        &self,
-        p: Protocol,
-        x: &Ipv6Addr,
-        port: u16,
-        y: Ipv4Addr,
-        probes: u32,
-    ) -> Option<(Ipv4Addr, u16)> {
+    pub fn alloc(&self, p: Protocol, x: &Ipv6Addr, port: u16, y: Ipv4Addr, probes: u32) -> Option<(Ipv4Addr, u16)> {
         let cands = &self.by_proto[p.idx()];
         let first = self.paired_idx(p, x)?;
         let f = self.hash((1u8, x, y)) as u32;

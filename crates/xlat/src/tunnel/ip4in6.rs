@@ -19,6 +19,10 @@
 //!   source, built per RFC 1812 §4.3.2.3 (as much of the original as fits in
 //!   576 bytes) and not sent when RFC 1812 §4.3.2.7 forbids; with DF clear,
 //!   encapsulate and fragment the IPv6 tunnel packet (§7.1 / RFC 8200 §4.5).
+//!   With [`MtuRule::fragment_df`], RFC 6333 §5.3 instead: the IPv4 packet
+//!   is never refused for its size, the tunnel packet is fragmented.
+//! - RFC 2473 §8 (ICMPv6 errors about tunnel packets relayed to the
+//!   original IPv4 source) is [`super::ip4in6_err`].
 //!
 //! Style: encapsulation writes into `Out` and returns a [`Verdict`] (tunnel
 //! packets are [`PacketKind::Forward`], the ICMPv4 error is
@@ -83,6 +87,12 @@ pub struct MtuRule {
     /// Identification of the Fragment header, when DF is clear and the
     /// tunnel packet must be fragmented (the caller keeps the counter).
     pub frag_ident: u32,
+    /// RFC 6333 §5.3: carry the IPv4 packet unaltered whatever its DF bit
+    /// and fragment the IPv6 tunnel packet (the exit point reassembles);
+    /// the softwire looks like a link with the IPv4 MTU to the inner
+    /// hosts. When false, RFC 2473 §7.2 (i): DF set means drop and send
+    /// "fragmentation needed".
+    pub fragment_df: bool,
 }
 
 /// Encapsulate an IPv4 packet in IPv6 (RFC 2473 §3.1), without an MTU
@@ -167,7 +177,7 @@ fn encap_inner(inner_v4: &[u8], t: &Tunnel, rule: Option<&MtuRule>, out: &mut Ou
         return Ok(());
     }
     let Some(rule) = rule else { return Err(too_big) };
-    if p.dont_frag() {
+    if p.dont_frag() && !rule.fragment_df {
         // RFC 2473 §7.2 (i): drop and report the tunnel MTU (§6.7).
         let tunnel_mtu = limit - ipv6::HEADER_LEN - ext.len();
         return frag_needed(&p, rule.icmp_src, tunnel_mtu as u16, out);
@@ -538,7 +548,19 @@ mod tests {
     }
 
     fn rule(mtu: u16) -> MtuRule {
-        MtuRule { mtu, icmp_src: ICMP_SRC, frag_ident: 0xdead_beef }
+        MtuRule { mtu, icmp_src: ICMP_SRC, frag_ident: 0xdead_beef, fragment_df: false }
+    }
+
+    #[test]
+    fn rfc6333_5_3_df_packet_fragmented_not_refused() {
+        let inner = v4(1500, true, 0);
+        let mut out = Out::new();
+        let r = MtuRule { fragment_df: true, ..rule(1280) };
+        assert_eq!(encap_tunnel(&inner, &tunnel(None), Some(&r), &mut out), Verdict::Emit);
+        assert_eq!(out.len(), 2);
+        assert!(out.iter().all(|(k, f)| k == PacketKind::Forward && f.len() <= 1280));
+        let p = Ipv6Packet::new(out.get(0).unwrap().1).unwrap();
+        assert_eq!(p.next_header(), proto::FRAGMENT);
     }
 
     #[test]

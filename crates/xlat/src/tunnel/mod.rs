@@ -11,7 +11,10 @@
 //!   Advertisement), the Echo of the connectivity test, RFC 6081 trailers.
 //! - [`ip4in6`] — RFC 2473 generic packet tunnelling in IPv6 (4in6 for DSTM
 //!   and DS-Lite, RFC 6333 §5; 6in6 on decapsulation), including the Tunnel
-//!   Encapsulation Limit option and the §7 packet-size rules.
+//!   Encapsulation Limit option and the §7 packet-size rules (and the
+//!   RFC 6333 §5.3 variant: fragment the tunnel packet, never the IPv4 one).
+//! - [`ip4in6_err`] — RFC 2473 §8: ICMPv6 errors about 4in6 tunnel packets
+//!   relayed to the original IPv4 source as ICMPv4 errors.
 //!
 //! ## Calling conventions (the same in every module)
 //!
@@ -35,6 +38,7 @@ use crate::DropReason;
 use core::fmt;
 
 pub mod ip4in6;
+pub mod ip4in6_err;
 pub mod sixrd;
 pub mod sixto4;
 pub mod teredo;
