@@ -14,12 +14,14 @@
 //! - [`addr`] — RFC 6052, RFC 6219 (IVI), RFC 7757 (EAMT) and RFC 6791 address mapping
 //! - [`siit`] — RFC 7915 stateless IP/ICMP translation, both directions
 //! - [`tunnel`] — RFC 3056 6to4, RFC 4380 Teredo and RFC 2473 4in6 encapsulation
+//! - [`origin`] — ICMPv4/ICMPv6 errors the packet plane (or a stateful layer
+//!   above it, e.g. a softwire end-point) originates itself
 #![forbid(unsafe_code)]
 #![warn(missing_debug_implementations)]
 
 pub mod addr;
 pub mod checksum;
-mod origin;
+pub mod origin;
 mod out;
 pub mod siit;
 #[cfg(any(test, feature = "testvec"))]

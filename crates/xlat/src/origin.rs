@@ -13,10 +13,10 @@ use core::net::{Ipv4Addr, Ipv6Addr};
 
 /// RFC 4443 §2.4 (c): ICMPv6 errors carry as much of the invoking packet
 /// as fits without exceeding the minimum IPv6 MTU.
-pub(crate) const ICMP6_ERROR_MAX: usize = 1280;
+pub const ICMP6_ERROR_MAX: usize = 1280;
 /// RFC 1812 §4.3.2.3: ICMPv4 errors carry as much of the original datagram
 /// as fits without exceeding 576 bytes.
-pub(crate) const ICMP4_ERROR_MAX: usize = 576;
+pub const ICMP4_ERROR_MAX: usize = 576;
 /// Hop Limit / TTL of packets the packet plane originates.
 pub(crate) const ORIGIN_TTL: u8 = 64;
 
@@ -25,7 +25,7 @@ pub(crate) const ORIGIN_TTL: u8 = 64;
 /// as much of the invoking packet as fits in 576 bytes. Returns false
 /// (emitting nothing) when `invoking` has no IPv4 header or `out` is full.
 /// The caller has checked that an error may be sent (RFC 1812 §4.3.2.7).
-pub(crate) fn icmp4_error(out: &mut Out, src: Ipv4Addr, invoking: &[u8], kind: u8, code: u8, rest: [u8; 4]) -> bool {
+pub fn icmp4_error(out: &mut Out, src: Ipv4Addr, invoking: &[u8], kind: u8, code: u8, rest: [u8; 4]) -> bool {
     let Ok(ip) = ipv4::Ipv4Packet::new_quoted(invoking) else { return false };
     let hl = ipv4::HEADER_LEN + icmp::HEADER_LEN;
     let quote = &ip.as_bytes()[..ip.as_bytes().len().min(ICMP4_ERROR_MAX - hl)];
@@ -59,7 +59,7 @@ pub(crate) fn icmp4_error(out: &mut Out, src: Ipv4Addr, invoking: &[u8], kind: u
 
 /// Originate an ICMPv6 error about `invoking` (an IPv6 packet) from `src`:
 /// Hop Limit 64, as much of the invoking packet as fits in 1280 bytes.
-pub(crate) fn icmp6_error(out: &mut Out, src: Ipv6Addr, invoking: &[u8], kind: u8, code: u8, rest: [u8; 4]) -> bool {
+pub fn icmp6_error(out: &mut Out, src: Ipv6Addr, invoking: &[u8], kind: u8, code: u8, rest: [u8; 4]) -> bool {
     let Ok(ip) = ipv6::Ipv6Packet::new_quoted(invoking) else { return false };
     let hl = ipv6::HEADER_LEN + icmp::HEADER_LEN;
     let quote = &ip.as_bytes()[..ip.as_bytes().len().min(ICMP6_ERROR_MAX - hl)];

@@ -273,6 +273,19 @@ impl Out {
         self.used += len;
     }
 
+    /// Where the arena stands now (packets, bytes), for [`Out::rollback`].
+    #[inline]
+    pub(crate) fn mark(&self) -> (usize, usize) {
+        (self.slots.len(), self.used)
+    }
+
+    /// Forget the packets emitted since `mark`.
+    #[inline]
+    pub(crate) fn rollback(&mut self, mark: (usize, usize)) {
+        self.slots.truncate(mark.0);
+        self.used = mark.1.min(self.used);
+    }
+
     /// Take a fresh IPv4 Identification value.
     #[inline]
     pub(crate) fn take_ident(&mut self) -> u16 {

@@ -4,7 +4,7 @@
 //!
 //! Implements:
 //! - RFC 2473 §3.1 (encapsulation) and §3.3 (decapsulation): [`encap`],
-//!   [`encap_tunnel`], [`decap`]. Decapsulation is generic (§1): it accepts
+//!   [`encap_tunnel`] (and [`encap_tunnel_append`]), [`decap`]. Decapsulation is generic (§1): it accepts
 //!   IPv4 (Next Header 4) and IPv6 (Next Header 41) original packets.
 //! - RFC 2473 §4.1.1 and §5.1: the Tunnel Encapsulation Limit option (type 4,
 //!   length 1) in a Destination Options header padded with PadN; emitted
@@ -122,10 +122,19 @@ pub fn encap(
 /// may be sent are dropped with `TooBig`.
 pub fn encap_tunnel(inner_v4: &[u8], t: &Tunnel, mtu: Option<&MtuRule>, out: &mut Out) -> Verdict {
     out.clear();
+    encap_tunnel_append(inner_v4, t, mtu, out)
+}
+
+/// [`encap_tunnel`] without clearing `out` first: the tunnel packet(s) or
+/// the ICMPv4 error are appended after what `out` already holds (an engine
+/// that emits several packets for one input, e.g. a hairpinned packet and
+/// an error). On a drop, nothing is appended.
+pub fn encap_tunnel_append(inner_v4: &[u8], t: &Tunnel, mtu: Option<&MtuRule>, out: &mut Out) -> Verdict {
+    let mark = out.mark();
     match encap_inner(inner_v4, t, mtu, out) {
         Ok(()) => Verdict::Emit,
         Err(e) => {
-            out.clear();
+            out.rollback(mark);
             drop_verdict(e)
         }
     }
@@ -549,6 +558,24 @@ mod tests {
 
     fn rule(mtu: u16) -> MtuRule {
         MtuRule { mtu, icmp_src: ICMP_SRC, frag_ident: 0xdead_beef, fragment_df: false }
+    }
+
+    #[test]
+    fn append_keeps_what_was_there_and_rolls_back_on_drop() {
+        let mut out = Out::new();
+        out.push(PacketKind::IcmpError, &[0x45; 20]);
+        let inner = v4(100, false, 0);
+        assert_eq!(encap_tunnel_append(&inner, &tunnel(None), None, &mut out), Verdict::Emit);
+        assert_eq!(out.len(), 2);
+        assert_eq!(out.get(0).unwrap().1, &[0x45; 20]);
+        assert_eq!(decap(out.get(1).unwrap().1).unwrap().inner, &inner[..]);
+        let mut bad = inner.clone();
+        bad[10] ^= 1;
+        assert_eq!(
+            encap_tunnel_append(&bad, &tunnel(None), None, &mut out),
+            Verdict::Drop(DropReason::BadIpv4Checksum)
+        );
+        assert_eq!(out.len(), 2);
     }
 
     #[test]

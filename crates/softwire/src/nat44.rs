@@ -1,0 +1,613 @@
+//! NAT44 with the RFC 6888 carrier-grade NAT behaviour, keyed by the
+//! softwire: the DS-Lite AFTR's NAT (RFC 6333 §6.6: the subscriber is the
+//! B4's IPv6 address plus the inner IPv4 5-tuple, so overlapping private
+//! addresses of different B4s never collide) and the lwB4's NAPT into its
+//! port set (RFC 7596 §5.1).
+//!
+//! Reused from the NAT64 state plane (`nat64`): pool4 port allocation
+//! (RFC 6056 algorithm 3, paired pooling by subscriber — RFC 6888 REQ-2 /
+//! RFC 4787 REQ-2), the RFC 6146 TCP state machine (`nat64::tcp`, which
+//! is the RFC 5382 life cycle with the IPv6 side read as the inside) and
+//! the hashed timer wheel (`nat64::wheel`) with lazy expiry.
+//!
+//! Behaviour:
+//! - endpoint-independent mapping (RFC 4787 REQ-1, RFC 5382 REQ-1): one
+//!   external address and port per (B4, protocol, inside address, inside
+//!   port), whatever the destination;
+//! - endpoint-independent filtering (RFC 4787 REQ-8 option, RFC 6888 asks
+//!   for it to be possible): any external host may use a mapping;
+//! - a per-subscriber quota of external ports (RFC 6888 REQ-4,
+//!   `max-ports-per-subscriber`) and a table limit (`max-mappings`), both
+//!   counted when they refuse;
+//! - hairpinning (RFC 6888 REQ-9 via RFC 4787 REQ-9 / RFC 5382 REQ-8),
+//!   done by the engine with [`Nat44::inbound`] after [`Nat44::outbound`];
+//! - a TCP mapping is only created by a SYN from inside (RFC 5382 §5);
+//! - logging of every mapping's creation and deletion for abuse tracing
+//!   (RFC 6888 §4 REQ-12 asks to be able to log; RFC 6302), one line per
+//!   event, see [`log_line`].
+//!
+//! One mutex guards the tables (the standalone runner has one worker per
+//! function); `nat64` shards by subscriber for multi-queue use and the
+//! daemon integration will do the same here.
+
+use crate::portset::PsidMap;
+use crate::stats::Reason;
+use core::net::{Ipv4Addr, Ipv6Addr};
+use nat64::config::Protocol;
+use nat64::tcp::{self, Lifetime, Side, TcpState};
+use nat64::wheel::Wheel;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
+const NS: u64 = 1_000_000_000;
+
+/// The inside of a mapping: the softwire and the private transport address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Inside {
+    /// The B4's IPv6 address (the softwire).
+    pub sub: Ipv6Addr,
+    /// Protocol.
+    pub proto: Protocol,
+    /// Private source address.
+    pub addr: Ipv4Addr,
+    /// Private source port (ICMP query identifier).
+    pub port: u16,
+}
+
+/// The outside of a mapping: a pool transport address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Outside {
+    /// Protocol.
+    pub proto: Protocol,
+    /// Pool address.
+    pub addr: Ipv4Addr,
+    /// Pool port (ICMP query identifier).
+    pub port: u16,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Mapping {
+    out: Outside,
+    tcp: Option<TcpState>,
+    expires: u64,
+    created: u64,
+}
+
+/// Where external ports come from.
+pub trait Ports: Send + Sync + fmt::Debug {
+    /// A free external transport address for subscriber `sub`'s `port`
+    /// first sent towards `dst`.
+    fn alloc(&self, p: Protocol, sub: &Ipv6Addr, port: u16, dst: Ipv4Addr) -> Option<(Ipv4Addr, u16)>;
+    /// Give one back.
+    fn release(&self, p: Protocol, a: Ipv4Addr, port: u16);
+    /// True when `a` is one of ours.
+    fn contains(&self, a: Ipv4Addr) -> bool;
+    /// (ports, ports in use) for `p`.
+    fn usage(&self, p: Protocol) -> (u64, u64);
+}
+
+/// The CGN's pool: `nat64`'s pool4 with RFC 6056 algorithm 3.
+#[derive(Debug)]
+pub struct PoolPorts {
+    pool: nat64::pool::Pool,
+    probes: u32,
+}
+
+impl PoolPorts {
+    /// A pool of `entries` (address prefixes, port ranges, protocols);
+    /// the search for a free port stops after `probes` tries per address.
+    pub fn new(entries: Vec<nat64::Pool4Entry>, probes: u32) -> Self {
+        let cfg = nat64::Config { pool4: entries, ..nat64::Config::default() };
+        PoolPorts { pool: nat64::pool::Pool::new(&cfg), probes }
+    }
+}
+
+impl Ports for PoolPorts {
+    fn alloc(&self, p: Protocol, sub: &Ipv6Addr, port: u16, dst: Ipv4Addr) -> Option<(Ipv4Addr, u16)> {
+        self.pool.alloc(p, sub, port, dst, self.probes)
+    }
+    fn release(&self, p: Protocol, a: Ipv4Addr, port: u16) {
+        self.pool.release(p, a, port)
+    }
+    fn contains(&self, a: Ipv4Addr) -> bool {
+        self.pool.contains(a)
+    }
+    fn usage(&self, p: Protocol) -> (u64, u64) {
+        self.pool.usage(p)
+    }
+}
+
+/// The lwB4's ports: one address, the ports of one PSID (RFC 7597 §5.1).
+/// The inside port is kept when it is in the set (port preservation),
+/// else the search starts at a hashed position and walks the set.
+#[derive(Debug)]
+pub struct SetPorts {
+    addr: Ipv4Addr,
+    map: PsidMap,
+    psid: u16,
+    used: Mutex<[Vec<u64>; 3]>,
+    counts: [AtomicU64; 3],
+}
+
+impl SetPorts {
+    /// The port set of `psid` under `map` on `addr`.
+    pub fn new(addr: Ipv4Addr, map: PsidMap, psid: u16) -> Self {
+        let words = (map.set_size() as usize).div_ceil(64);
+        SetPorts {
+            addr,
+            map,
+            psid,
+            used: Mutex::new([vec![0; words], vec![0; words], vec![0; words]]),
+            counts: Default::default(),
+        }
+    }
+
+    /// Index of `port` within the set, if it is in it.
+    fn index(&self, port: u16) -> Option<u32> {
+        if !self.map.allowed(port, self.psid) {
+            return None;
+        }
+        if self.map.is_full() {
+            return Some(u32::from(port));
+        }
+        let m = 16 - self.map.offset() - self.map.len();
+        let a = if self.map.offset() == 0 { 0 } else { (u32::from(port) >> (16 - self.map.offset())) - 1 };
+        Some((a << m) | (u32::from(port) & ((1 << m) - 1)))
+    }
+}
+
+impl Ports for SetPorts {
+    fn alloc(&self, p: Protocol, _sub: &Ipv6Addr, port: u16, dst: Ipv4Addr) -> Option<(Ipv4Addr, u16)> {
+        let n = self.map.set_size();
+        let mut g = self.used.lock().unwrap_or_else(|e| e.into_inner());
+        let bits = &mut g[p.idx()];
+        let start = self
+            .index(port)
+            .unwrap_or_else(|| (u32::from(port) ^ u32::from(dst).rotate_left(7)).wrapping_mul(2_654_435_761) % n);
+        for k in 0..n {
+            let i = (start + k) % n;
+            let (w, b) = ((i / 64) as usize, 1u64 << (i % 64));
+            if bits[w] & b == 0 {
+                bits[w] |= b;
+                self.counts[p.idx()].fetch_add(1, Ordering::Relaxed);
+                return Some((self.addr, self.map.nth(self.psid, i)));
+            }
+        }
+        None
+    }
+    fn release(&self, p: Protocol, a: Ipv4Addr, port: u16) {
+        let Some(i) = self.index(port).filter(|_| a == self.addr) else { return };
+        let mut g = self.used.lock().unwrap_or_else(|e| e.into_inner());
+        let (w, b) = ((i / 64) as usize, 1u64 << (i % 64));
+        if g[p.idx()][w] & b != 0 {
+            g[p.idx()][w] &= !b;
+            self.counts[p.idx()].fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+    fn contains(&self, a: Ipv4Addr) -> bool {
+        a == self.addr
+    }
+    fn usage(&self, p: Protocol) -> (u64, u64) {
+        (u64::from(self.map.set_size()), self.counts[p.idx()].load(Ordering::Relaxed))
+    }
+}
+
+/// Limits and timers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Nat44Config {
+    /// Mappings at most (all subscribers).
+    pub max_mappings: usize,
+    /// External ports one subscriber may hold at most (RFC 6888 REQ-4).
+    pub max_ports_per_subscriber: u32,
+    /// UDP mapping lifetime (RFC 4787 REQ-5: at least 2 minutes; 5 by default).
+    pub udp_timeout_ns: u64,
+    /// ICMP query mapping lifetime (RFC 5508 REQ-1: 60 s).
+    pub icmp_timeout_ns: u64,
+    /// Established TCP lifetime (RFC 5382 REQ-5: 2 h 4 min).
+    pub tcp_est_timeout_ns: u64,
+    /// Transitory TCP lifetime (RFC 5382 REQ-5: 4 min).
+    pub tcp_trans_timeout_ns: u64,
+    /// Log every mapping created and deleted ([`log_line`]).
+    pub log_mappings: bool,
+}
+
+impl Default for Nat44Config {
+    fn default() -> Self {
+        Nat44Config {
+            max_mappings: 1 << 20,
+            max_ports_per_subscriber: 2048,
+            udp_timeout_ns: 300 * NS,
+            icmp_timeout_ns: 60 * NS,
+            tcp_est_timeout_ns: 7440 * NS,
+            tcp_trans_timeout_ns: 240 * NS,
+            log_mappings: true,
+        }
+    }
+}
+
+/// A mapping, for listings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MappingInfo {
+    /// Inside.
+    pub inside: Inside,
+    /// Outside.
+    pub outside: Outside,
+    /// TCP state.
+    pub tcp: Option<TcpState>,
+    /// Seconds until it expires (from `now` of the listing).
+    pub expires_in_s: u64,
+}
+
+#[derive(Debug)]
+struct Inner {
+    by_in: Map<Inside, Mapping>,
+    by_out: Map<Outside, Inside>,
+    per_sub: Map<Ipv6Addr, u32>,
+    wheel: Wheel<Inside>,
+}
+
+/// The NAT44. See the module documentation.
+#[derive(Debug)]
+pub struct Nat44 {
+    cfg: Nat44Config,
+    ports: Box<dyn Ports>,
+    inner: Mutex<Inner>,
+    /// Mappings created.
+    pub created: AtomicU64,
+    /// Mappings expired.
+    pub expired: AtomicU64,
+}
+
+fn proto_name(p: Protocol) -> &'static str {
+    match p {
+        Protocol::Tcp => "tcp",
+        Protocol::Udp => "udp",
+        Protocol::Icmp => "icmp",
+    }
+}
+
+/// The abuse-tracing log line of a mapping event, stable for parsers:
+///
+/// ```text
+/// nat44 map proto=tcp b4=2001:db8:1::2 inside=192.168.1.2:5000 outside=203.0.113.1:40001
+/// nat44 unmap proto=tcp b4=2001:db8:1::2 inside=192.168.1.2:5000 outside=203.0.113.1:40001 lifetime=125s
+/// ```
+///
+/// Logged at INFO with the tracing target `softwire::cgn` (the logger adds
+/// the wall-clock timestamp RFC 6302 asks for).
+pub fn log_line(event: &str, i: &Inside, o: &Outside, lifetime_s: Option<u64>) -> String {
+    let mut s = format!(
+        "nat44 {event} proto={} b4={} inside={}:{} outside={}:{}",
+        proto_name(i.proto),
+        i.sub,
+        i.addr,
+        i.port,
+        o.addr,
+        o.port
+    );
+    if let Some(l) = lifetime_s {
+        s.push_str(&format!(" lifetime={l}s"));
+    }
+    s
+}
+
+impl Nat44 {
+    /// A NAT with external ports from `ports`.
+    pub fn new(cfg: Nat44Config, ports: Box<dyn Ports>) -> Self {
+        Nat44 {
+            cfg,
+            ports,
+            inner: Mutex::new(Inner {
+                by_in: Map::default(),
+                by_out: Map::default(),
+                per_sub: Map::default(),
+                wheel: Wheel::new(4096, 100_000_000, 0),
+            }),
+            created: AtomicU64::new(0),
+            expired: AtomicU64::new(0),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// True when `a` is an external address of this NAT.
+    pub fn is_external(&self, a: Ipv4Addr) -> bool {
+        self.ports.contains(a)
+    }
+
+    /// (ports, ports in use) for `p`.
+    pub fn usage(&self, p: Protocol) -> (u64, u64) {
+        self.ports.usage(p)
+    }
+
+    /// Mappings held.
+    pub fn len(&self) -> usize {
+        self.lock().by_in.len()
+    }
+
+    /// True when no mapping is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Ports subscriber `sub` holds.
+    pub fn ports_of(&self, sub: &Ipv6Addr) -> u32 {
+        self.lock().per_sub.get(sub).copied().unwrap_or(0)
+    }
+
+    fn idle(&self, p: Protocol) -> u64 {
+        match p {
+            Protocol::Udp => self.cfg.udp_timeout_ns,
+            Protocol::Icmp => self.cfg.icmp_timeout_ns,
+            Protocol::Tcp => self.cfg.tcp_est_timeout_ns,
+        }
+    }
+
+    fn touch(&self, m: &mut Mapping, side: Side, flags: Option<u8>, now: u64) {
+        match (m.tcp, flags) {
+            (Some(st), Some(f)) => {
+                let (next, life) = tcp::step(st, side, f, false);
+                m.tcp = Some(next);
+                match life {
+                    Lifetime::Keep => {}
+                    Lifetime::Est => m.expires = now.saturating_add(self.cfg.tcp_est_timeout_ns),
+                    Lifetime::Trans => m.expires = now.saturating_add(self.cfg.tcp_trans_timeout_ns),
+                }
+            }
+            _ => m.expires = now.saturating_add(self.idle(m.out.proto)),
+        }
+    }
+
+    /// A packet from inside: the mapping of `k` (created when missing —
+    /// for TCP only by a SYN), refreshed. `flags` are the TCP flags.
+    pub fn outbound(&self, k: Inside, dst: Ipv4Addr, flags: Option<u8>, now: u64) -> Result<Outside, Reason> {
+        let mut g = self.lock();
+        if let Some(m) = g.by_in.get_mut(&k) {
+            self.touch(m, Side::V6, flags, now);
+            return Ok(m.out);
+        }
+        if k.proto == Protocol::Tcp && flags.is_some_and(|f| f & tcp::SYN == 0 || f & tcp::RST != 0) {
+            return Err(Reason::NoMapping);
+        }
+        let held = g.per_sub.get(&k.sub).copied().unwrap_or(0);
+        if held >= self.cfg.max_ports_per_subscriber {
+            return Err(Reason::QuotaExceeded);
+        }
+        if g.by_in.len() >= self.cfg.max_mappings {
+            return Err(Reason::TableFull);
+        }
+        let (a, port) = self.ports.alloc(k.proto, &k.sub, k.port, dst).ok_or(Reason::PoolExhausted)?;
+        let out = Outside { proto: k.proto, addr: a, port };
+        let (tcp, expires) = match k.proto {
+            // RFC 6146 §3.5.2.2 / RFC 5382: a SYN from inside starts V6 INIT, transitory lifetime.
+            Protocol::Tcp => (Some(TcpState::V6Init), now.saturating_add(self.cfg.tcp_trans_timeout_ns)),
+            p => (None, now.saturating_add(self.idle(p))),
+        };
+        g.by_in.insert(k, Mapping { out, tcp, expires, created: now });
+        g.by_out.insert(out, k);
+        *g.per_sub.entry(k.sub).or_insert(0) += 1;
+        g.wheel.insert(expires, k);
+        drop(g);
+        self.created.fetch_add(1, Ordering::Relaxed);
+        if self.cfg.log_mappings {
+            tracing::info!(target: "softwire::cgn", "{}", log_line("map", &k, &out, None));
+        }
+        Ok(out)
+    }
+
+    /// A packet from outside to `o`: the inside it maps to, refreshed
+    /// (endpoint-independent filtering: any remote host).
+    pub fn inbound(&self, o: Outside, flags: Option<u8>, now: u64) -> Result<Inside, Reason> {
+        let mut g = self.lock();
+        let k = *g.by_out.get(&o).ok_or(Reason::NoMapping)?;
+        if let Some(m) = g.by_in.get_mut(&k) {
+            self.touch(m, Side::V4, flags, now);
+        }
+        Ok(k)
+    }
+
+    /// The inside of `o`, without refreshing it (ICMP errors).
+    pub fn lookup_out(&self, o: &Outside) -> Option<Inside> {
+        self.lock().by_out.get(o).copied()
+    }
+
+    /// The outside of `k`, without refreshing it (ICMP errors).
+    pub fn lookup_in(&self, k: &Inside) -> Option<Outside> {
+        self.lock().by_in.get(k).map(|m| m.out)
+    }
+
+    /// Delete mappings whose lifetime ran out (established TCP first goes
+    /// to the transitory state, RFC 5382 / RFC 6146). Returns how many
+    /// were deleted.
+    pub fn expire(&self, now: u64) -> usize {
+        let mut g = self.lock();
+        let mut due = Vec::new();
+        g.wheel.advance(now, |_, k| due.push(k));
+        let mut gone = 0;
+        for k in due {
+            let Some(m) = g.by_in.get_mut(&k) else { continue };
+            if m.expires > now {
+                let e = m.expires;
+                g.wheel.insert(e, k);
+                continue;
+            }
+            if let Some(next) = m.tcp.and_then(tcp::on_timeout) {
+                m.tcp = Some(next);
+                m.expires = now.saturating_add(self.cfg.tcp_trans_timeout_ns);
+                let e = m.expires;
+                g.wheel.insert(e, k);
+                continue;
+            }
+            let m = *m;
+            g.by_in.remove(&k);
+            g.by_out.remove(&m.out);
+            if let Some(n) = g.per_sub.get_mut(&k.sub) {
+                *n -= 1;
+                if *n == 0 {
+                    g.per_sub.remove(&k.sub);
+                }
+            }
+            self.ports.release(k.proto, m.out.addr, m.out.port);
+            gone += 1;
+            if self.cfg.log_mappings {
+                let life = now.saturating_sub(m.created) / NS;
+                tracing::info!(target: "softwire::cgn", "{}", log_line("unmap", &k, &m.out, Some(life)));
+            }
+        }
+        self.expired.fetch_add(gone as u64, Ordering::Relaxed);
+        gone
+    }
+
+    /// Up to `limit` mappings (for `status`), optionally of one subscriber.
+    pub fn list(&self, sub: Option<&Ipv6Addr>, limit: usize, now: u64) -> Vec<MappingInfo> {
+        let g = self.lock();
+        g.by_in
+            .iter()
+            .filter(|(k, _)| sub.is_none_or(|s| *s == k.sub))
+            .take(limit)
+            .map(|(k, m)| MappingInfo {
+                inside: *k,
+                outside: m.out,
+                tcp: m.tcp,
+                expires_in_s: m.expires.saturating_sub(now) / NS,
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(prefix: &str, lo: u16, hi: u16) -> Box<dyn Ports> {
+        Box::new(PoolPorts::new(
+            vec![nat64::Pool4Entry {
+                prefix: prefix.parse().unwrap(),
+                ports: (lo, hi),
+                protocols: Protocol::ALL.to_vec(),
+            }],
+            1024,
+        ))
+    }
+
+    fn inside(sub: u8, addr: &str, port: u16, proto: Protocol) -> Inside {
+        Inside {
+            sub: Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, u16::from(sub)),
+            proto,
+            addr: addr.parse().unwrap(),
+            port,
+        }
+    }
+
+    const Y: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 1);
+    const Z: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 2);
+
+    #[test]
+    fn rfc4787_req1_endpoint_independent_mapping_and_filtering() {
+        let n =
+            Nat44::new(Nat44Config { log_mappings: false, ..Default::default() }, pool("203.0.113.1/32", 1024, 65535));
+        let k = inside(1, "192.168.1.2", 5000, Protocol::Udp);
+        let o1 = n.outbound(k, Y, None, 0).unwrap();
+        let o2 = n.outbound(k, Z, None, 1).unwrap();
+        assert_eq!(o1, o2, "same mapping whatever the destination");
+        // Any external host may send to it (EIF).
+        assert_eq!(n.inbound(o1, None, 2).unwrap(), k);
+        // Two B4s with the same private address get different mappings.
+        let k2 = inside(2, "192.168.1.2", 5000, Protocol::Udp);
+        let o3 = n.outbound(k2, Y, None, 3).unwrap();
+        assert_ne!(o1, o3);
+        assert_eq!(n.inbound(o3, None, 4).unwrap(), k2);
+        assert_eq!(n.len(), 2);
+        assert_eq!(n.inbound(Outside { port: o3.port ^ 1, ..o3 }, None, 5), Err(Reason::NoMapping));
+    }
+
+    #[test]
+    fn rfc6888_req4_port_quota_and_table_limit() {
+        let n = Nat44::new(
+            Nat44Config { max_ports_per_subscriber: 3, max_mappings: 5, log_mappings: false, ..Default::default() },
+            pool("203.0.113.1/32", 1024, 65535),
+        );
+        for p in 0..3 {
+            n.outbound(inside(1, "10.0.0.1", 1000 + p, Protocol::Udp), Y, None, 0).unwrap();
+        }
+        assert_eq!(n.outbound(inside(1, "10.0.0.1", 2000, Protocol::Udp), Y, None, 0), Err(Reason::QuotaExceeded));
+        assert_eq!(n.ports_of(&inside(1, "10.0.0.1", 0, Protocol::Udp).sub), 3);
+        // Another subscriber is not affected, until the table is full.
+        n.outbound(inside(2, "10.0.0.1", 1, Protocol::Udp), Y, None, 0).unwrap();
+        n.outbound(inside(2, "10.0.0.1", 2, Protocol::Udp), Y, None, 0).unwrap();
+        assert_eq!(n.outbound(inside(3, "10.0.0.1", 1, Protocol::Udp), Y, None, 0), Err(Reason::TableFull));
+    }
+
+    #[test]
+    fn pool_exhaustion_and_expiry_give_ports_back() {
+        let n =
+            Nat44::new(Nat44Config { log_mappings: false, ..Default::default() }, pool("203.0.113.1/32", 2000, 2001));
+        n.outbound(inside(1, "10.0.0.1", 1, Protocol::Udp), Y, None, 0).unwrap();
+        n.outbound(inside(1, "10.0.0.1", 2, Protocol::Udp), Y, None, 0).unwrap();
+        assert_eq!(n.outbound(inside(1, "10.0.0.1", 3, Protocol::Udp), Y, None, 0), Err(Reason::PoolExhausted));
+        // A refresh at 100 s keeps the first alive past 300 s.
+        n.outbound(inside(1, "10.0.0.1", 1, Protocol::Udp), Y, None, 100 * NS).unwrap();
+        assert_eq!(n.expire(301 * NS), 1);
+        assert_eq!(n.len(), 1);
+        n.outbound(inside(1, "10.0.0.1", 3, Protocol::Udp), Y, None, 302 * NS).unwrap();
+        assert_eq!(n.expire(1000 * NS), 2);
+        assert!(n.is_empty());
+        assert_eq!(n.usage(Protocol::Udp), (2, 0));
+        assert_eq!(n.expired.load(Ordering::Relaxed), 3);
+    }
+
+    #[test]
+    fn tcp_needs_syn_and_follows_the_state_machine() {
+        let n =
+            Nat44::new(Nat44Config { log_mappings: false, ..Default::default() }, pool("203.0.113.1/32", 1024, 65535));
+        let k = inside(1, "10.0.0.1", 40000, Protocol::Tcp);
+        assert_eq!(n.outbound(k, Y, Some(0x10), 0), Err(Reason::NoMapping), "no mapping from an ACK");
+        let o = n.outbound(k, Y, Some(tcp::SYN), 0).unwrap();
+        n.inbound(o, Some(tcp::SYN | 0x10), NS).unwrap();
+        let l = n.list(None, 10, NS);
+        assert_eq!(l[0].tcp, Some(TcpState::Established));
+        // Established survives the transitory timeout; then goes TRANS, then away.
+        assert_eq!(n.expire(300 * NS), 0);
+        assert_eq!(n.expire(7442 * NS), 0);
+        assert_eq!(n.list(None, 10, 7442 * NS)[0].tcp, Some(TcpState::Trans));
+        assert_eq!(n.expire(7442 * NS + 241 * NS), 1);
+    }
+
+    #[test]
+    fn port_set_allocation_stays_in_the_set() {
+        let map = PsidMap::new(6, 6).unwrap();
+        let s = SetPorts::new(Ipv4Addr::new(192, 0, 2, 1), map, 5);
+        let n = Nat44::new(Nat44Config { log_mappings: false, ..Default::default() }, Box::new(s));
+        let size = map.set_size();
+        let mut seen = std::collections::HashSet::new();
+        for i in 0..size {
+            let o = n.outbound(inside(1, "192.168.1.2", i as u16, Protocol::Udp), Y, None, 0).unwrap();
+            assert!(map.allowed(o.port, 5), "{}", o.port);
+            assert!(seen.insert(o.port));
+        }
+        assert_eq!(n.outbound(inside(1, "192.168.1.2", 60000, Protocol::Udp), Y, None, 0), Err(Reason::PoolExhausted));
+        // Port preservation when the inside port is in the set.
+        let s = SetPorts::new(Ipv4Addr::new(192, 0, 2, 1), map, 5);
+        let keep = map.nth(5, 77);
+        assert_eq!(s.alloc(Protocol::Tcp, &Ipv6Addr::LOCALHOST, keep, Y), Some((Ipv4Addr::new(192, 0, 2, 1), keep)));
+        s.release(Protocol::Tcp, Ipv4Addr::new(192, 0, 2, 1), keep);
+        assert_eq!(s.usage(Protocol::Tcp), (u64::from(size), 0));
+    }
+
+    #[test]
+    fn log_lines_are_stable() {
+        let k = inside(2, "192.168.1.2", 5000, Protocol::Tcp);
+        let o = Outside { proto: Protocol::Tcp, addr: Ipv4Addr::new(203, 0, 113, 1), port: 40001 };
+        assert_eq!(
+            log_line("map", &k, &o, None),
+            "nat44 map proto=tcp b4=2001:db8::2 inside=192.168.1.2:5000 outside=203.0.113.1:40001"
+        );
+        assert!(log_line("unmap", &k, &o, Some(125)).ends_with(" lifetime=125s"));
+    }
+}
