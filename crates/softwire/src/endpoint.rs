@@ -91,6 +91,9 @@ pub struct Received<'a> {
     pub remote: Ipv6Addr,
     /// The IPv4 packet (header checksum verified).
     pub inner: &'a [u8],
+    /// The whole tunnel packet (reassembled when it came in fragments),
+    /// for an ICMPv6 error about it.
+    pub outer: &'a [u8],
 }
 
 impl Endpoint {
@@ -170,7 +173,9 @@ impl Endpoint {
                 Fed::Done(full) => {
                     bump(&c.reassembled);
                     match ip4in6::decap(&full) {
-                        Ok(d) if d.family == Family::Ipv4 => engine(Received { remote: d.src, inner: d.inner }, out),
+                        Ok(d) if d.family == Family::Ipv4 => {
+                            engine(Received { remote: d.src, inner: d.inner, outer: &full }, out)
+                        }
                         Ok(_) => Action::Drop(Reason::NotTunnel),
                         Err(e) => Action::Drop(e.into()),
                     }
@@ -178,7 +183,9 @@ impl Endpoint {
             };
         }
         match ip4in6::decap(ip.as_bytes()) {
-            Ok(d) if d.family == Family::Ipv4 => engine(Received { remote: d.src, inner: d.inner }, out),
+            Ok(d) if d.family == Family::Ipv4 => {
+                engine(Received { remote: d.src, inner: d.inner, outer: ip.as_bytes() }, out)
+            }
             Ok(_) => Action::Drop(Reason::NotTunnel),
             Err(e) => Action::Drop(e.into()),
         }

@@ -19,9 +19,13 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations)]
 
+pub mod aftr;
+pub mod b4;
 pub mod binding;
 pub mod echo;
 pub mod endpoint;
+pub mod lease;
+pub mod lwaftr;
 pub mod nat44;
 pub mod pkt;
 pub mod portset;

@@ -140,6 +140,20 @@ pub fn flow(p: &Ipv4Packet<'_>) -> Result<Flow, Reason> {
     Ok(Flow { ends, kind })
 }
 
+/// RFC 1812 §4.3.2.7: may an ICMPv4 error be sent about `p`? Not about
+/// an ICMP error, a fragment other than the first, or a packet from a
+/// source that is not a unicast host or to a multicast/broadcast address.
+pub fn may_answer(p: &Ipv4Packet<'_>) -> bool {
+    let bad = |a: Ipv4Addr| {
+        let o = a.octets()[0];
+        o == 0 || o == 127 || o >= 224
+    };
+    if p.frag_offset() != 0 || bad(p.src()) || p.dst().octets()[0] >= 224 || p.dst().is_broadcast() {
+        return false;
+    }
+    !(p.protocol() == proto::ICMP && p.payload().first().is_some_and(|&t| icmp::is_error_v4(t)))
+}
+
 /// Which end of a packet to rewrite.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum End {
