@@ -79,6 +79,16 @@ enum Cmd {
     /// Status, Prometheus metrics, NAT64 sessions, BIB list/add/remove,
     /// reload. Run it in the daemon's network namespace.
     Ctl(gate::daemon::ctl::CtlArgs),
+    /// Run the softwires alone, in the foreground: the DS-Lite AFTR
+    /// ([dslite], RFC 6333, with an RFC 6888 NAT44), the lw4o6 lwAFTR
+    /// ([lw4o6], RFC 7596, bindings from a file, reloadable) with DSTM
+    /// address leases ([lw4o6.dstm]), and the B4 / lwB4 / DSTM client
+    /// ([b4]), each on its own TUN device.
+    ///
+    /// SIGHUP reloads the lwAFTR's bindings and DSTM settings (leases are
+    /// kept); SIGINT/SIGTERM stop and remove the devices. Needs root
+    /// (CAP_NET_ADMIN) and IP forwarding. See docs/softwire.md.
+    Softwire(softwire::cli::Args),
     /// Run the [trgw] media relay (IPv4/IPv6 RTP relay driven by the
     /// rtpengine ng and rtpproxy protocols) in the foreground until
     /// SIGINT/SIGTERM.
@@ -201,6 +211,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Ctl(a) => gate::daemon::ctl::run(&a)?,
         Cmd::Trgw(a) => run_trgw(&a)?,
         Cmd::Tunnel(a) => run_tunnel(&a)?,
+        Cmd::Softwire(a) => run_softwire(&a)?,
         Cmd::Config(ConfigCmd::Example) => print(gate::config::example().as_bytes())?,
         Cmd::Lab(a) => return lab::cli::run(&a),
         Cmd::Bench(BenchCmd::Xlat(a)) => {
@@ -308,6 +319,19 @@ fn run_daemon(a: &gate::daemon::RunArgs) -> anyhow::Result<()> {
         }
     });
     gate::daemon::run(a, &mut events, set_level)
+}
+
+/// `v6gate softwire`: the softwires alone until SIGINT/SIGTERM; SIGHUP reloads.
+fn run_softwire(a: &softwire::cli::Args) -> anyhow::Result<()> {
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+    let (stop, hup) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+    for s in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(s, stop.clone()).context("installing signal handlers")?;
+    }
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, hup.clone()).context("installing signal handlers")?;
+    let _ = init_logging("info");
+    softwire::cli::run(a, &stop, &hup)
 }
 
 /// `v6gate trgw`: the relay alone until SIGINT/SIGTERM.

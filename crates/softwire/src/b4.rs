@@ -24,10 +24,14 @@ use crate::pkt::{self, End, Kind};
 use crate::portset::PsidMap;
 use crate::stats::{bump, Action, Counters, Reason};
 use arc_swap::ArcSwap;
+use core::net::SocketAddrV6;
 use core::net::{Ipv4Addr, Ipv6Addr};
 use nat64::config::Protocol;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use xlat::checksum;
 use xlat::wire::ipv4::Ipv4Packet;
+use xlat::wire::ipv6::{self, Ipv6Header, Ipv6Packet};
+use xlat::wire::proto;
 use xlat::{Out, PacketKind};
 
 /// lwB4 NAPT parameters: the binding this lwB4 holds.
@@ -62,13 +66,24 @@ pub struct B4 {
     aftr: ArcSwap<Ipv6Addr>,
     nat: Option<Nat44>,
     c: Counters,
+    /// DSTM: the lease server, and the last answer from it.
+    lease_server: Mutex<Option<SocketAddrV6>>,
+    lease_reply: Mutex<Option<(crate::lease::Msg, u32)>>,
 }
 
 impl B4 {
     /// A B4.
     pub fn new(cfg: B4Config) -> Self {
         let nat = cfg.napt.map(|n| Nat44::new(cfg.nat, Box::new(SetPorts::new(n.ipv4, n.map, n.psid))));
-        B4 { ep: Endpoint::new(cfg.endpoint), aftr: ArcSwap::from_pointee(cfg.aftr), nat, c: Counters::default(), cfg }
+        B4 {
+            ep: Endpoint::new(cfg.endpoint),
+            aftr: ArcSwap::from_pointee(cfg.aftr),
+            nat,
+            c: Counters::default(),
+            lease_server: Mutex::new(None),
+            lease_reply: Mutex::new(None),
+            cfg,
+        }
     }
 
     /// The counters.
@@ -91,6 +106,66 @@ impl B4 {
         self.aftr.store(Arc::new(a));
     }
 
+    /// DSTM: talk to the lease server at `server` from our softwire
+    /// address (the B4 address is routed into the TUN device, not local, so
+    /// lease messages go through the engine: [`B4::lease_packet`] builds
+    /// them, [`B4::take_lease_reply`] returns the answers).
+    pub fn set_lease_server(&self, server: SocketAddrV6) {
+        *self.lease_server.lock().unwrap_or_else(|e| e.into_inner()) = Some(server);
+    }
+
+    /// An IPv6/UDP packet carrying lease message `msg` from our softwire
+    /// address to the lease server (to write into the TUN device).
+    pub fn lease_packet(&self, msg: &[u8]) -> Option<Vec<u8>> {
+        let server = (*self.lease_server.lock().unwrap_or_else(|e| e.into_inner()))?;
+        let src = self.cfg.endpoint.local;
+        let dst = *server.ip();
+        let ulen = 8 + msg.len();
+        let mut p = vec![0u8; ipv6::HEADER_LEN + ulen];
+        Ipv6Header {
+            traffic_class: 0,
+            flow_label: 0,
+            payload_len: ulen as u16,
+            next_header: proto::UDP,
+            hop_limit: 64,
+            src,
+            dst,
+        }
+        .emit(&mut p);
+        let u = &mut p[ipv6::HEADER_LEN..];
+        u[0..2].copy_from_slice(&server.port().to_be_bytes());
+        u[2..4].copy_from_slice(&server.port().to_be_bytes());
+        u[4..6].copy_from_slice(&(ulen as u16).to_be_bytes());
+        u[8..].copy_from_slice(msg);
+        let c = checksum::finish(checksum::pseudo_v6(&src, &dst, proto::UDP, ulen as u32) + checksum::sum(u));
+        u[6..8].copy_from_slice(&(if c == 0 { 0xffff } else { c }).to_be_bytes());
+        Some(p)
+    }
+
+    /// The last lease answer received, if any (taken).
+    pub fn take_lease_reply(&self) -> Option<(crate::lease::Msg, u32)> {
+        self.lease_reply.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    /// A lease answer from our lease server? (UDP from its address and
+    /// port to our softwire address.)
+    fn lease_answer(&self, pkt: &[u8]) -> bool {
+        let Some(server) = *self.lease_server.lock().unwrap_or_else(|e| e.into_inner()) else { return false };
+        let Ok(ip) = Ipv6Packet::new(pkt) else { return false };
+        if ip.next_header() != proto::UDP || ip.src() != *server.ip() || ip.dst() != self.cfg.endpoint.local {
+            return false;
+        }
+        let u = &ip.as_bytes()[ipv6::HEADER_LEN..];
+        if u.len() < 8 || u16::from_be_bytes([u[0], u[1]]) != server.port() {
+            return false;
+        }
+        let sum = checksum::pseudo_v6(&ip.src(), &ip.dst(), proto::UDP, u.len() as u32) + checksum::sum(u);
+        if let Some(m) = crate::lease::decode(&u[8..]).filter(|_| checksum::verifies(sum)) {
+            *self.lease_reply.lock().unwrap_or_else(|e| e.into_inner()) = Some(m);
+        }
+        true
+    }
+
     /// Expire NAPT mappings and reassembly state.
     pub fn expire(&self, now: u64) -> usize {
         self.ep.expire(now);
@@ -103,6 +178,9 @@ impl B4 {
         let a = match pkt.first().map(|b| b >> 4) {
             Some(6) => {
                 bump(&self.c.in6);
+                if self.lease_answer(pkt) {
+                    return Action::Emit;
+                }
                 self.ep.receive(pkt, now, out, &self.c, |r, out| self.from_aftr(r, now, out))
             }
             Some(4) => {

@@ -22,13 +22,17 @@
 pub mod aftr;
 pub mod b4;
 pub mod binding;
+pub mod cli;
+pub mod config;
 pub mod echo;
 pub mod endpoint;
+pub mod flat;
 pub mod lease;
 pub mod lwaftr;
 pub mod nat44;
 pub mod pkt;
 pub mod portset;
+pub mod run;
 pub mod stats;
 
 pub use stats::{Action, Counters, Reason, Snapshot};

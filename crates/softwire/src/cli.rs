@@ -1,0 +1,64 @@
+//! `v6gate softwire`: run the configured softwire functions alone, in the
+//! foreground (the daemon integration is phase 2).
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::{bail, Context as _, Result};
+
+use crate::config::SoftwireConfig;
+use crate::run::Softwires;
+
+/// Arguments of `v6gate softwire`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Configuration file (TOML) with [dslite], [lw4o6] (and
+    /// [lw4o6.dstm]) and/or [b4]; other tables are ignored.
+    #[arg(short, long, value_name = "FILE")]
+    pub config: PathBuf,
+    /// Write every function's counters and state as JSON to this file,
+    /// every 200 ms and at exit.
+    #[arg(long, value_name = "FILE")]
+    pub status_file: Option<PathBuf>,
+}
+
+fn write_status(path: &Option<PathBuf>, s: &Softwires) {
+    if let Some(p) = path {
+        let tmp = p.with_extension("tmp");
+        if std::fs::write(&tmp, s.status().to_string()).is_ok() {
+            let _ = std::fs::rename(&tmp, p);
+        }
+    }
+}
+
+/// Read and check the softwire tables of `path`.
+pub fn load(path: &std::path::Path) -> Result<SoftwireConfig> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let cfg = SoftwireConfig::parse(&text).map_err(|e| anyhow::anyhow!("config error in {}: {e}", path.display()))?;
+    if cfg.is_empty() {
+        bail!("{}: no [dslite], [lw4o6] or [b4] table", path.display());
+    }
+    Ok(cfg)
+}
+
+/// Run until `stop` is set (the binary sets it on SIGINT/SIGTERM);
+/// `reload` set (SIGHUP) reloads the lwAFTR's bindings and DSTM settings.
+/// The binary installs the logger and the signal handlers (DESIGN.md).
+pub fn run(a: &Args, stop: &AtomicBool, reload: &AtomicBool) -> Result<()> {
+    let cfg = load(&a.config)?;
+    let s = Softwires::start(&cfg, Some(a.config.clone()))?;
+    tracing::info!("running: {}", s.functions().join(", "));
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(100));
+        if reload.swap(false, Ordering::Relaxed) {
+            tracing::info!("SIGHUP: reloading");
+            s.reload();
+        }
+        write_status(&a.status_file, &s);
+    }
+    tracing::info!("stopping");
+    write_status(&a.status_file, &s);
+    s.stop();
+    Ok(())
+}

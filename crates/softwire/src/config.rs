@@ -1,0 +1,656 @@
+//! The `[dslite]`, `[lw4o6]` (with `[lw4o6.dstm]`) and `[b4]` tables.
+//!
+//! Each is optional; a file may hold any mix, and other tables (the
+//! daemon's, the tunnels') are ignored here. Keys are kebab-case;
+//! durations take the one syntax of every v6gate timeout
+//! ([`confval::duration`]); prefixes are [`xlat::addr`] text; `[dslite]
+//! pool4` is written like `[nat64] pool4`. [`SoftwireConfig::parse`]
+//! checks everything and names the key at fault.
+
+use crate::aftr::AftrConfig;
+use crate::b4::{B4Config, Napt};
+use crate::endpoint::EndpointConfig;
+use crate::lease::LeaseConfig;
+use crate::lwaftr::LwaftrConfig;
+use crate::nat44::Nat44Config;
+use crate::portset::PsidMap;
+use core::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use serde::Deserialize;
+use std::path::PathBuf;
+use std::time::Duration;
+use xlat::addr::{IpPrefix, Prefix4, Prefix6};
+
+/// A commented example of the tables (`v6gate config example` material
+/// and docs/softwire.md).
+pub const EXAMPLE_TOML: &str = r#"# [dslite]: the DS-Lite AFTR (RFC 6333). Softwires from B4s in b4-prefixes
+# end on aftr-address (routed into the TUN device); a carrier-grade NAT44
+# (RFC 6888) keyed by the softwire maps them onto pool4.
+[dslite]
+aftr-address = "2001:db8:ffff::1"
+b4-prefixes = ["2001:db8::/32"]
+pool4 = ["203.0.113.0/28"]          # as [nat64] pool4: "PREFIX" or { prefix, ports, protocols }
+# max-ports-per-subscriber = 2048  # RFC 6888 REQ-4 quota
+# max-mappings = 1048576
+# hairpinning = true
+# log-mappings = true               # "nat44 map ..." lines, target softwire::cgn
+# udp-timeout = "5m"
+# icmp-timeout = "60s"
+# tcp-est-timeout = "2h4m"
+# tcp-trans-timeout = "4m"
+# mtu = 1500                        # IPv6 path MTU towards the B4s
+# mtu-policy = "fragment"           # RFC 6333 5.3; "icmp": RFC 2473 7.2 (DF set: frag needed)
+# encap-limit = 4                   # RFC 2473 Tunnel Encapsulation Limit option (unset: none)
+# icmp-errors = true                # ICMPv6 1/5 to softwires from unknown prefixes
+# icmp-rate = 1000                  # originated ICMP errors per second
+# ipv4-address = "192.0.0.1"        # source of ICMPv4 errors (RFC 6333 5.7)
+# tun = "v6gate-aftr"
+
+# [lw4o6]: the lwAFTR (RFC 7596): no NAT, a binding table of
+# (lwB4 IPv6 address, IPv4 address, PSID) loaded from binding-file.
+# [lw4o6]
+# aftr-address = "2001:db8:ffff::2"
+# binding-file = "/etc/v6gate/lw4o6-bindings"  # "B4 IPV4 PSID PSID-LENGTH [OFFSET]" lines
+# ipv4-prefixes = ["192.0.2.0/24"]             # routed into the TUN device
+# psid-offset = 6
+# watch-binding-file = true          # reload the bindings when the file changes
+# hairpinning = true
+# icmpv4-errors = true               # 3/1 for IPv4 packets no lwB4 holds
+# icmpv6-errors = true               # 1/5 for softwire packets outside their binding
+# tun = "v6gate-lwaftr"
+#
+# [lw4o6.dstm]: DSTM, whole IPv4 addresses leased on demand (docs/softwire.md:
+# the lease protocol); the leases are whole-address bindings of the lwAFTR.
+# pool = ["192.0.2.128/25"]
+# listen = "[::]:4739"
+# lease-time = "1h"
+# lease-file = "/var/lib/v6gate/dstm-leases"
+# clients = ["2001:db8::/32"]
+# max-requests-per-second = 1000
+
+# [b4]: the client side, on a TUN device: "ds-lite" (B4), "lw4o6" (lwB4, NAPT
+# of the LAN into the binding's port set) or "dstm" (a host leasing an address).
+# [b4]
+# mode = "ds-lite"
+# address = "2001:db8:1::2"          # this B4's softwire end-point (routed into the TUN)
+# aftr = "2001:db8:ffff::1"
+# routes = ["0.0.0.0/0"]             # IPv4 routed into the softwire
+# ipv4-address = "192.0.2.1"         # lw4o6: the binding
+# psid = 5
+# psid-length = 6
+# psid-offset = 6
+# lease-server = "[2001:db8:ffff::2]:4739"   # dstm
+# host-address = "192.0.0.2"         # an IPv4 address for this host's own sockets (RFC 6333 5.7)
+# tun = "v6gate-b4"
+"#;
+
+/// Common tunnel knobs of a table.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct TunnelToml {
+    #[serde(default = "d_mtu")]
+    mtu: u16,
+    #[serde(default = "d_policy")]
+    mtu_policy: String,
+    encap_limit: Option<u8>,
+    #[serde(default = "d_hop")]
+    hop_limit: u8,
+    #[serde(default = "d_rate")]
+    icmp_rate: u32,
+    #[serde(default = "d_reasm", deserialize_with = "confval::duration::deserialize")]
+    reassembly_timeout: Duration,
+    #[serde(default = "d_sets")]
+    max_reassembly_sets: usize,
+    tun: Option<String>,
+    #[serde(default = "d_tun_mtu")]
+    tun_mtu: u32,
+}
+
+fn d_mtu() -> u16 {
+    1500
+}
+fn d_policy() -> String {
+    "fragment".into()
+}
+fn d_hop() -> u8 {
+    64
+}
+fn d_rate() -> u32 {
+    1000
+}
+fn d_reasm() -> Duration {
+    Duration::from_secs(2)
+}
+fn d_sets() -> usize {
+    1024
+}
+fn d_tun_mtu() -> u32 {
+    9000
+}
+fn d_true() -> bool {
+    true
+}
+fn d_offset() -> u8 {
+    crate::portset::DEFAULT_OFFSET
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct DsliteToml {
+    aftr_address: Ipv6Addr,
+    b4_prefixes: Vec<String>,
+    pool4: Vec<nat64::Pool4Entry>,
+    #[serde(default = "d_quota")]
+    max_ports_per_subscriber: u32,
+    #[serde(default = "d_maps")]
+    max_mappings: usize,
+    #[serde(default = "d_probes")]
+    max_port_probes: u32,
+    #[serde(default = "d_true")]
+    hairpinning: bool,
+    #[serde(default = "d_true")]
+    log_mappings: bool,
+    #[serde(default = "d_udp", deserialize_with = "confval::duration::deserialize")]
+    udp_timeout: Duration,
+    #[serde(default = "d_icmp", deserialize_with = "confval::duration::deserialize")]
+    icmp_timeout: Duration,
+    #[serde(default = "d_est", deserialize_with = "confval::duration::deserialize")]
+    tcp_est_timeout: Duration,
+    #[serde(default = "d_trans", deserialize_with = "confval::duration::deserialize")]
+    tcp_trans_timeout: Duration,
+    #[serde(default = "d_true")]
+    icmp_errors: bool,
+    #[serde(default = "d_aftr4")]
+    ipv4_address: Ipv4Addr,
+    #[serde(flatten)]
+    tunnel: TunnelToml,
+}
+
+fn d_quota() -> u32 {
+    2048
+}
+fn d_maps() -> usize {
+    1 << 20
+}
+fn d_probes() -> u32 {
+    1024
+}
+fn d_udp() -> Duration {
+    Duration::from_secs(300)
+}
+fn d_icmp() -> Duration {
+    Duration::from_secs(60)
+}
+fn d_est() -> Duration {
+    Duration::from_secs(7440)
+}
+fn d_trans() -> Duration {
+    Duration::from_secs(240)
+}
+fn d_aftr4() -> Ipv4Addr {
+    Ipv4Addr::new(192, 0, 0, 1)
+}
+fn d_b44() -> Ipv4Addr {
+    Ipv4Addr::new(192, 0, 0, 2)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct Lw4o6Toml {
+    aftr_address: Ipv6Addr,
+    binding_file: Option<PathBuf>,
+    #[serde(default)]
+    ipv4_prefixes: Vec<String>,
+    #[serde(default = "d_offset")]
+    psid_offset: u8,
+    #[serde(default = "d_true")]
+    watch_binding_file: bool,
+    #[serde(default = "d_true")]
+    hairpinning: bool,
+    #[serde(default = "d_true")]
+    icmpv4_errors: bool,
+    #[serde(default = "d_true")]
+    icmpv6_errors: bool,
+    #[serde(default = "d_aftr4")]
+    ipv4_address: Ipv4Addr,
+    dstm: Option<DstmToml>,
+    #[serde(flatten)]
+    tunnel: TunnelToml,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct DstmToml {
+    pool: Vec<String>,
+    #[serde(default = "d_listen")]
+    listen: SocketAddr,
+    #[serde(default = "d_lease", deserialize_with = "confval::duration::deserialize")]
+    lease_time: Duration,
+    lease_file: Option<PathBuf>,
+    #[serde(default)]
+    clients: Vec<String>,
+    #[serde(default = "d_rate")]
+    max_requests_per_second: u32,
+}
+
+fn d_listen() -> SocketAddr {
+    SocketAddr::from((Ipv6Addr::UNSPECIFIED, crate::lease::DEFAULT_PORT))
+}
+fn d_lease() -> Duration {
+    Duration::from_secs(3600)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct B4Toml {
+    mode: String,
+    address: Ipv6Addr,
+    aftr: Option<Ipv6Addr>,
+    #[serde(default = "d_routes")]
+    routes: Vec<String>,
+    ipv4_address: Option<Ipv4Addr>,
+    psid: Option<u16>,
+    psid_length: Option<u8>,
+    #[serde(default = "d_offset")]
+    psid_offset: u8,
+    #[serde(default = "d_true")]
+    nat: bool,
+    lease_server: Option<SocketAddr>,
+    host_address: Option<Ipv4Addr>,
+    #[serde(default = "d_b44")]
+    icmp_address: Ipv4Addr,
+    #[serde(flatten)]
+    tunnel: TunnelToml,
+}
+
+fn d_routes() -> Vec<String> {
+    vec!["0.0.0.0/0".into()]
+}
+
+#[derive(Debug, Deserialize)]
+struct FileToml {
+    dslite: Option<toml::Value>,
+    lw4o6: Option<toml::Value>,
+    b4: Option<toml::Value>,
+    #[serde(flatten)]
+    _rest: toml::Table,
+}
+
+/// The TUN device of one function.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TunTable {
+    /// Device name.
+    pub name: String,
+    /// Its MTU (large by default: the kernel fragments what leaves it).
+    pub mtu: u32,
+    /// Prefixes routed into it.
+    pub routes: Vec<IpPrefix>,
+    /// Addresses put on it.
+    pub addresses: Vec<(core::net::IpAddr, u8)>,
+}
+
+/// A checked `[dslite]`.
+#[derive(Debug, Clone)]
+pub struct DsliteTable {
+    /// The engine's configuration.
+    pub aftr: AftrConfig,
+    /// pool4.
+    pub pool4: Vec<nat64::Pool4Entry>,
+    /// Port probes per address.
+    pub max_port_probes: u32,
+    /// TUN device.
+    pub tun: TunTable,
+}
+
+/// A checked `[lw4o6.dstm]`.
+#[derive(Debug, Clone)]
+pub struct DstmTable {
+    /// The lease server's configuration.
+    pub lease: LeaseConfig,
+    /// UDP address it listens on.
+    pub listen: SocketAddr,
+}
+
+/// A checked `[lw4o6]`.
+#[derive(Debug, Clone)]
+pub struct Lw4o6Table {
+    /// The engine's configuration.
+    pub lwaftr: LwaftrConfig,
+    /// The binding file.
+    pub binding_file: Option<PathBuf>,
+    /// Default PSID offset of the file.
+    pub psid_offset: u8,
+    /// Watch the file and reload on change.
+    pub watch: bool,
+    /// DSTM.
+    pub dstm: Option<DstmTable>,
+    /// TUN device.
+    pub tun: TunTable,
+}
+
+/// `[b4] mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum B4Mode {
+    /// DS-Lite B4.
+    DsLite,
+    /// lwB4.
+    Lw4o6,
+    /// DSTM host.
+    Dstm,
+}
+
+/// A checked `[b4]`.
+#[derive(Debug, Clone)]
+pub struct B4Table {
+    /// Mode.
+    pub mode: B4Mode,
+    /// The engine's configuration (for DSTM, `aftr` is replaced by the lease's TEP).
+    pub b4: B4Config,
+    /// DSTM: the lease server.
+    pub lease_server: Option<SocketAddr>,
+    /// lw4o6 without `nat`: the binding's address goes on the device.
+    pub ipv4_address: Option<Ipv4Addr>,
+    /// TUN device.
+    pub tun: TunTable,
+}
+
+/// Every softwire table of a configuration file.
+#[derive(Debug, Clone, Default)]
+pub struct SoftwireConfig {
+    /// `[dslite]`.
+    pub dslite: Option<DsliteTable>,
+    /// `[lw4o6]`.
+    pub lw4o6: Option<Lw4o6Table>,
+    /// `[b4]`.
+    pub b4: Option<B4Table>,
+}
+
+fn err(table: &str, key: &str, msg: impl std::fmt::Display) -> String {
+    format!("[{table}] {key}: {msg}")
+}
+
+fn prefixes6(table: &str, key: &str, v: &[String]) -> Result<Vec<Prefix6>, String> {
+    v.iter().map(|s| s.parse::<Prefix6>().map_err(|e| err(table, key, format!("`{s}`: {e}")))).collect()
+}
+
+fn prefixes4(table: &str, key: &str, v: &[String]) -> Result<Vec<Prefix4>, String> {
+    v.iter().map(|s| s.parse::<Prefix4>().map_err(|e| err(table, key, format!("`{s}`: {e}")))).collect()
+}
+
+fn endpoint(table: &str, local: Ipv6Addr, icmp4: Ipv4Addr, t: &TunnelToml) -> Result<EndpointConfig, String> {
+    if t.mtu < 1280 {
+        return Err(err(table, "mtu", format!("{} is below the IPv6 minimum 1280", t.mtu)));
+    }
+    let fragment_df = match t.mtu_policy.as_str() {
+        "fragment" => true,
+        "icmp" => false,
+        o => return Err(err(table, "mtu-policy", format!("`{o}`: expected \"fragment\" or \"icmp\""))),
+    };
+    if local.is_unspecified() || local.is_multicast() || local.is_loopback() {
+        return Err(err(table, "address", format!("{local} cannot be a softwire end-point")));
+    }
+    Ok(EndpointConfig {
+        local,
+        hop_limit: t.hop_limit.max(1),
+        encap_limit: t.encap_limit,
+        mtu: t.mtu,
+        fragment_df,
+        icmp4_src: icmp4,
+        copy_tos: true,
+        reassembly_timeout_ns: t.reassembly_timeout.as_nanos().min(u128::from(u64::MAX)) as u64,
+        max_reassembly_sets: t.max_reassembly_sets,
+        max_reassembly_bytes: t.max_reassembly_sets.saturating_mul(8192),
+        icmp_rate: t.icmp_rate,
+    })
+}
+
+fn tun(
+    t: &TunnelToml,
+    default: &str,
+    routes: Vec<IpPrefix>,
+    addresses: Vec<(core::net::IpAddr, u8)>,
+) -> Result<TunTable, String> {
+    let name = t.tun.clone().unwrap_or_else(|| default.to_string());
+    if name.is_empty() || name.len() > 15 || name.contains('/') {
+        return Err(format!("tun: `{name}` is not a valid interface name (1 to 15 characters)"));
+    }
+    Ok(TunTable { name, mtu: t.tun_mtu.clamp(1280, 65535), routes, addresses })
+}
+
+fn ns(d: Duration) -> u64 {
+    d.as_nanos().min(u128::from(u64::MAX)) as u64
+}
+
+impl SoftwireConfig {
+    /// True when no table is present.
+    pub fn is_empty(&self) -> bool {
+        self.dslite.is_none() && self.lw4o6.is_none() && self.b4.is_none()
+    }
+
+    /// The function names present, for logs.
+    pub fn functions(&self) -> Vec<&'static str> {
+        let mut v = Vec::new();
+        if self.dslite.is_some() {
+            v.push("dslite");
+        }
+        if let Some(l) = &self.lw4o6 {
+            v.push(if l.dstm.is_some() { "lw4o6+dstm" } else { "lw4o6" });
+        }
+        if self.b4.is_some() {
+            v.push("b4");
+        }
+        v
+    }
+
+    /// Parse and check the softwire tables of a TOML file.
+    pub fn parse(text: &str) -> Result<SoftwireConfig, String> {
+        let f: FileToml = toml::from_str(text).map_err(|e| e.to_string().trim().replace('\n', " "))?;
+        let mut cfg = SoftwireConfig::default();
+        if let Some(v) = f.dslite {
+            let t: DsliteToml = v.try_into().map_err(|e: toml::de::Error| format!("[dslite] {}", e.message()))?;
+            cfg.dslite = Some(dslite(t)?);
+        }
+        if let Some(v) = f.lw4o6 {
+            let t: Lw4o6Toml = v.try_into().map_err(|e: toml::de::Error| format!("[lw4o6] {}", e.message()))?;
+            cfg.lw4o6 = Some(lw4o6(t)?);
+        }
+        if let Some(v) = f.b4 {
+            let t: B4Toml = v.try_into().map_err(|e: toml::de::Error| format!("[b4] {}", e.message()))?;
+            cfg.b4 = Some(b4(t)?);
+        }
+        Ok(cfg)
+    }
+}
+
+fn dslite(t: DsliteToml) -> Result<DsliteTable, String> {
+    let b4_prefixes = prefixes6("dslite", "b4-prefixes", &t.b4_prefixes)?;
+    if b4_prefixes.is_empty() {
+        return Err(err("dslite", "b4-prefixes", "at least one prefix"));
+    }
+    if t.pool4.is_empty() {
+        return Err(err("dslite", "pool4", "at least one entry"));
+    }
+    if t.max_ports_per_subscriber == 0 {
+        return Err(err("dslite", "max-ports-per-subscriber", "must be at least 1"));
+    }
+    if t.udp_timeout < Duration::from_secs(120) {
+        return Err(err("dslite", "udp-timeout", "RFC 4787 REQ-5: at least 2 minutes"));
+    }
+    let endpoint = endpoint("dslite", t.aftr_address, t.ipv4_address, &t.tunnel)?;
+    let mut routes: Vec<IpPrefix> = t.pool4.iter().map(|e| IpPrefix::V4(e.prefix)).collect();
+    routes.push(IpPrefix::V6(Prefix6::new(t.aftr_address, 128).map_err(|e| err("dslite", "aftr-address", e))?));
+    Ok(DsliteTable {
+        aftr: AftrConfig {
+            endpoint,
+            b4_prefixes,
+            nat: Nat44Config {
+                max_mappings: t.max_mappings,
+                max_ports_per_subscriber: t.max_ports_per_subscriber,
+                udp_timeout_ns: ns(t.udp_timeout),
+                icmp_timeout_ns: ns(t.icmp_timeout),
+                tcp_est_timeout_ns: ns(t.tcp_est_timeout),
+                tcp_trans_timeout_ns: ns(t.tcp_trans_timeout),
+                log_mappings: t.log_mappings,
+            },
+            hairpinning: t.hairpinning,
+            icmpv6_errors: t.icmp_errors,
+        },
+        pool4: t.pool4,
+        max_port_probes: t.max_port_probes.max(1),
+        tun: tun(&t.tunnel, "v6gate-aftr", routes, vec![])?,
+    })
+}
+
+fn lw4o6(t: Lw4o6Toml) -> Result<Lw4o6Table, String> {
+    if t.psid_offset > 16 {
+        return Err(err("lw4o6", "psid-offset", "at most 16"));
+    }
+    let v4 = prefixes4("lw4o6", "ipv4-prefixes", &t.ipv4_prefixes)?;
+    let endpoint = endpoint("lw4o6", t.aftr_address, t.ipv4_address, &t.tunnel)?;
+    let mut routes: Vec<IpPrefix> = v4.into_iter().map(IpPrefix::V4).collect();
+    routes.push(IpPrefix::V6(Prefix6::new(t.aftr_address, 128).map_err(|e| err("lw4o6", "aftr-address", e))?));
+    let dstm = match t.dstm {
+        None => None,
+        Some(d) => {
+            let pool = prefixes4("lw4o6.dstm", "pool", &d.pool)?;
+            if pool.is_empty() {
+                return Err(err("lw4o6.dstm", "pool", "at least one prefix"));
+            }
+            if d.lease_time < Duration::from_secs(10) {
+                return Err(err("lw4o6.dstm", "lease-time", "at least 10 seconds"));
+            }
+            routes.extend(pool.iter().map(|p| IpPrefix::V4(*p)));
+            Some(DstmTable {
+                lease: LeaseConfig {
+                    pool,
+                    clients: prefixes6("lw4o6.dstm", "clients", &d.clients)?,
+                    lease_secs: d.lease_time.as_secs().min(u64::from(u32::MAX)) as u32,
+                    tep: t.aftr_address,
+                    file: d.lease_file,
+                    max_requests_per_sec: d.max_requests_per_second,
+                },
+                listen: d.listen,
+            })
+        }
+    };
+    if t.binding_file.is_none() && dstm.is_none() {
+        return Err(err("lw4o6", "binding-file", "needed (or a [lw4o6.dstm] table)"));
+    }
+    Ok(Lw4o6Table {
+        lwaftr: LwaftrConfig {
+            endpoint,
+            hairpinning: t.hairpinning,
+            icmpv4_errors: t.icmpv4_errors,
+            icmpv6_errors: t.icmpv6_errors,
+        },
+        binding_file: t.binding_file,
+        psid_offset: t.psid_offset,
+        watch: t.watch_binding_file,
+        dstm,
+        tun: tun(&t.tunnel, "v6gate-lwaftr", routes, vec![])?,
+    })
+}
+
+fn b4(t: B4Toml) -> Result<B4Table, String> {
+    let mode = match t.mode.as_str() {
+        "ds-lite" => B4Mode::DsLite,
+        "lw4o6" => B4Mode::Lw4o6,
+        "dstm" => B4Mode::Dstm,
+        o => return Err(err("b4", "mode", format!("`{o}`: expected \"ds-lite\", \"lw4o6\" or \"dstm\""))),
+    };
+    let endpoint = endpoint("b4", t.address, t.icmp_address, &t.tunnel)?;
+    let mut routes: Vec<IpPrefix> = Vec::new();
+    for r in &t.routes {
+        routes.push(IpPrefix::V4(r.parse().map_err(|e| err("b4", "routes", format!("`{r}`: {e}")))?));
+    }
+    routes.push(IpPrefix::V6(Prefix6::new(t.address, 128).map_err(|e| err("b4", "address", e))?));
+    let aftr = match (mode, t.aftr) {
+        (B4Mode::Dstm, a) => a.unwrap_or(Ipv6Addr::UNSPECIFIED),
+        (_, Some(a)) => a,
+        (_, None) => return Err(err("b4", "aftr", "needed in this mode")),
+    };
+    let mut addresses = Vec::new();
+    if let Some(h) = t.host_address {
+        addresses.push((core::net::IpAddr::V4(h), 32));
+    }
+    let mut napt = None;
+    let mut ipv4_address = None;
+    if mode == B4Mode::Lw4o6 {
+        let ipv4 = t.ipv4_address.ok_or_else(|| err("b4", "ipv4-address", "needed for lw4o6"))?;
+        let len = t.psid_length.ok_or_else(|| err("b4", "psid-length", "needed for lw4o6"))?;
+        let map = PsidMap::new(t.psid_offset, len).map_err(|e| err("b4", "psid-length", e))?;
+        let psid = t.psid.unwrap_or(0);
+        if u32::from(psid) >= map.psids() {
+            return Err(err("b4", "psid", format!("{psid} does not fit psid-length {len}")));
+        }
+        if t.nat {
+            napt = Some(Napt { ipv4, map, psid });
+        } else {
+            addresses.push((core::net::IpAddr::V4(ipv4), 32));
+            ipv4_address = Some(ipv4);
+        }
+    }
+    if mode == B4Mode::Dstm && t.lease_server.is_none() {
+        return Err(err("b4", "lease-server", "needed for dstm"));
+    }
+    Ok(B4Table {
+        mode,
+        b4: B4Config { endpoint, aftr, napt, nat: Nat44Config { log_mappings: false, ..Nat44Config::default() } },
+        lease_server: t.lease_server,
+        ipv4_address,
+        tun: tun(&t.tunnel, "v6gate-b4", routes, addresses)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn example_parses() {
+        let text = EXAMPLE_TOML.replace("# [lw4o6]\n# aftr", "[lw4o6]\naftr").replace("# binding-file", "binding-file");
+        let c = SoftwireConfig::parse(&text).unwrap();
+        let d = c.dslite.unwrap();
+        assert_eq!(d.aftr.nat.max_ports_per_subscriber, 2048);
+        assert!(d.aftr.endpoint.fragment_df);
+        assert_eq!(d.tun.routes.len(), 2);
+        assert!(c.lw4o6.is_some());
+        assert!(SoftwireConfig::parse("[nat64]\npool6 = \"64:ff9b::/96\"\n").unwrap().is_empty());
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        for (text, want) in [
+            ("[dslite]\naftr-address = \"2001:db8::1\"\nb4-prefixes = []\npool4 = [\"192.0.2.0/24\"]\n", "[dslite] b4-prefixes"),
+            ("[dslite]\naftr-address = \"2001:db8::1\"\nb4-prefixes = [\"2001:db8::/32\"]\npool4 = [\"192.0.2.0/24\"]\nmtu = 1000\n", "[dslite] mtu"),
+            ("[dslite]\naftr-address = \"2001:db8::1\"\nb4-prefixes = [\"2001:db8::/32\"]\npool4 = [\"192.0.2.0/24\"]\nbogus = 1\n", "bogus"),
+            ("[dslite]\naftr-address = \"2001:db8::1\"\nb4-prefixes = [\"2001:db8::/32\"]\npool4 = [\"192.0.2.0/24\"]\nudp-timeout = \"30s\"\n", "udp-timeout"),
+            ("[dslite]\naftr-address = \"2001:db8::1\"\nb4-prefixes = [\"2001:db8::/32\"]\npool4 = [\"192.0.2.0/24\"]\nmtu-policy = \"x\"\n", "mtu-policy"),
+            ("[lw4o6]\naftr-address = \"2001:db8::1\"\n", "[lw4o6] binding-file"),
+            ("[b4]\nmode = \"lw4o6\"\naddress = \"2001:db8::2\"\naftr = \"2001:db8::1\"\n", "[b4] ipv4-address"),
+            ("[b4]\nmode = \"lw4o6\"\naddress = \"2001:db8::2\"\naftr = \"2001:db8::1\"\nipv4-address = \"192.0.2.1\"\npsid-length = 6\npsid = 64\n", "[b4] psid"),
+            ("[b4]\nmode = \"x\"\naddress = \"2001:db8::2\"\n", "[b4] mode"),
+            ("[b4]\nmode = \"dstm\"\naddress = \"2001:db8::2\"\n", "lease-server"),
+            ("[b4]\nmode = \"ds-lite\"\naddress = \"::\"\naftr = \"2001:db8::1\"\n", "[b4] address"),
+            ("[b4]\nmode = \"ds-lite\"\naddress = \"2001:db8::2\"\naftr = \"2001:db8::1\"\ntun = \"much-too-long-a-name\"\n", "tun"),
+        ] {
+            let e = SoftwireConfig::parse(text).unwrap_err();
+            assert!(e.contains(want), "{text}\n=> {e}");
+        }
+    }
+
+    #[test]
+    fn b4_modes() {
+        let c = SoftwireConfig::parse(
+            "[b4]\nmode = \"lw4o6\"\naddress = \"2001:db8::2\"\naftr = \"2001:db8::1\"\nipv4-address = \"192.0.2.1\"\npsid = 5\npsid-length = 6\n",
+        )
+        .unwrap();
+        let b = c.b4.unwrap();
+        assert_eq!(b.b4.napt.unwrap().psid, 5);
+        assert_eq!(b.tun.routes[0].to_string(), "0.0.0.0/0");
+        let c = SoftwireConfig::parse(
+            "[b4]\nmode = \"dstm\"\naddress = \"2001:db8::2\"\nlease-server = \"[2001:db8::1]:4739\"\nroutes = [\"198.51.100.0/24\"]\n",
+        )
+        .unwrap();
+        assert_eq!(c.b4.unwrap().mode, B4Mode::Dstm);
+    }
+}

@@ -1,0 +1,488 @@
+//! Runners: each configured function on its own thread, over its own TUN
+//! device (`netsys`, shared with the daemon and the 6to4/Teredo runners):
+//! the device gets the function's end-point address and IPv4 prefixes
+//! routed into it, every packet read from it goes through the engine, and
+//! everything the engine emits is written back for the kernel to route.
+//! The kernel must forward (`net.ipv4.ip_forward`, `net.ipv6.conf.all.
+//! forwarding`): packets written into a TUN device are received from it.
+//!
+//! The lwAFTR thread also serves DSTM leases on a UDP socket and watches
+//! the binding file; the B4 thread in DSTM mode leases its address
+//! through the engine and puts it on the device.
+//!
+//! [`Softwires::start`] is the standalone entry point (`v6gate softwire`);
+//! the daemon integration (phase 2) will hand packets to the same engines
+//! from its TUN workers instead.
+
+use crate::aftr::Aftr;
+use crate::b4::B4;
+use crate::binding::BindingTable;
+use crate::config::{B4Mode, B4Table, DsliteTable, Lw4o6Table, SoftwireConfig, TunTable};
+use crate::lease::{self, LeaseServer, Msg};
+use crate::lwaftr::Lwaftr;
+use crate::nat44::PoolPorts;
+use crate::stats::Action;
+use anyhow::{Context as _, Result};
+use core::net::{IpAddr, Ipv4Addr, SocketAddr};
+use netsys::netlink::Netlink;
+use netsys::tun::{self, TunQueue};
+use netsys::IfAddr;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use serde_json::{json, Value};
+use std::net::UdpSocket;
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use xlat::Out;
+
+/// A TUN device with its addresses and routes.
+#[derive(Debug)]
+pub struct Device {
+    /// The queue.
+    pub queue: TunQueue,
+    /// Interface index.
+    pub index: u32,
+    /// Name.
+    pub name: String,
+}
+
+impl Device {
+    /// Create `t.name`, bring it up, add `t.addresses` and `t.routes`.
+    pub fn open(t: &TunTable) -> Result<Device> {
+        let mut q = tun::open_queues(&t.name, 1, true).with_context(|| format!("creating TUN device {}", t.name))?;
+        let queue = q.pop().context("no TUN queue")?;
+        let index = tun::if_index(&t.name).with_context(|| format!("TUN device {} vanished", t.name))?;
+        let mut nl = Netlink::open().context("opening route netlink")?;
+        nl.link_up(index, t.mtu, 1000).with_context(|| format!("bringing {} up", t.name))?;
+        for &(addr, len) in &t.addresses {
+            nl.add_address(index, IfAddr { addr, len })
+                .with_context(|| format!("adding {addr}/{len} to {}", t.name))?;
+        }
+        for r in &t.routes {
+            nl.add_route(index, *r).with_context(|| format!("routing {r} into {}", t.name))?;
+        }
+        Ok(Device { queue, index, name: t.name.clone() })
+    }
+
+    /// Put `a` on the device (a DSTM lease), removing `old`.
+    pub fn set_address(&self, old: Option<Ipv4Addr>, new: Option<Ipv4Addr>) -> Result<()> {
+        let mut nl = Netlink::open()?;
+        if let Some(o) = old {
+            let _ = nl.del_address(self.index, IfAddr { addr: IpAddr::V4(o), len: 32 });
+        }
+        if let Some(n) = new {
+            nl.add_address(self.index, IfAddr { addr: IpAddr::V4(n), len: 32 })
+                .with_context(|| format!("adding {n} to {}", self.name))?;
+        }
+        Ok(())
+    }
+}
+
+/// Wait until one of `fds` is readable or `timeout_ms` passes.
+fn wait(fds: &[&dyn AsFd], timeout_ms: u16, ready: &mut [bool]) -> std::io::Result<()> {
+    let mut p: Vec<PollFd<'_>> = fds.iter().map(|f| PollFd::new(f.as_fd(), PollFlags::POLLIN)).collect();
+    ready.iter_mut().for_each(|r| *r = false);
+    match poll(&mut p, PollTimeout::from(timeout_ms)) {
+        Ok(_) => {}
+        Err(nix::errno::Errno::EINTR) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    }
+    for (i, pf) in p.iter().enumerate() {
+        if let (Some(r), Some(ev)) = (ready.get_mut(i), pf.revents()) {
+            *r = ev.intersects(PollFlags::POLLIN | PollFlags::POLLERR | PollFlags::POLLHUP);
+        }
+    }
+    Ok(())
+}
+
+/// One running function's shared state.
+#[derive(Debug, Default)]
+struct Shared {
+    status: Mutex<Value>,
+    reload: AtomicBool,
+    errors: AtomicU64,
+}
+
+/// The running functions.
+#[derive(Debug)]
+pub struct Softwires {
+    stop: Arc<AtomicBool>,
+    threads: Vec<(String, JoinHandle<()>)>,
+    shared: Vec<(String, Arc<Shared>)>,
+    config_path: Option<std::path::PathBuf>,
+}
+
+fn now_unix_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Read everything the device has, through `f`, writing what it emits.
+/// Returns the number of packets read.
+fn pump(
+    dev: &Device,
+    buf: &mut [u8],
+    out: &mut Out,
+    shared: &Shared,
+    mut f: impl FnMut(&[u8], &mut Out) -> Action,
+) -> usize {
+    let mut n = 0;
+    while n < 256 {
+        match dev.queue.recv(buf) {
+            Ok(Some(len)) => {
+                n += 1;
+                let _ = f(&buf[..len], out);
+                for (_, p) in out.iter() {
+                    if dev.queue.send(p).is_err() {
+                        shared.errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            Ok(None) => break,
+            Err(_) => {
+                shared.errors.fetch_add(1, Ordering::Relaxed);
+                break;
+            }
+        }
+    }
+    n
+}
+
+impl Softwires {
+    /// Open the devices and start a thread per function. `config_path` is
+    /// re-read on [`Softwires::reload`].
+    pub fn start(cfg: &SoftwireConfig, config_path: Option<std::path::PathBuf>) -> Result<Softwires> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut s = Softwires { stop: stop.clone(), threads: Vec::new(), shared: Vec::new(), config_path };
+        if let Some(t) = &cfg.dslite {
+            s.spawn_dslite(t.clone())?;
+        }
+        if let Some(t) = &cfg.lw4o6 {
+            s.spawn_lw4o6(t.clone())?;
+        }
+        if let Some(t) = &cfg.b4 {
+            s.spawn_b4(t.clone())?;
+        }
+        Ok(s)
+    }
+
+    fn add(&mut self, name: &str, shared: Arc<Shared>, h: JoinHandle<()>) {
+        self.shared.push((name.to_string(), shared));
+        self.threads.push((name.to_string(), h));
+    }
+
+    /// Names of the running functions.
+    pub fn functions(&self) -> Vec<String> {
+        self.shared.iter().map(|(n, _)| n.clone()).collect()
+    }
+
+    /// Every function's counters and state as JSON.
+    pub fn status(&self) -> Value {
+        let mut m = serde_json::Map::new();
+        for (n, s) in &self.shared {
+            let mut v = s.status.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            if let Value::Object(o) = &mut v {
+                o.insert("io_errors".into(), json!(s.errors.load(Ordering::Relaxed)));
+            }
+            m.insert(n.clone(), v);
+        }
+        Value::Object(m)
+    }
+
+    /// Ask every function to reload: the lwAFTR re-reads its binding file
+    /// and its `[lw4o6.dstm]` settings (leases are kept).
+    pub fn reload(&self) {
+        for (_, s) in &self.shared {
+            s.reload.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Stop every thread and remove the devices.
+    pub fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for (_, h) in self.threads {
+            let _ = h.join();
+        }
+    }
+
+    fn spawn_dslite(&mut self, t: DsliteTable) -> Result<()> {
+        let dev = Device::open(&t.tun)?;
+        let aftr = Aftr::new(t.aftr.clone(), Box::new(PoolPorts::new(t.pool4.clone(), t.max_port_probes)));
+        let shared = Arc::new(Shared::default());
+        let (stop, sh) = (self.stop.clone(), shared.clone());
+        let h = std::thread::Builder::new().name("sw-dslite".into()).spawn(move || {
+            let start = Instant::now();
+            let mut buf = vec![0u8; 65536];
+            let mut out = Out::new();
+            let mut ready = [false];
+            let mut last = Instant::now();
+            while !stop.load(Ordering::Relaxed) {
+                let _ = wait(&[&dev.queue], 50, &mut ready);
+                let now = start.elapsed().as_nanos() as u64;
+                pump(&dev, &mut buf, &mut out, &sh, |p, o| aftr.process(p, now, o));
+                if last.elapsed() >= Duration::from_millis(200) {
+                    last = Instant::now();
+                    aftr.expire(now);
+                    let n = aftr.nat();
+                    let usage: Vec<Value> = nat64::Protocol::ALL
+                        .iter()
+                        .map(|p| {
+                            let (total, used) = n.usage(*p);
+                            json!({"proto": format!("{p:?}").to_lowercase(), "ports": total, "used": used})
+                        })
+                        .collect();
+                    *sh.status.lock().unwrap_or_else(|e| e.into_inner()) = json!({
+                        "device": dev.name,
+                        "counters": aftr.counters().snapshot(),
+                        "mappings": n.len(),
+                        "mappings_created": n.created.load(Ordering::Relaxed),
+                        "mappings_expired": n.expired.load(Ordering::Relaxed),
+                        "pool4": usage,
+                    });
+                }
+            }
+        })?;
+        self.add("dslite", shared, h);
+        Ok(())
+    }
+
+    fn spawn_lw4o6(&mut self, t: Lw4o6Table) -> Result<()> {
+        let table = match &t.binding_file {
+            Some(f) => {
+                BindingTable::load(f, t.psid_offset).map_err(|e| anyhow::anyhow!("[lw4o6] binding-file: {e}"))?
+            }
+            None => BindingTable::new(),
+        };
+        let mut leases = match &t.dstm {
+            Some(d) => {
+                let mut s = LeaseServer::new(d.lease.clone());
+                let (kept, skipped) =
+                    s.load(now_unix_ms() / 1000).with_context(|| "[lw4o6.dstm] lease-file: reading the leases")?;
+                tracing::info!(kept, skipped, "DSTM leases restored");
+                let sock = UdpSocket::bind(d.listen).with_context(|| format!("[lw4o6.dstm] listen {}", d.listen))?;
+                sock.set_nonblocking(true)?;
+                Some((s, sock))
+            }
+            None => None,
+        };
+        let dev = Device::open(&t.tun)?;
+        let lw = Lwaftr::new(t.lwaftr, table);
+        if let Some((s, _)) = &leases {
+            lw.set_leases(s.table());
+        }
+        let shared = Arc::new(Shared::default());
+        let (stop, sh, path) = (self.stop.clone(), shared.clone(), self.config_path.clone());
+        let mut t = t;
+        let h = std::thread::Builder::new().name("sw-lw4o6".into()).spawn(move || {
+            let start = Instant::now();
+            let mut buf = vec![0u8; 65536];
+            let mut out = Out::new();
+            let mut ready = [false, false];
+            let mut last = Instant::now();
+            let mtime = |t: &Lw4o6Table| {
+                t.binding_file.as_ref().and_then(|f| std::fs::metadata(f).ok()).and_then(|m| m.modified().ok())
+            };
+            let mut seen = mtime(&t);
+            let (mut reloads, mut reload_errors) = (0u64, 0u64);
+            let mut last_error = String::new();
+            while !stop.load(Ordering::Relaxed) {
+                match &leases {
+                    Some((_, sock)) => {
+                        let _ = wait(&[&dev.queue, sock], 50, &mut ready);
+                    }
+                    None => {
+                        let _ = wait(&[&dev.queue], 50, &mut ready[..1]);
+                    }
+                }
+                let now = start.elapsed().as_nanos() as u64;
+                pump(&dev, &mut buf, &mut out, &sh, |p, o| lw.process(p, now, o));
+                if let Some((srv, sock)) = &mut leases {
+                    let mut changed = false;
+                    let mut mbuf = [0u8; 512];
+                    while let Ok((n, from)) = sock.recv_from(&mut mbuf) {
+                        let SocketAddr::V6(from6) = from else { continue };
+                        let (reply, ch) = srv.handle(*from6.ip(), &mbuf[..n], now_unix_ms());
+                        changed |= ch;
+                        if let Some(r) = reply {
+                            let _ = sock.send_to(&r, from);
+                        }
+                    }
+                    if changed {
+                        lw.set_leases(srv.table());
+                        if let Err(e) = srv.save() {
+                            tracing::warn!("DSTM lease file: {e}");
+                        }
+                    }
+                }
+                let due_reload = sh.reload.swap(false, Ordering::Relaxed);
+                if last.elapsed() >= Duration::from_millis(200) || due_reload {
+                    last = Instant::now();
+                    lw.expire(now);
+                    if let Some((srv, _)) = &mut leases {
+                        if !srv.expire(now_unix_ms() / 1000).is_empty() {
+                            lw.set_leases(srv.table());
+                            let _ = srv.save();
+                        }
+                    }
+                    // Reload: the configuration file's [lw4o6] (bindings and DSTM), or a changed binding file.
+                    let file_changed = t.watch && mtime(&t) != seen;
+                    if due_reload || file_changed {
+                        match reload_lw4o6(&path, &mut t, &lw, &mut leases) {
+                            Ok(n) => {
+                                reloads += 1;
+                                tracing::info!(bindings = n, "lw4o6 bindings reloaded");
+                            }
+                            Err(e) => {
+                                reload_errors += 1;
+                                last_error = e.to_string();
+                                tracing::warn!("lw4o6 reload refused, the old bindings stay: {e}");
+                            }
+                        }
+                        seen = mtime(&t);
+                    }
+                    let b = lw.bindings();
+                    *sh.status.lock().unwrap_or_else(|e| e.into_inner()) = json!({
+                        "device": dev.name,
+                        "counters": lw.counters().snapshot(),
+                        "bindings": b.len(),
+                        "binding_bytes": b.memory_bytes(),
+                        "leases": lw.leases().len(),
+                        "dstm": leases.as_ref().map(|(s, _)| json!({"stats": s.stats, "free": s.free()})),
+                        "reloads": reloads,
+                        "reload_errors": reload_errors,
+                        "last_reload_error": last_error,
+                    });
+                }
+            }
+        })?;
+        self.add("lw4o6", shared, h);
+        Ok(())
+    }
+
+    fn spawn_b4(&mut self, t: B4Table) -> Result<()> {
+        let dev = Device::open(&t.tun)?;
+        let b4 = B4::new(t.b4);
+        if let Some(SocketAddr::V6(s)) = t.lease_server {
+            b4.set_lease_server(s);
+        } else if t.lease_server.is_some() {
+            anyhow::bail!("[b4] lease-server must be an IPv6 socket address");
+        }
+        let shared = Arc::new(Shared::default());
+        let (stop, sh) = (self.stop.clone(), shared.clone());
+        let h = std::thread::Builder::new().name("sw-b4".into()).spawn(move || {
+            let start = Instant::now();
+            let mut buf = vec![0u8; 65536];
+            let mut out = Out::new();
+            let mut ready = [false];
+            let mut last = Instant::now();
+            // DSTM client state.
+            let mut lease: Option<(Ipv4Addr, Instant, u32)> = None;
+            let mut asked = Instant::now() - Duration::from_secs(10);
+            let mut xid = std::process::id();
+            let mut lease_error = String::new();
+            while !stop.load(Ordering::Relaxed) {
+                let _ = wait(&[&dev.queue], 50, &mut ready);
+                let now = start.elapsed().as_nanos() as u64;
+                pump(&dev, &mut buf, &mut out, &sh, |p, o| b4.process(p, now, o));
+                if t.mode == B4Mode::Dstm {
+                    if let Some((m, _)) = b4.take_lease_reply() {
+                        match m {
+                            Msg::Ack { ipv4, secs, tep } if secs > 0 => {
+                                if lease.map(|l| l.0) != Some(ipv4) {
+                                    match dev.set_address(lease.map(|l| l.0), Some(ipv4)) {
+                                        Ok(()) => tracing::info!(%ipv4, %tep, secs, "DSTM lease"),
+                                        Err(e) => lease_error = e.to_string(),
+                                    }
+                                }
+                                b4.set_aftr(tep);
+                                lease = Some((ipv4, Instant::now(), secs));
+                            }
+                            Msg::Nak(r) => {
+                                lease_error = format!("NAK {r}");
+                                if let Some(l) = lease.take() {
+                                    let _ = dev.set_address(Some(l.0), None);
+                                }
+                            }
+                            _ => {}
+                        }
+                    }
+                    // Ask every second until leased; renew at half the lease.
+                    let due = match lease {
+                        None => asked.elapsed() >= Duration::from_secs(1),
+                        Some((_, at, secs)) => {
+                            at.elapsed() >= Duration::from_secs(u64::from(secs / 2).max(1))
+                                && asked.elapsed() >= Duration::from_secs(1)
+                        }
+                    };
+                    if due {
+                        xid = xid.wrapping_add(1);
+                        let msg = match lease {
+                            None => lease::encode(Msg::Request, xid),
+                            Some((a, _, _)) => lease::encode(Msg::Renew(a), xid),
+                        };
+                        if let Some(p) = b4.lease_packet(&msg) {
+                            if dev.queue.send(&p).is_err() {
+                                sh.errors.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                        asked = Instant::now();
+                    }
+                }
+                if last.elapsed() >= Duration::from_millis(200) {
+                    last = Instant::now();
+                    b4.expire(now);
+                    *sh.status.lock().unwrap_or_else(|e| e.into_inner()) = json!({
+                        "device": dev.name,
+                        "aftr": b4.aftr().to_string(),
+                        "counters": b4.counters().snapshot(),
+                        "mappings": b4.nat().map_or(0, |n| n.len()),
+                        "lease": lease.map(|l| json!({"ipv4": l.0.to_string(), "secs": l.2})),
+                        "lease_error": lease_error,
+                    });
+                }
+            }
+            if let Some((a, _, _)) = lease {
+                if let Some(p) = b4.lease_packet(&lease::encode(Msg::Release(a), xid.wrapping_add(1))) {
+                    let _ = dev.queue.send(&p);
+                }
+            }
+        })?;
+        self.add("b4", shared, h);
+        Ok(())
+    }
+}
+
+/// Re-read the configuration file's `[lw4o6]` (when it has one) and the
+/// binding file; put the new bindings in force and carry the DSTM leases
+/// into a new lease server. Nothing changes when anything fails.
+fn reload_lw4o6(
+    path: &Option<std::path::PathBuf>,
+    t: &mut Lw4o6Table,
+    lw: &Lwaftr,
+    leases: &mut Option<(LeaseServer, UdpSocket)>,
+) -> Result<usize> {
+    let mut new_t = t.clone();
+    if let Some(p) = path {
+        let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+        let cfg = SoftwireConfig::parse(&text).map_err(|e| anyhow::anyhow!("{e}"))?;
+        new_t = cfg.lw4o6.context("[lw4o6] is gone from the configuration; restart to remove it")?;
+    }
+    let table = match &new_t.binding_file {
+        Some(f) => BindingTable::load(f, new_t.psid_offset).map_err(|e| anyhow::anyhow!("{e}"))?,
+        None => BindingTable::new(),
+    };
+    let n = table.len();
+    if let Some(d) = &new_t.dstm {
+        if let Some((old, sock)) = leases.take() {
+            let mut s = LeaseServer::new(d.lease.clone());
+            s.adopt(&old);
+            lw.set_leases(s.table());
+            let _ = s.save();
+            *leases = Some((s, sock));
+        }
+    }
+    lw.replace_bindings(table);
+    *t = new_t;
+    Ok(n)
+}

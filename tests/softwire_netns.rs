@@ -1,0 +1,330 @@
+//! `v6gate softwire` in network namespaces: a B4 host, the AFTR, an IPv4
+//! server, over real TUN devices and veth links (issue #15).
+//!
+//! ```text
+//!  b4 ns                          aftr ns                            h4 ns
+//!  B4 runner (v6gate-b4)   veth   AFTR / lwAFTR runner        veth   198.51.100.1
+//!  2001:db8:ff::2/64  ---------- 2001:db8:ff::1/64            ------ 198.51.100.254/24
+//!  softwire 2001:db8:1::2         end-point 2001:db8:ffff::1
+//! ```
+//!
+//! DS-Lite B4 <-> AFTR and lwB4 <-> lwAFTR with ping, UDP and TCP; DSTM:
+//! a lease, then traffic, then the lease surviving an lwAFTR restart; the
+//! binding file reloaded at run time; a bad binding file refused.
+
+#[path = "daemon_util/mod.rs"]
+mod daemon_util;
+
+use daemon_util::{bin, in_ns, ping, tcp_echo, udp_echo};
+use lab::netns::{veth, Netns};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+const SERVER: &str = "198.51.100.1";
+
+struct Proc {
+    child: Option<Child>,
+    status: PathBuf,
+    log: PathBuf,
+}
+
+impl Proc {
+    fn start(ns: &Netns, dir: &Path, name: &str, config: &str) -> Proc {
+        let cfg = dir.join(format!("{name}.toml"));
+        std::fs::write(&cfg, config).unwrap();
+        let status = dir.join(format!("{name}.json"));
+        let log = dir.join(format!("{name}.log"));
+        let child = ns
+            .command(&bin())
+            .args(["softwire", "--config", cfg.to_str().unwrap(), "--status-file", status.to_str().unwrap()])
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let p = Proc { child: Some(child), status, log };
+        p.wait_status(|v| !v.as_object().is_none_or(|o| o.is_empty()));
+        p
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn status(&self) -> serde_json::Value {
+        std::fs::read_to_string(&self.status).ok().and_then(|s| serde_json::from_str(&s).ok()).unwrap_or_default()
+    }
+
+    /// Wait (up to 15 s) until the status file satisfies `pred`.
+    fn wait_status(&self, pred: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+        let t0 = Instant::now();
+        loop {
+            let v = self.status();
+            if pred(&v) {
+                return v;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(15), "status never matched: {v}\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) on our own child (`ip netns exec` execs v6gate).
+        unsafe { libc::kill(self.child.as_ref().unwrap().id() as i32, sig) };
+    }
+
+    fn stop(mut self) -> String {
+        self.signal(libc::SIGTERM);
+        let mut c = self.child.take().unwrap();
+        let t0 = Instant::now();
+        while c.try_wait().unwrap().is_none() {
+            assert!(t0.elapsed() < Duration::from_secs(10), "did not stop: {}", self.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(c.wait().unwrap().success(), "{}", self.log());
+        self.log()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+struct Bed {
+    b4: Netns,
+    aftr: Netns,
+    h4: Netns,
+    dir: tempfile::TempDir,
+}
+
+fn bed() -> Bed {
+    assert!(lab::netns::am_root(), "network-namespace tests need root (CI runs as root)");
+    let b4 = Netns::unique("sw-b4").unwrap();
+    let aftr = Netns::unique("sw-af").unwrap();
+    let h4 = Netns::unique("sw-h4").unwrap();
+    for ns in [&b4, &aftr, &h4] {
+        ns.sysctl("net.ipv6.conf.all.accept_dad", "0").unwrap();
+        ns.sysctl("net.ipv6.conf.default.accept_dad", "0").unwrap();
+        ns.sysctl("net.ipv4.ip_forward", "1").unwrap();
+        ns.sysctl("net.ipv6.conf.all.forwarding", "1").unwrap();
+    }
+    veth(&b4, "w6", &aftr, "a6").unwrap();
+    veth(&h4, "s4", &aftr, "a4").unwrap();
+    b4.ip(&["addr", "add", "2001:db8:ff::2/64", "dev", "w6", "nodad"]).unwrap();
+    aftr.ip(&["addr", "add", "2001:db8:ff::1/64", "dev", "a6", "nodad"]).unwrap();
+    b4.ip(&["-6", "route", "add", "2001:db8:ffff::/48", "via", "2001:db8:ff::1"]).unwrap();
+    aftr.ip(&["-6", "route", "add", "2001:db8:1::/48", "via", "2001:db8:ff::2"]).unwrap();
+    h4.ip(&["addr", "add", "198.51.100.1/24", "dev", "s4"]).unwrap();
+    aftr.ip(&["addr", "add", "198.51.100.254/24", "dev", "a4"]).unwrap();
+    h4.ip(&["route", "add", "default", "via", "198.51.100.254"]).unwrap();
+    Bed { b4, aftr, h4, dir: tempfile::tempdir().unwrap() }
+}
+
+fn sa(s: &str) -> SocketAddr {
+    s.parse().unwrap()
+}
+
+/// ping, UDP and TCP from the B4 host to the server; returns the source
+/// addresses the server saw (UDP, TCP).
+fn traffic(bed: &Bed, udp_port: u16) -> (SocketAddr, SocketAddr) {
+    let (ok, out) = ping(&bed.b4, SERVER, &[]);
+    assert!(ok, "ping through the softwire: {out}");
+    let (got, from_udp) = udp_echo(
+        &bed.h4,
+        sa(&format!("0.0.0.0:{udp_port}")),
+        &bed.b4,
+        sa(&format!("{SERVER}:{udp_port}")),
+        b"over the softwire",
+    );
+    assert_eq!(got, b"over the softwire");
+    let big: Vec<u8> = (0..200_000u32).map(|i| (i % 253) as u8).collect();
+    let (got, from_tcp) = tcp_echo(
+        &bed.h4,
+        sa(&format!("0.0.0.0:{}", udp_port + 1)),
+        &bed.b4,
+        sa(&format!("{SERVER}:{}", udp_port + 1)),
+        &big,
+    );
+    assert_eq!(got.len(), big.len());
+    assert!(got == big, "TCP payload corrupted");
+    (from_udp, from_tcp)
+}
+
+#[test]
+fn dslite_b4_and_aftr_ping_udp_tcp() {
+    let bed = bed();
+    let aftr = Proc::start(
+        &bed.aftr,
+        bed.dir.path(),
+        "aftr",
+        r#"
+[dslite]
+aftr-address = "2001:db8:ffff::1"
+b4-prefixes = ["2001:db8:1::/48"]
+pool4 = ["203.0.113.1/32"]
+max-ports-per-subscriber = 64
+"#,
+    );
+    let b4 = Proc::start(
+        &bed.b4,
+        bed.dir.path(),
+        "b4",
+        r#"
+[b4]
+mode = "ds-lite"
+address = "2001:db8:1::2"
+aftr = "2001:db8:ffff::1"
+host-address = "192.0.0.2"
+routes = ["198.51.100.0/24"]
+"#,
+    );
+    let (u, t) = traffic(&bed, 7000);
+    assert_eq!(u.ip().to_string(), "203.0.113.1", "the server sees the AFTR's pool address");
+    assert_eq!(t.ip().to_string(), "203.0.113.1");
+    let s = aftr.wait_status(|v| v["dslite"]["mappings"].as_u64().unwrap_or(0) >= 3);
+    let c = &s["dslite"]["counters"];
+    assert!(c["decapsulated"].as_u64().unwrap() > 10 && c["encapsulated"].as_u64().unwrap() > 10, "{s}");
+    let log = aftr.log();
+    assert!(log.contains("nat44 map proto=udp b4=2001:db8:1::2 inside=192.0.0.2:"), "abuse-tracing log: {log}");
+    let bs = b4.status();
+    assert!(bs["b4"]["counters"]["encapsulated"].as_u64().unwrap() > 10, "{bs}");
+    b4.stop();
+    aftr.stop();
+    assert!(lab::netns::exists(bed.aftr.name()));
+}
+
+#[test]
+fn lw4o6_lwb4_and_lwaftr_ping_udp_tcp_and_reload() {
+    let bed = bed();
+    let map = softwire::portset::PsidMap::new(6, 6).unwrap();
+    let bindings = bed.dir.path().join("bindings");
+    std::fs::write(&bindings, "2001:db8:1::2 192.0.2.1 5 6\n2001:db8:1::3 192.0.2.1 6 6\n").unwrap();
+    let lw = Proc::start(
+        &bed.aftr,
+        bed.dir.path(),
+        "lwaftr",
+        &format!(
+            r#"
+[lw4o6]
+aftr-address = "2001:db8:ffff::1"
+binding-file = "{}"
+ipv4-prefixes = ["192.0.2.0/24"]
+"#,
+            bindings.display()
+        ),
+    );
+    let _b4 = Proc::start(
+        &bed.b4,
+        bed.dir.path(),
+        "lwb4",
+        r#"
+[b4]
+mode = "lw4o6"
+address = "2001:db8:1::2"
+aftr = "2001:db8:ffff::1"
+ipv4-address = "192.0.2.1"
+psid = 5
+psid-length = 6
+host-address = "192.168.1.2"
+routes = ["198.51.100.0/24"]
+"#,
+    );
+    let (u, t) = traffic(&bed, 7100);
+    for from in [u, t] {
+        assert_eq!(from.ip().to_string(), "192.0.2.1");
+        assert!(map.allowed(from.port(), 5), "the lwB4 used a port of its set: {from}");
+    }
+    let s = lw.wait_status(|v| v["lw4o6"]["bindings"] == 2);
+    assert_eq!(s["lw4o6"]["counters"]["drops"].get("port-set-violation"), None, "{s}");
+    // The binding file changes under the running lwAFTR: watched, reloaded.
+    std::fs::write(&bindings, "2001:db8:1::2 192.0.2.1 5 6\n").unwrap();
+    lw.wait_status(|v| v["lw4o6"]["bindings"] == 1 && v["lw4o6"]["reloads"] == 1);
+    // A broken file is refused; the bindings in force stay.
+    std::fs::write(&bindings, "2001:db8:1::2 192.0.2.1 5 6\nnot a binding\n").unwrap();
+    lw.signal(libc::SIGHUP);
+    let s = lw.wait_status(|v| v["lw4o6"]["reload_errors"].as_u64().unwrap_or(0) >= 1);
+    assert_eq!(s["lw4o6"]["bindings"], 1);
+    assert!(s["lw4o6"]["last_reload_error"].as_str().unwrap().contains("line 2"), "{s}");
+    traffic(&bed, 7200);
+}
+
+#[test]
+fn dstm_lease_then_traffic_and_the_lease_survives_a_restart() {
+    let bed = bed();
+    let leases = bed.dir.path().join("leases");
+    let cfg = format!(
+        r#"
+[lw4o6]
+aftr-address = "2001:db8:ffff::1"
+[lw4o6.dstm]
+pool = ["192.0.2.128/30"]
+listen = "[2001:db8:ff::1]:4739"
+lease-time = "1m"
+lease-file = "{}"
+clients = ["2001:db8:1::/48"]
+"#,
+        leases.display()
+    );
+    let lw = Proc::start(&bed.aftr, bed.dir.path(), "tep", &cfg);
+    let b4 = Proc::start(
+        &bed.b4,
+        bed.dir.path(),
+        "dstm",
+        r#"
+[b4]
+mode = "dstm"
+address = "2001:db8:1::2"
+lease-server = "[2001:db8:ff::1]:4739"
+routes = ["198.51.100.0/24"]
+"#,
+    );
+    let s = b4.wait_status(|v| v["b4"]["lease"]["ipv4"].is_string());
+    let leased = s["b4"]["lease"]["ipv4"].as_str().unwrap().to_string();
+    assert_eq!(leased, "192.0.2.129");
+    assert_eq!(s["b4"]["aftr"], "2001:db8:ffff::1", "the lease names the TEP");
+    let (u, t) = traffic(&bed, 7300);
+    assert_eq!(u.ip().to_string(), leased, "the host uses its leased address end to end");
+    assert_eq!(t.ip().to_string(), leased);
+    assert!(std::fs::read_to_string(&leases).unwrap().contains("2001:db8:1::2 192.0.2.129"));
+    // The TEP restarts: the lease is read back and traffic flows at once.
+    lw.stop();
+    let lw = Proc::start(&bed.aftr, bed.dir.path(), "tep", &cfg);
+    let s = lw.wait_status(|v| v["lw4o6"]["leases"] == 1);
+    assert!(s["lw4o6"]["dstm"]["stats"]["granted"] == 0, "restored, not granted again: {s}");
+    let (ok, out) = ping(&bed.b4, SERVER, &[]);
+    assert!(ok, "after the restart: {out}");
+    // The B4 stops and releases its lease.
+    b4.stop();
+    lw.wait_status(|v| v["lw4o6"]["leases"] == 0);
+    // A lease flood from one client address is answered with the same lease.
+    let answers = in_ns(&bed.b4, || {
+        let s = std::net::UdpSocket::bind("[2001:db8:ff::2]:0").unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let mut got = Vec::new();
+        for i in 0..20u32 {
+            s.send_to(&softwire::lease::encode(softwire::lease::Msg::Request, i), "[2001:db8:ff::1]:4739").unwrap();
+            let mut b = [0u8; 64];
+            if let Ok(n) = s.recv(&mut b) {
+                got.push(softwire::lease::decode(&b[..n]).map(|m| m.0));
+            }
+        }
+        got
+    });
+    assert_eq!(answers.len(), 20);
+    // 2001:db8:ff::2 is not in `clients`: every request refused.
+    assert!(
+        answers.iter().all(|m| *m == Some(softwire::lease::Msg::Nak(softwire::lease::nak::REFUSED))),
+        "{answers:?}"
+    );
+    let s = lw.wait_status(|v| v["lw4o6"]["dstm"]["stats"]["refused"].as_u64().unwrap_or(0) >= 20);
+    assert_eq!(s["lw4o6"]["leases"], 0);
+    let _ = &bed.aftr;
+}
