@@ -89,6 +89,13 @@ enum Cmd {
     /// kept); SIGINT/SIGTERM stop and remove the devices. Needs root
     /// (CAP_NET_ADMIN) and IP forwarding. See docs/softwire.md.
     Softwire(softwire::cli::Args),
+    /// Run the RFC 3142 transport relay translator ([trt]) in the
+    /// foreground: IPv6 clients reach IPv4 servers at PREFIX::IPv4 (the
+    /// DNS64 prefix), TCP terminated and spliced, UDP flows relayed; static
+    /// mappings for IPv4-initiated traffic. Sets up an nftables tproxy rule
+    /// and policy routing (setup = "auto"), removed at exit. Needs root.
+    /// See docs/trt.md.
+    Trt(trt::cli::Args),
     /// Run the [trgw] media relay (IPv4/IPv6 RTP relay driven by the
     /// rtpengine ng and rtpproxy protocols) in the foreground until
     /// SIGINT/SIGTERM.
@@ -212,6 +219,14 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Trgw(a) => run_trgw(&a)?,
         Cmd::Tunnel(a) => run_tunnel(&a)?,
         Cmd::Softwire(a) => run_softwire(&a)?,
+        Cmd::Trt(a) => {
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            for s in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+                signal_hook::flag::register(s, stop.clone()).context("installing signal handlers")?;
+            }
+            let _ = init_logging("info");
+            trt::cli::run(&a, &stop)?
+        }
         Cmd::Config(ConfigCmd::Example) => print(gate::config::example().as_bytes())?,
         Cmd::Lab(a) => return lab::cli::run(&a),
         Cmd::Bench(BenchCmd::Xlat(a)) => {

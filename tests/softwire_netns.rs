@@ -36,6 +36,7 @@ impl Proc {
         std::fs::write(&cfg, config).unwrap();
         let status = dir.join(format!("{name}.json"));
         let log = dir.join(format!("{name}.log"));
+        let _ = std::fs::remove_file(&status);
         let child = ns
             .command(&bin())
             .args(["softwire", "--config", cfg.to_str().unwrap(), "--status-file", status.to_str().unwrap()])

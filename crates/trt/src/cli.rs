@@ -1,0 +1,53 @@
+//! `v6gate trt`: the relay alone, in the foreground.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::{bail, Context as _, Result};
+
+use crate::config::TrtConfig;
+use crate::Relay;
+
+/// Arguments of `v6gate trt`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Configuration file (TOML) with a [trt] table; other tables are ignored.
+    #[arg(short, long, value_name = "FILE")]
+    pub config: PathBuf,
+    /// Write the counters as JSON to this file, every 200 ms and at exit.
+    #[arg(long, value_name = "FILE")]
+    pub status_file: Option<PathBuf>,
+}
+
+/// Read and check the `[trt]` table of `path`.
+pub fn load(path: &std::path::Path) -> Result<TrtConfig> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    match TrtConfig::parse(&text).map_err(|e| anyhow::anyhow!("config error in {}: {e}", path.display()))? {
+        Some(c) => Ok(c),
+        None => bail!("{}: no [trt] table", path.display()),
+    }
+}
+
+fn write_status(path: &Option<PathBuf>, r: &Relay) {
+    if let Some(p) = path {
+        let tmp = p.with_extension("tmp");
+        let v = serde_json::json!({ "trt": r.counters().snapshot() });
+        if std::fs::write(&tmp, v.to_string()).is_ok() {
+            let _ = std::fs::rename(&tmp, p);
+        }
+    }
+}
+
+/// Run until `stop` is set (the binary sets it on SIGINT/SIGTERM).
+pub fn run(a: &Args, stop: &AtomicBool) -> Result<()> {
+    let cfg = load(&a.config)?;
+    let r = Relay::start(&cfg)?;
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(200));
+        write_status(&a.status_file, &r);
+    }
+    write_status(&a.status_file, &r);
+    r.stop();
+    Ok(())
+}

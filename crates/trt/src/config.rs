@@ -1,0 +1,225 @@
+//! The `[trt]` table.
+
+use core::net::SocketAddr;
+use serde::Deserialize;
+use std::time::Duration;
+use xlat::addr::{Prefix6, Rfc6052};
+
+/// A commented example (docs/trt.md).
+pub const EXAMPLE_TOML: &str = r#"# [trt]: the RFC 3142 transport relay translator. IPv6 clients reach IPv4
+# servers at PREFIX::IPv4 (the prefix DNS64 synthesises with); the relay
+# terminates each TCP connection and opens one to the IPv4 server, and
+# relays UDP flows. Needs nftables tproxy (built into this kernel) and
+# CAP_NET_ADMIN.
+[trt]
+prefix = "64:ff9b:1::/96"       # any RFC 6052 length
+# tcp-port = 7040                # where tproxy delivers the relay prefix's TCP
+# udp-port = 7040                # and UDP
+# max-connections = 1024         # relayed TCP connections at most (more are reset, counted)
+# max-udp-flows = 4096
+# connect-timeout = "5s"         # the IPv4 side's connect
+# udp-timeout = "1m"             # an idle UDP flow is forgotten
+# setup = "auto"                 # nftables tproxy rule and policy routing added and removed
+#                                # by the relay; "none": the operator's (docs/trt.md)
+# fwmark = 9331                  # mark and routing table of the "auto" setup
+# table = 9331
+#
+# IPv4-initiated connections: static mappings from an IPv4 socket address
+# of this host to an IPv6 server.
+# [[trt.static]]
+# listen = "198.51.100.254:8080"
+# to = "[2001:db8:1::80]:80"
+# proto = "tcp"                  # or "udp"
+"#;
+
+/// How the tproxy plumbing is set up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Setup {
+    /// The relay adds the nftables table, the rule and the route, and
+    /// removes them when it stops.
+    Auto,
+    /// The operator did.
+    None,
+}
+
+/// A static mapping for IPv4-initiated traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StaticMap {
+    /// IPv4 socket address to listen on.
+    pub listen: SocketAddr,
+    /// IPv6 server.
+    pub to: SocketAddr,
+    /// UDP (true) or TCP.
+    pub udp: bool,
+}
+
+/// A checked `[trt]`.
+#[derive(Debug, Clone)]
+pub struct TrtConfig {
+    /// The relay prefix.
+    pub prefix: Rfc6052,
+    /// tproxy port for TCP.
+    pub tcp_port: u16,
+    /// tproxy port for UDP.
+    pub udp_port: u16,
+    /// TCP connections at most.
+    pub max_connections: usize,
+    /// UDP flows at most.
+    pub max_udp_flows: usize,
+    /// IPv4 connect timeout.
+    pub connect_timeout: Duration,
+    /// UDP idle timeout.
+    pub udp_timeout: Duration,
+    /// Plumbing.
+    pub setup: Setup,
+    /// fwmark and table of the auto setup.
+    pub fwmark: u32,
+    /// Routing table of the auto setup.
+    pub table: u32,
+    /// Static mappings.
+    pub statics: Vec<StaticMap>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct StaticToml {
+    listen: SocketAddr,
+    to: SocketAddr,
+    #[serde(default = "d_tcp")]
+    proto: String,
+}
+
+fn d_tcp() -> String {
+    "tcp".into()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct TrtToml {
+    prefix: String,
+    #[serde(default = "d_port")]
+    tcp_port: u16,
+    #[serde(default = "d_port")]
+    udp_port: u16,
+    #[serde(default = "d_conns")]
+    max_connections: usize,
+    #[serde(default = "d_flows")]
+    max_udp_flows: usize,
+    #[serde(default = "d_connect", deserialize_with = "confval::duration::deserialize")]
+    connect_timeout: Duration,
+    #[serde(default = "d_udp", deserialize_with = "confval::duration::deserialize")]
+    udp_timeout: Duration,
+    #[serde(default = "d_setup")]
+    setup: String,
+    #[serde(default = "d_mark")]
+    fwmark: u32,
+    #[serde(default = "d_mark")]
+    table: u32,
+    #[serde(default, rename = "static")]
+    statics: Vec<StaticToml>,
+}
+
+fn d_port() -> u16 {
+    7040
+}
+fn d_conns() -> usize {
+    1024
+}
+fn d_flows() -> usize {
+    4096
+}
+fn d_connect() -> Duration {
+    Duration::from_secs(5)
+}
+fn d_udp() -> Duration {
+    Duration::from_secs(60)
+}
+fn d_setup() -> String {
+    "auto".into()
+}
+fn d_mark() -> u32 {
+    9331
+}
+
+#[derive(Debug, Deserialize)]
+struct FileToml {
+    trt: Option<toml::Value>,
+    #[serde(flatten)]
+    _rest: toml::Table,
+}
+
+impl TrtConfig {
+    /// The `[trt]` table of a TOML file, if any, checked.
+    pub fn parse(text: &str) -> Result<Option<TrtConfig>, String> {
+        let f: FileToml = toml::from_str(text).map_err(|e| e.to_string().trim().replace('\n', " "))?;
+        let Some(v) = f.trt else { return Ok(None) };
+        let t: TrtToml = v.try_into().map_err(|e: toml::de::Error| format!("[trt] {}", e.message()))?;
+        let p: Prefix6 = t.prefix.parse().map_err(|e| format!("[trt] prefix: `{}`: {e}", t.prefix))?;
+        let prefix = Rfc6052::new(p).map_err(|e| format!("[trt] prefix: {e}"))?;
+        let setup = match t.setup.as_str() {
+            "auto" => Setup::Auto,
+            "none" => Setup::None,
+            o => return Err(format!("[trt] setup: `{o}`: expected \"auto\" or \"none\"")),
+        };
+        if t.tcp_port == 0 || t.udp_port == 0 {
+            return Err("[trt] tcp-port, udp-port: 0 is not a port".into());
+        }
+        if t.max_connections == 0 {
+            return Err("[trt] max-connections: at least 1".into());
+        }
+        if t.fwmark == 0 || t.table == 0 || t.table == 253 || t.table == 254 || t.table == 255 {
+            return Err("[trt] fwmark, table: non-zero, and not the kernel's main/default/local tables".into());
+        }
+        let mut statics = Vec::new();
+        for s in t.statics {
+            let udp = match s.proto.as_str() {
+                "tcp" => false,
+                "udp" => true,
+                o => return Err(format!("[trt] static proto: `{o}`: expected \"tcp\" or \"udp\"")),
+            };
+            if !s.listen.is_ipv4() || !s.to.is_ipv6() {
+                return Err(format!("[trt] static: listen {} must be IPv4 and to {} IPv6", s.listen, s.to));
+            }
+            statics.push(StaticMap { listen: s.listen, to: s.to, udp });
+        }
+        Ok(Some(TrtConfig {
+            prefix,
+            tcp_port: t.tcp_port,
+            udp_port: t.udp_port,
+            max_connections: t.max_connections,
+            max_udp_flows: t.max_udp_flows.max(1),
+            connect_timeout: t.connect_timeout.max(Duration::from_millis(100)),
+            udp_timeout: t.udp_timeout.max(Duration::from_secs(1)),
+            setup,
+            fwmark: t.fwmark,
+            table: t.table,
+            statics,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn example_and_errors() {
+        let c = TrtConfig::parse(EXAMPLE_TOML).unwrap().unwrap();
+        assert_eq!((c.tcp_port, c.setup, c.max_connections), (7040, Setup::Auto, 1024));
+        assert_eq!(c.prefix.extract(&"64:ff9b:1::c633:6401".parse().unwrap()), Some("198.51.100.1".parse().unwrap()));
+        assert!(TrtConfig::parse("[nat64]\n").unwrap().is_none());
+        for (t, want) in [
+            ("[trt]\nprefix = \"64:ff9b:1::/95\"\n", "[trt] prefix"),
+            ("[trt]\nprefix = \"64:ff9b:1::/96\"\nsetup = \"x\"\n", "setup"),
+            ("[trt]\nprefix = \"64:ff9b:1::/96\"\nbogus = 1\n", "bogus"),
+            ("[trt]\nprefix = \"64:ff9b:1::/96\"\ntable = 254\n", "table"),
+            (
+                "[trt]\nprefix = \"64:ff9b:1::/96\"\n[[trt.static]]\nlisten = \"[::1]:80\"\nto = \"[::1]:80\"\n",
+                "must be IPv4",
+            ),
+        ] {
+            let e = TrtConfig::parse(t).unwrap_err();
+            assert!(e.contains(want), "{t} => {e}");
+        }
+    }
+}

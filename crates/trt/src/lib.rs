@@ -1,0 +1,214 @@
+//! # trt — the Transport Relay Translator (RFC 3142)
+//!
+//! IPv6-only clients reach IPv4 servers through a relay prefix: DNS64
+//! synthesises `PREFIX::IPv4` for an IPv4-only name (the `dns64` crate
+//! with the TRT prefix as its prefix), the network routes the prefix to
+//! this relay, and the relay terminates each TCP connection (any port) and
+//! opens its own to the IPv4 server, copying the bytes with `splice(2)`
+//! ([`tcp`]); UDP flows are relayed datagram by datagram with an idle
+//! timeout ([`udp`]). Static mappings let IPv4 clients reach IPv6 servers.
+//!
+//! Capture is nftables `tproxy` (built into this kernel) with transparent
+//! sockets, set up and removed by the relay ([`setup`]). Trade-offs
+//! against NAT64 are in docs/trt.md: TRT keeps no per-packet state and
+//! needs no ALG for protocols that only carry names, but breaks end-to-end
+//! TCP semantics (the client's handshake completes before the server is
+//! reached), carries only TCP and UDP (no ICMP, no other protocols), and
+//! embedded addresses (FTP, SIP bodies) still need an ALG.
+#![deny(unsafe_code)]
+#![warn(missing_docs, missing_debug_implementations)]
+
+pub mod cli;
+pub mod config;
+pub mod setup;
+#[allow(unsafe_code)]
+pub mod sys;
+pub mod tcp;
+pub mod udp;
+
+use anyhow::{Context as _, Result};
+use config::TrtConfig;
+use serde::Serialize;
+use std::net::{SocketAddrV6, TcpListener};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// The relay's counters.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// TCP connections relayed.
+    pub tcp_relayed: AtomicU64,
+    /// TCP connections in progress.
+    pub tcp_active: AtomicUsize,
+    /// TCP connections reset because `max-connections` were active (or out of descriptors).
+    pub tcp_refused: AtomicU64,
+    /// TCP connections to an address with no IPv4 server (not in the prefix, forbidden).
+    pub tcp_no_server: AtomicU64,
+    /// IPv4 connects that failed or timed out (the client was reset).
+    pub tcp_connect_failed: AtomicU64,
+    /// Relayed connections that ended in an error.
+    pub tcp_errors: AtomicU64,
+    /// Bytes from clients to servers.
+    pub bytes_up: AtomicU64,
+    /// Bytes from servers to clients.
+    pub bytes_down: AtomicU64,
+    /// UDP datagrams from clients.
+    pub udp_in: AtomicU64,
+    /// UDP datagrams to clients.
+    pub udp_out: AtomicU64,
+    /// UDP flows now.
+    pub udp_flows: AtomicUsize,
+    /// UDP flows created.
+    pub udp_flows_created: AtomicU64,
+    /// UDP flows forgotten after `udp-timeout`.
+    pub udp_flows_expired: AtomicU64,
+    /// UDP datagrams dropped because `max-udp-flows` were held.
+    pub udp_refused: AtomicU64,
+    /// UDP datagrams with no IPv4 server.
+    pub udp_no_server: AtomicU64,
+    /// UDP socket errors.
+    pub udp_errors: AtomicU64,
+}
+
+/// A copy of [`Counters`].
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub struct Snapshot {
+    pub tcp_relayed: u64,
+    pub tcp_active: u64,
+    pub tcp_refused: u64,
+    pub tcp_no_server: u64,
+    pub tcp_connect_failed: u64,
+    pub tcp_errors: u64,
+    pub bytes_up: u64,
+    pub bytes_down: u64,
+    pub udp_in: u64,
+    pub udp_out: u64,
+    pub udp_flows: u64,
+    pub udp_flows_created: u64,
+    pub udp_flows_expired: u64,
+    pub udp_refused: u64,
+    pub udp_no_server: u64,
+    pub udp_errors: u64,
+}
+
+impl Counters {
+    /// A copy.
+    pub fn snapshot(&self) -> Snapshot {
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        Snapshot {
+            tcp_relayed: g(&self.tcp_relayed),
+            tcp_active: self.tcp_active.load(Ordering::Relaxed) as u64,
+            tcp_refused: g(&self.tcp_refused),
+            tcp_no_server: g(&self.tcp_no_server),
+            tcp_connect_failed: g(&self.tcp_connect_failed),
+            tcp_errors: g(&self.tcp_errors),
+            bytes_up: g(&self.bytes_up),
+            bytes_down: g(&self.bytes_down),
+            udp_in: g(&self.udp_in),
+            udp_out: g(&self.udp_out),
+            udp_flows: self.udp_flows.load(Ordering::Relaxed) as u64,
+            udp_flows_created: g(&self.udp_flows_created),
+            udp_flows_expired: g(&self.udp_flows_expired),
+            udp_refused: g(&self.udp_refused),
+            udp_no_server: g(&self.udp_no_server),
+            udp_errors: g(&self.udp_errors),
+        }
+    }
+}
+
+/// A running relay.
+#[derive(Debug)]
+pub struct Relay {
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+    counters: Arc<Counters>,
+    _plumbing: Option<setup::Plumbing>,
+}
+
+fn transparent_tcp(port: u16) -> Result<TcpListener> {
+    use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+    let s = Socket::new(Domain::IPV6, Type::STREAM, Some(Protocol::TCP))?;
+    s.set_only_v6(true)?;
+    s.set_reuse_address(true)?;
+    sys::set_ipv6_transparent(&s).context("IPV6_TRANSPARENT (needs CAP_NET_ADMIN)")?;
+    s.bind(&SockAddr::from(SocketAddrV6::new(core::net::Ipv6Addr::UNSPECIFIED, port, 0, 0)))
+        .with_context(|| format!("binding the TCP tproxy port {port}"))?;
+    s.listen(1024)?;
+    Ok(s.into())
+}
+
+impl Relay {
+    /// Set up the plumbing (when `setup = "auto"`), open the sockets and
+    /// start the threads.
+    pub fn start(cfg: &TrtConfig) -> Result<Relay> {
+        let counters = Arc::new(Counters::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let tl = transparent_tcp(cfg.tcp_port)?;
+        let ul =
+            udp::listener(cfg.udp_port).with_context(|| format!("binding the UDP tproxy port {}", cfg.udp_port))?;
+        let mut statics = Vec::new();
+        for s in &cfg.statics {
+            if s.udp {
+                let u =
+                    std::net::UdpSocket::bind(s.listen).with_context(|| format!("[trt] static listen {}", s.listen))?;
+                u.set_nonblocking(true)?;
+                statics.push((s, None, Some(u)));
+            } else {
+                let l = TcpListener::bind(s.listen).with_context(|| format!("[trt] static listen {}", s.listen))?;
+                statics.push((s, Some(l), None));
+            }
+        }
+        let plumbing = match cfg.setup {
+            config::Setup::Auto => Some(setup::Plumbing::install(cfg)?),
+            config::Setup::None => None,
+        };
+        let mut threads = Vec::new();
+        let target: Arc<dyn tcp::Target> = Arc::new(tcp::Embedded(cfg.prefix));
+        let (c, st, t, max, to) =
+            (counters.clone(), stop.clone(), target.clone(), cfg.max_connections, cfg.connect_timeout);
+        threads.push(std::thread::Builder::new().name("trt-accept".into()).spawn(move || {
+            if let Err(e) = tcp::serve(tl, t, max, to, c, st) {
+                tracing::error!("TRT TCP listener: {e}");
+            }
+        })?);
+        let (c, st, t, max, idle) = (counters.clone(), stop.clone(), target, cfg.max_udp_flows, cfg.udp_timeout);
+        threads.push(std::thread::Builder::new().name("trt-udp".into()).spawn(move || {
+            if let Err(e) = udp::serve(ul, None, t, max, idle, c, st) {
+                tracing::error!("TRT UDP relay: {e}");
+            }
+        })?);
+        for (s, tcp_l, udp_s) in statics {
+            let fixed: Arc<dyn tcp::Target> = Arc::new(tcp::Fixed(s.to));
+            let (c, st) = (counters.clone(), stop.clone());
+            let (max, to, idle, listen) = (cfg.max_connections, cfg.connect_timeout, cfg.udp_timeout, s.listen);
+            threads.push(std::thread::Builder::new().name("trt-static".into()).spawn(move || {
+                let r = match (tcp_l, udp_s) {
+                    (Some(l), _) => tcp::serve(l, fixed, max, to, c, st),
+                    (_, Some(u)) => udp::serve(u, Some(listen), fixed, max, idle, c, st),
+                    _ => Ok(()),
+                };
+                if let Err(e) = r {
+                    tracing::error!("TRT static mapping {listen}: {e}");
+                }
+            })?);
+        }
+        tracing::info!(prefix = %cfg.prefix.prefix(), tcp = cfg.tcp_port, udp = cfg.udp_port, statics = cfg.statics.len(), "TRT relay running");
+        Ok(Relay { stop, threads, counters, _plumbing: plumbing })
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// Stop the threads (connections in progress finish on their own
+    /// threads) and remove the plumbing.
+    pub fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+}

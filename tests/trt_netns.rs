@@ -1,0 +1,318 @@
+//! `v6gate trt` in network namespaces (issue #15): an IPv6-only client,
+//! the relay, an IPv4-only server.
+//!
+//! ```text
+//!  h6 ns                      gw ns (v6gate trt)                   h4 ns
+//!  2001:db8:1::2/64  ------  2001:db8:1::1/64  198.51.100.254/24 ------ 198.51.100.1/24
+//!  64:ff9b:1::/96 via gw
+//! ```
+//!
+//! An HTTP download (curl) and a SIP call's signalling (SIPp UAC and UAS)
+//! through the relay prefix; UDP flows expiring; a static mapping for an
+//! IPv4-initiated connection; a connection flood beyond max-connections
+//! and an unreachable server reset and counted.
+
+#[path = "daemon_util/mod.rs"]
+mod daemon_util;
+
+use daemon_util::{bin, in_ns, tcp_echo, udp_echo};
+use lab::netns::{veth, Netns};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+/// 198.51.100.1 behind the relay prefix.
+const SERVER6: &str = "64:ff9b:1::c633:6401";
+
+struct Bed {
+    h6: Netns,
+    gw: Netns,
+    h4: Netns,
+    dir: tempfile::TempDir,
+    relay: Option<Child>,
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.relay.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Bed {
+    fn status(&self) -> serde_json::Value {
+        std::fs::read_to_string(self.dir.path().join("trt.json"))
+            .ok()
+            .and_then(|s| serde_json::from_str(&s).ok())
+            .unwrap_or_default()
+    }
+
+    fn wait_status(&self, pred: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+        let t0 = Instant::now();
+        loop {
+            let v = self.status();
+            if pred(&v["trt"]) {
+                return v;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(15), "status never matched: {v}\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("trt.log")).unwrap_or_default()
+    }
+
+    fn stop(&mut self) {
+        let c = self.relay.as_mut().unwrap();
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        let t0 = Instant::now();
+        while c.try_wait().unwrap().is_none() {
+            assert!(t0.elapsed() < Duration::from_secs(10), "relay did not stop: {}", self.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.relay = None;
+    }
+}
+
+fn bed(extra: &str) -> Bed {
+    assert!(lab::netns::am_root(), "network-namespace tests need root (CI runs as root)");
+    let h6 = Netns::unique("trt-h6").unwrap();
+    let gw = Netns::unique("trt-gw").unwrap();
+    let h4 = Netns::unique("trt-h4").unwrap();
+    for ns in [&h6, &gw, &h4] {
+        ns.sysctl("net.ipv6.conf.all.accept_dad", "0").unwrap();
+        ns.sysctl("net.ipv6.conf.default.accept_dad", "0").unwrap();
+    }
+    veth(&h6, "c6", &gw, "g6").unwrap();
+    veth(&h4, "s4", &gw, "g4").unwrap();
+    h6.ip(&["addr", "add", "2001:db8:1::2/64", "dev", "c6", "nodad"]).unwrap();
+    gw.ip(&["addr", "add", "2001:db8:1::1/64", "dev", "g6", "nodad"]).unwrap();
+    h6.ip(&["-6", "route", "add", "64:ff9b:1::/96", "via", "2001:db8:1::1"]).unwrap();
+    h4.ip(&["addr", "add", "198.51.100.1/24", "dev", "s4"]).unwrap();
+    gw.ip(&["addr", "add", "198.51.100.254/24", "dev", "g4"]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("trt.toml");
+    std::fs::write(&cfg, format!("[trt]\nprefix = \"64:ff9b:1::/96\"\n{extra}")).unwrap();
+    let relay = gw
+        .command(&bin())
+        .args([
+            "trt",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--status-file",
+            dir.path().join("trt.json").to_str().unwrap(),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.path().join("trt.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let b = Bed { h6, gw, h4, dir, relay: Some(relay) };
+    b.wait_status(|v| v.is_object());
+    b
+}
+
+fn sa(s: &str) -> SocketAddr {
+    s.parse().unwrap()
+}
+
+/// An HTTP server on a thread in `ns` that answers one GET with `body`.
+fn http_server(ns: &Netns, port: u16, body: Vec<u8>) -> std::thread::JoinHandle<SocketAddr> {
+    let name = ns.name().to_string();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let h = std::thread::spawn(move || {
+        Netns::attach(&name).enter_thread().unwrap();
+        let l = TcpListener::bind(("0.0.0.0", port)).unwrap();
+        tx.send(()).unwrap();
+        let (mut c, from) = l.accept().unwrap();
+        let mut req = [0u8; 4096];
+        let mut got = 0;
+        while !req[..got].windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = c.read(&mut req[got..]).unwrap();
+            assert!(n > 0);
+            got += n;
+        }
+        write!(c, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nContent-Type: application/octet-stream\r\nConnection: close\r\n\r\n", body.len()).unwrap();
+        c.write_all(&body).unwrap();
+        from
+    });
+    rx.recv().unwrap();
+    h
+}
+
+#[test]
+fn trt_http_download_udp_static_mapping_and_limits() {
+    let mut b = bed("udp-timeout = \"2s\"\nmax-connections = 4\n[[trt.static]]\nlisten = \"198.51.100.254:8081\"\nto = \"[2001:db8:1::2]:9000\"\n");
+    // HTTP download of 8 MB with curl from the IPv6-only client.
+    let body: Vec<u8> = (0..8_000_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+    let srv = http_server(&b.h4, 8080, body.clone());
+    let file = b.dir.path().join("download");
+    let out = b
+        .h6
+        .command("curl")
+        .args(["-sS", "-g", "--max-time", "30", "-o", file.to_str().unwrap(), &format!("http://[{SERVER6}]:8080/big")])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "curl: {}", String::from_utf8_lossy(&out.stderr));
+    let from = srv.join().unwrap();
+    assert_eq!(from.ip().to_string(), "198.51.100.254", "the server sees the relay's IPv4 address");
+    assert!(std::fs::read(&file).unwrap() == body, "downloaded bytes differ");
+    let s = b.wait_status(|v| v["tcp_relayed"] == 1 && v["bytes_down"].as_u64().unwrap_or(0) >= 8_000_000);
+    assert_eq!(s["trt"]["tcp_active"], 0, "{s}");
+
+    // TCP echo on another port, and UDP: the relay handles any port.
+    let big: Vec<u8> = (0..100_000u32).map(|i| i as u8).collect();
+    let (got, _) = tcp_echo(&b.h4, sa("0.0.0.0:4443"), &b.h6, sa(&format!("[{SERVER6}]:4443")), &big);
+    assert!(got == big);
+    let (got, from) = udp_echo(&b.h4, sa("0.0.0.0:5353"), &b.h6, sa(&format!("[{SERVER6}]:5353")), b"udp through TRT");
+    assert_eq!(got, b"udp through TRT");
+    assert_eq!(from.ip().to_string(), "198.51.100.254");
+    b.wait_status(|v| v["udp_flows"] == 1);
+    // The flow expires after udp-timeout (2 s).
+    b.wait_status(|v| v["udp_flows"] == 0 && v["udp_flows_expired"].as_u64().unwrap_or(0) >= 1);
+
+    // IPv4-initiated: the static mapping 198.51.100.254:8081 -> [2001:db8:1::2]:9000.
+    let (got, from) = tcp_echo(&b.h6, sa("[::]:9000"), &b.h4, sa("198.51.100.254:8081"), b"from the IPv4 side");
+    assert_eq!(got, b"from the IPv4 side");
+    assert_eq!(from.ip().to_string(), "2001:db8:1::1");
+
+    // An unreachable IPv4 server: the client's connection is reset, counted.
+    let refused = in_ns(&b.h6, || {
+        let mut c = TcpStream::connect_timeout(&sa(&format!("[{SERVER6}]:1")), Duration::from_secs(5)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut buf = [0u8; 1];
+        c.read(&mut buf)
+    });
+    assert!(refused.is_err() || refused.unwrap() == 0);
+    b.wait_status(|v| v["tcp_connect_failed"].as_u64().unwrap_or(0) >= 1);
+
+    // A connection flood: the server keeps connections open; four are
+    // relayed, the rest reset at once and counted.
+    let name = b.h4.name().to_string();
+    let hold = std::thread::spawn(move || {
+        Netns::attach(&name).enter_thread().unwrap();
+        let l = TcpListener::bind("0.0.0.0:6000").unwrap();
+        l.set_nonblocking(true).unwrap();
+        let mut held = Vec::new();
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(4) {
+            if let Ok((c, _)) = l.accept() {
+                held.push(c);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        held.len()
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let outcomes = in_ns(&b.h6, || {
+        let mut conns = Vec::new();
+        for _ in 0..12 {
+            conns.push(TcpStream::connect_timeout(&sa(&format!("[{SERVER6}]:6000")), Duration::from_secs(5)).unwrap());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        conns
+            .iter_mut()
+            .map(|c| {
+                c.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+                let mut buf = [0u8; 1];
+                match c.read(&mut buf) {
+                    Err(e)
+                        if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut =>
+                    {
+                        "open"
+                    }
+                    _ => "reset",
+                }
+            })
+            .collect::<Vec<_>>()
+    });
+    let open = outcomes.iter().filter(|o| **o == "open").count();
+    assert_eq!(open, 4, "{outcomes:?}");
+    assert_eq!(hold.join().unwrap(), 4);
+    let s = b.wait_status(|v| v["tcp_refused"].as_u64().unwrap_or(0) >= 8);
+    assert!(s["trt"]["tcp_active"].as_u64().unwrap() <= 4);
+    b.stop();
+    // The relay removed its nftables table and its rule.
+    let tables = b.gw.exec("nft", &["list", "tables"]).unwrap();
+    assert!(!String::from_utf8_lossy(&tables.stdout).contains("v6gate_trt"));
+    let rules = b.gw.ip(&["-6", "rule", "show"]).unwrap();
+    assert!(!String::from_utf8_lossy(&rules.stdout).contains("9331"), "{}", String::from_utf8_lossy(&rules.stdout));
+}
+
+#[test]
+fn trt_carries_a_sip_call_signalling_flow() {
+    let b = bed("");
+    // SIPp UAS on the IPv4-only server, UAC on the IPv6-only client.
+    let uas_log = b.dir.path().join("uas.log");
+    let mut uas = b
+        .h4
+        .command("sipp")
+        .args(["-sn", "uas", "-i", "198.51.100.1", "-p", "5060", "-t", "u1", "-m", "1", "-nostdin", "-timeout", "30s"])
+        .current_dir(b.dir.path())
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&uas_log).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    struct Kill<'a>(&'a mut Child);
+    impl Drop for Kill<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let uas = Kill(&mut uas);
+    std::thread::sleep(Duration::from_millis(500));
+    let uac =
+        b.h6.command("sipp")
+            .args([
+                "-sn",
+                "uac",
+                &format!("[{SERVER6}]:5060"),
+                "-i",
+                "2001:db8:1::2",
+                "-p",
+                "5061",
+                "-m",
+                "1",
+                "-d",
+                "100",
+                "-t",
+                "u1",
+                "-nostdin",
+                "-timeout",
+                "20s",
+                "-timeout_error",
+            ])
+            .stdin(Stdio::null())
+            .current_dir(b.dir.path())
+            .output()
+            .unwrap();
+    assert!(
+        uac.status.success(),
+        "SIPp UAC call through TRT failed ({}): {} {}\n{}",
+        uac.status,
+        String::from_utf8_lossy(&uac.stdout).lines().rev().take(30).collect::<Vec<_>>().join("\n"),
+        String::from_utf8_lossy(&uac.stderr),
+        b.log()
+    );
+    let t0 = Instant::now();
+    let uas_ok = loop {
+        if let Some(st) = uas.0.try_wait().unwrap() {
+            break st.success();
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "the UAS did not finish its call");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(uas_ok, "SIPp UAS: {}", std::fs::read_to_string(&uas_log).unwrap_or_default());
+    // INVITE, ACK, BYE up; 100/180/200 and the BYE's 200 down, on one flow.
+    let s = b.wait_status(|v| v["udp_in"].as_u64().unwrap_or(0) >= 3 && v["udp_out"].as_u64().unwrap_or(0) >= 3);
+    assert_eq!(s["trt"]["udp_flows_created"], 1, "{s}");
+    let _ = &b.gw;
+}
