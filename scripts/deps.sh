@@ -28,9 +28,11 @@ fi
 # rtpengine-daemon (media relay), kamailio (+ its rtpengine/rtpproxy modules).
 # (tshark is optional and not installed here.)
 # miredo, miredo-server: the Teredo peers of the tunnel interop tests and
-# bench; nftables: the NATs of those tests. Their services are not started
-# (see below): the tests run them with their own configuration files.
-APT_PKGS=(clang libbpf-dev linux-libc-dev pkg-config sip-tester iproute2 iputils-ping tayga rtpengine-daemon kamailio miredo miredo-server nftables)
+# bench; nftables: the NATs of those tests and the TRT relay's tproxy rule
+# (v6gate trt). Their services are not started (see below): the tests run
+# them with their own configuration files. curl: the TRT HTTP download
+# test; socat: the plain user-level relay of `v6gate bench transition`.
+APT_PKGS=(clang libbpf-dev linux-libc-dev pkg-config sip-tester iproute2 iputils-ping tayga rtpengine-daemon kamailio miredo miredo-server nftables curl socat)
 
 missing=()
 for p in "${APT_PKGS[@]}"; do
