@@ -145,6 +145,11 @@ enum BenchCmd {
     /// (the mobility paper's Table I), and the RTP one-way delay through
     /// 6to4 and Teredo (the SIP-over-IPv6 paper); JSON, Markdown and SVG.
     Tunnel(Box<bench::tunnel::Args>),
+    /// The NAT-PT / TRT / DSTM comparison paper: TCP throughput, session
+    /// initiation and round-trip delay through native IPv4, NAT64, NAT-PT,
+    /// TRT, DS-Lite, lw4o6, DSTM and socat, one testbed each; JSON,
+    /// Markdown (the paper's Table 1) and SVG. See docs/bench-transition.md.
+    Transition(Box<bench::transition::Args>),
 }
 
 #[derive(Debug, Args)]
@@ -237,6 +242,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Cmd::Bench(BenchCmd::Tunnel(a)) => {
             bench::tunnel::run(&a)?;
+        }
+        Cmd::Bench(BenchCmd::Transition(a)) => {
+            bench::transition::run(&a)?;
         }
         Cmd::Config(ConfigCmd::Check { config }) => {
             let c = Config::load(&config)?;

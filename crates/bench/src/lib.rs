@@ -9,6 +9,9 @@
 //! - [`trgw`]: `v6gate bench trgw`, the NICI TrGW experiment (G.711 RTP
 //!   streams through a media relay set up by the ng protocol; loss and
 //!   latency against concurrent calls; maximum zero-loss calls).
+//! - [`transition`]: `v6gate bench transition`, the NAT-PT / TRT / DSTM
+//!   comparison paper's throughput, session initiation and delay for
+//!   native IPv4, NAT64, NAT-PT, TRT, DS-Lite, lw4o6, DSTM and socat.
 //!
 //! - [`tunnel`]: `v6gate bench tunnel`, the mobility paper's Teredo relay
 //!   latency (Table I) and zero-loss throughput against Miredo, and the
@@ -31,6 +34,7 @@ pub mod ng;
 pub mod report;
 pub mod sys;
 pub mod tester;
+pub mod transition;
 pub mod trgw;
 pub mod tunnel;
 pub mod xlat;

@@ -84,6 +84,9 @@ pub struct Nat64 {
     /// BIB limit.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_bib: Option<u64>,
+    /// `"nat64"` (default) or `"natpt"` (NAT-PT pool mode).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
 }
 
 /// `[dns64]` (RFC 6147).
@@ -308,6 +311,7 @@ mod tests {
                 pool4: vec!["203.0.113.0/28".into()],
                 max_sessions: Some(1000),
                 max_bib: None,
+                mode: Some("natpt".into()),
             }),
             tun: Some(Tun { name: "xlat0".into(), queues: Some(2), ..Default::default() }),
             admin: Some(Admin { enabled: Some(false), listen: None }),

@@ -65,6 +65,7 @@ pub fn v6gate_conf(nat64: bool, queues: usize, tun_extra: &[String]) -> Result<S
             pool4: vec![POOL4.into()],
             max_sessions: Some(4_194_304),
             max_bib: Some(4_194_304),
+            mode: None,
         });
     } else {
         c.siit = Some(gateconf::Siit {

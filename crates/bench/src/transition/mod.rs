@@ -1,0 +1,562 @@
+//! `v6gate bench transition`: the NAT-PT / TRT / DSTM comparison paper's
+//! measurements — TCP throughput (its Fig. 7), session initiation (its
+//! Table 1) and round-trip delay — for every transition mechanism v6gate
+//! has, against native IPv4 forwarding and socat as a plain user-level
+//! relay, in one run, through the same three namespaces:
+//!
+//! ```text
+//!  client ns  -- veth --  gateway ns  -- veth --  server ns
+//!  (IPv6-only, or a B4)   (the mechanism)          198.51.100.1 (IPv4-only)
+//! ```
+//!
+//! Mechanisms: `ipv4` (kernel forwarding, the ceiling), `nat64` and
+//! `natpt` (`v6gate run`), `trt` (`v6gate trt`), `dslite`, `lw4o6`,
+//! `dstm` (`v6gate softwire` on both sides), `socat` (a socat TCP/UDP
+//! relay on the gateway). Each gets a fresh testbed.
+//!
+//! - Throughput: one TCP connection writing for `--seconds`, bytes counted
+//!   at the server, per 100 ms (the series is plotted).
+//! - Session initiation: `--sessions` times, a new TCP connection, one
+//!   byte each way, closed; the time from `connect()` to the echoed byte
+//!   (and `connect()` alone). The paper measured the device from a flow's
+//!   first packet to its leaving; a client-side first exchange includes
+//!   what every mechanism adds to a new flow (a relay's second handshake,
+//!   a NAT's new mapping, an encapsulation), so "added over IPv4" is the
+//!   median difference from the `ipv4` row.
+//! - Round-trip delay: `--pings` sequential 64-byte UDP echoes.
+//!
+//! See docs/bench-transition.md.
+
+mod report;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _, Result};
+use lab::gateconf;
+use lab::netns::{veth, Netns};
+use serde::Serialize;
+
+use crate::harness::guard::{Proc, RunGuard};
+use crate::harness::latency::{Latency, LatencyHistogram};
+use crate::harness::peers;
+use crate::report::Outputs;
+
+pub use report::markdown;
+
+/// Namespace-name prefix of a run.
+pub const PREFIX: &str = "v6tr-";
+
+/// A mechanism.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mech {
+    /// Native IPv4, kernel forwarding (the ceiling).
+    Ipv4,
+    /// Stateful NAT64 (`v6gate run`, `[nat64]`).
+    Nat64,
+    /// NAT-PT pool mode (`[nat64] mode = "natpt"`).
+    Natpt,
+    /// The RFC 3142 transport relay (`v6gate trt`).
+    Trt,
+    /// DS-Lite: B4 and AFTR (`v6gate softwire`).
+    Dslite,
+    /// lw4o6: lwB4 and lwAFTR.
+    Lw4o6,
+    /// DSTM: a leased address over the lwAFTR.
+    Dstm,
+    /// socat on the gateway, a plain user-level TCP/UDP relay.
+    Socat,
+}
+
+impl Mech {
+    /// Name in the reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mech::Ipv4 => "ipv4",
+            Mech::Nat64 => "nat64",
+            Mech::Natpt => "natpt",
+            Mech::Trt => "trt",
+            Mech::Dslite => "dslite",
+            Mech::Lw4o6 => "lw4o6",
+            Mech::Dstm => "dstm",
+            Mech::Socat => "socat",
+        }
+    }
+}
+
+/// `v6gate bench transition` arguments.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// Directory for results.json, results.md and the SVG plots.
+    #[arg(long, default_value = "bench-results/transition")]
+    pub out: PathBuf,
+    /// Mechanisms, in order (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "ipv4,nat64,natpt,trt,dslite,lw4o6,dstm,socat")]
+    pub mech: Vec<Mech>,
+    /// Seconds of bulk TCP per mechanism.
+    #[arg(long, default_value_t = 5)]
+    pub seconds: u64,
+    /// New TCP sessions timed per mechanism.
+    #[arg(long, default_value_t = 2000)]
+    pub sessions: usize,
+    /// UDP echoes timed per mechanism.
+    #[arg(long, default_value_t = 2000)]
+    pub pings: usize,
+    /// A short functional run: 1 s, 100 sessions, 100 pings.
+    #[arg(long)]
+    pub quick: bool,
+    /// The v6gate binary (default: this one).
+    #[arg(long)]
+    pub v6gate: Option<PathBuf>,
+}
+
+/// One mechanism's results.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct MechResult {
+    /// Mechanism name.
+    pub mech: String,
+    /// Why it was not measured, if it was not.
+    pub skipped: Option<String>,
+    /// Bulk TCP, Mbit/s (server side, first to last byte).
+    pub throughput_mbps: f64,
+    /// Mbit/s per 100 ms.
+    pub series_mbps: Vec<f64>,
+    /// `connect()` to the echoed first byte.
+    pub session: Latency,
+    /// `connect()` alone.
+    pub connect: Latency,
+    /// UDP round trip.
+    pub rtt: Latency,
+    /// Sessions that failed.
+    pub session_failures: u64,
+    /// Echoes lost.
+    pub ping_losses: u64,
+    /// CPU seconds the mechanism's own processes used.
+    pub cpu_s: Option<f64>,
+}
+
+/// The whole run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// Seconds of bulk TCP.
+    pub seconds: u64,
+    /// Sessions per mechanism.
+    pub sessions: usize,
+    /// Echoes per mechanism.
+    pub pings: usize,
+    /// CPUs online.
+    pub cpus: usize,
+    /// Kernel.
+    pub kernel: String,
+    /// Load average at the start (the machine may be shared).
+    pub loadavg: String,
+    /// Results in order.
+    pub results: Vec<MechResult>,
+}
+
+const SERVER: &str = "198.51.100.1";
+const PREFIX6: &str = "64:ff9b:1::c633:6401";
+const PORT_BULK: u16 = 5001;
+const PORT_SESSION: u16 = 5002;
+const PORT_ECHO: u16 = 5003;
+
+/// The testbed of one mechanism.
+struct Bed {
+    c: Netns,
+    _g: Netns,
+    _s: Netns,
+    procs: Vec<Proc>,
+    stop: Arc<AtomicBool>,
+    servers: Vec<std::thread::JoinHandle<()>>,
+    bulk_rx: std::sync::mpsc::Receiver<Vec<u64>>,
+    target: std::net::IpAddr,
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for h in self.servers.drain(..) {
+            let _ = h.join();
+        }
+        self.procs.clear();
+    }
+}
+
+fn ns(name: &str) -> Result<Netns> {
+    let n = Netns::create(&format!("{PREFIX}{name}-{}", std::process::id()))?;
+    n.sysctl("net.ipv6.conf.all.accept_dad", "0")?;
+    n.sysctl("net.ipv6.conf.default.accept_dad", "0")?;
+    n.sysctl("net.ipv4.ip_forward", "1")?;
+    n.sysctl("net.ipv6.conf.all.forwarding", "1")?;
+    Ok(n)
+}
+
+/// Server threads in the server namespace: bulk sink (bytes per 100 ms
+/// sent back on a channel), one-byte ping-pong, UDP echo.
+fn servers(s: &Netns, stop: &Arc<AtomicBool>) -> Result<(Vec<std::thread::JoinHandle<()>>, std::sync::mpsc::Receiver<Vec<u64>>)> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
+    let mut hs = Vec::new();
+    let name = s.name().to_string();
+    let (st, r) = (stop.clone(), ready_tx.clone());
+    let n = name.clone();
+    hs.push(std::thread::spawn(move || {
+        if Netns::attach(&n).enter_thread().is_err() {
+            return;
+        }
+        let Ok(l) = TcpListener::bind(("0.0.0.0", PORT_BULK)) else { return };
+        let _ = l.set_nonblocking(true);
+        let _ = r.send(());
+        while !st.load(Ordering::Relaxed) {
+            let Ok((mut c, _)) = l.accept() else {
+                std::thread::sleep(Duration::from_millis(5));
+                continue;
+            };
+            let _ = c.set_nonblocking(false);
+            let _ = c.set_read_timeout(Some(Duration::from_millis(100)));
+            let mut buf = vec![0u8; 1 << 18];
+            let mut slots = Vec::new();
+            let mut t0: Option<Instant> = None;
+            loop {
+                match c.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(k) => {
+                        let t = *t0.get_or_insert_with(Instant::now);
+                        let i = (t.elapsed().as_millis() / 100) as usize;
+                        if slots.len() <= i {
+                            slots.resize(i + 1, 0u64);
+                        }
+                        slots[i] += k as u64;
+                    }
+                    Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                        if st.load(Ordering::Relaxed) {
+                            break;
+                        }
+                    }
+                    Err(_) => break,
+                }
+            }
+            let _ = tx.send(slots);
+        }
+    }));
+    let (st, r) = (stop.clone(), ready_tx.clone());
+    let n = name.clone();
+    hs.push(std::thread::spawn(move || {
+        if Netns::attach(&n).enter_thread().is_err() {
+            return;
+        }
+        let Ok(l) = TcpListener::bind(("0.0.0.0", PORT_SESSION)) else { return };
+        let _ = l.set_nonblocking(true);
+        let _ = r.send(());
+        while !st.load(Ordering::Relaxed) {
+            match l.accept() {
+                Ok((mut c, _)) => {
+                    let _ = c.set_nonblocking(false);
+                    let _ = c.set_nodelay(true);
+                    let _ = c.set_read_timeout(Some(Duration::from_secs(2)));
+                    let mut b = [0u8; 1];
+                    if c.read_exact(&mut b).is_ok() {
+                        let _ = c.write_all(&b);
+                    }
+                }
+                Err(_) => std::thread::sleep(Duration::from_micros(200)),
+            }
+        }
+    }));
+    let (st, r) = (stop.clone(), ready_tx);
+    hs.push(std::thread::spawn(move || {
+        if Netns::attach(&name).enter_thread().is_err() {
+            return;
+        }
+        let Ok(u) = UdpSocket::bind(("0.0.0.0", PORT_ECHO)) else { return };
+        let _ = u.set_read_timeout(Some(Duration::from_millis(100)));
+        let _ = r.send(());
+        let mut b = [0u8; 2048];
+        while !st.load(Ordering::Relaxed) {
+            if let Ok((k, from)) = u.recv_from(&mut b) {
+                let _ = u.send_to(&b[..k], from);
+            }
+        }
+    }));
+    for _ in 0..3 {
+        ready_rx.recv_timeout(Duration::from_secs(5)).context("server threads did not start")?;
+    }
+    Ok((hs, rx))
+}
+
+fn v6gate(bin: &Path, ns: &Netns, work: &Path, name: &str, sub: &str, config: &str) -> Result<Proc> {
+    let cfg = work.join(format!("{name}.toml"));
+    std::fs::write(&cfg, config)?;
+    let mut c = ns.command(&bin.to_string_lossy());
+    c.args([sub, "--config"]).arg(&cfg);
+    if sub != "run" {
+        c.arg("--status-file").arg(work.join(format!("{name}.json")));
+    }
+    c.env("RUST_LOG", "warn");
+    Proc::spawn(&format!("v6gate {sub} ({name})"), c, Some(&work.join(format!("{name}.log"))))
+}
+
+fn socat(ns: &Netns, work: &Path, args: &[&str]) -> Result<Proc> {
+    let mut c = ns.command("socat");
+    c.args(args);
+    Proc::spawn("socat", c, Some(&work.join(format!("socat-{}.log", args[0].replace([':', ',', '[', ']'], "_")))))
+}
+
+fn build(m: Mech, bin: &Path, work: &Path) -> Result<Bed> {
+    let c = ns("c")?;
+    let g = ns("g")?;
+    let s = ns("s")?;
+    veth(&c, "c0", &g, "g0")?;
+    veth(&g, "g1", &s, "s0")?;
+    c.ip(&["addr", "add", "2001:db8:1::2/64", "dev", "c0", "nodad"])?;
+    g.ip(&["addr", "add", "2001:db8:1::1/64", "dev", "g0", "nodad"])?;
+    c.ip(&["-6", "route", "add", "default", "via", "2001:db8:1::1"])?;
+    g.ip(&["addr", "add", "198.51.100.254/24", "dev", "g1"])?;
+    s.ip(&["addr", "add", "198.51.100.1/24", "dev", "s0"])?;
+    s.ip(&["route", "add", "default", "via", "198.51.100.254"])?;
+    let mut procs = Vec::new();
+    let v6target: std::net::IpAddr = PREFIX6.parse()?;
+    let v4target: std::net::IpAddr = SERVER.parse()?;
+    let b4_routes = |g: &Netns| -> Result<()> {
+        g.ip(&["-6", "route", "add", "2001:db8:2::/48", "via", "2001:db8:1::2"]).map(|_| ())
+    };
+    let target = match m {
+        Mech::Ipv4 => {
+            c.ip(&["addr", "add", "10.0.1.2/24", "dev", "c0"])?;
+            g.ip(&["addr", "add", "10.0.1.1/24", "dev", "g0"])?;
+            c.ip(&["route", "add", "default", "via", "10.0.1.1"])?;
+            v4target
+        }
+        Mech::Nat64 | Mech::Natpt => {
+            let cfg = gateconf::V6gate {
+                nat64: Some(gateconf::Nat64 {
+                    pool6: "64:ff9b:1::/96".into(),
+                    pool4: vec!["203.0.113.0/28".into()],
+                    mode: (m == Mech::Natpt).then(|| "natpt".to_string()),
+                    ..Default::default()
+                }),
+                tun: Some(gateconf::Tun { name: "v6gate0".into(), queues: Some(1), ..Default::default() }),
+                admin: Some(gateconf::Admin { enabled: Some(false), listen: None }),
+                ..Default::default()
+            }
+            .render()?;
+            procs.push(v6gate(bin, &g, work, m.name(), "run", &cfg)?);
+            v6target
+        }
+        Mech::Trt => {
+            procs.push(v6gate(bin, &g, work, "trt", "trt", "[trt]\nprefix = \"64:ff9b:1::/96\"\n")?);
+            v6target
+        }
+        Mech::Socat => {
+            let b = format!("TCP6-LISTEN:{PORT_BULK},bind=[2001:db8:1::1],fork,reuseaddr");
+            procs.push(socat(&g, work, &[&b, &format!("TCP4:{SERVER}:{PORT_BULK}")])?);
+            let s2 = format!("TCP6-LISTEN:{PORT_SESSION},bind=[2001:db8:1::1],fork,reuseaddr,backlog=1024");
+            procs.push(socat(&g, work, &[&s2, &format!("TCP4:{SERVER}:{PORT_SESSION},nodelay")])?);
+            let u = format!("UDP6-LISTEN:{PORT_ECHO},bind=[2001:db8:1::1],fork,reuseaddr");
+            procs.push(socat(&g, work, &["-T", "5", &u, &format!("UDP4:{SERVER}:{PORT_ECHO}")])?);
+            "2001:db8:1::1".parse()?
+        }
+        Mech::Dslite => {
+            b4_routes(&g)?;
+            let aftr = "[dslite]\naftr-address = \"2001:db8:ffff::1\"\nb4-prefixes = [\"2001:db8:2::/48\"]\npool4 = [\"203.0.113.1/32\"]\nlog-mappings = false\nmax-ports-per-subscriber = 65536\n";
+            procs.push(v6gate(bin, &g, work, "aftr", "softwire", aftr)?);
+            let b4 = "[b4]\nmode = \"ds-lite\"\naddress = \"2001:db8:2::2\"\naftr = \"2001:db8:ffff::1\"\nhost-address = \"192.0.0.2\"\nroutes = [\"198.51.100.0/24\"]\n";
+            procs.push(v6gate(bin, &c, work, "b4", "softwire", b4)?);
+            v4target
+        }
+        Mech::Lw4o6 => {
+            b4_routes(&g)?;
+            let bindings = work.join("bindings");
+            std::fs::write(&bindings, "2001:db8:2::2 203.0.113.1 1 6\n")?;
+            let lw = format!("[lw4o6]\naftr-address = \"2001:db8:ffff::1\"\nbinding-file = \"{}\"\nipv4-prefixes = [\"203.0.113.0/24\"]\n", bindings.display());
+            procs.push(v6gate(bin, &g, work, "lwaftr", "softwire", &lw)?);
+            let b4 = "[b4]\nmode = \"lw4o6\"\naddress = \"2001:db8:2::2\"\naftr = \"2001:db8:ffff::1\"\nipv4-address = \"203.0.113.1\"\npsid = 1\npsid-length = 6\nhost-address = \"192.168.1.2\"\nroutes = [\"198.51.100.0/24\"]\n";
+            procs.push(v6gate(bin, &c, work, "lwb4", "softwire", b4)?);
+            v4target
+        }
+        Mech::Dstm => {
+            b4_routes(&g)?;
+            let tep = format!(
+                "[lw4o6]\naftr-address = \"2001:db8:ffff::1\"\n[lw4o6.dstm]\npool = [\"203.0.113.0/29\"]\nlisten = \"[2001:db8:1::1]:4739\"\nlease-file = \"{}\"\n",
+                work.join("leases").display()
+            );
+            procs.push(v6gate(bin, &g, work, "tep", "softwire", &tep)?);
+            std::thread::sleep(Duration::from_millis(300));
+            let b4 = "[b4]\nmode = \"dstm\"\naddress = \"2001:db8:2::2\"\nlease-server = \"[2001:db8:1::1]:4739\"\nroutes = [\"198.51.100.0/24\"]\n";
+            procs.push(v6gate(bin, &c, work, "dstm-b4", "softwire", b4)?);
+            v4target
+        }
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let (servers, bulk_rx) = servers(&s, &stop)?;
+    let bed = Bed { c, _g: g, _s: s, procs, stop, servers, bulk_rx, target };
+    // Ready when a UDP echo comes back (a DSTM lease, the devices, the relay).
+    let t0 = Instant::now();
+    loop {
+        let ok = bed.c.run(|| {
+            let u = UdpSocket::bind(if bed.target.is_ipv6() { "[::]:0" } else { "0.0.0.0:0" })?;
+            u.set_read_timeout(Some(Duration::from_millis(200)))?;
+            u.connect(SocketAddr::new(bed.target, PORT_ECHO))?;
+            u.send(b"ready?")?;
+            let mut b = [0u8; 16];
+            Ok(u.recv(&mut b).is_ok())
+        });
+        if matches!(ok, Ok(true)) {
+            break;
+        }
+        if t0.elapsed() > Duration::from_secs(15) {
+            let logs: Vec<String> = bed.procs.iter().map(|p| p.log_note()).collect();
+            bail!("{} never became ready: {}", m.name(), logs.join(" | "));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(bed)
+}
+
+fn measure(bed: &Bed, a: &Args) -> Result<MechResult> {
+    let (seconds, sessions, pings) = if a.quick { (1, 100, 100) } else { (a.seconds, a.sessions, a.pings) };
+    let target = bed.target;
+    let mut r = MechResult::default();
+    // Bulk TCP.
+    bed.c.run(|| {
+        let mut s = TcpStream::connect_timeout(&SocketAddr::new(target, PORT_BULK), Duration::from_secs(5))?;
+        let buf = vec![0x5au8; 1 << 16];
+        let end = Instant::now() + Duration::from_secs(seconds);
+        while Instant::now() < end {
+            s.write_all(&buf)?;
+        }
+        Ok(())
+    })?;
+    let slots = bed.bulk_rx.recv_timeout(Duration::from_secs(10)).context("the bulk sink reported nothing")?;
+    let total: u64 = slots.iter().sum();
+    let secs = (slots.len().max(1) as f64) / 10.0;
+    r.throughput_mbps = total as f64 * 8.0 / secs / 1e6;
+    r.series_mbps = slots.iter().map(|b| *b as f64 * 8.0 / 0.1 / 1e6).collect();
+    // Session initiation.
+    let (sess, conn, fails) = bed.c.run(|| {
+        let (mut hs, mut hc, mut fails) = (LatencyHistogram::new(), LatencyHistogram::new(), 0u64);
+        for _ in 0..sessions {
+            let t0 = Instant::now();
+            let once = || -> std::io::Result<Duration> {
+                let mut s = TcpStream::connect_timeout(&SocketAddr::new(target, PORT_SESSION), Duration::from_secs(2))?;
+                let tc = t0.elapsed();
+                s.set_nodelay(true)?;
+                s.set_read_timeout(Some(Duration::from_secs(2)))?;
+                s.write_all(b"x")?;
+                let mut b = [0u8; 1];
+                s.read_exact(&mut b)?;
+                Ok(tc)
+            };
+            match once() {
+                Ok(tc) => {
+                    hs.record(t0.elapsed().as_nanos() as u64);
+                    hc.record(tc.as_nanos() as u64);
+                }
+                Err(_) => fails += 1,
+            }
+        }
+        Ok((hs.summary(), hc.summary(), fails))
+    })?;
+    r.session = sess;
+    r.connect = conn;
+    r.session_failures = fails;
+    // Round-trip delay.
+    let (rtt, lost) = bed.c.run(|| {
+        let u = UdpSocket::bind(if target.is_ipv6() { "[::]:0" } else { "0.0.0.0:0" })?;
+        u.set_read_timeout(Some(Duration::from_millis(500)))?;
+        u.connect(SocketAddr::new(target, PORT_ECHO))?;
+        let (mut h, mut lost) = (LatencyHistogram::new(), 0u64);
+        let mut b = [0u8; 64];
+        for i in 0..pings as u64 {
+            let mut msg = [0u8; 64];
+            msg[..8].copy_from_slice(&i.to_be_bytes());
+            let t0 = Instant::now();
+            u.send(&msg)?;
+            loop {
+                match u.recv(&mut b) {
+                    Ok(_) if b[..8] == msg[..8] => {
+                        h.record(t0.elapsed().as_nanos() as u64);
+                        break;
+                    }
+                    Ok(_) => continue,
+                    Err(_) => {
+                        lost += 1;
+                        break;
+                    }
+                }
+            }
+        }
+        Ok((h.summary(), lost))
+    })?;
+    r.rtt = rtt;
+    r.ping_losses = lost;
+    let cpu: f64 = bed.procs.iter().filter_map(|p| p.cpu_seconds()).sum();
+    r.cpu_s = (!bed.procs.is_empty()).then_some(cpu);
+    Ok(r)
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg").unwrap_or_default().split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+}
+
+/// Run the bench: every mechanism in order, one testbed each.
+pub fn run(a: &Args) -> Result<Report> {
+    if !lab::netns::am_root() {
+        bail!("bench transition needs root (network namespaces, TUN devices, tproxy)");
+    }
+    let bin = peers::v6gate(a.v6gate.as_deref())?;
+    let out = Outputs::create(&a.out)?;
+    let guard = RunGuard::new(PREFIX, std::env::temp_dir().join(format!("v6gate-bench-transition-{}", std::process::id())))?;
+    let mut results = Vec::new();
+    let load = loadavg();
+    for &m in &a.mech {
+        eprintln!("bench transition: {} ...", m.name());
+        let work = guard.work().join(m.name());
+        std::fs::create_dir_all(&work)?;
+        if m == Mech::Socat && peers::find(Path::new("socat")).is_none() {
+            results.push(MechResult { mech: m.name().into(), skipped: Some("socat is not installed".into()), ..Default::default() });
+            continue;
+        }
+        let r = build(m, &bin, &work).and_then(|bed| {
+            let r = measure(&bed, a);
+            drop(bed);
+            r
+        });
+        lab::netns::cleanup(PREFIX);
+        match r {
+            Ok(mut r) => {
+                r.mech = m.name().into();
+                eprintln!(
+                    "  {:.0} Mbit/s, session p50 {:.1} µs, RTT p50 {:.1} µs",
+                    r.throughput_mbps,
+                    r.session.p50_ns as f64 / 1e3,
+                    r.rtt.p50_ns as f64 / 1e3
+                );
+                results.push(r);
+            }
+            Err(e) => {
+                eprintln!("  failed: {e:#}");
+                results.push(MechResult { mech: m.name().into(), skipped: Some(format!("{e:#}")), ..Default::default() });
+            }
+        }
+    }
+    let (seconds, sessions, pings) = if a.quick { (1, 100, 100) } else { (a.seconds, a.sessions, a.pings) };
+    let rep = Report {
+        seconds,
+        sessions,
+        pings,
+        cpus: crate::report::online_cpus(),
+        kernel: crate::report::kernel_release(),
+        loadavg: load,
+        results,
+    };
+    report::write(&rep, out)?;
+    drop(guard);
+    Ok(rep)
+}
+

@@ -1,0 +1,236 @@
+//! `bench transition`'s outputs: results.json, results.md (the paper's
+//! Table 1 shape for session initiation, throughput and delay tables, the
+//! issue's bars) and three plots.
+
+use anyhow::Result;
+use std::fmt::Write as _;
+
+use super::{MechResult, Report};
+use crate::harness::latency::us;
+use crate::report::{markdown_table, Align, LinePlot, Outputs, Series};
+
+fn ms(ns: u64) -> String {
+    format!("{:.3}", ns as f64 / 1e6)
+}
+
+fn measured(r: &Report) -> impl Iterator<Item = &MechResult> {
+    r.results.iter().filter(|m| m.skipped.is_none())
+}
+
+fn find<'a>(r: &'a Report, name: &str) -> Option<&'a MechResult> {
+    measured(r).find(|m| m.mech == name)
+}
+
+/// The issue's bars, as (statement, verdict) lines; `None` verdict when
+/// a needed row is missing.
+pub fn bars(r: &Report) -> Vec<(String, Option<bool>)> {
+    let mut v = Vec::new();
+    let native = find(r, "ipv4");
+    for m in measured(r).filter(|m| m.mech != "ipv4" && m.mech != "socat") {
+        let added = native.map(|n| m.session.p50_ns as i64 - n.session.p50_ns as i64);
+        v.push((
+            format!(
+                "{}: session initiation adds {} µs (median) over native IPv4 (bar: ≤ 50 µs)",
+                m.mech,
+                added.map_or("?".into(), |a| format!("{:.1}", a as f64 / 1e3))
+            ),
+            added.map(|a| a <= 50_000),
+        ));
+    }
+    if let Some(t) = find(r, "trt") {
+        let socat = find(r, "socat");
+        v.push((
+            format!(
+                "trt: TCP throughput {:.0} Mbit/s = {} × socat's (bar: ≥ 1.5×)",
+                t.throughput_mbps,
+                socat.map_or("?".into(), |s| format!("{:.2}", t.throughput_mbps / s.throughput_mbps.max(1e-9)))
+            ),
+            socat.map(|s| t.throughput_mbps >= 1.5 * s.throughput_mbps),
+        ));
+        v.push((
+            format!(
+                "trt: TCP throughput = {} % of native IPv4 (bar: ≥ 80 %)",
+                native.map_or("?".into(), |n| format!("{:.0}", 100.0 * t.throughput_mbps / n.throughput_mbps.max(1e-9)))
+            ),
+            native.map(|n| t.throughput_mbps >= 0.8 * n.throughput_mbps),
+        ));
+    }
+    v
+}
+
+/// Markdown summary.
+pub fn markdown(r: &Report) -> String {
+    use Align::{Left as L, Right as R};
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "# v6gate bench transition\n\nThe NAT-PT / TRT / DSTM comparison paper's measurements, one testbed per \
+         mechanism (client — gateway — IPv4-only server in network namespaces): {} s of bulk TCP, {} new TCP \
+         sessions (connect, one byte each way), {} UDP echoes. {} online CPUs, kernel {}, load average at the \
+         start {} (the machine may be shared: timings are noisy).\n",
+        r.seconds, r.sessions, r.pings, r.cpus, r.kernel, r.loadavg
+    );
+    let native = find(r, "ipv4");
+    let _ = writeln!(s, "## Session initiation (the paper's Table 1)\n");
+    let rows: Vec<Vec<String>> = r
+        .results
+        .iter()
+        .map(|m| match &m.skipped {
+            Some(why) => vec![m.mech.clone(), format!("skipped: {why}")],
+            None => vec![
+                m.mech.clone(),
+                ms(m.session.min_ns),
+                ms(m.session.max_ns),
+                ms(m.session.mean_ns),
+                us(m.session.p50_ns),
+                native.map_or(String::new(), |n| format!("{:+.1}", (m.session.p50_ns as f64 - n.session.p50_ns as f64) / 1e3)),
+                us(m.connect.p50_ns),
+                m.session_failures.to_string(),
+            ],
+        })
+        .collect();
+    s.push_str(&markdown_table(
+        &[
+            ("Device", L),
+            ("Min. (ms)", R),
+            ("Max. (ms)", R),
+            ("Av. (ms)", R),
+            ("median (µs)", R),
+            ("added over IPv4 (µs)", R),
+            ("connect() median (µs)", R),
+            ("failed", R),
+        ],
+        &rows,
+    ));
+    let _ = writeln!(s, "\n## TCP throughput (the paper's Fig. 7) and round-trip delay\n");
+    let socat = find(r, "socat");
+    let rows: Vec<Vec<String>> = measured(r)
+        .map(|m| {
+            vec![
+                m.mech.clone(),
+                format!("{:.0}", m.throughput_mbps),
+                native.map_or(String::new(), |n| format!("{:.0} %", 100.0 * m.throughput_mbps / n.throughput_mbps.max(1e-9))),
+                socat.map_or(String::new(), |n| format!("{:.2}", m.throughput_mbps / n.throughput_mbps.max(1e-9))),
+                us(m.rtt.p50_ns),
+                us(m.rtt.p99_ns),
+                us(m.rtt.p999_ns),
+                m.ping_losses.to_string(),
+                m.cpu_s.map_or(String::new(), |c| format!("{c:.1}")),
+            ]
+        })
+        .collect();
+    s.push_str(&markdown_table(
+        &[
+            ("Device", L),
+            ("Mbit/s", R),
+            ("of IPv4", R),
+            ("× socat", R),
+            ("RTT median (µs)", R),
+            ("p99 (µs)", R),
+            ("p99.9 (µs)", R),
+            ("lost", R),
+            ("CPU (s)", R),
+        ],
+        &rows,
+    ));
+    let _ = writeln!(s, "\n## The issue's bars\n");
+    for (what, ok) in bars(r) {
+        let v = match ok {
+            Some(true) => "met",
+            Some(false) => "NOT met",
+            None => "not measured",
+        };
+        let _ = writeln!(s, "- {what}: **{v}**");
+    }
+    s
+}
+
+fn percentile_plot(r: &Report, title: &str, pick: impl Fn(&MechResult) -> &crate::harness::latency::Latency) -> LinePlot {
+    LinePlot {
+        title: title.into(),
+        x_label: "percentile (0 = min, 100 = max)".into(),
+        y_label: "µs".into(),
+        series: measured(r)
+            .map(|m| {
+                let l = pick(m);
+                Series {
+                    name: m.mech.clone(),
+                    points: vec![
+                        (0.0, l.min_ns as f64 / 1e3),
+                        (50.0, l.p50_ns as f64 / 1e3),
+                        (99.0, l.p99_ns as f64 / 1e3),
+                        (99.9, l.p999_ns as f64 / 1e3),
+                    ],
+                }
+            })
+            .collect(),
+    }
+}
+
+/// Write results.json, results.md and the plots.
+pub fn write(r: &Report, mut out: Outputs) -> Result<()> {
+    out.json("results.json", r)?;
+    out.text("results.md", &markdown(r))?;
+    out.svg(
+        "throughput.svg",
+        &LinePlot {
+            title: "Bulk TCP through each mechanism".into(),
+            x_label: "s".into(),
+            y_label: "Mbit/s".into(),
+            series: measured(r)
+                .map(|m| Series {
+                    name: m.mech.clone(),
+                    points: m.series_mbps.iter().enumerate().map(|(i, v)| (i as f64 / 10.0, *v)).collect(),
+                })
+                .collect(),
+        },
+    )?;
+    out.svg("session.svg", &percentile_plot(r, "Session initiation (connect to first echoed byte)", |m| &m.session))?;
+    out.svg("rtt.svg", &percentile_plot(r, "UDP round-trip delay", |m| &m.rtt))?;
+    eprintln!("bench transition: {}", out.summary());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::harness::latency::Latency;
+
+    fn m(name: &str, mbps: f64, session_us: u64) -> MechResult {
+        MechResult {
+            mech: name.into(),
+            throughput_mbps: mbps,
+            session: Latency { samples: 10, p50_ns: session_us * 1000, min_ns: 1000, max_ns: 9000, mean_ns: 5000, ..Default::default() },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn table_and_bars() {
+        let r = Report {
+            seconds: 1,
+            sessions: 10,
+            pings: 10,
+            cpus: 2,
+            kernel: "6.x".into(),
+            loadavg: "1 1 1".into(),
+            results: vec![
+                m("ipv4", 1000.0, 100),
+                m("trt", 900.0, 140),
+                m("dslite", 950.0, 180),
+                m("socat", 500.0, 300),
+                MechResult { mech: "dstm".into(), skipped: Some("no lease".into()), ..Default::default() },
+            ],
+        };
+        let b = bars(&r);
+        assert_eq!(b[0], ("trt: session initiation adds 40.0 µs (median) over native IPv4 (bar: ≤ 50 µs)".into(), Some(true)));
+        assert_eq!(b[1].1, Some(false), "dslite adds 80 µs");
+        assert!(b[2].0.contains("1.80 × socat") && b[2].1 == Some(true));
+        assert!(b[3].0.contains("90 % of native") && b[3].1 == Some(true));
+        let md = markdown(&r);
+        assert!(md.contains("| Device | Min. (ms) | Max. (ms) | Av. (ms) |"), "{md}");
+        assert!(md.contains("| trt | 0.001 | 0.009 | 0.005 | 140.0 | +40.0 |"), "{md}");
+        assert!(md.contains("| dstm | skipped: no lease |"), "{md}");
+        assert!(md.contains("**NOT met**"));
+    }
+}
