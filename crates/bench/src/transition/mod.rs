@@ -196,6 +196,13 @@ fn ns(name: &str) -> Result<Netns> {
     Ok(n)
 }
 
+/// Block until `l` has a connection to accept, or 100 ms pass.
+fn wait_readable(l: &TcpListener) {
+    use std::os::fd::AsFd;
+    let mut p = [nix::poll::PollFd::new(l.as_fd(), nix::poll::PollFlags::POLLIN)];
+    let _ = nix::poll::poll(&mut p, nix::poll::PollTimeout::from(100u16));
+}
+
 /// Server threads in the server namespace: bulk sink (bytes per 100 ms
 /// sent back on a channel), one-byte ping-pong, UDP echo.
 fn servers(s: &Netns, stop: &Arc<AtomicBool>) -> Result<(Vec<std::thread::JoinHandle<()>>, std::sync::mpsc::Receiver<Vec<u64>>)> {
@@ -214,7 +221,7 @@ fn servers(s: &Netns, stop: &Arc<AtomicBool>) -> Result<(Vec<std::thread::JoinHa
         let _ = r.send(());
         while !st.load(Ordering::Relaxed) {
             let Ok((mut c, _)) = l.accept() else {
-                std::thread::sleep(Duration::from_millis(5));
+                wait_readable(&l);
                 continue;
             };
             let _ = c.set_nonblocking(false);
@@ -264,7 +271,8 @@ fn servers(s: &Netns, stop: &Arc<AtomicBool>) -> Result<(Vec<std::thread::JoinHa
                         let _ = c.write_all(&b);
                     }
                 }
-                Err(_) => std::thread::sleep(Duration::from_micros(200)),
+                // Wait for the next connection without adding a polling delay.
+                Err(_) => wait_readable(&l),
             }
         }
     }));
