@@ -109,18 +109,18 @@ impl Aftr {
         let a = match pkt.first().map(|b| b >> 4) {
             Some(6) => {
                 bump(&self.c.in6);
-                self.ep.receive(pkt, now, out, &self.c, |r, out| self.from_softwire(r, now, out))
+                self.ep.receive(pkt, now, out, &self.c, |r, out| self.on_softwire(r, now, out))
             }
             Some(4) => {
                 bump(&self.c.in4);
-                self.from_ipv4(pkt, now, out)
+                self.on_ipv4(pkt, now, out)
             }
             _ => Action::Drop(Reason::Malformed),
         };
         self.c.account(a)
     }
 
-    fn from_softwire(&self, r: Received<'_>, now: u64, out: &mut Out) -> Action {
+    fn on_softwire(&self, r: Received<'_>, now: u64, out: &mut Out) -> Action {
         if !self.cfg.b4_prefixes.iter().any(|p| p.contains(&r.remote)) {
             if self.cfg.icmpv6_errors
                 && self.ep.may_send_error(now, &self.c)
@@ -141,7 +141,7 @@ impl Aftr {
                 Fed::Refused => Action::Drop(Reason::FragmentLimit),
                 Fed::Done(full) => {
                     bump(&self.c.reassembled);
-                    self.from_softwire(Received { inner: &full, ..r }, now, out)
+                    self.on_softwire(Received { inner: &full, ..r }, now, out)
                 }
             };
         }
@@ -184,7 +184,7 @@ impl Aftr {
             if !self.cfg.hairpinning {
                 return Action::Drop(Reason::HairpinOff);
             }
-            let a = self.from_ipv4(buf, now, out);
+            let a = self.on_ipv4(buf, now, out);
             if a == Action::Emit {
                 bump(&self.c.hairpinned);
             }
@@ -197,7 +197,7 @@ impl Aftr {
         Action::Emit
     }
 
-    fn from_ipv4(&self, pkt: &[u8], now: u64, out: &mut Out) -> Action {
+    fn on_ipv4(&self, pkt: &[u8], now: u64, out: &mut Out) -> Action {
         let Ok(p) = Ipv4Packet::new(pkt) else { return Action::Drop(Reason::Malformed) };
         if !p.checksum_ok() {
             return Action::Drop(Reason::Malformed);
@@ -215,7 +215,7 @@ impl Aftr {
                 Fed::Refused => Action::Drop(Reason::FragmentLimit),
                 Fed::Done(full) => {
                     bump(&self.c.reassembled);
-                    self.from_ipv4(&full, now, out)
+                    self.on_ipv4(&full, now, out)
                 }
             };
         }

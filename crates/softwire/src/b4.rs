@@ -181,18 +181,18 @@ impl B4 {
                 if self.lease_answer(pkt) {
                     return Action::Emit;
                 }
-                self.ep.receive(pkt, now, out, &self.c, |r, out| self.from_aftr(r, now, out))
+                self.ep.receive(pkt, now, out, &self.c, |r, out| self.on_aftr(r, now, out))
             }
             Some(4) => {
                 bump(&self.c.in4);
-                self.from_lan(pkt, now, out)
+                self.on_lan(pkt, now, out)
             }
             _ => Action::Drop(Reason::Malformed),
         };
         self.c.account(a)
     }
 
-    fn from_lan(&self, pkt: &[u8], now: u64, out: &mut Out) -> Action {
+    fn on_lan(&self, pkt: &[u8], now: u64, out: &mut Out) -> Action {
         let Ok(p) = Ipv4Packet::new(pkt) else { return Action::Drop(Reason::Malformed) };
         if !p.checksum_ok() {
             return Action::Drop(Reason::Malformed);
@@ -234,7 +234,7 @@ impl B4 {
         a
     }
 
-    fn from_aftr(&self, r: Received<'_>, now: u64, out: &mut Out) -> Action {
+    fn on_aftr(&self, r: Received<'_>, now: u64, out: &mut Out) -> Action {
         if r.remote != self.aftr() {
             return Action::Drop(Reason::UnknownSoftwire);
         }

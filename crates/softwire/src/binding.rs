@@ -67,7 +67,7 @@ impl fmt::Display for Binding {
         if self.map.is_full() {
             write!(f, "{} {}", self.b4, self.ipv4)
         } else {
-            write!(f, "{} {} {} {} {}", self.b4, self.ipv4, self.psid, self.map.len(), self.map.offset())
+            write!(f, "{} {} {} {} {}", self.b4, self.ipv4, self.psid, self.map.psid_len(), self.map.offset())
         }
     }
 }
@@ -151,7 +151,7 @@ impl BindingTable {
     /// binding on a shared address or the reverse.
     pub fn insert(&mut self, b: Binding) -> Result<(), BindingError> {
         if u32::from(b.psid) >= b.map.psids() {
-            return Err(BindingError(format!("psid {} does not fit psid-length {}", b.psid, b.map.len())));
+            return Err(BindingError(format!("psid {} does not fit psid-length {}", b.psid, b.map.psid_len())));
         }
         if self.by6.contains_key(&b.b4) {
             return Err(BindingError(format!("{} already has a binding", b.b4)));

@@ -139,18 +139,18 @@ impl Lwaftr {
         let a = match pkt.first().map(|b| b >> 4) {
             Some(6) => {
                 bump(&self.c.in6);
-                self.ep.receive(pkt, now, out, &self.c, |r, out| self.from_softwire(r, now, out))
+                self.ep.receive(pkt, now, out, &self.c, |r, out| self.on_softwire(r, now, out))
             }
             Some(4) => {
                 bump(&self.c.in4);
-                self.from_ipv4(pkt, now, out)
+                self.on_ipv4(pkt, now, out)
             }
             _ => Action::Drop(Reason::Malformed),
         };
         self.c.account(a)
     }
 
-    fn from_softwire(&self, r: Received<'_>, now: u64, out: &mut Out) -> Action {
+    fn on_softwire(&self, r: Received<'_>, now: u64, out: &mut Out) -> Action {
         let Ok(p) = Ipv4Packet::new(r.inner) else { return Action::Drop(Reason::Malformed) };
         let f = match pkt::flow(&p) {
             Ok(f) => f,
@@ -211,7 +211,7 @@ impl Lwaftr {
         Action::Emit
     }
 
-    fn from_ipv4(&self, pkt: &[u8], now: u64, out: &mut Out) -> Action {
+    fn on_ipv4(&self, pkt: &[u8], now: u64, out: &mut Out) -> Action {
         let Ok(p) = Ipv4Packet::new(pkt) else { return Action::Drop(Reason::Malformed) };
         if !p.checksum_ok() {
             return Action::Drop(Reason::Malformed);
@@ -233,7 +233,7 @@ impl Lwaftr {
                         Fed::Refused => Action::Drop(Reason::FragmentLimit),
                         Fed::Done(full) => {
                             bump(&self.c.reassembled);
-                            self.from_ipv4(&full, now, out)
+                            self.on_ipv4(&full, now, out)
                         }
                     };
                 }

@@ -154,7 +154,7 @@ impl SetPorts {
         if self.map.is_full() {
             return Some(u32::from(port));
         }
-        let m = 16 - self.map.offset() - self.map.len();
+        let m = 16 - self.map.offset() - self.map.psid_len();
         let a = if self.map.offset() == 0 { 0 } else { (u32::from(port) >> (16 - self.map.offset())) - 1 };
         Some((a << m) | (u32::from(port) & ((1 << m) - 1)))
     }

@@ -66,7 +66,7 @@ impl PsidMap {
 
     /// PSID length (k).
     #[inline]
-    pub fn len(&self) -> u8 {
+    pub fn psid_len(&self) -> u8 {
         self.len
     }
 

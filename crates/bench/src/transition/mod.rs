@@ -203,9 +203,12 @@ fn wait_readable(l: &TcpListener) {
     let _ = nix::poll::poll(&mut p, nix::poll::PollTimeout::from(100u16));
 }
 
+/// The server threads and the channel of their bulk-sink byte counts.
+type Servers = (Vec<std::thread::JoinHandle<()>>, std::sync::mpsc::Receiver<Vec<u64>>);
+
 /// Server threads in the server namespace: bulk sink (bytes per 100 ms
 /// sent back on a channel), one-byte ping-pong, UDP echo.
-fn servers(s: &Netns, stop: &Arc<AtomicBool>) -> Result<(Vec<std::thread::JoinHandle<()>>, std::sync::mpsc::Receiver<Vec<u64>>)> {
+fn servers(s: &Netns, stop: &Arc<AtomicBool>) -> Result<Servers> {
     let (tx, rx) = std::sync::mpsc::channel();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
     let mut hs = Vec::new();
@@ -509,7 +512,12 @@ fn measure(bed: &Bed, a: &Args) -> Result<MechResult> {
 }
 
 fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg").unwrap_or_default().split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Run the bench: every mechanism in order, one testbed each.
@@ -519,7 +527,8 @@ pub fn run(a: &Args) -> Result<Report> {
     }
     let bin = peers::v6gate(a.v6gate.as_deref())?;
     let out = Outputs::create(&a.out)?;
-    let guard = RunGuard::new(PREFIX, std::env::temp_dir().join(format!("v6gate-bench-transition-{}", std::process::id())))?;
+    let guard =
+        RunGuard::new(PREFIX, std::env::temp_dir().join(format!("v6gate-bench-transition-{}", std::process::id())))?;
     let mut results = Vec::new();
     let load = loadavg();
     for &m in &a.mech {
@@ -527,7 +536,11 @@ pub fn run(a: &Args) -> Result<Report> {
         let work = guard.work().join(m.name());
         std::fs::create_dir_all(&work)?;
         if m == Mech::Socat && peers::find(Path::new("socat")).is_none() {
-            results.push(MechResult { mech: m.name().into(), skipped: Some("socat is not installed".into()), ..Default::default() });
+            results.push(MechResult {
+                mech: m.name().into(),
+                skipped: Some("socat is not installed".into()),
+                ..Default::default()
+            });
             continue;
         }
         let r = build(m, &bin, &work).and_then(|bed| {
@@ -549,7 +562,11 @@ pub fn run(a: &Args) -> Result<Report> {
             }
             Err(e) => {
                 eprintln!("  failed: {e:#}");
-                results.push(MechResult { mech: m.name().into(), skipped: Some(format!("{e:#}")), ..Default::default() });
+                results.push(MechResult {
+                    mech: m.name().into(),
+                    skipped: Some(format!("{e:#}")),
+                    ..Default::default()
+                });
             }
         }
     }
@@ -567,4 +584,3 @@ pub fn run(a: &Args) -> Result<Report> {
     drop(guard);
     Ok(rep)
 }
-

@@ -50,7 +50,8 @@ pub fn bars(r: &Report) -> Vec<(String, Option<bool>)> {
         v.push((
             format!(
                 "trt: TCP throughput = {} % of native IPv4 (bar: ≥ 80 %)",
-                native.map_or("?".into(), |n| format!("{:.0}", 100.0 * t.throughput_mbps / n.throughput_mbps.max(1e-9)))
+                native
+                    .map_or("?".into(), |n| format!("{:.0}", 100.0 * t.throughput_mbps / n.throughput_mbps.max(1e-9)))
             ),
             native.map(|n| t.throughput_mbps >= 0.8 * n.throughput_mbps),
         ));
@@ -83,7 +84,9 @@ pub fn markdown(r: &Report) -> String {
                 ms(m.session.max_ns),
                 ms(m.session.mean_ns),
                 us(m.session.p50_ns),
-                native.map_or(String::new(), |n| format!("{:+.1}", (m.session.p50_ns as f64 - n.session.p50_ns as f64) / 1e3)),
+                native.map_or(String::new(), |n| {
+                    format!("{:+.1}", (m.session.p50_ns as f64 - n.session.p50_ns as f64) / 1e3)
+                }),
                 us(m.connect.p50_ns),
                 m.session_failures.to_string(),
             ],
@@ -109,7 +112,9 @@ pub fn markdown(r: &Report) -> String {
             vec![
                 m.mech.clone(),
                 format!("{:.0}", m.throughput_mbps),
-                native.map_or(String::new(), |n| format!("{:.0} %", 100.0 * m.throughput_mbps / n.throughput_mbps.max(1e-9))),
+                native.map_or(String::new(), |n| {
+                    format!("{:.0} %", 100.0 * m.throughput_mbps / n.throughput_mbps.max(1e-9))
+                }),
                 socat.map_or(String::new(), |n| format!("{:.2}", m.throughput_mbps / n.throughput_mbps.max(1e-9))),
                 us(m.rtt.p50_ns),
                 us(m.rtt.p99_ns),
@@ -145,7 +150,11 @@ pub fn markdown(r: &Report) -> String {
     s
 }
 
-fn percentile_plot(r: &Report, title: &str, pick: impl Fn(&MechResult) -> &crate::harness::latency::Latency) -> LinePlot {
+fn percentile_plot(
+    r: &Report,
+    title: &str,
+    pick: impl Fn(&MechResult) -> &crate::harness::latency::Latency,
+) -> LinePlot {
     LinePlot {
         title: title.into(),
         x_label: "percentile (0 = min, 100 = max)".into(),
@@ -200,7 +209,14 @@ mod tests {
         MechResult {
             mech: name.into(),
             throughput_mbps: mbps,
-            session: Latency { samples: 10, p50_ns: session_us * 1000, min_ns: 1000, max_ns: 9000, mean_ns: 5000, ..Default::default() },
+            session: Latency {
+                samples: 10,
+                p50_ns: session_us * 1000,
+                min_ns: 1000,
+                max_ns: 9000,
+                mean_ns: 5000,
+                ..Default::default()
+            },
             ..Default::default()
         }
     }
@@ -223,7 +239,10 @@ mod tests {
             ],
         };
         let b = bars(&r);
-        assert_eq!(b[0], ("trt: session initiation adds 40.0 µs (median) over native IPv4 (bar: ≤ 50 µs)".into(), Some(true)));
+        assert_eq!(
+            b[0],
+            ("trt: session initiation adds 40.0 µs (median) over native IPv4 (bar: ≤ 50 µs)".into(), Some(true))
+        );
         assert_eq!(b[1].1, Some(false), "dslite adds 80 µs");
         assert!(b[2].0.contains("1.80 × socat") && b[2].1 == Some(true));
         assert!(b[3].0.contains("90 % of native") && b[3].1 == Some(true));
