@@ -10,7 +10,8 @@
 //!
 //! DS-Lite B4 <-> AFTR and lwB4 <-> lwAFTR with ping, UDP and TCP; DSTM:
 //! a lease, then traffic, then the lease surviving an lwAFTR restart; the
-//! binding file reloaded at run time; a bad binding file refused.
+//! binding file reloaded at run time; a bad binding file refused; a DSTM
+//! pool exhausted, a lease expiring and its address reused.
 
 #[path = "daemon_util/mod.rs"]
 mod daemon_util;
@@ -61,13 +62,18 @@ impl Proc {
 
     /// Wait (up to 15 s) until the status file satisfies `pred`.
     fn wait_status(&self, pred: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+        self.wait_status_for(Duration::from_secs(15), pred)
+    }
+
+    /// Wait (up to `limit`) until the status file satisfies `pred`.
+    fn wait_status_for(&self, limit: Duration, pred: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
         let t0 = Instant::now();
         loop {
             let v = self.status();
             if pred(&v) {
                 return v;
             }
-            assert!(t0.elapsed() < Duration::from_secs(15), "status never matched: {v}\n{}", self.log());
+            assert!(t0.elapsed() < limit, "status never matched: {v}\n{}", self.log());
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -197,6 +203,16 @@ routes = ["198.51.100.0/24"]
     assert!(log.contains("nat44 map proto=udp b4=2001:db8:1::2 inside=192.0.0.2:"), "abuse-tracing log: {log}");
     let bs = b4.status();
     assert!(bs["b4"]["counters"]["encapsulated"].as_u64().unwrap() > 10, "{bs}");
+    // RFC 6888 REQ-4: 80 more UDP flows from the subscriber; the AFTR maps
+    // up to its quota of 64 ports and drops and counts the rest.
+    in_ns(&bed.b4, || {
+        let socks: Vec<_> = (0..80).map(|_| std::net::UdpSocket::bind("0.0.0.0:0").unwrap()).collect();
+        for s in &socks {
+            s.send_to(b"flow", format!("{SERVER}:9")).unwrap();
+        }
+    });
+    let s = aftr.wait_status(|v| v["dslite"]["counters"]["drops"]["quota-exceeded"].as_u64().unwrap_or(0) >= 16);
+    assert_eq!(s["dslite"]["mappings"], 64, "the quota bounds the subscriber's mappings: {s}");
     b4.stop();
     aftr.stop();
     assert!(lab::netns::exists(bed.aftr.name()));
@@ -328,4 +344,77 @@ routes = ["198.51.100.0/24"]
     let s = lw.wait_status(|v| v["lw4o6"]["dstm"]["stats"]["refused"].as_u64().unwrap_or(0) >= 20);
     assert_eq!(s["lw4o6"]["leases"], 0);
     let _ = &bed.aftr;
+}
+
+/// One DSTM lease exchange from `src` (in the B4 namespace) with the lease
+/// server at [2001:db8:ff::1]:4739: the answer, or None on no answer.
+fn lease_call(bed: &Bed, src: &str, m: softwire::lease::Msg, xid: u32) -> Option<softwire::lease::Msg> {
+    let src = sa(&format!("[{src}]:0"));
+    in_ns(&bed.b4, move || {
+        let s = std::net::UdpSocket::bind(src).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.send_to(&softwire::lease::encode(m, xid), "[2001:db8:ff::1]:4739").unwrap();
+        let mut b = [0u8; 64];
+        let n = s.recv(&mut b).ok()?;
+        let (got, x) = softwire::lease::decode(&b[..n])?;
+        assert_eq!(x, xid, "the answer echoes the transaction id");
+        Some(got)
+    })
+}
+
+#[test]
+fn dstm_pool_exhausted_then_an_unrenewed_lease_expires_and_its_address_is_reused() {
+    use softwire::lease::{nak, Msg};
+    let bed = bed();
+    bed.b4.ip(&["addr", "add", "2001:db8:ff::3/64", "dev", "w6", "nodad"]).unwrap();
+    let leases = bed.dir.path().join("leases");
+    // One address, the shortest lease the configuration accepts.
+    let lw = Proc::start(
+        &bed.aftr,
+        bed.dir.path(),
+        "tep",
+        &format!(
+            r#"
+[lw4o6]
+aftr-address = "2001:db8:ffff::1"
+[lw4o6.dstm]
+pool = ["192.0.2.200/32"]
+listen = "[2001:db8:ff::1]:4739"
+lease-time = "10s"
+lease-file = "{}"
+clients = ["2001:db8:ff::/64"]
+"#,
+            leases.display()
+        ),
+    );
+    let leased: std::net::Ipv4Addr = "192.0.2.200".parse().unwrap();
+    let a = lease_call(&bed, "2001:db8:ff::2", Msg::Request, 1);
+    assert!(matches!(a, Some(Msg::Ack { ipv4, secs: 10, .. }) if ipv4 == leased), "{a:?}");
+    // The pool is empty: a second host is refused with "exhausted", counted.
+    let b = lease_call(&bed, "2001:db8:ff::3", Msg::Request, 2);
+    assert_eq!(b, Some(Msg::Nak(nak::EXHAUSTED)));
+    // A host cannot renew a lease it does not hold.
+    let b = lease_call(&bed, "2001:db8:ff::3", Msg::Renew(leased), 3);
+    assert_eq!(b, Some(Msg::Nak(nak::NO_LEASE)));
+    let s = lw.wait_status(|v| v["lw4o6"]["leases"] == 1 && v["lw4o6"]["dstm"]["stats"]["exhausted"] == 1);
+    assert_eq!(s["lw4o6"]["dstm"]["stats"]["no_lease"], 1, "{s}");
+    assert!(std::fs::read_to_string(&leases).unwrap().contains("2001:db8:ff::2 192.0.2.200"));
+    // The first host never renews: the lease expires (10 s), the lease file
+    // and the lwAFTR's table forget it.
+    let s = lw.wait_status_for(Duration::from_secs(40), |v| v["lw4o6"]["leases"] == 0);
+    assert_eq!(s["lw4o6"]["dstm"]["stats"]["expired"], 1, "{s}");
+    assert!(!std::fs::read_to_string(&leases).unwrap().contains("192.0.2.200"));
+    // The address is free again: the second host gets it; the first one's
+    // renewal is refused.
+    let b = lease_call(&bed, "2001:db8:ff::3", Msg::Request, 4);
+    assert!(matches!(b, Some(Msg::Ack { ipv4, .. }) if ipv4 == leased), "{b:?}");
+    let a = lease_call(&bed, "2001:db8:ff::2", Msg::Renew(leased), 5);
+    assert_eq!(a, Some(Msg::Nak(nak::NO_LEASE)));
+    // Garbage gets no answer and is counted.
+    in_ns(&bed.b4, || {
+        let s = std::net::UdpSocket::bind("[2001:db8:ff::2]:0").unwrap();
+        s.send_to(b"\xff\x00garbage", "[2001:db8:ff::1]:4739").unwrap();
+    });
+    lw.wait_status(|v| v["lw4o6"]["dstm"]["stats"]["malformed"].as_u64().unwrap_or(0) >= 1);
+    lw.stop();
 }

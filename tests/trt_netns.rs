@@ -194,13 +194,20 @@ fn trt_http_download_udp_static_mapping_and_limits() {
     // A connection flood: the server keeps connections open; four are
     // relayed, the rest reset at once and counted.
     let name = b.h4.name().to_string();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     let hold = std::thread::spawn(move || {
         Netns::attach(&name).enter_thread().unwrap();
         let l = TcpListener::bind("0.0.0.0:6000").unwrap();
         l.set_nonblocking(true).unwrap();
+        ready_tx.send(()).unwrap();
         let mut held = Vec::new();
+        // Accept until the client side has read its outcomes and the
+        // relayed connections have all arrived (bounded).
         let t0 = Instant::now();
-        while t0.elapsed() < Duration::from_secs(4) {
+        let mut done = false;
+        while !(done && held.len() >= 4) && t0.elapsed() < Duration::from_secs(30) {
+            done = done || done_rx.try_recv().is_ok();
             if let Ok((c, _)) = l.accept() {
                 held.push(c);
             }
@@ -208,34 +215,40 @@ fn trt_http_download_udp_static_mapping_and_limits() {
         }
         held.len()
     });
-    std::thread::sleep(Duration::from_millis(200));
-    let outcomes = in_ns(&b.h6, || {
-        let mut conns = Vec::new();
-        for _ in 0..12 {
-            conns.push(TcpStream::connect_timeout(&sa(&format!("[{SERVER6}]:6000")), Duration::from_secs(5)).unwrap());
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        std::thread::sleep(Duration::from_millis(500));
-        conns
-            .iter_mut()
-            .map(|c| {
-                c.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
-                let mut buf = [0u8; 1];
-                match c.read(&mut buf) {
-                    Err(e)
-                        if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut =>
-                    {
-                        "open"
-                    }
-                    _ => "reset",
-                }
+    ready_rx.recv().unwrap();
+    let mut conns = in_ns(&b.h6, || {
+        (0..12)
+            .map(|_| {
+                // The relay may reset a refused connection before connect()
+                // has even returned: that is a refusal too.
+                let c = TcpStream::connect_timeout(&sa(&format!("[{SERVER6}]:6000")), Duration::from_secs(5)).ok();
+                // In order, so the first four are the ones relayed.
+                std::thread::sleep(Duration::from_millis(50));
+                c
             })
             .collect::<Vec<_>>()
     });
+    // Every refusal is counted before the outcomes are read, so a late
+    // reset cannot pass for an open connection.
+    let s = b.wait_status(|v| v["tcp_refused"].as_u64().unwrap_or(0) >= 8);
+    let outcomes = conns
+        .iter_mut()
+        .map(|c| {
+            let Some(c) = c else { return "reset" };
+            c.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+            let mut buf = [0u8; 1];
+            match c.read(&mut buf) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut => {
+                    "open"
+                }
+                _ => "reset",
+            }
+        })
+        .collect::<Vec<_>>();
+    done_tx.send(()).unwrap();
     let open = outcomes.iter().filter(|o| **o == "open").count();
     assert_eq!(open, 4, "{outcomes:?}");
     assert_eq!(hold.join().unwrap(), 4);
-    let s = b.wait_status(|v| v["tcp_refused"].as_u64().unwrap_or(0) >= 8);
     assert!(s["trt"]["tcp_active"].as_u64().unwrap() <= 4);
     b.stop();
     // The relay removed its nftables table and its rule.
