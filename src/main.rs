@@ -22,9 +22,11 @@ use gate::offline;
 /// (`translate`), the daemon (`run`, `ctl`) with SIIT, stateful NAT64 /
 /// NAT-PT, DNS64 and the IMS TrGW media relay (rtpengine ng and rtpproxy
 /// control), the tunnels (`tunnel`: 6to4, 6rd, Teredo server, relay and
-/// client), the network-namespace lab (`lab`) and benchmarks against
-/// TAYGA, rtpengine, Miredo and kernel forwarding (`bench`). The IMS-ALG
-/// comes in a later version.
+/// client), the softwires (`softwire`: DS-Lite AFTR, lw4o6 lwAFTR, DSTM,
+/// B4), the RFC 3142 transport relay translator (`trt`), the
+/// network-namespace lab (`lab`) and benchmarks against TAYGA, rtpengine,
+/// Miredo, socat and kernel forwarding (`bench`). The IMS-ALG comes in a
+/// later version.
 #[derive(Debug, Parser)]
 #[command(name = "v6gate", version, propagate_version = true)]
 struct Cli {
