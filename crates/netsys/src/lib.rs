@@ -2,9 +2,10 @@
 //!
 //! The few system interfaces that need `unsafe` and that more than one
 //! crate drives: the TUN device ([`tun`]: multiqueue `/dev/net/tun`
-//! queues) and route netlink ([`netlink`]: link up, addresses, routes).
-//! The daemon (`gate`) and the tunnel runners (`tunnel`) both use them, so
-//! they live here once. Everything is a thin, audited wrapper over one or
+//! queues) and route netlink ([`netlink`]: link up, addresses, routes),
+//! and one device set up from them ([`device`]). The daemon (`gate`), the
+//! tunnel runners (`tunnel`) and the softwire runners (`softwire`) use
+//! them, so they live here once. Everything is a thin, audited wrapper over one or
 //! two libc calls with checked lengths; every `unsafe` block carries a
 //! SAFETY comment.
 //!
@@ -16,8 +17,11 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![warn(missing_debug_implementations)]
 
+pub mod device;
 pub mod netlink;
 pub mod tun;
+
+pub use device::{Device, DeviceSpec};
 
 use core::fmt;
 use std::io;

@@ -275,18 +275,9 @@ struct FileToml {
     _rest: toml::Table,
 }
 
-/// The TUN device of one function.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TunTable {
-    /// Device name.
-    pub name: String,
-    /// Its MTU (large by default: the kernel fragments what leaves it).
-    pub mtu: u32,
-    /// Prefixes routed into it.
-    pub routes: Vec<IpPrefix>,
-    /// Addresses put on it.
-    pub addresses: Vec<(core::net::IpAddr, u8)>,
-}
+/// The TUN device of one function (the one device type of the standalone
+/// runners).
+pub use netsys::DeviceSpec as TunTable;
 
 /// A checked `[dslite]`.
 #[derive(Debug, Clone)]

@@ -17,15 +17,13 @@
 use crate::aftr::Aftr;
 use crate::b4::B4;
 use crate::binding::BindingTable;
-use crate::config::{B4Mode, B4Table, DsliteTable, Lw4o6Table, SoftwireConfig, TunTable};
+use crate::config::{B4Mode, B4Table, DsliteTable, Lw4o6Table, SoftwireConfig};
 use crate::lease::{self, LeaseServer, Msg};
 use crate::lwaftr::Lwaftr;
 use crate::nat44::PoolPorts;
 use crate::stats::Action;
 use anyhow::{Context as _, Result};
 use core::net::{IpAddr, Ipv4Addr, SocketAddr};
-use netsys::netlink::Netlink;
-use netsys::tun::{self, TunQueue};
 use netsys::IfAddr;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use serde_json::{json, Value};
@@ -37,48 +35,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use xlat::Out;
 
-/// A TUN device with its addresses and routes.
-#[derive(Debug)]
-pub struct Device {
-    /// The queue.
-    pub queue: TunQueue,
-    /// Interface index.
-    pub index: u32,
-    /// Name.
-    pub name: String,
-}
-
-impl Device {
-    /// Create `t.name`, bring it up, add `t.addresses` and `t.routes`.
-    pub fn open(t: &TunTable) -> Result<Device> {
-        let mut q = tun::open_queues(&t.name, 1, true).with_context(|| format!("creating TUN device {}", t.name))?;
-        let queue = q.pop().context("no TUN queue")?;
-        let index = tun::if_index(&t.name).with_context(|| format!("TUN device {} vanished", t.name))?;
-        let mut nl = Netlink::open().context("opening route netlink")?;
-        nl.link_up(index, t.mtu, 1000).with_context(|| format!("bringing {} up", t.name))?;
-        for &(addr, len) in &t.addresses {
-            nl.add_address(index, IfAddr { addr, len })
-                .with_context(|| format!("adding {addr}/{len} to {}", t.name))?;
-        }
-        for r in &t.routes {
-            nl.add_route(index, *r).with_context(|| format!("routing {r} into {}", t.name))?;
-        }
-        Ok(Device { queue, index, name: t.name.clone() })
-    }
-
-    /// Put `a` on the device (a DSTM lease), removing `old`.
-    pub fn set_address(&self, old: Option<Ipv4Addr>, new: Option<Ipv4Addr>) -> Result<()> {
-        let mut nl = Netlink::open()?;
-        if let Some(o) = old {
-            let _ = nl.del_address(self.index, IfAddr { addr: IpAddr::V4(o), len: 32 });
-        }
-        if let Some(n) = new {
-            nl.add_address(self.index, IfAddr { addr: IpAddr::V4(n), len: 32 })
-                .with_context(|| format!("adding {n} to {}", self.name))?;
-        }
-        Ok(())
-    }
-}
+pub use netsys::Device;
 
 /// Wait until one of `fds` is readable or `timeout_ms` passes.
 fn wait(fds: &[&dyn AsFd], timeout_ms: u16, ready: &mut [bool]) -> std::io::Result<()> {
@@ -390,7 +347,7 @@ impl Softwires {
                         match m {
                             Msg::Ack { ipv4, secs, tep } if secs > 0 => {
                                 if lease.map(|l| l.0) != Some(ipv4) {
-                                    match dev.set_address(lease.map(|l| l.0), Some(ipv4)) {
+                                    match dev.set_address(lease.map(|l| v4(l.0)), Some(v4(ipv4))) {
                                         Ok(()) => tracing::info!(%ipv4, %tep, secs, "DSTM lease"),
                                         Err(e) => lease_error = e.to_string(),
                                     }
@@ -401,7 +358,7 @@ impl Softwires {
                             Msg::Nak(r) => {
                                 lease_error = format!("NAK {r}");
                                 if let Some(l) = lease.take() {
-                                    let _ = dev.set_address(Some(l.0), None);
+                                    let _ = dev.set_address(Some(v4(l.0)), None);
                                 }
                             }
                             _ => {}
@@ -485,4 +442,9 @@ fn reload_lw4o6(
     lw.replace_bindings(table);
     *t = new_t;
     Ok(n)
+}
+
+/// `a`/32, a DSTM lease on the host's device.
+fn v4(a: Ipv4Addr) -> IfAddr {
+    IfAddr { addr: IpAddr::V4(a), len: 32 }
 }

@@ -99,18 +99,9 @@ pub struct Proto41Table {
     pub tun: TunTable,
 }
 
-/// The TUN device of one tunnel function.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TunTable {
-    /// Device name.
-    pub name: String,
-    /// MTU.
-    pub mtu: u32,
-    /// Addresses to put on it.
-    pub addresses: Vec<(core::net::IpAddr, u8)>,
-    /// Prefixes routed into it.
-    pub routes: Vec<IpPrefix>,
-}
+/// The TUN device of one tunnel function (the one device type of the
+/// standalone runners).
+pub use netsys::DeviceSpec as TunTable;
 
 /// A checked `[teredo.server]` table.
 #[derive(Debug, Clone, PartialEq)]

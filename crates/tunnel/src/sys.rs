@@ -11,13 +11,8 @@ use std::net::UdpSocket;
 use std::os::fd::AsFd;
 
 use anyhow::{Context as _, Result};
-use netsys::netlink::Netlink;
-use netsys::tun::{self, TunQueue};
-use netsys::IfAddr;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
-
-use crate::config::TunTable;
 
 /// A raw IPv4 socket for protocol 41 that sends complete IPv4 packets
 /// (IP_HDRINCL) and receives them with their IPv4 header.
@@ -99,47 +94,7 @@ pub fn source_towards(dst: Ipv4Addr) -> Option<Ipv4Addr> {
     }
 }
 
-/// The TUN device of one tunnel function: created, up, with its addresses and routes.
-#[derive(Debug)]
-pub struct Device {
-    /// The queue.
-    pub queue: TunQueue,
-    /// Interface index.
-    pub index: u32,
-    /// Name.
-    pub name: String,
-}
-
-impl Device {
-    /// Create `t.name`, bring it up with `t.mtu`, add `t.addresses` and `t.routes`.
-    pub fn open(t: &TunTable) -> Result<Device> {
-        let mut q = tun::open_queues(&t.name, 1, true).with_context(|| format!("creating TUN device {}", t.name))?;
-        let queue = q.pop().context("no TUN queue")?;
-        let index = tun::if_index(&t.name).with_context(|| format!("TUN device {} vanished", t.name))?;
-        let mut nl = Netlink::open().context("opening route netlink")?;
-        nl.link_up(index, t.mtu, 1000).with_context(|| format!("bringing {} up", t.name))?;
-        for &(addr, len) in &t.addresses {
-            nl.add_address(index, IfAddr { addr, len })
-                .with_context(|| format!("adding {addr}/{len} to {}", t.name))?;
-        }
-        for r in &t.routes {
-            nl.add_route(index, *r).with_context(|| format!("routing {r} into {}", t.name))?;
-        }
-        Ok(Device { queue, index, name: t.name.clone() })
-    }
-
-    /// Replace the address `old` (if any) with `new` (Teredo client).
-    pub fn set_address(&self, old: Option<IfAddr>, new: Option<IfAddr>) -> Result<()> {
-        let mut nl = Netlink::open()?;
-        if let Some(o) = old {
-            let _ = nl.del_address(self.index, o);
-        }
-        if let Some(n) = new {
-            nl.add_address(self.index, n).with_context(|| format!("adding {n} to {}", self.name))?;
-        }
-        Ok(())
-    }
-}
+pub use netsys::Device;
 
 /// Wait until one of `fds` is readable or `timeout_ms` passes; returns
 /// which are readable.
