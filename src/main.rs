@@ -232,7 +232,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 signal_hook::flag::register(s, stop.clone()).context("installing signal handlers")?;
             }
             let _ = init_logging("info");
-            trt::cli::run(&a, &stop)?
+            let cfg = trt::cli::load(&a.config).map_err(|e| ConfigError(format!("{e:#}")))?;
+            trt::cli::run(&a, &cfg, &stop)?
         }
         Cmd::Config(ConfigCmd::Example) => print(gate::config::example().as_bytes())?,
         Cmd::Lab(a) => return lab::cli::run(&a),
@@ -356,7 +357,8 @@ fn run_softwire(a: &softwire::cli::Args) -> anyhow::Result<()> {
     }
     signal_hook::flag::register(signal_hook::consts::SIGHUP, hup.clone()).context("installing signal handlers")?;
     let _ = init_logging("info");
-    softwire::cli::run(a, &stop, &hup)
+    let cfg = softwire::cli::load(&a.config).map_err(|e| ConfigError(format!("{e:#}")))?;
+    softwire::cli::run(a, &cfg, &stop, &hup)
 }
 
 /// `v6gate trgw`: the relay alone until SIGINT/SIGTERM.

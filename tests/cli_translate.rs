@@ -223,6 +223,8 @@ fn bad_config_names_the_key() {
         &["run", "--config"],
         &["trgw", "--config"],
         &["tunnel", "--config"],
+        &["softwire", "--config"],
+        &["trt", "--config"],
     ] {
         let mut args = cmd.to_vec();
         args.push(absent.to_str().unwrap());
@@ -238,6 +240,23 @@ fn bad_config_names_the_key() {
     for (cfg, says) in [(&good, "no [sixtofour]"), (&unknown, "bogus-key")] {
         let o = run(&["tunnel", "--config", cfg.to_str().unwrap()], "");
         assert_eq!(o.status.code(), Some(78), "tunnel with {}", cfg.display());
+        let err = text(&o.stderr);
+        assert!(err.starts_with("v6gate: config error in ") && err.contains(says), "{err}");
+    }
+    // `v6gate softwire` and `v6gate trt` likewise: no table of theirs, or
+    // a bad key in one.
+    let bad_sw = dir.join("softwire_bad.toml");
+    std::fs::write(&bad_sw, "[lw4o6]\naftr-address = \"2001:db8::1\"\npsid-offset = 17\n").unwrap();
+    let bad_trt = dir.join("trt_bad.toml");
+    std::fs::write(&bad_trt, "[trt]\nprefix = \"64:ff9b::/96\"\nmax-connections = 0\n").unwrap();
+    for (cmd, cfg, says) in [
+        ("softwire", &good, "no [dslite], [lw4o6] or [b4]"),
+        ("softwire", &bad_sw, "psid-offset"),
+        ("trt", &good, "no [trt]"),
+        ("trt", &bad_trt, "max-connections"),
+    ] {
+        let o = run(&[cmd, "--config", cfg.to_str().unwrap()], "");
+        assert_eq!(o.status.code(), Some(78), "{cmd} with {}", cfg.display());
         let err = text(&o.stderr);
         assert!(err.starts_with("v6gate: config error in ") && err.contains(says), "{err}");
     }

@@ -37,17 +37,18 @@ pub fn load(path: &std::path::Path) -> Result<SoftwireConfig> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let cfg = SoftwireConfig::parse(&text).map_err(|e| anyhow::anyhow!("config error in {}: {e}", path.display()))?;
     if cfg.is_empty() {
-        bail!("{}: no [dslite], [lw4o6] or [b4] table", path.display());
+        bail!("config error in {}: no [dslite], [lw4o6] or [b4] table", path.display());
     }
     Ok(cfg)
 }
 
-/// Run until `stop` is set (the binary sets it on SIGINT/SIGTERM);
-/// `reload` set (SIGHUP) reloads the lwAFTR's bindings and DSTM settings.
-/// The binary installs the logger and the signal handlers (DESIGN.md).
-pub fn run(a: &Args, stop: &AtomicBool, reload: &AtomicBool) -> Result<()> {
-    let cfg = load(&a.config)?;
-    let s = Softwires::start(&cfg, Some(a.config.clone()))?;
+/// Run `cfg` (what [`load`] read from `a.config`) until `stop` is set
+/// (the binary sets it on SIGINT/SIGTERM); `reload` set (SIGHUP) reloads
+/// the lwAFTR's bindings and DSTM settings. The binary installs the logger
+/// and the signal handlers (DESIGN.md), and loads the configuration first
+/// so that a bad one exits with its own status.
+pub fn run(a: &Args, cfg: &SoftwireConfig, stop: &AtomicBool, reload: &AtomicBool) -> Result<()> {
+    let s = Softwires::start(cfg, Some(a.config.clone()))?;
     tracing::info!("running: {}", s.functions().join(", "));
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(100));

@@ -25,7 +25,7 @@ pub fn load(path: &std::path::Path) -> Result<TrtConfig> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     match TrtConfig::parse(&text).map_err(|e| anyhow::anyhow!("config error in {}: {e}", path.display()))? {
         Some(c) => Ok(c),
-        None => bail!("{}: no [trt] table", path.display()),
+        None => bail!("config error in {}: no [trt] table", path.display()),
     }
 }
 
@@ -39,10 +39,10 @@ fn write_status(path: &Option<PathBuf>, r: &Relay) {
     }
 }
 
-/// Run until `stop` is set (the binary sets it on SIGINT/SIGTERM).
-pub fn run(a: &Args, stop: &AtomicBool) -> Result<()> {
-    let cfg = load(&a.config)?;
-    let r = Relay::start(&cfg)?;
+/// Run `cfg` (what [`load`] read from `a.config`) until `stop` is set
+/// (the binary sets it on SIGINT/SIGTERM).
+pub fn run(a: &Args, cfg: &TrtConfig, stop: &AtomicBool) -> Result<()> {
+    let r = Relay::start(cfg)?;
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(200));
         write_status(&a.status_file, &r);

@@ -1,6 +1,7 @@
 //! The relay's system calls that the safe wrappers (std, socket2, nix) do
 //! not cover: `IPV6_TRANSPARENT` (nix 0.29 has only the IPv4 option), and
 //! zero-copy moves with `splice(2)` through a pipe (nix's safe wrapper).
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
