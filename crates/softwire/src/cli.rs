@@ -11,6 +11,8 @@ use crate::config::SoftwireConfig;
 use crate::run::Softwires;
 
 /// Arguments of `v6gate softwire`.
+// The doc comments are --help text: TOML tables in brackets, not links.
+#[allow(rustdoc::broken_intra_doc_links)]
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Configuration file (TOML) with [dslite], [lw4o6] (and

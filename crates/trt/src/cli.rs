@@ -10,6 +10,8 @@ use crate::config::TrtConfig;
 use crate::Relay;
 
 /// Arguments of `v6gate trt`.
+// The doc comments are --help text: TOML tables in brackets, not links.
+#[allow(rustdoc::broken_intra_doc_links)]
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Configuration file (TOML) with a [trt] table; other tables are ignored.
