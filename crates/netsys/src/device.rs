@@ -1,12 +1,15 @@
 //! One TUN device as the standalone runners use it (the tunnels, the
 //! softwires): created with a single queue, brought up with its MTU, its
-//! addresses and the prefixes routed into it.
+//! addresses and the prefixes routed into it; and the wait on a device
+//! and sockets at once ([`wait`]).
 
 use crate::netlink::Netlink;
 use crate::tun::{self, TunQueue};
 use crate::IfAddr;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use std::io;
 use std::net::IpAddr;
+use std::os::fd::AsFd;
 use xlat::addr::IpPrefix;
 
 /// What a device should look like.
@@ -71,4 +74,23 @@ impl Device {
         }
         Ok(())
     }
+}
+
+/// Wait until one of `fds` is readable or `timeout_ms` passes; `ready[i]`
+/// says whether `fds[i]` is (readable, or in error or hung up, so that a
+/// read reports it). An interrupted wait returns with nothing ready.
+pub fn wait(fds: &[&dyn AsFd], timeout_ms: u16, ready: &mut [bool]) -> io::Result<()> {
+    let mut p: Vec<PollFd<'_>> = fds.iter().map(|f| PollFd::new(f.as_fd(), PollFlags::POLLIN)).collect();
+    ready.iter_mut().for_each(|r| *r = false);
+    match poll(&mut p, PollTimeout::from(timeout_ms)) {
+        Ok(_) => {}
+        Err(nix::errno::Errno::EINTR) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    }
+    for (i, pf) in p.iter().enumerate() {
+        if let (Some(r), Some(ev)) = (ready.get_mut(i), pf.revents()) {
+            *r = ev.intersects(PollFlags::POLLIN | PollFlags::POLLERR | PollFlags::POLLHUP);
+        }
+    }
+    Ok(())
 }

@@ -21,7 +21,7 @@ pub mod device;
 pub mod netlink;
 pub mod tun;
 
-pub use device::{Device, DeviceSpec};
+pub use device::{wait, Device, DeviceSpec};
 
 use core::fmt;
 use std::io;

@@ -25,34 +25,16 @@ use crate::stats::Action;
 use anyhow::{Context as _, Result};
 use core::net::{IpAddr, Ipv4Addr, SocketAddr};
 use netsys::IfAddr;
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use serde_json::{json, Value};
 use std::net::UdpSocket;
-use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use xlat::Out;
 
+use netsys::wait;
 pub use netsys::Device;
-
-/// Wait until one of `fds` is readable or `timeout_ms` passes.
-fn wait(fds: &[&dyn AsFd], timeout_ms: u16, ready: &mut [bool]) -> std::io::Result<()> {
-    let mut p: Vec<PollFd<'_>> = fds.iter().map(|f| PollFd::new(f.as_fd(), PollFlags::POLLIN)).collect();
-    ready.iter_mut().for_each(|r| *r = false);
-    match poll(&mut p, PollTimeout::from(timeout_ms)) {
-        Ok(_) => {}
-        Err(nix::errno::Errno::EINTR) => return Ok(()),
-        Err(e) => return Err(e.into()),
-    }
-    for (i, pf) in p.iter().enumerate() {
-        if let (Some(r), Some(ev)) = (ready.get_mut(i), pf.revents()) {
-            *r = ev.intersects(PollFlags::POLLIN | PollFlags::POLLERR | PollFlags::POLLHUP);
-        }
-    }
-    Ok(())
-}
 
 /// One running function's shared state.
 #[derive(Debug, Default)]

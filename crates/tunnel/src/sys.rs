@@ -11,7 +11,6 @@ use std::net::UdpSocket;
 use std::os::fd::AsFd;
 
 use anyhow::{Context as _, Result};
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 /// A raw IPv4 socket for protocol 41 that sends complete IPv4 packets
@@ -94,22 +93,4 @@ pub fn source_towards(dst: Ipv4Addr) -> Option<Ipv4Addr> {
     }
 }
 
-pub use netsys::Device;
-
-/// Wait until one of `fds` is readable or `timeout_ms` passes; returns
-/// which are readable.
-pub fn wait(fds: &[&dyn AsFd], timeout_ms: u16, ready: &mut [bool]) -> io::Result<()> {
-    let mut p: Vec<PollFd<'_>> = fds.iter().map(|f| PollFd::new(f.as_fd(), PollFlags::POLLIN)).collect();
-    ready.iter_mut().for_each(|r| *r = false);
-    match poll(&mut p, PollTimeout::from(timeout_ms)) {
-        Ok(_) => {}
-        Err(nix::errno::Errno::EINTR) => return Ok(()),
-        Err(e) => return Err(e.into()),
-    }
-    for (i, pf) in p.iter().enumerate() {
-        if let (Some(r), Some(ev)) = (ready.get_mut(i), pf.revents()) {
-            *r = ev.intersects(PollFlags::POLLIN | PollFlags::POLLERR | PollFlags::POLLHUP);
-        }
-    }
-    Ok(())
-}
+pub use netsys::{wait, Device};
