@@ -21,6 +21,7 @@ rate-limit = 500           # requests per second per source address (burst twice
 dialog-timeout = "2h"     # a dialog without an in-dialog request for this long is released (Session-Expires shortens it)
 t1 = "500ms"               # RFC 3261 T1 (T2 = 4 s, T4 = 5 s)
 max-transactions = 100000  # new requests beyond this get 503
+max-connections = 1024     # open SIP TCP connections (both realms); more are refused
 
 # Domain routes, checked before DNS (longest suffix wins):
 # [[alg.route]]
@@ -159,6 +160,8 @@ pub struct Config {
     pub t1: std::time::Duration,
     /// Most live transactions.
     pub max_transactions: usize,
+    /// Most open TCP connections (accepted and opened, both realms).
+    pub max_connections: usize,
     /// Domain routes.
     pub route: Vec<Route>,
     /// Remote ng servers.
@@ -182,6 +185,7 @@ impl Default for Config {
             dialog_timeout_secs: 7200,
             t1: std::time::Duration::from_millis(500),
             max_transactions: 100_000,
+            max_connections: 1024,
             route: Vec::new(),
             ng: Vec::new(),
         }
@@ -222,6 +226,9 @@ impl Config {
         if self.max_transactions == 0 {
             return Err("[alg] max-transactions must be > 0".into());
         }
+        if self.max_connections == 0 {
+            return Err("[alg] max-connections must be > 0".into());
+        }
         if self.media == MediaMode::Ng && self.ng.is_empty() {
             return Err("[alg] media = \"ng\" needs at least one [[alg.ng]] server".into());
         }
@@ -231,6 +238,30 @@ impl Config {
             }
         }
         Ok(())
+    }
+
+    /// The first key whose change needs a restart (None: `new` can be
+    /// applied to a running ALG by [`crate::runner::AlgHandle::reconfigure`]
+    /// without touching a call). Listeners, advertised addresses and TCP
+    /// are in the Via, Record-Route and Contact headers of live dialogs;
+    /// the media backend, its interfaces and its ng servers hold the live
+    /// calls' sessions (a call's ng server is chosen from the server list,
+    /// so changing the list would send its later commands elsewhere).
+    /// Everything else (routes, limits, timers, Contact mode) applies to
+    /// new requests at once.
+    pub fn restart_needed(&self, new: &Config) -> Option<&'static str> {
+        let keys: [(&'static str, bool); 9] = [
+            ("listen-v6", self.listen_v6 != new.listen_v6),
+            ("listen-v4", self.listen_v4 != new.listen_v4),
+            ("advertise-v6", self.advertise_v6 != new.advertise_v6),
+            ("advertise-v4", self.advertise_v4 != new.advertise_v4),
+            ("tcp", self.tcp != new.tcp),
+            ("media", self.media != new.media),
+            ("media-v6-interface", self.media_v6_interface != new.media_v6_interface),
+            ("media-v4-interface", self.media_v4_interface != new.media_v4_interface),
+            ("ng", self.ng != new.ng),
+        ];
+        keys.into_iter().find(|k| k.1).map(|k| k.0)
     }
 
     /// The address written for a realm.
@@ -262,6 +293,27 @@ mod tests {
     }
 
     #[test]
+    fn what_a_reload_may_change() {
+        let a = Config::default();
+        let mut b = a.clone();
+        b.rate_limit = 10;
+        b.route.push(Route {
+            domain: "x.example".into(),
+            next_hop: "192.0.2.9:5060".parse().unwrap(),
+            transport: Transport::Udp,
+        });
+        b.t1 = std::time::Duration::from_millis(100);
+        b.contact = ContactMode::Keep;
+        b.max_connections = 5;
+        assert_eq!(a.restart_needed(&b), None);
+        b.listen_v4 = "192.0.2.1:5060".parse().unwrap();
+        assert_eq!(a.restart_needed(&b), Some("listen-v4"));
+        let mut c = a.clone();
+        c.ng.push(NgServer { addr: "127.0.0.1:2223".parse().unwrap(), weight: 1 });
+        assert_eq!(a.restart_needed(&c), Some("ng"));
+    }
+
+    #[test]
     fn bad_configs_are_refused() {
         for (t, want) in [
             ("[alg]\nlisten-v6 = \"1.2.3.4:5060\"\n", "listen-v6"),
@@ -271,6 +323,7 @@ mod tests {
             ("[alg]\nt1 = \"0s\"\n", "t1"),
             ("[alg]\nt1 = \"1.5s\"\n", "t1"),
             ("[alg]\ndialog-timeout = 0\n", "dialog-timeout"),
+            ("[alg]\nmax-connections = 0\n", "max-connections"),
             ("[x]\n", "no [alg]"),
         ] {
             let e = Config::from_toml_file_text(t).unwrap_err();

@@ -156,6 +156,7 @@ impl Alg {
         let Some((fam6, addr)) = sdp_conn(m.body) else {
             if created {
                 self.dialogs.remove(&call_id);
+                self.stats.dialogs_released += 1;
             }
             self.stats.media_errors += 1;
             return Err((400, "Bad SDP: no usable c= line".into()));

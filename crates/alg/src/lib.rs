@@ -26,13 +26,15 @@ pub mod realm;
 mod request;
 mod response;
 pub mod runner;
+pub mod stats;
 mod timers;
 pub mod txn;
 pub mod uri;
 
 pub use crate::config::{Config, Transport, EXAMPLE_TOML};
-pub use crate::proxy::{Alg, Incoming, Stats, Transmit};
+pub use crate::proxy::{Alg, Incoming, Transmit};
 pub use crate::realm::Realm;
+pub use crate::stats::Stats;
 pub use crate::txn::Peer;
 
 /// Largest SIP message (a UDP datagram's payload, RFC 3261 §18.1.1).

@@ -14,6 +14,8 @@ use crate::emit;
 use crate::media::MediaControl;
 use crate::msg::{Message, Name, Reject, Via};
 use crate::realm::{Realm, Resolver};
+pub use crate::stats::Stats;
+use crate::stats::{local_code_index, method_index};
 use crate::txn::*;
 use crate::uri::{self, host_of, Host};
 
@@ -24,59 +26,6 @@ pub struct Transmit {
     pub peer: Peer,
     /// The bytes.
     pub data: Vec<u8>,
-}
-
-/// Counters (every drop has one).
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Stats {
-    /// Requests received (new and retransmitted).
-    pub requests_in: u64,
-    /// Responses received.
-    pub responses_in: u64,
-    /// Requests forwarded (first transmissions).
-    pub requests_forwarded: u64,
-    /// Responses forwarded.
-    pub responses_forwarded: u64,
-    /// Retransmissions absorbed (answered from transaction state).
-    pub retransmissions_absorbed: u64,
-    /// Retransmissions the ALG sent (Timers A, E, G).
-    pub retransmissions_sent: u64,
-    /// Malformed requests answered with 4xx/5xx.
-    pub malformed_answered: u64,
-    /// Malformed messages dropped.
-    pub malformed_dropped: u64,
-    /// Messages over `max-message`.
-    pub oversized: u64,
-    /// Requests dropped by the per-source rate limit.
-    pub rate_limited: u64,
-    /// Stray responses dropped (no transaction, top Via not ours).
-    pub stray_responses: u64,
-    /// Loops detected (482).
-    pub loops: u64,
-    /// Max-Forwards exhausted (483).
-    pub too_many_hops: u64,
-    /// Requests with no route / failed DNS (404).
-    pub unroutable: u64,
-    /// Client transactions that timed out (408).
-    pub timeouts: u64,
-    /// Media commands that failed.
-    pub media_errors: u64,
-    /// SDP bodies removed from responses because the relay refused them.
-    pub sdp_dropped: u64,
-    /// Dialogs created / released (BYE, failure, CANCEL, timeout).
-    pub dialogs_created: u64,
-    /// Dialogs released.
-    pub dialogs_released: u64,
-    /// Dialogs released by the session timeout.
-    pub dialogs_timed_out: u64,
-    /// Media re-pointed by a re-INVITE/UPDATE from a new address.
-    pub handovers: u64,
-    /// Requests parked waiting for DNS.
-    pub parked: u64,
-    /// Requests sent to the next destination after one never answered.
-    pub failovers: u64,
-    /// Requests refused because the transaction table was full.
-    pub overload: u64,
 }
 
 /// One incoming message.
@@ -208,6 +157,28 @@ impl Alg {
         &self.cfg
     }
 
+    /// Applies a reloaded configuration: routes, limits, timers and the
+    /// Contact mode take effect for new requests; live transactions keep
+    /// their timers and live dialogs their media. The keys
+    /// [`Config::restart_needed`] names are kept as they are (the caller
+    /// refuses such a reload before it gets here).
+    pub fn reconfigure(&mut self, mut cfg: Config) {
+        if let Some(k) = self.cfg.restart_needed(&cfg) {
+            tracing::warn!(key = k, "[alg] reload: this key needs a restart; keeping the running value");
+        }
+        cfg.listen_v6 = self.cfg.listen_v6;
+        cfg.listen_v4 = self.cfg.listen_v4;
+        cfg.advertise_v6 = self.cfg.advertise_v6;
+        cfg.advertise_v4 = self.cfg.advertise_v4;
+        cfg.tcp = self.cfg.tcp;
+        cfg.media = self.cfg.media;
+        cfg.media_v6_interface = self.cfg.media_v6_interface.take();
+        cfg.media_v4_interface = self.cfg.media_v4_interface.take();
+        cfg.ng = std::mem::take(&mut self.cfg.ng);
+        self.timers_cfg = Timers::new(cfg.t1);
+        self.cfg = cfg;
+    }
+
     /// Live (server transactions, client transactions, dialogs, parked).
     pub fn table_sizes(&self) -> (usize, usize, usize, usize) {
         (self.server.len(), self.client.len(), self.dialogs.len(), self.parked.len())
@@ -315,12 +286,16 @@ impl Alg {
         };
         if m.is_request() {
             self.stats.requests_in += 1;
+            self.stats.requests_by_method[method_index(m.method().unwrap_or(""))] += 1;
             if !self.rate_ok(peer.addr.ip(), now) {
                 self.stats.rate_limited += 1;
                 return;
             }
         } else {
             self.stats.responses_in += 1;
+            if let Some(c) = m.code().filter(|c| (100..700).contains(c)) {
+                self.stats.responses_by_class[usize::from(c / 100 - 1)] += 1;
+            }
         }
         if let Err(r) = m.validate() {
             self.reject(&m, peer, r);
@@ -437,6 +412,7 @@ impl Alg {
         let rh = self.resp_headers(m, peer);
         let tag = format!("{:x}", hash(&[m.call_id(), "v6gate"]));
         let r = Self::local_response(&rh, code, reason, Some(&tag), "");
+        self.stats.local_responses[local_code_index(code)] += 1;
         self.send(peer.clone(), r);
     }
 
@@ -444,6 +420,7 @@ impl Alg {
     pub(crate) fn reply(&mut self, now: Instant, key: &ServerKey, code: u16, reason: &str, extra: &str) {
         let Some(st) = self.server.get(key) else { return };
         let r = Self::local_response(&st.resp_headers, code, reason, Some(&st.to_tag), extra);
+        self.stats.local_responses[local_code_index(code)] += 1;
         self.server_send(now, key, code, r);
     }
 
@@ -457,6 +434,13 @@ impl Alg {
         let reliable = peer.transport.reliable();
         let tref = TimerRef::Server(key.branch.clone(), key.sent_by.clone(), key.method.clone());
         let (invite, state) = (st.invite, st.state);
+        if code >= 200 && state == SState::Proceeding && st.initial_invite {
+            match code {
+                200..=299 => self.stats.calls_answered += 1,
+                487 => self.stats.calls_cancelled += 1,
+                _ => self.stats.calls_failed += 1,
+            }
+        }
         if code >= 200 && state == SState::Proceeding {
             if invite && code < 300 {
                 st.state = SState::Accepted;

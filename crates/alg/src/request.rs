@@ -58,6 +58,7 @@ impl Alg {
             self.stats.overload += 1;
             let rh = self.resp_headers(m, peer);
             let r = Self::local_response(&rh, 503, "Service Unavailable", Some("ovl"), "Retry-After: 5\r\n");
+            self.stats.local_responses[crate::stats::local_code_index(503)] += 1;
             self.send(peer.clone(), r);
             return;
         }
@@ -359,6 +360,8 @@ impl Alg {
                 self.stats.parked += 1;
                 if self.parked.len() < 10_000 {
                     self.parked.push((peer.clone(), raw.to_vec()));
+                } else {
+                    self.stats.parked_dropped += 1;
                 }
                 return;
             }

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -33,12 +33,39 @@ pub struct Snapshot {
     pub tcp_connections: usize,
 }
 
+/// The TCP connection budget shared by the accept loops, the outgoing
+/// connections and the handle (a reload changes `limit`).
+#[derive(Debug, Default)]
+struct Conns {
+    limit: AtomicUsize,
+    open: AtomicUsize,
+    refused: AtomicU64,
+}
+
+impl Conns {
+    /// Takes a slot (false: at the limit, counted as refused).
+    fn take(&self) -> bool {
+        let limit = self.limit.load(Relaxed);
+        let ok = self.open.fetch_update(Relaxed, Relaxed, |n| (n < limit).then_some(n + 1)).is_ok();
+        if !ok {
+            self.refused.fetch_add(1, Relaxed);
+        }
+        ok
+    }
+    fn give_back(&self) {
+        self.open.fetch_sub(1, Relaxed);
+    }
+}
+
 /// A running ALG.
 pub struct AlgHandle {
     stop: Arc<Notify>,
     stopped: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
     snapshot: Arc<Mutex<Snapshot>>,
+    cfg_tx: mpsc::UnboundedSender<Config>,
+    cfg: Mutex<Config>,
+    conns: Arc<Conns>,
     /// Bound UDP address in the IPv6 realm (real port when 0 was asked).
     pub udp_v6: SocketAddr,
     /// Bound UDP address in the IPv4 realm.
@@ -49,6 +76,25 @@ impl AlgHandle {
     /// The latest counters and table sizes (updated after every event).
     pub fn snapshot(&self) -> Snapshot {
         *self.snapshot.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> Config {
+        self.cfg.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// Applies a reloaded `[alg]` to the running ALG without touching a
+    /// call (see [`Config::restart_needed`] for what it refuses).
+    pub fn reconfigure(&self, new: Config) -> Result<(), String> {
+        new.check()?;
+        let mut cur = self.cfg.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(k) = cur.restart_needed(&new) {
+            return Err(format!("[alg] {k} changed: restart v6gate to apply"));
+        }
+        self.conns.limit.store(new.max_connections, Relaxed);
+        self.cfg_tx.send(new.clone()).map_err(|_| "the ALG is not running".to_string())?;
+        *cur = new;
+        Ok(())
     }
 
     /// Stops the runner and waits for it.
@@ -74,7 +120,7 @@ impl Drop for AlgHandle {
 enum Event {
     Msg { realm: Realm, conn: u64, addr: SocketAddr, data: Vec<u8> },
     Connected { conn: u64, addr: SocketAddr, tx: mpsc::Sender<Vec<u8>> },
-    Closed { conn: u64 },
+    Closed { conn: u64, framing_error: bool },
     ConnectFailed { addr: SocketAddr },
 }
 
@@ -129,7 +175,10 @@ pub fn spawn(
     let stop = Arc::new(Notify::new());
     let stopped = Arc::new(AtomicBool::new(false));
     let snapshot = Arc::new(Mutex::new(Snapshot::default()));
-    let (st, sn, stp) = (stop.clone(), snapshot.clone(), stopped.clone());
+    let conns = Arc::new(Conns { limit: AtomicUsize::new(cfg.max_connections), ..Conns::default() });
+    let (cfg_tx, cfg_rx) = mpsc::unbounded_channel();
+    let running_cfg = cfg.clone();
+    let (st, sn, stp, cn) = (stop.clone(), snapshot.clone(), stopped.clone(), conns.clone());
     let thread = std::thread::Builder::new().name("alg".into()).spawn(move || {
         let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
             Ok(rt) => rt,
@@ -151,23 +200,44 @@ pub fn spawn(
                 },
             };
             let alg = Alg::new(cfg, resolver, media);
-            if let Err(e) = run(alg, u6, u4, tcp, st, stp, sn, wake).await {
+            let ctl = Control { stop: st, stopped: stp, snapshot: sn, dns_wake: wake, cfg_rx, conns: cn };
+            if let Err(e) = run(alg, u6, u4, tcp, ctl).await {
                 tracing::error!(error = %e, "ALG stopped");
             }
         });
     })?;
     tracing::info!(%udp_v6, %udp_v4, "IMS-ALG listening");
-    Ok(AlgHandle { stop, stopped, thread: Some(thread), snapshot, udp_v6, udp_v4 })
+    Ok(AlgHandle {
+        stop,
+        stopped,
+        thread: Some(thread),
+        snapshot,
+        cfg_tx,
+        cfg: Mutex::new(running_cfg),
+        conns,
+        udp_v6,
+        udp_v4,
+    })
 }
 
 static CONN_IDS: AtomicU64 = AtomicU64::new(1);
 
-fn spawn_conn(stream: TcpStream, addr: SocketAddr, realm: Realm, events: mpsc::Sender<Event>, max: usize) {
+/// Runs one TCP connection (its slot in `conns` already taken; given
+/// back when it ends).
+fn spawn_conn(
+    stream: TcpStream,
+    addr: SocketAddr,
+    realm: Realm,
+    events: mpsc::Sender<Event>,
+    max: usize,
+    conns: Arc<Conns>,
+) {
     let conn = CONN_IDS.fetch_add(1, Relaxed);
     let (tx, mut rx) = mpsc::channel::<Vec<u8>>(256);
     tokio::spawn(async move {
         let (mut rd, mut wr) = stream.into_split();
         if events.send(Event::Connected { conn, addr, tx }).await.is_err() {
+            conns.give_back();
             return;
         }
         let writer = tokio::spawn(async move {
@@ -179,6 +249,7 @@ fn spawn_conn(stream: TcpStream, addr: SocketAddr, realm: Realm, events: mpsc::S
         });
         let mut buf: Vec<u8> = Vec::with_capacity(8192);
         let mut chunk = vec![0u8; 16384];
+        let mut framing_error = false;
         'read: loop {
             let n = match rd.read(&mut chunk).await {
                 Ok(0) | Err(_) => break,
@@ -201,33 +272,43 @@ fn spawn_conn(stream: TcpStream, addr: SocketAddr, realm: Realm, events: mpsc::S
                     Ok(Framing::Incomplete) => {
                         if buf.len() > max {
                             tracing::debug!(%addr, "TCP message over the size limit; closing");
+                            framing_error = true;
                             break 'read;
                         }
                         break;
                     }
                     Err(e) => {
                         tracing::debug!(%addr, reason = %e.reason, "unframeable TCP input; closing");
+                        framing_error = true;
                         break 'read;
                     }
                 }
             }
         }
         writer.abort();
-        let _ = events.send(Event::Closed { conn }).await;
+        conns.give_back();
+        let _ = events.send(Event::Closed { conn, framing_error }).await;
     });
 }
 
-#[allow(clippy::too_many_arguments)]
+/// What the runner's loop shares with its handle.
+struct Control {
+    stop: Arc<Notify>,
+    stopped: Arc<AtomicBool>,
+    snapshot: Arc<Mutex<Snapshot>>,
+    dns_wake: Arc<Notify>,
+    cfg_rx: mpsc::UnboundedReceiver<Config>,
+    conns: Arc<Conns>,
+}
+
 async fn run(
     mut alg: Alg,
     u6: std::net::UdpSocket,
     u4: std::net::UdpSocket,
     tcp: Option<(std::net::TcpListener, std::net::TcpListener)>,
-    stop: Arc<Notify>,
-    stopped: Arc<AtomicBool>,
-    snapshot: Arc<Mutex<Snapshot>>,
-    dns_wake: Arc<Notify>,
+    ctl: Control,
 ) -> Result<()> {
+    let Control { stop, stopped, snapshot, dns_wake, mut cfg_rx, conns } = ctl;
     let u6 = UdpSocket::from_std(u6)?;
     let u4 = UdpSocket::from_std(u4)?;
     let max = alg.config().max_message;
@@ -235,13 +316,17 @@ async fn run(
     if let Some((l6, l4)) = tcp {
         for (l, realm) in [(l6, Realm::V6), (l4, Realm::V4)] {
             let l = TcpListener::from_std(l)?;
-            let etx = etx.clone();
+            let (etx, conns) = (etx.clone(), conns.clone());
             tokio::spawn(async move {
                 loop {
                     match l.accept().await {
                         Ok((s, a)) => {
+                            if !conns.take() {
+                                tracing::debug!(from = %a, "SIP TCP connection refused: max-connections reached");
+                                continue;
+                            }
                             let _ = s.set_nodelay(true);
-                            spawn_conn(s, a, realm, etx.clone(), max);
+                            spawn_conn(s, a, realm, etx.clone(), max, conns.clone());
                         }
                         Err(e) => {
                             tracing::warn!(error = %e, "TCP accept failed");
@@ -252,7 +337,7 @@ async fn run(
             });
         }
     }
-    let mut conns: HashMap<u64, mpsc::Sender<Vec<u8>>> = HashMap::new();
+    let mut tcp_out: HashMap<u64, mpsc::Sender<Vec<u8>>> = HashMap::new();
     let mut by_addr: HashMap<SocketAddr, u64> = HashMap::new();
     let mut pending_out: HashMap<SocketAddr, Vec<Vec<u8>>> = HashMap::new();
     let mut b6 = vec![0u8; 65_536];
@@ -287,17 +372,24 @@ async fn run(
                     for d in pending_out.remove(&addr).unwrap_or_default() {
                         let _ = tx.try_send(d);
                     }
-                    conns.insert(conn, tx);
+                    tcp_out.insert(conn, tx);
                     by_addr.insert(addr, conn);
                 }
                 Event::ConnectFailed { addr } => {
                     pending_out.remove(&addr);
                 }
-                Event::Closed { conn } => {
-                    conns.remove(&conn);
+                Event::Closed { conn, framing_error } => {
+                    tcp_out.remove(&conn);
                     by_addr.retain(|_, c| *c != conn);
+                    if framing_error {
+                        alg.stats.tcp_framing_errors += 1;
+                    }
                 }
             },
+            Some(c) = cfg_rx.recv() => {
+                alg.reconfigure(c);
+                tracing::info!("[alg] reconfigured");
+            }
             _ = sleep => alg.handle_timeout(Instant::now()),
             _ = dns_wake.notified() => alg.retry_parked(Instant::now()),
             _ = stop.notified() => break,
@@ -307,21 +399,27 @@ async fn run(
                 Transport::Udp => {
                     let s = if t.peer.addr.is_ipv6() { &u6 } else { &u4 };
                     if let Err(e) = s.try_send_to(&t.data, t.peer.addr) {
+                        alg.stats.send_errors += 1;
                         tracing::debug!(to = %t.peer.addr, error = %e, "SIP send failed");
                     }
                 }
                 Transport::Tcp => {
                     let c =
-                        t.peer.conn.filter(|c| conns.contains_key(c)).or_else(|| by_addr.get(&t.peer.addr).copied());
-                    match c.and_then(|c| conns.get(&c)) {
+                        t.peer.conn.filter(|c| tcp_out.contains_key(c)).or_else(|| by_addr.get(&t.peer.addr).copied());
+                    match c.and_then(|c| tcp_out.get(&c)) {
                         Some(tx) => {
-                            let _ = tx.try_send(t.data);
+                            if tx.try_send(t.data).is_err() {
+                                alg.stats.send_errors += 1;
+                            }
+                        }
+                        None if !pending_out.contains_key(&t.peer.addr) && !conns.take() => {
+                            alg.stats.send_errors += 1;
                         }
                         None => {
                             let first = !pending_out.contains_key(&t.peer.addr);
                             pending_out.entry(t.peer.addr).or_default().push(t.data);
                             if first {
-                                let (addr, etx, realm) = (t.peer.addr, etx.clone(), t.peer.realm);
+                                let (addr, etx, realm, conns) = (t.peer.addr, etx.clone(), t.peer.realm, conns.clone());
                                 tokio::spawn(async move {
                                     match tokio::time::timeout(
                                         std::time::Duration::from_secs(5),
@@ -331,9 +429,10 @@ async fn run(
                                     {
                                         Ok(Ok(s)) => {
                                             let _ = s.set_nodelay(true);
-                                            spawn_conn(s, addr, realm, etx, max);
+                                            spawn_conn(s, addr, realm, etx, max, conns);
                                         }
                                         _ => {
+                                            conns.give_back();
                                             tracing::debug!(%addr, "TCP connect failed");
                                             let _ = etx.send(Event::ConnectFailed { addr }).await;
                                         }
@@ -345,7 +444,8 @@ async fn run(
                 }
             }
         }
-        let snap = Snapshot { stats: alg.stats, tables: alg.table_sizes(), tcp_connections: conns.len() };
+        alg.stats.tcp_refused = conns.refused.load(Relaxed);
+        let snap = Snapshot { stats: alg.stats, tables: alg.table_sizes(), tcp_connections: conns.open.load(Relaxed) };
         *snapshot.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = snap;
     }
     Ok(())
