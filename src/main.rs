@@ -20,13 +20,13 @@ use gate::offline;
 
 /// IPv4/IPv6 transition gateway: the offline RFC 7915 translator
 /// (`translate`), the daemon (`run`, `ctl`) with SIIT, stateful NAT64 /
-/// NAT-PT, DNS64 and the IMS TrGW media relay (rtpengine ng and rtpproxy
-/// control), the tunnels (`tunnel`: 6to4, 6rd, Teredo server, relay and
+/// NAT-PT, DNS64, the IMS TrGW media relay (rtpengine ng and rtpproxy
+/// control) and the IMS-ALG (a SIP/SDP gateway between an IPv6 and an
+/// IPv4 realm), the tunnels (`tunnel`: 6to4, 6rd, Teredo server, relay and
 /// client), the softwires (`softwire`: DS-Lite AFTR, lw4o6 lwAFTR, DSTM,
 /// B4), the RFC 3142 transport relay translator (`trt`), the
 /// network-namespace lab (`lab`) and benchmarks against TAYGA, rtpengine,
-/// Miredo, socat and kernel forwarding (`bench`). The IMS-ALG comes in a
-/// later version.
+/// Kamailio, Miredo, socat and kernel forwarding (`bench`).
 #[derive(Debug, Parser)]
 #[command(name = "v6gate", version, propagate_version = true)]
 struct Cli {
@@ -64,17 +64,21 @@ enum Cmd {
     #[command(subcommand)]
     Config(ConfigCmd),
     /// Run the gateway daemon (SIIT, NAT64/NAT-PT, DNS64, TrGW media relay,
-    /// tunnels).
+    /// IMS-ALG, tunnels).
     ///
     /// Creates the multiqueue TUN device of [tun], its addresses and routes
     /// (netlink), translates live traffic with one worker per queue, runs
-    /// DNS64, the [trgw] media relay and the tunnels ([sixtofour], [sixrd],
-    /// [teredo.*], each on its own TUN device), and serves the admin API
-    /// ([admin], 127.0.0.1:9164 by default). A file with only [trgw] or
-    /// tunnels runs them without the translators' TUN device.
+    /// DNS64, the [trgw] media relay, the [alg] SIP gateway (its media in
+    /// the [trgw] relay of this process, or in remote ng servers) and the
+    /// tunnels ([sixtofour], [sixrd], [teredo.*], each on its own TUN
+    /// device), and serves the admin API ([admin], 127.0.0.1:9164 by
+    /// default). A file with only [trgw], [alg] or tunnels runs them
+    /// without the translators' TUN device.
     /// SIGHUP reloads the configuration (a bad file is rejected, logged and
-    /// the old one stays); SIGINT/SIGTERM stop it and remove the device.
-    /// Needs root (CAP_NET_ADMIN). See docs/daemon.md.
+    /// the old one stays; [alg] routes, limits and timers apply at once,
+    /// its listeners and media keys and any [trgw] change need a restart);
+    /// SIGINT/SIGTERM stop it and remove the device.
+    /// Needs root (CAP_NET_ADMIN). See docs/daemon.md and docs/alg.md.
     Run(gate::daemon::RunArgs),
     /// Query or steer a running daemon through its admin API.
     ///

@@ -5,7 +5,12 @@ use std::net::{IpAddr, SocketAddr};
 use serde::Deserialize;
 
 /// Example `[alg]` block for `v6gate config example`.
-pub const EXAMPLE_TOML: &str = r#"[alg]
+pub const EXAMPLE_TOML: &str = r#"# [alg]: the IMS-ALG, a SIP/SDP gateway between the IPv6 and the IPv4 realm
+# (an RFC 3261 stateful proxy that anchors each call's media in the TrGW).
+# A reload (SIGHUP) applies routes, limits, timers and the Contact mode to
+# new requests; listeners, advertised addresses, tcp and the media keys
+# need a restart (live calls use them).
+[alg]
 # SIP on the IPv6 realm and on the IPv4 realm, UDP and TCP on each.
 listen-v6 = "[2001:db8::1]:5060"
 listen-v4 = "192.0.2.1:5060"
@@ -29,7 +34,7 @@ max-connections = 1024     # open SIP TCP connections (both realms); more are re
 # next-hop = "192.0.2.10:5060"
 # transport = "udp"
 
-# media = "ng": remote TrGWs or rtpengines, chosen by weight per call:
+# With media = "ng": remote TrGWs or rtpengines, chosen by weight per call:
 # [[alg.ng]]
 # addr = "127.0.0.1:2223"
 # weight = 1
@@ -214,14 +219,20 @@ impl Config {
         if !self.listen_v4.is_ipv4() {
             return Err("[alg] listen-v4 must be an IPv4 address".into());
         }
-        if self.advertise_v6.is_some_and(|a| !a.is_ipv6()) || self.advertise_v4.is_some_and(|a| !a.is_ipv4()) {
-            return Err("[alg] advertise-v6/-v4 must be of their realm's family".into());
+        if self.advertise_v6.is_some_and(|a| !a.is_ipv6()) {
+            return Err("[alg] advertise-v6 must be an IPv6 address".into());
+        }
+        if self.advertise_v4.is_some_and(|a| !a.is_ipv4()) {
+            return Err("[alg] advertise-v4 must be an IPv4 address".into());
         }
         if !(1024..=crate::MAX_MESSAGE).contains(&self.max_message) {
             return Err(format!("[alg] max-message must be 1024..={}", crate::MAX_MESSAGE));
         }
-        if self.dialog_timeout_secs == 0 || self.t1.is_zero() || self.t1 > std::time::Duration::from_secs(10) {
-            return Err("[alg] dialog-timeout must be at least 1s and t1 between 1ms and 10s".into());
+        if self.dialog_timeout_secs == 0 {
+            return Err("[alg] dialog-timeout must be at least 1s".into());
+        }
+        if self.t1.is_zero() || self.t1 > std::time::Duration::from_secs(10) {
+            return Err("[alg] t1 must be between 1ms and 10s".into());
         }
         if self.max_transactions == 0 {
             return Err("[alg] max-transactions must be > 0".into());

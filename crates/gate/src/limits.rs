@@ -1,9 +1,9 @@
 //! The descriptor limit (RLIMIT_NOFILE): what a configuration needs, and
 //! raising the soft limit towards it at start (up to the hard limit).
 //!
-//! Every media port of the TrGW is a socket, every admin, rtpproxy-Unix or
-//! DNS64 TCP connection one more, so the default soft limit of 1024 runs
-//! out long before the configured port ranges do. [`needed`] adds up what
+//! Every media port of the TrGW is a socket, every admin, rtpproxy-Unix,
+//! DNS64 or SIP (ALG) TCP connection one more, so the default soft limit
+//! of 1024 runs out long before the configured port ranges do. [`needed`] adds up what
 //! the configuration may hold open at once; [`raise`] lifts the soft limit
 //! to that (never lowering it, never above the hard limit) and says when
 //! the hard limit is short. `/status` shows `descriptors.open` against
@@ -38,8 +38,9 @@ pub fn open_fds() -> Option<u64> {
 
 /// What `cfg` may hold open at once: every TrGW media port on every
 /// interface address, the rtpproxy Unix and admin connection caps, DNS64
-/// connections and in-flight upstream queries, TUN queues, the tunnels'
-/// devices and sockets, plus a margin.
+/// connections and in-flight upstream queries, the ALG's listeners and
+/// `max-connections`, TUN queues, the tunnels' devices and sockets, plus a
+/// margin.
 pub fn needed(cfg: &Config) -> u64 {
     let mut n = BASE + cfg.tun.effective_queues() as u64 * 2;
     if cfg.admin.listen.is_some() {
@@ -53,6 +54,11 @@ pub fn needed(cfg: &Config) -> u64 {
     }
     // A tunnel function: its TUN queue, a raw or up to two UDP sockets, a netlink socket.
     n += 4 * cfg.tunnels.devices().len() as u64;
+    if let Some(a) = &cfg.alg {
+        // Two UDP and two TCP listeners, the TCP connections, the ng
+        // client sockets.
+        n += 6 + a.max_connections as u64;
+    }
     n
 }
 

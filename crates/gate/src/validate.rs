@@ -18,13 +18,21 @@
 //!   address`, `[teredo.server] primary`/`secondary`, Teredo `bind`) inside
 //!   an `[siit]` or `[nat64]` IPv4 prefix (the translator's device would
 //!   take its packets); a tunnel device named like `[tun] name`;
+//! - `[alg]`: `media = "in-process"` (the default) without `[trgw]`, or
+//!   without a `[[trgw.interface]]` of each realm's family (or naming one
+//!   that does not exist in `media-v6-interface` / `media-v4-interface`);
+//!   a listener inside a prefix routed into the TUN device, on a port of
+//!   the relay's media range on a relay address, or on the port of
+//!   `[trgw] ng` / `rtpproxy-udp` (UDP) or `[admin] listen` (TCP);
 //! - an `[admin]` token that is empty, set twice (`token` and
 //!   `token-file`), or a `token-file` that cannot be read.
 //!
 //! Warned about: an admin listener on a non-loopback address without a
-//! token, a token shorter than 16 characters, a token file others can read.
+//! token, a token shorter than 16 characters, a token file others can read;
+//! `[alg] media = "ng"` pointed at this daemon's own `[trgw] ng` (works,
+//! but `"in-process"` does the same without a datagram per command).
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
 use xlat::addr::{Ivi, Prefix4, Prefix6};
@@ -92,6 +100,127 @@ fn nat64_v4(cfg: &Config) -> Vec<(String, Prefix4)> {
         .unwrap_or_default()
 }
 
+/// The prefix (and its key) the daemon routes into its TUN device that
+/// holds `a`, if any.
+fn routed_into_tun(cfg: &Config, a: IpAddr) -> Option<(String, String)> {
+    match a {
+        IpAddr::V4(a4) => {
+            let mut v4 = siit_v4(cfg);
+            v4.extend(nat64_v4(cfg));
+            v4.into_iter().find(|(_, p)| p.contains(a4)).map(|(k, p)| (k, show4(&p)))
+        }
+        IpAddr::V6(a6) => {
+            let mut v6: Vec<(String, Prefix6)> = siit_v6(cfg);
+            if let Some(n) = &cfg.nat64 {
+                v6.push(("[nat64] pool6".into(), n.pool6));
+            }
+            v6.into_iter().find(|(_, p)| p.contains(&a6)).map(|(k, p)| (k, show6(&p)))
+        }
+    }
+}
+
+/// Two listeners of one transport protocol that cannot both bind: the
+/// same port on the same address, or on the wildcard address of its
+/// family.
+fn same_socket(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() == b.port()
+        && a.is_ipv4() == b.is_ipv4()
+        && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
+}
+
+/// `[alg]` against the other tables: in-process media needs `[trgw]` with
+/// an interface of each realm's family; the ALG's SIP ports must not be
+/// media ports of the relay, nor the relay's control or the admin API's
+/// listener; its addresses must not be routed into the TUN device.
+fn check_alg(cfg: &Config, a: &alg::Config) -> Result<(), (String, String)> {
+    let listeners = [("[alg] listen-v6", a.listen_v6), ("[alg] listen-v4", a.listen_v4)];
+    for (k, l) in listeners {
+        if let Some((k2, p)) = routed_into_tun(cfg, l.ip()) {
+            return Err((
+                k.into(),
+                format!("`{}` is inside {k2} `{p}`, which the daemon routes into its TUN device: the ALG would never receive SIP", l.ip()),
+            ));
+        }
+    }
+    if a.media == alg::config::MediaMode::InProcess {
+        let Some(t) = &cfg.trgw else {
+            return Err((
+                "[alg] media".into(),
+                "\"in-process\" (the default) anchors the media in this daemon's [trgw] relay, and there is no [trgw] \
+                 table: add [trgw] with an IPv6 and an IPv4 media address, or set media = \"ng\" with [[alg.ng]] \
+                 servers, or media = \"none\" (signalling only)"
+                    .into(),
+            ));
+        };
+        let names = || t.interfaces.iter().map(|i| format!("`{}`", i.name)).collect::<Vec<_>>().join(", ");
+        for (k, name, v6) in [
+            ("[alg] media-v6-interface", &a.media_v6_interface, true),
+            ("[alg] media-v4-interface", &a.media_v4_interface, false),
+        ] {
+            let fam = if v6 { "IPv6" } else { "IPv4" };
+            let has = |i: &trgw::config::Interface| if v6 { i.ipv6.is_some() } else { i.ipv4.is_some() };
+            match name {
+                Some(n) => {
+                    let Some(i) = t.interfaces.iter().find(|i| &i.name == n) else {
+                        return Err((
+                            k.into(),
+                            format!("`{n}` is not a [[trgw.interface]] name (there are {})", names()),
+                        ));
+                    };
+                    if !has(i) {
+                        return Err((
+                            k.into(),
+                            format!("[[trgw.interface]] `{n}` has no {fam} address: the {fam} realm's media needs one"),
+                        ));
+                    }
+                }
+                None if !t.interfaces.iter().any(has) => {
+                    return Err((
+                        k.into(),
+                        format!("no [[trgw.interface]] has an {fam} address, and the {fam} realm's media needs one"),
+                    ));
+                }
+                None => {}
+            }
+        }
+        for (k, l) in listeners {
+            let on_relay = l.ip().is_unspecified()
+                || t.interfaces
+                    .iter()
+                    .any(|i| i.ipv4.map(IpAddr::V4) == Some(l.ip()) || i.ipv6.map(IpAddr::V6) == Some(l.ip()));
+            if on_relay && (t.port_min..=t.port_max).contains(&l.port()) {
+                return Err((
+                    k.into(),
+                    format!(
+                        "port {} is inside [trgw] port-min..port-max ({}..{}) on an address the relay binds media to: \
+                         the relay could take it for a call; move the ALG's port or the media range",
+                        l.port(),
+                        t.port_min,
+                        t.port_max
+                    ),
+                ));
+            }
+        }
+    }
+    if let Some(t) = &cfg.trgw {
+        for (k2, other) in [("[trgw] ng", t.ng), ("[trgw] rtpproxy-udp", t.rtpproxy_udp)] {
+            let Some(o) = other else { continue };
+            if let Some((k, _)) = listeners.iter().find(|(_, l)| same_socket(*l, o)) {
+                return Err(((*k).into(), format!("the same UDP port as {k2} `{o}`: give each its own")));
+            }
+        }
+    }
+    if let Some(adm) = cfg.admin.listen.filter(|_| a.tcp) {
+        if let Some((k, _)) = listeners.iter().find(|(_, l)| same_socket(*l, adm)) {
+            return Err((
+                (*k).into(),
+                format!("the same TCP port as [admin] listen `{adm}` (tcp = true): give each its own"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Cross-table checks: `Err((key, message))` naming the first key in the
 /// key slot and the second in the message.
 pub fn check(cfg: &Config) -> Result<(), (String, String)> {
@@ -125,19 +254,9 @@ pub fn check(cfg: &Config) -> Result<(), (String, String)> {
         }
     }
     if let Some(t) = &cfg.trgw {
-        let mut v6: Vec<(String, Prefix6)> = siit_v6(cfg);
-        if let Some(n) = &cfg.nat64 {
-            v6.push(("[nat64] pool6".into(), n.pool6));
-        }
-        let mut v4 = siit_v4(cfg);
-        v4.extend(nat64_v4(cfg));
         for (i, ifc) in t.interfaces.iter().enumerate() {
             for a in [ifc.ipv4.map(IpAddr::V4), ifc.ipv6.map(IpAddr::V6)].into_iter().flatten() {
-                let hit = match a {
-                    IpAddr::V4(a4) => v4.iter().find(|(_, p)| p.contains(a4)).map(|(k, p)| (k.clone(), show4(p))),
-                    IpAddr::V6(a6) => v6.iter().find(|(_, p)| p.contains(&a6)).map(|(k, p)| (k.clone(), show6(p))),
-                };
-                if let Some((k, p)) = hit {
+                if let Some((k, p)) = routed_into_tun(cfg, a) {
                     let fam = if a.is_ipv4() { "ipv4" } else { "ipv6" };
                     return Err((
                         format!("[trgw] interface[{i}].{fam}"),
@@ -148,6 +267,9 @@ pub fn check(cfg: &Config) -> Result<(), (String, String)> {
         }
     }
     tunnels(cfg)?;
+    if let Some(a) = &cfg.alg {
+        check_alg(cfg, a)?;
+    }
     admin_token(cfg).map(|_| ()).map_err(|m| ("[admin] token-file".to_string(), m))?;
     if cfg.admin.token.as_deref().is_some_and(|t| t.trim().is_empty()) {
         return Err(("[admin] token".into(), "must not be empty".into()));
@@ -251,6 +373,15 @@ pub fn warnings(cfg: &Config) -> Vec<String> {
             ));
         }
     }
+    if let (Some(a), Some(t)) = (&cfg.alg, &cfg.trgw) {
+        if a.media == alg::config::MediaMode::Ng && a.ng.iter().any(|s| t.ng.is_some_and(|n| same_socket(n, s.addr))) {
+            w.push(
+                "[alg] ng: names this daemon's own [trgw] ng listener; media = \"in-process\" does the same without a \
+                 datagram per command"
+                    .into(),
+            );
+        }
+    }
     if token.as_deref().is_some_and(|t| t.len() < MIN_TOKEN_LEN) {
         w.push(format!("[admin] token: shorter than {MIN_TOKEN_LEN} characters; use a long random one"));
     }
@@ -319,6 +450,43 @@ mod tests {
         let e = err("[nat64]\npool6 = \"64:ff9b::/96\"\npool4 = [\"203.0.113.0/30\"]\n\
              [trgw]\n[[trgw.interface]]\nname = \"a\"\nipv4 = \"203.0.113.1\"\n");
         assert!(e.contains("[trgw] interface[0].ipv4") && e.contains("[nat64] pool4[0]"), "{e}");
+    }
+
+    const TRGW: &str = "[trgw]\nng = \"127.0.0.1:2223\"\nport-min = 30000\nport-max = 30999\n\
+        [[trgw.interface]]\nname = \"v6\"\nipv6 = \"2001:db8::1\"\n[[trgw.interface]]\nname = \"v4\"\nipv4 = \"192.0.2.1\"\n";
+    const ALG: &str = "[alg]\nlisten-v6 = \"[2001:db8::1]:5060\"\nlisten-v4 = \"192.0.2.1:5060\"\n";
+
+    #[test]
+    fn alg_with_the_relay_of_this_daemon() {
+        Config::parse(&format!("{TRGW}{ALG}")).unwrap().check().unwrap();
+        let e = err(ALG);
+        assert!(e.contains("[alg] media") && e.contains("no [trgw]"), "{e}");
+        Config::parse(&format!("{ALG}media = \"none\"\n")).unwrap().check().unwrap();
+        let e = err(&format!("{TRGW}{ALG}media-v4-interface = \"v9\"\n"));
+        assert!(e.contains("[alg] media-v4-interface") && e.contains("`v9` is not") && e.contains("`v4`"), "{e}");
+        let e = err(&format!("{TRGW}{ALG}media-v4-interface = \"v6\"\n"));
+        assert!(e.contains("`v6` has no IPv4 address"), "{e}");
+        let v6only = "[trgw]\n[[trgw.interface]]\nname = \"v6\"\nipv6 = \"2001:db8::1\"\n";
+        let e = err(&format!("{v6only}{ALG}"));
+        assert!(e.contains("[alg] media-v4-interface") && e.contains("no [[trgw.interface]] has an IPv4"), "{e}");
+    }
+
+    #[test]
+    fn alg_ports_clash_with_media_control_and_admin() {
+        let e = err(&format!("{TRGW}[alg]\nlisten-v6 = \"[2001:db8::1]:5060\"\nlisten-v4 = \"192.0.2.1:30002\"\n"));
+        assert!(e.contains("[alg] listen-v4") && e.contains("port-min..port-max"), "{e}");
+        // Another address than the relay's: no clash.
+        let ok = format!("{TRGW}[alg]\nlisten-v6 = \"[2001:db8::1]:5060\"\nlisten-v4 = \"192.0.2.9:30002\"\n");
+        Config::parse(&ok).unwrap().check().unwrap();
+        let e = err(&format!("{TRGW}[alg]\nlisten-v6 = \"[2001:db8::1]:5060\"\nlisten-v4 = \"127.0.0.1:2223\"\n"));
+        assert!(e.contains("[alg] listen-v4") && e.contains("[trgw] ng"), "{e}");
+        let e = err(&format!("{ALG}media = \"none\"\n[admin]\nlisten = \"0.0.0.0:5060\"\n"));
+        assert!(e.contains("[alg] listen-v4") && e.contains("[admin] listen"), "{e}");
+        let e = err(&format!("[nat64]\npool6 = \"64:ff9b::/96\"\npool4 = [\"192.0.2.0/28\"]\n{ALG}media = \"none\"\n"));
+        assert!(e.contains("[alg] listen-v4") && e.contains("[nat64] pool4[0]"), "{e}");
+        let c = Config::parse(&format!("{TRGW}{ALG}media = \"ng\"\n[[alg.ng]]\naddr = \"127.0.0.1:2223\"\n")).unwrap();
+        c.check().unwrap();
+        assert!(warnings(&c).iter().any(|w| w.contains("[alg] ng")), "{:?}", warnings(&c));
     }
 
     #[test]

@@ -16,6 +16,8 @@ pub fn example() -> &'static str {
         s.push('\n');
         s.push_str(&commented(trgw::EXAMPLE_TOML));
         s.push('\n');
+        s.push_str(&commented(alg::EXAMPLE_TOML));
+        s.push('\n');
         s.push_str(TUNNELS_HEADER);
         s.push('\n');
         s.push_str(&commented(tunnel::config::EXAMPLE_TOML));
@@ -45,7 +47,9 @@ fn commented(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{AdminConfig, Config, DaemonConfig, TunConfig, ADMIN_KEYS, DAEMON_KEYS, SIIT_KEYS, TUN_KEYS};
+    use crate::config::{
+        AdminConfig, Config, DaemonConfig, TunConfig, ADMIN_KEYS, ALG_KEYS, DAEMON_KEYS, SIIT_KEYS, TUN_KEYS,
+    };
     use xlat::siit;
 
     #[test]
@@ -65,6 +69,22 @@ mod tests {
         for k in SIIT_KEYS {
             assert!(example().lines().any(|l| l.trim_start_matches(['#', ' ']).starts_with(&format!("{k} ="))), "{k}");
         }
+    }
+
+    #[test]
+    fn example_has_the_alg_table_and_every_key() {
+        let text = example();
+        assert!(text.contains("\n# [alg]\n"), "the [alg] table is in the example, commented out");
+        for k in ALG_KEYS {
+            let key = |l: &str| l.trim_start_matches(['#', ' ']).starts_with(&format!("{k} ="));
+            let table = |l: &str| l.trim_start_matches(['#', ' ']) == format!("[[alg.{k}]]");
+            assert!(text.lines().any(|l| key(l) || table(l)), "{k}");
+        }
+        // Uncommented, [alg] with the [trgw] above it is a valid configuration.
+        let alg = alg::EXAMPLE_TOML.lines().filter(|l| !l.starts_with('#')).collect::<Vec<_>>().join("\n");
+        let c = Config::parse(&format!("{}\n{alg}\n", trgw::EXAMPLE_TOML)).unwrap();
+        c.check().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.alg.unwrap(), alg::Config::from_toml_file_text(alg::EXAMPLE_TOML).unwrap());
     }
 
     #[test]

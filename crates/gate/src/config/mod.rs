@@ -1,9 +1,10 @@
 //! The daemon's TOML configuration.
 //!
 //! One optional table per function: `[siit]` (read here, module `siit`),
-//! `[nat64]`, `[dns64]` and `[trgw]` (each read by its own crate), the
-//! tunnels `[sixtofour]`, `[sixrd]` and `[teredo.*]` (read by the `tunnel`
-//! crate, [`tunnel::TunnelConfig`], the same types `v6gate tunnel` uses), and the
+//! `[nat64]`, `[dns64]`, `[trgw]` and `[alg]` (each read by its own crate;
+//! `[alg]`'s checks in module `alg`), the tunnels `[sixtofour]`, `[sixrd]`
+//! and `[teredo.*]` (read by the `tunnel` crate, [`tunnel::TunnelConfig`],
+//! the same types `v6gate tunnel` uses), and the
 //! daemon's own `[tun]`, `[admin]` and `[daemon]` (module `daemon`). This
 //! module holds the file-level [`Config`], its errors (with line and
 //! column) and the parse entry points; `example` builds the text of
@@ -22,11 +23,13 @@
 //! Defaults come from [`xlat::siit::Config::default`], so the packet plane
 //! and this file cannot disagree about them.
 
+pub mod alg;
 mod daemon;
 mod example;
 mod siit;
 mod xdp;
 
+pub use alg::ALG_KEYS;
 pub use daemon::{
     AdminConfig, DaemonConfig, IfAddr, TunConfig, ADMIN_KEYS, DAEMON_KEYS, DEFAULT_ADMIN_LISTEN, DEFAULT_TUN_NAME,
     LOG_LEVELS, MAX_QUEUES, TUN_KEYS,
@@ -56,7 +59,7 @@ pub const DEFAULT_PATH: &str = "/etc/v6gate/v6gate.toml";
 
 /// Top-level tables that configure a translation function (at least one
 /// must be present).
-pub const TABLES: &[&str] = &["siit", "nat64", "dns64", "trgw", "sixtofour", "sixrd", "teredo"];
+pub const TABLES: &[&str] = &["siit", "nat64", "dns64", "trgw", "alg", "sixtofour", "sixrd", "teredo"];
 
 /// Top-level tables of the daemon itself (`v6gate run`); all optional.
 /// `v6gate translate` ignores them.
@@ -86,6 +89,9 @@ pub struct Config {
     /// `[sixtofour]`, `[sixrd]`, `[teredo.*]`: the tunnels (see the
     /// `tunnel` crate); each runs on its own TUN device and sockets.
     pub tunnels: tunnel::TunnelConfig,
+    /// `[alg]`: the IMS-ALG, the SIP/SDP gateway between the realms (see
+    /// the `alg` crate).
+    pub alg: Option<::alg::Config>,
     /// The file this came from, for error messages.
     origin: Option<PathBuf>,
     /// Deprecated spellings found (see [`Config::warnings`]).
@@ -278,6 +284,7 @@ struct FileToml {
     sixtofour: Option<toml::Value>,
     sixrd: Option<toml::Value>,
     teredo: Option<toml::Value>,
+    alg: Option<::alg::Config>,
 }
 
 // ---------------------------------------------------------------------------
@@ -419,6 +426,7 @@ impl Config {
                 nat64: file.nat64,
                 dns64: file.dns64,
                 trgw: file.trgw,
+                alg: file.alg,
                 tun,
                 admin,
                 daemon,
@@ -450,11 +458,15 @@ impl Config {
         if let Some(t) = &self.trgw {
             t.check().map_err(|m| Error::new(ErrorKind::Invalid, None, m).in_file(self.origin.as_deref()))?;
         }
+        if let Some(a) = &self.alg {
+            alg::check(a).map_err(|e| e.in_file(self.origin.as_deref()))?;
+        }
         if self.siit.is_none()
             && self.nat64.is_none()
             && self.dns64.is_none()
             && self.trgw.is_none()
             && self.tunnels.is_empty()
+            && self.alg.is_none()
         {
             let tables: Vec<String> = TABLES.iter().map(|t| format!("[{t}]")).collect();
             return Err(Error::new(

@@ -20,10 +20,10 @@
 //! `POST /reload` (`v6gate ctl reload`) is the same reload, counted and
 //! recorded in `/status` `reloads.last_error` the same way.
 //!
-//! A file without `[siit]`, `[nat64]` and `[dns64]` (only `[trgw]` or
-//! tunnels) runs without the translators' TUN device: the relay, the
-//! tunnels, the admin API and SIGHUP reload (which refuses a file that adds
-//! a function needing the device).
+//! A file without `[siit]`, `[nat64]` and `[dns64]` (only `[trgw]`,
+//! `[alg]` or tunnels) runs without the translators' TUN device: the relay,
+//! the ALG, the tunnels, the admin API and SIGHUP reload (which refuses a
+//! file that adds a function needing the device).
 //!
 //! The tunnels (`[sixtofour]`, `[sixrd]`, `[teredo.*]`) run as
 //! `tunnel::Tunnels`: one thread per function with its own TUN device and
@@ -31,6 +31,14 @@
 //! counters are in `/metrics` (`v6gate_tunnel_*`) and `/status`
 //! (`tunnels`). A reload that changes a tunnel table is refused (restart to
 //! apply), as for `[trgw]`.
+//!
+//! `[alg]` runs the IMS-ALG (crate `alg`) on its own thread, its media in
+//! the `[trgw]` relay of this process (`media = "in-process"`) or in remote
+//! ng servers. A reload applies its routes, limits, timers and Contact mode
+//! to the running ALG (new requests; live calls untouched); a change of
+//! its listeners, advertised addresses, `tcp`, media keys or ng servers,
+//! or adding/removing the table, is refused ("restart v6gate to apply"),
+//! as is any change of `[trgw]`.
 //!
 //! Signals and logging belong to the binary (`src/main.rs`): it hands
 //! [`run`] the signals it caught ([`Signal`]) and a function that applies
@@ -66,8 +74,8 @@ use xlat::addr::IpPrefix;
 #[allow(rustdoc::broken_intra_doc_links)]
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// Configuration file (TOML): [siit], [nat64], [dns64], [trgw], the tunnels
-    /// [sixtofour], [sixrd], [teredo.*] (the
+    /// Configuration file (TOML): [siit], [nat64], [dns64], [trgw], [alg], the
+    /// tunnels [sixtofour], [sixrd], [teredo.*] (the
     /// file `v6gate translate` and `config check` read) plus the optional
     /// daemon tables [tun], [admin] and [daemon].
     #[arg(short, long, value_name = "FILE", default_value = crate::config::DEFAULT_PATH)]
@@ -112,12 +120,14 @@ pub struct Daemon {
     /// The DNS64 server, when `[dns64]` is configured.
     pub dns64: Mutex<Option<dns64::Server>>,
     /// The TrGW media relay, when `[trgw]` is configured.
-    pub trgw: Option<trgw::RelayHandle>,
+    pub trgw: Option<Arc<trgw::RelayHandle>>,
     /// The XDP fast path, when `[xdp]` is configured.
     pub xdp: Arc<Mutex<Option<fastpath::FastPlane>>>,
     /// The tunnel functions (`[sixtofour]`, `[sixrd]`, `[teredo.*]`), each
     /// on its own thread, TUN device and sockets; None when none is configured.
     pub tunnels: Mutex<Option<tunnel::Tunnels>>,
+    /// The IMS-ALG, when `[alg]` is configured.
+    pub alg: Option<alg::runner::AlgHandle>,
     /// Admin server counters.
     pub admin_stats: Arc<admin::AdminStats>,
     /// Descriptors the configuration may need ([`crate::limits::needed`]).
@@ -212,18 +222,20 @@ impl Daemon {
             // to the running functions.
             return Err("[sixtofour], [sixrd] or [teredo.*] changed: restart v6gate to apply".into());
         }
+        crate::config::alg::reload(cur.alg.as_ref(), new.alg.as_ref())?;
         let token = crate::validate::admin_token(&new)?;
         let Some((_, idx)) = self.device.clone() else {
-            // No TUN device: only [trgw] ran at start.
+            // No TUN device: only [trgw], [alg] or tunnels ran at start.
             if new.siit.is_some() || new.nat64.is_some() || new.dns64.is_some() {
                 return Err(
-                    "[siit], [nat64] or [dns64] added: v6gate runs without a TUN device (only [trgw] or tunnels were configured at start); restart v6gate to apply".into(),
+                    "[siit], [nat64] or [dns64] added: v6gate runs without a TUN device (only [trgw], [alg] or tunnels were configured at start); restart v6gate to apply".into(),
                 );
             }
             let old = self.engines.load_full();
             let generation = old.generation + 1;
             let engines = Engines::build(&new, generation, 0, Some(&old), 0).map_err(|e| e.to_string())?;
             self.reload_xdp(&cur, &new)?;
+            self.reconfigure_alg(&new)?;
             (self.set_log_level)(&new.daemon.log_level);
             self.engines.store(Arc::new(engines));
             *lock(&self.admin_token) = token;
@@ -274,6 +286,7 @@ impl Daemon {
             }
             Ok(())
         })();
+        let applied = applied.and_then(|()| self.reconfigure_alg(&new));
         if let Err(e) = applied {
             if let Err(e2) = self.reload_xdp(&new, &cur) {
                 tracing::error!("reload rollback: xdp: {e2}");
@@ -396,6 +409,15 @@ impl Daemon {
         bibfile::sync(n, std::path::Path::new(&path)).inspect_err(|e| tracing::warn!("nat64 bib-file: {e}"))
     }
 
+    /// Hands a reloaded `[alg]` to the running ALG (the last step of a
+    /// reload that can fail: the checks ran before).
+    fn reconfigure_alg(&self, new: &Config) -> Result<(), String> {
+        match (&self.alg, &new.alg) {
+            (Some(h), Some(c)) => h.reconfigure(c.clone()),
+            _ => Ok(()),
+        }
+    }
+
     /// Functions running: the packet engines, then DNS64.
     pub fn functions(&self) -> Vec<&'static str> {
         let mut f = self.engines.load().functions();
@@ -407,6 +429,9 @@ impl Daemon {
         }
         if let Some(t) = lock(&self.tunnels).as_ref() {
             f.extend(t.functions());
+        }
+        if self.alg.is_some() {
+            f.push("alg");
         }
         f
     }
@@ -592,7 +617,21 @@ pub fn run(
         Some(t) => {
             let r = trgw::Relay::start(t.clone()).context("[trgw]: cannot start the media relay")?;
             tracing::info!("trgw: ng control on {:?}, rtpproxy on {:?}", r.ng_addr(), r.rtpproxy_udp_addr());
-            Some(r)
+            Some(Arc::new(r))
+        }
+        None => None,
+    };
+    let alg = match &cfg.alg {
+        Some(a) => {
+            let s = alg::cli::serve(a.clone(), relay.clone()).context("[alg]: cannot start the IMS-ALG")?;
+            tracing::info!(
+                "alg: SIP on {} and {} (UDP{}), media {:?}",
+                s.alg.udp_v6,
+                s.alg.udp_v4,
+                if a.tcp { " and TCP" } else { "" },
+                a.media
+            );
+            Some(s.alg)
         }
         None => None,
     };
@@ -621,6 +660,7 @@ pub fn run(
         trgw: relay,
         xdp: Arc::new(Mutex::new(fast)),
         tunnels: Mutex::new(tunnels),
+        alg,
         admin_stats: Arc::new(admin::AdminStats::default()),
         fds_needed,
         admin_token: Mutex::new(token),
@@ -717,6 +757,16 @@ pub fn run(
     if let Some(d) = lock(&daemon.dns64).take() {
         d.stop();
     }
+    if let Some(a) = daemon.alg.as_ref() {
+        let s = a.snapshot();
+        tracing::info!(
+            "alg: {} call(s) answered, {} failed, {} cancelled, {} dialog(s) live at stop",
+            s.stats.calls_answered,
+            s.stats.calls_failed,
+            s.stats.calls_cancelled,
+            s.tables.2
+        );
+    }
     if let Some(r) = daemon.trgw.as_ref() {
         let s = r.stats();
         tracing::info!(
@@ -730,8 +780,9 @@ pub fn run(
         // Joins the threads; closing the devices removes them and their routes.
         t.stop();
     }
-    // The relay stops when the last reference to the daemon goes (the
-    // handle stops its workers on drop).
+    // The ALG and the relay stop when the last reference to the daemon
+    // goes (their handles stop their threads on drop; the ALG holds a
+    // reference to the relay, so the relay outlives it).
     for t in threads {
         let _ = t.join();
     }

@@ -9,7 +9,10 @@
 //! `v6gate_build_info{version}`, the standard `process_start_time_seconds`,
 //! `process_open_fds` and `process_max_fds`, and the DNS64 counters as one
 //! labelled family, `v6gate_dns64_events_total{event}` (the old names
-//! `v6gate_dns64_<event>_total` stay).
+//! `v6gate_dns64_<event>_total` stay). With `[alg]`, the `v6gate_alg_*`
+//! families: requests by method, responses by class, the ALG's own
+//! responses by code, drops by reason, transactions, dialogs, calls by
+//! result, handovers (docs/alg.md lists them).
 //!
 //! A snapshot of the daemon's counters is taken into a list of
 //! [`Family`] values (pure, testable), then encoded by the crate.
@@ -233,6 +236,9 @@ pub fn families(d: &Daemon) -> Vec<Family> {
     if let Some(t) = super::super::lock(&d.tunnels).as_ref() {
         tunnels(&mut v, &t.counters());
     }
+    if let Some(a) = d.alg.as_ref() {
+        alg(&mut v, &a.snapshot());
+    }
     v
 }
 
@@ -319,6 +325,80 @@ fn tunnels(v: &mut Vec<Family>, fns: &[tunnel::run::FunctionCounters]) {
         }
     }
     v.extend([up, drops, events, io, tables]);
+}
+
+fn alg(v: &mut Vec<Family>, s: &alg::runner::Snapshot) {
+    let st = &s.stats;
+    let (server, client, dialogs, parked) = s.tables;
+    v.push(
+        Family::counter("v6gate_alg_requests", "SIP requests the ALG received, by method.")
+            .by("method", st.by_method()),
+    );
+    v.push(
+        Family::counter("v6gate_alg_responses", "SIP responses the ALG received, by status class.")
+            .by("class", st.by_class()),
+    );
+    v.push(
+        Family::counter("v6gate_alg_forwarded", "SIP messages the ALG forwarded (first transmissions), by kind.")
+            .by("kind", [("request", st.requests_forwarded), ("response", st.responses_forwarded)]),
+    );
+    v.push(
+        Family::counter("v6gate_alg_local_responses", "SIP responses the ALG wrote itself, by status code.")
+            .by("code", st.by_local_code()),
+    );
+    v.push(
+        Family::counter("v6gate_alg_drops", "SIP messages the ALG dropped unanswered, by reason.")
+            .by("reason", st.drops()),
+    );
+    v.push(
+        Family::counter(
+            "v6gate_alg_retransmissions",
+            "SIP retransmissions absorbed (answered from a transaction) and sent (Timers A, E, G).",
+        )
+        .by("kind", [("absorbed", st.retransmissions_absorbed), ("sent", st.retransmissions_sent)]),
+    );
+    v.push(Family::counter("v6gate_alg_events", "ALG events, by kind (see docs/alg.md).").by(
+        "event",
+        [
+            ("malformed-answered", st.malformed_answered),
+            ("loop", st.loops),
+            ("too-many-hops", st.too_many_hops),
+            ("unroutable", st.unroutable),
+            ("timeout", st.timeouts),
+            ("failover", st.failovers),
+            ("parked-for-dns", st.parked),
+            ("overload", st.overload),
+            ("media-error", st.media_errors),
+            ("sdp-dropped", st.sdp_dropped),
+            ("media-late-reply", st.media_late_replies),
+        ],
+    ));
+    v.push(
+        Family::gauge("v6gate_alg_transactions", "Live SIP transactions, by kind.")
+            .by("kind", [("server", server as u64), ("client", client as u64)]),
+    );
+    v.push(Family::gauge("v6gate_alg_dialogs", "Live dialogs (early and confirmed).").one(dialogs as f64));
+    v.push(Family::counter("v6gate_alg_dialogs", "Dialogs, by event.").by(
+        "event",
+        [("created", st.dialogs_created), ("released", st.dialogs_released), ("timed-out", st.dialogs_timed_out)],
+    ));
+    v.push(Family::counter("v6gate_alg_calls", "Initial INVITEs, by how they ended.").by(
+        "result",
+        [("answered", st.calls_answered), ("failed", st.calls_failed), ("cancelled", st.calls_cancelled)],
+    ));
+    v.push(
+        Family::counter(
+            "v6gate_alg_handovers",
+            "Media re-pointed by a re-INVITE/UPDATE from a new address (mobility).",
+        )
+        .one(st.handovers as f64),
+    );
+    v.push(Family::gauge("v6gate_alg_parked", "Requests waiting for DNS now.").one(parked as f64));
+    v.push(Family::gauge("v6gate_alg_tcp_connections", "SIP TCP connections open now.").one(s.tcp_connections as f64));
+    v.push(
+        Family::gauge("v6gate_alg_media_pending", "Media commands waiting for a remote ng server now.")
+            .one(st.media_pending as f64),
+    );
 }
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -206,6 +206,7 @@ pub fn status(d: &Daemon) -> Value {
             json!({ "interfaces": p.attachments().into_iter().map(|(i, m)| json!({ "name": i, "mode": m })).collect::<Vec<_>>() })
         }),
         "tunnels": super::super::lock(&d.tunnels).as_ref().map(|t| t.status()),
+        "alg": d.alg.as_ref().map(|a| alg_status(&a.config(), &a.snapshot())),
         "descriptors": descriptors(d),
         "admin": admin_status(d),
         "routes": super::super::lock(&d.routes).iter().map(|r| r.to_string()).collect::<Vec<_>>(),
@@ -247,6 +248,36 @@ fn admin_status(d: &Daemon) -> Value {
         "requests": s.requests.load(Ordering::Relaxed),
         "refused": refused,
         "token_set": d.admin_token().is_some(),
+    })
+}
+
+/// Only the non-zero entries of (label, value) pairs.
+fn nonzero<K: ToString>(pairs: impl IntoIterator<Item = (K, u64)>) -> serde_json::Map<String, Value> {
+    pairs.into_iter().filter(|x| x.1 > 0).map(|(k, v)| (k.to_string(), json!(v))).collect()
+}
+
+fn alg_status(cfg: &alg::Config, s: &alg::runner::Snapshot) -> Value {
+    let st = &s.stats;
+    let (server, client, dialogs, parked) = s.tables;
+    json!({
+        "listen_v6": cfg.listen_v6.to_string(),
+        "listen_v4": cfg.listen_v4.to_string(),
+        "tcp": cfg.tcp,
+        "media": format!("{:?}", cfg.media).to_ascii_lowercase(),
+        "routes": cfg.route.len(),
+        "transactions": { "server": server, "client": client },
+        "dialogs": dialogs,
+        "parked": parked,
+        "tcp_connections": s.tcp_connections,
+        "media_pending": st.media_pending,
+        "calls": { "answered": st.calls_answered, "failed": st.calls_failed, "cancelled": st.calls_cancelled },
+        "dialogs_total": { "created": st.dialogs_created, "released": st.dialogs_released, "timed_out": st.dialogs_timed_out },
+        "handovers": st.handovers,
+        "requests": nonzero(st.by_method()),
+        "responses": nonzero(st.by_class()),
+        "forwarded": { "requests": st.requests_forwarded, "responses": st.responses_forwarded },
+        "local_responses": nonzero(st.by_local_code()),
+        "drops": nonzero(st.drops()),
     })
 }
 
