@@ -32,6 +32,8 @@ pub struct V6gate {
     pub admin: Option<Admin>,
     /// `[trgw]`.
     pub trgw: Option<Trgw>,
+    /// `[alg]`.
+    pub alg: Option<Alg>,
     /// Comment lines written above a table, by table name (`"siit"`, ...).
     pub comments: Vec<(&'static str, String)>,
 }
@@ -183,6 +185,66 @@ pub struct TrgwInterface {
     pub ipv6: Option<Ipv6Addr>,
 }
 
+/// `[alg]`: the IMS-ALG (SIP/SDP gateway between the realms).
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Alg {
+    /// SIP listener in the IPv6 realm (`[addr]:port`).
+    pub listen_v6: String,
+    /// SIP listener in the IPv4 realm.
+    pub listen_v4: String,
+    /// TCP too (default true).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tcp: Option<bool>,
+    /// `in-process` (default), `ng` or `none`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub media: Option<String>,
+    /// `[[trgw.interface]]` for the IPv6 realm's media.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub media_v6_interface: Option<String>,
+    /// `[[trgw.interface]]` for the IPv4 realm's media.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub media_v4_interface: Option<String>,
+    /// Requests per second per source (0: off).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<u32>,
+    /// RFC 3261 T1 (a duration, e.g. `"50ms"`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub t1: Option<String>,
+    /// Most live transactions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_transactions: Option<usize>,
+    /// Domain routes.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub route: Vec<AlgRoute>,
+    /// Remote ng servers (`media = "ng"`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ng: Vec<AlgNg>,
+}
+
+/// One `[[alg.route]]`.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct AlgRoute {
+    /// The domain (and its subdomains).
+    pub domain: String,
+    /// Where its requests go (`addr:port`).
+    pub next_hop: String,
+    /// `udp` (default) or `tcp`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transport: Option<String>,
+}
+
+/// One `[[alg.ng]]`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct AlgNg {
+    /// The server's ng address.
+    pub addr: String,
+    /// Relative weight.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u32>,
+}
+
 impl V6gate {
     /// Adds a comment above `table` (several lines allowed).
     pub fn comment(mut self, table: &'static str, text: &str) -> Self {
@@ -205,6 +267,7 @@ impl V6gate {
             ("tun", one("tun", &self.tun)?),
             ("admin", one("admin", &self.admin)?),
             ("trgw", one("trgw", &self.trgw)?),
+            ("alg", one("alg", &self.alg)?),
         ];
         let mut out = String::new();
         for l in &self.header {
@@ -270,6 +333,8 @@ pub struct Features {
     pub nat64: bool,
     /// Its example configuration shows `[dns64]`.
     pub dns64: bool,
+    /// Its example configuration shows `[alg]`.
+    pub alg: bool,
 }
 
 impl Features {
@@ -289,7 +354,7 @@ impl Features {
     /// out or not).
     pub fn from_example(run: bool, example: &str) -> Features {
         let has = |t: &str| example.lines().any(|l| l.trim_start_matches(['#', ' ']).starts_with(t));
-        Features { run, nat64: has("[nat64]"), dns64: has("[dns64]") }
+        Features { run, nat64: has("[nat64]"), dns64: has("[dns64]"), alg: has("[alg]") }
     }
 }
 
@@ -355,6 +420,27 @@ mod tests {
         let text = trgw.render().unwrap();
         assert!(text.contains("[[trgw.interface]]") && text.contains("port-min = 20000"), "{text}");
         gate::config::Config::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let alg = V6gate {
+            alg: Some(Alg {
+                listen_v6: "[2001:db8:6::1]:5060".into(),
+                listen_v4: "10.0.4.1:5060".into(),
+                media_v6_interface: Some("pub".into()),
+                media_v4_interface: Some("pub".into()),
+                t1: Some("50ms".into()),
+                route: vec![AlgRoute {
+                    domain: "ipv4.test".into(),
+                    next_hop: "10.0.4.2:5060".into(),
+                    transport: None,
+                }],
+                ..Default::default()
+            }),
+            ..trgw
+        };
+        let text = alg.render().unwrap();
+        assert!(text.contains("[alg]") && text.contains("[[alg.route]]") && text.contains("next-hop = "), "{text}");
+        let c = gate::config::Config::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        c.check().unwrap_or_else(|e| panic!("{e}\n{text}"));
+        assert_eq!(c.alg.unwrap().t1, std::time::Duration::from_millis(50));
     }
 
     #[test]
@@ -382,7 +468,7 @@ mod tests {
 
     #[test]
     fn features_from_the_example() {
-        let f = Features::from_example(true, "[siit]\n# [nat64]\n#pool6 = 1\n");
-        assert_eq!(f, Features { run: true, nat64: true, dns64: false });
+        let f = Features::from_example(true, "[siit]\n# [nat64]\n#pool6 = 1\n# [alg]\n");
+        assert_eq!(f, Features { run: true, nat64: true, dns64: false, alg: true });
     }
 }
