@@ -19,111 +19,26 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use bench::harness::guard::Proc;
 use bench::ng::{self, Value};
 use lab::gateconf;
 use lab::netns::{self, in_netns, Netns};
+
+mod sip_util;
+use sip_util::*;
 
 const UA6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x16, 0, 0, 0, 0, 2);
 const GW6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x16, 0, 0, 0, 0, 1);
 const UA4: Ipv4Addr = Ipv4Addr::new(10, 0, 16, 2);
 const GW4: Ipv4Addr = Ipv4Addr::new(10, 0, 16, 1);
 const NG: &str = "127.0.0.1:2223";
-const MPATH: &str = "/usr/lib/x86_64-linux-gnu/kamailio/modules/";
+const MPATH: &str = KAMAILIO_MODULES;
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/trgw")
-}
-
-/// A child process killed on drop, its output in a log file.
-struct Proc {
-    child: Child,
-    log: PathBuf,
-    name: &'static str,
-}
-
-impl Proc {
-    fn spawn(name: &'static str, mut cmd: Command, log: PathBuf) -> Proc {
-        let f = std::fs::File::create(&log).unwrap();
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(f.try_clone().unwrap())
-            .stderr(f)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
-        Proc { child, log, name }
-    }
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-    /// Waits for exit up to `t`; returns whether it exited with status 0.
-    fn wait(&mut self, t: Duration) -> bool {
-        let end = Instant::now() + t;
-        loop {
-            if let Some(st) = self.child.try_wait().unwrap() {
-                return st.success();
-            }
-            if Instant::now() > end {
-                let _ = self.child.kill();
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-    fn alive(&mut self) -> bool {
-        self.child.try_wait().unwrap().is_none()
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn need(bin: &str) {
-    let ok = Command::new("sh").arg("-c").arg(format!("command -v {bin}")).output().map(|o| o.status.success());
-    assert!(ok.unwrap_or(false), "{bin} is not installed (scripts/deps.sh installs it)");
-}
-
-/// Counts UDP datagrams from `from` (not SIP) arriving in the namespace,
-/// with a raw socket, until `stop`.
-fn sniff(ns: &Netns, from: IpAddr, count: &AtomicU64, stop: &AtomicBool) {
-    let (dom, hdr) = match from {
-        IpAddr::V4(_) => (socket2::Domain::IPV4, 20usize),
-        IpAddr::V6(_) => (socket2::Domain::IPV6, 0usize),
-    };
-    let sock = in_netns(ns, || Ok(socket2::Socket::new(dom, socket2::Type::RAW, Some(socket2::Protocol::UDP))?))
-        .expect("raw socket");
-    sock.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
-    let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 2048];
-    while !stop.load(Ordering::Relaxed) {
-        if let Ok((n, src)) = sock.recv_from(&mut buf) {
-            // SAFETY: recv_from initialised the first n bytes.
-            let b: Vec<u8> = buf[..n].iter().map(|x| unsafe { x.assume_init() }).collect();
-            let sport = b.get(hdr..hdr + 2).map(|p| u16::from_be_bytes([p[0], p[1]]));
-            if src.as_socket().map(|s| s.ip()) == Some(from) && sport.is_some_and(|p| p != 5060) {
-                count.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    }
-}
-
-fn wait_udp_listen(ns: &Netns, port: u16, want: usize, what: &Proc) {
-    let end = Instant::now() + Duration::from_secs(10);
-    loop {
-        let out =
-            ns.exec("ss", &["-Hlun"]).map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
-        if out.lines().filter(|l| l.contains(&format!(":{port} "))).count() >= want {
-            return;
-        }
-        assert!(Instant::now() < end, "{} is not listening on UDP {port}:\n{}", what.name, what.log());
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 /// Which relay Kamailio drives, and how.
@@ -170,7 +85,7 @@ impl Relay {
     }
 }
 
-fn start_relay(relay: Relay, gw: &Netns, dir: &Path) -> Proc {
+fn start_relay(relay: Relay, gw: &Netns, dir: &TestDir) -> Proc {
     let log = dir.join("relay.log");
     match relay {
         Relay::V6gate | Relay::V6gateRtpproxy => {
@@ -199,13 +114,13 @@ fn start_relay(relay: Relay, gw: &Netns, dir: &Path) -> Proc {
             std::fs::write(&cfg, text).unwrap();
             let mut c = gw.command(env!("CARGO_BIN_EXE_v6gate"));
             c.arg("run").arg("--config").arg(&cfg);
-            Proc::spawn("v6gate trgw", c, log)
+            spawn("v6gate trgw", c, &log)
         }
         Relay::Rtpengine => {
             need("rtpengine");
             let mut c = gw.command("rtpengine");
             c.args(bench::trgw::rtpengine_args(NG, GW4, GW6, (30000, 30999), None, 6));
-            Proc::spawn("rtpengine", c, log)
+            spawn("rtpengine", c, &log)
         }
     }
 }
@@ -223,27 +138,9 @@ fn listed_calls(c: &mut ng::Client) -> Vec<String> {
     }
 }
 
-/// The messages SIPp logged as received (-trace_msg), each as text.
-fn received_messages(log: &str) -> Vec<String> {
-    log.split("-----------------------------------------------")
-        .filter(|m| m.contains("message received"))
-        .map(|m| m.split_once("bytes :").map(|x| x.1).unwrap_or(m).trim().to_owned())
-        .collect()
-}
-
-fn sdp_c_line(msg: &str) -> Option<String> {
-    msg.lines().map(str::trim).find(|l| l.starts_with("c=")).map(str::to_owned)
-}
-
 /// The logs a failure message shows.
-fn diagnostics(dir: &Path) -> String {
-    let mut s = String::new();
-    for f in ["kamailio.log", "relay.log", "uac-errors.log", "uas-errors.log", "uac.log", "uas.log"] {
-        let text = std::fs::read_to_string(dir.join(f)).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        s += &format!("\n--- {f} (last 40 lines):\n{}", lines[lines.len().saturating_sub(40)..].join("\n"));
-    }
-    s
+fn diagnostics(dir: &TestDir) -> String {
+    dir.tails(&["kamailio.log", "relay.log", "uac-errors.log", "uas-errors.log", "uac.log", "uas.log"])
 }
 
 fn call_through(relay: Relay) {
@@ -251,21 +148,7 @@ fn call_through(relay: Relay) {
     for b in ["kamailio", "sipp", "ss"] {
         need(b);
     }
-    let dir = std::env::temp_dir().join(netns::unique_name("v6gate-kamailio"));
-    std::fs::create_dir_all(&dir).unwrap();
-    // Removed however the test ends (set V6GATE_KEEP_TEST_LOGS to keep it;
-    // failure messages already carry the log tails).
-    struct RemoveDir(PathBuf);
-    impl Drop for RemoveDir {
-        fn drop(&mut self) {
-            if std::env::var_os("V6GATE_KEEP_TEST_LOGS").is_none() {
-                let _ = std::fs::remove_dir_all(&self.0);
-            } else {
-                eprintln!("test logs kept in {}", self.0.display());
-            }
-        }
-    }
-    let _remove_dir = RemoveDir(dir.clone());
+    let dir = TestDir::new("v6gate-kamailio");
     let ua6 = Netns::unique("v6k-ua6").unwrap();
     let gw = Netns::unique("v6k-gw").unwrap();
     let ua4 = Netns::unique("v6k-ua4").unwrap();
@@ -290,7 +173,7 @@ fn call_through(relay: Relay) {
     ngc.timeout = Duration::from_millis(200);
     let end = Instant::now() + Duration::from_secs(10);
     while ngc.ping().is_err() {
-        assert!(relay_p.alive() && Instant::now() < end, "relay does not answer ng ping:\n{}", relay_p.log());
+        assert!(relay_p.running() && Instant::now() < end, "relay does not answer ng ping:\n{}", relay_p.log());
         std::thread::sleep(Duration::from_millis(100));
     }
     ngc.timeout = Duration::from_secs(2);
@@ -317,7 +200,7 @@ fn call_through(relay: Relay) {
         .arg(&run)
         .arg("-P")
         .arg(run.join("k.pid"));
-    let mut kam = Proc::spawn("kamailio", k, dir.join("kamailio.log"));
+    let mut kam = spawn("kamailio", k, &dir.join("kamailio.log"));
     wait_udp_listen(&gw, 5060, 2, &kam);
 
     // Sniffers: RTP from the relay reaching each UA.
@@ -325,12 +208,6 @@ fn call_through(relay: Relay) {
     std::thread::scope(|sc| {
         // Stops the sniffers however this scope ends (a failed assertion
         // must not leave the scope waiting for them).
-        struct StopOnDrop<'a>(&'a AtomicBool);
-        impl Drop for StopOnDrop<'_> {
-            fn drop(&mut self) {
-                self.0.store(true, Ordering::Relaxed);
-            }
-        }
         let _stop_guard = StopOnDrop(&stop);
         sc.spawn(|| sniff(&ua6, IpAddr::V6(GW6), &got6, &stop));
         sc.spawn(|| sniff(&ua4, IpAddr::V4(GW4), &got4, &stop));
@@ -359,7 +236,7 @@ fn call_through(relay: Relay) {
             "-message_file",
         ]);
         c.arg(dir.join("uas-messages.log")).arg("-trace_err").arg("-error_file").arg(dir.join("uas-errors.log"));
-        let mut uas = Proc::spawn("sipp uas", c, dir.join("uas.log"));
+        let mut uas = spawn("sipp uas", c, &dir.join("uas.log"));
         wait_udp_listen(&ua4, 5060, 1, &uas);
 
         // SIPp UAC in ua6: 4 s of PCMU (a silence file, looped) then BYE.
@@ -399,7 +276,7 @@ fn call_through(relay: Relay) {
         ]);
         c.arg(dir.join("uac-messages.log")).arg("-trace_err").arg("-error_file").arg(dir.join("uac-errors.log"));
         c.arg(format!("[{GW6}]:5060"));
-        let mut uac = Proc::spawn("sipp uac", c, dir.join("uac.log"));
+        let mut uac = spawn("sipp uac", c, &dir.join("uac.log"));
 
         // The relay lists the call while it is up.
         let end = Instant::now() + Duration::from_secs(15);
@@ -409,7 +286,7 @@ fn call_through(relay: Relay) {
                 break calls;
             }
             assert!(
-                uac.alive() && Instant::now() < end,
+                uac.running() && Instant::now() < end,
                 "the relay never listed a call.\nkamailio:\n{}\nuac:\n{}\nrelay:\n{}",
                 kam.log(),
                 std::fs::read_to_string(dir.join("uac-errors.log")).unwrap_or_default(),
@@ -425,8 +302,8 @@ fn call_through(relay: Relay) {
             Err(e) => eprintln!("ng query during the call failed: {e:#}"),
         }
 
-        let uac_ok = uac.wait(Duration::from_secs(30));
-        let uas_ok = uas.wait(Duration::from_secs(10));
+        let uac_ok = uac.wait_exit(Duration::from_secs(30)).unwrap();
+        let uas_ok = uas.wait_exit(Duration::from_secs(10)).unwrap();
         stop.store(true, Ordering::Relaxed);
         let diag = || diagnostics(&dir);
         assert!(uac_ok, "the SIPp UAC (IPv6) call failed{}", diag());
@@ -459,7 +336,7 @@ fn call_through(relay: Relay) {
             assert!(Instant::now() < end, "the relay still lists {left:?} after the BYE{}", diag());
             std::thread::sleep(Duration::from_millis(100));
         }
-        let (relay_up, kam_up) = (relay_p.alive(), kam.alive());
+        let (relay_up, kam_up) = (relay_p.running(), kam.running());
         assert!(relay_up, "the relay died{}", diag());
         assert!(kam_up, "kamailio died{}", diag());
     });

@@ -427,11 +427,7 @@ mod tests {
                 media_v6_interface: Some("pub".into()),
                 media_v4_interface: Some("pub".into()),
                 t1: Some("50ms".into()),
-                route: vec![AlgRoute {
-                    domain: "ipv4.test".into(),
-                    next_hop: "10.0.4.2:5060".into(),
-                    transport: None,
-                }],
+                route: vec![AlgRoute { domain: "ipv4.test".into(), next_hop: "10.0.4.2:5060".into(), transport: None }],
                 ..Default::default()
             }),
             ..trgw

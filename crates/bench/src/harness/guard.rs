@@ -130,6 +130,38 @@ impl Proc {
         Ok(())
     }
 
+    /// Waits up to `t` for the process to exit; whether it exited with
+    /// status 0 (false, and killed, when it was still running at `t`).
+    pub fn wait_exit(&mut self, t: std::time::Duration) -> Result<bool> {
+        let end = std::time::Instant::now() + t;
+        loop {
+            if let Some(st) = self.child.try_wait()? {
+                return Ok(st.success());
+            }
+            if std::time::Instant::now() > end {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                return Ok(false);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// Whether the process still runs.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// The whole log (empty without one).
+    pub fn log(&self) -> String {
+        self.log.as_ref().and_then(|p| std::fs::read_to_string(p).ok()).unwrap_or_default()
+    }
+
+    /// The process id.
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The last lines of the log.
     pub fn log_tail(&self) -> String {
         let s = self.log.as_ref().and_then(|p| std::fs::read_to_string(p).ok()).unwrap_or_default();
@@ -184,6 +216,21 @@ mod tests {
         s.arg("60");
         let mut p = Proc::spawn("sleeper", s, None).unwrap();
         p.alive().unwrap();
+        assert!(p.running());
+        let mut q = Proc::spawn("true", Command::new("true"), None).unwrap();
+        assert!(q.wait_exit(std::time::Duration::from_secs(5)).unwrap(), "exit status 0");
+        let mut r = Proc::spawn(
+            "sleep",
+            {
+                let mut c = Command::new("sleep");
+                c.arg("60");
+                c
+            },
+            None,
+        )
+        .unwrap();
+        assert!(!r.wait_exit(std::time::Duration::from_millis(50)).unwrap(), "killed at the deadline");
+        assert!(!r.running());
         assert!(p.cpu_seconds().is_some());
         let pid = p.child.id();
         drop(p);
