@@ -26,6 +26,8 @@
 //!   SIPp cannot move its media address) calls the IPv4 SIPp, moves to a
 //!   new address with a re-INVITE; media continues from and to the new
 //!   address, the old address is no longer relayed.
+//! - `reload_applies_routes_and_refuses_listener_changes`: SIGHUP with a
+//!   new domain route applies; a new SIP port is refused (restart needed).
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::path::PathBuf;
@@ -502,4 +504,34 @@ fn handover_by_reinvite() {
     assert!(bye_ok.starts_with(b"SIP/2.0 200"), "{}", String::from_utf8_lossy(&bye_ok));
     assert!(uas.wait_exit(Duration::from_secs(10)).unwrap(), "the SIPp callee failed{}", net.diag());
     net.assert_tables_empty(Duration::from_secs(20));
+}
+
+#[test]
+fn reload_applies_routes_and_refuses_listener_changes() {
+    let lab = Lab::start(&config());
+    assert_eq!(lab.status()["alg"]["routes"], 1);
+    // A second domain route: applied to the running ALG.
+    let two = config().replace(
+        "[[alg.route]]",
+        &format!("[[alg.route]]\ndomain = \"other.test\"\nnext-hop = \"{H4}:5099\"\n\n[[alg.route]]"),
+    );
+    lab.write_config(&two);
+    lab.sighup();
+    let t0 = Instant::now();
+    while lab.status()["reloads"]["ok"] != 1 {
+        assert!(t0.elapsed() < Duration::from_secs(10), "reload not applied: {}", lab.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(lab.status()["alg"]["routes"], 2);
+    // A new SIP port needs a restart: refused, the old configuration stays.
+    lab.write_config(&two.replace(&format!("{GW4}:5060"), &format!("{GW4}:5070")));
+    lab.sighup();
+    while lab.status()["reloads"]["error"] != 1 {
+        assert!(t0.elapsed() < Duration::from_secs(20), "reload not refused: {}", lab.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let s = lab.status();
+    assert!(s["reloads"]["last_error"].as_str().unwrap().contains("[alg] listen-v4 changed"), "{s}");
+    assert_eq!(s["alg"]["listen_v4"], format!("{GW4}:5060"));
+    assert_eq!(s["functions"], serde_json::json!(["trgw", "alg"]));
 }
