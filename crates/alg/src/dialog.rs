@@ -6,9 +6,11 @@
 
 use std::time::{Duration, Instant};
 
+use trgw::bencode::Value;
+
 use crate::media::{self, SdpCommand, Side};
 use crate::msg::{Message, Name};
-use crate::proxy::Alg;
+use crate::proxy::{reason_of, Alg};
 use crate::realm::Realm;
 use crate::txn::{ServerKey, TimerKind, TimerRef};
 
@@ -40,6 +42,39 @@ pub struct Dialog {
     pub expires: Instant,
     /// The tag whose offer (in a response) awaits an answer in ACK/PRACK.
     pub late_offer_from: Option<String>,
+}
+
+/// An offer or answer for a message being forwarded, and what its reply
+/// updates.
+#[derive(Debug)]
+pub(crate) struct SdpJob {
+    /// The ng command.
+    pub(crate) req: Value,
+    /// The SIP Call-ID.
+    pub(crate) call_id: String,
+    /// The tag of the SDP's sender.
+    sender: String,
+    /// Its family and connection address (with the first m= port).
+    fam6: bool,
+    addr: String,
+    kind: JobKind,
+}
+
+#[derive(Debug)]
+enum JobKind {
+    Request { answer: bool, switched: bool, epoch: u32, created: bool },
+    Response { request_had_offer: bool },
+}
+
+/// What a response's SDP needs.
+#[derive(Debug)]
+pub(crate) enum ResponsePlan {
+    /// Nothing: the body goes as it is.
+    Keep,
+    /// This body instead (empty: the SDP is removed).
+    Body(Vec<u8>),
+    /// An offer or answer.
+    Job(SdpJob),
 }
 
 /// The ng Call-ID of a generation.
@@ -79,11 +114,11 @@ impl Alg {
         Side { iface: iface.clone(), v6 }
     }
 
-    /// Runs an offer (or answer) through the media control: the sender's
+    /// The offer (or answer) command for the media control: the sender's
     /// leg in the family of its SDP, the receiver's in its realm's.
     #[allow(clippy::too_many_arguments)]
-    fn run_sdp(
-        &mut self,
+    fn sdp_command(
+        &self,
         offer: bool,
         ng_id: &str,
         offerer: &str,
@@ -91,26 +126,26 @@ impl Alg {
         sdp: &[u8],
         sender_v6: bool,
         receiver_v6: bool,
-    ) -> Result<Vec<u8>, media::MediaError> {
+    ) -> Value {
         let (from, to) = (self.side(sender_v6), self.side(receiver_v6));
-        let mc = self.media.as_deref_mut().ok_or(media::MediaError("no media control".into()))?;
-        SdpCommand { offer, call_id: ng_id, from_tag: offerer, to_tag: answerer, sdp, from: &from, to: &to }.run(mc)
+        SdpCommand { offer, call_id: ng_id, from_tag: offerer, to_tag: answerer, sdp, from: &from, to: &to }.to_value()
     }
 
     fn early_expiry(&self, now: Instant) -> Instant {
         now + self.timers_cfg.c() + Duration::from_secs(20)
     }
 
-    /// Dialog bookkeeping and the SDP of a request being forwarded; the new
-    /// body, or the status to answer with.
-    pub(crate) fn media_for_request(
+    /// Dialog bookkeeping for a request being forwarded, and the offer or
+    /// answer its SDP needs (None: the body goes as it is), or the status
+    /// to answer with.
+    pub(crate) fn plan_request(
         &mut self,
         now: Instant,
         m: &Message,
         method: &str,
         in_realm: Realm,
         out_realm: Realm,
-    ) -> Result<Option<Vec<u8>>, (u16, String)> {
+    ) -> Result<Option<SdpJob>, (u16, String)> {
         let call_id = m.call_id().to_string();
         let from_tag = m.from_tag().unwrap_or("").to_string();
         let to_tag = m.to_tag().map(str::to_string);
@@ -149,7 +184,7 @@ impl Alg {
         if !m.has_sdp() || self.media.is_none() || !matches!(method, "INVITE" | "UPDATE" | "ACK" | "PRACK") {
             return Ok(None);
         }
-        let Some(d) = self.dialogs.get(&call_id).cloned() else { return Ok(None) };
+        let Some(d) = self.dialogs.get(&call_id) else { return Ok(None) };
         if in_realm == out_realm && !d.media {
             return Ok(None);
         }
@@ -185,30 +220,61 @@ impl Alg {
             Some(offerer) => (offerer.as_str(), Some(from_tag.as_str())),
             None => (from_tag.as_str(), None),
         };
-        let r = self.run_sdp(answer_to.is_none(), &ng_id, offerer, answerer, m.body, fam6, out_realm.v6());
-        match r {
+        let req = self.sdp_command(answer_to.is_none(), &ng_id, offerer, answerer, m.body, fam6, out_realm.v6());
+        if let Some(d) = self.dialogs.get_mut(&call_id) {
+            // A session exists (or is being made): a release deletes it,
+            // after the command (the call's commands keep their order).
+            d.media = true;
+            if switched {
+                d.old_epoch = Some(d.epoch);
+                d.epoch = epoch;
+            }
+        }
+        Ok(Some(SdpJob {
+            req,
+            call_id,
+            sender: from_tag,
+            fam6,
+            addr,
+            kind: JobKind::Request { answer: answer_to.is_some(), switched, epoch, created },
+        }))
+    }
+
+    /// The reply to a request's offer or answer: the new body, or the
+    /// status to answer with (the dialog a failed INVITE created goes).
+    pub(crate) fn finish_request(
+        &mut self,
+        job: SdpJob,
+        reply: Result<Value, media::MediaError>,
+    ) -> Result<Option<Vec<u8>>, (u16, String)> {
+        let JobKind::Request { answer, switched, epoch, created } = job.kind else { return Ok(None) };
+        let call_id = job.call_id;
+        match media::sdp_of(reply) {
             Ok(sdp) => {
-                if let Some(d) = self.dialogs.get_mut(&call_id) {
-                    d.media = true;
-                    if switched {
-                        d.old_epoch = Some(d.epoch);
-                        d.epoch = epoch;
-                        // The other side keeps its family in the new session.
-                        d.sdp_from.retain(|(t, _, _)| *t == from_tag);
-                    }
-                    d.sdp_from.retain(|(t, _, _)| *t != from_tag);
-                    d.sdp_from.push((from_tag, fam6, addr));
-                    if answer_to.is_some() {
-                        d.late_offer_from = None;
-                    }
+                let Some(d) = self.dialogs.get_mut(&call_id) else {
+                    // Released while the command ran (CANCEL): its session goes too.
+                    let now = self.clock;
+                    self.media_fire(now, &call_id, media::delete_command(&ng_call_id(&call_id, epoch)));
+                    return Err((487, reason_of(487).into()));
+                };
+                if switched {
+                    // The other side keeps its family in the new session.
+                    d.sdp_from.retain(|(t, _, _)| *t == job.sender);
+                }
+                d.sdp_from.retain(|(t, _, _)| *t != job.sender);
+                d.sdp_from.push((job.sender, job.fam6, job.addr));
+                if answer {
+                    d.late_offer_from = None;
                 }
                 Ok(Some(sdp))
             }
             Err(e) => {
                 self.stats.media_errors += 1;
                 tracing::warn!(call_id = %call_id, error = %e, "media offer refused");
-                if created {
-                    self.dialogs.remove(&call_id);
+                if switched {
+                    self.revert_epoch(&call_id);
+                }
+                if created && self.dialogs.remove(&call_id).is_some() {
                     self.stats.dialogs_released += 1;
                 }
                 Err(e.status())
@@ -216,41 +282,49 @@ impl Alg {
         }
     }
 
-    /// The SDP of a response being forwarded (None: body unchanged; an
-    /// empty body when the relay refused it).
-    pub(crate) fn media_for_response(
+    /// The offer or answer a response's SDP needs.
+    pub(crate) fn plan_response(
         &mut self,
-        _now: Instant,
         m: &Message,
         method: &str,
         from_realm: Realm,
         to_realm: Realm,
         request_had_offer: bool,
-    ) -> Option<Vec<u8>> {
+    ) -> ResponsePlan {
         if !m.has_sdp() || self.media.is_none() || !matches!(method, "INVITE" | "UPDATE" | "PRACK") {
-            return None;
+            return ResponsePlan::Keep;
         }
         let call_id = m.call_id().to_string();
-        let d = self.dialogs.get(&call_id)?.clone();
+        let Some(d) = self.dialogs.get(&call_id) else { return ResponsePlan::Keep };
         // Nothing anchored for this dialog: only a late offer crossing the
         // realms starts a session here.
         if !d.media && (from_realm == to_realm || request_had_offer) {
-            return None;
+            return ResponsePlan::Keep;
         }
         let sender = m.to_tag().unwrap_or("").to_string();
         let receiver = m.from_tag().unwrap_or("").to_string();
         let Some((fam6, addr)) = sdp_conn(m.body) else {
             self.stats.sdp_dropped += 1;
-            return Some(Vec::new());
+            return ResponsePlan::Body(Vec::new());
         };
         let ng_id = ng_call_id(&call_id, d.epoch);
         let (offerer, answerer) =
             if request_had_offer { (receiver.as_str(), Some(sender.as_str())) } else { (sender.as_str(), None) };
-        let r = self.run_sdp(!request_had_offer, &ng_id, offerer, answerer, m.body, fam6, to_realm.v6());
-        match r {
+        let req = self.sdp_command(!request_had_offer, &ng_id, offerer, answerer, m.body, fam6, to_realm.v6());
+        if let Some(d) = self.dialogs.get_mut(&call_id) {
+            d.media = true;
+        }
+        ResponsePlan::Job(SdpJob { req, call_id, sender, fam6, addr, kind: JobKind::Response { request_had_offer } })
+    }
+
+    /// The reply to a response's offer or answer: the new body (empty when
+    /// the relay refused it: the SDP is removed).
+    pub(crate) fn finish_response(&mut self, job: SdpJob, reply: Result<Value, media::MediaError>) -> Vec<u8> {
+        let JobKind::Response { request_had_offer } = job.kind else { return Vec::new() };
+        match media::sdp_of(reply) {
             Ok(sdp) => {
-                if let Some(d) = self.dialogs.get_mut(&call_id) {
-                    d.media = true;
+                if let Some(d) = self.dialogs.get_mut(&job.call_id) {
+                    let sender = job.sender;
                     if d.callee_tag.is_none() && !sender.is_empty() && sender != d.caller_tag {
                         d.callee_tag = Some(sender.clone());
                     }
@@ -258,15 +332,15 @@ impl Alg {
                         d.late_offer_from = Some(sender.clone());
                     }
                     d.sdp_from.retain(|(t, _, _)| *t != sender);
-                    d.sdp_from.push((sender, fam6, addr));
+                    d.sdp_from.push((sender, job.fam6, job.addr));
                 }
-                Some(sdp)
+                sdp
             }
             Err(e) => {
                 self.stats.media_errors += 1;
                 self.stats.sdp_dropped += 1;
-                tracing::warn!(call_id = %call_id, error = %e, "media answer refused; SDP removed from the response");
-                Some(Vec::new())
+                tracing::warn!(call_id = %job.call_id, error = %e, "media answer refused; SDP removed from the response");
+                Vec::new()
             }
         }
     }
@@ -291,9 +365,7 @@ impl Alg {
         self.schedule(at, TimerKind::Dialog, TimerRef::Dialog(call_id.clone()), id);
         if let Some(old) = old {
             let id = ng_call_id(&call_id, old);
-            if let Some(mc) = self.media.as_deref_mut() {
-                let _ = media::delete(mc, &id);
-            }
+            self.media_fire(now, &call_id, media::delete_command(&id));
         }
     }
 
@@ -304,9 +376,8 @@ impl Alg {
         let Some(old) = d.old_epoch.take() else { return };
         let new = std::mem::replace(&mut d.epoch, old);
         let id = ng_call_id(call_id, new);
-        if let Some(mc) = self.media.as_deref_mut() {
-            let _ = media::delete(mc, &id);
-        }
+        let now = self.clock;
+        self.media_fire(now, call_id, media::delete_command(&id));
     }
 
     /// Releases a dialog and its media.
@@ -315,12 +386,9 @@ impl Alg {
         self.stats.dialogs_released += 1;
         tracing::debug!(call_id, why, "dialog released");
         if d.media {
-            if let Some(mc) = self.media.as_deref_mut() {
-                for e in std::iter::once(d.epoch).chain(d.old_epoch) {
-                    if let Err(err) = media::delete(mc, &ng_call_id(call_id, e)) {
-                        tracing::debug!(call_id, error = %err, "media delete");
-                    }
-                }
+            let now = self.clock;
+            for e in std::iter::once(d.epoch).chain(d.old_epoch) {
+                self.media_fire(now, call_id, media::delete_command(&ng_call_id(call_id, e)));
             }
         }
     }

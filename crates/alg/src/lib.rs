@@ -21,6 +21,7 @@ pub mod dns;
 pub mod emit;
 pub mod media;
 pub mod msg;
+mod pending;
 pub mod proxy;
 pub mod realm;
 mod request;

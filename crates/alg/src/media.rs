@@ -5,10 +5,10 @@
 //! as the ng listener, no datagram), or over UDP to one of several remote
 //! TrGWs / rtpengines chosen by weight and Call-ID ([`NgClients`]).
 
-use std::net::{SocketAddr, UdpSocket};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use trgw::bencode::{self, Value};
+use trgw::bencode::Value;
 
 /// Why a media command failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,11 +40,52 @@ impl MediaError {
     }
 }
 
-/// Something that runs ng command dictionaries.
+/// How a command started: answered at once (in-process backends), or
+/// waiting for a remote server's reply (reported later by
+/// [`MediaControl::poll_done`] with this ticket).
+#[derive(Debug)]
+pub enum Started {
+    /// The reply (or why there is none).
+    Done(Result<Value, MediaError>),
+    /// A ticket for [`MediaControl::poll_done`].
+    Pending(u64),
+}
+
+/// Something that runs ng command dictionaries. In-process backends
+/// answer [`MediaControl::start`] at once (the default methods); remote
+/// ones are I/O-free state machines like the core: they queue datagrams
+/// ([`MediaControl::poll_transmit`]), take replies
+/// ([`MediaControl::handle_datagram`]) and timers, and report finished
+/// commands ([`MediaControl::poll_done`]), so one slow server never
+/// stalls the ALG.
 pub trait MediaControl: Send {
-    /// Runs one command; the reply dictionary (`result: error` is a reply
-    /// too; `Err` means no reply).
+    /// Runs one command to its end; the reply dictionary (`result: error`
+    /// is a reply too; `Err` means no reply).
     fn command(&mut self, req: &Value) -> Result<Value, MediaError>;
+    /// Starts a command.
+    fn start(&mut self, _now: Instant, req: &Value) -> Started {
+        Started::Done(self.command(req))
+    }
+    /// A finished command: its ticket and reply.
+    fn poll_done(&mut self) -> Option<(u64, Result<Value, MediaError>)> {
+        None
+    }
+    /// A datagram to send: (server, bytes).
+    fn poll_transmit(&mut self) -> Option<(SocketAddr, Vec<u8>)> {
+        None
+    }
+    /// A datagram from a server.
+    fn handle_datagram(&mut self, _now: Instant, _from: SocketAddr, _data: &[u8]) {}
+    /// When [`MediaControl::handle_timeout`] must next run.
+    fn poll_timeout(&self) -> Option<Instant> {
+        None
+    }
+    /// Retransmissions, failover, giving up.
+    fn handle_timeout(&mut self, _now: Instant) {}
+    /// Replies that matched no command (late, after its timeout).
+    fn late_replies(&self) -> u64 {
+        0
+    }
 }
 
 /// The relay of `v6gate run` / [`trgw::Relay::start`], in-process.
@@ -84,18 +125,42 @@ pub struct NgServer {
     down_until: Option<Instant>,
 }
 
-/// Remote TrGWs / rtpengines over the ng protocol. A call's commands all
-/// go to the same server: the one with the highest weighted rendezvous
-/// score for its Call-ID among those not marked down (a server that does
-/// not answer is skipped for [`NgClients::DOWN_FOR`], as Kamailio's
-/// rtpengine module disables a dead instance).
+/// A command waiting for its reply.
+#[derive(Debug)]
+struct InFlight {
+    /// Servers still to try, in order (the current one first).
+    order: Vec<usize>,
+    /// Tries left on the current server.
+    tries: u32,
+    /// The cookie of the current attempt.
+    cookie: Vec<u8>,
+    /// `cookie SP bencode`, as sent.
+    msg: Vec<u8>,
+    /// When the current try times out.
+    deadline: Instant,
+}
+
+/// Remote TrGWs / rtpengines over the ng protocol, without I/O of its
+/// own: the runner sends what [`MediaControl::poll_transmit`] gives and
+/// hands back what arrives. A call's commands all go to the same server:
+/// the one with the highest weighted rendezvous score for its Call-ID
+/// among those not marked down (a server that does not answer is skipped
+/// for [`NgClients::DOWN_FOR`], as Kamailio's rtpengine module disables a
+/// dead instance). Each try waits `timeout`, each server gets `retries`
+/// more tries with the same cookie (the server's reply cache answers a
+/// repeat), then the next server is tried; a command no server answers
+/// fails with "media relay did not answer".
 pub struct NgClients {
     servers: Vec<NgServer>,
-    sock4: Option<UdpSocket>,
-    sock6: Option<UdpSocket>,
     timeout: Duration,
     retries: u32,
     cookie: u64,
+    next_ticket: u64,
+    inflight: std::collections::HashMap<u64, InFlight>,
+    by_cookie: std::collections::HashMap<Vec<u8>, u64>,
+    out: std::collections::VecDeque<(SocketAddr, Vec<u8>)>,
+    done: std::collections::VecDeque<(u64, Result<Value, MediaError>)>,
+    late: u64,
     /// Commands that got no answer from any server.
     pub failures: u64,
 }
@@ -116,22 +181,20 @@ impl NgClients {
     /// How long a server that did not answer is skipped.
     pub const DOWN_FOR: Duration = Duration::from_secs(30);
 
-    /// Clients for `servers` (address, weight); `timeout` per try.
+    /// Clients for `servers` (address, weight); `timeout` per try, `retries`
+    /// more tries per server.
     pub fn new(servers: &[(SocketAddr, u32)], timeout: Duration, retries: u32) -> std::io::Result<Self> {
-        let need4 = servers.iter().any(|s| s.0.is_ipv4());
-        let need6 = servers.iter().any(|s| s.0.is_ipv6());
-        let mk = |a: &str| -> std::io::Result<UdpSocket> {
-            let s = UdpSocket::bind(a)?;
-            s.set_read_timeout(Some(timeout))?;
-            Ok(s)
-        };
         Ok(NgClients {
             servers: servers.iter().map(|&(addr, weight)| NgServer { addr, weight, down_until: None }).collect(),
-            sock4: if need4 { Some(mk("0.0.0.0:0")?) } else { None },
-            sock6: if need6 { Some(mk("[::]:0")?) } else { None },
             timeout,
             retries,
             cookie: u64::from(std::process::id()) << 32,
+            next_ticket: 1,
+            inflight: Default::default(),
+            by_cookie: Default::default(),
+            out: Default::default(),
+            done: Default::default(),
+            late: 0,
             failures: 0,
         })
     }
@@ -157,47 +220,151 @@ impl NgClients {
         v.into_iter().map(|x| x.1).collect()
     }
 
-    fn exchange(&mut self, idx: usize, req: &Value) -> Option<Value> {
-        let addr = self.servers[idx].addr;
-        let sock = if addr.is_ipv4() { self.sock4.as_ref()? } else { self.sock6.as_ref()? };
+    /// Commands waiting for a reply.
+    pub fn pending(&self) -> usize {
+        self.inflight.len()
+    }
+
+    /// Sends the command `req` to the first server of `f.order` with a new
+    /// cookie.
+    fn send_to_current(&mut self, ticket: u64, now: Instant, req_bytes: &[u8]) {
+        let Some(f) = self.inflight.get_mut(&ticket) else { return };
+        let Some(&idx) = f.order.first() else { return };
         self.cookie += 1;
-        let cookie = format!("alg{:x}", self.cookie);
-        let mut msg = cookie.clone().into_bytes();
+        let cookie = format!("alg{:x}", self.cookie).into_bytes();
+        let mut msg = cookie.clone();
         msg.push(b' ');
-        req.encode_into(&mut msg);
+        msg.extend_from_slice(req_bytes);
+        self.by_cookie.remove(&f.cookie);
+        self.by_cookie.insert(cookie.clone(), ticket);
+        f.cookie = cookie;
+        f.msg = msg.clone();
+        f.tries = self.retries;
+        f.deadline = now + self.timeout;
+        self.out.push_back((self.servers[idx].addr, msg));
+    }
+
+    /// Runs one command to its end over a socket of its own (blocking):
+    /// for callers outside a runner.
+    fn blocking(&mut self, req: &Value) -> Result<Value, MediaError> {
+        let err = |e: std::io::Error| MediaError(format!("media relay: {e}"));
+        let s4 = std::net::UdpSocket::bind("0.0.0.0:0").ok();
+        let s6 = std::net::UdpSocket::bind("[::]:0").ok();
+        let Started::Pending(ticket) = self.start(Instant::now(), req) else {
+            return Err(MediaError("media relay: no server".into()));
+        };
         let mut buf = vec![0u8; 65_536];
-        for _ in 0..=self.retries {
-            if sock.send_to(&msg, addr).is_err() {
-                continue;
-            }
-            let deadline = Instant::now() + self.timeout;
-            while Instant::now() < deadline {
-                let Ok((n, from)) = sock.recv_from(&mut buf) else { break };
-                let r = &buf[..n];
-                if from != addr || !r.starts_with(cookie.as_bytes()) || r.get(cookie.len()) != Some(&b' ') {
-                    continue; // a late reply to an earlier command
+        loop {
+            while let Some((to, d)) = self.poll_transmit() {
+                let s = if to.is_ipv4() { s4.as_ref() } else { s6.as_ref() };
+                if let Some(s) = s {
+                    let _ = s.send_to(&d, to);
                 }
-                return bencode::decode(&r[cookie.len() + 1..]).ok();
+            }
+            if let Some(i) = self.done.iter().position(|(t, _)| *t == ticket) {
+                return self.done.remove(i).map(|x| x.1).unwrap_or(Err(MediaError("lost".into())));
+            }
+            let wait = self.poll_timeout().map_or(self.timeout, |t| t.saturating_duration_since(Instant::now()));
+            let wait = wait.max(Duration::from_millis(1)).min(Duration::from_millis(20));
+            let mut got = false;
+            for s in [s4.as_ref(), s6.as_ref()].into_iter().flatten() {
+                s.set_read_timeout(Some(wait / 2)).map_err(err)?;
+                if let Ok((n, from)) = s.recv_from(&mut buf) {
+                    self.handle_datagram(Instant::now(), from, &buf[..n]);
+                    got = true;
+                }
+            }
+            if !got {
+                self.handle_timeout(Instant::now());
             }
         }
-        None
     }
 }
 
 impl MediaControl for NgClients {
     fn command(&mut self, req: &Value) -> Result<Value, MediaError> {
-        let now = Instant::now();
-        let cid = req.get("call-id").and_then(Value::as_bytes).unwrap_or(b"").to_vec();
-        for idx in self.order(&cid, now) {
-            if let Some(v) = self.exchange(idx, req) {
-                self.servers[idx].down_until = None;
-                return Ok(v);
-            }
-            tracing::warn!(server = %self.servers[idx].addr, "ng server did not answer; skipping it for 30 s");
-            self.servers[idx].down_until = Some(now + Self::DOWN_FOR);
+        self.blocking(req)
+    }
+
+    fn start(&mut self, now: Instant, req: &Value) -> Started {
+        let cid = req.get("call-id").and_then(Value::as_bytes).unwrap_or(b"");
+        let order = self.order(cid, now);
+        if order.is_empty() {
+            self.failures += 1;
+            return Started::Done(Err(MediaError("media relay: no server with a weight".into())));
         }
-        self.failures += 1;
-        Err(MediaError("media relay did not answer".into()))
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        self.inflight.insert(ticket, InFlight { order, tries: 0, cookie: Vec::new(), msg: Vec::new(), deadline: now });
+        let mut body = Vec::with_capacity(512);
+        req.encode_into(&mut body);
+        self.send_to_current(ticket, now, &body);
+        Started::Pending(ticket)
+    }
+
+    fn poll_done(&mut self) -> Option<(u64, Result<Value, MediaError>)> {
+        self.done.pop_front()
+    }
+
+    fn poll_transmit(&mut self) -> Option<(SocketAddr, Vec<u8>)> {
+        self.out.pop_front()
+    }
+
+    fn handle_datagram(&mut self, _now: Instant, from: SocketAddr, data: &[u8]) {
+        let Some(sp) = data.iter().position(|&c| c == b' ') else {
+            self.late += 1;
+            return;
+        };
+        let Some(ticket) = self.by_cookie.get(&data[..sp]).copied() else {
+            self.late += 1; // a late reply to a command that moved on
+            return;
+        };
+        let Some(f) = self.inflight.get(&ticket) else { return };
+        let idx = f.order[0];
+        if self.servers[idx].addr != from {
+            self.late += 1;
+            return;
+        }
+        let f = self.inflight.remove(&ticket).expect("present");
+        self.by_cookie.remove(&f.cookie);
+        self.servers[idx].down_until = None;
+        let r = trgw::bencode::decode(&data[sp + 1..]).map_err(|e| MediaError(format!("media relay: bad reply: {e}")));
+        self.done.push_back((ticket, r));
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.inflight.values().map(|f| f.deadline).min()
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        let due: Vec<u64> = self.inflight.iter().filter(|(_, f)| f.deadline <= now).map(|(t, _)| *t).collect();
+        for ticket in due {
+            let Some(f) = self.inflight.get_mut(&ticket) else { continue };
+            if f.tries > 0 {
+                // Same cookie: the server answers a repeat from its cache.
+                f.tries -= 1;
+                f.deadline = now + self.timeout;
+                let to = self.servers[f.order[0]].addr;
+                self.out.push_back((to, f.msg.clone()));
+                continue;
+            }
+            let dead = f.order.remove(0);
+            tracing::warn!(server = %self.servers[dead].addr, "ng server did not answer; skipping it for 30 s");
+            self.servers[dead].down_until = Some(now + Self::DOWN_FOR);
+            if f.order.is_empty() {
+                let f = self.inflight.remove(&ticket).expect("present");
+                self.by_cookie.remove(&f.cookie);
+                self.failures += 1;
+                self.done.push_back((ticket, Err(MediaError("media relay did not answer".into()))));
+            } else {
+                let body = f.msg[f.cookie.len() + 1..].to_vec();
+                self.send_to_current(ticket, now, &body);
+            }
+        }
+    }
+
+    fn late_replies(&self) -> u64 {
+        self.late
     }
 }
 
@@ -260,11 +427,21 @@ impl SdpCommand<'_> {
         dict(p)
     }
 
-    /// Runs it; the rewritten SDP.
+    /// Runs it to its end; the rewritten SDP.
     pub fn run(&self, m: &mut dyn MediaControl) -> Result<Vec<u8>, MediaError> {
-        let r = ok_reply(m.command(&self.to_value())?)?;
-        r.get("sdp").and_then(Value::as_bytes).map(<[u8]>::to_vec).ok_or(MediaError("reply without SDP".into()))
+        sdp_of(m.command(&self.to_value()))
     }
+}
+
+/// The rewritten SDP of an offer's or answer's reply.
+pub fn sdp_of(reply: Result<Value, MediaError>) -> Result<Vec<u8>, MediaError> {
+    let r = ok_reply(reply?)?;
+    r.get("sdp").and_then(Value::as_bytes).map(<[u8]>::to_vec).ok_or(MediaError("reply without SDP".into()))
+}
+
+/// The `delete` command for a media session.
+pub fn delete_command(call_id: &str) -> Value {
+    dict(vec![("command", s("delete")), ("call-id", s(call_id))])
 }
 
 fn ok_reply(r: Value) -> Result<Value, MediaError> {
@@ -276,13 +453,34 @@ fn ok_reply(r: Value) -> Result<Value, MediaError> {
 
 /// Deletes a media session (Ok also when it was already gone).
 pub fn delete(m: &mut dyn MediaControl, call_id: &str) -> Result<(), MediaError> {
-    ok_reply(m.command(&dict(vec![("command", s("delete")), ("call-id", s(call_id))]))?).map(|_| ())
+    ok_reply(m.command(&delete_command(call_id))?).map(|_| ())
 }
 
 /// A control shared with its owner (tests look at the TrGW's tables).
 impl<M: MediaControl> MediaControl for std::sync::Arc<std::sync::Mutex<M>> {
     fn command(&mut self, req: &Value) -> Result<Value, MediaError> {
         self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).command(req)
+    }
+    fn start(&mut self, now: Instant, req: &Value) -> Started {
+        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).start(now, req)
+    }
+    fn poll_done(&mut self) -> Option<(u64, Result<Value, MediaError>)> {
+        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).poll_done()
+    }
+    fn poll_transmit(&mut self) -> Option<(SocketAddr, Vec<u8>)> {
+        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).poll_transmit()
+    }
+    fn handle_datagram(&mut self, now: Instant, from: SocketAddr, data: &[u8]) {
+        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).handle_datagram(now, from, data)
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).poll_timeout()
+    }
+    fn handle_timeout(&mut self, now: Instant) {
+        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).handle_timeout(now)
+    }
+    fn late_replies(&self) -> u64 {
+        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).late_replies()
     }
 }
 
@@ -306,6 +504,8 @@ mod tests {
         // Weight 3 vs 1: about 75 % of the calls on the second server.
         assert!((2700..3300).contains(&firsts[1]), "{firsts:?}");
     }
+
+    use std::net::UdpSocket;
 
     #[test]
     fn a_dead_server_fails_over() {

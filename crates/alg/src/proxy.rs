@@ -57,6 +57,13 @@ pub struct Alg {
     rate: HashMap<IpAddr, Bucket>,
     rate_sweep: Option<Instant>,
     next_id: u64,
+    /// The time of the event being handled (for work started deep down,
+    /// e.g. a media delete when a dialog is released).
+    pub(crate) clock: Instant,
+    /// Calls with a media command in flight, and their work queued behind it.
+    pub(crate) media_busy: HashMap<String, VecDeque<crate::pending::Work>>,
+    /// Media commands in flight, by ticket.
+    pub(crate) media_inflight: HashMap<u64, crate::pending::InFlight>,
     /// Counters.
     pub stats: Stats,
 }
@@ -148,6 +155,9 @@ impl Alg {
             rate: HashMap::new(),
             rate_sweep: None,
             next_id: 1,
+            clock: Instant::now(),
+            media_busy: HashMap::new(),
+            media_inflight: HashMap::new(),
             stats: Stats::default(),
         }
     }
@@ -191,7 +201,11 @@ impl Alg {
 
     /// When [`Alg::handle_timeout`] must next be called.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.timers.peek().map(|t| t.0.at)
+        let media = self.media.as_deref().and_then(|m| m.poll_timeout());
+        match (self.timers.peek().map(|t| t.0.at), media) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     pub(crate) fn id(&mut self) -> u64 {
@@ -261,6 +275,7 @@ impl Alg {
 
     /// Handles one received message.
     pub fn handle(&mut self, now: Instant, inc: Incoming) {
+        self.clock = now;
         let peer = inc.peer;
         if inc.data.len() > self.cfg.max_message {
             self.stats.oversized += 1;
@@ -304,7 +319,7 @@ impl Alg {
         if m.is_request() {
             self.on_request(now, peer, &m, inc.data);
         } else {
-            self.on_response(now, peer, &m);
+            self.on_response(now, peer, &m, inc.data);
         }
     }
 

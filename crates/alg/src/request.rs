@@ -6,12 +6,38 @@
 use std::time::{Duration, Instant};
 
 use crate::config::{ContactMode, Transport};
+use crate::dialog::SdpJob;
 use crate::emit::{self, Builder};
+use crate::media::{MediaError, Started};
 use crate::msg::{Message, Name, Start, Via};
+use crate::pending::Work;
 use crate::proxy::{client_key, encode_contact, hash, reason_of, server_key, Alg, ENC_PREFIX};
-use crate::realm::{self, Realm, Resolution};
+use crate::realm::{self, Realm, Resolution, Target};
 use crate::txn::*;
 use crate::uri::{self, Scheme, Uri};
+
+/// What forwarding a request decided before its media step.
+#[derive(Debug)]
+pub(crate) struct Fwd {
+    /// Where it came from.
+    pub(crate) peer: Peer,
+    /// Its server transaction (None: ACK for a 2xx).
+    pub(crate) key: Option<ServerKey>,
+    /// The loop-detection hash.
+    pub(crate) lh: String,
+    /// The Request-URI it goes with.
+    pub(crate) new_ruri: String,
+    /// Route entries of ours removed from the top.
+    pub(crate) popped: usize,
+    /// The last Route became the Request-URI (strict-routing previous hop).
+    pub(crate) drop_last_route: bool,
+    /// Where it goes.
+    pub(crate) dest: Target,
+    /// The other destinations of that realm (failover).
+    pub(crate) targets: Vec<Target>,
+    /// The realm it goes to.
+    pub(crate) out_realm: Realm,
+}
 
 impl Alg {
     pub(crate) fn on_request(&mut self, now: Instant, peer: &Peer, m: &Message, raw: &[u8]) {
@@ -369,8 +395,6 @@ impl Alg {
         let dest = targets.remove(0);
         let out_realm = Realm::of(dest.addr.ip());
         targets.retain(|t| Realm::of(t.addr.ip()) == out_realm);
-        let out_peer = Peer { realm: out_realm, transport: dest.transport, addr: dest.addr, conn: None };
-        let initial = m.to_tag().is_none();
         if let Some(k) = &key {
             self.new_server(now, peer, m, k, method);
             if let Some(st) = self.server.get_mut(k) {
@@ -381,19 +405,76 @@ impl Alg {
                 self.reply(now, k, 100, "Trying", "");
             }
         }
-        // Media (SDP offer/answer through the TrGW).
-        let body = match self.media_for_request(now, m, method, peer.realm, out_realm) {
-            Ok(b) => b,
-            Err((code, reason)) => {
-                if let Some(k) = &key {
-                    if let Some(st) = self.server.get_mut(k) {
-                        st.state = SState::Proceeding;
-                    }
-                    self.reply(now, k, code, &reason, "");
-                }
+        let fwd = Fwd { peer: peer.clone(), key, lh, new_ruri, popped, drop_last_route, dest, targets, out_realm };
+        self.forward_media(now, fwd, m, raw);
+    }
+
+    /// The SDP of a request being forwarded through the media control
+    /// (in order behind the call's commands still running), then the
+    /// forwarded request.
+    pub(crate) fn forward_media(&mut self, now: Instant, fwd: Fwd, m: &Message, raw: &[u8]) {
+        let Start::Request { method, .. } = m.start else { return };
+        if let Some(q) = self.media_busy.get_mut(m.call_id()) {
+            q.push_back(Work::Request { fwd: Box::new(fwd), raw: raw.to_vec() });
+            return;
+        }
+        let job = match self.plan_request(now, m, method, fwd.peer.realm, fwd.out_realm) {
+            Ok(j) => j,
+            Err((code, reason)) => return self.refuse_forward(now, &fwd, code, &reason),
+        };
+        let Some(job) = job else { return self.forward_build(now, fwd, m, raw, None) };
+        match self.media_start(now, &job.req) {
+            Started::Done(r) => self.forward_after_media(now, fwd, m, raw, job, r),
+            Started::Pending(t) => {
+                let cid = m.call_id().to_string();
+                self.media_busy.insert(cid.clone(), Default::default());
+                self.media_inflight
+                    .insert(t, (cid, Work::Request { fwd: Box::new(fwd), raw: raw.to_vec() }, Some(job)));
+            }
+        }
+    }
+
+    /// Forwards a request once its offer or answer was answered.
+    pub(crate) fn forward_after_media(
+        &mut self,
+        now: Instant,
+        fwd: Fwd,
+        m: &Message,
+        raw: &[u8],
+        job: SdpJob,
+        reply: Result<trgw::bencode::Value, MediaError>,
+    ) {
+        match self.finish_request(job, reply) {
+            Ok(body) => self.forward_build(now, fwd, m, raw, body),
+            Err((code, reason)) => self.refuse_forward(now, &fwd, code, &reason),
+        }
+    }
+
+    /// A request whose media the relay refused gets `code` (unless its
+    /// transaction ended meanwhile).
+    fn refuse_forward(&mut self, now: Instant, fwd: &Fwd, code: u16, reason: &str) {
+        if let Some(k) = &fwd.key {
+            if self.server.get(k).is_some_and(|st| st.state == SState::Proceeding) {
+                self.reply(now, k, code, reason, "");
+            }
+        }
+    }
+
+    /// Builds and sends the forwarded request (§16.6): Via, Record-Route,
+    /// Path, Routes, Contact, Max-Forwards, the body.
+    pub(crate) fn forward_build(&mut self, now: Instant, fwd: Fwd, m: &Message, raw: &[u8], body: Option<Vec<u8>>) {
+        let Start::Request { method, .. } = m.start else { return };
+        let Fwd { peer, key, lh, new_ruri, popped, drop_last_route, dest, targets, out_realm } = fwd;
+        let peer = &peer;
+        if let Some(k) = &key {
+            // A transaction that ended while its media command ran (CANCEL)
+            // is not forwarded.
+            if !self.server.get(k).is_some_and(|st| st.state == SState::Proceeding && !st.cancelled) {
                 return;
             }
-        };
+        }
+        let out_peer = Peer { realm: out_realm, transport: dest.transport, addr: dest.addr, conn: None };
+        let initial = m.to_tag().is_none();
         // Build the request.
         let branch = match &key {
             Some(_) => format!("z9hG4bK-v6g{:x}-{lh}", self.id()),

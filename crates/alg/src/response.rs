@@ -8,13 +8,14 @@ use std::time::{Duration, Instant};
 use crate::config::{ContactMode, Transport};
 use crate::emit::{self, Builder};
 use crate::msg::{Message, Name, Start, Via};
+use crate::pending::Work;
 use crate::proxy::{client_key, encode_contact, Alg, ENC_PREFIX};
 use crate::realm::Realm;
 use crate::txn::*;
 use crate::uri::{self, Uri};
 
 impl Alg {
-    pub(crate) fn on_response(&mut self, now: Instant, peer: &Peer, m: &Message) {
+    pub(crate) fn on_response(&mut self, now: Instant, peer: &Peer, m: &Message, raw: &[u8]) {
         let Some(via) = m.top_via() else { return };
         let Some((_, cseq_m)) = m.cseq() else { return };
         let code = m.code().unwrap_or(0);
@@ -24,7 +25,7 @@ impl Alg {
             // §16.7 step 1: no transaction: forward statelessly when the top
             // Via is ours (2xx retransmissions after the transaction ended).
             if self.is_us(&via.host, via.port) {
-                self.forward_response_stateless(now, m);
+                self.forward_response_stateless(now, m, raw);
             } else {
                 self.stats.stray_responses += 1;
             }
@@ -44,7 +45,7 @@ impl Alg {
                 }
                 if code > 100 {
                     self.schedule(now + t.c(), TimerKind::C, tref, id);
-                    self.relay_response(now, &ck, m);
+                    self.relay_response(now, &ck, m, raw);
                 }
             }
             (true, CState::Calling | CState::Proceeding | CState::Accepted, 200..=299) => {
@@ -52,7 +53,7 @@ impl Alg {
                     c.state = CState::Accepted;
                     self.schedule(now + t.t64(), TimerKind::M, tref, id);
                 }
-                self.relay_response(now, &ck, m);
+                self.relay_response(now, &ck, m, raw);
             }
             (true, CState::Calling | CState::Proceeding, 300..=699) => {
                 c.state = CState::Completed;
@@ -64,7 +65,7 @@ impl Alg {
                 }
                 let d = if reliable { Duration::ZERO } else { t.d() };
                 self.schedule(now + d, TimerKind::D, tref, id);
-                self.relay_response(now, &ck, m);
+                self.relay_response(now, &ck, m, raw);
             }
             (true, CState::Completed, 300..=699) => {
                 if let Some(a) = c.ack.clone() {
@@ -76,33 +77,53 @@ impl Alg {
             (false, CState::Calling | CState::Proceeding, 100..=199) => {
                 c.state = CState::Proceeding;
                 if code > 100 {
-                    self.relay_response(now, &ck, m);
+                    self.relay_response(now, &ck, m, raw);
                 }
             }
             (false, CState::Calling | CState::Proceeding, 200..=699) => {
                 c.state = CState::Completed;
                 let k = if reliable { Duration::ZERO } else { t.t4 };
                 self.schedule(now + k, TimerKind::K, tref, id);
-                self.relay_response(now, &ck, m);
+                self.relay_response(now, &ck, m, raw);
             }
             _ => self.stats.retransmissions_absorbed += 1,
         }
     }
 
-    /// Forwards a response to the server transaction of client `ck`.
-    pub(crate) fn relay_response(&mut self, now: Instant, ck: &str, m: &Message) {
-        let Some(c) = self.client.get(ck) else { return };
-        let method = c.method.clone();
-        let Some(sk) = c.server.clone() else { return };
-        let Some(st) = self.server.get(&sk) else { return };
-        if st.state != SState::Proceeding
-            && !(st.state == SState::Accepted && (200..300).contains(&m.code().unwrap_or(0)))
-        {
+    /// The server transaction a response of client `ck` goes to, when it
+    /// may still take it: (server key, method, in realm, out realm, the
+    /// request had an offer, initial INVITE).
+    fn relay_target(&self, ck: &str, code: u16) -> Option<(ServerKey, String, Realm, Realm, bool, bool)> {
+        let c = self.client.get(ck)?;
+        let sk = c.server.clone()?;
+        let st = self.server.get(&sk)?;
+        if st.state != SState::Proceeding && !(st.state == SState::Accepted && (200..300).contains(&code)) {
+            return None;
+        }
+        Some((sk, c.method.clone(), st.in_realm, st.out_realm, st.offer, st.initial_invite))
+    }
+
+    /// Forwards a response to the server transaction of client `ck` (its
+    /// SDP through the media control first, in the call's order).
+    pub(crate) fn relay_response(&mut self, now: Instant, ck: &str, m: &Message, raw: &[u8]) {
+        let code = m.code().unwrap_or(0);
+        let Some((_, method, in_realm, out_realm, offer, _)) = self.relay_target(ck, code) else { return };
+        if let Some(q) = self.media_busy.get_mut(m.call_id()) {
+            q.push_back(Work::Response { ck: ck.to_string(), raw: raw.to_vec() });
             return;
         }
-        let (in_realm, out_realm, offer, initial) = (st.in_realm, st.out_realm, st.offer, st.initial_invite);
+        let plan = self.plan_response(m, &method, out_realm, in_realm, offer);
+        let work = || Work::Response { ck: ck.to_string(), raw: raw.to_vec() };
+        if let Some(body) = self.response_media(now, plan, work) {
+            self.relay_response_send(now, ck, m, body);
+        }
+    }
+
+    /// Sends a relayed response (with its new body) and does what it
+    /// means for the dialog.
+    pub(crate) fn relay_response_send(&mut self, now: Instant, ck: &str, m: &Message, body: Option<Vec<u8>>) {
         let code = m.code().unwrap_or(0);
-        let body = self.media_for_response(now, m, &method, out_realm, in_realm, offer);
+        let Some((sk, method, in_realm, out_realm, _, initial)) = self.relay_target(ck, code) else { return };
         let data = self.build_response(m, in_realm, out_realm, &method, body.as_deref());
         self.stats.responses_forwarded += 1;
         self.server_send(now, &sk, code, data);
@@ -122,36 +143,46 @@ impl Alg {
         }
     }
 
-    pub(crate) fn forward_response_stateless(&mut self, now: Instant, m: &Message) {
+    /// Where a response without a transaction goes (its second Via, with
+    /// `received`/`rport`): (peer, its realm, the method).
+    fn stateless_target(&self, m: &Message) -> Option<(Peer, String)> {
         let vias = m.vias();
-        let Some(next) = vias.get(1).and_then(|v| Via::parse(v).ok()) else {
-            self.stats.stray_responses += 1;
-            return;
-        };
+        let next = vias.get(1).and_then(|v| Via::parse(v).ok())?;
         let host =
             match next.param("received").flatten().and_then(|r| r.trim_matches(['[', ']']).parse::<IpAddr>().ok()) {
                 Some(ip) => ip,
-                None => match next.host.ip() {
-                    Some(ip) => ip,
-                    None => {
-                        self.stats.stray_responses += 1;
-                        return;
-                    }
-                },
+                None => next.host.ip()?,
             };
         let port = next.param("rport").flatten().and_then(|p| p.parse().ok()).or(next.port).unwrap_or(5060);
         let tp = Transport::from_token(next.transport).unwrap_or_default();
-        let in_realm = Realm::of(host);
-        let out_realm = in_realm.other();
         let method = m.cseq().map(|c| c.1.to_string()).unwrap_or_default();
-        let body = if (200..300).contains(&m.code().unwrap_or(0)) && method == "INVITE" {
-            self.media_for_response(now, m, &method, out_realm, in_realm, true)
-        } else {
-            None
+        Some((Peer { realm: Realm::of(host), transport: tp, addr: SocketAddr::new(host, port), conn: None }, method))
+    }
+
+    pub(crate) fn forward_response_stateless(&mut self, now: Instant, m: &Message, raw: &[u8]) {
+        let Some((peer, method)) = self.stateless_target(m) else {
+            self.stats.stray_responses += 1;
+            return;
         };
-        let data = self.build_response(m, in_realm, out_realm, &method, body.as_deref());
+        if !((200..300).contains(&m.code().unwrap_or(0)) && method == "INVITE") {
+            return self.stateless_send(m, None);
+        }
+        if let Some(q) = self.media_busy.get_mut(m.call_id()) {
+            q.push_back(Work::Stateless { raw: raw.to_vec() });
+            return;
+        }
+        let plan = self.plan_response(m, &method, peer.realm.other(), peer.realm, true);
+        if let Some(body) = self.response_media(now, plan, || Work::Stateless { raw: raw.to_vec() }) {
+            self.stateless_send(m, body);
+        }
+    }
+
+    /// Sends a response without a transaction to its next Via.
+    pub(crate) fn stateless_send(&mut self, m: &Message, body: Option<Vec<u8>>) {
+        let Some((peer, method)) = self.stateless_target(m) else { return };
+        let data = self.build_response(m, peer.realm, peer.realm.other(), &method, body.as_deref());
         self.stats.responses_forwarded += 1;
-        self.send(Peer { realm: in_realm, transport: tp, addr: SocketAddr::new(host, port), conn: None }, data);
+        self.send(peer, data);
     }
 
     /// A response with our Via removed, Contact made reachable from

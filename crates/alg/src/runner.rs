@@ -291,6 +291,14 @@ fn spawn_conn(
     });
 }
 
+/// `recv_from` on a socket that may not exist (then never ready).
+async fn recv_opt(s: Option<&UdpSocket>, buf: &mut [u8]) -> std::io::Result<(usize, SocketAddr)> {
+    match s {
+        Some(s) => s.recv_from(buf).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// What the runner's loop shares with its handle.
 struct Control {
     stop: Arc<Notify>,
@@ -340,6 +348,19 @@ async fn run(
     let mut tcp_out: HashMap<u64, mpsc::Sender<Vec<u8>>> = HashMap::new();
     let mut by_addr: HashMap<SocketAddr, u64> = HashMap::new();
     let mut pending_out: HashMap<SocketAddr, Vec<Vec<u8>>> = HashMap::new();
+    // Remote media control: one socket per family its servers need.
+    let ng_sock = |any: &str, need: bool| -> Result<Option<UdpSocket>> {
+        if !need {
+            return Ok(None);
+        }
+        let s = std::net::UdpSocket::bind(any).with_context(|| format!("binding the ng client socket on {any}"))?;
+        s.set_nonblocking(true)?;
+        Ok(Some(UdpSocket::from_std(s)?))
+    };
+    let ng = alg.config().media == crate::config::MediaMode::Ng;
+    let ng4 = ng_sock("0.0.0.0:0", ng && alg.config().ng.iter().any(|s| s.addr.is_ipv4()))?;
+    let ng6 = ng_sock("[::]:0", ng && alg.config().ng.iter().any(|s| s.addr.is_ipv6()))?;
+    let (mut bng4, mut bng6) = (vec![0u8; 65_536], vec![0u8; 65_536]);
     let mut b6 = vec![0u8; 65_536];
     let mut b4 = vec![0u8; 65_536];
     loop {
@@ -386,6 +407,12 @@ async fn run(
                     }
                 }
             },
+            r = recv_opt(ng4.as_ref(), &mut bng4) => if let Ok((n, a)) = r {
+                alg.handle_media_datagram(Instant::now(), a, &bng4[..n]);
+            },
+            r = recv_opt(ng6.as_ref(), &mut bng6) => if let Ok((n, a)) = r {
+                alg.handle_media_datagram(Instant::now(), a, &bng6[..n]);
+            },
             Some(c) = cfg_rx.recv() => {
                 alg.reconfigure(c);
                 tracing::info!("[alg] reconfigured");
@@ -393,6 +420,12 @@ async fn run(
             _ = sleep => alg.handle_timeout(Instant::now()),
             _ = dns_wake.notified() => alg.retry_parked(Instant::now()),
             _ = stop.notified() => break,
+        }
+        while let Some((to, d)) = alg.poll_media_transmit() {
+            let s = if to.is_ipv4() { ng4.as_ref() } else { ng6.as_ref() };
+            if let Some(Err(e)) = s.map(|s| s.try_send_to(&d, to)) {
+                tracing::debug!(%to, error = %e, "ng send failed");
+            }
         }
         while let Some(t) = alg.poll_transmit() {
             match t.peer.transport {

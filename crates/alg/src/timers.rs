@@ -10,6 +10,13 @@ use crate::txn::*;
 impl Alg {
     /// Runs expired timers.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.clock = now;
+        if let Some(m) = self.media.as_deref_mut() {
+            if m.poll_timeout().is_some_and(|t| t <= now) {
+                m.handle_timeout(now);
+                self.media_completions(now);
+            }
+        }
         while let Some(Reverse(t)) = self.timers.peek() {
             if t.at > now {
                 break;

@@ -177,11 +177,26 @@ fn media_through_a_remote_trgw_over_ng() {
         ..alg::Config::default()
     };
     let mut core = Alg::new(cfg, Box::new(alg::realm::StaticResolver::default()), Some(Box::new(ng)));
+    // The test is the runner: it carries the ng datagrams.
+    let ngs = UdpSocket::bind("127.0.0.1:0").unwrap();
+    ngs.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let pump = |core: &mut Alg| {
+        while let Some((to, d)) = core.poll_media_transmit() {
+            ngs.send_to(&d, to).unwrap();
+            let mut b = vec![0u8; 65536];
+            let (n, from) = ngs.recv_from(&mut b).unwrap();
+            core.handle_media_datagram(Instant::now(), from, &b[..n]);
+        }
+    };
     let p6 = Peer { realm: Realm::V6, transport: Transport::Udp, addr: "[::1]:7000".parse().unwrap(), conn: None };
     let p4 = Peer { realm: Realm::V4, transport: Transport::Udp, addr: "127.0.0.1:7002".parse().unwrap(), conn: None };
     let inv = msg("INVITE sip:bob@127.0.0.1:7002 SIP/2.0\r\nVia: SIP/2.0/UDP [::1]:7000;branch=z9hG4bK-ng1\r\nMax-Forwards: 70\r\nFrom: <sip:alice@[::1]>;tag=a\r\nTo: <sip:bob@127.0.0.1>\r\nCall-ID: ng1\r\nCSeq: 1 INVITE\r\nContact: <sip:alice@[::1]:7000>\r\n", &sdp("::1", 9000));
     let now = Instant::now();
     core.handle(now, Incoming { peer: &p6, data: &inv });
+    let out: Vec<_> = std::iter::from_fn(|| core.poll_transmit()).collect();
+    assert!(out.iter().all(|t| t.peer.realm == Realm::V6), "only the 100 Trying before the offer's reply");
+    assert_eq!(core.media_pending(), 1);
+    pump(&mut core);
     let out: Vec<_> = std::iter::from_fn(|| core.poll_transmit()).collect();
     let fwd = out.iter().find(|t| t.peer.realm == Realm::V4).expect("forwarded");
     let (c, port) = media_of(&fwd.data);
@@ -194,5 +209,7 @@ fn media_through_a_remote_trgw_over_ng() {
     );
     let out: Vec<_> = std::iter::from_fn(|| core.poll_transmit()).collect();
     assert!(out.iter().any(|t| t.peer.realm == Realm::V6 && t.data.starts_with(b"SIP/2.0 486")));
+    pump(&mut core);
     assert_eq!(relay.stats().calls, 0, "deleted over ng");
+    assert_eq!(core.media_pending(), 0);
 }
