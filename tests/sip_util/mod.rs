@@ -113,9 +113,7 @@ impl Drop for StopOnDrop<'_> {
 pub fn wait_udp_listen(ns: &Netns, port: u16, want: usize, what: &Proc) {
     let end = Instant::now() + Duration::from_secs(10);
     loop {
-        let out =
-            ns.exec("ss", &["-Hlun"]).map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
-        if out.lines().filter(|l| l.contains(&format!(":{port} "))).count() >= want {
+        if ns.udp_listeners(port) >= want {
             return;
         }
         assert!(Instant::now() < end, "nothing listens on UDP {port}:\n{}", what.log_tail());

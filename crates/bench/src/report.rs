@@ -49,6 +49,11 @@ impl Outputs {
         self.text(name, &plot.to_svg())
     }
 
+    /// Writes `name` as the SVG of histogram `plot`.
+    pub fn histogram(&mut self, name: &str, plot: &HistPlot) -> Result<()> {
+        self.text(name, &plot.to_svg())
+    }
+
     /// "wrote DIR/a, b and c".
     pub fn summary(&self) -> String {
         let names = match self.written.as_slice() {
@@ -232,6 +237,149 @@ impl LinePlot {
     }
 }
 
+/// A histogram with its cumulative share (the papers' "histogram with a
+/// quantile" figures): bars of equal width, the cumulative percentage as a
+/// line on a right-hand axis, and vertical markers (e.g. the 80th
+/// percentile).
+#[derive(Debug, Clone)]
+pub struct HistPlot {
+    pub title: String,
+    pub x_label: String,
+    /// (lower edge, count) per bin, in order; all bins `width` wide.
+    pub bins: Vec<(f64, u64)>,
+    pub width: f64,
+    /// (label, x) vertical lines.
+    pub markers: Vec<(String, f64)>,
+}
+
+impl HistPlot {
+    /// Bins `samples` into `n` bins from 0 to their maximum (rounded to a
+    /// nice axis).
+    pub fn from_samples(title: &str, x_label: &str, samples: &[f64], n: usize) -> HistPlot {
+        let max = samples.iter().copied().fold(0.0, f64::max);
+        let (top, _) = nice_axis(max.max(f64::MIN_POSITIVE));
+        let n = n.max(1);
+        let width = top / n as f64;
+        let mut bins: Vec<(f64, u64)> = (0..n).map(|i| (i as f64 * width, 0)).collect();
+        for &x in samples {
+            let i = ((x / width) as usize).min(n - 1);
+            bins[i].1 += 1;
+        }
+        HistPlot { title: title.into(), x_label: x_label.into(), bins, width, markers: Vec::new() }
+    }
+
+    /// The plot as a standalone SVG document.
+    pub fn to_svg(&self) -> String {
+        let (w, h) = (720.0, 440.0);
+        let (l, r, t, b) = (70.0, 70.0, 40.0, 60.0);
+        let (pw, ph) = (w - l - r, h - t - b);
+        let total: u64 = self.bins.iter().map(|b| b.1).sum();
+        let xmax = self.bins.last().map_or(1.0, |b| b.0 + self.width).max(f64::MIN_POSITIVE);
+        let (ymax, ystep) = nice_axis(self.bins.iter().map(|b| b.1).max().unwrap_or(0) as f64);
+        let sx = |x: f64| l + x / xmax * pw;
+        let sy = |y: f64| t + ph - y / ymax * ph;
+        let sp = |p: f64| t + ph - p / 100.0 * ph;
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12">"#
+        );
+        let _ = writeln!(s, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
+        let _ = writeln!(
+            s,
+            r#"<text x="{}" y="22" text-anchor="middle" font-size="15">{}</text>"#,
+            l + pw / 2.0,
+            esc(&self.title)
+        );
+        let mut y = 0.0;
+        while y <= ymax + ystep / 2.0 {
+            let py = sy(y);
+            let _ = writeln!(
+                s,
+                r##"<line x1="{l}" y1="{py:.1}" x2="{}" y2="{py:.1}" stroke="#e0e0e0"/><text x="{}" y="{:.1}" text-anchor="end">{}</text>"##,
+                l + pw,
+                l - 6.0,
+                py + 4.0,
+                tick_label(y)
+            );
+            y += ystep;
+        }
+        for p in [0.0, 20.0, 40.0, 60.0, 80.0, 100.0] {
+            let _ = writeln!(s, r#"<text x="{}" y="{:.1}">{}%</text>"#, l + pw + 6.0, sp(p) + 4.0, p);
+        }
+        let (_, xstep) = nice_axis(xmax);
+        let mut x = 0.0;
+        while x <= xmax + xstep / 2.0 {
+            let _ = writeln!(
+                s,
+                r#"<text x="{:.1}" y="{}" text-anchor="middle">{}</text>"#,
+                sx(x),
+                t + ph + 16.0,
+                tick_label(x)
+            );
+            x += xstep;
+        }
+        for (x0, c) in &self.bins {
+            if *c == 0 {
+                continue;
+            }
+            let (x1, x2) = (sx(*x0), sx(x0 + self.width));
+            let _ = writeln!(
+                s,
+                r##"<rect x="{x1:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="#1f77b4" stroke="white"/>"##,
+                sy(*c as f64),
+                (x2 - x1).max(0.5),
+                t + ph - sy(*c as f64)
+            );
+        }
+        if total > 0 {
+            let mut acc = 0u64;
+            let mut pts = vec![format!("{:.1},{:.1}", sx(0.0), sp(0.0))];
+            for (x0, c) in &self.bins {
+                acc += c;
+                pts.push(format!("{:.1},{:.1}", sx(x0 + self.width), sp(acc as f64 * 100.0 / total as f64)));
+            }
+            let _ = writeln!(
+                s,
+                r##"<polyline fill="none" stroke="#d62728" stroke-width="2" points="{}"/>"##,
+                pts.join(" ")
+            );
+        }
+        for (i, (label, x)) in self.markers.iter().enumerate() {
+            let px = sx(*x);
+            let _ = writeln!(
+                s,
+                r##"<line x1="{px:.1}" y1="{t}" x2="{px:.1}" y2="{}" stroke="#2ca02c" stroke-dasharray="4 3"/><text x="{:.1}" y="{}" fill="#2ca02c">{}</text>"##,
+                t + ph,
+                px + 4.0,
+                t + 14.0 + 14.0 * i as f64,
+                esc(label)
+            );
+        }
+        let _ = writeln!(s, r#"<rect x="{l}" y="{t}" width="{pw}" height="{ph}" fill="none" stroke="black"/>"#);
+        let _ = writeln!(
+            s,
+            r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
+            l + pw / 2.0,
+            h - 18.0,
+            esc(&self.x_label)
+        );
+        let _ = writeln!(
+            s,
+            r#"<text transform="translate(20 {}) rotate(-90)" text-anchor="middle">calls</text>"#,
+            t + ph / 2.0
+        );
+        let _ = writeln!(
+            s,
+            r##"<text transform="translate({} {}) rotate(90)" text-anchor="middle" fill="#d62728">cumulative share</text>"##,
+            w - 14.0,
+            t + ph / 2.0
+        );
+        s.push_str("</svg>\n");
+        s
+    }
+}
+
 fn marker(kind: &str, x: f64, y: f64, c: &str) -> String {
     match kind {
         "square" => format!(r#"<rect x="{:.1}" y="{:.1}" width="7" height="7" fill="{c}"/>"#, x - 3.5, y - 3.5),
@@ -275,6 +423,19 @@ mod tests {
         assert_eq!(svg.matches("<polyline").count(), 2);
         assert!(svg.contains("Loss &lt;rate&gt;") && svg.contains("b&amp;c"));
         assert!(svg.starts_with("<svg") && svg.ends_with("</svg>\n"));
+    }
+
+    #[test]
+    fn histogram_bins_every_sample_and_draws_its_cumulative_line() {
+        let samples: Vec<f64> = (0..100).map(|i| f64::from(i) / 10.0).collect();
+        let mut h = HistPlot::from_samples("Call setup <IPv6>", "ms", &samples, 10);
+        assert_eq!(h.bins.iter().map(|b| b.1).sum::<u64>(), 100);
+        assert_eq!(h.bins.len(), 10);
+        h.markers.push(("80 %".into(), 8.0));
+        let svg = h.to_svg();
+        assert!(svg.contains("Call setup &lt;IPv6&gt;") && svg.contains("80 %"));
+        assert_eq!(svg.matches("<polyline").count(), 1);
+        assert!(svg.matches("<rect").count() >= 10, "background, bars, frame");
     }
 
     #[test]

@@ -133,6 +133,12 @@ impl Netns {
         })
     }
 
+    /// How many sockets listen on UDP `port` in the namespace (any address).
+    pub fn udp_listeners(&self, port: u16) -> usize {
+        let out = self.exec("ss", &["-Hlun"]).map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+        out.unwrap_or_default().lines().filter(|l| l.contains(&format!(":{port} "))).count()
+    }
+
     /// Process ids of everything running in the namespace.
     pub fn pids(&self) -> Vec<i32> {
         pids(&self.name)

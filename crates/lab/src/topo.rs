@@ -297,10 +297,21 @@ pub mod relay_addr {
     pub const RELAY_V6_4: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 4, 0, 0, 0, 0, 1);
     /// Where the relay listens for ng commands, inside the relay namespace.
     pub const NG: &str = "127.0.0.1:2223";
+    /// IPv4 address of the ua6 side, only in the dual-stack variant.
+    pub const UA6_V4: Ipv4Addr = Ipv4Addr::new(10, 0, 6, 2);
+    /// The relay namespace's IPv4 address on the ua6 link (dual-stack variant).
+    pub const RELAY4_6: Ipv4Addr = Ipv4Addr::new(10, 0, 6, 1);
+    /// A second IPv6 address of the ua6 side: where a UE moves to
+    /// (`bench sip` handover, added by the bench).
+    pub const UA6_MOVED: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 6, 0, 0, 0, 0, 3);
 }
 
 /// The media-relay testbed: `ua6` (IPv6 only) — `relay` — `ua4` (IPv4
-/// only). Deleted on drop.
+/// only). Deleted on drop. Variants: `kernel` (ua4 also has IPv6, the relay
+/// namespace forwards it: the tester's ceiling of `bench trgw`) and
+/// [`RelayTopo::dual_stack`] (both UAs have both families and the relay
+/// namespace routes both: `bench sip` runs native IPv4, native IPv6 and
+/// the gateways between the realms in one topology).
 ///
 /// ```text
 ///  ua6 (IPv6 only)            relay (DUT)                   ua4 (IPv4 only)
@@ -362,6 +373,21 @@ impl RelayTopo {
         if kernel {
             ua6.exec("ping", &["-6", "-c1", "-W2", &UA4_V6.to_string()]).context("ua6 cannot reach ua4 over IPv6")?;
         }
+        Ok(topo)
+    }
+
+    /// The kernel variant plus IPv4 on the ua6 side ([`relay_addr::UA6_V4`])
+    /// and IPv4 forwarding: each UA has both families, the relay namespace
+    /// routes between them and can host a gateway on its own addresses.
+    pub fn dual_stack(prefix: &str) -> Result<Self> {
+        use relay_addr::*;
+        let topo = Self::build(prefix, true)?;
+        let (ua6, relay) = (&topo.ua6, &topo.relay);
+        ua6.ip(&["addr", "add", &format!("{UA6_V4}/24"), "dev", "u6"])?;
+        relay.ip(&["addr", "add", &format!("{RELAY4_6}/24"), "dev", "r6"])?;
+        ua6.ip(&["route", "add", "default", "via", &RELAY4_6.to_string()])?;
+        relay.sysctl("net.ipv4.ip_forward", "1")?;
+        ua6.exec("ping", &["-4", "-c1", "-W2", &UA4.to_string()]).context("ua6 cannot reach ua4 over IPv4")?;
         Ok(topo)
     }
 }

@@ -181,14 +181,19 @@ impl Proc {
 
     /// CPU time (user + system) the process has used, seconds.
     pub fn cpu_seconds(&self) -> Option<f64> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).ok()?;
-        let rest = &stat[stat.rfind(')')? + 2..];
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        // Fields 14 and 15 of stat (utime, stime) are 12 and 13 after the name.
-        let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-        let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok().flatten().unwrap_or(100).max(1);
-        Some(ticks as f64 / hz as f64)
+        pid_cpu_seconds(self.child.id())
     }
+}
+
+/// CPU seconds (user + system) process `pid` has used so far.
+pub fn pid_cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // Fields 14 and 15 of stat (utime, stime) are 12 and 13 after the name.
+    let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok().flatten().unwrap_or(100).max(1);
+    Some(ticks as f64 / hz as f64)
 }
 
 impl Drop for Proc {

@@ -1,6 +1,7 @@
 //! The one latency summary of every bench: an HDR histogram (3
 //! significant digits, 1 ns to one hour) that testers record one-way
-//! delays into, summarised as median, p99, p99.9, maximum, mean and PDV.
+//! delays into, summarised as median, p99, p99.9, maximum, mean, standard
+//! deviation and PDV.
 
 use hdrhistogram::Histogram;
 use serde::Serialize;
@@ -58,6 +59,16 @@ impl LatencyHistogram {
             p999_ns: p999,
             max_ns: h.max(),
             pdv_ns: p999.saturating_sub(min),
+            stdev_ns: h.stdev().round() as u64,
+        }
+    }
+
+    /// The value at quantile `q` (0..=1; 0 when empty).
+    pub fn quantile(&self, q: f64) -> u64 {
+        if self.0.is_empty() {
+            0
+        } else {
+            self.0.value_at_quantile(q)
         }
     }
 }
@@ -82,6 +93,9 @@ pub struct Latency {
     /// Packet delay variation (RFC 8219 §7.3.1 after RFC 5481): the 99.9th
     /// percentile of one-way delay minus the minimum.
     pub pdv_ns: u64,
+    /// Standard deviation (root mean square from the mean), as the
+    /// SIP-over-IPv6 paper's Table I reports it.
+    pub stdev_ns: u64,
 }
 
 /// Nanoseconds as microseconds with one decimal ("12.3"), for tables.
@@ -111,6 +125,9 @@ mod tests {
         assert!(close(l.max_ns, 1_000_000), "{l:?}");
         assert!(close(l.mean_ns, 500_500), "{l:?}");
         assert_eq!(l.pdv_ns, l.p999_ns - l.min_ns);
+        // 1..=1000 µs uniform: standard deviation ~288.7 µs.
+        assert!(l.stdev_ns.abs_diff(288_675) < 1_000, "{l:?}");
+        assert!(close(h.quantile(0.8), 800_000), "{}", h.quantile(0.8));
         assert!(l.min_ns <= l.p50_ns && l.p50_ns <= l.p99_ns && l.p99_ns <= l.p999_ns && l.p999_ns <= l.max_ns);
     }
 

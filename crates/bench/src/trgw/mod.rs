@@ -35,7 +35,7 @@ use crate::report::Outputs;
 use crate::tester::udp::{self, Load, Stream};
 use crate::tester::{probe, Outcome};
 
-pub use relay::{rtpengine_args, sdp, v6gate_config};
+pub use relay::{rtpengine_args, sdp, v6gate_config, wait_for_ng};
 pub use report::{markdown, zero_loss};
 
 /// Media direction of a trial.

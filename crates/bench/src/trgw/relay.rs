@@ -80,16 +80,23 @@ pub(super) fn start(ctx: &Ctx, topo: &RelayTopo, kind: RelayKind, bin: &Path, ta
         }
     }
     let mut p = Proc::spawn(kind.name(), cmd, Some(&ctx.work.join(format!("{}-{tag}.log", kind.name()))))?;
+    wait_for_ng(&topo.relay, &mut p, kind.name())?;
+    Ok(p)
+}
+
+/// Waits until the relay `p` answers an ng ping on [`NG`] in namespace
+/// `ns` (10 s at most).
+pub fn wait_for_ng(ns: &lab::netns::Netns, p: &mut Proc, what: &str) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(10);
-    let mut client = topo.relay.run(|| ng::Client::connect(NG.parse()?))?;
+    let mut client = ns.run(|| ng::Client::connect(NG.parse()?))?;
     client.timeout = Duration::from_millis(200);
     loop {
         p.alive().context("at start")?;
         if client.ping().is_ok() {
-            return Ok(p);
+            return Ok(());
         }
         if Instant::now() > deadline {
-            bail!("{} did not answer ng ping on {NG} within 10 s{}", kind.name(), p.log_note());
+            bail!("{what} did not answer ng ping on {NG} within 10 s{}", p.log_note());
         }
         std::thread::sleep(Duration::from_millis(50));
     }
