@@ -156,6 +156,13 @@ enum BenchCmd {
     /// TRT, DS-Lite, lw4o6, DSTM and socat, one testbed each; JSON,
     /// Markdown (the paper's Table 1) and SVG. See docs/bench-transition.md.
     Transition(Box<bench::transition::Args>),
+    /// The IMS-ALG: call setup time (INVITE sent → ACK received, p50/p80/
+    /// p99 and what the gateway adds over a direct IPv6 call) with SIPp
+    /// calls from an IPv6 caller to an IPv4 callee through v6gate's
+    /// ALG+TrGW and Kamailio+rtpengine, the highest call rate with no
+    /// failed call, and a mid-call handover's media gap; JSON, Markdown
+    /// and SVG.
+    Sip(Box<bench::sip::Args>),
 }
 
 #[derive(Debug, Args)]
@@ -252,6 +259,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Cmd::Bench(BenchCmd::Transition(a)) => {
             bench::transition::run(&a)?;
+        }
+        Cmd::Bench(BenchCmd::Sip(a)) => {
+            bench::sip::run(&a)?;
         }
         Cmd::Config(ConfigCmd::Check { config }) => {
             let c = Config::load(&config)?;

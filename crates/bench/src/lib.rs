@@ -13,6 +13,10 @@
 //!   comparison paper's throughput, session initiation and delay for
 //!   native IPv4, NAT64, NAT-PT, TRT, DS-Lite, lw4o6, DSTM and socat.
 //!
+//! - [`sip`]: `v6gate bench sip`, the SIP-over-IPv6 paper's call setup
+//!   time through v6gate's IMS-ALG+TrGW and Kamailio+rtpengine (SIPp
+//!   calls, IPv6 caller, IPv4 callee), the highest call rate with no
+//!   failed call, and a mid-call handover's media gap.
 //! - [`tunnel`]: `v6gate bench tunnel`, the mobility paper's Teredo relay
 //!   latency (Table I) and zero-loss throughput against Miredo, and the
 //!   SIP-over-IPv6 paper's RTP one-way delay through 6to4 and Teredo.
@@ -32,6 +36,7 @@
 pub mod harness;
 pub mod ng;
 pub mod report;
+pub mod sip;
 pub mod sys;
 pub mod tester;
 pub mod transition;

@@ -1,0 +1,674 @@
+//! `v6gate bench sip`: the SIP-over-IPv6 paper's measurements of a
+//! SIP/SDP gateway between an IPv6 and an IPv4 realm, in network
+//! namespaces ([`lab::topo::RelayTopo::dual_stack`]), with SIPp as the
+//! call generator (an IPv6 caller in `ua6`, an IPv4 callee echoing RTP in
+//! `ua4`) and the gateway in `relay`:
+//!
+//! - **call setup time**, INVITE sent by the caller → ACK received by the
+//!   callee (SIPp logs both instants; joined by Call-ID), at the paper's
+//!   workload (10 calls/s, 100 calls of 12 s of G.711 RTP) for a direct
+//!   IPv6 call, a direct IPv4 call (the relay namespace only routes),
+//!   v6gate's ALG+TrGW and Kamailio+rtpengine; p50/p80/p99 and what each
+//!   gateway adds over the direct IPv6 call;
+//! - **the highest call rate with no failed call** (INVITE with SDP → 180
+//!   → 200 → ACK → BYE → 200, media allocated and released, no RTP),
+//!   doubling then bisecting the rate of SIPp trials;
+//! - **a mid-call handover** ([`handover`]): the caller moves to a new
+//!   IPv6 address and re-INVITEs; the media gap measured from RTP arrival.
+//!
+//! Output: results.json, results.md (the paper's Table I shape) and SVG
+//! histograms of the setup times.
+
+mod dut;
+mod handover;
+mod report;
+mod sipp;
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _, Result};
+use clap::{Parser, ValueEnum};
+use lab::topo::relay_addr::*;
+use lab::topo::RelayTopo;
+use serde::Serialize;
+
+use crate::harness::guard::{Proc, RunGuard};
+use crate::harness::latency::{Latency, LatencyHistogram};
+use crate::harness::search::Start;
+use crate::harness::{cpu, peers};
+use crate::report::Outputs;
+
+pub use dut::{kamailio_config, v6gate_config};
+pub use handover::Handover;
+pub use report::markdown;
+
+/// A call path under test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PathKind {
+    /// IPv6 caller → IPv6 callee, routed by the relay namespace (no gateway).
+    NativeV6,
+    /// IPv4 caller → IPv4 callee, routed.
+    NativeV4,
+    /// IPv6 caller → v6gate ALG+TrGW → IPv4 callee.
+    V6gate,
+    /// IPv6 caller → Kamailio+rtpengine → IPv4 callee.
+    Kamailio,
+}
+
+impl PathKind {
+    /// The path's name in the reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            PathKind::NativeV6 => "native IPv6",
+            PathKind::NativeV4 => "native IPv4",
+            PathKind::V6gate => "v6gate ALG+TrGW",
+            PathKind::Kamailio => "Kamailio+rtpengine",
+        }
+    }
+
+    fn gateway(self) -> bool {
+        matches!(self, PathKind::V6gate | PathKind::Kamailio)
+    }
+
+    /// (caller address, callee address, where the caller sends).
+    fn addresses(self) -> (IpAddr, SocketAddr, SocketAddr) {
+        let uas4 = SocketAddr::new(IpAddr::V4(UA4), sipp::UAS_PORT);
+        match self {
+            PathKind::NativeV6 => {
+                let uas = SocketAddr::new(IpAddr::V6(UA4_V6), sipp::UAS_PORT);
+                (IpAddr::V6(UA6), uas, uas)
+            }
+            PathKind::NativeV4 => (IpAddr::V4(UA6_V4), uas4, uas4),
+            PathKind::V6gate | PathKind::Kamailio => (IpAddr::V6(UA6), uas4, dut::sip6()),
+        }
+    }
+}
+
+/// `v6gate bench sip`: call setup time, call rate and handover through a
+/// SIP/SDP gateway between IPv6 and IPv4.
+#[derive(Debug, Clone, Parser)]
+pub struct Args {
+    /// Output directory for results.json, results.md and the SVG histograms.
+    #[arg(long, default_value = "bench-results/sip")]
+    pub out: PathBuf,
+    /// Call paths to measure.
+    #[arg(long, value_delimiter = ',', default_value = "native-v6,native-v4,v6gate,kamailio")]
+    pub paths: Vec<PathKind>,
+    /// The v6gate binary (default: this executable).
+    #[arg(long, alias = "v6gate")]
+    pub v6gate_bin: Option<PathBuf>,
+    /// SIPp (Debian sip-tester).
+    #[arg(long, default_value = "sipp")]
+    pub sipp_bin: PathBuf,
+    /// Kamailio; its row is skipped with a note when it cannot be found.
+    #[arg(long, default_value = "kamailio")]
+    pub kamailio_bin: PathBuf,
+    /// rtpengine (userspace); needed for the Kamailio row.
+    #[arg(long, default_value = "rtpengine")]
+    pub rtpengine_bin: PathBuf,
+    /// Setup-time workload: calls per second (the paper: 10).
+    #[arg(long, default_value_t = 10)]
+    pub rate: u32,
+    /// Setup-time workload: number of calls (the paper: 100).
+    #[arg(long, default_value_t = 100)]
+    pub calls: u64,
+    /// Setup-time workload: seconds of G.711 RTP per call (the paper: 12).
+    #[arg(long, default_value_t = 12)]
+    pub call_secs: u64,
+    /// Skip the search for the highest call rate.
+    #[arg(long)]
+    pub no_search: bool,
+    /// First call rate of the search (doubled until a trial fails, then bisected).
+    #[arg(long, default_value_t = 500)]
+    pub search_start: u32,
+    /// Upper bound of the search, calls per second.
+    #[arg(long, default_value_t = 32_000)]
+    pub max_rate: u32,
+    /// Seconds of calls per search trial.
+    #[arg(long, default_value_t = 10)]
+    pub trial_secs: u64,
+    /// A failing trial is run again up to this many times and fails only
+    /// if every run fails.
+    #[arg(long, default_value_t = 1)]
+    pub confirm: u32,
+    /// Skip the handover.
+    #[arg(long)]
+    pub no_handover: bool,
+    /// CPUs of the gateway under test (taskset list).
+    #[arg(long, default_value = "1")]
+    pub dut_cpus: String,
+    /// CPUs of the SIPp caller and callee.
+    #[arg(long, default_value = "0")]
+    pub tester_cpus: String,
+    /// Worker threads (v6gate's TrGW, rtpengine) and processes (Kamailio)
+    /// of the gateways (default: number of gateway CPUs).
+    #[arg(long)]
+    pub dut_threads: Option<usize>,
+    /// Run the gateway and SIPp under SCHED_FIFO priority 10.
+    #[arg(long)]
+    pub realtime: bool,
+    /// Keep the gateways' and SIPp's logs in the output directory.
+    #[arg(long)]
+    pub keep_logs: bool,
+    /// Smoke run: 20 calls of 2 s for the setup time, 1 s search trials
+    /// bisected to 10 %, the handover with 1 s of media each side.
+    #[arg(long)]
+    pub quick: bool,
+}
+
+impl Args {
+    /// Applies `--quick`.
+    pub fn effective(&self) -> Args {
+        let mut a = self.clone();
+        if a.quick {
+            a.calls = a.calls.min(20);
+            a.call_secs = a.call_secs.min(2);
+            a.trial_secs = a.trial_secs.min(1);
+        }
+        a
+    }
+
+    fn resolution(&self) -> f64 {
+        if self.quick {
+            0.10
+        } else {
+            0.05
+        }
+    }
+
+    fn hold(&self) -> Duration {
+        Duration::from_secs(if self.quick { 1 } else { 3 })
+    }
+}
+
+/// Call setup times of one path.
+#[derive(Debug, Clone, Serialize)]
+pub struct Setup {
+    pub calls: u64,
+    /// Calls with both instants logged (INVITE sent, ACK received).
+    pub measured: u64,
+    pub setup: Latency,
+    pub p80_ns: u64,
+    /// p50, p80 and p99 minus the direct IPv6 call's (gateways only).
+    pub added_p50_ns: Option<i64>,
+    pub added_p80_ns: Option<i64>,
+    pub added_p99_ns: Option<i64>,
+    /// Every setup time, microseconds, in order (the histogram).
+    pub samples_us: Vec<u64>,
+}
+
+/// One trial of the call-rate search.
+#[derive(Debug, Clone, Serialize)]
+pub struct RateTrial {
+    pub rate: u32,
+    pub calls: u64,
+    pub passed: bool,
+    /// SIPp's counts (caller side).
+    pub successful: Option<u64>,
+    pub failed: Option<u64>,
+    /// Calls per second the caller achieved (calls / its run time).
+    pub achieved_cps: f64,
+    /// CPU seconds of the gateway's namespace per wall second.
+    pub dut_cpu: Option<f64>,
+    pub note: Option<String>,
+}
+
+/// The search for the highest call rate with no failed call.
+#[derive(Debug, Clone, Serialize)]
+pub struct RateSearch {
+    pub max_cps: u32,
+    pub first_failure: Option<u32>,
+    pub capped_at: Option<u32>,
+    pub trials: Vec<RateTrial>,
+}
+
+/// One path's results.
+#[derive(Debug, Clone, Serialize)]
+pub struct PathResult {
+    pub path: PathKind,
+    pub name: String,
+    pub version: Option<String>,
+    pub skipped: Option<String>,
+    pub setup: Option<Setup>,
+    pub search: Option<RateSearch>,
+    pub handover: Option<Handover>,
+    pub errors: Vec<String>,
+}
+
+/// Everything a run produces (results.json).
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub test: &'static str,
+    pub quick: bool,
+    pub rate: u32,
+    pub calls: u64,
+    pub call_secs: u64,
+    pub trial_secs: u64,
+    pub dut_cpus: String,
+    pub tester_cpus: String,
+    pub dut_threads: usize,
+    pub realtime: bool,
+    pub online_cpus: usize,
+    pub kernel: String,
+    pub sipp: Option<String>,
+    pub paths: Vec<PathResult>,
+    pub notes: Vec<String>,
+}
+
+/// What every part of a run needs.
+struct Ctx<'a> {
+    args: &'a Args,
+    topo: &'a RelayTopo,
+    work: &'a Path,
+    sipp: PathBuf,
+    tester: Vec<String>,
+}
+
+impl Ctx<'_> {
+    /// Starts the SIPp callee for `calls` calls and waits until it listens.
+    fn callee(&self, ip: IpAddr, calls: u64, tag: &str) -> Result<(Proc, PathBuf)> {
+        let scen = self.work.join("uas.xml");
+        if !scen.exists() {
+            std::fs::write(&scen, sipp::uas_scenario())?;
+        }
+        let log = self.work.join(format!("uas-{tag}.log"));
+        let _ = std::fs::remove_file(&log);
+        let cmd = sipp::uas(&self.topo.ua4, &self.tester, &self.sipp, &scen, ip, calls, &log);
+        let mut p = Proc::spawn("sipp callee", cmd, Some(&self.work.join(format!("uas-{tag}.out"))))?;
+        let end = Instant::now() + Duration::from_secs(10);
+        while self.topo.ua4.udp_listeners(sipp::UAS_PORT) == 0 {
+            p.alive()?;
+            if Instant::now() > end {
+                bail!("the SIPp callee does not listen{}", p.log_note());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok((p, log))
+    }
+
+    /// Runs the SIPp caller to its end: `calls` calls at `rate`, with
+    /// media or not; returns (exit success, screen output, log, run time).
+    fn caller(
+        &self,
+        path: PathKind,
+        calls: u64,
+        rate: u32,
+        media: bool,
+        tag: &str,
+    ) -> Result<(bool, String, PathBuf, f64)> {
+        let (ip, callee, hop) = path.addresses();
+        let scen = self.work.join(format!("uac-{}.xml", if media { "media" } else { "load" }));
+        let audio = self.work.join("silence.pcmu");
+        if media && !audio.exists() {
+            // 1 s of PCMU silence, looped by rtp_stream.
+            std::fs::write(&audio, vec![0xffu8; 8000])?;
+        }
+        let hold_ms = self.args.call_secs * 1000;
+        std::fs::write(&scen, sipp::uac_scenario(media.then_some((audio.as_path(), hold_ms))))?;
+        let log = self.work.join(format!("uac-{tag}.log"));
+        let _ = std::fs::remove_file(&log);
+        let timeout = calls / u64::from(rate.max(1)) + self.args.call_secs + 30;
+        let cmd =
+            sipp::uac(&self.topo.ua6, &self.tester, &self.sipp, &scen, ip, callee, hop, calls, rate, timeout, &log);
+        let screen = self.work.join(format!("uac-{tag}.out"));
+        let t = Instant::now();
+        let mut p = Proc::spawn("sipp caller", cmd, Some(&screen))?;
+        let ok = p.wait_exit(Duration::from_secs(timeout + 10))?;
+        let wall = t.elapsed().as_secs_f64();
+        Ok((ok, std::fs::read_to_string(&screen).unwrap_or_default(), log, wall))
+    }
+}
+
+/// The setup-time run of one path: `--calls` calls at `--rate` with RTP.
+fn setup_run(ctx: &Ctx, path: PathKind) -> Result<Setup> {
+    let a = ctx.args;
+    let (_, callee, _) = path.addresses();
+    let tag = format!("setup-{}", path.to_possible_value_name());
+    let (mut uas, uas_log) = ctx.callee(callee.ip(), a.calls, &tag)?;
+    let (ok, screen, uac_log, _) = ctx.caller(path, a.calls, a.rate, true, &tag)?;
+    let _ = uas.wait_exit(Duration::from_secs(5));
+    if !ok {
+        bail!("the SIPp caller failed: {}", counts_note(&screen));
+    }
+    let samples = sipp::setup_times(&uac_log, &uas_log)?;
+    let mut h = LatencyHistogram::new();
+    for s in &samples {
+        h.record(s * 1000);
+    }
+    Ok(Setup {
+        calls: a.calls,
+        measured: samples.len() as u64,
+        setup: h.summary(),
+        p80_ns: h.quantile(0.8),
+        added_p50_ns: None,
+        added_p80_ns: None,
+        added_p99_ns: None,
+        samples_us: samples,
+    })
+}
+
+fn counts_note(screen: &str) -> String {
+    match sipp::call_counts(screen) {
+        Some((ok, failed)) => format!("{ok} successful, {failed} failed calls"),
+        None => "no final statistics (see its log)".into(),
+    }
+}
+
+/// One call-rate trial: `rate` calls/s for `--trial-secs`.
+fn rate_trial(ctx: &Ctx, path: PathKind, rate: u32) -> Result<RateTrial> {
+    let calls = u64::from(rate) * ctx.args.trial_secs;
+    let (_, callee, _) = path.addresses();
+    let tag = format!("rate-{rate}");
+    let (mut uas, _) = ctx.callee(callee.ip(), calls, &tag)?;
+    let cpu0 = path.gateway().then(|| dut::Gateway::cpu_seconds(&ctx.topo.relay));
+    let (ok, screen, _, wall) = ctx.caller(path, calls, rate, false, &tag)?;
+    let dut_cpu = cpu0.map(|c0| (dut::Gateway::cpu_seconds(&ctx.topo.relay) - c0).max(0.0) / wall);
+    let uas_ok = uas.wait_exit(Duration::from_secs(5))?;
+    let counts = sipp::call_counts(&screen);
+    let achieved = calls as f64 / wall;
+    // SIPp falls behind an offered rate it cannot send: a trial passes only
+    // when the caller kept up (90 % of the rate over the trial, SIPp's own
+    // start and end included) and every call succeeded on both sides.
+    let kept_up = achieved >= 0.9 * f64::from(rate) || ctx.args.trial_secs == 0;
+    let passed = ok && uas_ok && kept_up && counts.is_some_and(|(s, f)| f == 0 && s == calls);
+    let note = (!passed).then(|| {
+        let mut n = counts_note(&screen);
+        if !kept_up {
+            n += &format!("; the caller reached only {achieved:.0} calls/s");
+        }
+        if !uas_ok {
+            n += "; the callee did not end cleanly";
+        }
+        n
+    });
+    Ok(RateTrial {
+        rate,
+        calls,
+        passed,
+        successful: counts.map(|c| c.0),
+        failed: counts.map(|c| c.1),
+        achieved_cps: achieved,
+        dut_cpu,
+        note,
+    })
+}
+
+fn rate_search(ctx: &Ctx, path: PathKind) -> Result<RateSearch> {
+    let a = ctx.args;
+    let s = crate::harness::search::Search {
+        max: f64::from(a.max_rate.max(1)),
+        start: Start::Doubling(f64::from(a.search_start.max(1))),
+        resolution: a.resolution(),
+        min_step: 50.0,
+        max_trials: usize::MAX,
+        confirm: a.confirm,
+        granularity: 10.0,
+    };
+    let found = s.run(|r| {
+        let t = rate_trial(ctx, path, r as u32)?;
+        eprintln!(
+            "  {:<19} {:>6} calls/s: {}{}{}",
+            path.name(),
+            t.rate,
+            if t.passed { "ok" } else { "FAILED" },
+            t.dut_cpu.map(|c| format!(", gateway CPU {:.0}%", c * 100.0)).unwrap_or_default(),
+            t.note.as_ref().map(|n| format!(" ({n})")).unwrap_or_default()
+        );
+        // Let the last trial's calls and transactions end before the next.
+        std::thread::sleep(Duration::from_millis(500));
+        Ok((t.passed, t))
+    })?;
+    Ok(RateSearch {
+        max_cps: found.best as u32,
+        first_failure: found.first_failure.map(|f| f as u32),
+        capped_at: found.first_failure.is_none().then_some(a.max_rate),
+        trials: found.trials.into_iter().map(|t| t.result).collect(),
+    })
+}
+
+fn handover_run(ctx: &Ctx, path: PathKind) -> Result<Handover> {
+    let (old, callee, gw) = path.addresses();
+    let (mut uas, _) = ctx.callee(callee.ip(), 1, "handover")?;
+    let h = handover::run(&ctx.topo.ua6, gw, callee, old, IpAddr::V6(UA6_MOVED), ctx.args.hold())?;
+    let _ = uas.wait_exit(Duration::from_secs(5));
+    Ok(h)
+}
+
+fn measure(ctx: &Ctx, path: PathKind, r: &mut PathResult) {
+    let a = ctx.args;
+    eprintln!("{}:", path.name());
+    match setup_run(ctx, path) {
+        Ok(s) => {
+            eprintln!(
+                "  call setup ({} of {} calls): p50 {:.3} ms, p80 {:.3} ms, p99 {:.3} ms",
+                s.measured,
+                s.calls,
+                s.setup.p50_ns as f64 / 1e6,
+                s.p80_ns as f64 / 1e6,
+                s.setup.p99_ns as f64 / 1e6
+            );
+            r.setup = Some(s);
+        }
+        Err(e) => r.errors.push(format!("setup time: {e:#}")),
+    }
+    if !a.no_search {
+        match rate_search(ctx, path) {
+            Ok(s) => {
+                eprintln!("  highest call rate with no failed call: {} calls/s", s.max_cps);
+                r.search = Some(s);
+            }
+            Err(e) => r.errors.push(format!("call rate: {e:#}")),
+        }
+    }
+    if !a.no_handover && path.gateway() {
+        match handover_run(ctx, path) {
+            Ok(h) => {
+                eprintln!(
+                    "  handover: gap {:.1} ms, first packet at the new address {:.1} ms after the 200 OK, {} lost ({} after the 200 OK)",
+                    h.gap_ms, h.first_new_after_ok_ms, h.lost, h.lost_after_ok
+                );
+                r.handover = Some(h);
+            }
+            Err(e) => r.errors.push(format!("handover: {e:#}")),
+        }
+    }
+    for e in &r.errors {
+        eprintln!("  {}: error: {e}", path.name());
+    }
+}
+
+/// Fills in what each gateway adds over the direct IPv6 call.
+fn added_over_direct(paths: &mut [PathResult]) {
+    let Some(direct) = paths.iter().find(|p| p.path == PathKind::NativeV6).and_then(|p| p.setup.clone()) else {
+        return;
+    };
+    for p in paths.iter_mut().filter(|p| p.path.gateway()) {
+        if let Some(s) = &mut p.setup {
+            let d = |a: u64, b: u64| a as i64 - b as i64;
+            s.added_p50_ns = Some(d(s.setup.p50_ns, direct.setup.p50_ns));
+            s.added_p80_ns = Some(d(s.p80_ns, direct.p80_ns));
+            s.added_p99_ns = Some(d(s.setup.p99_ns, direct.setup.p99_ns));
+        }
+    }
+}
+
+/// Runs the bench and writes the results; returns the report.
+pub fn run(args: &Args) -> Result<Report> {
+    let args = args.effective();
+    if !nix::unistd::geteuid().is_root() {
+        bail!("v6gate bench sip needs root (network namespaces)");
+    }
+    let sipp_bin = peers::require("sipp", &args.sipp_bin).map_err(anyhow::Error::msg)?;
+    let v6gate_bin = peers::v6gate(args.v6gate_bin.as_deref())?;
+    let dut_threads = args.dut_threads.unwrap_or(cpu::parse_cpus(&args.dut_cpus)?.len().max(1));
+    let mut out = Outputs::create(&args.out)?;
+    let prefix = format!("v6gate-bs-{}", std::process::id());
+    let guard = RunGuard::new(
+        &format!("{prefix}-"),
+        std::env::temp_dir().join(format!("v6gate-bench-sip-{}", std::process::id())),
+    )?;
+    let topo = RelayTopo::dual_stack(&format!("{prefix}-n"))?;
+    topo.ua6
+        .ip(&["-6", "addr", "add", &format!("{UA6_MOVED}/64"), "dev", "u6", "nodad"])
+        .context("the handover address")?;
+    let ctx = Ctx {
+        args: &args,
+        topo: &topo,
+        work: guard.work(),
+        sipp: sipp_bin.clone(),
+        tester: cpu::placement(&args.tester_cpus, args.realtime),
+    };
+    let mut notes = vec![
+        format!(
+            "CPU arrangement: SIPp caller and callee on CPU(s) {}, the gateway on CPU(s) {} with {dut_threads} worker \
+             thread(s)/process(es); the direct calls are routed by the relay namespace's kernel.",
+            args.tester_cpus, args.dut_cpus
+        ),
+        "Setup time: INVITE sent by the caller (SIPp log action just before the send) to ACK received by the \
+         callee (log action on receipt), both from the system clock, joined by Call-ID."
+            .into(),
+        "v6gate runs with [alg] rate-limit = 0 (every call comes from one caller) and max-transactions = 2,000,000."
+            .into(),
+    ];
+    if args.quick {
+        notes.push("--quick: a smoke run with few calls and 1 s rate trials; not the paper's workload.".into());
+    }
+    eprintln!(
+        "v6gate bench sip: {} calls at {}/s of {} s each; SIPp on CPU {}, gateway on CPU {}",
+        args.calls, args.rate, args.call_secs, args.tester_cpus, args.dut_cpus
+    );
+    let mut paths = Vec::new();
+    for &path in &args.paths {
+        let mut r = PathResult {
+            path,
+            name: path.name().into(),
+            version: None,
+            skipped: None,
+            setup: None,
+            search: None,
+            handover: None,
+            errors: Vec::new(),
+        };
+        let setup = dut::Setup {
+            relay: &topo.relay,
+            work: guard.work(),
+            cpus: &args.dut_cpus,
+            realtime: args.realtime,
+            threads: dut_threads,
+        };
+        let gw = match path {
+            PathKind::NativeV6 | PathKind::NativeV4 => Ok(None),
+            PathKind::V6gate => {
+                r.version = peers::version(&v6gate_bin);
+                dut::start_v6gate(&setup, &v6gate_bin).map(Some)
+            }
+            PathKind::Kamailio => {
+                match (peers::require("kamailio", &args.kamailio_bin), peers::require("rtpengine", &args.rtpengine_bin))
+                {
+                    (Ok(k), Ok(rtp)) => {
+                        r.version = peers::version(&k);
+                        dut::start_kamailio(&setup, &k, &rtp).map(Some)
+                    }
+                    (Err(why), _) | (_, Err(why)) => {
+                        let note = format!("{} skipped: {why}", path.name());
+                        eprintln!("{note}");
+                        notes.push(note.clone());
+                        r.skipped = Some(note);
+                        paths.push(r);
+                        continue;
+                    }
+                }
+            }
+        };
+        match gw {
+            Ok(mut gw) => {
+                measure(&ctx, path, &mut r);
+                if let Some(g) = &mut gw {
+                    if let Err(e) = g.alive() {
+                        r.errors.push(format!("the gateway died: {e:#}{}", g.log_tail()));
+                    }
+                }
+            }
+            Err(e) => r.errors.push(format!("start: {e:#}")),
+        }
+        paths.push(r);
+    }
+    added_over_direct(&mut paths);
+    let report = Report {
+        test: "SIP-over-IPv6 (the paper's proxying scenario): call setup time, highest call rate, mid-call handover",
+        quick: args.quick,
+        rate: args.rate,
+        calls: args.calls,
+        call_secs: args.call_secs,
+        trial_secs: args.trial_secs,
+        dut_cpus: args.dut_cpus.clone(),
+        tester_cpus: args.tester_cpus.clone(),
+        dut_threads,
+        realtime: args.realtime,
+        online_cpus: crate::report::online_cpus(),
+        kernel: crate::report::kernel_release(),
+        sipp: peers::version(&sipp_bin),
+        paths,
+        notes,
+    };
+    report::write(&report, &mut out)?;
+    if args.keep_logs {
+        for e in std::fs::read_dir(guard.work())?.flatten() {
+            let _ = std::fs::copy(e.path(), args.out.join(e.file_name()));
+        }
+    }
+    drop(topo);
+    eprintln!("{}", out.summary());
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quick_is_a_smoke_run() {
+        let a = Args::parse_from(["x", "--quick"]).effective();
+        assert_eq!((a.calls, a.call_secs, a.trial_secs, a.no_search), (20, 2, 1, false));
+        let f = Args::parse_from(["x"]).effective();
+        assert_eq!((f.rate, f.calls, f.call_secs, f.trial_secs), (10, 100, 12, 10), "the paper's workload");
+        assert_eq!(f.paths.len(), 4);
+    }
+
+    #[test]
+    fn gateways_report_what_they_add_over_the_direct_ipv6_call() {
+        let setup = |p50: u64, p80: u64, p99: u64| Setup {
+            calls: 1,
+            measured: 1,
+            setup: Latency { p50_ns: p50, p99_ns: p99, ..Default::default() },
+            p80_ns: p80,
+            added_p50_ns: None,
+            added_p80_ns: None,
+            added_p99_ns: None,
+            samples_us: vec![],
+        };
+        let row = |path: PathKind, s: Option<Setup>| PathResult {
+            path,
+            name: path.name().into(),
+            version: None,
+            skipped: None,
+            setup: s,
+            search: None,
+            handover: None,
+            errors: vec![],
+        };
+        let mut v = vec![
+            row(PathKind::NativeV6, Some(setup(1000, 1200, 2000))),
+            row(PathKind::NativeV4, Some(setup(900, 1000, 1500))),
+            row(PathKind::V6gate, Some(setup(1500, 1700, 1900))),
+            row(PathKind::Kamailio, None),
+        ];
+        added_over_direct(&mut v);
+        let g = v[2].setup.as_ref().unwrap();
+        assert_eq!((g.added_p50_ns, g.added_p80_ns, g.added_p99_ns), (Some(500), Some(500), Some(-100)));
+        assert_eq!(v[1].setup.as_ref().unwrap().added_p80_ns, None, "only gateways");
+    }
+}
