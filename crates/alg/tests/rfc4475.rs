@@ -196,7 +196,7 @@ fn rfc5118_4_1_valid_ipv6_register_is_proxied_with_an_ipv6_received() {
     let mut l = lab();
     let out = l.send(UA6, m.as_bytes());
     let f = text(one(&out, "[2001:db8::10]:5060"));
-    // RFC 5118 §4.6: received carries the IPv6 address without brackets.
+    // RFC 5118 §4.5: received carries the IPv6 address (RFC 3261 writes it without brackets).
     assert!(f.contains("Via: SIP/2.0/UDP [2001:db8::9:1];branch=z9hG4bKas3-111;received=2001:db8:6::10\r\n"), "{f}");
     assert!(
         f.starts_with("REGISTER sip:[2001:db8::10] SIP/2.0\r\nVia: SIP/2.0/UDP [2001:db8::1]:5060;"),
@@ -224,7 +224,8 @@ fn rfc5118_4_3_and_4_4_port_inside_and_outside_the_brackets() {
 
 #[test]
 fn rfc5118_4_5_received_with_brackets_in_a_response_is_followed() {
-    // A response whose next Via carries received=[...]: stateless path.
+    // §4.5: a Via whose received carries the IPv6 reference with its
+    // brackets is accepted as well; here in a response (stateless path).
     let mut l = lab();
     let ours = "SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bK-x";
     let m = format!("SIP/2.0 200 OK\r\nVia: {ours}\r\nVia: SIP/2.0/UDP [2001:db8::9:1];received=[2001:db8::9:255];branch=z9hG4bKas3\r\nCall-ID: r5118\r\nFrom: <sip:a@b>;tag=1\r\nTo: <sip:c@d>;tag=2\r\nCSeq: 1 OPTIONS\r\nContent-Length: 0\r\n\r\n");
@@ -233,7 +234,24 @@ fn rfc5118_4_5_received_with_brackets_in_a_response_is_followed() {
 }
 
 #[test]
-fn rfc5118_4_8_ipv4_mapped_ipv6_goes_to_the_ipv4_realm() {
+fn rfc5118_4_7_multiple_ip_addresses_in_sip_headers() {
+    // §4.7's BYE: Via values of both families, one with an IPv4 received
+    // on an IPv6 sent-by; every one parses and keeps its own address.
+    let m = "BYE sip:user@host.example.net SIP/2.0\r\nVia: SIP/2.0/UDP [2001:db8::9:1]:6050;branch=z9hG4bKas3-111\r\nVia: SIP/2.0/UDP 192.0.2.1;branch=z9hG4bKjhja8781hjuaij65144\r\nVia: SIP/2.0/TCP [2001:db8::9:255];branch=z9hG4bK451jj;received=192.0.2.200\r\nCall-ID: 997077@lau_4100\r\nMax-Forwards: 70\r\nCSeq: 89187 BYE\r\nTo: sip:user@example.net;tag=9817--94\r\nFrom: sip:user@example.com;tag=81x2\r\nContent-Length: 0\r\n\r\n";
+    let p = alg::msg::Message::parse_datagram(m.as_bytes()).expect("RFC 5118 4.7 is valid");
+    use alg::uri::Host;
+    let hosts: Vec<(Option<std::net::IpAddr>, Option<u16>)> = p
+        .vias()
+        .iter()
+        .map(|v| alg::msg::Via::parse(v).map(|x| (x.host.ip(), x.port)).expect("each Via parses"))
+        .collect();
+    let ip = |s: &str| Some(s.parse::<std::net::IpAddr>().unwrap());
+    assert_eq!(hosts, [(ip("2001:db8::9:1"), Some(6050)), (ip("192.0.2.1"), None), (ip("2001:db8::9:255"), None)]);
+    assert!(matches!(p.top_via().unwrap().host, Host::V6(_)));
+}
+
+#[test]
+fn rfc5118_4_9_ipv4_mapped_ipv6_goes_to_the_ipv4_realm() {
     let m = "OPTIONS sip:[::ffff:192.0.2.77] SIP/2.0\r\nTo: sip:user@example.com\r\nFrom: sip:user@example.com;tag=81x2\r\nVia: SIP/2.0/UDP [2001:db8::9:1];branch=z9hG4bKas3-112\r\nCall-ID: mapped@x\r\nMax-Forwards: 70\r\nCSeq: 1 OPTIONS\r\nContent-Length: 0\r\n\r\n";
     let mut l = lab();
     let out = l.send(UA6, m.as_bytes());
@@ -243,7 +261,7 @@ fn rfc5118_4_8_ipv4_mapped_ipv6_goes_to_the_ipv4_realm() {
 }
 
 #[test]
-fn rfc5118_4_10_ipv6_sdp_is_rewritten_for_the_ipv4_realm() {
+fn rfc5118_4_6_ipv6_sdp_is_rewritten_for_the_ipv4_realm() {
     let body = "v=0\r\no=assistant 971731711378798081 0 IN IP6 2001:db8::20\r\ns=Live video feed for today's meeting\r\nc=IN IP6 2001:db8::20\r\nt=3338481189 3370017201\r\nm=audio 6000 RTP/AVP 2\r\na=rtpmap:2 G726-32/8000\r\nm=video 6024 RTP/AVP 107\r\na=rtpmap:107 H263-1998/90000\r\n";
     let mut l = lab();
     let out = l.send(UA6, &invite6("sdp6", body));
