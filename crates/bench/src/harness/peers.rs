@@ -31,7 +31,12 @@ pub fn require(name: &str, bin: &Path) -> Result<PathBuf, String> {
 
 /// The first non-empty line `bin --version` prints (stdout or stderr).
 pub fn version(bin: &Path) -> Option<String> {
-    let o = Command::new(bin).arg("--version").output().ok()?;
+    version_with(bin, "--version")
+}
+
+/// As [`version`], for programs that print it with another flag (SIPp: `-v`).
+pub fn version_with(bin: &Path, flag: &str) -> Option<String> {
+    let o = Command::new(bin).arg(flag).output().ok()?;
     let s = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
     s.lines().map(str::trim).find(|l| !l.is_empty()).map(str::to_owned)
 }

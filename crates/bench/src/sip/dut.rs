@@ -114,7 +114,7 @@ pub struct Setup<'a> {
     /// CPUs of the gateway (taskset list).
     pub cpus: &'a str,
     pub realtime: bool,
-    /// Worker threads (v6gate TrGW, rtpengine) or processes (Kamailio).
+    /// Worker threads of the media relay (v6gate's TrGW, rtpengine).
     pub threads: usize,
 }
 
@@ -142,16 +142,17 @@ pub fn start_v6gate(s: &Setup, bin: &Path) -> Result<Gateway> {
     Ok(Gateway { procs: vec![p] })
 }
 
-/// Starts rtpengine (userspace, ng on [`NG`]) and Kamailio, and waits
+/// Starts rtpengine (userspace, ng on [`NG`]) and Kamailio with
+/// `children` worker processes per socket, and waits
 /// until rtpengine answers ng and Kamailio listens in both realms.
-pub fn start_kamailio(s: &Setup, kamailio: &Path, rtpengine: &Path) -> Result<Gateway> {
+pub fn start_kamailio(s: &Setup, kamailio: &Path, rtpengine: &Path, children: usize) -> Result<Gateway> {
     let place = cpu::placement(s.cpus, s.realtime);
     let mut cmd = s.relay.command(&place[0]);
     cmd.args(&place[1..]).arg(rtpengine).args(rtpengine_args(NG, RELAY4, RELAY6, PORTS, Some(s.threads), 4));
     let mut rtp = Proc::spawn("rtpengine", cmd, Some(&s.work.join("rtpengine.log")))?;
     wait_for_ng(s.relay, &mut rtp, "rtpengine")?;
     let cfg = s.work.join("kamailio.cfg");
-    std::fs::write(&cfg, kamailio_config(s.threads))?;
+    std::fs::write(&cfg, kamailio_config(children))?;
     let run: PathBuf = s.work.join("kamailio-run");
     std::fs::create_dir_all(&run)?;
     let mut cmd = s.relay.command(&place[0]);

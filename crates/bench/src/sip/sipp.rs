@@ -67,6 +67,9 @@ pub fn command(
     c.arg("-sf").arg(scenario).args(["-i", &ip.to_string(), "-p", &port.to_string(), "-t", "u1", "-nostdin"]);
     c.args(["-key", "me", &uri_host(ip), "-key", "mip", &ip.to_string()]);
     c.args(["-key", "fam", if ip.is_ipv4() { "4" } else { "6" }]);
+    // Socket buffers of 8 MiB (SIPp's default is 64 KiB: bursts at
+    // thousands of calls per second would be dropped by the tester itself).
+    c.args(["-buff_size", "8388608"]);
     c.arg("-trace_logs").arg("-log_file").arg(log);
     c.arg("-trace_err").arg("-error_file").arg(PathBuf::from(format!("{}.err", log.display())));
     c
@@ -146,6 +149,13 @@ pub fn call_counts(screen: &str) -> Option<(u64, u64)> {
     Some((last("Successful call")?, last("Failed call")?))
 }
 
+/// SIPp's final cumulative "Call Rate" (calls per second over its run,
+/// from its first call to its last call's end).
+pub fn call_rate(screen: &str) -> Option<f64> {
+    let l = screen.lines().rev().find(|l| l.trim_start().starts_with("Call Rate"))?;
+    l.split('|').nth(2)?.split_whitespace().next()?.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -187,6 +197,9 @@ mod tests {
         let screen = "  Successful call        |        0                  |        2                 \n\
                       Failed call            |        0                  |        1                 \n";
         assert_eq!(call_counts(screen), Some((2, 1)));
+        let rate = "  Call Rate              |    0.000 cps              |    9.434 cps             \n";
+        assert_eq!(call_rate(rate), Some(9.434));
+        assert_eq!(call_rate(screen), None);
         assert_eq!(call_counts("nothing"), None);
     }
 }
