@@ -167,7 +167,7 @@ pub fn run(
     if m.code() != Some(200) {
         bail!("the call was refused:\n{}", String::from_utf8_lossy(&ok));
     }
-    let body = std::str::from_utf8(&m.body).unwrap_or("");
+    let body = std::str::from_utf8(m.body).unwrap_or("");
     let relay = sdp_audio_addr(body).ok_or_else(|| anyhow!("no media address in the 200 OK:\n{body}"))?;
     let mut rr: Vec<String> = m
         .all(Name::RecordRoute)

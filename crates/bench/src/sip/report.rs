@@ -226,7 +226,7 @@ mod tests {
         let setup = |added: Option<i64>| Setup {
             calls: 3,
             measured: 3,
-            setup: lat.clone(),
+            setup: lat,
             p80_ns: 1_500_000,
             added_p50_ns: added,
             added_p80_ns: added,
