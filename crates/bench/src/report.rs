@@ -156,18 +156,7 @@ impl LinePlot {
         let (ymax, ystep) = nice_axis(ymax);
         let sx = |x: f64| l + x / xmax * pw;
         let sy = |y: f64| t + ph - y / ymax * ph;
-        let mut s = String::new();
-        let _ = writeln!(
-            s,
-            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12">"#
-        );
-        let _ = writeln!(s, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
-        let _ = writeln!(
-            s,
-            r#"<text x="{}" y="22" text-anchor="middle" font-size="15">{}</text>"#,
-            l + pw / 2.0,
-            esc(&self.title)
-        );
+        let mut s = svg_head(w, h, l + pw / 2.0, &self.title);
         // Grid and ticks.
         let mut x = 0.0;
         while x <= xmax + xstep / 2.0 {
@@ -279,18 +268,7 @@ impl HistPlot {
         let sx = |x: f64| l + x / xmax * pw;
         let sy = |y: f64| t + ph - y / ymax * ph;
         let sp = |p: f64| t + ph - p / 100.0 * ph;
-        let mut s = String::new();
-        let _ = writeln!(
-            s,
-            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12">"#
-        );
-        let _ = writeln!(s, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
-        let _ = writeln!(
-            s,
-            r#"<text x="{}" y="22" text-anchor="middle" font-size="15">{}</text>"#,
-            l + pw / 2.0,
-            esc(&self.title)
-        );
+        let mut s = svg_head(w, h, l + pw / 2.0, &self.title);
         let mut y = 0.0;
         while y <= ymax + ystep / 2.0 {
             let py = sy(y);
@@ -378,6 +356,19 @@ impl HistPlot {
         s.push_str("</svg>\n");
         s
     }
+}
+
+/// An SVG document's start: its size, a white background and the title
+/// centred on `title_x`.
+fn svg_head(w: f64, h: f64, title_x: f64, title: &str) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(s, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
+    let _ = writeln!(s, r#"<text x="{title_x}" y="22" text-anchor="middle" font-size="15">{}</text>"#, esc(title));
+    s
 }
 
 fn marker(kind: &str, x: f64, y: f64, c: &str) -> String {
