@@ -25,7 +25,7 @@ pub fn markdown(r: &Report) -> String {
     let _ = writeln!(
         s,
         "{}. Setup workload: {} calls at {} calls/s, {} s of G.711 RTP each. Rate trials: {} s each. \
-         Gateway on CPU(s) {}, SIPp on CPU(s) {}; {} online CPUs, kernel {}; {}.\n",
+         Gateway on CPU(s) {}, SIPp on CPU(s) {}{}; {} online CPUs, kernel {}; {}\n",
         r.test,
         r.calls,
         r.rate,
@@ -33,9 +33,10 @@ pub fn markdown(r: &Report) -> String {
         r.trial_secs,
         r.dut_cpus,
         r.tester_cpus,
+        if r.realtime { ", both under SCHED_FIFO (--realtime)" } else { "" },
         r.online_cpus,
         r.kernel,
-        r.sipp.as_deref().unwrap_or("SIPp")
+        r.sipp.as_deref().map_or("SIPp.".into(), |v| format!("{}.", v.trim_end_matches('.')))
     );
     s.push_str("## Call setup time (INVITE sent by the caller → ACK received by the callee), ms\n\n");
     let mut rows = Vec::new();
