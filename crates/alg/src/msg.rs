@@ -245,7 +245,8 @@ fn parse_start(line: &str) -> Result<Start<'_>, (Start<'_>, Reject)> {
         return Err((s, bad("Malformed Request-Line")));
     }
     if !version.eq_ignore_ascii_case("SIP/2.0") {
-        if version.len() > 4 && version[..4].eq_ignore_ascii_case("SIP/") {
+        // Bytes, not a str slice: the version may hold multi-byte UTF-8.
+        if version.len() > 4 && version.as_bytes()[..4].eq_ignore_ascii_case(b"SIP/") {
             return Err((s, Reject::answer(505, "Version Not Supported")));
         }
         return Err((s, bad("Malformed Request-Line")));
@@ -640,6 +641,20 @@ mod tests {
         assert_eq!(v.param("received"), Some(Some("2001:db8::9:255")));
         assert!(Via::parse("SIP/2.0/UDP 192.0.2.15;;,;,,").is_err());
         assert!(Via::parse("SIP/7.0/UDP c.example.com").is_err());
+    }
+
+    /// RFC 3261 §21.5.6: a request whose version is not SIP/2.0 gets 505;
+    /// a version field holding multi-byte UTF-8 is a malformed line, not a
+    /// panic (found by the sip_message fuzz target).
+    #[test]
+    fn rfc3261_21_5_6_version_not_supported_and_non_ascii_versions() {
+        let m = Message::parse_datagram(b"OPTIONS sip:a@b SIP/7.0\r\nl: 0\r\n\r\n").unwrap();
+        assert_eq!(m.validate().unwrap_err().status, 505);
+        let m = Message::parse_datagram("OPTIONS sip:a@b SIP\u{52e}/2.0\r\nl: 0\r\n\r\n".as_bytes()).unwrap();
+        assert_eq!(m.validate().unwrap_err().status, 400);
+        let m =
+            Message::parse_datagram("OPTIONS sip:a@b \0O\x0c\u{52e}{RinginSI/2.0\r\nl: 0\r\n\r\n".as_bytes()).unwrap();
+        assert_eq!(m.validate().unwrap_err().status, 400);
     }
 
     #[test]
