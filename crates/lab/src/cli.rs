@@ -495,7 +495,7 @@ mod tests {
 
     #[test]
     fn generated_configs_name_the_lab_addresses() {
-        let v = v6gate_config(Features { run: true, nat64: true, dns64: true, alg: false }).unwrap();
+        let v = v6gate_config(Features { run: true, nat64: true, dns64: true, alg: false, xdp: true }).unwrap();
         assert!(!v6gate_config(Features::default()).unwrap().contains("[nat64]"));
         for s in
             ["[siit]", "[nat64]", "[dns64]", "2001:db8:6::2/128", "192.0.2.2/32", "2001:db8:64::/96", "198.51.100.2:53"]

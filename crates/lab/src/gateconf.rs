@@ -34,6 +34,8 @@ pub struct V6gate {
     pub trgw: Option<Trgw>,
     /// `[alg]`.
     pub alg: Option<Alg>,
+    /// `[xdp]`.
+    pub xdp: Option<Xdp>,
     /// Comment lines written above a table, by table name (`"siit"`, ...).
     pub comments: Vec<(&'static str, String)>,
 }
@@ -245,6 +247,23 @@ pub struct AlgNg {
     pub weight: Option<u32>,
 }
 
+/// `[xdp]`: the XDP fast path.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Xdp {
+    /// Interfaces the fast path is attached to.
+    pub interfaces: Vec<String>,
+    /// `native`, `generic` or `off`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// Established NAT64 sessions the fast path carries at most.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nat64_sessions: Option<u32>,
+    /// TrGW media streams the fast path relays at most.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trgw_streams: Option<u32>,
+}
+
 impl V6gate {
     /// Adds a comment above `table` (several lines allowed).
     pub fn comment(mut self, table: &'static str, text: &str) -> Self {
@@ -268,6 +287,7 @@ impl V6gate {
             ("admin", one("admin", &self.admin)?),
             ("trgw", one("trgw", &self.trgw)?),
             ("alg", one("alg", &self.alg)?),
+            ("xdp", one("xdp", &self.xdp)?),
         ];
         let mut out = String::new();
         for l in &self.header {
@@ -335,6 +355,8 @@ pub struct Features {
     pub dns64: bool,
     /// Its example configuration shows `[alg]`.
     pub alg: bool,
+    /// Its example configuration shows `[xdp]` (the XDP fast path).
+    pub xdp: bool,
 }
 
 impl Features {
@@ -354,7 +376,7 @@ impl Features {
     /// out or not).
     pub fn from_example(run: bool, example: &str) -> Features {
         let has = |t: &str| example.lines().any(|l| l.trim_start_matches(['#', ' ']).starts_with(t));
-        Features { run, nat64: has("[nat64]"), dns64: has("[dns64]"), alg: has("[alg]") }
+        Features { run, nat64: has("[nat64]"), dns64: has("[dns64]"), alg: has("[alg]"), xdp: has("[xdp]") }
     }
 }
 
@@ -437,6 +459,20 @@ mod tests {
         let c = gate::config::Config::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
         c.check().unwrap_or_else(|e| panic!("{e}\n{text}"));
         assert_eq!(c.alg.unwrap().t1, std::time::Duration::from_millis(50));
+        let xdp = V6gate {
+            xdp: Some(Xdp {
+                interfaces: vec!["d6".into(), "d4".into()],
+                mode: Some("native".into()),
+                nat64_sessions: Some(65536),
+                trgw_streams: None,
+            }),
+            ..alg
+        };
+        let text = xdp.render().unwrap();
+        let c = gate::config::Config::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let x = c.xdp.unwrap_or_else(|| panic!("no [xdp] in\n{text}"));
+        assert_eq!((x.interfaces, x.nat64_sessions), (vec!["d6".to_string(), "d4".to_string()], 65536), "{text}");
+        assert!(text.find("[trgw]").unwrap() < text.find("[xdp]").unwrap() && !text.contains("trgw-streams"), "{text}");
     }
 
     #[test]
@@ -465,6 +501,7 @@ mod tests {
     #[test]
     fn features_from_the_example() {
         let f = Features::from_example(true, "[siit]\n# [nat64]\n#pool6 = 1\n# [alg]\n");
-        assert_eq!(f, Features { run: true, nat64: true, dns64: false, alg: true });
+        assert_eq!(f, Features { run: true, nat64: true, dns64: false, alg: true, xdp: false });
+        assert!(Features::from_example(true, "# [xdp]\n").xdp);
     }
 }

@@ -73,7 +73,13 @@ impl Direction {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum RelayKind {
+    /// `v6gate trgw` (userspace).
     V6gate,
+    /// `v6gate run` with `[trgw]` and the XDP fast path (`[xdp]`, native
+    /// mode) on the relay's interfaces: the first packets of each stream
+    /// latch on the slow path, later ones are relayed in XDP.
+    V6gateXdp,
+    /// rtpengine in userspace mode.
     Rtpengine,
 }
 
@@ -82,6 +88,7 @@ impl RelayKind {
     pub fn name(self) -> &'static str {
         match self {
             RelayKind::V6gate => "v6gate",
+            RelayKind::V6gateXdp => "v6gate-xdp",
             RelayKind::Rtpengine => "rtpengine",
         }
     }
@@ -94,7 +101,7 @@ pub struct Args {
     #[arg(long, default_value = "bench-results/trgw")]
     pub out: PathBuf,
     /// Relays to measure.
-    #[arg(long, value_delimiter = ',', default_value = "v6gate,rtpengine")]
+    #[arg(long, value_delimiter = ',', default_value = "v6gate,v6gate-xdp,rtpengine")]
     pub relays: Vec<RelayKind>,
     /// The v6gate binary (default: this executable).
     #[arg(long, alias = "v6gate")]
@@ -515,6 +522,7 @@ pub fn run(args: Args) -> Result<Report> {
         let name = kind.name();
         let bin = match kind {
             RelayKind::V6gate => Ok(ctx.v6gate_bin.clone()),
+            RelayKind::V6gateXdp => relay::xdp_availability(&ctx.v6gate_bin).map(|()| ctx.v6gate_bin.clone()),
             RelayKind::Rtpengine => peers::require("rtpengine", &args.rtpengine_bin),
         };
         let bin = match bin {
@@ -529,6 +537,9 @@ pub fn run(args: Args) -> Result<Report> {
         };
         eprintln!("{name}:");
         let topo = RelayTopo::build(&format!("{prefix}-r"), false)?;
+        if kind == RelayKind::V6gateXdp {
+            relay::prepare_xdp(&topo)?;
+        }
         let dirs = measure_device(&ctx, &topo, Some((kind, &bin)), name, max_for_relays);
         relays.push(Device { name: name.into(), version: peers::version(&bin), skipped: None, directions: dirs });
     }

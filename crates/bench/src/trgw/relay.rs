@@ -25,17 +25,70 @@ pub const PORTS: (u16, u16) = (20000, 59999);
 pub fn v6gate_config(v4: Ipv4Addr, v6: Ipv6Addr, ports: (u16, u16), workers: usize) -> Result<String> {
     gateconf::V6gate {
         header: vec!["v6gate bench trgw: relay between the ua6 and ua4 namespaces".into()],
-        trgw: Some(gateconf::Trgw {
-            ng: Some(NG.into()),
-            port_min: ports.0,
-            port_max: ports.1,
-            workers: Some(workers),
-            interface: vec![gateconf::TrgwInterface { name: "pub".into(), ipv4: Some(v4), ipv6: Some(v6) }],
-            ..Default::default()
-        }),
+        trgw: v6gate_trgw(v4, v6, ports, workers),
         ..Default::default()
     }
     .render()
+}
+
+fn v6gate_trgw(v4: Ipv4Addr, v6: Ipv6Addr, ports: (u16, u16), workers: usize) -> Option<gateconf::Trgw> {
+    Some(gateconf::Trgw {
+        ng: Some(NG.into()),
+        port_min: ports.0,
+        port_max: ports.1,
+        workers: Some(workers),
+        interface: vec![gateconf::TrgwInterface { name: "pub".into(), ipv4: Some(v4), ipv6: Some(v6) }],
+        ..Default::default()
+    })
+}
+
+/// TrGW media streams the XDP relay's fast path carries at most (two per
+/// call: 10,000 calls and room).
+const XDP_TRGW_STREAMS: u32 = 1 << 15;
+
+/// The `v6gate run` configuration of the XDP relay: [`v6gate_config`]'s
+/// `[trgw]` and the XDP fast path (native mode) on the relay's interfaces
+/// `r6` and `r4`; the admin API stays on its default (127.0.0.1:9164 in
+/// the relay namespace).
+pub fn v6gate_xdp_config(v4: Ipv4Addr, v6: Ipv6Addr, ports: (u16, u16), workers: usize) -> Result<String> {
+    let mut c = gateconf::V6gate {
+        header: vec!["v6gate bench trgw: relay between the ua6 and ua4 namespaces, XDP fast path".into()],
+        xdp: Some(gateconf::Xdp {
+            interfaces: vec!["r6".into(), "r4".into()],
+            mode: Some("native".into()),
+            nat64_sessions: None,
+            trgw_streams: Some(XDP_TRGW_STREAMS),
+        }),
+        ..Default::default()
+    };
+    c.trgw = v6gate_trgw(v4, v6, ports, workers);
+    c.render()
+}
+
+/// Why the XDP relay cannot run with `v6gate` (`Ok`: it can).
+pub(super) fn xdp_availability(v6gate: &Path) -> std::result::Result<(), String> {
+    let f = gateconf::Features::of(v6gate);
+    match (f.run, f.xdp) {
+        (true, true) => Ok(()),
+        (false, _) => Err(format!("{} has no `run` subcommand (daemon not built in)", v6gate.display())),
+        (true, false) => Err(format!("{} has no [xdp] (XDP fast path)", v6gate.display())),
+    }
+}
+
+/// Readies the UA ends of the relay's links for the XDP relay: NAPI on
+/// (GRO), so that the fast path can redirect frames into them, and the
+/// transmit checksum offload off, so that the UAs' datagrams carry a full
+/// UDP checksum the fast path can verify (a partial one is passed to the
+/// slow path, see `xdp::sys::set_tx_checksum`).
+pub(super) fn prepare_xdp(topo: &RelayTopo) -> Result<()> {
+    for (ns, dev) in [(&topo.ua6, "u6"), (&topo.ua4, "u4")] {
+        ns.run(|| {
+            xdp::sys::set_gro(dev, true).with_context(|| format!("GRO on {dev}"))?;
+            xdp::sys::set_tx_checksum(dev, false).with_context(|| format!("tx checksum offload off on {dev}"))?;
+            Ok(())
+        })?;
+    }
+    Ok(())
 }
 
 /// rtpengine's command-line arguments for the same setup: userspace only
@@ -74,6 +127,11 @@ pub(super) fn start(ctx: &Ctx, topo: &RelayTopo, kind: RelayKind, bin: &Path, ta
             let cfg = ctx.work.join("v6gate-trgw.toml");
             std::fs::write(&cfg, v6gate_config(RELAY4, RELAY6, PORTS, ctx.relay_threads)?)?;
             cmd.arg("trgw").arg("--config").arg(&cfg);
+        }
+        RelayKind::V6gateXdp => {
+            let cfg = ctx.work.join("v6gate-xdp.toml");
+            std::fs::write(&cfg, v6gate_xdp_config(RELAY4, RELAY6, PORTS, ctx.relay_threads)?)?;
+            cmd.arg("run").arg("--config").arg(&cfg);
         }
         RelayKind::Rtpengine => {
             cmd.args(rtpengine_args(NG, RELAY4, RELAY6, PORTS, Some(ctx.relay_threads), 4));
@@ -196,6 +254,14 @@ mod tests {
                 && c.contains("workers = 2")
                 && c.contains("ipv6 = \"2001:db8:6::1\""),
             "{c}"
+        );
+        let x = v6gate_xdp_config(RELAY4, RELAY6, PORTS, 2).unwrap();
+        let trgw = c.split_once("[trgw]").unwrap().1;
+        assert!(x.contains(trgw.split("\n\n[[").next().unwrap()), "the same [trgw] keys:\n{x}\n{c}");
+        assert!(
+            x.contains("[xdp]\ninterfaces = [\"r6\", \"r4\"]\nmode = \"native\"\ntrgw-streams = 32768\n")
+                && x.contains("workers = 2"),
+            "{x}"
         );
         let r = rtpengine_args(NG, RELAY4, RELAY6, PORTS, Some(3), 4);
         assert!(r.contains(&"--interface=10.0.4.1".to_string()) && r.contains(&"--num-threads=3".to_string()));

@@ -21,18 +21,28 @@ pub(super) fn availability(dut: Dut, v6gate: &Path) -> Option<String> {
     match dut {
         Dut::Tester | Dut::Kernel => None,
         Dut::TaygaSiit | Dut::TaygaNat64 => peers::require("tayga", Path::new("tayga")).err(),
-        Dut::V6gateSiit | Dut::V6gateNat64 => {
+        Dut::V6gateSiit | Dut::V6gateNat64 | Dut::V6gateXdpSiit | Dut::V6gateXdpNat64 => {
             let f = Features::of(v6gate);
             if !f.run {
                 Some(format!("{} has no `run` subcommand (daemon not built in)", v6gate.display()))
-            } else if dut == Dut::V6gateNat64 && !f.nat64 {
+            } else if dut.stateful() && !f.nat64 {
                 Some("this v6gate has no [nat64]".into())
+            } else if dut.xdp() && !f.xdp {
+                Some("this v6gate has no [xdp] (XDP fast path)".into())
             } else {
                 None
             }
         }
     }
 }
+
+/// The admin API of the XDP DUTs, in the DUT namespace (`v6gate ctl xdp`
+/// tells when the fast path is attached and the NAT64 sessions mirrored).
+pub const XDP_ADMIN: &str = "127.0.0.1:9164";
+
+/// NAT64 sessions the XDP DUT's fast path may carry: every flow of a run
+/// (`--flows`), with room.
+const XDP_NAT64_SESSIONS: u32 = 1 << 17;
 
 /// The TAYGA configuration for the bench (SIIT: a static map for the IPv6
 /// host; NAT64: a dynamic pool).
@@ -48,14 +58,26 @@ pub fn tayga_conf(nat64: bool) -> String {
     .render()
 }
 
-/// The v6gate configuration for the bench DUT; `tun_extra`: `key = value`
-/// lines added to `[tun]` (`--v6gate-tun`).
-pub fn v6gate_conf(nat64: bool, queues: usize, tun_extra: &[String]) -> Result<String> {
+/// The v6gate configuration for the bench DUT; `xdp`: with the XDP fast
+/// path (native mode) on the DUT's interfaces and the admin API on
+/// [`XDP_ADMIN`]; `tun_extra`: `key = value` lines added to `[tun]`
+/// (`--v6gate-tun`).
+pub fn v6gate_conf(nat64: bool, xdp: bool, queues: usize, tun_extra: &[String]) -> Result<String> {
     let mut c = gateconf::V6gate {
         tun: Some(
             gateconf::Tun { name: TUN.into(), queues: Some(queues), ..Default::default() }.with_lines(tun_extra)?,
         ),
-        admin: Some(gateconf::Admin { enabled: Some(false), listen: None }),
+        admin: Some(if xdp {
+            gateconf::Admin { enabled: Some(true), listen: Some(XDP_ADMIN.into()) }
+        } else {
+            gateconf::Admin { enabled: Some(false), listen: None }
+        }),
+        xdp: xdp.then(|| gateconf::Xdp {
+            interfaces: vec!["d6".into(), "d4".into()],
+            mode: Some("native".into()),
+            nat64_sessions: nat64.then_some(XDP_NAT64_SESSIONS),
+            trgw_streams: None,
+        }),
         ..Default::default()
     };
     if nat64 {
@@ -127,16 +149,54 @@ pub(super) fn start(ctx: &Ctx, dut: Dut, topo: &BenchTopo) -> Result<Option<Proc
             p.alive()?;
             Ok(Some(p))
         }
-        Dut::V6gateSiit | Dut::V6gateNat64 => {
+        Dut::V6gateSiit | Dut::V6gateNat64 | Dut::V6gateXdpSiit | Dut::V6gateXdpNat64 => {
             let conf = ctx.work.join("v6gate.toml");
-            std::fs::write(&conf, v6gate_conf(dut.stateful(), ctx.dut_cpus.len(), &ctx.a.v6gate_tun)?)?;
+            std::fs::write(&conf, v6gate_conf(dut.stateful(), dut.xdp(), ctx.dut_cpus.len(), &ctx.a.v6gate_tun)?)?;
             let mut c = placed(ctx, ns, &ctx.v6gate.to_string_lossy());
             c.args(["run", "--config", &conf.to_string_lossy()]);
             let mut p = Proc::spawn("v6gate", c, Some(&ctx.work.join("v6gate.log")))?;
             wait_for_link(ns, TUN, &mut p)?;
             route_translated(ns, dut.stateful())?;
+            if dut.xdp() {
+                let x = wait_xdp(ctx, ns, &mut p, "attached to d6 and d4", |x| {
+                    x["interfaces"].as_array().is_some_and(|a| a.len() == 2)
+                })?;
+                let modes: Vec<&str> = x["interfaces"].as_array().into_iter().flatten().filter_map(|i| i["mode"].as_str()).collect();
+                eprintln!("bench xlat: {}: XDP attached ({})", dut.name(), modes.join(", "));
+            }
             Ok(Some(p))
         }
+    }
+}
+
+/// `v6gate ctl xdp` of the DUT, once `ok` holds for it (10 s at most).
+pub(super) fn wait_xdp(
+    ctx: &Ctx,
+    ns: &Netns,
+    p: &mut Proc,
+    what: &str,
+    ok: impl Fn(&serde_json::Value) -> bool,
+) -> Result<serde_json::Value> {
+    let v6gate = ctx.v6gate.to_string_lossy();
+    let mut last;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        p.alive()?;
+        match ns.exec(&v6gate, &["ctl", "--admin", XDP_ADMIN, "xdp"]) {
+            Ok(out) => {
+                last = String::from_utf8_lossy(&out.stdout).into_owned();
+                if let Ok(x) = serde_json::from_str::<serde_json::Value>(&last) {
+                    if ok(&x) {
+                        return Ok(x);
+                    }
+                }
+            }
+            Err(e) => last = format!("{e:#}"),
+        }
+        if std::time::Instant::now() > deadline {
+            bail!("the XDP fast path was not {what} within 10 s: {last}{}", p.log_note());
+        }
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
@@ -149,13 +209,19 @@ mod tests {
         let t = tayga_conf(false);
         assert!(t.contains("map 192.0.2.130 2001:db8:46::10") && t.contains("prefix 2001:db8:64::/96"));
         assert!(tayga_conf(true).contains("dynamic-pool 203.0.113.128/25"));
-        let v = v6gate_conf(false, 1, &["io = \"poll\"".to_string()]).unwrap();
+        let v = v6gate_conf(false, false, 1, &["io = \"poll\"".to_string()]).unwrap();
         assert!(
             v.contains("[siit]") && v.contains("name = \"xlat0\"") && v.contains("queues = 1\nio = \"poll\"\n"),
             "{v}"
         );
-        assert!(v6gate_conf(true, 2, &[]).unwrap().contains("max-sessions = 4194304"));
-        assert!(v6gate_conf(false, 1, &["not toml".into()]).is_err());
+        assert!(v6gate_conf(true, false, 2, &[]).unwrap().contains("max-sessions = 4194304"));
+        assert!(v6gate_conf(false, false, 1, &["not toml".into()]).is_err());
+        assert!(!v.contains("[xdp]") && v.contains("enabled = false"), "{v}");
+        let x = v6gate_conf(true, true, 1, &[]).unwrap();
+        // (lab::gateconf's tests parse [xdp] with the daemon's parser.)
+        assert!(x.contains("[xdp]\ninterfaces = [\"d6\", \"d4\"]\nmode = \"native\"\nnat64-sessions = 131072\n"), "{x}");
+        assert!(x.contains(&format!("enabled = true\nlisten = \"{XDP_ADMIN}\"")), "{x}");
+        assert!(!v6gate_conf(false, true, 1, &[]).unwrap().contains("nat64-sessions"));
     }
 
     #[test]

@@ -47,6 +47,13 @@ pub enum Dut {
     V6gateSiit,
     /// `v6gate run` with `[nat64]` (stateful NAT64).
     V6gateNat64,
+    /// `v6gate run` with `[siit]` and the XDP fast path (`[xdp]`, native
+    /// mode) on the DUT's interfaces `d6` and `d4`.
+    V6gateXdpSiit,
+    /// `v6gate run` with `[nat64]` and the XDP fast path: established
+    /// sessions (created by the warm-up, mirrored before the search) are
+    /// translated in XDP.
+    V6gateXdpNat64,
 }
 
 impl Dut {
@@ -59,12 +66,24 @@ impl Dut {
             Dut::TaygaNat64 => "tayga-nat64",
             Dut::V6gateSiit => "v6gate-siit",
             Dut::V6gateNat64 => "v6gate-nat64",
+            Dut::V6gateXdpSiit => "v6gate-xdp-siit",
+            Dut::V6gateXdpNat64 => "v6gate-xdp-nat64",
         }
     }
 
     /// Whether the DUT keeps per-flow state (NAT64).
     pub fn stateful(self) -> bool {
-        matches!(self, Dut::TaygaNat64 | Dut::V6gateNat64)
+        matches!(self, Dut::TaygaNat64 | Dut::V6gateNat64 | Dut::V6gateXdpNat64)
+    }
+
+    /// Whether the DUT runs the XDP fast path.
+    pub fn xdp(self) -> bool {
+        matches!(self, Dut::V6gateXdpSiit | Dut::V6gateXdpNat64)
+    }
+
+    /// Whether the DUT is `v6gate run` (with or without the fast path).
+    pub fn v6gate(self) -> bool {
+        matches!(self, Dut::V6gateSiit | Dut::V6gateNat64) || self.xdp()
     }
 }
 
@@ -94,7 +113,7 @@ pub struct Args {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "tester,kernel,tayga-siit,tayga-nat64,v6gate-siit,v6gate-nat64"
+        default_value = "tester,kernel,tayga-siit,tayga-nat64,v6gate-siit,v6gate-nat64,v6gate-xdp-siit,v6gate-xdp-nat64"
     )]
     pub dut: Vec<Dut>,
     /// IPv6 frame sizes in bytes (RFC 8219; the IPv4 side is 20 bytes shorter).

@@ -71,7 +71,7 @@ fn headers(dut: Dut, dir: Dir, flow_ports: &[(u16, u16)], nat: Option<&[Option<(
             (Dut::Kernel, Dir::V6ToV4) => {
                 Header { src: IpAddr::V4(HOST6_AS_V4), dst: IpAddr::V4(HOST4), ..v6_out(sp, dp) }
             }
-            (Dut::Kernel, Dir::V4ToV6) | (Dut::TaygaSiit | Dut::V6gateSiit, Dir::V4ToV6) => {
+            (Dut::Kernel, Dir::V4ToV6) | (Dut::TaygaSiit | Dut::V6gateSiit | Dut::V6gateXdpSiit, Dir::V4ToV6) => {
                 v4_in(IpAddr::V4(HOST6_AS_V4), dp, sp)
             }
             (_, Dir::V6ToV4) => v6_out(sp, dp),
@@ -283,12 +283,21 @@ pub(super) fn bench_dut(ctx: &Ctx, dut: Dut, ceiling: &[(Dir, usize, f64)]) -> D
             let topo = BenchTopo::create(&a.prefix, dut == Dut::Tester)?;
             prepare_ports(ctx, dut, &topo)?;
             let mut proc_ = dut::start(ctx, dut, &topo)?;
-            let nat = if dut.stateful() && dir == Dir::V4ToV6 {
+            // NAT64 4to6 needs the sessions first; the XDP DUT measures
+            // established flows both ways: every session created (6to4)
+            // and mirrored into the fast path before the search.
+            let nat = if dut.stateful() && (dir == Dir::V4ToV6 || dut.xdp()) {
                 let m = learn_nat(ctx, &topo, dut, &flow_ports)?;
-                if m.iter().all(Option::is_none) {
+                let learned = m.iter().flatten().count();
+                if learned == 0 {
                     bail!("no NAT64 session was created by the 6to4 warm-up");
                 }
-                Some(m)
+                if let Some(p) = proc_.as_mut().filter(|_| dut.xdp()) {
+                    dut::wait_xdp(ctx, &topo.dut, p, &format!("carrying the {learned} sessions"), |x| {
+                        x["nat64"]["sessions_mirrored"].as_u64().is_some_and(|n| n >= learned as u64)
+                    })?;
+                }
+                (dir == Dir::V4ToV6).then_some(m)
             } else {
                 None
             };
@@ -310,7 +319,9 @@ pub(super) fn bench_dut(ctx: &Ctx, dut: Dut, ceiling: &[(Dir, usize, f64)]) -> D
                 rep.points.push(p);
             }
         }
-        if dut.stateful() {
+        // The first packet of a session always takes the slow path: the
+        // XDP DUT's session setup is v6gate-nat64's.
+        if dut.stateful() && !dut.xdp() {
             let topo = BenchTopo::create(&a.prefix, false)?;
             prepare_ports(ctx, dut, &topo)?;
             let mut proc_ = dut::start(ctx, dut, &topo)?;
