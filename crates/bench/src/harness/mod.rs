@@ -9,6 +9,8 @@
 //!   by every namespace) and the pacer that schedules packets on it;
 //! - [`latency`]: the one latency summary (HDR histogram: median, p99,
 //!   p99.9, max, mean, PDV);
+//! - [`fastpath`]: what a v6gate DUT's XDP fast path carried (`v6gate
+//!   ctl xdp`: packets per function, passes to the slow path);
 //! - [`search`]: trials and the search for the highest zero-loss load
 //!   (RFC 2544 §26.1 / RFC 8219 §7.1 binary search, or doubling first).
 //!
@@ -17,6 +19,7 @@
 
 pub mod clock;
 pub mod cpu;
+pub mod fastpath;
 pub mod guard;
 pub mod latency;
 pub mod peers;

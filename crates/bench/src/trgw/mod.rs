@@ -26,6 +26,7 @@ use lab::topo::relay_addr::*;
 use lab::topo::RelayTopo;
 use serde::Serialize;
 
+use crate::harness::fastpath::{ctl_xdp, FastPath};
 use crate::harness::guard::{Proc, RunGuard};
 use crate::harness::latency::us;
 use crate::harness::search::Start;
@@ -205,6 +206,11 @@ pub struct Trial {
     pub setup_s: f64,
     /// CPU seconds the relay used per wall second during the media phase.
     pub relay_cpu: Option<f64>,
+    /// The XDP relay: packets relayed on the fast path and passed to the
+    /// slow path during the trial (the first packets of each stream latch
+    /// on the slow path).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fast_path: Option<FastPath>,
     #[serde(flatten)]
     pub outcome: Outcome,
 }
@@ -355,7 +361,14 @@ fn trial(ctx: &Ctx, topo: &RelayTopo, relay: Relay, dir: Direction, n: u32, pack
     if let Some(p) = &mut proc_ {
         p.alive().context("during the trial")?;
     }
-    Ok(Trial { calls: n, packets, passed: outcome.passes(), setup_s, relay_cpu, outcome })
+    let fast_path = match relay {
+        Some((RelayKind::V6gateXdp, bin)) => {
+            let x = ctl_xdp(&topo.relay, &bin.to_string_lossy(), relay::XDP_ADMIN)?;
+            Some(FastPath::of(&x["counters"], "trgw"))
+        }
+        _ => None,
+    };
+    Ok(Trial { calls: n, packets, passed: outcome.passes(), setup_s, relay_cpu, fast_path, outcome })
 }
 
 /// The search for the maximum zero-loss number of calls: doubling from
@@ -412,6 +425,9 @@ fn print_trial(who: &str, dir: Direction, t: &Trial) {
         us(o.send_lag.p99_ns),
         if t.passed { "" } else { "  [fail]" },
     );
+    if let Some(f) = &t.fast_path {
+        eprintln!("  {who:<9} {:<15} {:>5} calls: {f}", dir.label(), t.calls);
+    }
 }
 
 fn measure_device(ctx: &Ctx, topo: &RelayTopo, relay: Relay, name: &str, max_calls: u32) -> Vec<DirResult> {
@@ -585,7 +601,7 @@ mod tests {
             missing: u64::from(!pass),
             ..Default::default()
         };
-        Trial { calls, packets: 1, passed: o.passes(), setup_s: 0.0, relay_cpu: None, outcome: o }
+        Trial { calls, packets: 1, passed: o.passes(), setup_s: 0.0, relay_cpu: None, fast_path: None, outcome: o }
     }
 
     #[test]

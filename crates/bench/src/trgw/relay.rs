@@ -42,14 +42,17 @@ fn v6gate_trgw(v4: Ipv4Addr, v6: Ipv6Addr, ports: (u16, u16), workers: usize) ->
     })
 }
 
+/// The XDP relay's admin API (the daemon's default, in the relay
+/// namespace): `v6gate ctl xdp` reads its fast-path counters.
+pub const XDP_ADMIN: &str = "127.0.0.1:9164";
+
 /// TrGW media streams the XDP relay's fast path carries at most (two per
 /// call: 10,000 calls and room).
 const XDP_TRGW_STREAMS: u32 = 1 << 15;
 
 /// The `v6gate run` configuration of the XDP relay: [`v6gate_config`]'s
 /// `[trgw]` and the XDP fast path (native mode) on the relay's interfaces
-/// `r6` and `r4`; the admin API stays on its default (127.0.0.1:9164 in
-/// the relay namespace).
+/// `r6` and `r4`; the admin API on [`XDP_ADMIN`] (the default).
 pub fn v6gate_xdp_config(v4: Ipv4Addr, v6: Ipv6Addr, ports: (u16, u16), workers: usize) -> Result<String> {
     let mut c = gateconf::V6gate {
         header: vec!["v6gate bench trgw: relay between the ua6 and ua4 namespaces, XDP fast path".into()],

@@ -88,9 +88,30 @@ pub fn markdown(r: &Report) -> String {
     let mut headers = vec![("device", Align::Left)];
     headers.extend(dirs.iter().map(|d| (d.label(), Align::Right)));
     s.push_str(&markdown_table(&headers, &rows));
-    if let (Some(a), Some(b)) = (zero_loss(r, "v6gate", Direction::V6v4), zero_loss(r, "rtpengine", Direction::V6v4)) {
-        if b > 0 {
-            let _ = writeln!(s, "\nv6gate / rtpengine (IPv6->IPv4): {:.2}x", f64::from(a) / f64::from(b));
+    // The ratios to rtpengine of every direction both were searched in
+    // (the XDP bar: >= 10x in IPv6->IPv4 and IPv4->IPv6).
+    for dev in ["v6gate", "v6gate-xdp"] {
+        for dir in [Direction::V6v4, Direction::V4v6, Direction::Both] {
+            if let (Some(a), Some(b)) = (zero_loss(r, dev, dir), zero_loss(r, "rtpengine", dir)) {
+                if b > 0 {
+                    let _ = writeln!(s, "\n{dev} / rtpengine ({}): {:.2}x", dir.label(), f64::from(a) / f64::from(b));
+                }
+            }
+        }
+    }
+    // The XDP bar's latency: p99 one-way through the relay at 10,000 calls.
+    for d in r.relays.iter().filter(|d| d.name == "v6gate-xdp") {
+        for x in &d.directions {
+            if let Some(t) = all_trials(x).into_iter().find(|t| t.calls == 10_000) {
+                let _ = writeln!(
+                    s,
+                    "\n{} p99 one-way latency at 10,000 calls ({}): {} µs{}",
+                    d.name,
+                    x.direction.label(),
+                    us(t.outcome.latency.p99_ns),
+                    if t.passed { "" } else { " (the trial lost packets)" }
+                );
+            }
         }
     }
     // The second bar: average latency at 1,000 calls.
@@ -122,6 +143,9 @@ pub fn markdown(r: &Report) -> String {
                         if o.rising_queue { "yes" } else { "no" }.into(),
                         t.relay_cpu.map(|c| format!("{:.0}", c * 100.0)).unwrap_or("-".into()),
                         format!("{:.0}", o.send_lag.p99_ns as f64 / 1e3),
+                        t.fast_path.as_ref().map_or("-".into(), |f| {
+                            format!("{:.1}", f.packets as f64 * 100.0 / (f.packets + f.passed).max(1) as f64)
+                        }),
                     ]);
                 }
                 if let Some(e) = &x.error {
@@ -143,6 +167,7 @@ pub fn markdown(r: &Report) -> String {
                 ("rising queue", L),
                 ("relay CPU %", R),
                 ("tester send lag p99 µs", R),
+                ("XDP fast path %", R),
             ],
             &rows,
         ));
@@ -227,6 +252,22 @@ mod tests {
         }
     }
 
+    /// The XDP relay: 15,000 calls searched, a trial at 10,000 with its
+    /// fast-path share.
+    fn xdp_device() -> Device {
+        let mut d = device("v6gate-xdp", 15_000, 20);
+        let mut t = fake_trial(10_000, true);
+        t.outcome.latency.p99_ns = 640_000;
+        t.fast_path = Some(crate::harness::fastpath::FastPath {
+            function: "trgw".into(),
+            packets: 990,
+            passed: 10,
+            passes: vec![("no-match".into(), 10)],
+        });
+        d.directions[0].points.push(t);
+        d
+    }
+
     #[test]
     fn report_states_the_bars_and_writes_plots() {
         let r = Report {
@@ -245,13 +286,16 @@ mod tests {
             online_cpus: 2,
             kernel: "k".into(),
             ceiling: None,
-            relays: vec![device("v6gate", 3000, 50), device("rtpengine", 1500, 80)],
+            relays: vec![device("v6gate", 3000, 50), xdp_device(), device("rtpengine", 1500, 80)],
             notes: vec![],
         };
         assert_eq!((r.frame_bytes.ipv4, r.frame_bytes.ipv6), (214, 234), "the paper's G.711 frames");
         let md = markdown(&r);
         assert!(md.contains("| v6gate | 3000 |"), "{md}");
         assert!(md.contains("v6gate / rtpengine (IPv6->IPv4): 2.00x"), "{md}");
+        assert!(md.contains("v6gate-xdp / rtpengine (IPv6->IPv4): 10.00x"), "{md}");
+        assert!(md.contains("v6gate-xdp p99 one-way latency at 10,000 calls (IPv6->IPv4): 640.0 µs\n"), "{md}");
+        assert!(md.contains("| v6gate-xdp | 10000 |") && md.contains("| 99.0 |"), "{md}");
         assert!(md.contains("v6gate 50.0 µs, rtpengine 80.0 µs"), "{md}");
         assert_eq!(zero_loss(&r, "rtpengine", Direction::V6v4), Some(1500));
         let dir = std::env::temp_dir().join(lab::netns::unique_name("v6gate-bench-report"));
@@ -259,10 +303,12 @@ mod tests {
         write(&r, &mut o).unwrap();
         assert!(o.summary().starts_with("wrote results.json, results.md, fig8-loss-v6v4.svg"), "{}", o.summary());
         let svg = std::fs::read_to_string(dir.join("fig8-loss-v6v4.svg")).unwrap();
-        assert_eq!(svg.matches("<polyline").count(), 2);
+        assert_eq!(svg.matches("<polyline").count(), 3, "one line per relay");
         assert!(dir.join("fig9-latency-v6v4.svg").exists());
         let json: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap();
+        assert_eq!(json["relays"][1]["directions"][0]["points"][1]["fast_path"]["packets"], 990);
+        assert!(json["relays"][0]["directions"][0]["points"][0].get("fast_path").is_none(), "only the XDP relay's");
         let t = &json["relays"][0]["directions"][0]["points"][0];
         assert_eq!((t["calls"].as_u64(), t["latency"]["mean_ns"].as_u64()), (Some(1000), Some(50_000)), "{t}");
         assert!(t["passed"].as_bool().unwrap() && t["rising_queue"].is_boolean(), "the outcome is flattened: {t}");

@@ -12,9 +12,9 @@ use lab::topo::bench_addr::*;
 use lab::topo::BenchTopo;
 
 use super::{Ctx, Dut};
-use crate::harness::cpu;
 use crate::harness::guard::Proc;
 use crate::harness::peers;
+use crate::harness::{cpu, fastpath};
 
 /// Why a DUT cannot run here (`None`: it can).
 pub(super) fn availability(dut: Dut, v6gate: &Path) -> Option<String> {
@@ -161,7 +161,8 @@ pub(super) fn start(ctx: &Ctx, dut: Dut, topo: &BenchTopo) -> Result<Option<Proc
                 let x = wait_xdp(ctx, ns, &mut p, "attached to d6 and d4", |x| {
                     x["interfaces"].as_array().is_some_and(|a| a.len() == 2)
                 })?;
-                let modes: Vec<&str> = x["interfaces"].as_array().into_iter().flatten().filter_map(|i| i["mode"].as_str()).collect();
+                let modes: Vec<&str> =
+                    x["interfaces"].as_array().into_iter().flatten().filter_map(|i| i["mode"].as_str()).collect();
                 eprintln!("bench xlat: {}: XDP attached ({})", dut.name(), modes.join(", "));
             }
             Ok(Some(p))
@@ -182,15 +183,9 @@ pub(super) fn wait_xdp(
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
         p.alive()?;
-        match ns.exec(&v6gate, &["ctl", "--admin", XDP_ADMIN, "xdp"]) {
-            Ok(out) => {
-                last = String::from_utf8_lossy(&out.stdout).into_owned();
-                if let Ok(x) = serde_json::from_str::<serde_json::Value>(&last) {
-                    if ok(&x) {
-                        return Ok(x);
-                    }
-                }
-            }
+        match fastpath::ctl_xdp(ns, &v6gate, XDP_ADMIN) {
+            Ok(x) if ok(&x) => return Ok(x),
+            Ok(x) => last = x.to_string(),
             Err(e) => last = format!("{e:#}"),
         }
         if std::time::Instant::now() > deadline {
@@ -219,7 +214,10 @@ mod tests {
         assert!(!v.contains("[xdp]") && v.contains("enabled = false"), "{v}");
         let x = v6gate_conf(true, true, 1, &[]).unwrap();
         // (lab::gateconf's tests parse [xdp] with the daemon's parser.)
-        assert!(x.contains("[xdp]\ninterfaces = [\"d6\", \"d4\"]\nmode = \"native\"\nnat64-sessions = 131072\n"), "{x}");
+        assert!(
+            x.contains("[xdp]\ninterfaces = [\"d6\", \"d4\"]\nmode = \"native\"\nnat64-sessions = 131072\n"),
+            "{x}"
+        );
         assert!(x.contains(&format!("enabled = true\nlisten = \"{XDP_ADMIN}\"")), "{x}");
         assert!(!v6gate_conf(false, true, 1, &[]).unwrap().contains("nat64-sessions"));
     }

@@ -287,6 +287,9 @@ pub struct DutReport {
     pub points: Vec<Point>,
     /// NAT64 session setup.
     pub setup: Option<Setup>,
+    /// What the run observed besides the figures (the XDP DUTs: packets
+    /// on the fast path and passes to the slow path, per direction).
+    pub notes: Vec<String>,
 }
 
 /// The whole run.
@@ -369,7 +372,13 @@ pub fn run(args: &Args) -> Result<Report> {
             dut::availability(dut, &ctx.v6gate)
         };
         let r = match why {
-            Some(why) => DutReport { dut: dut.name(), status: format!("skipped: {why}"), points: vec![], setup: None },
+            Some(why) => DutReport {
+                dut: dut.name(),
+                status: format!("skipped: {why}"),
+                points: vec![],
+                setup: None,
+                notes: vec![],
+            },
             None => trial::bench_dut(&ctx, dut, &ceiling),
         };
         if dut == Dut::Tester {

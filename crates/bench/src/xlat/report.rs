@@ -56,6 +56,12 @@ pub fn markdown(r: &Report) -> String {
         ],
         &rows,
     );
+    let notes: Vec<String> =
+        r.duts.iter().flat_map(|d| d.notes.iter().map(move |n| format!("- {}: {n}\n", d.dut))).collect();
+    if !notes.is_empty() {
+        o += "\n";
+        o += &notes.concat();
+    }
     let setups: Vec<&DutReport> = r.duts.iter().filter(|d| d.setup.is_some()).collect();
     if !setups.is_empty() {
         o += "\n## NAT64 session setup\n\n";
@@ -161,6 +167,7 @@ mod tests {
                     status: "skipped: tayga is not installed".into(),
                     points: vec![],
                     setup: None,
+                    notes: vec![],
                 },
                 DutReport {
                     dut: "kernel",
@@ -178,6 +185,7 @@ mod tests {
                         by_load: vec![],
                     }],
                     setup: None,
+                    notes: vec!["6to4: fast path 10 packets".into()],
                 },
             ],
         }
@@ -188,6 +196,7 @@ mod tests {
         let md = markdown(&report());
         assert!(md.contains("| tayga-siit |  |  | skipped: tayga is not installed |"), "{md}");
         assert!(md.contains("| kernel | 6to4 | 84 | 1000 | 0.5 |  | 12.3 |"), "{md}");
+        assert!(md.contains("\n- kernel: 6to4: fast path 10 packets\n"), "{md}");
         assert!(md.contains("|---|---|---:|---:|"), "{md}");
     }
 

@@ -12,6 +12,7 @@ use lab::topo::bench_addr::*;
 use lab::topo::BenchTopo;
 
 use super::{dut, Ctx, Dir, Dut, DutReport, LoadResult, Point, Setup, SetupProbe};
+use crate::harness::fastpath::FastPath;
 use crate::harness::guard::Proc;
 use crate::harness::latency::us;
 use crate::harness::search::{Found, Search};
@@ -258,6 +259,16 @@ fn measure_setup(ctx: &Ctx, topo: &BenchTopo, proc_: &mut Option<Proc>) -> Resul
     Ok(Setup { setup_rate_fps: found.best, search: tried(&found), probes })
 }
 
+/// The counter of the XDP DUT's fast path for `dir`.
+fn fast_function(dut: Dut, dir: Dir) -> &'static str {
+    match (dut.stateful(), dir) {
+        (false, Dir::V6ToV4) => "siit-6to4",
+        (false, Dir::V4ToV6) => "siit-4to6",
+        (true, Dir::V6ToV4) => "nat64-6to4",
+        (true, Dir::V4ToV6) => "nat64-4to6",
+    }
+}
+
 /// Lets the tester prepare the DUT's ports it sends into (the XDP tester
 /// turns on the veth NAPI its frames need).
 fn prepare_ports(ctx: &Ctx, dut: Dut, topo: &BenchTopo) -> Result<()> {
@@ -273,7 +284,7 @@ fn prepare_ports(ctx: &Ctx, dut: Dut, topo: &BenchTopo) -> Result<()> {
 /// Every measurement of one DUT; an error ends the DUT with `error: ...`.
 pub(super) fn bench_dut(ctx: &Ctx, dut: Dut, ceiling: &[(Dir, usize, f64)]) -> DutReport {
     let a = ctx.a;
-    let mut rep = DutReport { dut: dut.name(), status: "ok".into(), points: vec![], setup: None };
+    let mut rep = DutReport { dut: dut.name(), status: "ok".into(), points: vec![], setup: None, notes: vec![] };
     let res = (|| -> Result<()> {
         let flow_ports = frame::rfc4814_ports(a.flows, 4814);
         let dirs: &[Dir] = if a.setup_only { &[] } else { &a.dir };
@@ -318,6 +329,12 @@ pub(super) fn bench_dut(ctx: &Ctx, dut: Dut, ceiling: &[(Dir, usize, f64)]) -> D
                 );
                 rep.points.push(p);
             }
+            if let Some(p) = proc_.as_mut().filter(|_| dut.xdp()) {
+                let x = dut::wait_xdp(ctx, &topo.dut, p, "answering", |_| true)?;
+                let note = format!("{}: {}", dir.name(), FastPath::of(&x["counters"], fast_function(dut, dir)));
+                eprintln!("bench xlat: {} {note}", dut.name());
+                rep.notes.push(note);
+            }
         }
         // The first packet of a session always takes the slow path: the
         // XDP DUT's session setup is v6gate-nat64's.
@@ -356,5 +373,11 @@ mod tests {
         assert_eq!(n.len(), 1);
         assert_eq!((n[0].dst.to_string().as_str(), n[0].sport, n[0].dport), ("203.0.113.129", 54, 2000));
         assert_eq!(host6(7, 1).to_string(), "2001:db8:46::7:1");
+    }
+
+    #[test]
+    fn fast_function_per_dut_and_direction() {
+        assert_eq!(fast_function(Dut::V6gateXdpNat64, Dir::V6ToV4), "nat64-6to4");
+        assert_eq!(fast_function(Dut::V6gateXdpSiit, Dir::V4ToV6), "siit-4to6");
     }
 }
