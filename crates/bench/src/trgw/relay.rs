@@ -78,12 +78,16 @@ pub(super) fn xdp_availability(v6gate: &Path) -> std::result::Result<(), String>
     }
 }
 
-/// Readies the UA ends of the relay's links for the XDP relay: NAPI on
-/// (GRO), so that the fast path can redirect frames into them, and the
-/// transmit checksum offload off, so that the UAs' datagrams carry a full
-/// UDP checksum the fast path can verify (a partial one is passed to the
-/// slow path, see `xdp::sys::set_tx_checksum`).
+/// Readies the topology for the XDP relay: forwarding on in the relay
+/// namespace (`bpf_fib_lookup` answers only for interfaces that forward;
+/// otherwise every packet passes, counted as `fib`); on the UA ends of the
+/// links NAPI on (GRO), so that the fast path can redirect frames into
+/// them, and the transmit checksum offload off, so that the UAs' datagrams
+/// carry a full UDP checksum the fast path can verify (a partial one is
+/// passed to the slow path, see `xdp::sys::set_tx_checksum`).
 pub(super) fn prepare_xdp(topo: &RelayTopo) -> Result<()> {
+    topo.relay.sysctl("net.ipv4.conf.all.forwarding", "1")?;
+    topo.relay.sysctl("net.ipv6.conf.all.forwarding", "1")?;
     for (ns, dev) in [(&topo.ua6, "u6"), (&topo.ua4, "u4")] {
         ns.run(|| {
             xdp::sys::set_gro(dev, true).with_context(|| format!("GRO on {dev}"))?;
