@@ -43,8 +43,9 @@ clean:
 	rm -rf fuzz/target
 
 # RFC 8219 / RFC 2544 translation bench in network namespaces (root):
-# v6gate (SIIT, NAT64) against TAYGA, kernel forwarding and the tester's
-# ceiling; JSON, Markdown and SVG in bench-results/xlat/ (docs/bench-xlat.md).
+# v6gate (SIIT, NAT64; userspace and the XDP fast path) against TAYGA,
+# kernel forwarding and the tester's ceiling; JSON, Markdown and SVG in
+# bench-results/xlat/ (docs/bench-xlat.md; `--tester xdp` for the XDP rows).
 .PHONY: bench-xlat bench-xlat-quick
 bench-xlat: build
 	$${CARGO_TARGET_DIR:-target}/release/v6gate bench xlat --out bench-results/xlat

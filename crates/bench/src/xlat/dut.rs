@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context as _, Result};
 use lab::gateconf::{self, Eam, Features};
 use lab::netns::Netns;
 use lab::topo::bench_addr::*;
@@ -158,6 +158,12 @@ pub(super) fn start(ctx: &Ctx, dut: Dut, topo: &BenchTopo) -> Result<Option<Proc
             wait_for_link(ns, TUN, &mut p)?;
             route_translated(ns, dut.stateful())?;
             if dut.xdp() {
+                // The fast path redirects into d6/d4, whose peers (the
+                // tester's ports) need NAPI (GRO on) to take the frames,
+                // whichever tester runs.
+                for (tns, dev) in [(&topo.t6, "t6"), (&topo.t4, "t4")] {
+                    tns.run(|| xdp::sys::set_gro(dev, true).with_context(|| format!("GRO on {dev}")))?;
+                }
                 let x = wait_xdp(ctx, ns, &mut p, "attached to d6 and d4", |x| {
                     x["interfaces"].as_array().is_some_and(|a| a.len() == 2)
                 })?;
