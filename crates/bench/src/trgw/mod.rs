@@ -484,6 +484,7 @@ pub fn run(args: Args) -> Result<Report> {
         bail!("--relay-cpus is empty");
     }
     let v6gate_bin = peers::v6gate(args.v6gate_bin.as_deref())?;
+    let (nofile, nofile_note) = relay::raise_nofile()?;
     // Created first: an output directory that cannot be written fails the
     // run before it starts, not after it.
     let mut out = Outputs::create(&args.out)?;
@@ -504,6 +505,11 @@ pub fn run(args: Args) -> Result<Report> {
         relay_threads,
         if args.realtime { " Relay and tester threads ran with SCHED_FIFO priority 10." } else { "" }
     )];
+    notes.push(format!("Relays started with RLIMIT_NOFILE {nofile} (four media sockets per call)."));
+    if let Some(n) = nofile_note {
+        eprintln!("{n}");
+        notes.push(n);
+    }
     eprintln!(
         "v6gate bench trgw: {} packets per stream, tester on CPU {}, relay on CPU {}",
         args.packets, args.tester_cpus, args.relay_cpus

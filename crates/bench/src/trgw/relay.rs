@@ -98,6 +98,39 @@ pub(super) fn prepare_xdp(topo: &RelayTopo) -> Result<()> {
     Ok(())
 }
 
+/// Descriptors the relays may need: four media sockets per call (RTP and
+/// RTCP of both legs), 10,000 calls and more, plus room.
+const RELAY_NOFILE: u64 = 1 << 18;
+
+/// Lifts this process's RLIMIT_NOFILE (soft and hard; bounded by
+/// `fs.nr_open`) to [`RELAY_NOFILE`] so that the relays it starts inherit
+/// it: both v6gate relays raise their soft limit only up to the hard one,
+/// and a usual hard limit (20,000 here) ends the calls near 5,000 with
+/// "too many open files". Raising the hard limit needs CAP_SYS_RESOURCE;
+/// without it the soft limit goes up to the hard one. Returns the limit in
+/// force and, when it is below [`RELAY_NOFILE`], a note for the report.
+pub(super) fn raise_nofile() -> Result<(u64, Option<String>)> {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open").ok().and_then(|s| s.trim().parse::<u64>().ok());
+    let want = nr_open.map_or(RELAY_NOFILE, |n| n.min(RELAY_NOFILE));
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
+    if soft >= want {
+        return Ok((soft, None));
+    }
+    if setrlimit(Resource::RLIMIT_NOFILE, want, hard.max(want)).is_ok() {
+        return Ok((want, None));
+    }
+    setrlimit(Resource::RLIMIT_NOFILE, hard, hard).context("raising RLIMIT_NOFILE to its hard limit")?;
+    Ok((
+        hard,
+        Some(format!(
+            "RLIMIT_NOFILE could not be raised above its hard limit {hard} (no CAP_SYS_RESOURCE): the relays \
+             fail beyond about {} calls (four media sockets each); raise it (ulimit -Hn) for larger runs.",
+            hard / 4
+        )),
+    ))
+}
+
 /// rtpengine's command-line arguments for the same setup: userspace only
 /// (`--table=-1`), both addresses, ng on `ng`; `threads`: `--num-threads`.
 pub fn rtpengine_args(
@@ -251,6 +284,14 @@ mod tests {
         assert_eq!(o.get("address family").and_then(Value::as_str), Some("IP4"));
         let a = leg("answer", "c1", 3, sdp(IpAddr::V4(UA4), 4000, 3), "IP6");
         assert_eq!(a.get("to-tag").and_then(Value::as_str), Some("ua4-3"));
+    }
+
+    #[test]
+    fn the_descriptor_limit_in_force_is_reported() {
+        let (n, note) = raise_nofile().unwrap();
+        let (soft, _) = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).unwrap();
+        assert_eq!(n, soft, "the limit reported is the one in force");
+        assert_eq!(note.is_some(), n < RELAY_NOFILE, "a note exactly when the relays get less than asked: {note:?}");
     }
 
     #[test]
