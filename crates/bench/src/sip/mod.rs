@@ -13,7 +13,7 @@
 //! - **the highest call rate with no failed call** (INVITE with SDP → 180
 //!   → 200 → ACK → BYE → 200, media allocated and released, no RTP),
 //!   doubling then bisecting the rate of SIPp trials;
-//! - **a mid-call handover** ([`handover`]): the caller moves to a new
+//! - **a mid-call handover** (`handover`): the caller moves to a new
 //!   IPv6 address and re-INVITEs; the media gap measured from RTP arrival.
 //!
 //! Output: results.json, results.md (the paper's Table I shape) and SVG

@@ -60,7 +60,7 @@ pub fn tayga_conf(nat64: bool) -> String {
 
 /// The v6gate configuration for the bench DUT; `xdp`: with the XDP fast
 /// path (native mode) on the DUT's interfaces and the admin API on
-/// [`XDP_ADMIN`]; `tun_extra`: `key = value` lines added to `[tun]`
+/// `XDP_ADMIN`; `tun_extra`: `key = value` lines added to `[tun]`
 /// (`--v6gate-tun`).
 pub fn v6gate_conf(nat64: bool, xdp: bool, queues: usize, tun_extra: &[String]) -> Result<String> {
     let mut c = gateconf::V6gate {

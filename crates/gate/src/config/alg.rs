@@ -1,7 +1,7 @@
 //! `[alg]`: the IMS-ALG (SIP/SDP gateway between the IPv6 and the IPv4
 //! realm), read by the `alg` crate's own schema ([`::alg::Config`], embedded
-//! as it is) and checked here: the table on its own ([`check`]), and what a
-//! reload may change in a running ALG ([`reload`]). Its checks against the
+//! as it is) and checked here: the table on its own (`check`), and what a
+//! reload may change in a running ALG (`reload`). Its checks against the
 //! other tables (`[trgw]` for in-process media, the addresses the TUN
 //! device takes, the admin and control listeners) are in
 //! [`crate::validate`].
