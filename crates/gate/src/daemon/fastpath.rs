@@ -120,6 +120,7 @@ impl FastPlane {
                 .map_err(|e| format!("[xdp]: {e} (set [xdp] mode = \"off\" to run without the fast path)"))?,
         );
         p.apply(cfg)?;
+        warn_without_forwarding();
         Ok(Some(p))
     }
 
@@ -480,6 +481,22 @@ pub fn mode_name(m: xdp::Mode) -> &'static str {
 /// slow path (by reason).
 pub fn is_pass(c: xdp::types::Counter) -> bool {
     c.c_name().starts_with("V6G_P_")
+}
+
+/// `bpf_fib_lookup` answers only where the ingress device forwards the
+/// family looked up (BPF_FIB_LKUP_RET_FWD_DISABLED otherwise): say so at
+/// start, since every packet would then pass to the slow path (counted as
+/// reason `fib`) and the fast path would look attached but idle.
+fn warn_without_forwarding() {
+    for (family, path) in
+        [("IPv4", "/proc/sys/net/ipv4/conf/all/forwarding"), ("IPv6", "/proc/sys/net/ipv6/conf/all/forwarding")]
+    {
+        if std::fs::read_to_string(path).is_ok_and(|v| v.trim() == "0") {
+            tracing::warn!(
+                "xdp: {family} forwarding is off ({path} = 0): the fast path's FIB lookups for {family} fail and those packets take the slow path (passes, reason \"fib\"); enable forwarding to use the fast path"
+            );
+        }
+    }
 }
 
 #[cfg(test)]
