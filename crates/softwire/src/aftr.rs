@@ -105,19 +105,12 @@ impl Aftr {
 
     /// Handle one packet from the TUN device.
     pub fn process(&self, pkt: &[u8], now: u64, out: &mut Out) -> Action {
-        out.clear();
-        let a = match pkt.first().map(|b| b >> 4) {
-            Some(6) => {
-                bump(&self.c.in6);
-                self.ep.receive(pkt, now, out, &self.c, |r, out| self.on_softwire(r, now, out))
-            }
-            Some(4) => {
-                bump(&self.c.in4);
-                self.on_ipv4(pkt, now, out)
-            }
-            _ => Action::Drop(Reason::Malformed),
-        };
-        self.c.account(a)
+        self.c.dispatch(
+            pkt,
+            out,
+            |out| self.ep.receive(pkt, now, out, &self.c, |r, out| self.on_softwire(r, now, out)),
+            |out| self.on_ipv4(pkt, now, out),
+        )
     }
 
     fn on_softwire(&self, r: Received<'_>, now: u64, out: &mut Out) -> Action {

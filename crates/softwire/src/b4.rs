@@ -174,22 +174,17 @@ impl B4 {
 
     /// Handle one packet from the TUN device.
     pub fn process(&self, pkt: &[u8], now: u64, out: &mut Out) -> Action {
-        out.clear();
-        let a = match pkt.first().map(|b| b >> 4) {
-            Some(6) => {
-                bump(&self.c.in6);
+        self.c.dispatch(
+            pkt,
+            out,
+            |out| {
                 if self.lease_answer(pkt) {
                     return Action::Emit;
                 }
                 self.ep.receive(pkt, now, out, &self.c, |r, out| self.on_aftr(r, now, out))
-            }
-            Some(4) => {
-                bump(&self.c.in4);
-                self.on_lan(pkt, now, out)
-            }
-            _ => Action::Drop(Reason::Malformed),
-        };
-        self.c.account(a)
+            },
+            |out| self.on_lan(pkt, now, out),
+        )
     }
 
     fn on_lan(&self, pkt: &[u8], now: u64, out: &mut Out) -> Action {

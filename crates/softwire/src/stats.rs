@@ -192,6 +192,33 @@ impl Counters {
         a
     }
 
+    /// One packet from a TUN device, by IP version: clears `out`, counts
+    /// the arrival per family, hands IPv6 (the softwire side) to `on6` and
+    /// IPv4 to `on4`, anything else is malformed; the drop the outcome
+    /// names is counted. The `process` of every engine.
+    #[inline]
+    pub(crate) fn dispatch(
+        &self,
+        pkt: &[u8],
+        out: &mut xlat::Out,
+        on6: impl FnOnce(&mut xlat::Out) -> Action,
+        on4: impl FnOnce(&mut xlat::Out) -> Action,
+    ) -> Action {
+        out.clear();
+        let a = match pkt.first().map(|b| b >> 4) {
+            Some(6) => {
+                bump(&self.in6);
+                on6(out)
+            }
+            Some(4) => {
+                bump(&self.in4);
+                on4(out)
+            }
+            _ => Action::Drop(Reason::Malformed),
+        };
+        self.account(a)
+    }
+
     /// A copy.
     pub fn snapshot(&self) -> Snapshot {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
