@@ -134,6 +134,30 @@ fn esc(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
+/// Horizontal grid lines from 0 to `ymax` every `ystep`, labelled on the
+/// left axis at `l`; `sy` maps a value to its y coordinate.
+fn y_grid(s: &mut String, l: f64, pw: f64, (ymax, ystep): (f64, f64), sy: impl Fn(f64) -> f64) {
+    let mut y = 0.0;
+    while y <= ymax + ystep / 2.0 {
+        let py = sy(y);
+        let _ = writeln!(
+            s,
+            r##"<line x1="{l}" y1="{py:.1}" x2="{}" y2="{py:.1}" stroke="#e0e0e0"/><text x="{}" y="{:.1}" text-anchor="end">{}</text>"##,
+            l + pw,
+            l - 6.0,
+            py + 4.0,
+            tick_label(y)
+        );
+        y += ystep;
+    }
+}
+
+/// The plot area's frame and the x axis label under it (`h`: the image height).
+fn frame_and_x_label(s: &mut String, (l, t, pw, ph): (f64, f64, f64, f64), h: f64, x_label: &str) {
+    let _ = writeln!(s, r#"<rect x="{l}" y="{t}" width="{pw}" height="{ph}" fill="none" stroke="black"/>"#);
+    let _ = writeln!(s, r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#, l + pw / 2.0, h - 18.0, esc(x_label));
+}
+
 fn tick_label(v: f64) -> String {
     if v == v.trunc() && v.abs() < 1e9 {
         format!("{}", v as i64)
@@ -170,27 +194,8 @@ impl LinePlot {
             );
             x += xstep;
         }
-        let mut y = 0.0;
-        while y <= ymax + ystep / 2.0 {
-            let py = sy(y);
-            let _ = writeln!(
-                s,
-                r##"<line x1="{l}" y1="{py:.1}" x2="{}" y2="{py:.1}" stroke="#e0e0e0"/><text x="{}" y="{:.1}" text-anchor="end">{}</text>"##,
-                l + pw,
-                l - 6.0,
-                py + 4.0,
-                tick_label(y)
-            );
-            y += ystep;
-        }
-        let _ = writeln!(s, r#"<rect x="{l}" y="{t}" width="{pw}" height="{ph}" fill="none" stroke="black"/>"#);
-        let _ = writeln!(
-            s,
-            r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
-            l + pw / 2.0,
-            h - 18.0,
-            esc(&self.x_label)
-        );
+        y_grid(&mut s, l, pw, (ymax, ystep), sy);
+        frame_and_x_label(&mut s, (l, t, pw, ph), h, &self.x_label);
         let _ = writeln!(
             s,
             r#"<text transform="translate(20 {}) rotate(-90)" text-anchor="middle">{}</text>"#,
@@ -269,19 +274,7 @@ impl HistPlot {
         let sy = |y: f64| t + ph - y / ymax * ph;
         let sp = |p: f64| t + ph - p / 100.0 * ph;
         let mut s = svg_head(w, h, l + pw / 2.0, &self.title);
-        let mut y = 0.0;
-        while y <= ymax + ystep / 2.0 {
-            let py = sy(y);
-            let _ = writeln!(
-                s,
-                r##"<line x1="{l}" y1="{py:.1}" x2="{}" y2="{py:.1}" stroke="#e0e0e0"/><text x="{}" y="{:.1}" text-anchor="end">{}</text>"##,
-                l + pw,
-                l - 6.0,
-                py + 4.0,
-                tick_label(y)
-            );
-            y += ystep;
-        }
+        y_grid(&mut s, l, pw, (ymax, ystep), sy);
         for p in [0.0, 20.0, 40.0, 60.0, 80.0, 100.0] {
             let _ = writeln!(s, r#"<text x="{}" y="{:.1}">{}%</text>"#, l + pw + 6.0, sp(p) + 4.0, p);
         }
@@ -334,14 +327,7 @@ impl HistPlot {
                 esc(label)
             );
         }
-        let _ = writeln!(s, r#"<rect x="{l}" y="{t}" width="{pw}" height="{ph}" fill="none" stroke="black"/>"#);
-        let _ = writeln!(
-            s,
-            r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
-            l + pw / 2.0,
-            h - 18.0,
-            esc(&self.x_label)
-        );
+        frame_and_x_label(&mut s, (l, t, pw, ph), h, &self.x_label);
         let _ = writeln!(
             s,
             r#"<text transform="translate(20 {}) rotate(-90)" text-anchor="middle">calls</text>"#,
