@@ -64,19 +64,21 @@ enum Cmd {
     #[command(subcommand)]
     Config(ConfigCmd),
     /// Run the gateway daemon (SIIT, NAT64/NAT-PT, DNS64, TrGW media relay,
-    /// IMS-ALG, tunnels).
+    /// IMS-ALG, tunnels, softwires, TRT).
     ///
     /// Creates the multiqueue TUN device of [tun], its addresses and routes
     /// (netlink), translates live traffic with one worker per queue, runs
     /// DNS64, the [trgw] media relay, the [alg] SIP gateway (its media in
     /// the [trgw] relay of this process, or in remote ng servers) and the
     /// tunnels ([sixtofour], [sixrd], [teredo.*], each on its own TUN
-    /// device), and serves the admin API ([admin], 127.0.0.1:9164 by
-    /// default). A file with only [trgw], [alg] or tunnels runs them
-    /// without the translators' TUN device.
+    /// device), the softwires ([dslite], [lw4o6], [b4], each on its own TUN
+    /// device) and the transport relay ([trt]), and serves the admin API
+    /// ([admin], 127.0.0.1:9164 by default). A file without [siit], [nat64]
+    /// and [dns64] runs the rest without the translators' TUN device.
     /// SIGHUP reloads the configuration (a bad file is rejected, logged and
     /// the old one stays; [alg] routes, limits and timers apply at once,
-    /// its listeners and media keys and any [trgw] change need a restart);
+    /// its listeners and media keys and any [trgw], tunnel, softwire or
+    /// [trt] change need a restart; the lwAFTR re-reads its binding file);
     /// SIGINT/SIGTERM stop it and remove the device.
     /// Needs root (CAP_NET_ADMIN). See docs/daemon.md and docs/alg.md.
     Run(gate::daemon::RunArgs),
@@ -85,7 +87,7 @@ enum Cmd {
     /// Status, Prometheus metrics, NAT64 sessions, BIB list/add/remove,
     /// reload. Run it in the daemon's network namespace.
     Ctl(gate::daemon::ctl::CtlArgs),
-    /// Run the softwires alone, in the foreground: the DS-Lite AFTR
+    /// Run the softwires alone (as `v6gate run` does with the same tables), in the foreground: the DS-Lite AFTR
     /// ([dslite], RFC 6333, with an RFC 6888 NAT44), the lw4o6 lwAFTR
     /// ([lw4o6], RFC 7596, bindings from a file, reloadable) with DSTM
     /// address leases ([lw4o6.dstm]), and the B4 / lwB4 / DSTM client
@@ -95,8 +97,8 @@ enum Cmd {
     /// kept); SIGINT/SIGTERM stop and remove the devices. Needs root
     /// (CAP_NET_ADMIN) and IP forwarding. See docs/softwire.md.
     Softwire(softwire::cli::Args),
-    /// Run the RFC 3142 transport relay translator ([trt]) in the
-    /// foreground: IPv6 clients reach IPv4 servers at PREFIX::IPv4 (the
+    /// Run the RFC 3142 transport relay translator ([trt]) alone (as
+    /// `v6gate run` does with the same table), in the foreground: IPv6 clients reach IPv4 servers at PREFIX::IPv4 (the
     /// DNS64 prefix), TCP terminated and spliced, UDP flows relayed; static
     /// mappings for IPv4-initiated traffic. Sets up an nftables tproxy rule
     /// and policy routing (setup = "auto"), removed at exit. Needs root.

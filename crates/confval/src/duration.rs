@@ -4,8 +4,9 @@
 //!
 //! - a string of numbers with units, spaces allowed around them:
 //!   `"250ms"`, `"60s"`, `"5m"`, `"2h4m"`, `"1h 30m"`,
-//!   `"1d"` (units `ms`, `s`, `m`, `h`, `d`; no fractions: write
-//!   `"1500ms"`, not `"1.5s"`);
+//!   `"1d"` (units `us`, `ms`, `s`, `m`, `h`, `d`; no fractions: write
+//!   `"1500ms"`, not `"1.5s"`; `us`, microseconds, for the few keys that
+//!   count below a millisecond, such as `[tun] busy-poll`);
 //! - Jool's clock form `"HH:MM:SS"` or `"MM:SS"` (`"02:04:00"`);
 //! - a bare integer, or a string of digits, counting seconds (`300`).
 //!
@@ -22,8 +23,9 @@ use core::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serializer};
 
-/// The units, with their length in milliseconds.
-const UNITS: [(&str, u64); 5] = [("ms", 1), ("s", 1_000), ("m", 60_000), ("h", 3_600_000), ("d", 86_400_000)];
+/// The units, with their length in microseconds.
+const UNITS: [(&str, u64); 6] =
+    [("us", 1), ("ms", 1_000), ("s", 1_000_000), ("m", 60_000_000), ("h", 3_600_000_000), ("d", 86_400_000_000)];
 
 /// What is wrong with a duration; the message quotes the text.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,7 +56,7 @@ pub fn parse(text: &str) -> Result<Duration, DurationError> {
     if s.contains(':') {
         return parse_clock(text, s);
     }
-    let mut ms: u64 = 0;
+    let mut us: u64 = 0;
     let mut rest = s;
     while !rest.is_empty() {
         let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
@@ -68,14 +70,14 @@ pub fn parse(text: &str) -> Result<Duration, DurationError> {
         let Some((_, per)) = UNITS.iter().find(|(u, _)| *u == unit) else {
             return Err(match unit {
                 "" if rest.starts_with('.') => err(text, "fractions are not accepted, use a smaller unit"),
-                "" => err(text, "a unit must follow each number (ms, s, m, h or d)"),
-                u => err(text, format_args!("unknown unit `{u}` (use ms, s, m, h or d)")),
+                "" => err(text, "a unit must follow each number (us, ms, s, m, h or d)"),
+                u => err(text, format_args!("unknown unit `{u}` (use us, ms, s, m, h or d)")),
             });
         };
-        ms = n.checked_mul(*per).and_then(|v| v.checked_add(ms)).ok_or_else(|| err(text, "too large"))?;
+        us = n.checked_mul(*per).and_then(|v| v.checked_add(us)).ok_or_else(|| err(text, "too large"))?;
         rest = rest[ulen..].trim_start();
     }
-    Ok(Duration::from_millis(ms))
+    Ok(Duration::from_micros(us))
 }
 
 /// Jool's `"HH:MM:SS"` (or `"MM:SS"`).
@@ -98,19 +100,22 @@ fn parse_clock(text: &str, s: &str) -> Result<Duration, DurationError> {
     Ok(Duration::from_secs(total))
 }
 
-/// The canonical spelling: `"2h4m"`, `"1m"`, `"1500ms"`, `"0s"`. It
-/// [`parse`]s back to the same duration (to the millisecond).
+/// The canonical spelling: `"2h4m"`, `"1m"`, `"1500ms"`, `"50us"`, `"0s"`.
+/// It [`parse`]s back to the same duration (to the microsecond).
 pub fn format(d: Duration) -> String {
-    let ms = d.as_millis().min(u128::from(u64::MAX)) as u64;
-    if ms == 0 {
+    let us = d.as_micros().min(u128::from(u64::MAX)) as u64;
+    if us == 0 {
         return "0s".into();
     }
-    if !ms.is_multiple_of(1_000) {
-        return format!("{ms}ms");
+    if !us.is_multiple_of(1_000) {
+        return format!("{us}us");
+    }
+    if !us.is_multiple_of(1_000_000) {
+        return format!("{}ms", us / 1_000);
     }
     let mut out = String::new();
-    let mut left = ms;
-    for (u, per) in UNITS.iter().rev().filter(|(u, _)| *u != "ms") {
+    let mut left = us;
+    for (u, per) in UNITS.iter().rev().filter(|(u, _)| *u != "ms" && *u != "us") {
         if left >= *per {
             out.push_str(&format!("{}{u}", left / per));
             left %= per;
@@ -217,6 +222,17 @@ mod tests {
             assert_eq!(ms(s), d);
         }
         assert_eq!(format(Duration::from_secs(86_400 + 1)), "1d1s");
+    }
+
+    #[test]
+    fn microseconds_for_short_keys() {
+        assert_eq!(parse("50us").unwrap(), Duration::from_micros(50));
+        assert_eq!(parse("1ms 250us").unwrap(), Duration::from_micros(1_250));
+        for (d, s) in [(50, "50us"), (1_250, "1250us"), (2_000, "2ms"), (3_000_000, "3s")] {
+            assert_eq!(format(Duration::from_micros(d)), s);
+            assert_eq!(parse(s).unwrap(), Duration::from_micros(d));
+        }
+        assert!(parse("5µs").unwrap_err().to_string().contains("a unit must follow"));
     }
 
     #[test]

@@ -39,7 +39,8 @@ pub fn open_fds() -> Option<u64> {
 /// What `cfg` may hold open at once: every TrGW media port on every
 /// interface address, the rtpproxy Unix and admin connection caps, DNS64
 /// connections and in-flight upstream queries, the ALG's listeners and
-/// `max-connections`, TUN queues, the tunnels' devices and sockets, plus a
+/// `max-connections`, TUN queues, the tunnels' devices and sockets, the
+/// softwires' devices, the transport relay's connections and flows, plus a
 /// margin.
 pub fn needed(cfg: &Config) -> u64 {
     let mut n = BASE + cfg.tun.effective_queues() as u64 * 2;
@@ -58,6 +59,12 @@ pub fn needed(cfg: &Config) -> u64 {
         // Two UDP and two TCP listeners, the TCP connections, the ng
         // client sockets.
         n += 6 + a.max_connections as u64;
+    }
+    // A softwire function: its TUN queue, a netlink socket, the lease server's socket.
+    n += 3 * cfg.softwires.functions().len() as u64;
+    if let Some(t) = &cfg.trt {
+        // Two sockets per relayed connection, one per UDP flow, the listeners.
+        n += 2 * t.max_connections as u64 + t.max_udp_flows as u64 + 4;
     }
     n
 }

@@ -267,6 +267,7 @@ pub fn check(cfg: &Config) -> Result<(), (String, String)> {
         }
     }
     tunnels(cfg)?;
+    softwires(cfg)?;
     if let Some(a) = &cfg.alg {
         check_alg(cfg, a)?;
     }
@@ -330,6 +331,70 @@ fn tunnels(cfg: &Config) -> Result<(), (String, String)> {
             return Err((
                 format!("[{table}] tun"),
                 format!("`{}` is also [tun] name, the translators' device; each needs its own", d.name),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The softwire tables and `[trt]` against the daemon's device, the
+/// tunnels' devices and the translators' prefixes: each device its own
+/// name, no route into a softwire's device that a translator routes into
+/// its own, and the TRT prefix (handed to tproxy) apart from the
+/// translators' IPv6 prefixes.
+fn softwires(cfg: &Config) -> Result<(), (String, String)> {
+    let s = &cfg.softwires;
+    let devs: Vec<(&str, &netsys::DeviceSpec)> = [
+        ("dslite", s.dslite.as_ref().map(|t| &t.tun)),
+        ("lw4o6", s.lw4o6.as_ref().map(|t| &t.tun)),
+        ("b4", s.b4.as_ref().map(|t| &t.tun)),
+    ]
+    .into_iter()
+    .filter_map(|(t, d)| d.map(|d| (t, d)))
+    .collect();
+    if devs.is_empty() && cfg.trt.is_none() {
+        return Ok(());
+    }
+    let daemon_tun = cfg.siit.is_some() || cfg.nat64.is_some() || cfg.dns64.is_some();
+    let mut taken: Vec<(String, &str)> =
+        cfg.tunnels.devices().into_iter().map(|(t, d)| (format!("[{t}] tun"), d.name.as_str())).collect();
+    if daemon_tun {
+        taken.push(("[tun] name".into(), cfg.tun.name.as_str()));
+    }
+    let mut v6 = siit_v6(cfg);
+    if let Some(n) = &cfg.nat64 {
+        v6.push(("[nat64] pool6".into(), n.pool6));
+    }
+    let mut v4 = siit_v4(cfg);
+    v4.extend(nat64_v4(cfg));
+    for (t, d) in &devs {
+        if let Some((k, _)) = taken.iter().find(|(_, n)| *n == d.name) {
+            return Err((format!("[{t}] tun"), format!("`{}` is also {k}; each device needs its own name", d.name)));
+        }
+        taken.push((format!("[{t}] tun"), d.name.as_str()));
+        for r in &d.routes {
+            let clash = match r {
+                xlat::addr::IpPrefix::V6(p) => v6.iter().find(|(_, q)| overlap6(p, q)).map(|(k, q)| (k, show6(q))),
+                xlat::addr::IpPrefix::V4(p) => v4.iter().find(|(_, q)| overlap4(p, q)).map(|(k, q)| (k, show4(q))),
+            };
+            if let Some((k, q)) = clash {
+                return Err((
+                    format!("[{t}]"),
+                    format!("routes `{r}` into its device, which overlaps {k} `{q}`: give each its own prefix"),
+                ));
+            }
+        }
+    }
+    if let Some(t) = &cfg.trt {
+        let p = t.prefix.prefix();
+        if let Some((k, q)) = v6.iter().find(|(_, q)| overlap6(&p, q)) {
+            return Err((
+                "[trt] prefix".into(),
+                format!(
+                    "`{}` overlaps {k} `{}`: the relay and the translator would both claim it; give each its own prefix",
+                    show6(&p),
+                    show6(q)
+                ),
             ));
         }
     }
@@ -521,6 +586,44 @@ mod tests {
         // The tunnel crate's own errors keep their key.
         let e = Config::parse("[sixtofour]\nmode = \"bridge\"\naddress = \"192.0.2.1\"\n").unwrap_err();
         assert_eq!(e.key(), Some("[sixtofour] mode"), "{e}");
+    }
+
+    #[test]
+    fn softwire_and_trt_tables_run_in_the_daemon_and_are_checked() {
+        // A softwire or TRT table alone is a configuration.
+        let c = Config::parse(
+            "[dslite]\naftr-address = \"2001:db8:ffff::1\"\nb4-prefixes = [\"2001:db8::/32\"]\npool4 = [\"203.0.113.0/28\"]\n",
+        )
+        .unwrap();
+        c.check().unwrap();
+        assert_eq!(c.softwires.functions(), ["dslite"]);
+        let c = Config::parse("[trt]\nprefix = \"64:ff9b:1::/96\"\n").unwrap();
+        c.check().unwrap();
+        assert_eq!(c.trt.as_ref().map(|t| t.prefix.prefix().to_string()).as_deref(), Some("64:ff9b:1::/96"));
+        // The crates' own errors keep their key.
+        let e = Config::parse("[trt]\nprefix = \"64:ff9b:1::/95\"\n").unwrap_err();
+        assert_eq!(e.key(), Some("[trt] prefix"), "{e}");
+        let e = Config::parse("[dslite]\naftr-address = \"192.0.2.1\"\n").unwrap_err();
+        assert!(e.to_string().contains("[dslite]"), "{e}");
+        // The TRT prefix inside the translator's pool6.
+        let e = err("[siit]\npool6 = \"64:ff9b:1::/96\"\n[trt]\nprefix = \"64:ff9b:1::/96\"\n");
+        assert!(e.contains("[trt] prefix") && e.contains("[siit] pool6"), "{e}");
+        // A softwire device named like the translators'.
+        let e = err(
+            "[siit]\npool6 = \"64:ff9b:1::/96\"\n[tun]\nname = \"gw0\"\n\
+             [dslite]\naftr-address = \"2001:db8:ffff::1\"\nb4-prefixes = [\"2001:db8::/32\"]\npool4 = [\"203.0.113.0/28\"]\ntun = \"gw0\"\n",
+        );
+        assert!(e.contains("[dslite] tun") && e.contains("[tun] name"), "{e}");
+        // The DS-Lite pool4 (routed into the AFTR's device) inside the NAT64 pool4.
+        let e = err(
+            "[nat64]\npool6 = \"64:ff9b::/96\"\npool4 = [\"203.0.113.0/24\"]\n\
+             [dslite]\naftr-address = \"2001:db8:ffff::1\"\nb4-prefixes = [\"2001:db8::/32\"]\npool4 = [\"203.0.113.0/28\"]\n",
+        );
+        assert!(e.contains("[dslite]") && e.contains("[nat64] pool4"), "{e}");
+        // Reload compares the tables as written.
+        let a = Config::parse("[trt]\nprefix = \"64:ff9b:1::/96\"\n").unwrap();
+        let b = Config::parse("[trt]\nprefix = \"64:ff9b:2::/96\"\n").unwrap();
+        assert!(a.same_softwires(&a.clone()) && !a.same_softwires(&b));
     }
 
     #[test]

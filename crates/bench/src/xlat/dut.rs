@@ -129,6 +129,11 @@ fn placed(ctx: &Ctx, ns: &Netns, cmd: &str) -> std::process::Command {
 /// Starts `dut` in the topology's DUT namespace (`None`: nothing runs
 /// there; the tester and the kernel need no process).
 pub(super) fn start(ctx: &Ctx, dut: Dut, topo: &BenchTopo) -> Result<Option<Proc>> {
+    start_with(ctx, dut, topo, &[])
+}
+
+/// [`start`], with `tun_extra` `[tun]` lines after `--v6gate-tun`'s (v6gate DUTs).
+pub(super) fn start_with(ctx: &Ctx, dut: Dut, topo: &BenchTopo, tun_extra: &[String]) -> Result<Option<Proc>> {
     let ns = &topo.dut;
     match dut {
         Dut::Tester => Ok(None),
@@ -151,7 +156,8 @@ pub(super) fn start(ctx: &Ctx, dut: Dut, topo: &BenchTopo) -> Result<Option<Proc
         }
         Dut::V6gateSiit | Dut::V6gateNat64 | Dut::V6gateXdpSiit | Dut::V6gateXdpNat64 => {
             let conf = ctx.work.join("v6gate.toml");
-            std::fs::write(&conf, v6gate_conf(dut.stateful(), dut.xdp(), ctx.dut_cpus.len(), &ctx.a.v6gate_tun)?)?;
+            let tun: Vec<String> = ctx.a.v6gate_tun.iter().chain(tun_extra).cloned().collect();
+            std::fs::write(&conf, v6gate_conf(dut.stateful(), dut.xdp(), ctx.dut_cpus.len(), &tun)?)?;
             let mut c = placed(ctx, ns, &ctx.v6gate.to_string_lossy());
             c.args(["run", "--config", &conf.to_string_lossy()]);
             let mut p = Proc::spawn("v6gate", c, Some(&ctx.work.join("v6gate.log")))?;

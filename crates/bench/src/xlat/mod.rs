@@ -159,6 +159,13 @@ pub struct Args {
     /// latency-by-load points.
     #[arg(long, value_delimiter = ',', default_value = "1000,10000")]
     pub setup_probe_rate: Vec<f64>,
+    /// v6gate NAT64: the `[tun] busy-poll` windows the first-packet
+    /// probes run with, one DUT start each (`0s`: the default daemon,
+    /// whose idle worker is woken by every packet; `1ms`: a worker that
+    /// spins between packets, see docs/daemon.md). The setup-rate search
+    /// runs with the first.
+    #[arg(long, value_delimiter = ',', default_value = "0s,1ms")]
+    pub setup_busy_poll: Vec<String>,
     /// Stateful DUTs: measure only the session setup (first-packet
     /// latency and setup rate), no throughput, loss or latency points;
     /// other DUTs are skipped. For short targeted runs.
@@ -268,6 +275,8 @@ pub struct Setup {
 /// a session against an established one, in the same conditions.
 #[derive(Debug, Clone, Serialize)]
 pub struct SetupProbe {
+    /// The DUT's `[tun] busy-poll` window in this probe (v6gate).
+    pub busy_poll: String,
     /// Rate of the probe, flows/s.
     pub rate: f64,
     /// Latency of the first frame of new sessions.

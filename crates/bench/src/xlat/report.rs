@@ -73,6 +73,7 @@ pub fn markdown(r: &Report) -> String {
                     vec![
                         d.dut.to_owned(),
                         format!("{:.0}", s.setup_rate_fps),
+                        p.busy_poll.clone(),
                         format!("{:.0}", p.rate),
                         us(p.first_packet.p50_ns),
                         us(p.first_packet.p99_ns),
@@ -86,6 +87,7 @@ pub fn markdown(r: &Report) -> String {
             &[
                 ("DUT", L),
                 ("setup rate (new flows/s)", R),
+                ("busy-poll", R),
                 ("probe (flows/s)", R),
                 ("first packet p50 (us)", R),
                 ("p99", R),

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use lab::topo::bench_addr::*;
 use lab::topo::BenchTopo;
 
@@ -229,34 +229,64 @@ fn once_each(ctx: &Ctx, s: &Streams, rate: f64) -> Result<TrialResult> {
     trial_frames(ctx, s, rate, s.flows.len() as u64, false)
 }
 
-fn measure_setup(ctx: &Ctx, topo: &BenchTopo, proc_: &mut Option<Proc>) -> Result<Setup> {
+fn measure_setup(ctx: &Ctx, dut: Dut) -> Result<Setup> {
     let a = ctx.a;
     let alive = |p: &mut Option<Proc>| p.as_mut().map_or(Ok(()), Proc::alive);
     // First-packet latency: new flows at each probe rate, then the same
     // flows again at that rate (established), so the two compare in the
-    // same conditions.
-    let mut probes = Vec::new();
-    for (i, &rate) in a.setup_probe_rate.iter().enumerate() {
-        let probe = new_flow_streams(ctx, topo, 1 + i as u16, a.setup_flows)?;
-        let first = once_each(ctx, &probe, rate)?;
-        let again = once_each(ctx, &probe, rate)?;
-        alive(proc_)?;
-        probes.push(SetupProbe { rate, first_packet: first.outcome.latency, established: again.outcome.latency });
+    // same conditions; once per busy-poll window, each a fresh DUT.
+    let windows: Vec<Option<String>> = if dut.name().starts_with("v6gate") {
+        a.setup_busy_poll
+            .iter()
+            .map(|w| confval::duration::parse(w).map(|d| Some(confval::duration::format(d))))
+            .collect::<Result<_, _>>()
+            .context("--setup-busy-poll")?
+    } else {
+        vec![None]
+    };
+    if windows.is_empty() {
+        bail!("--setup-busy-poll: no window to probe");
     }
-    // Setup rate: each trial sends fresh flows (a new IPv6 source prefix tag).
-    let mut tag = 100u16;
-    let found = Search::rfc2544(a.max_rate.min(1_000_000.0), a.resolution, a.max_trials).run(|rate| {
-        alive(proc_)?;
-        tag += 1;
-        // At most 131,072 new sessions per trial (a shorter trial at high
-        // rates): the templates stay small and a dozen trials stay within
-        // the DUT's session table.
-        let n = ((rate * a.trial_ms as f64 / 1000.0) as usize).clamp(1, 1 << 17);
-        let s = new_flow_streams(ctx, topo, tag, n)?;
-        let r = once_each(ctx, &s, rate)?;
-        Ok((passed(&r, rate), ()))
-    })?;
-    Ok(Setup { setup_rate_fps: found.best, search: tried(&found), probes })
+    let mut probes = Vec::new();
+    let mut setup = None;
+    for w in windows {
+        let topo = BenchTopo::create(&a.prefix, false)?;
+        prepare_ports(ctx, dut, &topo)?;
+        let extra: Vec<String> = w.iter().map(|w| format!("busy-poll = \"{w}\"")).collect();
+        let mut proc_ = dut::start_with(ctx, dut, &topo, &extra)?;
+        for (i, &rate) in a.setup_probe_rate.iter().enumerate() {
+            let probe = new_flow_streams(ctx, &topo, 1 + i as u16, a.setup_flows)?;
+            let first = once_each(ctx, &probe, rate)?;
+            let again = once_each(ctx, &probe, rate)?;
+            alive(&mut proc_)?;
+            probes.push(SetupProbe {
+                busy_poll: w.clone().unwrap_or_else(|| "-".into()),
+                rate,
+                first_packet: first.outcome.latency,
+                established: again.outcome.latency,
+            });
+        }
+        if setup.is_some() {
+            continue;
+        }
+        // Setup rate, with the first window (the default daemon): each
+        // trial sends fresh flows (a new IPv6 source prefix tag).
+        let mut tag = 100u16;
+        let found = Search::rfc2544(a.max_rate.min(1_000_000.0), a.resolution, a.max_trials).run(|rate| {
+            alive(&mut proc_)?;
+            tag += 1;
+            // At most 131,072 new sessions per trial (a shorter trial at
+            // high rates): the templates stay small and a dozen trials stay
+            // within the DUT's session table.
+            let n = ((rate * a.trial_ms as f64 / 1000.0) as usize).clamp(1, 1 << 17);
+            let s = new_flow_streams(ctx, &topo, tag, n)?;
+            let r = once_each(ctx, &s, rate)?;
+            Ok((passed(&r, rate), ()))
+        })?;
+        setup = Some((found.best, tried(&found)));
+    }
+    let (setup_rate_fps, search) = setup.unwrap_or_default();
+    Ok(Setup { setup_rate_fps, search, probes })
 }
 
 /// The counter of the XDP DUT's fast path for `dir`.
@@ -339,10 +369,7 @@ pub(super) fn bench_dut(ctx: &Ctx, dut: Dut, ceiling: &[(Dir, usize, f64)]) -> D
         // The first packet of a session always takes the slow path: the
         // XDP DUT's session setup is v6gate-nat64's.
         if dut.stateful() && !dut.xdp() {
-            let topo = BenchTopo::create(&a.prefix, false)?;
-            prepare_ports(ctx, dut, &topo)?;
-            let mut proc_ = dut::start(ctx, dut, &topo)?;
-            rep.setup = Some(measure_setup(ctx, &topo, &mut proc_)?);
+            rep.setup = Some(measure_setup(ctx, dut)?);
         }
         Ok(())
     })();

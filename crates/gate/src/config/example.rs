@@ -21,9 +21,19 @@ pub fn example() -> &'static str {
         s.push_str(TUNNELS_HEADER);
         s.push('\n');
         s.push_str(&commented(tunnel::config::EXAMPLE_TOML));
+        s.push('\n');
+        s.push_str(SOFTWIRES_HEADER);
+        s.push('\n');
+        s.push_str(&commented(softwire::config::EXAMPLE_TOML));
+        s.push('\n');
+        s.push_str(&commented(trt::config::EXAMPLE_TOML));
         s
     })
 }
+
+/// The line in front of the softwire and TRT tables of the example.
+const SOFTWIRES_HEADER: &str =
+    "# --- Softwires (docs/softwire.md) and the transport relay (docs/trt.md): each on its own TUN device or sockets.";
 
 /// The line in front of the tunnel tables of the example.
 pub(crate) const TUNNELS_HEADER: &str =

@@ -59,7 +59,12 @@ pub const DEFAULT_PATH: &str = "/etc/v6gate/v6gate.toml";
 
 /// Top-level tables that configure a translation function (at least one
 /// must be present).
-pub const TABLES: &[&str] = &["siit", "nat64", "dns64", "trgw", "alg", "sixtofour", "sixrd", "teredo"];
+pub const TABLES: &[&str] =
+    &["siit", "nat64", "dns64", "trgw", "alg", "sixtofour", "sixrd", "teredo", "dslite", "lw4o6", "b4", "trt"];
+
+/// The softwire and TRT tables: read by their crates from the whole text,
+/// and compared as written on reload.
+const SOFTWIRE_TABLES: [&str; 4] = ["dslite", "lw4o6", "b4", "trt"];
 
 /// Top-level tables of the daemon itself (`v6gate run`); all optional.
 /// `v6gate translate` ignores them.
@@ -92,6 +97,13 @@ pub struct Config {
     /// `[alg]`: the IMS-ALG, the SIP/SDP gateway between the realms (see
     /// the `alg` crate).
     pub alg: Option<::alg::Config>,
+    /// `[dslite]`, `[lw4o6]` (with `[lw4o6.dstm]`), `[b4]`: the softwires
+    /// (see the `softwire` crate); each runs on its own TUN device.
+    pub softwires: softwire::config::SoftwireConfig,
+    /// `[trt]`: the RFC 3142 transport relay translator (crate `trt`).
+    pub trt: Option<trt::config::TrtConfig>,
+    /// The softwire and `[trt]` tables as written, for [`Config::same_softwires`].
+    softwire_tables: Vec<(&'static str, toml::Value)>,
     /// The file this came from, for error messages.
     origin: Option<PathBuf>,
     /// Deprecated spellings found (see [`Config::warnings`]).
@@ -285,6 +297,12 @@ struct FileToml {
     sixrd: Option<toml::Value>,
     teredo: Option<toml::Value>,
     alg: Option<::alg::Config>,
+    // The softwire and TRT tables are read by their crates from the whole
+    // text (`softwire::config::SoftwireConfig::parse`, `trt::config::TrtConfig::parse`).
+    dslite: Option<toml::Value>,
+    lw4o6: Option<toml::Value>,
+    b4: Option<toml::Value>,
+    trt: Option<toml::Value>,
 }
 
 // ---------------------------------------------------------------------------
@@ -376,7 +394,24 @@ fn invalid(text: &str, key: &str, span: Range<usize>, msg: impl Into<String>) ->
     Error::new(ErrorKind::Invalid, Some(key.to_string()), msg).at(text, Some(span))
 }
 
+/// An error message of a table's own crate (`[table] key: message`, or
+/// a bare message) as a named configuration error.
+fn crate_error(m: String) -> Error {
+    let (key, msg) = match m.split_once(": ") {
+        Some((k, rest)) if k.starts_with('[') => (Some(k.to_string()), rest.to_string()),
+        _ => (None, m),
+    };
+    Error::new(ErrorKind::Invalid, key, msg)
+}
+
 impl Config {
+    /// True when `other` has the same `[dslite]`, `[lw4o6]`, `[b4]` and
+    /// `[trt]` tables, as written (a reload keeps the running ones only
+    /// then).
+    pub fn same_softwires(&self, other: &Config) -> bool {
+        self.softwire_tables == other.softwire_tables
+    }
+
     /// Parse TOML text: syntax, key names, types, prefixes and addresses.
     /// Does not build the engines; see [`Config::check`].
     pub fn parse(text: &str) -> Result<Config, Error> {
@@ -409,19 +444,28 @@ impl Config {
             let daemon = file.daemon.map(|t| daemon::daemon_from_toml(text, t)).transpose()?.unwrap_or_default();
             let xdp = file.xdp.map(|t| xdp::xdp_from_toml(text, t)).transpose()?;
             let tunnels = if file.sixtofour.is_some() || file.sixrd.is_some() || file.teredo.is_some() {
-                tunnel::TunnelConfig::parse(text).map_err(|m| {
-                    // The message starts with the table and key (`[sixrd] prefix: ...`).
-                    let (key, msg) = match m.split_once(": ") {
-                        Some((k, rest)) if k.starts_with('[') => (Some(k.to_string()), rest.to_string()),
-                        _ => (None, m),
-                    };
-                    Error::new(ErrorKind::Invalid, key, msg)
-                })?
+                // The message starts with the table and key (`[sixrd] prefix: ...`).
+                tunnel::TunnelConfig::parse(text).map_err(crate_error)?
             } else {
                 tunnel::TunnelConfig::default()
             };
+            let softwire_tables: Vec<(&'static str, toml::Value)> = SOFTWIRE_TABLES
+                .iter()
+                .zip([file.dslite, file.lw4o6, file.b4, file.trt])
+                .filter_map(|(t, v)| v.map(|v| (*t, v)))
+                .collect();
+            let present = |t: &str| softwire_tables.iter().any(|(n, _)| *n == t);
+            let softwires = if present("dslite") || present("lw4o6") || present("b4") {
+                softwire::config::SoftwireConfig::parse(text).map_err(crate_error)?
+            } else {
+                softwire::config::SoftwireConfig::default()
+            };
+            let trt = if present("trt") { trt::config::TrtConfig::parse(text).map_err(crate_error)? } else { None };
             Ok(Config {
                 tunnels,
+                softwires,
+                trt,
+                softwire_tables,
                 siit,
                 nat64: file.nat64,
                 dns64: file.dns64,
@@ -467,6 +511,8 @@ impl Config {
             && self.trgw.is_none()
             && self.tunnels.is_empty()
             && self.alg.is_none()
+            && self.softwires.is_empty()
+            && self.trt.is_none()
         {
             let tables: Vec<String> = TABLES.iter().map(|t| format!("[{t}]")).collect();
             return Err(Error::new(

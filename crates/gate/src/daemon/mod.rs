@@ -11,7 +11,7 @@
 //!   only then are old addresses and routes removed, the log level applied
 //!   and the engines swapped atomically (workers pick up the new ones at
 //!   their next batch). A bad file, or one that changes `[tun] name`,
-//!   `queues`, `io`, `batch`, `pin-workers` or `[admin]`, is rejected: the
+//!   `queues`, `io`, `batch`, `busy-poll`, `pin-workers` or `[admin]`, is rejected: the
 //!   error is logged, counted (`v6gate_config_reloads_total{result="error"}`)
 //!   and shown in `/status`, and the old configuration keeps running.
 //! - `SIGINT`/`SIGTERM`: stop the workers, remove the routes, close the
@@ -31,6 +31,14 @@
 //! counters are in `/metrics` (`v6gate_tunnel_*`) and `/status`
 //! (`tunnels`). A reload that changes a tunnel table is refused (restart to
 //! apply), as for `[trgw]`.
+//!
+//! The softwires (`[dslite]`, `[lw4o6]`, `[b4]`, crate `softwire`) and the
+//! transport relay (`[trt]`, crate `trt`) run as in `v6gate softwire` and
+//! `v6gate trt`: their own threads, devices and sockets, started with the
+//! tunnels, their state in `/status` (`softwires`, `trt`) and `/metrics`
+//! (`v6gate_softwire_*`, `v6gate_trt_*`). A reload that changes one of
+//! their tables is refused (restart to apply); an accepted reload makes
+//! the lwAFTR re-read its binding file (leases kept).
 //!
 //! `[alg]` runs the IMS-ALG (crate `alg`) on its own thread, its media in
 //! the `[trgw]` relay of this process (`media = "in-process"`) or in remote
@@ -126,6 +134,10 @@ pub struct Daemon {
     /// The tunnel functions (`[sixtofour]`, `[sixrd]`, `[teredo.*]`), each
     /// on its own thread, TUN device and sockets; None when none is configured.
     pub tunnels: Mutex<Option<tunnel::Tunnels>>,
+    /// The softwire functions (`[dslite]`, `[lw4o6]`, `[b4]`), with their names.
+    pub softwires: Mutex<Option<(softwire::run::Softwires, Vec<&'static str>)>>,
+    /// The transport relay translator, when `[trt]` is configured.
+    pub trt: Mutex<Option<trt::Relay>>,
     /// The IMS-ALG, when `[alg]` is configured.
     pub alg: Option<alg::runner::AlgHandle>,
     /// Admin server counters.
@@ -180,6 +192,10 @@ impl Daemon {
         match self.reload() {
             Ok(g) => {
                 self.reloads_ok.fetch_add(1, Ordering::Relaxed);
+                if let Some((s, _)) = lock(&self.softwires).as_ref() {
+                    // The lwAFTR re-reads its binding file.
+                    s.reload();
+                }
                 *lock(&self.last_reload_error) = None;
                 tracing::info!("reloaded {} (generation {g}, {source})", self.config_path.display());
                 Ok(g)
@@ -222,6 +238,11 @@ impl Daemon {
             // to the running functions.
             return Err("[sixtofour], [sixrd] or [teredo.*] changed: restart v6gate to apply".into());
         }
+        if !new.same_softwires(&cur) {
+            // Devices, NAT44 mappings, leases and relayed connections
+            // belong to the running functions.
+            return Err("[dslite], [lw4o6], [b4] or [trt] changed: restart v6gate to apply".into());
+        }
         crate::config::alg::reload(cur.alg.as_ref(), new.alg.as_ref())?;
         let token = crate::validate::admin_token(&new)?;
         let Some((_, idx)) = self.device.clone() else {
@@ -252,8 +273,10 @@ impl Daemon {
                 new.tun.effective_queues()
             ));
         }
-        if (new.tun.io, new.tun.batch, new.tun.pin_workers) != (cur.tun.io, cur.tun.batch, cur.tun.pin_workers) {
-            return Err("[tun] io, batch or pin-workers changed: restart v6gate to apply".into());
+        if (new.tun.io, new.tun.batch, new.tun.busy_poll, new.tun.pin_workers)
+            != (cur.tun.io, cur.tun.batch, cur.tun.busy_poll, cur.tun.pin_workers)
+        {
+            return Err("[tun] io, batch, busy-poll or pin-workers changed: restart v6gate to apply".into());
         }
         let old = self.engines.load_full();
         let generation = old.generation + 1;
@@ -430,6 +453,12 @@ impl Daemon {
         if let Some(t) = lock(&self.tunnels).as_ref() {
             f.extend(t.functions());
         }
+        if let Some((_, names)) = lock(&self.softwires).as_ref() {
+            f.extend(names.iter().copied());
+        }
+        if lock(&self.trt).is_some() {
+            f.push("trt");
+        }
         if self.alg.is_some() {
             f.push("alg");
         }
@@ -603,6 +632,7 @@ pub fn run(
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
     let pin = cfg.tun.pin_workers;
     let batch = cfg.tun.batch;
+    let busy_poll = cfg.tun.busy_poll;
     let admin_addr = cfg.admin.listen;
     let admin_limits = admin::Limits::of(&cfg.admin);
     let dns = match &cfg.dns64 {
@@ -642,6 +672,23 @@ pub fn run(
         tracing::info!("tunnels: {}", t.functions().join(", "));
         Some(t)
     };
+    let softwires = if cfg.softwires.is_empty() {
+        None
+    } else {
+        let names = cfg.softwires.functions();
+        let s = softwire::run::Softwires::start(&cfg.softwires, Some(args.config.clone()))
+            .context("cannot start the softwires")?;
+        tracing::info!("softwires: {}", names.join(", "));
+        Some((s, names))
+    };
+    let trt = match &cfg.trt {
+        Some(t) => {
+            let r = trt::Relay::start(t).context("[trt]: cannot start the transport relay")?;
+            tracing::info!("trt: relaying {}", t.prefix.prefix());
+            Some(r)
+        }
+        None => None,
+    };
     let timer_stats = Arc::new(WorkerStats::default());
     let daemon = Arc::new(Daemon {
         config_path: args.config.clone(),
@@ -660,6 +707,8 @@ pub fn run(
         trgw: relay,
         xdp: Arc::new(Mutex::new(fast)),
         tunnels: Mutex::new(tunnels),
+        softwires: Mutex::new(softwires),
+        trt: Mutex::new(trt),
         alg,
         admin_stats: Arc::new(admin::AdminStats::default()),
         fds_needed,
@@ -681,6 +730,7 @@ pub fn run(
                 engines: engines.clone(),
                 shutdown: shutdown.clone(),
                 batch,
+                busy_poll,
                 epoch,
             };
             let t = std::thread::Builder::new().name(format!("v6gate-w{id}")).spawn(move || {
@@ -779,6 +829,13 @@ pub fn run(
     if let Some(mut t) = lock(&daemon.tunnels).take() {
         // Joins the threads; closing the devices removes them and their routes.
         t.stop();
+    }
+    if let Some((s, _)) = lock(&daemon.softwires).take() {
+        s.stop();
+    }
+    if let Some(r) = lock(&daemon.trt).take() {
+        // Closes the listeners and removes the auto setup's rules and routes.
+        r.stop();
     }
     // The ALG and the relay stop when the last reference to the daemon
     // goes (their handles stop their threads on drop; the ALG holds a

@@ -23,7 +23,7 @@ use xlat::{Out, PacketKind, Verdict};
 use super::engine::{EngineKind, Engines};
 use super::stats::{bump, DaemonDrop, TokenBucket, WorkerStats};
 use crate::amend::{FragmentHolder, Offer};
-use crate::sys::tun::TunQueue;
+use crate::sys::tun::{TunQueue, Waiter};
 use crate::sys::uring::{Done, TunRing};
 use confval::IoMode;
 
@@ -49,6 +49,8 @@ pub struct Worker {
     pub shutdown: Arc<AtomicBool>,
     /// Packets per batch.
     pub batch: usize,
+    /// `[tun] busy-poll` (poll mode): spin this long after the last packet.
+    pub busy_poll: std::time::Duration,
     /// Clock origin shared by all workers.
     pub epoch: Instant,
 }
@@ -209,6 +211,9 @@ impl Worker {
     /// Run until `shutdown` is set.
     pub fn run(self) {
         if self.io == IoMode::Uring {
+            if !self.busy_poll.is_zero() && self.id == 0 {
+                tracing::warn!("[tun] busy-poll applies to io = \"poll\" only; the io_uring workers do not spin");
+            }
             match TunRing::new(&self.queue, self.batch, BUF_LEN, self.batch * 2, SLOT_LEN) {
                 Ok(ring) => return self.run_uring(ring),
                 Err(e) => {
@@ -289,8 +294,9 @@ impl Worker {
         let mut ctx = Ctx::new(self.id, &self.stats, &first);
         drop(first);
         let mut sink = Direct(&self.queue);
+        let mut waiter = Waiter::new(self.busy_poll);
         while !self.shutdown.load(Ordering::Relaxed) {
-            match self.queue.wait_readable(200) {
+            match waiter.wait(&self.queue, 200) {
                 Ok(true) => {}
                 Ok(false) => continue,
                 Err(e) => {
@@ -319,6 +325,7 @@ impl Worker {
                 if n == 0 {
                     break;
                 }
+                waiter.worked();
                 let eng = self.engines.load();
                 ctx.refresh(&eng);
                 let now_ns = self.now_ns();

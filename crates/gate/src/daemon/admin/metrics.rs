@@ -236,6 +236,12 @@ pub fn families(d: &Daemon) -> Vec<Family> {
     if let Some(t) = super::super::lock(&d.tunnels).as_ref() {
         tunnels(&mut v, &t.counters());
     }
+    if let Some((s, _)) = super::super::lock(&d.softwires).as_ref() {
+        softwires(&mut v, &s.status());
+    }
+    if let Some(r) = super::super::lock(&d.trt).as_ref() {
+        trt(&mut v, &r.counters().snapshot());
+    }
     if let Some(a) = d.alg.as_ref() {
         alg(&mut v, &a.snapshot());
     }
@@ -325,6 +331,77 @@ fn tunnels(v: &mut Vec<Family>, fns: &[tunnel::run::FunctionCounters]) {
         }
     }
     v.extend([up, drops, events, io, tables]);
+}
+
+/// `v6gate_softwire_*` from the softwires' status (`softwire::run::Softwires::status`):
+/// per function, its drops by reason, its other packet counters and its
+/// table sizes (`mappings`, `bindings`, `leases`, ...; `*_created` and
+/// `*_expired` are counters).
+fn softwires(v: &mut Vec<Family>, status: &serde_json::Value) {
+    let label = |s: &str| s.replace('_', "-");
+    let mut up = Family::gauge("v6gate_softwire_up", "Softwire functions running (1 each), by function.");
+    let mut drops = Family::counter(
+        "v6gate_softwire_dropped_packets",
+        "Packets a softwire function dropped, by function and reason (docs/softwire.md).",
+    );
+    let mut events = Family::counter(
+        "v6gate_softwire_events",
+        "Softwire packet counters other than drops (in, decapsulated, encapsulated, ICMP sent, ...) and table entries created or expired, by function and event.",
+    );
+    let mut tables = Family::gauge(
+        "v6gate_softwire_table_entries",
+        "Entries in a softwire function's tables now, by function and table.",
+    );
+    let mut io = Family::counter("v6gate_softwire_io_errors", "Device errors of a softwire function, by function.");
+    for (func, st) in status.as_object().into_iter().flatten() {
+        let f = || ("function", func.clone());
+        up = up.with(vec![f()], 1);
+        for (k, n) in st.as_object().into_iter().flatten() {
+            match (k.as_str(), n) {
+                ("counters", serde_json::Value::Object(c)) => {
+                    for (ck, cn) in c {
+                        if ck == "drops" {
+                            for (r, dn) in cn.as_object().into_iter().flatten() {
+                                drops = drops.with(vec![f(), ("reason", r.clone())], dn.as_f64().unwrap_or(0.0));
+                            }
+                        } else if let Some(x) = cn.as_f64() {
+                            events = events.with(vec![f(), ("event", label(ck))], x);
+                        }
+                    }
+                }
+                ("io_errors", n) => io = io.with(vec![f()], n.as_f64().unwrap_or(0.0)),
+                (k, n) if n.is_number() => {
+                    let x = n.as_f64().unwrap_or(0.0);
+                    if k.ends_with("_created") || k.ends_with("_expired") {
+                        events = events.with(vec![f(), ("event", label(k))], x);
+                    } else {
+                        tables = tables.with(vec![f(), ("table", label(k))], x);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    v.extend([up, drops, events, tables, io]);
+}
+
+/// `v6gate_trt_*`: the transport relay's counters (`trt::Snapshot`).
+fn trt(v: &mut Vec<Family>, s: &trt::Snapshot) {
+    let mut events = Family::counter(
+        "v6gate_trt_events",
+        "Transport relay counters: connections relayed, refused, failed; bytes; UDP datagrams and flows (docs/trt.md), by event.",
+    );
+    let mut active =
+        Family::gauge("v6gate_trt_active", "TCP connections and UDP flows the transport relay holds now, by kind.");
+    for (k, n) in serde_json::to_value(s).ok().as_ref().and_then(|x| x.as_object()).into_iter().flatten() {
+        let x = n.as_f64().unwrap_or(0.0);
+        match k.as_str() {
+            "tcp_active" => active = active.with(vec![("kind", "tcp-connections".into())], x),
+            "udp_flows" => active = active.with(vec![("kind", "udp-flows".into())], x),
+            k => events = events.with(vec![("event", k.replace('_', "-"))], x),
+        }
+    }
+    v.extend([events, active]);
 }
 
 fn alg(v: &mut Vec<Family>, s: &alg::runner::Snapshot) {

@@ -206,6 +206,8 @@ pub fn status(d: &Daemon) -> Value {
             json!({ "interfaces": p.attachments().into_iter().map(|(i, m)| json!({ "name": i, "mode": m })).collect::<Vec<_>>() })
         }),
         "tunnels": super::super::lock(&d.tunnels).as_ref().map(|t| t.status()),
+        "softwires": super::super::lock(&d.softwires).as_ref().map(|(s, _)| s.status()),
+        "trt": super::super::lock(&d.trt).as_ref().map(|r| r.counters().snapshot()),
         "alg": d.alg.as_ref().map(|a| alg_status(&a.config(), &a.snapshot())),
         "descriptors": descriptors(d),
         "admin": admin_status(d),
