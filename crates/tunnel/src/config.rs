@@ -63,6 +63,8 @@ relay = "203.0.113.1"           # router mode: relay for native IPv6
 # max-peers = 65536
 # symmetric-nat = true          # RFC 6081: learn mappings of symmetric NATs
 # tun = "v6gate-trly"           # 2001::/32 is routed into it
+# xdp = "off"                   # "native"/"generic": trusted peers' packets in XDP (needs a specific bind address)
+# xdp-interfaces = ["eth0", "eth1"]  # the IPv4 and IPv6 sides
 #
 # [teredo.client]
 # server = "192.0.2.10"
@@ -121,6 +123,18 @@ pub struct TeredoRelayTable {
     pub bind: SocketAddrV4,
     /// The TUN device (2001::/32 routed into it).
     pub tun: TunTable,
+    /// The XDP fast path for trusted peers (`xdp`, `xdp-interfaces`); `None`: off.
+    pub xdp: Option<RelayXdp>,
+}
+
+/// The relay's XDP fast path: where to attach and how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RelayXdp {
+    /// Native (falling back to generic) or generic.
+    pub mode: xdp::Mode,
+    /// The interfaces: the IPv4 side(s) the clients' datagrams arrive on
+    /// and the IPv6 side(s) packets to 2001::/32 arrive on.
+    pub interfaces: Vec<String>,
 }
 
 /// A checked `[teredo.client]` table.
@@ -216,6 +230,9 @@ struct RelayToml {
     addresses: Vec<String>,
     #[serde(default)]
     routes: Vec<String>,
+    xdp: Option<String>,
+    #[serde(default)]
+    xdp_interfaces: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -273,6 +290,34 @@ struct FileToml {
     sixtofour: Option<SixToFourToml>,
     sixrd: Option<SixRdToml>,
     teredo: Option<TeredoToml>,
+}
+
+/// `xdp` ("off", the default; "native"; "generic") and `xdp-interfaces`
+/// of `[teredo.relay]`.
+fn relay_xdp(mode: Option<&str>, interfaces: Vec<String>, bind: SocketAddrV4) -> Result<Option<RelayXdp>, String> {
+    let mode: xdp::Mode = match mode {
+        None => xdp::Mode::Off,
+        Some(m) => m.parse().map_err(|e| format!("[teredo.relay] xdp: {e}"))?,
+    };
+    if mode == xdp::Mode::Off {
+        if !interfaces.is_empty() {
+            return Err("[teredo.relay] xdp-interfaces: set, but xdp is off (set xdp = \"native\" or \"generic\")".into());
+        }
+        return Ok(None);
+    }
+    if interfaces.is_empty() {
+        return Err("[teredo.relay] xdp-interfaces: name the IPv4 and IPv6 interfaces to attach to".into());
+    }
+    if let Some(i) = interfaces.iter().find(|i| i.is_empty() || i.len() > 15) {
+        return Err(format!("[teredo.relay] xdp-interfaces: `{i}` must be 1-15 bytes (a Linux interface name)"));
+    }
+    if bind.ip().is_unspecified() {
+        return Err(format!(
+            "[teredo.relay] bind: the XDP fast path writes the relay's address as the source of what it \
+             encapsulates: bind a specific IPv4 address, not {bind}"
+        ));
+    }
+    Ok(Some(RelayXdp { mode, interfaces }))
 }
 
 fn tun_table(
@@ -544,7 +589,8 @@ impl TunnelConfig {
                     tun.addresses.push((core::net::IpAddr::V6(address), 128));
                 }
                 let bind = r.bind.unwrap_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 3544));
-                c.teredo_relay = Some(TeredoRelayTable { core, bind, tun });
+                let xdp = relay_xdp(r.xdp.as_deref(), r.xdp_interfaces, bind)?;
+                c.teredo_relay = Some(TeredoRelayTable { core, bind, tun, xdp });
             }
             if let Some(cl) = t.client {
                 let bind = cl.bind.unwrap_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));

@@ -30,6 +30,7 @@ use crate::outbox::{Dest, Outbox};
 use crate::proto41::{Kind, Proto41};
 use crate::sys::{self, Device, Raw41};
 use crate::teredo::client::{Client, ClientEvent};
+use crate::teredo::fast::Mirror;
 use crate::teredo::relay::Relay;
 use crate::teredo::server::Server;
 use crate::teredo::Rng;
@@ -230,7 +231,24 @@ fn run_server(ctx: Ctx, mut core: Server, dev: Device, socks: [UdpSocket; 2]) {
     }
 }
 
-fn run_relay(ctx: Ctx, mut core: Relay, dev: Device, sock: UdpSocket) {
+/// The relay's published status: its counters (with the XDP fast path's
+/// as `xdp_*` when it runs), I/O errors, peers.
+fn relay_status(core: &Relay, io: &IoStats, fast: Option<&Mirror>) -> serde_json::Value {
+    let mut counters = serde_json::to_value(&core.stats).unwrap_or_default();
+    if let (Some(m), Some(c)) = (fast, counters.as_object_mut()) {
+        for (k, v) in m.counters() {
+            c.insert(k, v.into());
+        }
+    }
+    let mut v = serde_json::json!({ "counters": counters, "io": io, "peers": core.peers() });
+    if let (Some(m), Some(o)) = (fast, v.as_object_mut()) {
+        o.insert("xdp".into(), m.status());
+        o.insert("xdp_peers".into(), (m.peers() as u64).into());
+    }
+    v
+}
+
+fn run_relay(ctx: Ctx, mut core: Relay, dev: Device, sock: UdpSocket, mut fast: Option<Mirror>) {
     let mut buf = vec![0u8; BUF];
     let mut ob = Outbox::new();
     let mut io = IoStats::default();
@@ -259,14 +277,14 @@ fn run_relay(ctx: Ctx, mut core: Relay, dev: Device, sock: UdpSocket) {
                 },
             );
         }
+        if let Some(m) = &mut fast {
+            m.sync(&mut core, now);
+        }
         core.tick(now);
-        publish(
-            &ctx,
-            &mut last,
-            now,
-            || serde_json::json!({ "counters": core.stats, "io": io, "peers": core.peers() }),
-        );
+        publish(&ctx, &mut last, now, || relay_status(&core, &io, fast.as_ref()));
     }
+    // Detach before the device goes (the drop order would do it too).
+    drop(fast);
 }
 
 fn run_client(ctx: Ctx, mut core: Client, dev: Device, sock: UdpSocket, local_ip: Ipv4Addr) {
@@ -404,12 +422,17 @@ impl Tunnels {
             tracing::info!("teredo server on {}:3544 and {}:3544", core.primary, core.secondary);
             self.spawn("teredo-server", move |ctx| run_server(ctx, server, dev, [a, b]))?;
         }
-        if let Some(TeredoRelayTable { core, bind, tun }) = &cfg.teredo_relay {
+        if let Some(t @ TeredoRelayTable { core, bind, tun, xdp }) = &cfg.teredo_relay {
             let dev = Device::open(tun).context("[teredo.relay]")?;
             let s = sys::udp(*bind).context("[teredo.relay] bind")?;
-            let relay = Relay::new(core.clone());
+            let mut relay = Relay::new(core.clone());
+            let fast = match xdp {
+                Some(x) => Some(Mirror::start(t, x)?),
+                None => None,
+            };
+            relay.set_mirroring(fast.is_some());
             tracing::info!("teredo relay on {bind}, 2001::/32 into {}", dev.name);
-            self.spawn("teredo-relay", move |ctx| run_relay(ctx, relay, dev, s))?;
+            self.spawn("teredo-relay", move |ctx| run_relay(ctx, relay, dev, s, fast))?;
         }
         if let Some(TeredoClientTable { core, bind, tun }) = &cfg.teredo_client {
             let dev = Device::open(tun).context("[teredo.client]")?;

@@ -20,6 +20,7 @@ pub mod nat64;
 mod route;
 #[allow(unsafe_code)]
 pub mod sys;
+pub mod teredo;
 pub mod tester;
 pub mod trgw;
 pub mod types;

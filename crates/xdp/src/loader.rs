@@ -89,7 +89,7 @@ pub struct Attachment {
     pub mode: Mode,
     /// Why native attach failed, when it fell back to generic.
     pub fallback: Option<String>,
-    link: XdpLinkId,
+    pub(crate) link: XdpLinkId,
 }
 
 /// The result of one `BPF_PROG_TEST_RUN`.

@@ -111,3 +111,9 @@ fn ethtool_set(name: &str, cmd: u32, on: bool) -> std::io::Result<()> {
     }
     Ok(())
 }
+
+// SAFETY: `#[repr(C)]`, `Copy`, integers only, no implicit padding (sizes
+// asserted in teredo.rs and bpf/teredo.h): every byte pattern is valid.
+unsafe impl aya::Pod for crate::teredo::TdConfig {}
+// SAFETY: as above.
+unsafe impl aya::Pod for crate::teredo::TdPeer {}

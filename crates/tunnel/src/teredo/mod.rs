@@ -14,6 +14,7 @@ use xlat::wire::proto;
 use crate::table::Millis;
 
 pub mod client;
+pub mod fast;
 pub mod relay;
 pub mod server;
 

@@ -186,6 +186,9 @@ pub struct Relay {
     queued_bytes: usize,
     icmp: Bucket,
     out: Out,
+    /// Peers whose trust or mapping changed, for the XDP fast path's
+    /// mirror (recorded only when [`Relay::set_mirroring`] asked).
+    mirror: Option<Vec<Ipv6Addr>>,
     /// Counters.
     pub stats: RelayStats,
 }
@@ -200,8 +203,53 @@ impl Relay {
             queued_bytes: 0,
             icmp: Bucket::full(ICMP_BURST, 0),
             out: Out::new(),
+            mirror: None,
             stats: RelayStats::default(),
         }
+    }
+
+    /// Record the peers whose trust or mapping changes (for
+    /// [`Relay::take_trust_changes`]): the XDP fast path mirrors trusted
+    /// peers.
+    pub fn set_mirroring(&mut self, on: bool) {
+        self.mirror = on.then(Vec::new);
+    }
+
+    /// The peers that became trusted or changed mapping since the last
+    /// call (a peer may appear more than once). Look each up with
+    /// [`Relay::trusted_mapping`]; expiry is found by sweeping.
+    pub fn take_trust_changes(&mut self) -> Vec<Ipv6Addr> {
+        self.mirror.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    fn trust_changed(&mut self, peer: Ipv6Addr) {
+        if let Some(m) = &mut self.mirror {
+            m.push(peer);
+        }
+    }
+
+    /// The mapping of `peer` while it is trusted at `now` (RFC 4380 §5.4:
+    /// packets to it go straight out, packets from that mapping are accepted).
+    pub fn trusted_mapping(&self, peer: &Ipv6Addr, now: Millis) -> Option<SocketAddrV4> {
+        self.peers.get(peer, now).filter(|p| p.trusted_at(now)).map(|p| p.mapped)
+    }
+
+    /// When the last packet from `peer` arrived (on the slow path or as
+    /// [`Relay::seen`] reported).
+    pub fn last_rx(&self, peer: &Ipv6Addr, now: Millis) -> Option<Millis> {
+        self.peers.get(peer, now).map(|p| p.last_rx)
+    }
+
+    /// A packet from trusted `peer` arrived at `at` on another path (the
+    /// XDP fast path decapsulated it): the peer stays trusted and listed
+    /// as if the relay had seen it.
+    pub fn seen(&mut self, peer: &Ipv6Addr, at: Millis, now: Millis) {
+        let Some(p) = self.peers.get_mut(peer, now) else { return };
+        if !p.trusted || at <= p.last_rx || at > now {
+            return;
+        }
+        p.last_rx = at;
+        self.peers.touch(peer, at);
     }
 
     /// The configuration.
@@ -274,6 +322,7 @@ impl Relay {
             peer.last_rx = now;
             ob.push(Dest::Udp { sock: 0, to: peer.mapped }, pkt);
             self.stats.to_clients += 1;
+            self.trust_changed(dst);
             return;
         }
         if peer.queue.len() >= qmax || self.queued_bytes + pkt.len() > budget {
@@ -346,9 +395,11 @@ impl Relay {
         }
         let bubble = p.is_bubble();
         let matches = teredo::source_matches(from, &src);
+        let mut changed = false;
         let accepted = match self.peers.get_mut(&src, now) {
             Some(peer) if peer.mapped == from || matches => {
                 let newly = !peer.trusted;
+                changed = newly || peer.mapped != from;
                 peer.mapped = from;
                 peer.trusted = true;
                 peer.last_rx = now;
@@ -364,6 +415,7 @@ impl Relay {
                     peer.mapped = from;
                     peer.trusted = true;
                     peer.last_rx = now;
+                    changed = true;
                     self.stats.mappings_learnt += 1;
                     self.stats.peers_trusted += 1;
                     true
@@ -374,6 +426,7 @@ impl Relay {
                 let mut peer = Peer::new(from);
                 peer.trusted = true;
                 peer.last_rx = now;
+                changed = true;
                 if self.peers.insert(src, peer, now).is_some() {
                     self.stats.peers_evicted += 1;
                     self.recount_queue();
@@ -385,6 +438,9 @@ impl Relay {
         if !accepted {
             self.stats.drop_spoofed += 1;
             return;
+        }
+        if changed {
+            self.trust_changed(src);
         }
         self.peers.touch(&src, now);
         if let Some(peer) = self.peers.get_mut(&src, now) {
