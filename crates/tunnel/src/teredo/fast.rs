@@ -37,11 +37,20 @@ crate::counters! {
     }
 }
 
+/// One mirrored peer: its mapping, and the fast path's last-seen time
+/// as last read (`seen_ns`, at `read_at`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Entry {
+    mapped: SocketAddrV4,
+    seen_ns: u64,
+    read_at: Millis,
+}
+
 /// The loaded fast path and the mirror of the relay's trusted peers.
 #[derive(Debug)]
 pub struct Mirror {
     fp: TeredoFastPath,
-    mirrored: HashMap<Ipv6Addr, SocketAddrV4>,
+    mirrored: HashMap<Ipv6Addr, Entry>,
     last_sweep: Millis,
     /// Counters.
     pub stats: MirrorStats,
@@ -70,16 +79,26 @@ impl Mirror {
                 tracing::info!("teredo relay: XDP fast path on {} ({:?})", a.iface, a.mode);
             }
         }
-        Ok(Mirror { fp, mirrored: HashMap::new(), last_sweep: 0, stats: MirrorStats::default() })
+        Ok(Mirror::new(fp))
     }
 
-    fn put(&mut self, peer: Ipv6Addr, mapped: SocketAddrV4) {
-        if self.mirrored.get(&peer) == Some(&mapped) {
+    /// A mirror into `fp` (loaded, attached or not).
+    pub fn new(fp: TeredoFastPath) -> Mirror {
+        Mirror { fp, mirrored: HashMap::new(), last_sweep: 0, stats: MirrorStats::default() }
+    }
+
+    /// The fast path.
+    pub fn fast_path(&self) -> &TeredoFastPath {
+        &self.fp
+    }
+
+    fn put(&mut self, peer: Ipv6Addr, mapped: SocketAddrV4, now: Millis) {
+        if self.mirrored.get(&peer).is_some_and(|e| e.mapped == mapped) {
             return;
         }
         match self.fp.peer_insert(peer, mapped) {
             Ok(()) => {
-                self.mirrored.insert(peer, mapped);
+                self.mirrored.insert(peer, Entry { mapped, seen_ns: 0, read_at: now });
                 self.stats.inserted += 1;
             }
             Err(xdp::Error::MapFull(_)) => {
@@ -113,7 +132,7 @@ impl Mirror {
     pub fn sync(&mut self, core: &mut Relay, now: Millis) {
         for peer in core.take_trust_changes() {
             match core.trusted_mapping(&peer, now) {
-                Some(m) => self.put(peer, m),
+                Some(m) => self.put(peer, m, now),
                 None => self.drop_peer(peer),
             }
         }
@@ -122,22 +141,35 @@ impl Mirror {
         }
         self.last_sweep = now;
         let mono = monotonic_ns();
-        let peers: Vec<(Ipv6Addr, SocketAddrV4)> = self.mirrored.iter().map(|(a, m)| (*a, *m)).collect();
-        for (peer, mapped) in peers {
+        let peers: Vec<(Ipv6Addr, Entry)> = self.mirrored.iter().map(|(a, e)| (*a, *e)).collect();
+        for (peer, e) in peers {
             if core.last_rx(&peer, now).is_some_and(|t| now.saturating_sub(t) >= REFRESH_AFTER_MS) {
-                if let Ok(Some(ts)) = self.fp.peer_last_seen(peer) {
-                    let at = now.saturating_sub(mono.saturating_sub(ts) / 1_000_000);
-                    if core.last_rx(&peer, now).is_some_and(|t| at > t) {
-                        core.seen(&peer, at, now);
-                        self.stats.refreshed += 1;
-                    }
-                }
+                self.refresh(core, peer, e, now, mono);
             }
             match core.trusted_mapping(&peer, now) {
-                Some(m) if m == mapped => {}
-                Some(m) => self.put(peer, m),
+                Some(m) if m == e.mapped => {}
+                Some(m) => self.put(peer, m, now),
                 None => self.drop_peer(peer),
             }
+        }
+    }
+
+    /// When the fast path's last-seen time of `peer` moved since it was
+    /// last read, the peer sent something in between: tell the core when
+    /// (from the age of the time stamp, kept within that interval).
+    fn refresh(&mut self, core: &mut Relay, peer: Ipv6Addr, e: Entry, now: Millis, mono: u64) {
+        let Ok(Some(ts)) = self.fp.peer_last_seen(peer) else { return };
+        if ts <= e.seen_ns {
+            return;
+        }
+        let at = now.saturating_sub(mono.saturating_sub(ts) / 1_000_000).max(e.read_at).min(now);
+        if let Some(m) = self.mirrored.get_mut(&peer) {
+            m.seen_ns = ts;
+            m.read_at = now;
+        }
+        if core.last_rx(&peer, now).is_some_and(|t| at > t) {
+            core.seen(&peer, at, now);
+            self.stats.refreshed += 1;
         }
     }
 
