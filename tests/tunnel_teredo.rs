@@ -189,3 +189,40 @@ fn symmetric_nat_what_v6gate_does_that_miredo_cannot() {
     assert!(!w.ping_until("ca", &b, 12), "Miredo accepted a symmetric NAT's mapping after all");
     assert!(w.wait_counter("client", "teredo-client", "bubbles_sent", 5, |v| v >= 2) >= 2, "the v6gate client did try");
 }
+
+/// The relay's XDP fast path (`[teredo.relay] xdp`, attached natively to
+/// its IPv4 side `e0` and IPv6 side `sh`): a Miredo client behind a NAT
+/// still qualifies and becomes trusted through the slow path (RFC 4380
+/// §5.4: bubbles, the relay core), then its UDP and TCP traffic with the
+/// native host goes through XDP both ways (decapsulated and encapsulated
+/// there), while ICMPv6 (the pings) stays on the slow path.
+#[test]
+fn miredo_client_reaches_native_ipv6_through_the_xdp_relay() {
+    let mut w = testbed(NatKind::PortRestricted, None);
+    // veth: an interface XDP redirects into needs NAPI at its peer (GRO
+    // on); senders from local sockets hand over checksums not yet computed
+    // unless transmit checksum offload is off (docs/xdp.md, "Checksums").
+    w.in_ns("i", || xdp::sys::set_gro("is", true)).unwrap();
+    w.in_ns("h", || xdp::sys::set_gro("e0", true).and_then(|()| xdp::sys::set_tx_checksum("e0", false))).unwrap();
+    w.in_ns("ca", || xdp::sys::set_tx_checksum("e0", false)).unwrap();
+    // The encapsulation's bpf_fib_lookup (IPv4, from the IPv6 side) needs
+    // IPv4 forwarding on the interface it is made from (docs/tunnels.md).
+    w.sysctl("s", "net.ipv4.conf.sh.forwarding", "1");
+    w.v6gate(
+        "s",
+        "srv",
+        "[teredo.server]\nprimary = \"192.0.2.10\"\nsecondary = \"192.0.2.11\"\n\
+         [teredo.relay]\nbind = \"192.0.2.20:3544\"\naddress = \"2001:db8:1::1\"\n\
+         xdp = \"native\"\nxdp-interfaces = [\"e0\", \"sh\"]\n",
+    );
+    let st = w.wait_status("srv", |s| s["teredo-relay"]["xdp"]["attachments"].as_array().is_some_and(|a| a.len() == 2));
+    assert_eq!(st["teredo-relay"]["xdp"]["attachments"][0]["mode"], "native", "{st}");
+    let ca = miredo_client(&mut w, "ca", "miredo");
+    native_both_ways(&w, "ca", &ca);
+    let relay = |name: &str, min: u64| w.wait_counter("srv", "teredo-relay", name, 5, |v| v >= min);
+    assert!(relay("peers_trusted", 1) >= 1, "the slow path ran the trust procedure");
+    assert!(relay("xdp_decap", 20) >= 20, "client -> native in XDP: {}", w.status("srv"));
+    assert!(relay("xdp_encap", 20) >= 20, "native -> client in XDP: {}", w.status("srv"));
+    assert!(relay("xdp_pass_icmp", 1) >= 1, "pings on the slow path");
+    assert!(relay("to_ipv6", 1) >= 1, "the slow path forwarded too (pings, the first packets)");
+}

@@ -78,6 +78,17 @@ impl Mirror {
             if let Some(a) = fp.attach(i, x.mode).with_context(|| format!("[teredo.relay] xdp-interfaces: {i}"))? {
                 tracing::info!("teredo relay: XDP fast path on {} ({:?})", a.iface, a.mode);
             }
+            // bpf_fib_lookup refuses to route from an interface that does
+            // not forward the family: every packet would pass (pass-fib).
+            for (fam, what) in [("ipv4", "packets to clients (IPv6 side)"), ("ipv6", "packets from clients (IPv4 side)")] {
+                let key = format!("/proc/sys/net/{fam}/conf/{i}/forwarding");
+                if std::fs::read_to_string(&key).is_ok_and(|v| v.trim() == "0") {
+                    tracing::warn!(
+                        "teredo relay: {fam} forwarding is off on {i}: if {i} carries {what}, they all take the \
+                         slow path (pass-fib); sysctl net.{fam}.conf.{i}.forwarding=1"
+                    );
+                }
+            }
         }
         Ok(Mirror::new(fp))
     }
