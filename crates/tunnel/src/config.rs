@@ -301,7 +301,9 @@ fn relay_xdp(mode: Option<&str>, interfaces: Vec<String>, bind: SocketAddrV4) ->
     };
     if mode == xdp::Mode::Off {
         if !interfaces.is_empty() {
-            return Err("[teredo.relay] xdp-interfaces: set, but xdp is off (set xdp = \"native\" or \"generic\")".into());
+            return Err(
+                "[teredo.relay] xdp-interfaces: set, but xdp is off (set xdp = \"native\" or \"generic\")".into()
+            );
         }
         return Ok(None);
     }

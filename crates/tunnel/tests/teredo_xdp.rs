@@ -205,8 +205,8 @@ fn eth(dst: [u8; 6], et: u16, l3: &[u8]) -> Vec<u8> {
 /// A UDP datagram as Linux sends it from an unconnected socket: TOS 0,
 /// DF, Identification 0, TTL 64, the UDP checksum.
 fn linux_udp(from: SocketAddrV4, to: SocketAddrV4, payload: &[u8]) -> Vec<u8> {
-    let mut ip = Ipv4Header::new((8 + payload.len()) as u16, 64, IpNumber::UDP, from.ip().octets(), to.ip().octets())
-        .unwrap();
+    let mut ip =
+        Ipv4Header::new((8 + payload.len()) as u16, 64, IpNumber::UDP, from.ip().octets(), to.ip().octets()).unwrap();
     ip.dont_fragment = true;
     ip.identification = 0;
     ip.header_checksum = ip.calc_header_checksum();
@@ -352,7 +352,9 @@ fn rfc4380_5_4_trust_lapses_unless_the_fast_path_saw_the_peer() {
     // 20 s later the peer sends through the fast path only; the mirror
     // carries its last-seen time back to the core at its next sweep.
     bed.now += 20_000;
-    assert!(bed.fast(&eth(MAC_X4, 0x0800, &linux_udp(MAPPED, SocketAddrV4::new(RELAY4, 3544), &up)), bed.if4).is_some());
+    assert!(bed
+        .fast(&eth(MAC_X4, 0x0800, &linux_udp(MAPPED, SocketAddrV4::new(RELAY4, 3544), &up)), bed.if4)
+        .is_some());
     assert!(bed.mirror.fast_path().peer_last_seen(client()).unwrap().is_some());
     bed.now += 5_000;
     bed.mirror.sync(&mut bed.core, bed.now);

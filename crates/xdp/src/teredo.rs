@@ -244,12 +244,20 @@ impl TeredoFastPath {
         if mode == Mode::Off {
             return Ok(None);
         }
-        let ifindex = crate::sys::if_index(iface).ok_or_else(|| Error::Interface(format!("{iface}: no such interface")))?;
+        let ifindex =
+            crate::sys::if_index(iface).ok_or_else(|| Error::Interface(format!("{iface}: no such interface")))?;
         if self.attached.iter().any(|a| a.ifindex == ifindex) {
             return Err(Error::Interface(format!("{iface}: already attached")));
         }
         let (link, used, fallback) = attach_link(self.xdp_mut()?, iface, ifindex, mode)?;
-        self.attached.push(Attachment { iface: iface.to_owned(), ifindex, program: PROGRAM, mode: used, fallback, link });
+        self.attached.push(Attachment {
+            iface: iface.to_owned(),
+            ifindex,
+            program: PROGRAM,
+            mode: used,
+            fallback,
+            link,
+        });
         if let Err(e) = self.allow_egress(ifindex) {
             let _ = self.detach(iface);
             return Err(e);
@@ -287,12 +295,7 @@ impl TeredoFastPath {
     pub fn peer_insert(&mut self, peer: Ipv6Addr, mapped: SocketAddrV4) -> Result<(), Error> {
         let mut m: HashMap<&mut MapData, [u8; 16], TdPeer> =
             HashMap::try_from(self.map_mut(PEERS)?).map_err(|e| Error::Bpf(format!("map {PEERS}: {e}")))?;
-        let v = TdPeer {
-            addr: u32::from(*mapped.ip()).to_be(),
-            port: mapped.port().to_be(),
-            pad: 0,
-            last_seen_ns: 0,
-        };
+        let v = TdPeer { addr: u32::from(*mapped.ip()).to_be(), port: mapped.port().to_be(), pad: 0, last_seen_ns: 0 };
         m.insert(peer.octets(), v, 0).map_err(|e| map_err(PEERS, e))
     }
 

@@ -85,6 +85,9 @@ pub struct Args {
 pub enum Dut {
     /// v6gate's Teredo relay.
     V6gate,
+    /// v6gate's Teredo relay with its XDP fast path for trusted peers
+    /// (`xdp = "native"` on the relay's two interfaces).
+    V6gateXdp,
     /// Miredo in relay mode (RelayType cone).
     Miredo,
     /// v6gate's 6to4 relay.
@@ -98,6 +101,7 @@ impl Dut {
     fn label(self) -> &'static str {
         match self {
             Dut::V6gate => "v6gate Teredo relay",
+            Dut::V6gateXdp => "v6gate Teredo relay (XDP)",
             Dut::Miredo => "Miredo Teredo relay",
             Dut::V6gate6to4 => "v6gate 6to4 relay",
             Dut::V6gateSiit => "v6gate SIIT (userspace)",
@@ -105,7 +109,7 @@ impl Dut {
     }
 
     fn is_teredo(self) -> bool {
-        matches!(self, Dut::V6gate | Dut::Miredo)
+        matches!(self, Dut::V6gate | Dut::V6gateXdp | Dut::Miredo)
     }
 }
 
@@ -280,18 +284,22 @@ fn testbed(prefix: &str, tag: &str) -> Result<Bed> {
 
 fn start_dut(bed: &mut Bed, dut: Dut, bins: &(PathBuf, Option<PathBuf>), work: &Path) -> Result<()> {
     match dut {
-        Dut::V6gate | Dut::V6gate6to4 => {
+        Dut::V6gate | Dut::V6gateXdp | Dut::V6gate6to4 => {
             let cfg = work.join(format!("{dut:?}.toml"));
-            let text = if dut == Dut::V6gate {
-                "[teredo.relay]\nbind = \"192.0.2.1:3544\"\naddress = \"2001:db8:1::1\"\nmax-peers = 1024\n"
-            } else {
-                "[sixtofour]\nmode = \"relay\"\naddress = \"192.0.2.1\"\nreject-private = false\n"
+            let relay = "[teredo.relay]\nbind = \"192.0.2.1:3544\"\naddress = \"2001:db8:1::1\"\nmax-peers = 1024\n";
+            let text = match dut {
+                Dut::V6gate => relay.to_string(),
+                Dut::V6gateXdp => {
+                    xdp_testbed(bed)?;
+                    format!("{relay}xdp = \"native\"\nxdp-interfaces = [\"dc\", \"dh\"]\n")
+                }
+                _ => "[sixtofour]\nmode = \"relay\"\naddress = \"192.0.2.1\"\nreject-private = false\n".to_string(),
             };
             std::fs::write(&cfg, text)?;
             let mut cmd = bed.d.command(bins.0.to_str().unwrap_or("v6gate"));
             cmd.args(["tunnel", "--config"]).arg(&cfg);
             bed.procs.push(Proc::spawn("v6gate tunnel", cmd, Some(&work.join(format!("{dut:?}.log"))))?);
-            let dev = if dut == Dut::V6gate { "v6gate-trly" } else { "v6gate-6to4" };
+            let dev = if dut == Dut::V6gate6to4 { "v6gate-6to4" } else { "v6gate-trly" };
             wait_dev(&bed.d, dev)?;
         }
         Dut::V6gateSiit => {
@@ -313,6 +321,22 @@ fn start_dut(bed: &mut Bed, dut: Dut, bins: &(PathBuf, Option<PathBuf>), work: &
             bed.d.ip(&["link", "set", "mrelay", "up"])?;
             bed.d.ip(&["-6", "route", "replace", "2001::/32", "dev", "mrelay"])?;
         }
+    }
+    Ok(())
+}
+
+/// What the XDP relay needs of the veth testbed: NAPI (GRO) at the peers
+/// of the interfaces it redirects into (c's and h's `e0`), and complete
+/// checksums from the senders' sockets (transmit checksum offload off on
+/// c's and h's `e0`: a veth otherwise hands over CHECKSUM_PARTIAL
+/// datagrams, which the fast path passes). Real NICs need neither.
+fn xdp_testbed(bed: &Bed) -> Result<()> {
+    for ns in [&bed.c, &bed.h] {
+        ns.run(|| {
+            xdp::sys::set_gro("e0", true).context("GRO on e0")?;
+            xdp::sys::set_tx_checksum("e0", false).context("tx checksum offload off on e0")?;
+            Ok(())
+        })?;
     }
     Ok(())
 }
@@ -546,7 +570,7 @@ fn throughput(bed: &Bed, dut: Dut, secs: f64, search: Search) -> Result<(Option<
     host6.set_read_timeout(Some(Duration::from_millis(20)))?;
     let mut keepalive: Box<dyn FnMut()> = Box::new(|| {});
     let mut send: Box<dyn FnMut()> = match dut {
-        Dut::V6gate | Dut::Miredo => {
+        Dut::V6gate | Dut::V6gateXdp | Dut::Miredo => {
             let client = std::sync::Arc::new(Client::open(&bed.c)?);
             let trust_host = udp_in(&bed.h, SocketAddr::new(HOST6.into(), HOST_PORT))?;
             client.trust(&trust_host)?;
@@ -684,7 +708,8 @@ pub fn run(args: &Args) -> Result<Report> {
     let guard = RunGuard::new(&prefix, std::env::temp_dir().join(&prefix))?;
     let bins = (v6gate.clone(), miredo.clone());
     let mut devices = Vec::new();
-    for (i, dut) in [Dut::V6gate, Dut::Miredo, Dut::V6gate6to4, Dut::V6gateSiit].into_iter().enumerate() {
+    for (i, dut) in [Dut::V6gate, Dut::V6gateXdp, Dut::Miredo, Dut::V6gate6to4, Dut::V6gateSiit].into_iter().enumerate()
+    {
         let version = match dut {
             Dut::Miredo => miredo.as_deref().and_then(|b| {
                 Command::new(b)
@@ -737,6 +762,30 @@ pub fn run(args: &Args) -> Result<Report> {
     drop(guard);
     eprintln!("bench tunnel: {}", out.summary());
     Ok(report)
+}
+
+/// The latency bar: each v6gate relay's added median over Miredo's, per
+/// cell (bar: <= 0.5 at every size and direction).
+fn latency_ratios(r: &Report) -> String {
+    let Some(m) = r.devices.iter().find(|d| d.dut == Dut::Miredo && !d.cells.is_empty()) else { return String::new() };
+    let mut s = String::from("\nAdded median latency / Miredo's, per cell (bar: <= 0.5 everywhere):\n\n");
+    for d in r.devices.iter().filter(|d| matches!(d.dut, Dut::V6gate | Dut::V6gateXdp) && !d.cells.is_empty()) {
+        let cells: Vec<String> = d
+            .cells
+            .iter()
+            .filter_map(|c| {
+                let mc = m.cells.iter().find(|x| x.size == c.size && x.direction == c.direction)?;
+                let v = if mc.added_p50_ns == 0 {
+                    "-".into()
+                } else {
+                    format!("{:.2}", c.added_p50_ns as f64 / mc.added_p50_ns as f64)
+                };
+                Some(format!("{} {} B {v}", c.direction, c.size))
+            })
+            .collect();
+        s.push_str(&format!("- {}: {}\n", d.dut.label(), cells.join(", ")));
+    }
+    s
 }
 
 fn plot(r: &Report) -> LinePlot {
@@ -820,10 +869,13 @@ pub fn markdown(r: &Report) -> String {
         _ => "-".into(),
     };
     s.push_str(&format!(
-        "\nRatios in this run: 6to4 relay / userspace SIIT = {} (bar: >= 1); v6gate Teredo relay / Miredo = {} (bar: >= 3).\n",
+        "\nRatios in this run: 6to4 relay / userspace SIIT = {} (bar: >= 1); v6gate Teredo relay / Miredo = {} (bar: >= 3); \
+         v6gate Teredo relay (XDP) / Miredo = {}.\n",
         ratio(Dut::V6gate6to4, Dut::V6gateSiit),
-        ratio(Dut::V6gate, Dut::Miredo)
+        ratio(Dut::V6gate, Dut::Miredo),
+        ratio(Dut::V6gateXdp, Dut::Miredo)
     ));
+    s.push_str(&latency_ratios(r));
     s.push_str("\n## RTP one-way delay through the tunnel (the SIP-over-IPv6 paper's Table I rows)\n\n");
     let rows: Vec<Vec<String>> = r
         .devices

@@ -80,7 +80,9 @@ impl Mirror {
             }
             // bpf_fib_lookup refuses to route from an interface that does
             // not forward the family: every packet would pass (pass-fib).
-            for (fam, what) in [("ipv4", "packets to clients (IPv6 side)"), ("ipv6", "packets from clients (IPv4 side)")] {
+            for (fam, what) in
+                [("ipv4", "packets to clients (IPv6 side)"), ("ipv6", "packets from clients (IPv4 side)")]
+            {
                 let key = format!("/proc/sys/net/{fam}/conf/{i}/forwarding");
                 if std::fs::read_to_string(&key).is_ok_and(|v| v.trim() == "0") {
                     tracing::warn!(
