@@ -712,4 +712,29 @@ mod tests {
         let e = TunnelConfig::parse(both).unwrap_err();
         assert!(e.contains("[sixrd] prefix") && e.contains("2002::/16"), "{e}");
     }
+
+    #[test]
+    fn relay_xdp_is_off_by_default_and_checked() {
+        let r = TunnelConfig::parse("[teredo.relay]\n").unwrap().teredo_relay.unwrap();
+        assert_eq!(r.xdp, None);
+        let on =
+            "[teredo.relay]\nbind = \"192.0.2.1:3544\"\nxdp = \"generic\"\nxdp-interfaces = [\"eth0\", \"eth1\"]\n";
+        let r = TunnelConfig::parse(on).unwrap().teredo_relay.unwrap();
+        assert_eq!(r.xdp, Some(RelayXdp { mode: xdp::Mode::Generic, interfaces: vec!["eth0".into(), "eth1".into()] }));
+        let off = "[teredo.relay]\nxdp = \"off\"\n";
+        assert_eq!(TunnelConfig::parse(off).unwrap().teredo_relay.unwrap().xdp, None);
+        for (text, want) in [
+            ("[teredo.relay]\nbind = \"192.0.2.1:3544\"\nxdp = \"fast\"\nxdp-interfaces = [\"e0\"]", "[teredo.relay] xdp"),
+            ("[teredo.relay]\nbind = \"192.0.2.1:3544\"\nxdp = \"native\"", "[teredo.relay] xdp-interfaces"),
+            ("[teredo.relay]\nxdp-interfaces = [\"e0\"]", "xdp is off"),
+            ("[teredo.relay]\nxdp = \"native\"\nxdp-interfaces = [\"e0\"]", "[teredo.relay] bind"),
+            (
+                "[teredo.relay]\nbind = \"192.0.2.1:3544\"\nxdp = \"native\"\nxdp-interfaces = [\"an-interface-name-too-long\"]",
+                "1-15 bytes",
+            ),
+        ] {
+            let e = TunnelConfig::parse(text).unwrap_err();
+            assert!(e.contains(want), "{text}: {e}");
+        }
+    }
 }

@@ -528,6 +528,38 @@ mod tests {
     }
 
     #[test]
+    fn trust_changes_are_reported_for_the_fast_path_and_seen_keeps_a_peer() {
+        let mut r = relay();
+        let mut ob = Outbox::new();
+        let c = client("198.51.100.7:40000", 0);
+        let host = a6("2001:db8::1");
+        // Off by default: nothing recorded.
+        r.on_udp(sa("198.51.100.7:40000"), &v6(c, host, proto::UDP, &[9; 8]), 0, &mut ob);
+        assert!(r.take_trust_changes().is_empty());
+        let mut r = relay();
+        r.set_mirroring(true);
+        r.on_udp(sa("198.51.100.7:40000"), &v6(c, host, proto::UDP, &[9; 8]), 0, &mut ob);
+        assert_eq!(r.take_trust_changes(), vec![c]);
+        assert_eq!(r.trusted_mapping(&c, 0), Some(sa("198.51.100.7:40000")));
+        // Another packet of the same peer changes nothing.
+        r.on_udp(sa("198.51.100.7:40000"), &v6(c, host, proto::UDP, &[9; 8]), 10, &mut ob);
+        assert!(r.take_trust_changes().is_empty());
+        // Seen on the fast path at 25 s: still trusted at 50 s, not at 56 s.
+        r.seen(&c, 25_000, 25_100);
+        assert_eq!(r.last_rx(&c, 25_100), Some(25_000));
+        r.tick(50_000);
+        assert_eq!(r.trusted_mapping(&c, 50_000), Some(sa("198.51.100.7:40000")));
+        r.tick(56_000);
+        assert_eq!(r.trusted_mapping(&c, 56_000), None);
+        // A time in the future or before the last packet is ignored.
+        let mut r = relay();
+        r.on_udp(sa("198.51.100.7:40000"), &v6(c, host, proto::UDP, &[9; 8]), 1_000, &mut ob);
+        r.seen(&c, 9_000, 2_000);
+        r.seen(&c, 500, 2_000);
+        assert_eq!(r.last_rx(&c, 2_000), Some(1_000));
+    }
+
+    #[test]
     fn rfc4380_5_4_2_client_to_native() {
         let mut r = relay();
         let mut ob = Outbox::new();
