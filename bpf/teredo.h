@@ -37,6 +37,15 @@ struct td_peer {
 };
 _Static_assert(sizeof(struct td_peer) == 16, "struct td_peer differs from teredo.rs");
 
+/* teredo_ifmac: an attached interface's index -> its MAC address (the
+ * first 6 bytes); frames to another destination pass, as the kernel does
+ * not route them (PACKET_OTHERHOST). */
+struct td_mac {
+	__u8 addr[6];
+	__u16 pad;
+};
+_Static_assert(sizeof(struct td_mac) == 8, "struct td_mac differs from teredo.rs");
+
 struct td_count {
 	__u64 packets;
 	__u64 bytes;
@@ -62,6 +71,7 @@ struct td_count {
 #define TD_P_FIB 16           /* no route or neighbour (bpf_fib_lookup) */
 #define TD_P_EGRESS 17        /* the egress interface is not one of the fast path's */
 #define TD_P_DISABLED 18      /* no configuration written */
-#define TD_COUNTERS 19
+#define TD_P_OTHER_HOST 19    /* Ethernet destination not the interface's (or multicast) */
+#define TD_COUNTERS 20
 
 #endif

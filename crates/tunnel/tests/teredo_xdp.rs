@@ -91,6 +91,8 @@ impl Bed {
         .unwrap_or_else(|e| panic!("{e}"));
         fp.allow_egress(if4).unwrap();
         fp.allow_egress(if6).unwrap();
+        fp.set_interface_mac(if4, MAC_X4).unwrap();
+        fp.set_interface_mac(if6, MAC_X6).unwrap();
         // Attached (native) to an idle interface: BPF_PROG_TEST_RUN then
         // skips the XDP dispatcher's RCU wait per call.
         let a = fp.attach("x4p", Mode::Native).unwrap_or_else(|e| panic!("{e}")).expect("attached");
@@ -315,6 +317,12 @@ fn everything_unusual_passes_to_the_slow_path_counted_by_reason() {
     let other = TeredoAddr { server: SERVER, flags: 0, mapped: "198.51.100.8:1".parse().unwrap() }.to_ipv6();
     cases.push((C::PassUntrusted, v4("198.51.100.8:1".parse().unwrap(), &v6_udp(other, HOST, 64, &[1; 8])), true));
     cases.push((C::PassNotIp, eth(MAC_X4, 0x0806, &[0; 28]), true));
+    let mut other_host = v4(MAPPED, &up);
+    other_host[5] ^= 0x10;
+    cases.push((C::PassOtherHost, other_host, true));
+    let mut broadcast = v4(MAPPED, &up);
+    broadcast[..6].copy_from_slice(&[0xff; 6]);
+    cases.push((C::PassOtherHost, broadcast, true));
     // The IPv6 side.
     let v6 = |p: &[u8]| eth(MAC_X6, 0x86dd, p);
     cases.push((C::PassNotTeredo, v6(&v6_udp(HOST, "2001:db8:9::1".parse().unwrap(), 64, &[1; 8])), false));
@@ -323,6 +331,7 @@ fn everything_unusual_passes_to_the_slow_path_counted_by_reason() {
     cases.push((C::PassTooBig, v6(&v6_udp(HOST, client(), 64, &vec![0; MTU6 as usize - 40 - 8 + 1])), false));
     cases.push((C::PassAddress, v6(&v6_udp("fe80::1".parse().unwrap(), client(), 64, &[1; 8])), false));
     cases.push((C::PassBubble, v6(&v6_raw(HOST, client(), 59, 64, &[])), false));
+    cases.push((C::PassOtherHost, eth([2, 0, 0, 0, 6, 9], 0x86dd, &down), false));
     cases.push((C::PassFragment, v6(&v6_raw(HOST, client(), 44, 64, &[17, 0, 0, 1, 0, 0, 0, 1])), false));
     let mut short = v6(&down);
     short.truncate(14 + 30);

@@ -117,3 +117,50 @@ fn ethtool_set(name: &str, cmd: u32, on: bool) -> std::io::Result<()> {
 unsafe impl aya::Pod for crate::teredo::TdConfig {}
 // SAFETY: as above.
 unsafe impl aya::Pod for crate::teredo::TdPeer {}
+// SAFETY: as above.
+unsafe impl aya::Pod for crate::teredo::TdMac {}
+
+/// The hardware (MAC) address of Ethernet interface `name` (of the
+/// caller's network namespace: the `SIOCGIFHWADDR` ioctl on a socket
+/// opened there; sysfs would show the namespace it was mounted in).
+pub fn if_mac(name: &str) -> std::io::Result<[u8; 6]> {
+    let bytes = name.as_bytes();
+    if bytes.is_empty() || bytes.len() >= libc::IFNAMSIZ {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("interface name {name:?}")));
+    }
+    // SAFETY: an all-zero ifreq is a valid value (a C struct of integers,
+    // arrays and a union of them and pointers).
+    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in ifr.ifr_name.iter_mut().zip(bytes) {
+        *d = *s as libc::c_char;
+    }
+    // SAFETY: socket() has no memory arguments; the result is checked.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `ifr` is a valid ifreq with a NUL-terminated name (zeroed
+    // past the copied name, shorter than IFNAMSIZ); SIOCGIFHWADDR writes
+    // only into it.
+    let rc = unsafe { libc::ioctl(fd, libc::SIOCGIFHWADDR, &mut ifr) };
+    let err = std::io::Error::last_os_error();
+    // SAFETY: `fd` is the socket opened above, closed once.
+    unsafe { libc::close(fd) };
+    if rc < 0 {
+        return Err(err);
+    }
+    // SAFETY: SIOCGIFHWADDR succeeded, so the union holds the hardware
+    // address (a sockaddr; its sa_data starts with the address bytes).
+    let sa = unsafe { ifr.ifr_ifru.ifru_hwaddr };
+    if sa.sa_family != libc::ARPHRD_ETHER {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            format!("{name} is not an Ethernet interface (type {})", sa.sa_family),
+        ));
+    }
+    let mut mac = [0u8; 6];
+    for (m, b) in mac.iter_mut().zip(sa.sa_data.iter()) {
+        *m = *b as u8;
+    }
+    Ok(mac)
+}

@@ -27,6 +27,7 @@ const CONFIG: &str = "teredo_config";
 const PEERS: &str = "teredo_peers";
 const COUNTERS: &str = "teredo_counters";
 const TX: &str = "teredo_tx";
+const IFMAC: &str = "teredo_ifmac";
 
 /// `struct td_config`.
 #[repr(C)]
@@ -63,6 +64,17 @@ pub struct TdPeer {
     pub last_seen_ns: u64,
 }
 
+/// `struct td_mac`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TdMac {
+    /// The MAC address.
+    pub addr: [u8; 6],
+    /// Zero.
+    pub pad: u16,
+}
+
+const _: () = assert!(core::mem::size_of::<TdMac>() == 8);
 const _: () = assert!(core::mem::size_of::<TdConfig>() == 24);
 const _: () = assert!(core::mem::size_of::<TdPeer>() == 16);
 
@@ -124,6 +136,8 @@ reasons! {
     PassEgress = 17, "pass-egress";
     /// Passed: no configuration.
     PassDisabled = 18, "pass-disabled";
+    /// Passed: the Ethernet destination is not the interface's (or is multicast).
+    PassOtherHost = 19, "pass-other-host";
 }
 
 /// What the fast path needs of the relay's configuration.
@@ -238,8 +252,18 @@ impl TeredoFastPath {
         Ok(())
     }
 
-    /// Attach to `iface` (of the caller's network namespace) and allow it
-    /// as an egress. `Mode::Off` attaches nothing and returns `None`.
+    /// Accept frames on `ifindex` only when addressed to `mac` (attach
+    /// records each interface's own; without an entry any unicast
+    /// destination is accepted).
+    pub fn set_interface_mac(&mut self, ifindex: u32, mac: [u8; 6]) -> Result<(), Error> {
+        let mut m: HashMap<&mut MapData, u32, TdMac> =
+            HashMap::try_from(self.map_mut(IFMAC)?).map_err(|e| Error::Bpf(format!("map {IFMAC}: {e}")))?;
+        m.insert(ifindex, TdMac { addr: mac, pad: 0 }, 0).map_err(|e| map_err(IFMAC, e))
+    }
+
+    /// Attach to `iface` (of the caller's network namespace), record its
+    /// MAC address and allow it as an egress. `Mode::Off` attaches nothing
+    /// and returns `None`.
     pub fn attach(&mut self, iface: &str, mode: Mode) -> Result<Option<&Attachment>, Error> {
         if mode == Mode::Off {
             return Ok(None);
@@ -258,7 +282,8 @@ impl TeredoFastPath {
             fallback,
             link,
         });
-        if let Err(e) = self.allow_egress(ifindex) {
+        let mac = interface_mac(iface);
+        if let Err(e) = mac.and_then(|m| self.set_interface_mac(ifindex, m)).and_then(|()| self.allow_egress(ifindex)) {
             let _ = self.detach(iface);
             return Err(e);
         }
@@ -361,6 +386,11 @@ impl TeredoFastPath {
     }
 }
 
+/// `iface`'s MAC address.
+fn interface_mac(iface: &str) -> Result<[u8; 6], Error> {
+    crate::sys::if_mac(iface).map_err(|e| Error::Interface(format!("{iface}: its MAC address: {e}")))
+}
+
 impl Drop for TeredoFastPath {
     fn drop(&mut self) {
         let _ = self.detach_all();
@@ -381,7 +411,7 @@ mod tests {
         labels.dedup();
         assert_eq!(labels.len(), TeredoCounter::ALL.len());
         // bpf/teredo.h's TD_COUNTERS.
-        assert_eq!(TeredoCounter::ALL.len(), 19);
+        assert_eq!(TeredoCounter::ALL.len(), 20);
     }
 
     #[test]
