@@ -35,6 +35,9 @@
 #include <linux/udp.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
+/* util.h only: common.h's helpers come with the fast path's maps, which
+ * this object must not create (ipv4 header and checksum sum are written
+ * here again for that reason). */
 #include "util.h"
 #include "teredo.h"
 
@@ -159,6 +162,15 @@ static __noinline int sum_bytes(struct xdp_md *ctx, __u32 off, __u32 len, __u64 
 	return 0;
 }
 
+/* 16 bytes (an IPv6 address) as they are. */
+V6G_INLINE void copy16(void *dst, const void *src)
+{
+	ST32(dst, LD32(src));
+	ST32((__u8 *)dst + 4, LD32((const __u8 *)src + 4));
+	ST32((__u8 *)dst + 8, LD32((const __u8 *)src + 8));
+	ST32((__u8 *)dst + 12, LD32((const __u8 *)src + 12));
+}
+
 /* RFC 4291: not ::, ::1, link-local (fe80::/10) or multicast (ff00::/8);
  * as crates/tunnel's is_global_v6. */
 V6G_INLINE int global6(const __u8 *a)
@@ -262,10 +274,7 @@ static __noinline __u32 decap(struct xdp_md *ctx, const struct td_config *c)
 		return PASS(TD_P_ADDRESS);
 	if (in[7] <= 1)
 		return PASS(TD_P_HOP_LIMIT);
-	ST32(key, LD32(in + 8));
-	ST32(key + 4, LD32(in + 12));
-	ST32(key + 8, LD32(in + 16));
-	ST32(key + 12, LD32(in + 20));
+	copy16(key, in + 8);
 	peer = bpf_map_lookup_elem(&teredo_peers, key);
 	if (!peer)
 		return PASS(TD_P_UNTRUSTED);
@@ -299,14 +308,8 @@ static __noinline __u32 decap(struct xdp_md *ctx, const struct td_config *c)
 	fib.tot_len = 40 + plen;
 	fib.ifindex = ctx->ingress_ifindex;
 	fib.flowinfo = LD32(in) & bpf_htonl(0x0fffffff);
-	ST32(fib.ipv6_src, LD32(in + 8));
-	ST32((__u8 *)fib.ipv6_src + 4, LD32(in + 12));
-	ST32((__u8 *)fib.ipv6_src + 8, LD32(in + 16));
-	ST32((__u8 *)fib.ipv6_src + 12, LD32(in + 20));
-	ST32(fib.ipv6_dst, LD32(in + 24));
-	ST32((__u8 *)fib.ipv6_dst + 4, LD32(in + 28));
-	ST32((__u8 *)fib.ipv6_dst + 8, LD32(in + 32));
-	ST32((__u8 *)fib.ipv6_dst + 12, LD32(in + 36));
+	copy16(fib.ipv6_src, in + 8);
+	copy16(fib.ipv6_dst, in + 24);
 	rc = lookup(ctx, &fib);
 	if (rc)
 		return rc;
@@ -369,10 +372,7 @@ static __noinline __u32 encap(struct xdp_md *ctx, const struct td_config *c)
 		return PASS(TD_P_BUBBLE);
 	if (in[7] <= 1)
 		return PASS(TD_P_HOP_LIMIT);
-	ST32(key, LD32(in + 24));
-	ST32(key + 4, LD32(in + 28));
-	ST32(key + 8, LD32(in + 32));
-	ST32(key + 12, LD32(in + 36));
+	copy16(key, in + 24);
 	peer = bpf_map_lookup_elem(&teredo_peers, key);
 	if (!peer)
 		return PASS(TD_P_UNTRUSTED);

@@ -589,3 +589,11 @@ pub(crate) fn chain(e: &dyn std::error::Error) -> String {
     }
     s
 }
+
+/// A per-CPU counter summed over the CPUs.
+pub(crate) fn per_cpu_sum(v: &aya::maps::PerCpuValues<Count>) -> Count {
+    v.iter().fold(Count::default(), |s, x| Count {
+        packets: s.packets.wrapping_add(x.packets),
+        bytes: s.bytes.wrapping_add(x.bytes),
+    })
+}

@@ -9,7 +9,7 @@
 //! [`crate::FastPath`]: aya, attach through bpf_link (native with a
 //! generic fallback), detach on drop.
 
-use crate::loader::{attach_link, chain, map_err, test_run_once};
+use crate::loader::{attach_link, chain, map_err, per_cpu_sum, test_run_once};
 use crate::types::Count;
 use crate::{Attachment, Error, Mode, TestResult};
 use aya::maps::{Array, DevMapHash, HashMap, MapData, MapError, PerCpuArray};
@@ -364,11 +364,7 @@ impl TeredoFastPath {
         let mut out = Vec::with_capacity(TeredoCounter::ALL.len());
         for &c in TeredoCounter::ALL {
             let v = a.get(&(c as u32), 0).map_err(|e| map_err(COUNTERS, e))?;
-            let sum = v.iter().fold(Count::default(), |s, x| Count {
-                packets: s.packets.wrapping_add(x.packets),
-                bytes: s.bytes.wrapping_add(x.bytes),
-            });
-            out.push((c, sum));
+            out.push((c, per_cpu_sum(&v)));
         }
         Ok(out)
     }
