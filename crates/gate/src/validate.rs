@@ -17,7 +17,9 @@
 //!   claim it); a tunnel's IPv4 address (`[sixtofour] address`, `[sixrd]
 //!   address`, `[teredo.server] primary`/`secondary`, Teredo `bind`) inside
 //!   an `[siit]` or `[nat64]` IPv4 prefix (the translator's device would
-//!   take its packets); a tunnel device named like `[tun] name`;
+//!   take its packets); a tunnel device named like `[tun] name`; an
+//!   interface in both `[teredo.relay] xdp-interfaces` and `[xdp]
+//!   interfaces` (one XDP program per interface);
 //! - `[alg]`: `media = "in-process"` (the default) without `[trgw]`, or
 //!   without a `[[trgw.interface]]` of each realm's family (or naming one
 //!   that does not exist in `media-v6-interface` / `media-v4-interface`);
@@ -326,6 +328,17 @@ fn tunnels(cfg: &Config) -> Result<(), (String, String)> {
             ));
         }
     }
+    if let (Some(x), Some(r)) = (&cfg.xdp, t.teredo_relay.as_ref().and_then(|r| r.xdp.as_ref())) {
+        if let Some(i) = r.interfaces.iter().find(|i| x.interfaces.contains(i)) {
+            return Err((
+                "[teredo.relay] xdp-interfaces".into(),
+                format!(
+                    "`{i}` is also in [xdp] interfaces: an interface carries one XDP program; give the relay's \
+                     fast path other interfaces"
+                ),
+            ));
+        }
+    }
     if daemon_tun {
         if let Some((table, d)) = t.devices().into_iter().find(|(_, d)| d.name == cfg.tun.name) {
             return Err((
@@ -574,6 +587,10 @@ mod tests {
         let e = err("[siit]\npool6 = \"64:ff9b:1::/96\"\n[tun]\nname = \"gw0\"\n\
              [sixtofour]\nmode = \"relay\"\naddress = \"192.0.2.1\"\ntun = \"gw0\"\n");
         assert!(e.contains("[sixtofour] tun") && e.contains("[tun] name"), "{e}");
+        // The relay's XDP fast path on an interface of the daemon's.
+        let e = err("[siit]\npool6 = \"64:ff9b:1::/96\"\n[xdp]\ninterfaces = [\"eth0\", \"eth1\"]\n\
+             [teredo.relay]\nbind = \"192.0.2.1:3544\"\nxdp = \"native\"\nxdp-interfaces = [\"eth2\", \"eth1\"]\n");
+        assert!(e.contains("[teredo.relay] xdp-interfaces") && e.contains("`eth1`") && e.contains("[xdp]"), "{e}");
         // Apart, they pass; a tunnel alone is a configuration.
         let c = Config::parse(
             "[siit]\npool6 = \"64:ff9b:1::/96\"\neamt = [[\"2001:db8::/120\", \"198.51.100.0/24\"]]\n\
