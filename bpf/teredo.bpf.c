@@ -313,9 +313,15 @@ static __noinline __u32 decap(struct xdp_md *ctx, const struct td_config *c)
 	rc = lookup(ctx, &fib);
 	if (rc)
 		return rc;
+	/* Written at most once a millisecond: the entry's cache line is
+	 * shared by every CPU the peer's packets arrive on. */
 	peer = bpf_map_lookup_elem(&teredo_peers, key);
-	if (peer)
-		peer->last_seen_ns = bpf_ktime_get_ns();
+	if (peer) {
+		__u64 now = bpf_ktime_get_ns();
+
+		if (now - peer->last_seen_ns > 1000000)
+			peer->last_seen_ns = now;
+	}
 	in[7]--;
 	if (bpf_xdp_adjust_head(ctx, 28)) {
 		/* The head did not move; the pointers are stale all the same. */
