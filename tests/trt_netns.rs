@@ -337,3 +337,97 @@ fn trt_carries_a_sip_call_signalling_flow() {
     assert_eq!(s["trt"]["udp_flows_created"], 1, "{s}");
     let _ = &b.gw;
 }
+
+/// What the relay must keep whichever way it copies: a server that speaks
+/// first, a client whose bytes come before the IPv4 side is connected, a
+/// half-close each way with all the bytes before it, and a reset each way.
+fn tcp_semantics(copy: &str) {
+    let b = bed(&format!("copy = \"{copy}\"\n"));
+    assert_eq!(b.status()["copy"], copy, "{}", b.log());
+    let name = b.h4.name().to_string();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    // The server: a banner at once; then reads the upload to its end
+    // (the client's half-close), answers with its length and a 1 MB tail,
+    // and closes. The second connection it resets (linger 0) after one
+    // byte; the third it reads until the client's reset.
+    let srv = std::thread::spawn(move || {
+        Netns::attach(&name).enter_thread().unwrap();
+        let l = TcpListener::bind("0.0.0.0:7000").unwrap();
+        ready_tx.send(()).unwrap();
+        let (mut c, _) = l.accept().unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        c.write_all(b"220 banner\r\n").unwrap();
+        let mut up = Vec::new();
+        c.read_to_end(&mut up).unwrap();
+        write!(c, "{}\n", up.len()).unwrap();
+        let tail: Vec<u8> = (0..1_000_000u32).map(|i| (i % 251) as u8).collect();
+        c.write_all(&tail).unwrap();
+        drop(c);
+        let (mut c, _) = l.accept().unwrap();
+        let mut one = [0u8; 1];
+        c.read_exact(&mut one).unwrap();
+        socket2::SockRef::from(&c).set_linger(Some(Duration::ZERO)).unwrap();
+        drop(c);
+        let (mut c, _) = l.accept().unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut sink = Vec::new();
+        let r = c.read_to_end(&mut sink);
+        (up, r.map_err(|e| e.kind()))
+    });
+    ready_rx.recv().unwrap();
+    let dst = sa(&format!("[{SERVER6}]:7000"));
+    let upload: Vec<u8> = (0..3_000_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+    let (banner, answer, reset_seen) = in_ns(&b.h6, || {
+        let mut c = TcpStream::connect(dst).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        // Upload first (the bytes may arrive before the relay has
+        // connected), then the banner is there to read.
+        c.write_all(&upload).unwrap();
+        c.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut rest = Vec::new();
+        c.read_to_end(&mut rest).unwrap();
+        // The reset: one byte up, the server resets, the client sees it.
+        let mut r = TcpStream::connect(dst).unwrap();
+        r.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        r.write_all(b"x").unwrap();
+        let mut buf = [0u8; 16];
+        let reset = r.read(&mut buf);
+        // The client resets: the server's read ends in an error.
+        let k = TcpStream::connect(dst).unwrap();
+        (&k).write_all(b"bye").unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        socket2::SockRef::from(&k).set_linger(Some(Duration::ZERO)).unwrap();
+        drop(k);
+        // The banner line and the length line, then the tail.
+        let nl = |from: usize| rest[from..].iter().position(|&x| x == b'\n').map(|i| from + i + 1);
+        let split = nl(0).and_then(nl).expect("two lines before the tail");
+        let (head, tail) = rest.split_at(split);
+        (head.to_vec(), tail.to_vec(), reset.map_err(|e| e.kind()))
+    });
+    let (up, last) = srv.join().unwrap();
+    assert!(up == upload, "the server got {} of {} bytes, or other bytes", up.len(), upload.len());
+    let text = String::from_utf8_lossy(&banner).into_owned();
+    assert!(text.starts_with("220 banner\r\n3000000\n"), "{text:?}");
+    let tail: Vec<u8> = (0..1_000_000u32).map(|i| (i % 251) as u8).collect();
+    assert!(answer == tail, "the client got {} of 1000000 tail bytes, or other bytes", answer.len());
+    assert_eq!(reset_seen, Err(std::io::ErrorKind::ConnectionReset));
+    assert_eq!(last, Err(std::io::ErrorKind::ConnectionReset));
+    let s = b.wait_status(|v| {
+        v["tcp_active"] == 0
+            && v["tcp_relayed"] == 3
+            && v["tcp_errors"].as_u64().unwrap_or(0) >= 2
+            && v["bytes_up"].as_u64().unwrap_or(0) >= 3_000_001
+            && v["bytes_down"].as_u64().unwrap_or(0) >= 1_000_020
+    });
+    assert_eq!(s["trt"]["tcp_connect_failed"], 0, "{s}");
+}
+
+#[test]
+fn trt_sockmap_keeps_half_close_resets_and_early_bytes() {
+    tcp_semantics("sockmap");
+}
+
+#[test]
+fn trt_splice_keeps_half_close_resets_and_early_bytes() {
+    tcp_semantics("splice");
+}

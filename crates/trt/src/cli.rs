@@ -34,7 +34,7 @@ pub fn load(path: &std::path::Path) -> Result<TrtConfig> {
 fn write_status(path: &Option<PathBuf>, r: &Relay) {
     if let Some(p) = path {
         let tmp = p.with_extension("tmp");
-        let v = serde_json::json!({ "trt": r.counters().snapshot() });
+        let v = serde_json::json!({ "trt": r.counters().snapshot(), "copy": r.copy() });
         if std::fs::write(&tmp, v.to_string()).is_ok() {
             let _ = std::fs::rename(&tmp, p);
         }

@@ -18,6 +18,9 @@ prefix = "64:ff9b:1::/96"       # any RFC 6052 length
 # max-connections = 1024         # relayed TCP connections at most (more are reset, counted)
 # max-udp-flows = 4096
 # connect-timeout = "5s"         # the IPv4 side's connect
+# copy = "auto"                  # TCP bytes: "sockmap" (moved in the kernel by a BPF
+#                                # stream verdict), "splice" (two threads per connection),
+#                                # "auto": sockmap where the kernel allows it, else splice
 # udp-timeout = "1m"             # an idle UDP flow is forgotten
 # setup = "auto"                 # nftables tproxy rule and policy routing added and removed
 #                                # by the relay; "none": the operator's (docs/trt.md)
@@ -40,6 +43,18 @@ pub enum Setup {
     Auto,
     /// The operator did.
     None,
+}
+
+/// How the TCP bytes are moved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CopyMode {
+    /// A BPF sockhash with a stream verdict redirects each socket's bytes
+    /// to its peer in the kernel; `splice` when it cannot be loaded.
+    Auto,
+    /// The sockhash, or the relay does not start.
+    Sockmap,
+    /// `splice(2)` through a pipe, two threads per connection.
+    Splice,
 }
 
 /// A static mapping for IPv4-initiated traffic.
@@ -72,6 +87,8 @@ pub struct TrtConfig {
     pub udp_timeout: Duration,
     /// Plumbing.
     pub setup: Setup,
+    /// How TCP bytes are moved.
+    pub copy: CopyMode,
     /// fwmark and table of the auto setup.
     pub fwmark: u32,
     /// Routing table of the auto setup.
@@ -111,6 +128,8 @@ struct TrtToml {
     udp_timeout: Duration,
     #[serde(default = "d_setup")]
     setup: String,
+    #[serde(default = "d_setup")]
+    copy: String,
     #[serde(default = "d_mark")]
     fwmark: u32,
     #[serde(default = "d_mark")]
@@ -161,6 +180,12 @@ impl TrtConfig {
             "none" => Setup::None,
             o => return Err(format!("[trt] setup: `{o}`: expected \"auto\" or \"none\"")),
         };
+        let copy = match t.copy.as_str() {
+            "auto" => CopyMode::Auto,
+            "sockmap" => CopyMode::Sockmap,
+            "splice" => CopyMode::Splice,
+            o => return Err(format!("[trt] copy: `{o}`: expected \"auto\", \"sockmap\" or \"splice\"")),
+        };
         if t.tcp_port == 0 || t.udp_port == 0 {
             return Err("[trt] tcp-port, udp-port: 0 is not a port".into());
         }
@@ -191,6 +216,7 @@ impl TrtConfig {
             connect_timeout: t.connect_timeout.max(Duration::from_millis(100)),
             udp_timeout: t.udp_timeout.max(Duration::from_secs(1)),
             setup,
+            copy,
             fwmark: t.fwmark,
             table: t.table,
             statics,
@@ -205,13 +231,16 @@ mod tests {
     #[test]
     fn example_and_errors() {
         let c = TrtConfig::parse(EXAMPLE_TOML).unwrap().unwrap();
-        assert_eq!((c.tcp_port, c.setup, c.max_connections), (7040, Setup::Auto, 1024));
+        assert_eq!((c.tcp_port, c.setup, c.max_connections, c.copy), (7040, Setup::Auto, 1024, CopyMode::Auto));
+        let c = TrtConfig::parse("[trt]\nprefix = \"64:ff9b:1::/96\"\ncopy = \"splice\"\n").unwrap().unwrap();
+        assert_eq!(c.copy, CopyMode::Splice);
         assert_eq!(c.prefix.extract(&"64:ff9b:1::c633:6401".parse().unwrap()), Some("198.51.100.1".parse().unwrap()));
         assert!(TrtConfig::parse("[nat64]\n").unwrap().is_none());
         for (t, want) in [
             ("[trt]\nprefix = \"64:ff9b:1::/95\"\n", "[trt] prefix"),
             ("[trt]\nprefix = \"64:ff9b:1::/96\"\nsetup = \"x\"\n", "setup"),
             ("[trt]\nprefix = \"64:ff9b:1::/96\"\nbogus = 1\n", "bogus"),
+            ("[trt]\nprefix = \"64:ff9b:1::/96\"\ncopy = \"memcpy\"\n", "[trt] copy"),
             ("[trt]\nprefix = \"64:ff9b:1::/96\"\ntable = 254\n", "table"),
             (
                 "[trt]\nprefix = \"64:ff9b:1::/96\"\n[[trt.static]]\nlisten = \"[::1]:80\"\nto = \"[::1]:80\"\n",

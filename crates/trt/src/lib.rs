@@ -4,8 +4,9 @@
 //! synthesises `PREFIX::IPv4` for an IPv4-only name (the `dns64` crate
 //! with the TRT prefix as its prefix), the network routes the prefix to
 //! this relay, and the relay terminates each TCP connection (any port) and
-//! opens its own to the IPv4 server, copying the bytes with `splice(2)`
-//! ([`tcp`]); UDP flows are relayed datagram by datagram with an idle
+//! opens its own to the IPv4 server; the bytes are moved in the kernel by
+//! a BPF sockhash stream verdict (`bpf/trt.bpf.c`), or with `splice(2)`
+//! where that is unavailable ([`tcp`]); UDP flows are relayed datagram by datagram with an idle
 //! timeout ([`udp`]). Static mappings let IPv4 clients reach IPv6 servers.
 //!
 //! Capture is nftables `tproxy` (built into this kernel) with transparent
@@ -124,7 +125,28 @@ pub struct Relay {
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
     counters: Arc<Counters>,
+    copy: &'static str,
     _plumbing: Option<setup::Plumbing>,
+}
+
+/// The in-kernel copy `cfg.copy` asks for: loaded for `auto` where the
+/// kernel allows it (else `None`: splice, with a warning), required for
+/// `sockmap`. One sockhash serves every TCP listener, so it has room for
+/// `max-connections` pairs per listener.
+fn kernel(cfg: &TrtConfig) -> Result<Option<tcp::Kernel>> {
+    if cfg.copy == config::CopyMode::Splice {
+        return Ok(None);
+    }
+    let listeners = 1 + cfg.statics.iter().filter(|s| !s.udp).count();
+    let pairs = u32::try_from(cfg.max_connections.saturating_mul(listeners)).unwrap_or(u32::MAX);
+    match xdp::sockmap::SockRelay::load(pairs) {
+        Ok(k) => Ok(Some(Arc::new(std::sync::Mutex::new(k)))),
+        Err(e) if cfg.copy == config::CopyMode::Auto => {
+            tracing::warn!("TRT: the sockmap copy is not available ({e}); TCP is spliced");
+            Ok(None)
+        }
+        Err(e) => Err(anyhow::anyhow!("[trt] copy = \"sockmap\": {e}")),
+    }
 }
 
 fn transparent_tcp(port: u16) -> Result<TcpListener> {
@@ -164,12 +186,13 @@ impl Relay {
             config::Setup::Auto => Some(setup::Plumbing::install(cfg)?),
             config::Setup::None => None,
         };
+        let kernel = kernel(cfg)?;
         let mut threads = Vec::new();
         let target: Arc<dyn tcp::Target> = Arc::new(tcp::Embedded(cfg.prefix));
-        let (c, st, t, max, to) =
-            (counters.clone(), stop.clone(), target.clone(), cfg.max_connections, cfg.connect_timeout);
+        let (c, st, t, max, to, k) =
+            (counters.clone(), stop.clone(), target.clone(), cfg.max_connections, cfg.connect_timeout, kernel.clone());
         threads.push(std::thread::Builder::new().name("trt-accept".into()).spawn(move || {
-            if let Err(e) = tcp::serve(tl, t, max, to, c, st) {
+            if let Err(e) = tcp::serve(tl, t, max, to, c, st, k) {
                 tracing::error!("TRT TCP listener: {e}");
             }
         })?);
@@ -183,9 +206,10 @@ impl Relay {
             let fixed: Arc<dyn tcp::Target> = Arc::new(tcp::Fixed(s.to));
             let (c, st) = (counters.clone(), stop.clone());
             let (max, to, idle, listen) = (cfg.max_connections, cfg.connect_timeout, cfg.udp_timeout, s.listen);
+            let k = kernel.clone();
             threads.push(std::thread::Builder::new().name("trt-static".into()).spawn(move || {
                 let r = match (tcp_l, udp_s) {
-                    (Some(l), _) => tcp::serve(l, fixed, max, to, c, st),
+                    (Some(l), _) => tcp::serve(l, fixed, max, to, c, st, k),
                     (_, Some(u)) => udp::serve(u, Some(listen), fixed, max, idle, c, st),
                     _ => Ok(()),
                 };
@@ -194,8 +218,14 @@ impl Relay {
                 }
             })?);
         }
-        tracing::info!(prefix = %cfg.prefix.prefix(), tcp = cfg.tcp_port, udp = cfg.udp_port, statics = cfg.statics.len(), "TRT relay running");
-        Ok(Relay { stop, threads, counters, _plumbing: plumbing })
+        let copy = if kernel.is_some() { "sockmap" } else { "splice" };
+        tracing::info!(prefix = %cfg.prefix.prefix(), tcp = cfg.tcp_port, udp = cfg.udp_port, statics = cfg.statics.len(), copy, "TRT relay running");
+        Ok(Relay { stop, threads, counters, copy, _plumbing: plumbing })
+    }
+
+    /// How TCP bytes are moved: `"sockmap"` or `"splice"`.
+    pub fn copy(&self) -> &'static str {
+        self.copy
     }
 
     /// The counters.

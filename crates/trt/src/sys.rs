@@ -86,3 +86,61 @@ impl Pipe {
         }
     }
 }
+
+/// Run the socket's data-ready callback now (`SO_RCVLOWAT` = 1 calls
+/// `tcp_data_ready`): bytes that were queued before the socket entered the
+/// sockhash go through its verdict program instead of waiting for the
+/// next segment.
+pub fn kick(s: &impl AsRawFd) -> io::Result<()> {
+    let one: libc::c_int = 1;
+    // SAFETY: setsockopt with a valid fd and a c_int that lives across the
+    // call, with its exact size.
+    let r = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVLOWAT,
+            (&one as *const libc::c_int).cast(),
+            core::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Bytes handed to the TCP socket `s` for sending so far, up to a constant
+/// (the SYN may be counted): acknowledged bytes plus the send queue. Read
+/// in that order, a concurrent acknowledgement can only make the sum
+/// smaller, never larger than the truth.
+pub fn sent_total(s: &impl AsRawFd) -> io::Result<u64> {
+    // SAFETY: tcp_info is plain integers; all-zero is a valid value.
+    let mut info: libc::tcp_info = unsafe { core::mem::zeroed() };
+    let mut len = core::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: getsockopt with a valid fd, writing at most `len` bytes into
+    // `info`, which lives across the call; `len` is updated by the kernel.
+    let r = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if (len as usize) < core::mem::offset_of!(libc::tcp_info, tcpi_bytes_acked) + 8 {
+        return Err(io::Error::new(io::ErrorKind::Unsupported, "TCP_INFO has no tcpi_bytes_acked (kernel < 4.1)"));
+    }
+    let mut outq: libc::c_int = 0;
+    // SAFETY: SIOCOUTQ (= TIOCOUTQ) writes one c_int through the pointer,
+    // which points at a live c_int.
+    let r = unsafe { libc::ioctl(s.as_raw_fd(), libc::TIOCOUTQ, &mut outq as *mut libc::c_int) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(info.tcpi_bytes_acked + outq.max(0) as u64)
+}
