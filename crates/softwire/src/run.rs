@@ -57,6 +57,25 @@ fn now_unix_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
+/// How long a softwire thread sleeps at most before its housekeeping
+/// (expiry, status, reloads) runs anyway.
+const IDLE_MS: u16 = 50;
+
+/// The one place every softwire thread waits for work: its TUN queue
+/// readable, or `extra` (the lwAFTR's DSTM lease socket), or [`IDLE_MS`]
+/// passing; `ready[0]` is the queue, `ready[1]` the extra. A new
+/// session's packets pay this wake-up at every TUN hop (B4 and AFTR), so
+/// this is where a low-latency read (spin on the queue for a while before
+/// sleeping in poll, as the daemon's TUN workers are getting in netsys)
+/// drops in for all three engines at once; the loops call nothing else to
+/// wait, and [`pump`] then drains the queue without waiting.
+fn wait_for_packets(dev: &Device, extra: Option<&dyn std::os::fd::AsFd>, ready: &mut [bool]) {
+    let _ = match extra {
+        Some(e) => wait(&[&dev.queue, e], IDLE_MS, ready),
+        None => wait(&[&dev.queue], IDLE_MS, ready),
+    };
+}
+
 /// Read everything the device has, through `f`, writing what it emits.
 /// Returns the number of packets read.
 fn pump(
@@ -157,7 +176,7 @@ impl Softwires {
             let mut ready = [false];
             let mut last = Instant::now();
             while !stop.load(Ordering::Relaxed) {
-                let _ = wait(&[&dev.queue], 50, &mut ready);
+                wait_for_packets(&dev, None, &mut ready);
                 let now = start.elapsed().as_nanos() as u64;
                 pump(&dev, &mut buf, &mut out, &sh, |p, o| aftr.process(p, now, o));
                 if last.elapsed() >= Duration::from_millis(200) {
@@ -227,12 +246,8 @@ impl Softwires {
             let mut last_error = String::new();
             while !stop.load(Ordering::Relaxed) {
                 match &leases {
-                    Some((_, sock)) => {
-                        let _ = wait(&[&dev.queue, sock], 50, &mut ready);
-                    }
-                    None => {
-                        let _ = wait(&[&dev.queue], 50, &mut ready[..1]);
-                    }
+                    Some((_, sock)) => wait_for_packets(&dev, Some(sock), &mut ready),
+                    None => wait_for_packets(&dev, None, &mut ready[..1]),
                 }
                 let now = start.elapsed().as_nanos() as u64;
                 pump(&dev, &mut buf, &mut out, &sh, |p, o| lw.process(p, now, o));
@@ -321,7 +336,7 @@ impl Softwires {
             let mut xid = std::process::id();
             let mut lease_error = String::new();
             while !stop.load(Ordering::Relaxed) {
-                let _ = wait(&[&dev.queue], 50, &mut ready);
+                wait_for_packets(&dev, None, &mut ready);
                 let now = start.elapsed().as_nanos() as u64;
                 pump(&dev, &mut buf, &mut out, &sh, |p, o| b4.process(p, now, o));
                 if t.mode == B4Mode::Dstm {
