@@ -233,8 +233,9 @@ impl Relay {
         &self.counters
     }
 
-    /// Stop the threads (connections in progress finish on their own
-    /// threads) and remove the plumbing.
+    /// Stop the threads and remove the plumbing. Connections being set up
+    /// and connections in the sockhash are reset (the sockhash goes with
+    /// the relay); spliced connections finish on their own threads.
     pub fn stop(self) {
         self.stop.store(true, Ordering::Relaxed);
         for t in self.threads {

@@ -14,15 +14,19 @@ const IPV6_TRANSPARENT: libc::c_int = 75;
 /// Let `s` accept traffic tproxy hands it for foreign addresses and bind to
 /// them (CAP_NET_ADMIN).
 pub fn set_ipv6_transparent(s: &impl AsRawFd) -> io::Result<()> {
-    let one: libc::c_int = 1;
+    set_int(s, libc::IPPROTO_IPV6, IPV6_TRANSPARENT, 1)
+}
+
+/// `setsockopt` of an int option.
+fn set_int(s: &impl AsRawFd, level: libc::c_int, opt: libc::c_int, v: libc::c_int) -> io::Result<()> {
     // SAFETY: setsockopt with a valid fd, level, option and a pointer to a
     // c_int that lives across the call, with its exact size.
     let r = unsafe {
         libc::setsockopt(
             s.as_raw_fd(),
-            libc::IPPROTO_IPV6,
-            IPV6_TRANSPARENT,
-            (&one as *const libc::c_int).cast(),
+            level,
+            opt,
+            (&v as *const libc::c_int).cast(),
             core::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
     };
@@ -92,22 +96,7 @@ impl Pipe {
 /// sockhash go through its verdict program instead of waiting for the
 /// next segment.
 pub fn kick(s: &impl AsRawFd) -> io::Result<()> {
-    let one: libc::c_int = 1;
-    // SAFETY: setsockopt with a valid fd and a c_int that lives across the
-    // call, with its exact size.
-    let r = unsafe {
-        libc::setsockopt(
-            s.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVLOWAT,
-            (&one as *const libc::c_int).cast(),
-            core::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    set_int(s, libc::SOL_SOCKET, libc::SO_RCVLOWAT, 1)
 }
 
 /// Bytes handed to the TCP socket `s` for sending so far, up to a constant
