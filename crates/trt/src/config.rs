@@ -18,9 +18,10 @@ prefix = "64:ff9b:1::/96"       # any RFC 6052 length
 # max-connections = 1024         # relayed TCP connections at most (more are reset, counted)
 # max-udp-flows = 4096
 # connect-timeout = "5s"         # the IPv4 side's connect
-# copy = "auto"                  # TCP bytes: "sockmap" (moved in the kernel by a BPF
-#                                # stream verdict), "splice" (two threads per connection),
-#                                # "auto": sockmap where the kernel allows it, else splice
+# copy = "splice"                # TCP bytes: "splice" (two threads per connection, a
+#                                # 1 MiB pipe), or "sockmap" (moved in the kernel by a BPF
+#                                # stream verdict; no flow control of its own: docs/trt.md;
+#                                # spliced where the kernel has no sockmap)
 # udp-timeout = "1m"             # an idle UDP flow is forgotten
 # setup = "auto"                 # nftables tproxy rule and policy routing added and removed
 #                                # by the relay; "none": the operator's (docs/trt.md)
@@ -48,13 +49,12 @@ pub enum Setup {
 /// How the TCP bytes are moved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CopyMode {
-    /// A BPF sockhash with a stream verdict redirects each socket's bytes
-    /// to its peer in the kernel; `splice` when it cannot be loaded.
-    Auto,
-    /// The sockhash, or the relay does not start.
-    Sockmap,
-    /// `splice(2)` through a pipe, two threads per connection.
+    /// `splice(2)` through a pipe, two threads per connection (the
+    /// default: the receiving leg's window follows the sending leg).
     Splice,
+    /// A BPF sockhash with a stream verdict redirects each socket's bytes
+    /// to its peer in the kernel; `Splice` where it cannot be loaded.
+    Sockmap,
 }
 
 /// A static mapping for IPv4-initiated traffic.
@@ -128,7 +128,7 @@ struct TrtToml {
     udp_timeout: Duration,
     #[serde(default = "d_setup")]
     setup: String,
-    #[serde(default = "d_setup")]
+    #[serde(default = "d_copy")]
     copy: String,
     #[serde(default = "d_mark")]
     fwmark: u32,
@@ -156,6 +156,9 @@ fn d_udp() -> Duration {
 fn d_setup() -> String {
     "auto".into()
 }
+fn d_copy() -> String {
+    "splice".into()
+}
 fn d_mark() -> u32 {
     9331
 }
@@ -181,10 +184,9 @@ impl TrtConfig {
             o => return Err(format!("[trt] setup: `{o}`: expected \"auto\" or \"none\"")),
         };
         let copy = match t.copy.as_str() {
-            "auto" => CopyMode::Auto,
             "sockmap" => CopyMode::Sockmap,
             "splice" => CopyMode::Splice,
-            o => return Err(format!("[trt] copy: `{o}`: expected \"auto\", \"sockmap\" or \"splice\"")),
+            o => return Err(format!("[trt] copy: `{o}`: expected \"splice\" or \"sockmap\"")),
         };
         if t.tcp_port == 0 || t.udp_port == 0 {
             return Err("[trt] tcp-port, udp-port: 0 is not a port".into());
@@ -231,9 +233,9 @@ mod tests {
     #[test]
     fn example_and_errors() {
         let c = TrtConfig::parse(EXAMPLE_TOML).unwrap().unwrap();
-        assert_eq!((c.tcp_port, c.setup, c.max_connections, c.copy), (7040, Setup::Auto, 1024, CopyMode::Auto));
-        let c = TrtConfig::parse("[trt]\nprefix = \"64:ff9b:1::/96\"\ncopy = \"splice\"\n").unwrap().unwrap();
-        assert_eq!(c.copy, CopyMode::Splice);
+        assert_eq!((c.tcp_port, c.setup, c.max_connections, c.copy), (7040, Setup::Auto, 1024, CopyMode::Splice));
+        let c = TrtConfig::parse("[trt]\nprefix = \"64:ff9b:1::/96\"\ncopy = \"sockmap\"\n").unwrap().unwrap();
+        assert_eq!(c.copy, CopyMode::Sockmap);
         assert_eq!(c.prefix.extract(&"64:ff9b:1::c633:6401".parse().unwrap()), Some("198.51.100.1".parse().unwrap()));
         assert!(TrtConfig::parse("[nat64]\n").unwrap().is_none());
         for (t, want) in [

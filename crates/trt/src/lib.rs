@@ -4,9 +4,9 @@
 //! synthesises `PREFIX::IPv4` for an IPv4-only name (the `dns64` crate
 //! with the TRT prefix as its prefix), the network routes the prefix to
 //! this relay, and the relay terminates each TCP connection (any port) and
-//! opens its own to the IPv4 server; the bytes are moved in the kernel by
-//! a BPF sockhash stream verdict (`bpf/trt.bpf.c`), or with `splice(2)`
-//! where that is unavailable ([`tcp`]); UDP flows are relayed datagram by datagram with an idle
+//! opens its own to the IPv4 server; the bytes stay in the kernel
+//! (`splice(2)`, or with `copy = "sockmap"` a BPF sockhash stream verdict,
+//! `bpf/trt.bpf.c`) ([`tcp`]); UDP flows are relayed datagram by datagram with an idle
 //! timeout ([`udp`]). Static mappings let IPv4 clients reach IPv6 servers.
 //!
 //! Capture is nftables `tproxy` (built into this kernel) with transparent
@@ -129,23 +129,21 @@ pub struct Relay {
     _plumbing: Option<setup::Plumbing>,
 }
 
-/// The in-kernel copy `cfg.copy` asks for: loaded for `auto` where the
-/// kernel allows it (else `None`: splice, with a warning), required for
-/// `sockmap`. One sockhash serves every TCP listener, so it has room for
-/// `max-connections` pairs per listener.
-fn kernel(cfg: &TrtConfig) -> Result<Option<tcp::Kernel>> {
+/// The in-kernel copy when `cfg.copy` asks for it and the kernel allows
+/// it (else `None`: splice, with a warning). One sockhash serves every TCP
+/// listener, so it has room for `max-connections` pairs per listener.
+fn kernel(cfg: &TrtConfig) -> Option<tcp::Kernel> {
     if cfg.copy == config::CopyMode::Splice {
-        return Ok(None);
+        return None;
     }
     let listeners = 1 + cfg.statics.iter().filter(|s| !s.udp).count();
     let pairs = u32::try_from(cfg.max_connections.saturating_mul(listeners)).unwrap_or(u32::MAX);
     match xdp::sockmap::SockRelay::load(pairs) {
-        Ok(k) => Ok(Some(Arc::new(std::sync::Mutex::new(k)))),
-        Err(e) if cfg.copy == config::CopyMode::Auto => {
-            tracing::warn!("TRT: the sockmap copy is not available ({e}); TCP is spliced");
-            Ok(None)
+        Ok(k) => Some(Arc::new(std::sync::Mutex::new(k))),
+        Err(e) => {
+            tracing::warn!("TRT: copy = \"sockmap\" is not available here ({e}); TCP is spliced");
+            None
         }
-        Err(e) => Err(anyhow::anyhow!("[trt] copy = \"sockmap\": {e}")),
     }
 }
 
@@ -186,7 +184,7 @@ impl Relay {
             config::Setup::Auto => Some(setup::Plumbing::install(cfg)?),
             config::Setup::None => None,
         };
-        let kernel = kernel(cfg)?;
+        let kernel = kernel(cfg);
         let mut threads = Vec::new();
         let target: Arc<dyn tcp::Target> = Arc::new(tcp::Embedded(cfg.prefix));
         let (c, st, t, max, to, k) =

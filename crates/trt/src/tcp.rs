@@ -13,7 +13,10 @@
 //! starts the IPv4 connect without blocking (no thread is started for a
 //! new connection), and once connected hands the pair to the copy:
 //!
-//! - **sockmap** (the default where the kernel allows it): both sockets go
+//! - **splice** (the default): two small threads (64 KiB stacks) per
+//!   connection with blocking `splice(2)` through a 1 MiB pipe; the
+//!   receiving leg's window follows what the sending leg takes.
+//! - **sockmap** (`copy = "sockmap"`, where the kernel allows it): both sockets go
 //!   into the BPF sockhash of `bpf/trt.bpf.c` (crate `xdp`, module
 //!   `sockmap`), whose stream verdict redirects every byte a socket
 //!   receives to its peer's send side in the kernel. The loop is woken
@@ -21,9 +24,9 @@
 //!   wake-ups do not match). A FIN is passed on once the peer has sent
 //!   every byte the program redirected to it (the verdict counts them; the
 //!   peer's acknowledged bytes plus its send queue say what it took).
-//! - **splice** (the fallback, or `copy = "splice"`): two small threads
-//!   (64 KiB stacks) per connection with blocking `splice(2)` through a
-//!   1 MiB pipe.
+//!   The redirected bytes wait in the peer's psock queue, which is not
+//!   charged to the receiving socket: its window stays open, so this copy
+//!   has no flow control of its own (docs/trt.md, Limits).
 //!
 //! `max-connections` bounds the connections in progress (connecting and
 //! relayed); connections beyond it are reset at once and counted.

@@ -10,8 +10,8 @@
 //! ```
 //!
 //! Mechanisms: `ipv4` (kernel forwarding, the ceiling), `nat64` and
-//! `natpt` (`v6gate run`), `trt` (`v6gate trt`, its bytes moved by the
-//! BPF sockhash) and `trt-splice` (the same with `copy = "splice"`),
+//! `natpt` (`v6gate run`), `trt` (`v6gate trt`, spliced) and
+//! `trt-sockmap` (the same with `copy = "sockmap"`),
 //! `dslite`, `lw4o6`,
 //! `dstm` (`v6gate softwire` on both sides), `socat` (a socat TCP/UDP
 //! relay on the gateway). Each gets a fresh testbed.
@@ -63,11 +63,11 @@ pub enum Mech {
     Nat64,
     /// NAT-PT pool mode (`[nat64] mode = "natpt"`).
     Natpt,
-    /// The RFC 3142 transport relay (`v6gate trt`), bytes moved by its
-    /// BPF sockhash (`copy = "auto"`: splice where sockmap is missing).
+    /// The RFC 3142 transport relay (`v6gate trt`, spliced).
     Trt,
-    /// The same relay with `copy = "splice"` (two threads per connection).
-    TrtSplice,
+    /// The same relay with `copy = "sockmap"` (bytes moved by its BPF
+    /// sockhash stream verdict).
+    TrtSockmap,
     /// DS-Lite: B4 and AFTR (`v6gate softwire`).
     Dslite,
     /// lw4o6: lwB4 and lwAFTR.
@@ -86,7 +86,7 @@ impl Mech {
             Mech::Nat64 => "nat64",
             Mech::Natpt => "natpt",
             Mech::Trt => "trt",
-            Mech::TrtSplice => "trt-splice",
+            Mech::TrtSockmap => "trt-sockmap",
             Mech::Dslite => "dslite",
             Mech::Lw4o6 => "lw4o6",
             Mech::Dstm => "dstm",
@@ -102,7 +102,7 @@ pub struct Args {
     #[arg(long, default_value = "bench-results/transition")]
     pub out: PathBuf,
     /// Mechanisms, in order (comma-separated).
-    #[arg(long, value_delimiter = ',', default_value = "ipv4,nat64,natpt,trt,trt-splice,dslite,lw4o6,dstm,socat")]
+    #[arg(long, value_delimiter = ',', default_value = "ipv4,nat64,natpt,trt,trt-sockmap,dslite,lw4o6,dstm,socat")]
     pub mech: Vec<Mech>,
     /// Seconds of bulk TCP per mechanism.
     #[arg(long, default_value_t = 5)]
@@ -369,9 +369,9 @@ fn build(m: Mech, bin: &Path, work: &Path) -> Result<Bed> {
             procs.push(v6gate(bin, &g, work, "trt", "trt", "[trt]\nprefix = \"64:ff9b:1::/96\"\n")?);
             v6target
         }
-        Mech::TrtSplice => {
-            let cfg = "[trt]\nprefix = \"64:ff9b:1::/96\"\ncopy = \"splice\"\n";
-            procs.push(v6gate(bin, &g, work, "trt-splice", "trt", cfg)?);
+        Mech::TrtSockmap => {
+            let cfg = "[trt]\nprefix = \"64:ff9b:1::/96\"\ncopy = \"sockmap\"\n";
+            procs.push(v6gate(bin, &g, work, "trt-sockmap", "trt", cfg)?);
             v6target
         }
         Mech::Socat => {
