@@ -33,6 +33,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use xlat::Out;
 
+use netsys::tun::Waiter;
 use netsys::wait;
 pub use netsys::Device;
 
@@ -51,6 +52,8 @@ pub struct Softwires {
     threads: Vec<(String, JoinHandle<()>)>,
     shared: Vec<(String, Arc<Shared>)>,
     config_path: Option<std::path::PathBuf>,
+    /// Busy-poll window of every thread's [`Waiter`].
+    busy_poll: Duration,
 }
 
 fn now_unix_ms() -> u64 {
@@ -64,12 +67,17 @@ const IDLE_MS: u16 = 50;
 /// The one place every softwire thread waits for work: its TUN queue
 /// readable, or `extra` (the lwAFTR's DSTM lease socket), or [`IDLE_MS`]
 /// passing; `ready[0]` is the queue, `ready[1]` the extra. A new
-/// session's packets pay this wake-up at every TUN hop (B4 and AFTR), so
-/// this is where a low-latency read (spin on the queue for a while before
-/// sleeping in poll, as the daemon's TUN workers are getting in netsys)
-/// drops in for all three engines at once; the loops call nothing else to
-/// wait, and [`pump`] then drains the queue without waiting.
-fn wait_for_packets(dev: &Device, extra: Option<&dyn std::os::fd::AsFd>, ready: &mut [bool]) {
+/// session's packets pay this wake-up at every TUN hop (B4 and AFTR);
+/// within the busy-poll window after the last packet ([`Waiter`], the
+/// daemon's `[tun] busy-poll`) the thread does not sleep but reads again
+/// at once (both fds reported ready: they are non-blocking). The loops
+/// call nothing else to wait, and [`pump`] then drains the queue.
+fn wait_for_packets(dev: &Device, extra: Option<&dyn std::os::fd::AsFd>, ready: &mut [bool], waiter: &Waiter) {
+    if waiter.spinning() {
+        std::hint::spin_loop();
+        ready.iter_mut().for_each(|r| *r = true);
+        return;
+    }
     let _ = match extra {
         Some(e) => wait(&[&dev.queue, e], IDLE_MS, ready),
         None => wait(&[&dev.queue], IDLE_MS, ready),
@@ -111,8 +119,20 @@ impl Softwires {
     /// Open the devices and start a thread per function. `config_path` is
     /// re-read on [`Softwires::reload`].
     pub fn start(cfg: &SoftwireConfig, config_path: Option<std::path::PathBuf>) -> Result<Softwires> {
+        Softwires::start_with(cfg, config_path, Duration::ZERO)
+    }
+
+    /// [`Softwires::start`] with a busy-poll window: after handling
+    /// packets each thread keeps reading its TUN queue for `busy_poll`
+    /// before it sleeps in `poll(2)` (the daemon's `[tun] busy-poll`;
+    /// zero: never spins).
+    pub fn start_with(
+        cfg: &SoftwireConfig,
+        config_path: Option<std::path::PathBuf>,
+        busy_poll: Duration,
+    ) -> Result<Softwires> {
         let stop = Arc::new(AtomicBool::new(false));
-        let mut s = Softwires { stop: stop.clone(), threads: Vec::new(), shared: Vec::new(), config_path };
+        let mut s = Softwires { stop: stop.clone(), threads: Vec::new(), shared: Vec::new(), config_path, busy_poll };
         if let Some(t) = &cfg.dslite {
             s.spawn_dslite(t.clone())?;
         }
@@ -168,17 +188,20 @@ impl Softwires {
         let dev = Device::open(&t.tun)?;
         let aftr = Aftr::new(t.aftr.clone(), Box::new(PoolPorts::new(t.pool4.clone(), t.max_port_probes)));
         let shared = Arc::new(Shared::default());
-        let (stop, sh) = (self.stop.clone(), shared.clone());
+        let (stop, sh, busy) = (self.stop.clone(), shared.clone(), self.busy_poll);
         let h = std::thread::Builder::new().name("sw-dslite".into()).spawn(move || {
             let start = Instant::now();
+            let mut waiter = Waiter::new(busy);
             let mut buf = vec![0u8; 65536];
             let mut out = Out::new();
             let mut ready = [false];
             let mut last = Instant::now();
             while !stop.load(Ordering::Relaxed) {
-                wait_for_packets(&dev, None, &mut ready);
+                wait_for_packets(&dev, None, &mut ready, &waiter);
                 let now = start.elapsed().as_nanos() as u64;
-                pump(&dev, &mut buf, &mut out, &sh, |p, o| aftr.process(p, now, o));
+                if pump(&dev, &mut buf, &mut out, &sh, |p, o| aftr.process(p, now, o)) > 0 {
+                    waiter.worked();
+                }
                 if last.elapsed() >= Duration::from_millis(200) {
                     last = Instant::now();
                     aftr.expire(now);
@@ -230,10 +253,11 @@ impl Softwires {
             lw.set_leases(s.table());
         }
         let shared = Arc::new(Shared::default());
-        let (stop, sh, path) = (self.stop.clone(), shared.clone(), self.config_path.clone());
+        let (stop, sh, path, busy) = (self.stop.clone(), shared.clone(), self.config_path.clone(), self.busy_poll);
         let mut t = t;
         let h = std::thread::Builder::new().name("sw-lw4o6".into()).spawn(move || {
             let start = Instant::now();
+            let mut waiter = Waiter::new(busy);
             let mut buf = vec![0u8; 65536];
             let mut out = Out::new();
             let mut ready = [false, false];
@@ -246,11 +270,13 @@ impl Softwires {
             let mut last_error = String::new();
             while !stop.load(Ordering::Relaxed) {
                 match &leases {
-                    Some((_, sock)) => wait_for_packets(&dev, Some(sock), &mut ready),
-                    None => wait_for_packets(&dev, None, &mut ready[..1]),
+                    Some((_, sock)) => wait_for_packets(&dev, Some(sock), &mut ready, &waiter),
+                    None => wait_for_packets(&dev, None, &mut ready[..1], &waiter),
                 }
                 let now = start.elapsed().as_nanos() as u64;
-                pump(&dev, &mut buf, &mut out, &sh, |p, o| lw.process(p, now, o));
+                if pump(&dev, &mut buf, &mut out, &sh, |p, o| lw.process(p, now, o)) > 0 {
+                    waiter.worked();
+                }
                 if let Some((srv, sock)) = &mut leases {
                     let mut changed = false;
                     let mut mbuf = [0u8; 512];
@@ -323,9 +349,10 @@ impl Softwires {
             anyhow::bail!("[b4] lease-server must be an IPv6 socket address");
         }
         let shared = Arc::new(Shared::default());
-        let (stop, sh) = (self.stop.clone(), shared.clone());
+        let (stop, sh, busy) = (self.stop.clone(), shared.clone(), self.busy_poll);
         let h = std::thread::Builder::new().name("sw-b4".into()).spawn(move || {
             let start = Instant::now();
+            let mut waiter = Waiter::new(busy);
             let mut buf = vec![0u8; 65536];
             let mut out = Out::new();
             let mut ready = [false];
@@ -336,9 +363,11 @@ impl Softwires {
             let mut xid = std::process::id();
             let mut lease_error = String::new();
             while !stop.load(Ordering::Relaxed) {
-                wait_for_packets(&dev, None, &mut ready);
+                wait_for_packets(&dev, None, &mut ready, &waiter);
                 let now = start.elapsed().as_nanos() as u64;
-                pump(&dev, &mut buf, &mut out, &sh, |p, o| b4.process(p, now, o));
+                if pump(&dev, &mut buf, &mut out, &sh, |p, o| b4.process(p, now, o)) > 0 {
+                    waiter.worked();
+                }
                 if t.mode == B4Mode::Dstm {
                     if let Some((m, _)) = b4.take_lease_reply() {
                         match m {
