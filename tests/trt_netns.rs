@@ -359,7 +359,7 @@ fn tcp_semantics(copy: &str) {
         c.write_all(b"220 banner\r\n").unwrap();
         let mut up = Vec::new();
         c.read_to_end(&mut up).unwrap();
-        write!(c, "{}\n", up.len()).unwrap();
+        writeln!(c, "{}", up.len()).unwrap();
         let tail: Vec<u8> = (0..1_000_000u32).map(|i| (i % 251) as u8).collect();
         c.write_all(&tail).unwrap();
         drop(c);
