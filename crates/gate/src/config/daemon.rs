@@ -79,7 +79,9 @@ pub struct TunConfig {
     /// `poll(2)`; packets arriving within the window skip the thread's
     /// (and an idle vCPU's) wake-up. Costs a CPU busy for the window after
     /// every packet. Default `"0s"` (off); e.g. `"1ms"` for the lowest
-    /// first-packet latency on a core reserved for the worker.
+    /// first-packet latency on a core reserved for the worker. The
+    /// softwire threads (`[dslite]`, `[lw4o6]`, `[b4]`) of `v6gate run`
+    /// wait the same way.
     pub busy_poll: std::time::Duration,
     /// `pin-workers`: pin worker i to CPU i. Default false.
     pub pin_workers: bool,

@@ -676,7 +676,8 @@ pub fn run(
         None
     } else {
         let names = cfg.softwires.functions();
-        let s = softwire::run::Softwires::start(&cfg.softwires, Some(args.config.clone()))
+        // `[tun] busy-poll` applies to the softwire threads' devices too.
+        let s = softwire::run::Softwires::start_with(&cfg.softwires, Some(args.config.clone()), cfg.tun.busy_poll)
             .context("cannot start the softwires")?;
         tracing::info!("softwires: {}", names.join(", "));
         Some((s, names))
