@@ -24,8 +24,9 @@ const INTERVAL_NS: u64 = 20_000_000;
 const PACKET: usize = 172;
 /// Marks the probes' packets (in the payload, after the send time).
 const MAGIC: &[u8; 4] = b"v6gD";
-/// How long a receiver keeps listening after its last packet went out.
-const DRAIN_NS: u64 = 300_000_000;
+/// How long a receiver keeps listening after its last packet went out
+/// for the other side's (which started later) when some are missing.
+const DRAIN_NS: u64 = 1_000_000_000;
 
 /// What the probe calls of one path measured.
 #[derive(Debug, Clone, Serialize)]
@@ -80,8 +81,9 @@ impl RtpDelay {
 }
 
 /// Sends `packets` probe packets to `peer` from `sock`, one every 20 ms
-/// from `t0`, receiving the other side's between sends and for
-/// [`DRAIN_NS`] after the last; returns what it sent and received.
+/// from `t0`, receiving the other side's (as many) between sends and
+/// after the last until all came or [`DRAIN_NS`] passed; returns what it
+/// sent and received.
 fn talk(sock: &UdpSocket, peer: SocketAddr, t0: u64, packets: u64) -> Direction {
     let mut d = Direction::default();
     let mut pkt = [0u8; PACKET];
@@ -103,7 +105,7 @@ fn talk(sock: &UdpSocket, peer: SocketAddr, t0: u64, packets: u64) -> Direction 
             next += 1;
             continue;
         }
-        if now >= end {
+        if now >= end || (next == packets && d.hist.count() >= packets) {
             break;
         }
         let due = if next < packets { t0 + next * INTERVAL_NS } else { end };
