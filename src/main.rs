@@ -244,7 +244,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             for s in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
                 signal_hook::flag::register(s, stop.clone()).context("installing signal handlers")?;
             }
-            let _ = init_logging("info");
+            let _log = init_logging("info");
             let cfg = trt::cli::load(&a.config).map_err(|e| ConfigError(format!("{e:#}")))?;
             trt::cli::run(&a, &cfg, &stop)?
         }
@@ -290,13 +290,48 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The process's logger while it runs ([`init_logging`]): its level can
+/// change; dropping it writes out the lines still queued for stderr and
+/// says how many were dropped.
+struct Logging {
+    set_level: std::sync::Arc<dyn Fn(&str) + Send + Sync>,
+    stderr: Option<(tracing_appender::non_blocking::WorkerGuard, tracing_appender::non_blocking::ErrorCounter)>,
+}
+
+impl Logging {
+    /// What changes the level (unless `RUST_LOG` set it).
+    fn level_setter(&self) -> Box<dyn Fn(&str) + Send + Sync> {
+        let f = self.set_level.clone();
+        Box::new(move |level: &str| f(level))
+    }
+}
+
+impl Drop for Logging {
+    fn drop(&mut self) {
+        if let Some((guard, dropped)) = self.stderr.take() {
+            drop(guard);
+            let n = dropped.dropped_lines();
+            if n > 0 {
+                eprintln!("v6gate: {n} log lines dropped (stderr could not keep up)");
+            }
+        }
+    }
+}
+
 /// Installs the one logger of the process: tracing, filtered by `RUST_LOG`
-/// when set, else by `level` (changed later by the returned function, on
+/// when set, else by `level` (changed later by [`Logging::level_setter`], on
 /// start and reload, to `[daemon] log-level`). It writes to the systemd
 /// journal (native protocol: priority, fields, `SYSLOG_IDENTIFIER=v6gate`)
 /// when stderr is the journal stream systemd connected, else to stderr.
 /// Records of the `log` crate (dependencies that use it) are forwarded.
-fn init_logging(level: &str) -> Box<dyn Fn(&str) + Send + Sync> {
+///
+/// Lines for stderr are written by a thread of their own: a thread that
+/// logs (the SIP thread logs per call, and runs the in-process TrGW's
+/// per-call lines) never waits for the file or pipe behind stderr, which
+/// can block for milliseconds under I/O load. When that thread falls
+/// 128,000 lines behind, lines are dropped and counted (reported at exit)
+/// rather than stall the caller.
+fn init_logging(level: &str) -> Logging {
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::{fmt, reload, EnvFilter, Registry};
     let from_env = std::env::var("RUST_LOG").ok().filter(|v| !v.trim().is_empty());
@@ -313,21 +348,28 @@ fn init_logging(level: &str) -> Box<dyn Fn(&str) + Send + Sync> {
             ..PriorityMappings::new()
         })
     });
-    let stderr = journald
-        .is_none()
-        .then(|| fmt::layer().with_writer(io::stderr).with_ansi(std::io::IsTerminal::is_terminal(&io::stderr())));
+    let mut queue = None;
+    let stderr = journald.is_none().then(|| {
+        let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+            .lossy(true)
+            .thread_name("v6gate-log")
+            .finish(io::stderr());
+        queue = Some((guard, writer.error_counter()));
+        fmt::layer().with_writer(writer).with_ansi(std::io::IsTerminal::is_terminal(&io::stderr()))
+    });
     let subscriber = tracing_subscriber::registry().with(filter).with(journald).with(stderr);
     if tracing::subscriber::set_global_default(subscriber).is_ok() {
         // Every `log` record goes to tracing, which filters it.
         let _ = tracing_log::LogTracer::builder().with_max_level(log::LevelFilter::Trace).init();
     }
-    Box::new(move |level: &str| {
+    let set_level = std::sync::Arc::new(move |level: &str| {
         if from_env.is_none() {
             if let Ok(f) = EnvFilter::try_new(level) {
                 let _ = handle.reload(f);
             }
         }
-    })
+    });
+    Logging { set_level, stderr: queue }
 }
 
 /// Whether stderr is the journal stream systemd connected: `JOURNAL_STREAM`
@@ -352,7 +394,7 @@ fn catch_signals() -> anyhow::Result<signal_hook::iterator::Signals> {
 
 fn run_daemon(a: &gate::daemon::RunArgs) -> anyhow::Result<()> {
     let mut signals = catch_signals()?;
-    let set_level = init_logging("info");
+    let log = init_logging("info");
     let mut events = signals.forever().map(|s| {
         if s == signal_hook::consts::SIGHUP {
             gate::daemon::Signal::Reload
@@ -360,7 +402,7 @@ fn run_daemon(a: &gate::daemon::RunArgs) -> anyhow::Result<()> {
             gate::daemon::Signal::Stop(s)
         }
     });
-    gate::daemon::run(a, &mut events, set_level)
+    gate::daemon::run(a, &mut events, log.level_setter())
 }
 
 /// `v6gate softwire`: the softwires alone until SIGINT/SIGTERM; SIGHUP reloads.
@@ -372,7 +414,7 @@ fn run_softwire(a: &softwire::cli::Args) -> anyhow::Result<()> {
         signal_hook::flag::register(s, stop.clone()).context("installing signal handlers")?;
     }
     signal_hook::flag::register(signal_hook::consts::SIGHUP, hup.clone()).context("installing signal handlers")?;
-    let _ = init_logging("info");
+    let _log = init_logging("info");
     let cfg = softwire::cli::load(&a.config).map_err(|e| ConfigError(format!("{e:#}")))?;
     softwire::cli::run(a, &cfg, &stop, &hup)
 }
@@ -381,7 +423,7 @@ fn run_softwire(a: &softwire::cli::Args) -> anyhow::Result<()> {
 fn run_trgw(a: &trgw::cli::Args) -> anyhow::Result<()> {
     use signal_hook::consts::{SIGINT, SIGTERM};
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).context("installing signal handlers")?;
-    let _ = init_logging("info");
+    let _log = init_logging("info");
     let cfg = trgw::cli::load(a).map_err(|e| ConfigError(format!("{e:#}")))?;
     match gate::limits::raise(gate::limits::trgw_needed(&cfg)) {
         Ok(r) => {
@@ -406,7 +448,7 @@ fn run_trgw(a: &trgw::cli::Args) -> anyhow::Result<()> {
 fn run_tunnel(a: &tunnel::cli::Args) -> anyhow::Result<()> {
     use signal_hook::consts::{SIGINT, SIGTERM};
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).context("installing signal handlers")?;
-    let _ = init_logging("info");
+    let _log = init_logging("info");
     let cfg = tunnel::cli::load(a).map_err(|e| ConfigError(format!("{e:#}")))?;
     let mut t = tunnel::Tunnels::start(&cfg)?;
     tracing::info!("tunnels running: {}", t.functions().join(", "));

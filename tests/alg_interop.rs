@@ -535,3 +535,56 @@ fn reload_applies_routes_and_refuses_listener_changes() {
     assert_eq!(s["alg"]["listen_v4"], format!("{GW4}:5060"));
     assert_eq!(s["functions"], serde_json::json!(["trgw", "alg"]));
 }
+
+/// `v6gate bench sip --quick` end to end, without the rate search: the
+/// direct IPv6 call and v6gate (this build's binary) measured — setup
+/// times from SIPp's logs, the RTP delay of the bench's probe calls both
+/// ways, the handover — the reports written, and no namespace left.
+#[test]
+fn bench_sip_quick_smoke() {
+    use clap::Parser as _;
+    need("sipp");
+    let out = TestDir::new("v6gate-bench-sip");
+    let a = bench::sip::Args::parse_from([
+        "x",
+        "--quick",
+        "--no-search",
+        "--paths",
+        "native-v6,v6gate",
+        "--v6gate-bin",
+        env!("CARGO_BIN_EXE_v6gate"),
+        "--out",
+        out.0.to_str().unwrap(),
+    ]);
+    let r = bench::sip::run(&a).unwrap();
+    assert_eq!(r.paths.len(), 2);
+    for p in &r.paths {
+        assert!(p.errors.is_empty(), "{}: {:?}", p.name, p.errors);
+        let s = p.setup.as_ref().unwrap();
+        assert_eq!((s.calls, s.measured), (20, 20), "{}", p.name);
+        let d = p.rtp.as_ref().unwrap();
+        assert_eq!((d.calls, d.set_up), (3, 3), "{}", p.name);
+        // 3 calls of 2 s, a packet every 20 ms each way.
+        assert_eq!((d.sent_forward, d.sent_back), (300, 300), "{}", p.name);
+        assert!(d.received_forward > 0 && d.received_back > 0, "{}: {d:?}", p.name);
+        assert!(d.lost() * 10 <= 600, "{}: the probes' media flows: {d:?}", p.name);
+        assert_eq!(d.delay.samples, d.received_forward + d.received_back);
+        assert_eq!((d.forward.samples, d.back.samples), (d.received_forward, d.received_back));
+        let l = d.delay;
+        assert!(0 < l.min_ns && l.min_ns <= l.p50_ns && l.p50_ns <= l.p99_ns && l.p99_ns <= l.max_ns, "{l:?}");
+    }
+    let h = r.paths[1].handover.as_ref().expect("the handover through v6gate");
+    assert!(h.echoed_old > 0 && h.echoed_new > 0, "{h:?}");
+    let md = std::fs::read_to_string(out.join("results.md")).unwrap();
+    assert!(md.contains("## Table I: call setup time and RTP one-way delay, ms"), "{md}");
+    assert!(md.contains("| v6gate ALG+TrGW | ") && md.contains("| 3/3 |"), "{md}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    assert_eq!(json["paths"][1]["rtp"]["set_up"], 3);
+    for f in ["setup-native-v6.svg", "setup-v6gate.svg"] {
+        assert!(out.join(f).exists(), "{f} written");
+    }
+    let ns = lab::netns::run("ip", &["netns", "list"]).unwrap();
+    let prefix = format!("v6gate-bs-{}-", std::process::id());
+    assert!(!String::from_utf8_lossy(&ns.stdout).contains(&prefix), "the bench's namespaces are removed");
+}

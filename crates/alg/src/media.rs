@@ -422,6 +422,11 @@ impl SdpCommand<'_> {
             p.push(("to-tag", s(t)));
         }
         if let (Some(a), Some(b)) = (&self.from.iface, &self.to.iface) {
+            // A stream of the other family than the sender's realm (RFC
+            // 5118 §4.8: IPv4 and IPv6 streams in one SDP) can only be
+            // received on an interface of its family: the sender's side
+            // is then left to the relay, which picks one per stream.
+            let a = if has_family(self.sdp, !self.from.v6) { "" } else { a };
             p.push(("direction", Value::List(vec![s(a), s(b)])));
         }
         dict(p)
@@ -431,6 +436,13 @@ impl SdpCommand<'_> {
     pub fn run(&self, m: &mut dyn MediaControl) -> Result<Vec<u8>, MediaError> {
         sdp_of(m.command(&self.to_value()))
     }
+}
+
+/// Whether an SDP has a connection line (`c=IN IP6` with `v6`, else
+/// `c=IN IP4`).
+fn has_family(sdp: &[u8], v6: bool) -> bool {
+    let want: &[u8] = if v6 { b"c=IN IP6 " } else { b"c=IN IP4 " };
+    sdp.split(|&b| b == b'\n').any(|l| l.len() >= want.len() && l[..want.len()].eq_ignore_ascii_case(want))
 }
 
 /// The rewritten SDP of an offer's or answer's reply.
@@ -487,6 +499,35 @@ impl<M: MediaControl> MediaControl for std::sync::Arc<std::sync::Mutex<M>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn direction_leaves_the_sender_interface_to_the_relay_for_mixed_families() {
+        let (v6, v4) = (Side { iface: Some("v6".into()), v6: true }, Side { iface: Some("v4".into()), v6: false });
+        let dir = |sdp: &str| {
+            let c = SdpCommand {
+                offer: true,
+                call_id: "c",
+                from_tag: "f",
+                to_tag: None,
+                sdp: sdp.as_bytes(),
+                from: &v6,
+                to: &v4,
+            };
+            let v = c.to_value();
+            let Value::Dict(d) = v else { panic!() };
+            let l = d.iter().find(|(k, _)| k == b"direction").map(|(_, v)| v.clone());
+            match l {
+                Some(Value::List(l)) => l.iter().map(|x| x.as_bytes().unwrap().to_vec()).collect::<Vec<_>>(),
+                _ => panic!("a direction"),
+            }
+        };
+        let v6only = "v=0\r\nc=IN IP6 2001:db8::1\r\nm=audio 1 RTP/AVP 0\r\n";
+        assert_eq!(dir(v6only), [b"v6".to_vec(), b"v4".to_vec()]);
+        // RFC 5118 §4.8: one stream on IPv4 in an offer from the IPv6 realm.
+        let mixed =
+            "v=0\r\nm=audio 1 RTP/AVP 0\r\nc=IN IP4 192.0.2.1\r\nm=video 2 RTP/AVP 0\r\nc=IN IP6 2001:db8::1\r\n";
+        assert_eq!(dir(mixed), [b"".to_vec(), b"v4".to_vec()]);
+    }
 
     #[test]
     fn weighted_rendezvous_is_sticky_and_follows_weights() {

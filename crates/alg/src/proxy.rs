@@ -376,10 +376,24 @@ impl Alg {
         let Ok(v) = Via::parse(via) else { return via.to_string() };
         let mut out = via.to_string();
         let src = peer.addr.ip();
-        if v.host.ip() != Some(src) && v.param("received").is_none() {
-            // RFC 5118 §4.5: an IPv6 received value has no brackets.
-            out.push_str(";received=");
-            out.push_str(&src.to_string());
+        match v.param("received") {
+            None if v.host.ip() != Some(src) => {
+                // RFC 5118 §4.5: an IPv6 received value has no brackets.
+                out.push_str(";received=");
+                out.push_str(&src.to_string());
+            }
+            // A received the sender wrote itself (RFC 5118 §4.5's messages
+            // carry one, with or without brackets) that is not where the
+            // packet came from would send the responses elsewhere: it is
+            // replaced by the source.
+            Some(Some(r)) if received_ip(r) != Some(src) => {
+                let lower = out.to_ascii_lowercase();
+                if let Some(i) = lower.find(";received=").map(|i| i + ";received=".len()) {
+                    let end = out[i..].find(|c: char| c == ';' || c.is_ascii_whitespace()).map_or(out.len(), |e| i + e);
+                    out.replace_range(i..end, &src.to_string());
+                }
+            }
+            _ => {}
         }
         if v.param("rport") == Some(None) {
             let at = out.find(";rport").map(|i| i + 6);
@@ -491,4 +505,11 @@ impl Alg {
 pub fn encode_contact(orig: &str, hostport: &str, t: Transport) -> String {
     let tparam = if t == Transport::Tcp { ";transport=tcp" } else { "" };
     format!("sip:{ENC_PREFIX}{}@{hostport}{tparam}", uri::b64url_encode(orig.as_bytes()))
+}
+
+/// The address of a Via `received` value (an IPv6 one with or without
+/// brackets, RFC 5118 §4.5).
+fn received_ip(v: &str) -> Option<std::net::IpAddr> {
+    let v = v.strip_prefix('[').and_then(|r| r.strip_suffix(']')).unwrap_or(v);
+    v.parse::<std::net::Ipv4Addr>().ok().map(Into::into).or_else(|| crate::uri::parse_ipv6(v).map(Into::into))
 }

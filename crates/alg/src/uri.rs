@@ -91,11 +91,27 @@ fn is_ws(b: u8) -> bool {
     matches!(b, b' ' | b'\t' | b'\r' | b'\n')
 }
 
+/// The address of an IPv6 reference (without its brackets). RFC 3261's
+/// ABNF (from RFC 2373) also derives three colons before an embedded IPv4
+/// address (`2001:db8:::192.0.2.1`), which RFC 4291 does not; RFC 5118
+/// §4.10 asks implementations to tolerate both, reading the extra colon
+/// as absent. Only that one position is tolerated: `:::` anywhere else
+/// stays an error.
+pub fn parse_ipv6(s: &str) -> Option<Ipv6Addr> {
+    if let Ok(a) = s.parse() {
+        return Some(a);
+    }
+    let i = s.find(":::")?;
+    let tail = &s[i + 3..];
+    tail.parse::<Ipv4Addr>().ok()?;
+    format!("{}::{tail}", &s[..i]).parse().ok()
+}
+
 /// Parses a host (`[v6]`, v4 or name) and an optional port.
 pub fn parse_hostport(s: &str) -> Result<(Host<'_>, Option<u16>), Bad> {
     let (host, rest) = if let Some(r) = s.strip_prefix('[') {
         let end = r.find(']').ok_or("unterminated IPv6 reference")?;
-        let ip: Ipv6Addr = r[..end].parse().map_err(|_| "bad IPv6 reference")?;
+        let ip = parse_ipv6(&r[..end]).ok_or("bad IPv6 reference")?;
         (Host::V6(ip), &r[end + 1..])
     } else {
         let end = s.find(':').unwrap_or(s.len());
@@ -483,12 +499,22 @@ mod tests {
         // §4.4: port outside.
         let u = Uri::parse("sip:user@[2001:db8::10]:5070;transport=udp").unwrap();
         assert_eq!((u.host, u.port), (Host::V6("2001:db8::10".parse().unwrap()), Some(5070)));
-        // §4.8: IPv4-mapped IPv6.
+        // §4.9: IPv4-mapped IPv6.
         let u = Uri::parse("sip:[::ffff:192.0.2.10]").unwrap();
         assert_eq!(u.host.ip(), Some("::ffff:192.0.2.10".parse().unwrap()));
         // §4.2: an IPv6 address without brackets is not a host.
         assert!(Uri::parse("sip:user@2001:db8::10").is_err());
         assert!(Uri::parse("sip:[2001:db8::10").is_err());
+        // §4.10: RFC 3261's ABNF bug (three colons before an embedded IPv4
+        // address) is tolerated as the address without the extra colon.
+        let want = Host::V6("2001:db8::192.0.2.1".parse().unwrap());
+        assert_eq!(Uri::parse("sip:user@[2001:db8:::192.0.2.1]").unwrap().host, want);
+        assert_eq!(Uri::parse("sip:user@[2001:db8::192.0.2.1]:5070").unwrap().host, want);
+        assert_eq!(parse_ipv6(":::192.0.2.1"), "::192.0.2.1".parse().ok());
+        // Only there: elsewhere three colons stay an error.
+        for bad in ["2001:db8:::10", "2001:db8::1:::192.0.2.1", "::::192.0.2.1", "2001:db8:::192.0.2"] {
+            assert_eq!(parse_ipv6(bad), None, "{bad}");
+        }
     }
 
     #[test]

@@ -278,3 +278,138 @@ fn rfc5118_4_6_ipv6_sdp_is_rewritten_for_the_ipv4_realm() {
 fn body_of(t: &alg::Transmit) -> String {
     body(&t.data)
 }
+
+/// The lab of the SDP vectors of RFC 5118 §4.8 and §4.9, whose media
+/// addresses are documentation addresses: the TrGW on addresses of its own
+/// (2001:db8::1, the common lab's, is §4.8's video address, which the media
+/// policy would rightly refuse as the relay's own), and the RFC's
+/// 192.0.2.2 allowed even when the test machine carries it (this one does,
+/// on eth0; the policy refuses the host's addresses).
+fn lab_sdp() -> Lab {
+    let mut t = trgw_config();
+    t.interfaces = vec![
+        trgw::config::Interface::new("v6", None, Some("2001:db8:ff::1".parse().unwrap())),
+        trgw::config::Interface::new("v4", Some("198.51.100.1".parse().unwrap()), None),
+    ];
+    t.media_allow = ["192.0.2.2/32", "192.0.2.0/24", "2001:db8::/32"].iter().map(|a| a.parse().unwrap()).collect();
+    let mut l = lab();
+    l.trgw = std::sync::Arc::new(std::sync::Mutex::new(alg::media::LocalCore::new(t)));
+    let cfg = l.alg.config().clone();
+    l.alg = alg::Alg::new(cfg, Box::new(alg::realm::StaticResolver::default()), Some(Box::new(l.trgw.clone())));
+    l
+}
+
+/// RFC 5118 §4.8's INVITE (mult-ip-in-sdp) to `ruri`: no session `c=`,
+/// the audio stream on IPv4, the video stream on IPv6, the origin a host
+/// name.
+fn mult_ip_in_sdp(ruri: &str) -> Vec<u8> {
+    let body = "v=0\r\no=bob 280744730 28977631 IN IP4 host.example.com\r\ns=\r\nt=0 0\r\nm=audio 22334 RTP/AVP 0\r\nc=IN IP4 192.0.2.1\r\nm=video 6024 RTP/AVP 107\r\nc=IN IP6 2001:db8::1\r\na=rtpmap:107 H263-1998/90000\r\n";
+    let to = ruri.trim_start_matches("sip:user@");
+    with_body(
+        &format!("INVITE {ruri} SIP/2.0\r\nTo: sip:user@{to}\r\nFrom: sip:user@example.com;tag=81x2\r\nVia: SIP/2.0/UDP [2001:db8::9:1];branch=z9hG4bKas3-111\r\nCall-ID: SSG9559905523997077@hlau_4100\r\nContact: \"Caller\" <sip:caller@[2001:db8::9:1]>\r\nMax-Forwards: 70\r\nCSeq: 8912 INVITE\r\n"),
+        body,
+    )
+}
+
+/// The callee refuses the call (486): the media of the offer is
+/// released, and the tables are empty.
+fn refuse_and_check_empty(l: &mut Lab, req: &alg::Transmit) {
+    let from = req.peer.addr.to_string();
+    let out = l.send(&from, &respond(&req.data, 486, "Busy Here", Some("busy"), None, ""));
+    assert_eq!(to(&out, UA6).iter().map(|t| code(&t.data)).collect::<Vec<_>>(), [486], "the 486 goes back");
+    l.assert_empty();
+}
+
+#[test]
+fn rfc5118_4_8_multiple_ip_addresses_in_sdp() {
+    // As the RFC writes it (to an IPv6 literal: the IPv6 realm, no media
+    // relay): proxied with the SDP as sent, both streams and their own
+    // connection lines.
+    let mut l = lab_sdp();
+    let m = mult_ip_in_sdp("sip:user@[2001:db8::10]");
+    let out = l.send(UA6, &m);
+    let f = one(&out, "[2001:db8::10]:5060");
+    assert_eq!(body_of(f), body(&m), "same realm: the SDP as sent");
+    refuse_and_check_empty(&mut l, f);
+
+    // The same offer into the IPv4 realm: each stream relayed, the IPv4
+    // audio as well as the IPv6 video, both offered on the relay's IPv4
+    // address; neither of the caller's addresses leaks.
+    let mut l = lab_sdp();
+    let out = l.send(UA6, &mult_ip_in_sdp("sip:user@192.0.2.77"));
+    let f = one(&out, "192.0.2.77:5060");
+    let b = body_of(f);
+    let conns: Vec<&str> = b.lines().filter(|x| x.starts_with("c=")).collect();
+    assert_eq!(conns, ["c=IN IP4 198.51.100.1"; 2], "{b}");
+    let ports: Vec<&str> = b.lines().filter(|x| x.starts_with("m=")).map(|x| x.split(' ').nth(1).unwrap()).collect();
+    assert_eq!(ports.len(), 2, "{b}");
+    assert!(ports[0] != "22334" && ports[1] != "6024" && ports[0] != ports[1], "relay ports: {b}");
+    assert!(b.contains("o=bob 280744730 28977631 IN IP4 198.51.100.1\r\n"), "{b}");
+    assert!(!b.contains("192.0.2.1\r") && !b.contains("2001:db8::1"), "{b}");
+    assert_eq!(l.media_calls(), 1);
+    refuse_and_check_empty(&mut l, f);
+}
+
+/// RFC 5118 §4.9's INVITE (ipv4-mapped-ipv6).
+fn ipv4_mapped_ipv6() -> Vec<u8> {
+    let body = "v=0\r\no=assistant 971731711378798081 0 IN IP6 ::ffff:192.0.2.2\r\ns=Call me soon, please!\r\nc=IN IP6 ::ffff:192.0.2.2\r\nt=3338481189 3370017201\r\nm=audio 6000 RTP/AVP 2\r\na=rtpmap:2 G726-32/8000\r\nm=video 6024 RTP/AVP 107\r\na=rtpmap:107 H263-1998/90000\r\n";
+    with_body("INVITE sip:user@example.com SIP/2.0\r\nTo: sip:user@example.com\r\nFrom: sip:user@east.example.com;tag=81x2\r\nVia: SIP/2.0/UDP [::ffff:192.0.2.10]:19823;branch=z9hG4bKbh19\r\nVia: SIP/2.0/UDP [::ffff:192.0.2.2];branch=z9hG4bKas3-111\r\nCall-ID: SSG9559905523997077@hlau_4100\r\nContact: \"T. desk phone\" <sip:ted@[::ffff:192.0.2.2]>\r\nCSeq: 612 INVITE\r\nMax-Forwards: 70\r\n", body)
+}
+
+#[test]
+fn rfc5118_4_9_ipv4_mapped_addresses_in_via_contact_and_sdp() {
+    // "Must be prepared to parse it": both Vias keep their mapped
+    // addresses, the top one its port; the INVITE goes to example.com's
+    // next hop (IPv4 realm) with the Contact and the SDP for that realm.
+    let m = ipv4_mapped_ipv6();
+    let p = Message::parse_datagram(&m).unwrap();
+    let vias: Vec<_> =
+        p.vias().iter().map(|v| alg::msg::Via::parse(v).map(|x| (x.host.ip(), x.port)).unwrap()).collect();
+    let mapped = |s: &str| Some(s.parse::<std::net::IpAddr>().unwrap());
+    assert_eq!(vias, [(mapped("::ffff:192.0.2.10"), Some(19823)), (mapped("::ffff:192.0.2.2"), None)]);
+    let mut l = lab_sdp();
+    let out = l.send(UA6, &m);
+    let f = one(&out, CORE);
+    let t = text(f);
+    assert!(t.contains("\r\nVia: SIP/2.0/UDP [::ffff:192.0.2.10]:19823;branch=z9hG4bKbh19;received=2001:db8:6::10\r\nVia: SIP/2.0/UDP [::ffff:192.0.2.2];branch=z9hG4bKas3-111\r\n"), "{t}");
+    assert!(contact_uri(&f.data).ends_with("@192.0.2.1:5060"), "{t}");
+    let b = body_of(f);
+    assert!(b.contains("c=IN IP4 198.51.100.1\r\n") && !b.contains("::ffff"), "{b}");
+    assert_eq!(b.lines().filter(|x| x.starts_with("m=")).count(), 2, "{b}");
+    refuse_and_check_empty(&mut l, f);
+}
+
+#[test]
+fn rfc5118_4_10_the_rfc_3261_abnf_bug_is_tolerated() {
+    // Both the three-colon reference (RFC 3261's ABNF bug) and the correct
+    // one name 2001:db8::192.0.2.1, and both are proxied there.
+    for h in ["2001:db8:::192.0.2.1", "2001:db8::192.0.2.1"] {
+        let m = format!("OPTIONS sip:user@[{h}] SIP/2.0\r\nTo: sip:user@[{h}]\r\nFrom: sip:user@example.com;tag=810x2\r\nVia: SIP/2.0/UDP lab1.east.example.com;branch=z9hG4bKas3-111\r\nCall-ID: G9559905523997077@hlau_4100\r\nCSeq: 689 OPTIONS\r\nMax-Forwards: 70\r\nContent-Length: 0\r\n\r\n");
+        let mut l = lab();
+        let out = l.send(UA6, m.as_bytes());
+        let f = one(&out, "[2001:db8::c000:201]:5060");
+        assert!(text(f).starts_with(&format!("OPTIONS sip:user@[{h}] SIP/2.0\r\n")), "{h}");
+        assert!(to(&out, UA6).is_empty(), "{h}: no error answer");
+    }
+}
+
+#[test]
+fn rfc5118_4_5_received_with_and_without_brackets_in_requests() {
+    let with = "BYE sip:[2001:db8::10] SIP/2.0\r\nTo: sip:user@example.com;tag=bd76ya\r\nFrom: sip:user@example.com;tag=81x2\r\nVia: SIP/2.0/UDP [2001:db8::9:1];received=[2001:db8::9:255];branch=z9hG4bKas3-111\r\nCall-ID: SSG9559905523997077@hlau_4100\r\nMax-Forwards: 70\r\nCSeq: 321 BYE\r\nContent-Length: 0\r\n\r\n";
+    let without = "OPTIONS sip:[2001:db8::10] SIP/2.0\r\nTo: sip:user@example.com\r\nFrom: sip:user@example.com;tag=81x2\r\nVia: SIP/2.0/UDP [2001:db8::9:1];received=2001:db8::9:255;branch=z9hG4bKas3\r\nCall-ID: SSG95523997077@hlau_4100\r\nMax-Forwards: 70\r\nContact: \"Caller\" <sip:caller@[2001:db8::9:1]>\r\nCSeq: 921 OPTIONS\r\nContent-Length: 0\r\n\r\n";
+    // Both forms parse and the requests are proxied; a received the sender
+    // wrote is not where the packet came from (UA6 here): the source
+    // replaces it, so the responses come back to where the request came
+    // from (the sender's own value is of no use for that).
+    for (m, branch) in [(with, "z9hG4bKas3-111"), (without, "z9hG4bKas3")] {
+        let mut l = lab();
+        let out = l.send(UA6, m.as_bytes());
+        let f = text(one(&out, "[2001:db8::10]:5060"));
+        let want = format!("\r\nVia: SIP/2.0/UDP [2001:db8::9:1];received=2001:db8:6::10;branch={branch}\r\n");
+        assert!(f.contains(&want), "{f}");
+        // Its response goes back to UA6 through the received.
+        let resp = respond(&one(&out, "[2001:db8::10]:5060").data, 200, "OK", Some("x"), None, "");
+        let back = l.send("[2001:db8::10]:5060", &resp);
+        assert_eq!(to(&back, UA6).len(), 1, "{:#?}", back.iter().map(text).collect::<Vec<_>>());
+    }
+}

@@ -17,13 +17,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use alg::msg::{Message, Name};
+use alg::msg::Message;
 use anyhow::{anyhow, bail, Context as _, Result};
 use lab::netns::Netns;
 use serde::Serialize;
 
+use super::ua::{self, host, sdp, transact};
 use crate::harness::clock::now_ns;
-use crate::ng::sdp_audio_addr;
 
 /// The UE's SIP and RTP ports (on both of its addresses).
 const SIP_PORT: u16 = 5064;
@@ -50,73 +50,6 @@ pub struct Handover {
     pub lost: u64,
     /// Of those, the ones sent after the 200 OK.
     pub lost_after_ok: u64,
-}
-
-/// The UE's view of its dialog.
-struct Dialog {
-    call_id: String,
-    to_tag: String,
-    target: String,
-    routes: String,
-    callee: String,
-    cseq: u32,
-}
-
-fn host(ip: IpAddr) -> String {
-    super::sipp::uri_host(ip)
-}
-
-fn sdp(ip: IpAddr, version: u32) -> String {
-    let fam = if ip.is_ipv4() { "IP4" } else { "IP6" };
-    format!(
-        "v=0\r\no=ue 1 {version} IN {fam} {ip}\r\ns=-\r\nc=IN {fam} {ip}\r\nt=0 0\r\n\
-         m=audio {RTP_PORT} RTP/AVP 0\r\na=rtpmap:0 PCMU/8000\r\na=ptime:20\r\na=sendrecv\r\n"
-    )
-}
-
-fn with_body(head: String, body: &str) -> Vec<u8> {
-    let ct = if body.is_empty() { "" } else { "Content-Type: application/sdp\r\n" };
-    format!("{head}{ct}Content-Length: {}\r\n\r\n{body}", body.len()).into_bytes()
-}
-
-/// Sends `req` to `gw` until a final response comes (UDP: resent every
-/// 500 ms, 8 times at most); returns it.
-fn transact(sock: &UdpSocket, gw: SocketAddr, req: &[u8]) -> Result<Vec<u8>> {
-    sock.set_read_timeout(Some(Duration::from_millis(100)))?;
-    let mut buf = vec![0u8; 65536];
-    for _ in 0..8 {
-        sock.send_to(req, gw)?;
-        let until = Instant::now() + Duration::from_millis(500);
-        while Instant::now() < until {
-            let Ok(n) = sock.recv(&mut buf) else { continue };
-            let m = Message::parse_datagram(&buf[..n]).map_err(|e| anyhow!("unparsable answer: {e:?}"))?;
-            if m.code().is_some_and(|c| c >= 200) {
-                return Ok(buf[..n].to_vec());
-            }
-        }
-    }
-    bail!("no final response from {gw}")
-}
-
-impl Dialog {
-    fn request(&self, method: &str, from: IpAddr, branch: &str, body: &str) -> Vec<u8> {
-        let contact =
-            if method == "INVITE" { format!("Contact: <sip:ue@{}:{SIP_PORT}>\r\n", host(from)) } else { String::new() };
-        with_body(
-            format!(
-                "{method} {} SIP/2.0\r\nVia: SIP/2.0/UDP {}:{SIP_PORT};branch={branch}\r\nMax-Forwards: 70\r\n{}\
-                 From: <sip:ue@ipv6.bench>;tag=ue\r\nTo: <{}>;tag={}\r\nCall-ID: {}\r\nCSeq: {} {method}\r\n{contact}",
-                self.target,
-                host(from),
-                self.routes,
-                self.callee,
-                self.to_tag,
-                self.call_id,
-                self.cseq
-            ),
-            body,
-        )
-    }
 }
 
 fn receiver(sock: &UdpSocket, stop: &AtomicBool, got: &Mutex<Vec<(u32, u64)>>) {
@@ -152,41 +85,7 @@ pub fn run(
     let callee_uri = format!("sip:uas@{}:{}", host(callee.ip()), callee.port());
 
     // The call from the old address.
-    let invite = with_body(
-        format!(
-            "INVITE {callee_uri} SIP/2.0\r\nVia: SIP/2.0/UDP {}:{SIP_PORT};branch=z9hG4bK-ho1\r\nMax-Forwards: 70\r\n\
-             From: <sip:ue@ipv6.bench>;tag=ue\r\nTo: <{callee_uri}>\r\nCall-ID: {call_id}\r\nCSeq: 1 INVITE\r\n\
-             Contact: <sip:ue@{}:{SIP_PORT}>\r\n",
-            host(old),
-            host(old)
-        ),
-        &sdp(old, 1),
-    );
-    let ok = transact(&sip_old, gw, &invite).context("the call's INVITE")?;
-    let m = Message::parse_datagram(&ok).map_err(|e| anyhow!("{e:?}"))?;
-    if m.code() != Some(200) {
-        bail!("the call was refused:\n{}", String::from_utf8_lossy(&ok));
-    }
-    let body = std::str::from_utf8(m.body).unwrap_or("");
-    let relay = sdp_audio_addr(body).ok_or_else(|| anyhow!("no media address in the 200 OK:\n{body}"))?;
-    let mut rr: Vec<String> = m
-        .all(Name::RecordRoute)
-        .flat_map(|h| alg::msg::addresses(&h.value).into_iter().map(|a| a.uri.to_owned()).collect::<Vec<_>>())
-        .collect();
-    rr.reverse();
-    let target = m
-        .header(Name::Contact)
-        .and_then(|c| alg::msg::addresses(c).first().map(|a| a.uri.to_owned()))
-        .ok_or_else(|| anyhow!("no Contact in the 200 OK"))?;
-    let mut d = Dialog {
-        call_id,
-        to_tag: m.to_tag().ok_or_else(|| anyhow!("no To tag in the 200 OK"))?.to_owned(),
-        target,
-        routes: rr.iter().map(|r| format!("Route: <{r}>\r\n")).collect(),
-        callee: callee_uri,
-        cseq: 1,
-    };
-    sip_old.send_to(&d.request("ACK", old, "z9hG4bK-ho2", ""), gw)?;
+    let (mut d, relay) = ua::call(&sip_old, gw, old, &callee_uri, &call_id, RTP_PORT).context("the call's INVITE")?;
 
     // Media, the move, media again.
     let stop_rx = AtomicBool::new(false);
@@ -219,7 +118,7 @@ pub fn run(
         let t_move = now_ns();
         moved.store(true, Ordering::Relaxed);
         d.cseq = 2;
-        let reinvite = d.request("INVITE", new, "z9hG4bK-ho3", &sdp(new, 2));
+        let reinvite = d.request("INVITE", new, "z9hG4bK-ho3", &sdp(new, RTP_PORT, 2));
         let ok2 = transact(&sip_new, gw, &reinvite);
         let t_ok = now_ns();
         if ok2.is_ok() {

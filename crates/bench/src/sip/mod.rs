@@ -10,6 +10,10 @@
 //!   IPv6 call, a direct IPv4 call (the relay namespace only routes),
 //!   v6gate's ALG+TrGW and Kamailio+rtpengine; p50/p80/p99 and what each
 //!   gateway adds over the direct IPv6 call;
+//! - **RTP one-way delay** (`rtp`): probe calls of the bench's own UAs
+//!   alongside that workload, each sending timestamped G.711 RTP both
+//!   ways through the media addresses of its SDP answer and offer; mean,
+//!   median, deviation and p99 per path;
 //! - **the highest call rate with no failed call** (INVITE with SDP → 180
 //!   → 200 → ACK → BYE → 200, media allocated and released, no RTP),
 //!   doubling then bisecting the rate of SIPp trials;
@@ -22,7 +26,9 @@
 mod dut;
 mod handover;
 mod report;
+mod rtp;
 mod sipp;
+mod ua;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -43,6 +49,7 @@ use crate::report::Outputs;
 pub use dut::{kamailio_config, v6gate_config};
 pub use handover::Handover;
 pub use report::markdown;
+pub use rtp::RtpDelay;
 
 /// A call path under test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
@@ -118,6 +125,10 @@ pub struct Args {
     /// Setup-time workload: seconds of G.711 RTP per call (the paper: 12).
     #[arg(long, default_value_t = 12)]
     pub call_secs: u64,
+    /// Probe calls of the bench's own UAs for the RTP one-way delay, run
+    /// alongside the setup-time workload (0: none).
+    #[arg(long, default_value_t = 10)]
+    pub rtp_calls: u64,
     /// Skip the search for the highest call rate.
     #[arg(long)]
     pub no_search: bool,
@@ -158,8 +169,9 @@ pub struct Args {
     /// Keep the gateways' and SIPp's logs in the output directory.
     #[arg(long)]
     pub keep_logs: bool,
-    /// Smoke run: 20 calls of 2 s for the setup time, 1 s search trials
-    /// bisected to 10 %, the handover with 1 s of media each side.
+    /// Smoke run: 20 calls of 2 s for the setup time with 3 RTP probe
+    /// calls, 1 s search trials bisected to 10 %, the handover with 1 s of
+    /// media each side.
     #[arg(long)]
     pub quick: bool,
 }
@@ -172,6 +184,7 @@ impl Args {
             a.calls = a.calls.min(20);
             a.call_secs = a.call_secs.min(2);
             a.trial_secs = a.trial_secs.min(1);
+            a.rtp_calls = a.rtp_calls.min(3);
         }
         a
     }
@@ -238,6 +251,8 @@ pub struct PathResult {
     pub version: Option<String>,
     pub skipped: Option<String>,
     pub setup: Option<Setup>,
+    /// RTP one-way delay of the probe calls.
+    pub rtp: Option<RtpDelay>,
     pub search: Option<RateSearch>,
     pub handover: Option<Handover>,
     pub errors: Vec<String>,
@@ -251,6 +266,7 @@ pub struct Report {
     pub rate: u32,
     pub calls: u64,
     pub call_secs: u64,
+    pub rtp_calls: u64,
     pub trial_secs: u64,
     pub dut_cpus: String,
     pub tester_cpus: String,
@@ -327,13 +343,38 @@ impl Ctx<'_> {
     }
 }
 
-/// The setup-time run of one path: `--calls` calls at `--rate` with RTP.
-fn setup_run(ctx: &Ctx, path: PathKind) -> Result<Setup> {
+/// The setup-time run of one path: `--calls` calls at `--rate` with RTP,
+/// and alongside them the RTP probe calls (when any): the setup times and
+/// the RTP delay.
+fn setup_run(ctx: &Ctx, path: PathKind) -> (Result<Setup>, Option<Result<RtpDelay>>) {
     let a = ctx.args;
-    let (_, callee, _) = path.addresses();
-    let tag = format!("setup-{}", path.to_possible_value_name());
-    let (mut uas, uas_log) = ctx.callee(callee.ip(), a.calls, &tag)?;
-    let (ok, screen, uac_log, _) = ctx.caller(path, a.calls, a.rate, true, &tag)?;
+    let (caller, callee, hop) = path.addresses();
+    let probes = rtp::Paths {
+        caller_ns: &ctx.topo.ua6,
+        callee_ns: &ctx.topo.ua4,
+        caller,
+        callee: callee.ip(),
+        gateway: path.gateway().then_some(hop),
+    };
+    // The probes start over the time SIPp starts its calls.
+    let spread = Duration::from_millis(a.calls * 1000 / u64::from(a.rate.max(1)));
+    let tag = path.to_possible_value_name();
+    std::thread::scope(|s| {
+        let uas = match ctx.callee(callee.ip(), a.calls, &format!("setup-{tag}")) {
+            Ok(u) => u,
+            Err(e) => return (Err(e), None),
+        };
+        let rtp = (a.rtp_calls > 0).then(|| s.spawn(|| rtp::run(&probes, a.rtp_calls, a.call_secs, spread, &tag)));
+        let setup = setup_times(ctx, path, uas, &format!("setup-{tag}"));
+        let rtp = rtp.map(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("the RTP probes panicked"))));
+        (setup, rtp)
+    })
+}
+
+/// The SIPp caller's run against the started callee; the setup times.
+fn setup_times(ctx: &Ctx, path: PathKind, (mut uas, uas_log): (Proc, PathBuf), tag: &str) -> Result<Setup> {
+    let a = ctx.args;
+    let (ok, screen, uac_log, _) = ctx.caller(path, a.calls, a.rate, true, tag)?;
     let _ = uas.wait_exit(Duration::from_secs(5));
     if !ok {
         bail!("the SIPp caller failed: {}", counts_note(&screen));
@@ -447,7 +488,27 @@ fn handover_run(ctx: &Ctx, path: PathKind) -> Result<Handover> {
 fn measure(ctx: &Ctx, path: PathKind, r: &mut PathResult) {
     let a = ctx.args;
     eprintln!("{}:", path.name());
-    match setup_run(ctx, path) {
+    let (setup, rtp) = setup_run(ctx, path);
+    match rtp {
+        Some(Ok(d)) => {
+            eprintln!(
+                "  RTP one-way delay ({} of {} probe calls, {} packets, {} lost): mean {:.3} ms, median {:.3} ms, deviation {:.3} ms, p99 {:.3} ms",
+                d.set_up,
+                d.calls,
+                d.sent_forward + d.sent_back,
+                d.lost(),
+                d.delay.mean_ns as f64 / 1e6,
+                d.delay.p50_ns as f64 / 1e6,
+                d.delay.stdev_ns as f64 / 1e6,
+                d.delay.p99_ns as f64 / 1e6
+            );
+            r.errors.extend(d.errors.iter().map(|e| format!("RTP probe call: {e}")));
+            r.rtp = Some(d);
+        }
+        Some(Err(e)) => r.errors.push(format!("RTP delay: {e:#}")),
+        None => {}
+    }
+    match setup {
         Ok(s) => {
             eprintln!(
                 "  call setup ({} of {} calls): p50 {:.3} ms, p80 {:.3} ms, p99 {:.3} ms",
@@ -538,6 +599,15 @@ pub fn run(args: &Args) -> Result<Report> {
         "Setup time: INVITE sent by the caller (SIPp log action just before the send) to ACK received by the \
          callee (log action on receipt), both from the system clock, joined by Call-ID."
             .into(),
+        format!(
+            "RTP one-way delay: {} probe calls of the bench's own UAs (caller in ua6, callee in ua4) started over the \
+             setup workload's first {:.0} s, alongside its calls, each {} s of G.711 RTP both ways (172-byte packets \
+             every 20 ms to the media address of the SDP answer/offer); send time in the payload, CLOCK_MONOTONIC \
+             shared by the namespaces; both directions in one HDR histogram.",
+            args.rtp_calls,
+            args.calls as f64 / f64::from(args.rate.max(1)),
+            args.call_secs
+        ),
         "v6gate runs with [alg] rate-limit = 0 (every call comes from one caller) and max-transactions = 2,000,000."
             .into(),
     ];
@@ -556,6 +626,7 @@ pub fn run(args: &Args) -> Result<Report> {
             version: None,
             skipped: None,
             setup: None,
+            rtp: None,
             search: None,
             handover: None,
             errors: Vec::new(),
@@ -606,11 +677,13 @@ pub fn run(args: &Args) -> Result<Report> {
     }
     added_over_direct(&mut paths);
     let report = Report {
-        test: "SIP-over-IPv6 (the paper's proxying scenario): call setup time, highest call rate, mid-call handover",
+        test: "SIP-over-IPv6 (the paper's proxying scenario): call setup time, RTP one-way delay, highest call rate, \
+               mid-call handover",
         quick: args.quick,
         rate: args.rate,
         calls: args.calls,
         call_secs: args.call_secs,
+        rtp_calls: args.rtp_calls,
         trial_secs: args.trial_secs,
         dut_cpus: args.dut_cpus.clone(),
         tester_cpus: args.tester_cpus.clone(),
@@ -640,9 +713,10 @@ mod tests {
     #[test]
     fn quick_is_a_smoke_run() {
         let a = Args::parse_from(["x", "--quick"]).effective();
-        assert_eq!((a.calls, a.call_secs, a.trial_secs, a.no_search), (20, 2, 1, false));
+        assert_eq!((a.calls, a.call_secs, a.trial_secs, a.no_search, a.rtp_calls), (20, 2, 1, false, 3));
         let f = Args::parse_from(["x"]).effective();
         assert_eq!((f.rate, f.calls, f.call_secs, f.trial_secs), (10, 100, 12, 10), "the paper's workload");
+        assert_eq!(f.rtp_calls, 10);
         assert_eq!(f.paths.len(), 4);
     }
 
@@ -664,6 +738,7 @@ mod tests {
             version: None,
             skipped: None,
             setup: s,
+            rtp: None,
             search: None,
             handover: None,
             errors: vec![],

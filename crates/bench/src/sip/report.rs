@@ -38,6 +38,7 @@ pub fn markdown(r: &Report) -> String {
         r.kernel,
         r.sipp.as_deref().map_or("SIPp.".into(), |v| format!("{}.", v.trim_end_matches('.')))
     );
+    s.push_str(&table_one(r));
     s.push_str("## Call setup time (INVITE sent by the caller → ACK received by the callee), ms\n\n");
     let mut rows = Vec::new();
     for p in &r.paths {
@@ -152,6 +153,55 @@ pub fn markdown(r: &Report) -> String {
     s
 }
 
+/// The paper's Table I: per path the 80th percentile of the call setup
+/// time and the RTP one-way delay (mean, median, standard deviation; p99
+/// added), both directions of the probe calls together.
+fn table_one(r: &Report) -> String {
+    let mut s = String::from("## Table I: call setup time and RTP one-way delay, ms\n\n");
+    let rows: Vec<Vec<String>> = r
+        .paths
+        .iter()
+        .filter(|p| p.skipped.is_none())
+        .map(|p| {
+            let dash = || "—".to_string();
+            let mut row = vec![p.name.clone(), p.setup.as_ref().map(|x| ms(x.p80_ns)).unwrap_or_else(dash)];
+            match p.rtp.as_ref().filter(|d| d.delay.samples > 0) {
+                Some(d) => row.extend([
+                    ms(d.delay.mean_ns),
+                    ms(d.delay.p50_ns),
+                    ms(d.delay.stdev_ns),
+                    ms(d.delay.p99_ns),
+                    format!("{}/{}", d.set_up, d.calls),
+                    format!("{}/{}", d.lost(), d.sent_forward + d.sent_back),
+                ]),
+                None => row.extend(std::iter::repeat_with(dash).take(6)),
+            }
+            row
+        })
+        .collect();
+    s.push_str(&markdown_table(
+        &[
+            ("path", Align::Left),
+            ("setup p80", Align::Right),
+            ("RTP delay mean", Align::Right),
+            ("median", Align::Right),
+            ("deviation", Align::Right),
+            ("p99", Align::Right),
+            ("probe calls", Align::Right),
+            ("lost/sent", Align::Right),
+        ],
+        &rows,
+    ));
+    let _ = writeln!(
+        s,
+        "\nRTP delay: {} probe calls of the bench's own UAs alongside the setup workload, {} s of G.711 each way; \
+         receive time minus the send time carried in each packet, both directions together (each direction in \
+         results.json).\n",
+        r.rtp_calls, r.call_secs
+    );
+    s
+}
+
 /// The issue's bars against this run's figures (reported, not asserted).
 pub fn bars(r: &Report) -> Vec<String> {
     let find = |k: PathKind| r.paths.iter().find(|p| p.path == k);
@@ -242,6 +292,7 @@ mod tests {
             rate: 10,
             calls: 3,
             call_secs: 1,
+            rtp_calls: 3,
             trial_secs: 1,
             dut_cpus: "1".into(),
             tester_cpus: "0".into(),
@@ -257,6 +308,25 @@ mod tests {
                     version: None,
                     skipped: None,
                     setup: Some(setup(Some(300_000))),
+                    rtp: Some(RtpDelay {
+                        calls: 3,
+                        set_up: 2,
+                        sent_forward: 50,
+                        received_forward: 49,
+                        sent_back: 50,
+                        received_back: 50,
+                        delay: Latency {
+                            samples: 99,
+                            mean_ns: 250_000,
+                            p50_ns: 200_000,
+                            stdev_ns: 50_000,
+                            p99_ns: 400_000,
+                            ..Default::default()
+                        },
+                        forward: Latency::default(),
+                        back: Latency::default(),
+                        errors: vec!["callee: no INVITE came".into()],
+                    }),
                     search: Some(search(4000)),
                     handover: Some(Handover {
                         sent: 100,
@@ -276,6 +346,7 @@ mod tests {
                     version: None,
                     skipped: None,
                     setup: None,
+                    rtp: None,
                     search: Some(search(2000)),
                     handover: None,
                     errors: vec!["boom".into()],
@@ -285,6 +356,15 @@ mod tests {
         };
         let md = markdown(&r);
         assert!(md.contains("| v6gate ALG+TrGW | 3/3 | 1.300 | 1.200 |"), "{md}");
+        assert!(
+            md.contains("| path | setup p80 | RTP delay mean | median | deviation | p99 | probe calls | lost/sent |")
+        );
+        assert!(md.contains("| v6gate ALG+TrGW | 1.500 | 0.250 | 0.200 | 0.050 | 0.400 | 2/3 | 1/100 |"), "{md}");
+        assert!(md.contains("| Kamailio+rtpengine | — | — | — | — | — | — | — |"), "{md}");
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["paths"][0]["rtp"]["delay"]["stdev_ns"], 50_000);
+        assert_eq!(json["paths"][0]["rtp"]["received_back"], 50);
+        assert!(json["paths"][1]["rtp"].is_null());
         assert!(md.contains("+0.300"), "{md}");
         assert!(md.contains("| v6gate ALG+TrGW | 4000 | 4100 |"), "{md}");
         assert!(md.contains("- Kamailio+rtpengine: boom"), "{md}");
