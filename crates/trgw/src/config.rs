@@ -33,6 +33,12 @@ allow = ["127.0.0.0/8", "::1/128"]
 # kernel refuses) or "poll" (epoll, recvmmsg/sendmmsg per ready socket).
 # ("io-uring" and "epoll" are older spellings, still accepted.)
 # io = "uring"
+# Media sockets: "per-port" (default: two UDP sockets per leg, four per
+# call, so RLIMIT_NOFILE bounds the calls) or "shared" (a BPF sk_lookup
+# program steers the media ports to two sockets per worker and raw sockets
+# send; the calls are bounded by the port range and memory; needs
+# CAP_NET_ADMIN, CAP_BPF and CAP_NET_RAW and Linux >= 5.9; see docs/trgw.md).
+# sockets = "per-port"
 # Where media may be sent (docs/security.md): loopback, multicast,
 # broadcast, link-local, 0.0.0.0/8 and the relay's and host's own addresses
 # are always refused, unless an entry of media-allow at least as narrow as
@@ -75,6 +81,19 @@ pub enum Latching {
     /// Only packets from the signalled address are relayed; others are
     /// dropped and counted.
     Strict,
+}
+
+/// How the media ports are served by sockets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum SocketMode {
+    /// One UDP socket per media port: four descriptors per call.
+    #[default]
+    PerPort,
+    /// A BPF `sk_lookup` program steers every allocated media port to a
+    /// few shared sockets (one per family per worker); the slow path sends
+    /// from raw sockets. Descriptors stay flat whatever the call count.
+    Shared,
 }
 
 /// One named media interface.
@@ -165,6 +184,9 @@ pub struct Config {
     /// `recvmmsg`/`sendmmsg` per ready socket).
     #[serde(default = "d_io")]
     pub io: IoMode,
+    /// Media sockets: per port (default) or shared through BPF sk_lookup.
+    #[serde(default)]
+    pub sockets: SocketMode,
     /// rtpproxy bridging: the interface the `i` modifier names.
     #[serde(default)]
     pub rtpproxy_internal: Option<String>,
@@ -243,6 +265,7 @@ impl Default for Config {
             allow: d_allow(),
             workers: None,
             io: d_io(),
+            sockets: SocketMode::PerPort,
             rtpproxy_internal: None,
             rtpproxy_external: None,
             media_allow: Vec::new(),
@@ -406,6 +429,17 @@ mod tests {
         );
         bad("[trgw]\nrtpproxy-internal = \"x\"\n[[trgw.interface]]\nname = \"a\"\nipv4 = \"192.0.2.1\"\n", "internal");
         bad("[siit]\n", "no [trgw]");
+    }
+
+    #[test]
+    fn socket_modes() {
+        let ifc = "[[trgw.interface]]\nname = \"a\"\nipv4 = \"192.0.2.1\"\n";
+        let m = |line: &str| Config::from_toml_file_text(&format!("[trgw]\n{line}\n{ifc}")).map(|c| c.sockets);
+        assert_eq!(m(""), Ok(SocketMode::PerPort), "per-port is the default");
+        assert_eq!(m("sockets = \"per-port\""), Ok(SocketMode::PerPort));
+        assert_eq!(m("sockets = \"shared\""), Ok(SocketMode::Shared));
+        let e = m("sockets = \"pooled\"").unwrap_err();
+        assert!(e.contains("sockets") || e.contains("per-port"), "{e}");
     }
 
     #[test]

@@ -24,11 +24,12 @@ pub mod relay;
 pub mod rtp;
 pub mod rtpproxy;
 pub mod sdp;
+mod shared;
 #[allow(unsafe_code)]
 mod sys;
 pub mod table;
 mod uring;
 mod worker;
 
-pub use crate::config::{Config, IoMode, Latching, EXAMPLE_TOML};
-pub use crate::relay::{Relay, RelayHandle, RelayStats};
+pub use crate::config::{Config, IoMode, Latching, SocketMode, EXAMPLE_TOML};
+pub use crate::relay::{Relay, RelayHandle, RelayStats, SharedStats};

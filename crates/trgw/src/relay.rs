@@ -5,44 +5,43 @@ use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
-use socket2::{Domain, Protocol, Socket, Type};
+use socket2::Socket;
 
-use crate::config::{Config, IoMode};
+use crate::config::{Config, IoMode, SocketMode};
 use crate::cookie_cache::{CacheStats, CookieCache};
 use crate::core::{Core, PacketTotals, Plane, StreamInit, Totals};
 use crate::policy::MediaPolicy;
+use crate::shared::{SharedSockets, Steer};
 use crate::sys::epoll::EventFd;
 use crate::table::{RelayKey, RelayValue};
 use crate::uring::UringWorker;
-use crate::worker::{Cmd, Worker, WorkerCtl};
+use crate::worker::{Cmd, Shared, Worker, WorkerCtl};
 
 /// The plane with real sockets and workers.
 struct SocketPlane {
     workers: Vec<WorkerCtl>,
+    /// Shared-socket mode: the sk_lookup steering (no socket per port).
+    steer: Option<Arc<Mutex<Steer>>>,
 }
 
 fn bind_one(addr: SocketAddr) -> io::Result<Socket> {
-    let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
-    if addr.is_ipv6() {
-        s.set_only_v6(true)?;
-    }
-    s.set_nonblocking(true)?;
-    s.set_cloexec(true)?;
-    // Room for bursts; the kernel caps it at rmem_max.
-    let _ = s.set_recv_buffer_size(1 << 20);
-    s.bind(&addr.into())?;
-    Ok(s)
+    crate::shared::udp_socket(addr, 1 << 20)
 }
 
 impl Plane for SocketPlane {
     fn bind(&mut self, addr: IpAddr, port: u16) -> io::Result<[Option<Socket>; 2]> {
+        if self.steer.is_some() {
+            // No socket is kept; the pair must be free on the host.
+            crate::shared::probe(addr, port)?;
+            return Ok([None, None]);
+        }
         let rtp = bind_one(SocketAddr::new(addr, port))?;
         let rtcp = bind_one(SocketAddr::new(addr, port + 1))?;
         Ok([Some(rtp), Some(rtcp)])
@@ -51,6 +50,9 @@ impl Plane for SocketPlane {
     fn install(&mut self, id: u32, sockets: [Option<Socket>; 4], locals: [SocketAddr; 4], init: StreamInit) {
         let w = &self.workers[id as usize % self.workers.len()];
         w.send(Cmd::Install { id, sockets: Box::new(sockets), locals, init });
+        if let Some(st) = &self.steer {
+            lock(st).add(id, locals);
+        }
     }
 
     fn set_peers(&mut self, id: u32, peers: [Option<SocketAddr>; 4]) {
@@ -59,6 +61,9 @@ impl Plane for SocketPlane {
     }
 
     fn remove(&mut self, id: u32) {
+        if let Some(st) = &self.steer {
+            lock(st).remove(id);
+        }
         let w = &self.workers[id as usize % self.workers.len()];
         w.send(Cmd::Remove { id });
     }
@@ -86,6 +91,8 @@ pub struct RelayHandle {
     io: IoMode,
     ng_cache: Arc<Mutex<CookieCache>>,
     policy: Arc<MediaPolicy>,
+    steer: Option<Arc<Mutex<Steer>>>,
+    shared_unmatched: Arc<AtomicU64>,
 }
 
 /// A snapshot of the relay's counters (for Prometheus / `v6gate ctl`).
@@ -106,10 +113,26 @@ pub struct RelayStats {
     pub ng_cache: CacheStats,
     /// Media packets dropped because latching refused their source.
     pub latch_refused: u64,
+    /// Shared-socket mode (`sockets = "shared"`): present then.
+    pub shared: Option<SharedStats>,
 }
 
-fn lock(core: &Mutex<Core>) -> MutexGuard<'_, Core> {
-    core.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+/// Counters of the shared-socket mode.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SharedStats {
+    /// Packets the sk_lookup program steered to a shared socket.
+    pub steered: u64,
+    /// Packets to an allocated port the program could not steer (no
+    /// shared socket, or the kernel refused the assignment); they went on
+    /// to the normal socket lookup.
+    pub steer_failed: u64,
+    /// Datagrams on a shared socket for no live leg (a port just freed,
+    /// or truncated), dropped.
+    pub unmatched: u64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Relay {
@@ -123,6 +146,26 @@ impl Relay {
         let mut threads = Vec::new();
         let mut ctls = Vec::new();
         let mut io = cfg.io;
+        let shared_unmatched = Arc::new(AtomicU64::new(0));
+        // Shared-socket mode: the worker's shared sockets and the sk_lookup
+        // program steering the media ports to them, set up before any
+        // worker starts; a failure is an error (no silent per-port mode).
+        let (mut shared_socks, steer) = if cfg.sockets == SocketMode::Shared {
+            let socks = (0..n).map(|_| SharedSockets::open()).collect::<io::Result<Vec<_>>>().context(
+                "[trgw] sockets = \"shared\": cannot open the shared and raw media sockets (needs CAP_NET_RAW)",
+            )?;
+            let steer = Steer::attach(&cfg, &socks).context(
+                "[trgw] sockets = \"shared\": cannot set up the BPF sk_lookup program (needs CAP_BPF and \
+                 CAP_NET_ADMIN, Linux >= 5.9); use sockets = \"per-port\"",
+            )?;
+            if io == IoMode::Uring {
+                tracing::info!("[trgw] sockets = \"shared\" runs the epoll engine (io = \"poll\")");
+                io = IoMode::Poll;
+            }
+            (socks.into_iter().map(Some).collect::<Vec<_>>(), Some(Arc::new(Mutex::new(steer))))
+        } else {
+            (Vec::new(), None)
+        };
         for i in 0..n {
             let (tx, rx) = mpsc::channel();
             let st = stop.clone();
@@ -131,8 +174,9 @@ impl Relay {
             // single-issuer mode wants the creator to be the submitter);
             // the thread reports its eventfd and engine, or the error.
             let (rtx, rrx) = mpsc::sync_channel::<io::Result<(Arc<EventFd>, IoMode)>>(1);
-            let want = cfg.io;
+            let want = io;
             let nw = n as u32;
+            let shared = shared_socks.get_mut(i).and_then(Option::take).map(|s| (s, shared_unmatched.clone()));
             threads.push(std::thread::Builder::new().name(name).spawn(move || {
                 let rx = if want == IoMode::Uring {
                     match UringWorker::new(rx, nw, epoch) {
@@ -148,7 +192,7 @@ impl Relay {
                 } else {
                     rx
                 };
-                match Worker::new(rx, nw, epoch) {
+                match Worker::new(rx, nw, epoch, shared.map(|(s, u)| Shared::new(s, u))) {
                     Ok((w, efd)) => {
                         let _ = rtx.send(Ok((efd, IoMode::Poll)));
                         w.run(st);
@@ -176,7 +220,12 @@ impl Relay {
             ctls.push(WorkerCtl { tx, efd });
         }
         let policy = Arc::new(MediaPolicy::new(&cfg));
-        let core = Core::with_policy(cfg.clone(), Box::new(SocketPlane { workers: ctls }), epoch, policy.clone());
+        let core = Core::with_policy(
+            cfg.clone(),
+            Box::new(SocketPlane { workers: ctls, steer: steer.clone() }),
+            epoch,
+            policy.clone(),
+        );
         let mut handle = RelayHandle {
             stop: stop.clone(),
             threads,
@@ -187,8 +236,10 @@ impl Relay {
             io,
             ng_cache: Arc::new(Mutex::new(CookieCache::new(cfg.ng_cache_entries, cfg.ng_cache_bytes))),
             policy,
+            steer,
+            shared_unmatched,
         };
-        tracing::info!(workers = n, io = ?io, "relay workers started");
+        tracing::info!(workers = n, io = ?io, sockets = ?cfg.sockets, "relay workers started");
         let allow = Arc::new(cfg.clone());
         if let Some(a) = cfg.ng {
             let sock = UdpSocket::bind(a).with_context(|| format!("binding the ng listener on {a}"))?;
@@ -420,7 +471,19 @@ impl RelayHandle {
             relayed: c.relayed_totals(),
             ng_cache: self.ng_cache.lock().map(|g| g.stats()).unwrap_or_default(),
             latch_refused: self.policy.latch_refused(),
+            shared: self.shared_stats(),
         }
+    }
+
+    /// The shared-socket mode's counters (None in per-port mode).
+    fn shared_stats(&self) -> Option<SharedStats> {
+        let st = self.steer.as_ref()?;
+        let c = lock(st).counts().unwrap_or_default();
+        Some(SharedStats {
+            steered: c.steered,
+            steer_failed: c.no_socket + c.assign_failed,
+            unmatched: self.shared_unmatched.load(Relaxed),
+        })
     }
 
     /// Runs an ng command dictionary in-process ([`crate::ng::command`]):

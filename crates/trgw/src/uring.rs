@@ -91,7 +91,9 @@ impl UringWorker {
 
     fn arm_recv(&mut self, idx: usize) {
         let Some(Some(s)) = self.slots.get(idx) else { return };
-        let (fd, u) = (s.slot.sock.as_raw_fd(), ud(s.gen, idx));
+        // Shared-mode slots have no socket; that mode runs on epoll only.
+        let Some(sock) = &s.slot.sock else { return };
+        let (fd, u) = (sock.as_raw_fd(), ud(s.gen, idx));
         self.ring.recv(fd, u);
         self.inflight += 1;
     }
@@ -124,8 +126,10 @@ impl UringWorker {
                 for k in 0..4 {
                     if let Some(s) = self.slots.get_mut(base + k).and_then(Option::take) {
                         let u = ud(s.gen, base + k);
-                        self.dying.insert(u, s.slot.sock);
-                        self.ring.cancel(u, CANCEL);
+                        if let Some(sock) = s.slot.sock {
+                            self.dying.insert(u, sock);
+                            self.ring.cancel(u, CANCEL);
+                        }
                     }
                 }
             }
@@ -246,7 +250,11 @@ impl UringWorker {
         };
         let out_idx = idx ^ 2;
         let (out_fd, out_dst, out_local) = match self.slots.get(out_idx) {
-            Some(Some(o)) => (o.slot.sock.as_raw_fd(), o.slot.latched.or(o.slot.peer), Some(o.slot.local.ip())),
+            Some(Some(o)) => (
+                o.slot.sock.as_ref().map_or(-1, AsRawFd::as_raw_fd),
+                o.slot.latched.or(o.slot.peer),
+                Some(o.slot.local.ip()),
+            ),
             _ => (-1, None, None),
         };
         let Some(Some(s)) = self.slots.get_mut(idx) else { return false };

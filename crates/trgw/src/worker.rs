@@ -8,11 +8,18 @@
 //!
 //! Control changes arrive over a channel and an eventfd in the same epoll
 //! set, so a worker never takes a lock per packet.
+//!
+//! In the shared-socket mode (`crate::shared`) the slots have no socket:
+//! the worker's two shared sockets (one per family) are in the epoll set
+//! instead, and a datagram's slot is found by its original destination
+//! (one hash lookup); it leaves from a raw socket with the out slot's
+//! local address and port as its source.
 
+use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 use std::time::Instant;
@@ -22,11 +29,16 @@ use socket2::Socket;
 use crate::config::Latching;
 use crate::core::StreamInit;
 use crate::rtp::{parse_rtp, static_clock_rate, RtpRx};
+use crate::shared::SharedSockets;
 use crate::sys::epoll::{Epoll, EventFd, Events};
 use crate::sys::mmsg::Mmsg;
+use crate::sys::shared::SharedMmsg;
 
 const EVENTS: usize = 1024;
 const WAKE: u64 = u64::MAX;
+/// Epoll data words of the shared sockets (shared-socket mode).
+const SHARED4: u64 = u64::MAX - 1;
+const SHARED6: u64 = u64::MAX - 2;
 
 pub(crate) enum Cmd {
     Install {
@@ -69,7 +81,8 @@ impl WorkerCtl {
 }
 
 pub(crate) struct Slot {
-    pub sock: Socket,
+    /// The slot's own socket (None in the shared-socket mode).
+    pub sock: Option<Socket>,
     pub local: SocketAddr,
     pub peer: Option<SocketAddr>,
     pub latched: Option<SocketAddr>,
@@ -85,6 +98,24 @@ pub(crate) struct Worker {
     nworkers: u32,
     slots: Vec<Option<Slot>>,
     epoch: Instant,
+    shared: Option<Shared>,
+}
+
+/// A worker's part of the shared-socket mode.
+pub(crate) struct Shared {
+    socks: SharedSockets,
+    /// Slot index of each local address and port this worker serves.
+    by_local: HashMap<SocketAddr, usize>,
+    io: SharedMmsg,
+    /// Datagrams on a shared socket for no slot of this worker (a port
+    /// just freed, or sent to the shared socket's own port), or truncated.
+    unmatched: Arc<AtomicU64>,
+}
+
+impl Shared {
+    pub fn new(socks: SharedSockets, unmatched: Arc<AtomicU64>) -> Shared {
+        Shared { socks, by_local: HashMap::new(), io: SharedMmsg::new(), unmatched }
+    }
 }
 
 fn same_family(a: IpAddr, b: SocketAddr) -> bool {
@@ -92,11 +123,20 @@ fn same_family(a: IpAddr, b: SocketAddr) -> bool {
 }
 
 impl Worker {
-    pub fn new(rx: Receiver<Cmd>, nworkers: u32, epoch: Instant) -> io::Result<(Worker, Arc<EventFd>)> {
+    pub fn new(
+        rx: Receiver<Cmd>,
+        nworkers: u32,
+        epoch: Instant,
+        shared: Option<Shared>,
+    ) -> io::Result<(Worker, Arc<EventFd>)> {
         let epoll = Epoll::new()?;
         let efd = Arc::new(EventFd::new()?);
         epoll.add(&*efd, WAKE)?;
-        Ok((Worker { epoll, efd: efd.clone(), rx, nworkers, slots: Vec::new(), epoch }, efd))
+        if let Some(sh) = &shared {
+            epoll.add(&sh.socks.rx4, SHARED4)?;
+            epoll.add(&sh.socks.rx6, SHARED6)?;
+        }
+        Ok((Worker { epoll, efd: efd.clone(), rx, nworkers, slots: Vec::new(), epoch, shared }, efd))
     }
 
     fn base(&self, id: u32) -> usize {
@@ -109,8 +149,12 @@ impl Worker {
                 let base = self.base(id);
                 grow(&mut self.slots, base);
                 for (k, slot) in Slot::for_stream(*sockets, locals, init) {
-                    if let Err(e) = self.epoll.add(&slot.sock, (base + k) as u64) {
-                        tracing::error!(error = %e, "epoll_ctl add failed");
+                    if let Some(sock) = &slot.sock {
+                        if let Err(e) = self.epoll.add(sock, (base + k) as u64) {
+                            tracing::error!(error = %e, "epoll_ctl add failed");
+                        }
+                    } else if let Some(sh) = &mut self.shared {
+                        sh.by_local.insert(slot.local, base + k);
                     }
                     self.slots[base + k] = Some(slot);
                 }
@@ -127,7 +171,11 @@ impl Worker {
                 let base = self.base(id);
                 for k in 0..4 {
                     if let Some(slot) = self.slots.get_mut(base + k).and_then(Option::take) {
-                        let _ = self.epoll.del(&slot.sock);
+                        if let Some(sock) = &slot.sock {
+                            let _ = self.epoll.del(sock);
+                        } else if let Some(sh) = &mut self.shared {
+                            sh.by_local.remove(&slot.local);
+                        }
                     }
                 }
             }
@@ -160,9 +208,13 @@ impl Worker {
                     }
                     continue;
                 }
+                if data == SHARED4 || data == SHARED6 {
+                    self.relay_shared(data == SHARED6, now_ns);
+                    continue;
+                }
                 let idx = data as usize;
-                let Some(Some(slot)) = self.slots.get(idx) else { continue };
-                let got = io.recv(slot.sock.as_raw_fd());
+                let Some(Some(Slot { sock: Some(sock), .. })) = self.slots.get(idx) else { continue };
+                let got = io.recv(sock.as_raw_fd());
                 if got > 0 {
                     self.relay(idx, got, now_ns, &mut io);
                 }
@@ -175,7 +227,7 @@ impl Worker {
     fn relay(&mut self, idx: usize, got: usize, now_ns: u64, io: &mut Mmsg) {
         let out_idx = idx ^ 2;
         let (out_fd, out_dst, out_local) = match self.slots.get(out_idx) {
-            Some(Some(o)) => (o.sock.as_raw_fd(), o.latched.or(o.peer), Some(o.local.ip())),
+            Some(Some(o)) => (o.sock.as_ref().map_or(-1, AsRawFd::as_raw_fd), o.latched.or(o.peer), Some(o.local.ip())),
             _ => (-1, None, None),
         };
         let Some(Some(slot)) = self.slots.get_mut(idx) else { return };
@@ -225,6 +277,77 @@ impl Worker {
             st.dropped.fetch_add(dropped, Relaxed);
         }
     }
+
+    /// Shared-socket mode: reads a batch from the shared socket of a
+    /// family, finds each datagram's slot by its original destination and
+    /// sends it on from the out slot's local address and port.
+    fn relay_shared(&mut self, v6: bool, now_ns: u64) {
+        let Some(sh) = &mut self.shared else { return };
+        let fd = if v6 { sh.socks.rx6.as_raw_fd() } else { sh.socks.rx4.as_raw_fd() };
+        // Loop while full batches come: the socket is shared by many calls.
+        loop {
+            let got = sh.io.recv(fd);
+            // Per received datagram: (slot, relayed?) for the counters.
+            let mut outcome: [(usize, bool, u64); crate::sys::mmsg::BATCH] = [(usize::MAX, false, 0); _];
+            let mut unmatched = 0u64;
+            for (i, out) in outcome.iter_mut().enumerate().take(got) {
+                let (pkt, src, dst, truncated) = sh.io.datagram(i);
+                let len = pkt.len() as u64;
+                let idx = match (dst, truncated) {
+                    (Some(d), false) => sh.by_local.get(&d).copied(),
+                    _ => None,
+                };
+                let (Some(idx), Some(src)) = (idx, src) else {
+                    unmatched += 1;
+                    continue;
+                };
+                let Some(Some(slot)) = self.slots.get_mut(idx) else {
+                    unmatched += 1;
+                    continue;
+                };
+                *out = (idx, false, len);
+                if !ingress(slot, src, pkt, now_ns) {
+                    continue;
+                }
+                let Some(Some(o)) = self.slots.get(idx ^ 2) else { continue };
+                let Some(dst) = o.latched.or(o.peer) else { continue };
+                out.1 = same_family(o.local.ip(), dst) && sh.io.queue(i, o.local, dst);
+            }
+            if unmatched > 0 {
+                sh.unmatched.fetch_add(unmatched, Relaxed);
+            }
+            // Count before sending (as `relay`); failures are taken back.
+            for &(idx, sent, len) in outcome.iter().take(got) {
+                let Some(Some(slot)) = self.slots.get(idx) else { continue };
+                let st = &slot.init.stats.slots[slot.k];
+                if slot.k & 1 == 0 {
+                    st.lost.store(slot.rx.lost(), Relaxed);
+                    st.jitter.store(slot.rx.jitter(), Relaxed);
+                }
+                st.last_ns.store(now_ns.max(1), Relaxed);
+                if sent {
+                    st.packets.fetch_add(1, Relaxed);
+                    st.bytes.fetch_add(len, Relaxed);
+                } else {
+                    st.dropped.fetch_add(1, Relaxed);
+                }
+            }
+            let failed = sh.io.send(sh.socks.raw4.as_raw_fd(), sh.socks.raw6.as_raw_fd());
+            for (i, &(idx, _, len)) in outcome.iter().enumerate().take(got) {
+                if failed & (1 << i) == 0 {
+                    continue;
+                }
+                let Some(Some(slot)) = self.slots.get(idx) else { continue };
+                let st = &slot.init.stats.slots[slot.k];
+                st.packets.fetch_sub(1, Relaxed);
+                st.bytes.fetch_sub(len, Relaxed);
+                st.dropped.fetch_add(1, Relaxed);
+            }
+            if got < crate::sys::mmsg::BATCH {
+                break;
+            }
+        }
+    }
 }
 
 /// First slot of stream `id` in its worker's table (the worker holds
@@ -241,26 +364,26 @@ pub(crate) fn grow<T>(slots: &mut Vec<Option<T>>, base: usize) {
 }
 
 impl Slot {
-    /// The slots of a new stream: (k, slot) for every socket given.
+    /// The slots of a new stream: (k, slot) for k in 0..4.
     pub fn for_stream(
         sockets: [Option<Socket>; 4],
         locals: [SocketAddr; 4],
         init: StreamInit,
     ) -> impl Iterator<Item = (usize, Slot)> {
         let init = Arc::new(init);
-        sockets.into_iter().enumerate().filter_map(move |(k, s)| {
-            s.map(|sock| {
-                let slot = Slot {
-                    sock,
-                    local: locals[k],
-                    peer: init.peers[k],
-                    latched: None,
-                    rx: RtpRx::default(),
-                    init: init.clone(),
-                    k,
-                };
-                (k, slot)
-            })
+        // Per-port mode gives four sockets, the shared mode none: a slot
+        // per k either way.
+        sockets.into_iter().enumerate().map(move |(k, sock)| {
+            let slot = Slot {
+                sock,
+                local: locals[k],
+                peer: init.peers[k],
+                latched: None,
+                rx: RtpRx::default(),
+                init: init.clone(),
+                k,
+            };
+            (k, slot)
         })
     }
 

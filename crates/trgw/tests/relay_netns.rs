@@ -11,7 +11,7 @@ use std::time::Duration;
 use lab::netns::Netns;
 use trgw::bencode::{self, Value};
 use trgw::config::{Interface, Latching};
-use trgw::{Config, IoMode, Relay, RelayHandle};
+use trgw::{Config, IoMode, Relay, RelayHandle, SocketMode};
 
 const RELAY4: &str = "192.0.2.1";
 const RELAY6: &str = "2001:db8::1";
@@ -162,20 +162,29 @@ fn setup_call(ng: &mut Ng, call: &str, ua4_port: u16) -> (SocketAddr, SocketAddr
 
 #[test]
 fn relays_6_to_4_and_back_with_rtcp_stats_and_delete() {
-    relay_both_ways(IoMode::Uring);
+    relay_both_ways(IoMode::Uring, SocketMode::PerPort);
 }
 
 #[test]
 fn relays_with_the_epoll_engine_too() {
-    relay_both_ways(IoMode::Poll);
+    relay_both_ways(IoMode::Poll, SocketMode::PerPort);
 }
 
-fn relay_both_ways(io: IoMode) {
+/// The shared-socket mode (BPF sk_lookup, raw sockets): the same
+/// behaviour; it runs the epoll engine whatever `io` says.
+#[test]
+fn relays_with_shared_sockets_too() {
+    relay_both_ways(IoMode::Uring, SocketMode::Shared);
+}
+
+fn relay_both_ways(io: IoMode, sockets: SocketMode) {
     in_ns(move || {
         let mut cfg = config(Latching::Symmetric, 60);
         cfg.io = io;
+        cfg.sockets = sockets;
         let relay = Relay::start(cfg).unwrap();
-        assert_eq!(relay.io_mode(), io, "kernel 6.x runs io_uring");
+        let want = if sockets == SocketMode::Shared { IoMode::Poll } else { io };
+        assert_eq!(relay.io_mode(), want, "kernel 6.x runs io_uring");
         let mut ng = Ng::new(&relay);
         let (to6, to4) = setup_call(&mut ng, "call-1", 9000);
         let ua6 = udp(&format!("[{UA6}]:9002"));
@@ -220,6 +229,11 @@ fn relay_both_ways(io: IoMode) {
         let st = relay.stats();
         assert_eq!((st.calls, st.packets.rtp_packets, st.packets.rtcp_packets), (1, 5, 2));
         assert_eq!(relay.relay_table().len(), 4);
+        if let Some(sh) = st.shared {
+            assert_eq!((sh.steered, sh.steer_failed, sh.unmatched), (7, 0, 0), "every packet steered: {sh:?}");
+        } else {
+            assert_eq!(sockets, SocketMode::PerPort);
+        }
 
         // delete: no more relaying, ports free again.
         let d = ng.cmd(vec![("command", s("delete")), ("call-id", s("call-1")), ("from-tag", s("ft"))]);
@@ -237,7 +251,17 @@ fn relay_both_ways(io: IoMode) {
 
 #[test]
 fn symmetric_latching_follows_nat_and_strict_drops() {
-    in_ns(|| {
+    latching(SocketMode::PerPort);
+}
+
+#[test]
+fn latching_with_shared_sockets_too() {
+    latching(SocketMode::Shared);
+}
+
+fn latching(sockets: SocketMode) {
+    let config = move |l, t| Config { sockets, ..config(l, t) };
+    in_ns(move || {
         let relay = Relay::start(config(Latching::Symmetric, 60)).unwrap();
         let mut ng = Ng::new(&relay);
         // The IPv4 UA signals 9000 but is behind a NAT that uses 9100.
@@ -420,8 +444,18 @@ fn allow_list_drops_other_clients() {
 
 #[test]
 fn port_exhaustion_over_ng_is_an_error_reply() {
-    in_ns(|| {
+    port_exhaustion(SocketMode::PerPort);
+}
+
+#[test]
+fn port_exhaustion_with_shared_sockets_too() {
+    port_exhaustion(SocketMode::Shared);
+}
+
+fn port_exhaustion(sockets: SocketMode) {
+    in_ns(move || {
         let mut cfg = config(Latching::Symmetric, 60);
+        cfg.sockets = sockets;
         cfg.port_min = 31000;
         cfg.port_max = 31003; // two RTP/RTCP pairs per address
         let relay = Relay::start(cfg).unwrap();

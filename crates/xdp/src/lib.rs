@@ -18,6 +18,7 @@ pub mod config;
 mod loader;
 pub mod nat64;
 mod route;
+pub mod sklookup;
 pub mod sockmap;
 #[allow(unsafe_code)]
 pub mod sys;

@@ -5,6 +5,8 @@
 //! - [`epoll`]: the epoll set and the eventfd that wakes a worker (nix's
 //!   safe wrappers, kept here with the rest of the relay's system calls);
 //! - [`mmsg`]: batched `recvmmsg`/`sendmmsg` over reusable buffers;
+//! - [`shared`]: the same for the shared-socket media mode (original
+//!   destinations in, raw sockets with our IP/UDP header out);
 //! - [`uring`]: the io_uring engine (a provided-buffer ring shared with
 //!   the kernel, multishot receives and zero-copy sends);
 //! - socket address conversions to and from `sockaddr_storage`.
@@ -12,6 +14,7 @@
 
 pub(crate) mod epoll;
 pub(crate) mod mmsg;
+pub(crate) mod shared;
 pub(crate) mod uring;
 
 use std::mem::size_of;
