@@ -69,11 +69,21 @@ pub fn needed(cfg: &Config) -> u64 {
     n
 }
 
-/// What the `[trgw]` relay alone may need (`v6gate trgw`).
+/// What the `[trgw]` relay alone may need (`v6gate trgw`): a socket per
+/// media port per address in per-port mode; in the shared-socket mode
+/// four sockets per worker and the sk_lookup program's few BPF objects.
 pub fn trgw_needed(t: &trgw::Config) -> u64 {
-    let ports = u64::from(t.port_max.saturating_sub(t.port_min)) + 1;
-    let addrs: u64 = t.interfaces.iter().map(|i| u64::from(i.ipv4.is_some()) + u64::from(i.ipv6.is_some())).sum();
-    BASE + ports * addrs + t.control_connections as u64 + 2 * t.worker_count() as u64
+    let workers = t.worker_count() as u64;
+    let media = match t.sockets {
+        trgw::SocketMode::PerPort => {
+            let ports = u64::from(t.port_max.saturating_sub(t.port_min)) + 1;
+            let addrs: u64 =
+                t.interfaces.iter().map(|i| u64::from(i.ipv4.is_some()) + u64::from(i.ipv6.is_some())).sum();
+            ports * addrs
+        }
+        trgw::SocketMode::Shared => 4 * workers + 8,
+    };
+    BASE + media + t.control_connections as u64 + 2 * workers
 }
 
 /// What [`raise`] did.
@@ -93,8 +103,8 @@ impl Raised {
         (self.soft < self.needed).then(|| {
             format!(
                 "open-file limit {} (hard limit {}) is below the {} descriptors this configuration may need \
-                 (TrGW media ports, connection caps): raise it (systemd LimitNOFILE=, ulimit -n) or narrow \
-                 [trgw] port-min/port-max; allocations beyond it fail with \"too many open files\"",
+                 (TrGW media ports, connection caps): raise it (systemd LimitNOFILE=, ulimit -n), narrow \
+                 [trgw] port-min/port-max or set [trgw] sockets = \"shared\"; allocations beyond it fail with \"too many open files\"",
                 self.soft, self.before.hard, self.needed
             )
         })
@@ -127,6 +137,8 @@ mod tests {
         let t = c.trgw.as_ref().unwrap();
         assert_eq!(trgw_needed(t), BASE + 2000 + 64 + 4);
         assert!(needed(&c) >= trgw_needed(t) + 64, "plus the admin connections");
+        let shared = trgw::Config { sockets: trgw::SocketMode::Shared, ..t.clone() };
+        assert_eq!(trgw_needed(&shared), BASE + (4 * 2 + 8) + 64 + 4, "no descriptor per port");
     }
 
     #[test]
