@@ -7,9 +7,11 @@
 //! files" before 100 calls; shared, 150 calls (600 media ports) are set up,
 //! RTP is relayed 6->4 and 4->6 on several of them (from each leg's own
 //! port, counted per stream), and the daemon's descriptor count stays
-//! flat while the calls are created.
+//! flat while the calls are created. `v6gate run` with `[trgw]` runs the
+//! same mode and shows its counters in `/metrics`.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::io::{Read, Write};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
 use bench::harness::guard::Proc;
@@ -40,19 +42,20 @@ fn namespace() -> Netns {
     ns
 }
 
-fn start(ns: &Netns, dir: &TestDir, sockets: &str) -> Proc {
-    let cfg = dir.join(&format!("trgw-{sockets}.toml"));
+/// The `[trgw]` table of the tests.
+fn trgw_table(sockets: &str) -> String {
     // The user agents are on this namespace's loopback, so their addresses
     // are the host's own: allow them one by one.
-    std::fs::write(
-        &cfg,
-        format!(
-            "[trgw]\nsockets = \"{sockets}\"\nng = \"{NG}\"\nrtpproxy-udp = \"127.0.0.1:0\"\nport-min = 30000\n\
-             port-max = 31999\nworkers = 2\nio = \"poll\"\nmedia-allow = [\"{UA4}/32\", \"{UA6}/128\"]\n\
-             [[trgw.interface]]\nname = \"v6\"\nipv6 = \"{GW6}\"\n[[trgw.interface]]\nname = \"v4\"\nipv4 = \"{GW4}\"\n"
-        ),
+    format!(
+        "[trgw]\nsockets = \"{sockets}\"\nng = \"{NG}\"\nrtpproxy-udp = \"127.0.0.1:0\"\nport-min = 30000\n\
+         port-max = 31999\nworkers = 2\nio = \"poll\"\nmedia-allow = [\"{UA4}/32\", \"{UA6}/128\"]\n\
+         [[trgw.interface]]\nname = \"v6\"\nipv6 = \"{GW6}\"\n[[trgw.interface]]\nname = \"v4\"\nipv4 = \"{GW4}\"\n"
     )
-    .unwrap();
+}
+
+fn start(ns: &Netns, dir: &TestDir, sockets: &str) -> Proc {
+    let cfg = dir.join(&format!("trgw-{sockets}.toml"));
+    std::fs::write(&cfg, trgw_table(sockets)).unwrap();
     let mut c = ns.command("prlimit");
     c.arg(format!("--nofile={NOFILE}:{NOFILE}")).arg("--").arg(env!("CARGO_BIN_EXE_v6gate"));
     c.arg("trgw").arg("--config").arg(&cfg);
@@ -192,5 +195,61 @@ fn shared_sockets_hold_more_calls_than_the_descriptor_limit_allows_per_port() {
     }
     assert_eq!(packets(&mut c, "sh2"), 0, "a call without media counts none");
     assert!(open_fds(&d) - lo <= 4, "still flat after relaying");
+    drop(d);
+}
+
+/// `GET path` from the admin API; the body.
+fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<String> {
+    let mut c = TcpStream::connect_timeout(&addr, Duration::from_secs(3))?;
+    c.set_read_timeout(Some(Duration::from_secs(3)))?;
+    write!(c, "GET {path} HTTP/1.0\r\nHost: {}\r\n\r\n", addr.ip())?;
+    let mut out = String::new();
+    c.read_to_string(&mut out)?;
+    Ok(out)
+}
+
+/// The value of the metric line starting with `series ` (0 when absent).
+fn metric(text: &str, series: &str) -> u64 {
+    text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse::<f64>().ok()).unwrap_or(0.0)
+        as u64
+}
+
+#[test]
+fn the_daemon_runs_shared_sockets_and_counts_them() {
+    let ns = namespace();
+    let dir = TestDir::new("trgw-shared-run");
+    let cfg = dir.join("v6gate.toml");
+    let admin: SocketAddr = "127.0.0.1:9188".parse().unwrap();
+    std::fs::write(&cfg, format!("[admin]\nlisten = \"{admin}\"\n{}", trgw_table("shared"))).unwrap();
+    let mut c = ns.command(env!("CARGO_BIN_EXE_v6gate"));
+    c.arg("run").arg("--config").arg(&cfg);
+    let d = spawn("v6gate run", c, &dir.join("v6gate.log"));
+    wait_udp_listen(&ns, 2223, 1, &d);
+    let mut ng = client(&ns);
+    let (to_offerer_side, to_answerer_side) = call(&mut ng, "run6", true, 21000).unwrap();
+    let (to_offerer_side4, to_answerer_side4) = call(&mut ng, "run4", false, 21002).unwrap();
+    let metrics = in_netns(&ns, || {
+        let (ua6, ua4) = (ua(UA6.into(), 21000), ua(UA4.into(), 21000));
+        relays(&ua6, to_offerer_side, &ua4, to_answerer_side, 2);
+        relays(&ua4, to_answerer_side, &ua6, to_offerer_side, 1);
+        let (ua4, ua6) = (ua(UA4.into(), 21002), ua(UA6.into(), 21002));
+        relays(&ua4, to_offerer_side4, &ua6, to_answerer_side4, 2);
+        relays(&ua6, to_answerer_side4, &ua4, to_offerer_side4, 1);
+        // The admin listener comes up with the relay; wait for it.
+        let end = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(t) = http_get(admin, "/metrics") {
+                return Ok(t);
+            }
+            assert!(Instant::now() < end, "no admin API:\n{}", d.log_tail());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    })
+    .unwrap();
+    assert_eq!(packets(&mut ng, "run6"), 3);
+    assert_eq!(packets(&mut ng, "run4"), 3);
+    assert_eq!(metric(&metrics, "v6gate_trgw_shared_steered_packets_total{outcome=\"steered\"}"), 6, "{metrics}");
+    assert_eq!(metric(&metrics, "v6gate_trgw_shared_steered_packets_total{outcome=\"failed\"}"), 0);
+    assert_eq!(metric(&metrics, "v6gate_trgw_relayed_packets_total{kind=\"rtp\"}"), 6);
     drop(d);
 }

@@ -536,8 +536,24 @@ fn trgw(v: &mut Vec<Family>, st: &trgw::RelayStats) {
             "v6gate_trgw_dropped_packets",
             "Media packets received and not relayed since start, by reason.",
         )
-        .by("reason", [("stream", r.dropped.saturating_sub(st.latch_refused)), ("latch-refused", st.latch_refused)]),
+        .by(
+            "reason",
+            [
+                ("stream", r.dropped.saturating_sub(st.latch_refused)),
+                ("latch-refused", st.latch_refused),
+                ("no-leg", st.shared.map_or(0, |s| s.unmatched)),
+            ],
+        ),
     );
+    if let Some(sh) = &st.shared {
+        v.push(
+            Family::counter(
+                "v6gate_trgw_shared_steered_packets",
+                "Media packets the sk_lookup program steered to a shared socket ([trgw] sockets = \"shared\"), by outcome.",
+            )
+            .by("outcome", [("steered", sh.steered), ("failed", sh.steer_failed)]),
+        );
+    }
     let c = &st.ng_cache;
     v.push(
         Family::gauge("v6gate_trgw_ng_cache_entries", "ng replies cached for retransmissions.").one(c.entries as f64),

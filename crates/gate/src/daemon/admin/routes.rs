@@ -300,6 +300,11 @@ fn trgw_status(st: &trgw::RelayStats) -> Value {
             "not-allowed": t.control_denied,
         },
         "latch_refused": st.latch_refused,
+        "shared_sockets": st.shared.map(|s| json!({
+            "steered": s.steered,
+            "steer_failed": s.steer_failed,
+            "no_leg": s.unmatched,
+        })),
         "ng_cache": { "entries": st.ng_cache.entries, "bytes": st.ng_cache.bytes, "evicted": st.ng_cache.evicted },
     })
 }
