@@ -187,3 +187,51 @@ fn orig_dst(h: &libc::msghdr) -> Option<SocketAddr> {
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shared::SharedSockets;
+    use std::net::UdpSocket;
+    use std::os::fd::AsRawFd;
+
+    /// Needs root (raw sockets): a datagram to the shared socket is read
+    /// with its original destination, then sent on from a raw socket with
+    /// another source port; the receiving kernel accepts it (so the UDP
+    /// checksum is right) and sees the source we wrote.
+    #[test]
+    fn original_destination_in_and_our_header_out() {
+        let s = SharedSockets::open().expect("shared sockets (tests run as root)");
+        let mut m = SharedMmsg::new();
+        for (rx, lo) in [(&s.rx4, "127.0.0.1"), (&s.rx6, "::1")] {
+            let Ok(peer) = UdpSocket::bind((lo, 0)) else { continue }; // no ::1 here
+            peer.set_read_timeout(Some(std::time::Duration::from_secs(2))).unwrap();
+            let port = rx.local_addr().unwrap().as_socket().unwrap().port();
+            let to = SocketAddr::new(lo.parse().unwrap(), port);
+            assert_eq!(m.recv(rx.as_raw_fd()), 0, "nothing yet");
+            peer.send_to(b"odd-length rtp", to).unwrap();
+            peer.send_to(b"two", to).unwrap();
+            let mut got = 0;
+            for _ in 0..100 {
+                got = m.recv(rx.as_raw_fd());
+                if got > 0 {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            assert!(got >= 1);
+            let (p, src, dst, trunc) = m.datagram(0);
+            assert_eq!((p, src, dst, trunc), (&b"odd-length rtp"[..], Some(peer.local_addr().unwrap()), Some(to), false));
+            // Out "from" port 40000 of the same address.
+            let from = SocketAddr::new(lo.parse().unwrap(), 40000);
+            assert!(m.queue(0, from, peer.local_addr().unwrap()));
+            let other: SocketAddr = if lo == "::1" { "192.0.2.9:9" } else { "[2001:db8::9]:9" }.parse().unwrap();
+            assert!(!m.queue(0, from, other), "mixed families refused");
+            assert_eq!(m.send(s.raw4.as_raw_fd(), s.raw6.as_raw_fd()), 0);
+            let mut buf = [0u8; 64];
+            let (n, a) = peer.recv_from(&mut buf).expect("the raw-sent datagram arrives (checksum verified)");
+            assert_eq!((&buf[..n], a), (&b"odd-length rtp"[..], from));
+            assert_eq!(m.datagram(99).0.len(), 0, "past what was received");
+        }
+    }
+}
