@@ -21,7 +21,8 @@ use crate::table::{RelayKey, RelayValue, StreamStats};
 /// What sockets and workers do for the core.
 pub trait Plane: Send {
     /// Binds the RTP socket `addr:port` and the RTCP socket `addr:port+1`.
-    /// `Ok([None, None])` is fine for a plane without sockets.
+    /// `Ok([None, None])` is fine for a plane without sockets (and the
+    /// shared-socket mode, which only checks the pair is free).
     fn bind(&mut self, addr: IpAddr, port: u16) -> io::Result<[Option<Socket>; 2]>;
     /// Starts relaying stream `id` (slots `id*4..id*4+4`, see
     /// [`crate::table`]); `peers[k]` is the far end of slot k.

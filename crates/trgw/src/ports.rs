@@ -1,7 +1,9 @@
 //! Media port allocation: a free list of even (RTP) ports per bind
 //! address; the odd port above each is its RTCP port. O(1) take and
 //! release; a port whose bind fails (someone else holds it) goes to the
-//! back of the list.
+//! back of the list. In the shared-socket mode no socket is kept per port,
+//! but the pair is still bound once before it is handed out
+//! (`crate::shared::probe`), so the same rule holds.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;

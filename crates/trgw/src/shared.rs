@@ -284,13 +284,15 @@ mod tests {
 
     #[test]
     fn port_capacity_covers_every_address_and_port() {
-        let mut c = Config::default();
-        c.port_min = 30000;
-        c.port_max = 30009;
-        c.interfaces = vec![
-            crate::config::Interface::new("a", Some([192, 0, 2, 1].into()), Some("2001:db8::1".parse().unwrap())),
-            crate::config::Interface::new("b", Some([192, 0, 2, 2].into()), None),
-        ];
+        let c = Config {
+            port_min: 30000,
+            port_max: 30009,
+            interfaces: vec![
+                crate::config::Interface::new("a", Some([192, 0, 2, 1].into()), Some("2001:db8::1".parse().unwrap())),
+                crate::config::Interface::new("b", Some([192, 0, 2, 2].into()), None),
+            ],
+            ..Config::default()
+        };
         assert_eq!(port_capacity(&c), 30);
         assert_eq!((socket_index(0, false), socket_index(0, true), socket_index(3, true)), (0, 1, 7));
     }

@@ -471,6 +471,39 @@ fn port_exhaustion(sockets: SocketMode) {
     });
 }
 
+/// A port another program holds is never handed out, per port (its bind
+/// fails) and shared (the pair is probed before it is handed out).
+#[test]
+fn ports_held_by_others_are_skipped_in_both_modes() {
+    for sockets in [SocketMode::PerPort, SocketMode::Shared] {
+        in_ns(move || {
+            // Someone holds 31001, the RTCP port of the first pair.
+            let _held = udp(&format!("{RELAY4}:31001"));
+            let mut cfg = config(Latching::Symmetric, 60);
+            cfg.sockets = sockets;
+            cfg.port_min = 31000;
+            cfg.port_max = 31005; // three pairs per address, one unusable
+            let relay = Relay::start(cfg).unwrap();
+            let mut ng = Ng::new(&relay);
+            let offer = |ng: &mut Ng, c: &str| {
+                ng.cmd(vec![
+                    ("command", s("offer")),
+                    ("call-id", s(c)),
+                    ("from-tag", s("f")),
+                    ("sdp", s(&sdp(UA4, 4000))),
+                ])
+            };
+            let o = offer(&mut ng, "h1");
+            assert_eq!(result(&o), "ok", "{sockets:?}: {o:?}");
+            let port = media_of(o.get("sdp").and_then(Value::as_str).unwrap()).port();
+            assert!(port == 31002 || port == 31004, "{sockets:?}: the held pair is skipped, got {port}");
+            let e = offer(&mut ng, "h2");
+            assert!(e.get("error-reason").and_then(Value::as_str).unwrap().contains("Ran out of ports"), "{e:?}");
+            relay.stop();
+        });
+    }
+}
+
 #[test]
 fn start_fails_cleanly_when_a_listener_port_is_taken() {
     in_ns(|| {

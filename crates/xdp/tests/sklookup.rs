@@ -43,8 +43,11 @@ fn steers_allocated_ports_to_the_shared_sockets_and_nothing_else() {
         assert!(sk.set_socket(4, &s4a).is_err(), "index beyond the map");
         let c4 = sock("192.0.2.1:0");
         let c6 = sock("[2001:db8::1]:0");
-        let (p4, p4b, p6): (SocketAddr, SocketAddr, SocketAddr) =
-            ("192.0.2.1:30000".parse().unwrap(), "192.0.2.1:30001".parse().unwrap(), "[2001:db8::1]:30000".parse().unwrap());
+        let (p4, p4b, p6): (SocketAddr, SocketAddr, SocketAddr) = (
+            "192.0.2.1:30000".parse().unwrap(),
+            "192.0.2.1:30001".parse().unwrap(),
+            "[2001:db8::1]:30000".parse().unwrap(),
+        );
 
         assert_eq!(got(&c4, p4, &s4a, b"before"), None, "nothing steered before insert");
         sk.insert(p4, 0).unwrap();

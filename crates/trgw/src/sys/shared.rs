@@ -221,7 +221,10 @@ mod tests {
             }
             assert!(got >= 1);
             let (p, src, dst, trunc) = m.datagram(0);
-            assert_eq!((p, src, dst, trunc), (&b"odd-length rtp"[..], Some(peer.local_addr().unwrap()), Some(to), false));
+            assert_eq!(
+                (p, src, dst, trunc),
+                (&b"odd-length rtp"[..], Some(peer.local_addr().unwrap()), Some(to), false)
+            );
             // Out "from" port 40000 of the same address.
             let from = SocketAddr::new(lo.parse().unwrap(), 40000);
             assert!(m.queue(0, from, peer.local_addr().unwrap()));
