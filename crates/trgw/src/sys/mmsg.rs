@@ -1,7 +1,8 @@
 //! Batched datagram I/O: one `recvmmsg` fills up to [`BATCH`] reusable
 //! buffers; datagrams are then queued, each to its destination, and one
 //! `sendmmsg` (repeated past a failing datagram) sends them straight from
-//! the same buffers.
+//! the same buffers. The shared-socket mode reads the same way with each
+//! datagram's original destination ([`Mmsg::recv_with_dst`]).
 
 use std::io;
 use std::mem::size_of;
@@ -15,10 +16,15 @@ pub(crate) const BATCH: usize = 32;
 /// Largest datagram kept whole; longer ones are reported truncated.
 pub(crate) const BUF: usize = 2048;
 
+/// Room for the control messages of one datagram (one sockaddr_in6 with
+/// its cmsghdr is 48 bytes); u64 for the alignment cmsghdr needs.
+const CTRL_WORDS: usize = 16;
+
 /// The buffers and C structures of one worker's batches.
 pub(crate) struct Mmsg {
     bufs: Vec<[u8; BUF]>,
     names: Vec<libc::sockaddr_storage>,
+    ctrl: Vec<[u64; CTRL_WORDS]>,
     iov: Vec<libc::iovec>,
     msgs: Vec<libc::mmsghdr>,
     /// Datagrams the last `recv` got.
@@ -37,6 +43,7 @@ impl Mmsg {
         Mmsg {
             bufs: vec![[0u8; BUF]; BATCH],
             names: (0..BATCH).map(|_| zeroed()).collect(),
+            ctrl: vec![[0u64; CTRL_WORDS]; BATCH],
             iov: vec![EMPTY_IOV; BATCH],
             msgs: (0..BATCH).map(|_| zeroed()).collect(),
             got: 0,
@@ -50,6 +57,17 @@ impl Mmsg {
     /// Reads what `fd` (non-blocking) has, up to [`BATCH`] datagrams;
     /// returns how many (0 when none or on error). Forgets what was queued.
     pub fn recv(&mut self, fd: RawFd) -> usize {
+        self.recv_batch(fd, false)
+    }
+
+    /// As [`recv`](Mmsg::recv), with each datagram's original destination
+    /// ([`orig_dst`](Mmsg::orig_dst); `fd` has `IP_RECVORIGDSTADDR` or
+    /// `IPV6_RECVORIGDSTADDR` on).
+    pub fn recv_with_dst(&mut self, fd: RawFd) -> usize {
+        self.recv_batch(fd, true)
+    }
+
+    fn recv_batch(&mut self, fd: RawFd, control: bool) -> usize {
         self.queued = 0;
         self.got = 0;
         for i in 0..BATCH {
@@ -59,14 +77,19 @@ impl Mmsg {
             h.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
             h.msg_iov = &mut self.iov[i];
             h.msg_iovlen = 1;
-            h.msg_control = std::ptr::null_mut();
-            h.msg_controllen = 0;
+            if control {
+                h.msg_control = self.ctrl[i].as_mut_ptr().cast();
+                h.msg_controllen = CTRL_WORDS * 8;
+            } else {
+                h.msg_control = std::ptr::null_mut();
+                h.msg_controllen = 0;
+            }
             h.msg_flags = 0;
             self.msgs[i].msg_len = 0;
         }
-        // SAFETY: every header points at this struct's buffers, names and
-        // iovecs, which live (and do not move: their vectors never grow)
-        // for the call; BATCH headers are passed.
+        // SAFETY: every header points at this struct's buffers, names,
+        // control buffers and iovecs, which live (and do not move: their
+        // vectors never grow) for the call; BATCH headers are passed.
         let got = unsafe {
             libc::recvmmsg(fd, self.msgs.as_mut_ptr(), BATCH as u32, libc::MSG_DONTWAIT, std::ptr::null_mut())
         };
@@ -75,15 +98,37 @@ impl Mmsg {
     }
 
     /// Datagram `i` of the last [`recv`](Mmsg::recv): its bytes, its source
-    /// and whether it was longer than [`BUF`] (truncated).
+    /// and whether it was longer than [`BUF`] (truncated) or its control
+    /// data did not fit.
     pub fn datagram(&self, i: usize) -> (&[u8], Option<SocketAddr>, bool) {
         if i >= self.got {
             return (&[], None, false);
         }
         let m = &self.msgs[i];
         let len = (m.msg_len as usize).min(BUF);
-        let truncated = m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+        let truncated = m.msg_hdr.msg_flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0;
         (&self.bufs[i][..len], from_storage(&self.names[i]), truncated)
+    }
+
+    /// The original destination of datagram `i` of the last
+    /// [`recv_with_dst`](Mmsg::recv_with_dst) (None after a plain `recv`).
+    pub fn orig_dst(&self, i: usize) -> Option<SocketAddr> {
+        (i < self.got).then(|| orig_dst(&self.msgs[i].msg_hdr)).flatten()
+    }
+
+    /// Datagrams the last receive got.
+    pub(super) fn received(&self) -> usize {
+        self.got
+    }
+
+    /// An iovec over the bytes of datagram `i` of the last receive (for a
+    /// send that puts a header before them); valid until the next receive.
+    pub(super) fn payload_iov(&mut self, i: usize) -> libc::iovec {
+        if i >= self.got {
+            return EMPTY_IOV;
+        }
+        let len = (self.msgs[i].msg_len as usize).min(BUF);
+        libc::iovec { iov_base: self.bufs[i].as_mut_ptr().cast(), iov_len: len }
     }
 
     /// Queues datagram `i` of the last receive to be sent to `dst`.
@@ -128,6 +173,40 @@ impl Mmsg {
         self.queued = 0;
         (failed, failed_bytes)
     }
+}
+
+/// The `IP_ORIGDSTADDR` / `IPV6_ORIGDSTADDR` address of a received message.
+fn orig_dst(h: &libc::msghdr) -> Option<SocketAddr> {
+    // SAFETY: `h` is a header recvmmsg filled: msg_control and
+    // msg_controllen describe the initialised control data of a buffer of
+    // this struct; CMSG_FIRSTHDR/NXTHDR stay within it.
+    let mut c = unsafe { libc::CMSG_FIRSTHDR(h) };
+    while !c.is_null() {
+        // SAFETY: `c` is a non-null cmsghdr within the control buffer.
+        let cm = unsafe { &*c };
+        let want = match (cm.cmsg_level, cm.cmsg_type) {
+            (libc::SOL_IP, libc::IP_ORIGDSTADDR) => Some(size_of::<libc::sockaddr_in>()),
+            (libc::SOL_IPV6, libc::IPV6_ORIGDSTADDR) => Some(size_of::<libc::sockaddr_in6>()),
+            _ => None,
+        };
+        if let Some(n) = want {
+            // SAFETY: CMSG_LEN is a pure size computation.
+            let have = cm.cmsg_len as usize - unsafe { libc::CMSG_LEN(0) } as usize;
+            if have < n {
+                return None;
+            }
+            let mut ss: libc::sockaddr_storage = zeroed();
+            // SAFETY: the data of this cmsg holds at least `n` bytes (checked
+            // above), and `n` fits in a sockaddr_storage.
+            unsafe {
+                std::ptr::copy_nonoverlapping(libc::CMSG_DATA(c), (&mut ss as *mut libc::sockaddr_storage).cast(), n)
+            };
+            return from_storage(&ss);
+        }
+        // SAFETY: as for CMSG_FIRSTHDR.
+        c = unsafe { libc::CMSG_NXTHDR(h, c) };
+    }
+    None
 }
 
 #[cfg(test)]

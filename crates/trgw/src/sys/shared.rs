@@ -7,28 +7,18 @@
 //! (`IPPROTO_RAW`: the header is ours), runs of one family per `sendmmsg`.
 
 use std::io;
-use std::mem::size_of;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
 
-use super::mmsg::{BATCH, BUF};
-use super::{from_storage, to_storage, zeroed};
+use super::mmsg::{Mmsg, BATCH};
+use super::{to_storage, zeroed};
 use crate::shared::{headers, HDR_MAX};
-
-/// Room for the control messages of one datagram (one sockaddr_in6 with
-/// its cmsghdr is 48 bytes); u64 for the alignment cmsghdr needs.
-const CTRL_WORDS: usize = 16;
 
 const EMPTY_IOV: libc::iovec = libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 };
 
-/// The buffers and C structures of one worker's shared-socket batches.
+/// The receive batch and the raw-send queue of one worker's shared sockets.
 pub(crate) struct SharedMmsg {
-    bufs: Vec<[u8; BUF]>,
-    names: Vec<libc::sockaddr_storage>,
-    ctrl: Vec<[u64; CTRL_WORDS]>,
-    iov: Vec<libc::iovec>,
-    msgs: Vec<libc::mmsghdr>,
-    got: usize,
+    rx: Mmsg,
     hdrs: Vec<[u8; HDR_MAX]>,
     dsts: Vec<libc::sockaddr_storage>,
     oiov: Vec<[libc::iovec; 2]>,
@@ -41,12 +31,7 @@ pub(crate) struct SharedMmsg {
 impl SharedMmsg {
     pub fn new() -> SharedMmsg {
         SharedMmsg {
-            bufs: vec![[0u8; BUF]; BATCH],
-            names: (0..BATCH).map(|_| zeroed()).collect(),
-            ctrl: vec![[0u64; CTRL_WORDS]; BATCH],
-            iov: vec![EMPTY_IOV; BATCH],
-            msgs: (0..BATCH).map(|_| zeroed()).collect(),
-            got: 0,
+            rx: Mmsg::new(),
             hdrs: vec![[0u8; HDR_MAX]; BATCH],
             dsts: (0..BATCH).map(|_| zeroed()).collect(),
             oiov: vec![[EMPTY_IOV; 2]; BATCH],
@@ -61,57 +46,29 @@ impl SharedMmsg {
     /// error). Forgets what was queued.
     pub fn recv(&mut self, fd: RawFd) -> usize {
         self.queued = 0;
-        self.got = 0;
-        for i in 0..BATCH {
-            self.iov[i] = libc::iovec { iov_base: self.bufs[i].as_mut_ptr().cast(), iov_len: BUF };
-            let h = &mut self.msgs[i].msg_hdr;
-            h.msg_name = (&mut self.names[i] as *mut libc::sockaddr_storage).cast();
-            h.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            h.msg_iov = &mut self.iov[i];
-            h.msg_iovlen = 1;
-            h.msg_control = self.ctrl[i].as_mut_ptr().cast();
-            h.msg_controllen = CTRL_WORDS * 8;
-            h.msg_flags = 0;
-            self.msgs[i].msg_len = 0;
-        }
-        // SAFETY: every header points at this struct's buffers, names,
-        // control buffers and iovecs, which live (and do not move: their
-        // vectors never grow) for the call; BATCH headers are passed.
-        let got = unsafe {
-            libc::recvmmsg(fd, self.msgs.as_mut_ptr(), BATCH as u32, libc::MSG_DONTWAIT, std::ptr::null_mut())
-        };
-        self.got = usize::try_from(got).unwrap_or(0);
-        self.got
+        self.rx.recv_with_dst(fd)
     }
 
     /// Datagram `i` of the last [`recv`](SharedMmsg::recv): its bytes, its
-    /// source, its original destination and whether it was truncated
-    /// (longer than [`BUF`], or its control data did not fit).
+    /// source, its original destination and whether it was truncated.
     pub fn datagram(&self, i: usize) -> (&[u8], Option<SocketAddr>, Option<SocketAddr>, bool) {
-        if i >= self.got {
-            return (&[], None, None, false);
-        }
-        let m = &self.msgs[i];
-        let len = (m.msg_len as usize).min(BUF);
-        let truncated = m.msg_hdr.msg_flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0;
-        (&self.bufs[i][..len], from_storage(&self.names[i]), orig_dst(&m.msg_hdr), truncated)
+        let (p, src, truncated) = self.rx.datagram(i);
+        (p, src, self.rx.orig_dst(i), truncated)
     }
 
     /// Queues datagram `i` of the last receive to leave from `src` to
     /// `dst` (same family); false when the header cannot be built.
     pub fn queue(&mut self, i: usize, src: SocketAddr, dst: SocketAddr) -> bool {
-        if i >= self.got || self.queued >= BATCH {
+        let n = self.queued;
+        if i >= self.rx.received() || n >= BATCH {
             return false;
         }
-        let n = self.queued;
-        let len = (self.msgs[i].msg_len as usize).min(BUF);
-        let Some(hlen) = headers(src, dst, &self.bufs[i][..len], &mut self.hdrs[n]) else { return false };
+        let (payload, _, _) = self.rx.datagram(i);
+        let Some(hlen) = headers(src, dst, payload, &mut self.hdrs[n]) else { return false };
         // Raw sockets take the destination without a port.
         let dlen = to_storage(SocketAddr::new(dst.ip(), 0), &mut self.dsts[n]);
-        self.oiov[n] = [
-            libc::iovec { iov_base: self.hdrs[n].as_mut_ptr().cast(), iov_len: hlen },
-            libc::iovec { iov_base: self.bufs[i].as_mut_ptr().cast(), iov_len: len },
-        ];
+        self.oiov[n] =
+            [libc::iovec { iov_base: self.hdrs[n].as_mut_ptr().cast(), iov_len: hlen }, self.rx.payload_iov(i)];
         let h = &mut self.omsgs[n].msg_hdr;
         h.msg_name = (&mut self.dsts[n] as *mut libc::sockaddr_storage).cast();
         h.msg_namelen = dlen;
@@ -152,40 +109,6 @@ impl SharedMmsg {
         self.queued = 0;
         failed
     }
-}
-
-/// The `IP_ORIGDSTADDR` / `IPV6_ORIGDSTADDR` address of a received message.
-fn orig_dst(h: &libc::msghdr) -> Option<SocketAddr> {
-    // SAFETY: `h` is a header recvmmsg filled: msg_control and
-    // msg_controllen describe the initialised control data of a buffer of
-    // this struct; CMSG_FIRSTHDR/NXTHDR stay within it.
-    let mut c = unsafe { libc::CMSG_FIRSTHDR(h) };
-    while !c.is_null() {
-        // SAFETY: `c` is a non-null cmsghdr within the control buffer.
-        let cm = unsafe { &*c };
-        let want = match (cm.cmsg_level, cm.cmsg_type) {
-            (libc::SOL_IP, libc::IP_ORIGDSTADDR) => Some(size_of::<libc::sockaddr_in>()),
-            (libc::SOL_IPV6, libc::IPV6_ORIGDSTADDR) => Some(size_of::<libc::sockaddr_in6>()),
-            _ => None,
-        };
-        if let Some(n) = want {
-            // SAFETY: CMSG_LEN is a pure size computation.
-            let have = cm.cmsg_len as usize - unsafe { libc::CMSG_LEN(0) } as usize;
-            if have < n {
-                return None;
-            }
-            let mut ss: libc::sockaddr_storage = zeroed();
-            // SAFETY: the data of this cmsg holds at least `n` bytes (checked
-            // above), and `n` fits in a sockaddr_storage.
-            unsafe {
-                std::ptr::copy_nonoverlapping(libc::CMSG_DATA(c), (&mut ss as *mut libc::sockaddr_storage).cast(), n)
-            };
-            return from_storage(&ss);
-        }
-        // SAFETY: as for CMSG_FIRSTHDR.
-        c = unsafe { libc::CMSG_NXTHDR(h, c) };
-    }
-    None
 }
 
 #[cfg(test)]
