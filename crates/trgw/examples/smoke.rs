@@ -4,7 +4,8 @@
 //!
 //!     cargo run --release -p trgw --example smoke -- 1000 5
 //!
-//! (calls, seconds, and optionally `epoll` for the epoll engine or
+//! (calls, seconds, and optionally `epoll` for the epoll engine, `shared`
+//! for the shared-socket media mode (sk_lookup, epoll) or
 //! `rtpengine` to run the same load through rtpengine in userspace mode,
 //! for a ratio measured on the same machine at the same time).
 //! `v6gate bench trgw` is the real measurement.
@@ -17,7 +18,7 @@ use std::time::{Duration, Instant};
 use lab::netns::Netns;
 use trgw::bencode::{self, Value};
 use trgw::config::Interface;
-use trgw::{Config, IoMode, Relay};
+use trgw::{Config, IoMode, Relay, SocketMode};
 
 static COOKIE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
@@ -34,6 +35,7 @@ fn main() {
     let secs: u64 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(5);
     let mode = args.get(3).cloned().unwrap_or_default();
     let io = if mode == "epoll" || mode == "poll" { IoMode::Poll } else { IoMode::Uring };
+    let sockets = if mode == "shared" { SocketMode::Shared } else { SocketMode::PerPort };
     let rtpengine = mode == "rtpengine";
     let ns = Arc::new(Netns::unique("trgw-smoke").expect("namespace (run as root)"));
     ns.ip(&["addr", "add", "192.0.2.1/32", "dev", "lo"]).unwrap();
@@ -43,13 +45,13 @@ fn main() {
     let ns2 = ns.clone();
     std::thread::spawn(move || {
         ns2.enter_thread().unwrap();
-        run(calls, secs, io, rtpengine);
+        run(calls, secs, io, sockets, rtpengine);
     })
     .join()
     .unwrap();
 }
 
-fn run(calls: usize, secs: u64, io: IoMode, rtpengine: bool) {
+fn run(calls: usize, secs: u64, io: IoMode, sockets: SocketMode, rtpengine: bool) {
     let cfg = Config {
         interfaces: vec![
             Interface::new("v6", None, Some("2001:db8::1".parse().unwrap())),
@@ -60,6 +62,10 @@ fn run(calls: usize, secs: u64, io: IoMode, rtpengine: bool) {
         ng: Some("127.0.0.1:0".parse().unwrap()),
         rtpproxy_udp: None,
         io,
+        sockets,
+        // The user agents are on the namespace's loopback, so their
+        // addresses are the host's own (refused by default): allow them.
+        media_allow: ["192.0.2.50", "2001:db8:6::10"].iter().map(|a| a.parse().unwrap()).collect(),
         ..Config::default()
     };
     let (relay, mut peer) = if rtpengine {

@@ -127,7 +127,7 @@ pub struct SharedStats {
     /// to the normal socket lookup.
     pub steer_failed: u64,
     /// Datagrams on a shared socket for no live leg (a port just freed,
-    /// or truncated), dropped.
+    /// or sent to the shared socket's own port), dropped.
     pub unmatched: u64,
 }
 

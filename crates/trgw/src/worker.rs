@@ -108,7 +108,7 @@ pub(crate) struct Shared {
     by_local: HashMap<SocketAddr, usize>,
     io: SharedMmsg,
     /// Datagrams on a shared socket for no slot of this worker (a port
-    /// just freed, or sent to the shared socket's own port), or truncated.
+    /// just freed, or sent to the shared socket's own port).
     unmatched: Arc<AtomicU64>,
 }
 
@@ -284,19 +284,18 @@ impl Worker {
     fn relay_shared(&mut self, v6: bool, now_ns: u64) {
         let Some(sh) = &mut self.shared else { return };
         let fd = if v6 { sh.socks.rx6.as_raw_fd() } else { sh.socks.rx4.as_raw_fd() };
-        // Loop while full batches come: the socket is shared by many calls.
-        loop {
+        // A few batches while full ones come (the socket is shared by many
+        // calls), then back to epoll (level-triggered) so the other
+        // sockets and the control channel get their turn.
+        for _ in 0..SHARED_BATCHES {
             let got = sh.io.recv(fd);
-            // Per received datagram: (slot, relayed?) for the counters.
+            // Per received datagram: (slot, relayed?, bytes) for the counters.
             let mut outcome: [(usize, bool, u64); crate::sys::mmsg::BATCH] = [(usize::MAX, false, 0); _];
             let mut unmatched = 0u64;
             for (i, out) in outcome.iter_mut().enumerate().take(got) {
                 let (pkt, src, dst, truncated) = sh.io.datagram(i);
                 let len = pkt.len() as u64;
-                let idx = match (dst, truncated) {
-                    (Some(d), false) => sh.by_local.get(&d).copied(),
-                    _ => None,
-                };
+                let idx = dst.and_then(|d| sh.by_local.get(&d).copied());
                 let (Some(idx), Some(src)) = (idx, src) else {
                     unmatched += 1;
                     continue;
@@ -305,8 +304,10 @@ impl Worker {
                     unmatched += 1;
                     continue;
                 };
+                // Counted on its slot: dropped unless relayed below (a
+                // truncated datagram too, as per port).
                 *out = (idx, false, len);
-                if !ingress(slot, src, pkt, now_ns) {
+                if truncated || !ingress(slot, src, pkt, now_ns) {
                     continue;
                 }
                 let Some(Some(o)) = self.slots.get(idx ^ 2) else { continue };
@@ -349,6 +350,9 @@ impl Worker {
         }
     }
 }
+
+/// Batches read from a shared socket per readiness event at most.
+const SHARED_BATCHES: usize = 8;
 
 /// First slot of stream `id` in its worker's table (the worker holds
 /// every `nworkers`-th stream, four slots each).
