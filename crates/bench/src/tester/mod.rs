@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-pub use tally::{Counted, Outcome, SendStats, Tally, Verdict};
+pub use tally::{Counted, FlowLoss, Outcome, SendStats, Tally, Verdict};
 
 /// One end of a frame trial: namespace and interface.
 #[derive(Debug, Clone)]
@@ -72,6 +72,13 @@ pub struct TrialSpec {
     /// Count only received frames of this IP version (true: IPv6), so a
     /// frame that bypassed the translator is never taken for a translated one.
     pub rx_v6: bool,
+    /// RTP frames (`bench trgw`): the templates leave room for a 12-byte
+    /// RTP header after the UDP header, which the backend fills per frame
+    /// (the flow's SSRC, sequence number and timestamp); the stamp follows
+    /// it. Only the XDP backend sends them.
+    pub rtp: bool,
+    /// Account loss per flow after the trial ([`FlowLoss`]).
+    pub per_flow: bool,
 }
 
 /// What one frame trial measured.
@@ -82,6 +89,8 @@ pub struct TrialResult {
     /// Per flow: the source address and port the receiver saw first (with
     /// `learn`).
     pub seen_src: Vec<Option<(IpAddr, u16)>>,
+    /// Loss per flow (with `per_flow`).
+    pub flow_loss: Option<FlowLoss>,
 }
 
 /// A frame tester backend: runs one trial of [`TrialSpec`] between two

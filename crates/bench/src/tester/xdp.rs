@@ -36,7 +36,7 @@ use xdp::tester::{flow_from_frame, Tester, TesterLimits};
 use xdp::types::{TgenConfig, TrecvConfig, TREND_SLOTS};
 use xdp::Mode;
 
-use super::{frame, Counted, FrameTester, Port, SendStats, Tally, TrialResult, TrialSpec};
+use super::{frame, Counted, FlowLoss, FrameTester, Port, SendStats, Tally, TrialResult, TrialSpec};
 use crate::harness::clock::{now_ns, Pacer};
 use crate::harness::cpu;
 
@@ -90,7 +90,7 @@ fn trial(spec: &TrialSpec) -> Result<TrialResult> {
     if spec.flows.is_empty() || spec.rate_pps <= 0.0 {
         bail!("a trial needs at least one flow and a positive rate");
     }
-    let flows = flows(&spec.flows)?;
+    let flows = flows(&spec.flows, spec.rtp)?;
     let (udp_off, v6) = (flows[0].1, flows[0].2);
     if flows.iter().any(|f| (f.1, f.2) != (udp_off, v6)) {
         bail!("the XDP tester sends frames of one layout per trial");
@@ -118,7 +118,7 @@ fn trial(spec: &TrialSpec) -> Result<TrialResult> {
         sample_shift: shift,
         rx_v6: u8::from(spec.rx_v6),
         learn: u8::from(spec.learn),
-        pad: 0,
+        rtp: u8::from(spec.rtp),
     };
     t.set_receiver(rx)?;
 
@@ -128,7 +128,7 @@ fn trial(spec: &TrialSpec) -> Result<TrialResult> {
     let ifindex = xdp::sys::if_index(&spec.tx.ifname)
         .ok_or_else(|| anyhow!("no interface {} in {}", spec.tx.ifname, spec.tx.ns))?;
     anchor(&mut t, &spec.tx)?;
-    t.set_generator(TgenConfig { nflows, magic, udp_off, v6: u8::from(v6), pad: 0, ifindex })?;
+    t.set_generator(TgenConfig { nflows, magic, udp_off, v6: u8::from(v6), rtp: u8::from(spec.rtp), ifindex })?;
     let sent = send(&t, spec, ifindex);
     // Close the receiver at the end of the drain, also when sending failed.
     std::thread::sleep(spec.drain);
@@ -156,8 +156,10 @@ fn trial(spec: &TrialSpec) -> Result<TrialResult> {
     } else {
         Vec::new()
     };
+    let flow_loss =
+        if spec.per_flow { Some(FlowLoss::from_bitmap(&t.seen()?, spec.frames, spec.flows.len())) } else { None };
     t.detach_receiver()?;
-    Ok(TrialResult { outcome: tally.outcome(&sent, spec.flows.len()), seen_src })
+    Ok(TrialResult { outcome: tally.outcome(&sent, spec.flows.len()), seen_src, flow_loss })
 }
 
 /// An idle veth pair in the sending namespace to anchor the generator on
@@ -177,8 +179,8 @@ fn anchor(t: &mut Tester, port: &Port) -> Result<()> {
 
 type Flow = (xdp::types::TgenFlow, u16, bool);
 
-fn flows(templates: &Arc<Vec<frame::Template>>) -> Result<Vec<Flow>> {
-    templates.iter().map(|tpl| flow_from_frame(tpl.bytes()).map_err(|e| anyhow!("{e}"))).collect()
+fn flows(templates: &Arc<Vec<frame::Template>>, rtp: bool) -> Result<Vec<Flow>> {
+    templates.iter().map(|tpl| flow_from_frame(tpl.bytes(), rtp).map_err(|e| anyhow!("{e}"))).collect()
 }
 
 /// Paces the trial's frames: each wake-up sends the frames due in one call.
