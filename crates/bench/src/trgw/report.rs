@@ -129,6 +129,10 @@ pub fn markdown(r: &Report) -> String {
         for d in &devs {
             for x in d.directions.iter().filter(|x| x.direction == *dir) {
                 for t in all_trials(x) {
+                    if let Some(n) = &t.note {
+                        rows.push(vec![d.name.clone(), t.calls.to_string(), format!("not run: {n}")]);
+                        continue;
+                    }
                     let o = &t.outcome;
                     rows.push(vec![
                         d.name.clone(),
@@ -200,7 +204,9 @@ pub(super) fn write(r: &Report, o: &mut Outputs) -> Result<()> {
             devs.iter()
                 .filter_map(|d| {
                     let x = d.directions.iter().find(|x| x.direction == dir)?;
-                    let points: Vec<(f64, f64)> = all_trials(x).iter().map(|t| (f64::from(t.calls), f(t))).collect();
+                    // Trials whose media did not run have no loss or latency to plot.
+                    let points: Vec<(f64, f64)> =
+                        all_trials(x).iter().filter(|t| t.note.is_none()).map(|t| (f64::from(t.calls), f(t))).collect();
                     (!points.is_empty()).then(|| Series { name: d.name.clone(), points })
                 })
                 .collect()
@@ -265,6 +271,10 @@ mod tests {
             passes: vec![("no-match".into(), 10)],
         });
         d.directions[0].points.push(t);
+        // 40,000 calls: the relay refused them (a note, no media).
+        let mut n = fake_trial(40_000, false);
+        n.note = Some("the relay could not set up 40000 calls: too many open files".into());
+        d.directions[0].points.push(n);
         d
     }
 
@@ -281,6 +291,7 @@ mod tests {
             relay_cpus: "1".into(),
             relay_threads: 1,
             realtime: false,
+            tester: super::super::TesterKind::Xdp,
             sockets_per_side: 1,
             batch: 1,
             online_cpus: 2,
@@ -296,6 +307,12 @@ mod tests {
         assert!(md.contains("v6gate-xdp / rtpengine (IPv6->IPv4): 10.00x"), "{md}");
         assert!(md.contains("v6gate-xdp p99 one-way latency at 10,000 calls (IPv6->IPv4): 640.0 µs\n"), "{md}");
         assert!(md.contains("| v6gate-xdp | 10000 |") && md.contains("| 99.0 |"), "{md}");
+        assert!(
+            md.contains(
+                "| v6gate-xdp | 40000 | not run: the relay could not set up 40000 calls: too many open files |"
+            ),
+            "a refused trial is a row with its note: {md}"
+        );
         assert!(md.contains("v6gate 50.0 µs, rtpengine 80.0 µs"), "{md}");
         assert_eq!(zero_loss(&r, "rtpengine", Direction::V6v4), Some(1500));
         let dir = std::env::temp_dir().join(lab::netns::unique_name("v6gate-bench-report"));
@@ -304,6 +321,7 @@ mod tests {
         assert!(o.summary().starts_with("wrote results.json, results.md, fig8-loss-v6v4.svg"), "{}", o.summary());
         let svg = std::fs::read_to_string(dir.join("fig8-loss-v6v4.svg")).unwrap();
         assert_eq!(svg.matches("<polyline").count(), 3, "one line per relay");
+        assert!(!svg.contains("40000") && !svg.contains("40,000"), "the refused trial is not plotted");
         assert!(dir.join("fig9-latency-v6v4.svg").exists());
         let json: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap();
