@@ -142,7 +142,74 @@ fn trgw_smoke_against_kernel_forwarding() {
     let left: Vec<String> = std::fs::read_dir(netns::NETNS_DIR)
         .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
         .unwrap_or_default();
-    let mine = format!("v6gate-bt-{}-", std::process::id());
+    let mine = format!("{}-", r.namespace_prefix);
+    assert!(!left.iter().any(|n| n.starts_with(&mine)), "bench namespaces removed: {left:?}");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// `bench trgw --tester xdp` end to end against kernel forwarding (the
+/// tester's ceiling row): the UA sockets' warm-up, RTP frames from the
+/// XDP generator per stream, the XDP receiver's counts, samples and loss
+/// per stream; `both` (two generators at once) is a clean error row.
+#[test]
+fn trgw_smoke_xdp_tester_against_kernel_forwarding() {
+    use clap::Parser;
+    assert!(am_root(), "network-namespace tests need root (CI runs as root)");
+    let out = std::env::temp_dir().join(unique_name("v6gate-bt-test-out"));
+    let out_s = out.to_string_lossy().into_owned();
+    let a = bench::trgw::Args::parse_from([
+        "x",
+        "--tester",
+        "xdp",
+        "--relays",
+        "rtpengine",
+        "--rtpengine-bin",
+        "/nonexistent/rtpengine",
+        "--directions",
+        "v6v4,both,v4v6",
+        "--calls",
+        "7",
+        "--packets",
+        "20",
+        "--no-search",
+        "--sockets",
+        "2",
+        "--budget-ms",
+        "2000",
+        "--tester-cpus",
+        "",
+        "--out",
+        &out_s,
+    ]);
+    let r = bench::trgw::run(a).unwrap();
+    assert_eq!(r.tester, bench::trgw::TesterKind::Xdp);
+    let c = r.ceiling.as_ref().expect("the tester ceiling ran");
+    assert_eq!(c.directions.len(), 3);
+    for d in &c.directions {
+        if d.direction == bench::trgw::Direction::Both {
+            assert!(d.error.as_deref().is_some_and(|e| e.contains("one direction per trial")), "{:?}", d.error);
+            continue;
+        }
+        assert!(d.error.is_none(), "{:?}", d.error);
+        let t = &d.points[0];
+        let o = &t.outcome;
+        // A generator the loaded machine held up stops at the trial's end:
+        // at most every frame, and what was sent arrives.
+        assert_eq!((t.calls, o.streams), (7, 7));
+        assert!(o.sent > 0 && o.sent <= 7 * 20, "{o:?}");
+        assert_eq!((o.lost(), o.duplicates, o.foreign), (0, 0, 0), "kernel forwarding at 350 packets/s: {o:?}");
+        let l = t.stream_loss.as_ref().expect("loss per stream");
+        assert_eq!((l.flows, l.with_loss, l.worst_flow), (7, 0, None), "{l:?}");
+        assert_eq!(o.latency.samples, o.on_time, "every frame sampled at this size");
+        assert!(o.latency.min_ns <= o.latency.p50_ns && o.latency.p99_ns <= o.latency.max_ns, "{:?}", o.latency);
+    }
+    assert!(r.relays[0].skipped.is_some(), "{:?}", r.relays[0]);
+    let md = std::fs::read_to_string(out.join("results.md")).unwrap();
+    assert!(md.contains("| kernel forwarding (tester ceiling) | 7 |"), "{md}");
+    let left: Vec<String> = std::fs::read_dir(netns::NETNS_DIR)
+        .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    let mine = format!("{}-", r.namespace_prefix);
     assert!(!left.iter().any(|n| n.starts_with(&mine)), "bench namespaces removed: {left:?}");
     let _ = std::fs::remove_dir_all(&out);
 }

@@ -156,8 +156,13 @@ fn trial(spec: &TrialSpec) -> Result<TrialResult> {
     } else {
         Vec::new()
     };
-    let flow_loss =
-        if spec.per_flow { Some(FlowLoss::from_bitmap(&t.seen()?, spec.frames, spec.flows.len())) } else { None };
+    // Over the frames sent: a generator that fell behind stops at the
+    // trial's end (its shortfall shows in the achieved rate), and what it
+    // never sent is not the device's loss.
+    let flow_loss = match spec.per_flow {
+        true => Some(FlowLoss::from_bitmap(&t.seen()?, sent.sent, spec.flows.len())),
+        false => None,
+    };
     t.detach_receiver()?;
     Ok(TrialResult { outcome: tally.outcome(&sent, spec.flows.len()), seen_src, flow_loss })
 }

@@ -319,6 +319,10 @@ pub struct Report {
     pub ceiling: Option<Device>,
     pub relays: Vec<Device>,
     pub notes: Vec<String>,
+    /// The run's namespace name prefix (`v6gate-bt-PID-N`; all removed at
+    /// the end).
+    #[serde(skip)]
+    pub namespace_prefix: String,
 }
 
 /// Ethernet frame sizes of the probes (the paper's 214 and 234 bytes).
@@ -610,11 +614,11 @@ pub fn run(args: Args) -> Result<Report> {
     let mut out = Outputs::create(&args.out)?;
     // The namespaces and the relays' configurations and logs go with the
     // guard, however the run ends.
-    let prefix = format!("v6gate-bt-{}", std::process::id());
-    let guard = RunGuard::new(
-        &format!("{prefix}-"),
-        std::env::temp_dir().join(format!("v6gate-bench-trgw-{}", std::process::id())),
-    )?;
+    // Unique per run, also between runs of one process (tests run side by side).
+    static RUN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let run_id = format!("{}-{}", std::process::id(), RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    let prefix = format!("v6gate-bt-{run_id}");
+    let guard = RunGuard::new(&format!("{prefix}-"), std::env::temp_dir().join(format!("v6gate-bench-trgw-{run_id}")))?;
     let relay_threads = args.relay_threads.unwrap_or(relay_cpus.len());
     let ctx = Ctx { args: &args, tester_cpus, relay_threads, work: guard.work(), v6gate_bin };
     let mut notes = vec![format!(
@@ -711,6 +715,7 @@ pub fn run(args: Args) -> Result<Report> {
         ceiling,
         relays,
         notes,
+        namespace_prefix: prefix.clone(),
     };
     report::write(&report, &mut out)?;
     if args.keep_logs {

@@ -299,6 +299,7 @@ mod tests {
             ceiling: None,
             relays: vec![device("v6gate", 3000, 50), xdp_device(), device("rtpengine", 1500, 80)],
             notes: vec![],
+            namespace_prefix: String::new(),
         };
         assert_eq!((r.frame_bytes.ipv4, r.frame_bytes.ipv6), (214, 234), "the paper's G.711 frames");
         let md = markdown(&r);
