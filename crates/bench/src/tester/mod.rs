@@ -79,6 +79,9 @@ pub struct TrialSpec {
     pub rtp: bool,
     /// Account loss per flow after the trial ([`FlowLoss`]).
     pub per_flow: bool,
+    /// Shortest gap between two send calls of the XDP backend (frames due
+    /// meanwhile go in one call); `None`: its default (20 µs).
+    pub min_wake: Option<Duration>,
 }
 
 /// What one frame trial measured.

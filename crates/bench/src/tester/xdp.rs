@@ -194,7 +194,7 @@ fn send(t: &Tester, spec: &TrialSpec, ifindex: u32) -> Result<SendStats> {
     let ns_per_frame = 1e9 / spec.rate_pps;
     let t0 = now_ns();
     let mut pacer = Pacer::new(t0, ns_per_frame, spec.frames)
-        .min_wake(MIN_WAKE_NS)
+        .min_wake(spec.min_wake.map_or(MIN_WAKE_NS, |d| d.as_nanos() as u64))
         .spin(50_000)
         .deadline(t0 + (spec.frames as f64 * ns_per_frame) as u64 + 1_000_000);
     let mut st = SendStats::default();

@@ -125,6 +125,7 @@ fn trial_frames(ctx: &Ctx, s: &Streams, rate: f64, frames: u64, learn: bool) -> 
         rx_v6: s.rx_v6,
         rtp: false,
         per_flow: false,
+        min_wake: None,
     };
     let r = ctx.tester.run_trial(&spec)?;
     if std::env::var_os("V6GATE_BENCH_DEBUG").is_some() {
