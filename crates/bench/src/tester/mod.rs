@@ -82,6 +82,10 @@ pub struct TrialSpec {
     /// Shortest gap between two send calls of the XDP backend (frames due
     /// meanwhile go in one call); `None`: its default (20 µs).
     pub min_wake: Option<Duration>,
+    /// How long past the schedule's end the XDP backend keeps sending the
+    /// frames still due (`None`: 1 ms); what is left then is not sent
+    /// (the shortfall shows in the achieved rate).
+    pub overrun: Option<Duration>,
 }
 
 /// What one frame trial measured.

@@ -196,7 +196,9 @@ fn send(t: &Tester, spec: &TrialSpec, ifindex: u32) -> Result<SendStats> {
     let mut pacer = Pacer::new(t0, ns_per_frame, spec.frames)
         .min_wake(spec.min_wake.map_or(MIN_WAKE_NS, |d| d.as_nanos() as u64))
         .spin(50_000)
-        .deadline(t0 + (spec.frames as f64 * ns_per_frame) as u64 + 1_000_000);
+        .deadline(
+            t0 + (spec.frames as f64 * ns_per_frame) as u64 + spec.overrun.map_or(1_000_000, |d| d.as_nanos() as u64),
+        );
     let mut st = SendStats::default();
     while let Some(due) = pacer.wait() {
         let n = due.min(MAX_BURST);

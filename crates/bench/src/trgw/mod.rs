@@ -259,6 +259,10 @@ pub struct Trial {
     /// The XDP tester: loss per media stream (from its receiver's bitmap).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stream_loss: Option<FlowLoss>,
+    /// Packets the tester did not send in the trial's time (it fell
+    /// behind by more than a budget: tester-bound). Non-zero fails the
+    /// trial: the relay was not offered the load.
+    pub unsent: u64,
     /// Why no media ran: the relay could not set up the calls (e.g. out
     /// of descriptors or ports). The trial counts as failed.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -448,14 +452,16 @@ fn trial(ctx: &Ctx, topo: &RelayTopo, relay: Relay, dir: Direction, n: u32, pack
         }
         _ => None,
     };
+    let unsent = (outcome.streams as u64 * u64::from(packets)).saturating_sub(outcome.sent);
     Ok(Trial {
         calls: n,
         packets,
-        passed: outcome.passes(),
+        passed: outcome.passes() && unsent == 0,
         setup_s,
         relay_cpu,
         fast_path,
         stream_loss,
+        unsent,
         note: None,
         outcome,
     })
@@ -472,6 +478,7 @@ impl Trial {
             relay_cpu: None,
             fast_path: None,
             stream_loss: None,
+            unsent: 0,
             note: Some(note),
             outcome: Outcome::default(),
         }
@@ -536,6 +543,16 @@ fn print_trial(who: &str, dir: Direction, t: &Trial) {
         us(o.send_lag.p99_ns),
         if t.passed { "" } else { "  [fail]" },
     );
+    if t.unsent > 0 {
+        eprintln!(
+            "  {who:<9} {:<15} {:>5} calls: TESTER-BOUND: {} of {} packets not sent in the trial's time ({:.0} packets/s sent)",
+            dir.label(),
+            t.calls,
+            t.unsent,
+            t.unsent + o.sent,
+            o.sent_pps
+        );
+    }
     if let Some(f) = &t.fast_path {
         eprintln!("  {who:<9} {:<15} {:>5} calls: {f}", dir.label(), t.calls);
     }
@@ -754,6 +771,7 @@ mod tests {
             relay_cpu: None,
             fast_path: None,
             stream_loss: None,
+            unsent: 0,
             note: None,
             outcome: o,
         }

@@ -153,7 +153,10 @@ pub fn markdown(r: &Report) -> String {
                         format!("{:.0}", o.latency.p999_ns as f64 / 1e3),
                         if o.rising_queue { "yes" } else { "no" }.into(),
                         t.relay_cpu.map(|c| format!("{:.0}", c * 100.0)).unwrap_or("-".into()),
-                        format!("{:.0}", o.send_lag.p99_ns as f64 / 1e3),
+                        match t.unsent {
+                            0 => format!("{:.0}", o.send_lag.p99_ns as f64 / 1e3),
+                            u => format!("{:.0} (tester-bound: {u} not sent)", o.send_lag.p99_ns as f64 / 1e3),
+                        },
                         t.fast_path.as_ref().map_or("-".into(), |f| {
                             format!("{:.1}", f.packets as f64 * 100.0 / (f.packets + f.passed).max(1) as f64)
                         }),
@@ -282,6 +285,10 @@ mod tests {
         let mut n = fake_trial(40_000, false);
         n.note = Some("the relay could not set up 40000 calls: too many open files".into());
         d.directions[0].points.push(n);
+        // 20,000 calls: the tester fell behind (tester-bound, failed).
+        let mut b = fake_trial(20_000, false);
+        b.unsent = 1234;
+        d.directions[0].points.push(b);
         d
     }
 
@@ -321,6 +328,7 @@ mod tests {
             ),
             "a refused trial is a row with its note: {md}"
         );
+        assert!(md.contains("| 0 (tester-bound: 1234 not sent) |"), "{md}");
         assert!(md.contains("v6gate 50.0 µs, rtpengine 80.0 µs"), "{md}");
         assert_eq!(zero_loss(&r, "rtpengine", Direction::V6v4), Some(1500));
         let dir = std::env::temp_dir().join(lab::netns::unique_name("v6gate-bench-report"));

@@ -126,6 +126,7 @@ fn trial_frames(ctx: &Ctx, s: &Streams, rate: f64, frames: u64, learn: bool) -> 
         rtp: false,
         per_flow: false,
         min_wake: None,
+        overrun: None,
     };
     let r = ctx.tester.run_trial(&spec)?;
     if std::env::var_os("V6GATE_BENCH_DEBUG").is_some() {
