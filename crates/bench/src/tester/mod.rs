@@ -86,6 +86,9 @@ pub struct TrialSpec {
     /// frames still due (`None`: 1 ms); what is left then is not sent
     /// (the shortfall shows in the achieved rate).
     pub overrun: Option<Duration>,
+    /// Run the sending thread with SCHED_FIFO (`--realtime`), so that other
+    /// work on a shared machine cannot take its CPU (the XDP backend).
+    pub realtime: bool,
 }
 
 /// What one frame trial measured.

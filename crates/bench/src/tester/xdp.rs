@@ -124,7 +124,7 @@ fn trial(spec: &TrialSpec) -> Result<TrialResult> {
 
     // The generator, in the sending namespace.
     Netns::attach(&spec.tx.ns).enter_thread()?;
-    cpu::pin_thread(&spec.tx.cpus)?;
+    cpu::setup_thread(&spec.tx.cpus, spec.realtime)?;
     let ifindex = xdp::sys::if_index(&spec.tx.ifname)
         .ok_or_else(|| anyhow!("no interface {} in {}", spec.tx.ifname, spec.tx.ns))?;
     anchor(&mut t, &spec.tx)?;

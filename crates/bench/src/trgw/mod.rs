@@ -435,6 +435,7 @@ fn trial(ctx: &Ctx, topo: &RelayTopo, relay: Relay, dir: Direction, n: u32, pack
                 budget_ms: ctx.args.budget_ms,
                 tester_cpus: &ctx.tester_cpus,
                 xdp_relay: matches!(relay, Some((RelayKind::V6gateXdp, _))),
+                realtime: ctx.args.realtime,
             })?;
             (o, Some(l))
         }

@@ -158,6 +158,8 @@ pub(super) struct Media<'a> {
     pub tester_cpus: &'a [usize],
     /// The relay is the XDP one (wait for its mirroring after the warm-up).
     pub xdp_relay: bool,
+    /// The generator thread under SCHED_FIFO (`--realtime`).
+    pub realtime: bool,
 }
 
 /// The sending and receiving side of a direction: (tx namespace, tx
@@ -220,6 +222,7 @@ pub(super) fn media(m: &Media) -> Result<(Outcome, FlowLoss)> {
         // (each is judged by its own send time); beyond, the trial is
         // tester-bound and fails (`Trial::unsent`).
         overrun: Some(budget),
+        realtime: m.realtime,
     };
     let t = Instant::now();
     let r = XdpTester.run_trial(&spec)?;

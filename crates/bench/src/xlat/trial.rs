@@ -127,6 +127,7 @@ fn trial_frames(ctx: &Ctx, s: &Streams, rate: f64, frames: u64, learn: bool) -> 
         per_flow: false,
         min_wake: None,
         overrun: None,
+        realtime: false,
     };
     let r = ctx.tester.run_trial(&spec)?;
     if std::env::var_os("V6GATE_BENCH_DEBUG").is_some() {
