@@ -17,7 +17,9 @@
 //!   gets a [`Backend`] value, nothing else.
 //! - The UDP stream tester ([`udp`], for `bench trgw`): RTP [`probe`]s
 //!   from UDP sockets, through a media relay that latches on the sockets'
-//!   addresses.
+//!   addresses. `bench trgw --tester xdp` sends the same streams as RTP
+//!   frames from the XDP backend instead ([`TrialSpec::rtp`], loss per
+//!   stream in [`FlowLoss`]).
 
 pub mod afpacket;
 pub mod frame;
