@@ -321,8 +321,12 @@ contract! {
         pub udp_off: u16,
         /// 1: IPv6 frames (64 header bytes copied per frame), 0: IPv4 (44).
         pub v6: u8,
-        /// Zero.
-        pub pad: u8,
+        /// 1: RTP frames (`bench trgw`): a 12-byte RTP header right after
+        /// the UDP header (V=2, PT 0, SSRC `RTP_SSRC_BASE + flow`,
+        /// sequence number and timestamp from the flow's packet number
+        /// `seq / nflows`), the stamp after it. 0: the stamp right after
+        /// the UDP header.
+        pub rtp: u8,
         /// The sending port: frames of any other interface pass untouched
         /// (the generator is also attached to an idle interface, see
         /// `xdp::tester::Tester::anchor_generator`).
@@ -368,8 +372,8 @@ contract! {
         pub rx_v6: u8,
         /// 1: record each flow's first source address and port.
         pub learn: u8,
-        /// Zero.
-        pub pad: u8,
+        /// 1: the stamp follows a 12-byte RTP header (see `TgenConfig::rtp`).
+        pub rtp: u8,
     }
 }
 
@@ -432,6 +436,10 @@ contract! {
 pub const TESTER_MAGIC_HI: u32 = 0x7636_0000;
 /// Slots of the receiver's latency trend (tenths of a trial).
 pub const TREND_SLOTS: u32 = 10;
+/// RTP frames of the tester: the SSRC of flow `i` is `RTP_SSRC_BASE + i`.
+pub const RTP_SSRC_BASE: u32 = 0x5647_0000;
+/// RTP frames of the tester: bytes of the RTP header before the stamp.
+pub const RTP_HEADER_LEN: u32 = 12;
 
 /// The tester's maps and programs.
 pub mod tester {
@@ -676,6 +684,8 @@ pub const CONSTANTS: &[(&str, u64)] = &[
     ("V6G_COUNTER_MAX", COUNTER_MAX as u64),
     ("V6G_TESTER_MAGIC_HI", TESTER_MAGIC_HI as u64),
     ("V6G_TREND_SLOTS", TREND_SLOTS as u64),
+    ("V6G_RTP_SSRC_BASE", RTP_SSRC_BASE as u64),
+    ("V6G_RTP_HEADER_LEN", RTP_HEADER_LEN as u64),
 ];
 
 #[cfg(test)]
