@@ -6,12 +6,43 @@
 use crate::types::{RelayKey, RelayValue, RELAY_OUT_KNOWN};
 use crate::Error;
 use core::net::{IpAddr, SocketAddr};
+use xlat::checksum;
+
+const IPPROTO_UDP: u8 = 17;
 
 fn addr16(a: IpAddr) -> ([u8; 16], u8) {
     match a {
         IpAddr::V4(v4) => (v4.to_ipv6_mapped().octets(), 4),
         IpAddr::V6(v6) => (v6.octets(), 6),
     }
+}
+
+/// The one's-complement sum of an address as it sits in its IP header.
+fn addr_sum(a: IpAddr) -> u64 {
+    match a {
+        IpAddr::V4(v4) => checksum::sum_v4(v4),
+        IpAddr::V6(v6) => checksum::sum_v6(&v6),
+    }
+}
+
+/// The header sums the program would otherwise compute per packet:
+/// (`in_pseudo`, `csum_delta`, `ip_sum`), host order (see `RelayValue`).
+fn sums(local: SocketAddr, latched: SocketAddr, out_local: SocketAddr, out_peer: SocketAddr) -> (u16, u16, u16) {
+    let udp = u64::from(IPPROTO_UDP);
+    let in_pseudo = checksum::fold(addr_sum(latched.ip()) + addr_sum(local.ip()) + udp);
+    let old = addr_sum(latched.ip()) + addr_sum(local.ip()) + u64::from(latched.port()) + u64::from(local.port());
+    let new =
+        addr_sum(out_local.ip()) + addr_sum(out_peer.ip()) + u64::from(out_local.port()) + u64::from(out_peer.port());
+    let delta = checksum::fold(u64::from(!checksum::fold(old)) + u64::from(checksum::fold(new)));
+    // As Linux sends on an unconnected UDP socket: version 4, IHL 5, TOS 0,
+    // Identification 0, DF, TTL 64 (RELAY_TTL in bpf/trgw.h), UDP.
+    let ip_sum = match (out_local.ip(), out_peer.ip()) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            checksum::fold(0x4500 + 0x4000 + (64 << 8 | udp) + checksum::sum_v4(s) + checksum::sum_v4(d))
+        }
+        _ => 0,
+    };
+    (in_pseudo, delta, ip_sum)
 }
 
 /// One relay leg.
@@ -41,7 +72,7 @@ impl Leg {
                 self.local, self.latched
             )));
         }
-        let (out_dst, out_dport, flags) = match self.out_peer {
+        let (out_dst, out_dport, flags, (in_pseudo, delta, ip_sum)) = match self.out_peer {
             Some(p) => {
                 let (d, df) = addr16(p.ip());
                 if df != of {
@@ -50,9 +81,9 @@ impl Leg {
                         self.out_local
                     )));
                 }
-                (d, p.port(), RELAY_OUT_KNOWN)
+                (d, p.port(), RELAY_OUT_KNOWN, sums(self.local, self.latched, self.out_local, p))
             }
-            None => ([0; 16], 0, 0),
+            None => ([0; 16], 0, 0, (0, 0, 0)),
         };
         Ok((
             RelayKey { addr, port_be: self.local.port().to_be(), family, pad: 0 },
@@ -66,6 +97,10 @@ impl Leg {
                 out_family: of,
                 flags,
                 stats_index: self.stats_index,
+                in_pseudo_be: in_pseudo.to_be(),
+                csum_delta_be: delta.to_be(),
+                ip_sum_be: ip_sum.to_be(),
+                pad: [0; 2],
             },
         ))
     }
