@@ -23,7 +23,7 @@
 
 /* The UDP datagram of `len` bytes at `l4off` sums, with the pseudo-header
  * `pseudo` (all in the same raw memory-order domain), to all ones. */
-static __noinline int udp_csum_ok(struct xdp_md *ctx, __u32 l4off, __u32 len, __u64 pseudo)
+V6G_INLINE int udp_csum_ok(struct xdp_md *ctx, __u32 l4off, __u32 len, __u64 pseudo)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
