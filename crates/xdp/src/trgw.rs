@@ -130,4 +130,39 @@ mod tests {
         let unknown = Leg { out_peer: None, ..leg };
         assert_eq!(unknown.entry().unwrap().1.flags, 0);
     }
+
+    /// The program's per-packet use of the precomputed sums gives what
+    /// the full RFC 1624 update and a fresh IPv4 header checksum give.
+    #[test]
+    fn precomputed_sums_match_the_full_computation() {
+        let leg = Leg {
+            local: "192.0.2.1:30002".parse().unwrap(),
+            latched: "198.51.100.7:5004".parse().unwrap(),
+            out_local: "192.0.2.1:30010".parse().unwrap(),
+            out_peer: Some("203.0.113.9:7000".parse().unwrap()),
+            stats_index: 8,
+        };
+        let (_, v) = leg.entry().unwrap();
+        let (s, d) = ("198.51.100.7".parse().unwrap(), "192.0.2.1".parse().unwrap());
+        let (s2, d2) = ("192.0.2.1".parse().unwrap(), "203.0.113.9".parse().unwrap());
+        for csum in [0x0001u16, 0x1234, 0xfffe, 0xffff, 0x8000] {
+            let old = checksum::pseudo_v4(s, d, 17, 0) + 5004 + 30002;
+            let new = checksum::pseudo_v4(s2, d2, 17, 0) + 30010 + 7000;
+            let want = checksum::update_udp(csum, old, new);
+            let got = match !checksum::fold(u64::from(!csum) + u64::from(u16::from_be(v.csum_delta_be))) {
+                0 => 0xffff,
+                c => c,
+            };
+            assert_eq!(got, want, "checksum {csum:#06x}");
+        }
+        // The pseudo-header used to verify: addresses and protocol.
+        assert_eq!(u16::from_be(v.in_pseudo_be), checksum::fold(checksum::pseudo_v4(s, d, 17, 0)));
+        // The IPv4 header: the sum plus Total Length, complemented, is the
+        // checksum of the header Linux sends.
+        let total = 20 + 8 + 172u16;
+        let mut h = [0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0, 192, 0, 2, 1, 203, 0, 113, 9];
+        h[2..4].copy_from_slice(&total.to_be_bytes());
+        let fresh = checksum::finish(checksum::sum(&h));
+        assert_eq!(!checksum::fold(u64::from(u16::from_be(v.ip_sum_be)) + u64::from(total)), fresh);
+    }
 }

@@ -723,7 +723,8 @@ mod tests {
         assert_eq!(core::mem::size_of::<Nat64Value>(), 48);
         // Same layout as trgw::table::RelayKey, which it mirrors.
         assert_eq!(core::mem::size_of::<RelayKey>(), 20);
-        assert_eq!(core::mem::size_of::<RelayValue>(), 60);
+        // 60 bytes and the per-leg sums (three u16 and padding).
+        assert_eq!(core::mem::size_of::<RelayValue>(), 68);
         assert_eq!(core::mem::size_of::<Eam>(), 24);
         assert_eq!(COUNTER_MAX as usize, Counter::ALL.len());
         let mut labels: Vec<_> = Counter::ALL.iter().map(|c| c.label()).collect();
