@@ -130,8 +130,10 @@ impl Netlink {
         Ok(Netlink { fd, seq: 1 })
     }
 
-    /// Send one request and wait for its acknowledgement.
-    fn call(&mut self, msg: &mut Msg) -> io::Result<()> {
+    /// Send `msg` (its sequence number set here) and hand every answer
+    /// carrying that sequence number to `on` (message type, payload) until
+    /// `on` returns a result.
+    fn exchange<T>(&mut self, msg: &mut Msg, mut on: impl FnMut(u16, &[u8]) -> Option<io::Result<T>>) -> io::Result<T> {
         let seq = self.seq;
         self.seq = self.seq.wrapping_add(1);
         msg.0[8..12].copy_from_slice(&seq.to_ne_bytes());
@@ -142,7 +144,7 @@ impl Netlink {
         if n < 0 {
             return Err(io::Error::last_os_error());
         }
-        let mut buf = [0u8; 8192];
+        let mut buf = vec![0u8; 32768];
         loop {
             // SAFETY: `buf` is valid for writes of its length.
             let n = unsafe { libc::recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
@@ -161,13 +163,19 @@ impl Netlink {
                 if len < 16 || len > p.len() {
                     return Err(io::Error::new(io::ErrorKind::InvalidData, "malformed netlink reply"));
                 }
-                if ty == NLMSG_ERROR && rseq == seq && len >= 20 {
-                    let code = i32::from_ne_bytes([p[16], p[17], p[18], p[19]]);
-                    return if code == 0 { Ok(()) } else { Err(io::Error::from_raw_os_error(-code)) };
+                if rseq == seq {
+                    if let Some(r) = on(ty, &p[16..len]) {
+                        return r;
+                    }
                 }
                 p = &p[((len + 3) & !3).min(p.len())..];
             }
         }
+    }
+
+    /// Send one request and wait for its acknowledgement.
+    fn call(&mut self, msg: &mut Msg) -> io::Result<()> {
+        self.exchange(msg, |ty, m| (ty == NLMSG_ERROR).then(|| error_code(m)).flatten())
     }
 
     /// Bring link `index` up with `mtu` and `txqueuelen` (the length of
@@ -314,6 +322,12 @@ pub struct Rule {
     pub action: u8,
 }
 
+/// The result an `NLMSG_ERROR` payload carries (None: too short).
+fn error_code(m: &[u8]) -> Option<io::Result<()>> {
+    let code = i32::from_ne_bytes(m.get(..4)?.try_into().ok()?);
+    Some(if code == 0 { Ok(()) } else { Err(io::Error::from_raw_os_error(-code)) })
+}
+
 /// The attributes after a fixed header of `fixed` bytes in message `m`
 /// (payload, without the netlink header): (type, data).
 fn attrs(m: &[u8], fixed: usize) -> Vec<(u16, &[u8])> {
@@ -440,54 +454,20 @@ impl Netlink {
     /// Dump every object of request `ty` for `family` (the fixed header
     /// `fixed`, family first): the payloads of the kernel's answers.
     fn dump(&mut self, ty: u16, fixed: &[u8]) -> io::Result<Vec<Vec<u8>>> {
-        let seq = self.seq;
-        self.seq = self.seq.wrapping_add(1);
-        let mut m = Msg::new(ty, NLM_F_DUMP, seq);
+        let mut m = Msg::new(ty, NLM_F_DUMP, 0);
         // A dump is answered by its messages and NLMSG_DONE, not by an ack.
-        let flags = NLM_F_REQUEST | NLM_F_DUMP;
-        m.0[6..8].copy_from_slice(&flags.to_ne_bytes());
-        m.0[8..12].copy_from_slice(&seq.to_ne_bytes());
+        m.0[6..8].copy_from_slice(&(NLM_F_REQUEST | NLM_F_DUMP).to_ne_bytes());
         m.bytes(fixed);
-        let b = m.finish();
-        // SAFETY: `b` is valid for `b.len()` bytes; the destination
-        // (port 0, the kernel) is the socket's default.
-        let n = unsafe { libc::send(self.fd.as_raw_fd(), b.as_ptr().cast(), b.len(), 0) };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
         let mut out = Vec::new();
-        let mut buf = vec![0u8; 32768];
-        loop {
-            // SAFETY: `buf` is valid for writes of its length.
-            let n = unsafe { libc::recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e);
+        self.exchange(&mut m, |mty, p| match mty {
+            NLMSG_DONE => Some(Ok(())),
+            NLMSG_ERROR => Some(error_code(p).unwrap_or(Ok(()))),
+            _ => {
+                out.push(p.to_vec());
+                None
             }
-            let mut p = &buf[..n as usize];
-            while p.len() >= 16 {
-                let len = u32::from_ne_bytes([p[0], p[1], p[2], p[3]]) as usize;
-                let mty = u16::from_ne_bytes([p[4], p[5]]);
-                let rseq = u32::from_ne_bytes([p[8], p[9], p[10], p[11]]);
-                if len < 16 || len > p.len() {
-                    return Err(io::Error::new(io::ErrorKind::InvalidData, "malformed netlink reply"));
-                }
-                if rseq == seq {
-                    match mty {
-                        NLMSG_DONE => return Ok(out),
-                        NLMSG_ERROR => {
-                            let code = p.get(16..20).map_or(0, |c| i32::from_ne_bytes([c[0], c[1], c[2], c[3]]));
-                            return Err(io::Error::from_raw_os_error(-code));
-                        }
-                        _ => out.push(p[16..len].to_vec()),
-                    }
-                }
-                p = &p[((len + 3) & !3).min(p.len())..];
-            }
-        }
+        })?;
+        Ok(out)
     }
 
     /// Every link.
