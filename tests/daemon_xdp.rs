@@ -419,15 +419,18 @@ fn mac_text(m: [u8; 6]) -> String {
     m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
 }
 
-/// Wait (10 s at most) until a mirrored next hop carries `mac`, and none
-/// carries `not` (when given).
+/// Wait (10 s at most) until an IPv4 route is mirrored with a next hop, a
+/// mirrored next hop carries `mac`, and none carries `not` (when given).
 fn wait_next_hop(lab: &Lab, mac: [u8; 6], not: Option<[u8; 6]>) -> serde_json::Value {
     let t0 = Instant::now();
     loop {
         let r = routes_status(lab);
         let macs: Vec<&str> =
             r["next_hops"].as_array().map(|a| a.iter().filter_map(|h| h["mac"].as_str()).collect()).unwrap_or_default();
-        if macs.contains(&mac_text(mac).as_str()) && not.is_none_or(|n| !macs.contains(&mac_text(n).as_str())) {
+        if r["routes4_with_next_hop"].as_u64().unwrap_or(0) >= 1
+            && macs.contains(&mac_text(mac).as_str())
+            && not.is_none_or(|n| !macs.contains(&mac_text(n).as_str()))
+        {
             return r;
         }
         assert!(t0.elapsed() < Duration::from_secs(10), "next hop {} never mirrored: {r}", mac_text(mac));
@@ -457,6 +460,10 @@ fn deliver_6to4(lab: &Lab, port: u16, msg: &[u8]) -> Option<Vec<u8>> {
 #[test]
 fn routes_and_neighbours_mirrored_and_followed() {
     let lab = Lab::start(&config("\"g6\", \"g4\"", "generic"));
+    // No IPv6 on the IPv4 link: the IPv4 host's MAC then reaches the
+    // mirror only through its IPv4 neighbour entry (not a link-local one).
+    lab.gw.sysctl("net.ipv6.conf.g4.disable_ipv6", "1").unwrap();
+    lab.h4.sysctl("net.ipv6.conf.a4.disable_ipv6", "1").unwrap();
     for (host, dst) in [(&lab.h6, "2001:db8:1::1"), (&lab.h4, "198.51.100.1")] {
         let (ok, out) = ping(host, dst, &[]);
         assert!(ok, "{out}");
