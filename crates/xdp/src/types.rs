@@ -293,6 +293,23 @@ contract! {
         pub flags: u8,
         /// Index into `trgw_stats` (stream * 4 + slot, as `trgw::table`).
         pub stats_index: u32,
+        /// Precomputed by the slow path (`trgw::Leg::entry`), so the
+        /// program does no per-leg checksum work: the folded one's-complement
+        /// sum of the arriving datagram's pseudo-header without its length
+        /// (latched source, local address, protocol 17), network order.
+        pub in_pseudo_be: u16,
+        /// The RFC 1624 change of the UDP checksum from this leg to the
+        /// other: `fold(!fold(old) + fold(new))` of the pseudo-header
+        /// addresses and the ports (the length is the same on both legs),
+        /// network order. `HC' = !fold(!HC + delta)`.
+        pub csum_delta_be: u16,
+        /// IPv4 other leg: the folded sum of the new IPv4 header's words
+        /// except Total Length and the checksum (version/IHL, DF, TTL 64,
+        /// protocol 17, addresses), network order; the program adds Total
+        /// Length and complements. 0 for an IPv6 other leg.
+        pub ip_sum_be: u16,
+        /// Zero.
+        pub pad: [u8; 2],
     }
 }
 
@@ -716,7 +733,8 @@ mod tests {
         assert_eq!(core::mem::size_of::<Nat64Value>(), 48);
         // Same layout as trgw::table::RelayKey, which it mirrors.
         assert_eq!(core::mem::size_of::<RelayKey>(), 20);
-        assert_eq!(core::mem::size_of::<RelayValue>(), 60);
+        // 60 bytes and the per-leg sums (three u16 and padding).
+        assert_eq!(core::mem::size_of::<RelayValue>(), 68);
         assert_eq!(core::mem::size_of::<Eam>(), 24);
         assert_eq!(COUNTER_MAX as usize, Counter::ALL.len());
         let mut labels: Vec<_> = Counter::ALL.iter().map(|c| c.label()).collect();
