@@ -347,7 +347,7 @@ struct egress {
 /* The slow path's route for the packet-to-be, when it mirrored one: a
  * longest-prefix match in routes4/routes6, then the next hop. Returns 1
  * (eg filled), 0 (no route here: ask the FIB) or PASS(reason). */
-V6G_INLINE __u32 route_table(const struct v6g_config *c, __u32 in, const struct bpf_fib_lookup *fib,
+V6G_INLINE __u32 route_table(const struct v6g_config *c, __u32 in, __u8 family, const void *dst, __u32 tot_len,
 			     struct egress *eg)
 {
 	const struct v6g_nexthop *nh;
@@ -355,7 +355,7 @@ V6G_INLINE __u32 route_table(const struct v6g_config *c, __u32 in, const struct 
 	__u32 *id, zero = 0;
 
 	/* The trie keys live in the per-CPU scratch entry: the stack is full. */
-	if (fib->family == AF_INET) {
+	if (family == AF_INET) {
 		if (!(c->route_flags & V6G_ROUTES4))
 			return 0;
 		if (c->route_flags & V6G_ROUTES4_DEFAULT) {
@@ -366,7 +366,7 @@ V6G_INLINE __u32 route_table(const struct v6g_config *c, __u32 in, const struct 
 		if (!sc)
 			return 0;
 		sc->r4.prefixlen = 32;
-		ST32(sc->r4.addr, fib->ipv4_dst);
+		ST32(sc->r4.addr, LD32(dst));
 		id = bpf_map_lookup_elem(&routes4, &sc->r4);
 	} else {
 		if (!(c->route_flags & V6G_ROUTES6))
@@ -379,7 +379,7 @@ V6G_INLINE __u32 route_table(const struct v6g_config *c, __u32 in, const struct 
 		if (!sc)
 			return 0;
 		sc->r6.prefixlen = 128;
-		copy16(sc->r6.addr, fib->ipv6_dst);
+		copy16(sc->r6.addr, dst);
 		id = bpf_map_lookup_elem(&routes6, &sc->r6);
 	}
 	if (!id)
@@ -388,7 +388,7 @@ found:
 	nh = bpf_map_lookup_elem(&nexthops, id);
 	if (!nh || !nh->ifindex)
 		return 0;
-	if (fib->tot_len > nh->mtu)
+	if (tot_len > nh->mtu)
 		return PASS(V6G_P_TOO_BIG);
 	copy_mac(eg->mac, nh->dmac);
 	copy_mac(eg->mac + 3, nh->smac);
@@ -396,9 +396,10 @@ found:
 	return 1;
 }
 
-V6G_INLINE __u32 route(struct xdp_md *ctx, struct bpf_fib_lookup *fib, struct egress *eg)
+/* The FIB part of route(): the cache, then bpf_fib_lookup. */
+V6G_INLINE __u32 route_fib(struct xdp_md *ctx, const struct v6g_config *c, struct bpf_fib_lookup *fib,
+			   struct egress *eg)
 {
-	const struct v6g_config *c = get_config();
 	__u32 in = ctx->ingress_ifindex, cache_ms = c ? c->fib_cache_ms : 0, zero = 0;
 	struct v6g_scratch *sc = 0;
 	struct v6g_fib *e = 0;
@@ -406,13 +407,6 @@ V6G_INLINE __u32 route(struct xdp_md *ctx, struct bpf_fib_lookup *fib, struct eg
 	long rc;
 
 	fib->ifindex = in;
-	if (c) {
-		rc = route_table(c, in, fib, eg);
-		if (rc == 1)
-			return 0; /* egress checked when the next hop was mirrored */
-		if (rc)
-			return rc;
-	}
 	if (cache_ms)
 		sc = bpf_map_lookup_elem(&scratch, &zero);
 	if (sc) {
@@ -483,6 +477,23 @@ check:
 	if (!bpf_map_lookup_elem(&tx_ports, &eg->ifindex))
 		return PASS(V6G_P_EGRESS);
 	return 0;
+}
+
+V6G_INLINE __u32 route(struct xdp_md *ctx, struct bpf_fib_lookup *fib, struct egress *eg)
+{
+	const struct v6g_config *c = get_config();
+	__u32 rc;
+
+	if (c) {
+		rc = route_table(c, ctx->ingress_ifindex, fib->family,
+				 fib->family == AF_INET ? (const void *)&fib->ipv4_dst : (const void *)fib->ipv6_dst,
+				 fib->tot_len, eg);
+		if (rc == 1)
+			return 0; /* egress checked when the next hop was mirrored */
+		if (rc)
+			return rc;
+	}
+	return route_fib(ctx, c, fib, eg);
 }
 
 /* Write the Ethernet header and send. */

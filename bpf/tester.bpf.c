@@ -20,7 +20,12 @@
  *
  * The payload layout is crates/bench/src/tester/frame.rs's:
  *   ts_ns (8, BE) | seq (4, BE) | flow (2, BE) | magic (4, BE)
- * right after the UDP header.
+ * right after the UDP header, or, in RTP mode (`bench trgw`), after a
+ * 12-byte RTP header the generator writes per frame: V=2, PT 0 (PCMU),
+ * SSRC V6G_RTP_SSRC_BASE + flow, and from the flow's packet number
+ * n = seq / nflows (flows are sent round-robin, so n counts the flow's
+ * own packets) the RTP sequence number n mod 2^16 and timestamp n * 160
+ * (20 ms of 8 kHz audio per packet).
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -121,7 +126,7 @@ int xdp_tgen(struct xdp_md *ctx)
 	__u32 zero = 0, flow, seq, off;
 	__u64 ts, sum;
 	__u16 csum;
-	__u8 *p;
+	__u8 *p, *s;
 
 	c = bpf_map_lookup_elem(&tgen_config, &zero);
 	st = bpf_map_lookup_elem(&tgen_state, &zero);
@@ -154,15 +159,30 @@ int xdp_tgen(struct xdp_md *ctx)
 	if (off > 64)
 		return XDP_DROP;
 	p = data + off;
-	if ((void *)(p + UDP_LEN + STAMP_LEN) > end)
-		return XDP_DROP;
+	sum = f->base_sum;
+	if (c->rtp) {
+		__u32 n = seq / c->nflows, rts = n * 160, ssrc = V6G_RTP_SSRC_BASE + flow;
+
+		if ((void *)(p + UDP_LEN + V6G_RTP_HEADER_LEN + STAMP_LEN) > end)
+			return XDP_DROP;
+		ST16(p + 8, bpf_htons(0x8000)); /* V=2, M=0, PT=0 */
+		ST16(p + 10, bpf_htons((__u16)n));
+		ST32(p + 12, bpf_htonl(rts));
+		ST32(p + 16, bpf_htonl(ssrc));
+		sum += 0x8000 + (__u16)n + words32(rts) + words32(ssrc);
+		s = p + UDP_LEN + V6G_RTP_HEADER_LEN;
+	} else {
+		if ((void *)(p + UDP_LEN + STAMP_LEN) > end)
+			return XDP_DROP;
+		s = p + UDP_LEN;
+	}
 	ts = bpf_ktime_get_ns();
-	ST32(p + 8, bpf_htonl(ts >> 32));
-	ST32(p + 12, bpf_htonl((__u32)ts));
-	ST32(p + 16, bpf_htonl(seq));
-	ST16(p + 20, bpf_htons((__u16)flow));
-	ST32(p + 22, bpf_htonl(c->magic));
-	sum = f->base_sum + words64(ts) + words32(seq) + (__u16)flow + words32(c->magic);
+	ST32(s, bpf_htonl(ts >> 32));
+	ST32(s + 4, bpf_htonl((__u32)ts));
+	ST32(s + 8, bpf_htonl(seq));
+	ST16(s + 12, bpf_htons((__u16)flow));
+	ST32(s + 14, bpf_htonl(c->magic));
+	sum += words64(ts) + words32(seq) + (__u16)flow + words32(c->magic);
 	csum = ~fold(sum);
 	/* RFC 768: a computed zero is sent as all ones. */
 	if (!csum)
@@ -190,7 +210,7 @@ int xdp_trecv(struct xdp_md *ctx)
 	__u32 zero = 0, seq, magic, word, tenth, is6;
 	__u64 ts, now, lat, bit, old, *w;
 	__u16 flow, sport_be;
-	__u8 *pl, *src;
+	__u8 *pl, *src, *st;
 
 	if ((void *)(eth + 1) > end)
 		return XDP_PASS;
@@ -214,16 +234,22 @@ int xdp_trecv(struct xdp_md *ctx)
 	} else {
 		return XDP_PASS;
 	}
-	if ((void *)(pl + UDP_LEN + STAMP_LEN) > end)
+	c = bpf_map_lookup_elem(&trecv_config, &zero);
+	if (!c)
 		return XDP_PASS;
-	magic = bpf_ntohl(LD32(pl + 22));
+	/* The stamp: right after the UDP header, or after the RTP header. */
+	st = pl + UDP_LEN;
+	if (c->rtp)
+		st += V6G_RTP_HEADER_LEN;
+	if ((void *)(st + STAMP_LEN) > end)
+		return XDP_PASS;
+	magic = bpf_ntohl(LD32(st + 14));
 	if ((magic & 0xffff0000) != V6G_TESTER_MAGIC_HI)
 		return XDP_PASS; /* not a test frame: the tester's kernel decides */
-	c = bpf_map_lookup_elem(&trecv_config, &zero);
 	n = bpf_map_lookup_elem(&trecv_counts, &zero);
-	if (!c || !n)
+	if (!n)
 		return XDP_DROP;
-	seq = bpf_ntohl(LD32(pl + 16));
+	seq = bpf_ntohl(LD32(st + 8));
 	if (magic != c->magic || seq >= c->total || is6 != c->rx_v6) {
 		count_foreign(n);
 		return XDP_DROP;
@@ -241,7 +267,7 @@ int xdp_trecv(struct xdp_md *ctx)
 		return XDP_DROP;
 	}
 	now = bpf_ktime_get_ns();
-	ts = ((__u64)bpf_ntohl(LD32(pl + 8)) << 32) | bpf_ntohl(LD32(pl + 12));
+	ts = ((__u64)bpf_ntohl(LD32(st)) << 32) | bpf_ntohl(LD32(st + 4));
 	lat = now > ts ? now - ts : 0;
 	n->received++;
 	tenth = (__u32)(((__u64)seq * V6G_TREND_SLOTS) / c->total);
@@ -264,7 +290,7 @@ int xdp_trecv(struct xdp_md *ctx)
 		struct v6g_trecv_learned *l;
 		__u32 fl;
 
-		flow = bpf_ntohs(*(__u16 *)(void *)(pl + 20));
+		flow = bpf_ntohs(*(__u16 *)(void *)(st + 12));
 		fl = flow;
 		sport_be = *(__u16 *)(void *)pl;
 		if (fl < c->nflows) {

@@ -16,7 +16,7 @@ struct v6g_tgen_config {
 	__u32 magic;   /* MAGIC_HI | trial id, written into every frame */
 	__u16 udp_off; /* offset of the UDP header in the frame */
 	__u8 v6;       /* IPv6 frames (64 header bytes copied, else 44) */
-	__u8 pad;
+	__u8 rtp;      /* RTP frames: RTP header after UDP, the stamp after it */
 	__u32 ifindex; /* the sending port; frames of other interfaces pass */
 };
 
@@ -43,7 +43,7 @@ struct v6g_trecv_config {
 	__u8 sample_shift; /* a latency sample every 2^shift sequence numbers */
 	__u8 rx_v6;        /* count only IPv6 (1) or only IPv4 (0) frames */
 	__u8 learn;        /* record each flow's first source address and port */
-	__u8 pad;
+	__u8 rtp;          /* the stamp follows a 12-byte RTP header */
 };
 
 /* Receiver counters (per CPU, summed by userspace). */

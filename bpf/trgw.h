@@ -23,7 +23,7 @@
 
 /* The UDP datagram of `len` bytes at `l4off` sums, with the pseudo-header
  * `pseudo` (all in the same raw memory-order domain), to all ones. */
-static __noinline int udp_csum_ok(struct xdp_md *ctx, __u32 l4off, __u32 len, __u64 pseudo)
+V6G_INLINE int udp_csum_ok(struct xdp_md *ctx, __u32 l4off, __u32 len, __u64 pseudo)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
@@ -81,138 +81,61 @@ static __noinline int udp_csum_ok(struct xdp_md *ctx, __u32 l4off, __u32 len, __
 		sum += *q;
 #else
 		sum += (__u32)*q << 8;
+/* The same as a subprogram: xdp_gate's combined stack has no room for it
+ * inlined next to the SIIT and NAT64 subprograms. */
+static __noinline __u32 trgw(struct xdp_md *ctx, const struct v6g_config *c, const struct pkt *p, int in6)
+{
+	return trgw_inline(ctx, c, p, in6);
+}
+
 #endif
 	}
 	return fold(sum) == 0xffff;
 }
 
-/* The raw-domain sum of 16 address bytes. */
-V6G_INLINE __u64 raw_sum16(const __u8 *a)
+/* A packet parsed by parse4()/parse6(), to a relay port from its latched
+ * far end: re-originated on the other leg. Everything that depends on the
+ * leg alone was computed by the slow path when it mirrored the leg (see
+ * struct v6g_relay): the pseudo-header sum to verify the datagram with,
+ * the UDP checksum's change (one fold here), the new IPv4 header's sum;
+ * the new addresses are copied as they sit in the entry. All sums here are
+ * in the raw memory-order domain (RFC 1071 §2(B): byte order does not
+ * change a one's-complement sum), so nothing is byte-swapped. */
+V6G_INLINE __u32 trgw_inline(struct xdp_md *ctx, const struct v6g_config *c, const struct pkt *p, int in6)
 {
-	return (__u64)LD32(a) + LD32(a + 4) + LD32(a + 8) + LD32(a + 12);
-}
-
-V6G_INLINE int mapped_eq4(const __u8 *m, __u32 a)
-{
-	return LD32(m) == 0 && LD32(m + 4) == 0 && LD32(m + 8) == bpf_htonl(0xffff) && LD32(m + 12) == bpf_htonl(a);
-}
-
-/* Re-originate the datagram described by `p` on the other leg `r`. */
-static __noinline __u32 relay(struct xdp_md *ctx, const struct pkt *p, const struct v6g_relay *r, int in6)
-{
-	struct bpf_fib_lookup fib = {};
-	struct egress eg;
+	struct v6g_relay_key k __attribute__((aligned(8)));
+	const struct v6g_relay *r;
 	struct v6g_count *st;
-	__u32 idx = r->stats_index, rc, hl_in = in6 ? 40 : 20;
-	int out6 = r->out_family == 6, delta;
-	__u16 sport = bpf_ntohs(r->out_sport_be), dport = bpf_ntohs(r->out_dport_be), csum;
-	__u32 l3out = (out6 ? 40 : 20) + (__u32)p->plen;
-	struct a6 s6 = load6(r->out_src), d6 = load6(r->out_dst);
-	__u64 old, new;
-	__u16 hdr[10];
-
-	if (r->out_family != 4 && r->out_family != 6)
-		return PASS(V6G_P_NO_MATCH);
-	/* RFC 768 / RFC 8200 §8.1: the new pseudo-header and ports. */
-	if (in6)
-		old = sum6(p->src6) + sum6(p->dst6);
-	else
-		old = sum4(p->src4) + sum4(p->dst4);
-	old += p->sport + p->dport;
-	if (out6)
-		new = sum6(s6) + sum6(d6);
-	else
-		new = sum4((__u32)s6.lo) + sum4((__u32)d6.lo);
-	new += sport + dport;
-	csum = csum_update_udp(p->l4csum, old, new);
-
-	if (out6) {
-		fib.family = AF_INET6;
-		store6(fib.ipv6_src, s6);
-		store6(fib.ipv6_dst, d6);
-	} else {
-		fib.family = AF_INET;
-		fib.ipv4_src = bpf_htonl((__u32)s6.lo);
-		fib.ipv4_dst = bpf_htonl((__u32)d6.lo);
-	}
-	fib.l4_protocol = IPPROTO_UDP;
-	fib.sport = bpf_htons(sport);
-	fib.dport = bpf_htons(dport);
-	fib.tot_len = l3out;
-	rc = route(ctx, &fib, &eg);
-	if (rc)
-		return rc;
-
-	/* As Linux sends on an unconnected UDP socket: DF, Identification 0. */
-	if (!out6)
-		ipv4_header(hdr, 0, l3out, 0, 0x4000, RELAY_TTL, IPPROTO_UDP, (__u32)s6.lo, (__u32)d6.lo);
-
-	/* From here on the packet changes. */
-	delta = (int)hl_in - (out6 ? 40 : 20);
-	if (delta && bpf_xdp_adjust_head(ctx, delta))
-		return PASS(V6G_P_ADJUST);
-	if (trim(ctx, ETH_HLEN + l3out, delta))
-		return PASS(V6G_P_ADJUST);
-	{
-		void *data = (void *)(long)ctx->data;
-		void *end = (void *)(long)ctx->data_end;
-		struct ethhdr *eth = data;
-		__u8 *ip = data + ETH_HLEN;
-		__u8 *l4 = ip + (out6 ? 40 : 20);
-
-		/* Checked before any write: a failure leaves the frame as it came. */
-		if ((void *)(l4 + 8) > end || (void *)(ip + 20) > end) {
-			bpf_xdp_adjust_head(ctx, -delta);
-			return PASS(V6G_P_ADJUST);
-		}
-		if (out6) {
-			struct ipv6hdr *ip6 = (struct ipv6hdr *)ip;
-			__u32 w0 = bpf_htonl(6u << 28);
-
-			if ((void *)(ip6 + 1) > end) {
-				bpf_xdp_adjust_head(ctx, -delta);
-				return PASS(V6G_P_ADJUST);
-			}
-			__builtin_memcpy(ip6, &w0, 4);
-			ip6->payload_len = bpf_htons(p->plen);
-			ip6->nexthdr = IPPROTO_UDP;
-			ip6->hop_limit = RELAY_TTL;
-			store6(&ip6->saddr, s6);
-			store6(&ip6->daddr, d6);
-		} else {
-			put_ipv4_header(ip, hdr);
-		}
-		ST16(l4, bpf_htons(sport));
-		ST16(l4 + 2, bpf_htons(dport));
-		ST16(l4 + 6, bpf_htons(csum));
-		st = bpf_map_lookup_elem(&trgw_stats, &idx);
-		if (st) {
-			st->packets++;
-			st->bytes += p->plen - 8;
-		}
-		count(V6G_C_TRGW, p->l3len);
-		return transmit(eth, &eg, out6 ? ETH_P_IPV6 : ETH_P_IP);
-	}
-}
-
-/* A packet parsed by parse4()/parse6(). */
-static __noinline __u32 trgw(struct xdp_md *ctx, const struct v6g_config *c, const struct pkt *p, int in6)
-{
-	struct v6g_relay_key k __attribute__((aligned(8))) = {};
-	struct v6g_relay *r;
-	__u64 pseudo;
-	__u32 hl = in6 ? 40 : 20;
+	struct egress eg;
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u8 *ip = data + ETH_HLEN;
+	__u32 idx, rc, l3out, plen = p->plen;
+	__u16 ulen, csum;
+	int out6, delta;
 
 	if (!(c->trgw_flags & V6G_TRGW_ON) || p->proto != IPPROTO_UDP)
 		return PASS(V6G_P_NO_MATCH);
+	/* parse4()/parse6() checked these bytes are there; the verifier wants
+	 * to see it again. */
 	if (in6) {
-		store6(k.addr, p->dst6);
+		if ((void *)(ip + 48) > end)
+			return PASS(V6G_P_MALFORMED);
+		copy16(k.addr, ip + 24);
 		k.family = 6;
+		ulen = LD16(ip + 44);
 	} else {
-		mapped4(k.addr, p->dst4);
+		if ((void *)(ip + 28) > end)
+			return PASS(V6G_P_MALFORMED);
+		ST32(k.addr, 0);
+		ST32(k.addr + 4, 0);
+		ST32(k.addr + 8, bpf_htonl(0xffff));
+		ST32(k.addr + 12, LD32(ip + 16));
 		k.family = 4;
+		ulen = LD16(ip + 24);
 	}
 	k.port_be = bpf_htons(p->dport);
+	k.pad = 0;
 	r = bpf_map_lookup_elem(&trgw_relay, &k);
 	if (!r)
 		return PASS(V6G_P_NO_MATCH);
@@ -221,37 +144,115 @@ static __noinline __u32 trgw(struct xdp_md *ctx, const struct v6g_config *c, con
 	if (r->peer_port_be != bpf_htons(p->sport) || !(r->flags & V6G_RELAY_OUT_KNOWN))
 		return PASS(V6G_P_NOT_LATCHED);
 	if (in6) {
-		struct a6 peer = load6(r->peer);
-
-		if (peer.hi != p->src6.hi || peer.lo != p->src6.lo)
+		if ((LD32(ip + 8) ^ LD32(r->peer)) | (LD32(ip + 12) ^ LD32(r->peer + 4)) |
+		    (LD32(ip + 16) ^ LD32(r->peer + 8)) | (LD32(ip + 20) ^ LD32(r->peer + 12)))
 			return PASS(V6G_P_NOT_LATCHED);
-	} else if (!mapped_eq4(r->peer, p->src4)) {
+	} else if (LD32(ip + 12) != LD32(r->peer + 12)) {
+		/* The key's family is 4: the entry's peer is IPv4-mapped too
+		 * (trgw::Leg::entry refuses mixed families). */
 		return PASS(V6G_P_NOT_LATCHED);
 	}
-	{
-		/* The UDP Length must be the IP payload (the socket would trim
-		 * or drop otherwise). */
-		void *data = (void *)(long)ctx->data;
-		void *end = (void *)(long)ctx->data_end;
-		struct udphdr *u = data + ETH_HLEN + hl;
-
-		if ((void *)(u + 1) > end || bpf_ntohs(u->len) != p->plen)
-			return PASS(V6G_P_MALFORMED);
-	}
+	/* The UDP Length must be the IP payload (the socket would trim or
+	 * drop otherwise). */
+	if (ulen != bpf_htons(plen))
+		return PASS(V6G_P_MALFORMED);
 	/* The socket discards a datagram whose checksum fails: so do we. */
-	if (in6) {
-		__u32 a[8];
-
-		store6(a, p->src6);
-		store6(a + 4, p->dst6);
-		pseudo = raw_sum16((__u8 *)a) + raw_sum16((__u8 *)(a + 4));
-	} else {
-		pseudo = (__u64)bpf_htonl(p->src4) + bpf_htonl(p->dst4);
-	}
-	pseudo += bpf_htons(p->plen) + bpf_htons(IPPROTO_UDP);
-	if (!udp_csum_ok(ctx, ETH_HLEN + hl, p->plen, pseudo))
+	if (!udp_csum_ok(ctx, ETH_HLEN + (in6 ? 40 : 20), plen, (__u64)LD16(&r->in_pseudo_be) + bpf_htons(plen)))
 		return PASS(V6G_P_UDP_CSUM);
-	return relay(ctx, p, r, in6);
+
+	if (r->out_family != 4 && r->out_family != 6)
+		return PASS(V6G_P_NO_MATCH);
+	out6 = r->out_family == 6;
+	l3out = (out6 ? 40 : 20) + plen;
+	rc = route_table(c, ctx->ingress_ifindex, out6 ? AF_INET6 : AF_INET, out6 ? r->out_dst : r->out_dst + 12,
+			 l3out, &eg);
+	if (rc == 0) {
+		struct bpf_fib_lookup fib = {};
+
+		if (out6) {
+			fib.family = AF_INET6;
+			copy16(fib.ipv6_src, r->out_src);
+			copy16(fib.ipv6_dst, r->out_dst);
+		} else {
+			fib.family = AF_INET;
+			fib.ipv4_src = LD32(r->out_src + 12);
+			fib.ipv4_dst = LD32(r->out_dst + 12);
+		}
+		fib.l4_protocol = IPPROTO_UDP;
+		fib.sport = r->out_sport_be;
+		fib.dport = r->out_dport_be;
+		fib.tot_len = l3out;
+		rc = route_fib(ctx, c, &fib, &eg);
+		if (rc)
+			return rc;
+	} else if (rc != 1) {
+		return rc;
+	}
+	/* RFC 1624 eqn. 3 with the leg's precomputed change; a transmitted
+	 * UDP checksum is never zero (RFC 768). */
+	csum = ~fold((__u64)(__u16)~bpf_htons(p->l4csum) + LD16(&r->csum_delta_be));
+	if (!csum)
+		csum = 0xffff;
+
+	/* From here on the packet changes. */
+	delta = (in6 ? 40 : 20) - (out6 ? 40 : 20);
+	if (delta && bpf_xdp_adjust_head(ctx, delta))
+		return PASS(V6G_P_ADJUST);
+	if (trim(ctx, ETH_HLEN + l3out, delta))
+		return PASS(V6G_P_ADJUST);
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	ip = data + ETH_HLEN;
+	if (out6) {
+		/* Checked before any write: a failure leaves the frame as it came. */
+		if ((void *)(ip + 48) > end) {
+			bpf_xdp_adjust_head(ctx, -delta);
+			return PASS(V6G_P_ADJUST);
+		}
+		/* Version 6, Traffic Class 0, flow label 0; payload length; UDP,
+		 * Hop Limit 64; then out_src and out_dst, adjacent in the entry. */
+		ST32(ip, bpf_htonl(6u << 28));
+		ST16(ip + 4, bpf_htons(plen));
+		ST16(ip + 6, bpf_htons(IPPROTO_UDP << 8 | RELAY_TTL));
+#pragma unroll
+		for (int i = 0; i < 8; i++)
+			ST32(ip + 8 + 4 * i, LD32(r->out_src + 4 * i));
+		ST16(ip + 40, r->out_sport_be);
+		ST16(ip + 42, r->out_dport_be);
+		ST16(ip + 46, csum);
+	} else {
+		if ((void *)(ip + 28) > end) {
+			bpf_xdp_adjust_head(ctx, -delta);
+			return PASS(V6G_P_ADJUST);
+		}
+		/* As Linux sends on an unconnected UDP socket: DF, Identification
+		 * 0; the header's sum less Total Length is the entry's. */
+		ST16(ip, bpf_htons(0x4500));
+		ST16(ip + 2, bpf_htons(l3out));
+		ST32(ip + 4, bpf_htonl(0x4000));
+		ST16(ip + 8, bpf_htons(RELAY_TTL << 8 | IPPROTO_UDP));
+		ST16(ip + 10, (__u16)~fold((__u64)LD16(&r->ip_sum_be) + bpf_htons(l3out)));
+		ST32(ip + 12, LD32(r->out_src + 12));
+		ST32(ip + 16, LD32(r->out_dst + 12));
+		ST16(ip + 20, r->out_sport_be);
+		ST16(ip + 22, r->out_dport_be);
+		ST16(ip + 26, csum);
+	}
+	idx = r->stats_index;
+	st = bpf_map_lookup_elem(&trgw_stats, &idx);
+	if (st) {
+		st->packets++;
+		st->bytes += plen - 8;
+	}
+	count(V6G_C_TRGW, p->l3len);
+	return transmit(data, &eg, out6 ? ETH_P_IPV6 : ETH_P_IP);
+}
+
+/* The same as a subprogram: xdp_gate's combined stack has no room for it
+ * inlined next to the SIIT and NAT64 subprograms. */
+static __noinline __u32 trgw(struct xdp_md *ctx, const struct v6g_config *c, const struct pkt *p, int in6)
+{
+	return trgw_inline(ctx, c, p, in6);
 }
 
 #endif

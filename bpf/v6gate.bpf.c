@@ -39,7 +39,9 @@ V6G_INLINE __u32 dispatch(struct xdp_md *ctx, const struct v6g_config *c, int fn
 		if (rc)
 			return rc;
 		rc = PASS(V6G_P_NO_MATCH);
-		if (fns & F_TRGW)
+		if (fns == F_TRGW)
+			rc = trgw_inline(ctx, c, &p, 0);
+		else if (fns & F_TRGW)
 			rc = trgw(ctx, c, &p, 0);
 		if ((fns & F_NAT64) && rc == PASS(V6G_P_NO_MATCH))
 			rc = nat64(ctx, c, &p, 0);
@@ -52,7 +54,9 @@ V6G_INLINE __u32 dispatch(struct xdp_md *ctx, const struct v6g_config *c, int fn
 		if (rc)
 			return rc;
 		rc = PASS(V6G_P_NO_MATCH);
-		if (fns & F_TRGW)
+		if (fns == F_TRGW)
+			rc = trgw_inline(ctx, c, &p, 1);
+		else if (fns & F_TRGW)
 			rc = trgw(ctx, c, &p, 1);
 		if ((fns & F_NAT64) && rc == PASS(V6G_P_NO_MATCH))
 			rc = nat64(ctx, c, &p, 1);

@@ -134,6 +134,12 @@ struct v6g_relay {
 	__u8 out_family;
 	__u8 flags; /* V6G_RELAY_* */
 	__u32 stats_index;
+	/* Precomputed by the slow path (network-order one's-complement sums,
+	 * see types.rs): */
+	__be16 in_pseudo_be;  /* arriving pseudo-header less its length */
+	__be16 csum_delta_be; /* UDP checksum change, RFC 1624 */
+	__be16 ip_sum_be;     /* IPv4 other leg: header sum less Total Length */
+	__u8 pad[2];
 };
 
 struct v6g_count {

@@ -408,3 +408,96 @@ fn trgw_media_on_the_fast_path_with_merged_counters() {
     );
     assert_eq!(lab.metric("v6gate_xdp_map_full_total{map=\"trgw-relays\"}"), 0);
 }
+
+/// The `routes` part of `v6gate ctl xdp`.
+fn routes_status(lab: &Lab) -> serde_json::Value {
+    let x: serde_json::Value = serde_json::from_str(&lab.ctl(&["xdp"]).unwrap()).unwrap();
+    x["routes"].clone()
+}
+
+fn mac_text(m: [u8; 6]) -> String {
+    m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
+}
+
+/// Wait (10 s at most) until an IPv4 route is mirrored with a next hop, a
+/// mirrored next hop carries `mac`, and none carries `not` (when given).
+fn wait_next_hop(lab: &Lab, mac: [u8; 6], not: Option<[u8; 6]>) -> serde_json::Value {
+    let t0 = Instant::now();
+    loop {
+        let r = routes_status(lab);
+        let macs: Vec<&str> =
+            r["next_hops"].as_array().map(|a| a.iter().filter_map(|h| h["mac"].as_str()).collect()).unwrap_or_default();
+        if r["routes4_with_next_hop"].as_u64().unwrap_or(0) >= 1
+            && macs.contains(&mac_text(mac).as_str())
+            && not.is_none_or(|n| !macs.contains(&mac_text(n).as_str()))
+        {
+            return r;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "next hop {} never mirrored: {r}", mac_text(mac));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Send a UDP datagram from the IPv6 host to the IPv4 host's `port` through
+/// the gateway and return what a UDP socket on the IPv4 host receives (its
+/// kernel takes only frames to its own MAC with correct checksums).
+fn deliver_6to4(lab: &Lab, port: u16, msg: &[u8]) -> Option<Vec<u8>> {
+    let sock = in_ns(&lab.h4, || std::net::UdpSocket::bind(("0.0.0.0", port)).unwrap());
+    sock.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let sent = common::V6::new(17, H6, H4_AS_V6).udp(40000, port, msg);
+    send_frame(&lab.h6, "a6", mac(&lab.gw, "g6"), &sent);
+    let mut buf = [0u8; 2048];
+    let n = sock.recv(&mut buf).ok()?;
+    Some(buf[..n].to_vec())
+}
+
+/// `mirror-routes` (on by default): the gateway's connected prefixes and
+/// resolved neighbours are mirrored into routes4/routes6 → nexthops, the
+/// fast path forwards with them (IPv4 forwarding is off on the ingress
+/// interface, so `bpf_fib_lookup` would refuse: only the mirror can
+/// forward these packets on the fast path), and a changed neighbour MAC
+/// is followed. `mirror-routes = false` mirrors nothing.
+#[test]
+fn routes_and_neighbours_mirrored_and_followed() {
+    let lab = Lab::start(&config("\"g6\", \"g4\"", "generic"));
+    // No IPv6 on the IPv4 link: the IPv4 host's MAC then reaches the
+    // mirror only through its IPv4 neighbour entry (not a link-local one).
+    lab.gw.sysctl("net.ipv6.conf.g4.disable_ipv6", "1").unwrap();
+    lab.h4.sysctl("net.ipv6.conf.a4.disable_ipv6", "1").unwrap();
+    for (host, dst) in [(&lab.h6, "2001:db8:1::1"), (&lab.h4, "198.51.100.1")] {
+        let (ok, out) = ping(host, dst, &[]);
+        assert!(ok, "{out}");
+    }
+    let a4 = mac(&lab.h4, "a4");
+    let r = wait_next_hop(&lab, a4, None);
+    assert_eq!(r["mirror"], true, "{r}");
+    assert!(r["routes4_with_next_hop"].as_u64().unwrap() >= 1, "the IPv4 host's route: {r}");
+    // The connected prefixes and local addresses are there too, sending
+    // their other destinations to bpf_fib_lookup.
+    assert!(r["routes4"].as_u64().unwrap() > r["routes4_with_next_hop"].as_u64().unwrap(), "{r}");
+    assert!(r["routes6_with_next_hop"].as_u64().unwrap() >= 1, "the IPv6 host's route: {r}");
+    assert!(wait_next_hop(&lab, mac(&lab.h6, "a6"), None)["next_hops"].as_array().unwrap().len() >= 2);
+
+    lab.gw.sysctl("net.ipv4.conf.g6.forwarding", "0").unwrap();
+    let (fast, fib) = (lab.metric(FAST_64), lab.metric("v6gate_xdp_passes_total{reason=\"fib\"}"));
+    assert_eq!(deliver_6to4(&lab, 5310, b"mirrored-1").as_deref(), Some(&b"mirrored-1"[..]));
+    assert!(lab.wait_metric(FAST_64, |v| v > fast) > fast, "not on the fast path: {}", lab.ctl(&["xdp"]).unwrap());
+    assert_eq!(lab.metric("v6gate_xdp_passes_total{reason=\"fib\"}"), fib, "took bpf_fib_lookup");
+
+    // The IPv4 host changes its MAC; the gateway's neighbour entry follows
+    // (as ARP would), and so does the mirror.
+    let new = [0x02, 0, 0, 0, 0x44, 0x44];
+    lab.h4.ip(&["link", "set", "a4", "address", &mac_text(new)]).unwrap();
+    lab.gw.ip(&["neigh", "replace", H4, "lladdr", &mac_text(new), "dev", "g4", "nud", "permanent"]).unwrap();
+    wait_next_hop(&lab, new, Some(a4));
+    let fast = lab.metric(FAST_64);
+    assert_eq!(deliver_6to4(&lab, 5311, b"mirrored-2").as_deref(), Some(&b"mirrored-2"[..]), "new MAC followed");
+    assert!(lab.wait_metric(FAST_64, |v| v > fast) > fast);
+    assert_eq!(lab.metric("v6gate_xdp_passes_total{reason=\"fib\"}"), fib);
+    drop(lab);
+
+    let lab = Lab::start(&format!("{}mirror-routes = false\n", config("\"g6\", \"g4\"", "generic")));
+    let r = routes_status(&lab);
+    assert_eq!(r["mirror"], false, "{r}");
+    assert!(r.get("next_hops").is_none(), "{r}");
+}

@@ -90,24 +90,23 @@ fn xlat_smoke(tester: &str) {
     let _ = std::fs::remove_dir_all(&out);
 }
 
-#[test]
-fn trgw_smoke_against_kernel_forwarding() {
+/// A tiny `bench trgw` run: the ceiling only (kernel forwarding between
+/// the UA namespaces; the relay row is skipped with a note, as when
+/// rtpengine is not installed), `calls` calls of 20 packets, `extra`
+/// options. Returns the report and the output directory.
+fn trgw_run(calls: &str, extra: &[&str]) -> (bench::trgw::Report, std::path::PathBuf) {
     use clap::Parser;
     assert!(am_root(), "network-namespace tests need root (CI runs as root)");
     let out = std::env::temp_dir().join(unique_name("v6gate-bt-test-out"));
     let out_s = out.to_string_lossy().into_owned();
-    // The ceiling only (kernel forwarding between the UA namespaces); the
-    // relay row is skipped with a note, as when rtpengine is not installed.
-    let a = bench::trgw::Args::parse_from([
+    let mut args = vec![
         "x",
         "--relays",
         "rtpengine",
         "--rtpengine-bin",
         "/nonexistent/rtpengine",
-        "--directions",
-        "v6v4,both",
         "--calls",
-        "5",
+        calls,
         "--packets",
         "20",
         "--no-search",
@@ -119,8 +118,29 @@ fn trgw_smoke_against_kernel_forwarding() {
         "",
         "--out",
         &out_s,
-    ]);
-    let r = bench::trgw::run(a).unwrap();
+    ];
+    args.extend_from_slice(extra);
+    let r = bench::trgw::run(bench::trgw::Args::parse_from(args)).unwrap();
+    assert!(r.relays[0].skipped.as_deref().is_some_and(|s| s.contains("not installed")), "{:?}", r.relays[0]);
+    (r, out)
+}
+
+/// The report names the ceiling's rows; the run's namespaces are gone;
+/// the output directory is removed.
+fn trgw_check_and_clean(r: &bench::trgw::Report, out: &std::path::Path, calls: u32) {
+    let md = std::fs::read_to_string(out.join("results.md")).unwrap();
+    assert!(md.contains(&format!("| kernel forwarding (tester ceiling) | {calls} |")), "{md}");
+    let left: Vec<String> = std::fs::read_dir(netns::NETNS_DIR)
+        .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    let mine = format!("{}-", r.namespace_prefix);
+    assert!(!left.iter().any(|n| n.starts_with(&mine)), "bench namespaces removed: {left:?}");
+    let _ = std::fs::remove_dir_all(out);
+}
+
+#[test]
+fn trgw_smoke_against_kernel_forwarding() {
+    let (r, out) = trgw_run("5", &["--directions", "v6v4,both"]);
     let c = r.ceiling.as_ref().expect("the tester ceiling ran");
     assert_eq!(c.directions.len(), 2);
     for d in &c.directions {
@@ -133,16 +153,39 @@ fn trgw_smoke_against_kernel_forwarding() {
         assert_eq!(l.samples, t.outcome.on_time);
         assert!(l.min_ns <= l.p50_ns && l.p50_ns <= l.p99_ns && l.p99_ns <= l.max_ns, "{l:?}");
     }
-    assert!(r.relays[0].skipped.as_deref().is_some_and(|s| s.contains("not installed")), "{:?}", r.relays[0]);
     for f in ["results.json", "results.md", "fig8-loss-v6v4.svg", "fig9-latency-both.svg"] {
         assert!(out.join(f).exists(), "{f} written");
     }
-    let md = std::fs::read_to_string(out.join("results.md")).unwrap();
-    assert!(md.contains("| kernel forwarding (tester ceiling) | 5 |"), "{md}");
-    let left: Vec<String> = std::fs::read_dir(netns::NETNS_DIR)
-        .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
-        .unwrap_or_default();
-    let mine = format!("v6gate-bt-{}-", std::process::id());
-    assert!(!left.iter().any(|n| n.starts_with(&mine)), "bench namespaces removed: {left:?}");
-    let _ = std::fs::remove_dir_all(&out);
+    trgw_check_and_clean(&r, &out, 5);
+}
+
+/// `bench trgw --tester xdp` end to end against kernel forwarding (the
+/// tester's ceiling row): the UA sockets' warm-up, RTP frames from the
+/// XDP generator per stream, the XDP receiver's counts, samples and loss
+/// per stream; `both` (two generators at once) is a clean error row.
+#[test]
+fn trgw_smoke_xdp_tester_against_kernel_forwarding() {
+    let (r, out) = trgw_run("7", &["--tester", "xdp", "--directions", "v6v4,both,v4v6"]);
+    assert_eq!(r.tester, bench::trgw::TesterKind::Xdp);
+    let c = r.ceiling.as_ref().expect("the tester ceiling ran");
+    assert_eq!(c.directions.len(), 3);
+    for d in &c.directions {
+        if d.direction == bench::trgw::Direction::Both {
+            assert!(d.error.as_deref().is_some_and(|e| e.contains("one direction per trial")), "{:?}", d.error);
+            continue;
+        }
+        assert!(d.error.is_none(), "{:?}", d.error);
+        let t = &d.points[0];
+        let o = &t.outcome;
+        assert_eq!((t.calls, o.streams), (7, 7));
+        // A generator the loaded machine holds up sends on for up to a
+        // budget (2 s here): every frame goes out.
+        assert_eq!((o.sent, t.unsent), (7 * 20, 0), "{o:?}");
+        assert_eq!((o.lost(), o.duplicates, o.foreign), (0, 0, 0), "kernel forwarding at 350 packets/s: {o:?}");
+        let l = t.stream_loss.as_ref().expect("loss per stream");
+        assert_eq!((l.flows, l.with_loss, l.worst_flow), (7, 0, None), "{l:?}");
+        assert_eq!(o.latency.samples, o.on_time, "every frame sampled at this size");
+        assert!(o.latency.min_ns <= o.latency.p50_ns && o.latency.p99_ns <= o.latency.max_ns, "{:?}", o.latency);
+    }
+    trgw_check_and_clean(&r, &out, 7);
 }

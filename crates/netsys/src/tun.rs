@@ -39,7 +39,9 @@ struct IfReq {
 /// translation). A worker that keeps spinning between packets that come
 /// closer together than the window pays none of it, at the price of a
 /// CPU busy for the window after every packet (a whole core while the
-/// traffic keeps coming faster than the window). Linux's `busy_poll`
+/// traffic keeps coming faster than the window). Each turn of the spin
+/// yields the CPU (`sched_yield(2)`), so other runnable threads on it are
+/// not starved. Linux's `busy_poll`
 /// sysctl does the same for sockets; the TUN `read(2)` path has no such
 /// knob, so the worker does it.
 #[derive(Debug, Clone)]
@@ -73,7 +75,10 @@ impl Waiter {
     /// else [`TunQueue::wait_readable`] with `timeout_ms`.
     pub fn wait(&mut self, q: &TunQueue, timeout_ms: i32) -> io::Result<bool> {
         if self.spinning() {
-            std::hint::spin_loop();
+            // Yield rather than spin hard: another runnable thread on this
+            // CPU (the peer of a veth, a tester, a second engine) runs
+            // first, and the spin costs nothing when none is waiting.
+            std::thread::yield_now();
             return Ok(true);
         }
         self.last = None;

@@ -23,6 +23,21 @@ pub struct Args {
     /// every 200 ms and at exit.
     #[arg(long, value_name = "FILE")]
     pub status_file: Option<PathBuf>,
+    /// After each packet, keep reading the device (spinning) this long
+    /// before sleeping in poll(2), as `[tun] busy-poll` does in `v6gate
+    /// run`: packets closer together than the window skip a wake-up, at
+    /// the price of a busy CPU (e.g. "1ms"; default "0s", off).
+    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = busy_poll)]
+    pub busy_poll: Duration,
+}
+
+/// `--busy-poll`: a duration in the configuration's one syntax, at most 1 s.
+fn busy_poll(s: &str) -> Result<Duration, String> {
+    let d = confval::duration::parse(s).map_err(|e| e.to_string())?;
+    if d > Duration::from_secs(1) {
+        return Err(format!("{} is above 1s", confval::duration::format(d)));
+    }
+    Ok(d)
 }
 
 fn write_status(path: &Option<PathBuf>, s: &Softwires) {
@@ -50,7 +65,7 @@ pub fn load(path: &std::path::Path) -> Result<SoftwireConfig> {
 /// and the signal handlers (DESIGN.md), and loads the configuration first
 /// so that a bad one exits with its own status.
 pub fn run(a: &Args, cfg: &SoftwireConfig, stop: &AtomicBool, reload: &AtomicBool) -> Result<()> {
-    let s = Softwires::start(cfg, Some(a.config.clone()))?;
+    let s = Softwires::start_with(cfg, Some(a.config.clone()), a.busy_poll)?;
     tracing::info!("running: {}", s.functions().join(", "));
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(100));

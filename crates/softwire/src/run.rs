@@ -74,7 +74,9 @@ const IDLE_MS: u16 = 50;
 /// call nothing else to wait, and [`pump`] then drains the queue.
 fn wait_for_packets(dev: &Device, extra: Option<&dyn std::os::fd::AsFd>, ready: &mut [bool], waiter: &Waiter) {
     if waiter.spinning() {
-        std::hint::spin_loop();
+        // Yield, not a hard spin: a B4 and an AFTR (or a tester) sharing
+        // the CPU must not starve each other.
+        std::thread::yield_now();
         ready.iter_mut().for_each(|r| *r = true);
         return;
     }

@@ -248,6 +248,16 @@ impl Tester {
         Ok(())
     }
 
+    /// The receiver's bitmap of sequence numbers seen (bit `seq % 64` of
+    /// word `seq / 64`; first arrivals, on time or late), for accounting
+    /// per flow after a trial. One map read per word.
+    pub fn seen(&self) -> Result<Vec<u64>, Error> {
+        let words = self.limits.frames.div_ceil(64).max(1) as u32;
+        let a: Array<&MapData, u64> = Array::try_from(self.map(names::TRECV_SEEN)?)
+            .map_err(|e| Error::Bpf(format!("map {}: {e}", names::TRECV_SEEN)))?;
+        (0..words).map(|i| a.get(&i, 0).map_err(|e| map_err(names::TRECV_SEEN, e))).collect()
+    }
+
     /// The learned source of flow `i` (None: no frame of it arrived).
     pub fn learned(&self, i: u32) -> Result<Option<TrecvLearned>, Error> {
         let l: TrecvLearned = self.get(names::TRECV_LEARNED, i)?;
@@ -269,13 +279,19 @@ impl Drop for Tester {
 /// Bytes of the tester's stamp after the UDP header (timestamp, sequence
 /// number, flow, magic).
 pub const STAMP_LEN: usize = 18;
+/// Bytes of the RTP header before the stamp in RTP frames
+/// (`TgenConfig::rtp`).
+pub const RTP_HEADER_LEN: usize = crate::types::RTP_HEADER_LEN as usize;
 
 /// A generator flow from a whole template frame (Ethernet, IPv4 without
-/// options or IPv6, UDP, payload of at least [`STAMP_LEN`] bytes; the
-/// payload after the stamp is kept as it is only up to byte 64 of the
-/// frame, so it must be zero there). Returns the flow, the UDP header's
-/// offset and whether the frame is IPv6.
-pub fn flow_from_frame(frame: &[u8]) -> Result<(TgenFlow, u16, bool), Error> {
+/// options or IPv6, UDP, payload of at least [`STAMP_LEN`] bytes, with
+/// `rtp` [`RTP_HEADER_LEN`] more before the stamp; the payload after the
+/// stamp is kept as it is only up to byte 64 of the frame, so it must be
+/// zero there). The per-frame fields (the RTP header with `rtp`, the
+/// stamp, the UDP checksum) are left out of the flow's checksum base: the
+/// generator writes them. Returns the flow, the UDP header's offset and
+/// whether the frame is IPv6.
+pub fn flow_from_frame(frame: &[u8], rtp: bool) -> Result<(TgenFlow, u16, bool), Error> {
     let bad = |why: &str| Error::Config(format!("tester template: {why}"));
     let et = frame.get(12..14).ok_or_else(|| bad("shorter than an Ethernet header"))?;
     let (v6, udp, pseudo) = match et {
@@ -298,13 +314,14 @@ pub fn flow_from_frame(frame: &[u8]) -> Result<(TgenFlow, u16, bool), Error> {
     let dgram = frame.get(udp..).ok_or_else(|| bad("no UDP header"))?;
     let ulen =
         usize::from(u16::from_be_bytes([dgram.get(4).copied().unwrap_or(0), dgram.get(5).copied().unwrap_or(0)]));
-    if ulen < 8 + STAMP_LEN || ulen > dgram.len() {
+    let per_frame = if rtp { RTP_HEADER_LEN } else { 0 } + STAMP_LEN;
+    if ulen < 8 + per_frame || ulen > dgram.len() {
         return Err(bad("UDP length does not cover the stamp or exceeds the frame"));
     }
     let mut d = dgram[..ulen].to_vec();
     d[6] = 0;
     d[7] = 0;
-    d[8..8 + STAMP_LEN].fill(0);
+    d[8..8 + per_frame].fill(0);
     let base_sum = pseudo + 17 + ulen as u64 + xlat::checksum::sum(&d);
     let mut hdr = [[0u8; 32]; 2];
     let mut head = [0u8; 64];
@@ -312,7 +329,7 @@ pub fn flow_from_frame(frame: &[u8]) -> Result<(TgenFlow, u16, bool), Error> {
     head[..n].copy_from_slice(&frame[..n]);
     // The stamp's bytes within the first 64 are written per frame: zero them.
     let s = (udp + 8).min(64);
-    let e = (udp + 8 + STAMP_LEN).min(64);
+    let e = (udp + 8 + per_frame).min(64);
     head[s..e].fill(0);
     head[udp + 6] = 0;
     head[udp + 7] = 0;

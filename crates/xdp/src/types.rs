@@ -293,6 +293,23 @@ contract! {
         pub flags: u8,
         /// Index into `trgw_stats` (stream * 4 + slot, as `trgw::table`).
         pub stats_index: u32,
+        /// Precomputed by the slow path (`trgw::Leg::entry`), so the
+        /// program does no per-leg checksum work: the folded one's-complement
+        /// sum of the arriving datagram's pseudo-header without its length
+        /// (latched source, local address, protocol 17), network order.
+        pub in_pseudo_be: u16,
+        /// The RFC 1624 change of the UDP checksum from this leg to the
+        /// other: `fold(!fold(old) + fold(new))` of the pseudo-header
+        /// addresses and the ports (the length is the same on both legs),
+        /// network order. `HC' = !fold(!HC + delta)`.
+        pub csum_delta_be: u16,
+        /// IPv4 other leg: the folded sum of the new IPv4 header's words
+        /// except Total Length and the checksum (version/IHL, DF, TTL 64,
+        /// protocol 17, addresses), network order; the program adds Total
+        /// Length and complements. 0 for an IPv6 other leg.
+        pub ip_sum_be: u16,
+        /// Zero.
+        pub pad: [u8; 2],
     }
 }
 
@@ -321,8 +338,12 @@ contract! {
         pub udp_off: u16,
         /// 1: IPv6 frames (64 header bytes copied per frame), 0: IPv4 (44).
         pub v6: u8,
-        /// Zero.
-        pub pad: u8,
+        /// 1: RTP frames (`bench trgw`): a 12-byte RTP header right after
+        /// the UDP header (V=2, PT 0, SSRC `RTP_SSRC_BASE + flow`,
+        /// sequence number and timestamp from the flow's packet number
+        /// `seq / nflows`), the stamp after it. 0: the stamp right after
+        /// the UDP header.
+        pub rtp: u8,
         /// The sending port: frames of any other interface pass untouched
         /// (the generator is also attached to an idle interface, see
         /// `xdp::tester::Tester::anchor_generator`).
@@ -368,8 +389,8 @@ contract! {
         pub rx_v6: u8,
         /// 1: record each flow's first source address and port.
         pub learn: u8,
-        /// Zero.
-        pub pad: u8,
+        /// 1: the stamp follows a 12-byte RTP header (see `TgenConfig::rtp`).
+        pub rtp: u8,
     }
 }
 
@@ -432,6 +453,10 @@ contract! {
 pub const TESTER_MAGIC_HI: u32 = 0x7636_0000;
 /// Slots of the receiver's latency trend (tenths of a trial).
 pub const TREND_SLOTS: u32 = 10;
+/// RTP frames of the tester: the SSRC of flow `i` is `RTP_SSRC_BASE + i`.
+pub const RTP_SSRC_BASE: u32 = 0x5647_0000;
+/// RTP frames of the tester: bytes of the RTP header before the stamp.
+pub const RTP_HEADER_LEN: u32 = 12;
 
 /// The tester's maps and programs.
 pub mod tester {
@@ -676,6 +701,8 @@ pub const CONSTANTS: &[(&str, u64)] = &[
     ("V6G_COUNTER_MAX", COUNTER_MAX as u64),
     ("V6G_TESTER_MAGIC_HI", TESTER_MAGIC_HI as u64),
     ("V6G_TREND_SLOTS", TREND_SLOTS as u64),
+    ("V6G_RTP_SSRC_BASE", RTP_SSRC_BASE as u64),
+    ("V6G_RTP_HEADER_LEN", RTP_HEADER_LEN as u64),
 ];
 
 #[cfg(test)]
@@ -706,7 +733,8 @@ mod tests {
         assert_eq!(core::mem::size_of::<Nat64Value>(), 48);
         // Same layout as trgw::table::RelayKey, which it mirrors.
         assert_eq!(core::mem::size_of::<RelayKey>(), 20);
-        assert_eq!(core::mem::size_of::<RelayValue>(), 60);
+        // 60 bytes and the per-leg sums (three u16 and padding).
+        assert_eq!(core::mem::size_of::<RelayValue>(), 68);
         assert_eq!(core::mem::size_of::<Eam>(), 24);
         assert_eq!(COUNTER_MAX as usize, Counter::ALL.len());
         let mut labels: Vec<_> = Counter::ALL.iter().map(|c| c.label()).collect();

@@ -8,8 +8,8 @@
 
 use lab::netns::{am_root, Netns};
 use std::net::Ipv4Addr;
-use xdp::tester::{flow_from_frame, Tester, TesterLimits, STAMP_LEN};
-use xdp::types::{TgenConfig, TrecvConfig, TESTER_MAGIC_HI};
+use xdp::tester::{flow_from_frame, Tester, TesterLimits, RTP_HEADER_LEN, STAMP_LEN};
+use xdp::types::{TgenConfig, TrecvConfig, RTP_SSRC_BASE, TESTER_MAGIC_HI};
 use xdp::{action, Mode};
 
 fn csum_ok(data: &[u8]) -> bool {
@@ -54,8 +54,11 @@ fn generator_and_receiver_through_a_veth_pair() {
     std::thread::spawn(body).join().expect("test thread");
 }
 
-fn body() {
-    let ns = Netns::unique("xdp-tester").expect("namespace");
+/// A namespace with the generator's port `ga` (peer `gb`, where the
+/// receiver goes) and an idle pair `gx`/`gy` to anchor the generator on;
+/// the calling thread enters it.
+fn veth_lab(name: &str) -> Netns {
+    let ns = Netns::unique(name).expect("namespace");
     for c in [
         &["link", "add", "ga", "type", "veth", "peer", "name", "gb"][..],
         &["link", "add", "gx", "type", "veth", "peer", "name", "gy"],
@@ -67,16 +70,21 @@ fn body() {
         ns.ip(c).unwrap();
     }
     ns.enter_thread().unwrap();
+    ns
+}
+
+fn body() {
+    let ns = veth_lab("xdp-tester");
     let ga = xdp::sys::if_index("ga").unwrap();
     const N: u64 = 20_000;
     let mut t = Tester::load(TesterLimits { frames: N, flows: 4, sample_ring: 1 << 16 }).unwrap();
     let srcs: Vec<(Ipv4Addr, u16)> = (0..4).map(|i| (Ipv4Addr::new(192, 0, 2, 10 + i), 40000 + u16::from(i))).collect();
     let frames: Vec<Vec<u8>> = srcs.iter().map(|&(a, p)| frame4(a, p, 53, STAMP_LEN + 4)).collect();
-    let flows: Vec<_> = frames.iter().map(|f| flow_from_frame(f).unwrap()).collect();
+    let flows: Vec<_> = frames.iter().map(|f| flow_from_frame(f, false).unwrap()).collect();
     assert!(flows.iter().all(|f| f.1 == 34 && !f.2));
     t.set_flows(&flows.iter().map(|f| f.0).collect::<Vec<_>>()).unwrap();
     let magic = TESTER_MAGIC_HI | 7;
-    let gen = TgenConfig { nflows: 4, magic, udp_off: 34, v6: 0, pad: 0, ifindex: ga };
+    let gen = TgenConfig { nflows: 4, magic, udp_off: 34, v6: 0, rtp: 0, ifindex: ga };
     t.anchor_generator("gx").unwrap();
     t.set_generator(gen).unwrap();
 
@@ -108,7 +116,7 @@ fn body() {
         sample_shift: 4,
         rx_v6: 0,
         learn: 1,
-        pad: 0,
+        rtp: 0,
     };
     t.set_receiver(rx).unwrap();
     for _ in 0..4 {
@@ -149,4 +157,89 @@ fn body() {
     t.detach_receiver().unwrap();
     drop(t);
     drop(ns);
+}
+
+/// RTP frames (`bench trgw --tester xdp`): every frame carries a valid
+/// RTP header for its flow (V=2, PT 0, the flow's SSRC, the flow's own
+/// sequence number and a timestamp 160 samples apart), the stamp after
+/// it, a valid UDP checksum; the receiver finds the stamp after the RTP
+/// header and its bitmap tells which frames arrived.
+#[test]
+fn rtp_frames_and_the_seen_bitmap() {
+    assert!(am_root(), "the XDP tester tests need root");
+    std::thread::spawn(rtp_body).join().expect("test thread");
+}
+
+fn rtp_body() {
+    let ns = veth_lab("xdp-tester-rtp");
+    let ga = xdp::sys::if_index("ga").unwrap();
+    const FLOWS: u32 = 3;
+    const N: u64 = 3 * 700; // RTP sequence numbers stay below 2^16 here; wrap is covered in bench
+    let mut t = Tester::load(TesterLimits { frames: N, flows: FLOWS, sample_ring: 1 << 16 }).unwrap();
+    let frames: Vec<Vec<u8>> = (0..FLOWS as u8)
+        .map(|i| frame4(Ipv4Addr::new(192, 0, 2, 20 + i), 30000 + u16::from(i), 20000, RTP_HEADER_LEN + 160))
+        .collect();
+    let flows: Vec<_> = frames.iter().map(|f| flow_from_frame(f, true).unwrap()).collect();
+    assert!(flow_from_frame(&frame4(Ipv4Addr::LOCALHOST, 1, 2, STAMP_LEN), true).is_err(), "no room for RTP");
+    t.set_flows(&flows.iter().map(|f| f.0).collect::<Vec<_>>()).unwrap();
+    let magic = TESTER_MAGIC_HI | 9;
+    let gen = TgenConfig { nflows: FLOWS, magic, udp_off: 34, v6: 0, rtp: 1, ifindex: ga };
+    t.anchor_generator("gx").unwrap();
+    t.set_generator(gen).unwrap();
+    for k in 0..7u32 {
+        let (act, f) = t.build_frame(&frames[0], ga).unwrap();
+        assert_eq!(act, action::TX);
+        let (flow, n) = (k % FLOWS, k / FLOWS);
+        assert_eq!(f[26..30], frames[flow as usize][26..30], "the flow's source address");
+        assert!(udp_checksum_ok4(&f), "UDP checksum of frame {k}");
+        let rtp = &f[42..54];
+        assert_eq!(rtp[0..2], [0x80, 0x00], "V=2, PT 0");
+        assert_eq!(u16::from_be_bytes([rtp[2], rtp[3]]), n as u16, "RTP sequence number");
+        assert_eq!(u32::from_be_bytes(rtp[4..8].try_into().unwrap()), n * 160, "RTP timestamp");
+        assert_eq!(u32::from_be_bytes(rtp[8..12].try_into().unwrap()), RTP_SSRC_BASE + flow, "SSRC");
+        let st = &f[54..54 + STAMP_LEN];
+        assert_eq!(u32::from_be_bytes(st[8..12].try_into().unwrap()), k, "frame sequence number");
+        assert_eq!(u16::from_be_bytes([st[12], st[13]]), flow as u16);
+        assert_eq!(u32::from_be_bytes(st[14..18].try_into().unwrap()), magic);
+        assert!(f[54 + STAMP_LEN..].iter().all(|&b| b == 0), "the rest of the payload is zero");
+    }
+    t.set_generator(gen).unwrap();
+    t.attach_receiver("gb", Mode::Native).unwrap();
+    let rx = TrecvConfig {
+        budget_ns: 1_000_000_000,
+        magic,
+        total: N as u32,
+        nflows: 0,
+        sample_shift: 0,
+        rx_v6: 0,
+        learn: 0,
+        rtp: 1,
+    };
+    t.set_receiver(rx).unwrap();
+    // Everything but the last 5 frames.
+    t.generate(&frames[0], ga, (N - 5) as u32, 64).unwrap();
+    let c = wait_received(&t, N - 5);
+    assert_eq!((c.received, c.dup, c.foreign), (N - 5, 0, 0), "{c:?}");
+    let seen = t.seen().unwrap();
+    assert_eq!(seen.len() as u64, N.div_ceil(64));
+    let ones: u64 = seen.iter().map(|w| u64::from(w.count_ones())).sum();
+    assert_eq!(ones, N - 5);
+    for seq in N - 5..N {
+        assert_eq!(seen[(seq / 64) as usize] >> (seq % 64) & 1, 0, "frame {seq} was not sent");
+    }
+    t.detach_receiver().unwrap();
+    drop(t);
+    drop(ns);
+}
+
+/// Waits (up to 5 s) until the receiver counted `n` first arrivals.
+fn wait_received(t: &Tester, n: u64) -> xdp::types::TrecvCounts {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let c = t.counts().unwrap();
+        if c.received >= n || std::time::Instant::now() > deadline {
+            return c;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }

@@ -45,6 +45,9 @@ pub fn run_trial(spec: &TrialSpec) -> Result<TrialResult> {
     if spec.flows.is_empty() || spec.rate_pps <= 0.0 {
         bail!("a trial needs at least one flow and a positive rate");
     }
+    if spec.rtp || spec.per_flow {
+        bail!("the AF_PACKET tester sends no RTP frames and keeps no per-flow loss (the XDP tester does)");
+    }
     let stop_at = Arc::new(AtomicU64::new(u64::MAX));
     let abort = Arc::new(AtomicBool::new(false));
     let (ready_tx, ready_rx) = mpsc::channel::<Result<()>>();
@@ -79,7 +82,7 @@ pub fn run_trial(spec: &TrialSpec) -> Result<TrialResult> {
     let got = receiver.join().map_err(|_| anyhow!("receiver thread panicked"))?;
     let sent = sent?;
     let (tally, seen_src) = got?;
-    Ok(TrialResult { outcome: tally.outcome(&sent, spec.flows.len()), seen_src })
+    Ok(TrialResult { outcome: tally.outcome(&sent, spec.flows.len()), seen_src, flow_loss: None })
 }
 
 fn enter(port: &Port, rx: bool) -> Result<OwnedFd> {

@@ -17,7 +17,9 @@
 //!   gets a [`Backend`] value, nothing else.
 //! - The UDP stream tester ([`udp`], for `bench trgw`): RTP [`probe`]s
 //!   from UDP sockets, through a media relay that latches on the sockets'
-//!   addresses.
+//!   addresses. `bench trgw --tester xdp` sends the same streams as RTP
+//!   frames from the XDP backend instead ([`TrialSpec::rtp`], loss per
+//!   stream in [`FlowLoss`]).
 
 pub mod afpacket;
 pub mod frame;
@@ -32,7 +34,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-pub use tally::{Counted, Outcome, SendStats, Tally, Verdict};
+pub use tally::{Counted, FlowLoss, Outcome, SendStats, Tally, Verdict};
 
 /// One end of a frame trial: namespace and interface.
 #[derive(Debug, Clone)]
@@ -72,6 +74,23 @@ pub struct TrialSpec {
     /// Count only received frames of this IP version (true: IPv6), so a
     /// frame that bypassed the translator is never taken for a translated one.
     pub rx_v6: bool,
+    /// RTP frames (`bench trgw`): the templates leave room for a 12-byte
+    /// RTP header after the UDP header, which the backend fills per frame
+    /// (the flow's SSRC, sequence number and timestamp); the stamp follows
+    /// it. Only the XDP backend sends them.
+    pub rtp: bool,
+    /// Account loss per flow after the trial ([`FlowLoss`]).
+    pub per_flow: bool,
+    /// Shortest gap between two send calls of the XDP backend (frames due
+    /// meanwhile go in one call); `None`: its default (20 µs).
+    pub min_wake: Option<Duration>,
+    /// How long past the schedule's end the XDP backend keeps sending the
+    /// frames still due (`None`: 1 ms); what is left then is not sent
+    /// (the shortfall shows in the achieved rate).
+    pub overrun: Option<Duration>,
+    /// Run the sending thread with SCHED_FIFO (`--realtime`), so that other
+    /// work on a shared machine cannot take its CPU (the XDP backend).
+    pub realtime: bool,
 }
 
 /// What one frame trial measured.
@@ -82,6 +101,8 @@ pub struct TrialResult {
     /// Per flow: the source address and port the receiver saw first (with
     /// `learn`).
     pub seen_src: Vec<Option<(IpAddr, u16)>>,
+    /// Loss per flow (with `per_flow`).
+    pub flow_loss: Option<FlowLoss>,
 }
 
 /// A frame tester backend: runs one trial of [`TrialSpec`] between two

@@ -243,6 +243,52 @@ impl Outcome {
     }
 }
 
+/// Loss per flow of a trial whose frames cycle through the flows in
+/// order (frame `seq` belongs to flow `seq % flows`, the flow's packet
+/// `seq / flows`), from the receiver's bitmap of first arrivals (late
+/// ones included: a late packet is lost in the [`Outcome`], not here).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct FlowLoss {
+    /// Flows (media streams) in the trial.
+    pub flows: usize,
+    /// Flows that missed at least one packet.
+    pub with_loss: usize,
+    /// Packets the worst flow missed.
+    pub worst_missing: u64,
+    /// That flow's index (the first one, when several missed as many).
+    pub worst_flow: Option<usize>,
+}
+
+impl FlowLoss {
+    /// Accounts `total` frames sent round-robin over `flows` flows, given
+    /// the bitmap `seen` (bit `seq % 64` of word `seq / 64`; words past the
+    /// end of the bitmap count as unseen).
+    pub fn from_bitmap(seen: &[u64], total: u64, flows: usize) -> FlowLoss {
+        if flows == 0 {
+            return FlowLoss::default();
+        }
+        let mut missing = vec![0u64; flows];
+        let mut flow = 0usize;
+        for seq in 0..total {
+            let w = seen.get((seq / 64) as usize).copied().unwrap_or(0);
+            if w >> (seq % 64) & 1 == 0 {
+                missing[flow] += 1;
+            }
+            flow += 1;
+            if flow == flows {
+                flow = 0;
+            }
+        }
+        let worst = missing.iter().enumerate().max_by_key(|&(i, &m)| (m, std::cmp::Reverse(i)));
+        FlowLoss {
+            flows,
+            with_loss: missing.iter().filter(|&&m| m > 0).count(),
+            worst_missing: worst.map_or(0, |w| *w.1),
+            worst_flow: worst.filter(|w| *w.1 > 0).map(|w| w.0),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -303,6 +349,30 @@ mod tests {
             flat.record(i, 0, 1_000_000);
         });
         assert!(flat.outcome(&sent(100), 1).passes());
+    }
+
+    #[test]
+    fn loss_per_flow_from_the_bitmap() {
+        // 3 flows, 10 packets each: frames 0..30, flow = seq % 3.
+        let set = |bits: &[u64]| {
+            let mut w = vec![0u64; 1];
+            (0..30).filter(|s| !bits.contains(s)).for_each(|s| w[0] |= 1 << s);
+            w
+        };
+        assert_eq!(
+            FlowLoss::from_bitmap(&set(&[]), 30, 3),
+            FlowLoss { flows: 3, with_loss: 0, worst_missing: 0, worst_flow: None }
+        );
+        // Flow 1 misses packets 0 and 9 (frames 1, 28), flow 2 one (frame 5).
+        assert_eq!(
+            FlowLoss::from_bitmap(&set(&[1, 28, 5]), 30, 3),
+            FlowLoss { flows: 3, with_loss: 2, worst_missing: 2, worst_flow: Some(1) }
+        );
+        // A tie goes to the first flow; a short bitmap means unseen.
+        assert_eq!(FlowLoss::from_bitmap(&set(&[4, 5]), 30, 3).worst_flow, Some(1));
+        let l = FlowLoss::from_bitmap(&[u64::MAX], 100, 4);
+        assert_eq!((l.with_loss, l.worst_missing), (4, 9), "frames 64..100 missing: 9 per flow");
+        assert_eq!(FlowLoss::from_bitmap(&[], 10, 0), FlowLoss::default());
     }
 
     #[test]

@@ -36,7 +36,7 @@ use xdp::tester::{flow_from_frame, Tester, TesterLimits};
 use xdp::types::{TgenConfig, TrecvConfig, TREND_SLOTS};
 use xdp::Mode;
 
-use super::{frame, Counted, FrameTester, Port, SendStats, Tally, TrialResult, TrialSpec};
+use super::{frame, Counted, FlowLoss, FrameTester, Port, SendStats, Tally, TrialResult, TrialSpec};
 use crate::harness::clock::{now_ns, Pacer};
 use crate::harness::cpu;
 
@@ -90,7 +90,7 @@ fn trial(spec: &TrialSpec) -> Result<TrialResult> {
     if spec.flows.is_empty() || spec.rate_pps <= 0.0 {
         bail!("a trial needs at least one flow and a positive rate");
     }
-    let flows = flows(&spec.flows)?;
+    let flows = flows(&spec.flows, spec.rtp)?;
     let (udp_off, v6) = (flows[0].1, flows[0].2);
     if flows.iter().any(|f| (f.1, f.2) != (udp_off, v6)) {
         bail!("the XDP tester sends frames of one layout per trial");
@@ -118,17 +118,17 @@ fn trial(spec: &TrialSpec) -> Result<TrialResult> {
         sample_shift: shift,
         rx_v6: u8::from(spec.rx_v6),
         learn: u8::from(spec.learn),
-        pad: 0,
+        rtp: u8::from(spec.rtp),
     };
     t.set_receiver(rx)?;
 
     // The generator, in the sending namespace.
     Netns::attach(&spec.tx.ns).enter_thread()?;
-    cpu::pin_thread(&spec.tx.cpus)?;
+    cpu::setup_thread(&spec.tx.cpus, spec.realtime)?;
     let ifindex = xdp::sys::if_index(&spec.tx.ifname)
         .ok_or_else(|| anyhow!("no interface {} in {}", spec.tx.ifname, spec.tx.ns))?;
     anchor(&mut t, &spec.tx)?;
-    t.set_generator(TgenConfig { nflows, magic, udp_off, v6: u8::from(v6), pad: 0, ifindex })?;
+    t.set_generator(TgenConfig { nflows, magic, udp_off, v6: u8::from(v6), rtp: u8::from(spec.rtp), ifindex })?;
     let sent = send(&t, spec, ifindex);
     // Close the receiver at the end of the drain, also when sending failed.
     std::thread::sleep(spec.drain);
@@ -156,8 +156,15 @@ fn trial(spec: &TrialSpec) -> Result<TrialResult> {
     } else {
         Vec::new()
     };
+    // Over the frames sent: a generator that fell behind stops at the
+    // trial's end (its shortfall shows in the achieved rate), and what it
+    // never sent is not the device's loss.
+    let flow_loss = match spec.per_flow {
+        true => Some(FlowLoss::from_bitmap(&t.seen()?, sent.sent, spec.flows.len())),
+        false => None,
+    };
     t.detach_receiver()?;
-    Ok(TrialResult { outcome: tally.outcome(&sent, spec.flows.len()), seen_src })
+    Ok(TrialResult { outcome: tally.outcome(&sent, spec.flows.len()), seen_src, flow_loss })
 }
 
 /// An idle veth pair in the sending namespace to anchor the generator on
@@ -177,8 +184,8 @@ fn anchor(t: &mut Tester, port: &Port) -> Result<()> {
 
 type Flow = (xdp::types::TgenFlow, u16, bool);
 
-fn flows(templates: &Arc<Vec<frame::Template>>) -> Result<Vec<Flow>> {
-    templates.iter().map(|tpl| flow_from_frame(tpl.bytes()).map_err(|e| anyhow!("{e}"))).collect()
+fn flows(templates: &Arc<Vec<frame::Template>>, rtp: bool) -> Result<Vec<Flow>> {
+    templates.iter().map(|tpl| flow_from_frame(tpl.bytes(), rtp).map_err(|e| anyhow!("{e}"))).collect()
 }
 
 /// Paces the trial's frames: each wake-up sends the frames due in one call.
@@ -187,9 +194,11 @@ fn send(t: &Tester, spec: &TrialSpec, ifindex: u32) -> Result<SendStats> {
     let ns_per_frame = 1e9 / spec.rate_pps;
     let t0 = now_ns();
     let mut pacer = Pacer::new(t0, ns_per_frame, spec.frames)
-        .min_wake(MIN_WAKE_NS)
+        .min_wake(spec.min_wake.map_or(MIN_WAKE_NS, |d| d.as_nanos() as u64))
         .spin(50_000)
-        .deadline(t0 + (spec.frames as f64 * ns_per_frame) as u64 + 1_000_000);
+        .deadline(
+            t0 + (spec.frames as f64 * ns_per_frame) as u64 + spec.overrun.map_or(1_000_000, |d| d.as_nanos() as u64),
+        );
     let mut st = SendStats::default();
     while let Some(due) = pacer.wait() {
         let n = due.min(MAX_BURST);

@@ -119,6 +119,13 @@ pub struct Args {
     /// The v6gate binary (default: this one).
     #[arg(long)]
     pub v6gate: Option<PathBuf>,
+    /// `[tun] busy-poll` of the v6gate TUN engines (NAT64, NAT-PT, the
+    /// softwires and their B4s: `--busy-poll` of `v6gate softwire`): "0s"
+    /// (default) is the default daemon, whose threads sleep and are woken
+    /// by each packet; e.g. "1ms" keeps them spinning between packets
+    /// (docs/daemon.md).
+    #[arg(long, default_value = "0s")]
+    pub busy_poll: String,
 }
 
 /// One mechanism's results.
@@ -161,6 +168,8 @@ pub struct Report {
     pub kernel: String,
     /// Load average at the start (the machine may be shared).
     pub loadavg: String,
+    /// `--busy-poll` of the v6gate TUN engines.
+    pub busy_poll: String,
     /// Results in order.
     pub results: Vec<MechResult>,
 }
@@ -306,13 +315,16 @@ fn servers(s: &Netns, stop: &Arc<AtomicBool>) -> Result<Servers> {
     Ok((hs, rx))
 }
 
-fn v6gate(bin: &Path, ns: &Netns, work: &Path, name: &str, sub: &str, config: &str) -> Result<Proc> {
+fn v6gate(bin: &Path, ns: &Netns, work: &Path, name: &str, sub: &str, config: &str, busy_poll: &str) -> Result<Proc> {
     let cfg = work.join(format!("{name}.toml"));
     std::fs::write(&cfg, config)?;
     let mut c = ns.command(&bin.to_string_lossy());
     c.args([sub, "--config"]).arg(&cfg);
     if sub != "run" {
         c.arg("--status-file").arg(work.join(format!("{name}.json")));
+    }
+    if sub == "softwire" {
+        c.args(["--busy-poll", busy_poll]);
     }
     c.env("RUST_LOG", "warn");
     Proc::spawn(&format!("v6gate {sub} ({name})"), c, Some(&work.join(format!("{name}.log"))))
@@ -324,7 +336,8 @@ fn socat(ns: &Netns, work: &Path, args: &[&str]) -> Result<Proc> {
     Proc::spawn("socat", c, Some(&work.join(format!("socat-{}.log", args[0].replace([':', ',', '[', ']'], "_")))))
 }
 
-fn build(m: Mech, bin: &Path, work: &Path) -> Result<Bed> {
+fn build(m: Mech, bin: &Path, work: &Path, busy_poll: &str) -> Result<Bed> {
+    let v6gate = |ns: &Netns, name: &str, sub: &str, config: &str| v6gate(bin, ns, work, name, sub, config, busy_poll);
     let c = ns("c")?;
     let g = ns("g")?;
     let s = ns("s")?;
@@ -357,21 +370,24 @@ fn build(m: Mech, bin: &Path, work: &Path) -> Result<Bed> {
                     mode: (m == Mech::Natpt).then(|| "natpt".to_string()),
                     ..Default::default()
                 }),
-                tun: Some(gateconf::Tun { name: "v6gate0".into(), queues: Some(1), ..Default::default() }),
+                tun: Some(
+                    gateconf::Tun { name: "v6gate0".into(), queues: Some(1), ..Default::default() }
+                        .with_lines(&[format!("busy-poll = \"{busy_poll}\"")])?,
+                ),
                 admin: Some(gateconf::Admin { enabled: Some(false), listen: None }),
                 ..Default::default()
             }
             .render()?;
-            procs.push(v6gate(bin, &g, work, m.name(), "run", &cfg)?);
+            procs.push(v6gate(&g, m.name(), "run", &cfg)?);
             v6target
         }
         Mech::Trt => {
-            procs.push(v6gate(bin, &g, work, "trt", "trt", "[trt]\nprefix = \"64:ff9b:1::/96\"\n")?);
+            procs.push(v6gate(&g, "trt", "trt", "[trt]\nprefix = \"64:ff9b:1::/96\"\n")?);
             v6target
         }
         Mech::TrtSockmap => {
             let cfg = "[trt]\nprefix = \"64:ff9b:1::/96\"\ncopy = \"sockmap\"\n";
-            procs.push(v6gate(bin, &g, work, "trt-sockmap", "trt", cfg)?);
+            procs.push(v6gate(&g, "trt-sockmap", "trt", cfg)?);
             v6target
         }
         Mech::Socat => {
@@ -386,9 +402,9 @@ fn build(m: Mech, bin: &Path, work: &Path) -> Result<Bed> {
         Mech::Dslite => {
             b4_routes(&g)?;
             let aftr = "[dslite]\naftr-address = \"2001:db8:ffff::1\"\nb4-prefixes = [\"2001:db8:2::/48\"]\npool4 = [\"203.0.113.1/32\"]\nlog-mappings = false\nmax-ports-per-subscriber = 65536\n";
-            procs.push(v6gate(bin, &g, work, "aftr", "softwire", aftr)?);
+            procs.push(v6gate(&g, "aftr", "softwire", aftr)?);
             let b4 = "[b4]\nmode = \"ds-lite\"\naddress = \"2001:db8:2::2\"\naftr = \"2001:db8:ffff::1\"\nhost-address = \"192.0.0.2\"\nroutes = [\"198.51.100.0/24\"]\n";
-            procs.push(v6gate(bin, &c, work, "b4", "softwire", b4)?);
+            procs.push(v6gate(&c, "b4", "softwire", b4)?);
             v4target
         }
         Mech::Lw4o6 => {
@@ -396,9 +412,9 @@ fn build(m: Mech, bin: &Path, work: &Path) -> Result<Bed> {
             let bindings = work.join("bindings");
             std::fs::write(&bindings, "2001:db8:2::2 203.0.113.1 1 6\n")?;
             let lw = format!("[lw4o6]\naftr-address = \"2001:db8:ffff::1\"\nbinding-file = \"{}\"\nipv4-prefixes = [\"203.0.113.0/24\"]\n", bindings.display());
-            procs.push(v6gate(bin, &g, work, "lwaftr", "softwire", &lw)?);
+            procs.push(v6gate(&g, "lwaftr", "softwire", &lw)?);
             let b4 = "[b4]\nmode = \"lw4o6\"\naddress = \"2001:db8:2::2\"\naftr = \"2001:db8:ffff::1\"\nipv4-address = \"203.0.113.1\"\npsid = 1\npsid-length = 6\nhost-address = \"192.168.1.2\"\nroutes = [\"198.51.100.0/24\"]\n";
-            procs.push(v6gate(bin, &c, work, "lwb4", "softwire", b4)?);
+            procs.push(v6gate(&c, "lwb4", "softwire", b4)?);
             v4target
         }
         Mech::Dstm => {
@@ -407,10 +423,10 @@ fn build(m: Mech, bin: &Path, work: &Path) -> Result<Bed> {
                 "[lw4o6]\naftr-address = \"2001:db8:ffff::1\"\n[lw4o6.dstm]\npool = [\"203.0.113.0/29\"]\nlisten = \"[2001:db8:1::1]:4739\"\nlease-file = \"{}\"\n",
                 work.join("leases").display()
             );
-            procs.push(v6gate(bin, &g, work, "tep", "softwire", &tep)?);
+            procs.push(v6gate(&g, "tep", "softwire", &tep)?);
             std::thread::sleep(Duration::from_millis(300));
             let b4 = "[b4]\nmode = \"dstm\"\naddress = \"2001:db8:2::2\"\nlease-server = \"[2001:db8:1::1]:4739\"\nroutes = [\"198.51.100.0/24\"]\n";
-            procs.push(v6gate(bin, &c, work, "dstm-b4", "softwire", b4)?);
+            procs.push(v6gate(&c, "dstm-b4", "softwire", b4)?);
             v4target
         }
     };
@@ -537,6 +553,7 @@ pub fn run(a: &Args) -> Result<Report> {
         bail!("bench transition needs root (network namespaces, TUN devices, tproxy)");
     }
     let bin = peers::v6gate(a.v6gate.as_deref())?;
+    confval::duration::parse(&a.busy_poll).map_err(|e| anyhow::anyhow!("--busy-poll: {e}"))?;
     let out = Outputs::create(&a.out)?;
     let guard =
         RunGuard::new(PREFIX, std::env::temp_dir().join(format!("v6gate-bench-transition-{}", std::process::id())))?;
@@ -554,7 +571,7 @@ pub fn run(a: &Args) -> Result<Report> {
             });
             continue;
         }
-        let r = build(m, &bin, &work).and_then(|bed| {
+        let r = build(m, &bin, &work, &a.busy_poll).and_then(|bed| {
             let r = measure(&bed, a);
             drop(bed);
             r
@@ -589,6 +606,7 @@ pub fn run(a: &Args) -> Result<Report> {
         cpus: crate::report::online_cpus(),
         kernel: crate::report::kernel_release(),
         loadavg: load,
+        busy_poll: a.busy_poll.clone(),
         results,
     };
     report::write(&rep, out)?;

@@ -68,8 +68,8 @@ pub fn markdown(r: &Report) -> String {
         "# v6gate bench transition\n\nThe NAT-PT / TRT / DSTM comparison paper's measurements, one testbed per \
          mechanism (client — gateway — IPv4-only server in network namespaces): {} s of bulk TCP, {} new TCP \
          sessions (connect, one byte each way), {} UDP echoes. {} online CPUs, kernel {}, load average at the \
-         start {} (the machine may be shared: timings are noisy).\n",
-        r.seconds, r.sessions, r.pings, r.cpus, r.kernel, r.loadavg
+         start {} (the machine may be shared: timings are noisy). v6gate TUN engines' busy-poll: {}.\n",
+        r.seconds, r.sessions, r.pings, r.cpus, r.kernel, r.loadavg, r.busy_poll
     );
     let native = find(r, "ipv4");
     let _ = writeln!(s, "## Session initiation (the paper's Table 1)\n");
@@ -230,6 +230,7 @@ mod tests {
             cpus: 2,
             kernel: "6.x".into(),
             loadavg: "1 1 1".into(),
+            busy_poll: "0s".into(),
             results: vec![
                 m("ipv4", 1000.0, 100),
                 m("trt", 900.0, 140),

@@ -14,6 +14,7 @@
 
 mod relay;
 mod report;
+pub mod xdp;
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -34,9 +35,9 @@ use crate::harness::{cpu, peers};
 use crate::ng;
 use crate::report::Outputs;
 use crate::tester::udp::{self, Load, Stream};
-use crate::tester::{probe, Outcome};
+use crate::tester::{probe, FlowLoss, Outcome};
 
-pub use relay::{rtpengine_args, sdp, v6gate_config, wait_for_ng};
+pub use relay::{rtpengine_args, sdp, v6gate_config, wait_for_ng, with_trgw_opts};
 pub use report::{markdown, zero_loss};
 
 /// Media direction of a trial.
@@ -93,6 +94,20 @@ impl RelayKind {
             RelayKind::Rtpengine => "rtpengine",
         }
     }
+}
+
+/// The media tester of `bench trgw`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TesterKind {
+    /// UDP sockets (`sendmmsg`/`recvmmsg`): every direction, including
+    /// `both`; its own ceiling is a few thousand calls.
+    #[default]
+    Udp,
+    /// RTP frames from the XDP generator (`BPF_PROG_RUN` live frames),
+    /// counted by an XDP receiver: hundreds of thousands of packets/s,
+    /// one direction per trial (v6v4, v4v6). Needs native XDP on veth.
+    Xdp,
 }
 
 /// `v6gate bench trgw`: G.711 calls through a media relay (the NICI TrGW test).
@@ -176,17 +191,47 @@ pub struct Args {
     /// per stream (at most), no search.
     #[arg(long)]
     pub quick: bool,
+    /// The media tester: `udp` (sockets) or `xdp` (RTP frames generated
+    /// and counted in XDP, for relays beyond the socket tester's few
+    /// thousand calls). With `xdp` and the defaults left alone: directions
+    /// v6v4,v4v6, calls 1000,5000,10000,15000, search from 1000 up to
+    /// 32000 calls.
+    #[arg(long, value_enum, default_value_t = TesterKind::Udp)]
+    pub tester: TesterKind,
+    /// An extra `key=value` for the `[trgw]` section of both v6gate
+    /// relays' configuration (repeatable; the value is TOML, a bare word
+    /// is taken as a string), e.g. `--v6gate-trgw-opt sockets=shared`.
+    /// rtpengine is not affected.
+    #[arg(long = "v6gate-trgw-opt", value_name = "KEY=VALUE")]
+    pub v6gate_trgw_opts: Vec<String>,
 }
 
+/// `--calls`' default.
+const DEFAULT_CALLS: [u32; 6] = [100, 250, 500, 1000, 1500, 2000];
+
 impl Args {
-    /// Applies `--quick` and `--full`.
+    /// Applies `--quick`, `--full` and `--tester xdp`'s defaults.
     pub fn effective(&self) -> Args {
         let mut a = self.clone();
         if a.full {
             a.packets = 10_000;
         }
+        if a.tester == TesterKind::Xdp {
+            if a.directions == [Direction::V6v4, Direction::V4v6, Direction::Both] {
+                a.directions = vec![Direction::V6v4, Direction::V4v6];
+            }
+            if !a.quick && a.calls == DEFAULT_CALLS {
+                a.calls = vec![1000, 5000, 10_000, 15_000];
+            }
+            if a.search_start == 250 {
+                a.search_start = 1000;
+            }
+            if a.max_calls == 8000 {
+                a.max_calls = 32_000;
+            }
+        }
         if a.quick {
-            if a.calls == [100, 250, 500, 1000, 1500, 2000] {
+            if a.calls == DEFAULT_CALLS {
                 a.calls = vec![50, 200];
             }
             a.packets = a.packets.min(200);
@@ -211,6 +256,17 @@ pub struct Trial {
     /// on the slow path).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fast_path: Option<FastPath>,
+    /// The XDP tester: loss per media stream (from its receiver's bitmap).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stream_loss: Option<FlowLoss>,
+    /// Packets the tester did not send in the trial's time (it fell
+    /// behind by more than a budget: tester-bound). Non-zero fails the
+    /// trial: the relay was not offered the load.
+    pub unsent: u64,
+    /// Why no media ran: the relay could not set up the calls (e.g. out
+    /// of descriptors or ports). The trial counts as failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
     #[serde(flatten)]
     pub outcome: Outcome,
 }
@@ -258,6 +314,7 @@ pub struct Report {
     pub relay_cpus: String,
     pub relay_threads: usize,
     pub realtime: bool,
+    pub tester: TesterKind,
     pub sockets_per_side: usize,
     pub batch: usize,
     pub online_cpus: usize,
@@ -266,6 +323,10 @@ pub struct Report {
     pub ceiling: Option<Device>,
     pub relays: Vec<Device>,
     pub notes: Vec<String>,
+    /// The run's namespace name prefix (`v6gate-bt-PID-N`; all removed at
+    /// the end).
+    #[serde(skip)]
+    pub namespace_prefix: String,
 }
 
 /// Ethernet frame sizes of the probes (the paper's 214 and 234 bytes).
@@ -330,8 +391,16 @@ fn trial(ctx: &Ctx, topo: &RelayTopo, relay: Relay, dir: Direction, n: u32, pack
         Some((kind, bin)) => {
             let mut p = relay::start(ctx, topo, kind, bin, &format!("{}-{n}", dir.key()))?;
             let mut client = topo.relay.run(|| ng::Client::connect(NG.parse()?))?;
-            let dst = relay::setup_calls(&mut client, n, &p6, &p4)
-                .map_err(|e| anyhow!("{e:#}\nrelay log:\n{}", p.log_tail()))?;
+            let dst = match relay::setup_calls(&mut client, n, &p6, &p4) {
+                Ok(d) => d,
+                // A relay that refuses calls but runs on: a failed trial
+                // with a note (the search goes on below), not an error.
+                Err(e) if p.alive().is_ok() => {
+                    let note = format!("the relay could not set up {n} calls: {e:#}");
+                    return Ok(Trial::not_run(n, packets, setup_start.elapsed().as_secs_f64(), note));
+                }
+                Err(e) => return Err(anyhow!("{e:#}\nrelay log:\n{}", p.log_tail())),
+            };
             p.alive()?;
             (Some(p), dst)
         }
@@ -354,7 +423,23 @@ fn trial(ctx: &Ctx, topo: &RelayTopo, relay: Relay, dir: Direction, n: u32, pack
     };
     let cpu0 = proc_.as_ref().and_then(Proc::cpu_seconds);
     let t = Instant::now();
-    let outcome = udp::run(&[s6, s4], &load)?;
+    let (outcome, stream_loss) = match ctx.args.tester {
+        TesterKind::Udp => (udp::run(&[s6, s4], &load)?, None),
+        TesterKind::Xdp => {
+            let (o, l) = xdp::media(&xdp::Media {
+                topo,
+                dir,
+                dst: &dst,
+                socks: [&s6, &s4],
+                packets,
+                budget_ms: ctx.args.budget_ms,
+                tester_cpus: &ctx.tester_cpus,
+                xdp_relay: matches!(relay, Some((RelayKind::V6gateXdp, _))),
+                realtime: ctx.args.realtime,
+            })?;
+            (o, Some(l))
+        }
+    };
     let wall = t.elapsed().as_secs_f64();
     let cpu1 = proc_.as_ref().and_then(Proc::cpu_seconds);
     let relay_cpu = cpu0.zip(cpu1).map(|(a, b)| (b - a).max(0.0) / wall);
@@ -368,7 +453,37 @@ fn trial(ctx: &Ctx, topo: &RelayTopo, relay: Relay, dir: Direction, n: u32, pack
         }
         _ => None,
     };
-    Ok(Trial { calls: n, packets, passed: outcome.passes(), setup_s, relay_cpu, fast_path, outcome })
+    let unsent = (outcome.streams as u64 * u64::from(packets)).saturating_sub(outcome.sent);
+    Ok(Trial {
+        calls: n,
+        packets,
+        passed: outcome.passes() && unsent == 0,
+        setup_s,
+        relay_cpu,
+        fast_path,
+        stream_loss,
+        unsent,
+        note: None,
+        outcome,
+    })
+}
+
+impl Trial {
+    /// A trial whose media did not run (`note` says why): failed.
+    fn not_run(calls: u32, packets: u32, setup_s: f64, note: String) -> Trial {
+        Trial {
+            calls,
+            packets,
+            passed: false,
+            setup_s,
+            relay_cpu: None,
+            fast_path: None,
+            stream_loss: None,
+            unsent: 0,
+            note: Some(note),
+            outcome: Outcome::default(),
+        }
+    }
 }
 
 /// The search for the maximum zero-loss number of calls: doubling from
@@ -407,6 +522,10 @@ fn search(
 }
 
 fn print_trial(who: &str, dir: Direction, t: &Trial) {
+    if let Some(n) = &t.note {
+        eprintln!("  {who:<9} {:<15} {:>5} calls: not run: {n}  [fail]", dir.label(), t.calls);
+        return;
+    }
     let o = &t.outcome;
     let l = &o.latency;
     eprintln!(
@@ -425,8 +544,29 @@ fn print_trial(who: &str, dir: Direction, t: &Trial) {
         us(o.send_lag.p99_ns),
         if t.passed { "" } else { "  [fail]" },
     );
+    if t.unsent > 0 {
+        eprintln!(
+            "  {who:<9} {:<15} {:>5} calls: TESTER-BOUND: {} of {} packets not sent in the trial's time ({:.0} packets/s sent)",
+            dir.label(),
+            t.calls,
+            t.unsent,
+            t.unsent + o.sent,
+            o.sent_pps
+        );
+    }
     if let Some(f) = &t.fast_path {
         eprintln!("  {who:<9} {:<15} {:>5} calls: {f}", dir.label(), t.calls);
+    }
+    if let Some(l) = t.stream_loss.as_ref().filter(|l| l.with_loss > 0) {
+        eprintln!(
+            "  {who:<9} {:<15} {:>5} calls: {} of {} streams lost packets (worst: stream {} missed {})",
+            dir.label(),
+            t.calls,
+            l.with_loss,
+            l.flows,
+            l.worst_flow.unwrap_or(0),
+            l.worst_missing
+        );
     }
 }
 
@@ -484,17 +624,19 @@ pub fn run(args: Args) -> Result<Report> {
         bail!("--relay-cpus is empty");
     }
     let v6gate_bin = peers::v6gate(args.v6gate_bin.as_deref())?;
+    // A bad --v6gate-trgw-opt fails the run before it starts.
+    relay::with_trgw_opts(&relay::v6gate_config(RELAY4, RELAY6, relay::PORTS, 1)?, &args.v6gate_trgw_opts)?;
     let (nofile, nofile_note) = relay::raise_nofile()?;
     // Created first: an output directory that cannot be written fails the
     // run before it starts, not after it.
     let mut out = Outputs::create(&args.out)?;
     // The namespaces and the relays' configurations and logs go with the
     // guard, however the run ends.
-    let prefix = format!("v6gate-bt-{}", std::process::id());
-    let guard = RunGuard::new(
-        &format!("{prefix}-"),
-        std::env::temp_dir().join(format!("v6gate-bench-trgw-{}", std::process::id())),
-    )?;
+    // Unique per run, also between runs of one process (tests run side by side).
+    static RUN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let run_id = format!("{}-{}", std::process::id(), RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    let prefix = format!("v6gate-bt-{run_id}");
+    let guard = RunGuard::new(&format!("{prefix}-"), std::env::temp_dir().join(format!("v6gate-bench-trgw-{run_id}")))?;
     let relay_threads = args.relay_threads.unwrap_or(relay_cpus.len());
     let ctx = Ctx { args: &args, tester_cpus, relay_threads, work: guard.work(), v6gate_bin };
     let mut notes = vec![format!(
@@ -521,8 +663,18 @@ pub fn run(args: Args) -> Result<Report> {
     } else {
         eprintln!("tester ceiling (kernel IPv6 forwarding, no relay):");
         let topo = RelayTopo::build(&format!("{prefix}-k"), true)?;
+        if args.tester == TesterKind::Xdp {
+            xdp::prepare(&topo)?;
+        }
         let dirs = measure_device(&ctx, &topo, None, "kernel", args.max_calls);
-        if let Some(c) = dirs.iter().find(|d| d.direction == Direction::V6v4).and_then(|d| d.search.as_ref()) {
+        if args.tester == TesterKind::Xdp {
+            notes.push(
+                "XDP tester: the kernel-forwarding row is the path's ceiling without a relay process, not a bound on \
+                 the relays: kernel forwarding costs more per packet than the XDP relay's fast path (on veth both run \
+                 in the softirq of the sending CPU, with the generator), so relay searches go up to --max-calls."
+                    .into(),
+            );
+        } else if let Some(c) = dirs.iter().find(|d| d.direction == Direction::V6v4).and_then(|d| d.search.as_ref()) {
             if c.capped_at.is_none() && c.max_zero_loss > 0 {
                 max_for_relays = c.max_zero_loss;
                 notes.push(format!(
@@ -562,6 +714,9 @@ pub fn run(args: Args) -> Result<Report> {
         if kind == RelayKind::V6gateXdp {
             relay::prepare_xdp(&topo)?;
         }
+        if args.tester == TesterKind::Xdp {
+            xdp::prepare(&topo)?;
+        }
         let dirs = measure_device(&ctx, &topo, Some((kind, &bin)), name, max_for_relays);
         relays.push(Device { name: name.into(), version: peers::version(&bin), skipped: None, directions: dirs });
     }
@@ -577,6 +732,7 @@ pub fn run(args: Args) -> Result<Report> {
         relay_cpus: args.relay_cpus.clone(),
         relay_threads,
         realtime: args.realtime,
+        tester: args.tester,
         sockets_per_side: args.sockets,
         batch: args.batch,
         online_cpus: crate::report::online_cpus(),
@@ -584,6 +740,7 @@ pub fn run(args: Args) -> Result<Report> {
         ceiling,
         relays,
         notes,
+        namespace_prefix: prefix.clone(),
     };
     report::write(&report, &mut out)?;
     if args.keep_logs {
@@ -607,7 +764,18 @@ mod tests {
             missing: u64::from(!pass),
             ..Default::default()
         };
-        Trial { calls, packets: 1, passed: o.passes(), setup_s: 0.0, relay_cpu: None, fast_path: None, outcome: o }
+        Trial {
+            calls,
+            packets: 1,
+            passed: o.passes(),
+            setup_s: 0.0,
+            relay_cpu: None,
+            fast_path: None,
+            stream_loss: None,
+            unsent: 0,
+            note: None,
+            outcome: o,
+        }
     }
 
     #[test]
@@ -633,5 +801,14 @@ mod tests {
         assert_eq!(a.v6gate_bin.as_deref(), Some(Path::new("/x/v6gate")), "--v6gate is an alias");
         let f = Args::parse_from(["x", "--full", "--calls", "10"]).effective();
         assert_eq!((f.calls.as_slice(), f.packets, f.no_search), (&[10][..], 10_000, false));
+        let x = Args::parse_from(["x", "--tester", "xdp"]).effective();
+        assert_eq!(x.directions, [Direction::V6v4, Direction::V4v6], "one direction per XDP trial");
+        assert_eq!(
+            (x.calls.as_slice(), x.search_start, x.max_calls),
+            (&[1000, 5000, 10_000, 15_000][..], 1000, 32_000)
+        );
+        let xq = Args::parse_from(["x", "--tester", "xdp", "--quick", "--max-calls", "500"]).effective();
+        assert_eq!((xq.calls.as_slice(), xq.max_calls), (&[50, 200][..], 500), "given values stay");
+        assert_eq!(Args::parse_from(["x"]).tester, TesterKind::Udp, "the socket tester stays the default");
     }
 }

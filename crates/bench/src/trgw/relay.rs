@@ -42,13 +42,45 @@ fn v6gate_trgw(v4: Ipv4Addr, v6: Ipv6Addr, ports: (u16, u16), workers: usize) ->
     })
 }
 
+/// `cfg` (a rendered v6gate configuration with a `[trgw]` section) with
+/// the extra `key=value` options of `--v6gate-trgw-opt` at the top of
+/// `[trgw]`. A value that is not TOML is taken as a string; the result
+/// must still be valid TOML (a key the bench sets already cannot be given
+/// again). v6gate itself judges the keys when it starts.
+pub fn with_trgw_opts(cfg: &str, opts: &[String]) -> Result<String> {
+    if opts.is_empty() {
+        return Ok(cfg.to_owned());
+    }
+    let mut extra = String::new();
+    for o in opts {
+        let (k, v) = o.split_once('=').ok_or_else(|| anyhow!("--v6gate-trgw-opt {o:?}: not key=value"))?;
+        let (k, v) = (k.trim(), v.trim());
+        if k.is_empty() || !k.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+            bail!("--v6gate-trgw-opt {o:?}: {k:?} is not a TOML bare key");
+        }
+        let value = if toml::from_str::<toml::Table>(&format!("k = {v}")).is_ok() {
+            v.to_owned()
+        } else {
+            toml::Value::String(v.to_owned()).to_string()
+        };
+        extra.push_str(&format!("{k} = {value}\n"));
+    }
+    const SECTION: &str = "[trgw]\n";
+    let at = cfg.find(SECTION).ok_or_else(|| anyhow!("the relay configuration has no [trgw] section"))? + SECTION.len();
+    let out = format!("{}{extra}{}", &cfg[..at], &cfg[at..]);
+    toml::from_str::<toml::Table>(&out).map_err(|e| {
+        anyhow!("--v6gate-trgw-opt: the configuration is no longer valid TOML (a key given twice?): {e}")
+    })?;
+    Ok(out)
+}
+
 /// The XDP relay's admin API (the daemon's default, in the relay
 /// namespace): `v6gate ctl xdp` reads its fast-path counters.
 pub const XDP_ADMIN: &str = "127.0.0.1:9164";
 
 /// TrGW media streams the XDP relay's fast path carries at most (two per
-/// call: 10,000 calls and room).
-const XDP_TRGW_STREAMS: u32 = 1 << 15;
+/// call: 32,768 calls, the XDP tester's search bound and room).
+const XDP_TRGW_STREAMS: u32 = 1 << 16;
 
 /// The `v6gate run` configuration of the XDP relay: [`v6gate_config`]'s
 /// `[trgw]` and the XDP fast path (native mode) on the relay's interfaces
@@ -165,12 +197,14 @@ pub(super) fn start(ctx: &Ctx, topo: &RelayTopo, kind: RelayKind, bin: &Path, ta
     match kind {
         RelayKind::V6gate => {
             let cfg = ctx.work.join("v6gate-trgw.toml");
-            std::fs::write(&cfg, v6gate_config(RELAY4, RELAY6, PORTS, ctx.relay_threads)?)?;
+            let c = v6gate_config(RELAY4, RELAY6, PORTS, ctx.relay_threads)?;
+            std::fs::write(&cfg, with_trgw_opts(&c, &ctx.args.v6gate_trgw_opts)?)?;
             cmd.arg("trgw").arg("--config").arg(&cfg);
         }
         RelayKind::V6gateXdp => {
             let cfg = ctx.work.join("v6gate-xdp.toml");
-            std::fs::write(&cfg, v6gate_xdp_config(RELAY4, RELAY6, PORTS, ctx.relay_threads)?)?;
+            let c = v6gate_xdp_config(RELAY4, RELAY6, PORTS, ctx.relay_threads)?;
+            std::fs::write(&cfg, with_trgw_opts(&c, &ctx.args.v6gate_trgw_opts)?)?;
             cmd.arg("run").arg("--config").arg(&cfg);
         }
         RelayKind::Rtpengine => {
@@ -255,10 +289,10 @@ pub(super) fn setup_calls(
     for i in 0..n as usize {
         let call_id = format!("v6gate-bench-{}-{i}", std::process::id());
         let offer = leg("offer", &call_id, i, sdp(IpAddr::V6(UA6), p6[i % p6.len()], i as u64), "IP4");
-        let r = client.request(&offer).with_context(|| format!("ng offer of call {i}"))?;
+        let r = client.request(&offer).with_context(|| format!("ng offer of call {i} (calls 0..{i} were set up)"))?;
         let to_ua4 = reply_addr(&r, true, "offer")?; // where ua4 sends
         let answer = leg("answer", &call_id, i, sdp(IpAddr::V4(UA4), p4[i % p4.len()], i as u64), "IP6");
-        let r = client.request(&answer).with_context(|| format!("ng answer of call {i}"))?;
+        let r = client.request(&answer).with_context(|| format!("ng answer of call {i} (calls 0..{i} were set up)"))?;
         let to_ua6 = reply_addr(&r, false, "answer")?; // where ua6 sends
         out.push((to_ua6, to_ua4));
     }
@@ -307,10 +341,21 @@ mod tests {
         let trgw = c.split_once("[trgw]").unwrap().1;
         assert!(x.contains(trgw.split("\n\n[[").next().unwrap()), "the same [trgw] keys:\n{x}\n{c}");
         assert!(
-            x.contains("[xdp]\ninterfaces = [\"r6\", \"r4\"]\nmode = \"native\"\ntrgw-streams = 32768\n")
+            x.contains("[xdp]\ninterfaces = [\"r6\", \"r4\"]\nmode = \"native\"\ntrgw-streams = 65536\n")
                 && x.contains("workers = 2"),
             "{x}"
         );
+        let o = with_trgw_opts(&c, &["sockets=shared".into(), "max-calls = 40000".into(), "x=[1, 2]".into()]).unwrap();
+        let t: toml::Table = toml::from_str(&o).unwrap();
+        assert_eq!(t["trgw"]["sockets"].as_str(), Some("shared"), "a bare word is a string:\n{o}");
+        assert_eq!(t["trgw"]["max-calls"].as_integer(), Some(40000));
+        assert_eq!(t["trgw"]["x"].as_array().map(Vec::len), Some(2));
+        assert_eq!(t["trgw"]["workers"].as_integer(), Some(2), "the bench's keys stay");
+        assert_eq!(with_trgw_opts(&c, &[]).unwrap(), c);
+        for bad in ["workers=4", "no-equals", "a b=1", "=1"] {
+            assert!(with_trgw_opts(&c, &[bad.into()]).is_err(), "{bad}");
+        }
+        assert!(with_trgw_opts("[xdp]\n", &["a=1".into()]).is_err(), "no [trgw]");
         let r = rtpengine_args(NG, RELAY4, RELAY6, PORTS, Some(3), 4);
         assert!(r.contains(&"--interface=10.0.4.1".to_string()) && r.contains(&"--num-threads=3".to_string()));
         assert!(!rtpengine_args(NG, RELAY4, RELAY6, PORTS, None, 6).iter().any(|a| a.starts_with("--num-threads")));

@@ -103,6 +103,10 @@ pub fn markdown(r: &Report) -> String {
     for d in r.relays.iter().filter(|d| d.name == "v6gate-xdp") {
         for x in &d.directions {
             if let Some(t) = all_trials(x).into_iter().find(|t| t.calls == 10_000) {
+                if let Some(n) = &t.note {
+                    let _ = writeln!(s, "\n{} at 10,000 calls ({}): not run: {n}", d.name, x.direction.label());
+                    continue;
+                }
                 let _ = writeln!(
                     s,
                     "\n{} p99 one-way latency at 10,000 calls ({}): {} µs{}",
@@ -118,7 +122,10 @@ pub fn markdown(r: &Report) -> String {
     let at_1000 = |dev: &str| {
         let d = r.relays.iter().find(|d| d.name == dev)?;
         let x = d.directions.iter().find(|x| x.direction == Direction::V6v4)?;
-        all_trials(x).into_iter().find(|t| t.calls == 1000).map(|t| t.outcome.latency.mean_ns as f64 / 1e3)
+        all_trials(x)
+            .into_iter()
+            .find(|t| t.calls == 1000 && t.note.is_none())
+            .map(|t| t.outcome.latency.mean_ns as f64 / 1e3)
     };
     if let (Some(a), Some(b)) = (at_1000("v6gate"), at_1000("rtpengine")) {
         let _ = writeln!(s, "\nAverage latency at 1,000 calls (IPv6->IPv4): v6gate {a:.1} µs, rtpengine {b:.1} µs.");
@@ -129,6 +136,10 @@ pub fn markdown(r: &Report) -> String {
         for d in &devs {
             for x in d.directions.iter().filter(|x| x.direction == *dir) {
                 for t in all_trials(x) {
+                    if let Some(n) = &t.note {
+                        rows.push(vec![d.name.clone(), t.calls.to_string(), format!("not run: {n}")]);
+                        continue;
+                    }
                     let o = &t.outcome;
                     rows.push(vec![
                         d.name.clone(),
@@ -142,7 +153,10 @@ pub fn markdown(r: &Report) -> String {
                         format!("{:.0}", o.latency.p999_ns as f64 / 1e3),
                         if o.rising_queue { "yes" } else { "no" }.into(),
                         t.relay_cpu.map(|c| format!("{:.0}", c * 100.0)).unwrap_or("-".into()),
-                        format!("{:.0}", o.send_lag.p99_ns as f64 / 1e3),
+                        match t.unsent {
+                            0 => format!("{:.0}", o.send_lag.p99_ns as f64 / 1e3),
+                            u => format!("{:.0} (tester-bound: {u} not sent)", o.send_lag.p99_ns as f64 / 1e3),
+                        },
                         t.fast_path.as_ref().map_or("-".into(), |f| {
                             format!("{:.1}", f.packets as f64 * 100.0 / (f.packets + f.passed).max(1) as f64)
                         }),
@@ -200,7 +214,9 @@ pub(super) fn write(r: &Report, o: &mut Outputs) -> Result<()> {
             devs.iter()
                 .filter_map(|d| {
                     let x = d.directions.iter().find(|x| x.direction == dir)?;
-                    let points: Vec<(f64, f64)> = all_trials(x).iter().map(|t| (f64::from(t.calls), f(t))).collect();
+                    // Trials whose media did not run have no loss or latency to plot.
+                    let points: Vec<(f64, f64)> =
+                        all_trials(x).iter().filter(|t| t.note.is_none()).map(|t| (f64::from(t.calls), f(t))).collect();
                     (!points.is_empty()).then(|| Series { name: d.name.clone(), points })
                 })
                 .collect()
@@ -265,6 +281,14 @@ mod tests {
             passes: vec![("no-match".into(), 10)],
         });
         d.directions[0].points.push(t);
+        // 40,000 calls: the relay refused them (a note, no media).
+        let mut n = fake_trial(40_000, false);
+        n.note = Some("the relay could not set up 40000 calls: too many open files".into());
+        d.directions[0].points.push(n);
+        // 20,000 calls: the tester fell behind (tester-bound, failed).
+        let mut b = fake_trial(20_000, false);
+        b.unsent = 1234;
+        d.directions[0].points.push(b);
         d
     }
 
@@ -281,6 +305,7 @@ mod tests {
             relay_cpus: "1".into(),
             relay_threads: 1,
             realtime: false,
+            tester: super::super::TesterKind::Xdp,
             sockets_per_side: 1,
             batch: 1,
             online_cpus: 2,
@@ -288,6 +313,7 @@ mod tests {
             ceiling: None,
             relays: vec![device("v6gate", 3000, 50), xdp_device(), device("rtpengine", 1500, 80)],
             notes: vec![],
+            namespace_prefix: String::new(),
         };
         assert_eq!((r.frame_bytes.ipv4, r.frame_bytes.ipv6), (214, 234), "the paper's G.711 frames");
         let md = markdown(&r);
@@ -296,6 +322,13 @@ mod tests {
         assert!(md.contains("v6gate-xdp / rtpengine (IPv6->IPv4): 10.00x"), "{md}");
         assert!(md.contains("v6gate-xdp p99 one-way latency at 10,000 calls (IPv6->IPv4): 640.0 µs\n"), "{md}");
         assert!(md.contains("| v6gate-xdp | 10000 |") && md.contains("| 99.0 |"), "{md}");
+        assert!(
+            md.contains(
+                "| v6gate-xdp | 40000 | not run: the relay could not set up 40000 calls: too many open files |"
+            ),
+            "a refused trial is a row with its note: {md}"
+        );
+        assert!(md.contains("| 0 (tester-bound: 1234 not sent) |"), "{md}");
         assert!(md.contains("v6gate 50.0 µs, rtpengine 80.0 µs"), "{md}");
         assert_eq!(zero_loss(&r, "rtpengine", Direction::V6v4), Some(1500));
         let dir = std::env::temp_dir().join(lab::netns::unique_name("v6gate-bench-report"));
@@ -304,6 +337,7 @@ mod tests {
         assert!(o.summary().starts_with("wrote results.json, results.md, fig8-loss-v6v4.svg"), "{}", o.summary());
         let svg = std::fs::read_to_string(dir.join("fig8-loss-v6v4.svg")).unwrap();
         assert_eq!(svg.matches("<polyline").count(), 3, "one line per relay");
+        assert!(!svg.contains("40000") && !svg.contains("40,000"), "the refused trial is not plotted");
         assert!(dir.join("fig9-latency-v6v4.svg").exists());
         let json: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap();

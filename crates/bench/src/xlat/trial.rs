@@ -123,6 +123,11 @@ fn trial_frames(ctx: &Ctx, s: &Streams, rate: f64, frames: u64, learn: bool) -> 
         learn,
         batch: 32,
         rx_v6: s.rx_v6,
+        rtp: false,
+        per_flow: false,
+        min_wake: None,
+        overrun: None,
+        realtime: false,
     };
     let r = ctx.tester.run_trial(&spec)?;
     if std::env::var_os("V6GATE_BENCH_DEBUG").is_some() {

@@ -9,6 +9,8 @@
 //! nat64-sessions = 16384          # NAT64 sessions mirrored at most
 //! trgw-streams = 4096             # TrGW media streams mirrored at most
 //! fib-cache-ms = 0                # reuse FIB answers this long (0: never)
+//! mirror-routes = true            # keep the kernel's routes and next hops in the maps
+//! routes = 4096                   # routes mirrored at most, each family
 //! ```
 //!
 //! The daemon mirrors the `[siit]` configuration (pool6, EAMT, MTUs and
@@ -22,8 +24,24 @@ use super::daemon::ranged;
 use super::{invalid, Error, ErrorKind};
 
 /// Every key of the `[xdp]` table.
-pub const XDP_KEYS: &[&str] =
-    &["interfaces", "mode", "egress", "eamt-entries", "nat64-sessions", "trgw-streams", "fib-cache-ms"];
+pub const XDP_KEYS: &[&str] = &[
+    "interfaces",
+    "mode",
+    "egress",
+    "eamt-entries",
+    "nat64-sessions",
+    "trgw-streams",
+    "fib-cache-ms",
+    "mirror-routes",
+    "routes",
+];
+
+/// Largest `routes` accepted (each family's LPM trie).
+pub const MAX_ROUTES: u32 = 1 << 20;
+
+/// Next hops the route mirror may use (the map holds one more: id 0, the
+/// empty one, which sends a destination to `bpf_fib_lookup`).
+pub const NEXTHOPS: u32 = 256;
 
 /// Largest `nat64-sessions` accepted (two map entries each).
 pub const MAX_NAT64_SESSIONS: u32 = 1 << 22;
@@ -64,6 +82,14 @@ pub struct XdpConfig {
     /// `fib-cache-ms`: reuse a FIB lookup's answer this many milliseconds
     /// (0..=60000; 0, the default, looks up every packet).
     pub fib_cache_ms: u32,
+    /// `mirror-routes`: keep the kernel's routes and resolved next hops
+    /// for the egress interfaces in the fast path's maps (one trie lookup
+    /// per packet instead of `bpf_fib_lookup`), resynced every second.
+    /// Default true.
+    pub mirror_routes: bool,
+    /// `routes`: routes mirrored at most, each family; a family with more
+    /// is left to `bpf_fib_lookup`, counted. Default 4096.
+    pub routes: u32,
 }
 
 impl Default for XdpConfig {
@@ -76,13 +102,15 @@ impl Default for XdpConfig {
             nat64_sessions: 16_384,
             trgw_streams: 4096,
             fib_cache_ms: 0,
+            mirror_routes: true,
+            routes: 4096,
         }
     }
 }
 
 impl XdpConfig {
-    /// The fast path's map sizes (the mirrored routes and next hops, which
-    /// the daemon does not use, get one entry each).
+    /// The fast path's map sizes (without `mirror-routes`, the route and
+    /// next-hop maps get one entry each).
     pub fn limits(&self) -> xdp::Limits {
         xdp::Limits {
             eamt: self.eamt_entries,
@@ -90,8 +118,8 @@ impl XdpConfig {
             trgw_relays: self.trgw_streams.saturating_mul(4),
             trgw_stats: self.trgw_streams.saturating_mul(4),
             tx_ports: MAX_XDP_INTERFACES as u32,
-            routes: 1,
-            nexthops: 1,
+            routes: if self.mirror_routes { self.routes } else { 1 },
+            nexthops: if self.mirror_routes { NEXTHOPS + 1 } else { 1 },
             ..xdp::Limits::default()
         }
     }
@@ -112,6 +140,8 @@ pub(super) struct XdpToml {
     nat64_sessions: Option<u32>,
     trgw_streams: Option<u32>,
     fib_cache_ms: Option<u32>,
+    mirror_routes: Option<bool>,
+    routes: Option<u32>,
 }
 
 fn ifname(text: &str, key: &str, v: &Spanned<String>) -> Result<String, Error> {
@@ -172,6 +202,12 @@ pub(super) fn xdp_from_toml(text: &str, t: XdpToml) -> Result<XdpConfig, Error> 
     if let Some(ms) = t.fib_cache_ms {
         c.fib_cache_ms = ranged("[xdp] fib-cache-ms", ms, 0, 60_000)?;
     }
+    if let Some(b) = t.mirror_routes {
+        c.mirror_routes = b;
+    }
+    if let Some(n) = t.routes {
+        c.routes = ranged("[xdp] routes", n, 1, MAX_ROUTES)?;
+    }
     Ok(c)
 }
 
@@ -211,6 +247,13 @@ mod tests {
         assert!(x.active());
         assert_eq!((x.limits().eamt, x.limits().nat64_sessions), (8, 6));
         assert_eq!((x.limits().trgw_relays, x.limits().trgw_stats), (8, 8));
+        assert!(x.mirror_routes, "on by default");
+        assert_eq!((x.limits().routes, x.limits().nexthops), (4096, 257));
+        let c =
+            Config::parse(&format!("{SIIT}[xdp]\ninterfaces = [\"e\"]\nmirror-routes = false\nroutes = 9\n")).unwrap();
+        let x = c.xdp.unwrap();
+        assert!(!x.mirror_routes);
+        assert_eq!((x.limits().routes, x.limits().nexthops), (1, 1), "off: one entry each");
         let c = Config::parse(&format!("{SIIT}[xdp]\ninterfaces = [\"eth0\"]\n")).unwrap();
         assert_eq!(c.xdp.as_ref().unwrap().mode, xdp::Mode::Native);
         let c = Config::parse(&format!("{SIIT}[xdp]\nmode = \"off\"\n")).unwrap();
@@ -228,6 +271,8 @@ mod tests {
         assert_names(&format!("{SIIT}[xdp]\ninterfaces = [\"e\"]\nnat64-sessions = 0\n"), "[xdp] nat64-sessions");
         assert_names(&format!("{SIIT}[xdp]\ninterfaces = [\"e\"]\ntrgw-streams = 0\n"), "[xdp] trgw-streams");
         assert_names(&format!("{SIIT}[xdp]\ninterfaces = [\"e\"]\nqueues = 1\n"), "[xdp] queues");
+        assert_names(&format!("{SIIT}[xdp]\ninterfaces = [\"e\"]\nroutes = 0\n"), "[xdp] routes");
+        assert_names(&format!("{SIIT}[xdp]\ninterfaces = [\"e\"]\nmirror-routes = 1\n"), "[xdp] mirror-routes");
         let many: Vec<String> = (0..65).map(|i| format!("\"e{i}\"")).collect();
         assert_names(&format!("{SIIT}[xdp]\ninterfaces = [{}]\n", many.join(",")), "[xdp] interfaces");
         // The EAMT must fit the trie.

@@ -25,6 +25,11 @@
 //! metrics and the idle timeout see it), then mirrors every relay socket
 //! that has latched its far end (latching stays on the slow path: the
 //! first packet) into `trgw_relay`, and removes the others.
+//!
+//! Routes: with `mirror-routes` (the default), every second
+//! [`FastPlane::sync_routes`] (thread `v6gate-xdp-routes`) brings the
+//! mirrored routes and next hops in line with the kernel's
+//! ([`super::xdproutes`]).
 
 use std::collections::{HashMap, HashSet};
 use std::net::{SocketAddrV4, SocketAddrV6};
@@ -88,6 +93,8 @@ pub struct FastPlane {
     egress: Vec<(String, u32)>,
     nat: NatMirror,
     relay: RelayMirror,
+    /// With `mirror-routes`: the mirrored routes and next hops.
+    routes: Option<super::xdproutes::RouteMirror>,
 }
 
 impl std::fmt::Debug for FastPlane {
@@ -110,6 +117,7 @@ impl FastPlane {
             egress: Vec::new(),
             nat: NatMirror::default(),
             relay: RelayMirror::default(),
+            routes: None,
         };
         if x.mode == xdp::Mode::Off {
             tracing::info!("xdp: mode off, the slow path does everything");
@@ -120,6 +128,9 @@ impl FastPlane {
                 .map_err(|e| format!("[xdp]: {e} (set [xdp] mode = \"off\" to run without the fast path)"))?,
         );
         p.apply(cfg)?;
+        if x.mirror_routes {
+            p.routes = Some(super::xdproutes::RouteMirror::default());
+        }
         warn_without_forwarding();
         Ok(Some(p))
     }
@@ -133,7 +144,7 @@ impl FastPlane {
         }
         if n.limits() != self.cfg.limits() {
             return Some(
-                "[xdp] eamt-entries, nat64-sessions or trgw-streams changed (map sizes are fixed at start): restart v6gate to apply"
+                "[xdp] eamt-entries, nat64-sessions, trgw-streams, mirror-routes or routes changed (map sizes are fixed at start): restart v6gate to apply"
                     .into(),
             );
         }
@@ -365,6 +376,32 @@ impl FastPlane {
         }
     }
 
+    /// Whether routes and next hops are mirrored (`mirror-routes`).
+    pub fn mirrors_routes(&self) -> bool {
+        self.fp.is_some() && self.routes.is_some()
+    }
+
+    /// Bring the mirrored routes and next hops in line with the kernel's
+    /// tables `dump` (read by the caller without the plane's lock), for
+    /// the interfaces the fast path may send on now.
+    pub fn sync_routes(&mut self, dump: std::io::Result<super::xdproutes::Dump>) {
+        let (Some(fp), Some(m)) = (self.fp.as_mut(), self.routes.as_mut()) else { return };
+        m.syncs += 1;
+        let r = dump.map_err(|e| format!("route netlink: {e}")).and_then(|d| {
+            let egress: HashSet<u32> = fp.egress().collect();
+            m.apply(fp, d.want(&egress)).map_err(|e| e.to_string())
+        });
+        match r {
+            Ok(()) => m.last_error = None,
+            Err(e) => {
+                if m.last_error.as_ref() != Some(&e) {
+                    tracing::warn!("xdp: mirroring routes: {e}");
+                }
+                m.last_error = Some(e);
+            }
+        }
+    }
+
     /// (mirrored relay legs, legs refused now, refusals since start).
     pub fn trgw_mirror(&self) -> (usize, usize, u64) {
         (self.relay.mirrored.len(), self.relay.overflow.len(), self.relay.map_full)
@@ -457,6 +494,15 @@ impl FastPlane {
                 let (m, o, f) = self.trgw_mirror();
                 json!({ "legs_mirrored": m, "legs_overflow": o, "map_full": f, "limit": l.trgw_relays })
             }),
+            "routes": self.routes.as_ref().map_or_else(
+                || json!({ "mirror": false }),
+                |m| {
+                    let mut v = m.status();
+                    v["mirror"] = json!(true);
+                    v["limit"] = json!(l.routes);
+                    v
+                },
+            ),
             "counters": counters,
         })
     }

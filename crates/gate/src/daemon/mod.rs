@@ -60,6 +60,7 @@ pub mod fastpath;
 pub mod notify;
 pub mod stats;
 pub mod worker;
+pub mod xdproutes;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -761,6 +762,27 @@ pub fn run(
                 std::thread::sleep(fastpath::TRGW_SYNC);
                 if let (Some(r), Some(p)) = (d.trgw.as_ref(), lock(&d.xdp).as_mut()) {
                     p.sync_trgw(r);
+                }
+            }
+        })?);
+    }
+
+    if lock(&daemon.xdp).as_ref().is_some_and(|p| p.mirrors_routes()) {
+        let (d, shutdown) = (daemon.clone(), shutdown.clone());
+        threads.push(std::thread::Builder::new().name("v6gate-xdp-routes".into()).spawn(move || {
+            let mut nl = netsys::netlink::Netlink::open();
+            while !shutdown.load(Ordering::Relaxed) {
+                // Dumped without the lock; applied under it.
+                let dump = match nl.as_mut() {
+                    Ok(nl) => xdproutes::Dump::read(nl),
+                    Err(e) => Err(std::io::Error::new(e.kind(), e.to_string())),
+                };
+                if let Some(p) = lock(&d.xdp).as_mut() {
+                    p.sync_routes(dump);
+                }
+                let t0 = std::time::Instant::now();
+                while t0.elapsed() < xdproutes::ROUTE_SYNC && !shutdown.load(Ordering::Relaxed) {
+                    std::thread::sleep(std::time::Duration::from_millis(100));
                 }
             }
         })?);
