@@ -143,7 +143,13 @@ impl Tester {
     /// `frame` in live frames mode, `batch` frames per kernel batch
     /// (1..=[`MAX_BATCH`]). Each run rewrites the frame for the next
     /// sequence number and sends it (XDP_TX).
-    pub fn generate(&self, frame: &[u8], ifindex: u32, count: u32, batch: u32) -> Result<(), Error> {
+    ///
+    /// Returns false when the kernel refused the call for lack of room
+    /// (`ENOSPC` or `ENOMEM`: a receiving queue or its memory full, which a
+    /// device under test slower than the offered rate causes): the frames
+    /// of the call that were built count as sent, and whatever did not
+    /// arrive counts as lost.
+    pub fn generate(&self, frame: &[u8], ifindex: u32, count: u32, batch: u32) -> Result<bool, Error> {
         let p = self.prog(names::PROG_TGEN)?;
         let len = u32::try_from(frame.len()).map_err(|_| Error::Config("frame too large".into()))?;
         let ctx = xdp_md(len, ifindex);
@@ -152,8 +158,15 @@ impl Tester {
         opts.ctx_in = Some(&ctx);
         opts.repeat = count.max(1);
         opts.attrs = TestRunAttrs::new().xdp_live_frames(batch.clamp(1, MAX_BATCH));
-        p.test_run(opts).map_err(|e| Error::Bpf(format!("BPF_PROG_RUN (live frames): {}", chain(&e))))?;
-        Ok(())
+        match p.test_run(opts) {
+            Ok(_) => Ok(true),
+            Err(aya::programs::ProgramError::SyscallError(e))
+                if matches!(e.io_error.raw_os_error(), Some(libc::ENOSPC | libc::ENOMEM)) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(Error::Bpf(format!("BPF_PROG_RUN (live frames): {}", chain(&e)))),
+        }
     }
 
     /// Frames the generator has built since [`Tester::set_generator`].

@@ -120,7 +120,7 @@ fn body() {
     };
     t.set_receiver(rx).unwrap();
     for _ in 0..4 {
-        t.generate(&frames[0], ga, (N / 4) as u32, 64).unwrap();
+        assert!(t.generate(&frames[0], ga, (N / 4) as u32, 64).unwrap(), "the kernel refused the frames");
     }
     assert_eq!(t.generated().unwrap(), N);
     std::thread::sleep(std::time::Duration::from_millis(100));
@@ -141,17 +141,17 @@ fn body() {
     }
     // Another trial's frames, then frames after the receiver closed: foreign.
     t.set_generator(TgenConfig { magic: TESTER_MAGIC_HI | 8, ..gen }).unwrap();
-    t.generate(&frames[0], ga, 10, 10).unwrap();
+    assert!(t.generate(&frames[0], ga, 10, 10).unwrap(), "the kernel refused the frames");
     t.set_generator(gen).unwrap();
     t.set_receiver(TrecvConfig { total: 0, ..rx }).unwrap();
-    t.generate(&frames[0], ga, 10, 10).unwrap();
+    assert!(t.generate(&frames[0], ga, 10, 10).unwrap(), "the kernel refused the frames");
     std::thread::sleep(std::time::Duration::from_millis(50));
     let c2 = t.counts().unwrap();
     assert_eq!((c2.received, c2.foreign), (N, 20), "{c2:?}");
     // Frames again from sequence 0 (same trial, receiver reopened): duplicates.
     t.set_receiver(rx).unwrap();
     t.set_generator(gen).unwrap();
-    t.generate(&frames[0], ga, 100, 64).unwrap();
+    assert!(t.generate(&frames[0], ga, 100, 64).unwrap(), "the kernel refused the frames");
     std::thread::sleep(std::time::Duration::from_millis(50));
     assert_eq!(t.counts().unwrap().dup, 100);
     t.detach_receiver().unwrap();
@@ -217,7 +217,7 @@ fn rtp_body() {
     };
     t.set_receiver(rx).unwrap();
     // Everything but the last 5 frames.
-    t.generate(&frames[0], ga, (N - 5) as u32, 64).unwrap();
+    assert!(t.generate(&frames[0], ga, (N - 5) as u32, 64).unwrap(), "the kernel refused the frames");
     let c = wait_received(&t, N - 5);
     assert_eq!((c.received, c.dup, c.foreign), (N - 5, 0, 0), "{c:?}");
     let seen = t.seen().unwrap();

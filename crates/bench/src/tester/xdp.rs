@@ -205,7 +205,11 @@ fn send(t: &Tester, spec: &TrialSpec, ifindex: u32) -> Result<SendStats> {
         let i = pacer.next();
         // The first frame of a burst is the latest against its schedule.
         st.lag.record(now_ns().saturating_sub(pacer.due_at(i)));
-        t.generate(frame0, ifindex, n as u32, BATCH)?;
+        if !t.generate(frame0, ifindex, n as u32, BATCH)? {
+            // The kernel had no room (a DUT slower than the rate): the
+            // frames it built count as sent and, not arriving, as lost.
+            st.errors += n;
+        }
         pacer.advance(n);
     }
     st.sent = t.generated()?;
