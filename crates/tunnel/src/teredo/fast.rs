@@ -139,7 +139,7 @@ impl Mirror {
         }
     }
 
-    /// Apply the core's trust changes; every [`SWEEP_MS`], refresh peers
+    /// Apply the core's trust changes; every `SWEEP_MS` (250 ms), refresh peers
     /// the fast path kept busy and remove those the core no longer trusts.
     /// Call before the core's `tick`.
     pub fn sync(&mut self, core: &mut Relay, now: Millis) {
