@@ -71,17 +71,27 @@ impl Waiter {
         self.last.is_some_and(|t| t.elapsed() < self.window)
     }
 
-    /// Wait until `q` may be readable: at once (true) while spinning,
-    /// else [`TunQueue::wait_readable`] with `timeout_ms`.
-    pub fn wait(&mut self, q: &TunQueue, timeout_ms: i32) -> io::Result<bool> {
+    /// One turn of the spin: while within the window, yield the CPU once
+    /// and return true (the caller reads again at once); past it, close
+    /// the window and return false (the caller sleeps in its own poll).
+    pub fn spin(&mut self) -> bool {
         if self.spinning() {
             // Yield rather than spin hard: another runnable thread on this
             // CPU (the peer of a veth, a tester, a second engine) runs
             // first, and the spin costs nothing when none is waiting.
             std::thread::yield_now();
-            return Ok(true);
+            return true;
         }
         self.last = None;
+        false
+    }
+
+    /// Wait until `q` may be readable: at once (true) while spinning,
+    /// else [`TunQueue::wait_readable`] with `timeout_ms`.
+    pub fn wait(&mut self, q: &TunQueue, timeout_ms: i32) -> io::Result<bool> {
+        if self.spin() {
+            return Ok(true);
+        }
         q.wait_readable(timeout_ms)
     }
 }
@@ -227,6 +237,8 @@ mod tests {
         assert!(!on.spinning(), "no packet handled yet: sleep");
         on.worked();
         assert!(on.spinning());
+        assert!(on.spin() && on.spinning(), "a turn of the spin keeps the window");
+        assert!(!off.spin(), "a zero window sleeps");
     }
 
     #[test]

@@ -72,11 +72,8 @@ const IDLE_MS: u16 = 50;
 /// daemon's `[tun] busy-poll`) the thread does not sleep but reads again
 /// at once (both fds reported ready: they are non-blocking). The loops
 /// call nothing else to wait, and [`pump`] then drains the queue.
-fn wait_for_packets(dev: &Device, extra: Option<&dyn std::os::fd::AsFd>, ready: &mut [bool], waiter: &Waiter) {
-    if waiter.spinning() {
-        // Yield, not a hard spin: a B4 and an AFTR (or a tester) sharing
-        // the CPU must not starve each other.
-        std::thread::yield_now();
+fn wait_for_packets(dev: &Device, extra: Option<&dyn std::os::fd::AsFd>, ready: &mut [bool], waiter: &mut Waiter) {
+    if waiter.spin() {
         ready.iter_mut().for_each(|r| *r = true);
         return;
     }
@@ -199,7 +196,7 @@ impl Softwires {
             let mut ready = [false];
             let mut last = Instant::now();
             while !stop.load(Ordering::Relaxed) {
-                wait_for_packets(&dev, None, &mut ready, &waiter);
+                wait_for_packets(&dev, None, &mut ready, &mut waiter);
                 let now = start.elapsed().as_nanos() as u64;
                 if pump(&dev, &mut buf, &mut out, &sh, |p, o| aftr.process(p, now, o)) > 0 {
                     waiter.worked();
@@ -272,8 +269,8 @@ impl Softwires {
             let mut last_error = String::new();
             while !stop.load(Ordering::Relaxed) {
                 match &leases {
-                    Some((_, sock)) => wait_for_packets(&dev, Some(sock), &mut ready, &waiter),
-                    None => wait_for_packets(&dev, None, &mut ready[..1], &waiter),
+                    Some((_, sock)) => wait_for_packets(&dev, Some(sock), &mut ready, &mut waiter),
+                    None => wait_for_packets(&dev, None, &mut ready[..1], &mut waiter),
                 }
                 let now = start.elapsed().as_nanos() as u64;
                 if pump(&dev, &mut buf, &mut out, &sh, |p, o| lw.process(p, now, o)) > 0 {
@@ -365,7 +362,7 @@ impl Softwires {
             let mut xid = std::process::id();
             let mut lease_error = String::new();
             while !stop.load(Ordering::Relaxed) {
-                wait_for_packets(&dev, None, &mut ready, &waiter);
+                wait_for_packets(&dev, None, &mut ready, &mut waiter);
                 let now = start.elapsed().as_nanos() as u64;
                 if pump(&dev, &mut buf, &mut out, &sh, |p, o| b4.process(p, now, o)) > 0 {
                     waiter.worked();
