@@ -220,6 +220,19 @@ V6G_INLINE __u32 send(struct xdp_md *ctx, __u32 ifindex)
 }
 
 /* IPv4 side: a Teredo datagram from a trusted peer -> its IPv6 packet. */
+/* The inner next headers both directions leave to the slow path: a bubble
+ * (No Next Header), ICMPv6, a Fragment header. Their pass code, or 0. */
+static __always_inline __u32 inner_nh_pass(__u8 nh)
+{
+	if (nh == 59)
+		return PASS(TD_P_BUBBLE);
+	if (nh == 58)
+		return PASS(TD_P_ICMP);
+	if (nh == 44)
+		return PASS(TD_P_FRAGMENT);
+	return 0;
+}
+
 static __noinline __u32 decap(struct xdp_md *ctx, const struct td_config *c)
 {
 	void *data = (void *)(long)ctx->data;
@@ -232,7 +245,7 @@ static __noinline __u32 decap(struct xdp_md *ctx, const struct td_config *c)
 	__u32 tot, ulen, plen, rc;
 	__u64 sum = 0;
 	__u8 *in;
-	__u8 nh;
+	__u32 pass;
 
 	if ((void *)(ip + 1) > end)
 		return PASS(TD_P_MALFORMED);
@@ -263,13 +276,9 @@ static __noinline __u32 decap(struct xdp_md *ctx, const struct td_config *c)
 		return PASS(TD_P_MALFORMED);
 	if (bpf_ntohl(LD32(in + 8)) != c->prefix_hi32)
 		return PASS(TD_P_UNTRUSTED);
-	nh = in[6];
-	if (nh == 59)
-		return PASS(TD_P_BUBBLE);
-	if (nh == 58)
-		return PASS(TD_P_ICMP);
-	if (nh == 44)
-		return PASS(TD_P_FRAGMENT);
+	pass = inner_nh_pass(in[6]);
+	if (pass)
+		return pass;
 	if (bpf_ntohl(LD32(in + 24)) == c->prefix_hi32 || !global6(in + 24))
 		return PASS(TD_P_ADDRESS);
 	if (in[7] <= 1)
@@ -353,7 +362,7 @@ static __noinline __u32 encap(struct xdp_md *ctx, const struct td_config *c)
 	__u16 dport, hdr[14];
 	__u64 sum = 0, hs = 0;
 	__u8 *in = data + ETH_HLEN;
-	__u8 nh;
+	__u32 pass;
 
 	if ((void *)(in + 40) > end)
 		return PASS(TD_P_MALFORMED);
@@ -369,13 +378,9 @@ static __noinline __u32 encap(struct xdp_md *ctx, const struct td_config *c)
 		return PASS(TD_P_TOO_BIG);
 	if (!global6(in + 8))
 		return PASS(TD_P_ADDRESS);
-	nh = in[6];
-	if (nh == 58)
-		return PASS(TD_P_ICMP);
-	if (nh == 44)
-		return PASS(TD_P_FRAGMENT);
-	if (nh == 59)
-		return PASS(TD_P_BUBBLE);
+	pass = inner_nh_pass(in[6]);
+	if (pass)
+		return pass;
 	if (in[7] <= 1)
 		return PASS(TD_P_HOP_LIMIT);
 	copy16(key, in + 24);
