@@ -561,8 +561,9 @@ impl Loop {
     fn close_spliced(&mut self, slot: usize, rst: bool) {
         let Some(Conn::Spliced(p)) = self.release(slot) else { return };
         let Spliced { socks, flows } = *p;
+        // Closing a socket takes it out of the epoll set (the loop holds
+        // its only descriptor).
         for s in socks {
-            let _ = self.ep.delete(&s);
             if rst {
                 reset(s);
             }
