@@ -34,9 +34,14 @@ pub fn sleep_until_ns(t: u64) {
 
 /// Makes the calling thread SCHED_FIFO at `priority`.
 pub fn set_fifo(priority: i32) -> io::Result<()> {
+    set_fifo_of(0, priority)
+}
+
+/// Makes thread `tid` (0: the calling thread) SCHED_FIFO at `priority`.
+pub fn set_fifo_of(tid: i32, priority: i32) -> io::Result<()> {
     let p = libc::sched_param { sched_priority: priority };
-    // SAFETY: a plain system call on the calling thread with a valid parameter.
-    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) } != 0 {
+    // SAFETY: a plain system call with a valid parameter; a bad tid is an error return.
+    if unsafe { libc::sched_setscheduler(tid, libc::SCHED_FIFO, &p) } != 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())

@@ -61,6 +61,58 @@ pub fn placement(cpus: &str, realtime: bool) -> Vec<String> {
     v
 }
 
+/// Threaded NAPI on `dev` in `ns` (`/sys/class/net/DEV/threaded`, written
+/// from inside the namespace, whose sysfs `ip netns exec` mounts): the
+/// device's receive work (for a veth: the frames its peer transmitted, the
+/// XDP program attached to it, IP forwarding, socket delivery) then runs in
+/// a kernel thread `napi/DEV-ID` that [`pin_napi`] places, instead of in
+/// the softirq of whichever CPU transmitted into the veth. A veth has NAPI
+/// only with GRO or an XDP program on it; without, the kernel refuses.
+pub fn threaded_napi(ns: &lab::netns::Netns, dev: &str) -> Result<()> {
+    ns.exec("sh", &["-c", &format!("echo 1 > /sys/class/net/{dev}/threaded")])
+        .with_context(|| format!("threaded NAPI on {dev} in {} (does it have NAPI: GRO or XDP?)", ns.name()))?;
+    Ok(())
+}
+
+/// Whether a thread's name is the NAPI kernel thread of one of `devs`
+/// (`napi/DEV-ID`).
+fn is_napi_of(comm: &str, devs: &[&str]) -> bool {
+    comm.strip_prefix("napi/")
+        .and_then(|rest| rest.rsplit_once('-'))
+        .is_some_and(|(dev, id)| devs.contains(&dev) && !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Pins the NAPI kernel threads of the devices named `devs` (any
+/// namespace: the names are the bench topology's own) to `cpus` and, with
+/// `fifo`, makes them SCHED_FIFO at that priority (above a real-time relay
+/// on the same CPU, as softirq work is). Returns how many threads it
+/// placed. Threads come and go with the device's NAPI (an XDP attach can
+/// renew them), so callers place them before each trial.
+pub fn pin_napi(devs: &[&str], cpus: &[usize], fifo: Option<i32>) -> Result<usize> {
+    let mut set = nix::sched::CpuSet::new();
+    for &c in cpus {
+        set.set(c).with_context(|| format!("CPU {c}"))?;
+    }
+    let mut n = 0;
+    for e in std::fs::read_dir("/proc").context("/proc")?.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
+        let Ok(comm) = std::fs::read_to_string(e.path().join("comm")) else { continue };
+        if !is_napi_of(comm.trim_end(), devs) {
+            continue;
+        }
+        let p = nix::unistd::Pid::from_raw(pid);
+        if !cpus.is_empty() {
+            nix::sched::sched_setaffinity(p, &set)
+                .with_context(|| format!("pinning {} to {cpus:?}", comm.trim_end()))?;
+        }
+        if let Some(prio) = fifo {
+            crate::sys::set_fifo_of(pid, prio).with_context(|| format!("SCHED_FIFO for {}", comm.trim_end()))?;
+        }
+        n += 1;
+    }
+    Ok(n)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -73,6 +125,18 @@ mod tests {
         assert!(parse_cpus("2-1").is_err());
         assert!(parse_cpus("x").is_err());
         assert!(parse_cpus("").unwrap().is_empty());
+    }
+
+    #[test]
+    fn napi_thread_names() {
+        assert!(is_napi_of("napi/r6-8195", &["r6", "r4"]));
+        assert!(is_napi_of("napi/r4-1", &["r6", "r4"]));
+        assert!(!is_napi_of("napi/r66-8195", &["r6"]));
+        assert!(!is_napi_of("napi/r6-", &["r6"]));
+        assert!(!is_napi_of("napi/r6-12x", &["r6"]));
+        assert!(!is_napi_of("kworker/r6-1", &["r6"]));
+        // Device names with dashes keep them.
+        assert!(is_napi_of("napi/v-r6-77", &["v-r6"]));
     }
 
     #[test]

@@ -198,6 +198,15 @@ pub struct Args {
     /// 32000 calls.
     #[arg(long, value_enum, default_value_t = TesterKind::Udp)]
     pub tester: TesterKind,
+    /// With `--tester xdp`: leave the relay namespace's receive work in the
+    /// softirq of the CPU that transmits (the generator's). By default the
+    /// relay's ports `r6`/`r4` get threaded NAPI with their kernel threads
+    /// on the relay CPUs (SCHED_FIFO above the relay with `--realtime`), so
+    /// that a userspace relay's receive path (veth NAPI, UDP delivery) is
+    /// charged to the relay's CPU, not to the generator's, and the kernel
+    /// forwarding and XDP rows likewise run on the DUT's CPU.
+    #[arg(long)]
+    pub no_threaded_napi: bool,
     /// An extra `key=value` for the `[trgw]` section of both v6gate
     /// relays' configuration (repeatable; the value is TOML, a bare word
     /// is taken as a string), e.g. `--v6gate-trgw-opt sockets=shared`.
@@ -353,6 +362,7 @@ fn ua_sockets(ns: &Netns, ip: IpAddr, k: usize) -> Result<Vec<UdpSocket>> {
 struct Ctx<'a> {
     args: &'a Args,
     tester_cpus: Vec<usize>,
+    relay_cpus: Vec<usize>,
     relay_threads: usize,
     work: &'a Path,
     v6gate_bin: PathBuf,
@@ -434,6 +444,7 @@ fn trial(ctx: &Ctx, topo: &RelayTopo, relay: Relay, dir: Direction, n: u32, pack
                 packets,
                 budget_ms: ctx.args.budget_ms,
                 tester_cpus: &ctx.tester_cpus,
+                napi_cpus: (!ctx.args.no_threaded_napi).then_some(ctx.relay_cpus.as_slice()),
                 xdp_relay: matches!(relay, Some((RelayKind::V6gateXdp, _))),
                 realtime: ctx.args.realtime,
             })?;
@@ -638,7 +649,8 @@ pub fn run(args: Args) -> Result<Report> {
     let prefix = format!("v6gate-bt-{run_id}");
     let guard = RunGuard::new(&format!("{prefix}-"), std::env::temp_dir().join(format!("v6gate-bench-trgw-{run_id}")))?;
     let relay_threads = args.relay_threads.unwrap_or(relay_cpus.len());
-    let ctx = Ctx { args: &args, tester_cpus, relay_threads, work: guard.work(), v6gate_bin };
+    let ctx =
+        Ctx { args: &args, tester_cpus, relay_cpus: relay_cpus.clone(), relay_threads, work: guard.work(), v6gate_bin };
     let mut notes = vec![format!(
         "CPU arrangement: tester threads on CPU(s) {}, relay process on CPU(s) {} (taskset), {} relay worker thread(s); \
          kernel softirq work for the veth links runs on whichever CPU sends.{}",
@@ -647,6 +659,16 @@ pub fn run(args: Args) -> Result<Report> {
         relay_threads,
         if args.realtime { " Relay and tester threads ran with SCHED_FIFO priority 10." } else { "" }
     )];
+    let threaded = args.tester == TesterKind::Xdp && !args.no_threaded_napi;
+    if threaded {
+        notes.push(format!(
+            "XDP tester: the relay namespace's ports r6/r4 ran threaded NAPI, their kernel threads on the relay CPU(s) {}{}: \
+             the receive work of every row (kernel forwarding, the XDP program, a userspace relay's socket delivery) \
+             ran on the DUT's CPU, not in the generator's softirq.",
+            args.relay_cpus,
+            if args.realtime { " at SCHED_FIFO priority 11" } else { "" }
+        ));
+    }
     notes.push(format!("Relays started with RLIMIT_NOFILE {nofile} (four media sockets per call)."));
     if let Some(n) = nofile_note {
         eprintln!("{n}");
@@ -664,14 +686,14 @@ pub fn run(args: Args) -> Result<Report> {
         eprintln!("tester ceiling (kernel IPv6 forwarding, no relay):");
         let topo = RelayTopo::build(&format!("{prefix}-k"), true)?;
         if args.tester == TesterKind::Xdp {
-            xdp::prepare(&topo)?;
+            xdp::prepare(&topo, threaded)?;
         }
         let dirs = measure_device(&ctx, &topo, None, "kernel", args.max_calls);
         if args.tester == TesterKind::Xdp {
             notes.push(
                 "XDP tester: the kernel-forwarding row is the path's ceiling without a relay process, not a bound on \
-                 the relays: kernel forwarding costs more per packet than the XDP relay's fast path (on veth both run \
-                 in the softirq of the sending CPU, with the generator), so relay searches go up to --max-calls."
+                 the relays: kernel forwarding costs more per packet than the XDP relay's fast path (both run in the \
+                 relay namespace's receive work), so relay searches go up to --max-calls."
                     .into(),
             );
         } else if let Some(c) = dirs.iter().find(|d| d.direction == Direction::V6v4).and_then(|d| d.search.as_ref()) {
@@ -715,7 +737,7 @@ pub fn run(args: Args) -> Result<Report> {
             relay::prepare_xdp(&topo)?;
         }
         if args.tester == TesterKind::Xdp {
-            xdp::prepare(&topo)?;
+            xdp::prepare(&topo, threaded)?;
         }
         let dirs = measure_device(&ctx, &topo, Some((kind, &bin)), name, max_for_relays);
         relays.push(Device { name: name.into(), version: peers::version(&bin), skipped: None, directions: dirs });

@@ -37,6 +37,7 @@ use lab::netns::Netns;
 use lab::topo::RelayTopo;
 
 use super::Direction;
+use crate::harness::cpu;
 use crate::tester::frame::{Header, Template, ETH_LEN, FCS_LEN, UDP_LEN};
 use crate::tester::xdp::XdpTester;
 use crate::tester::{probe, FlowLoss, FrameTester, Outcome, Port, TrialSpec};
@@ -118,12 +119,20 @@ fn parse_mac(s: &str) -> Option<[u8; 6]> {
     parts.next().is_none().then_some(m)
 }
 
+/// The relay namespace's ports.
+const RELAY_PORTS: [&str; 2] = ["r6", "r4"];
+
 /// Readies a topology for the XDP tester: NAPI (GRO) on the relay
 /// namespace's ports, so that frames the generator transmits into them
-/// land (the receiver's own program does that on the UA ports).
-pub(super) fn prepare(topo: &RelayTopo) -> Result<()> {
-    for dev in ["r6", "r4"] {
+/// land (the receiver's own program does that on the UA ports), and with
+/// `threaded` threaded NAPI on them ([`cpu::threaded_napi`]; [`media`]
+/// places the threads before each trial).
+pub(super) fn prepare(topo: &RelayTopo, threaded: bool) -> Result<()> {
+    for dev in RELAY_PORTS {
         XdpTester.prepare_port(&Port { ns: topo.relay.name().into(), ifname: dev.into(), cpus: vec![] })?;
+        if threaded {
+            cpu::threaded_napi(&topo.relay, dev)?;
+        }
     }
     Ok(())
 }
@@ -156,6 +165,9 @@ pub(super) struct Media<'a> {
     pub packets: u32,
     pub budget_ms: u64,
     pub tester_cpus: &'a [usize],
+    /// Threaded NAPI on the relay's ports (see [`prepare`]): its threads go
+    /// on these CPUs.
+    pub napi_cpus: Option<&'a [usize]>,
     /// The relay is the XDP one (wait for its mirroring after the warm-up).
     pub xdp_relay: bool,
     /// The generator thread under SCHED_FIFO (`--realtime`).
@@ -198,6 +210,12 @@ pub(super) fn media(m: &Media) -> Result<(Outcome, FlowLoss)> {
         .collect::<Result<_>>()?;
     let by_stream: Vec<&UdpSocket> = (0..streams.len()).map(|i| &socks[i % socks.len()]).collect();
     warm_up(&by_stream, &streams, m.xdp_relay)?;
+    if let Some(cpus) = m.napi_cpus {
+        let fifo = m.realtime.then_some(cpu::RT_PRIORITY + 1);
+        if cpu::pin_napi(&RELAY_PORTS, cpus, fifo)? == 0 {
+            bail!("threaded NAPI: no napi/r6-* or napi/r4-* kernel thread to place (--no-threaded-napi runs without)");
+        }
+    }
     let flows = templates(mac(tx_ns, tx_if)?, mac(&m.topo.relay, peer_if)?, &streams)?;
     let n = streams.len() as u64;
     let budget = Duration::from_millis(m.budget_ms);

@@ -143,6 +143,13 @@ pub struct Args {
     /// Trials per search at most.
     #[arg(long, default_value_t = 12)]
     pub max_trials: usize,
+    /// Throughput search: run a failed trial again up to this many times;
+    /// a rate fails only when every run loses frames (every run is kept in
+    /// the report's search list). One transient loss high in a binary
+    /// search otherwise sets the figure far below what the DUT carries.
+    /// 0: RFC 2544 as written (one trial per rate).
+    #[arg(long, default_value_t = 1)]
+    pub confirm: u32,
     /// Loads above the throughput for the frame loss rate, % of throughput.
     #[arg(long, value_delimiter = ',', default_value = "110,125,150")]
     pub overload: Vec<u32>,
@@ -185,6 +192,14 @@ pub struct Args {
     /// receiver, in the kernel; see docs/bench-xlat.md).
     #[arg(long, value_enum, default_value = "af-packet")]
     pub tester: Backend,
+    /// With `--tester xdp`: leave the DUT namespace's receive work in the
+    /// softirq of the CPU that transmits (the generator's). By default the
+    /// DUT's ports `d6`/`d4` get threaded NAPI with their kernel threads on
+    /// `--dut-cpus`, so that the DUT's receive path (its XDP program, kernel
+    /// forwarding, the way into a TUN translator) runs on the DUT's CPU and
+    /// the generator's CPU only generates (docs/bench-xlat.md).
+    #[arg(long)]
+    pub no_threaded_napi: bool,
     /// The v6gate binary the v6gate DUTs run (default: this executable).
     #[arg(long, alias = "v6gate-bin")]
     pub v6gate: Option<PathBuf>,

@@ -12,12 +12,13 @@ use lab::topo::bench_addr::*;
 use lab::topo::BenchTopo;
 
 use super::{dut, Ctx, Dir, Dut, DutReport, LoadResult, Point, Setup, SetupProbe};
+use crate::harness::cpu;
 use crate::harness::fastpath::FastPath;
 use crate::harness::guard::Proc;
 use crate::harness::latency::us;
 use crate::harness::search::{Found, Search};
 use crate::tester::frame::{self, Header, Template};
-use crate::tester::{Port, TrialResult, TrialSpec};
+use crate::tester::{Backend, Port, TrialResult, TrialSpec};
 
 static TRIAL_ID: AtomicU16 = AtomicU16::new(1);
 
@@ -111,6 +112,10 @@ fn trial(ctx: &Ctx, s: &Streams, rate: f64, ms: u64, learn: bool) -> Result<Tria
 }
 
 fn trial_frames(ctx: &Ctx, s: &Streams, rate: f64, frames: u64, learn: bool) -> Result<TrialResult> {
+    if threaded_napi(ctx) {
+        // Placed before every trial: an XDP attach can renew the threads.
+        cpu::pin_napi(&DUT_PORTS, &ctx.dut_cpus, None)?;
+    }
     let spec = TrialSpec {
         tx: s.tx.clone(),
         rx: s.rx.clone(),
@@ -162,7 +167,8 @@ fn measure_point(ctx: &Ctx, s: &Streams, dir: Dir, size: usize, max: f64, proc_:
     let alive = |p: &mut Option<Proc>| p.as_mut().map_or(Ok(()), Proc::alive);
     // Warm-up (RFC 2544 §23 learning frames): every flow once, slowly.
     trial(ctx, s, 20_000.0, (s.flows.len() as u64 * 2 * 1000 / 20_000).max(50), false)?;
-    let found = Search::rfc2544(max, a.resolution, a.max_trials).run(|rate| {
+    let search = Search { confirm: a.confirm, ..Search::rfc2544(max, a.resolution, a.max_trials) };
+    let found = search.run(|rate| {
         alive(proc_)?;
         let r = trial(ctx, s, rate, a.trial_ms, false)?;
         Ok((passed(&r, rate), ()))
@@ -304,14 +310,27 @@ fn fast_function(dut: Dut, dir: Dir) -> &'static str {
     }
 }
 
+/// The DUT namespace's ports.
+const DUT_PORTS: [&str; 2] = ["d6", "d4"];
+
+/// Whether the DUT's ports run threaded NAPI on the DUT's CPUs (the XDP
+/// tester, unless `--no-threaded-napi`).
+fn threaded_napi(ctx: &Ctx) -> bool {
+    ctx.a.tester == Backend::Xdp && !ctx.a.no_threaded_napi
+}
+
 /// Lets the tester prepare the DUT's ports it sends into (the XDP tester
-/// turns on the veth NAPI its frames need).
+/// turns on the veth NAPI its frames need), and turns on threaded NAPI
+/// there ([`cpu::threaded_napi`]; [`trial_frames`] places the threads).
 fn prepare_ports(ctx: &Ctx, dut: Dut, topo: &BenchTopo) -> Result<()> {
     if dut == Dut::Tester {
         return Ok(());
     }
-    for ifname in ["d6", "d4"] {
+    for ifname in DUT_PORTS {
         ctx.tester.prepare_port(&Port { ns: topo.dut.name().to_owned(), ifname: ifname.into(), cpus: vec![] })?;
+        if threaded_napi(ctx) {
+            cpu::threaded_napi(&topo.dut, ifname)?;
+        }
     }
     Ok(())
 }
@@ -320,6 +339,13 @@ fn prepare_ports(ctx: &Ctx, dut: Dut, topo: &BenchTopo) -> Result<()> {
 pub(super) fn bench_dut(ctx: &Ctx, dut: Dut, ceiling: &[(Dir, usize, f64)]) -> DutReport {
     let a = ctx.a;
     let mut rep = DutReport { dut: dut.name(), status: "ok".into(), points: vec![], setup: None, notes: vec![] };
+    if threaded_napi(ctx) && dut != Dut::Tester {
+        rep.notes.push(format!(
+            "threaded NAPI: the receive work of d6/d4 (XDP program, forwarding, the way into a TUN) ran in kernel \
+             threads on the DUT's CPU(s) {}, not in the generator's softirq",
+            ctx.a.dut_cpus
+        ));
+    }
     let res = (|| -> Result<()> {
         let flow_ports = frame::rfc4814_ports(a.flows, 4814);
         let dirs: &[Dir] = if a.setup_only { &[] } else { &a.dir };
