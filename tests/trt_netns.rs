@@ -431,3 +431,8 @@ fn trt_sockmap_keeps_half_close_resets_and_early_bytes() {
 fn trt_splice_keeps_half_close_resets_and_early_bytes() {
     tcp_semantics("splice");
 }
+
+#[test]
+fn trt_splice_threads_keeps_half_close_resets_and_early_bytes() {
+    tcp_semantics("splice-threads");
+}

@@ -63,8 +63,10 @@ pub fn needed(cfg: &Config) -> u64 {
     // A softwire function: its TUN queue, a netlink socket, the lease server's socket.
     n += 3 * cfg.softwires.functions().len() as u64;
     if let Some(t) = &cfg.trt {
-        // Two sockets per relayed connection, one per UDP flow, the listeners.
-        n += 2 * t.max_connections as u64 + t.max_udp_flows as u64 + 4;
+        // Two sockets and two pipes (four descriptors) per relayed
+        // connection, the loop's pool of empty pipes, two sockets per UDP
+        // flow, the listeners.
+        n += 6 * t.max_connections as u64 + 2 * trt::tcp::POOL as u64 + 2 * t.max_udp_flows as u64 + 4;
     }
     n
 }

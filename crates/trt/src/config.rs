@@ -18,10 +18,14 @@ prefix = "64:ff9b:1::/96"       # any RFC 6052 length
 # max-connections = 1024         # relayed TCP connections at most (more are reset, counted)
 # max-udp-flows = 4096
 # connect-timeout = "5s"         # the IPv4 side's connect
-# copy = "splice"                # TCP bytes: "splice" (two threads per connection, a
-#                                # 1 MiB pipe), or "sockmap" (moved in the kernel by a BPF
-#                                # stream verdict; no flow control of its own: docs/trt.md;
-#                                # spliced where the kernel has no sockmap)
+# copy = "splice"                # TCP bytes: "splice" (non-blocking splice(2) through a pipe
+#                                # per direction, moved by the listener's epoll loop: no
+#                                # thread per connection), "splice-threads" (two threads per
+#                                # connection with blocking splice), or "sockmap" (moved in
+#                                # the kernel by a BPF stream verdict; no flow control of its
+#                                # own: docs/trt.md; spliced where the kernel has no sockmap)
+# busy-poll = "0s"               # e.g. "1ms": the TCP loops keep polling (yielding the CPU)
+#                                # this long after their last event instead of sleeping
 # udp-timeout = "1m"             # an idle UDP flow is forgotten
 # setup = "auto"                 # nftables tproxy rule and policy routing added and removed
 #                                # by the relay; "none": the operator's (docs/trt.md)
@@ -49,9 +53,13 @@ pub enum Setup {
 /// How the TCP bytes are moved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CopyMode {
-    /// `splice(2)` through a pipe, two threads per connection (the
-    /// default: the receiving leg's window follows the sending leg).
+    /// `"splice"` (the default): non-blocking `splice(2)` through a pipe
+    /// per direction, driven by the listener's epoll loop (no thread per
+    /// connection); the receiving leg's window follows the sending leg.
     Splice,
+    /// `"splice-threads"`: blocking `splice(2)` through a pipe, two
+    /// threads per connection (the copy before the loop did it).
+    SpliceThreads,
     /// A BPF sockhash with a stream verdict redirects each socket's bytes
     /// to its peer in the kernel; `Splice` where it cannot be loaded.
     Sockmap,
@@ -89,6 +97,8 @@ pub struct TrtConfig {
     pub setup: Setup,
     /// How TCP bytes are moved.
     pub copy: CopyMode,
+    /// Busy-poll window of the TCP loops (zero: they sleep in `epoll_wait`).
+    pub busy_poll: Duration,
     /// fwmark and table of the auto setup.
     pub fwmark: u32,
     /// Routing table of the auto setup.
@@ -130,6 +140,8 @@ struct TrtToml {
     setup: String,
     #[serde(default = "d_copy")]
     copy: String,
+    #[serde(default)]
+    busy_poll: Option<toml::Value>,
     #[serde(default = "d_mark")]
     fwmark: u32,
     #[serde(default = "d_mark")]
@@ -137,6 +149,10 @@ struct TrtToml {
     #[serde(default, rename = "static")]
     statics: Vec<StaticToml>,
 }
+
+/// A duration in the syntax of [`confval::duration`], on its own.
+#[derive(Deserialize)]
+struct DurationToml(#[serde(deserialize_with = "confval::duration::deserialize")] Duration);
 
 fn d_port() -> u16 {
     7040
@@ -186,10 +202,22 @@ impl TrtConfig {
         let copy = match t.copy.as_str() {
             "sockmap" => CopyMode::Sockmap,
             "splice" => CopyMode::Splice,
-            o => return Err(format!("[trt] copy: `{o}`: expected \"splice\" or \"sockmap\"")),
+            "splice-threads" => CopyMode::SpliceThreads,
+            o => return Err(format!("[trt] copy: `{o}`: expected \"splice\", \"splice-threads\" or \"sockmap\"")),
         };
         if t.tcp_port == 0 || t.udp_port == 0 {
             return Err("[trt] tcp-port, udp-port: 0 is not a port".into());
+        }
+        let busy_poll = match &t.busy_poll {
+            None => Duration::ZERO,
+            Some(v) => {
+                let d: DurationToml =
+                    v.clone().try_into().map_err(|e: toml::de::Error| format!("[trt] busy-poll: {}", e.message()))?;
+                d.0
+            }
+        };
+        if busy_poll > Duration::from_secs(1) {
+            return Err(format!("[trt] busy-poll: {} is above 1s", confval::duration::format(busy_poll)));
         }
         if t.max_connections == 0 {
             return Err("[trt] max-connections: at least 1".into());
@@ -219,6 +247,7 @@ impl TrtConfig {
             udp_timeout: t.udp_timeout.max(Duration::from_secs(1)),
             setup,
             copy,
+            busy_poll,
             fwmark: t.fwmark,
             table: t.table,
             statics,
@@ -236,6 +265,12 @@ mod tests {
         assert_eq!((c.tcp_port, c.setup, c.max_connections, c.copy), (7040, Setup::Auto, 1024, CopyMode::Splice));
         let c = TrtConfig::parse("[trt]\nprefix = \"64:ff9b:1::/96\"\ncopy = \"sockmap\"\n").unwrap().unwrap();
         assert_eq!(c.copy, CopyMode::Sockmap);
+        assert_eq!(c.busy_poll, Duration::ZERO);
+        let c =
+            TrtConfig::parse("[trt]\nprefix = \"64:ff9b:1::/96\"\ncopy = \"splice-threads\"\nbusy-poll = \"1ms\"\n")
+                .unwrap()
+                .unwrap();
+        assert_eq!((c.copy, c.busy_poll), (CopyMode::SpliceThreads, Duration::from_millis(1)));
         assert_eq!(c.prefix.extract(&"64:ff9b:1::c633:6401".parse().unwrap()), Some("198.51.100.1".parse().unwrap()));
         assert!(TrtConfig::parse("[nat64]\n").unwrap().is_none());
         for (t, want) in [
@@ -244,6 +279,8 @@ mod tests {
             ("[trt]\nprefix = \"64:ff9b:1::/96\"\nbogus = 1\n", "bogus"),
             ("[trt]\nprefix = \"64:ff9b:1::/96\"\ncopy = \"memcpy\"\n", "[trt] copy"),
             ("[trt]\nprefix = \"64:ff9b:1::/96\"\ntable = 254\n", "table"),
+            ("[trt]\nprefix = \"64:ff9b:1::/96\"\nbusy-poll = \"2s\"\n", "[trt] busy-poll"),
+            ("[trt]\nprefix = \"64:ff9b:1::/96\"\nbusy-poll = \"soon\"\n", "busy-poll"),
             (
                 "[trt]\nprefix = \"64:ff9b:1::/96\"\n[[trt.static]]\nlisten = \"[::1]:80\"\nto = \"[::1]:80\"\n",
                 "must be IPv4",

@@ -5,8 +5,9 @@
 //! with the TRT prefix as its prefix), the network routes the prefix to
 //! this relay, and the relay terminates each TCP connection (any port) and
 //! opens its own to the IPv4 server; the bytes stay in the kernel
-//! (`splice(2)`, or with `copy = "sockmap"` a BPF sockhash stream verdict,
-//! `bpf/trt.bpf.c`) ([`tcp`]); UDP flows are relayed datagram by datagram with an idle
+//! (non-blocking `splice(2)` driven by the listener's epoll loop, or with
+//! `copy = "sockmap"` a BPF sockhash stream verdict, `bpf/trt.bpf.c`)
+//! ([`tcp`]); UDP flows are relayed datagram by datagram with an idle
 //! timeout ([`udp`]). Static mappings let IPv4 clients reach IPv6 servers.
 //!
 //! Capture is nftables `tproxy` (built into this kernel) with transparent
@@ -129,20 +130,23 @@ pub struct Relay {
     _plumbing: Option<setup::Plumbing>,
 }
 
-/// The in-kernel copy when `cfg.copy` asks for it and the kernel allows
-/// it (else `None`: splice, with a warning). One sockhash serves every TCP
-/// listener, so it has room for `max-connections` pairs per listener.
-fn kernel(cfg: &TrtConfig) -> Option<tcp::Kernel> {
-    if cfg.copy == config::CopyMode::Splice {
-        return None;
+/// The copy `cfg.copy` asks for: the in-kernel one only where the kernel
+/// allows it (else the loop's splice, with a warning). One sockhash serves
+/// every TCP listener, so it has room for `max-connections` pairs per
+/// listener.
+fn copier(cfg: &TrtConfig) -> tcp::Copier {
+    match cfg.copy {
+        config::CopyMode::Splice => return tcp::Copier::Loop,
+        config::CopyMode::SpliceThreads => return tcp::Copier::Threads,
+        config::CopyMode::Sockmap => {}
     }
     let listeners = 1 + cfg.statics.iter().filter(|s| !s.udp).count();
     let pairs = u32::try_from(cfg.max_connections.saturating_mul(listeners)).unwrap_or(u32::MAX);
     match xdp::sockmap::SockRelay::load(pairs) {
-        Ok(k) => Some(Arc::new(std::sync::Mutex::new(k))),
+        Ok(k) => tcp::Copier::Kernel(Arc::new(std::sync::Mutex::new(k))),
         Err(e) => {
             tracing::warn!("TRT: copy = \"sockmap\" is not available here ({e}); TCP is spliced");
-            None
+            tcp::Copier::Loop
         }
     }
 }
@@ -184,13 +188,22 @@ impl Relay {
             config::Setup::Auto => Some(setup::Plumbing::install(cfg)?),
             config::Setup::None => None,
         };
-        let kernel = kernel(cfg);
+        let opts = tcp::Opts {
+            max: cfg.max_connections,
+            timeout: cfg.connect_timeout,
+            copier: copier(cfg),
+            busy_poll: cfg.busy_poll,
+        };
+        let copy = match opts.copier {
+            tcp::Copier::Loop => "splice",
+            tcp::Copier::Threads => "splice-threads",
+            tcp::Copier::Kernel(_) => "sockmap",
+        };
         let mut threads = Vec::new();
         let target: Arc<dyn tcp::Target> = Arc::new(tcp::Embedded(cfg.prefix));
-        let (c, st, t, max, to, k) =
-            (counters.clone(), stop.clone(), target.clone(), cfg.max_connections, cfg.connect_timeout, kernel.clone());
+        let (c, st, t, o) = (counters.clone(), stop.clone(), target.clone(), opts.clone());
         threads.push(std::thread::Builder::new().name("trt-accept".into()).spawn(move || {
-            if let Err(e) = tcp::serve(tl, t, max, to, c, st, k) {
+            if let Err(e) = tcp::serve(tl, t, o, c, st) {
                 tracing::error!("TRT TCP listener: {e}");
             }
         })?);
@@ -203,11 +216,10 @@ impl Relay {
         for (s, tcp_l, udp_s) in statics {
             let fixed: Arc<dyn tcp::Target> = Arc::new(tcp::Fixed(s.to));
             let (c, st) = (counters.clone(), stop.clone());
-            let (max, to, idle, listen) = (cfg.max_connections, cfg.connect_timeout, cfg.udp_timeout, s.listen);
-            let k = kernel.clone();
+            let (max, idle, listen, o) = (cfg.max_connections, cfg.udp_timeout, s.listen, opts.clone());
             threads.push(std::thread::Builder::new().name("trt-static".into()).spawn(move || {
                 let r = match (tcp_l, udp_s) {
-                    (Some(l), _) => tcp::serve(l, fixed, max, to, c, st, k),
+                    (Some(l), _) => tcp::serve(l, fixed, o, c, st),
                     (_, Some(u)) => udp::serve(u, Some(listen), fixed, max, idle, c, st),
                     _ => Ok(()),
                 };
@@ -216,12 +228,11 @@ impl Relay {
                 }
             })?);
         }
-        let copy = if kernel.is_some() { "sockmap" } else { "splice" };
         tracing::info!(prefix = %cfg.prefix.prefix(), tcp = cfg.tcp_port, udp = cfg.udp_port, statics = cfg.statics.len(), copy, "TRT relay running");
         Ok(Relay { stop, threads, counters, copy, _plumbing: plumbing })
     }
 
-    /// How TCP bytes are moved: `"sockmap"` or `"splice"`.
+    /// How TCP bytes are moved: `"splice"`, `"splice-threads"` or `"sockmap"`.
     pub fn copy(&self) -> &'static str {
         self.copy
     }
@@ -231,9 +242,10 @@ impl Relay {
         &self.counters
     }
 
-    /// Stop the threads and remove the plumbing. Connections being set up
-    /// and connections in the sockhash are reset (the sockhash goes with
-    /// the relay); spliced connections finish on their own threads.
+    /// Stop the threads and remove the plumbing. Connections being set up,
+    /// connections the loops copy and connections in the sockhash are
+    /// reset (the sockhash goes with the relay); connections on splice
+    /// threads (`splice-threads`) finish on their own threads.
     pub fn stop(self) {
         self.stop.store(true, Ordering::Relaxed);
         for t in self.threads {

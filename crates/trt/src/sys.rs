@@ -1,6 +1,7 @@
 //! The relay's system calls that the safe wrappers (std, socket2, nix) do
 //! not cover: `IPV6_TRANSPARENT` (nix 0.29 has only the IPv4 option), and
-//! zero-copy moves with `splice(2)` through a pipe (nix's safe wrapper).
+//! zero-copy moves with `splice(2)` through a pipe (nix's safe wrapper),
+//! blocking or not.
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 use std::io;
@@ -45,12 +46,22 @@ pub struct Pipe {
 
 /// Bytes moved per splice call; the pipe is grown to hold them (the
 /// default 64 KiB pipe halves the throughput of a fast path).
-const CHUNK: usize = 1 << 20;
+pub const CHUNK: usize = 1 << 20;
 
 impl Pipe {
-    /// A new pipe (close-on-exec).
+    /// A new pipe (close-on-exec) for the blocking [`Pipe::copy`].
     pub fn new() -> io::Result<Pipe> {
-        let (r, w) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
+        Pipe::with_flags(OFlag::O_CLOEXEC)
+    }
+
+    /// A new non-blocking pipe (close-on-exec) for [`Pipe::fill`] and
+    /// [`Pipe::drain`].
+    pub fn nonblocking() -> io::Result<Pipe> {
+        Pipe::with_flags(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)
+    }
+
+    fn with_flags(flags: OFlag) -> io::Result<Pipe> {
+        let (r, w) = nix::unistd::pipe2(flags)?;
         // Best effort: an unprivileged process is capped by /proc/sys/fs/pipe-max-size.
         let _ = fcntl(w.as_raw_fd(), FcntlArg::F_SETPIPE_SZ(CHUNK as libc::c_int));
         Ok(Pipe { r, w })
@@ -77,8 +88,7 @@ impl Pipe {
             };
             let mut left = n;
             while left > 0 {
-                // No SPLICE_F_MORE here: towards a socket it is MSG_MORE,
-                // which corks a small write (one byte of a request) for 200 ms.
+                // No SPLICE_F_MORE (see `drain`).
                 match splice(&self.r, None, to, None, left, SpliceFFlags::SPLICE_F_MOVE) {
                     Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
                     Ok(m) => left -= m,
@@ -88,6 +98,24 @@ impl Pipe {
             }
             total += n as u64;
         }
+    }
+
+    /// One splice from the non-blocking socket `from` into the pipe, at
+    /// most `max` bytes: the bytes moved, 0 at end of file, `WouldBlock`
+    /// when `from` has nothing (or the pipe is full).
+    pub fn fill(&self, from: &impl AsFd, max: usize) -> io::Result<usize> {
+        let flags = SpliceFFlags::SPLICE_F_MOVE | SpliceFFlags::SPLICE_F_NONBLOCK;
+        Ok(splice(from, None, &self.w, None, max, flags)?)
+    }
+
+    /// One splice of at most `len` bytes from the pipe to the non-blocking
+    /// socket `to`: the bytes moved, `WouldBlock` when `to` has no room
+    /// (or the pipe is empty). No
+    /// `SPLICE_F_MORE`: towards a socket it is `MSG_MORE`, which corks a
+    /// small write (one byte of a request) for 200 ms.
+    pub fn drain(&self, to: &impl AsFd, len: usize) -> io::Result<usize> {
+        let flags = SpliceFFlags::SPLICE_F_MOVE | SpliceFFlags::SPLICE_F_NONBLOCK;
+        Ok(splice(&self.r, None, to, None, len, flags)?)
     }
 }
 

@@ -13,9 +13,18 @@
 //! starts the IPv4 connect without blocking (no thread is started for a
 //! new connection), and once connected hands the pair to the copy:
 //!
-//! - **splice** (the default): two small threads (64 KiB stacks) per
-//!   connection with blocking `splice(2)` through a 1 MiB pipe; the
-//!   receiving leg's window follows what the sending leg takes.
+//! - **splice** (the default, [`Copier::Loop`]): the loop itself moves the
+//!   bytes with non-blocking `splice(2)` through a 1 MiB pipe per
+//!   direction (pipes are kept in a small pool for the next connections).
+//!   Both sockets are in the loop's epoll set, edge-triggered, for
+//!   `EPOLLIN | EPOLLOUT | EPOLLRDHUP`. A direction reads its source only
+//!   when its pipe is empty and stops when the peer's send buffer is full
+//!   (the peer's `EPOLLOUT` resumes it), so the receiving leg's window
+//!   follows what the sending leg takes; it moves at most [`BUDGET`]
+//!   bytes per turn and then waits behind the other ready connections.
+//! - **splice-threads** ([`Copier::Threads`]): two small threads (64 KiB
+//!   stacks) per connection with blocking `splice(2)` through a 1 MiB
+//!   pipe.
 //! - **sockmap** (`copy = "sockmap"`, where the kernel allows it): both sockets go
 //!   into the BPF sockhash of `bpf/trt.bpf.c` (crate `xdp`, module
 //!   `sockmap`), whose stream verdict redirects every byte a socket
@@ -29,7 +38,10 @@
 //!   has no flow control of its own (docs/trt.md, Limits).
 //!
 //! `max-connections` bounds the connections in progress (connecting and
-//! relayed); connections beyond it are reset at once and counted.
+//! relayed); connections beyond it are reset at once and counted. With a
+//! busy-poll window the loop keeps polling its epoll set (yielding the CPU
+//! between polls) for that long after its last event instead of sleeping,
+//! so the next packet of a session does not wait for a wake-up.
 
 use crate::sys::{self, Pipe};
 use crate::Counters;
@@ -37,13 +49,46 @@ use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTime
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
 use std::io;
 use std::net::{Shutdown, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use xdp::sockmap::SockRelay;
 
 /// The in-kernel copy, shared by the relay's listeners.
 pub type Kernel = Arc<Mutex<SockRelay>>;
+
+/// How a listener's relayed connections are copied.
+#[derive(Debug, Clone)]
+pub enum Copier {
+    /// Non-blocking `splice(2)` driven by the listener's loop.
+    Loop,
+    /// Two threads per connection with blocking `splice(2)`.
+    Threads,
+    /// The BPF sockhash (connections it cannot take get splice threads).
+    Kernel(Kernel),
+}
+
+/// What a listener's loop does.
+#[derive(Debug, Clone)]
+pub struct Opts {
+    /// `max-connections`: connections in progress at most.
+    pub max: usize,
+    /// `connect-timeout` of the connection to the server.
+    pub timeout: Duration,
+    /// How the bytes are moved.
+    pub copier: Copier,
+    /// How long the loop keeps polling after its last event (zero: it
+    /// sleeps in `epoll_wait`).
+    pub busy_poll: Duration,
+}
+
+/// Bytes one direction of a [`Copier::Loop`] pair moves per turn before
+/// the loop serves the other ready connections.
+pub const BUDGET: usize = sys::CHUNK;
+
+/// Empty pipes (two descriptors each) kept for the next connections of a
+/// [`Copier::Loop`] listener.
+pub const POOL: usize = 64;
 
 /// Where an accepted connection goes.
 pub trait Target: Send + Sync + 'static {
@@ -183,10 +228,83 @@ struct Paired {
     user: [Option<Arc<AtomicBool>>; 2],
 }
 
+/// One direction of a pair the loop copies: from `socks[side]` to
+/// `socks[1 - side]` through its own pipe.
+#[derive(Debug)]
+struct Flow {
+    pipe: Pipe,
+    /// Bytes in the pipe, not sent yet.
+    queued: usize,
+    /// The source reached its end of file (a FIN came in).
+    eof: bool,
+    /// The FIN was passed on: this direction is over.
+    done: bool,
+    /// The peer's send buffer is full: wait for its `EPOLLOUT`.
+    blocked: bool,
+}
+
+impl Flow {
+    fn new(pipe: Pipe) -> Flow {
+        Flow { pipe, queued: 0, eof: false, done: false, blocked: false }
+    }
+
+    /// Move bytes `from` → `to` until `from` has none, `to` has no room,
+    /// or `budget` bytes were sent (then true: call again). The pipe is
+    /// filled only when empty, so a slow `to` stops the reads from `from`
+    /// and its window closes. At `from`'s end of file, once the pipe is
+    /// empty, `to` is half-closed. An error is a reset of either socket.
+    fn pump(&mut self, from: &TcpStream, to: &TcpStream, budget: usize, bytes: &AtomicU64) -> io::Result<bool> {
+        let mut sent = 0;
+        while !self.done {
+            while self.queued > 0 {
+                match self.pipe.drain(to, self.queued) {
+                    Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                    Ok(n) => {
+                        self.queued -= n;
+                        sent += n;
+                        bytes.fetch_add(n as u64, Ordering::Relaxed);
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        self.blocked = true;
+                        return Ok(false);
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            self.blocked = false;
+            if self.eof {
+                let _ = to.shutdown(Shutdown::Write);
+                self.done = true;
+            } else if sent >= budget {
+                return Ok(true);
+            } else {
+                match self.pipe.fill(from, sys::CHUNK) {
+                    Ok(0) => self.eof = true,
+                    Ok(n) => self.queued = n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(false)
+    }
+}
+
+/// A pair the loop copies ([`Copier::Loop`]); `flows[side]` moves the
+/// bytes that `socks[side]` receives.
+#[derive(Debug)]
+struct Spliced {
+    socks: [TcpStream; 2],
+    flows: [Flow; 2],
+}
+
 #[derive(Debug)]
 enum Conn {
     Connecting { client: TcpStream, up: Socket, deadline: Instant },
     Paired(Box<Paired>),
+    Spliced(Box<Spliced>),
 }
 
 /// The epoll loop of one listener.
@@ -197,10 +315,21 @@ struct Loop {
     timeout: Duration,
     c: Arc<Counters>,
     kernel: Option<Kernel>,
+    /// Copy with splice threads (`splice-threads`), not in the loop.
+    threads: bool,
     slots: Vec<Option<Conn>>,
     free: Vec<usize>,
+    /// Slots released while the current batch of events is handled: they
+    /// are reused only after it, so that an event of the batch for a
+    /// closed connection cannot reach a new one in the same slot.
+    freed: Vec<usize>,
     /// Connections in progress, including those on splice threads.
     active: Arc<AtomicUsize>,
+    /// Empty pipes for the next loop-copied pairs.
+    pipes: Vec<Pipe>,
+    /// Loop-copied directions (slot, side) that used up their budget
+    /// and have more to move.
+    again: Vec<(usize, usize)>,
 }
 
 fn token(slot: usize, side: usize) -> u64 {
@@ -224,7 +353,7 @@ impl Loop {
     fn release(&mut self, slot: usize) -> Option<Conn> {
         let conn = self.slots.get_mut(slot)?.take();
         if conn.is_some() {
-            self.free.push(slot);
+            self.freed.push(slot);
         }
         conn
     }
@@ -314,6 +443,9 @@ impl Loop {
         if !ok {
             return self.fail_connect(slot);
         }
+        if self.kernel.is_none() && !self.threads {
+            return self.splice(slot);
+        }
         let Some(Conn::Connecting { client, up, .. }) = self.release(slot) else { return };
         let _ = self.ep.delete(&up);
         let up: TcpStream = up.into();
@@ -333,6 +465,115 @@ impl Loop {
             self.c.tcp_errors.fetch_add(1, Ordering::Relaxed);
             self.end();
         }
+    }
+
+    /// A pipe from the pool, or a new one.
+    fn pipe(&mut self) -> io::Result<Pipe> {
+        self.pipes.pop().map_or_else(Pipe::nonblocking, Ok)
+    }
+
+    /// Copy the connected pair in `slot` in the loop: both sockets join the
+    /// epoll set (the client's bytes that came early are reported at once).
+    fn splice(&mut self, slot: usize) {
+        let Some(Conn::Connecting { client, up, .. }) = self.slots.get_mut(slot).and_then(Option::take) else {
+            return;
+        };
+        let up: TcpStream = up.into();
+        let _ = client.set_nodelay(true);
+        let _ = client.set_nonblocking(true);
+        self.c.tcp_relayed.fetch_add(1, Ordering::Relaxed);
+        let (a, b) = (self.pipe(), self.pipe());
+        let (Ok(a), Ok(b)) = (a, b) else {
+            self.c.tcp_errors.fetch_add(1, Ordering::Relaxed);
+            let _ = self.ep.delete(&up);
+            reset(client);
+            reset(up);
+            self.freed.push(slot);
+            return self.end();
+        };
+        let p = Box::new(Spliced { socks: [client, up], flows: [Flow::new(a), Flow::new(b)] });
+        let flags = EpollFlags::EPOLLIN | EpollFlags::EPOLLOUT | EpollFlags::EPOLLRDHUP | EpollFlags::EPOLLET;
+        let added = self
+            .ep
+            .modify(&p.socks[SERVER], &mut EpollEvent::new(flags, token(slot, SERVER)))
+            .and_then(|_| self.ep.add(&p.socks[CLIENT], EpollEvent::new(flags, token(slot, CLIENT))));
+        self.slots[slot] = Some(Conn::Spliced(p));
+        if let Err(e) = added {
+            tracing::debug!("TRT: epoll: {e}");
+            self.c.tcp_errors.fetch_add(1, Ordering::Relaxed);
+            self.close_spliced(slot, true);
+        }
+    }
+
+    /// An event on a loop-copied socket: move what it allows.
+    fn spliced_event(&mut self, slot: usize, side: usize, ev: EpollFlags) {
+        let Some(Some(Conn::Spliced(p))) = self.slots.get(slot) else { return };
+        if ev.contains(EpollFlags::EPOLLERR) {
+            // A reset (or another error) on one side resets the other.
+            self.c.tcp_errors.fetch_add(1, Ordering::Relaxed);
+            return self.close_spliced(slot, true);
+        }
+        let hup = ev.contains(EpollFlags::EPOLLHUP);
+        // This side's bytes, unless they wait for room at the peer.
+        let read = (hup || ev.intersects(EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP)) && !p.flows[side].blocked;
+        // The peer's bytes that waited for room here.
+        let write = (hup || ev.contains(EpollFlags::EPOLLOUT)) && p.flows[1 - side].blocked;
+        if read {
+            self.pump(slot, side);
+        }
+        if write {
+            self.pump(slot, 1 - side);
+        }
+    }
+
+    /// One turn of a loop-copied direction; closes the pair when both
+    /// directions are over, resets it on an error.
+    fn pump(&mut self, slot: usize, side: usize) {
+        let Some(Some(Conn::Spliced(p))) = self.slots.get_mut(slot) else { return };
+        let bytes = if side == CLIENT { &self.c.bytes_up } else { &self.c.bytes_down };
+        let [a, b] = &p.socks;
+        let (from, to) = if side == CLIENT { (a, b) } else { (b, a) };
+        match p.flows[side].pump(from, to, BUDGET, bytes) {
+            Ok(true) => self.again.push((slot, side)),
+            Ok(false) if p.flows[CLIENT].done && p.flows[SERVER].done => self.close_spliced(slot, false),
+            Ok(false) => {}
+            Err(e) => {
+                tracing::debug!(slot, side, "TRT copy: {e}");
+                self.c.tcp_errors.fetch_add(1, Ordering::Relaxed);
+                self.close_spliced(slot, true);
+            }
+        }
+    }
+
+    /// The directions that used up their budget get their next turn.
+    fn pump_again(&mut self) {
+        for (slot, side) in std::mem::take(&mut self.again) {
+            // A stale entry (the pair closed, the slot reused) only costs
+            // a splice that finds nothing.
+            if matches!(self.slots.get(slot), Some(Some(Conn::Spliced(p))) if !p.flows[side].blocked) {
+                self.pump(slot, side);
+            }
+        }
+    }
+
+    /// Close a loop-copied pair (with resets when `rst`); its empty pipes
+    /// go back to the pool.
+    fn close_spliced(&mut self, slot: usize, rst: bool) {
+        let Some(Conn::Spliced(p)) = self.release(slot) else { return };
+        let Spliced { socks, flows } = *p;
+        // Closing a socket takes it out of the epoll set (the loop holds
+        // its only descriptor).
+        for s in socks {
+            if rst {
+                reset(s);
+            }
+        }
+        for f in flows {
+            if f.queued == 0 && self.pipes.len() < POOL {
+                self.pipes.push(f.pipe);
+            }
+        }
+        self.end();
     }
 
     /// Put a connected pair in the sockhash; gives the sockets back when
@@ -503,7 +744,7 @@ impl Loop {
                         sleep = sleep.min(Duration::from_millis(1));
                     }
                 }
-                None => {}
+                Some(Conn::Spliced(_)) | None => {}
             }
         }
         sleep
@@ -515,40 +756,60 @@ fn end(active: &AtomicUsize, c: &Counters) {
     c.tcp_active.fetch_sub(1, Ordering::Relaxed);
 }
 
-/// Accept on `l` until `stop`, relaying each connection to `target`,
-/// through `kernel` when given (else with splice threads).
+/// Accept on `l` until `stop`, relaying each connection to `target` as
+/// `o` says.
 pub fn serve(
     l: TcpListener,
     target: Arc<dyn Target>,
-    max: usize,
-    timeout: Duration,
+    o: Opts,
     c: Arc<Counters>,
     stop: Arc<AtomicBool>,
-    kernel: Option<Kernel>,
 ) -> io::Result<()> {
     l.set_nonblocking(true)?;
     let ep = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
     ep.add(&l, EpollEvent::new(EpollFlags::EPOLLIN, LISTENER))?;
+    let (kernel, threads) = match o.copier {
+        Copier::Loop => (None, false),
+        Copier::Threads => (None, true),
+        Copier::Kernel(k) => (Some(k), false),
+    };
     let mut lp = Loop {
         ep,
         target,
-        max,
-        timeout,
+        max: o.max,
+        timeout: o.timeout,
         c,
         kernel,
+        threads,
         slots: Vec::new(),
         free: Vec::new(),
+        freed: Vec::new(),
         active: Arc::new(AtomicUsize::new(0)),
+        pipes: Vec::new(),
+        again: Vec::new(),
     };
+    let mut waiter = netsys::tun::Waiter::new(o.busy_poll);
     let mut events = [EpollEvent::empty(); 64];
     let mut sleep = Duration::from_millis(100);
     while !stop.load(Ordering::Relaxed) {
-        let ms = sleep.as_millis().clamp(1, 100) as u16;
-        let n = match lp.ep.wait(&mut events, EpollTimeout::from(ms)) {
+        // Directions with more to move, or a busy-poll window: only look.
+        let busy = !lp.again.is_empty();
+        let timeout = if busy || waiter.spinning() {
+            EpollTimeout::ZERO
+        } else {
+            EpollTimeout::from(sleep.as_millis().clamp(1, 100) as u16)
+        };
+        let n = match lp.ep.wait(&mut events, timeout) {
             Ok(n) => n,
             Err(nix::errno::Errno::EINTR) => 0,
             Err(e) => return Err(e.into()),
         };
+        if n > 0 || busy {
+            waiter.worked();
+        } else {
+            // Within the window: yield the CPU once, then look again.
+            waiter.spin();
+        }
         for ev in &events[..n] {
             let (data, flags) = (ev.data(), ev.events());
             if data == LISTENER {
@@ -559,9 +820,12 @@ pub fn serve(
             match lp.slots.get(slot) {
                 Some(Some(Conn::Connecting { .. })) => lp.connected(slot),
                 Some(Some(Conn::Paired(_))) => lp.paired_event(slot, side, flags),
+                Some(Some(Conn::Spliced(_))) => lp.spliced_event(slot, side, flags),
                 _ => {}
             }
         }
+        lp.pump_again();
+        lp.free.append(&mut lp.freed);
         sleep = lp.timers();
     }
     // Stopping: the pairs still open are reset.
@@ -569,8 +833,266 @@ pub fn serve(
         match lp.slots[slot] {
             Some(Conn::Connecting { .. }) => lp.fail_connect(slot),
             Some(Conn::Paired(_)) => lp.abort(slot),
+            Some(Conn::Spliced(_)) => lp.close_spliced(slot, true),
             None => {}
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    //! The copies on loopback, with a fixed server (no tproxy, no root).
+    use super::*;
+    use std::io::{Read, Write};
+    use std::thread::JoinHandle;
+
+    /// A relay listening on loopback for `server`, until dropped.
+    struct Relay {
+        addr: SocketAddr,
+        c: Arc<Counters>,
+        stop: Arc<AtomicBool>,
+        h: Option<JoinHandle<io::Result<()>>>,
+    }
+
+    impl Drop for Relay {
+        fn drop(&mut self) {
+            self.stop.store(true, Ordering::Relaxed);
+            if let Some(h) = self.h.take() {
+                let _ = h.join();
+            }
+        }
+    }
+
+    impl Relay {
+        fn new(server: SocketAddr, copier: Copier, busy_poll: Duration) -> Relay {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = l.local_addr().unwrap();
+            let (c, stop) = (Arc::new(Counters::default()), Arc::new(AtomicBool::new(false)));
+            let o = Opts { max: 1024, timeout: Duration::from_secs(5), copier, busy_poll };
+            let (c2, s2) = (c.clone(), stop.clone());
+            let h = std::thread::spawn(move || serve(l, Arc::new(Fixed(server)), o, c2, s2));
+            Relay { addr, c, stop, h: Some(h) }
+        }
+
+        /// Wait until no connection is in progress; the counters then.
+        fn idle(&self) -> crate::Snapshot {
+            let t0 = Instant::now();
+            loop {
+                let s = self.c.snapshot();
+                if s.tcp_active == 0 {
+                    return s;
+                }
+                assert!(t0.elapsed() < Duration::from_secs(20), "connections never ended: {s:?}");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+
+    /// The copies under test (the sockhash needs root and BPF: tests/trt_netns.rs).
+    fn copiers() -> [(Copier, Duration); 3] {
+        [(Copier::Loop, Duration::ZERO), (Copier::Loop, Duration::from_millis(1)), (Copier::Threads, Duration::ZERO)]
+    }
+
+    fn pattern(seed: u32, len: usize) -> Vec<u8> {
+        (0..len as u32).map(|i| (i.wrapping_add(seed).wrapping_mul(2_654_435_761) >> 24) as u8).collect()
+    }
+
+    /// A server on loopback running `f` on each accepted connection (a
+    /// thread each) until the test ends.
+    fn server(f: impl Fn(TcpStream) + Send + Sync + 'static) -> SocketAddr {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let f = Arc::new(f);
+        std::thread::spawn(move || {
+            for c in l.incoming().flatten() {
+                let f = f.clone();
+                std::thread::spawn(move || f(c));
+            }
+        });
+        addr
+    }
+
+    /// Echo until the client's half-close, then close.
+    fn echo(mut c: TcpStream) {
+        let mut buf = vec![0u8; 65536];
+        loop {
+            match c.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if c.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Send `data`, half-close, and read the answer to its end (the
+    /// writing on its own thread, so that neither side waits for the other).
+    fn exchange(to: SocketAddr, data: &[u8]) -> Vec<u8> {
+        let mut c = TcpStream::connect(to).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut w = c.try_clone().unwrap();
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                w.write_all(data).unwrap();
+                w.shutdown(Shutdown::Write).unwrap();
+            });
+            let mut back = Vec::new();
+            c.read_to_end(&mut back).unwrap();
+            back
+        })
+    }
+
+    #[test]
+    fn many_concurrent_connections_each_get_their_own_bytes() {
+        let srv = server(echo);
+        for (copier, bp) in copiers() {
+            let r = Relay::new(srv, copier.clone(), bp);
+            // A few bulk connections among many small ones.
+            let sizes: Vec<usize> =
+                (0..48).map(|i| if i % 12 == 0 { 4_000_000 + i * 1000 } else { 1 + i * 997 % 60_000 }).collect();
+            let label = format!("{copier:?}");
+            std::thread::scope(|s| {
+                for (i, &n) in sizes.iter().enumerate() {
+                    let (addr, label) = (r.addr, &label);
+                    s.spawn(move || {
+                        let data = pattern(i as u32, n);
+                        let back = exchange(addr, &data);
+                        assert!(
+                            back == data,
+                            "{label}: connection {i}: {} of {n} bytes back, or other bytes",
+                            back.len()
+                        );
+                    });
+                }
+            });
+            let st = r.idle();
+            let total: u64 = sizes.iter().map(|&n| n as u64).sum();
+            assert_eq!((st.tcp_relayed, st.tcp_errors, st.tcp_connect_failed), (48, 0, 0), "{copier:?}");
+            assert_eq!((st.bytes_up, st.bytes_down), (total, total), "{copier:?}");
+        }
+    }
+
+    #[test]
+    fn a_slow_reader_stops_a_fast_writer_and_gets_every_byte() {
+        // The server reads nothing until told, then everything.
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let go_rx = Arc::new(Mutex::new(go_rx));
+        let (got_tx, got_rx) = std::sync::mpsc::channel();
+        let srv = server(move |mut c| {
+            let _ = go_rx.lock().unwrap().recv();
+            let mut all = Vec::new();
+            let _ = c.read_to_end(&mut all);
+            let _ = got_tx.send(all);
+        });
+        let data = pattern(7, 96 << 20);
+        for (copier, bp) in copiers() {
+            let r = Relay::new(srv, copier.clone(), bp);
+            let mut c = TcpStream::connect(r.addr).unwrap();
+            c.set_nonblocking(true).unwrap();
+            // Write until nothing more is taken for half a second.
+            let (mut off, mut still) = (0, 0);
+            while still < 10 {
+                match c.write(&data[off..]) {
+                    Ok(n) => {
+                        off += n;
+                        still = 0;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        still += 1;
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                    Err(e) => panic!("{copier:?}: {e}"),
+                }
+                assert!(off < data.len(), "{copier:?}: the relay took all 96 MiB for a server that reads nothing");
+            }
+            // What is taken is at most the socket buffers (tcp_rmem and
+            // tcp_wmem at most 32 and 4 MiB by default) and a pipe.
+            assert!(off < 64 << 20, "{copier:?}: {off} bytes taken for a server that reads nothing");
+            go_tx.send(()).unwrap();
+            c.set_nonblocking(false).unwrap();
+            c.write_all(&data[off..]).unwrap();
+            c.shutdown(Shutdown::Write).unwrap();
+            let got = got_rx.recv_timeout(Duration::from_secs(30)).unwrap();
+            assert!(got == data, "{copier:?}: the server got {} of {} bytes, or other bytes", got.len(), data.len());
+            drop(c);
+            let st = r.idle();
+            assert_eq!((st.bytes_up, st.tcp_errors), (data.len() as u64, 0), "{copier:?}");
+        }
+    }
+
+    #[test]
+    fn half_close_is_passed_on_both_ways() {
+        // The server speaks first and half-closes, then reads the client's
+        // answer to its end and says how long it was.
+        let (len_tx, len_rx) = std::sync::mpsc::channel();
+        let srv = server(move |mut c| {
+            c.write_all(&pattern(1, 300_000)).unwrap();
+            c.shutdown(Shutdown::Write).unwrap();
+            let mut up = Vec::new();
+            c.read_to_end(&mut up).unwrap();
+            let _ = len_tx.send(up);
+        });
+        for (copier, bp) in copiers() {
+            let r = Relay::new(srv, copier.clone(), bp);
+            let mut c = TcpStream::connect(r.addr).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            let mut down = Vec::new();
+            c.read_to_end(&mut down).unwrap();
+            assert!(down == pattern(1, 300_000), "{copier:?}: {} bytes down", down.len());
+            // The client's side is still open after the server's FIN.
+            let up = pattern(2, 500_000);
+            c.write_all(&up).unwrap();
+            c.shutdown(Shutdown::Write).unwrap();
+            let got = len_rx.recv_timeout(Duration::from_secs(20)).unwrap();
+            assert!(got == up, "{copier:?}: {} bytes up", got.len());
+            let st = r.idle();
+            assert_eq!((st.bytes_up, st.bytes_down, st.tcp_errors), (500_000, 300_000, 0), "{copier:?}");
+        }
+    }
+
+    #[test]
+    fn resets_are_passed_on_and_a_failed_connect_resets_the_client() {
+        // The server resets after one byte; or reads until the client's reset.
+        let (end_tx, end_rx) = std::sync::mpsc::channel();
+        let srv = server(move |mut c| {
+            let mut b = [0u8; 1];
+            c.read_exact(&mut b).unwrap();
+            if b[0] == b'r' {
+                socket2::SockRef::from(&c).set_linger(Some(Duration::ZERO)).unwrap();
+                return;
+            }
+            c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            let mut sink = Vec::new();
+            let _ = end_tx.send(c.read_to_end(&mut sink).map_err(|e| e.kind()));
+        });
+        let closed = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        for (copier, bp) in copiers() {
+            let r = Relay::new(srv, copier.clone(), bp);
+            let mut c = TcpStream::connect(r.addr).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            c.write_all(b"r").unwrap();
+            let mut b = [0u8; 8];
+            assert_eq!(c.read(&mut b).map_err(|e| e.kind()), Err(io::ErrorKind::ConnectionReset), "{copier:?}");
+            let k = TcpStream::connect(r.addr).unwrap();
+            (&k).write_all(b"k and more").unwrap();
+            std::thread::sleep(Duration::from_millis(100));
+            socket2::SockRef::from(&k).set_linger(Some(Duration::ZERO)).unwrap();
+            drop(k);
+            let end = end_rx.recv_timeout(Duration::from_secs(20)).unwrap();
+            assert_eq!(end, Err(io::ErrorKind::ConnectionReset), "{copier:?}");
+            let st = r.idle();
+            assert!(st.tcp_errors >= 2, "{copier:?}: {st:?}");
+            // Nothing listens at `closed`: the client is reset.
+            let r = Relay::new(closed, copier.clone(), bp);
+            let mut c = TcpStream::connect(r.addr).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            let got = c.read(&mut b).map_err(|e| e.kind());
+            assert_eq!(got, Err(io::ErrorKind::ConnectionReset), "{copier:?}");
+            let st = r.idle();
+            assert_eq!((st.tcp_connect_failed, st.tcp_relayed), (1, 0), "{copier:?}");
+        }
+    }
 }

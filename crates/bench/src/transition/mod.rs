@@ -10,8 +10,9 @@
 //! ```
 //!
 //! Mechanisms: `ipv4` (kernel forwarding, the ceiling), `nat64` and
-//! `natpt` (`v6gate run`), `trt` (`v6gate trt`, spliced) and
-//! `trt-sockmap` (the same with `copy = "sockmap"`),
+//! `natpt` (`v6gate run`), `trt` (`v6gate trt`, spliced by its epoll
+//! loop), `trt-threads` (the same with `copy = "splice-threads"`) and
+//! `trt-sockmap` (with `copy = "sockmap"`),
 //! `dslite`, `lw4o6`,
 //! `dstm` (`v6gate softwire` on both sides), `socat` (a socat TCP/UDP
 //! relay on the gateway). Each gets a fresh testbed.
@@ -63,8 +64,11 @@ pub enum Mech {
     Nat64,
     /// NAT-PT pool mode (`[nat64] mode = "natpt"`).
     Natpt,
-    /// The RFC 3142 transport relay (`v6gate trt`, spliced).
+    /// The RFC 3142 transport relay (`v6gate trt`, spliced by its epoll loop).
     Trt,
+    /// The same relay with `copy = "splice-threads"` (two splice threads
+    /// per connection).
+    TrtThreads,
     /// The same relay with `copy = "sockmap"` (bytes moved by its BPF
     /// sockhash stream verdict).
     TrtSockmap,
@@ -86,6 +90,7 @@ impl Mech {
             Mech::Nat64 => "nat64",
             Mech::Natpt => "natpt",
             Mech::Trt => "trt",
+            Mech::TrtThreads => "trt-threads",
             Mech::TrtSockmap => "trt-sockmap",
             Mech::Dslite => "dslite",
             Mech::Lw4o6 => "lw4o6",
@@ -102,7 +107,11 @@ pub struct Args {
     #[arg(long, default_value = "bench-results/transition")]
     pub out: PathBuf,
     /// Mechanisms, in order (comma-separated).
-    #[arg(long, value_delimiter = ',', default_value = "ipv4,nat64,natpt,trt,trt-sockmap,dslite,lw4o6,dstm,socat")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "ipv4,nat64,natpt,trt,trt-threads,trt-sockmap,dslite,lw4o6,dstm,socat"
+    )]
     pub mech: Vec<Mech>,
     /// Seconds of bulk TCP per mechanism.
     #[arg(long, default_value_t = 5)]
@@ -120,10 +129,11 @@ pub struct Args {
     #[arg(long)]
     pub v6gate: Option<PathBuf>,
     /// `[tun] busy-poll` of the v6gate TUN engines (NAT64, NAT-PT, the
-    /// softwires and their B4s: `--busy-poll` of `v6gate softwire`): "0s"
+    /// softwires and their B4s: `--busy-poll` of `v6gate softwire`) and
+    /// `[trt] busy-poll` of the transport relay's TCP loops: "0s"
     /// (default) is the default daemon, whose threads sleep and are woken
     /// by each packet; e.g. "1ms" keeps them spinning between packets
-    /// (docs/daemon.md).
+    /// (docs/daemon.md, docs/trt.md).
     #[arg(long, default_value = "0s")]
     pub busy_poll: String,
 }
@@ -168,7 +178,7 @@ pub struct Report {
     pub kernel: String,
     /// Load average at the start (the machine may be shared).
     pub loadavg: String,
-    /// `--busy-poll` of the v6gate TUN engines.
+    /// `--busy-poll` of the v6gate TUN engines and the TRT relay.
     pub busy_poll: String,
     /// Results in order.
     pub results: Vec<MechResult>,
@@ -381,13 +391,14 @@ fn build(m: Mech, bin: &Path, work: &Path, busy_poll: &str) -> Result<Bed> {
             procs.push(v6gate(&g, m.name(), "run", &cfg)?);
             v6target
         }
-        Mech::Trt => {
-            procs.push(v6gate(&g, "trt", "trt", "[trt]\nprefix = \"64:ff9b:1::/96\"\n")?);
-            v6target
-        }
-        Mech::TrtSockmap => {
-            let cfg = "[trt]\nprefix = \"64:ff9b:1::/96\"\ncopy = \"sockmap\"\n";
-            procs.push(v6gate(&g, "trt-sockmap", "trt", cfg)?);
+        Mech::Trt | Mech::TrtThreads | Mech::TrtSockmap => {
+            let copy = match m {
+                Mech::TrtThreads => "splice-threads",
+                Mech::TrtSockmap => "sockmap",
+                _ => "splice",
+            };
+            let cfg = format!("[trt]\nprefix = \"64:ff9b:1::/96\"\ncopy = \"{copy}\"\nbusy-poll = \"{busy_poll}\"\n");
+            procs.push(v6gate(&g, m.name(), "trt", &cfg)?);
             v6target
         }
         Mech::Socat => {

@@ -68,7 +68,7 @@ pub fn markdown(r: &Report) -> String {
         "# v6gate bench transition\n\nThe NAT-PT / TRT / DSTM comparison paper's measurements, one testbed per \
          mechanism (client — gateway — IPv4-only server in network namespaces): {} s of bulk TCP, {} new TCP \
          sessions (connect, one byte each way), {} UDP echoes. {} online CPUs, kernel {}, load average at the \
-         start {} (the machine may be shared: timings are noisy). v6gate TUN engines' busy-poll: {}.\n",
+         start {} (the machine may be shared: timings are noisy). Busy-poll of the v6gate TUN engines and the TRT relay: {}.\n",
         r.seconds, r.sessions, r.pings, r.cpus, r.kernel, r.loadavg, r.busy_poll
     );
     let native = find(r, "ipv4");
