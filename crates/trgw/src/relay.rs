@@ -67,12 +67,6 @@ impl Plane for SocketPlane {
         let w = &self.workers[id as usize % self.workers.len()];
         w.send(Cmd::Remove { id });
     }
-
-    fn sync(&mut self) {
-        for w in &self.workers {
-            w.sync();
-        }
-    }
 }
 
 /// Entry point: [`Relay::start`].
