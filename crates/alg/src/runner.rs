@@ -508,7 +508,7 @@ async fn run(
             }
         }
         // Published after every event, every eighth in a run of datagrams.
-        unpublished = ready.is_some() && budget % 8 != 0;
+        unpublished = ready.is_some() && !budget.is_multiple_of(8);
         if !unpublished {
             publish(&alg, &conns, &snapshot);
         }
