@@ -278,8 +278,9 @@ impl Relay {
                     refreshed = Instant::now();
                 }
                 let gone = lock(&core).expire(Instant::now());
+                // The core logged each one ("call timed out (no media)").
                 for c in gone {
-                    tracing::info!(call_id = %c, "media timeout: call torn down");
+                    tracing::debug!(call_id = %c, "media timeout: call torn down");
                 }
             }
         })?);
