@@ -104,6 +104,7 @@ fn start_relay(relay: Relay, gw: &Netns, dir: &TestDir) -> Proc {
                         port_min: 30000,
                         port_max: 30999,
                         workers: Some(1),
+                        sockets: None,
                         interface: vec![iface("v6", None, Some(GW6)), iface("v4", Some(GW4), None)],
                     }),
                     ..Default::default()

@@ -3,8 +3,7 @@
 //! it returns what to send ([`Alg::poll_transmit`]) and when to call it
 //! again ([`Alg::poll_timeout`]). No sockets, no clock, no DNS of its own.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
@@ -51,7 +50,7 @@ pub struct Alg {
     pub(crate) server: HashMap<ServerKey, ServerTxn>,
     pub(crate) client: HashMap<String, ClientTxn>,
     pub(crate) dialogs: HashMap<String, Dialog>,
-    pub(crate) timers: BinaryHeap<Reverse<Timer>>,
+    pub(crate) timers: TimerQueue,
     out: VecDeque<Transmit>,
     pub(crate) parked: Vec<(Peer, Vec<u8>)>,
     rate: HashMap<IpAddr, Bucket>,
@@ -149,7 +148,7 @@ impl Alg {
             server: HashMap::new(),
             client: HashMap::new(),
             dialogs: HashMap::new(),
-            timers: BinaryHeap::new(),
+            timers: TimerQueue::default(),
             out: VecDeque::new(),
             parked: Vec::new(),
             rate: HashMap::new(),
@@ -202,7 +201,7 @@ impl Alg {
     /// When [`Alg::handle_timeout`] must next be called.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let media = self.media.as_deref().and_then(|m| m.poll_timeout());
-        match (self.timers.peek().map(|t| t.0.at), media) {
+        match (self.timers.next_at(), media) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
@@ -215,7 +214,7 @@ impl Alg {
 
     pub(crate) fn schedule(&mut self, at: Instant, kind: TimerKind, whose: TimerRef, id: u64) {
         let seq = self.id();
-        self.timers.push(Reverse(Timer { at, seq, kind, whose, id }));
+        self.timers.push(Timer { at, seq, kind, whose, id });
     }
 
     pub(crate) fn send(&mut self, peer: Peer, data: Vec<u8>) {

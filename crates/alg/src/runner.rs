@@ -363,63 +363,93 @@ async fn run(
     let (mut bng4, mut bng6) = (vec![0u8; 65_536], vec![0u8; 65_536]);
     let mut b6 = vec![0u8; 65_536];
     let mut b4 = vec![0u8; 65_536];
+    // Datagrams still to read without going back to the reactor.
+    let mut budget = 0usize;
+    // Events handled since the handle's snapshot was last updated.
+    let mut unpublished = false;
+    let mut v4_first = false;
     loop {
         if stopped.load(Relaxed) {
             break;
         }
-        let deadline = alg.poll_timeout().map(tokio::time::Instant::from_std);
-        let sleep = async {
-            match deadline {
-                Some(d) => tokio::time::sleep_until(d).await,
-                None => std::future::pending().await,
-            }
+        // Under load the SIP sockets hold more than one datagram: read them
+        // straight away (a recvfrom each, no epoll and no timer set-up per
+        // message) up to DRAIN_BUDGET, then give the reactor, the timers and
+        // the other events their turn. Due timers run first.
+        let ready = if budget > 0 && alg.poll_timeout().is_none_or(|d| d > Instant::now()) {
+            v4_first = !v4_first;
+            try_recv_udp(&u6, &u4, &mut b6, &mut b4, v4_first)
+        } else {
+            None
         };
-        tokio::select! {
-            r = u6.recv_from(&mut b6) => if let Ok((n, a)) = r {
-                let p = Peer { realm: Realm::V6, transport: Transport::Udp, addr: a, conn: None };
-                alg.handle(Instant::now(), Incoming { peer: &p, data: &b6[..n] });
-            },
-            r = u4.recv_from(&mut b4) => if let Ok((n, a)) = r {
-                let a = match a { SocketAddr::V6(v) => v.ip().to_ipv4_mapped().map_or(a, |ip| SocketAddr::new(ip.into(), v.port())), v => v };
-                let p = Peer { realm: Realm::V4, transport: Transport::Udp, addr: a, conn: None };
-                alg.handle(Instant::now(), Incoming { peer: &p, data: &b4[..n] });
-            },
-            Some(ev) = erx.recv() => match ev {
-                Event::Msg { realm, conn, addr, data } => {
-                    let p = Peer { realm, transport: Transport::Tcp, addr, conn: Some(conn) };
-                    alg.handle(Instant::now(), Incoming { peer: &p, data: &data });
-                }
-                Event::Connected { conn, addr, tx } => {
-                    for d in pending_out.remove(&addr).unwrap_or_default() {
-                        let _ = tx.try_send(d);
-                    }
-                    tcp_out.insert(conn, tx);
-                    by_addr.insert(addr, conn);
-                }
-                Event::ConnectFailed { addr } => {
-                    pending_out.remove(&addr);
-                }
-                Event::Closed { conn, framing_error } => {
-                    tcp_out.remove(&conn);
-                    by_addr.retain(|_, c| *c != conn);
-                    if framing_error {
-                        alg.stats.tcp_framing_errors += 1;
-                    }
-                }
-            },
-            r = recv_opt(ng4.as_ref(), &mut bng4) => if let Ok((n, a)) = r {
-                alg.handle_media_datagram(Instant::now(), a, &bng4[..n]);
-            },
-            r = recv_opt(ng6.as_ref(), &mut bng6) => if let Ok((n, a)) = r {
-                alg.handle_media_datagram(Instant::now(), a, &bng6[..n]);
-            },
-            Some(c) = cfg_rx.recv() => {
-                alg.reconfigure(c);
-                tracing::info!("[alg] reconfigured");
+        if let Some((realm, n, a)) = ready {
+            budget -= 1;
+            let data = if realm == Realm::V6 { &b6[..n] } else { &b4[..n] };
+            let p = Peer { realm, transport: Transport::Udp, addr: a, conn: None };
+            alg.handle(Instant::now(), Incoming { peer: &p, data });
+            // Counts against tokio's cooperative budget as a recv_from in
+            // the select does, so the connection tasks keep their turns.
+            tokio::task::consume_budget().await;
+        } else {
+            budget = DRAIN_BUDGET;
+            if unpublished {
+                // Before waiting: the handle sees every event handled.
+                publish(&alg, &conns, &snapshot);
             }
-            _ = sleep => alg.handle_timeout(Instant::now()),
-            _ = dns_wake.notified() => alg.retry_parked(Instant::now()),
-            _ = stop.notified() => break,
+            let deadline = alg.poll_timeout().map(tokio::time::Instant::from_std);
+            let sleep = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                r = u6.recv_from(&mut b6) => if let Ok((n, a)) = r {
+                    let p = Peer { realm: Realm::V6, transport: Transport::Udp, addr: a, conn: None };
+                    alg.handle(Instant::now(), Incoming { peer: &p, data: &b6[..n] });
+                },
+                r = u4.recv_from(&mut b4) => if let Ok((n, a)) = r {
+                    let a = unmap(a);
+                    let p = Peer { realm: Realm::V4, transport: Transport::Udp, addr: a, conn: None };
+                    alg.handle(Instant::now(), Incoming { peer: &p, data: &b4[..n] });
+                },
+                Some(ev) = erx.recv() => match ev {
+                    Event::Msg { realm, conn, addr, data } => {
+                        let p = Peer { realm, transport: Transport::Tcp, addr, conn: Some(conn) };
+                        alg.handle(Instant::now(), Incoming { peer: &p, data: &data });
+                    }
+                    Event::Connected { conn, addr, tx } => {
+                        for d in pending_out.remove(&addr).unwrap_or_default() {
+                            let _ = tx.try_send(d);
+                        }
+                        tcp_out.insert(conn, tx);
+                        by_addr.insert(addr, conn);
+                    }
+                    Event::ConnectFailed { addr } => {
+                        pending_out.remove(&addr);
+                    }
+                    Event::Closed { conn, framing_error } => {
+                        tcp_out.remove(&conn);
+                        by_addr.retain(|_, c| *c != conn);
+                        if framing_error {
+                            alg.stats.tcp_framing_errors += 1;
+                        }
+                    }
+                },
+                r = recv_opt(ng4.as_ref(), &mut bng4) => if let Ok((n, a)) = r {
+                    alg.handle_media_datagram(Instant::now(), a, &bng4[..n]);
+                },
+                r = recv_opt(ng6.as_ref(), &mut bng6) => if let Ok((n, a)) = r {
+                    alg.handle_media_datagram(Instant::now(), a, &bng6[..n]);
+                },
+                Some(c) = cfg_rx.recv() => {
+                    alg.reconfigure(c);
+                    tracing::info!("[alg] reconfigured");
+                }
+                _ = sleep => alg.handle_timeout(Instant::now()),
+                _ = dns_wake.notified() => alg.retry_parked(Instant::now()),
+                _ = stop.notified() => break,
+            }
         }
         while let Some((to, d)) = alg.poll_media_transmit() {
             let s = if to.is_ipv4() { ng4.as_ref() } else { ng6.as_ref() };
@@ -477,9 +507,48 @@ async fn run(
                 }
             }
         }
-        alg.stats.tcp_refused = conns.refused.load(Relaxed);
-        let snap = Snapshot { stats: alg.stats, tables: alg.table_sizes(), tcp_connections: conns.open.load(Relaxed) };
-        *snapshot.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = snap;
+        // Published after every event, every eighth in a run of datagrams.
+        unpublished = ready.is_some() && !budget.is_multiple_of(8);
+        if !unpublished {
+            publish(&alg, &conns, &snapshot);
+        }
     }
     Ok(())
+}
+
+/// Datagrams read in a row without the reactor (see `run`).
+const DRAIN_BUDGET: usize = 32;
+
+/// An IPv4-mapped source (a dual-stack socket) as the IPv4 address.
+fn unmap(a: SocketAddr) -> SocketAddr {
+    match a {
+        SocketAddr::V6(v) => v.ip().to_ipv4_mapped().map_or(a, |ip| SocketAddr::new(ip.into(), v.port())),
+        v => v,
+    }
+}
+
+/// One waiting datagram from either SIP socket (`v4_first`: which one is
+/// tried first, alternated for fairness), without waiting.
+fn try_recv_udp(
+    u6: &UdpSocket,
+    u4: &UdpSocket,
+    b6: &mut [u8],
+    b4: &mut [u8],
+    v4_first: bool,
+) -> Option<(Realm, usize, SocketAddr)> {
+    let mut try6 = || u6.try_recv_from(b6).ok().map(|(n, a)| (Realm::V6, n, a));
+    let mut try4 = || u4.try_recv_from(b4).ok().map(|(n, a)| (Realm::V4, n, unmap(a)));
+    if v4_first {
+        try4().or_else(try6)
+    } else {
+        try6().or_else(try4)
+    }
+}
+
+/// Updates what the handle reads.
+fn publish(alg: &Alg, conns: &Conns, snapshot: &Mutex<Snapshot>) {
+    let mut stats = alg.stats;
+    stats.tcp_refused = conns.refused.load(Relaxed);
+    let snap = Snapshot { stats, tables: alg.table_sizes(), tcp_connections: conns.open.load(Relaxed) };
+    *snapshot.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = snap;
 }

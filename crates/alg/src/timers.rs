@@ -1,7 +1,6 @@
 //! Timers (RFC 3261 §17 Table 4, Timer C, RFC 6026 L/M, dialog
 //! lifetimes) and the RFC 3263 §4.3 failover to the next destination.
 
-use std::cmp::Reverse;
 use std::time::Instant;
 
 use crate::proxy::{client_key, reason_of, Alg};
@@ -17,11 +16,7 @@ impl Alg {
                 self.media_completions(now);
             }
         }
-        while let Some(Reverse(t)) = self.timers.peek() {
-            if t.at > now {
-                break;
-            }
-            let Reverse(t) = self.timers.pop().expect("peeked");
+        while let Some(t) = self.timers.pop_due(now) {
             self.fire(now, t);
         }
     }

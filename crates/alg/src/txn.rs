@@ -188,6 +188,64 @@ pub struct Timer {
     pub id: u64,
 }
 
+/// The pending timers, earliest first (ties in the order they were set).
+///
+/// A binary heap of small entries (when, sequence, slot) over a slab that
+/// holds the timers themselves: at thousands of calls per second the
+/// transactions' timers number in the hundreds of thousands (Timer J and
+/// D keep them 32 s), and a heap of whole timers, each with its key
+/// strings, moved about 120 bytes per level of every push and pop.
+#[derive(Debug, Default)]
+pub struct TimerQueue {
+    heap: std::collections::BinaryHeap<std::cmp::Reverse<(Instant, u64, u32)>>,
+    slab: Vec<Option<Timer>>,
+    free: Vec<u32>,
+}
+
+impl TimerQueue {
+    /// Sets a timer.
+    pub fn push(&mut self, t: Timer) {
+        let key = (t.at, t.seq);
+        let slot = match self.free.pop() {
+            Some(s) => {
+                self.slab[s as usize] = Some(t);
+                s
+            }
+            None => {
+                self.slab.push(Some(t));
+                (self.slab.len() - 1) as u32
+            }
+        };
+        self.heap.push(std::cmp::Reverse((key.0, key.1, slot)));
+    }
+
+    /// When the earliest timer is due.
+    pub fn next_at(&self) -> Option<Instant> {
+        self.heap.peek().map(|e| e.0 .0)
+    }
+
+    /// The earliest timer when it is due at `now`, taken off the queue.
+    pub fn pop_due(&mut self, now: Instant) -> Option<Timer> {
+        let &std::cmp::Reverse((at, _, slot)) = self.heap.peek()?;
+        if at > now {
+            return None;
+        }
+        self.heap.pop();
+        self.free.push(slot);
+        self.slab[slot as usize].take()
+    }
+
+    /// Timers set and not yet taken.
+    pub fn len(&self) -> usize {
+        self.heap.len()
+    }
+
+    /// No timer set.
+    pub fn is_empty(&self) -> bool {
+        self.heap.is_empty()
+    }
+}
+
 /// The RFC 3261 timer base values.
 #[derive(Debug, Clone, Copy)]
 pub struct Timers {
@@ -215,5 +273,37 @@ impl Timers {
     /// Timer D (at least 32 s over UDP).
     pub fn d(&self) -> Duration {
         Duration::from_secs(32).max(self.t64())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timer(at: Instant, seq: u64, cid: &str) -> Timer {
+        Timer { at, seq, kind: TimerKind::C, whose: TimerRef::Dialog(cid.into()), id: seq }
+    }
+
+    #[test]
+    fn timers_come_due_earliest_first_ties_in_setting_order() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut q = TimerQueue::default();
+        assert_eq!((q.next_at(), q.pop_due(ms(1000))), (None, None));
+        q.push(timer(ms(30), 1, "c"));
+        q.push(timer(ms(10), 2, "a"));
+        q.push(timer(ms(30), 3, "d"));
+        q.push(timer(ms(20), 4, "b"));
+        assert_eq!((q.len(), q.next_at()), (4, Some(ms(10))));
+        assert!(q.pop_due(ms(9)).is_none(), "nothing due yet");
+        let due: Vec<u64> = std::iter::from_fn(|| q.pop_due(ms(20))).map(|t| t.seq).collect();
+        assert_eq!(due, [2, 4]);
+        // A slot freed by a due timer is reused; the order still holds.
+        q.push(timer(ms(25), 5, "e"));
+        let t = q.pop_due(ms(100)).unwrap();
+        assert_eq!((t.seq, t.whose), (5, TimerRef::Dialog("e".into())));
+        let rest: Vec<u64> = std::iter::from_fn(|| q.pop_due(ms(100))).map(|t| t.seq).collect();
+        assert_eq!(rest, [1, 3], "equal times in the order they were set");
+        assert!(q.is_empty());
     }
 }

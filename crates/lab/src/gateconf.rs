@@ -170,6 +170,9 @@ pub struct Trgw {
     /// Worker threads.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub workers: Option<usize>,
+    /// `"per-port"` (a socket per media port) or `"shared"` (sk_lookup).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sockets: Option<String>,
     /// Media interfaces.
     pub interface: Vec<TrgwInterface>,
 }
@@ -430,6 +433,7 @@ mod tests {
                 port_min: 20000,
                 port_max: 20999,
                 workers: Some(1),
+                sockets: Some("shared".into()),
                 interface: vec![TrgwInterface {
                     name: "pub".into(),
                     ipv4: Some(Ipv4Addr::new(10, 0, 4, 1)),
@@ -441,6 +445,7 @@ mod tests {
         };
         let text = trgw.render().unwrap();
         assert!(text.contains("[[trgw.interface]]") && text.contains("port-min = 20000"), "{text}");
+        assert!(text.contains("sockets = \"shared\""), "{text}");
         gate::config::Config::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
         let alg = V6gate {
             alg: Some(Alg {

@@ -30,9 +30,10 @@ pub trait Plane: Send {
     /// New signalled far ends (resets latching).
     fn set_peers(&mut self, id: u32, peers: [Option<SocketAddr>; 4]);
     /// Stops relaying stream `id` and closes its sockets.
+    ///
+    /// These calls do not wait for the data path: a plane applies them in
+    /// order, and before it relays any datagram that arrived after them.
     fn remove(&mut self, id: u32);
-    /// Returns once the data path applied every change made so far.
-    fn sync(&mut self) {}
 }
 
 /// What a worker needs to relay a stream.
@@ -694,7 +695,6 @@ impl Core {
             c.last_signal = now;
             c.last_signal_unix = unix_now();
         }
-        self.plane.sync();
         if let Err(e) = result {
             // A new call whose offer failed leaves nothing behind.
             if created_now {
@@ -702,14 +702,13 @@ impl Core {
                     for st in c.media.iter_mut().filter_map(Option::take) {
                         self.drop_stream(st);
                     }
-                    self.plane.sync();
                 }
             }
             return Err(e);
         }
         if created_now {
             self.totals.calls_created += 1;
-            tracing::info!(call_id, "new call");
+            tracing::debug!(call_id, "new call");
         }
         Ok(out)
     }
@@ -726,9 +725,8 @@ impl Core {
         for s in c.media.iter_mut().filter_map(Option::take) {
             self.drop_stream_keep_stats(s);
         }
-        self.plane.sync();
         self.totals.calls_deleted += 1;
-        tracing::info!(call_id, "call deleted");
+        tracing::debug!(call_id, "call deleted");
         Ok(c)
     }
 

@@ -67,12 +67,6 @@ impl Plane for SocketPlane {
         let w = &self.workers[id as usize % self.workers.len()];
         w.send(Cmd::Remove { id });
     }
-
-    fn sync(&mut self) {
-        for w in &self.workers {
-            w.sync();
-        }
-    }
 }
 
 /// Entry point: [`Relay::start`].
@@ -284,8 +278,9 @@ impl Relay {
                     refreshed = Instant::now();
                 }
                 let gone = lock(&core).expire(Instant::now());
+                // The core logged each one ("call timed out (no media)").
                 for c in gone {
-                    tracing::info!(call_id = %c, "media timeout: call torn down");
+                    tracing::debug!(call_id = %c, "media timeout: call torn down");
                 }
             }
         })?);

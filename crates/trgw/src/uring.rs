@@ -133,9 +133,6 @@ impl UringWorker {
                     }
                 }
             }
-            Cmd::Sync(tx) => {
-                let _ = tx.send(());
-            }
         }
     }
 
@@ -157,10 +154,7 @@ impl UringWorker {
             let mut recycled = false;
             for &(u, res, flags) in &cqes {
                 if u == WAKE {
-                    self.efd.drain();
-                    while let Ok(c) = self.rx.try_recv() {
-                        self.apply(c);
-                    }
+                    self.take_commands();
                     if !cqueue::more(flags) {
                         self.arm_wake();
                     }
@@ -219,8 +213,23 @@ impl UringWorker {
         }
     }
 
+    /// Applies every queued control command (see the epoll worker's
+    /// `take_commands`: no round trip to the control side, commands
+    /// first when a datagram comes while a signal is outstanding).
+    fn take_commands(&mut self) {
+        self.efd.drain();
+        while let Ok(c) = self.rx.try_recv() {
+            self.apply(c);
+        }
+    }
+
     /// One receive completion; true when a buffer went back to the ring.
     fn on_recv(&mut self, u: u64, res: i32, flags: u32, now_ns: u64) -> bool {
+        if res > 0 && self.efd.raised() {
+            // The stream's new state first; a stream removed meanwhile
+            // fails the generation check below.
+            self.take_commands();
+        }
         let idx = (u & 0xffff_ffff) as usize;
         let gen = (u >> 32) as u32;
         let live = matches!(self.slots.get(idx), Some(Some(s)) if s.gen == gen);

@@ -41,21 +41,9 @@ const SHARED4: u64 = u64::MAX - 1;
 const SHARED6: u64 = u64::MAX - 2;
 
 pub(crate) enum Cmd {
-    Install {
-        id: u32,
-        sockets: Box<[Option<Socket>; 4]>,
-        locals: [SocketAddr; 4],
-        init: StreamInit,
-    },
-    SetPeers {
-        id: u32,
-        peers: [Option<SocketAddr>; 4],
-    },
-    Remove {
-        id: u32,
-    },
-    /// Answered once every earlier command is applied.
-    Sync(std::sync::mpsc::SyncSender<()>),
+    Install { id: u32, sockets: Box<[Option<Socket>; 4]>, locals: [SocketAddr; 4], init: StreamInit },
+    SetPeers { id: u32, peers: [Option<SocketAddr>; 4] },
+    Remove { id: u32 },
 }
 
 /// The control side's handle on one worker.
@@ -65,14 +53,6 @@ pub(crate) struct WorkerCtl {
 }
 
 impl WorkerCtl {
-    /// Waits (at most a second) until the worker applied every command
-    /// sent before, so a control reply is never ahead of the data path.
-    pub fn sync(&self) {
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        self.send(Cmd::Sync(tx));
-        let _ = rx.recv_timeout(std::time::Duration::from_secs(1));
-    }
-
     pub fn send(&self, c: Cmd) {
         if self.tx.send(c).is_ok() {
             self.efd.signal();
@@ -179,9 +159,22 @@ impl Worker {
                     }
                 }
             }
-            Cmd::Sync(tx) => {
-                let _ = tx.send(());
-            }
+        }
+    }
+
+    /// Applies every queued control command.
+    ///
+    /// The control side does not wait for a worker to apply its commands
+    /// (no round trip per offer, answer or delete): instead a worker
+    /// applies what is queued before it relays datagrams it read while a
+    /// signal was outstanding. A datagram that a SIP message carrying the
+    /// new relay address provoked arrives after that message was sent,
+    /// hence after the command was queued, so it is relayed with the
+    /// stream's new state.
+    fn take_commands(&mut self) {
+        self.efd.drain();
+        while let Ok(c) = self.rx.try_recv() {
+            self.apply(c);
         }
     }
 
@@ -202,10 +195,7 @@ impl Worker {
             let now_ns = self.epoch.elapsed().as_nanos() as u64;
             for &data in &ready {
                 if data == WAKE {
-                    self.efd.drain();
-                    while let Ok(c) = self.rx.try_recv() {
-                        self.apply(c);
-                    }
+                    self.take_commands();
                     continue;
                 }
                 if data == SHARED4 || data == SHARED6 {
@@ -213,8 +203,18 @@ impl Worker {
                     continue;
                 }
                 let idx = data as usize;
-                let Some(Some(Slot { sock: Some(sock), .. })) = self.slots.get(idx) else { continue };
+                let Some(Some(Slot { sock: Some(sock), init, .. })) = self.slots.get(idx) else { continue };
                 let got = io.recv(sock.as_raw_fd());
+                if got > 0 && self.efd.raised() {
+                    // Commands sent before these datagrams arrived (the
+                    // peers of an answer just signalled) apply first.
+                    let stream = Arc::as_ptr(init);
+                    self.take_commands();
+                    let same = matches!(self.slots.get(idx), Some(Some(s)) if Arc::as_ptr(&s.init) == stream);
+                    if !same {
+                        continue; // the stream was removed meanwhile
+                    }
+                }
                 if got > 0 {
                     self.relay(idx, got, now_ns, &mut io);
                 }
@@ -282,13 +282,21 @@ impl Worker {
     /// family, finds each datagram's slot by its original destination and
     /// sends it on from the out slot's local address and port.
     fn relay_shared(&mut self, v6: bool, now_ns: u64) {
-        let Some(sh) = &mut self.shared else { return };
+        let Some(sh) = &self.shared else { return };
         let fd = if v6 { sh.socks.rx6.as_raw_fd() } else { sh.socks.rx4.as_raw_fd() };
         // A few batches while full ones come (the socket is shared by many
         // calls), then back to epoll (level-triggered) so the other
         // sockets and the control channel get their turn.
         for _ in 0..SHARED_BATCHES {
-            let got = sh.io.recv(fd);
+            let got = match &mut self.shared {
+                Some(sh) => sh.io.recv(fd),
+                None => return,
+            };
+            if got > 0 && self.efd.raised() {
+                // As per port: queued commands first (`take_commands`).
+                self.take_commands();
+            }
+            let Some(sh) = &mut self.shared else { return };
             // Per received datagram: (slot, relayed?, bytes) for the counters.
             let mut outcome: [(usize, bool, u64); crate::sys::mmsg::BATCH] = [(usize::MAX, false, 0); _];
             let mut unmatched = 0u64;

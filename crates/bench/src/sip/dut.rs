@@ -50,6 +50,9 @@ pub fn v6gate_config(workers: usize) -> Result<String> {
             port_min: PORTS.0,
             port_max: PORTS.1,
             workers: Some(workers),
+            // No socket()+bind() per media port in the SIP thread: what an
+            // operator runs at thousands of calls/s (docs/bench-sip.md).
+            sockets: Some("shared".into()),
             interface: vec![iface("v6", true), iface("v4", false)],
             ..Default::default()
         }),

@@ -3,6 +3,7 @@
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering::AcqRel, Ordering::Acquire};
 
 use nix::sys::epoll::{Epoll as NixEpoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use nix::sys::eventfd::{EfdFlags, EventFd as NixEventFd};
@@ -46,34 +47,55 @@ impl Events {
 }
 
 /// A non-blocking eventfd: one side signals, the other drains.
+///
+/// Signals coalesce: while one is outstanding (raised and not yet
+/// drained) another one writes nothing, so a burst of control commands
+/// costs one `write(2)` and one wakeup. [`EventFd::raised`] lets the
+/// waiting side see an outstanding signal without a system call.
 #[derive(Debug)]
-pub(crate) struct EventFd(NixEventFd);
+pub(crate) struct EventFd {
+    fd: NixEventFd,
+    raised: AtomicBool,
+}
 
 impl EventFd {
     pub fn new() -> io::Result<EventFd> {
-        Ok(EventFd(NixEventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)?))
+        let fd = NixEventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)?;
+        Ok(EventFd { fd, raised: AtomicBool::new(false) })
     }
 
-    /// Makes the descriptor readable (wakes a waiting worker).
+    /// Makes the descriptor readable (wakes a waiting worker), unless a
+    /// signal is already outstanding. Whatever the signaller published
+    /// before (a command on a channel) is visible to the side that drains.
     pub fn signal(&self) {
-        let _ = self.0.write(1);
+        if !self.raised.swap(true, AcqRel) {
+            let _ = self.fd.write(1);
+        }
     }
 
-    /// Resets it to not readable.
+    /// Whether a signal is outstanding.
+    pub fn raised(&self) -> bool {
+        self.raised.load(Acquire)
+    }
+
+    /// Resets it to not readable. The flag is cleared after the read, so a
+    /// signal arriving in between either is seen by the caller's next
+    /// look at its channel (it published before raising) or writes again.
     pub fn drain(&self) {
-        let _ = self.0.read();
+        let _ = self.fd.read();
+        self.raised.swap(false, AcqRel);
     }
 }
 
 impl AsFd for EventFd {
     fn as_fd(&self) -> BorrowedFd<'_> {
-        self.0.as_fd()
+        self.fd.as_fd()
     }
 }
 
 impl AsRawFd for EventFd {
     fn as_raw_fd(&self) -> RawFd {
-        self.0.as_raw_fd()
+        self.fd.as_raw_fd()
     }
 }
 
@@ -88,10 +110,17 @@ mod tests {
         ep.add(&efd, 42).unwrap();
         let mut ev = Events::with_capacity(4);
         assert_eq!(ep.wait(&mut ev, 0).unwrap().count(), 0, "nothing yet");
+        assert!(!efd.raised());
         efd.signal();
+        efd.signal();
+        assert!(efd.raised(), "a signal is outstanding");
         assert_eq!(ep.wait(&mut ev, 1000).unwrap().collect::<Vec<_>>(), [42]);
         efd.drain();
-        assert_eq!(ep.wait(&mut ev, 0).unwrap().count(), 0, "drained");
+        assert!(!efd.raised());
+        assert_eq!(ep.wait(&mut ev, 0).unwrap().count(), 0, "drained: both signals were one");
+        efd.signal();
+        assert_eq!(ep.wait(&mut ev, 0).unwrap().count(), 1, "a signal after the drain wakes again");
+        efd.drain();
         ep.del(&efd).unwrap();
         efd.signal();
         assert_eq!(ep.wait(&mut ev, 0).unwrap().count(), 0, "no longer watched");
