@@ -213,7 +213,7 @@ pub(super) fn media(m: &Media) -> Result<(Outcome, FlowLoss)> {
     if let Some(cpus) = m.napi_cpus {
         let fifo = m.realtime.then_some(cpu::RT_PRIORITY + 1);
         if cpu::pin_napi(&RELAY_PORTS, cpus, fifo)? == 0 {
-            bail!("threaded NAPI: no napi/r6-* or napi/r4-* kernel thread to place (--no-threaded-napi runs without)");
+            bail!("threaded NAPI: no napi/r6-* or napi/r4-* kernel thread to place (run without --threaded-napi)");
         }
     }
     let flows = templates(mac(tx_ns, tx_if)?, mac(&m.topo.relay, peer_if)?, &streams)?;

@@ -192,14 +192,13 @@ pub struct Args {
     /// receiver, in the kernel; see docs/bench-xlat.md).
     #[arg(long, value_enum, default_value = "af-packet")]
     pub tester: Backend,
-    /// With `--tester xdp`: leave the DUT namespace's receive work in the
-    /// softirq of the CPU that transmits (the generator's). By default the
-    /// DUT's ports `d6`/`d4` get threaded NAPI with their kernel threads on
-    /// `--dut-cpus`, so that the DUT's receive path (its XDP program, kernel
-    /// forwarding, the way into a TUN translator) runs on the DUT's CPU and
-    /// the generator's CPU only generates (docs/bench-xlat.md).
+    /// With `--tester xdp`: threaded NAPI on the DUT's ports `d6`/`d4`,
+    /// their kernel threads on `--dut-cpus`, so that the DUT's receive path
+    /// (its XDP program, kernel forwarding, the way into a TUN translator)
+    /// runs on the DUT's CPU instead of the generator's softirq.
+    /// EXPERIMENTAL, off by default (docs/bench-xlat.md).
     #[arg(long)]
-    pub no_threaded_napi: bool,
+    pub threaded_napi: bool,
     /// The v6gate binary the v6gate DUTs run (default: this executable).
     #[arg(long, alias = "v6gate-bin")]
     pub v6gate: Option<PathBuf>,

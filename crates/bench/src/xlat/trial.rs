@@ -314,9 +314,9 @@ fn fast_function(dut: Dut, dir: Dir) -> &'static str {
 const DUT_PORTS: [&str; 2] = ["d6", "d4"];
 
 /// Whether the DUT's ports run threaded NAPI on the DUT's CPUs (the XDP
-/// tester, unless `--no-threaded-napi`).
+/// tester with `--threaded-napi`).
 fn threaded_napi(ctx: &Ctx) -> bool {
-    ctx.a.tester == Backend::Xdp && !ctx.a.no_threaded_napi
+    ctx.a.tester == Backend::Xdp && ctx.a.threaded_napi
 }
 
 /// Lets the tester prepare the DUT's ports it sends into (the XDP tester
