@@ -166,7 +166,7 @@ fn receive(
         let now = now_ns();
         for (b, &l) in bufs[..n].iter().zip(&lens[..n]) {
             let rx = match frame::decode(&b[..l.min(b.len())]) {
-                Some(rx) if rx.magic == magic && rx.src.is_ipv6() == spec.rx_v6 => rx,
+                Some(rx) if rx.magic == magic && rx.outer_v6() == spec.rx_v6 => rx,
                 // Not a test frame of this trial (or one that bypassed the
                 // translator): another trial's straggler, the DUT's own traffic.
                 _ => {

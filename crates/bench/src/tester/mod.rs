@@ -71,8 +71,9 @@ pub struct TrialSpec {
     pub learn: bool,
     /// Frames per send call.
     pub batch: usize,
-    /// Count only received frames of this IP version (true: IPv6), so a
-    /// frame that bypassed the translator is never taken for a translated one.
+    /// Count only received frames of this IP version (true: IPv6, 4in6
+    /// frames included), so a frame that bypassed the translator is never
+    /// taken for a translated one.
     pub rx_v6: bool,
     /// RTP frames (`bench trgw`): the templates leave room for a 12-byte
     /// RTP header after the UDP header, which the backend fills per frame

@@ -2,7 +2,9 @@
 //! configuration (from `lab::gateconf`) and its process in the DUT
 //! namespace.
 
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{bail, Context as _, Result};
@@ -33,6 +35,74 @@ pub(super) fn availability(dut: Dut, v6gate: &Path) -> Option<String> {
                 None
             }
         }
+        Dut::V6gateLw4o6 | Dut::V6gateDslite => {
+            let ok = Command::new(v6gate)
+                .args(["softwire", "--help"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            (!ok).then(|| format!("{} has no `softwire` subcommand", v6gate.display()))
+        }
+    }
+}
+
+/// The softwire DUTs' end-point (AFTR / lwAFTR) address: the tester's
+/// B4 ([`HOST6`]) sends its 4in6 packets there; `v6gate softwire` routes
+/// it into its TUN device.
+pub(super) const AFTR6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0xffff, 0, 0, 0, 0, 1);
+/// DS-Lite: the IPv4 address of the host behind the tester's B4 (the inner
+/// source; private, RFC 6333 §5.7 leaves it to the B4's LAN).
+pub(super) const DSLITE_HOST4: Ipv4Addr = Ipv4Addr::new(192, 168, 0, 10);
+/// lw4o6: the lwB4's binding is [`HOST6`], IPv4 address [`HOST6_AS_V4`]
+/// (the address SIIT gives the same host, in [`SIIT4`]) and this PSID,
+/// with [`LW_PSID_LEN`] bits at offset [`LW_PSID_OFFSET`] (RFC 7597 §5.1:
+/// 4,032 ports, 1024–65535 only).
+pub(super) const LW_PSID: u16 = 5;
+/// lw4o6: PSID length (k).
+pub(super) const LW_PSID_LEN: u8 = 4;
+/// lw4o6: PSID offset (a; the RFC 7597 default, ports 0–1023 excluded).
+pub(super) const LW_PSID_OFFSET: u8 = 6;
+/// The IPv6 link MTU with a softwire DUT (`t6`, `d6` and the softwire's
+/// `mtu`): RFC 6333 §5.3's 1520 carries a 1500-byte IPv4 packet in 4in6
+/// unfragmented, so the largest frame size runs in both directions.
+pub(super) const SOFTWIRE_MTU: u16 = 1520;
+
+/// The `busy-poll` window among `--v6gate-tun`'s lines: the one `[tun]`
+/// setting the softwire DUTs take (as `v6gate softwire --busy-poll`).
+fn softwire_busy_poll(lines: &[String]) -> Result<Option<String>> {
+    let mut window = None;
+    for l in lines {
+        let t: toml::Table = toml::from_str(l).with_context(|| format!("`{l}` is not a TOML `key = value` line"))?;
+        if let Some(v) = t.get("busy-poll") {
+            let w = v.as_str().with_context(|| format!("`{l}`: busy-poll is a duration string"))?;
+            window = Some(w.to_string());
+        }
+    }
+    Ok(window)
+}
+
+/// The lwAFTR's binding file: the tester's one lwB4.
+pub(super) fn lw4o6_bindings() -> String {
+    format!("{HOST6} {HOST6_AS_V4} {LW_PSID} {LW_PSID_LEN} {LW_PSID_OFFSET}\n")
+}
+
+/// The `v6gate softwire` configuration of a softwire DUT (`bindings`: the
+/// lwAFTR's binding file), on the TUN device [`TUN`].
+pub(super) fn softwire_conf(dut: Dut, bindings: &Path) -> String {
+    let common = format!("mtu = {SOFTWIRE_MTU}\ntun = \"{TUN}\"\n");
+    if dut == Dut::V6gateDslite {
+        // One subscriber (the tester's B4) holds every flow: no port quota.
+        format!(
+            "[dslite]\naftr-address = \"{AFTR6}\"\nb4-prefixes = [\"{HOSTS6}\"]\npool4 = [\"{POOL4}\"]\n\
+             max-ports-per-subscriber = 65536\nlog-mappings = false\n{common}"
+        )
+    } else {
+        format!(
+            "[lw4o6]\naftr-address = \"{AFTR6}\"\nbinding-file = \"{}\"\nipv4-prefixes = [\"{SIIT4}\"]\n\
+             watch-binding-file = false\n{common}",
+            bindings.display()
+        )
     }
 }
 
@@ -107,15 +177,20 @@ fn route_translated(ns: &Netns, nat64: bool) -> Result<()> {
     Ok(())
 }
 
-fn wait_for_link(ns: &Netns, dev: &str, p: &mut Proc) -> Result<()> {
+/// Waits (5 s at most) until `done` holds, the DUT process alive.
+fn wait_for(p: &mut Proc, what: &str, done: impl Fn() -> bool) -> Result<()> {
     for _ in 0..100 {
-        if ns.ip(&["link", "show", dev]).is_ok() {
+        if done() {
             return Ok(());
         }
         p.alive()?;
         std::thread::sleep(Duration::from_millis(50));
     }
-    bail!("the DUT did not create {dev} within 5 s{}", p.log_note())
+    bail!("the DUT did not {what} within 5 s{}", p.log_note())
+}
+
+fn wait_for_link(ns: &Netns, dev: &str, p: &mut Proc) -> Result<()> {
+    wait_for(p, &format!("create {dev}"), || ns.ip(&["link", "show", dev]).is_ok())
 }
 
 /// `cmd args` in the DUT namespace on the DUT CPUs.
@@ -179,6 +254,29 @@ pub(super) fn start_with(ctx: &Ctx, dut: Dut, topo: &BenchTopo, tun_extra: &[Str
             }
             Ok(Some(p))
         }
+        Dut::V6gateLw4o6 | Dut::V6gateDslite => {
+            let mtu = SOFTWIRE_MTU.to_string();
+            ns.ip(&["link", "set", "d6", "mtu", &mtu])?;
+            topo.t6.ip(&["link", "set", "t6", "mtu", &mtu])?;
+            let bindings = ctx.work.join("lw4o6-bindings");
+            std::fs::write(&bindings, lw4o6_bindings())?;
+            let conf = ctx.work.join("softwire.toml");
+            std::fs::write(&conf, softwire_conf(dut, &bindings))?;
+            let mut c = placed(ctx, ns, &ctx.v6gate.to_string_lossy());
+            c.args(["softwire", "--config", &conf.to_string_lossy()]);
+            c.arg("--status-file").arg(ctx.work.join("softwire.json"));
+            if let Some(w) = softwire_busy_poll(&ctx.a.v6gate_tun)? {
+                c.args(["--busy-poll", &w]);
+            }
+            let mut p = Proc::spawn("v6gate softwire", c, Some(&ctx.work.join("softwire.log")))?;
+            wait_for_link(ns, TUN, &mut p)?;
+            // The softwire routes its end-point address into the device itself.
+            let aftr = format!("{AFTR6}/128");
+            wait_for(&mut p, &format!("route {aftr} into {TUN}"), || {
+                ns.ip(&["-6", "route", "show", &aftr]).is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(TUN))
+            })?;
+            Ok(Some(p))
+        }
     }
 }
 
@@ -235,6 +333,32 @@ mod tests {
     }
 
     #[test]
+    fn softwire_configs_name_the_bench_addresses() {
+        let d = softwire_conf(Dut::V6gateDslite, Path::new("/x/b"));
+        assert!(d.starts_with("[dslite]\naftr-address = \"2001:db8:ffff::1\"\n"), "{d}");
+        assert!(d.contains("b4-prefixes = [\"2001:db8:46::/64\"]\npool4 = [\"203.0.113.128/25\"]\n"), "{d}");
+        assert!(d.contains("mtu = 1520\ntun = \"xlat0\"\n") && !d.contains("binding-file"), "{d}");
+        let l = softwire_conf(Dut::V6gateLw4o6, Path::new("/x/b"));
+        assert!(l.starts_with("[lw4o6]\n") && l.contains("binding-file = \"/x/b\"\n"), "{l}");
+        assert!(l.contains("ipv4-prefixes = [\"192.0.2.128/25\"]") && l.contains("watch-binding-file = false"), "{l}");
+        assert_eq!(lw4o6_bindings(), "2001:db8:46::10 192.0.2.130 5 4 6\n");
+        // Each parses as its table, the whole file checked (softwire's own parser).
+        for (dut, table) in [(Dut::V6gateDslite, "dslite"), (Dut::V6gateLw4o6, "lw4o6")] {
+            let c = softwire::config::SoftwireConfig::parse(&softwire_conf(dut, Path::new("/x/b"))).unwrap();
+            assert_eq!(c.functions(), vec![table]);
+        }
+    }
+
+    #[test]
+    fn softwires_take_busy_poll_from_the_tun_lines() {
+        let l = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(softwire_busy_poll(&l(&["io = \"poll\"", "busy-poll = \"1ms\""])).unwrap().as_deref(), Some("1ms"));
+        assert_eq!(softwire_busy_poll(&l(&["io = \"poll\""])).unwrap(), None);
+        assert!(softwire_busy_poll(&l(&["busy-poll = 3"])).is_err());
+        assert!(softwire_busy_poll(&l(&["not toml"])).is_err());
+    }
+
+    #[test]
     fn missing_tayga_is_a_skip_note() {
         if peers::find(Path::new("tayga")).is_none() {
             assert_eq!(
@@ -244,5 +368,6 @@ mod tests {
         }
         assert_eq!(availability(Dut::Kernel, Path::new("/nonexistent")), None);
         assert!(availability(Dut::V6gateSiit, Path::new("/nonexistent/v6gate")).unwrap().contains("no `run`"));
+        assert!(availability(Dut::V6gateLw4o6, Path::new("/nonexistent/v6gate")).unwrap().contains("no `softwire`"));
     }
 }

@@ -9,7 +9,10 @@
 //! the throughput rate, and latency at lower loads. Stateful NAT64 also
 //! gets the connection setup rate (new flows per second without loss) and
 //! the first-packet latency of new sessions. Traffic is UDP with RFC 4814
-//! pseudorandom ports over many flows. See docs/bench-xlat.md.
+//! pseudorandom ports over many flows. The softwires (`v6gate softwire`:
+//! the lw4o6 lwAFTR, the DS-Lite AFTR) take and give 4in6 frames on the
+//! IPv6 side, and the report judges them against the userspace SIIT
+//! translator of the same run (issue #15). See docs/bench-xlat.md.
 
 mod dut;
 mod report;
@@ -54,6 +57,17 @@ pub enum Dut {
     /// sessions (created by the warm-up, mirrored before the search) are
     /// translated in XDP.
     V6gateXdpNat64,
+    /// `v6gate softwire` with `[lw4o6]`: the lwAFTR (RFC 7596), one
+    /// binding for the tester's lwB4 (a shared IPv4 address and a port
+    /// set holding every flow's port). 6to4: 4in6 in, IPv4 out; 4to6:
+    /// IPv4 in, 4in6 out. AF_PACKET tester only.
+    #[value(name = "v6gate-lw4o6")]
+    V6gateLw4o6,
+    /// `v6gate softwire` with `[dslite]`: the DS-Lite AFTR (RFC 6333) and
+    /// its NAT44; 4to6 goes to the mappings a 6to4 warm-up created (as
+    /// NAT64). AF_PACKET tester only.
+    #[value(name = "v6gate-dslite")]
+    V6gateDslite,
 }
 
 impl Dut {
@@ -68,7 +82,21 @@ impl Dut {
             Dut::V6gateNat64 => "v6gate-nat64",
             Dut::V6gateXdpSiit => "v6gate-xdp-siit",
             Dut::V6gateXdpNat64 => "v6gate-xdp-nat64",
+            Dut::V6gateLw4o6 => "v6gate-lw4o6",
+            Dut::V6gateDslite => "v6gate-dslite",
         }
+    }
+
+    /// Whether the DUT is a softwire end (`v6gate softwire`): its IPv6
+    /// side carries IPv4 in IPv6 (RFC 2473 4in6 frames).
+    pub fn softwire(self) -> bool {
+        matches!(self, Dut::V6gateLw4o6 | Dut::V6gateDslite)
+    }
+
+    /// Whether 4to6 traffic needs the mappings of a 6to4 warm-up (NAT64,
+    /// the DS-Lite AFTR's NAT44).
+    pub fn maps(self) -> bool {
+        self.stateful() || self == Dut::V6gateDslite
     }
 
     /// Whether the DUT keeps per-flow state (NAT64).
@@ -113,10 +141,12 @@ pub struct Args {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "tester,kernel,tayga-siit,tayga-nat64,v6gate-siit,v6gate-nat64,v6gate-xdp-siit,v6gate-xdp-nat64"
+        default_value = "tester,kernel,tayga-siit,tayga-nat64,v6gate-siit,v6gate-nat64,v6gate-xdp-siit,v6gate-xdp-nat64,v6gate-lw4o6,v6gate-dslite"
     )]
     pub dut: Vec<Dut>,
-    /// IPv6 frame sizes in bytes (RFC 8219; the IPv4 side is 20 bytes shorter).
+    /// IPv6 frame sizes in bytes (RFC 8219; the IPv4 side is 20 bytes
+    /// shorter, the softwires' 4in6 frames 20 bytes longer: the same
+    /// payload in every DUT).
     #[arg(long, value_delimiter = ',', default_value = "84,512,1280,1518")]
     pub sizes: Vec<usize>,
     /// Directions.
@@ -189,7 +219,8 @@ pub struct Args {
     pub rx_cpu: usize,
     /// The tester backend that sends and receives the frames: `af-packet`
     /// (sockets) or `xdp` (BPF_PROG_RUN live frames and an XDP counting
-    /// receiver, in the kernel; see docs/bench-xlat.md).
+    /// receiver, in the kernel; see docs/bench-xlat.md). The softwire DUTs
+    /// (4in6 frames) run with `af-packet` only: `xdp` skips them.
     #[arg(long, value_enum, default_value = "af-packet")]
     pub tester: Backend,
     /// With `--tester xdp`: threaded NAPI on the DUT's ports `d6`/`d4`,
@@ -203,7 +234,8 @@ pub struct Args {
     #[arg(long, alias = "v6gate-bin")]
     pub v6gate: Option<PathBuf>,
     /// Extra `[tun]` settings for the v6gate DUTs, as TOML `key = value`
-    /// lines (repeatable), e.g. `--v6gate-tun 'io = "poll"'`.
+    /// lines (repeatable), e.g. `--v6gate-tun 'io = "poll"'`. The softwire
+    /// DUTs take only `busy-poll` (as `v6gate softwire --busy-poll`).
     #[arg(long, value_name = "KEY = VALUE")]
     pub v6gate_tun: Vec<String>,
     /// Namespace name prefix (namespaces PREFIX-t6, PREFIX-dut, PREFIX-t4).
@@ -241,7 +273,8 @@ impl Args {
 pub struct Point {
     /// Direction.
     pub dir: Dir,
-    /// IPv6 frame size (the label); the IPv4 frames are 20 bytes shorter.
+    /// IPv6 frame size (the label); the IPv4 frames are 20 bytes shorter,
+    /// the 4in6 frames 20 bytes longer (the same payload).
     pub frame_size: usize,
     /// Size of the frames the tester sent.
     pub sent_frame_size: usize,
@@ -391,6 +424,8 @@ pub fn run(args: &Args) -> Result<Report> {
         eprintln!("bench xlat: {} ...", dut.name());
         let why = if a.setup_only && !dut.stateful() {
             Some("--setup-only measures stateful DUTs only".to_string())
+        } else if dut.softwire() && a.tester != Backend::AfPacket {
+            Some("the XDP tester does not send or receive 4in6 frames yet (use --tester af-packet)".to_string())
         } else {
             dut::availability(dut, &ctx.v6gate)
         };
@@ -422,7 +457,7 @@ mod tests {
 
     #[test]
     fn quick_shrinks_the_run() {
-        use clap::Parser;
+        use clap::{Parser, ValueEnum};
         #[derive(clap::Parser)]
         struct W {
             #[command(flatten)]
@@ -436,5 +471,15 @@ mod tests {
         assert_eq!(full.sizes, vec![84, 512, 1280, 1518]);
         assert_eq!(full.dir, vec![Dir::V6ToV4, Dir::V4ToV6]);
         assert_eq!(full.v6gate.as_deref(), Some(std::path::Path::new("/x/v6gate")), "--v6gate-bin is an alias");
+        assert_eq!(
+            &full.dut[full.dut.len() - 2..],
+            [Dut::V6gateLw4o6, Dut::V6gateDslite],
+            "softwires in the default run"
+        );
+        for d in Dut::value_variants() {
+            let v = d.to_possible_value().unwrap();
+            assert_eq!(v.get_name(), d.name(), "--dut value and report name agree");
+            assert_eq!(serde_json::to_value(d).unwrap(), d.name(), "JSON name agrees");
+        }
     }
 }

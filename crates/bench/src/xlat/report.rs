@@ -2,8 +2,9 @@
 //! latency-by-load plots.
 
 use anyhow::Result;
+use clap::ValueEnum as _;
 
-use super::{Dir, DutReport, Report};
+use super::{Dir, Dut, DutReport, Report};
 use crate::harness::latency::us;
 use crate::report::{markdown_table, Align, LinePlot, Outputs, Series};
 
@@ -62,6 +63,7 @@ pub fn markdown(r: &Report) -> String {
         o += "\n";
         o += &notes.concat();
     }
+    o += &softwire_bar(r);
     let setups: Vec<&DutReport> = r.duts.iter().filter(|d| d.setup.is_some()).collect();
     if !setups.is_empty() {
         o += "\n## NAT64 session setup\n\n";
@@ -97,6 +99,74 @@ pub fn markdown(r: &Report) -> String {
             &rows,
         );
     }
+    o
+}
+
+/// Issue #15's bar: each softwire DUT's zero-loss throughput against the
+/// userspace SIIT translator's (`v6gate-siit`) in the same run, at every
+/// direction and frame size both measured, with a verdict per softwire.
+/// Empty when the run has no softwire DUT.
+fn softwire_bar(r: &Report) -> String {
+    use Align::{Left as L, Right as R};
+    let siit = r.duts.iter().find(|d| d.dut == Dut::V6gateSiit.name());
+    let softwires: Vec<&DutReport> =
+        r.duts.iter().filter(|d| Dut::value_variants().iter().any(|v| v.softwire() && v.name() == d.dut)).collect();
+    if softwires.is_empty() {
+        return String::new();
+    }
+    let mut o = String::from("\n## Softwires against userspace SIIT (issue #15 bar)\n\n");
+    o += "The bar: softwire zero-loss throughput ≥ the userspace SIIT translator's (`v6gate-siit`) in the same \
+          run, at each direction and frame size (frames/s; the softwire's IPv6-side frames are 4in6, 20 bytes \
+          longer, with the same payload).\n\n";
+    let mut rows = Vec::new();
+    let mut verdicts = Vec::new();
+    for d in softwires {
+        let (mut met, mut judged) = (0usize, 0usize);
+        for p in &d.points {
+            let Some(q) = siit.and_then(|s| s.points.iter().find(|q| q.dir == p.dir && q.frame_size == p.frame_size))
+            else {
+                continue;
+            };
+            // A zero-loss rate of zero meets nothing, even against zero.
+            let ok = p.throughput_fps > 0.0 && p.throughput_fps >= q.throughput_fps;
+            judged += 1;
+            met += usize::from(ok);
+            rows.push(vec![
+                d.dut.to_owned(),
+                p.dir.name().to_owned(),
+                p.frame_size.to_string(),
+                format!("{:.0}", p.throughput_fps),
+                format!("{:.0}", q.throughput_fps),
+                if q.throughput_fps > 0.0 { format!("{:.2}", p.throughput_fps / q.throughput_fps) } else { "-".into() },
+                if ok { "met" } else { "not met" }.to_owned(),
+            ]);
+        }
+        verdicts.push(match (judged, met) {
+            (0, _) => format!(
+                "- {}: not judged: no direction and frame size measured for both it and v6gate-siit in this run \
+                 ({})\n",
+                d.dut, d.status
+            ),
+            (j, m) if j == m => format!("- {}: **met** at all {j} points\n", d.dut),
+            (j, m) => format!("- {}: **not met** (met at {m} of {j} points)\n", d.dut),
+        });
+    }
+    if !rows.is_empty() {
+        o += &markdown_table(
+            &[
+                ("DUT", L),
+                ("dir", L),
+                ("frame", R),
+                ("softwire (fps)", R),
+                ("v6gate-siit (fps)", R),
+                ("ratio", R),
+                ("bar", L),
+            ],
+            &rows,
+        );
+        o += "\n";
+    }
+    o += &verdicts.concat();
     o
 }
 
@@ -200,6 +270,47 @@ mod tests {
         assert!(md.contains("| kernel | 6to4 | 84 | 1000 | 0.5 |  | 12.3 |"), "{md}");
         assert!(md.contains("\n- kernel: 6to4: fast path 10 packets\n"), "{md}");
         assert!(md.contains("|---|---|---:|---:|"), "{md}");
+    }
+
+    fn point(dir: Dir, fps: f64) -> Point {
+        Point {
+            dir,
+            frame_size: 84,
+            sent_frame_size: 84,
+            flows: 2,
+            throughput_fps: fps,
+            throughput_mbps: 0.0,
+            search: vec![],
+            loss: vec![],
+            latency: None,
+            by_load: vec![],
+        }
+    }
+
+    fn dut(name: &'static str, points: Vec<Point>) -> DutReport {
+        DutReport { dut: name, status: "ok".into(), points, setup: None, notes: vec![] }
+    }
+
+    #[test]
+    fn the_softwire_bar_compares_with_siit_of_the_same_run() {
+        assert!(!markdown(&report()).contains("issue #15"), "no softwire, no bar");
+        let mut r = report();
+        r.duts.push(dut("v6gate-siit", vec![point(Dir::V6ToV4, 1000.0), point(Dir::V4ToV6, 800.0)]));
+        r.duts.push(dut("v6gate-lw4o6", vec![point(Dir::V6ToV4, 1200.0), point(Dir::V4ToV6, 800.0)]));
+        r.duts.push(dut("v6gate-dslite", vec![point(Dir::V6ToV4, 900.0), point(Dir::V4ToV6, 0.0)]));
+        let md = markdown(&r);
+        assert!(md.contains("## Softwires against userspace SIIT (issue #15 bar)"), "{md}");
+        assert!(md.contains("| v6gate-lw4o6 | 6to4 | 84 | 1200 | 1000 | 1.20 | met |"), "{md}");
+        assert!(md.contains("| v6gate-lw4o6 | 4to6 | 84 | 800 | 800 | 1.00 | met |"), "{md}");
+        assert!(md.contains("| v6gate-dslite | 6to4 | 84 | 900 | 1000 | 0.90 | not met |"), "{md}");
+        assert!(md.contains("| v6gate-dslite | 4to6 | 84 | 0 | 800 | 0.00 | not met |"), "{md}");
+        assert!(md.contains("- v6gate-lw4o6: **met** at all 2 points\n"), "{md}");
+        assert!(md.contains("- v6gate-dslite: **not met** (met at 0 of 2 points)\n"), "{md}");
+        // Without v6gate-siit in the run the bar is not judged.
+        r.duts.retain(|d| d.dut != "v6gate-siit");
+        let md = markdown(&r);
+        assert!(md.contains("- v6gate-lw4o6: not judged: no direction and frame size measured"), "{md}");
+        assert!(!md.contains("| met |"), "{md}");
     }
 
     #[test]

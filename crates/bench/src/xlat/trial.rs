@@ -11,13 +11,14 @@ use anyhow::{bail, Context, Result};
 use lab::topo::bench_addr::*;
 use lab::topo::BenchTopo;
 
+use super::dut::{AFTR6, DSLITE_HOST4, LW_PSID, LW_PSID_LEN, LW_PSID_OFFSET};
 use super::{dut, Ctx, Dir, Dut, DutReport, LoadResult, Point, Setup, SetupProbe};
 use crate::harness::cpu;
 use crate::harness::fastpath::FastPath;
 use crate::harness::guard::Proc;
 use crate::harness::latency::us;
 use crate::harness::search::{Found, Search};
-use crate::tester::frame::{self, Header, Template};
+use crate::tester::frame::{self, Header, Template, Tunnel6};
 use crate::tester::{Backend, Port, TrialResult, TrialSpec};
 
 static TRIAL_ID: AtomicU16 = AtomicU16::new(1);
@@ -70,10 +71,15 @@ fn headers(dut: Dut, dir: Dir, flow_ports: &[(u16, u16)], nat: Option<&[Option<(
         let h = match (dut, dir) {
             (Dut::Tester, Dir::V6ToV4) => Header { dst_mac: T4_MAC, ..v6_out(sp, dp) },
             (Dut::Tester, Dir::V4ToV6) => Header { dst_mac: D6_MAC, ..v4_in(IpAddr::V4(HOST6_AS_V4), dp, sp) },
-            (Dut::Kernel, Dir::V6ToV4) => {
+            // The kernel forwards the host's IPv4 packets; the lwB4 sends
+            // them (its binding's address) inside 4in6 ([`tunnel`]).
+            (Dut::Kernel | Dut::V6gateLw4o6, Dir::V6ToV4) => {
                 Header { src: IpAddr::V4(HOST6_AS_V4), dst: IpAddr::V4(HOST4), ..v6_out(sp, dp) }
             }
-            (Dut::Kernel, Dir::V4ToV6) | (Dut::TaygaSiit | Dut::V6gateSiit | Dut::V6gateXdpSiit, Dir::V4ToV6) => {
+            (Dut::V6gateDslite, Dir::V6ToV4) => {
+                Header { src: IpAddr::V4(DSLITE_HOST4), dst: IpAddr::V4(HOST4), ..v6_out(sp, dp) }
+            }
+            (Dut::Kernel | Dut::TaygaSiit | Dut::V6gateSiit | Dut::V6gateXdpSiit | Dut::V6gateLw4o6, Dir::V4ToV6) => {
                 v4_in(IpAddr::V4(HOST6_AS_V4), dp, sp)
             }
             (_, Dir::V6ToV4) => v6_out(sp, dp),
@@ -87,20 +93,72 @@ fn headers(dut: Dut, dir: Dir, flow_ports: &[(u16, u16)], nat: Option<&[Option<(
     out
 }
 
-/// Whether the frames this DUT and direction send are IPv6.
+/// Whether the frames this DUT and direction send are IPv6 (4in6 included).
 fn sends_v6(dut: Dut, dir: Dir) -> bool {
     dir == Dir::V6ToV4 && dut != Dut::Kernel
 }
 
-fn streams(topo: &BenchTopo, ctx: &Ctx, dut: Dut, dir: Dir, size: usize, hdrs: &[Header]) -> Result<Streams> {
-    let sent_size = if sends_v6(dut, dir) { size } else { size - 20 };
-    let flows = hdrs.iter().map(|h| Template::new(h, sent_size)).collect::<Result<Vec<_>, _>>()?;
+/// The outer IPv6 header of the frames this DUT and direction send: a
+/// softwire's 6to4 frames are 4in6 from the tester's B4 ([`HOST6`]) to
+/// the softwire's end-point.
+fn tunnel(dut: Dut, dir: Dir) -> Option<Tunnel6> {
+    (dut.softwire() && dir == Dir::V6ToV4).then_some(Tunnel6 { src: HOST6, dst: AFTR6 })
+}
+
+/// The frames of `hdrs` for this DUT and direction at the frame size label
+/// `size`, and their size: the same payload in every DUT, so IPv4 frames
+/// are 20 bytes shorter and 4in6 frames 20 bytes longer than `size`.
+fn templates(dut: Dut, dir: Dir, size: usize, hdrs: &[Header]) -> Result<(Vec<Template>, usize)> {
+    let outer = tunnel(dut, dir);
+    let sent_size = match outer {
+        Some(_) => size + 20,
+        None if sends_v6(dut, dir) => size,
+        None => size - 20,
+    };
+    let flows = hdrs
+        .iter()
+        .map(|h| match outer {
+            Some(t) => Template::new_4in6(h, t, sent_size),
+            None => Template::new(h, sent_size),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     if flows.is_empty() {
         bail!("no flows to send");
     }
+    Ok((flows, sent_size))
+}
+
+/// lw4o6: `n` flows (at most the port set's 4,032) of RFC 4814 ports, each
+/// source port moved into the lwB4's port set (its PSID field set to
+/// [`LW_PSID`]; the A field, non-zero above port 1023, kept) and distinct.
+fn lw4o6_ports(n: usize) -> Vec<(u16, u16)> {
+    let m = 16 - LW_PSID_OFFSET - LW_PSID_LEN;
+    let field = ((1u16 << LW_PSID_LEN) - 1) << m;
+    let mut used = vec![false; 65536];
+    frame::rfc4814_ports(usize::MAX, 4814)
+        .into_iter()
+        .filter_map(|(sp, dp)| {
+            let sp = (sp & !field) | (LW_PSID << m);
+            (!std::mem::replace(&mut used[usize::from(sp)], true)).then_some((sp, dp))
+        })
+        .take(n)
+        .collect()
+}
+
+/// The (source, destination) UDP ports of `n` flows for `dut`: RFC 4814
+/// pseudorandom ports, the lwAFTR's inside its one binding's port set.
+fn flow_ports(dut: Dut, n: usize) -> Vec<(u16, u16)> {
+    match dut {
+        Dut::V6gateLw4o6 => lw4o6_ports(n),
+        _ => frame::rfc4814_ports(n, 4814),
+    }
+}
+
+fn streams(topo: &BenchTopo, ctx: &Ctx, dut: Dut, dir: Dir, size: usize, hdrs: &[Header]) -> Result<Streams> {
+    let (flows, sent_size) = templates(dut, dir, size, hdrs)?;
     let (tx, rx) = ports(topo, ctx, dir);
-    // What arrives: IPv6 after a translator in 4to6, IPv4 after one in 6to4;
-    // unchanged without a translator.
+    // What arrives: IPv6 after a translator in 4to6 (4in6 after a
+    // softwire), IPv4 after one in 6to4; unchanged without a translator.
     let translates = !matches!(dut, Dut::Tester | Dut::Kernel);
     let rx_v6 = if translates { dir == Dir::V4ToV6 } else { sends_v6(dut, dir) };
     Ok(Streams { tx, rx, flows: Arc::new(flows), sent_size, rx_v6 })
@@ -207,8 +265,8 @@ fn measure_point(ctx: &Ctx, s: &Streams, dir: Dir, size: usize, max: f64, proc_:
     Ok(p)
 }
 
-/// NAT64 4to6 needs sessions: send every flow 6to4 and learn the IPv4
-/// address and port the DUT mapped it to.
+/// NAT64 (and the DS-Lite AFTR's NAT44) 4to6 needs sessions: send every
+/// flow 6to4 and learn the IPv4 address and port the DUT mapped it to.
 fn learn_nat(ctx: &Ctx, topo: &BenchTopo, dut: Dut, flow_ports: &[(u16, u16)]) -> Result<Vec<Option<(IpAddr, u16)>>> {
     let hdrs = headers(dut, Dir::V6ToV4, flow_ports, None);
     let s = streams(topo, ctx, dut, Dir::V6ToV4, 84, &hdrs)?;
@@ -347,7 +405,7 @@ pub(super) fn bench_dut(ctx: &Ctx, dut: Dut, ceiling: &[(Dir, usize, f64)]) -> D
         ));
     }
     let res = (|| -> Result<()> {
-        let flow_ports = frame::rfc4814_ports(a.flows, 4814);
+        let flow_ports = flow_ports(dut, a.flows);
         let dirs: &[Dir] = if a.setup_only { &[] } else { &a.dir };
         for &dir in dirs {
             // A fresh topology and DUT per direction (NAT64 state from the
@@ -355,14 +413,14 @@ pub(super) fn bench_dut(ctx: &Ctx, dut: Dut, ceiling: &[(Dir, usize, f64)]) -> D
             let topo = BenchTopo::create(&a.prefix, dut == Dut::Tester)?;
             prepare_ports(ctx, dut, &topo)?;
             let mut proc_ = dut::start(ctx, dut, &topo)?;
-            // NAT64 4to6 needs the sessions first; the XDP DUT measures
-            // established flows both ways: every session created (6to4)
-            // and mirrored into the fast path before the search.
-            let nat = if dut.stateful() && (dir == Dir::V4ToV6 || dut.xdp()) {
+            // NAT64 and DS-Lite 4to6 need the mappings first; the XDP DUT
+            // measures established flows both ways: every session created
+            // (6to4) and mirrored into the fast path before the search.
+            let nat = if dut.maps() && (dir == Dir::V4ToV6 || dut.xdp()) {
                 let m = learn_nat(ctx, &topo, dut, &flow_ports)?;
                 let learned = m.iter().flatten().count();
                 if learned == 0 {
-                    bail!("no NAT64 session was created by the 6to4 warm-up");
+                    bail!("no mapping was created by the 6to4 warm-up");
                 }
                 if let Some(p) = proc_.as_mut().filter(|_| dut.xdp()) {
                     dut::wait_xdp(ctx, &topo.dut, p, &format!("carrying the {learned} sessions"), |x| {
@@ -431,6 +489,67 @@ mod tests {
         assert_eq!(n.len(), 1);
         assert_eq!((n[0].dst.to_string().as_str(), n[0].sport, n[0].dport), ("203.0.113.129", 54, 2000));
         assert_eq!(host6(7, 1).to_string(), "2001:db8:46::7:1");
+    }
+
+    #[test]
+    fn softwire_headers_and_frames() {
+        let ports = [(40000u16, 53u16), (40001, 54)];
+        // lw4o6 6to4: the lwB4's address and port inside 4in6 from the B4 to the lwAFTR.
+        let h = headers(Dut::V6gateLw4o6, Dir::V6ToV4, &ports, None);
+        assert_eq!((h[0].src, h[0].dst), (IpAddr::V4(HOST6_AS_V4), IpAddr::V4(HOST4)));
+        assert_eq!((h[0].dst_mac, h[0].src_mac), (D6_MAC, T6_MAC), "sent on the IPv6 link");
+        let (t, size) = templates(Dut::V6gateLw4o6, Dir::V6ToV4, 84, &h).unwrap();
+        assert_eq!((size, t[0].len()), (104, 100), "the same payload as an 84-byte IPv6 frame");
+        let mut b = vec![0u8; t[1].len()];
+        t[1].stamp(&mut b, 5, 6, 1, frame::MAGIC_HI | 2);
+        let rx = frame::decode(&b).unwrap();
+        assert_eq!(rx.tunnel, Some(Tunnel6 { src: HOST6, dst: AFTR6 }));
+        assert_eq!((rx.src, rx.sport, rx.dport), (IpAddr::V4(HOST6_AS_V4), 40001, 54));
+        // lw4o6 4to6: plain IPv4 to the lwB4's address and port.
+        let h = headers(Dut::V6gateLw4o6, Dir::V4ToV6, &ports, None);
+        assert_eq!((h[0].dst, h[0].sport, h[0].dport), (IpAddr::V4(HOST6_AS_V4), 53, 40000));
+        let (t, size) = templates(Dut::V6gateLw4o6, Dir::V4ToV6, 84, &h).unwrap();
+        assert_eq!((size, frame::decode(&stamped(&t[0])).unwrap().tunnel), (64, None));
+        // DS-Lite 6to4: the host behind the B4; 4to6 only to learned mappings.
+        let h = headers(Dut::V6gateDslite, Dir::V6ToV4, &ports, None);
+        assert_eq!(h[0].src, IpAddr::V4(DSLITE_HOST4));
+        assert_eq!(templates(Dut::V6gateDslite, Dir::V6ToV4, 1518, &h).unwrap().1, 1538);
+        let m = [Some((IpAddr::V4("203.0.113.130".parse().unwrap()), 3000)), None];
+        let n = headers(Dut::V6gateDslite, Dir::V4ToV6, &ports, Some(&m));
+        assert_eq!((n.len(), n[0].dport), (1, 3000));
+        assert!(headers(Dut::V6gateDslite, Dir::V4ToV6, &ports, None).is_empty());
+        // Other DUTs send no 4in6.
+        let h = headers(Dut::V6gateSiit, Dir::V6ToV4, &ports, None);
+        let (t, size) = templates(Dut::V6gateSiit, Dir::V6ToV4, 84, &h).unwrap();
+        assert_eq!((size, frame::decode(&stamped(&t[0])).unwrap().tunnel), (84, None));
+        assert!(tunnel(Dut::Kernel, Dir::V6ToV4).is_none() && tunnel(Dut::V6gateDslite, Dir::V4ToV6).is_none());
+    }
+
+    fn stamped(t: &Template) -> Vec<u8> {
+        let mut b = vec![0u8; t.len()];
+        t.stamp(&mut b, 1, 0, 0, frame::MAGIC_HI | 1);
+        b
+    }
+
+    #[test]
+    fn lw4o6_flows_use_the_binding_s_ports() {
+        // The lwAFTR's own binding table, loaded from the bench's file.
+        let table = softwire::binding::BindingTable::parse(&dut::lw4o6_bindings(), LW_PSID_OFFSET).unwrap();
+        let p = flow_ports(Dut::V6gateLw4o6, 1024);
+        assert_eq!(p.len(), 1024);
+        for &(sp, dp) in &p {
+            assert_eq!(table.lookup4(HOST6_AS_V4, sp), Some(&HOST6), "port {sp} is the lwB4's");
+            assert!((1..=49151).contains(&dp));
+        }
+        assert_eq!(table.lookup4(HOST6_AS_V4, 1024), None, "PSID 0's port is nobody's");
+        let all = lw4o6_ports(100_000);
+        assert_eq!(all.len(), 4032, "every port of the set, once");
+        let mut s: Vec<u16> = all.iter().map(|x| x.0).collect();
+        s.sort_unstable();
+        s.dedup();
+        assert_eq!(s.len(), 4032);
+        assert_eq!(flow_ports(Dut::V6gateSiit, 10), frame::rfc4814_ports(10, 4814));
+        assert_eq!(p, lw4o6_ports(1024), "reproducible");
     }
 
     #[test]
