@@ -384,9 +384,7 @@ async fn run(
         };
         if let Some((realm, n, a)) = ready {
             budget -= 1;
-            let data = if realm == Realm::V6 { &b6[..n] } else { &b4[..n] };
-            let p = Peer { realm, transport: Transport::Udp, addr: a, conn: None };
-            alg.handle(Instant::now(), Incoming { peer: &p, data });
+            handle_udp(&mut alg, realm, a, if realm == Realm::V6 { &b6[..n] } else { &b4[..n] });
             // Counts against tokio's cooperative budget as a recv_from in
             // the select does, so the connection tasks keep their turns.
             tokio::task::consume_budget().await;
@@ -405,13 +403,10 @@ async fn run(
             };
             tokio::select! {
                 r = u6.recv_from(&mut b6) => if let Ok((n, a)) = r {
-                    let p = Peer { realm: Realm::V6, transport: Transport::Udp, addr: a, conn: None };
-                    alg.handle(Instant::now(), Incoming { peer: &p, data: &b6[..n] });
+                    handle_udp(&mut alg, Realm::V6, a, &b6[..n]);
                 },
                 r = u4.recv_from(&mut b4) => if let Ok((n, a)) = r {
-                    let a = unmap(a);
-                    let p = Peer { realm: Realm::V4, transport: Transport::Udp, addr: a, conn: None };
-                    alg.handle(Instant::now(), Incoming { peer: &p, data: &b4[..n] });
+                    handle_udp(&mut alg, Realm::V4, unmap(a), &b4[..n]);
                 },
                 Some(ev) = erx.recv() => match ev {
                     Event::Msg { realm, conn, addr, data } => {
@@ -520,6 +515,12 @@ async fn run(
 const DRAIN_BUDGET: usize = 32;
 
 /// An IPv4-mapped source (a dual-stack socket) as the IPv4 address.
+/// One SIP datagram from a realm's UDP socket into the core.
+fn handle_udp(alg: &mut Alg, realm: Realm, addr: SocketAddr, data: &[u8]) {
+    let p = Peer { realm, transport: Transport::Udp, addr, conn: None };
+    alg.handle(Instant::now(), Incoming { peer: &p, data });
+}
+
 fn unmap(a: SocketAddr) -> SocketAddr {
     match a {
         SocketAddr::V6(v) => v.ip().to_ipv4_mapped().map_or(a, |ip| SocketAddr::new(ip.into(), v.port())),
