@@ -74,6 +74,34 @@ pub fn threaded_napi(ns: &lab::netns::Netns, dev: &str) -> Result<()> {
     Ok(())
 }
 
+/// Receive Packet Steering on `dev` in `ns`: the receive work after the
+/// device's NAPI poll (IP forwarding, socket delivery, the way into a TUN
+/// device) goes to the backlog of one of `cpus` instead of running in the
+/// softirq of the CPU that polled. For a veth that is the CPU that
+/// transmitted into its peer; the NAPI poll itself (GRO, an XDP program on
+/// `dev`) stays there. Written to every receive queue's `rps_cpus` from
+/// inside the namespace.
+pub fn rps(ns: &lab::netns::Netns, dev: &str, cpus: &[usize]) -> Result<()> {
+    let mask = cpu_mask(cpus)?;
+    ns.exec(
+        "sh",
+        &[
+            "-c",
+            &format!("for q in /sys/class/net/{dev}/queues/rx-*; do echo {mask:x} > \"$q/rps_cpus\" || exit 1; done"),
+        ],
+    )
+    .with_context(|| format!("RPS on {dev} in {} to CPU(s) {cpus:?}", ns.name()))?;
+    Ok(())
+}
+
+/// The hexadecimal CPU mask of `cpus` (at most 64 CPUs).
+fn cpu_mask(cpus: &[usize]) -> Result<u64> {
+    if cpus.is_empty() {
+        bail!("an empty CPU list");
+    }
+    cpus.iter().try_fold(0u64, |m, &c| if c < 64 { Ok(m | 1 << c) } else { bail!("CPU {c}: masks up to 63") })
+}
+
 /// Whether a thread's name is the NAPI kernel thread of one of `devs`
 /// (`napi/DEV-ID`).
 fn is_napi_of(comm: &str, devs: &[&str]) -> bool {
@@ -125,6 +153,14 @@ mod tests {
         assert!(parse_cpus("2-1").is_err());
         assert!(parse_cpus("x").is_err());
         assert!(parse_cpus("").unwrap().is_empty());
+    }
+
+    #[test]
+    fn cpu_masks() {
+        assert_eq!(cpu_mask(&[1]).unwrap(), 0x2);
+        assert_eq!(cpu_mask(&[0, 1, 5]).unwrap(), 0x23);
+        assert!(cpu_mask(&[]).is_err());
+        assert!(cpu_mask(&[64]).is_err());
     }
 
     #[test]

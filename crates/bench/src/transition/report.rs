@@ -66,10 +66,10 @@ pub fn markdown(r: &Report) -> String {
     let _ = writeln!(
         s,
         "# v6gate bench transition\n\nThe NAT-PT / TRT / DSTM comparison paper's measurements, one testbed per \
-         mechanism (client — gateway — IPv4-only server in network namespaces): {} s of bulk TCP, {} new TCP \
-         sessions (connect, one byte each way), {} UDP echoes. {} online CPUs, kernel {}, load average at the \
+         mechanism (client — gateway — IPv4-only server in network namespaces): {} s of bulk TCP (median of {} \
+         transfers), {} new TCP sessions (connect, one byte each way), {} UDP echoes. {} online CPUs, kernel {}, load average at the \
          start {} (the machine may be shared: timings are noisy). Busy-poll of the v6gate TUN engines and the TRT relay: {}.\n",
-        r.seconds, r.sessions, r.pings, r.cpus, r.kernel, r.loadavg, r.busy_poll
+        r.seconds, r.bulk_runs, r.sessions, r.pings, r.cpus, r.kernel, r.loadavg, r.busy_poll
     );
     let native = find(r, "ipv4");
     let _ = writeln!(s, "## Session initiation (the paper's Table 1)\n");
@@ -112,6 +112,7 @@ pub fn markdown(r: &Report) -> String {
             vec![
                 m.mech.clone(),
                 format!("{:.0}", m.throughput_mbps),
+                m.throughput_runs_mbps.iter().map(|v| format!("{v:.0}")).collect::<Vec<_>>().join(" / "),
                 native.map_or(String::new(), |n| {
                     format!("{:.0} %", 100.0 * m.throughput_mbps / n.throughput_mbps.max(1e-9))
                 }),
@@ -128,6 +129,7 @@ pub fn markdown(r: &Report) -> String {
         &[
             ("Device", L),
             ("Mbit/s", R),
+            ("each transfer", R),
             ("of IPv4", R),
             ("× socat", R),
             ("RTT median (µs)", R),
@@ -225,6 +227,7 @@ mod tests {
     fn table_and_bars() {
         let r = Report {
             seconds: 1,
+            bulk_runs: 1,
             sessions: 10,
             pings: 10,
             cpus: 2,

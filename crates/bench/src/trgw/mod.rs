@@ -207,6 +207,14 @@ pub struct Args {
     /// so it is off by default (docs/bench-trgw.md).
     #[arg(long)]
     pub threaded_napi: bool,
+    /// With `--tester xdp`: Receive Packet Steering on the relay's ports
+    /// `r6`/`r4` to the relay CPUs, so that the receive work after the
+    /// veth's NAPI poll (kernel forwarding, a userspace relay's UDP socket
+    /// delivery) runs on the relay's CPU instead of in the generator's
+    /// softirq; the NAPI poll itself (GRO, the XDP relay's program) stays
+    /// with the generator (docs/bench-trgw.md).
+    #[arg(long, conflicts_with = "threaded_napi")]
+    pub rps: bool,
     /// An extra `key=value` for the `[trgw]` section of both v6gate
     /// relays' configuration (repeatable; the value is TOML, a bare word
     /// is taken as a string), e.g. `--v6gate-trgw-opt sockets=shared`.
@@ -659,8 +667,16 @@ pub fn run(args: Args) -> Result<Report> {
         relay_threads,
         if args.realtime { " Relay and tester threads ran with SCHED_FIFO priority 10." } else { "" }
     )];
-    let threaded = args.tester == TesterKind::Xdp && args.threaded_napi;
-    if threaded {
+    let ingress = xdp::Ingress::of(&args);
+    if ingress == xdp::Ingress::Rps {
+        notes.push(format!(
+            "XDP tester: the relay namespace's ports r6/r4 steered their receive work (RPS) to the relay CPU(s) {}: \
+             kernel forwarding and a userspace relay's socket delivery ran on the DUT's CPU; the veth NAPI poll \
+             (GRO, and the XDP relay's program) ran in the generator's softirq.",
+            args.relay_cpus
+        ));
+    }
+    if ingress == xdp::Ingress::Threaded {
         notes.push(format!(
             "XDP tester: the relay namespace's ports r6/r4 ran threaded NAPI, their kernel threads on the relay CPU(s) {}{}: \
              the receive work of every row (kernel forwarding, the XDP program, a userspace relay's socket delivery) \
@@ -686,7 +702,7 @@ pub fn run(args: Args) -> Result<Report> {
         eprintln!("tester ceiling (kernel IPv6 forwarding, no relay):");
         let topo = RelayTopo::build(&format!("{prefix}-k"), true)?;
         if args.tester == TesterKind::Xdp {
-            xdp::prepare(&topo, threaded)?;
+            xdp::prepare(&topo, ingress, &ctx.relay_cpus)?;
         }
         let dirs = measure_device(&ctx, &topo, None, "kernel", args.max_calls);
         if args.tester == TesterKind::Xdp {
@@ -737,7 +753,7 @@ pub fn run(args: Args) -> Result<Report> {
             relay::prepare_xdp(&topo)?;
         }
         if args.tester == TesterKind::Xdp {
-            xdp::prepare(&topo, threaded)?;
+            xdp::prepare(&topo, ingress, &ctx.relay_cpus)?;
         }
         let dirs = measure_device(&ctx, &topo, Some((kind, &bin)), name, max_for_relays);
         relays.push(Device { name: name.into(), version: peers::version(&bin), skipped: None, directions: dirs });

@@ -122,16 +122,42 @@ fn parse_mac(s: &str) -> Option<[u8; 6]> {
 /// The relay namespace's ports.
 const RELAY_PORTS: [&str; 2] = ["r6", "r4"];
 
+/// Where the receive work of the relay namespace's ports runs with the
+/// XDP tester.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Ingress {
+    /// In the softirq of the CPU that transmitted into the port (the
+    /// generator's, for the port facing the sending UA).
+    Softirq,
+    /// Threaded NAPI, the threads on the relay CPUs (`--threaded-napi`).
+    Threaded,
+    /// The NAPI poll in the softirq, the rest steered to the relay CPUs
+    /// (`--rps`).
+    Rps,
+}
+
+impl Ingress {
+    pub(super) fn of(a: &super::Args) -> Ingress {
+        match (a.tester, a.threaded_napi, a.rps) {
+            (super::TesterKind::Xdp, true, _) => Ingress::Threaded,
+            (super::TesterKind::Xdp, false, true) => Ingress::Rps,
+            _ => Ingress::Softirq,
+        }
+    }
+}
+
 /// Readies a topology for the XDP tester: NAPI (GRO) on the relay
 /// namespace's ports, so that frames the generator transmits into them
-/// land (the receiver's own program does that on the UA ports), and with
-/// `threaded` threaded NAPI on them ([`cpu::threaded_napi`]; [`media`]
-/// places the threads before each trial).
-pub(super) fn prepare(topo: &RelayTopo, threaded: bool) -> Result<()> {
+/// land (the receiver's own program does that on the UA ports), and the
+/// `ingress` placement on the relay CPUs ([`cpu::threaded_napi`], whose
+/// threads [`media`] places before each trial, or [`cpu::rps`]).
+pub(super) fn prepare(topo: &RelayTopo, ingress: Ingress, relay_cpus: &[usize]) -> Result<()> {
     for dev in RELAY_PORTS {
         XdpTester.prepare_port(&Port { ns: topo.relay.name().into(), ifname: dev.into(), cpus: vec![] })?;
-        if threaded {
-            cpu::threaded_napi(&topo.relay, dev)?;
+        match ingress {
+            Ingress::Softirq => {}
+            Ingress::Threaded => cpu::threaded_napi(&topo.relay, dev)?,
+            Ingress::Rps => cpu::rps(&topo.relay, dev, relay_cpus)?,
         }
     }
     Ok(())
