@@ -434,10 +434,7 @@ fn lw4o6_hairpinning_and_reload() {
     // The last lease released: neither direction reaches the old holder.
     l.set_leases(BindingTable::new());
     assert_eq!(l.process(&from_lease, 0, &mut out), Action::Drop(Reason::NoBinding));
-    assert_eq!(
-        l.process(&udp4(SERVER, 1, [192, 0, 2, 77], 80, b"x"), 0, &mut out),
-        Action::Drop(Reason::NoSubscriber)
-    );
+    assert_eq!(l.process(&udp4(SERVER, 1, [192, 0, 2, 77], 80, b"x"), 0, &mut out), Action::Drop(Reason::NoSubscriber));
     assert_eq!(l.lookup4(Ipv4Addr::new(192, 0, 2, 77), 80), None);
 }
 
