@@ -33,9 +33,10 @@ use crate::binding::{BindingTable, Check};
 use crate::endpoint::{Endpoint, EndpointConfig, Received};
 use crate::pkt::{self, Kind};
 use crate::stats::{bump, Action, Counters, Reason};
-use arc_swap::ArcSwap;
+use arc_swap::{ArcSwap, Guard};
 use core::net::{Ipv4Addr, Ipv6Addr};
 use nat64::frag::{Fed, Reassembler};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use xlat::origin;
 use xlat::wire::icmp;
@@ -62,8 +63,33 @@ pub struct Lwaftr {
     ep: Endpoint,
     table: ArcSwap<BindingTable>,
     leases: ArcSwap<BindingTable>,
+    /// `leases` holds a binding: without DSTM the packet path skips it.
+    any_leases: AtomicBool,
     reasm4: Reassembler,
     c: Counters,
+}
+
+/// The tables one packet is checked against, loaded once per packet: the
+/// binding table and, when any are in force, the DSTM leases.
+struct Tables {
+    bindings: Guard<Arc<BindingTable>>,
+    leases: Option<Guard<Arc<BindingTable>>>,
+}
+
+impl Tables {
+    fn lookup4(&self, a: Ipv4Addr, port: u16) -> Option<Ipv6Addr> {
+        match self.bindings.lookup4(a, port) {
+            Some(b) => Some(*b),
+            None => self.leases.as_ref().and_then(|l| l.lookup4(a, port).copied()),
+        }
+    }
+
+    fn check(&self, b4: &Ipv6Addr, src: Ipv4Addr, port: u16) -> Check {
+        match (self.bindings.check(b4, src, port), &self.leases) {
+            (Check::NoBinding, Some(l)) => l.check(b4, src, port),
+            (c, _) => c,
+        }
+    }
 }
 
 impl Lwaftr {
@@ -74,6 +100,7 @@ impl Lwaftr {
             ep: Endpoint::new(e),
             table: ArcSwap::from_pointee(table),
             leases: ArcSwap::from_pointee(BindingTable::new()),
+            any_leases: AtomicBool::new(false),
             reasm4: Reassembler::new(e.reassembly_timeout_ns, e.max_reassembly_sets, e.max_reassembly_bytes),
             c: Counters::default(),
             cfg,
@@ -103,7 +130,9 @@ impl Lwaftr {
 
     /// Put the DSTM leases (whole-address bindings) in force.
     pub fn set_leases(&self, t: BindingTable) {
+        let any = !t.is_empty();
         self.leases.store(Arc::new(t));
+        self.any_leases.store(any, Ordering::Release);
     }
 
     /// Leases in force.
@@ -119,16 +148,13 @@ impl Lwaftr {
 
     /// The lwB4 holding (`a`, `port`).
     pub fn lookup4(&self, a: Ipv4Addr, port: u16) -> Option<Ipv6Addr> {
-        if let Some(b) = self.table.load().lookup4(a, port) {
-            return Some(*b);
-        }
-        self.leases.load().lookup4(a, port).copied()
+        self.tables().lookup4(a, port)
     }
 
-    fn check(&self, b4: &Ipv6Addr, src: Ipv4Addr, port: u16) -> Check {
-        match self.table.load().check(b4, src, port) {
-            Check::NoBinding => self.leases.load().check(b4, src, port),
-            c => c,
+    fn tables(&self) -> Tables {
+        Tables {
+            bindings: self.table.load(),
+            leases: self.any_leases.load(Ordering::Acquire).then(|| self.leases.load()),
         }
     }
 
@@ -155,9 +181,10 @@ impl Lwaftr {
             Kind::IcmpError { quoted } => (Some(quoted.dport), Some(quoted.sport)),
             Kind::Fragment => (None, None),
         };
+        let t = self.tables();
         let verdict = match src_port {
-            Some(port) => self.check(&r.remote, p.src(), port),
-            None => match self.check(&r.remote, p.src(), 0) {
+            Some(port) => t.check(&r.remote, p.src(), port),
+            None => match t.check(&r.remote, p.src(), 0) {
                 Check::PortOutside => Check::Ok,
                 c => c,
             },
@@ -186,7 +213,7 @@ impl Lwaftr {
         }
         // RFC 7596 §6.3: hairpinning to another lwB4.
         if let Some(port) = dst_port {
-            if let Some(b4) = self.lookup4(p.dst(), port) {
+            if let Some(b4) = t.lookup4(p.dst(), port) {
                 if !self.cfg.hairpinning {
                     return Action::Drop(Reason::HairpinOff);
                 }
@@ -213,11 +240,12 @@ impl Lwaftr {
             Ok(f) => f,
             Err(reason) => return Action::Drop(reason),
         };
+        let t = self.tables();
         let port = match f.kind {
             Kind::Transport { .. } | Kind::Echo(_) => f.ends.dport,
             Kind::IcmpError { quoted } => quoted.sport,
             Kind::Fragment => {
-                if self.table.load().map_of(p.dst()).is_full() {
+                if t.bindings.map_of(p.dst()).is_full() {
                     0
                 } else {
                     // A shared address: the port is in the first fragment only.
@@ -232,7 +260,7 @@ impl Lwaftr {
                 }
             }
         };
-        match self.lookup4(p.dst(), port) {
+        match t.lookup4(p.dst(), port) {
             Some(b4) => self.ep.send(p.as_bytes(), b4, out, &self.c),
             None => {
                 if self.cfg.icmpv4_errors

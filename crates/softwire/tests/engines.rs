@@ -431,6 +431,11 @@ fn lw4o6_hairpinning_and_reload() {
     assert_eq!(v6_tunnel(&only(&out)).1, a6("2001:db8:7::7"));
     let from_lease = raw_softwire("2001:db8:7::7", &udp4([192, 0, 2, 77], 80, SERVER, 1, b"x"));
     assert_eq!(l.process(&from_lease, 0, &mut out), Action::Emit);
+    // The last lease released: neither direction reaches the old holder.
+    l.set_leases(BindingTable::new());
+    assert_eq!(l.process(&from_lease, 0, &mut out), Action::Drop(Reason::NoBinding));
+    assert_eq!(l.process(&udp4(SERVER, 1, [192, 0, 2, 77], 80, b"x"), 0, &mut out), Action::Drop(Reason::NoSubscriber));
+    assert_eq!(l.lookup4(Ipv4Addr::new(192, 0, 2, 77), 80), None);
 }
 
 #[test]
