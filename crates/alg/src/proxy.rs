@@ -65,6 +65,9 @@ pub struct Alg {
     pub(crate) media_inflight: HashMap<u64, crate::pending::InFlight>,
     /// Counters.
     pub stats: Stats,
+    /// Our host:port in headers, IPv4 realm then IPv6 (fixed: a reload
+    /// keeps the listen and advertised addresses).
+    hostport: [String; 2],
 }
 
 /// The core's tables: foldhash, several times faster than SipHash on the
@@ -146,7 +149,7 @@ impl Alg {
     /// A core. `media` None: signalling only (no SDP rewriting).
     pub fn new(cfg: Config, resolver: Box<dyn Resolver>, media: Option<Box<dyn MediaControl>>) -> Alg {
         let timers_cfg = Timers::new(cfg.t1);
-        Alg {
+        let mut alg = Alg {
             cfg,
             timers_cfg,
             resolver,
@@ -164,7 +167,10 @@ impl Alg {
             media_busy: Map::default(),
             media_inflight: HashMap::new(),
             stats: Stats::default(),
-        }
+            hostport: Default::default(),
+        };
+        alg.hostport = [alg.hostport_of(Realm::V4), alg.hostport_of(Realm::V6)];
+        alg
     }
 
     /// The configuration.
@@ -234,6 +240,10 @@ impl Alg {
     }
 
     pub(crate) fn local_hostport(&self, realm: Realm) -> String {
+        self.hostport[usize::from(realm.v6())].clone()
+    }
+
+    fn hostport_of(&self, realm: Realm) -> String {
         let (ip, port) = self.local(realm);
         format!("{}:{port}", host_of(ip))
     }

@@ -216,10 +216,21 @@ impl Relay {
             io = got;
             ctls.push(WorkerCtl { tx, efd });
         }
+        let mut probed = crate::shared::ProbeCache::default();
+        if steer.is_some() {
+            let t0 = std::time::Instant::now();
+            let (free, all) = probed.warm(&cfg);
+            tracing::info!(
+                free,
+                probed = all,
+                ms = t0.elapsed().as_millis() as u64,
+                "[trgw] shared sockets: media port pairs probed"
+            );
+        }
         let policy = Arc::new(MediaPolicy::new(&cfg));
         let core = Core::with_policy(
             cfg.clone(),
-            Box::new(SocketPlane { workers: ctls, steer: steer.clone(), probed: Default::default() }),
+            Box::new(SocketPlane { workers: ctls, steer: steer.clone(), probed }),
             epoch,
             policy.clone(),
         );

@@ -12,10 +12,10 @@
 //! - Sending: from raw sockets (`IPPROTO_RAW`, one per family per worker)
 //!   with the IP and UDP header written here ([`headers`]), so a packet
 //!   leaves from the leg's own local port, as in per-port mode.
-//! - Port allocation stays in [`crate::ports`]; the first time a port pair
-//!   is handed out it is bound once and closed ([`probe`]), so a port another
+//! - Port allocation stays in [`crate::ports`]; a port pair is bound once
+//!   and closed ([`probe`]) before it is first handed out, so a port another
 //!   program holds is skipped as in per-port mode; a pair found free is not
-//!   probed again ([`ProbeCache`]). A program binding a
+//!   probed again ([`ProbeCache`], filled for the whole range at startup). A program binding a
 //!   port after it was allocated would not see its packets (they are
 //!   steered first): reserve the media range (docs/trgw.md).
 //!
@@ -123,6 +123,23 @@ impl ProbeCache {
         probe(addr, port)?;
         bits[word] |= bit;
         Ok(())
+    }
+
+    /// Probes every pair of the media range on every interface address
+    /// once, at startup, so the first pass through the range (the port
+    /// list hands each pair out once before any comes back) costs the
+    /// offers no probe either. Returns (pairs found free, pairs probed).
+    pub(crate) fn warm(&mut self, cfg: &Config) -> (usize, usize) {
+        let first = cfg.port_min + (cfg.port_min & 1);
+        let (mut free, mut probed) = (0, 0);
+        let addrs = cfg.interfaces.iter().flat_map(|i| [i.addr(false), i.addr(true)]).flatten();
+        for addr in addrs {
+            for port in (first..cfg.port_max).step_by(2) {
+                probed += 1;
+                free += usize::from(self.check(addr, port).is_ok());
+            }
+        }
+        (free, probed)
     }
 }
 
@@ -346,6 +363,21 @@ mod tests {
             assert!(c.check(lo, p).is_ok(), "a pair found free is not probed again");
             assert!(probe(lo, p).is_err(), "while a real probe would fail");
         }
+    }
+
+    #[test]
+    fn warming_remembers_the_free_pairs_of_the_range() {
+        let held = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let p = held.local_addr().unwrap().port();
+        let (min, max) = (p.saturating_sub(4) & !1, p.saturating_add(5).min(u16::MAX - 1));
+        let mut cfg = Config { port_min: min, port_max: max, ..Config::default() };
+        cfg.interfaces = vec![crate::config::Interface::new("lo", Some(Ipv4Addr::LOCALHOST), None)];
+        let mut c = ProbeCache::default();
+        let (free, probed) = c.warm(&cfg);
+        assert_eq!(probed, ((min..max).step_by(2)).count());
+        assert!(free < probed, "the pair with the held port is not free");
+        let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        assert!(c.check(lo, p & !1).is_err(), "and is probed again when asked for");
     }
 
     #[test]
