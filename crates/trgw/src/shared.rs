@@ -15,9 +15,10 @@
 //! - Port allocation stays in [`crate::ports`]; a port pair is bound once
 //!   and closed ([`probe`]) before it is first handed out, so a port another
 //!   program holds is skipped as in per-port mode; a pair found free is not
-//!   probed again ([`ProbeCache`], filled for the whole range at startup). A program binding a
-//!   port after it was allocated would not see its packets (they are
-//!   steered first): reserve the media range (docs/trgw.md).
+//!   probed again ([`ProbeCache`], filled for the whole range at startup).
+//!   A program binding a port after it was first used would not see its
+//!   packets (they are steered first): reserve the media range
+//!   (docs/trgw.md).
 //!
 //! The XDP fast path is unchanged: it relays latched legs from its maps
 //! and never needed the sockets.
