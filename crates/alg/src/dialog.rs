@@ -38,8 +38,14 @@ pub struct Dialog {
     pub sdp_from: Vec<(String, bool, String)>,
     /// 2xx seen.
     pub confirmed: bool,
+    /// An ACK (for the 2xx) went through: without one by the end of the
+    /// 2xx's server transaction (Timer L) the caller gave up.
+    pub acked: bool,
     /// Released when nothing happens until then.
     pub expires: Instant,
+    /// When its timer is set for (a later `expires` sets no new timer:
+    /// the one set sets itself again when it fires).
+    pub timer_at: Instant,
     /// The tag whose offer (in a response) awaits an answer in ACK/PRACK.
     pub late_offer_from: Option<String>,
 }
@@ -166,7 +172,9 @@ impl Alg {
                     old_epoch: None,
                     sdp_from: Vec::new(),
                     confirmed: false,
+                    acked: false,
                     expires,
+                    timer_at: expires,
                     late_offer_from: None,
                 },
             );
@@ -179,6 +187,7 @@ impl Alg {
                 if d.confirmed {
                     d.expires = now + timeout;
                 }
+                d.acked |= method == "ACK";
             }
         }
         if !m.has_sdp() || self.media.is_none() || !matches!(method, "INVITE" | "UPDATE" | "ACK" | "PRACK") {
@@ -362,7 +371,10 @@ impl Alg {
         d.expires = now + timeout;
         let (at, id) = (d.expires, d.id);
         let old = d.old_epoch.take();
-        self.schedule(at, TimerKind::Dialog, TimerRef::Dialog(call_id.clone()), id);
+        if at < d.timer_at {
+            d.timer_at = at;
+            self.schedule(at, TimerKind::Dialog, TimerRef::Dialog(call_id.clone()), id);
+        }
         if let Some(old) = old {
             let id = ng_call_id(&call_id, old);
             self.media_fire(now, &call_id, media::delete_command(&id));
@@ -402,8 +414,9 @@ impl Alg {
     }
 
     pub(crate) fn dialog_timer(&mut self, now: Instant, cid: &str, id: u64) {
-        let Some(d) = self.dialogs.get(cid) else { return };
-        if d.id != id {
+        let Some(d) = self.dialogs.get_mut(cid) else { return };
+        if d.id != id || now < d.timer_at {
+            // Stale: a shorter timer was set after this one.
             return;
         }
         if now >= d.expires {
@@ -412,6 +425,7 @@ impl Alg {
             self.release_dialog(cid, "session timeout");
         } else {
             let at = d.expires;
+            d.timer_at = at;
             self.schedule(at, TimerKind::Dialog, TimerRef::Dialog(cid.to_string()), id);
         }
     }

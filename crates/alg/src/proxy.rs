@@ -47,9 +47,9 @@ pub struct Alg {
     pub(crate) timers_cfg: Timers,
     pub(crate) resolver: Box<dyn Resolver>,
     pub(crate) media: Option<Box<dyn MediaControl>>,
-    pub(crate) server: HashMap<ServerKey, ServerTxn>,
-    pub(crate) client: HashMap<String, ClientTxn>,
-    pub(crate) dialogs: HashMap<String, Dialog>,
+    pub(crate) server: Map<ServerKey, ServerTxn>,
+    pub(crate) client: Map<String, ClientTxn>,
+    pub(crate) dialogs: Map<String, Dialog>,
     pub(crate) timers: TimerQueue,
     out: VecDeque<Transmit>,
     pub(crate) parked: Vec<(Peer, Vec<u8>)>,
@@ -60,12 +60,21 @@ pub struct Alg {
     /// e.g. a media delete when a dialog is released).
     pub(crate) clock: Instant,
     /// Calls with a media command in flight, and their work queued behind it.
-    pub(crate) media_busy: HashMap<String, VecDeque<crate::pending::Work>>,
+    pub(crate) media_busy: Map<String, VecDeque<crate::pending::Work>>,
     /// Media commands in flight, by ticket.
     pub(crate) media_inflight: HashMap<u64, crate::pending::InFlight>,
     /// Counters.
     pub stats: Stats,
+    /// Our host:port in headers, IPv4 realm then IPv6 (fixed: a reload
+    /// keeps the listen and advertised addresses).
+    hostport: [String; 2],
 }
+
+/// The core's tables: foldhash, several times faster than SipHash on the
+/// short string keys looked up for every message, and seeded at random per
+/// table like std's, so keys a peer chooses (Call-IDs, branches) cannot be
+/// aimed at one bucket.
+pub(crate) type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 pub(crate) const ENC_PREFIX: &str = "alg-";
 /// Most sources the rate limiter remembers.
@@ -140,14 +149,14 @@ impl Alg {
     /// A core. `media` None: signalling only (no SDP rewriting).
     pub fn new(cfg: Config, resolver: Box<dyn Resolver>, media: Option<Box<dyn MediaControl>>) -> Alg {
         let timers_cfg = Timers::new(cfg.t1);
-        Alg {
+        let mut alg = Alg {
             cfg,
             timers_cfg,
             resolver,
             media,
-            server: HashMap::new(),
-            client: HashMap::new(),
-            dialogs: HashMap::new(),
+            server: Map::default(),
+            client: Map::default(),
+            dialogs: Map::default(),
             timers: TimerQueue::default(),
             out: VecDeque::new(),
             parked: Vec::new(),
@@ -155,10 +164,13 @@ impl Alg {
             rate_sweep: None,
             next_id: 1,
             clock: Instant::now(),
-            media_busy: HashMap::new(),
+            media_busy: Map::default(),
             media_inflight: HashMap::new(),
             stats: Stats::default(),
-        }
+            hostport: Default::default(),
+        };
+        alg.hostport = [alg.hostport_of(Realm::V4), alg.hostport_of(Realm::V6)];
+        alg
     }
 
     /// The configuration.
@@ -228,6 +240,10 @@ impl Alg {
     }
 
     pub(crate) fn local_hostport(&self, realm: Realm) -> String {
+        self.hostport[usize::from(realm.v6())].clone()
+    }
+
+    fn hostport_of(&self, realm: Realm) -> String {
         let (ip, port) = self.local(realm);
         format!("{}:{port}", host_of(ip))
     }

@@ -154,6 +154,10 @@ impl Alg {
         }
         inv.cancelled = true;
         let ck = inv.client.clone();
+        // The caller gave up: its media goes now, not when the callee's 487
+        // (or our timeout) ends the INVITE (a 2xx crossing the CANCEL is
+        // relayed without media, and the caller ends that call with BYE).
+        self.release_dialog_of(&ikey);
         match ck {
             Some(ck) => {
                 let provisional = self.client.get(&ck).map(|c| c.state == CState::Proceeding);
@@ -167,10 +171,7 @@ impl Alg {
                     None => {}
                 }
             }
-            None => {
-                self.reply(now, &ikey, 487, reason_of(487), "");
-                self.release_dialog_of(&ikey);
-            }
+            None => self.reply(now, &ikey, 487, reason_of(487), ""),
         }
     }
 
@@ -196,7 +197,14 @@ impl Alg {
         }
         b.header("Max-Forwards", "70");
         let data = b.finish(b"");
-        let (peer, branch) = (c.peer.clone(), c.branch.clone());
+        let (peer, branch, id) = (c.peer.clone(), c.branch.clone(), c.id);
+        if let Some(c) = self.client.get_mut(ck) {
+            c.cancel_sent = true;
+        }
+        // RFC 3261 §9.1: no final response 64 × T1 after the CANCEL ends the
+        // INVITE transaction (Timer B's handling in Proceeding).
+        let t64 = self.timers_cfg.t64();
+        self.schedule(now + t64, TimerKind::B, TimerRef::Client(ck.to_string()), id);
         self.start_client(now, client_key(&branch, "CANCEL"), branch, "CANCEL", peer, data, None);
     }
 
@@ -241,6 +249,9 @@ impl Alg {
                 branch,
                 interval: t.t1,
                 cancel_pending: false,
+                cancel_sent: false,
+                c_at: now + t.c(),
+                first_2xx: None,
                 ack: None,
                 method: method.to_string(),
                 alternates: Vec::new(),

@@ -39,16 +39,31 @@ impl Alg {
         match (c.invite, c.state, code) {
             (true, CState::Calling | CState::Proceeding, 100..=199) => {
                 c.state = CState::Proceeding;
+                if code > 100 {
+                    c.c_at = now + t.c();
+                }
                 if c.cancel_pending {
                     c.cancel_pending = false;
                     self.send_cancel(now, &ck);
                 }
                 if code > 100 {
-                    self.schedule(now + t.c(), TimerKind::C, tref, id);
                     self.relay_response(now, &ck, m, raw);
                 }
             }
             (true, CState::Calling | CState::Proceeding | CState::Accepted, 200..=299) => {
+                let h = fnv(raw);
+                if c.first_2xx == Some(h) {
+                    // The callee retransmits its 2xx until the ACK: the one
+                    // already built goes again (no second media answer).
+                    let sk = c.server.clone();
+                    let sent = sk.as_ref().and_then(|k| self.server.get(k)).filter(|s| s.state == SState::Accepted);
+                    if let Some((p, d)) = sent.and_then(|s| Some((s.peer.clone(), s.last.clone()?))) {
+                        self.stats.responses_forwarded += 1;
+                        self.send(p, d);
+                        return;
+                    }
+                }
+                c.first_2xx.get_or_insert(h);
                 if c.state != CState::Accepted {
                     c.state = CState::Accepted;
                     self.schedule(now + t.t64(), TimerKind::M, tref, id);
@@ -233,6 +248,11 @@ impl Alg {
         }
         b.finish(body.unwrap_or(m.body))
     }
+}
+
+/// FNV-1a of a message (a retransmission is byte-identical).
+fn fnv(data: &[u8]) -> u64 {
+    data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
 }
 
 /// The ACK for a non-2xx final response (RFC 3261 §17.1.1.3): the

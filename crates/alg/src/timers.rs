@@ -53,24 +53,14 @@ impl Alg {
                         self.failover(now, c);
                     }
                     (TimerKind::B, CState::Calling) | (TimerKind::F, CState::Calling | CState::Proceeding) => {
-                        self.stats.timeouts += 1;
-                        let c = self.client.remove(&ck).expect("present");
-                        tracing::debug!(method = %c.method, to = %c.peer.addr, "client transaction timed out");
-                        if let Some(sk) = c.server {
-                            let (bye, initial) = self
-                                .server
-                                .get(&sk)
-                                .map(|s| (s.method == "BYE", s.initial_invite))
-                                .unwrap_or((false, false));
-                            self.reply(now, &sk, 408, reason_of(408), "");
-                            if initial {
-                                self.release_dialog_of(&sk);
-                            }
-                            if bye {
-                                let cid = self.server.get(&sk).map(|s| s.call_id.clone()).unwrap_or_default();
-                                self.release_dialog(&cid, "BYE timeout");
-                            }
-                        }
+                        self.client_timed_out(now, &ck)
+                    }
+                    // A CANCELled INVITE the callee never ended (RFC 3261 §9.1).
+                    (TimerKind::B, CState::Proceeding) if c.cancel_sent => self.client_timed_out(now, &ck),
+                    // Reset by a provisional since it was set: due later.
+                    (TimerKind::C, CState::Proceeding) if c.c_at > now => {
+                        let (at, id) = (c.c_at, c.id);
+                        self.schedule(at, TimerKind::C, t.whose, id);
                     }
                     (TimerKind::C, CState::Proceeding) => self.send_cancel(now, &ck),
                     (TimerKind::C, CState::Calling) => {}
@@ -83,37 +73,69 @@ impl Alg {
                 }
             }
             TimerRef::Server(branch, sent_by, method) => {
-                let key = ServerKey { branch, sent_by, method };
-                let Some(s) = self.server.get_mut(&key) else { return };
-                if s.id != t.id {
-                    return;
+                self.server_timer(now, ServerKey { branch, sent_by, method }, t)
+            }
+        }
+    }
+
+    /// A client transaction that got no (final) answer ends: its server
+    /// transaction gets 408 (487 when the caller had CANCELled), and the
+    /// dialog of a failed initial INVITE or BYE goes with its media.
+    fn client_timed_out(&mut self, now: Instant, ck: &str) {
+        self.stats.timeouts += 1;
+        let Some(c) = self.client.remove(ck) else { return };
+        tracing::debug!(method = %c.method, to = %c.peer.addr, "client transaction timed out");
+        if let Some(sk) = c.server {
+            let (bye, initial, cancelled) = self
+                .server
+                .get(&sk)
+                .map(|s| (s.method == "BYE", s.initial_invite, s.cancelled))
+                .unwrap_or((false, false, false));
+            let code = if cancelled { 487 } else { 408 };
+            self.reply(now, &sk, code, reason_of(code), "");
+            if initial {
+                self.release_dialog_of(&sk);
+            }
+            if bye {
+                let cid = self.server.get(&sk).map(|s| s.call_id.clone()).unwrap_or_default();
+                self.release_dialog(&cid, "BYE timeout");
+            }
+        }
+    }
+
+    fn server_timer(&mut self, now: Instant, key: ServerKey, t: Timer) {
+        let tc = self.timers_cfg;
+        let Some(s) = self.server.get_mut(&key) else { return };
+        if s.id != t.id {
+            return;
+        }
+        match (t.kind, s.state) {
+            (TimerKind::G, SState::Completed) => {
+                s.g = (s.g * 2).min(tc.t2);
+                let (p, d, g, id) = (s.peer.clone(), s.last.clone(), s.g, s.id);
+                if let Some(d) = d {
+                    self.stats.retransmissions_sent += 1;
+                    self.send(p, d);
                 }
-                match (t.kind, s.state) {
-                    (TimerKind::G, SState::Completed) => {
-                        s.g = (s.g * 2).min(tc.t2);
-                        let (p, d, g, id) = (s.peer.clone(), s.last.clone(), s.g, s.id);
-                        if let Some(d) = d {
-                            self.stats.retransmissions_sent += 1;
-                            self.send(p, d);
-                        }
-                        self.schedule(now + g, TimerKind::G, t.whose, id);
-                    }
-                    (TimerKind::H, SState::Completed)
-                    | (TimerKind::I, SState::Confirmed)
-                    | (TimerKind::J, SState::Completed)
-                    | (TimerKind::L, SState::Accepted) => {
-                        if t.kind == TimerKind::H {
-                            tracing::debug!("no ACK for a final response (Timer H)");
-                        }
-                        let s = self.server.remove(&key).expect("present");
-                        if let Some(ck) = s.client {
-                            // The client side ends by its own timers.
-                            let _ = ck;
-                        }
-                    }
-                    _ => {}
+                self.schedule(now + g, TimerKind::G, t.whose, id);
+            }
+            (TimerKind::H, SState::Completed)
+            | (TimerKind::I, SState::Confirmed)
+            | (TimerKind::J, SState::Completed)
+            | (TimerKind::L, SState::Accepted) => {
+                if t.kind == TimerKind::H {
+                    tracing::debug!("no ACK for a final response (Timer H)");
+                }
+                let s = self.server.remove(&key).expect("present");
+                // The client side ends by its own timers. A 2xx the caller
+                // never ACKed (it gave up): the call is over, its media goes
+                // now, not at the dialog timeout.
+                if t.kind == TimerKind::L && s.initial_invite && self.dialogs.get(&s.call_id).is_some_and(|d| !d.acked)
+                {
+                    self.release_dialog(&s.call_id, "no ACK for the 2xx");
                 }
             }
+            _ => {}
         }
     }
 }

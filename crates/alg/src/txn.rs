@@ -118,6 +118,16 @@ pub struct ClientTxn {
     pub interval: Duration,
     /// A CANCEL waits for the first provisional (RFC 3261 §9.1).
     pub cancel_pending: bool,
+    /// When Timer C is due (a provisional moves it without setting
+    /// another timer: the one set fires and sets itself again).
+    pub c_at: std::time::Instant,
+    /// We sent a CANCEL for it: with no final response 64 × T1 later it
+    /// ends (RFC 3261 §9.1) instead of waiting forever.
+    pub cancel_sent: bool,
+    /// FNV hash of the first 2xx relayed (INVITE): a byte-identical
+    /// retransmission is answered with the response already built, not
+    /// a second media answer.
+    pub first_2xx: Option<u64>,
     /// The ACK sent for a non-2xx final (retransmitted on response
     /// retransmissions).
     pub ack: Option<Vec<u8>>,

@@ -211,12 +211,7 @@ fn cancel_before_answer_releases_media() {
     let inv = one(&out, UA4).data.clone();
     let out = lab.send(UA4, &respond(&inv, 180, "Ringing", Some("bob1"), None, ""));
     assert_eq!(code(&one(&out, UA6).data), 180);
-    let cancel = String::from_utf8(inv6.clone())
-        .unwrap()
-        .replacen("INVITE sip", "CANCEL sip", 1)
-        .replace("CSeq: 1 INVITE", "CSeq: 1 CANCEL");
-    let cancel = cancel.split("Content-Type").next().unwrap().to_string() + "Content-Length: 0\r\n\r\n";
-    let out = lab.send(UA6, cancel.as_bytes());
+    let out = lab.send(UA6, &cancel_of(&inv6));
     assert_eq!(code(&one(&out, UA6).data), 200, "CANCEL answered hop by hop");
     let c4 = one(&out, UA4);
     assert!(text(c4).starts_with("CANCEL sip:bob@192.0.2.50:5060 SIP/2.0"));

@@ -2,8 +2,8 @@
 //! address; the odd port above each is its RTCP port. O(1) take and
 //! release; a port whose bind fails (someone else holds it) goes to the
 //! back of the list. In the shared-socket mode no socket is kept per port,
-//! but the pair is still bound once before it is handed out
-//! (`crate::shared::probe`), so the same rule holds.
+//! but the pair is still bound once the first time it is handed out
+//! (`crate::shared::ProbeCache`), so the same rule holds.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;

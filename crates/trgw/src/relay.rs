@@ -29,6 +29,8 @@ struct SocketPlane {
     workers: Vec<WorkerCtl>,
     /// Shared-socket mode: the sk_lookup steering (no socket per port).
     steer: Option<Arc<Mutex<Steer>>>,
+    /// Shared-socket mode: the port pairs found free.
+    probed: crate::shared::ProbeCache,
 }
 
 fn bind_one(addr: SocketAddr) -> io::Result<Socket> {
@@ -38,8 +40,9 @@ fn bind_one(addr: SocketAddr) -> io::Result<Socket> {
 impl Plane for SocketPlane {
     fn bind(&mut self, addr: IpAddr, port: u16) -> io::Result<[Option<Socket>; 2]> {
         if self.steer.is_some() {
-            // No socket is kept; the pair must be free on the host.
-            crate::shared::probe(addr, port)?;
+            // No socket is kept; the pair must be free on the host (checked
+            // the first time it is used).
+            self.probed.check(addr, port)?;
             return Ok([None, None]);
         }
         let rtp = bind_one(SocketAddr::new(addr, port))?;
@@ -213,10 +216,21 @@ impl Relay {
             io = got;
             ctls.push(WorkerCtl { tx, efd });
         }
+        let mut probed = crate::shared::ProbeCache::default();
+        if steer.is_some() {
+            let t0 = std::time::Instant::now();
+            let (free, all) = probed.warm(&cfg);
+            tracing::info!(
+                free,
+                probed = all,
+                ms = t0.elapsed().as_millis() as u64,
+                "[trgw] shared sockets: media port pairs probed"
+            );
+        }
         let policy = Arc::new(MediaPolicy::new(&cfg));
         let core = Core::with_policy(
             cfg.clone(),
-            Box::new(SocketPlane { workers: ctls, steer: steer.clone() }),
+            Box::new(SocketPlane { workers: ctls, steer: steer.clone(), probed }),
             epoch,
             policy.clone(),
         );

@@ -128,6 +128,16 @@ pub fn invite6(call_id: &str, body: &str) -> Vec<u8> {
     )
 }
 
+/// The caller's CANCEL of INVITE `inv6` (same Request-URI, Via, From,
+/// To, Call-ID and CSeq number).
+pub fn cancel_of(inv6: &[u8]) -> Vec<u8> {
+    let cancel = String::from_utf8(inv6.to_vec())
+        .unwrap()
+        .replacen("INVITE sip", "CANCEL sip", 1)
+        .replace("CSeq: 1 INVITE", "CSeq: 1 CANCEL");
+    (cancel.split("Content-Type").next().unwrap().to_string() + "Content-Length: 0\r\n\r\n").into_bytes()
+}
+
 /// A response to `req` (as received by its UAS): Vias, Record-Route,
 /// From, To (+tag), Call-ID, CSeq copied.
 pub fn respond(

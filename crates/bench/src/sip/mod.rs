@@ -468,7 +468,7 @@ fn rate_search(ctx: &Ctx, path: PathKind) -> Result<RateSearch> {
         // Let the last trial's calls and transactions end before the next.
         std::thread::sleep(Duration::from_millis(500));
         if !t.passed {
-            cool_down(ctx, path);
+            cool_down(ctx, path, COOL_MIN);
         }
         Ok((t.passed, t))
     })?;
@@ -482,23 +482,34 @@ fn rate_search(ctx: &Ctx, path: PathKind) -> Result<RateSearch> {
 
 /// Longest wait of [`cool_down`]: RFC 3261's longest transaction timers
 /// (Timer B/F/H/J, 64 × T1 = 32 s) and a margin.
-const COOL_MAX: Duration = Duration::from_secs(40);
+const COOL_MAX: Duration = Duration::from_secs(45);
+
+/// Shortest wait of [`cool_down`] after a failed trial: the gateway's
+/// final responses to the calls it failed (`408`, `503`, `487`) are
+/// retransmitted by Timer G until Timer H (64 × T1 = 32 s) to a caller that
+/// has forgotten those calls; at little CPU for the gateway, but a SIPp
+/// caller of the next trial on the same port logs every one of them as a
+/// discarded message and falls behind its rate (seen: the caller reached
+/// 176 of 2,000 calls/s right after a failure at 4,000, with no call failed).
+const COOL_MIN: Duration = Duration::from_secs(33);
 
 /// Gateway CPU use under which the gateway counts as idle, in CPU seconds
 /// per second.
 const COOL_IDLE: f64 = 0.05;
 
-/// Waits until the gateway's processes are idle (under [`COOL_IDLE`] of a
-/// CPU over a second, at most [`COOL_MAX`]). A failed trial leaves
+/// Waits at least `min`, then until the gateway's processes are idle (under
+/// [`COOL_IDLE`] of a CPU over a second, at most [`COOL_MAX`] in all). A
+/// failed trial leaves
 /// retransmissions and transaction timers behind for up to 32 s, and a
 /// trial started into them fails too (seen: 1,500 calls/s failed right
 /// after a failure at 2,000 and passed when run again). The same rule for
 /// every gateway; the direct paths have none to wait for.
-fn cool_down(ctx: &Ctx, path: PathKind) {
+fn cool_down(ctx: &Ctx, path: PathKind, min: Duration) {
     if !path.gateway() {
         return;
     }
     let t0 = Instant::now();
+    std::thread::sleep(min);
     let mut last = dut::Gateway::cpu_seconds(&ctx.topo.relay);
     while t0.elapsed() < COOL_MAX {
         std::thread::sleep(Duration::from_secs(1));
@@ -512,7 +523,7 @@ fn cool_down(ctx: &Ctx, path: PathKind) {
 
 fn handover_run(ctx: &Ctx, path: PathKind) -> Result<Handover> {
     // After the rate search's last (often failed) trials: an idle gateway.
-    cool_down(ctx, path);
+    cool_down(ctx, path, Duration::ZERO);
     let (old, callee, gw) = path.addresses();
     let (mut uas, _) = ctx.callee(callee.ip(), 1, "handover")?;
     let h = handover::run(&ctx.topo.ua6, gw, callee, old, IpAddr::V6(UA6_MOVED), ctx.args.hold())?;
