@@ -212,7 +212,9 @@ pub struct Args {
     /// veth's NAPI poll (kernel forwarding, a userspace relay's UDP socket
     /// delivery) runs on the relay's CPU instead of in the generator's
     /// softirq; the NAPI poll itself (GRO, the XDP relay's program) stays
-    /// with the generator (docs/bench-trgw.md).
+    /// with the generator. EXPERIMENTAL: in its first quiet run the
+    /// generator fell behind at once (ceiling 5,000 / 23 calls), so it is
+    /// off by default (docs/bench-trgw.md).
     #[arg(long, conflicts_with = "threaded_napi")]
     pub rps: bool,
     /// An extra `key=value` for the `[trgw]` section of both v6gate
