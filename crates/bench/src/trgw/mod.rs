@@ -116,8 +116,11 @@ pub struct Args {
     /// Output directory for results.json, results.md and the SVG plots.
     #[arg(long, default_value = "bench-results/trgw")]
     pub out: PathBuf,
-    /// Relays to measure.
-    #[arg(long, value_delimiter = ',', default_value = "v6gate,v6gate-xdp,rtpengine")]
+    /// Relays to measure, in this order. The XDP relay comes first by
+    /// default: with `--tester xdp` an overloaded userspace relay leaves
+    /// the generator slow for minutes after (docs/bench-trgw.md), which
+    /// must not bound the rows after it.
+    #[arg(long, value_delimiter = ',', default_value = "v6gate-xdp,v6gate,rtpengine")]
     pub relays: Vec<RelayKind>,
     /// The v6gate binary (default: this executable).
     #[arg(long, alias = "v6gate")]
