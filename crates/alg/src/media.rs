@@ -167,11 +167,7 @@ pub struct NgClients {
 
 fn h64(data: &[u8], seed: u64) -> u64 {
     // FNV-1a then a 64-bit finaliser: stable across runs and builds.
-    let mut h = 0xcbf2_9ce4_8422_2325u64 ^ seed.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    for &b in data {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x100_0000_01b3);
-    }
+    let mut h = crate::proxy::fnv1a(crate::proxy::FNV_OFFSET ^ seed.wrapping_mul(0x9e37_79b9_7f4a_7c15), data);
     h ^= h >> 33;
     h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
     h ^ (h >> 33)

@@ -80,17 +80,19 @@ pub(crate) const ENC_PREFIX: &str = "alg-";
 /// Most sources the rate limiter remembers.
 const RATE_SOURCES_MAX: usize = 65_536;
 
+/// FNV-1a's offset basis (the hash of nothing).
+pub(crate) const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// FNV-1a over `data`, continuing from `h` ([`FNV_OFFSET`] to start):
+/// stable across runs and builds.
+pub(crate) fn fnv1a(h: u64, data: &[u8]) -> u64 {
+    data.iter().fold(h, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+}
+
+/// FNV-1a of `parts`, each ended by a 0xff byte (which no UTF-8 text
+/// holds, so ("ab", "c") and ("a", "bc") differ).
 pub(crate) fn hash(parts: &[&str]) -> u64 {
-    let mut h = 0xcbf2_9ce4_8422_2325u64;
-    for p in parts {
-        for &b in p.as_bytes() {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x100_0000_01b3);
-        }
-        h ^= 0xff;
-        h = h.wrapping_mul(0x100_0000_01b3);
-    }
-    h
+    parts.iter().fold(FNV_OFFSET, |h, p| fnv1a(fnv1a(h, p.as_bytes()), &[0xff]))
 }
 
 pub(crate) fn reason_of(code: u16) -> &'static str {
@@ -527,4 +529,19 @@ pub fn encode_contact(orig: &str, hostport: &str, t: Transport) -> String {
 fn received_ip(v: &str) -> Option<std::net::IpAddr> {
     let v = v.strip_prefix('[').and_then(|r| r.strip_suffix(']')).unwrap_or(v);
     v.parse::<std::net::Ipv4Addr>().ok().map(Into::into).or_else(|| crate::uri::parse_ipv6(v).map(Into::into))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fnv1a_is_the_published_function_and_parts_are_delimited() {
+        // FNV-1a 64 test vectors (the hash of "" and of "a").
+        assert_eq!(fnv1a(FNV_OFFSET, b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a(FNV_OFFSET, b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a(fnv1a(FNV_OFFSET, b"ab"), b"c"), fnv1a(FNV_OFFSET, b"abc"), "continues");
+        assert_eq!(hash(&["a"]), fnv1a(FNV_OFFSET, b"a\xff"));
+        assert_ne!(hash(&["ab", "c"]), hash(&["a", "bc"]));
+    }
 }

@@ -9,7 +9,7 @@ use crate::config::{ContactMode, Transport};
 use crate::emit::{self, Builder};
 use crate::msg::{Message, Name, Start, Via};
 use crate::pending::Work;
-use crate::proxy::{client_key, encode_contact, Alg, ENC_PREFIX};
+use crate::proxy::{client_key, encode_contact, fnv1a, Alg, ENC_PREFIX, FNV_OFFSET};
 use crate::realm::Realm;
 use crate::txn::*;
 use crate::uri::{self, Uri};
@@ -51,7 +51,8 @@ impl Alg {
                 }
             }
             (true, CState::Calling | CState::Proceeding | CState::Accepted, 200..=299) => {
-                let h = fnv(raw);
+                // A retransmission is byte-identical.
+                let h = fnv1a(FNV_OFFSET, raw);
                 if c.first_2xx == Some(h) {
                     // The callee retransmits its 2xx until the ACK: the one
                     // already built goes again (no second media answer).
@@ -248,11 +249,6 @@ impl Alg {
         }
         b.finish(body.unwrap_or(m.body))
     }
-}
-
-/// FNV-1a of a message (a retransmission is byte-identical).
-fn fnv(data: &[u8]) -> u64 {
-    data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
 }
 
 /// The ACK for a non-2xx final response (RFC 3261 §17.1.1.3): the

@@ -514,13 +514,13 @@ async fn run(
 /// Datagrams read in a row without the reactor (see `run`).
 const DRAIN_BUDGET: usize = 32;
 
-/// An IPv4-mapped source (a dual-stack socket) as the IPv4 address.
 /// One SIP datagram from a realm's UDP socket into the core.
 fn handle_udp(alg: &mut Alg, realm: Realm, addr: SocketAddr, data: &[u8]) {
     let p = Peer { realm, transport: Transport::Udp, addr, conn: None };
     alg.handle(Instant::now(), Incoming { peer: &p, data });
 }
 
+/// An IPv4-mapped source (a dual-stack socket) as the IPv4 address.
 fn unmap(a: SocketAddr) -> SocketAddr {
     match a {
         SocketAddr::V6(v) => v.ip().to_ipv4_mapped().map_or(a, |ip| SocketAddr::new(ip.into(), v.port())),

@@ -347,6 +347,17 @@ impl Tayga {
     }
 }
 
+/// Whether the v6gate binary at `v6gate` has the subcommand `name` (its
+/// `--help` runs and succeeds).
+pub fn has_subcommand(v6gate: &Path, name: &str) -> bool {
+    Command::new(v6gate)
+        .args([name, "--help"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 /// What a v6gate binary offers, asked of the binary itself.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Features {
@@ -365,12 +376,7 @@ pub struct Features {
 impl Features {
     /// Runs `v6gate run --help` and `v6gate config example`.
     pub fn of(v6gate: &Path) -> Features {
-        let run = Command::new(v6gate)
-            .args(["run", "--help"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
+        let run = has_subcommand(v6gate, "run");
         let ex = Command::new(v6gate).args(["config", "example"]).output().map(|o| o.stdout).unwrap_or_default();
         Features::from_example(run, &String::from_utf8_lossy(&ex))
     }

@@ -8,6 +8,12 @@
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 
+/// The RTP ports of the range `min..=max`: the even ports whose RTCP port
+/// (the odd one above) is in range too.
+pub(crate) fn rtp_ports(min: u16, max: u16) -> impl Iterator<Item = u16> {
+    (min + (min & 1)..max).step_by(2)
+}
+
 /// Free RTP ports per local address.
 #[derive(Debug)]
 pub struct Ports {
@@ -24,10 +30,7 @@ impl Ports {
 
     fn list(&mut self, addr: IpAddr) -> &mut VecDeque<u16> {
         let (min, max) = (self.min, self.max);
-        self.free.entry(addr).or_insert_with(|| {
-            let first = min + (min & 1);
-            (first..max).step_by(2).collect()
-        })
+        self.free.entry(addr).or_insert_with(|| rtp_ports(min, max).collect())
     }
 
     /// Takes a free RTP port on `addr` (its RTCP port is `port + 1`).

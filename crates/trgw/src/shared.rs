@@ -131,11 +131,10 @@ impl ProbeCache {
     /// list hands each pair out once before any comes back) costs the
     /// offers no probe either. Returns (pairs found free, pairs probed).
     pub(crate) fn warm(&mut self, cfg: &Config) -> (usize, usize) {
-        let first = cfg.port_min + (cfg.port_min & 1);
         let (mut free, mut probed) = (0, 0);
         let addrs = cfg.interfaces.iter().flat_map(|i| [i.addr(false), i.addr(true)]).flatten();
         for addr in addrs {
-            for port in (first..cfg.port_max).step_by(2) {
+            for port in crate::ports::rtp_ports(cfg.port_min, cfg.port_max) {
                 probed += 1;
                 free += usize::from(self.check(addr, port).is_ok());
             }

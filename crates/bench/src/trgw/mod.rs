@@ -457,7 +457,7 @@ fn trial(ctx: &Ctx, topo: &RelayTopo, relay: Relay, dir: Direction, n: u32, pack
                 packets,
                 budget_ms: ctx.args.budget_ms,
                 tester_cpus: &ctx.tester_cpus,
-                napi_cpus: ctx.args.threaded_napi.then_some(ctx.relay_cpus.as_slice()),
+                napi_cpus: (xdp::Ingress::of(ctx.args) == xdp::Ingress::Threaded).then_some(ctx.relay_cpus.as_slice()),
                 xdp_relay: matches!(relay, Some((RelayKind::V6gateXdp, _))),
                 realtime: ctx.args.realtime,
             })?;

@@ -4,7 +4,6 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{bail, Context as _, Result};
@@ -35,15 +34,8 @@ pub(super) fn availability(dut: Dut, v6gate: &Path) -> Option<String> {
                 None
             }
         }
-        Dut::V6gateLw4o6 | Dut::V6gateDslite => {
-            let ok = Command::new(v6gate)
-                .args(["softwire", "--help"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success());
-            (!ok).then(|| format!("{} has no `softwire` subcommand", v6gate.display()))
-        }
+        Dut::V6gateLw4o6 | Dut::V6gateDslite => (!gateconf::has_subcommand(v6gate, "softwire"))
+            .then(|| format!("{} has no `softwire` subcommand", v6gate.display())),
     }
 }
 
