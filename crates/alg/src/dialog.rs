@@ -6,9 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use trgw::bencode::Value;
-
-use crate::media::{self, SdpCommand, Side};
+use crate::media::{Command, Reply, SdpRequest, Side};
 use crate::msg::{Message, Name};
 use crate::proxy::{reason_of, Alg};
 use crate::realm::Realm;
@@ -54,8 +52,8 @@ pub struct Dialog {
 /// updates.
 #[derive(Debug)]
 pub(crate) struct SdpJob {
-    /// The ng command.
-    pub(crate) req: Value,
+    /// The offer or answer.
+    pub(crate) req: Command,
     /// The SIP Call-ID.
     pub(crate) call_id: String,
     /// The tag of the SDP's sender.
@@ -132,9 +130,16 @@ impl Alg {
         sdp: &[u8],
         sender_v6: bool,
         receiver_v6: bool,
-    ) -> Value {
-        let (from, to) = (self.side(sender_v6), self.side(receiver_v6));
-        SdpCommand { offer, call_id: ng_id, from_tag: offerer, to_tag: answerer, sdp, from: &from, to: &to }.to_value()
+    ) -> Command {
+        Command::Sdp(SdpRequest {
+            offer,
+            call_id: ng_id.to_string(),
+            from_tag: offerer.to_string(),
+            to_tag: answerer.map(str::to_string),
+            sdp: sdp.to_vec(),
+            from: self.side(sender_v6),
+            to: self.side(receiver_v6),
+        })
     }
 
     fn early_expiry(&self, now: Instant) -> Instant {
@@ -251,19 +256,15 @@ impl Alg {
 
     /// The reply to a request's offer or answer: the new body, or the
     /// status to answer with (the dialog a failed INVITE created goes).
-    pub(crate) fn finish_request(
-        &mut self,
-        job: SdpJob,
-        reply: Result<Value, media::MediaError>,
-    ) -> Result<Option<Vec<u8>>, (u16, String)> {
+    pub(crate) fn finish_request(&mut self, job: SdpJob, reply: Reply) -> Result<Option<Vec<u8>>, (u16, String)> {
         let JobKind::Request { answer, switched, epoch, created } = job.kind else { return Ok(None) };
         let call_id = job.call_id;
-        match media::sdp_of(reply) {
+        match reply {
             Ok(sdp) => {
                 let Some(d) = self.dialogs.get_mut(&call_id) else {
                     // Released while the command ran (CANCEL): its session goes too.
                     let now = self.clock;
-                    self.media_fire(now, &call_id, media::delete_command(&ng_call_id(&call_id, epoch)));
+                    self.media_fire(now, &call_id, Command::Delete(ng_call_id(&call_id, epoch)));
                     return Err((487, reason_of(487).into()));
                 };
                 if switched {
@@ -328,9 +329,9 @@ impl Alg {
 
     /// The reply to a response's offer or answer: the new body (empty when
     /// the relay refused it: the SDP is removed).
-    pub(crate) fn finish_response(&mut self, job: SdpJob, reply: Result<Value, media::MediaError>) -> Vec<u8> {
+    pub(crate) fn finish_response(&mut self, job: SdpJob, reply: Reply) -> Vec<u8> {
         let JobKind::Response { request_had_offer } = job.kind else { return Vec::new() };
-        match media::sdp_of(reply) {
+        match reply {
             Ok(sdp) => {
                 if let Some(d) = self.dialogs.get_mut(&job.call_id) {
                     let sender = job.sender;
@@ -377,7 +378,7 @@ impl Alg {
         }
         if let Some(old) = old {
             let id = ng_call_id(&call_id, old);
-            self.media_fire(now, &call_id, media::delete_command(&id));
+            self.media_fire(now, &call_id, Command::Delete(id));
         }
     }
 
@@ -389,7 +390,7 @@ impl Alg {
         let new = std::mem::replace(&mut d.epoch, old);
         let id = ng_call_id(call_id, new);
         let now = self.clock;
-        self.media_fire(now, call_id, media::delete_command(&id));
+        self.media_fire(now, call_id, Command::Delete(id));
     }
 
     /// Releases a dialog and its media.
@@ -400,7 +401,7 @@ impl Alg {
         if d.media {
             let now = self.clock;
             for e in std::iter::once(d.epoch).chain(d.old_epoch) {
-                self.media_fire(now, call_id, media::delete_command(&ng_call_id(call_id, e)));
+                self.media_fire(now, call_id, Command::Delete(ng_call_id(call_id, e)));
             }
         }
     }

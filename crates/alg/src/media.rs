@@ -1,9 +1,11 @@
 //! Media anchoring through the TrGW, in rtpengine's ng vocabulary: the ALG
-//! builds the same `offer` / `answer` / `delete` dictionaries Kamailio's
-//! `rtpengine` module sends, and a [`MediaControl`] runs them — in-process
-//! on the TrGW's own core ([`InProcess`], [`LocalCore`]: the same handlers
-//! as the ng listener, no datagram), or over UDP to one of several remote
-//! TrGWs / rtpengines chosen by weight and Call-ID ([`NgClients`]).
+//! issues typed `offer` / `answer` / `delete` [`Command`]s, and a
+//! [`MediaControl`] runs them — in-process on the TrGW's own core
+//! ([`InProcess`], [`LocalCore`]: the typed entries of [`trgw::ng`] that
+//! the ng listener's dictionaries also end in, no dictionary, no
+//! datagram), or over UDP to one of several remote TrGWs / rtpengines
+//! chosen by weight and Call-ID ([`NgClients`]), as the same dictionaries
+//! Kamailio's `rtpengine` module sends ([`SdpCommand::to_value`]).
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -40,15 +42,63 @@ impl MediaError {
     }
 }
 
+/// What a [`Command`] got: the rewritten SDP of an offer or answer
+/// (nothing for a delete), or why it failed (an error reply's reason, or
+/// no reply).
+pub type Reply = Result<Vec<u8>, MediaError>;
+
 /// How a command started: answered at once (in-process backends), or
 /// waiting for a remote server's reply (reported later by
 /// [`MediaControl::poll_done`] with this ticket).
 #[derive(Debug)]
 pub enum Started {
     /// The reply (or why there is none).
-    Done(Result<Value, MediaError>),
+    Done(Reply),
     /// A ticket for [`MediaControl::poll_done`].
     Pending(u64),
+}
+
+/// A media command of the ALG.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// An offer or answer.
+    Sdp(SdpRequest),
+    /// Deletes the media session of an ng Call-ID.
+    Delete(String),
+}
+
+impl Command {
+    /// Runs it on `m` to its end.
+    pub fn run<M: MediaControl + ?Sized>(&self, m: &mut M) -> Reply {
+        match self {
+            Command::Sdp(r) => m.sdp(&r.borrow()),
+            Command::Delete(id) => m.delete(id).map(|()| Vec::new()),
+        }
+    }
+
+    /// The ng dictionary.
+    pub fn to_value(&self) -> Value {
+        match self {
+            Command::Sdp(r) => r.borrow().to_value(),
+            Command::Delete(id) => delete_command(id),
+        }
+    }
+
+    /// The reply of an ng reply dictionary.
+    pub fn reply_of(&self, reply: Result<Value, MediaError>) -> Reply {
+        match self {
+            Command::Sdp(_) => sdp_of(reply),
+            Command::Delete(_) => ok_reply_of(reply).map(|()| Vec::new()),
+        }
+    }
+
+    /// Its ng Call-ID.
+    pub fn call_id(&self) -> &str {
+        match self {
+            Command::Sdp(r) => &r.call_id,
+            Command::Delete(id) => id,
+        }
+    }
 }
 
 /// Something that runs ng command dictionaries. In-process backends
@@ -59,15 +109,26 @@ pub enum Started {
 /// commands ([`MediaControl::poll_done`]), so one slow server never
 /// stalls the ALG.
 pub trait MediaControl: Send {
-    /// Runs one command to its end; the reply dictionary (`result: error`
-    /// is a reply too; `Err` means no reply).
+    /// Runs one ng command dictionary to its end; the reply dictionary
+    /// (`result: error` is a reply too; `Err` means no reply).
     fn command(&mut self, req: &Value) -> Result<Value, MediaError>;
+    /// Runs an offer or answer to its end; the rewritten SDP. The default
+    /// goes through its ng dictionary ([`MediaControl::command`]);
+    /// in-process controls call the TrGW with typed arguments.
+    fn sdp(&mut self, cmd: &SdpCommand) -> Result<Vec<u8>, MediaError> {
+        sdp_of(self.command(&cmd.to_value()))
+    }
+    /// Deletes the media session of ng Call-ID `call_id` (Ok also when it
+    /// was already gone); the default goes through the ng dictionary.
+    fn delete(&mut self, call_id: &str) -> Result<(), MediaError> {
+        ok_reply_of(self.command(&delete_command(call_id)))
+    }
     /// Starts a command.
-    fn start(&mut self, _now: Instant, req: &Value) -> Started {
-        Started::Done(self.command(req))
+    fn start(&mut self, _now: Instant, cmd: &Command) -> Started {
+        Started::Done(cmd.run(self))
     }
     /// A finished command: its ticket and reply.
-    fn poll_done(&mut self) -> Option<(u64, Result<Value, MediaError>)> {
+    fn poll_done(&mut self) -> Option<(u64, Reply)> {
         None
     }
     /// A datagram to send: (server, bytes).
@@ -95,6 +156,12 @@ impl MediaControl for InProcess {
     fn command(&mut self, req: &Value) -> Result<Value, MediaError> {
         Ok(self.0.ng_command(req))
     }
+    fn sdp(&mut self, cmd: &SdpCommand) -> Result<Vec<u8>, MediaError> {
+        self.0.offer_answer(&cmd.signal()).map_err(MediaError)
+    }
+    fn delete(&mut self, call_id: &str) -> Result<(), MediaError> {
+        self.0.delete_call(call_id, None).map_err(MediaError)
+    }
 }
 
 /// A TrGW core without sockets (tests, fuzzing, benchmarks of the
@@ -112,6 +179,12 @@ impl LocalCore {
 impl MediaControl for LocalCore {
     fn command(&mut self, req: &Value) -> Result<Value, MediaError> {
         Ok(trgw::ng::command(&mut self.0, req))
+    }
+    fn sdp(&mut self, cmd: &SdpCommand) -> Result<Vec<u8>, MediaError> {
+        trgw::ng::offer_answer(&mut self.0, &cmd.signal()).map_err(MediaError)
+    }
+    fn delete(&mut self, call_id: &str) -> Result<(), MediaError> {
+        trgw::ng::delete_call(&mut self.0, call_id, None).map(|_| ()).map_err(MediaError)
     }
 }
 
@@ -138,6 +211,8 @@ struct InFlight {
     msg: Vec<u8>,
     /// When the current try times out.
     deadline: Instant,
+    /// A delete (its reply carries no SDP).
+    delete: bool,
 }
 
 /// Remote TrGWs / rtpengines over the ng protocol, without I/O of its
@@ -159,7 +234,8 @@ pub struct NgClients {
     inflight: std::collections::HashMap<u64, InFlight>,
     by_cookie: std::collections::HashMap<Vec<u8>, u64>,
     out: std::collections::VecDeque<(SocketAddr, Vec<u8>)>,
-    done: std::collections::VecDeque<(u64, Result<Value, MediaError>)>,
+    /// Finished commands: ticket, reply, whether it was a delete.
+    done: std::collections::VecDeque<(u64, Result<Value, MediaError>, bool)>,
     late: u64,
     /// Commands that got no answer from any server.
     pub failures: u64,
@@ -246,7 +322,7 @@ impl NgClients {
         let err = |e: std::io::Error| MediaError(format!("media relay: {e}"));
         let s4 = std::net::UdpSocket::bind("0.0.0.0:0").ok();
         let s6 = std::net::UdpSocket::bind("[::]:0").ok();
-        let Started::Pending(ticket) = self.start(Instant::now(), req) else {
+        let Started::Pending(ticket) = self.start_value(Instant::now(), req, false) else {
             return Err(MediaError("media relay: no server".into()));
         };
         let mut buf = vec![0u8; 65_536];
@@ -257,7 +333,7 @@ impl NgClients {
                     let _ = s.send_to(&d, to);
                 }
             }
-            if let Some(i) = self.done.iter().position(|(t, _)| *t == ticket) {
+            if let Some(i) = self.done.iter().position(|(t, _, _)| *t == ticket) {
                 return self.done.remove(i).map(|x| x.1).unwrap_or(Err(MediaError("lost".into())));
             }
             let wait = self.poll_timeout().map_or(self.timeout, |t| t.saturating_duration_since(Instant::now()));
@@ -277,12 +353,9 @@ impl NgClients {
     }
 }
 
-impl MediaControl for NgClients {
-    fn command(&mut self, req: &Value) -> Result<Value, MediaError> {
-        self.blocking(req)
-    }
-
-    fn start(&mut self, now: Instant, req: &Value) -> Started {
+impl NgClients {
+    /// Sends the dictionary `req` (a `delete` when `delete`).
+    fn start_value(&mut self, now: Instant, req: &Value, delete: bool) -> Started {
         let cid = req.get("call-id").and_then(Value::as_bytes).unwrap_or(b"");
         let order = self.order(cid, now);
         if order.is_empty() {
@@ -291,15 +364,28 @@ impl MediaControl for NgClients {
         }
         let ticket = self.next_ticket;
         self.next_ticket += 1;
-        self.inflight.insert(ticket, InFlight { order, tries: 0, cookie: Vec::new(), msg: Vec::new(), deadline: now });
+        self.inflight
+            .insert(ticket, InFlight { order, tries: 0, cookie: Vec::new(), msg: Vec::new(), deadline: now, delete });
         let mut body = Vec::with_capacity(512);
         req.encode_into(&mut body);
         self.send_to_current(ticket, now, &body);
         Started::Pending(ticket)
     }
+}
 
-    fn poll_done(&mut self) -> Option<(u64, Result<Value, MediaError>)> {
-        self.done.pop_front()
+impl MediaControl for NgClients {
+    fn command(&mut self, req: &Value) -> Result<Value, MediaError> {
+        self.blocking(req)
+    }
+
+    fn start(&mut self, now: Instant, cmd: &Command) -> Started {
+        self.start_value(now, &cmd.to_value(), matches!(cmd, Command::Delete(_)))
+    }
+
+    fn poll_done(&mut self) -> Option<(u64, Reply)> {
+        let (ticket, r, delete) = self.done.pop_front()?;
+        let r = if delete { ok_reply_of(r).map(|()| Vec::new()) } else { sdp_of(r) };
+        Some((ticket, r))
     }
 
     fn poll_transmit(&mut self) -> Option<(SocketAddr, Vec<u8>)> {
@@ -325,7 +411,7 @@ impl MediaControl for NgClients {
         self.by_cookie.remove(&f.cookie);
         self.servers[idx].down_until = None;
         let r = trgw::bencode::decode(&data[sp + 1..]).map_err(|e| MediaError(format!("media relay: bad reply: {e}")));
-        self.done.push_back((ticket, r));
+        self.done.push_back((ticket, r, f.delete));
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
@@ -351,7 +437,7 @@ impl MediaControl for NgClients {
                 let f = self.inflight.remove(&ticket).expect("present");
                 self.by_cookie.remove(&f.cookie);
                 self.failures += 1;
-                self.done.push_back((ticket, Err(MediaError("media relay did not answer".into()))));
+                self.done.push_back((ticket, Err(MediaError("media relay did not answer".into())), f.delete));
             } else {
                 let body = f.msg[f.cookie.len() + 1..].to_vec();
                 self.send_to_current(ticket, now, &body);
@@ -401,7 +487,88 @@ pub struct SdpCommand<'a> {
     pub to: &'a Side,
 }
 
+/// [`SdpCommand`] with what it borrows owned: a command that waits in a
+/// queue or for a remote server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SdpRequest {
+    /// `offer` (else `answer`).
+    pub offer: bool,
+    /// The ng Call-ID.
+    pub call_id: String,
+    /// The offerer's tag.
+    pub from_tag: String,
+    /// The answerer's tag (answers).
+    pub to_tag: Option<String>,
+    /// The SDP as the sender wrote it.
+    pub sdp: Vec<u8>,
+    /// The sender's side.
+    pub from: Side,
+    /// The receiver's side.
+    pub to: Side,
+}
+
+impl SdpRequest {
+    /// The command it holds.
+    pub fn borrow(&self) -> SdpCommand<'_> {
+        SdpCommand {
+            offer: self.offer,
+            call_id: &self.call_id,
+            from_tag: &self.from_tag,
+            to_tag: self.to_tag.as_deref(),
+            sdp: &self.sdp,
+            from: &self.from,
+            to: &self.to,
+        }
+    }
+}
+
 impl SdpCommand<'_> {
+    /// The owned form.
+    pub fn to_request(&self) -> SdpRequest {
+        SdpRequest {
+            offer: self.offer,
+            call_id: self.call_id.to_string(),
+            from_tag: self.from_tag.to_string(),
+            to_tag: self.to_tag.map(str::to_string),
+            sdp: self.sdp.to_vec(),
+            from: self.from.clone(),
+            to: self.to.clone(),
+        }
+    }
+
+    /// The interfaces of the `direction` pair: the sender's (None: left
+    /// to the relay) and the receiver's; None without both interfaces
+    /// configured (no `direction` at all).
+    fn direction(&self) -> Option<(&str, &str)> {
+        let (Some(a), Some(b)) = (&self.from.iface, &self.to.iface) else { return None };
+        // A stream of the other family than the sender's realm (RFC
+        // 5118 §4.8: IPv4 and IPv6 streams in one SDP) can only be
+        // received on an interface of its family: the sender's side
+        // is then left to the relay, which picks one per stream.
+        let a = if has_family(self.sdp, !self.from.v6) { "" } else { a };
+        Some((a, b))
+    }
+
+    /// The typed form of [`SdpCommand::to_value`], for an in-process
+    /// TrGW: the same request, without a dictionary.
+    pub fn signal(&self) -> trgw::ng::Signal<'_> {
+        let dir = self.direction();
+        trgw::ng::Signal {
+            offer: self.offer,
+            call_id: self.call_id,
+            from_tag: self.from_tag,
+            to_tag: self.to_tag,
+            sdp: self.sdp,
+            from_iface: dir.and_then(|d| iface(d.0)),
+            to_iface: dir.and_then(|d| iface(d.1)),
+            to_v6: Some(self.to.v6),
+            // `trust-address`: the SDP's own addresses.
+            media_addr: None,
+            replace_origin: true,
+            remove_ice: true,
+        }
+    }
+
     /// The ng dictionary (as Kamailio's rtpengine module writes it).
     pub fn to_value(&self) -> Value {
         let mut p = vec![
@@ -417,12 +584,7 @@ impl SdpCommand<'_> {
         if let Some(t) = self.to_tag {
             p.push(("to-tag", s(t)));
         }
-        if let (Some(a), Some(b)) = (&self.from.iface, &self.to.iface) {
-            // A stream of the other family than the sender's realm (RFC
-            // 5118 §4.8: IPv4 and IPv6 streams in one SDP) can only be
-            // received on an interface of its family: the sender's side
-            // is then left to the relay, which picks one per stream.
-            let a = if has_family(self.sdp, !self.from.v6) { "" } else { a };
+        if let Some((a, b)) = self.direction() {
             p.push(("direction", Value::List(vec![s(a), s(b)])));
         }
         dict(p)
@@ -430,8 +592,14 @@ impl SdpCommand<'_> {
 
     /// Runs it to its end; the rewritten SDP.
     pub fn run(&self, m: &mut dyn MediaControl) -> Result<Vec<u8>, MediaError> {
-        sdp_of(m.command(&self.to_value()))
+        m.sdp(self)
     }
+}
+
+/// A `direction` entry as the ng listener reads it: empty and
+/// `round-robin-calls` leave the interface to the relay.
+fn iface(s: &str) -> Option<&str> {
+    Some(s).filter(|s| !s.is_empty() && *s != "round-robin-calls")
 }
 
 /// Whether an SDP has a connection line (`c=IN IP6` with `v6`, else
@@ -459,9 +627,13 @@ fn ok_reply(r: Value) -> Result<Value, MediaError> {
     }
 }
 
+fn ok_reply_of(r: Result<Value, MediaError>) -> Result<(), MediaError> {
+    ok_reply(r?).map(|_| ())
+}
+
 /// Deletes a media session (Ok also when it was already gone).
 pub fn delete(m: &mut dyn MediaControl, call_id: &str) -> Result<(), MediaError> {
-    ok_reply(m.command(&delete_command(call_id))?).map(|_| ())
+    m.delete(call_id)
 }
 
 /// A control shared with its owner (tests look at the TrGW's tables).
@@ -469,10 +641,16 @@ impl<M: MediaControl> MediaControl for std::sync::Arc<std::sync::Mutex<M>> {
     fn command(&mut self, req: &Value) -> Result<Value, MediaError> {
         self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).command(req)
     }
-    fn start(&mut self, now: Instant, req: &Value) -> Started {
-        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).start(now, req)
+    fn sdp(&mut self, cmd: &SdpCommand) -> Result<Vec<u8>, MediaError> {
+        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).sdp(cmd)
     }
-    fn poll_done(&mut self) -> Option<(u64, Result<Value, MediaError>)> {
+    fn delete(&mut self, call_id: &str) -> Result<(), MediaError> {
+        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).delete(call_id)
+    }
+    fn start(&mut self, now: Instant, cmd: &Command) -> Started {
+        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).start(now, cmd)
+    }
+    fn poll_done(&mut self) -> Option<(u64, Reply)> {
         self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).poll_done()
     }
     fn poll_transmit(&mut self) -> Option<(SocketAddr, Vec<u8>)> {

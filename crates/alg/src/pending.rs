@@ -11,10 +11,8 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::Instant;
 
-use trgw::bencode::Value;
-
 use crate::dialog::{ResponsePlan, SdpJob};
-use crate::media::{MediaError, Started};
+use crate::media::{Command, MediaError, Reply, Started};
 use crate::msg::Message;
 use crate::proxy::Alg;
 use crate::request::Fwd;
@@ -28,8 +26,8 @@ pub(crate) enum Work {
     Response { ck: String, raw: Vec<u8> },
     /// A 2xx without a transaction, forwarded by its Via.
     Stateless { raw: Vec<u8> },
-    /// A command whose reply nobody needs (delete).
-    Fire(Value),
+    /// A command whose reply nobody needs (delete) of SIP call `call_id`.
+    Fire { call_id: String, cmd: Command },
 }
 
 /// A command in flight: its call, the work that waits for it and the job
@@ -38,25 +36,26 @@ pub(crate) type InFlight = (String, Work, Option<SdpJob>);
 
 impl Alg {
     /// Starts a command (Done at once without a media control: refused).
-    pub(crate) fn media_start(&mut self, now: Instant, req: &Value) -> Started {
+    pub(crate) fn media_start(&mut self, now: Instant, cmd: &Command) -> Started {
         match self.media.as_deref_mut() {
-            Some(m) => m.start(now, req),
+            Some(m) => m.start(now, cmd),
             None => Started::Done(Err(MediaError("no media control".into()))),
         }
     }
 
     /// Runs a command whose reply does not matter (delete), in the call's
     /// order.
-    pub(crate) fn media_fire(&mut self, now: Instant, call_id: &str, req: Value) {
+    pub(crate) fn media_fire(&mut self, now: Instant, call_id: &str, req: Command) {
         if let Some(q) = self.media_busy.get_mut(call_id) {
-            q.push_back(Work::Fire(req));
+            q.push_back(Work::Fire { call_id: call_id.to_string(), cmd: req });
             return;
         }
         match self.media_start(now, &req) {
-            Started::Done(r) => log_fire(call_id, r),
+            Started::Done(r) => log_fire(req.call_id(), r),
             Started::Pending(t) => {
                 self.media_busy.insert(call_id.to_string(), VecDeque::new());
-                self.media_inflight.insert(t, (call_id.to_string(), Work::Fire(req), None));
+                self.media_inflight
+                    .insert(t, (call_id.to_string(), Work::Fire { call_id: call_id.to_string(), cmd: req }, None));
             }
         }
     }
@@ -94,7 +93,7 @@ impl Alg {
     }
 
     /// Work whose command was answered goes on.
-    fn resume(&mut self, now: Instant, work: Work, job: Option<SdpJob>, reply: Result<Value, MediaError>) {
+    fn resume(&mut self, now: Instant, work: Work, job: Option<SdpJob>, reply: Reply) {
         match (work, job) {
             (Work::Request { fwd, raw }, Some(job)) => {
                 let Ok(m) = Message::parse_datagram(&raw) else { return };
@@ -110,10 +109,7 @@ impl Alg {
                 let body = self.finish_response(job, reply);
                 self.stateless_send(&m, Some(body));
             }
-            (Work::Fire(req), _) => {
-                let cid = req.get("call-id").and_then(Value::as_str).unwrap_or("").to_string();
-                log_fire(&cid, reply);
-            }
+            (Work::Fire { cmd, .. }, _) => log_fire(cmd.call_id(), reply),
             _ => {}
         }
     }
@@ -156,10 +152,9 @@ impl Alg {
                     self.forward_response_stateless(now, &m, &raw);
                 }
             }
-            Work::Fire(req) => {
-                let cid = req.get("call-id").and_then(Value::as_str).unwrap_or("").to_string();
-                self.media_fire(now, &cid, req);
-            }
+            // Under the SIP Call-ID it waited under (the command's own is
+            // the TrGW generation's).
+            Work::Fire { call_id, cmd } => self.media_fire(now, &call_id, cmd),
         }
     }
 
@@ -187,13 +182,8 @@ impl Alg {
     }
 }
 
-fn log_fire(call_id: &str, r: Result<Value, MediaError>) {
-    match r {
-        Ok(v) if v.get("result").and_then(Value::as_str) == Some("ok") => {}
-        Ok(v) => {
-            let why = v.get("error-reason").and_then(Value::as_str).unwrap_or("error").to_string();
-            tracing::debug!(call_id, reply = %why, "media delete");
-        }
-        Err(e) => tracing::debug!(call_id, error = %e, "media delete"),
+fn log_fire(call_id: &str, r: Reply) {
+    if let Err(e) = r {
+        tracing::debug!(call_id, error = %e, "media delete");
     }
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crate::config::{ContactMode, Transport};
 use crate::dialog::SdpJob;
 use crate::emit::{self, Builder};
-use crate::media::{MediaError, Started};
+use crate::media::Started;
 use crate::msg::{Message, Name, Start, Via};
 use crate::pending::Work;
 use crate::proxy::{client_key, encode_contact, hash, reason_of, server_key, Alg, ENC_PREFIX};
@@ -453,7 +453,7 @@ impl Alg {
         m: &Message,
         raw: &[u8],
         job: SdpJob,
-        reply: Result<trgw::bencode::Value, MediaError>,
+        reply: crate::media::Reply,
     ) {
         match self.finish_request(job, reply) {
             Ok(body) => self.forward_build(now, fwd, m, raw, body),

@@ -194,28 +194,106 @@ fn parse_family(s: &str) -> Option<bool> {
     }
 }
 
+/// An offer or answer with typed arguments: what an ng `offer` /
+/// `answer` dictionary says, for callers in the same process (the
+/// IMS-ALG) that have no need for a dictionary. [`offer_answer`] runs it;
+/// the ng listener parses its dictionaries into the same struct, so both
+/// get the same replies and the same TrGW state.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Signal<'a> {
+    /// `offer` (else `answer`).
+    pub offer: bool,
+    /// `call-id`.
+    pub call_id: &'a str,
+    /// `from-tag`: the offerer's tag.
+    pub from_tag: &'a str,
+    /// `to-tag`: the answerer's tag, when known.
+    pub to_tag: Option<&'a str>,
+    /// `sdp`.
+    pub sdp: &'a [u8],
+    /// `direction[0]`: the interface of the sender's leg (None: the
+    /// relay's choice).
+    pub from_iface: Option<&'a str>,
+    /// `direction[1]`: the interface of the other leg.
+    pub to_iface: Option<&'a str>,
+    /// `address family` of the other leg (Some(true): IPv6).
+    pub to_v6: Option<bool>,
+    /// The sender's media address instead of the SDP's (`media address`,
+    /// or `received from` with `SIP source address`); None: the SDP's
+    /// (rtpengine's `trust address`).
+    pub media_addr: Option<IpAddr>,
+    /// Rewrite `o=` too (`replace: origin`).
+    pub replace_origin: bool,
+    /// Drop ICE attributes (`ICE: remove`).
+    pub remove_ice: bool,
+}
+
+/// Runs an offer or answer ([`Signal`]); the rewritten SDP, or the
+/// error reason an ng reply would carry. Errors are counted in
+/// `control_errors`, as [`command`] counts its error replies.
+pub fn offer_answer(core: &mut Core, sig: &Signal) -> Result<Vec<u8>, String> {
+    let r = check_ids(sig.call_id, sig.from_tag)
+        .and_then(|()| parse_sdp(sig.sdp))
+        .and_then(|sdp| run_signal(core, sig, &sdp));
+    if r.is_err() {
+        core.totals.control_errors += 1;
+    }
+    r
+}
+
+/// Deletes call `call_id` (only when its offerer's tag is `from_tag`,
+/// when given): what an ng `delete` does. Errors are counted in
+/// `control_errors`.
+pub fn delete_call(core: &mut Core, call_id: &str, from_tag: Option<&str>) -> Result<Call, String> {
+    let r = delete_typed(core, call_id, from_tag);
+    if r.is_err() {
+        core.totals.control_errors += 1;
+    }
+    r
+}
+
+fn check_ids(call_id: &str, from_tag: &str) -> Result<(), String> {
+    if call_id.is_empty() {
+        return Err("No call-id in message".into());
+    }
+    if from_tag.is_empty() {
+        return Err("No from-tag in message".into());
+    }
+    Ok(())
+}
+
+fn parse_sdp(body: &[u8]) -> Result<Sdp, String> {
+    Sdp::parse(body).map_err(|e| format!("Failed to parse SDP: {}", e.0))
+}
+
 fn signal(core: &mut Core, req: &Req, offer: bool) -> Result<Value, String> {
-    let call_id = req.str("call-id").filter(|s| !s.is_empty()).ok_or("No call-id in message")?;
-    let from_tag = req.str("from-tag").filter(|s| !s.is_empty()).ok_or("No from-tag in message")?;
+    let call_id = req.str("call-id").unwrap_or("");
+    let from_tag = req.str("from-tag").unwrap_or("");
+    check_ids(call_id, from_tag)?;
     let to_tag = req.str("to-tag").filter(|s| !s.is_empty());
     let sdp_bytes = req.get("sdp").and_then(Value::as_bytes).ok_or("No SDP body in message")?;
-    let sdp = Sdp::parse(sdp_bytes).map_err(|e| format!("Failed to parse SDP: {}", e.0))?;
+    let sdp = parse_sdp(sdp_bytes)?;
 
     let dir = req.list("direction");
-    let mut place = Placement {
-        from_iface: dir.first().map(|s| s.to_string()).filter(|s| !s.is_empty() && s != "round-robin-calls"),
-        to_iface: dir.get(1).map(|s| s.to_string()).filter(|s| !s.is_empty() && s != "round-robin-calls"),
-        to_v6: None,
+    let iface = |i: usize| dir.get(i).copied().filter(|s| !s.is_empty() && *s != "round-robin-calls");
+    let mut sig = Signal {
+        offer,
+        call_id,
+        from_tag,
+        to_tag,
+        sdp: sdp_bytes,
+        from_iface: iface(0),
+        to_iface: iface(1),
+        ..Signal::default()
     };
     if let Some(f) = req.str("address-family") {
-        place.to_v6 = Some(parse_family(f).ok_or_else(|| format!("Unsupported address family '{f}'"))?);
+        sig.to_v6 = Some(parse_family(f).ok_or_else(|| format!("Unsupported address family '{f}'"))?);
     }
     // The sender's address: `media address`, or with `SIP source address`
     // the `received from` address, or (default, rtpengine's `trust address`)
     // the SDP's.
-    let mut override_addr: Option<IpAddr> = None;
     if let Some(m) = req.str("media-address") {
-        override_addr = Some(m.trim().parse().map_err(|_| format!("Failed to parse media address '{m}'"))?);
+        sig.media_addr = Some(m.trim().parse().map_err(|_| format!("Failed to parse media address '{m}'"))?);
     } else if req.has_flag("SIP-source-address") && !req.has_flag("trust-address") {
         let rf = req.list("received-from");
         if let [fam, addr] = rf[..] {
@@ -223,13 +301,24 @@ fn signal(core: &mut Core, req: &Req, offer: bool) -> Result<Value, String> {
             if parse_family(fam) != Some(ip.is_ipv6()) {
                 return Err("Inconsistent received-from address family".into());
             }
-            override_addr = Some(ip);
+            sig.media_addr = Some(ip);
         }
     }
     let replace = req.list("replace");
-    let origin = replace.iter().any(|r| norm(r.as_bytes()) == b"origin") || req.has_flag("replace-origin");
-    let remove_ice = req.str("ICE").is_some_and(|s| s.eq_ignore_ascii_case("remove"));
+    sig.replace_origin = replace.iter().any(|r| norm(r.as_bytes()) == b"origin") || req.has_flag("replace-origin");
+    sig.remove_ice = req.str("ICE").is_some_and(|s| s.eq_ignore_ascii_case("remove"));
+    let out = run_signal(core, &sig, &sdp)?;
+    Ok(d(vec![("result", Value::str("ok")), ("sdp", Value::Bytes(out))]))
+}
 
+/// The one home of offer/answer: the core allocates or updates the legs,
+/// the SDP is rewritten to them.
+fn run_signal(core: &mut Core, sig: &Signal, sdp: &Sdp) -> Result<Vec<u8>, String> {
+    let place = Placement {
+        from_iface: sig.from_iface.map(str::to_string),
+        to_iface: sig.to_iface.map(str::to_string),
+        to_v6: sig.to_v6,
+    };
     let media: Vec<Option<MediaReq>> = sdp
         .media
         .iter()
@@ -238,7 +327,7 @@ fn signal(core: &mut Core, req: &Req, offer: bool) -> Result<Value, String> {
             if m.port == 0 {
                 return None;
             }
-            let addr = override_addr.or_else(|| sdp.media_addr(i));
+            let addr = sig.media_addr.or_else(|| sdp.media_addr(i));
             let rtcp = m.rtcp.and_then(|(p, a)| a.or(addr).map(|a| std::net::SocketAddr::new(a, p)));
             Some(MediaReq {
                 kind: m.kind.clone(),
@@ -252,14 +341,14 @@ fn signal(core: &mut Core, req: &Req, offer: bool) -> Result<Value, String> {
             })
         })
         .collect();
-    let adverts = core.signal(offer, call_id, from_tag, to_tag, &media, &place).map_err(core_err)?;
+    let to_tag = sig.to_tag.filter(|s| !s.is_empty());
+    let adverts = core.signal(sig.offer, sig.call_id, sig.from_tag, to_tag, &media, &place).map_err(core_err)?;
     let rw = Rewrite {
         media: adverts.iter().map(|a| a.map(|a| MediaRewrite { addr: a.addr, port: a.port })).collect(),
-        origin,
-        remove_ice,
+        origin: sig.replace_origin,
+        remove_ice: sig.remove_ice,
     };
-    let out = sdp.rewrite(&rw);
-    Ok(d(vec![("result", Value::str("ok")), ("sdp", Value::Bytes(out.into_bytes()))]))
+    Ok(sdp.rewrite(&rw).into_bytes())
 }
 
 fn totals_of(call: &Call) -> Value {
@@ -387,12 +476,18 @@ fn query(core: &mut Core, req: &Req) -> Result<Value, String> {
 }
 
 fn delete(core: &mut Core, req: &Req) -> Result<Value, String> {
-    let call_id = req.str("call-id").filter(|s| !s.is_empty()).ok_or("No call-id in message")?;
-    let tag = req.str("from-tag");
-    let call = core.delete(call_id, tag).map_err(|_| "Call-ID not found or tags didn't match".to_string())?;
+    let call_id = req.str("call-id").unwrap_or("");
+    let call = delete_typed(core, call_id, req.str("from-tag"))?;
     let mut r = call_summary(&call);
     r.push(("totals", totals_of(&call)));
     Ok(d(r))
+}
+
+fn delete_typed(core: &mut Core, call_id: &str, from_tag: Option<&str>) -> Result<Call, String> {
+    if call_id.is_empty() {
+        return Err("No call-id in message".into());
+    }
+    core.delete(call_id, from_tag).map_err(|_| "Call-ID not found or tags didn't match".to_string())
 }
 
 fn list(core: &Core, req: &Req) -> Value {

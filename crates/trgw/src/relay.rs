@@ -501,6 +501,17 @@ impl RelayHandle {
         crate::ng::command(&mut lock(&self.core), req)
     }
 
+    /// Runs an offer or answer with typed arguments in-process
+    /// ([`crate::ng::offer_answer`]): the IMS-ALG's default media backend.
+    pub fn offer_answer(&self, sig: &crate::ng::Signal) -> Result<Vec<u8>, String> {
+        crate::ng::offer_answer(&mut lock(&self.core), sig)
+    }
+
+    /// Deletes a call in-process ([`crate::ng::delete_call`]).
+    pub fn delete_call(&self, call_id: &str, from_tag: Option<&str>) -> Result<(), String> {
+        crate::ng::delete_call(&mut lock(&self.core), call_id, from_tag).map(|_| ())
+    }
+
     /// The relay table as XDP map entries (see [`crate::table`]).
     pub fn relay_table(&self) -> Vec<(RelayKey, RelayValue)> {
         lock(&self.core).relay_table()
