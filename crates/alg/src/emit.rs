@@ -94,18 +94,31 @@ pub fn map_addresses(h: &Header, f: &mut dyn FnMut(&NameAddr) -> Option<String>)
         return None;
     }
     let list = uri::parse_name_addr_list(v).ok()?;
-    let mut changed = false;
-    let out: Vec<String> = list
-        .iter()
-        .map(|a| match f(a) {
-            Some(s) => {
-                changed = true;
-                s
+    // Built only once an element changes (most headers keep all of theirs).
+    let mut out: Option<String> = None;
+    for (i, a) in list.iter().enumerate() {
+        match (f(a), &mut out) {
+            (Some(s), None) => {
+                let mut o = String::with_capacity(v.len() + s.len());
+                for b in &list[..i] {
+                    o.push_str(b.text);
+                    o.push_str(", ");
+                }
+                o.push_str(&s);
+                out = Some(o);
             }
-            None => a.text.to_string(),
-        })
-        .collect();
-    changed.then(|| out.join(", "))
+            (Some(s), Some(o)) => {
+                o.push_str(", ");
+                o.push_str(&s);
+            }
+            (None, Some(o)) => {
+                o.push_str(", ");
+                o.push_str(a.text);
+            }
+            (None, None) => {}
+        }
+    }
+    out
 }
 
 /// The first Via value of `m` and the rest of the Via header it sits in.

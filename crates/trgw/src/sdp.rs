@@ -54,9 +54,12 @@ pub struct Media {
 }
 
 /// A parsed SDP body.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Eq)]
 pub struct Sdp {
-    lines: Vec<String>,
+    /// The body (one allocation; the lines are ranges of it).
+    text: String,
+    /// Its non-empty lines, without line ends.
+    lines: Vec<std::ops::Range<usize>>,
     /// `o=` address.
     pub origin: Option<IpAddr>,
     /// Session-level `c=` address.
@@ -122,20 +125,46 @@ fn is_ice(attr: &str) -> bool {
     )
 }
 
+impl PartialEq for Sdp {
+    fn eq(&self, o: &Sdp) -> bool {
+        self.origin == o.origin
+            && self.conn == o.conn
+            && self.media == o.media
+            && self.lines.len() == o.lines.len()
+            && self.all_lines().eq(o.all_lines())
+    }
+}
+
 impl Sdp {
+    fn line(&self, i: usize) -> &str {
+        &self.text[self.lines[i].clone()]
+    }
+
+    fn all_lines(&self) -> impl Iterator<Item = &str> {
+        (0..self.lines.len()).map(|i| self.line(i))
+    }
+
     /// Parses a body. Hostile or broken input is an error, never a panic.
     pub fn parse(body: &[u8]) -> Result<Sdp, SdpError> {
         if body.len() > MAX_SDP {
             return err("body too large");
         }
         let text = std::str::from_utf8(body).map_err(|_| SdpError("not UTF-8".into()))?;
-        let lines: Vec<String> =
-            text.split('\n').map(|l| l.strip_suffix('\r').unwrap_or(l).to_string()).filter(|l| !l.is_empty()).collect();
-        if lines.first().map(String::as_str) != Some("v=0") {
+        let mut lines: Vec<std::ops::Range<usize>> = Vec::with_capacity(16);
+        let mut at = 0;
+        for l in text.split('\n') {
+            let start = at;
+            at += l.len() + 1;
+            let l = l.strip_suffix('\r').unwrap_or(l);
+            if !l.is_empty() {
+                lines.push(start..start + l.len());
+            }
+        }
+        if lines.first().map(|r| &text[r.clone()]) != Some("v=0") {
             return err("does not start with v=0");
         }
-        let mut sdp = Sdp { lines: Vec::new(), origin: None, conn: None, media: Vec::new() };
-        for (i, l) in lines.iter().enumerate() {
+        let mut sdp = Sdp { text: String::new(), lines: Vec::new(), origin: None, conn: None, media: Vec::new() };
+        for (i, l) in lines.iter().map(|r| &text[r.clone()]).enumerate() {
             let b = l.as_bytes();
             if b.len() < 2 || b[1] != b'=' || !b[0].is_ascii_lowercase() {
                 return err(format!("line {} is not `x=value`", i + 1));
@@ -223,6 +252,7 @@ impl Sdp {
                 return err(format!("media section {} has no connection address", n + 1));
             }
         }
+        sdp.text = text.to_string();
         sdp.lines = lines;
         Ok(sdp)
     }
@@ -235,6 +265,7 @@ impl Sdp {
     /// Writes the body with addresses and ports replaced.
     pub fn rewrite(&self, rw: &Rewrite) -> String {
         let mut out = String::with_capacity(self.lines.iter().map(|l| l.len() + 2).sum::<usize>() + 64);
+        let lines: Vec<&str> = self.all_lines().collect();
         let first_media = self.media.first().map_or(self.lines.len(), |m| m.line);
         // The session c= takes the first rewritten media address.
         let session_addr = rw.media.iter().flatten().next().map(|r| r.addr);
@@ -242,7 +273,7 @@ impl Sdp {
             out.push_str(l);
             out.push_str("\r\n");
         };
-        for l in &self.lines[..first_media] {
+        for &l in &lines[..first_media] {
             if l.starts_with("c=") {
                 if let Some(a) = session_addr {
                     push(&mut out, &format!("c=IN {} {a}", fam(a)));
@@ -266,7 +297,7 @@ impl Sdp {
         for (n, m) in self.media.iter().enumerate() {
             let r = rw.media.get(n).copied().flatten();
             let mut wrote_rtcp = false;
-            for l in &self.lines[m.line..m.end] {
+            for &l in &lines[m.line..m.end] {
                 if rw.remove_ice && l.starts_with("a=") && is_ice(&l[2..]) {
                     continue;
                 }
