@@ -568,6 +568,7 @@ pub fn run(
 ) -> anyhow::Result<()> {
     let cfg = Config::load(&args.config)?;
     set_log_level(&cfg.daemon.log_level);
+    crate::sys::keep_heap();
     for w in cfg.warnings() {
         tracing::warn!("{w}");
     }
