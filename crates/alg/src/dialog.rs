@@ -131,7 +131,7 @@ impl Alg {
         sender_v6: bool,
         receiver_v6: bool,
     ) -> Command {
-        Command::Sdp(SdpRequest {
+        Command::Sdp(Box::new(SdpRequest {
             offer,
             call_id: ng_id.to_string(),
             from_tag: offerer.to_string(),
@@ -139,7 +139,7 @@ impl Alg {
             sdp: sdp.to_vec(),
             from: self.side(sender_v6),
             to: self.side(receiver_v6),
-        })
+        }))
     }
 
     fn early_expiry(&self, now: Instant) -> Instant {

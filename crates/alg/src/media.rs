@@ -62,7 +62,7 @@ pub enum Started {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
     /// An offer or answer.
-    Sdp(SdpRequest),
+    Sdp(Box<SdpRequest>),
     /// Deletes the media session of an ng Call-ID.
     Delete(String),
 }
@@ -71,7 +71,7 @@ impl Command {
     /// Runs it on `m` to its end.
     pub fn run<M: MediaControl + ?Sized>(&self, m: &mut M) -> Reply {
         match self {
-            Command::Sdp(r) => m.sdp(&r.borrow()),
+            Command::Sdp(r) => m.sdp(&r.as_command()),
             Command::Delete(id) => m.delete(id).map(|()| Vec::new()),
         }
     }
@@ -79,7 +79,7 @@ impl Command {
     /// The ng dictionary.
     pub fn to_value(&self) -> Value {
         match self {
-            Command::Sdp(r) => r.borrow().to_value(),
+            Command::Sdp(r) => r.as_command().to_value(),
             Command::Delete(id) => delete_command(id),
         }
     }
@@ -509,7 +509,7 @@ pub struct SdpRequest {
 
 impl SdpRequest {
     /// The command it holds.
-    pub fn borrow(&self) -> SdpCommand<'_> {
+    pub fn as_command(&self) -> SdpCommand<'_> {
         SdpCommand {
             offer: self.offer,
             call_id: &self.call_id,
