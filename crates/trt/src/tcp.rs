@@ -37,6 +37,10 @@
 //!   charged to the receiving socket: its window stays open, so this copy
 //!   has no flow control of its own (docs/trt.md, Limits).
 //!
+//! A session's first bytes take no extra turns of the loop: a connect
+//! that completed within the `connect` call is relayed at once, and a new
+//! loop-copied pair moves the bytes already waiting on either side at once.
+//!
 //! `max-connections` bounds the connections in progress (connecting and
 //! relayed); connections beyond it are reset at once and counted. With a
 //! busy-poll window the loop keeps polling its epoll set (yielding the CPU
