@@ -37,6 +37,10 @@
 //!   charged to the receiving socket: its window stays open, so this copy
 //!   has no flow control of its own (docs/trt.md, Limits).
 //!
+//! A session's first bytes take no extra turns of the loop: a connect
+//! that completed within the `connect` call is relayed at once, and a new
+//! loop-copied pair moves the bytes already waiting on either side at once.
+//!
 //! `max-connections` bounds the connections in progress (connecting and
 //! relayed); connections beyond it are reset at once and counted. With a
 //! busy-poll window the loop keeps polling its epoll set (yielding the CPU
@@ -421,7 +425,14 @@ impl Loop {
         let slot = self.alloc(Conn::Connecting { client: s, up, deadline });
         let Some(Some(Conn::Connecting { up, .. })) = self.slots.get(slot) else { return };
         if self.ep.add(up, EpollEvent::new(EpollFlags::EPOLLOUT, token(slot, SERVER))).is_err() {
-            self.fail_connect(slot);
+            return self.fail_connect(slot);
+        }
+        // A server on this host or a veth away often answers within the
+        // connect call (the handshake runs in the softirq the SYN's
+        // transmission raised): then relay at once instead of one more
+        // turn of the loop for the `EPOLLOUT`.
+        if up.peer_addr().is_ok() {
+            self.connected(slot);
         }
     }
 
@@ -501,7 +512,16 @@ impl Loop {
         if let Err(e) = added {
             tracing::debug!("TRT: epoll: {e}");
             self.c.tcp_errors.fetch_add(1, Ordering::Relaxed);
-            self.close_spliced(slot, true);
+            return self.close_spliced(slot, true);
+        }
+        // The client's first bytes (sent right after its handshake) are
+        // usually waiting already: move them now, not after one more
+        // turn of the loop. The edge-triggered events that follow find
+        // nothing left and cost one splice each.
+        for side in [CLIENT, SERVER] {
+            if matches!(self.slots.get(slot), Some(Some(Conn::Spliced(_)))) {
+                self.pump(slot, side);
+            }
         }
     }
 
