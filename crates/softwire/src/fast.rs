@@ -72,11 +72,12 @@ impl LwaftrFast {
 
     /// Mirror `lw`'s binding table and leases when either changed since
     /// the last call. `Ok(None)`: nothing to do. On an error (a full map)
-    /// the maps hold a consistent subset and the next call tries again.
+    /// the maps hold a consistent subset (the rest takes the slow path),
+    /// the status shows the error, and the next change tries again.
     pub fn refresh(&mut self, lw: &Lwaftr) -> Result<Option<SyncStats>, xdp::Error> {
         let (b, l) = (lw.bindings(), lw.leases());
         if let Some((sb, sl)) = &self.seen {
-            if Arc::ptr_eq(sb, &b) && Arc::ptr_eq(sl, &l) && self.last_error.is_none() {
+            if Arc::ptr_eq(sb, &b) && Arc::ptr_eq(sl, &l) {
                 return Ok(None);
             }
         }

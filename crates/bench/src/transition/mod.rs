@@ -80,6 +80,12 @@ pub enum Mech {
     Lw4o6,
     /// DSTM: a leased address over the lwAFTR.
     Dstm,
+    /// lw4o6 with the lwAFTR's XDP fast path (`[lw4o6.xdp]` on the
+    /// gateway's g0 and g1); the lwB4 stays on its TUN device.
+    Lw4o6Xdp,
+    /// DSTM with the lwAFTR's XDP fast path (the lease mirrored into it);
+    /// the DSTM client stays on its TUN device.
+    DstmXdp,
     /// socat on the gateway, a plain user-level TCP/UDP relay.
     Socat,
 }
@@ -97,6 +103,8 @@ impl Mech {
             Mech::Dslite => "dslite",
             Mech::Lw4o6 => "lw4o6",
             Mech::Dstm => "dstm",
+            Mech::Lw4o6Xdp => "lw4o6-xdp",
+            Mech::DstmXdp => "dstm-xdp",
             Mech::Socat => "socat",
         }
     }
@@ -357,6 +365,19 @@ fn socat(ns: &Netns, work: &Path, args: &[&str]) -> Result<Proc> {
     Proc::spawn("socat", c, Some(&work.join(format!("socat-{}.log", args[0].replace([':', ',', '[', ']'], "_")))))
 }
 
+/// The `[lw4o6.xdp]` table of the `-xdp` rows (empty for the others):
+/// the lwAFTR's fast path on the gateway's g0 (softwires) and g1 (IPv4).
+/// Its redirects into g0/g1 reach c0/s0, which take them with NAPI (GRO on).
+fn lw4o6_xdp(m: Mech, c: &Netns, s: &Netns) -> Result<&'static str> {
+    if !matches!(m, Mech::Lw4o6Xdp | Mech::DstmXdp) {
+        return Ok("");
+    }
+    for (ns, dev) in [(c, "c0"), (s, "s0")] {
+        ns.run(|| xdp::sys::set_gro(dev, true).with_context(|| format!("GRO on {dev}")))?;
+    }
+    Ok("[lw4o6.xdp]\ninterfaces = [\"g0\", \"g1\"]\nmode = \"native\"\n")
+}
+
 fn build(m: Mech, bin: &Path, work: &Path, busy_poll: &str) -> Result<Bed> {
     let v6gate = |ns: &Netns, name: &str, sub: &str, config: &str| v6gate(bin, ns, work, name, sub, config, busy_poll);
     let c = ns("c")?;
@@ -429,7 +450,7 @@ fn build(m: Mech, bin: &Path, work: &Path, busy_poll: &str) -> Result<Bed> {
             procs.push(v6gate(&c, "b4", "softwire", b4)?);
             v4target
         }
-        Mech::Lw4o6 => {
+        Mech::Lw4o6 | Mech::Lw4o6Xdp => {
             b4_routes(&g)?;
             let bindings = work.join("bindings");
             // PSID length 2: a quarter of the ports (15,360 above the
@@ -438,17 +459,18 @@ fn build(m: Mech, bin: &Path, work: &Path, busy_poll: &str) -> Result<Bed> {
             // mappings kept for the TCP timers, do not exhaust the set (with
             // length 6, 1,008 ports, 120 of 2,000 sessions failed).
             std::fs::write(&bindings, "2001:db8:2::2 203.0.113.1 1 2\n")?;
-            let lw = format!("[lw4o6]\naftr-address = \"2001:db8:ffff::1\"\nbinding-file = \"{}\"\nipv4-prefixes = [\"203.0.113.0/24\"]\n", bindings.display());
+            let lw = format!("[lw4o6]\naftr-address = \"2001:db8:ffff::1\"\nbinding-file = \"{}\"\nipv4-prefixes = [\"203.0.113.0/24\"]\n{}", bindings.display(), lw4o6_xdp(m, &c, &s)?);
             procs.push(v6gate(&g, "lwaftr", "softwire", &lw)?);
             let b4 = "[b4]\nmode = \"lw4o6\"\naddress = \"2001:db8:2::2\"\naftr = \"2001:db8:ffff::1\"\nipv4-address = \"203.0.113.1\"\npsid = 1\npsid-length = 2\nhost-address = \"192.168.1.2\"\nroutes = [\"198.51.100.0/24\"]\n";
             procs.push(v6gate(&c, "lwb4", "softwire", b4)?);
             v4target
         }
-        Mech::Dstm => {
+        Mech::Dstm | Mech::DstmXdp => {
             b4_routes(&g)?;
             let tep = format!(
-                "[lw4o6]\naftr-address = \"2001:db8:ffff::1\"\n[lw4o6.dstm]\npool = [\"203.0.113.0/29\"]\nlisten = \"[2001:db8:1::1]:4739\"\nlease-file = \"{}\"\n",
-                work.join("leases").display()
+                "[lw4o6]\naftr-address = \"2001:db8:ffff::1\"\n[lw4o6.dstm]\npool = [\"203.0.113.0/29\"]\nlisten = \"[2001:db8:1::1]:4739\"\nlease-file = \"{}\"\n{}",
+                work.join("leases").display(),
+                lw4o6_xdp(m, &c, &s)?
             );
             procs.push(v6gate(&g, "tep", "softwire", &tep)?);
             std::thread::sleep(Duration::from_millis(300));
