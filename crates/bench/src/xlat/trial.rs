@@ -87,9 +87,7 @@ fn headers(dut: Dut, dir: Dir, flow_ports: &[(u16, u16)], nat: Option<&[Option<(
                 | Dut::V6gateLw4o6
                 | Dut::V6gateXdpLw4o6,
                 Dir::V4ToV6,
-            ) => {
-                v4_in(IpAddr::V4(HOST6_AS_V4), dp, sp)
-            }
+            ) => v4_in(IpAddr::V4(HOST6_AS_V4), dp, sp),
             (_, Dir::V6ToV4) => v6_out(sp, dp),
             (_, Dir::V4ToV6) => match nat.and_then(|m| m.get(i).copied().flatten()) {
                 Some((addr, port)) => v4_in(addr, dp, port),
