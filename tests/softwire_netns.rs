@@ -365,6 +365,8 @@ routes = ["198.51.100.0/24"]
     host.wait_status(|v| v["b4"]["lease"]["ipv4"].is_string());
     // The lwB4's binding (same IPv6 address) wins over the lease (as in
     // the engine): the lease is not mirrored while the binding is there.
+    let s = lw.wait_status(|v| v["lw4o6"]["leases"] == 1);
+    assert_eq!(s["lw4o6"]["xdp"]["bindings"], 1, "{s}");
     std::fs::write(&bindings, "2001:db8:1::9 192.0.2.9\n").unwrap();
     let s = lw.wait_status(|v| v["lw4o6"]["xdp"]["bindings"] == 2 && v["lw4o6"]["leases"] == 1);
     let before = xdp_count(&s, "decap");
