@@ -17,8 +17,10 @@
 
 mod xdp_support;
 
+use core::net::{Ipv4Addr, Ipv6Addr};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as PtConfig, TestRunner};
+use softwire::binding::{Binding, BindingTable};
 use xdp::softwire::SoftwireCounter as C;
 use xdp_support::*;
 
@@ -160,4 +162,36 @@ fn generated_packets_never_differ() {
     // The generator is built so that many packets are valid and bound.
     let (fast, total) = (fast.get(), total.get());
     assert!(fast * 20 > total, "only {fast} of {total} generated packets took the fast path");
+}
+
+/// The slow path's bound (1,000,000 bindings) fits the fast path: mirrored
+/// whole, the last one served, then a reload that drops half of them
+/// written as deletions only.
+#[test]
+fn a_million_bindings_are_mirrored() {
+    const N: u32 = 1_000_000;
+    let mut bed = Bed::with(None, 1 << 20);
+    let m = map6();
+    let b4 = |i: u32| Ipv6Addr::from((0x2001_0db8_0009u128 << 80) | u128::from(i));
+    let v4 = |i: u32| Ipv4Addr::from(0x0b00_0000 + (i >> 6));
+    let table = |n: u32| {
+        let mut t = BindingTable::with_capacity(n as usize);
+        for i in 0..n {
+            t.insert(Binding { b4: b4(i), ipv4: v4(i), psid: (i & 63) as u16, map: m }).unwrap();
+        }
+        t
+    };
+    bed.lw.replace_bindings(table(N));
+    bed.lw.set_leases(leases(false));
+    let st = bed.fast.refresh(&bed.lw).unwrap().expect("mirrored");
+    assert_eq!(st.bindings, N as usize, "{st:?}");
+    let last = N - 1;
+    let p = m.nth((last & 63) as u16, 7);
+    bed.fast_ok("the millionth binding, softwire side", &sw(b4(last), &V4::new(17, v4(last), HOST).udp(p, 53, b"x")));
+    let got = bed.fast_ok("the millionth binding, IPv4 side", &V4::new(17, HOST, v4(last)).udp(53, p, b"x"));
+    assert_eq!(&got[24..40], &b4(last).octets());
+    bed.lw.replace_bindings(table(N / 2));
+    let st = bed.fast.refresh(&bed.lw).unwrap().expect("mirrored");
+    assert_eq!((st.bindings, st.written), (N as usize / 2, 0), "{st:?}");
+    bed.passes("reloaded away", &V4::new(17, HOST, v4(last)).udp(53, p, b"x"), C::PassNotOurs);
 }

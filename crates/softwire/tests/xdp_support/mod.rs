@@ -74,6 +74,11 @@ pub enum Outcome {
 
 impl Bed {
     pub fn new(encap_limit: Option<u8>) -> Bed {
+        Bed::with(encap_limit, 64)
+    }
+
+    /// As [`Bed::new`], the maps sized for `max_bindings`.
+    pub fn with(encap_limit: Option<u8>, max_bindings: u32) -> Bed {
         assert!(am_root(), "the XDP tests need root (BPF_PROG_TEST_RUN, network namespaces); CI runs as root");
         let ns = Netns::unique("v6sw").expect("namespace");
         let cmds: &[&[&str]] = &[
@@ -105,7 +110,7 @@ impl Bed {
         let cfg = LwaftrConfig { endpoint, hairpinning: true, icmpv4_errors: true, icmpv6_errors: true };
         let lw = Lwaftr::new(cfg, bindings(true));
         lw.set_leases(leases(true));
-        let mut fast = LwaftrFast::load(&lw, 64).unwrap_or_else(|e| panic!("{e}"));
+        let mut fast = LwaftrFast::load(&lw, max_bindings).unwrap_or_else(|e| panic!("{e}"));
         let fp = fast.fast_path_mut();
         fp.allow_egress(if4).unwrap();
         fp.allow_egress(if6).unwrap();
