@@ -66,6 +66,13 @@ pool4 = ["203.0.113.0/28"]          # as [nat64] pool4: "PREFIX" or { prefix, po
 # lease-file = "/var/lib/v6gate/dstm-leases"
 # clients = ["2001:db8::/32"]
 # max-requests-per-second = 1000
+#
+# [lw4o6.xdp]: the XDP fast path (docs/softwire.md "XDP fast path"): packets of
+# the bindings and leases above decapsulated / encapsulated in XDP on these
+# interfaces; everything else still goes through the TUN device.
+# interfaces = ["eth0", "eth1"]      # the IPv6 (softwire) and IPv4 sides
+# mode = "native"                    # "generic", or "off"; native falls back to generic
+# max-bindings = 1048576             # bindings plus leases the maps hold
 
 # [b4]: the client side, on a TUN device: "ds-lite" (B4), "lw4o6" (lwB4, NAPT
 # of the LAN into the binding's port set) or "dstm" (a host leasing an address).
@@ -213,8 +220,23 @@ struct Lw4o6Toml {
     #[serde(default = "d_aftr4")]
     ipv4_address: Ipv4Addr,
     dstm: Option<DstmToml>,
+    xdp: Option<SwXdpToml>,
     #[serde(flatten)]
     tunnel: TunnelToml,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct SwXdpToml {
+    #[serde(default)]
+    interfaces: Vec<String>,
+    mode: Option<String>,
+    #[serde(default = "d_max_bindings")]
+    max_bindings: u32,
+}
+
+fn d_max_bindings() -> u32 {
+    1 << 20
 }
 
 #[derive(Debug, Deserialize)]
@@ -314,8 +336,45 @@ pub struct Lw4o6Table {
     pub watch: bool,
     /// DSTM.
     pub dstm: Option<DstmTable>,
+    /// The XDP fast path (`[lw4o6.xdp]`); `None`: off.
+    pub xdp: Option<SwXdp>,
     /// TUN device.
     pub tun: TunTable,
+}
+
+/// A checked `[lw4o6.xdp]`: where to attach the lwAFTR's fast path and how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SwXdp {
+    /// Native (falling back to generic) or generic.
+    pub mode: xdp::Mode,
+    /// The softwire (IPv6) and IPv4 side interfaces.
+    pub interfaces: Vec<String>,
+    /// Bindings plus leases the maps hold at most.
+    pub max_bindings: u32,
+}
+
+/// `[lw4o6.xdp]`: mode "native" (the default: an operator who names
+/// interfaces wants the fast path there, in the driver when it can),
+/// "generic" or "off"; interfaces needed unless off.
+fn sw_xdp(t: Option<SwXdpToml>) -> Result<Option<SwXdp>, String> {
+    let Some(t) = t else { return Ok(None) };
+    let mode: xdp::Mode = match t.mode.as_deref() {
+        None => xdp::Mode::Native,
+        Some(m) => m.parse().map_err(|e| err("lw4o6.xdp", "mode", e))?,
+    };
+    if mode == xdp::Mode::Off {
+        return Ok(None);
+    }
+    if t.interfaces.is_empty() {
+        return Err(err("lw4o6.xdp", "interfaces", "name the softwire (IPv6) and IPv4 interfaces to attach to"));
+    }
+    if let Some(i) = t.interfaces.iter().find(|i| i.is_empty() || i.len() > 15) {
+        return Err(err("lw4o6.xdp", "interfaces", format!("`{i}` must be 1-15 bytes (a Linux interface name)")));
+    }
+    if t.max_bindings == 0 {
+        return Err(err("lw4o6.xdp", "max-bindings", "at least 1"));
+    }
+    Ok(Some(SwXdp { mode, interfaces: t.interfaces, max_bindings: t.max_bindings }))
 }
 
 /// `[b4] mode`.
@@ -537,6 +596,7 @@ fn lw4o6(t: Lw4o6Toml) -> Result<Lw4o6Table, String> {
         psid_offset: t.psid_offset,
         watch: t.watch_binding_file,
         dstm,
+        xdp: sw_xdp(t.xdp)?,
         tun: tun(&t.tunnel, "v6gate-lwaftr", routes, vec![])?,
     })
 }
@@ -618,6 +678,8 @@ mod tests {
             ("[dslite]\naftr-address = \"2001:db8::1\"\nb4-prefixes = [\"2001:db8::/32\"]\npool4 = [\"192.0.2.0/24\"]\nmtu-policy = \"x\"\n", "mtu-policy"),
             ("[lw4o6]\naftr-address = \"2001:db8::1\"\n", "[lw4o6] binding-file"),
             ("[b4]\nmode = \"lw4o6\"\naddress = \"2001:db8::2\"\naftr = \"2001:db8::1\"\n", "[b4] ipv4-address"),
+            ("[lw4o6]\naftr-address = \"2001:db8::1\"\nbinding-file = \"/b\"\n[lw4o6.xdp]\n", "[lw4o6.xdp] interfaces"),
+            ("[lw4o6]\naftr-address = \"2001:db8::1\"\nbinding-file = \"/b\"\n[lw4o6.xdp]\ninterfaces = [\"a\"]\nmode = \"fast\"\n", "[lw4o6.xdp] mode"),
             ("[b4]\nmode = \"lw4o6\"\naddress = \"2001:db8::2\"\naftr = \"2001:db8::1\"\nipv4-address = \"192.0.2.1\"\npsid-length = 6\npsid = 64\n", "[b4] psid"),
             ("[b4]\nmode = \"x\"\naddress = \"2001:db8::2\"\n", "[b4] mode"),
             ("[b4]\nmode = \"dstm\"\naddress = \"2001:db8::2\"\n", "lease-server"),
@@ -643,5 +705,16 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.b4.unwrap().mode, B4Mode::Dstm);
+    }
+
+    #[test]
+    fn lw4o6_xdp_defaults_to_native_on_the_named_interfaces() {
+        let base = "[lw4o6]\naftr-address = \"2001:db8::1\"\nbinding-file = \"/b\"\n";
+        assert_eq!(SoftwireConfig::parse(base).unwrap().lw4o6.unwrap().xdp, None, "no table: off");
+        let c = SoftwireConfig::parse(&format!("{base}[lw4o6.xdp]\ninterfaces = [\"d6\", \"d4\"]\n")).unwrap();
+        let x = c.lw4o6.unwrap().xdp.unwrap();
+        assert_eq!((x.mode, x.interfaces.len(), x.max_bindings), (xdp::Mode::Native, 2, 1 << 20));
+        let c = SoftwireConfig::parse(&format!("{base}[lw4o6.xdp]\nmode = \"off\"\n")).unwrap();
+        assert_eq!(c.lw4o6.unwrap().xdp, None);
     }
 }

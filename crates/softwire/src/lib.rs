@@ -13,6 +13,9 @@
 //! - [`b4`]: the client side — the DS-Lite B4, the lwB4 (NAPT into its port
 //!   set) and the DSTM client.
 //!
+//! [`fast`] mirrors the lwAFTR's bindings and leases into its XDP fast
+//! path (crates/xdp, `bpf/softwire.bpf.c`).
+//!
 //! The engines are I/O-free (`process(packet, now, out)`, the `nat64`
 //! pattern); [`run`] drives them over TUN devices and [`cli`] is
 //! `v6gate softwire`.
@@ -26,6 +29,7 @@ pub mod cli;
 pub mod config;
 pub mod echo;
 pub mod endpoint;
+pub mod fast;
 pub mod flat;
 pub mod lease;
 pub mod lwaftr;

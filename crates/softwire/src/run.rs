@@ -6,8 +6,9 @@
 //! The kernel must forward (`net.ipv4.ip_forward`, `net.ipv6.conf.all.
 //! forwarding`): packets written into a TUN device are received from it.
 //!
-//! The lwAFTR thread also serves DSTM leases on a UDP socket and watches
-//! the binding file; the B4 thread in DSTM mode leases its address
+//! The lwAFTR thread also serves DSTM leases on a UDP socket, watches
+//! the binding file and, with `[lw4o6.xdp]`, keeps its XDP fast path's
+//! maps equal to the bindings and leases ([`crate::fast`]); the B4 thread in DSTM mode leases its address
 //! through the engine and puts it on the device.
 //!
 //! [`Softwires::start`] is the standalone entry point (`v6gate softwire`);
@@ -18,6 +19,7 @@ use crate::aftr::Aftr;
 use crate::b4::B4;
 use crate::binding::BindingTable;
 use crate::config::{B4Mode, B4Table, DsliteTable, Lw4o6Table, SoftwireConfig};
+use crate::fast::LwaftrFast;
 use crate::lease::{self, LeaseServer, Msg};
 use crate::lwaftr::Lwaftr;
 use crate::nat44::PoolPorts;
@@ -251,6 +253,17 @@ impl Softwires {
         if let Some((s, _)) = &leases {
             lw.set_leases(s.table());
         }
+        let mut fast = match &t.xdp {
+            Some(x) => {
+                let mut f = LwaftrFast::load(&lw, x.max_bindings).context("[lw4o6.xdp]")?;
+                for i in &x.interfaces {
+                    f.attach(i, x.mode).with_context(|| format!("[lw4o6.xdp] interfaces: {i}"))?;
+                }
+                tracing::info!(interfaces = ?x.interfaces, bindings = f.fast_path().bindings(), "lw4o6 XDP fast path attached");
+                Some(f)
+            }
+            None => None,
+        };
         let shared = Arc::new(Shared::default());
         let (stop, sh, path, busy) = (self.stop.clone(), shared.clone(), self.config_path.clone(), self.busy_poll);
         let mut t = t;
@@ -289,6 +302,11 @@ impl Softwires {
                     }
                     if changed {
                         lw.set_leases(srv.table());
+                        if let Some(f) = &mut fast {
+                            if let Err(e) = f.refresh(&lw) {
+                                tracing::warn!("lw4o6 XDP fast path: {e}; the rest stays on the slow path");
+                            }
+                        }
                         if let Err(e) = srv.save() {
                             tracing::warn!("DSTM lease file: {e}");
                         }
@@ -320,9 +338,16 @@ impl Softwires {
                         }
                         seen = mtime(&t);
                     }
+                    if let Some(f) = &mut fast {
+                        // A reload or a lease change: the maps follow within this turn.
+                        if let Err(e) = f.refresh(&lw) {
+                            tracing::warn!("lw4o6 XDP fast path: {e}; the rest stays on the slow path");
+                        }
+                    }
                     let b = lw.bindings();
                     *sh.status.lock().unwrap_or_else(|e| e.into_inner()) = json!({
                         "device": dev.name,
+                        "xdp": fast.as_ref().map(|f| f.status()),
                         "counters": lw.counters().snapshot(),
                         "bindings": b.len(),
                         "binding_bytes": b.memory_bytes(),

@@ -20,6 +20,7 @@ pub mod nat64;
 mod route;
 pub mod sklookup;
 pub mod sockmap;
+pub mod softwire;
 #[allow(unsafe_code)]
 pub mod sys;
 pub mod teredo;

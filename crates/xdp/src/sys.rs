@@ -119,6 +119,15 @@ unsafe impl aya::Pod for crate::teredo::TdConfig {}
 unsafe impl aya::Pod for crate::teredo::TdPeer {}
 // SAFETY: as above.
 unsafe impl aya::Pod for crate::teredo::TdMac {}
+// SAFETY: `#[repr(C)]` integers and integer arrays without padding (sizes
+// asserted in softwire.rs and bpf/softwire.h): every byte pattern is valid.
+unsafe impl aya::Pod for crate::softwire::SwConfig {}
+// SAFETY: as above.
+unsafe impl aya::Pod for crate::softwire::SwBinding {}
+// SAFETY: as above.
+unsafe impl aya::Pod for crate::softwire::SwV4Key {}
+// SAFETY: as above.
+unsafe impl aya::Pod for crate::softwire::SwAddr {}
 
 /// The hardware (MAC) address of Ethernet interface `name` (of the
 /// caller's network namespace: the `SIOCGIFHWADDR` ioctl on a socket

@@ -80,6 +80,12 @@ pub enum Mech {
     Lw4o6,
     /// DSTM: a leased address over the lwAFTR.
     Dstm,
+    /// lw4o6 with the lwAFTR's XDP fast path (`[lw4o6.xdp]` on the
+    /// gateway's g0 and g1); the lwB4 stays on its TUN device.
+    Lw4o6Xdp,
+    /// DSTM with the lwAFTR's XDP fast path (the lease mirrored into it);
+    /// the DSTM client stays on its TUN device.
+    DstmXdp,
     /// socat on the gateway, a plain user-level TCP/UDP relay.
     Socat,
 }
@@ -97,6 +103,8 @@ impl Mech {
             Mech::Dslite => "dslite",
             Mech::Lw4o6 => "lw4o6",
             Mech::Dstm => "dstm",
+            Mech::Lw4o6Xdp => "lw4o6-xdp",
+            Mech::DstmXdp => "dstm-xdp",
             Mech::Socat => "socat",
         }
     }
@@ -170,6 +178,11 @@ pub struct MechResult {
     pub ping_losses: u64,
     /// CPU seconds the mechanism's own processes used.
     pub cpu_s: Option<f64>,
+    /// The `-xdp` rows: the lwAFTR's XDP fast path counters at the end
+    /// (packets decapsulated, encapsulated, passed by reason), so that a
+    /// row carried by the slow path shows as such.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub xdp_counters: Option<serde_json::Value>,
 }
 
 /// The whole run.
@@ -357,6 +370,41 @@ fn socat(ns: &Netns, work: &Path, args: &[&str]) -> Result<Proc> {
     Proc::spawn("socat", c, Some(&work.join(format!("socat-{}.log", args[0].replace([':', ',', '[', ']'], "_")))))
 }
 
+/// The lwAFTR's XDP counters from its status file (the `-xdp` rows).
+fn xdp_counters(m: Mech, work: &Path) -> Option<serde_json::Value> {
+    let name = match m {
+        Mech::Lw4o6Xdp => "lwaftr",
+        Mech::DstmXdp => "tep",
+        _ => return None,
+    };
+    // The status file is rewritten every 100 ms, its counters every 200 ms.
+    std::thread::sleep(Duration::from_millis(500));
+    let text = std::fs::read_to_string(work.join(format!("{name}.json"))).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    Some(v["lw4o6"]["xdp"]["counters"].clone())
+}
+
+/// The `[lw4o6.xdp]` table of the `-xdp` rows (empty for the others):
+/// the lwAFTR's fast path on the gateway's g0 (softwires) and g1 (IPv4).
+/// What the veth testbed needs of the senders (as for the Teredo relay's
+/// fast path; real NICs need neither): NAPI (GRO on) at c0/s0, which take
+/// the redirects into g0/g1, and complete checksums (transmit checksum
+/// offload off on c0/s0: a veth otherwise hands over CHECKSUM_PARTIAL
+/// segments, whose checksum the kernel completes on the way into the
+/// lwAFTR's TUN device but XDP cannot).
+fn lw4o6_xdp(m: Mech, c: &Netns, s: &Netns) -> Result<&'static str> {
+    if !matches!(m, Mech::Lw4o6Xdp | Mech::DstmXdp) {
+        return Ok("");
+    }
+    for (ns, dev) in [(c, "c0"), (s, "s0")] {
+        ns.run(|| {
+            xdp::sys::set_gro(dev, true).with_context(|| format!("GRO on {dev}"))?;
+            xdp::sys::set_tx_checksum(dev, false).with_context(|| format!("tx checksum offload off on {dev}"))
+        })?;
+    }
+    Ok("[lw4o6.xdp]\ninterfaces = [\"g0\", \"g1\"]\nmode = \"native\"\n")
+}
+
 fn build(m: Mech, bin: &Path, work: &Path, busy_poll: &str) -> Result<Bed> {
     let v6gate = |ns: &Netns, name: &str, sub: &str, config: &str| v6gate(bin, ns, work, name, sub, config, busy_poll);
     let c = ns("c")?;
@@ -429,7 +477,7 @@ fn build(m: Mech, bin: &Path, work: &Path, busy_poll: &str) -> Result<Bed> {
             procs.push(v6gate(&c, "b4", "softwire", b4)?);
             v4target
         }
-        Mech::Lw4o6 => {
+        Mech::Lw4o6 | Mech::Lw4o6Xdp => {
             b4_routes(&g)?;
             let bindings = work.join("bindings");
             // PSID length 2: a quarter of the ports (15,360 above the
@@ -438,17 +486,18 @@ fn build(m: Mech, bin: &Path, work: &Path, busy_poll: &str) -> Result<Bed> {
             // mappings kept for the TCP timers, do not exhaust the set (with
             // length 6, 1,008 ports, 120 of 2,000 sessions failed).
             std::fs::write(&bindings, "2001:db8:2::2 203.0.113.1 1 2\n")?;
-            let lw = format!("[lw4o6]\naftr-address = \"2001:db8:ffff::1\"\nbinding-file = \"{}\"\nipv4-prefixes = [\"203.0.113.0/24\"]\n", bindings.display());
+            let lw = format!("[lw4o6]\naftr-address = \"2001:db8:ffff::1\"\nbinding-file = \"{}\"\nipv4-prefixes = [\"203.0.113.0/24\"]\n{}", bindings.display(), lw4o6_xdp(m, &c, &s)?);
             procs.push(v6gate(&g, "lwaftr", "softwire", &lw)?);
             let b4 = "[b4]\nmode = \"lw4o6\"\naddress = \"2001:db8:2::2\"\naftr = \"2001:db8:ffff::1\"\nipv4-address = \"203.0.113.1\"\npsid = 1\npsid-length = 2\nhost-address = \"192.168.1.2\"\nroutes = [\"198.51.100.0/24\"]\n";
             procs.push(v6gate(&c, "lwb4", "softwire", b4)?);
             v4target
         }
-        Mech::Dstm => {
+        Mech::Dstm | Mech::DstmXdp => {
             b4_routes(&g)?;
             let tep = format!(
-                "[lw4o6]\naftr-address = \"2001:db8:ffff::1\"\n[lw4o6.dstm]\npool = [\"203.0.113.0/29\"]\nlisten = \"[2001:db8:1::1]:4739\"\nlease-file = \"{}\"\n",
-                work.join("leases").display()
+                "[lw4o6]\naftr-address = \"2001:db8:ffff::1\"\n[lw4o6.dstm]\npool = [\"203.0.113.0/29\"]\nlisten = \"[2001:db8:1::1]:4739\"\nlease-file = \"{}\"\n{}",
+                work.join("leases").display(),
+                lw4o6_xdp(m, &c, &s)?
             );
             procs.push(v6gate(&g, "tep", "softwire", &tep)?);
             std::thread::sleep(Duration::from_millis(300));
@@ -617,8 +666,9 @@ pub fn run(a: &Args) -> Result<Report> {
         }
         let r = build(m, &bin, &work, &a.busy_poll).and_then(|bed| {
             let r = measure(&bed, a);
+            let x = xdp_counters(m, &work);
             drop(bed);
-            r
+            r.map(|r| MechResult { xdp_counters: x, ..r })
         });
         lab::netns::cleanup(PREFIX);
         match r {
@@ -630,6 +680,9 @@ pub fn run(a: &Args) -> Result<Report> {
                     r.session.p50_ns as f64 / 1e3,
                     r.rtt.p50_ns as f64 / 1e3
                 );
+                if let Some(x) = &r.xdp_counters {
+                    eprintln!("  lwAFTR XDP counters {x}");
+                }
                 results.push(r);
             }
             Err(e) => {

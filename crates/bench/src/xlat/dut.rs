@@ -34,7 +34,7 @@ pub(super) fn availability(dut: Dut, v6gate: &Path) -> Option<String> {
                 None
             }
         }
-        Dut::V6gateLw4o6 | Dut::V6gateDslite => (!gateconf::has_subcommand(v6gate, "softwire"))
+        Dut::V6gateLw4o6 | Dut::V6gateXdpLw4o6 | Dut::V6gateDslite => (!gateconf::has_subcommand(v6gate, "softwire"))
             .then(|| format!("{} has no `softwire` subcommand", v6gate.display())),
     }
 }
@@ -90,11 +90,35 @@ pub(super) fn softwire_conf(dut: Dut, bindings: &Path) -> String {
              max-ports-per-subscriber = 65536\nlog-mappings = false\n{common}"
         )
     } else {
+        let xdp = if dut == Dut::V6gateXdpLw4o6 {
+            "[lw4o6.xdp]\ninterfaces = [\"d6\", \"d4\"]\nmode = \"native\"\n"
+        } else {
+            ""
+        };
         format!(
             "[lw4o6]\naftr-address = \"{AFTR6}\"\nbinding-file = \"{}\"\nipv4-prefixes = [\"{SIIT4}\"]\n\
-             watch-binding-file = false\n{common}",
+             watch-binding-file = false\n{common}{xdp}",
             bindings.display()
         )
+    }
+}
+
+/// The `xdp` part of the lwAFTR's status file (`v6gate softwire
+/// --status-file`), once it is written.
+fn softwire_xdp_status(ctx: &Ctx) -> Option<serde_json::Value> {
+    let text = std::fs::read_to_string(ctx.work.join("softwire.json")).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let x = v["lw4o6"]["xdp"].clone();
+    (!x.is_null()).then_some(x)
+}
+
+/// What the lwAFTR's fast path did (its counters), for the report's notes.
+pub(super) fn softwire_xdp_note(ctx: &Ctx) -> String {
+    // The status file is rewritten every 100 ms; its counters every 200 ms.
+    std::thread::sleep(Duration::from_millis(500));
+    match softwire_xdp_status(ctx) {
+        Some(x) => format!("lwAFTR XDP counters {}", x["counters"]),
+        None => "lwAFTR XDP status not available".into(),
     }
 }
 
@@ -246,7 +270,7 @@ pub(super) fn start_with(ctx: &Ctx, dut: Dut, topo: &BenchTopo, tun_extra: &[Str
             }
             Ok(Some(p))
         }
-        Dut::V6gateLw4o6 | Dut::V6gateDslite => {
+        Dut::V6gateLw4o6 | Dut::V6gateXdpLw4o6 | Dut::V6gateDslite => {
             let mtu = SOFTWIRE_MTU.to_string();
             ns.ip(&["link", "set", "d6", "mtu", &mtu])?;
             topo.t6.ip(&["link", "set", "t6", "mtu", &mtu])?;
@@ -267,6 +291,18 @@ pub(super) fn start_with(ctx: &Ctx, dut: Dut, topo: &BenchTopo, tun_extra: &[Str
             wait_for(&mut p, &format!("route {aftr} into {TUN}"), || {
                 ns.ip(&["-6", "route", "show", &aftr]).is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(TUN))
             })?;
+            if dut == Dut::V6gateXdpLw4o6 {
+                // As for the XDP translator: the fast path redirects into
+                // d6/d4, whose peers need NAPI (GRO on) to take the frames.
+                for (tns, dev) in [(&topo.t6, "t6"), (&topo.t4, "t4")] {
+                    tns.run(|| xdp::sys::set_gro(dev, true).with_context(|| format!("GRO on {dev}")))?;
+                }
+                wait_for(&mut p, "attach the lwAFTR's XDP fast path to d6 and d4", || {
+                    softwire_xdp_status(ctx).is_some_and(|x| x["attached"].as_array().is_some_and(|a| a.len() == 2))
+                })?;
+                let x = softwire_xdp_status(ctx).unwrap_or_default();
+                eprintln!("bench xlat: {}: XDP attached ({})", dut.name(), x["attached"]);
+            }
             Ok(Some(p))
         }
     }

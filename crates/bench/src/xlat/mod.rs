@@ -63,6 +63,12 @@ pub enum Dut {
     /// IPv4 in, 4in6 out. AF_PACKET tester only.
     #[value(name = "v6gate-lw4o6")]
     V6gateLw4o6,
+    /// `v6gate-lw4o6` plus `[lw4o6.xdp]` on d6 and d4 (native): the
+    /// lwAFTR's XDP fast path (bpf/softwire.bpf.c) decapsulates and
+    /// encapsulates the binding's packets; the TUN engine stays the slow
+    /// path. AF_PACKET tester only.
+    #[value(name = "v6gate-xdp-lw4o6")]
+    V6gateXdpLw4o6,
     /// `v6gate softwire` with `[dslite]`: the DS-Lite AFTR (RFC 6333) and
     /// its NAT44; 4to6 goes to the mappings a 6to4 warm-up created (as
     /// NAT64). AF_PACKET tester only.
@@ -83,6 +89,7 @@ impl Dut {
             Dut::V6gateXdpSiit => "v6gate-xdp-siit",
             Dut::V6gateXdpNat64 => "v6gate-xdp-nat64",
             Dut::V6gateLw4o6 => "v6gate-lw4o6",
+            Dut::V6gateXdpLw4o6 => "v6gate-xdp-lw4o6",
             Dut::V6gateDslite => "v6gate-dslite",
         }
     }
@@ -90,7 +97,12 @@ impl Dut {
     /// Whether the DUT is a softwire end (`v6gate softwire`): its IPv6
     /// side carries IPv4 in IPv6 (RFC 2473 4in6 frames).
     pub fn softwire(self) -> bool {
-        matches!(self, Dut::V6gateLw4o6 | Dut::V6gateDslite)
+        matches!(self, Dut::V6gateLw4o6 | Dut::V6gateXdpLw4o6 | Dut::V6gateDslite)
+    }
+
+    /// Whether the DUT is the lwAFTR (with or without its XDP fast path).
+    pub fn lw4o6(self) -> bool {
+        matches!(self, Dut::V6gateLw4o6 | Dut::V6gateXdpLw4o6)
     }
 
     /// Whether 4to6 traffic needs the mappings of a 6to4 warm-up (NAT64,

@@ -73,15 +73,21 @@ fn headers(dut: Dut, dir: Dir, flow_ports: &[(u16, u16)], nat: Option<&[Option<(
             (Dut::Tester, Dir::V4ToV6) => Header { dst_mac: D6_MAC, ..v4_in(IpAddr::V4(HOST6_AS_V4), dp, sp) },
             // The kernel forwards the host's IPv4 packets; the lwB4 sends
             // them (its binding's address) inside 4in6 ([`tunnel`]).
-            (Dut::Kernel | Dut::V6gateLw4o6, Dir::V6ToV4) => {
+            (Dut::Kernel | Dut::V6gateLw4o6 | Dut::V6gateXdpLw4o6, Dir::V6ToV4) => {
                 Header { src: IpAddr::V4(HOST6_AS_V4), dst: IpAddr::V4(HOST4), ..v6_out(sp, dp) }
             }
             (Dut::V6gateDslite, Dir::V6ToV4) => {
                 Header { src: IpAddr::V4(DSLITE_HOST4), dst: IpAddr::V4(HOST4), ..v6_out(sp, dp) }
             }
-            (Dut::Kernel | Dut::TaygaSiit | Dut::V6gateSiit | Dut::V6gateXdpSiit | Dut::V6gateLw4o6, Dir::V4ToV6) => {
-                v4_in(IpAddr::V4(HOST6_AS_V4), dp, sp)
-            }
+            (
+                Dut::Kernel
+                | Dut::TaygaSiit
+                | Dut::V6gateSiit
+                | Dut::V6gateXdpSiit
+                | Dut::V6gateLw4o6
+                | Dut::V6gateXdpLw4o6,
+                Dir::V4ToV6,
+            ) => v4_in(IpAddr::V4(HOST6_AS_V4), dp, sp),
             (_, Dir::V6ToV4) => v6_out(sp, dp),
             (_, Dir::V4ToV6) => match nat.and_then(|m| m.get(i).copied().flatten()) {
                 Some((addr, port)) => v4_in(addr, dp, port),
@@ -149,7 +155,7 @@ fn lw4o6_ports(n: usize) -> Vec<(u16, u16)> {
 /// pseudorandom ports, the lwAFTR's inside its one binding's port set.
 fn flow_ports(dut: Dut, n: usize) -> Vec<(u16, u16)> {
     match dut {
-        Dut::V6gateLw4o6 => lw4o6_ports(n),
+        Dut::V6gateLw4o6 | Dut::V6gateXdpLw4o6 => lw4o6_ports(n),
         _ => frame::rfc4814_ports(n, 4814),
     }
 }
@@ -447,6 +453,11 @@ pub(super) fn bench_dut(ctx: &Ctx, dut: Dut, ceiling: &[(Dir, usize, f64)]) -> D
                     p.latency.map_or(0, |l| l.p50_ns / 1000)
                 );
                 rep.points.push(p);
+            }
+            if dut == Dut::V6gateXdpLw4o6 {
+                let note = format!("{}: {}", dir.name(), dut::softwire_xdp_note(ctx));
+                eprintln!("bench xlat: {} {note}", dut.name());
+                rep.notes.push(note);
             }
             if let Some(p) = proc_.as_mut().filter(|_| dut.xdp()) {
                 let x = dut::wait_xdp(ctx, &topo.dut, p, "answering", |_| true)?;

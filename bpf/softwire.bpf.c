@@ -1,0 +1,466 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR Apache-2.0) */
+/*
+ * The lwAFTR fast path (RFC 7596; DSTM's tunnel end-point is the lwAFTR
+ * with whole-address leases) in XDP: xdp_softwire, attached to the
+ * lwAFTR's IPv6 (softwire) and IPv4 interfaces; one program, the two
+ * sides told apart by the EtherType.
+ *
+ * The slow path (crates/softwire: the lwAFTR engine over a TUN device)
+ * stays the truth: it mirrors its binding table and DSTM leases into
+ * sw_b4 / sw_v4 / sw_addr on load, reload and every lease grant or
+ * expiry. Here, for a bound subscriber only, the fast path does what the
+ * engine and the kernel's forwarding around the TUN device do together:
+ *
+ *   softwire -> IPv4: IPv4-in-IPv6 to the softwire address (no extension
+ *   header), from a bound lwB4, whose inner TCP/UDP source port or ICMP
+ *   echo identifier is in its port set (RFC 7596 §6.1) and whose
+ *   destination no lwB4 holds: decapsulated, the inner TTL decremented
+ *   as ip_forward() does it (the kernel forwarding the engine's output
+ *   from the TUN device), forwarded by bpf_fib_lookup.
+ *
+ *   IPv4 -> softwire: TCP/UDP or ICMP echo to (address, port) an lwB4
+ *   holds: TTL decremented (the kernel forwarding it into the TUN
+ *   device), encapsulated as the engine does (RFC 2473: Traffic Class
+ *   from the TOS when configured, flow label 0, the configured hop limit
+ *   less the one the kernel takes forwarding it out of the TUN device,
+ *   the Tunnel Encapsulation Limit option when configured), forwarded.
+ *
+ * Anything else passes (XDP_PASS) unchanged, counted by reason: ICMP
+ * errors, fragments, options, packets over the tunnel MTU, TTL 1, unknown
+ * bindings and port-set violations (the slow path counts, and answers
+ * them when configured to), hairpinning. The kernel and the slow path
+ * then do exactly what they do without XDP.
+ */
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include "util.h"
+#include "softwire.h"
+
+#ifndef AF_INET
+#define AF_INET 2
+#endif
+#ifndef AF_INET6
+#define AF_INET6 10
+#endif
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sw_config);
+} sw_config SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u8[16]);
+	__type(value, struct sw_binding);
+} sw_b4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct sw_v4key);
+	__type(value, __u8[16]);
+} sw_v4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32);
+	__type(value, struct sw_addr);
+} sw_addr SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SW_COUNTERS);
+	__type(key, __u32);
+	__type(value, struct sw_count);
+} sw_counters SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16);
+	__type(key, __u32);
+	__type(value, struct sw_mac);
+} sw_ifmac SEC(".maps");
+
+/* The interfaces the fast path may send through (the ones it is attached to). */
+struct {
+	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);
+	__uint(max_entries, 16);
+	__type(key, __u32);
+	__type(value, struct bpf_devmap_val);
+} sw_tx SEC(".maps");
+
+#define PASS_BIT 0x100u
+#define PASS(r) (PASS_BIT | (r))
+
+V6G_INLINE void count(__u32 idx, __u64 bytes)
+{
+	struct sw_count *c = bpf_map_lookup_elem(&sw_counters, &idx);
+
+	if (c) {
+		c->packets++;
+		c->bytes += bytes;
+	}
+}
+
+V6G_INLINE void write_eth(void *data, const struct bpf_fib_lookup *fib, __u16 proto)
+{
+	__u16 *m = data;
+
+	m[0] = LD16(fib->dmac);
+	m[1] = LD16(fib->dmac + 2);
+	m[2] = LD16(fib->dmac + 4);
+	m[3] = LD16(fib->smac);
+	m[4] = LD16(fib->smac + 2);
+	m[5] = LD16(fib->smac + 4);
+	m[6] = bpf_htons(proto);
+}
+
+/* bpf_fib_lookup's verdict as 0 or PASS(reason), and the egress check. */
+V6G_INLINE __u32 lookup(struct xdp_md *ctx, struct bpf_fib_lookup *fib)
+{
+	long rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
+
+	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
+		return PASS(SW_P_TOO_BIG);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+		return PASS(SW_P_FIB);
+	if (!bpf_map_lookup_elem(&sw_tx, &fib->ifindex))
+		return PASS(SW_P_EGRESS);
+	return 0;
+}
+
+V6G_INLINE __u32 send(struct xdp_md *ctx, __u32 ifindex)
+{
+	if (ifindex == ctx->ingress_ifindex)
+		return XDP_TX;
+	return bpf_redirect_map(&sw_tx, ifindex, XDP_PASS);
+}
+
+/* As xlat::addr::is_forbidden_v4 (0/8, 127/8, 224/3): a source the
+ * kernel's routing refuses (martian) or a destination it does not forward. */
+V6G_INLINE int forbidden4(__u32 a_be)
+{
+	__u32 o = bpf_ntohl(a_be) >> 24;
+
+	return o == 0 || o == 127 || o >= 224;
+}
+
+/* The header checks the kernel (ip_rcv) and the engine (Ipv4Packet::new,
+ * checksum_ok, pkt::flow) make, and what the fast path leaves to them.
+ * `l3len` is what follows the IPv4 header's start in the frame; `exact`:
+ * no trailing bytes allowed (the inner packet of a tunnel packet). On
+ * success sport and dport hold the ports (host order; the echo identifier
+ * twice for ICMP echo). Returns 0 or PASS(reason). */
+V6G_INLINE __u32 check4(struct iphdr *ip, void *end, __u32 l3len, int exact, __u16 *sport, __u16 *dport)
+{
+	__u16 *h = (__u16 *)ip;
+	__u8 *l4 = (__u8 *)(ip + 1);
+	__u32 tot;
+	__u64 hs = 0;
+
+	if ((void *)(ip + 1) > end)
+		return PASS(SW_P_MALFORMED);
+	if (ip->version != 4 || ip->ihl < 5)
+		return PASS(SW_P_MALFORMED);
+	if (ip->ihl != 5)
+		return PASS(SW_P_OPTIONS);
+	tot = bpf_ntohs(ip->tot_len);
+	if (tot < 20 || tot > l3len || (exact && tot != l3len))
+		return PASS(SW_P_MALFORMED);
+#pragma unroll
+	for (int i = 0; i < 10; i++)
+		hs += h[i];
+	if (fold(hs) != 0xffff)
+		return PASS(SW_P_CHECKSUM);
+	if (ip->frag_off & bpf_htons(0x3fff))
+		return PASS(SW_P_FRAGMENT);
+	if (ip->ttl <= 1)
+		return PASS(SW_P_TTL);
+	if (forbidden4(ip->saddr) || forbidden4(ip->daddr) || ip->daddr == 0xffffffff)
+		return PASS(SW_P_FIB);
+	if (ip->protocol == IPPROTO_TCP || ip->protocol == IPPROTO_UDP) {
+		if (tot < 20 + (ip->protocol == IPPROTO_TCP ? 20 : 8) || (void *)(l4 + 4) > end)
+			return PASS(SW_P_MALFORMED);
+		*sport = bpf_ntohs(LD16(l4));
+		*dport = bpf_ntohs(LD16(l4 + 2));
+		return 0;
+	}
+	if (ip->protocol == IPPROTO_ICMP) {
+		if (tot < 28 || (void *)(l4 + 8) > end)
+			return PASS(SW_P_MALFORMED);
+		if (l4[0] != 8 && l4[0] != 0)
+			return PASS(SW_P_ICMP);
+		*sport = *dport = bpf_ntohs(LD16(l4 + 4));
+		return 0;
+	}
+	return PASS(SW_P_PROTOCOL);
+}
+
+/* RFC 7597 §5.1, as PsidMap::psid. */
+V6G_INLINE __u16 psid_of(__u16 port, __u8 len, __u8 offset)
+{
+	if (len == 0 || len > 16 || offset > 16 - len)
+		return 0;
+	return (port >> (16 - offset - len)) & ((1u << len) - 1);
+}
+
+/* As PsidMap::allowed: A = 0 is nobody's when there is an A field. */
+V6G_INLINE int port_allowed(__u16 port, __u16 psid, __u8 len, __u8 offset)
+{
+	if (len == 0)
+		return 1;
+	if (offset != 0 && offset <= 16 && (port >> (16 - offset)) == 0)
+		return 0;
+	return psid_of(port, len, offset) == psid;
+}
+
+/* ip_decrease_ttl(): the kernel's forwarding step, checksum included. */
+V6G_INLINE void decrease_ttl(struct iphdr *ip)
+{
+	__u32 check = ip->check;
+
+	check += bpf_htons(0x0100);
+	ip->check = (__u16)(check + (check >= 0xffff));
+	ip->ttl--;
+}
+
+V6G_INLINE __u32 fib4(struct xdp_md *ctx, struct bpf_fib_lookup *fib, const struct iphdr *ip, __u16 sport, __u16 dport)
+{
+	fib->family = AF_INET;
+	fib->tos = ip->tos;
+	fib->l4_protocol = ip->protocol;
+	fib->sport = bpf_htons(sport);
+	fib->dport = bpf_htons(dport);
+	fib->tot_len = bpf_ntohs(ip->tot_len);
+	fib->ifindex = ctx->ingress_ifindex;
+	fib->ipv4_src = ip->saddr;
+	fib->ipv4_dst = ip->daddr;
+	return lookup(ctx, fib);
+}
+
+/* The softwire side: IPv4-in-IPv6 from a bound lwB4. */
+static __noinline __u32 decap(struct xdp_md *ctx, const struct sw_config *c)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct bpf_fib_lookup fib = {};
+	const struct sw_binding *b;
+	__u8 key[16] __attribute__((aligned(4)));
+	__u8 *o = data + ETH_HLEN;
+	struct iphdr *ip;
+	__u16 sport = 0, dport = 0;
+	__u32 plen, rc, daddr;
+
+	if ((void *)(o + 40) > end)
+		return PASS(SW_P_MALFORMED);
+	if ((o[0] >> 4) != 6)
+		return PASS(SW_P_MALFORMED);
+	if (LD32(o + 24) != LD32(c->local) || LD32(o + 28) != LD32(c->local + 4) ||
+	    LD32(o + 32) != LD32(c->local + 8) || LD32(o + 36) != LD32(c->local + 12))
+		return PASS(SW_P_NOT_OURS);
+	plen = bpf_ntohs(LD16(o + 4));
+	if (40 + plen != (__u32)(end - data) - ETH_HLEN)
+		return PASS(SW_P_MALFORMED);
+	if (o[6] == 44)
+		return PASS(SW_P_FRAGMENT);
+	if (o[6] == 0 || o[6] == 43 || o[6] == 60)
+		return PASS(SW_P_OPTIONS);
+	if (o[6] == 58)
+		return PASS(SW_P_ICMP);
+	if (o[6] != IPPROTO_IPIP)
+		return PASS(SW_P_NOT_OURS);
+	/* The kernel forwards the tunnel packet into the TUN device first. */
+	if (o[7] <= 1)
+		return PASS(SW_P_TTL);
+	ip = (struct iphdr *)(o + 40);
+	rc = check4(ip, end, plen, 1, &sport, &dport);
+	if (rc)
+		return rc;
+	ST32(key, LD32(o + 8));
+	ST32(key + 4, LD32(o + 12));
+	ST32(key + 8, LD32(o + 16));
+	ST32(key + 12, LD32(o + 20));
+	b = bpf_map_lookup_elem(&sw_b4, key);
+	if (!b)
+		return PASS(SW_P_NO_BINDING);
+	if (b->ipv4 != ip->saddr || !port_allowed(sport, b->psid, b->psid_len, b->offset))
+		return PASS(SW_P_POLICY);
+	daddr = ip->daddr;
+	if (bpf_map_lookup_elem(&sw_addr, &daddr))
+		return PASS(SW_P_HAIRPIN);
+	rc = fib4(ctx, &fib, ip, sport, dport);
+	if (rc)
+		return rc;
+	if (bpf_xdp_adjust_head(ctx, 40))
+		return PASS(SW_P_MALFORMED); /* the head did not move */
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	ip = data + ETH_HLEN;
+	if ((void *)(ip + 1) > end)
+		return XDP_DROP; /* cannot happen: the inner header was there */
+	decrease_ttl(ip);
+	write_eth(data, &fib, ETH_P_IP);
+	count(SW_C_DECAP, plen);
+	return send(ctx, fib.ifindex);
+}
+
+/* The IPv4 side: to an address and port an lwB4 holds. */
+static __noinline __u32 encap(struct xdp_md *ctx, const struct sw_config *c)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct bpf_fib_lookup fib = {};
+	struct sw_v4key k = {};
+	const struct sw_addr *sa;
+	struct iphdr *ip = data + ETH_HLEN;
+	__u16 sport = 0, dport = 0, psid;
+	__u32 l3len = (__u32)(end - data) - ETH_HLEN, tot, hlen, total, daddr, rc, w0;
+	__u8 tos, *b4, *o;
+
+	if ((void *)(ip + 1) > end)
+		return PASS(SW_P_MALFORMED);
+	daddr = ip->daddr;
+	sa = bpf_map_lookup_elem(&sw_addr, &daddr);
+	if (!sa)
+		return PASS(SW_P_NOT_OURS);
+	rc = check4(ip, end, l3len, 0, &sport, &dport);
+	if (rc)
+		return rc;
+	psid = psid_of(dport, sa->psid_len, sa->offset);
+	if (!port_allowed(dport, psid, sa->psid_len, sa->offset))
+		return PASS(SW_P_NO_BINDING);
+	k.ipv4 = daddr;
+	k.psid = psid;
+	b4 = bpf_map_lookup_elem(&sw_v4, &k);
+	if (!b4)
+		return PASS(SW_P_NO_BINDING);
+	tot = bpf_ntohs(ip->tot_len);
+	hlen = (c->flags & SW_F_ENCAP_LIMIT) ? 48 : 40;
+	total = tot + hlen;
+	if (total > c->mtu)
+		return PASS(SW_P_TOO_BIG);
+	/* The kernel forwards the engine's tunnel packet out of the TUN device. */
+	if (c->hop_limit <= 1)
+		return PASS(SW_P_TTL);
+	tos = (c->flags & SW_F_COPY_TOS) ? ip->tos : 0;
+	w0 = bpf_htonl((6u << 28) | ((__u32)tos << 20));
+	fib.family = AF_INET6;
+	fib.l4_protocol = hlen == 48 ? 60 : IPPROTO_IPIP;
+	fib.tot_len = total;
+	fib.ifindex = ctx->ingress_ifindex;
+	fib.flowinfo = w0 & bpf_htonl(0x0fffffff);
+	ST32(fib.ipv6_src, LD32(c->local));
+	ST32((__u8 *)fib.ipv6_src + 4, LD32(c->local + 4));
+	ST32((__u8 *)fib.ipv6_src + 8, LD32(c->local + 8));
+	ST32((__u8 *)fib.ipv6_src + 12, LD32(c->local + 12));
+	ST32(fib.ipv6_dst, LD32(b4));
+	ST32((__u8 *)fib.ipv6_dst + 4, LD32(b4 + 4));
+	ST32((__u8 *)fib.ipv6_dst + 8, LD32(b4 + 8));
+	ST32((__u8 *)fib.ipv6_dst + 12, LD32(b4 + 12));
+	rc = lookup(ctx, &fib);
+	if (rc)
+		return rc;
+	/* Ethernet padding after a short packet: the kernel trims it. */
+	if (l3len > tot && bpf_xdp_adjust_tail(ctx, -(int)(l3len - tot)))
+		return PASS(SW_P_MALFORMED);
+	if (bpf_xdp_adjust_head(ctx, -(int)hlen))
+		return PASS(SW_P_MALFORMED);
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	o = data + ETH_HLEN;
+	if ((void *)(o + 48 + sizeof(struct iphdr)) > end)
+		return XDP_DROP; /* cannot happen: the packet was longer */
+	if (hlen == 40)
+		ip = (struct iphdr *)(o + 40);
+	else
+		ip = (struct iphdr *)(o + 48);
+	if ((void *)(ip + 1) > end)
+		return XDP_DROP;
+	decrease_ttl(ip);
+	write_eth(data, &fib, ETH_P_IPV6);
+	ST32(o, w0);
+	ST16(o + 4, bpf_htons(total - 40));
+	o[6] = hlen == 48 ? 60 : IPPROTO_IPIP;
+	o[7] = c->hop_limit - 1;
+	/* From the config and the map value: bpf_fib_lookup wrote the next
+	 * hop's address over fib.ipv6_dst. */
+	ST32(o + 8, LD32(c->local));
+	ST32(o + 12, LD32(c->local + 4));
+	ST32(o + 16, LD32(c->local + 8));
+	ST32(o + 20, LD32(c->local + 12));
+	ST32(o + 24, LD32(b4));
+	ST32(o + 28, LD32(b4 + 4));
+	ST32(o + 32, LD32(b4 + 8));
+	ST32(o + 36, LD32(b4 + 12));
+	if (hlen == 48) {
+		/* RFC 2473 §5.1: the limit option and a PadN, as the engine writes them. */
+		o[40] = IPPROTO_IPIP;
+		o[41] = 0;
+		o[42] = 4;
+		o[43] = 1;
+		o[44] = c->encap_limit;
+		o[45] = 1;
+		o[46] = 1;
+		o[47] = 0;
+	}
+	count(SW_C_ENCAP, tot);
+	return send(ctx, fib.ifindex);
+}
+
+/* The frame is addressed to the ingress interface: unicast, and its MAC
+ * when the loader recorded it (attached interfaces). */
+V6G_INLINE int for_us(struct xdp_md *ctx, const struct ethhdr *eth)
+{
+	__u32 in = ctx->ingress_ifindex;
+	const struct sw_mac *m;
+
+	if (eth->h_dest[0] & 1)
+		return 0;
+	m = bpf_map_lookup_elem(&sw_ifmac, &in);
+	if (!m)
+		return 1;
+	return LD32(eth->h_dest) == LD32(m->addr) && LD16(eth->h_dest + 4) == LD16(m->addr + 4);
+}
+
+SEC("xdp")
+int xdp_softwire(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	const struct sw_config *c;
+	__u32 zero = 0, rc, len = end - data;
+
+	c = bpf_map_lookup_elem(&sw_config, &zero);
+	if (!c || !(c->flags & SW_F_ON)) {
+		rc = PASS(SW_P_DISABLED);
+	} else if ((void *)(eth + 1) > end) {
+		rc = PASS(SW_P_NOT_IP);
+	} else if (!for_us(ctx, eth)) {
+		rc = PASS(SW_P_OTHER_HOST);
+	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+		rc = decap(ctx, c);
+	} else if (eth->h_proto == bpf_htons(ETH_P_IP)) {
+		rc = encap(ctx, c);
+	} else {
+		rc = PASS(SW_P_NOT_IP);
+	}
+	if (rc & PASS_BIT) {
+		count(rc & ~PASS_BIT, len);
+		return XDP_PASS;
+	}
+	return rc;
+}
+
+char LICENSE[] SEC("license") = "GPL";

@@ -1,0 +1,87 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR Apache-2.0) */
+/*
+ * The lwAFTR / DSTM tunnel end-point fast path (RFC 7596, RFC 2473): the
+ * map contract shared by bpf/softwire.bpf.c and crates/xdp/src/softwire.rs.
+ * A separate object with its own maps (as the Teredo relay's), loaded by
+ * `v6gate softwire` / the daemon's [lw4o6] when its `xdp` key asks for it.
+ * Every size is asserted here and in softwire.rs (`const` asserts).
+ */
+#ifndef V6GATE_SOFTWIRE_H
+#define V6GATE_SOFTWIRE_H
+
+#include <linux/types.h>
+
+/* The one entry of sw_config. */
+struct sw_config {
+	__u8 local[16];	 /* the lwAFTR's softwire address, as on the wire */
+	__u32 flags;	 /* SW_F_* */
+	__u16 mtu;	 /* largest tunnel packet (the slow path's mtu, >= 1280) */
+	__u8 hop_limit;	 /* the slow path's tunnel hop limit */
+	__u8 encap_limit; /* with SW_F_ENCAP_LIMIT: the option's value */
+};
+_Static_assert(sizeof(struct sw_config) == 24, "struct sw_config differs from softwire.rs");
+
+#define SW_F_ON 1
+#define SW_F_COPY_TOS 2	    /* Traffic Class = inner TOS (RFC 2473 §6.4) */
+#define SW_F_ENCAP_LIMIT 4  /* a Tunnel Encapsulation Limit option (RFC 2473 §4.1.1) */
+
+/* sw_b4: an lwB4's IPv6 address (16 bytes) -> its binding. */
+struct sw_binding {
+	__u32 ipv4;	/* network order */
+	__u16 psid;	/* host order; 0 for a whole address */
+	__u8 psid_len;	/* k; 0: a whole address */
+	__u8 offset;	/* a */
+};
+_Static_assert(sizeof(struct sw_binding) == 8, "struct sw_binding differs from softwire.rs");
+
+/* sw_v4: (IPv4 address, PSID) -> the lwB4's IPv6 address (16 bytes). */
+struct sw_v4key {
+	__u32 ipv4; /* network order */
+	__u16 psid; /* host order */
+	__u16 pad;
+};
+_Static_assert(sizeof(struct sw_v4key) == 8, "struct sw_v4key differs from softwire.rs");
+
+/* sw_addr: every IPv4 address a binding or lease holds -> its port-set
+ * parameters (psid_len 0: a whole address). */
+struct sw_addr {
+	__u8 psid_len;
+	__u8 offset;
+	__u16 pad;
+};
+_Static_assert(sizeof(struct sw_addr) == 4, "struct sw_addr differs from softwire.rs");
+
+struct sw_mac {
+	__u8 addr[6];
+	__u16 pad;
+};
+_Static_assert(sizeof(struct sw_mac) == 8, "struct sw_mac differs from softwire.rs");
+
+struct sw_count {
+	__u64 packets;
+	__u64 bytes;
+};
+
+/* sw_counters (per CPU): what the fast path did, and why it passed. */
+#define SW_C_DECAP 0	    /* softwire -> IPv4: decapsulated and forwarded */
+#define SW_C_ENCAP 1	    /* IPv4 -> softwire: encapsulated and forwarded */
+#define SW_P_NOT_IP 2	    /* neither IPv4 nor IPv6 */
+#define SW_P_NOT_OURS 3	    /* IPv6 not to the softwire address / not IPv4-in-IPv6 */
+#define SW_P_MALFORMED 4    /* truncated, lengths disagree, trailing bytes */
+#define SW_P_OPTIONS 5	    /* IPv4 options, IPv6 extension headers */
+#define SW_P_FRAGMENT 6	    /* an IPv4 or IPv6 fragment */
+#define SW_P_ICMP 7	    /* ICMP other than echo (errors: RFC 7596 §8), ICMPv6 */
+#define SW_P_PROTOCOL 8	    /* neither TCP, UDP nor ICMP */
+#define SW_P_TTL 9	    /* TTL or hop limit <= 1: the kernel answers Time Exceeded */
+#define SW_P_TOO_BIG 10	    /* over the tunnel MTU or the egress MTU */
+#define SW_P_NO_BINDING 11  /* unknown lwB4, or no lwB4 holds the address and port */
+#define SW_P_POLICY 12	    /* wrong address or port outside the set (RFC 7596 §6.1) */
+#define SW_P_HAIRPIN 13	    /* to an address an lwB4 holds (RFC 7596 §6.3) */
+#define SW_P_CHECKSUM 14    /* IPv4 header checksum does not verify */
+#define SW_P_FIB 15	    /* no route or neighbour */
+#define SW_P_EGRESS 16	    /* the egress interface is not one of the fast path's */
+#define SW_P_DISABLED 17    /* no configuration written */
+#define SW_P_OTHER_HOST 18  /* Ethernet destination not the interface's (or multicast) */
+#define SW_COUNTERS 19
+
+#endif

@@ -1,0 +1,591 @@
+//! The lwAFTR fast path (`bpf/softwire.bpf.c`, `bpf/softwire.h`): its own
+//! BPF object and maps, loaded by the lw4o6 runner (crates/softwire) when
+//! its `xdp` key asks for it. DSTM's tunnel end-point is the lwAFTR with
+//! whole-address leases, so it takes the same path.
+//!
+//! The slow path (the lwAFTR engine) keeps the binding table and the
+//! leases; [`SoftwireFastPath::sync`] mirrors them into the maps (on load,
+//! reload and every lease grant or expiry), writing only what changed.
+//! Same loader pattern as [`crate::teredo`]: aya, attach through bpf_link
+//! (native with a generic fallback), detach on drop.
+
+use crate::loader::{attach_link, chain, map_err, per_cpu_sum, test_run_once};
+use crate::teredo::TdMac;
+use crate::types::Count;
+use crate::{Attachment, Error, Mode, TestResult};
+use aya::maps::{Array, DevMapHash, HashMap, MapData, MapError, PerCpuArray};
+use aya::programs::Xdp;
+use aya::{Ebpf, EbpfLoader};
+use core::net::{Ipv4Addr, Ipv6Addr};
+use std::collections::{BTreeSet, HashMap as Map};
+
+/// The BPF object built by build.rs from `bpf/softwire.bpf.c`.
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/softwire.bpf.o"));
+
+/// The program (attached to both sides).
+pub const PROGRAM: &str = "xdp_softwire";
+const CONFIG: &str = "sw_config";
+const B4: &str = "sw_b4";
+const V4: &str = "sw_v4";
+const ADDR: &str = "sw_addr";
+const COUNTERS: &str = "sw_counters";
+const TX: &str = "sw_tx";
+const IFMAC: &str = "sw_ifmac";
+
+/// `struct sw_config`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SwConfig {
+    /// The softwire address, as on the wire.
+    pub local: [u8; 16],
+    /// `SW_F_*`.
+    pub flags: u32,
+    /// Largest tunnel packet.
+    pub mtu: u16,
+    /// Tunnel hop limit.
+    pub hop_limit: u8,
+    /// Tunnel Encapsulation Limit (with `SW_F_ENCAP_LIMIT`).
+    pub encap_limit: u8,
+}
+
+/// `struct sw_binding`: the value of `sw_b4`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SwBinding {
+    /// IPv4 address, network order.
+    pub ipv4: u32,
+    /// PSID, host order.
+    pub psid: u16,
+    /// PSID length (0: a whole address).
+    pub psid_len: u8,
+    /// PSID offset.
+    pub offset: u8,
+}
+
+/// `struct sw_v4key`: the key of `sw_v4`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct SwV4Key {
+    /// IPv4 address, network order.
+    pub ipv4: u32,
+    /// PSID, host order.
+    pub psid: u16,
+    /// Zero.
+    pub pad: u16,
+}
+
+/// `struct sw_addr`: the value of `sw_addr`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SwAddr {
+    /// PSID length (0: a whole address).
+    pub psid_len: u8,
+    /// PSID offset.
+    pub offset: u8,
+    /// Zero.
+    pub pad: u16,
+}
+
+const _: () = assert!(core::mem::size_of::<SwConfig>() == 24);
+const _: () = assert!(core::mem::size_of::<SwBinding>() == 8);
+const _: () = assert!(core::mem::size_of::<SwV4Key>() == 8);
+const _: () = assert!(core::mem::size_of::<SwAddr>() == 4);
+
+const SW_F_ON: u32 = 1;
+const SW_F_COPY_TOS: u32 = 2;
+const SW_F_ENCAP_LIMIT: u32 = 4;
+
+macro_rules! reasons {
+    ($($(#[$m:meta])* $v:ident = $i:expr, $label:expr;)*) => {
+        /// The fast path's counters (`SW_C_*`, `SW_P_*` in bpf/softwire.h).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        #[repr(u32)]
+        pub enum SoftwireCounter { $($(#[$m])* $v = $i,)* }
+        impl SoftwireCounter {
+            /// Every counter, in index order.
+            pub const ALL: &'static [SoftwireCounter] = &[$(SoftwireCounter::$v,)*];
+            /// The counter's name in status, metrics and docs.
+            pub fn label(self) -> &'static str {
+                match self { $(SoftwireCounter::$v => $label,)* }
+            }
+        }
+    };
+}
+
+reasons! {
+    /// Softwire to IPv4: decapsulated and forwarded.
+    Decap = 0, "decap";
+    /// IPv4 to softwire: encapsulated and forwarded.
+    Encap = 1, "encap";
+    /// Passed: neither IPv4 nor IPv6.
+    PassNotIp = 2, "pass-not-ip";
+    /// Passed: IPv6 not IPv4-in-IPv6 to the softwire address, IPv4 to an address no binding holds.
+    PassNotOurs = 3, "pass-not-ours";
+    /// Passed: truncated, lengths disagree, trailing bytes.
+    PassMalformed = 4, "pass-malformed";
+    /// Passed: IPv4 options or IPv6 extension headers.
+    PassOptions = 5, "pass-options";
+    /// Passed: a fragment.
+    PassFragment = 6, "pass-fragment";
+    /// Passed: ICMP other than echo, ICMPv6.
+    PassIcmp = 7, "pass-icmp";
+    /// Passed: neither TCP, UDP nor ICMP.
+    PassProtocol = 8, "pass-protocol";
+    /// Passed: TTL or hop limit 1 or 0.
+    PassTtl = 9, "pass-ttl";
+    /// Passed: over the tunnel MTU or the egress MTU.
+    PassTooBig = 10, "pass-too-big";
+    /// Passed: unknown lwB4, or no lwB4 holds the address and port.
+    PassNoBinding = 11, "pass-no-binding";
+    /// Passed: wrong IPv4 address or port outside the lwB4's set.
+    PassPolicy = 12, "pass-policy";
+    /// Passed: to an address an lwB4 holds (hairpinning).
+    PassHairpin = 13, "pass-hairpin";
+    /// Passed: the IPv4 header checksum does not verify.
+    PassChecksum = 14, "pass-checksum";
+    /// Passed: no route or neighbour.
+    PassFib = 15, "pass-fib";
+    /// Passed: the egress interface is not one the fast path is attached to.
+    PassEgress = 16, "pass-egress";
+    /// Passed: no configuration.
+    PassDisabled = 17, "pass-disabled";
+    /// Passed: the Ethernet destination is not the interface's (or is multicast).
+    PassOtherHost = 18, "pass-other-host";
+}
+
+/// What the fast path needs of the lwAFTR's end-point configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SoftwireSettings {
+    /// The softwire address.
+    pub local: Ipv6Addr,
+    /// Tunnel hop limit.
+    pub hop_limit: u8,
+    /// Tunnel Encapsulation Limit option, if any.
+    pub encap_limit: Option<u8>,
+    /// Tunnel MTU (the slow path fragments above it; 1280 at least).
+    pub mtu: u16,
+    /// Traffic Class from the inner TOS.
+    pub copy_tos: bool,
+    /// Entries of each binding map: bindings plus leases at most.
+    pub max_bindings: u32,
+}
+
+/// One binding or lease as the fast path mirrors it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Bound {
+    /// The lwB4's IPv6 address.
+    pub b4: Ipv6Addr,
+    /// Its IPv4 address.
+    pub ipv4: Ipv4Addr,
+    /// Its PSID (0 for a whole address).
+    pub psid: u16,
+    /// PSID length (0 for a whole address).
+    pub psid_len: u8,
+    /// PSID offset.
+    pub offset: u8,
+}
+
+/// What one [`SoftwireFastPath::sync`] wrote.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SyncStats {
+    /// Map entries written (new or changed).
+    pub written: usize,
+    /// Map entries deleted.
+    pub removed: usize,
+    /// Bindings (and leases) now on the fast path.
+    pub bindings: usize,
+}
+
+/// The three maps' contents, as mirrored.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+struct Mirror {
+    b4: Map<[u8; 16], SwBinding>,
+    v4: Map<SwV4Key, [u8; 16]>,
+    addr: Map<u32, SwAddr>,
+}
+
+impl Mirror {
+    /// What the maps must hold for `bindings` and then `leases` (the
+    /// slow path consults the leases only where the bindings have
+    /// nothing: a lease whose lwB4 or address a binding uses is not
+    /// mirrored, so its packets take the slow path). Every address either
+    /// holds is in `addr` (hairpinning and the IPv4 side look there first).
+    fn of(bindings: &[Bound], leases: &[Bound]) -> Mirror {
+        let mut m = Mirror::default();
+        for b in bindings {
+            m.put(b);
+        }
+        for l in leases {
+            let a = u32::from(l.ipv4).to_be();
+            if m.b4.contains_key(&l.b4.octets()) || m.addr.contains_key(&a) {
+                m.addr.entry(a).or_default();
+                continue;
+            }
+            m.put(l);
+        }
+        m
+    }
+
+    fn put(&mut self, b: &Bound) {
+        let a = u32::from(b.ipv4).to_be();
+        let full = b.psid_len == 0;
+        let (psid, len, offset) = if full { (0, 0, 0) } else { (b.psid, b.psid_len, b.offset) };
+        self.b4.insert(b.b4.octets(), SwBinding { ipv4: a, psid, psid_len: len, offset });
+        self.v4.insert(SwV4Key { ipv4: a, psid, pad: 0 }, b.b4.octets());
+        self.addr.insert(a, SwAddr { psid_len: len, offset, pad: 0 });
+    }
+}
+
+/// The loaded lwAFTR fast path. Dropping it detaches every attachment.
+pub struct SoftwireFastPath {
+    bpf: Ebpf,
+    settings: SoftwireSettings,
+    attached: Vec<Attachment>,
+    egress: BTreeSet<u32>,
+    mirror: Mirror,
+}
+
+impl std::fmt::Debug for SoftwireFastPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SoftwireFastPath")
+            .field("settings", &self.settings)
+            .field("attached", &self.attached)
+            .field("bindings", &self.mirror.b4.len())
+            .finish()
+    }
+}
+
+fn gone(e: &MapError) -> bool {
+    matches!(e, MapError::KeyNotFound)
+        || matches!(e, MapError::SyscallError(s) if s.io_error.raw_os_error() == Some(libc::ENOENT))
+}
+
+fn full(map: &'static str, e: MapError) -> Error {
+    match &e {
+        MapError::SyscallError(s) if s.io_error.raw_os_error() == Some(libc::E2BIG) => Error::MapFull(map),
+        _ => map_err(map, e),
+    }
+}
+
+impl SoftwireFastPath {
+    /// Load the program and create its maps for `settings`.
+    pub fn load(settings: SoftwireSettings) -> Result<SoftwireFastPath, Error> {
+        let n = settings.max_bindings.max(1);
+        let mut bpf = EbpfLoader::new()
+            .map_max_entries(B4, n)
+            .map_max_entries(V4, n)
+            .map_max_entries(ADDR, n)
+            .load(OBJECT)
+            .map_err(|e| Error::Unavailable(format!("loading the softwire BPF object: {}", chain(&e))))?;
+        let p: &mut Xdp = bpf
+            .program_mut(PROGRAM)
+            .ok_or_else(|| Error::Bpf(format!("program {PROGRAM} missing from the object")))?
+            .try_into()
+            .map_err(|e| Error::Bpf(format!("program {PROGRAM}: {e}")))?;
+        p.load().map_err(|e| Error::Unavailable(format!("loading program {PROGRAM}: {}", chain(&e))))?;
+        let mut fp = SoftwireFastPath {
+            bpf,
+            settings,
+            attached: Vec::new(),
+            egress: BTreeSet::new(),
+            mirror: Mirror::default(),
+        };
+        let mut flags = SW_F_ON;
+        if settings.copy_tos {
+            flags |= SW_F_COPY_TOS;
+        }
+        if settings.encap_limit.is_some() {
+            flags |= SW_F_ENCAP_LIMIT;
+        }
+        let cfg = SwConfig {
+            local: settings.local.octets(),
+            flags,
+            mtu: settings.mtu.max(1280),
+            hop_limit: settings.hop_limit,
+            encap_limit: settings.encap_limit.unwrap_or(0),
+        };
+        let mut a: Array<&mut MapData, SwConfig> =
+            Array::try_from(fp.map_mut(CONFIG)?).map_err(|e| Error::Bpf(format!("map {CONFIG}: {e}")))?;
+        a.set(0, cfg, 0).map_err(|e| map_err(CONFIG, e))?;
+        Ok(fp)
+    }
+
+    /// The settings in force.
+    pub fn settings(&self) -> &SoftwireSettings {
+        &self.settings
+    }
+
+    fn map_mut(&mut self, name: &'static str) -> Result<&mut aya::maps::Map, Error> {
+        self.bpf.map_mut(name).ok_or_else(|| Error::Bpf(format!("map {name} missing from the object")))
+    }
+
+    fn map(&self, name: &'static str) -> Result<&aya::maps::Map, Error> {
+        self.bpf.map(name).ok_or_else(|| Error::Bpf(format!("map {name} missing from the object")))
+    }
+
+    fn xdp_mut(&mut self) -> Result<&mut Xdp, Error> {
+        self.bpf
+            .program_mut(PROGRAM)
+            .ok_or_else(|| Error::Bpf(format!("program {PROGRAM} missing")))?
+            .try_into()
+            .map_err(|e| Error::Bpf(format!("program {PROGRAM}: {e}")))
+    }
+
+    /// Bindings (and leases) on the fast path.
+    pub fn bindings(&self) -> usize {
+        self.mirror.b4.len()
+    }
+
+    /// Mirror `bindings` and `leases` (see the module documentation):
+    /// only the entries that changed are written or deleted. On
+    /// [`Error::MapFull`] the maps hold a consistent subset (an address is
+    /// written before the bindings that use it, removed after them): what
+    /// is missing takes the slow path.
+    pub fn sync(&mut self, bindings: &[Bound], leases: &[Bound]) -> Result<SyncStats, Error> {
+        let want = Mirror::of(bindings, leases);
+        let mut st = SyncStats::default();
+        let mut old = std::mem::take(&mut self.mirror);
+        let r = self.apply(&mut old, &want, &mut st);
+        self.mirror = old;
+        st.bindings = self.mirror.b4.len();
+        r.map(|()| st)
+    }
+
+    /// Bring the maps (whose contents `cur` tracks) to `want`.
+    fn apply(&mut self, cur: &mut Mirror, want: &Mirror, st: &mut SyncStats) -> Result<(), Error> {
+        // Removals of bindings first, so no binding outlives its address.
+        {
+            let mut m: HashMap<&mut MapData, [u8; 16], SwBinding> =
+                HashMap::try_from(self.map_mut(B4)?).map_err(|e| Error::Bpf(format!("map {B4}: {e}")))?;
+            let drop: Vec<_> = cur.b4.keys().filter(|k| !want.b4.contains_key(*k)).copied().collect();
+            for k in drop {
+                match m.remove(&k) {
+                    Err(e) if !gone(&e) => return Err(map_err(B4, e)),
+                    _ => {}
+                }
+                cur.b4.remove(&k);
+                st.removed += 1;
+            }
+        }
+        {
+            let mut m: HashMap<&mut MapData, SwV4Key, [u8; 16]> =
+                HashMap::try_from(self.map_mut(V4)?).map_err(|e| Error::Bpf(format!("map {V4}: {e}")))?;
+            let drop: Vec<_> = cur.v4.keys().filter(|k| !want.v4.contains_key(*k)).copied().collect();
+            for k in drop {
+                match m.remove(&k) {
+                    Err(e) if !gone(&e) => return Err(map_err(V4, e)),
+                    _ => {}
+                }
+                cur.v4.remove(&k);
+                st.removed += 1;
+            }
+        }
+        {
+            let mut m: HashMap<&mut MapData, u32, SwAddr> =
+                HashMap::try_from(self.map_mut(ADDR)?).map_err(|e| Error::Bpf(format!("map {ADDR}: {e}")))?;
+            for (k, v) in &want.addr {
+                if cur.addr.get(k) != Some(v) {
+                    m.insert(k, v, 0).map_err(|e| full(ADDR, e))?;
+                    cur.addr.insert(*k, *v);
+                    st.written += 1;
+                }
+            }
+        }
+        {
+            let mut m: HashMap<&mut MapData, SwV4Key, [u8; 16]> =
+                HashMap::try_from(self.map_mut(V4)?).map_err(|e| Error::Bpf(format!("map {V4}: {e}")))?;
+            for (k, v) in &want.v4 {
+                if cur.v4.get(k) != Some(v) {
+                    m.insert(k, v, 0).map_err(|e| full(V4, e))?;
+                    cur.v4.insert(*k, *v);
+                    st.written += 1;
+                }
+            }
+        }
+        {
+            let mut m: HashMap<&mut MapData, [u8; 16], SwBinding> =
+                HashMap::try_from(self.map_mut(B4)?).map_err(|e| Error::Bpf(format!("map {B4}: {e}")))?;
+            for (k, v) in &want.b4 {
+                if cur.b4.get(k) != Some(v) {
+                    m.insert(k, v, 0).map_err(|e| full(B4, e))?;
+                    cur.b4.insert(*k, *v);
+                    st.written += 1;
+                }
+            }
+        }
+        let mut m: HashMap<&mut MapData, u32, SwAddr> =
+            HashMap::try_from(self.map_mut(ADDR)?).map_err(|e| Error::Bpf(format!("map {ADDR}: {e}")))?;
+        let drop: Vec<_> = cur.addr.keys().filter(|k| !want.addr.contains_key(*k)).copied().collect();
+        for k in drop {
+            match m.remove(&k) {
+                Err(e) if !gone(&e) => return Err(map_err(ADDR, e)),
+                _ => {}
+            }
+            cur.addr.remove(&k);
+            st.removed += 1;
+        }
+        Ok(())
+    }
+
+    /// The lwB4 the fast path holds for `b4`, as mirrored (read back from
+    /// the map: `None` when absent).
+    pub fn binding_of(&self, b4: Ipv6Addr) -> Result<Option<SwBinding>, Error> {
+        let m: HashMap<&MapData, [u8; 16], SwBinding> =
+            HashMap::try_from(self.map(B4)?).map_err(|e| Error::Bpf(format!("map {B4}: {e}")))?;
+        match m.get(&b4.octets(), 0) {
+            Ok(v) => Ok(Some(v)),
+            Err(e) if gone(&e) => Ok(None),
+            Err(e) => Err(map_err(B4, e)),
+        }
+    }
+
+    /// Let the program send through `ifindex` (attach does it for each
+    /// interface attached to; tests use it alone with BPF_PROG_TEST_RUN).
+    pub fn allow_egress(&mut self, ifindex: u32) -> Result<(), Error> {
+        let mut m: DevMapHash<&mut MapData> =
+            DevMapHash::try_from(self.map_mut(TX)?).map_err(|e| Error::Bpf(format!("map {TX}: {e}")))?;
+        m.insert(ifindex, ifindex, None, 0).map_err(|e| match e {
+            aya::maps::xdp::XdpMapError::MapError(e) => map_err(TX, e),
+            e => Error::Bpf(format!("map {TX}: {e}")),
+        })?;
+        self.egress.insert(ifindex);
+        Ok(())
+    }
+
+    /// Accept frames on `ifindex` only when addressed to `mac` (attach
+    /// records each interface's own; without an entry any unicast
+    /// destination is accepted).
+    pub fn set_interface_mac(&mut self, ifindex: u32, mac: [u8; 6]) -> Result<(), Error> {
+        let mut m: HashMap<&mut MapData, u32, TdMac> =
+            HashMap::try_from(self.map_mut(IFMAC)?).map_err(|e| Error::Bpf(format!("map {IFMAC}: {e}")))?;
+        m.insert(ifindex, TdMac { addr: mac, pad: 0 }, 0).map_err(|e| map_err(IFMAC, e))
+    }
+
+    /// Attach to `iface` (of the caller's network namespace), record its
+    /// MAC address and allow it as an egress. `Mode::Off` attaches nothing
+    /// and returns `None`.
+    pub fn attach(&mut self, iface: &str, mode: Mode) -> Result<Option<&Attachment>, Error> {
+        if mode == Mode::Off {
+            return Ok(None);
+        }
+        let ifindex =
+            crate::sys::if_index(iface).ok_or_else(|| Error::Interface(format!("{iface}: no such interface")))?;
+        if self.attached.iter().any(|a| a.ifindex == ifindex) {
+            return Err(Error::Interface(format!("{iface}: already attached")));
+        }
+        let (link, used, fallback) = attach_link(self.xdp_mut()?, iface, ifindex, mode)?;
+        self.attached.push(Attachment {
+            iface: iface.to_owned(),
+            ifindex,
+            program: PROGRAM,
+            mode: used,
+            fallback,
+            link,
+        });
+        let mac = crate::sys::if_mac(iface).map_err(|e| Error::Interface(format!("{iface}: its MAC address: {e}")));
+        if let Err(e) = mac.and_then(|m| self.set_interface_mac(ifindex, m)).and_then(|()| self.allow_egress(ifindex)) {
+            let _ = self.detach(iface);
+            return Err(e);
+        }
+        Ok(self.attached.last())
+    }
+
+    /// Detach from `iface`; false when it was not attached.
+    pub fn detach(&mut self, iface: &str) -> Result<bool, Error> {
+        let Some(i) = self.attached.iter().position(|a| a.iface == iface) else { return Ok(false) };
+        let a = self.attached.remove(i);
+        self.xdp_mut()?
+            .detach(a.link)
+            .map_err(|e| Error::Interface(format!("{iface}: detach failed: {}", chain(&e))))?;
+        Ok(true)
+    }
+
+    /// Detach from every interface.
+    pub fn detach_all(&mut self) -> Result<(), Error> {
+        let names: Vec<String> = self.attached.iter().map(|a| a.iface.clone()).collect();
+        for n in names {
+            self.detach(&n)?;
+        }
+        Ok(())
+    }
+
+    /// The attachments in force.
+    pub fn attachments(&self) -> &[Attachment] {
+        &self.attached
+    }
+
+    /// The counters summed over CPUs, in [`SoftwireCounter::ALL`] order.
+    pub fn counters(&self) -> Result<Vec<(SoftwireCounter, Count)>, Error> {
+        let a: PerCpuArray<&MapData, Count> =
+            PerCpuArray::try_from(self.map(COUNTERS)?).map_err(|e| Error::Bpf(format!("map {COUNTERS}: {e}")))?;
+        let mut out = Vec::with_capacity(SoftwireCounter::ALL.len());
+        for &c in SoftwireCounter::ALL {
+            let v = a.get(&(c as u32), 0).map_err(|e| map_err(COUNTERS, e))?;
+            out.push((c, per_cpu_sum(&v)));
+        }
+        Ok(out)
+    }
+
+    /// The program over `frame` with `BPF_PROG_TEST_RUN`, as received on
+    /// `ingress_ifindex` (not live: nothing is sent).
+    pub fn test_run(&self, frame: &[u8], ingress_ifindex: u32, repeat: u32) -> Result<TestResult, Error> {
+        let p: &Xdp = self
+            .bpf
+            .program(PROGRAM)
+            .ok_or_else(|| Error::Bpf(format!("program {PROGRAM} missing")))?
+            .try_into()
+            .map_err(|e| Error::Bpf(format!("program {PROGRAM}: {e}")))?;
+        test_run_once(p, frame, ingress_ifindex, repeat)
+    }
+}
+
+impl Drop for SoftwireFastPath {
+    fn drop(&mut self) {
+        let _ = self.detach_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bound(b4: &str, v4: &str, psid: u16, len: u8) -> Bound {
+        Bound { b4: b4.parse().unwrap(), ipv4: v4.parse().unwrap(), psid, psid_len: len, offset: 6 }
+    }
+
+    #[test]
+    fn counters_are_dense_and_labelled_once() {
+        for (i, c) in SoftwireCounter::ALL.iter().enumerate() {
+            assert_eq!(*c as usize, i);
+        }
+        let mut labels: Vec<_> = SoftwireCounter::ALL.iter().map(|c| c.label()).collect();
+        labels.sort_unstable();
+        labels.dedup();
+        assert_eq!(labels.len(), SoftwireCounter::ALL.len());
+        // bpf/softwire.h's SW_COUNTERS.
+        assert_eq!(SoftwireCounter::ALL.len(), 19);
+    }
+
+    #[test]
+    fn leases_never_shadow_bindings() {
+        let bindings = [bound("2001:db8::1", "192.0.2.1", 1, 6), bound("2001:db8::2", "192.0.2.9", 0, 0)];
+        let leases = [
+            bound("2001:db8::1", "192.0.2.50", 0, 0), // the lwB4 holds a binding: the binding decides
+            bound("2001:db8::3", "192.0.2.1", 0, 0),  // a bound address: the binding decides
+            bound("2001:db8::4", "192.0.2.51", 0, 0), // neither: mirrored
+        ];
+        let m = Mirror::of(&bindings, &leases);
+        assert_eq!(m.b4.len(), 3);
+        assert_eq!(m.b4[&"2001:db8::1".parse::<Ipv6Addr>().unwrap().octets()].psid, 1);
+        assert!(!m.b4.contains_key(&"2001:db8::3".parse::<Ipv6Addr>().unwrap().octets()));
+        let a = |s: &str| u32::from(s.parse::<Ipv4Addr>().unwrap()).to_be();
+        assert_eq!(m.addr[&a("192.0.2.1")], SwAddr { psid_len: 6, offset: 6, pad: 0 });
+        // Every address a lease holds is known, mirrored or not (hairpinning passes).
+        assert!(m.addr.contains_key(&a("192.0.2.50")));
+        assert!(!m.v4.contains_key(&SwV4Key { ipv4: a("192.0.2.50"), psid: 0, pad: 0 }));
+        assert_eq!(
+            m.v4[&SwV4Key { ipv4: a("192.0.2.51"), psid: 0, pad: 0 }],
+            "2001:db8::4".parse::<Ipv6Addr>().unwrap().octets()
+        );
+    }
+}
