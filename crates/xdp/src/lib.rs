@@ -18,6 +18,7 @@ pub mod config;
 mod loader;
 pub mod nat64;
 mod route;
+mod single;
 pub mod sklookup;
 pub mod sockmap;
 pub mod softwire;

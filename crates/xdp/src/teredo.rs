@@ -9,14 +9,13 @@
 //! [`crate::FastPath`]: aya, attach through bpf_link (native with a
 //! generic fallback), detach on drop.
 
-use crate::loader::{attach_link, chain, map_err, per_cpu_sum, test_run_once};
+use crate::loader::map_err;
+use crate::single::{Names, Single};
 use crate::types::Count;
 use crate::{Attachment, Error, Mode, TestResult};
-use aya::maps::{Array, DevMapHash, HashMap, MapData, MapError, PerCpuArray};
-use aya::programs::Xdp;
-use aya::{Ebpf, EbpfLoader};
+use aya::maps::{Array, HashMap, MapData, MapError};
+use aya::EbpfLoader;
 use core::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
-use std::collections::BTreeSet;
 
 /// The BPF object built by build.rs from `bpf/teredo.bpf.c`.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/teredo.bpf.o"));
@@ -157,15 +156,16 @@ pub struct TeredoSettings {
 
 /// The loaded Teredo fast path. Dropping it detaches every attachment.
 pub struct TeredoFastPath {
-    bpf: Ebpf,
+    obj: Single,
     settings: TeredoSettings,
-    attached: Vec<Attachment>,
-    egress: BTreeSet<u32>,
 }
 
 impl std::fmt::Debug for TeredoFastPath {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TeredoFastPath").field("settings", &self.settings).field("attached", &self.attached).finish()
+        f.debug_struct("TeredoFastPath")
+            .field("settings", &self.settings)
+            .field("attached", &self.obj.attachments())
+            .finish()
     }
 }
 
@@ -192,17 +192,10 @@ impl TeredoFastPath {
                 settings.relay
             )));
         }
-        let mut bpf = EbpfLoader::new()
-            .map_max_entries(PEERS, settings.max_peers.max(1))
-            .load(OBJECT)
-            .map_err(|e| Error::Unavailable(format!("loading the Teredo BPF object: {}", chain(&e))))?;
-        let p: &mut Xdp = bpf
-            .program_mut(PROGRAM)
-            .ok_or_else(|| Error::Bpf(format!("program {PROGRAM} missing from the object")))?
-            .try_into()
-            .map_err(|e| Error::Bpf(format!("program {PROGRAM}: {e}")))?;
-        p.load().map_err(|e| Error::Unavailable(format!("loading program {PROGRAM}: {}", chain(&e))))?;
-        let mut fp = TeredoFastPath { bpf, settings, attached: Vec::new(), egress: BTreeSet::new() };
+        let names =
+            Names { object: "the Teredo BPF object", program: PROGRAM, tx: TX, ifmac: IFMAC, counters: COUNTERS };
+        let obj = Single::load(EbpfLoader::new().map_max_entries(PEERS, settings.max_peers.max(1)), OBJECT, names)?;
+        let mut fp = TeredoFastPath { obj, settings };
         let cfg = TdConfig {
             relay_addr: u32::from(*settings.relay.ip()).to_be(),
             relay_port: settings.relay.port().to_be(),
@@ -224,94 +217,46 @@ impl TeredoFastPath {
     }
 
     fn map_mut(&mut self, name: &'static str) -> Result<&mut aya::maps::Map, Error> {
-        self.bpf.map_mut(name).ok_or_else(|| Error::Bpf(format!("map {name} missing from the object")))
+        self.obj.map_mut(name)
     }
 
     fn map(&self, name: &'static str) -> Result<&aya::maps::Map, Error> {
-        self.bpf.map(name).ok_or_else(|| Error::Bpf(format!("map {name} missing from the object")))
-    }
-
-    fn xdp_mut(&mut self) -> Result<&mut Xdp, Error> {
-        self.bpf
-            .program_mut(PROGRAM)
-            .ok_or_else(|| Error::Bpf(format!("program {PROGRAM} missing")))?
-            .try_into()
-            .map_err(|e| Error::Bpf(format!("program {PROGRAM}: {e}")))
+        self.obj.map(name)
     }
 
     /// Let the program send through `ifindex` (attach does it for each
     /// interface attached to; tests use it alone with BPF_PROG_TEST_RUN).
     pub fn allow_egress(&mut self, ifindex: u32) -> Result<(), Error> {
-        let mut m: DevMapHash<&mut MapData> =
-            DevMapHash::try_from(self.map_mut(TX)?).map_err(|e| Error::Bpf(format!("map {TX}: {e}")))?;
-        m.insert(ifindex, ifindex, None, 0).map_err(|e| match e {
-            aya::maps::xdp::XdpMapError::MapError(e) => map_err(TX, e),
-            e => Error::Bpf(format!("map {TX}: {e}")),
-        })?;
-        self.egress.insert(ifindex);
-        Ok(())
+        self.obj.allow_egress(ifindex)
     }
 
     /// Accept frames on `ifindex` only when addressed to `mac` (attach
     /// records each interface's own; without an entry any unicast
     /// destination is accepted).
     pub fn set_interface_mac(&mut self, ifindex: u32, mac: [u8; 6]) -> Result<(), Error> {
-        let mut m: HashMap<&mut MapData, u32, TdMac> =
-            HashMap::try_from(self.map_mut(IFMAC)?).map_err(|e| Error::Bpf(format!("map {IFMAC}: {e}")))?;
-        m.insert(ifindex, TdMac { addr: mac, pad: 0 }, 0).map_err(|e| map_err(IFMAC, e))
+        self.obj.set_interface_mac(ifindex, mac)
     }
 
     /// Attach to `iface` (of the caller's network namespace), record its
     /// MAC address and allow it as an egress. `Mode::Off` attaches nothing
     /// and returns `None`.
     pub fn attach(&mut self, iface: &str, mode: Mode) -> Result<Option<&Attachment>, Error> {
-        if mode == Mode::Off {
-            return Ok(None);
-        }
-        let ifindex =
-            crate::sys::if_index(iface).ok_or_else(|| Error::Interface(format!("{iface}: no such interface")))?;
-        if self.attached.iter().any(|a| a.ifindex == ifindex) {
-            return Err(Error::Interface(format!("{iface}: already attached")));
-        }
-        let (link, used, fallback) = attach_link(self.xdp_mut()?, iface, ifindex, mode)?;
-        self.attached.push(Attachment {
-            iface: iface.to_owned(),
-            ifindex,
-            program: PROGRAM,
-            mode: used,
-            fallback,
-            link,
-        });
-        let mac = interface_mac(iface);
-        if let Err(e) = mac.and_then(|m| self.set_interface_mac(ifindex, m)).and_then(|()| self.allow_egress(ifindex)) {
-            let _ = self.detach(iface);
-            return Err(e);
-        }
-        Ok(self.attached.last())
+        self.obj.attach(iface, mode)
     }
 
     /// Detach from `iface`; false when it was not attached.
     pub fn detach(&mut self, iface: &str) -> Result<bool, Error> {
-        let Some(i) = self.attached.iter().position(|a| a.iface == iface) else { return Ok(false) };
-        let a = self.attached.remove(i);
-        self.xdp_mut()?
-            .detach(a.link)
-            .map_err(|e| Error::Interface(format!("{iface}: detach failed: {}", chain(&e))))?;
-        Ok(true)
+        self.obj.detach(iface)
     }
 
     /// Detach from every interface.
     pub fn detach_all(&mut self) -> Result<(), Error> {
-        let names: Vec<String> = self.attached.iter().map(|a| a.iface.clone()).collect();
-        for n in names {
-            self.detach(&n)?;
-        }
-        Ok(())
+        self.obj.detach_all()
     }
 
     /// The attachments in force.
     pub fn attachments(&self) -> &[Attachment] {
-        &self.attached
+        self.obj.attachments()
     }
 
     /// Trust `peer` (a Teredo address) at `mapped`: its packets from that
@@ -359,37 +304,13 @@ impl TeredoFastPath {
 
     /// The counters summed over CPUs, in [`TeredoCounter::ALL`] order.
     pub fn counters(&self) -> Result<Vec<(TeredoCounter, Count)>, Error> {
-        let a: PerCpuArray<&MapData, Count> =
-            PerCpuArray::try_from(self.map(COUNTERS)?).map_err(|e| Error::Bpf(format!("map {COUNTERS}: {e}")))?;
-        let mut out = Vec::with_capacity(TeredoCounter::ALL.len());
-        for &c in TeredoCounter::ALL {
-            let v = a.get(&(c as u32), 0).map_err(|e| map_err(COUNTERS, e))?;
-            out.push((c, per_cpu_sum(&v)));
-        }
-        Ok(out)
+        self.obj.counters(TeredoCounter::ALL, |c| c as u32)
     }
 
     /// The program over `frame` with `BPF_PROG_TEST_RUN`, as received on
     /// `ingress_ifindex` (not live: nothing is sent).
     pub fn test_run(&self, frame: &[u8], ingress_ifindex: u32, repeat: u32) -> Result<TestResult, Error> {
-        let p: &Xdp = self
-            .bpf
-            .program(PROGRAM)
-            .ok_or_else(|| Error::Bpf(format!("program {PROGRAM} missing")))?
-            .try_into()
-            .map_err(|e| Error::Bpf(format!("program {PROGRAM}: {e}")))?;
-        test_run_once(p, frame, ingress_ifindex, repeat)
-    }
-}
-
-/// `iface`'s MAC address.
-fn interface_mac(iface: &str) -> Result<[u8; 6], Error> {
-    crate::sys::if_mac(iface).map_err(|e| Error::Interface(format!("{iface}: its MAC address: {e}")))
-}
-
-impl Drop for TeredoFastPath {
-    fn drop(&mut self) {
-        let _ = self.detach_all();
+        self.obj.test_run(frame, ingress_ifindex, repeat)
     }
 }
 
