@@ -39,6 +39,7 @@
 #include <bpf/bpf_endian.h>
 #include "util.h"
 #include "softwire.h"
+#include "ifmac.h"
 
 #ifndef AF_INET
 #define AF_INET 2
@@ -418,21 +419,6 @@ static __noinline __u32 encap(struct xdp_md *ctx, const struct sw_config *c)
 	return send(ctx, fib.ifindex);
 }
 
-/* The frame is addressed to the ingress interface: unicast, and its MAC
- * when the loader recorded it (attached interfaces). */
-V6G_INLINE int for_us(struct xdp_md *ctx, const struct ethhdr *eth)
-{
-	__u32 in = ctx->ingress_ifindex;
-	const struct sw_mac *m;
-
-	if (eth->h_dest[0] & 1)
-		return 0;
-	m = bpf_map_lookup_elem(&sw_ifmac, &in);
-	if (!m)
-		return 1;
-	return LD32(eth->h_dest) == LD32(m->addr) && LD16(eth->h_dest + 4) == LD16(m->addr + 4);
-}
-
 SEC("xdp")
 int xdp_softwire(struct xdp_md *ctx)
 {
@@ -447,7 +433,7 @@ int xdp_softwire(struct xdp_md *ctx)
 		rc = PASS(SW_P_DISABLED);
 	} else if ((void *)(eth + 1) > end) {
 		rc = PASS(SW_P_NOT_IP);
-	} else if (!for_us(ctx, eth)) {
+	} else if (!for_us(&sw_ifmac, ctx, eth)) {
 		rc = PASS(SW_P_OTHER_HOST);
 	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
 		rc = decap(ctx, c);

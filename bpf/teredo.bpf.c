@@ -40,6 +40,7 @@
  * here again for that reason). */
 #include "util.h"
 #include "teredo.h"
+#include "ifmac.h"
 
 #ifndef AF_INET
 #define AF_INET 2
@@ -457,21 +458,6 @@ static __noinline __u32 encap(struct xdp_md *ctx, const struct td_config *c)
 	return send(ctx, fib.ifindex);
 }
 
-/* The frame is addressed to the ingress interface: unicast, and its MAC
- * when the loader recorded it (attached interfaces). */
-V6G_INLINE int for_us(struct xdp_md *ctx, const struct ethhdr *eth)
-{
-	__u32 in = ctx->ingress_ifindex;
-	const struct td_mac *m;
-
-	if (eth->h_dest[0] & 1)
-		return 0;
-	m = bpf_map_lookup_elem(&teredo_ifmac, &in);
-	if (!m)
-		return 1;
-	return LD32(eth->h_dest) == LD32(m->addr) && LD16(eth->h_dest + 4) == LD16(m->addr + 4);
-}
-
 SEC("xdp")
 int xdp_teredo(struct xdp_md *ctx)
 {
@@ -486,7 +472,7 @@ int xdp_teredo(struct xdp_md *ctx)
 		rc = PASS(TD_P_DISABLED);
 	} else if ((void *)(eth + 1) > end) {
 		rc = PASS(TD_P_NOT_IP);
-	} else if (!for_us(ctx, eth)) {
+	} else if (!for_us(&teredo_ifmac, ctx, eth)) {
 		rc = PASS(TD_P_OTHER_HOST);
 	} else if (eth->h_proto == bpf_htons(ETH_P_IP)) {
 		rc = decap(ctx, c);
