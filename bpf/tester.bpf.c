@@ -10,13 +10,18 @@
  *              timestamp, the sequence number, the flow index and the
  *              trial's magic, the UDP checksum — and sends it out of the
  *              tester port (XDP_TX from the port given as ingress).
+ *              Frames are IPv4, IPv6 or 4in6 (RFC 2473: an IPv4 UDP
+ *              packet in an outer IPv6 header, next header 4, as a B4
+ *              sends to its AFTR; the UDP checksum is the inner one).
  *   xdp_trecv  the counting receiver, attached to the other tester port:
  *              judges each test frame as the userspace Tally does (first
  *              arrival / duplicate by a bitmap, late against the budget,
  *              a latency trend per tenth of the trial), writes a latency
  *              sample every 2^k frames to a ring buffer, learns each
- *              flow's translated source, and drops the frame. Frames that
- *              are not test frames pass.
+ *              flow's translated source, and drops the frame. A 4in6
+ *              frame is judged by its inner IPv4 UDP packet and counts as
+ *              IPv6 (its outer version). Frames that are not test frames
+ *              pass.
  *
  * The payload layout is crates/bench/src/tester/frame.rs's:
  *   ts_ns (8, BE) | seq (4, BE) | flow (2, BE) | magic (4, BE)
@@ -142,7 +147,17 @@ int xdp_tgen(struct xdp_md *ctx)
 		return XDP_DROP;
 	/* The flow's headers (the rest of the copied bytes is payload the
 	 * stamp overwrites next, or zeros as in the template). */
-	if (c->v6) {
+	if (c->v6 == V6G_TGEN_4IN6) {
+		/* The 64 bytes from the outer payload length on: the outer
+		 * addresses, the inner IPv4 and UDP headers. The MACs, the
+		 * EtherType and the outer version/class/flow label before them
+		 * are the template's, the same for every flow. */
+		if (data + V6G_TGEN_4IN6_OFF + 64 > end)
+			return XDP_DROP;
+#pragma unroll
+		for (int i = 0; i < 16; i++)
+			ST32(data + V6G_TGEN_4IN6_OFF + 4 * i, LD32(f->hdr + 4 * i));
+	} else if (c->v6) {
 		if (data + 64 > end)
 			return XDP_DROP;
 #pragma unroll
@@ -156,7 +171,7 @@ int xdp_tgen(struct xdp_md *ctx)
 			ST32(data + 4 * i, LD32(f->hdr + 4 * i));
 	}
 	off = c->udp_off;
-	if (off > 64)
+	if (off > V6G_TGEN_4IN6_OFF + 64)
 		return XDP_DROP;
 	p = data + off;
 	sum = f->base_sum;
@@ -198,6 +213,13 @@ INLINE void count_foreign(struct v6g_trecv_counts *n)
 	n->foreign++;
 }
 
+/* An unfragmented IPv4 UDP packet without options (the tester's frames). */
+INLINE int udp4(const struct iphdr *ip)
+{
+	return ip->version == 4 && ip->ihl == 5 && ip->protocol == IPPROTO_UDP &&
+	       !(ip->frag_off & bpf_htons(0x3fff));
+}
+
 SEC("xdp")
 int xdp_trecv(struct xdp_md *ctx)
 {
@@ -207,7 +229,7 @@ int xdp_trecv(struct xdp_md *ctx)
 	struct v6g_trecv_counts *n;
 	struct v6g_trecv_trend *tr;
 	struct ethhdr *eth = data;
-	__u32 zero = 0, seq, magic, word, tenth, is6;
+	__u32 zero = 0, seq, magic, word, tenth, is6, src6;
 	__u64 ts, now, lat, bit, old, *w;
 	__u16 flow, sport_be;
 	__u8 *pl, *src, *st;
@@ -217,20 +239,34 @@ int xdp_trecv(struct xdp_md *ctx)
 	if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
 		struct ipv6hdr *ip = (void *)(eth + 1);
 
-		if ((void *)(ip + 1) > end || ip->nexthdr != IPPROTO_UDP)
+		if ((void *)(ip + 1) > end)
 			return XDP_PASS;
-		src = (__u8 *)&ip->saddr;
-		pl = (__u8 *)(ip + 1);
+		if (ip->nexthdr == IPPROTO_UDP) {
+			src = (__u8 *)&ip->saddr;
+			pl = (__u8 *)(ip + 1);
+			src6 = 1;
+		} else if (ip->nexthdr == IPPROTO_IPIP) {
+			/* 4in6: the inner IPv4 packet is the test frame. */
+			struct iphdr *in = (void *)(ip + 1);
+
+			if ((void *)(in + 1) > end || !udp4(in))
+				return XDP_PASS;
+			src = (__u8 *)&in->saddr;
+			pl = (__u8 *)(in + 1);
+			src6 = 0;
+		} else {
+			return XDP_PASS;
+		}
 		is6 = 1;
 	} else if (eth->h_proto == bpf_htons(ETH_P_IP)) {
 		struct iphdr *ip = (void *)(eth + 1);
 
-		if ((void *)(ip + 1) > end || ip->ihl != 5 || ip->protocol != IPPROTO_UDP ||
-		    (ip->frag_off & bpf_htons(0x3fff)))
+		if ((void *)(ip + 1) > end || !udp4(ip))
 			return XDP_PASS;
 		src = (__u8 *)&ip->saddr;
 		pl = (__u8 *)(ip + 1);
 		is6 = 0;
+		src6 = 0;
 	} else {
 		return XDP_PASS;
 	}
@@ -298,8 +334,8 @@ int xdp_trecv(struct xdp_md *ctx)
 			if (l && (!l->seq1 || seq + 1 < l->seq1)) {
 				l->seq1 = seq + 1;
 				l->port_be = sport_be;
-				l->v6 = is6;
-				if (is6) {
+				l->v6 = src6;
+				if (src6) {
 					ST32(l->addr, LD32(src));
 					ST32(l->addr + 4, LD32(src + 4));
 					ST32(l->addr + 8, LD32(src + 8));

@@ -15,12 +15,14 @@ struct v6g_tgen_config {
 	__u32 nflows;  /* frames cycle through tgen_flows[0..nflows) */
 	__u32 magic;   /* MAGIC_HI | trial id, written into every frame */
 	__u16 udp_off; /* offset of the UDP header in the frame */
-	__u8 v6;       /* IPv6 frames (64 header bytes copied, else 44) */
+	__u8 v6;       /* 1: IPv6 (64 header bytes copied), 0: IPv4 (44),
+	                * V6G_TGEN_4IN6: 4in6 (64 from V6G_TGEN_4IN6_OFF) */
 	__u8 rtp;      /* RTP frames: RTP header after UDP, the stamp after it */
 	__u32 ifindex; /* the sending port; frames of other interfaces pass */
 };
 
-/* One flow: the frame's first 64 bytes (headers, zero payload) and the
+/* One flow: the frame's first 64 bytes (4in6: the 64 from
+ * V6G_TGEN_4IN6_OFF; headers, zero payload) and the
  * unfolded one's-complement sum (host-order 16-bit words, as
  * xlat::checksum::sum) of the UDP pseudo-header and datagram with the
  * checksum and the stamp fields zero. */

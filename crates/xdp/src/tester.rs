@@ -296,31 +296,82 @@ pub const STAMP_LEN: usize = 18;
 /// (`TgenConfig::rtp`).
 pub const RTP_HEADER_LEN: usize = crate::types::RTP_HEADER_LEN as usize;
 
-/// A generator flow from a whole template frame (Ethernet, IPv4 without
-/// options or IPv6, UDP, payload of at least [`STAMP_LEN`] bytes, with
+/// The frame layouts the generator builds (`TgenConfig::v6`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// Ethernet, IPv4 without options, UDP.
+    V4,
+    /// Ethernet, IPv6, UDP.
+    V6,
+    /// Ethernet, IPv6 with next header 4 (RFC 2473), IPv4 without
+    /// options, UDP: a B4's softwire frame.
+    FourInSix,
+}
+
+impl Layout {
+    /// The `TgenConfig::v6` value.
+    pub fn code(self) -> u8 {
+        match self {
+            Layout::V4 => 0,
+            Layout::V6 => 1,
+            Layout::FourInSix => crate::types::TGEN_4IN6,
+        }
+    }
+
+    /// Where the bytes the generator writes per flow start: the frame's
+    /// bytes before are the template's, the same for every flow.
+    pub fn head(self) -> usize {
+        match self {
+            Layout::V4 | Layout::V6 => 0,
+            Layout::FourInSix => crate::types::TGEN_4IN6_OFF as usize,
+        }
+    }
+
+    /// Whether the frame leaves as IPv6 (4in6 included).
+    pub fn outer_v6(self) -> bool {
+        self != Layout::V4
+    }
+}
+
+/// An IPv4 header without options carrying UDP, unfragmented: the sum of
+/// its addresses (the UDP pseudo-header's).
+fn ipv4_udp(ip: &[u8]) -> Option<u64> {
+    let ok = ip.len() >= 20 && ip[0] == 0x45 && ip[9] == 17 && u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff == 0;
+    ok.then(|| xlat::checksum::sum(&ip[12..20]))
+}
+
+/// A generator flow from a whole template frame (Ethernet, then IPv4
+/// without options, IPv6, or IPv4 without options in IPv6 (4in6, next
+/// header 4), then UDP and a payload of at least [`STAMP_LEN`] bytes, with
 /// `rtp` [`RTP_HEADER_LEN`] more before the stamp; the payload after the
-/// stamp is kept as it is only up to byte 64 of the frame, so it must be
-/// zero there). The per-frame fields (the RTP header with `rtp`, the
-/// stamp, the UDP checksum) are left out of the flow's checksum base: the
-/// generator writes them. Returns the flow, the UDP header's offset and
-/// whether the frame is IPv6.
-pub fn flow_from_frame(frame: &[u8], rtp: bool) -> Result<(TgenFlow, u16, bool), Error> {
+/// stamp is kept as it is only up to the end of the 64 bytes the
+/// generator writes, so it must be zero there). The per-frame fields (the
+/// RTP header with `rtp`, the stamp, the UDP checksum) are left out of the
+/// flow's checksum base: the generator writes them. A 4in6 frame's UDP
+/// checksum is the inner packet's; its outer IPv6 header and inner IPv4
+/// header (with its checksum) are the flow's, as built. Returns the flow,
+/// the UDP header's offset and the layout.
+pub fn flow_from_frame(frame: &[u8], rtp: bool) -> Result<(TgenFlow, u16, Layout), Error> {
     let bad = |why: &str| Error::Config(format!("tester template: {why}"));
     let et = frame.get(12..14).ok_or_else(|| bad("shorter than an Ethernet header"))?;
-    let (v6, udp, pseudo) = match et {
+    let (layout, udp, pseudo) = match et {
         [0x86, 0xdd] => {
             let ip = frame.get(14..54).ok_or_else(|| bad("short IPv6 header"))?;
-            if ip[6] != 17 {
-                return Err(bad("not UDP"));
+            match ip[6] {
+                17 => (Layout::V6, 54usize, xlat::checksum::sum(&ip[8..40])),
+                4 => {
+                    let inner = frame.get(54..74).ok_or_else(|| bad("short inner IPv4 header"))?;
+                    let pseudo =
+                        ipv4_udp(inner).ok_or_else(|| bad("4in6 with inner IPv4 options, fragment, or not UDP"))?;
+                    (Layout::FourInSix, 74, pseudo)
+                }
+                _ => return Err(bad("IPv6 carrying neither UDP nor IPv4")),
             }
-            (true, 54usize, xlat::checksum::sum(&ip[8..40]))
         }
         [0x08, 0x00] => {
             let ip = frame.get(14..34).ok_or_else(|| bad("short IPv4 header"))?;
-            if ip[0] != 0x45 || ip[9] != 17 {
-                return Err(bad("IPv4 with options, or not UDP"));
-            }
-            (false, 34usize, xlat::checksum::sum(&ip[12..20]))
+            let pseudo = ipv4_udp(ip).ok_or_else(|| bad("IPv4 with options, fragment, or not UDP"))?;
+            (Layout::V4, 34usize, pseudo)
         }
         _ => return Err(bad("neither IPv4 nor IPv6")),
     };
@@ -336,19 +387,21 @@ pub fn flow_from_frame(frame: &[u8], rtp: bool) -> Result<(TgenFlow, u16, bool),
     d[7] = 0;
     d[8..8 + per_frame].fill(0);
     let base_sum = pseudo + 17 + ulen as u64 + xlat::checksum::sum(&d);
-    let mut hdr = [[0u8; 32]; 2];
+    // The 64 bytes the generator writes, from the layout's head.
+    let at = layout.head();
     let mut head = [0u8; 64];
-    let n = frame.len().min(64);
-    head[..n].copy_from_slice(&frame[..n]);
-    // The stamp's bytes within the first 64 are written per frame: zero them.
-    let s = (udp + 8).min(64);
-    let e = (udp + 8 + per_frame).min(64);
+    let n = frame.len().saturating_sub(at).min(64);
+    head[..n].copy_from_slice(&frame[at..at + n]);
+    // The stamp's bytes within them are written per frame: zero them.
+    let s = (udp + 8 - at).min(64);
+    let e = (udp + 8 + per_frame - at).min(64);
     head[s..e].fill(0);
-    head[udp + 6] = 0;
-    head[udp + 7] = 0;
+    head[udp + 6 - at] = 0;
+    head[udp + 7 - at] = 0;
+    let mut hdr = [[0u8; 32]; 2];
     hdr[0].copy_from_slice(&head[..32]);
     hdr[1].copy_from_slice(&head[32..]);
-    Ok((TgenFlow { hdr, base_sum }, udp as u16, v6))
+    Ok((TgenFlow { hdr, base_sum }, udp as u16, layout))
 }
 
 impl Tester {
@@ -357,5 +410,119 @@ impl Tester {
     pub fn build_frame(&self, frame: &[u8], ifindex: u32) -> Result<(u32, Vec<u8>), Error> {
         let r = test_run_once(self.prog(names::PROG_TGEN)?, frame, ifindex, 1)?;
         Ok((r.action, r.frame))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xlat::checksum::{finish, fold, sum, verifies};
+
+    /// Ethernet + IPv4 (DF, valid header checksum) + UDP + 18 zero bytes,
+    /// in an outer IPv6 header from `b4` (next header 4) with `outer`.
+    fn udp_frame(src4: [u8; 4], sport: u16, outer: Option<[u8; 16]>) -> Vec<u8> {
+        let mut ip = vec![0x45, 0, 0, 46, 0, 0, 0x40, 0, 64, 17, 0, 0];
+        ip.extend_from_slice(&src4);
+        ip.extend_from_slice(&[198, 51, 100, 7]);
+        let c = finish(sum(&ip));
+        ip[10..12].copy_from_slice(&c.to_be_bytes());
+        let mut udp = vec![0u8; 26];
+        udp[0..2].copy_from_slice(&sport.to_be_bytes());
+        udp[2..4].copy_from_slice(&53u16.to_be_bytes());
+        udp[4..6].copy_from_slice(&26u16.to_be_bytes());
+        let mut f = vec![2, 0, 0, 0, 0, 0xb, 2, 0, 0, 0, 0, 0xa];
+        match outer {
+            Some(b4) => {
+                f.extend_from_slice(&[0x86, 0xdd, 0x60, 0, 0, 0, 0, 46, 4, 64]);
+                f.extend_from_slice(&b4);
+                f.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+            }
+            None => f.extend_from_slice(&[0x08, 0x00]),
+        }
+        f.extend_from_slice(&ip);
+        f.extend_from_slice(&udp);
+        f
+    }
+
+    /// What `xdp_tgen` makes of `frame` for `flow` (bpf/tester.bpf.c,
+    /// without RTP): the flow's 64 bytes at the layout's head, the stamp,
+    /// the UDP checksum from the base sum.
+    fn generate(frame: &[u8], flow: &(TgenFlow, u16, Layout), ts: u64, seq: u32, idx: u16, magic: u32) -> Vec<u8> {
+        let (f, udp, layout) = flow;
+        let mut out = frame.to_vec();
+        let n = if *layout == Layout::V4 { 44 } else { 64 };
+        let hdr: Vec<u8> = f.hdr.iter().flatten().copied().collect();
+        out[layout.head()..layout.head() + n].copy_from_slice(&hdr[..n]);
+        let s = usize::from(*udp) + 8;
+        out[s..s + 8].copy_from_slice(&ts.to_be_bytes());
+        out[s + 8..s + 12].copy_from_slice(&seq.to_be_bytes());
+        out[s + 12..s + 14].copy_from_slice(&idx.to_be_bytes());
+        out[s + 14..s + 18].copy_from_slice(&magic.to_be_bytes());
+        let c = !fold(f.base_sum + sum(&out[s..s + STAMP_LEN]));
+        out[s - 2..s].copy_from_slice(&if c == 0 { 0xffffu16 } else { c }.to_be_bytes());
+        out
+    }
+
+    /// The UDP checksum of the IPv4 packet at `ip` verifies.
+    fn udp4_ok(ip: &[u8]) -> bool {
+        let l4 = &ip[20..];
+        verifies(sum(&ip[12..20]) + 17 + l4.len() as u64 + sum(l4))
+    }
+
+    #[test]
+    fn a_4in6_flow_covers_the_outer_addresses_and_inner_headers() {
+        let b4 = [0x20, 0x01, 0x0d, 0xb8, 0, 0x46, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x10];
+        let f = udp_frame([192, 0, 2, 130], 4100, Some(b4));
+        assert_eq!(f.len(), 100, "an 84-byte label's 4in6 frame on veth");
+        let flow = flow_from_frame(&f, false).unwrap();
+        assert_eq!((flow.1, flow.2), (74, Layout::FourInSix));
+        assert_eq!((flow.2.code(), flow.2.head(), flow.2.outer_v6()), (2, 18, true));
+        let hdr: Vec<u8> = flow.0.hdr.iter().flatten().copied().collect();
+        let mut want = f[18..82].to_vec();
+        want[62..64].fill(0); // the UDP checksum: written per frame
+        assert_eq!(hdr, want, "outer payload length on, through the UDP header");
+        // Every stamp gives a frame whose inner UDP checksum verifies, the
+        // headers untouched.
+        for (ts, seq, idx) in [(1u64, 0u32, 0u16), (u64::MAX, u32::MAX, 7), (0x0123_4567_89ab_cdef, 99, 1023)] {
+            let g = generate(&f, &flow, ts, seq, idx, 0x7636_0005);
+            assert_eq!(g[..80], f[..80]);
+            assert!(verifies(sum(&g[54..74])), "inner IPv4 header checksum");
+            assert!(udp4_ok(&g[54..]), "inner UDP checksum, stamp {ts} {seq} {idx}");
+            assert_eq!(g[90..94], seq.to_be_bytes(), "the sequence number after the inner UDP header");
+        }
+    }
+
+    #[test]
+    fn plain_flows_keep_their_layout() {
+        let f4 = udp_frame([192, 0, 2, 10], 40000, None);
+        let flow = flow_from_frame(&f4, false).unwrap();
+        assert_eq!((flow.1, flow.2, flow.2.code(), flow.2.head()), (34, Layout::V4, 0, 0));
+        let g = generate(&f4, &flow, 42, 3, 1, 0x7636_0001);
+        assert!(udp4_ok(&g[14..]));
+        assert_eq!(g[..40], f4[..40]);
+    }
+
+    #[test]
+    fn bad_4in6_templates_are_refused() {
+        let good = udp_frame([192, 0, 2, 130], 4100, Some([0x20; 16]));
+        assert!(flow_from_frame(&good, false).is_ok());
+        let with = |at: usize, v: u8| {
+            let mut f = good.clone();
+            f[at] = v;
+            f
+        };
+        for (f, why) in [
+            (with(20, 41), "next header 41 (IPv6 in IPv6)"),
+            (with(54, 0x46), "inner IPv4 options"),
+            (with(60, 0x20), "inner fragment (MF)"),
+            (with(63, 6), "inner TCP"),
+            (with(54, 0x65), "inner version 6"),
+        ] {
+            assert!(flow_from_frame(&f, false).is_err(), "{why}");
+        }
+        for cut in [14, 54, 73, 81, 99] {
+            assert!(flow_from_frame(&good[..cut], false).is_err(), "truncated at {cut}");
+        }
+        assert!(flow_from_frame(&good, true).is_err(), "no room for an RTP header");
     }
 }

@@ -336,7 +336,10 @@ contract! {
         pub magic: u32,
         /// Offset of the UDP header in the frame.
         pub udp_off: u16,
-        /// 1: IPv6 frames (64 header bytes copied per frame), 0: IPv4 (44).
+        /// The frame layout: 1: IPv6 (64 header bytes copied per frame,
+        /// from byte 0), 0: IPv4 (44), [`TGEN_4IN6`]: 4in6, RFC 2473 (the
+        /// 64 bytes from [`TGEN_4IN6_OFF`]: outer addresses, inner IPv4 and
+        /// UDP headers; the bytes before are the template's).
         pub v6: u8,
         /// 1: RTP frames (`bench trgw`): a 12-byte RTP header right after
         /// the UDP header (V=2, PT 0, SSRC `RTP_SSRC_BASE + flow`,
@@ -354,7 +357,8 @@ contract! {
 contract! {
     /// One flow of the generator (`tgen_flows[i]`).
     pub struct TgenFlow / "v6g_tgen_flow" {
-        /// The frame's first 64 bytes (two halves): headers, then zero payload.
+        /// The frame's first 64 bytes (two halves; 4in6: the 64 from
+        /// [`TGEN_4IN6_OFF`]): headers, then zero payload.
         pub hdr: [[u8; 32]; 2],
         /// Unfolded one's-complement sum (host-order 16-bit words, as
         /// `xlat::checksum::sum`) of the UDP pseudo-header and datagram
@@ -457,6 +461,11 @@ pub const TREND_SLOTS: u32 = 10;
 pub const RTP_SSRC_BASE: u32 = 0x5647_0000;
 /// RTP frames of the tester: bytes of the RTP header before the stamp.
 pub const RTP_HEADER_LEN: u32 = 12;
+/// [`TgenConfig::v6`] of 4in6 frames (IPv4 UDP in an outer IPv6 header).
+pub const TGEN_4IN6: u8 = 2;
+/// 4in6 frames: where the 64 bytes the generator writes per flow start
+/// (the outer IPv6 header's payload length: Ethernet 14 + 4).
+pub const TGEN_4IN6_OFF: u32 = 18;
 
 /// The tester's maps and programs.
 pub mod tester {
@@ -700,6 +709,8 @@ pub const CONSTANTS: &[(&str, u64)] = &[
     ("V6G_RELAY_OUT_KNOWN", RELAY_OUT_KNOWN as u64),
     ("V6G_COUNTER_MAX", COUNTER_MAX as u64),
     ("V6G_TESTER_MAGIC_HI", TESTER_MAGIC_HI as u64),
+    ("V6G_TGEN_4IN6", TGEN_4IN6 as u64),
+    ("V6G_TGEN_4IN6_OFF", TGEN_4IN6_OFF as u64),
     ("V6G_TREND_SLOTS", TREND_SLOTS as u64),
     ("V6G_RTP_SSRC_BASE", RTP_SSRC_BASE as u64),
     ("V6G_RTP_HEADER_LEN", RTP_HEADER_LEN as u64),

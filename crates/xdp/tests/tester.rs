@@ -8,7 +8,7 @@
 
 use lab::netns::{am_root, Netns};
 use std::net::Ipv4Addr;
-use xdp::tester::{flow_from_frame, Tester, TesterLimits, RTP_HEADER_LEN, STAMP_LEN};
+use xdp::tester::{flow_from_frame, Layout, Tester, TesterLimits, RTP_HEADER_LEN, STAMP_LEN};
 use xdp::types::{TgenConfig, TrecvConfig, RTP_SSRC_BASE, TESTER_MAGIC_HI};
 use xdp::{action, Mode};
 
@@ -81,7 +81,7 @@ fn body() {
     let srcs: Vec<(Ipv4Addr, u16)> = (0..4).map(|i| (Ipv4Addr::new(192, 0, 2, 10 + i), 40000 + u16::from(i))).collect();
     let frames: Vec<Vec<u8>> = srcs.iter().map(|&(a, p)| frame4(a, p, 53, STAMP_LEN + 4)).collect();
     let flows: Vec<_> = frames.iter().map(|f| flow_from_frame(f, false).unwrap()).collect();
-    assert!(flows.iter().all(|f| f.1 == 34 && !f.2));
+    assert!(flows.iter().all(|f| f.1 == 34 && f.2 == Layout::V4));
     t.set_flows(&flows.iter().map(|f| f.0).collect::<Vec<_>>()).unwrap();
     let magic = TESTER_MAGIC_HI | 7;
     let gen = TgenConfig { nflows: 4, magic, udp_off: 34, v6: 0, rtp: 0, ifindex: ga };
@@ -242,4 +242,111 @@ fn wait_received(t: &Tester, n: u64) -> xdp::types::TrecvCounts {
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
+}
+
+/// `frame4`'s IPv4 packet in an outer IPv6 header from `b4` to the AFTR
+/// (RFC 2473, next header 4): a softwire frame as a B4 sends it.
+fn frame4in6(b4: [u8; 16], src: Ipv4Addr, sport: u16, payload: usize) -> Vec<u8> {
+    let inner = frame4(src, sport, 53, payload);
+    let plen = inner.len() - 14;
+    let mut f = inner[..14].to_vec();
+    f[12..14].copy_from_slice(&[0x86, 0xdd]);
+    let mut ip6 = [0u8; 40];
+    ip6[0] = 0x60;
+    ip6[4..6].copy_from_slice(&(plen as u16).to_be_bytes());
+    ip6[6] = 4;
+    ip6[7] = 64;
+    ip6[8..24].copy_from_slice(&b4);
+    ip6[24..40].copy_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+    f.extend_from_slice(&ip6);
+    f.extend_from_slice(&inner[14..]);
+    f
+}
+
+/// 4in6 frames (`bench xlat --tester xdp` with the softwire DUTs): the
+/// generator writes each flow's outer addresses and inner headers, stamps
+/// the inner UDP payload and fixes the inner UDP checksum, leaving the
+/// MACs and the outer version/class/flow label of the template; the
+/// receiver judges a 4in6 frame by its inner packet, counts it as IPv6
+/// (a receiver counting IPv4 takes it for foreign) and learns the inner
+/// IPv4 source.
+#[test]
+fn four_in_six_frames() {
+    assert!(am_root(), "the XDP tester tests need root");
+    std::thread::spawn(four_in_six_body).join().expect("test thread");
+}
+
+fn four_in_six_body() {
+    let ns = veth_lab("xdp-tester-4in6");
+    let ga = xdp::sys::if_index("ga").unwrap();
+    const FLOWS: u32 = 3;
+    const N: u64 = 6_000;
+    let mut t = Tester::load(TesterLimits { frames: N, flows: FLOWS, sample_ring: 1 << 16 }).unwrap();
+    let b4 = |i: u8| [0x20, 0x01, 0x0d, 0xb8, 0, 0x46, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x10 + i];
+    let srcs: Vec<(Ipv4Addr, u16)> =
+        (0..FLOWS as u8).map(|i| (Ipv4Addr::new(192, 0, 2, 130 + i), 4100 + u16::from(i))).collect();
+    // An 84-byte-label softwire frame: 100 bytes on veth, 18 bytes of payload.
+    let frames: Vec<Vec<u8>> =
+        srcs.iter().enumerate().map(|(i, &(a, p))| frame4in6(b4(i as u8), a, p, STAMP_LEN)).collect();
+    assert_eq!(frames[0].len(), 100);
+    let flows: Vec<_> = frames.iter().map(|f| flow_from_frame(f, false).unwrap()).collect();
+    assert!(flows.iter().all(|f| f.1 == 74 && f.2 == Layout::FourInSix));
+    t.set_flows(&flows.iter().map(|f| f.0).collect::<Vec<_>>()).unwrap();
+    let magic = TESTER_MAGIC_HI | 11;
+    let gen = TgenConfig { nflows: FLOWS, magic, udp_off: 74, v6: Layout::FourInSix.code(), rtp: 0, ifindex: ga };
+    t.anchor_generator("gx").unwrap();
+    t.set_generator(gen).unwrap();
+    for k in 0..5u32 {
+        let (act, f) = t.build_frame(&frames[0], ga).unwrap();
+        assert_eq!(act, action::TX);
+        let flow = (k % FLOWS) as usize;
+        assert_eq!(f.len(), 100);
+        let want = &frames[flow];
+        assert_eq!(f[..80], want[..80], "frame {k}: MACs, outer header and inner IPv4 header of flow {flow}");
+        assert_eq!(f[22..38], b4(flow as u8), "outer source: the flow's B4");
+        assert_eq!(u16::from_be_bytes([f[18], f[19]]), 46, "outer payload length");
+        assert_eq!(f[20], 4, "next header IPv4");
+        assert!(csum_ok(&f[54..74]), "inner IPv4 header checksum");
+        assert_eq!(u16::from_be_bytes([f[56], f[57]]), 46, "inner total length");
+        assert_eq!(f[74..78], want[74..78], "UDP ports");
+        assert_eq!(u16::from_be_bytes([f[78], f[79]]), 26, "UDP length");
+        assert!(udp_checksum_ok4(&f[40..]), "inner UDP checksum of frame {k}");
+        let st = &f[82..100];
+        assert!(u64::from_be_bytes(st[0..8].try_into().unwrap()) > 0, "timestamp");
+        assert_eq!(u32::from_be_bytes(st[8..12].try_into().unwrap()), k, "sequence number");
+        assert_eq!(u16::from_be_bytes([st[12], st[13]]), flow as u16);
+        assert_eq!(u32::from_be_bytes(st[14..18].try_into().unwrap()), magic);
+    }
+    t.set_generator(gen).unwrap();
+    t.attach_receiver("gb", Mode::Native).unwrap();
+    let rx = TrecvConfig {
+        budget_ns: 1_000_000_000,
+        magic,
+        total: N as u32,
+        nflows: FLOWS,
+        sample_shift: 2,
+        rx_v6: 1,
+        learn: 1,
+        rtp: 0,
+    };
+    t.set_receiver(rx).unwrap();
+    assert!(t.generate(&frames[0], ga, N as u32, 64).unwrap(), "the kernel refused the frames");
+    let c = wait_received(&t, N);
+    assert_eq!((c.received, c.dup, c.late, c.foreign), (N, 0, 0, 0), "{c:?}");
+    assert_eq!(c.sampled, N / 4);
+    for (i, &(a, p)) in srcs.iter().enumerate() {
+        let l = t.learned(i as u32).unwrap().expect("learned");
+        assert_eq!((l.seq1, l.v6, u16::from_be(l.port_be)), (i as u32 + 1, 0, p), "the inner source");
+        assert_eq!(l.addr[..4], a.octets());
+    }
+    // A receiver counting IPv4 frames: 4in6 is not one of them.
+    t.set_receiver(TrecvConfig { rx_v6: 0, ..rx }).unwrap();
+    t.set_generator(gen).unwrap();
+    assert!(t.generate(&frames[0], ga, 30, 30).unwrap(), "the kernel refused the frames");
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let c2 = t.counts().unwrap();
+    assert_eq!((c2.received, c2.dup, c2.foreign), (N, 0, 30), "{c2:?}");
+    t.detach_receiver().unwrap();
+    drop(t);
+    drop(ns);
 }

@@ -91,9 +91,15 @@ fn trial(spec: &TrialSpec) -> Result<TrialResult> {
         bail!("a trial needs at least one flow and a positive rate");
     }
     let flows = flows(&spec.flows, spec.rtp)?;
-    let (udp_off, v6) = (flows[0].1, flows[0].2);
-    if flows.iter().any(|f| (f.1, f.2) != (udp_off, v6)) {
+    let (udp_off, layout) = (flows[0].1, flows[0].2);
+    if flows.iter().any(|f| (f.1, f.2) != (udp_off, layout)) {
         bail!("the XDP tester sends frames of one layout per trial");
+    }
+    // The bytes before the ones the generator writes are the first
+    // template's in every frame.
+    let head = &spec.flows[0].bytes()[..layout.head()];
+    if spec.flows.iter().any(|t| &t.bytes()[..layout.head()] != head) {
+        bail!("the XDP tester's 4in6 frames share their MACs and outer IPv6 version, class and flow label");
     }
     let nflows = u32::try_from(spec.flows.len()).context("too many flows")?;
     let shift = sample_shift(spec.frames);
@@ -128,7 +134,7 @@ fn trial(spec: &TrialSpec) -> Result<TrialResult> {
     let ifindex = xdp::sys::if_index(&spec.tx.ifname)
         .ok_or_else(|| anyhow!("no interface {} in {}", spec.tx.ifname, spec.tx.ns))?;
     anchor(&mut t, &spec.tx)?;
-    t.set_generator(TgenConfig { nflows, magic, udp_off, v6: u8::from(v6), rtp: u8::from(spec.rtp), ifindex })?;
+    t.set_generator(TgenConfig { nflows, magic, udp_off, v6: layout.code(), rtp: u8::from(spec.rtp), ifindex })?;
     let sent = send(&t, spec, ifindex);
     // Close the receiver at the end of the drain, also when sending failed.
     std::thread::sleep(spec.drain);
@@ -182,7 +188,7 @@ fn anchor(t: &mut Tester, port: &Port) -> Result<()> {
     Ok(())
 }
 
-type Flow = (xdp::types::TgenFlow, u16, bool);
+type Flow = (xdp::types::TgenFlow, u16, xdp::tester::Layout);
 
 fn flows(templates: &Arc<Vec<frame::Template>>, rtp: bool) -> Result<Vec<Flow>> {
     templates.iter().map(|tpl| flow_from_frame(tpl.bytes(), rtp).map_err(|e| anyhow!("{e}"))).collect()

@@ -60,18 +60,18 @@ pub enum Dut {
     /// `v6gate softwire` with `[lw4o6]`: the lwAFTR (RFC 7596), one
     /// binding for the tester's lwB4 (a shared IPv4 address and a port
     /// set holding every flow's port). 6to4: 4in6 in, IPv4 out; 4to6:
-    /// IPv4 in, 4in6 out. AF_PACKET tester only.
+    /// IPv4 in, 4in6 out.
     #[value(name = "v6gate-lw4o6")]
     V6gateLw4o6,
     /// `v6gate-lw4o6` plus `[lw4o6.xdp]` on d6 and d4 (native): the
     /// lwAFTR's XDP fast path (bpf/softwire.bpf.c) decapsulates and
     /// encapsulates the binding's packets; the TUN engine stays the slow
-    /// path. AF_PACKET tester only.
+    /// path.
     #[value(name = "v6gate-xdp-lw4o6")]
     V6gateXdpLw4o6,
     /// `v6gate softwire` with `[dslite]`: the DS-Lite AFTR (RFC 6333) and
     /// its NAT44; 4to6 goes to the mappings a 6to4 warm-up created (as
-    /// NAT64). AF_PACKET tester only.
+    /// NAT64).
     #[value(name = "v6gate-dslite")]
     V6gateDslite,
 }
@@ -231,8 +231,8 @@ pub struct Args {
     pub rx_cpu: usize,
     /// The tester backend that sends and receives the frames: `af-packet`
     /// (sockets) or `xdp` (BPF_PROG_RUN live frames and an XDP counting
-    /// receiver, in the kernel; see docs/bench-xlat.md). The softwire DUTs
-    /// (4in6 frames) run with `af-packet` only: `xdp` skips them.
+    /// receiver, in the kernel; see docs/bench-xlat.md). Both send and
+    /// receive the softwire DUTs' 4in6 frames.
     #[arg(long, value_enum, default_value = "af-packet")]
     pub tester: Backend,
     /// With `--tester xdp`: threaded NAPI on the DUT's ports `d6`/`d4`,
@@ -436,8 +436,6 @@ pub fn run(args: &Args) -> Result<Report> {
         eprintln!("bench xlat: {} ...", dut.name());
         let why = if a.setup_only && !dut.stateful() {
             Some("--setup-only measures stateful DUTs only".to_string())
-        } else if dut.softwire() && a.tester != Backend::AfPacket {
-            Some("the XDP tester does not send or receive 4in6 frames yet (use --tester af-packet)".to_string())
         } else {
             dut::availability(dut, &ctx.v6gate)
         };

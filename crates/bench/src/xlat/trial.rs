@@ -19,7 +19,7 @@ use crate::harness::guard::Proc;
 use crate::harness::latency::us;
 use crate::harness::search::{Found, Search};
 use crate::tester::frame::{self, Header, Template, Tunnel6};
-use crate::tester::{Backend, Port, TrialResult, TrialSpec};
+use crate::tester::{Port, TrialResult, TrialSpec};
 
 static TRIAL_ID: AtomicU16 = AtomicU16::new(1);
 
@@ -377,15 +377,17 @@ fn fast_function(dut: Dut, dir: Dir) -> &'static str {
 /// The DUT namespace's ports.
 const DUT_PORTS: [&str; 2] = ["d6", "d4"];
 
-/// Whether the DUT's ports run threaded NAPI on the DUT's CPUs (the XDP
-/// tester with `--threaded-napi`).
+/// Whether the DUT's ports run threaded NAPI on the DUT's CPUs
+/// (`--threaded-napi`, either tester).
 fn threaded_napi(ctx: &Ctx) -> bool {
-    ctx.a.tester == Backend::Xdp && ctx.a.threaded_napi
+    ctx.a.threaded_napi
 }
 
 /// Lets the tester prepare the DUT's ports it sends into (the XDP tester
-/// turns on the veth NAPI its frames need), and turns on threaded NAPI
-/// there ([`cpu::threaded_napi`]; [`trial_frames`] places the threads).
+/// turns on the veth NAPI its frames need), and with `--threaded-napi`
+/// turns on GRO (a veth's NAPI without an XDP program) and threaded NAPI
+/// there ([`cpu::threaded_napi`]; [`trial_frames`] places the threads):
+/// the same for every DUT of the run.
 fn prepare_ports(ctx: &Ctx, dut: Dut, topo: &BenchTopo) -> Result<()> {
     if dut == Dut::Tester {
         return Ok(());
@@ -393,6 +395,9 @@ fn prepare_ports(ctx: &Ctx, dut: Dut, topo: &BenchTopo) -> Result<()> {
     for ifname in DUT_PORTS {
         ctx.tester.prepare_port(&Port { ns: topo.dut.name().to_owned(), ifname: ifname.into(), cpus: vec![] })?;
         if threaded_napi(ctx) {
+            topo.dut.run(|| {
+                xdp::sys::set_gro(ifname, true).with_context(|| format!("GRO on {ifname} (NAPI for threaded NAPI)"))
+            })?;
             cpu::threaded_napi(&topo.dut, ifname)?;
         }
     }
@@ -406,7 +411,7 @@ pub(super) fn bench_dut(ctx: &Ctx, dut: Dut, ceiling: &[(Dir, usize, f64)]) -> D
     if threaded_napi(ctx) && dut != Dut::Tester {
         rep.notes.push(format!(
             "threaded NAPI: the receive work of d6/d4 (XDP program, forwarding, the way into a TUN) ran in kernel \
-             threads on the DUT's CPU(s) {}, not in the generator's softirq",
+             threads on the DUT's CPU(s) {}, not in the softirq of the tester's sending CPU",
             ctx.a.dut_cpus
         ));
     }
