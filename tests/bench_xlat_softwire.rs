@@ -1,7 +1,9 @@
 //! `v6gate bench xlat` with the softwire DUTs (issue #15's last bar), in
 //! network namespaces: a tiny run of `v6gate-lw4o6` and `v6gate-dslite`
 //! both ways at the smallest and the largest frame size,
-//! through the `v6gate` binary cargo built. It checks that 4in6 frames go
+//! through the `v6gate` binary cargo built, with each tester (`af-packet`;
+//! `xdp`, whose generator and receiver take 4in6 frames in the kernel, also
+//! with `v6gate-xdp-lw4o6`, the lwAFTR's XDP fast path). It checks that 4in6 frames go
 //! through the lwAFTR and the AFTR both ways (a zero-loss rate found, the
 //! frames 20 bytes longer than the IPv6 label), that DS-Lite's 4to6 runs
 //! on the mappings of its warm-up, and that the report carries the bar's
@@ -21,6 +23,20 @@ struct W {
 
 #[test]
 fn softwire_duts_forward_4in6_both_ways() {
+    softwire_run("af-packet", &["v6gate-lw4o6", "v6gate-dslite"]);
+}
+
+#[test]
+fn softwire_duts_forward_4in6_both_ways_xdp_tester() {
+    let r = softwire_run("xdp", &["v6gate-lw4o6", "v6gate-xdp-lw4o6", "v6gate-dslite"]);
+    // The fast path carried the XDP lwAFTR's frames (its counters, one
+    // note per direction).
+    let x = &r.duts[2];
+    assert_eq!(x.notes.len(), 2, "{:?}", x.notes);
+    assert!(x.notes.iter().all(|n| n.contains("lwAFTR XDP counters")), "{:?}", x.notes);
+}
+
+fn softwire_run(tester: &str, duts: &[&str]) -> bench::xlat::Report {
     assert!(am_root(), "network-namespace tests need root (CI runs as root)");
     let prefix = unique_name("v6sw");
     let _guard = PrefixGuard(prefix.clone());
@@ -30,8 +46,10 @@ fn softwire_duts_forward_4in6_both_ways() {
         "x",
         "--v6gate-bin",
         env!("CARGO_BIN_EXE_v6gate"),
+        "--tester",
+        tester,
         "--dut",
-        "v6gate-lw4o6,v6gate-dslite",
+        &duts.join(","),
         "--sizes",
         "84,1518",
         "--flows",
@@ -58,7 +76,7 @@ fn softwire_duts_forward_4in6_both_ways() {
     .a;
     let r = bench::xlat::run(&a).unwrap();
     let names: Vec<_> = r.duts.iter().map(|d| d.dut).collect();
-    assert_eq!(names, ["tester", "v6gate-lw4o6", "v6gate-dslite"]);
+    assert_eq!(names, [&["tester"][..], duts].concat());
     for d in &r.duts {
         assert_eq!(d.status, "ok", "{}", d.dut);
         assert_eq!(d.points.len(), 4, "{}: two directions, two sizes", d.dut);
@@ -78,9 +96,10 @@ fn softwire_duts_forward_4in6_both_ways() {
     }
     let md = std::fs::read_to_string(out.join("results.md")).unwrap();
     assert!(md.contains("## Softwires against userspace SIIT (issue #15 bar)"), "{md}");
-    for dut in ["v6gate-lw4o6", "v6gate-dslite"] {
+    for dut in duts {
         assert!(md.contains(&format!("- {dut}: not judged: no direction and frame size")), "{dut}: {md}");
     }
     assert!(!netns::exists(&format!("{prefix}-dut")), "bench namespaces removed");
     let _ = std::fs::remove_dir_all(&out);
+    r
 }

@@ -209,9 +209,9 @@ fn wait_for_link(ns: &Netns, dev: &str, p: &mut Proc) -> Result<()> {
     wait_for(p, &format!("create {dev}"), || ns.ip(&["link", "show", dev]).is_ok())
 }
 
-/// `cmd args` in the DUT namespace on the DUT CPUs.
+/// `cmd args` in the DUT namespace on the DUT CPUs (SCHED_FIFO with `--realtime`).
 fn placed(ctx: &Ctx, ns: &Netns, cmd: &str) -> std::process::Command {
-    let place = cpu::placement(&ctx.a.dut_cpus, false);
+    let place = cpu::placement(&ctx.a.dut_cpus, ctx.a.realtime);
     let mut c = ns.command(&place[0]);
     c.args(&place[1..]).arg(cmd);
     c

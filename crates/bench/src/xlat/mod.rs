@@ -242,6 +242,13 @@ pub struct Args {
     /// EXPERIMENTAL, off by default (docs/bench-xlat.md).
     #[arg(long)]
     pub threaded_napi: bool,
+    /// With `--tester xdp`: the generator thread, the DUT process (`chrt
+    /// -f 10`, every DUT alike) and, with `--threaded-napi`, the DUT ports'
+    /// NAPI threads (priority 11) run SCHED_FIFO, so that other work on a
+    /// shared machine cannot take their CPUs (the kernel keeps 5 % for
+    /// everything else: sched_rt_runtime_us).
+    #[arg(long)]
+    pub realtime: bool,
     /// The v6gate binary the v6gate DUTs run (default: this executable).
     #[arg(long, alias = "v6gate-bin")]
     pub v6gate: Option<PathBuf>,
@@ -402,6 +409,9 @@ pub fn run(args: &Args) -> Result<Report> {
         if s < frame::min_frame(true) || s > 1518 {
             bail!("frame size {s}: RFC 8219 IPv6 frame sizes run from 84 to 1518 bytes");
         }
+    }
+    if a.realtime && a.tester != Backend::Xdp {
+        bail!("--realtime runs with --tester xdp only");
     }
     let dut_cpus = cpu::parse_cpus(&a.dut_cpus)?;
     if dut_cpus.is_empty() {

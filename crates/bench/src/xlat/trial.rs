@@ -178,7 +178,7 @@ fn trial(ctx: &Ctx, s: &Streams, rate: f64, ms: u64, learn: bool) -> Result<Tria
 fn trial_frames(ctx: &Ctx, s: &Streams, rate: f64, frames: u64, learn: bool) -> Result<TrialResult> {
     if threaded_napi(ctx) {
         // Placed before every trial: an XDP attach can renew the threads.
-        cpu::pin_napi(&DUT_PORTS, &ctx.dut_cpus, None)?;
+        cpu::pin_napi(&DUT_PORTS, &ctx.dut_cpus, ctx.a.realtime.then_some(cpu::RT_PRIORITY + 1))?;
     }
     let spec = TrialSpec {
         tx: s.tx.clone(),
@@ -196,7 +196,7 @@ fn trial_frames(ctx: &Ctx, s: &Streams, rate: f64, frames: u64, learn: bool) -> 
         per_flow: false,
         min_wake: None,
         overrun: None,
-        realtime: false,
+        realtime: ctx.a.realtime,
     };
     let r = ctx.tester.run_trial(&spec)?;
     if std::env::var_os("V6GATE_BENCH_DEBUG").is_some() {
@@ -218,7 +218,27 @@ fn trial_frames(ctx: &Ctx, s: &Streams, rate: f64, frames: u64, learn: bool) -> 
 /// A trial passes with no frame lost or late, at (nearly) the offered rate
 /// (a tester that cannot keep up fails the trial: its ceiling shows).
 fn passed(r: &TrialResult, rate: f64) -> bool {
-    r.outcome.lost() == 0 && r.outcome.sent_pps >= 0.95 * rate
+    r.outcome.lost() == 0 && !tester_short(r, rate)
+}
+
+/// Whether the tester sent under 95 % of the offered rate (the trial
+/// fails, whatever the DUT did).
+fn tester_short(r: &TrialResult, rate: f64) -> bool {
+    r.outcome.sent_pps < 0.95 * rate
+}
+
+/// The report's note on a point whose search failed trials because the
+/// tester fell short of the offered rate (`short` of `failed` failed
+/// trials): the figure is then the tester's bound, not the DUT's. `None`
+/// when no failed trial was the tester's.
+fn tester_bound_note(dir: Dir, size: usize, short: usize, failed: usize) -> Option<String> {
+    (short > 0).then(|| {
+        format!(
+            "{} {size}: TESTER-BOUND: {short} of {failed} failed search trials sent under 95 % of the offered rate \
+             (the tester's shortfall, not the DUT's loss)",
+            dir.name()
+        )
+    })
 }
 
 /// The search trials as the report lists them: (rate, passed).
@@ -226,18 +246,30 @@ fn tried<T>(f: &Found<T>) -> Vec<(f64, bool)> {
     f.trials.iter().map(|t| (t.load, t.passed)).collect()
 }
 
-fn measure_point(ctx: &Ctx, s: &Streams, dir: Dir, size: usize, max: f64, proc_: &mut Option<Proc>) -> Result<Point> {
+/// One point; `notes` gets [`tester_bound_note`]'s.
+fn measure_point(
+    ctx: &Ctx,
+    s: &Streams,
+    (dir, size, max): (Dir, usize, f64),
+    proc_: &mut Option<Proc>,
+    notes: &mut Vec<String>,
+) -> Result<Point> {
     let a = ctx.a;
     let alive = |p: &mut Option<Proc>| p.as_mut().map_or(Ok(()), Proc::alive);
     // Warm-up (RFC 2544 §23 learning frames): every flow once, slowly.
     trial(ctx, s, 20_000.0, (s.flows.len() as u64 * 2 * 1000 / 20_000).max(50), false)?;
     let search = Search { confirm: a.confirm, ..Search::rfc2544(max, a.resolution, a.max_trials) };
+    let (mut short, mut failed) = (0, 0);
     let found = search.run(|rate| {
         alive(proc_)?;
         let r = trial(ctx, s, rate, a.trial_ms, false)?;
-        Ok((passed(&r, rate), ()))
+        let ok = passed(&r, rate);
+        failed += usize::from(!ok);
+        short += usize::from(!ok && tester_short(&r, rate));
+        Ok((ok, ()))
     })?;
     alive(proc_)?;
+    notes.extend(tester_bound_note(dir, size, short, failed));
     let tput = found.best;
     let mut p = Point {
         dir,
@@ -449,7 +481,11 @@ pub(super) fn bench_dut(ctx: &Ctx, dut: Dut, ceiling: &[(Dir, usize, f64)]) -> D
                     .iter()
                     .find(|c| c.0 == dir && c.1 == size && c.2 > 0.0)
                     .map_or(a.max_rate, |c| c.2.min(a.max_rate));
-                let p = measure_point(ctx, &s, dir, size, max, &mut proc_)?;
+                let n = rep.notes.len();
+                let p = measure_point(ctx, &s, (dir, size, max), &mut proc_, &mut rep.notes)?;
+                for note in &rep.notes[n..] {
+                    eprintln!("bench xlat: {} {note}", dut.name());
+                }
                 eprintln!(
                     "bench xlat: {} {} {size}: {:.0} fps, p50 {} us",
                     dut.name(),
@@ -566,6 +602,19 @@ mod tests {
         assert_eq!(s.len(), 4032);
         assert_eq!(flow_ports(Dut::V6gateSiit, 10), frame::rfc4814_ports(10, 4814));
         assert_eq!(p, lw4o6_ports(1024), "reproducible");
+    }
+
+    #[test]
+    fn tester_bound_points_are_noted() {
+        let r = |sent_pps| TrialResult {
+            outcome: crate::tester::Outcome { sent_pps, ..Default::default() },
+            ..Default::default()
+        };
+        assert!(tester_short(&r(94_000.0), 100_000.0) && !tester_short(&r(95_000.0), 100_000.0));
+        assert!(!passed(&r(90_000.0), 100_000.0), "a tester short of the rate fails the trial");
+        assert_eq!(tester_bound_note(Dir::V4ToV6, 84, 0, 5), None);
+        let n = tester_bound_note(Dir::V4ToV6, 84, 3, 5).unwrap();
+        assert!(n.starts_with("4to6 84: TESTER-BOUND: 3 of 5 failed search trials"), "{n}");
     }
 
     #[test]
