@@ -235,11 +235,12 @@ pub struct Args {
     /// receive the softwire DUTs' 4in6 frames.
     #[arg(long, value_enum, default_value = "af-packet")]
     pub tester: Backend,
-    /// With `--tester xdp`: threaded NAPI on the DUT's ports `d6`/`d4`,
-    /// their kernel threads on `--dut-cpus`, so that the DUT's receive path
-    /// (its XDP program, kernel forwarding, the way into a TUN translator)
-    /// runs on the DUT's CPU instead of the generator's softirq.
-    /// EXPERIMENTAL, off by default (docs/bench-xlat.md).
+    /// Threaded NAPI (and GRO) on the DUT's ports `d6`/`d4` for every DUT
+    /// of the run, their kernel threads on `--dut-cpus`, so that the DUT's
+    /// receive path (its XDP program, kernel forwarding, the way into a TUN
+    /// translator) runs on the DUT's CPU instead of in the softirq of the
+    /// tester's sending CPU. EXPERIMENTAL, off by default: with `--tester
+    /// xdp` the generator collapses (docs/bench-xlat.md).
     #[arg(long)]
     pub threaded_napi: bool,
     /// With `--tester xdp`: the generator thread, the DUT process (`chrt
