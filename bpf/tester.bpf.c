@@ -234,6 +234,8 @@ int xdp_trecv(struct xdp_md *ctx)
 	__u16 flow, sport_be;
 	__u8 *pl, *src, *st;
 
+	struct iphdr *ip4 = NULL;
+
 	if ((void *)(eth + 1) > end)
 		return XDP_PASS;
 	if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
@@ -244,31 +246,25 @@ int xdp_trecv(struct xdp_md *ctx)
 		if (ip->nexthdr == IPPROTO_UDP) {
 			src = (__u8 *)&ip->saddr;
 			pl = (__u8 *)(ip + 1);
-			src6 = 1;
 		} else if (ip->nexthdr == IPPROTO_IPIP) {
 			/* 4in6: the inner IPv4 packet is the test frame. */
-			struct iphdr *in = (void *)(ip + 1);
-
-			if ((void *)(in + 1) > end || !udp4(in))
-				return XDP_PASS;
-			src = (__u8 *)&in->saddr;
-			pl = (__u8 *)(in + 1);
-			src6 = 0;
+			ip4 = (void *)(ip + 1);
 		} else {
 			return XDP_PASS;
 		}
 		is6 = 1;
 	} else if (eth->h_proto == bpf_htons(ETH_P_IP)) {
-		struct iphdr *ip = (void *)(eth + 1);
-
-		if ((void *)(ip + 1) > end || !udp4(ip))
-			return XDP_PASS;
-		src = (__u8 *)&ip->saddr;
-		pl = (__u8 *)(ip + 1);
+		ip4 = (void *)(eth + 1);
 		is6 = 0;
-		src6 = 0;
 	} else {
 		return XDP_PASS;
+	}
+	src6 = !ip4;
+	if (ip4) {
+		if ((void *)(ip4 + 1) > end || !udp4(ip4))
+			return XDP_PASS;
+		src = (__u8 *)&ip4->saddr;
+		pl = (__u8 *)(ip4 + 1);
 	}
 	c = bpf_map_lookup_elem(&trecv_config, &zero);
 	if (!c)

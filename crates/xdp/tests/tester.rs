@@ -50,8 +50,54 @@ fn udp_checksum_ok4(f: &[u8]) -> bool {
 
 #[test]
 fn generator_and_receiver_through_a_veth_pair() {
+    as_root(body);
+}
+
+/// The stamp `st` (after the UDP or RTP header) carries a timestamp,
+/// sequence number `seq`, flow `flow` and `magic`.
+fn assert_stamp(st: &[u8], seq: u32, flow: u32, magic: u32) {
+    assert!(u64::from_be_bytes(st[0..8].try_into().unwrap()) > 0, "timestamp");
+    assert_eq!(u32::from_be_bytes(st[8..12].try_into().unwrap()), seq, "sequence number");
+    assert_eq!(u32::from(u16::from_be_bytes([st[12], st[13]])), flow, "flow");
+    assert_eq!(u32::from_be_bytes(st[14..18].try_into().unwrap()), magic, "magic");
+}
+
+/// The receiver's settings for `total` frames of `magic`: IPv4, a
+/// second's budget, no samples skipped, nothing learned, no RTP.
+fn receiver(magic: u32, total: u64) -> TrecvConfig {
+    TrecvConfig {
+        budget_ns: 1_000_000_000,
+        magic,
+        total: total as u32,
+        nflows: 0,
+        sample_shift: 0,
+        rx_v6: 0,
+        learn: 0,
+        rtp: 0,
+    }
+}
+
+/// Restarts the generator's sequence and attaches the receiver to `gb`
+/// with `rx`.
+fn start_receiving(t: &mut Tester, gen: TgenConfig, rx: TrecvConfig) {
+    t.set_generator(gen).unwrap();
+    t.attach_receiver("gb", Mode::Native).unwrap();
+    t.set_receiver(rx).unwrap();
+}
+
+/// Runs `body` on a thread of its own (it enters a namespace), as root.
+fn as_root(body: fn()) {
     assert!(am_root(), "the XDP tester tests need root");
     std::thread::spawn(body).join().expect("test thread");
+}
+
+/// [`veth_lab`] named `name`, the index of `ga`, and a tester loaded for
+/// `frames` frames of `flows` flows.
+fn lab_tester(name: &str, frames: u64, flows: u32) -> (Netns, u32, Tester) {
+    let ns = veth_lab(name);
+    let ga = xdp::sys::if_index("ga").unwrap();
+    let t = Tester::load(TesterLimits { frames, flows, sample_ring: 1 << 16 }).unwrap();
+    (ns, ga, t)
 }
 
 /// A namespace with the generator's port `ga` (peer `gb`, where the
@@ -74,10 +120,8 @@ fn veth_lab(name: &str) -> Netns {
 }
 
 fn body() {
-    let ns = veth_lab("xdp-tester");
-    let ga = xdp::sys::if_index("ga").unwrap();
     const N: u64 = 20_000;
-    let mut t = Tester::load(TesterLimits { frames: N, flows: 4, sample_ring: 1 << 16 }).unwrap();
+    let (ns, ga, mut t) = lab_tester("xdp-tester", N, 4);
     let srcs: Vec<(Ipv4Addr, u16)> = (0..4).map(|i| (Ipv4Addr::new(192, 0, 2, 10 + i), 40000 + u16::from(i))).collect();
     let frames: Vec<Vec<u8>> = srcs.iter().map(|&(a, p)| frame4(a, p, 53, STAMP_LEN + 4)).collect();
     let flows: Vec<_> = frames.iter().map(|f| flow_from_frame(f, false).unwrap()).collect();
@@ -99,10 +143,7 @@ fn body() {
             w
         });
         assert!(udp_checksum_ok4(&f), "UDP checksum of frame {k}");
-        assert_eq!(u32::from_be_bytes(f[50..54].try_into().unwrap()), k, "sequence number");
-        assert_eq!(u16::from_be_bytes(f[54..56].try_into().unwrap()), flow as u16);
-        assert_eq!(u32::from_be_bytes(f[56..60].try_into().unwrap()), magic);
-        assert!(u64::from_be_bytes(f[42..50].try_into().unwrap()) > 0, "timestamp");
+        assert_stamp(&f[42..60], k, flow as u32, magic);
     }
     assert_eq!(t.generated().unwrap(), 6);
     t.set_generator(gen).unwrap();
@@ -166,16 +207,13 @@ fn body() {
 /// header and its bitmap tells which frames arrived.
 #[test]
 fn rtp_frames_and_the_seen_bitmap() {
-    assert!(am_root(), "the XDP tester tests need root");
-    std::thread::spawn(rtp_body).join().expect("test thread");
+    as_root(rtp_body);
 }
 
 fn rtp_body() {
-    let ns = veth_lab("xdp-tester-rtp");
-    let ga = xdp::sys::if_index("ga").unwrap();
     const FLOWS: u32 = 3;
     const N: u64 = 3 * 700; // RTP sequence numbers stay below 2^16 here; wrap is covered in bench
-    let mut t = Tester::load(TesterLimits { frames: N, flows: FLOWS, sample_ring: 1 << 16 }).unwrap();
+    let (ns, ga, mut t) = lab_tester("xdp-tester-rtp", N, FLOWS);
     let frames: Vec<Vec<u8>> = (0..FLOWS as u8)
         .map(|i| frame4(Ipv4Addr::new(192, 0, 2, 20 + i), 30000 + u16::from(i), 20000, RTP_HEADER_LEN + 160))
         .collect();
@@ -197,25 +235,11 @@ fn rtp_body() {
         assert_eq!(u16::from_be_bytes([rtp[2], rtp[3]]), n as u16, "RTP sequence number");
         assert_eq!(u32::from_be_bytes(rtp[4..8].try_into().unwrap()), n * 160, "RTP timestamp");
         assert_eq!(u32::from_be_bytes(rtp[8..12].try_into().unwrap()), RTP_SSRC_BASE + flow, "SSRC");
-        let st = &f[54..54 + STAMP_LEN];
-        assert_eq!(u32::from_be_bytes(st[8..12].try_into().unwrap()), k, "frame sequence number");
-        assert_eq!(u16::from_be_bytes([st[12], st[13]]), flow as u16);
-        assert_eq!(u32::from_be_bytes(st[14..18].try_into().unwrap()), magic);
+        assert_stamp(&f[54..54 + STAMP_LEN], k, flow, magic);
         assert!(f[54 + STAMP_LEN..].iter().all(|&b| b == 0), "the rest of the payload is zero");
     }
-    t.set_generator(gen).unwrap();
-    t.attach_receiver("gb", Mode::Native).unwrap();
-    let rx = TrecvConfig {
-        budget_ns: 1_000_000_000,
-        magic,
-        total: N as u32,
-        nflows: 0,
-        sample_shift: 0,
-        rx_v6: 0,
-        learn: 0,
-        rtp: 1,
-    };
-    t.set_receiver(rx).unwrap();
+    let rx = TrecvConfig { rtp: 1, ..receiver(magic, N) };
+    start_receiving(&mut t, gen, rx);
     // Everything but the last 5 frames.
     assert!(t.generate(&frames[0], ga, (N - 5) as u32, 64).unwrap(), "the kernel refused the frames");
     let c = wait_received(&t, N - 5);
@@ -272,16 +296,13 @@ fn frame4in6(b4: [u8; 16], src: Ipv4Addr, sport: u16, payload: usize) -> Vec<u8>
 /// IPv4 source.
 #[test]
 fn four_in_six_frames() {
-    assert!(am_root(), "the XDP tester tests need root");
-    std::thread::spawn(four_in_six_body).join().expect("test thread");
+    as_root(four_in_six_body);
 }
 
 fn four_in_six_body() {
-    let ns = veth_lab("xdp-tester-4in6");
-    let ga = xdp::sys::if_index("ga").unwrap();
     const FLOWS: u32 = 3;
     const N: u64 = 6_000;
-    let mut t = Tester::load(TesterLimits { frames: N, flows: FLOWS, sample_ring: 1 << 16 }).unwrap();
+    let (ns, ga, mut t) = lab_tester("xdp-tester-4in6", N, FLOWS);
     let b4 = |i: u8| [0x20, 0x01, 0x0d, 0xb8, 0, 0x46, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x10 + i];
     let srcs: Vec<(Ipv4Addr, u16)> =
         (0..FLOWS as u8).map(|i| (Ipv4Addr::new(192, 0, 2, 130 + i), 4100 + u16::from(i))).collect();
@@ -311,25 +332,10 @@ fn four_in_six_body() {
         assert_eq!(f[74..78], want[74..78], "UDP ports");
         assert_eq!(u16::from_be_bytes([f[78], f[79]]), 26, "UDP length");
         assert!(udp_checksum_ok4(&f[40..]), "inner UDP checksum of frame {k}");
-        let st = &f[82..100];
-        assert!(u64::from_be_bytes(st[0..8].try_into().unwrap()) > 0, "timestamp");
-        assert_eq!(u32::from_be_bytes(st[8..12].try_into().unwrap()), k, "sequence number");
-        assert_eq!(u16::from_be_bytes([st[12], st[13]]), flow as u16);
-        assert_eq!(u32::from_be_bytes(st[14..18].try_into().unwrap()), magic);
+        assert_stamp(&f[82..100], k, flow as u32, magic);
     }
-    t.set_generator(gen).unwrap();
-    t.attach_receiver("gb", Mode::Native).unwrap();
-    let rx = TrecvConfig {
-        budget_ns: 1_000_000_000,
-        magic,
-        total: N as u32,
-        nflows: FLOWS,
-        sample_shift: 2,
-        rx_v6: 1,
-        learn: 1,
-        rtp: 0,
-    };
-    t.set_receiver(rx).unwrap();
+    let rx = TrecvConfig { nflows: FLOWS, sample_shift: 2, rx_v6: 1, learn: 1, ..receiver(magic, N) };
+    start_receiving(&mut t, gen, rx);
     assert!(t.generate(&frames[0], ga, N as u32, 64).unwrap(), "the kernel refused the frames");
     let c = wait_received(&t, N);
     assert_eq!((c.received, c.dup, c.late, c.foreign), (N, 0, 0, 0), "{c:?}");
