@@ -760,6 +760,23 @@ mod tests {
     }
 
     #[test]
+    fn b4_kernel_is_off_unless_asked_and_not_for_the_lwb4() {
+        let base = "[b4]\nmode = \"ds-lite\"\naddress = \"2001:db8::2\"\naftr = \"2001:db8::1\"\n";
+        assert_eq!(SoftwireConfig::parse(base).unwrap().b4.unwrap().kernel, None);
+        let c = SoftwireConfig::parse(&format!("{base}[b4.kernel]\ninterfaces = [\"eth0\"]\n")).unwrap();
+        assert_eq!(c.b4.unwrap().kernel, Some(B4Kernel { mode: xdp::Mode::Native, interfaces: vec!["eth0".into()] }));
+        let c = SoftwireConfig::parse(&format!("{base}[b4.kernel]\nmode = \"off\"\n")).unwrap();
+        assert_eq!(c.b4.unwrap().kernel, None);
+        let e = SoftwireConfig::parse(&format!("{base}[b4.kernel]\n")).unwrap_err();
+        assert!(e.contains("[b4.kernel] interfaces"), "{e}");
+        let e = SoftwireConfig::parse(&format!("{base}[b4.kernel]\ninterfaces = [\"eth0\"]\nmode = \"x\"\n")).unwrap_err();
+        assert!(e.contains("[b4.kernel] mode"), "{e}");
+        let lw = "[b4]\nmode = \"lw4o6\"\naddress = \"2001:db8::2\"\naftr = \"2001:db8::1\"\nipv4-address = \"192.0.2.1\"\npsid-length = 6\n";
+        let e = SoftwireConfig::parse(&format!("{lw}[b4.kernel]\ninterfaces = [\"eth0\"]\n")).unwrap_err();
+        assert!(e.contains("lwB4"), "{e}");
+    }
+
+    #[test]
     fn lw4o6_xdp_defaults_to_native_on_the_named_interfaces() {
         let base = "[lw4o6]\naftr-address = \"2001:db8::1\"\nbinding-file = \"/b\"\n";
         assert_eq!(SoftwireConfig::parse(base).unwrap().lw4o6.unwrap().xdp, None, "no table: off");
