@@ -769,7 +769,8 @@ mod tests {
         assert_eq!(c.b4.unwrap().kernel, None);
         let e = SoftwireConfig::parse(&format!("{base}[b4.kernel]\n")).unwrap_err();
         assert!(e.contains("[b4.kernel] interfaces"), "{e}");
-        let e = SoftwireConfig::parse(&format!("{base}[b4.kernel]\ninterfaces = [\"eth0\"]\nmode = \"x\"\n")).unwrap_err();
+        let e =
+            SoftwireConfig::parse(&format!("{base}[b4.kernel]\ninterfaces = [\"eth0\"]\nmode = \"x\"\n")).unwrap_err();
         assert!(e.contains("[b4.kernel] mode"), "{e}");
         let lw = "[b4]\nmode = \"lw4o6\"\naddress = \"2001:db8::2\"\naftr = \"2001:db8::1\"\nipv4-address = \"192.0.2.1\"\npsid-length = 6\n";
         let e = SoftwireConfig::parse(&format!("{lw}[b4.kernel]\ninterfaces = [\"eth0\"]\n")).unwrap_err();

@@ -117,9 +117,10 @@ impl Bed {
         frame.extend_from_slice(l3);
         let r = self.kp.test_run_tc(&frame).unwrap_or_else(|e| panic!("{e}"));
         // The engine's tunnel packet, forwarded by the kernel out of the TUN device.
-        let want = self.engine(l3).filter(|p| p.first().map(|b| b >> 4) == Some(6)).and_then(|mut p| {
-            kernel_forward(&mut p).then_some(p)
-        });
+        let want = self
+            .engine(l3)
+            .filter(|p| p.first().map(|b| b >> 4) == Some(6))
+            .and_then(|mut p| kernel_forward(&mut p).then_some(p));
         match r.action {
             tc_action::OK => {
                 assert_eq!(r.frame, frame, "a passed packet is untouched: {}", hex(l3));
@@ -247,9 +248,17 @@ fn named_cases() {
     b.passes("another source", |b| b.decap(&v6(OTHER, B4A, 64, 4, &inner), 0, MAC_UP), C::PassUnknownAftr);
     b.passes("not to the b4", |b| b.decap(&v6(AFTR, OTHER, 64, 4, &inner), 0, MAC_UP), C::PassNotOurs);
     b.passes("hop limit 1", |b| b.decap(&v6(AFTR, B4A, 1, 4, &inner), 0, MAC_UP), C::PassTtl);
-    b.passes("outer fragment", |b| b.decap(&v6(AFTR, B4A, 64, 44, &[4, 0, 0, 1, 0, 0, 0, 1]), 0, MAC_UP), C::PassFragment);
+    b.passes(
+        "outer fragment",
+        |b| b.decap(&v6(AFTR, B4A, 64, 44, &[4, 0, 0, 1, 0, 0, 0, 1]), 0, MAC_UP),
+        C::PassFragment,
+    );
     b.passes("icmpv6", |b| b.decap(&v6(AFTR, B4A, 64, 58, &[128, 0, 0, 0, 0, 1, 0, 1]), 0, MAC_UP), C::PassIcmp);
-    b.passes("encapsulation limit option", |b| b.decap(&v6(AFTR, B4A, 64, 60, &[4, 0, 4, 1, 4, 1, 1, 0]), 0, MAC_UP), C::PassOptions);
+    b.passes(
+        "encapsulation limit option",
+        |b| b.decap(&v6(AFTR, B4A, 64, 60, &[4, 0, 4, 1, 4, 1, 1, 0]), 0, MAC_UP),
+        C::PassOptions,
+    );
     let mut bad = inner.clone();
     bad[10] ^= 1;
     b.passes("inner checksum", |b| b.decap(&from_aftr(&bad), 0, MAC_UP), C::PassChecksum);
