@@ -522,3 +522,81 @@ clients = ["2001:db8:ff::/64"]
     lw.wait_status(|v| v["lw4o6"]["dstm"]["stats"]["malformed"].as_u64().unwrap_or(0) >= 1);
     lw.stop();
 }
+
+fn b4_kernel_count(s: &serde_json::Value, c: &str) -> u64 {
+    s["b4"]["kernel"]["counters"][c].as_u64().unwrap_or(0)
+}
+
+/// The B4's kernel datapath (`[b4.kernel]`: tc egress encapsulation on its
+/// TUN device, XDP decapsulation on its uplink w6) against the AFTR and
+/// the DSTM tunnel end-point on their TUN engines: ping, UDP and TCP, the
+/// kernel path carrying what it can and the engine the rest.
+#[test]
+fn dslite_b4_and_dstm_host_over_the_b4_kernel_path() {
+    let bed = bed();
+    let leases = bed.dir.path().join("leases");
+    let aftr = Proc::start(
+        &bed.aftr,
+        bed.dir.path(),
+        "aftr",
+        &format!(
+            r#"
+[dslite]
+aftr-address = "2001:db8:ffff::1"
+b4-prefixes = ["2001:db8:1::/48"]
+pool4 = ["203.0.113.1/32"]
+[lw4o6]
+aftr-address = "2001:db8:ffff::2"
+ipv4-prefixes = ["192.0.2.0/25"]
+[lw4o6.dstm]
+pool = ["192.0.2.128/30"]
+listen = "[2001:db8:ff::1]:4739"
+lease-file = "{}"
+clients = ["2001:db8:1::/48"]
+"#,
+            leases.display()
+        ),
+    );
+    let kernel = "[b4.kernel]\ninterfaces = [\"w6\"]\n";
+    let b4 = Proc::start(
+        &bed.b4,
+        bed.dir.path(),
+        "b4k",
+        &format!(
+            "[b4]\nmode = \"ds-lite\"\naddress = \"2001:db8:1::2\"\naftr = \"2001:db8:ffff::1\"\n\
+             host-address = \"192.0.0.2\"\nroutes = [\"198.51.100.0/24\"]\n{kernel}"
+        ),
+    );
+    let s = b4.wait_status(|v| v["b4"]["kernel"]["aftr"] == "2001:db8:ffff::1");
+    assert_eq!(s["b4"]["kernel"]["uplinks"][0]["iface"], "w6", "{s}");
+    let (u, t) = traffic(&bed, 7700);
+    assert_eq!((u.ip().to_string(), t.ip().to_string()), ("203.0.113.1".into(), "203.0.113.1".into()));
+    let s = b4.wait_status(|v| b4_kernel_count(v, "encap") > 0 && b4_kernel_count(v, "decap") > 0);
+    // ping, the UDP echo and the TCP handshake and ACKs went through the
+    // kernel; the TCP segments over the tunnel MTU took the engine (which
+    // fragments the outer packet).
+    assert!(b4_kernel_count(&s, "encap") >= 3 && b4_kernel_count(&s, "decap") >= 3, "{s}");
+    assert!(s["b4"]["counters"]["encapsulated"].as_u64().unwrap_or(0) > 0, "the engine took the big ones: {s}");
+    b4.stop();
+    // The DSTM host: off until the lease, then pointed at its TEP.
+    let host = Proc::start(
+        &bed.b4,
+        bed.dir.path(),
+        "dstmk",
+        &format!(
+            "[b4]\nmode = \"dstm\"\naddress = \"2001:db8:1::2\"\nlease-server = \"[2001:db8:ff::1]:4739\"\n\
+             routes = [\"198.51.100.0/24\"]\n{kernel}"
+        ),
+    );
+    let s = host.wait_status(|v| v["b4"]["lease"]["ipv4"].is_string() && v["b4"]["kernel"]["aftr"].is_string());
+    assert_eq!(s["b4"]["kernel"]["aftr"], "2001:db8:ffff::2", "the lease's TEP: {s}");
+    let (u, _) = traffic(&bed, 7800);
+    assert_eq!(u.ip().to_string(), "192.0.2.129");
+    let s = host.wait_status(|v| b4_kernel_count(v, "encap") >= 3 && b4_kernel_count(v, "decap") >= 3);
+    assert!(b4_kernel_count(&s, "pass-disabled") > 0, "before the lease everything took the engine: {s}");
+    host.stop();
+    aftr.stop();
+    // Detached with the runner: nothing left on the uplink.
+    let link = bed.b4.ip(&["link", "show", "w6"]).unwrap();
+    assert!(!String::from_utf8_lossy(&link.stdout).contains("xdp"), "XDP left attached");
+}

@@ -88,6 +88,12 @@ pool4 = ["203.0.113.0/28"]          # as [nat64] pool4: "PREFIX" or { prefix, po
 # lease-server = "[2001:db8:ffff::2]:4739"   # dstm
 # host-address = "192.0.0.2"         # an IPv4 address for this host's own sockets (RFC 6333 5.7)
 # tun = "v6gate-b4"
+#
+# [b4.kernel]: the kernel datapath of a ds-lite B4 or a dstm host (docs/softwire.md
+# "B4 kernel path"): tc egress on the TUN device encapsulates, XDP on the uplink
+# decapsulates; what the engine must do (fragments, ICMP, MTU) still goes to it.
+# interfaces = ["eth0"]              # the uplink(s) towards the AFTR
+# mode = "native"                    # "generic", or "off"; native falls back to generic
 "#;
 
 /// Common tunnel knobs of a table.
@@ -280,8 +286,17 @@ struct B4Toml {
     host_address: Option<Ipv4Addr>,
     #[serde(default = "d_b44")]
     icmp_address: Ipv4Addr,
+    kernel: Option<B4KernelToml>,
     #[serde(flatten)]
     tunnel: TunnelToml,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct B4KernelToml {
+    #[serde(default)]
+    interfaces: Vec<String>,
+    mode: Option<String>,
 }
 
 fn d_routes() -> Vec<String> {
@@ -399,8 +414,44 @@ pub struct B4Table {
     pub lease_server: Option<SocketAddr>,
     /// lw4o6 without `nat`: the binding's address goes on the device.
     pub ipv4_address: Option<Ipv4Addr>,
+    /// The kernel datapath (`[b4.kernel]`); `None`: off.
+    pub kernel: Option<B4Kernel>,
     /// TUN device.
     pub tun: TunTable,
+}
+
+/// A checked `[b4.kernel]`: the kernel datapath of a DS-Lite B4 or a
+/// DSTM host (tc egress on the TUN device, XDP on the uplinks).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct B4Kernel {
+    /// XDP mode on the uplinks: native (falling back to generic) or generic.
+    pub mode: xdp::Mode,
+    /// The uplinks: where softwire packets arrive and tunnel packets leave.
+    pub interfaces: Vec<String>,
+}
+
+/// `[b4.kernel]`: mode "native" (the default, as `[lw4o6.xdp]`),
+/// "generic" or "off"; interfaces needed unless off; not for the lwB4
+/// (its NAPT stays on the TUN engine).
+fn b4_kernel(mode: B4Mode, t: Option<B4KernelToml>) -> Result<Option<B4Kernel>, String> {
+    let Some(t) = t else { return Ok(None) };
+    let m: xdp::Mode = match t.mode.as_deref() {
+        None => xdp::Mode::Native,
+        Some(m) => m.parse().map_err(|e| err("b4.kernel", "mode", e))?,
+    };
+    if m == xdp::Mode::Off {
+        return Ok(None);
+    }
+    if mode == B4Mode::Lw4o6 {
+        return Err(err("b4.kernel", "mode", "the lwB4's NAPT has no kernel path: ds-lite and dstm only"));
+    }
+    if t.interfaces.is_empty() {
+        return Err(err("b4.kernel", "interfaces", "name the uplink(s) towards the AFTR"));
+    }
+    if let Some(i) = t.interfaces.iter().find(|i| i.is_empty() || i.len() > 15) {
+        return Err(err("b4.kernel", "interfaces", format!("`{i}` must be 1-15 bytes (a Linux interface name)")));
+    }
+    Ok(Some(B4Kernel { mode: m, interfaces: t.interfaces }))
 }
 
 /// Every softwire table of a configuration file.
@@ -648,6 +699,7 @@ fn b4(t: B4Toml) -> Result<B4Table, String> {
         b4: B4Config { endpoint, aftr, napt, nat: Nat44Config { log_mappings: false, ..Nat44Config::default() } },
         lease_server: t.lease_server,
         ipv4_address,
+        kernel: b4_kernel(mode, t.kernel)?,
         tun: tun(&t.tunnel, "v6gate-b4", routes, addresses)?,
     })
 }
@@ -705,6 +757,24 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.b4.unwrap().mode, B4Mode::Dstm);
+    }
+
+    #[test]
+    fn b4_kernel_is_off_unless_asked_and_not_for_the_lwb4() {
+        let base = "[b4]\nmode = \"ds-lite\"\naddress = \"2001:db8::2\"\naftr = \"2001:db8::1\"\n";
+        assert_eq!(SoftwireConfig::parse(base).unwrap().b4.unwrap().kernel, None);
+        let c = SoftwireConfig::parse(&format!("{base}[b4.kernel]\ninterfaces = [\"eth0\"]\n")).unwrap();
+        assert_eq!(c.b4.unwrap().kernel, Some(B4Kernel { mode: xdp::Mode::Native, interfaces: vec!["eth0".into()] }));
+        let c = SoftwireConfig::parse(&format!("{base}[b4.kernel]\nmode = \"off\"\n")).unwrap();
+        assert_eq!(c.b4.unwrap().kernel, None);
+        let e = SoftwireConfig::parse(&format!("{base}[b4.kernel]\n")).unwrap_err();
+        assert!(e.contains("[b4.kernel] interfaces"), "{e}");
+        let e =
+            SoftwireConfig::parse(&format!("{base}[b4.kernel]\ninterfaces = [\"eth0\"]\nmode = \"x\"\n")).unwrap_err();
+        assert!(e.contains("[b4.kernel] mode"), "{e}");
+        let lw = "[b4]\nmode = \"lw4o6\"\naddress = \"2001:db8::2\"\naftr = \"2001:db8::1\"\nipv4-address = \"192.0.2.1\"\npsid-length = 6\n";
+        let e = SoftwireConfig::parse(&format!("{lw}[b4.kernel]\ninterfaces = [\"eth0\"]\n")).unwrap_err();
+        assert!(e.contains("lwB4"), "{e}");
     }
 
     #[test]

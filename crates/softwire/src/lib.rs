@@ -24,6 +24,7 @@
 
 pub mod aftr;
 pub mod b4;
+pub mod b4k;
 pub mod binding;
 pub mod cli;
 pub mod config;

@@ -9,7 +9,8 @@
 //! The lwAFTR thread also serves DSTM leases on a UDP socket, watches
 //! the binding file and, with `[lw4o6.xdp]`, keeps its XDP fast path's
 //! maps equal to the bindings and leases ([`crate::fast`]); the B4 thread in DSTM mode leases its address
-//! through the engine and puts it on the device.
+//! through the engine and puts it on the device, and with `[b4.kernel]`
+//! points its kernel datapath ([`crate::b4k`]) at the AFTR or the lease's TEP.
 //!
 //! [`Softwires::start`] is the standalone entry point (`v6gate softwire`);
 //! the daemon integration (phase 2) will hand packets to the same engines
@@ -17,6 +18,7 @@
 
 use crate::aftr::Aftr;
 use crate::b4::B4;
+use crate::b4k::B4Fast;
 use crate::binding::BindingTable;
 use crate::config::{B4Mode, B4Table, DsliteTable, Lw4o6Table, SoftwireConfig};
 use crate::fast::LwaftrFast;
@@ -367,6 +369,15 @@ impl Softwires {
     fn spawn_b4(&mut self, t: B4Table) -> Result<()> {
         let dev = Device::open(&t.tun)?;
         let b4 = B4::new(t.b4);
+        let mut kernel = match &t.kernel {
+            Some(k) => {
+                let mut f = B4Fast::start(&t.b4, &dev.name, k)?;
+                f.set_aftr(Some(b4.aftr()));
+                tracing::info!(tun = %dev.name, uplinks = ?k.interfaces, "B4 kernel path attached");
+                Some(f)
+            }
+            None => None,
+        };
         if let Some(SocketAddr::V6(s)) = t.lease_server {
             b4.set_lease_server(s);
         } else if t.lease_server.is_some() {
@@ -403,10 +414,16 @@ impl Softwires {
                                     }
                                 }
                                 b4.set_aftr(tep);
+                                if let Some(k) = &mut kernel {
+                                    k.set_aftr(Some(tep));
+                                }
                                 lease = Some((ipv4, Instant::now(), secs));
                             }
                             Msg::Nak(r) => {
                                 lease_error = format!("NAK {r}");
+                                if let Some(k) = &mut kernel {
+                                    k.set_aftr(None);
+                                }
                                 if let Some(l) = lease.take() {
                                     let _ = dev.set_address(Some(v4(l.0)), None);
                                 }
@@ -442,6 +459,7 @@ impl Softwires {
                     *sh.status.lock().unwrap_or_else(|e| e.into_inner()) = json!({
                         "device": dev.name,
                         "aftr": b4.aftr().to_string(),
+                        "kernel": kernel.as_ref().map(|k| k.status()),
                         "counters": b4.counters().snapshot(),
                         "mappings": b4.nat().map_or(0, |n| n.len()),
                         "lease": lease.map(|l| json!({"ipv4": l.0.to_string(), "secs": l.2})),

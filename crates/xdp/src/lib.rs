@@ -14,6 +14,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_debug_implementations)]
 
+pub mod b4;
 pub mod config;
 mod loader;
 pub mod nat64;

@@ -61,6 +61,16 @@ impl Single {
         self.bpf.map_mut(name).ok_or_else(|| Error::Bpf(format!("map {name} missing from the object")))
     }
 
+    /// The object, for a further program of it (the B4's tc program).
+    pub fn bpf(&self) -> &Ebpf {
+        &self.bpf
+    }
+
+    /// The object, to load or attach a further program of it.
+    pub fn bpf_mut(&mut self) -> &mut Ebpf {
+        &mut self.bpf
+    }
+
     fn xdp_mut(&mut self) -> Result<&mut Xdp, Error> {
         let p = self.names.program;
         self.bpf

@@ -34,6 +34,8 @@ unsafe impl aya::Pod for TgenConfig {}
 unsafe impl aya::Pod for TgenFlow {}
 // SAFETY: as above.
 unsafe impl aya::Pod for TgenState {}
+// SAFETY: as above (`crate::b4`'s const asserts check its size).
+unsafe impl aya::Pod for crate::b4::B4Config {}
 // SAFETY: as above.
 unsafe impl aya::Pod for TrecvConfig {}
 // SAFETY: as above.

@@ -14,8 +14,10 @@
 //! loop), `trt-threads` (the same with `copy = "splice-threads"`) and
 //! `trt-sockmap` (with `copy = "sockmap"`),
 //! `dslite`, `lw4o6`,
-//! `dstm` (`v6gate softwire` on both sides), `socat` (a socat TCP/UDP
-//! relay on the gateway). Each gets a fresh testbed.
+//! `dstm` (`v6gate softwire` on both sides), `lw4o6-xdp` and `dstm-xdp`
+//! (the lwAFTR's XDP fast path), `dslite-b4k`, `dstm-b4k` and
+//! `dstm-xdp-b4k` (the B4's kernel datapath, [`Mech::b4_kernel`]),
+//! `socat` (a socat TCP/UDP relay on the gateway). Each gets a fresh testbed.
 //!
 //! - Throughput: one TCP connection writing for `--seconds`, bytes counted
 //!   at the server, per 100 ms (the series is plotted); `--bulk-runs`
@@ -86,11 +88,28 @@ pub enum Mech {
     /// DSTM with the lwAFTR's XDP fast path (the lease mirrored into it);
     /// the DSTM client stays on its TUN device.
     DstmXdp,
+    /// DS-Lite with the B4's kernel datapath (`[b4.kernel]`: tc egress
+    /// encapsulation on its TUN device, XDP decapsulation on c0); the
+    /// AFTR stays on its TUN engine.
+    DsliteB4k,
+    /// DSTM with the host's kernel datapath (`[b4.kernel]`); the TEP
+    /// (lwAFTR) stays on its TUN engine.
+    DstmB4k,
+    /// DSTM with both ends in the kernel: the TEP's XDP fast path and the
+    /// host's kernel datapath.
+    DstmXdpB4k,
     /// socat on the gateway, a plain user-level TCP/UDP relay.
     Socat,
 }
 
 impl Mech {
+    /// The B4 (DS-Lite B4, DSTM host) runs its kernel datapath
+    /// (`[b4.kernel]` on c0): a flag of the row, orthogonal to the
+    /// gateway's variant.
+    pub fn b4_kernel(self) -> bool {
+        matches!(self, Mech::DsliteB4k | Mech::DstmB4k | Mech::DstmXdpB4k)
+    }
+
     /// Name in the reports.
     pub fn name(self) -> &'static str {
         match self {
@@ -105,6 +124,9 @@ impl Mech {
             Mech::Dstm => "dstm",
             Mech::Lw4o6Xdp => "lw4o6-xdp",
             Mech::DstmXdp => "dstm-xdp",
+            Mech::DsliteB4k => "dslite-b4k",
+            Mech::DstmB4k => "dstm-b4k",
+            Mech::DstmXdpB4k => "dstm-xdp-b4k",
             Mech::Socat => "socat",
         }
     }
@@ -183,6 +205,10 @@ pub struct MechResult {
     /// row carried by the slow path shows as such.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub xdp_counters: Option<serde_json::Value>,
+    /// The `-b4k` rows: the B4's kernel datapath counters at the end
+    /// (encapsulated, decapsulated, passed to its TUN engine by reason).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub b4_kernel_counters: Option<serde_json::Value>,
 }
 
 /// The whole run.
@@ -374,14 +400,38 @@ fn socat(ns: &Netns, work: &Path, args: &[&str]) -> Result<Proc> {
 fn xdp_counters(m: Mech, work: &Path) -> Option<serde_json::Value> {
     let name = match m {
         Mech::Lw4o6Xdp => "lwaftr",
-        Mech::DstmXdp => "tep",
+        Mech::DstmXdp | Mech::DstmXdpB4k => "tep",
         _ => return None,
     };
+    Some(status(work, name)?["lw4o6"]["xdp"]["counters"].clone())
+}
+
+/// The B4's kernel datapath counters from its status file (the `-b4k` rows).
+fn b4_kernel_counters(m: Mech, work: &Path) -> Option<serde_json::Value> {
+    let name = match m {
+        Mech::DsliteB4k => "b4",
+        Mech::DstmB4k | Mech::DstmXdpB4k => "dstm-b4",
+        _ => return None,
+    };
+    Some(status(work, name)?["b4"]["kernel"]["counters"].clone())
+}
+
+/// The status file of v6gate softwire `name`, once its counters are fresh.
+fn status(work: &Path, name: &str) -> Option<serde_json::Value> {
     // The status file is rewritten every 100 ms, its counters every 200 ms.
     std::thread::sleep(Duration::from_millis(500));
     let text = std::fs::read_to_string(work.join(format!("{name}.json"))).ok()?;
-    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-    Some(v["lw4o6"]["xdp"]["counters"].clone())
+    serde_json::from_str(&text).ok()
+}
+
+/// The `[b4.kernel]` table of the `-b4k` rows (empty for the others): the
+/// B4's kernel datapath with c0 as its uplink.
+fn b4_kernel(m: Mech) -> &'static str {
+    if m.b4_kernel() {
+        "[b4.kernel]\ninterfaces = [\"c0\"]\nmode = \"native\"\n"
+    } else {
+        ""
+    }
 }
 
 /// The `[lw4o6.xdp]` table of the `-xdp` rows (empty for the others):
@@ -393,7 +443,7 @@ fn xdp_counters(m: Mech, work: &Path) -> Option<serde_json::Value> {
 /// segments, whose checksum the kernel completes on the way into the
 /// lwAFTR's TUN device but XDP cannot).
 fn lw4o6_xdp(m: Mech, c: &Netns, s: &Netns) -> Result<&'static str> {
-    if !matches!(m, Mech::Lw4o6Xdp | Mech::DstmXdp) {
+    if !matches!(m, Mech::Lw4o6Xdp | Mech::DstmXdp | Mech::DstmXdpB4k) {
         return Ok("");
     }
     for (ns, dev) in [(c, "c0"), (s, "s0")] {
@@ -469,12 +519,12 @@ fn build(m: Mech, bin: &Path, work: &Path, busy_poll: &str) -> Result<Bed> {
             procs.push(socat(&g, work, &["-T", "5", &u, &format!("UDP4:{SERVER}:{PORT_ECHO}")])?);
             "2001:db8:1::1".parse()?
         }
-        Mech::Dslite => {
+        Mech::Dslite | Mech::DsliteB4k => {
             b4_routes(&g)?;
             let aftr = "[dslite]\naftr-address = \"2001:db8:ffff::1\"\nb4-prefixes = [\"2001:db8:2::/48\"]\npool4 = [\"203.0.113.1/32\"]\nlog-mappings = false\nmax-ports-per-subscriber = 65536\n";
             procs.push(v6gate(&g, "aftr", "softwire", aftr)?);
-            let b4 = "[b4]\nmode = \"ds-lite\"\naddress = \"2001:db8:2::2\"\naftr = \"2001:db8:ffff::1\"\nhost-address = \"192.0.0.2\"\nroutes = [\"198.51.100.0/24\"]\n";
-            procs.push(v6gate(&c, "b4", "softwire", b4)?);
+            let b4 = format!("[b4]\nmode = \"ds-lite\"\naddress = \"2001:db8:2::2\"\naftr = \"2001:db8:ffff::1\"\nhost-address = \"192.0.0.2\"\nroutes = [\"198.51.100.0/24\"]\n{}", b4_kernel(m));
+            procs.push(v6gate(&c, "b4", "softwire", &b4)?);
             v4target
         }
         Mech::Lw4o6 | Mech::Lw4o6Xdp => {
@@ -492,7 +542,7 @@ fn build(m: Mech, bin: &Path, work: &Path, busy_poll: &str) -> Result<Bed> {
             procs.push(v6gate(&c, "lwb4", "softwire", b4)?);
             v4target
         }
-        Mech::Dstm | Mech::DstmXdp => {
+        Mech::Dstm | Mech::DstmXdp | Mech::DstmB4k | Mech::DstmXdpB4k => {
             b4_routes(&g)?;
             let tep = format!(
                 "[lw4o6]\naftr-address = \"2001:db8:ffff::1\"\n[lw4o6.dstm]\npool = [\"203.0.113.0/29\"]\nlisten = \"[2001:db8:1::1]:4739\"\nlease-file = \"{}\"\n{}",
@@ -501,8 +551,8 @@ fn build(m: Mech, bin: &Path, work: &Path, busy_poll: &str) -> Result<Bed> {
             );
             procs.push(v6gate(&g, "tep", "softwire", &tep)?);
             std::thread::sleep(Duration::from_millis(300));
-            let b4 = "[b4]\nmode = \"dstm\"\naddress = \"2001:db8:2::2\"\nlease-server = \"[2001:db8:1::1]:4739\"\nroutes = [\"198.51.100.0/24\"]\n";
-            procs.push(v6gate(&c, "dstm-b4", "softwire", b4)?);
+            let b4 = format!("[b4]\nmode = \"dstm\"\naddress = \"2001:db8:2::2\"\nlease-server = \"[2001:db8:1::1]:4739\"\nroutes = [\"198.51.100.0/24\"]\n{}", b4_kernel(m));
+            procs.push(v6gate(&c, "dstm-b4", "softwire", &b4)?);
             v4target
         }
     };
@@ -667,8 +717,9 @@ pub fn run(a: &Args) -> Result<Report> {
         let r = build(m, &bin, &work, &a.busy_poll).and_then(|bed| {
             let r = measure(&bed, a);
             let x = xdp_counters(m, &work);
+            let k = b4_kernel_counters(m, &work);
             drop(bed);
-            r.map(|r| MechResult { xdp_counters: x, ..r })
+            r.map(|r| MechResult { xdp_counters: x, b4_kernel_counters: k, ..r })
         });
         lab::netns::cleanup(PREFIX);
         match r {
@@ -682,6 +733,9 @@ pub fn run(a: &Args) -> Result<Report> {
                 );
                 if let Some(x) = &r.xdp_counters {
                     eprintln!("  lwAFTR XDP counters {x}");
+                }
+                if let Some(x) = &r.b4_kernel_counters {
+                    eprintln!("  B4 kernel path counters {x}");
                 }
                 results.push(r);
             }

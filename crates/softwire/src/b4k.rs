@@ -1,0 +1,106 @@
+//! The B4's kernel datapath (`xdp::b4`, `bpf/b4.bpf.c`) for a DS-Lite B4
+//! or a DSTM host (`[b4.kernel]`): tc egress on the TUN device
+//! encapsulates, XDP on the uplinks decapsulates, and whatever the
+//! engine must do itself (outer fragmentation and reassembly, ICMP
+//! relaying, packets over the tunnel MTU) still reaches it through the
+//! TUN device. The engine's configuration is the path's: same address,
+//! hop limit, Traffic Class rule and encapsulation limit; the runner
+//! points it at the AFTR, or for a DSTM host at the TEP of the lease in
+//! force (and turns it off without one).
+
+use crate::b4::B4Config;
+use crate::config::B4Kernel;
+use anyhow::{bail, Context as _, Result};
+use core::net::Ipv6Addr;
+use xdp::b4::{B4Counter, B4KernelPath, B4Settings};
+
+/// The kernel path's settings for a B4 configured with `cfg`.
+pub fn settings(cfg: &B4Config) -> B4Settings {
+    let e = cfg.endpoint;
+    B4Settings { local: e.local, hop_limit: e.hop_limit, encap_limit: e.encap_limit, mtu: e.mtu, copy_tos: e.copy_tos }
+}
+
+/// Refuse an uplink whose reverse-path filter is strict: the decapsulated
+/// IPv4 packets arrive on the uplink while the routes back to their
+/// sources point into the TUN device, so `rp_filter = 1` would drop them
+/// (0 or 2, loose, let them in; the kernel uses the larger of `all` and
+/// the interface's value).
+pub fn check_rp_filter(iface: &str) -> Result<()> {
+    let read = |d: &str| -> Result<u8> {
+        let p = format!("/proc/sys/net/ipv4/conf/{d}/rp_filter");
+        let s = std::fs::read_to_string(&p).with_context(|| format!("reading {p}"))?;
+        s.trim().parse().with_context(|| format!("{p}: `{}`", s.trim()))
+    };
+    let v = read("all")?.max(read(iface)?);
+    if v == 1 {
+        bail!(
+            "{iface}: rp_filter is strict (1): the decapsulated IPv4 packets arrive on {iface} while their \
+             sources route into the TUN device; set net.ipv4.conf.{{all,{iface}}}.rp_filter to 2 (loose) or 0"
+        );
+    }
+    Ok(())
+}
+
+/// The loaded, attached kernel path of one B4.
+#[derive(Debug)]
+pub struct B4Fast {
+    kp: B4KernelPath,
+    last_error: Option<String>,
+}
+
+impl B4Fast {
+    /// Load the programs for `cfg`, attach the encapsulation to `tun` and
+    /// the decapsulation to `k`'s uplinks. Off until [`B4Fast::set_aftr`].
+    pub fn start(cfg: &B4Config, tun: &str, k: &B4Kernel) -> Result<B4Fast> {
+        for i in &k.interfaces {
+            check_rp_filter(i).context("[b4.kernel] interfaces")?;
+        }
+        let mut kp = B4KernelPath::load(settings(cfg)).context("[b4.kernel]")?;
+        kp.attach_tun(tun).context("[b4.kernel] the TUN device")?;
+        for i in &k.interfaces {
+            kp.attach_uplink(i, k.mode).with_context(|| format!("[b4.kernel] interfaces: {i}"))?;
+        }
+        Ok(B4Fast { kp, last_error: None })
+    }
+
+    /// The loaded path.
+    pub fn path(&self) -> &B4KernelPath {
+        &self.kp
+    }
+
+    /// Talk to `aftr` (unspecified or `None`: off). An error stays in the
+    /// status; the packets then take the TUN engine.
+    pub fn set_aftr(&mut self, aftr: Option<Ipv6Addr>) {
+        let a = aftr.filter(|a| !a.is_unspecified());
+        match self.kp.set_aftr(a) {
+            Ok(()) => self.last_error = None,
+            Err(e) => {
+                tracing::warn!("[b4.kernel]: {e}; the TUN engine carries everything");
+                self.last_error = Some(e.to_string());
+            }
+        }
+    }
+
+    /// The status: attachments, the AFTR in use, counters by label.
+    pub fn status(&self) -> serde_json::Value {
+        let counters: serde_json::Map<String, serde_json::Value> = self
+            .kp
+            .counters()
+            .map(|v| {
+                v.into_iter()
+                    .filter(|(_, c)| c.packets > 0)
+                    .map(|(k, c): (B4Counter, _)| (k.label().to_owned(), serde_json::json!(c.packets)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        serde_json::json!({
+            "tun": self.kp.tun(),
+            "uplinks": self.kp.attachments().iter().map(|a| serde_json::json!({
+                "iface": a.iface, "mode": format!("{:?}", a.mode).to_lowercase(),
+            })).collect::<Vec<_>>(),
+            "aftr": self.kp.aftr().map(|a| a.to_string()),
+            "counters": counters,
+            "last_error": self.last_error,
+        })
+    }
+}

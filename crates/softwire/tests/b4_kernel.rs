@@ -1,0 +1,346 @@
+//! The B4's kernel datapath (`xdp::b4`: tc egress encapsulation, XDP
+//! decapsulation) against the userspace B4 engine: differential tests
+//! through BPF_PROG_TEST_RUN (root; they fail, never skip, without BPF).
+//!
+//! A uniquely named namespace (removed on drop, also on panic) holds the
+//! B4's TUN device `t0` (the FIB lookup is made as from it) and its
+//! uplink `u0` with a default route through a permanent neighbour. The
+//! model of the slow path is the engine (`B4::process`) behind the
+//! kernel's forwarding step around the TUN device: out of it for what
+//! the engine encapsulates (the hop limit decremented), into it for a
+//! softwire packet before the engine decapsulates it. An encapsulated or
+//! decapsulated frame must be byte-identical to what that path sends; a
+//! passed frame must be untouched, and the engine must be the one to
+//! answer it (fragments, ICMP, the MTU).
+
+mod xdp_support;
+
+use core::net::{Ipv4Addr, Ipv6Addr};
+use lab::netns::{am_root, Netns};
+use proptest::prelude::*;
+use proptest::test_runner::{Config as PtConfig, TestRunner};
+use softwire::b4::{B4Config, B4};
+use softwire::b4k;
+use softwire::endpoint::EndpointConfig;
+use softwire::nat44::Nat44Config;
+use softwire::Action;
+use xdp::b4::{tc_action, B4Counter as C, B4KernelPath};
+use xdp::{action, Mode};
+use xdp_support::{hex, kernel_forward, v6, V4};
+use xlat::{Out, PacketKind};
+
+const B4A: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 2, 0, 0, 0, 0, 2);
+const AFTR: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0xffff, 0, 0, 0, 0, 1);
+const OTHER: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0xffff, 0, 0, 0, 0, 9);
+const HOST: Ipv4Addr = Ipv4Addr::new(192, 0, 0, 2);
+const SERVER: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 1);
+const MAC_UP: [u8; 6] = [2, 0, 0, 0, 6, 1];
+const MAC_GW: [u8; 6] = [2, 0, 0, 0, 6, 2];
+const MAC_PEER: [u8; 6] = [2, 0, 0, 0, 0x99, 0x99];
+
+/// The namespace, the engine and the loaded kernel path.
+struct Bed {
+    // Field order: the kernel path goes before the namespace.
+    kp: B4KernelPath,
+    b4: B4,
+    up: u32,
+    _ns: Netns,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Outcome {
+    /// Encapsulated (tc) or decapsulated (XDP): the L3 packet.
+    Done(Vec<u8>),
+    Passed,
+}
+
+impl Bed {
+    fn new(encap_limit: Option<u8>) -> Bed {
+        assert!(am_root(), "the B4 kernel path tests need root (BPF_PROG_TEST_RUN, namespaces); CI runs as root");
+        let ns = Netns::unique("v6b4k").expect("namespace");
+        let cmds: &[&[&str]] = &[
+            &["link", "set", "lo", "up"],
+            &["link", "add", "u0", "address", "02:00:00:00:06:01", "type", "veth", "peer", "name", "u0p"],
+            &["link", "set", "u0", "up"],
+            &["link", "set", "u0p", "up"],
+            &["tuntap", "add", "dev", "t0", "mode", "tun"],
+            &["link", "set", "t0", "up"],
+            &["-6", "addr", "add", "2001:db8:6::1/64", "dev", "u0", "nodad"],
+            &["-6", "neigh", "add", "2001:db8:6::2", "lladdr", "02:00:00:00:06:02", "dev", "u0", "nud", "permanent"],
+            &["-6", "route", "add", "default", "via", "2001:db8:6::2", "dev", "u0"],
+            &["-6", "route", "add", "2001:db8:2::2/128", "dev", "t0"],
+            &["route", "add", "198.51.100.0/24", "dev", "t0"],
+        ];
+        for c in cmds {
+            ns.ip(c).unwrap_or_else(|e| panic!("ip {}: {e:#}", c.join(" ")));
+        }
+        ns.sysctl("net.ipv4.ip_forward", "1").unwrap();
+        ns.sysctl("net.ipv6.conf.all.forwarding", "1").unwrap();
+        ns.enter_thread().expect("enter the namespace");
+        let up = xdp::sys::if_index("u0").unwrap();
+        let t0 = xdp::sys::if_index("t0").unwrap();
+        let mut endpoint = EndpointConfig::new(B4A, HOST);
+        endpoint.encap_limit = encap_limit;
+        endpoint.hop_limit = 61;
+        let cfg = B4Config { endpoint, aftr: AFTR, napt: None, nat: Nat44Config::default() };
+        let b4 = B4::new(cfg);
+        let mut kp = B4KernelPath::load(b4k::settings(&cfg)).unwrap_or_else(|e| panic!("{e}"));
+        kp.prepare_test(t0, up, MAC_UP).unwrap();
+        kp.set_aftr(Some(AFTR)).unwrap();
+        // XDP attached (native) to an idle interface: BPF_PROG_TEST_RUN then
+        // skips the XDP dispatcher's RCU wait per call.
+        kp.attach_uplink("u0p", Mode::Native).unwrap_or_else(|e| panic!("{e}"));
+        Bed { kp, b4, up, _ns: ns }
+    }
+
+    fn counter(&self, c: C) -> u64 {
+        self.kp.counters().unwrap().into_iter().find(|(k, _)| *k == c).unwrap().1.packets
+    }
+
+    /// What the userspace B4 sends for `pkt` read from its TUN device:
+    /// its one forwarded packet, or `None` (dropped, fragmented, answered).
+    fn engine(&self, pkt: &[u8]) -> Option<Vec<u8>> {
+        let mut out = Out::new();
+        if self.b4.process(pkt, 0, &mut out) != Action::Emit || out.len() != 1 {
+            return None;
+        }
+        match out.get(0) {
+            Some((PacketKind::Forward, p)) => Some(p.to_vec()),
+            _ => None,
+        }
+    }
+
+    /// IPv4 -> softwire: tc over `l3` against the engine.
+    fn encap(&self, l3: &[u8]) -> Outcome {
+        let mut frame = [MAC_PEER, MAC_UP].concat();
+        frame.extend_from_slice(&[0x08, 0x00]);
+        frame.extend_from_slice(l3);
+        let r = self.kp.test_run_tc(&frame).unwrap_or_else(|e| panic!("{e}"));
+        // The engine's tunnel packet, forwarded by the kernel out of the TUN device.
+        let want = self
+            .engine(l3)
+            .filter(|p| p.first().map(|b| b >> 4) == Some(6))
+            .and_then(|mut p| kernel_forward(&mut p).then_some(p));
+        match r.action {
+            tc_action::OK => {
+                assert_eq!(r.frame, frame, "a passed packet is untouched: {}", hex(l3));
+                Outcome::Passed
+            }
+            tc_action::REDIRECT => {
+                assert_eq!(r.frame[..6], MAC_GW, "destination MAC: the next hop's");
+                assert_eq!(r.frame[6..12], MAC_UP, "source MAC: the uplink's");
+                assert_eq!(r.frame[12..14], [0x86, 0xdd]);
+                let got = r.frame[14..].to_vec();
+                assert_eq!(Some(&got), want.as_ref(), "encapsulated as the engine does: {}", hex(l3));
+                Outcome::Done(got)
+            }
+            a => panic!("unexpected tc verdict {a} for {}", hex(l3)),
+        }
+    }
+
+    /// Softwire -> IPv4: XDP over `l3` (Ethernet padded to `pad` bytes)
+    /// against the kernel's forwarding into the TUN device and the engine.
+    fn decap(&self, l3: &[u8], pad: usize, dst_mac: [u8; 6]) -> Outcome {
+        let mut frame = [dst_mac, MAC_GW].concat();
+        frame.extend_from_slice(&[0x86, 0xdd]);
+        frame.extend_from_slice(l3);
+        if frame.len() < pad {
+            frame.resize(pad, 0);
+        }
+        let r = self.kp.test_run_xdp(&frame, self.up).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(r.action, action::PASS, "the decapsulation always passes to the stack");
+        if r.frame == frame {
+            return Outcome::Passed;
+        }
+        let mut fwd = l3.to_vec();
+        let want = kernel_forward(&mut fwd).then(|| self.engine(&fwd)).flatten();
+        assert_eq!(r.frame[..12], frame[..12], "the MAC addresses are kept");
+        assert_eq!(r.frame[12..14], [0x08, 0x00], "EtherType IPv4");
+        let got = r.frame[14..].to_vec();
+        assert_eq!(Some(&got), want.as_ref(), "decapsulated as the engine does: {}", hex(l3));
+        Outcome::Done(got)
+    }
+
+    fn encap_ok(&self, name: &str, l3: &[u8]) -> Vec<u8> {
+        match self.encap(l3) {
+            Outcome::Done(p) => p,
+            Outcome::Passed => panic!("{name}: expected the kernel path to encapsulate"),
+        }
+    }
+
+    fn decap_ok(&self, name: &str, l3: &[u8]) -> Vec<u8> {
+        match self.decap(l3, 0, MAC_UP) {
+            Outcome::Done(p) => p,
+            Outcome::Passed => panic!("{name}: expected the kernel path to decapsulate"),
+        }
+    }
+
+    fn passes(&self, name: &str, r: impl FnOnce(&Bed) -> Outcome, why: C) {
+        let before = self.counter(why);
+        assert_eq!(r(self), Outcome::Passed, "{name}: expected a pass");
+        assert_eq!(self.counter(why), before + 1, "{name}: counted as {}", why.label());
+    }
+}
+
+fn from_aftr(inner: &[u8]) -> Vec<u8> {
+    v6(AFTR, B4A, 64, 4, inner)
+}
+
+#[test]
+fn named_cases() {
+    let mut bed = Bed::new(None);
+    let b = &bed;
+    let out = V4::new(17, HOST, SERVER);
+
+    // IPv4 -> softwire.
+    let before = b.counter(C::Encap);
+    let got = b.encap_ok("udp", &out.udp(40000, 53, b"query"));
+    assert_eq!(b.counter(C::Encap), before + 1);
+    assert_eq!(got[6], 4, "IPv4-in-IPv6");
+    assert_eq!(got[7], 60, "the configured hop limit less the kernel's forwarding step");
+    assert_eq!(&got[8..24], &B4A.octets());
+    assert_eq!(&got[24..40], &AFTR.octets());
+    b.encap_ok("tcp syn", &V4::new(6, HOST, SERVER).tcp(40000, 80, 0x02, b""));
+    b.encap_ok("icmp echo", &V4::new(1, HOST, SERVER).icmp(8, 0, [0, 1, 0, 1], b"ping"));
+    let got = b.encap_ok("traffic class from the tos", &V4 { tos: 0xb9, ..out }.udp(1, 2, b"x"));
+    assert_eq!((u32::from_be_bytes([got[0], got[1], got[2], got[3]]) >> 20) & 0xff, 0xb9);
+    b.encap_ok("an inner fragment goes whole", &V4 { mf: true, ..out }.udp(1, 2, &[1; 64]));
+    b.encap_ok("inner ttl 1 (not ours to check)", &V4 { ttl: 1, ..out }.udp(1, 2, b""));
+    b.encap_ok("gre", &V4::new(47, HOST, SERVER).build(&[0; 8]));
+    b.encap_ok("largest that fits", &out.udp(1, 2, &vec![0; 1500 - 40 - 28]));
+
+    b.passes("over the tunnel mtu", |b| b.encap(&out.udp(1, 2, &vec![0; 1500 - 40 - 27])), C::PassTooBig);
+    let mut bad = out.udp(1, 2, b"");
+    bad[10] ^= 1;
+    b.passes("header checksum", |b| b.encap(&bad), C::PassChecksum);
+    b.passes("options", |b| b.encap(&out.build_opts(&[1, 1, 1, 0], &[0; 8])), C::PassOptions);
+    let mut short = out.udp(1, 2, b"abc");
+    short.pop();
+    b.passes("truncated", |b| b.encap(&short), C::PassMalformed);
+    b.passes(
+        "ipv6 (the engine's lease traffic)",
+        |b| {
+            let mut frame = [MAC_PEER, MAC_UP].concat();
+            frame.extend_from_slice(&[0x86, 0xdd]);
+            frame.extend_from_slice(&from_aftr(&out.udp(1, 2, b"")));
+            let r = b.kp.test_run_tc(&frame).unwrap();
+            assert_eq!((r.action, &r.frame), (tc_action::OK, &frame));
+            Outcome::Passed
+        },
+        C::PassNotIp,
+    );
+
+    // Softwire -> IPv4.
+    let back = V4::new(17, SERVER, HOST);
+    let before = b.counter(C::Decap);
+    let got = b.decap_ok("udp", &from_aftr(&back.udp(53, 40000, b"answer")));
+    assert_eq!(b.counter(C::Decap), before + 1);
+    assert_eq!(got, back.udp(53, 40000, b"answer"), "the inner packet unchanged");
+    b.decap_ok("tcp", &from_aftr(&V4::new(6, SERVER, HOST).tcp(80, 40000, 0x12, b"")));
+    b.decap_ok("inner fragment (the stack reassembles)", &from_aftr(&V4 { mf: true, ..back }.udp(1, 2, &[3; 40])));
+    let ack = from_aftr(&V4::new(6, SERVER, HOST).tcp(80, 40000, 0x10, b""));
+    match b.decap(&ack, 100, MAC_UP) {
+        Outcome::Done(p) => assert_eq!(p.len(), ack.len() - 40, "Ethernet padding trimmed"),
+        Outcome::Passed => panic!("padded ACK not taken"),
+    }
+
+    let inner = back.udp(53, 40000, b"");
+    b.passes("another source", |b| b.decap(&v6(OTHER, B4A, 64, 4, &inner), 0, MAC_UP), C::PassUnknownAftr);
+    b.passes("not to the b4", |b| b.decap(&v6(AFTR, OTHER, 64, 4, &inner), 0, MAC_UP), C::PassNotOurs);
+    b.passes("hop limit 1", |b| b.decap(&v6(AFTR, B4A, 1, 4, &inner), 0, MAC_UP), C::PassTtl);
+    b.passes(
+        "outer fragment",
+        |b| b.decap(&v6(AFTR, B4A, 64, 44, &[4, 0, 0, 1, 0, 0, 0, 1]), 0, MAC_UP),
+        C::PassFragment,
+    );
+    b.passes("icmpv6", |b| b.decap(&v6(AFTR, B4A, 64, 58, &[128, 0, 0, 0, 0, 1, 0, 1]), 0, MAC_UP), C::PassIcmp);
+    b.passes(
+        "encapsulation limit option",
+        |b| b.decap(&v6(AFTR, B4A, 64, 60, &[4, 0, 4, 1, 4, 1, 1, 0]), 0, MAC_UP),
+        C::PassOptions,
+    );
+    let mut bad = inner.clone();
+    bad[10] ^= 1;
+    b.passes("inner checksum", |b| b.decap(&from_aftr(&bad), 0, MAC_UP), C::PassChecksum);
+    let mut long = from_aftr(&inner);
+    long.push(0);
+    long[5] += 1;
+    b.passes("trailing bytes after the inner packet", |b| b.decap(&long, 0, MAC_UP), C::PassMalformed);
+    b.passes("other host", |b| b.decap(&from_aftr(&inner), 0, [2, 0, 0, 0, 0, 7]), C::PassOtherHost);
+    b.passes("multicast", |b| b.decap(&from_aftr(&inner), 0, [0x33, 0x33, 0, 0, 0, 1]), C::PassOtherHost);
+
+    // A DSTM host without a lease: everything to the engine.
+    bed.kp.set_aftr(None).unwrap();
+    let b = &bed;
+    b.passes("no lease, out", |b| b.encap(&out.udp(1, 2, b"")), C::PassDisabled);
+    b.passes("no lease, in", |b| b.decap(&from_aftr(&inner), 0, MAC_UP), C::PassDisabled);
+    // A lease naming another TEP.
+    bed.kp.set_aftr(Some(OTHER)).unwrap();
+    bed.b4.set_aftr(OTHER);
+    let got = bed.encap_ok("to the new tep", &out.udp(1, 2, b""));
+    assert_eq!(&got[24..40], &OTHER.octets());
+    bed.passes("from the old aftr", |b| b.decap(&from_aftr(&inner), 0, MAC_UP), C::PassUnknownAftr);
+}
+
+#[test]
+fn encapsulation_limit_option_as_the_engine_writes_it() {
+    let b = Bed::new(Some(4));
+    let got = b.encap_ok("with the limit option", &V4::new(17, HOST, SERVER).udp(1, 2, b"x"));
+    assert_eq!(got[6], 60, "Destination Options first");
+    assert_eq!(got.len(), 48 + 29);
+    b.passes(
+        "over the tunnel mtu with the option",
+        |b| b.encap(&V4::new(17, HOST, SERVER).udp(1, 2, &vec![0; 1500 - 48 - 27])),
+        C::PassTooBig,
+    );
+}
+
+/// Generated packets, valid and mutated, both directions: the kernel path
+/// never sends anything the engine would not send byte for byte.
+#[test]
+fn generated_packets_never_differ() {
+    let b = Bed::new(None);
+    let pkt = (
+        any::<bool>(),
+        prop_oneof![Just(6u8), Just(17u8), Just(1u8), Just(47u8)],
+        any::<u16>(),
+        any::<u16>(),
+        any::<u8>(),
+        prop_oneof![Just(64u8), Just(1u8), Just(2u8), any::<u8>()],
+        any::<bool>(),
+        prop_oneof![0usize..200, 1400usize..1480],
+        proptest::option::of((any::<usize>(), any::<u8>())),
+        0usize..3,
+    );
+    let mut runner = TestRunner::new(PtConfig { cases: 2000, ..PtConfig::default() });
+    let (done, total) = (core::cell::Cell::new(0u32), core::cell::Cell::new(0u32));
+    runner
+        .run(&pkt, |(outbound, proto, sp, dp, tos, ttl, df, len, mutate, src)| {
+            let payload = vec![0x3c; len];
+            let v = if outbound {
+                V4 { tos, ttl, df, ..V4::new(proto, HOST, SERVER) }
+            } else {
+                V4 { tos, ttl, df, ..V4::new(proto, SERVER, HOST) }
+            };
+            let inner = match proto {
+                6 => v.tcp(sp, dp, 0x18, &payload),
+                17 => v.udp(sp, dp, &payload),
+                1 => v.icmp(if sp & 1 == 0 { 8 } else { 0 }, 0, [(dp >> 8) as u8, dp as u8, 0, 1], &payload),
+                _ => v.build(&payload),
+            };
+            let mut l3 = if outbound { inner } else { v6([AFTR, OTHER, B4A][src], B4A, ttl, 4, &inner) };
+            if let Some((at, x)) = mutate {
+                let i = at % l3.len();
+                l3[i] ^= x;
+            }
+            total.set(total.get() + 1);
+            let r = if outbound { b.encap(&l3) } else { b.decap(&l3, 0, MAC_UP) };
+            if matches!(r, Outcome::Done(_)) {
+                done.set(done.get() + 1);
+            }
+            Ok(())
+        })
+        .unwrap();
+    let (done, total) = (done.get(), total.get());
+    assert!(done * 5 > total, "only {done} of {total} generated packets took the kernel path");
+}
