@@ -15,6 +15,7 @@
 #![warn(missing_debug_implementations)]
 
 pub mod config;
+pub mod dslite;
 mod loader;
 pub mod nat64;
 mod route;
