@@ -15,7 +15,6 @@ mod xdp_support;
 use core::net::{Ipv4Addr, Ipv6Addr};
 use nat64::config::Protocol;
 use proptest::prelude::*;
-use proptest::test_runner::{Config as PtConfig, TestRunner};
 use softwire::aftr::{Aftr, AftrConfig};
 use softwire::endpoint::EndpointConfig;
 use softwire::fast::AftrFast;
@@ -309,45 +308,29 @@ fn generated_packets_never_differ() {
         prop_oneof![Just(64u8), Just(1u8), Just(2u8), any::<u8>()],
         any::<bool>(),
         0usize..200,
-        proptest::option::of((any::<usize>(), any::<u8>())),
     );
-    let mut runner = TestRunner::new(PtConfig { cases: 2000, ..PtConfig::default() });
-    let (fast, total) = (core::cell::Cell::new(0u32), core::cell::Cell::new(0u32));
-    runner
-        .run(&pkt, |(up, si, skew, flags, stranger, tos, ttl, df, len, mutate)| {
-            let (b4, proto, inside, o) = sessions[si];
-            let payload = vec![0x3c; len];
-            let b4 = if stranger { B4_X } else { b4 };
-            let l3 = if up {
-                let v = V4 { tos, ttl, df, ..V4::new(proto, IN1, HOST) };
-                let p = inside ^ skew;
-                let inner = match proto {
-                    6 => v.tcp(p, 80, flags, &payload),
-                    17 => v.udp(p, 53, &payload),
-                    _ => v.icmp(if flags & 1 == 0 { 8 } else { 0 }, 0, [(p >> 8) as u8, p as u8, 0, 1], &payload),
-                };
-                sw(b4, &inner)
-            } else {
-                let v = V4 { tos, ttl, df, ..V4::new(proto, HOST, o.addr) };
-                let p = o.port ^ skew;
-                match proto {
-                    6 => v.tcp(80, p, flags, &payload),
-                    17 => v.udp(53, p, &payload),
-                    _ => v.icmp(if flags & 1 == 0 { 0 } else { 8 }, 0, [(p >> 8) as u8, p as u8, 0, 1], &payload),
-                }
+    let (fast, total) = b.generated(2000, pkt, |(up, si, skew, flags, stranger, tos, ttl, df, len)| {
+        let (b4, proto, inside, o) = sessions[si];
+        let payload = vec![0x3c; len];
+        let b4 = if stranger { B4_X } else { b4 };
+        if up {
+            let v = V4 { tos, ttl, df, ..V4::new(proto, IN1, HOST) };
+            let p = inside ^ skew;
+            let inner = match proto {
+                6 => v.tcp(p, 80, flags, &payload),
+                17 => v.udp(p, 53, &payload),
+                _ => v.icmp(if flags & 1 == 0 { 8 } else { 0 }, 0, [(p >> 8) as u8, p as u8, 0, 1], &payload),
             };
-            let mut l3 = l3;
-            if let Some((at, x)) = mutate {
-                let i = at % l3.len();
-                l3[i] ^= x;
+            sw(b4, &inner)
+        } else {
+            let v = V4 { tos, ttl, df, ..V4::new(proto, HOST, o.addr) };
+            let p = o.port ^ skew;
+            match proto {
+                6 => v.tcp(80, p, flags, &payload),
+                17 => v.udp(53, p, &payload),
+                _ => v.icmp(if flags & 1 == 0 { 0 } else { 8 }, 0, [(p >> 8) as u8, p as u8, 0, 1], &payload),
             }
-            total.set(total.get() + 1);
-            if matches!(b.diff(&l3, 0), Outcome::Forwarded(_)) {
-                fast.set(fast.get() + 1);
-            }
-            Ok(())
-        })
-        .unwrap();
-    let (fast, total) = (fast.get(), total.get());
+        }
+    });
     assert!(fast * 10 > total, "only {fast} of {total} generated packets took the fast path");
 }

@@ -6,8 +6,11 @@
 //! [`Differential`] and the packet builders.
 #![allow(dead_code)]
 
+use core::cell::Cell;
 use core::net::{Ipv4Addr, Ipv6Addr};
 use lab::netns::{am_root, Netns};
+use proptest::prelude::*;
+use proptest::test_runner::{Config as PtConfig, TestRunner};
 use softwire::binding::{Binding, BindingTable};
 use softwire::endpoint::EndpointConfig;
 use softwire::fast::LwaftrFast;
@@ -246,6 +249,33 @@ pub trait Differential {
         let before = self.counter(why);
         assert_eq!(self.diff(l3, 0), Outcome::Passed, "{name}: expected a pass");
         assert_eq!(self.counter(why), before + 1, "{name}: counted as {}", why.label());
+    }
+
+    /// `cases` packets built by `build` from `strategy`'s values, each
+    /// maybe with one byte mutated, through [`Differential::diff`].
+    /// Returns (forwarded, total).
+    fn generated<S: Strategy>(&self, cases: u32, strategy: S, build: impl Fn(S::Value) -> Vec<u8>) -> (u32, u32)
+    where
+        Self: Sized,
+    {
+        let mut runner = TestRunner::new(PtConfig { cases, ..PtConfig::default() });
+        let (fast, total) = (Cell::new(0u32), Cell::new(0u32));
+        let mutation = proptest::option::of((any::<usize>(), any::<u8>()));
+        runner
+            .run(&(strategy, mutation), |(v, mutate)| {
+                let mut l3 = build(v);
+                if let Some((at, x)) = mutate {
+                    let i = at % l3.len();
+                    l3[i] ^= x;
+                }
+                total.set(total.get() + 1);
+                if matches!(self.diff(&l3, 0), Outcome::Forwarded(_)) {
+                    fast.set(fast.get() + 1);
+                }
+                Ok(())
+            })
+            .unwrap();
+        (fast.get(), total.get())
     }
 }
 
