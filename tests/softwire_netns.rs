@@ -165,34 +165,29 @@ fn traffic(bed: &Bed, udp_port: u16) -> (SocketAddr, SocketAddr) {
     (from_udp, from_tcp)
 }
 
-#[test]
-fn dslite_b4_and_aftr_ping_udp_tcp() {
-    let bed = bed();
-    let aftr = Proc::start(
-        &bed.aftr,
-        bed.dir.path(),
-        "aftr",
-        r#"
+/// The AFTR of the DS-Lite tests (more keys may follow).
+const DSLITE_AFTR: &str = r#"
 [dslite]
 aftr-address = "2001:db8:ffff::1"
 b4-prefixes = ["2001:db8:1::/48"]
 pool4 = ["203.0.113.1/32"]
-max-ports-per-subscriber = 64
-"#,
-    );
-    let b4 = Proc::start(
-        &bed.b4,
-        bed.dir.path(),
-        "b4",
-        r#"
+"#;
+
+/// Its B4.
+const DSLITE_B4: &str = r#"
 [b4]
 mode = "ds-lite"
 address = "2001:db8:1::2"
 aftr = "2001:db8:ffff::1"
 host-address = "192.0.0.2"
 routes = ["198.51.100.0/24"]
-"#,
-    );
+"#;
+
+#[test]
+fn dslite_b4_and_aftr_ping_udp_tcp() {
+    let bed = bed();
+    let aftr = Proc::start(&bed.aftr, bed.dir.path(), "aftr", &format!("{DSLITE_AFTR}max-ports-per-subscriber = 64\n"));
+    let b4 = Proc::start(&bed.b4, bed.dir.path(), "b4", DSLITE_B4);
     let (u, t) = traffic(&bed, 7000);
     assert_eq!(u.ip().to_string(), "203.0.113.1", "the server sees the AFTR's pool address");
     assert_eq!(t.ip().to_string(), "203.0.113.1");
@@ -386,31 +381,11 @@ fn dslite_aftr_over_the_xdp_fast_path() {
         &bed.aftr,
         bed.dir.path(),
         "aftr",
-        r#"
-[dslite]
-aftr-address = "2001:db8:ffff::1"
-b4-prefixes = ["2001:db8:1::/48"]
-pool4 = ["203.0.113.1/32"]
-[dslite.xdp]
-interfaces = ["a6", "a4"]
-max-sessions = 1024
-"#,
+        &format!("{DSLITE_AFTR}[dslite.xdp]\ninterfaces = [\"a6\", \"a4\"]\nmax-sessions = 1024\n"),
     );
     let s = aftr.wait_status(|v| v["dslite"]["xdp"]["attached"].as_array().is_some_and(|a| a.len() == 2));
     assert_eq!(s["dslite"]["xdp"]["sessions"], 0, "{s}");
-    let b4 = Proc::start(
-        &bed.b4,
-        bed.dir.path(),
-        "b4",
-        r#"
-[b4]
-mode = "ds-lite"
-address = "2001:db8:1::2"
-aftr = "2001:db8:ffff::1"
-host-address = "192.0.0.2"
-routes = ["198.51.100.0/24"]
-"#,
-    );
+    let b4 = Proc::start(&bed.b4, bed.dir.path(), "b4", DSLITE_B4);
     let (u, t) = traffic(&bed, 7700);
     assert_eq!(u.ip().to_string(), "203.0.113.1", "the server sees the AFTR's pool address");
     assert_eq!(t.ip().to_string(), "203.0.113.1");
