@@ -186,23 +186,9 @@ V6G_INLINE const struct v6g_config *get_config(void)
  * Sums are unfolded host-order u64 accumulators of big-endian words, as in
  * xlat::checksum; fold() is an end-around-carry fold, so any two sums of
  * the same words fold alike, whatever their grouping (16- or 32-bit).
+ * csum_update() and csum_update_udp() are in util.h (the softwire object's
+ * DS-Lite NAT44 uses them too).
  */
-
-/* RFC 1624 eqn. 3: HC' = ~(~HC + ~m + m'), as xlat::checksum::update. */
-V6G_INLINE __u16 csum_update(__u16 csum, __u64 old, __u64 new)
-{
-	__u64 acc = (__u64)(__u16)~csum + (__u64)(__u16)~fold(old) + (__u64)fold(new);
-
-	return (__u16)~fold(acc);
-}
-
-/* A transmitted UDP checksum is never zero (RFC 768). */
-V6G_INLINE __u16 csum_update_udp(__u16 csum, __u64 old, __u64 new)
-{
-	__u16 c = csum_update(csum, old, new);
-
-	return c ? c : 0xffff;
-}
 
 /* ---- addresses ------------------------------------------------------------ */
 

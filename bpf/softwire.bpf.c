@@ -30,6 +30,22 @@
  * bindings and port-set violations (the slow path counts, and answers
  * them when configured to), hairpinning. The kernel and the slow path
  * then do exactly what they do without XDP.
+ *
+ * The DS-Lite AFTR (RFC 6333, SW_F_DSLITE; crates/softwire's Aftr) uses
+ * the same program with its NAT44 instead of bindings: the slow path
+ * mirrors each mapping it would translate without a state change (UDP
+ * and ICMP echo when created, TCP while ESTABLISHED) into ds_out / ds_in
+ * synchronously, before it writes the packet that made it so, and its
+ * pool4 prefixes into ds_pool. A softwire packet whose (B4, inner
+ * protocol, source, port) has a session is decapsulated, its source
+ * rewritten to the pool address and port (pkt::rewrite's RFC 1624
+ * updates) and forwarded; an IPv4 packet to a session's pool address and
+ * port is rewritten back and encapsulated to its B4. The NAT filters
+ * endpoint-independently (any remote may use a mapping), so an exact
+ * session match is all the engine would ask. New flows, TCP SYN/FIN/RST,
+ * hairpinning (to a pool address) and everything passed above go to the
+ * slow path; each forward refreshes the entry's last-seen time, which
+ * the slow path reads before it expires a mapping.
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -78,6 +94,30 @@ struct {
 	__type(key, __u32);
 	__type(value, struct sw_addr);
 } sw_addr SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct ds_out_key);
+	__type(value, struct ds_out_val);
+} ds_out SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct ds_in_key);
+	__type(value, struct ds_in_val);
+} ds_in SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 64);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct ds_pool_key);
+	__type(value, __u8);
+} ds_pool SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -236,7 +276,11 @@ V6G_INLINE void decrease_ttl(struct iphdr *ip)
 	ip->ttl--;
 }
 
-V6G_INLINE __u32 fib4(struct xdp_md *ctx, struct bpf_fib_lookup *fib, const struct iphdr *ip, __u16 sport, __u16 dport)
+/* The route of `ip` as it leaves with source (saddr, sport) (the NAT44's
+ * pool address and port: the packet is rewritten only once forwarding is
+ * certain, a passed packet stays untouched). */
+V6G_INLINE __u32 fib4(struct xdp_md *ctx, struct bpf_fib_lookup *fib, const struct iphdr *ip, __u32 saddr,
+		      __u16 sport, __u16 dport)
 {
 	fib->family = AF_INET;
 	fib->tos = ip->tos;
@@ -245,23 +289,125 @@ V6G_INLINE __u32 fib4(struct xdp_md *ctx, struct bpf_fib_lookup *fib, const stru
 	fib->dport = bpf_htons(dport);
 	fib->tot_len = bpf_ntohs(ip->tot_len);
 	fib->ifindex = ctx->ingress_ifindex;
-	fib->ipv4_src = ip->saddr;
+	fib->ipv4_src = saddr;
 	fib->ipv4_dst = ip->daddr;
 	return lookup(ctx, fib);
 }
 
-/* The softwire side: IPv4-in-IPv6 from a bound lwB4. */
+/* True when `a` is in the DS-Lite pool (Nat44::is_external). */
+V6G_INLINE int in_pool(__u32 a)
+{
+	struct ds_pool_key k = { .prefixlen = 32, .addr = a };
+
+	return bpf_map_lookup_elem(&ds_pool, &k) != 0;
+}
+
+/* A TCP SYN, FIN or RST (check4 made sure the header is there). */
+V6G_INLINE int tcp_control(const struct iphdr *ip, void *end)
+{
+	const __u8 *l4 = (const __u8 *)(ip + 1);
+
+	if (ip->protocol != IPPROTO_TCP)
+		return 0;
+	if ((void *)(l4 + 14) > end)
+		return 1;
+	return (l4[13] & 0x07) != 0;
+}
+
+/* The NAT44 rewrite as pkt::rewrite (crates/softwire) does it: the source
+ * (dst = 0) or destination address and port (ICMP echo: the identifier;
+ * both network order) of an unfragmented packet without options, with
+ * RFC 1624 updates of the header and transport checksums (a zero UDP
+ * checksum stays zero). The sums are of raw network-order words: one's-
+ * complement arithmetic commutes with the byte swap. Returns 0, or -1
+ * when the transport header is cut short (check4 rules that out). */
+V6G_INLINE int nat_rewrite(struct iphdr *ip, void *end, int dst, __u32 addr, __u16 port)
+{
+	__u8 *l4 = (__u8 *)(ip + 1);
+	__u32 oa = dst ? ip->daddr : ip->saddr;
+	__u64 old = (oa & 0xffff) + (oa >> 16), new = (addr & 0xffff) + (addr >> 16);
+	__u16 *pp, op;
+
+	if (dst)
+		ip->daddr = addr;
+	else
+		ip->saddr = addr;
+	ip->check = csum_update(ip->check, old, new);
+	if (ip->protocol == IPPROTO_ICMP) {
+		if ((void *)(l4 + 8) > end)
+			return -1;
+		pp = (__u16 *)(l4 + 4);
+		op = *pp;
+		*pp = port;
+		ST16(l4 + 2, csum_update(LD16(l4 + 2), op, port));
+		return 0;
+	}
+	if (ip->protocol == IPPROTO_TCP) {
+		if ((void *)(l4 + 20) > end)
+			return -1;
+		pp = (__u16 *)(l4 + (dst ? 2 : 0));
+		old += *pp;
+		new += port;
+		*pp = port;
+		ST16(l4 + 16, csum_update(LD16(l4 + 16), old, new));
+		return 0;
+	}
+	if ((void *)(l4 + 8) > end)
+		return -1;
+	pp = (__u16 *)(l4 + (dst ? 2 : 0));
+	old += *pp;
+	new += port;
+	*pp = port;
+	if (LD16(l4 + 6))
+		ST16(l4 + 6, csum_update_udp(LD16(l4 + 6), old, new));
+	return 0;
+}
+
+/* DS-Lite, softwire side: the session of the B4 at `src6` sending `ip`
+ * (sport: its source port or echo identifier), or PASS(reason) in *rc. */
+V6G_INLINE struct ds_out_val *ds_session_out(const __u8 *src6, const struct iphdr *ip, void *end, __u16 sport,
+					       __u32 *rc)
+{
+	struct ds_out_key k __attribute__((aligned(8))) = {};
+	struct ds_out_val *v;
+
+	if (in_pool(ip->daddr)) {
+		*rc = PASS(SW_P_HAIRPIN);
+		return 0;
+	}
+	ST32(k.b4, LD32(src6));
+	ST32(k.b4 + 4, LD32(src6 + 4));
+	ST32(k.b4 + 8, LD32(src6 + 8));
+	ST32(k.b4 + 12, LD32(src6 + 12));
+	k.addr = ip->saddr;
+	k.port = bpf_htons(sport);
+	k.proto = ip->protocol;
+	v = bpf_map_lookup_elem(&ds_out, &k);
+	if (!v) {
+		*rc = PASS(SW_P_NO_SESSION);
+		return 0;
+	}
+	if (tcp_control(ip, end)) {
+		*rc = PASS(SW_P_TCP_CONTROL);
+		return 0;
+	}
+	return v;
+}
+
+/* The softwire side: IPv4-in-IPv6 from a bound lwB4 or (DS-Lite) a B4
+ * with a NAT44 session. */
 static __noinline __u32 decap(struct xdp_md *ctx, const struct sw_config *c)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
 	struct bpf_fib_lookup fib = {};
 	const struct sw_binding *b;
+	struct ds_out_val *ds = 0;
 	__u8 key[16] __attribute__((aligned(4)));
 	__u8 *o = data + ETH_HLEN;
 	struct iphdr *ip;
 	__u16 sport = 0, dport = 0;
-	__u32 plen, rc, daddr;
+	__u32 plen, rc, daddr, saddr;
 
 	if ((void *)(o + 40) > end)
 		return PASS(SW_P_MALFORMED);
@@ -288,6 +434,14 @@ static __noinline __u32 decap(struct xdp_md *ctx, const struct sw_config *c)
 	rc = check4(ip, end, plen, 1, &sport, &dport);
 	if (rc)
 		return rc;
+	if (c->flags & SW_F_DSLITE) {
+		ds = ds_session_out(o + 8, ip, end, sport, &rc);
+		if (!ds)
+			return rc;
+		saddr = ds->addr;
+		sport = bpf_ntohs(ds->port);
+		goto route;
+	}
 	ST32(key, LD32(o + 8));
 	ST32(key + 4, LD32(o + 12));
 	ST32(key + 8, LD32(o + 16));
@@ -300,7 +454,9 @@ static __noinline __u32 decap(struct xdp_md *ctx, const struct sw_config *c)
 	daddr = ip->daddr;
 	if (bpf_map_lookup_elem(&sw_addr, &daddr))
 		return PASS(SW_P_HAIRPIN);
-	rc = fib4(ctx, &fib, ip, sport, dport);
+	saddr = ip->saddr;
+route:
+	rc = fib4(ctx, &fib, ip, saddr, sport, dport);
 	if (rc)
 		return rc;
 	if (bpf_xdp_adjust_head(ctx, 40))
@@ -310,13 +466,46 @@ static __noinline __u32 decap(struct xdp_md *ctx, const struct sw_config *c)
 	ip = data + ETH_HLEN;
 	if ((void *)(ip + 1) > end)
 		return XDP_DROP; /* cannot happen: the inner header was there */
+	if (ds) {
+		/* The engine translates, then the kernel forwards its output. */
+		if (nat_rewrite(ip, end, 0, ds->addr, ds->port))
+			return XDP_DROP; /* cannot happen: check4 saw the header */
+		ds->last_seen_ns = bpf_ktime_get_coarse_ns();
+	}
 	decrease_ttl(ip);
 	write_eth(data, &fib, ETH_P_IP);
 	count(SW_C_DECAP, plen);
 	return send(ctx, fib.ifindex);
 }
 
-/* The IPv4 side: to an address and port an lwB4 holds. */
+/* DS-Lite, IPv4 side: the session of the pool transport address `ip` is
+ * sent to, or PASS(reason) in *rc. */
+V6G_INLINE struct ds_in_val *ds_session_in(struct iphdr *ip, void *end, __u32 l3len, __u32 *rc)
+{
+	struct ds_in_key k __attribute__((aligned(8))) = {};
+	struct ds_in_val *v;
+	__u16 sport = 0, dport = 0;
+
+	*rc = check4(ip, end, l3len, 0, &sport, &dport);
+	if (*rc)
+		return 0;
+	k.addr = ip->daddr;
+	k.port = bpf_htons(dport);
+	k.proto = ip->protocol;
+	v = bpf_map_lookup_elem(&ds_in, &k);
+	if (!v) {
+		*rc = in_pool(ip->daddr) ? PASS(SW_P_NO_SESSION) : PASS(SW_P_NOT_OURS);
+		return 0;
+	}
+	if (tcp_control(ip, end)) {
+		*rc = PASS(SW_P_TCP_CONTROL);
+		return 0;
+	}
+	return v;
+}
+
+/* The IPv4 side: to an address and port an lwB4 holds, or (DS-Lite) to a
+ * NAT44 session's pool transport address. */
 static __noinline __u32 encap(struct xdp_md *ctx, const struct sw_config *c)
 {
 	void *data = (void *)(long)ctx->data;
@@ -324,6 +513,7 @@ static __noinline __u32 encap(struct xdp_md *ctx, const struct sw_config *c)
 	struct bpf_fib_lookup fib = {};
 	struct sw_v4key k = {};
 	const struct sw_addr *sa;
+	struct ds_in_val *ds = 0;
 	struct iphdr *ip = data + ETH_HLEN;
 	__u16 sport = 0, dport = 0, psid;
 	__u32 l3len = (__u32)(end - data) - ETH_HLEN, tot, hlen, total, daddr, rc, w0;
@@ -331,6 +521,13 @@ static __noinline __u32 encap(struct xdp_md *ctx, const struct sw_config *c)
 
 	if ((void *)(ip + 1) > end)
 		return PASS(SW_P_MALFORMED);
+	if (c->flags & SW_F_DSLITE) {
+		ds = ds_session_in(ip, end, l3len, &rc);
+		if (!ds)
+			return rc;
+		b4 = ds->b4;
+		goto tunnel;
+	}
 	daddr = ip->daddr;
 	sa = bpf_map_lookup_elem(&sw_addr, &daddr);
 	if (!sa)
@@ -346,6 +543,7 @@ static __noinline __u32 encap(struct xdp_md *ctx, const struct sw_config *c)
 	b4 = bpf_map_lookup_elem(&sw_v4, &k);
 	if (!b4)
 		return PASS(SW_P_NO_BINDING);
+tunnel:
 	tot = bpf_ntohs(ip->tot_len);
 	hlen = (c->flags & SW_F_ENCAP_LIMIT) ? 48 : 40;
 	total = tot + hlen;
@@ -388,7 +586,13 @@ static __noinline __u32 encap(struct xdp_md *ctx, const struct sw_config *c)
 		ip = (struct iphdr *)(o + 48);
 	if ((void *)(ip + 1) > end)
 		return XDP_DROP;
+	/* The kernel forwards it into the TUN device, then the engine translates. */
 	decrease_ttl(ip);
+	if (ds) {
+		if (nat_rewrite(ip, end, 1, ds->addr, ds->port))
+			return XDP_DROP; /* cannot happen: check4 saw the header */
+		ds->last_seen_ns = bpf_ktime_get_coarse_ns();
+	}
 	write_eth(data, &fib, ETH_P_IPV6);
 	ST32(o, w0);
 	ST16(o + 4, bpf_htons(total - 40));

@@ -24,6 +24,7 @@ _Static_assert(sizeof(struct sw_config) == 24, "struct sw_config differs from so
 #define SW_F_ON 1
 #define SW_F_COPY_TOS 2	    /* Traffic Class = inner TOS (RFC 2473 §6.4) */
 #define SW_F_ENCAP_LIMIT 4  /* a Tunnel Encapsulation Limit option (RFC 2473 §4.1.1) */
+#define SW_F_DSLITE 8	    /* the DS-Lite AFTR: NAT44 sessions (ds_*), not bindings */
 
 /* sw_b4: an lwB4's IPv6 address (16 bytes) -> its binding. */
 struct sw_binding {
@@ -57,6 +58,53 @@ struct sw_mac {
 };
 _Static_assert(sizeof(struct sw_mac) == 8, "struct sw_mac differs from softwire.rs");
 
+/* The DS-Lite AFTR's NAT44 (RFC 6333 §6.6), mirrored by the slow path per
+ * mapping it would translate without a state change (UDP and ICMP echo at
+ * creation, TCP while ESTABLISHED): two entries, one per direction.
+ *
+ * ds_out: softwire -> IPv4, keyed by the B4 and the inner source. */
+struct ds_out_key {
+	__u8 b4[16];  /* the B4's IPv6 address, as on the wire */
+	__u32 addr;   /* inner source address, network order */
+	__u16 port;   /* inner source port / ICMP echo identifier, network order */
+	__u8 proto;   /* 6, 17 or 1 */
+	__u8 pad;
+};
+_Static_assert(sizeof(struct ds_out_key) == 24, "struct ds_out_key differs from dslite.rs");
+
+struct ds_out_val {
+	__u32 addr;	    /* pool address, network order */
+	__u16 port;	    /* pool port, network order */
+	__u16 pad;
+	__u64 last_seen_ns; /* bpf_ktime_get_coarse_ns() of the last packet forwarded */
+};
+_Static_assert(sizeof(struct ds_out_val) == 16, "struct ds_out_val differs from dslite.rs");
+
+/* ds_in: IPv4 -> softwire, keyed by the pool transport address. */
+struct ds_in_key {
+	__u32 addr;  /* pool address, network order */
+	__u16 port;  /* pool port, network order */
+	__u8 proto;
+	__u8 pad;
+};
+_Static_assert(sizeof(struct ds_in_key) == 8, "struct ds_in_key differs from dslite.rs");
+
+struct ds_in_val {
+	__u8 b4[16];	    /* the B4's IPv6 address */
+	__u32 addr;	    /* inner address, network order */
+	__u16 port;	    /* inner port, network order */
+	__u16 pad;
+	__u64 last_seen_ns;
+};
+_Static_assert(sizeof(struct ds_in_val) == 32, "struct ds_in_val differs from dslite.rs");
+
+/* ds_pool (LPM trie): the pool4 prefixes (hairpinning; the rest of a pool
+ * address without a mirrored session is the slow path's). */
+struct ds_pool_key {
+	__u32 prefixlen;
+	__u32 addr; /* network order */
+};
+
 struct sw_count {
 	__u64 packets;
 	__u64 bytes;
@@ -82,6 +130,8 @@ struct sw_count {
 #define SW_P_EGRESS 16	    /* the egress interface is not one of the fast path's */
 #define SW_P_DISABLED 17    /* no configuration written */
 #define SW_P_OTHER_HOST 18  /* Ethernet destination not the interface's (or multicast) */
-#define SW_COUNTERS 19
+#define SW_P_NO_SESSION 19  /* DS-Lite: no mirrored NAT44 session (new flow, unknown B4, ...) */
+#define SW_P_TCP_CONTROL 20 /* DS-Lite: TCP SYN, FIN or RST (the slow path's state machine) */
+#define SW_COUNTERS 21
 
 #endif

@@ -41,4 +41,20 @@ V6G_INLINE __u16 fold(__u64 acc)
 	return (__u16)acc;
 }
 
+/* RFC 1624 eqn. 3: HC' = ~(~HC + ~m + m'), as xlat::checksum::update. */
+V6G_INLINE __u16 csum_update(__u16 csum, __u64 old, __u64 new)
+{
+	__u64 acc = (__u64)(__u16)~csum + (__u64)(__u16)~fold(old) + (__u64)fold(new);
+
+	return (__u16)~fold(acc);
+}
+
+/* A transmitted UDP checksum is never zero (RFC 768). */
+V6G_INLINE __u16 csum_update_udp(__u16 csum, __u64 old, __u64 new)
+{
+	__u16 c = csum_update(csum, old, new);
+
+	return c ? c : 0xffff;
+}
+
 #endif

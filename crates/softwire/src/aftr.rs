@@ -98,9 +98,15 @@ impl Aftr {
 
     /// Expire mappings and reassembly state.
     pub fn expire(&self, now: u64) -> usize {
+        self.expire_with(now, |_, _| None)
+    }
+
+    /// [`Aftr::expire`], asking a fast path when it last carried a
+    /// mapping that is due ([`Nat44::expire_with`]).
+    pub fn expire_with(&self, now: u64, seen: impl FnMut(&Inside, &Outside) -> Option<u64>) -> usize {
         self.ep.expire(now);
         self.reasm4.expire(now);
-        self.nat.expire(now)
+        self.nat.expire_with(now, seen)
     }
 
     /// Handle one packet from the TUN device.

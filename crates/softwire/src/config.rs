@@ -44,6 +44,13 @@ pool4 = ["203.0.113.0/28"]          # as [nat64] pool4: "PREFIX" or { prefix, po
 # icmp-rate = 1000                  # originated ICMP errors per second
 # ipv4-address = "192.0.0.1"        # source of ICMPv4 errors (RFC 6333 5.7)
 # tun = "v6gate-aftr"
+#
+# [dslite.xdp]: the XDP fast path (docs/softwire.md "DS-Lite AFTR fast path"):
+# packets of established NAT44 flows translated and de/encapsulated in XDP on
+# these interfaces; new flows, TCP SYN/FIN/RST and the rest go through the TUN.
+# interfaces = ["eth0", "eth1"]      # the IPv6 (softwire) and IPv4 sides
+# mode = "native"                    # "generic", or "off"; native falls back to generic
+# max-sessions = 262144              # NAT44 sessions the maps carry at most
 
 # [lw4o6]: the lwAFTR (RFC 7596): no NAT, a binding table of
 # (lwB4 IPv6 address, IPv4 address, PSID) loaded from binding-file.
@@ -174,8 +181,23 @@ struct DsliteToml {
     icmp_errors: bool,
     #[serde(default = "d_aftr4")]
     ipv4_address: Ipv4Addr,
+    xdp: Option<DsXdpToml>,
     #[serde(flatten)]
     tunnel: TunnelToml,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct DsXdpToml {
+    #[serde(default)]
+    interfaces: Vec<String>,
+    mode: Option<String>,
+    #[serde(default = "d_max_sessions")]
+    max_sessions: u32,
+}
+
+fn d_max_sessions() -> u32 {
+    1 << 18
 }
 
 fn d_quota() -> u32 {
@@ -325,8 +347,21 @@ pub struct DsliteTable {
     pub pool4: Vec<nat64::Pool4Entry>,
     /// Port probes per address.
     pub max_port_probes: u32,
+    /// The XDP fast path (`[dslite.xdp]`); `None`: off.
+    pub xdp: Option<DsXdp>,
     /// TUN device.
     pub tun: TunTable,
+}
+
+/// A checked `[dslite.xdp]`: where to attach the AFTR's fast path and how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DsXdp {
+    /// Native (falling back to generic) or generic.
+    pub mode: xdp::Mode,
+    /// The softwire (IPv6) and IPv4 side interfaces.
+    pub interfaces: Vec<String>,
+    /// NAT44 sessions the maps carry at most.
+    pub max_sessions: u32,
 }
 
 /// A checked `[lw4o6.dstm]`.
@@ -373,23 +408,39 @@ pub struct SwXdp {
 /// "generic" or "off"; interfaces needed unless off.
 fn sw_xdp(t: Option<SwXdpToml>) -> Result<Option<SwXdp>, String> {
     let Some(t) = t else { return Ok(None) };
-    let mode: xdp::Mode = match t.mode.as_deref() {
-        None => xdp::Mode::Native,
-        Some(m) => m.parse().map_err(|e| err("lw4o6.xdp", "mode", e))?,
-    };
-    if mode == xdp::Mode::Off {
-        return Ok(None);
-    }
-    if t.interfaces.is_empty() {
-        return Err(err("lw4o6.xdp", "interfaces", "name the softwire (IPv6) and IPv4 interfaces to attach to"));
-    }
-    if let Some(i) = t.interfaces.iter().find(|i| i.is_empty() || i.len() > 15) {
-        return Err(err("lw4o6.xdp", "interfaces", format!("`{i}` must be 1-15 bytes (a Linux interface name)")));
-    }
+    let Some(mode) = xdp_mode("lw4o6.xdp", t.mode.as_deref(), &t.interfaces)? else { return Ok(None) };
     if t.max_bindings == 0 {
         return Err(err("lw4o6.xdp", "max-bindings", "at least 1"));
     }
     Ok(Some(SwXdp { mode, interfaces: t.interfaces, max_bindings: t.max_bindings }))
+}
+
+/// `[dslite.xdp]`: as `[lw4o6.xdp]`, with max-sessions.
+fn ds_xdp(t: Option<DsXdpToml>) -> Result<Option<DsXdp>, String> {
+    let Some(t) = t else { return Ok(None) };
+    let Some(mode) = xdp_mode("dslite.xdp", t.mode.as_deref(), &t.interfaces)? else { return Ok(None) };
+    if t.max_sessions == 0 {
+        return Err(err("dslite.xdp", "max-sessions", "at least 1"));
+    }
+    Ok(Some(DsXdp { mode, interfaces: t.interfaces, max_sessions: t.max_sessions }))
+}
+
+/// The mode of an XDP table (`None`: off) and its interfaces checked.
+fn xdp_mode(table: &str, mode: Option<&str>, interfaces: &[String]) -> Result<Option<xdp::Mode>, String> {
+    let mode: xdp::Mode = match mode {
+        None => xdp::Mode::Native,
+        Some(m) => m.parse().map_err(|e| err(table, "mode", e))?,
+    };
+    if mode == xdp::Mode::Off {
+        return Ok(None);
+    }
+    if interfaces.is_empty() {
+        return Err(err(table, "interfaces", "name the softwire (IPv6) and IPv4 interfaces to attach to"));
+    }
+    if let Some(i) = interfaces.iter().find(|i| i.is_empty() || i.len() > 15) {
+        return Err(err(table, "interfaces", format!("`{i}` must be 1-15 bytes (a Linux interface name)")));
+    }
+    Ok(Some(mode))
 }
 
 /// `[b4] mode`.
@@ -597,6 +648,7 @@ fn dslite(t: DsliteToml) -> Result<DsliteTable, String> {
         },
         pool4: t.pool4,
         max_port_probes: t.max_port_probes.max(1),
+        xdp: ds_xdp(t.xdp)?,
         tun: tun(&t.tunnel, "v6gate-aftr", routes, vec![])?,
     })
 }
@@ -775,6 +827,26 @@ mod tests {
         let lw = "[b4]\nmode = \"lw4o6\"\naddress = \"2001:db8::2\"\naftr = \"2001:db8::1\"\nipv4-address = \"192.0.2.1\"\npsid-length = 6\n";
         let e = SoftwireConfig::parse(&format!("{lw}[b4.kernel]\ninterfaces = [\"eth0\"]\n")).unwrap_err();
         assert!(e.contains("lwB4"), "{e}");
+    }
+
+    #[test]
+    fn dslite_xdp_is_off_until_interfaces_are_named() {
+        let base =
+            "[dslite]\naftr-address = \"2001:db8::1\"\nb4-prefixes = [\"2001:db8::/32\"]\npool4 = [\"192.0.2.0/24\"]\n";
+        assert_eq!(SoftwireConfig::parse(base).unwrap().dslite.unwrap().xdp, None, "no table: off");
+        let c = SoftwireConfig::parse(&format!("{base}[dslite.xdp]\ninterfaces = [\"d6\", \"d4\"]\n")).unwrap();
+        let x = c.dslite.unwrap().xdp.unwrap();
+        assert_eq!((x.mode, x.interfaces.len(), x.max_sessions), (xdp::Mode::Native, 2, 1 << 18));
+        let c = SoftwireConfig::parse(&format!("{base}[dslite.xdp]\nmode = \"off\"\n")).unwrap();
+        assert_eq!(c.dslite.unwrap().xdp, None);
+        for (extra, want) in [
+            ("[dslite.xdp]\n", "[dslite.xdp] interfaces"),
+            ("[dslite.xdp]\ninterfaces = [\"a\"]\nmax-sessions = 0\n", "[dslite.xdp] max-sessions"),
+            ("[dslite.xdp]\ninterfaces = [\"a\"]\nmode = \"fast\"\n", "[dslite.xdp] mode"),
+        ] {
+            let e = SoftwireConfig::parse(&format!("{base}{extra}")).unwrap_err();
+            assert!(e.contains(want), "{e} lacks {want}");
+        }
     }
 
     #[test]

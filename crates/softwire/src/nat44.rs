@@ -26,6 +26,14 @@
 //!   (RFC 6888 §4 REQ-12 asks to be able to log; RFC 6302), one line per
 //!   event, see [`log_line`].
 //!
+//! - with [`Nat44::set_mirror`], a list of [`Change`]s for a fast path
+//!   (the AFTR's XDP program, `crate::fast`): a mapping is "carried" while
+//!   its packets change nothing here but the idle timer (UDP and ICMP from
+//!   creation, TCP while ESTABLISHED); it goes up when that starts, down
+//!   when it stops or the mapping is deleted, in the order the packets
+//!   caused it. [`Nat44::expire_with`] asks the fast path when it last saw
+//!   a carried mapping before deleting it (or ageing ESTABLISHED out).
+//!
 //! One mutex guards the tables (the standalone runner has one worker per
 //! function); `nat64` shards by subscriber for multi-queue use and the
 //! daemon integration will do the same here.
@@ -75,6 +83,25 @@ struct Mapping {
     tcp: Option<TcpState>,
     expires: u64,
     created: u64,
+    /// A [`Change::Up`] is the last change listed for it.
+    carried: bool,
+}
+
+impl Mapping {
+    /// Its packets change nothing but the idle timer (see the module
+    /// documentation).
+    fn carriable(&self) -> bool {
+        self.tcp.is_none_or(|s| s == TcpState::Established)
+    }
+}
+
+/// A change of what a fast path may carry ([`Nat44::set_mirror`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// The mapping's packets may take the fast path from now on.
+    Up(Inside, Outside),
+    /// They must not any more (the mapping changes state or is gone).
+    Down(Inside, Outside),
 }
 
 /// Where external ports come from.
@@ -248,6 +275,17 @@ struct Inner {
     by_out: Map<Outside, Inside>,
     per_sub: Map<Ipv6Addr, u32>,
     wheel: Wheel<Inside>,
+    changes: Vec<Change>,
+}
+
+/// List the change of `m` (of `k`) when mirroring is on and whether it
+/// is carriable changed.
+fn note(changes: &mut Vec<Change>, on: bool, k: Inside, m: &mut Mapping) {
+    let want = on && m.carriable();
+    if want != m.carried {
+        m.carried = want;
+        changes.push(if want { Change::Up(k, m.out) } else { Change::Down(k, m.out) });
+    }
 }
 
 /// The NAT44. See the module documentation.
@@ -256,6 +294,7 @@ pub struct Nat44 {
     cfg: Nat44Config,
     ports: Box<dyn Ports>,
     inner: Mutex<Inner>,
+    mirror: std::sync::atomic::AtomicBool,
     /// Mappings created.
     pub created: AtomicU64,
     /// Mappings expired.
@@ -306,7 +345,9 @@ impl Nat44 {
                 by_out: Map::default(),
                 per_sub: Map::default(),
                 wheel: Wheel::new(4096, 100_000_000, 0),
+                changes: Vec::new(),
             }),
+            mirror: std::sync::atomic::AtomicBool::new(false),
             created: AtomicU64::new(0),
             expired: AtomicU64::new(0),
         }
@@ -314,6 +355,35 @@ impl Nat44 {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn mirroring(&self) -> bool {
+        self.mirror.load(Ordering::Relaxed)
+    }
+
+    /// List [`Change`]s for a fast path from now on (on: every mapping
+    /// already carriable goes up at once; off: every carried one down).
+    pub fn set_mirror(&self, on: bool) {
+        self.mirror.store(on, Ordering::Relaxed);
+        let mut g = self.lock();
+        let Inner { by_in, changes, .. } = &mut *g;
+        for (k, m) in by_in.iter_mut() {
+            note(changes, on, *k, m);
+        }
+    }
+
+    /// Move the changes listed since the last call to the end of `into`,
+    /// oldest first.
+    pub fn take_changes(&self, into: &mut Vec<Change>) {
+        let mut g = self.lock();
+        if g.changes.is_empty() {
+            return;
+        }
+        if into.is_empty() {
+            std::mem::swap(into, &mut g.changes);
+        } else {
+            into.append(&mut g.changes);
+        }
     }
 
     /// True when `a` is an external address of this NAT.
@@ -367,9 +437,12 @@ impl Nat44 {
     /// A packet from inside: the mapping of `k` (created when missing —
     /// for TCP only by a SYN), refreshed. `flags` are the TCP flags.
     pub fn outbound(&self, k: Inside, dst: Ipv4Addr, flags: Option<u8>, now: u64) -> Result<Outside, Reason> {
+        let on = self.mirroring();
         let mut g = self.lock();
-        if let Some(m) = g.by_in.get_mut(&k) {
+        let Inner { by_in, changes, .. } = &mut *g;
+        if let Some(m) = by_in.get_mut(&k) {
             self.touch(m, Side::V6, flags, now);
+            note(changes, on, k, m);
             return Ok(m.out);
         }
         if k.proto == Protocol::Tcp && flags.is_some_and(|f| f & tcp::SYN == 0 || f & tcp::RST != 0) {
@@ -389,7 +462,9 @@ impl Nat44 {
             Protocol::Tcp => (Some(TcpState::V6Init), now.saturating_add(self.cfg.tcp_trans_timeout_ns)),
             p => (None, now.saturating_add(self.idle(p))),
         };
-        g.by_in.insert(k, Mapping { out, tcp, expires, created: now });
+        let mut m = Mapping { out, tcp, expires, created: now, carried: false };
+        note(&mut g.changes, on, k, &mut m);
+        g.by_in.insert(k, m);
         g.by_out.insert(out, k);
         *g.per_sub.entry(k.sub).or_insert(0) += 1;
         g.wheel.insert(expires, k);
@@ -404,10 +479,13 @@ impl Nat44 {
     /// A packet from outside to `o`: the inside it maps to, refreshed
     /// (endpoint-independent filtering: any remote host).
     pub fn inbound(&self, o: Outside, flags: Option<u8>, now: u64) -> Result<Inside, Reason> {
+        let on = self.mirroring();
         let mut g = self.lock();
         let k = *g.by_out.get(&o).ok_or(Reason::NoMapping)?;
-        if let Some(m) = g.by_in.get_mut(&k) {
+        let Inner { by_in, changes, .. } = &mut *g;
+        if let Some(m) = by_in.get_mut(&k) {
             self.touch(m, Side::V4, flags, now);
+            note(changes, on, k, m);
         }
         Ok(k)
     }
@@ -426,25 +504,42 @@ impl Nat44 {
     /// to the transitory state, RFC 5382 / RFC 6146). Returns how many
     /// were deleted.
     pub fn expire(&self, now: u64) -> usize {
+        self.expire_with(now, |_, _| None)
+    }
+
+    /// [`Nat44::expire`], asking `seen` first when a carried mapping is
+    /// due: the time (this clock) a fast path last forwarded one of its
+    /// packets, which counts as a packet here (the idle timer restarts
+    /// from it).
+    pub fn expire_with(&self, now: u64, mut seen: impl FnMut(&Inside, &Outside) -> Option<u64>) -> usize {
+        let on = self.mirroring();
         let mut g = self.lock();
         let mut due = Vec::new();
         g.wheel.advance(now, |_, k| due.push(k));
         let mut gone = 0;
         for k in due {
-            let Some(m) = g.by_in.get_mut(&k) else { continue };
+            let Inner { by_in, changes, wheel, .. } = &mut *g;
+            let Some(m) = by_in.get_mut(&k) else { continue };
+            if m.expires <= now && m.carried {
+                if let Some(t) = seen(&k, &m.out) {
+                    m.expires = m.expires.max(t.saturating_add(self.idle(k.proto)));
+                }
+            }
             if m.expires > now {
-                let e = m.expires;
-                g.wheel.insert(e, k);
+                wheel.insert(m.expires, k);
                 continue;
             }
             if let Some(next) = m.tcp.and_then(tcp::on_timeout) {
                 m.tcp = Some(next);
                 m.expires = now.saturating_add(self.cfg.tcp_trans_timeout_ns);
-                let e = m.expires;
-                g.wheel.insert(e, k);
+                wheel.insert(m.expires, k);
+                note(changes, on, k, m);
                 continue;
             }
             let m = *m;
+            if m.carried {
+                changes.push(Change::Down(k, m.out));
+            }
             g.by_in.remove(&k);
             g.by_out.remove(&m.out);
             if let Some(n) = g.per_sub.get_mut(&k.sub) {
@@ -598,6 +693,54 @@ mod tests {
         assert_eq!(s.alloc(Protocol::Tcp, &Ipv6Addr::LOCALHOST, keep, Y), Some((Ipv4Addr::new(192, 0, 2, 1), keep)));
         s.release(Protocol::Tcp, Ipv4Addr::new(192, 0, 2, 1), keep);
         assert_eq!(s.usage(Protocol::Tcp), (u64::from(size), 0));
+    }
+
+    #[test]
+    fn mirror_changes_follow_carriable_mappings() {
+        let n =
+            Nat44::new(Nat44Config { log_mappings: false, ..Default::default() }, pool("203.0.113.1/32", 1024, 65535));
+        let mut ch = Vec::new();
+        let u0 = inside(1, "10.0.0.1", 1, Protocol::Udp);
+        let ou0 = n.outbound(u0, Y, None, 0).unwrap();
+        n.set_mirror(true);
+        n.take_changes(&mut ch);
+        assert_eq!(ch, [Change::Up(u0, ou0)], "what was carriable before goes up at once");
+        ch.clear();
+        let u = inside(1, "10.0.0.1", 2, Protocol::Udp);
+        let ou = n.outbound(u, Y, None, 0).unwrap();
+        let t = inside(1, "10.0.0.1", 3, Protocol::Tcp);
+        let ot = n.outbound(t, Y, Some(tcp::SYN), 0).unwrap();
+        n.take_changes(&mut ch);
+        assert_eq!(ch, [Change::Up(u, ou)], "UDP at creation, TCP not in V6 INIT");
+        ch.clear();
+        n.inbound(ot, Some(tcp::SYN | 0x10), NS).unwrap();
+        n.outbound(t, Y, Some(0x10), NS).unwrap();
+        n.take_changes(&mut ch);
+        assert_eq!(ch, [Change::Up(t, ot)], "TCP once ESTABLISHED, once");
+        ch.clear();
+        n.outbound(t, Y, Some(tcp::FIN | 0x10), 2 * NS).unwrap();
+        n.take_changes(&mut ch);
+        assert_eq!(ch, [Change::Down(t, ot)]);
+        ch.clear();
+        // A fast path that saw `u` at 299 s keeps it past 300 s; `u0` goes.
+        let seen = |k: &Inside, _: &Outside| (*k == u).then_some(299 * NS);
+        assert_eq!(n.expire_with(301 * NS, seen), 1);
+        n.take_changes(&mut ch);
+        assert_eq!(ch, [Change::Down(u0, ou0)]);
+        assert!(n.lookup_in(&u).is_some());
+        ch.clear();
+        assert_eq!(n.expire_with(600 * NS, seen), 1, "the last sighting counts once");
+        n.take_changes(&mut ch);
+        assert_eq!(ch, [Change::Down(u, ou)]);
+        ch.clear();
+        // Off: no more changes, and what was carried goes down.
+        let u2 = inside(2, "10.0.0.1", 2, Protocol::Udp);
+        n.outbound(u2, Y, None, 601 * NS).unwrap();
+        n.take_changes(&mut ch);
+        ch.clear();
+        n.set_mirror(false);
+        n.take_changes(&mut ch);
+        assert!(matches!(ch.as_slice(), [Change::Down(k, _)] if *k == u2), "{ch:?}");
     }
 
     #[test]

@@ -11,6 +11,9 @@
 //! maps equal to the bindings and leases ([`crate::fast`]); the B4 thread in DSTM mode leases its address
 //! through the engine and puts it on the device, and with `[b4.kernel]`
 //! points its kernel datapath ([`crate::b4k`]) at the AFTR or the lease's TEP.
+//! The AFTR thread with `[dslite.xdp]` mirrors its NAT44's carried mappings
+//! into its XDP fast path after every packet, before it writes what the
+//! engine emitted.
 //!
 //! [`Softwires::start`] is the standalone entry point (`v6gate softwire`);
 //! the daemon integration (phase 2) will hand packets to the same engines
@@ -21,7 +24,7 @@ use crate::b4::B4;
 use crate::b4k::B4Fast;
 use crate::binding::BindingTable;
 use crate::config::{B4Mode, B4Table, DsliteTable, Lw4o6Table, SoftwireConfig};
-use crate::fast::LwaftrFast;
+use crate::fast::{AftrFast, LwaftrFast};
 use crate::lease::{self, LeaseServer, Msg};
 use crate::lwaftr::Lwaftr;
 use crate::nat44::PoolPorts;
@@ -190,6 +193,18 @@ impl Softwires {
     fn spawn_dslite(&mut self, t: DsliteTable) -> Result<()> {
         let dev = Device::open(&t.tun)?;
         let aftr = Aftr::new(t.aftr.clone(), Box::new(PoolPorts::new(t.pool4.clone(), t.max_port_probes)));
+        let mut fast = match &t.xdp {
+            Some(x) => {
+                let pool: Vec<(Ipv4Addr, u8)> = t.pool4.iter().map(|e| (e.prefix.addr(), e.prefix.len())).collect();
+                let mut f = AftrFast::load(&aftr, &pool, x.max_sessions).context("[dslite.xdp]")?;
+                for i in &x.interfaces {
+                    f.attach(i, x.mode).with_context(|| format!("[dslite.xdp] interfaces: {i}"))?;
+                }
+                tracing::info!(interfaces = ?x.interfaces, "dslite XDP fast path attached");
+                Some(f)
+            }
+            None => None,
+        };
         let shared = Arc::new(Shared::default());
         let (stop, sh, busy) = (self.stop.clone(), shared.clone(), self.busy_poll);
         let h = std::thread::Builder::new().name("sw-dslite".into()).spawn(move || {
@@ -202,12 +217,23 @@ impl Softwires {
             while !stop.load(Ordering::Relaxed) {
                 wait_for_packets(&dev, None, &mut ready, &mut waiter);
                 let now = start.elapsed().as_nanos() as u64;
-                if pump(&dev, &mut buf, &mut out, &sh, |p, o| aftr.process(p, now, o)) > 0 {
+                // The fast path learns of a mapping before the packet that made it carriable leaves.
+                let handle = |p: &[u8], o: &mut Out| {
+                    let a = aftr.process(p, now, o);
+                    if let Some(f) = &mut fast {
+                        f.sync(&aftr);
+                    }
+                    a
+                };
+                if pump(&dev, &mut buf, &mut out, &sh, handle) > 0 {
                     waiter.worked();
                 }
                 if last.elapsed() >= Duration::from_millis(200) {
                     last = Instant::now();
-                    aftr.expire(now);
+                    match &mut fast {
+                        Some(f) => f.expire(&aftr, now),
+                        None => aftr.expire(now),
+                    };
                     let n = aftr.nat();
                     let usage: Vec<Value> = nat64::Protocol::ALL
                         .iter()
@@ -218,6 +244,7 @@ impl Softwires {
                         .collect();
                     *sh.status.lock().unwrap_or_else(|e| e.into_inner()) = json!({
                         "device": dev.name,
+                        "xdp": fast.as_ref().map(|f| f.status()),
                         "counters": aftr.counters().snapshot(),
                         "mappings": n.len(),
                         "mappings_created": n.created.load(Ordering::Relaxed),

@@ -16,6 +16,7 @@
 
 pub mod b4;
 pub mod config;
+pub mod dslite;
 mod loader;
 pub mod nat64;
 mod route;

@@ -8,6 +8,9 @@
 //! reload and every lease grant or expiry), writing only what changed.
 //! Same loader pattern as [`crate::teredo`]: aya, attach through bpf_link
 //! (native with a generic fallback), detach on drop.
+//!
+//! The DS-Lite AFTR loads the same object with [`SoftwireSettings::dslite`]
+//! set: its NAT44 sessions instead of bindings ([`crate::dslite`]).
 
 use crate::loader::map_err;
 use crate::single::{Names, Single};
@@ -30,6 +33,9 @@ const ADDR: &str = "sw_addr";
 const COUNTERS: &str = "sw_counters";
 const TX: &str = "sw_tx";
 const IFMAC: &str = "sw_ifmac";
+pub(crate) const DS_OUT: &str = "ds_out";
+pub(crate) const DS_IN: &str = "ds_in";
+pub(crate) const DS_POOL: &str = "ds_pool";
 
 /// `struct sw_config`.
 #[repr(C)]
@@ -93,6 +99,7 @@ const _: () = assert!(core::mem::size_of::<SwAddr>() == 4);
 const SW_F_ON: u32 = 1;
 const SW_F_COPY_TOS: u32 = 2;
 const SW_F_ENCAP_LIMIT: u32 = 4;
+const SW_F_DSLITE: u32 = 8;
 
 macro_rules! reasons {
     ($($(#[$m:meta])* $v:ident = $i:expr, $label:expr;)*) => {
@@ -150,6 +157,10 @@ reasons! {
     PassDisabled = 17, "pass-disabled";
     /// Passed: the Ethernet destination is not the interface's (or is multicast).
     PassOtherHost = 18, "pass-other-host";
+    /// Passed (DS-Lite): no mirrored NAT44 session (a new flow, an unknown B4, a pool port without one).
+    PassNoSession = 19, "pass-no-session";
+    /// Passed (DS-Lite): TCP SYN, FIN or RST (the slow path's state machine).
+    PassTcpControl = 20, "pass-tcp-control";
 }
 
 /// What the fast path needs of the lwAFTR's end-point configuration.
@@ -167,6 +178,10 @@ pub struct SoftwireSettings {
     pub copy_tos: bool,
     /// Entries of each binding map: bindings plus leases at most.
     pub max_bindings: u32,
+    /// The DS-Lite AFTR: NAT44 sessions, not bindings.
+    pub dslite: bool,
+    /// DS-Lite: sessions the maps hold at most (one entry each way).
+    pub max_sessions: u32,
 }
 
 /// One binding or lease as the fast path mirrors it.
@@ -237,9 +252,10 @@ impl Mirror {
 
 /// The loaded lwAFTR fast path. Dropping it detaches every attachment.
 pub struct SoftwireFastPath {
-    obj: Single,
+    pub(crate) obj: Single,
     settings: SoftwireSettings,
     mirror: Mirror,
+    pub(crate) sessions: usize,
 }
 
 impl std::fmt::Debug for SoftwireFastPath {
@@ -252,12 +268,12 @@ impl std::fmt::Debug for SoftwireFastPath {
     }
 }
 
-fn gone(e: &MapError) -> bool {
+pub(crate) fn gone(e: &MapError) -> bool {
     matches!(e, MapError::KeyNotFound)
         || matches!(e, MapError::SyscallError(s) if s.io_error.raw_os_error() == Some(libc::ENOENT))
 }
 
-fn full(map: &'static str, e: MapError) -> Error {
+pub(crate) fn full(map: &'static str, e: MapError) -> Error {
     match &e {
         MapError::SyscallError(s) if s.io_error.raw_os_error() == Some(libc::E2BIG) => Error::MapFull(map),
         _ => map_err(map, e),
@@ -271,10 +287,15 @@ impl SoftwireFastPath {
         let names =
             Names { object: "the softwire BPF object", program: PROGRAM, tx: TX, ifmac: IFMAC, counters: COUNTERS };
         let mut loader = EbpfLoader::new();
+        let s = if settings.dslite { settings.max_sessions.max(1) } else { 1 };
         loader.map_max_entries(B4, n).map_max_entries(V4, n).map_max_entries(ADDR, n);
+        loader.map_max_entries(DS_OUT, s).map_max_entries(DS_IN, s);
         let obj = Single::load(&mut loader, OBJECT, names)?;
-        let mut fp = SoftwireFastPath { obj, settings, mirror: Mirror::default() };
+        let mut fp = SoftwireFastPath { obj, settings, mirror: Mirror::default(), sessions: 0 };
         let mut flags = SW_F_ON;
+        if settings.dslite {
+            flags |= SW_F_DSLITE;
+        }
         if settings.copy_tos {
             flags |= SW_F_COPY_TOS;
         }
@@ -480,7 +501,7 @@ mod tests {
         labels.dedup();
         assert_eq!(labels.len(), SoftwireCounter::ALL.len());
         // bpf/softwire.h's SW_COUNTERS.
-        assert_eq!(SoftwireCounter::ALL.len(), 19);
+        assert_eq!(SoftwireCounter::ALL.len(), 21);
     }
 
     #[test]

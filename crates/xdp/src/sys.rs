@@ -130,6 +130,15 @@ unsafe impl aya::Pod for crate::softwire::SwBinding {}
 unsafe impl aya::Pod for crate::softwire::SwV4Key {}
 // SAFETY: as above.
 unsafe impl aya::Pod for crate::softwire::SwAddr {}
+// SAFETY: `#[repr(C)]` integers and integer arrays without padding (sizes
+// asserted in dslite.rs and bpf/softwire.h): every byte pattern is valid.
+unsafe impl aya::Pod for crate::dslite::DsOutKey {}
+// SAFETY: as above.
+unsafe impl aya::Pod for crate::dslite::DsOutVal {}
+// SAFETY: as above.
+unsafe impl aya::Pod for crate::dslite::DsInKey {}
+// SAFETY: as above.
+unsafe impl aya::Pod for crate::dslite::DsInVal {}
 
 /// The hardware (MAC) address of Ethernet interface `name` (of the
 /// caller's network namespace: the `SIOCGIFHWADDR` ioctl on a socket

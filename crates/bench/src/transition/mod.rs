@@ -88,10 +88,16 @@ pub enum Mech {
     /// DSTM with the lwAFTR's XDP fast path (the lease mirrored into it);
     /// the DSTM client stays on its TUN device.
     DstmXdp,
+    /// DS-Lite with the AFTR's XDP fast path (`[dslite.xdp]` on g0 and
+    /// g1: established NAT44 flows); the B4 stays on its TUN device.
+    DsliteXdp,
     /// DS-Lite with the B4's kernel datapath (`[b4.kernel]`: tc egress
     /// encapsulation on its TUN device, XDP decapsulation on c0); the
     /// AFTR stays on its TUN engine.
     DsliteB4k,
+    /// DS-Lite with both ends in the kernel: the AFTR's XDP fast path and
+    /// the B4's kernel datapath.
+    DsliteXdpB4k,
     /// DSTM with the host's kernel datapath (`[b4.kernel]`); the TEP
     /// (lwAFTR) stays on its TUN engine.
     DstmB4k,
@@ -107,7 +113,7 @@ impl Mech {
     /// (`[b4.kernel]` on c0): a flag of the row, orthogonal to the
     /// gateway's variant.
     pub fn b4_kernel(self) -> bool {
-        matches!(self, Mech::DsliteB4k | Mech::DstmB4k | Mech::DstmXdpB4k)
+        matches!(self, Mech::DsliteB4k | Mech::DsliteXdpB4k | Mech::DstmB4k | Mech::DstmXdpB4k)
     }
 
     /// Name in the reports.
@@ -124,7 +130,9 @@ impl Mech {
             Mech::Dstm => "dstm",
             Mech::Lw4o6Xdp => "lw4o6-xdp",
             Mech::DstmXdp => "dstm-xdp",
+            Mech::DsliteXdp => "dslite-xdp",
             Mech::DsliteB4k => "dslite-b4k",
+            Mech::DsliteXdpB4k => "dslite-xdp-b4k",
             Mech::DstmB4k => "dstm-b4k",
             Mech::DstmXdpB4k => "dstm-xdp-b4k",
             Mech::Socat => "socat",
@@ -396,20 +404,21 @@ fn socat(ns: &Netns, work: &Path, args: &[&str]) -> Result<Proc> {
     Proc::spawn("socat", c, Some(&work.join(format!("socat-{}.log", args[0].replace([':', ',', '[', ']'], "_")))))
 }
 
-/// The lwAFTR's XDP counters from its status file (the `-xdp` rows).
+/// The (lw)AFTR's XDP counters from its status file (the `-xdp` rows).
 fn xdp_counters(m: Mech, work: &Path) -> Option<serde_json::Value> {
-    let name = match m {
-        Mech::Lw4o6Xdp => "lwaftr",
-        Mech::DstmXdp | Mech::DstmXdpB4k => "tep",
+    let (name, function) = match m {
+        Mech::Lw4o6Xdp => ("lwaftr", "lw4o6"),
+        Mech::DstmXdp | Mech::DstmXdpB4k => ("tep", "lw4o6"),
+        Mech::DsliteXdp | Mech::DsliteXdpB4k => ("aftr", "dslite"),
         _ => return None,
     };
-    Some(status(work, name)?["lw4o6"]["xdp"]["counters"].clone())
+    Some(status(work, name)?[function]["xdp"]["counters"].clone())
 }
 
 /// The B4's kernel datapath counters from its status file (the `-b4k` rows).
 fn b4_kernel_counters(m: Mech, work: &Path) -> Option<serde_json::Value> {
     let name = match m {
-        Mech::DsliteB4k => "b4",
+        Mech::DsliteB4k | Mech::DsliteXdpB4k => "b4",
         Mech::DstmB4k | Mech::DstmXdpB4k => "dstm-b4",
         _ => return None,
     };
@@ -434,25 +443,30 @@ fn b4_kernel(m: Mech) -> &'static str {
     }
 }
 
-/// The `[lw4o6.xdp]` table of the `-xdp` rows (empty for the others):
-/// the lwAFTR's fast path on the gateway's g0 (softwires) and g1 (IPv4).
+/// The `[lw4o6.xdp]` or `[dslite.xdp]` table of the `-xdp` rows (empty
+/// for the others): the (lw)AFTR's fast path on the gateway's g0
+/// (softwires) and g1 (IPv4).
 /// What the veth testbed needs of the senders (as for the Teredo relay's
 /// fast path; real NICs need neither): NAPI (GRO on) at c0/s0, which take
 /// the redirects into g0/g1, and complete checksums (transmit checksum
 /// offload off on c0/s0: a veth otherwise hands over CHECKSUM_PARTIAL
 /// segments, whose checksum the kernel completes on the way into the
 /// lwAFTR's TUN device but XDP cannot).
-fn lw4o6_xdp(m: Mech, c: &Netns, s: &Netns) -> Result<&'static str> {
-    if !matches!(m, Mech::Lw4o6Xdp | Mech::DstmXdp | Mech::DstmXdpB4k) {
-        return Ok("");
-    }
+fn sw_xdp(m: Mech, c: &Netns, s: &Netns) -> Result<&'static str> {
+    let table = match m {
+        Mech::Lw4o6Xdp | Mech::DstmXdp | Mech::DstmXdpB4k => {
+            "[lw4o6.xdp]\ninterfaces = [\"g0\", \"g1\"]\nmode = \"native\"\n"
+        }
+        Mech::DsliteXdp | Mech::DsliteXdpB4k => "[dslite.xdp]\ninterfaces = [\"g0\", \"g1\"]\nmode = \"native\"\n",
+        _ => return Ok(""),
+    };
     for (ns, dev) in [(c, "c0"), (s, "s0")] {
         ns.run(|| {
             xdp::sys::set_gro(dev, true).with_context(|| format!("GRO on {dev}"))?;
             xdp::sys::set_tx_checksum(dev, false).with_context(|| format!("tx checksum offload off on {dev}"))
         })?;
     }
-    Ok("[lw4o6.xdp]\ninterfaces = [\"g0\", \"g1\"]\nmode = \"native\"\n")
+    Ok(table)
 }
 
 fn build(m: Mech, bin: &Path, work: &Path, busy_poll: &str) -> Result<Bed> {
@@ -519,10 +533,10 @@ fn build(m: Mech, bin: &Path, work: &Path, busy_poll: &str) -> Result<Bed> {
             procs.push(socat(&g, work, &["-T", "5", &u, &format!("UDP4:{SERVER}:{PORT_ECHO}")])?);
             "2001:db8:1::1".parse()?
         }
-        Mech::Dslite | Mech::DsliteB4k => {
+        Mech::Dslite | Mech::DsliteXdp | Mech::DsliteB4k | Mech::DsliteXdpB4k => {
             b4_routes(&g)?;
-            let aftr = "[dslite]\naftr-address = \"2001:db8:ffff::1\"\nb4-prefixes = [\"2001:db8:2::/48\"]\npool4 = [\"203.0.113.1/32\"]\nlog-mappings = false\nmax-ports-per-subscriber = 65536\n";
-            procs.push(v6gate(&g, "aftr", "softwire", aftr)?);
+            let aftr = format!("[dslite]\naftr-address = \"2001:db8:ffff::1\"\nb4-prefixes = [\"2001:db8:2::/48\"]\npool4 = [\"203.0.113.1/32\"]\nlog-mappings = false\nmax-ports-per-subscriber = 65536\n{}", sw_xdp(m, &c, &s)?);
+            procs.push(v6gate(&g, "aftr", "softwire", &aftr)?);
             let b4 = format!("[b4]\nmode = \"ds-lite\"\naddress = \"2001:db8:2::2\"\naftr = \"2001:db8:ffff::1\"\nhost-address = \"192.0.0.2\"\nroutes = [\"198.51.100.0/24\"]\n{}", b4_kernel(m));
             procs.push(v6gate(&c, "b4", "softwire", &b4)?);
             v4target
@@ -536,7 +550,7 @@ fn build(m: Mech, bin: &Path, work: &Path, busy_poll: &str) -> Result<Bed> {
             // mappings kept for the TCP timers, do not exhaust the set (with
             // length 6, 1,008 ports, 120 of 2,000 sessions failed).
             std::fs::write(&bindings, "2001:db8:2::2 203.0.113.1 1 2\n")?;
-            let lw = format!("[lw4o6]\naftr-address = \"2001:db8:ffff::1\"\nbinding-file = \"{}\"\nipv4-prefixes = [\"203.0.113.0/24\"]\n{}", bindings.display(), lw4o6_xdp(m, &c, &s)?);
+            let lw = format!("[lw4o6]\naftr-address = \"2001:db8:ffff::1\"\nbinding-file = \"{}\"\nipv4-prefixes = [\"203.0.113.0/24\"]\n{}", bindings.display(), sw_xdp(m, &c, &s)?);
             procs.push(v6gate(&g, "lwaftr", "softwire", &lw)?);
             let b4 = "[b4]\nmode = \"lw4o6\"\naddress = \"2001:db8:2::2\"\naftr = \"2001:db8:ffff::1\"\nipv4-address = \"203.0.113.1\"\npsid = 1\npsid-length = 2\nhost-address = \"192.168.1.2\"\nroutes = [\"198.51.100.0/24\"]\n";
             procs.push(v6gate(&c, "lwb4", "softwire", b4)?);
@@ -547,7 +561,7 @@ fn build(m: Mech, bin: &Path, work: &Path, busy_poll: &str) -> Result<Bed> {
             let tep = format!(
                 "[lw4o6]\naftr-address = \"2001:db8:ffff::1\"\n[lw4o6.dstm]\npool = [\"203.0.113.0/29\"]\nlisten = \"[2001:db8:1::1]:4739\"\nlease-file = \"{}\"\n{}",
                 work.join("leases").display(),
-                lw4o6_xdp(m, &c, &s)?
+                sw_xdp(m, &c, &s)?
             );
             procs.push(v6gate(&g, "tep", "softwire", &tep)?);
             std::thread::sleep(Duration::from_millis(300));
@@ -732,7 +746,7 @@ pub fn run(a: &Args) -> Result<Report> {
                     r.rtt.p50_ns as f64 / 1e3
                 );
                 if let Some(x) = &r.xdp_counters {
-                    eprintln!("  lwAFTR XDP counters {x}");
+                    eprintln!("  XDP fast path counters {x}");
                 }
                 if let Some(x) = &r.b4_kernel_counters {
                     eprintln!("  B4 kernel path counters {x}");

@@ -34,8 +34,10 @@ pub(super) fn availability(dut: Dut, v6gate: &Path) -> Option<String> {
                 None
             }
         }
-        Dut::V6gateLw4o6 | Dut::V6gateXdpLw4o6 | Dut::V6gateDslite => (!gateconf::has_subcommand(v6gate, "softwire"))
-            .then(|| format!("{} has no `softwire` subcommand", v6gate.display())),
+        Dut::V6gateLw4o6 | Dut::V6gateXdpLw4o6 | Dut::V6gateDslite | Dut::V6gateXdpDslite => {
+            (!gateconf::has_subcommand(v6gate, "softwire"))
+                .then(|| format!("{} has no `softwire` subcommand", v6gate.display()))
+        }
     }
 }
 
@@ -83,11 +85,16 @@ pub(super) fn lw4o6_bindings() -> String {
 /// lwAFTR's binding file), on the TUN device [`TUN`].
 pub(super) fn softwire_conf(dut: Dut, bindings: &Path) -> String {
     let common = format!("mtu = {SOFTWIRE_MTU}\ntun = \"{TUN}\"\n");
-    if dut == Dut::V6gateDslite {
+    if dut.dslite() {
+        let xdp = if dut == Dut::V6gateXdpDslite {
+            "[dslite.xdp]\ninterfaces = [\"d6\", \"d4\"]\nmode = \"native\"\n"
+        } else {
+            ""
+        };
         // One subscriber (the tester's B4) holds every flow: no port quota.
         format!(
             "[dslite]\naftr-address = \"{AFTR6}\"\nb4-prefixes = [\"{HOSTS6}\"]\npool4 = [\"{POOL4}\"]\n\
-             max-ports-per-subscriber = 65536\nlog-mappings = false\n{common}"
+             max-ports-per-subscriber = 65536\nlog-mappings = false\n{common}{xdp}"
         )
     } else {
         let xdp = if dut == Dut::V6gateXdpLw4o6 {
@@ -108,8 +115,8 @@ pub(super) fn softwire_conf(dut: Dut, bindings: &Path) -> String {
 fn softwire_xdp_status(ctx: &Ctx) -> Option<serde_json::Value> {
     let text = std::fs::read_to_string(ctx.work.join("softwire.json")).ok()?;
     let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-    let x = v["lw4o6"]["xdp"].clone();
-    (!x.is_null()).then_some(x)
+    let x = v.as_object()?.values().map(|f| f["xdp"].clone()).find(|x| !x.is_null())?;
+    Some(x)
 }
 
 /// What the lwAFTR's fast path did (its counters), for the report's notes.
@@ -117,8 +124,8 @@ pub(super) fn softwire_xdp_note(ctx: &Ctx) -> String {
     // The status file is rewritten every 100 ms; its counters every 200 ms.
     std::thread::sleep(Duration::from_millis(500));
     match softwire_xdp_status(ctx) {
-        Some(x) => format!("lwAFTR XDP counters {}", x["counters"]),
-        None => "lwAFTR XDP status not available".into(),
+        Some(x) => format!("softwire XDP counters {}", x["counters"]),
+        None => "softwire XDP status not available".into(),
     }
 }
 
@@ -270,7 +277,7 @@ pub(super) fn start_with(ctx: &Ctx, dut: Dut, topo: &BenchTopo, tun_extra: &[Str
             }
             Ok(Some(p))
         }
-        Dut::V6gateLw4o6 | Dut::V6gateXdpLw4o6 | Dut::V6gateDslite => {
+        Dut::V6gateLw4o6 | Dut::V6gateXdpLw4o6 | Dut::V6gateDslite | Dut::V6gateXdpDslite => {
             let mtu = SOFTWIRE_MTU.to_string();
             ns.ip(&["link", "set", "d6", "mtu", &mtu])?;
             topo.t6.ip(&["link", "set", "t6", "mtu", &mtu])?;
@@ -291,13 +298,13 @@ pub(super) fn start_with(ctx: &Ctx, dut: Dut, topo: &BenchTopo, tun_extra: &[Str
             wait_for(&mut p, &format!("route {aftr} into {TUN}"), || {
                 ns.ip(&["-6", "route", "show", &aftr]).is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(TUN))
             })?;
-            if dut == Dut::V6gateXdpLw4o6 {
+            if matches!(dut, Dut::V6gateXdpLw4o6 | Dut::V6gateXdpDslite) {
                 // As for the XDP translator: the fast path redirects into
                 // d6/d4, whose peers need NAPI (GRO on) to take the frames.
                 for (tns, dev) in [(&topo.t6, "t6"), (&topo.t4, "t4")] {
                     tns.run(|| xdp::sys::set_gro(dev, true).with_context(|| format!("GRO on {dev}")))?;
                 }
-                wait_for(&mut p, "attach the lwAFTR's XDP fast path to d6 and d4", || {
+                wait_for(&mut p, "attach the softwire's XDP fast path to d6 and d4", || {
                     softwire_xdp_status(ctx).is_some_and(|x| x["attached"].as_array().is_some_and(|a| a.len() == 2))
                 })?;
                 let x = softwire_xdp_status(ctx).unwrap_or_default();
@@ -371,7 +378,11 @@ mod tests {
         assert!(l.contains("ipv4-prefixes = [\"192.0.2.128/25\"]") && l.contains("watch-binding-file = false"), "{l}");
         assert_eq!(lw4o6_bindings(), "2001:db8:46::10 192.0.2.130 5 4 6\n");
         // Each parses as its table, the whole file checked (softwire's own parser).
-        for (dut, table) in [(Dut::V6gateDslite, "dslite"), (Dut::V6gateLw4o6, "lw4o6")] {
+        let x = softwire_conf(Dut::V6gateXdpDslite, Path::new("/x/b"));
+        assert!(x.ends_with("[dslite.xdp]\ninterfaces = [\"d6\", \"d4\"]\nmode = \"native\"\n"), "{x}");
+        for (dut, table) in
+            [(Dut::V6gateDslite, "dslite"), (Dut::V6gateXdpDslite, "dslite"), (Dut::V6gateLw4o6, "lw4o6")]
+        {
             let c = softwire::config::SoftwireConfig::parse(&softwire_conf(dut, Path::new("/x/b"))).unwrap();
             assert_eq!(c.functions(), vec![table]);
         }

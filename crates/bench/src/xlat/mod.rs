@@ -74,6 +74,11 @@ pub enum Dut {
     /// NAT64).
     #[value(name = "v6gate-dslite")]
     V6gateDslite,
+    /// `v6gate-dslite` plus `[dslite.xdp]` on d6 and d4 (native): the
+    /// AFTR's established NAT44 flows in XDP (bpf/softwire.bpf.c); the TUN
+    /// engine stays the slow path. AF_PACKET tester only.
+    #[value(name = "v6gate-xdp-dslite")]
+    V6gateXdpDslite,
 }
 
 impl Dut {
@@ -91,13 +96,19 @@ impl Dut {
             Dut::V6gateLw4o6 => "v6gate-lw4o6",
             Dut::V6gateXdpLw4o6 => "v6gate-xdp-lw4o6",
             Dut::V6gateDslite => "v6gate-dslite",
+            Dut::V6gateXdpDslite => "v6gate-xdp-dslite",
         }
     }
 
     /// Whether the DUT is a softwire end (`v6gate softwire`): its IPv6
     /// side carries IPv4 in IPv6 (RFC 2473 4in6 frames).
     pub fn softwire(self) -> bool {
-        matches!(self, Dut::V6gateLw4o6 | Dut::V6gateXdpLw4o6 | Dut::V6gateDslite)
+        matches!(self, Dut::V6gateLw4o6 | Dut::V6gateXdpLw4o6) || self.dslite()
+    }
+
+    /// Whether the DUT is the DS-Lite AFTR (with or without its XDP fast path).
+    pub fn dslite(self) -> bool {
+        matches!(self, Dut::V6gateDslite | Dut::V6gateXdpDslite)
     }
 
     /// Whether the DUT is the lwAFTR (with or without its XDP fast path).
@@ -108,7 +119,7 @@ impl Dut {
     /// Whether 4to6 traffic needs the mappings of a 6to4 warm-up (NAT64,
     /// the DS-Lite AFTR's NAT44).
     pub fn maps(self) -> bool {
-        self.stateful() || self == Dut::V6gateDslite
+        self.stateful() || self.dslite()
     }
 
     /// Whether the DUT keeps per-flow state (NAT64).

@@ -76,7 +76,7 @@ fn headers(dut: Dut, dir: Dir, flow_ports: &[(u16, u16)], nat: Option<&[Option<(
             (Dut::Kernel | Dut::V6gateLw4o6 | Dut::V6gateXdpLw4o6, Dir::V6ToV4) => {
                 Header { src: IpAddr::V4(HOST6_AS_V4), dst: IpAddr::V4(HOST4), ..v6_out(sp, dp) }
             }
-            (Dut::V6gateDslite, Dir::V6ToV4) => {
+            (Dut::V6gateDslite | Dut::V6gateXdpDslite, Dir::V6ToV4) => {
                 Header { src: IpAddr::V4(DSLITE_HOST4), dst: IpAddr::V4(HOST4), ..v6_out(sp, dp) }
             }
             (
@@ -495,7 +495,7 @@ pub(super) fn bench_dut(ctx: &Ctx, dut: Dut, ceiling: &[(Dir, usize, f64)]) -> D
                 );
                 rep.points.push(p);
             }
-            if dut == Dut::V6gateXdpLw4o6 {
+            if matches!(dut, Dut::V6gateXdpLw4o6 | Dut::V6gateXdpDslite) {
                 let note = format!("{}: {}", dir.name(), dut::softwire_xdp_note(ctx));
                 eprintln!("bench xlat: {} {note}", dut.name());
                 rep.notes.push(note);

@@ -1,19 +1,23 @@
-//! Shared by the lwAFTR XDP differential test (`tests/lwaftr_xdp.rs`) and
-//! its cost bench (`benches/xdp_cost.rs`): the namespace with the loaded,
-//! mirrored fast path next to the engine, the model of the slow path
-//! (the engine between the kernel's forwarding steps) and the packet
-//! builders.
+//! Shared by the lwAFTR and DS-Lite AFTR XDP differential tests
+//! (`tests/lwaftr_xdp.rs`, `tests/dslite_xdp.rs`) and the cost bench
+//! (`benches/xdp_cost.rs`): the namespace with the loaded, mirrored fast
+//! path next to the engine, the model of the slow path (the engine
+//! between the kernel's forwarding steps, [`slow_path`]), the checks of
+//! [`Differential`] and the packet builders.
 #![allow(dead_code)]
 
+use core::cell::Cell;
 use core::net::{Ipv4Addr, Ipv6Addr};
 use lab::netns::{am_root, Netns};
+use proptest::prelude::*;
+use proptest::test_runner::{Config as PtConfig, TestRunner};
 use softwire::binding::{Binding, BindingTable};
 use softwire::endpoint::EndpointConfig;
 use softwire::fast::LwaftrFast;
 use softwire::lwaftr::{Lwaftr, LwaftrConfig};
 use softwire::portset::PsidMap;
 use softwire::Action;
-use xdp::softwire::SoftwireCounter as C;
+use xdp::softwire::{SoftwireCounter as C, SoftwireFastPath};
 use xdp::{action, Mode};
 use xlat::{Out, PacketKind};
 
@@ -79,31 +83,7 @@ impl Bed {
 
     /// As [`Bed::new`], the maps sized for `max_bindings`.
     pub fn with(encap_limit: Option<u8>, max_bindings: u32) -> Bed {
-        assert!(am_root(), "the XDP tests need root (BPF_PROG_TEST_RUN, network namespaces); CI runs as root");
-        let ns = Netns::unique("v6sw").expect("namespace");
-        let cmds: &[&[&str]] = &[
-            &["link", "set", "lo", "up"],
-            &["link", "add", "x4", "address", "02:00:00:00:04:01", "type", "veth", "peer", "name", "x4p"],
-            &["link", "add", "x6", "address", "02:00:00:00:06:01", "type", "veth", "peer", "name", "x6p"],
-            &["link", "set", "x4", "up"],
-            &["link", "set", "x4p", "up"],
-            &["link", "set", "x6", "up"],
-            &["link", "set", "x6p", "up"],
-            &["addr", "add", "198.51.100.1/24", "dev", "x4"],
-            &["-6", "addr", "add", "2001:db8:6::1/64", "dev", "x6", "nodad"],
-            &["neigh", "add", "198.51.100.2", "lladdr", "02:00:00:00:04:02", "dev", "x4", "nud", "permanent"],
-            &["-6", "neigh", "add", "2001:db8:6::2", "lladdr", "02:00:00:00:06:02", "dev", "x6", "nud", "permanent"],
-            &["route", "add", "default", "via", "198.51.100.2", "dev", "x4"],
-            &["-6", "route", "add", "default", "via", "2001:db8:6::2", "dev", "x6"],
-        ];
-        for c in cmds {
-            ns.ip(c).unwrap_or_else(|e| panic!("ip {}: {e:#}", c.join(" ")));
-        }
-        ns.sysctl("net.ipv4.ip_forward", "1").unwrap();
-        ns.sysctl("net.ipv6.conf.all.forwarding", "1").unwrap();
-        ns.enter_thread().expect("enter the namespace");
-        let if4 = xdp::sys::if_index("x4").unwrap();
-        let if6 = xdp::sys::if_index("x6").unwrap();
+        let (ns, if4, if6) = sides();
         let mut endpoint = EndpointConfig::new(LOCAL, Ipv4Addr::new(192, 0, 0, 1));
         endpoint.encap_limit = encap_limit;
         endpoint.hop_limit = 61;
@@ -111,26 +91,108 @@ impl Bed {
         let lw = Lwaftr::new(cfg, bindings(true));
         lw.set_leases(leases(true));
         let mut fast = LwaftrFast::load(&lw, max_bindings).unwrap_or_else(|e| panic!("{e}"));
-        let fp = fast.fast_path_mut();
-        fp.allow_egress(if4).unwrap();
-        fp.allow_egress(if6).unwrap();
-        fp.set_interface_mac(if4, MAC_X4).unwrap();
-        fp.set_interface_mac(if6, MAC_X6).unwrap();
-        // Attached (native) to an idle interface: BPF_PROG_TEST_RUN then
-        // skips the XDP dispatcher's RCU wait per call.
-        fast.attach("x4p", Mode::Native).unwrap_or_else(|e| panic!("{e}"));
+        prepare(fast.fast_path_mut(), if4, if6);
         Bed { fast, lw, if4, if6, _ns: ns }
     }
+}
 
-    pub fn counter(&self, c: C) -> u64 {
-        self.fast.fast_path().counters().unwrap().into_iter().find(|(k, _)| *k == c).unwrap().1.packets
+impl Differential for Bed {
+    fn fast_path(&self) -> &SoftwireFastPath {
+        self.fast.fast_path()
+    }
+
+    fn ifs(&self) -> (u32, u32) {
+        (self.if4, self.if6)
+    }
+
+    fn slow(&self, l3: &[u8]) -> Option<Vec<u8>> {
+        slow_path(l3, |p, out| self.lw.process(p, 1_000_000_000, out))
+    }
+}
+
+/// A uniquely named namespace (entered by this thread) with the IPv4
+/// side `x4` and the softwire side `x6`, each with a default route
+/// through a permanent neighbour; their interface indexes.
+pub fn sides() -> (Netns, u32, u32) {
+    assert!(am_root(), "the XDP tests need root (BPF_PROG_TEST_RUN, network namespaces); CI runs as root");
+    let ns = Netns::unique("v6sw").expect("namespace");
+    let cmds: &[&[&str]] = &[
+        &["link", "set", "lo", "up"],
+        &["link", "add", "x4", "address", "02:00:00:00:04:01", "type", "veth", "peer", "name", "x4p"],
+        &["link", "add", "x6", "address", "02:00:00:00:06:01", "type", "veth", "peer", "name", "x6p"],
+        &["link", "set", "x4", "up"],
+        &["link", "set", "x4p", "up"],
+        &["link", "set", "x6", "up"],
+        &["link", "set", "x6p", "up"],
+        &["addr", "add", "198.51.100.1/24", "dev", "x4"],
+        &["-6", "addr", "add", "2001:db8:6::1/64", "dev", "x6", "nodad"],
+        &["neigh", "add", "198.51.100.2", "lladdr", "02:00:00:00:04:02", "dev", "x4", "nud", "permanent"],
+        &["-6", "neigh", "add", "2001:db8:6::2", "lladdr", "02:00:00:00:06:02", "dev", "x6", "nud", "permanent"],
+        &["route", "add", "default", "via", "198.51.100.2", "dev", "x4"],
+        &["-6", "route", "add", "default", "via", "2001:db8:6::2", "dev", "x6"],
+    ];
+    for c in cmds {
+        ns.ip(c).unwrap_or_else(|e| panic!("ip {}: {e:#}", c.join(" ")));
+    }
+    ns.sysctl("net.ipv4.ip_forward", "1").unwrap();
+    ns.sysctl("net.ipv6.conf.all.forwarding", "1").unwrap();
+    ns.enter_thread().expect("enter the namespace");
+    let if4 = xdp::sys::if_index("x4").unwrap();
+    let if6 = xdp::sys::if_index("x6").unwrap();
+    (ns, if4, if6)
+}
+
+/// Let `fp` send through both sides and accept their MACs, and attach it
+/// (native) to the idle `x4p`: BPF_PROG_TEST_RUN then skips the XDP
+/// dispatcher's RCU wait per call.
+pub fn prepare(fp: &mut SoftwireFastPath, if4: u32, if6: u32) {
+    fp.allow_egress(if4).unwrap();
+    fp.allow_egress(if6).unwrap();
+    fp.set_interface_mac(if4, MAC_X4).unwrap();
+    fp.set_interface_mac(if6, MAC_X6).unwrap();
+    fp.attach("x4p", Mode::Native).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// What the slow path sends for `l3`: the kernel forwards it into the
+/// TUN device, the engine (`process`) handles it, the kernel forwards its
+/// single output. None when that is not exactly one forwarded packet.
+pub fn slow_path(l3: &[u8], process: impl FnOnce(&[u8], &mut Out) -> Action) -> Option<Vec<u8>> {
+    let mut p = l3.to_vec();
+    if !kernel_forward(&mut p) {
+        return None;
+    }
+    let mut out = Out::new();
+    if process(&p, &mut out) != Action::Emit {
+        return None;
+    }
+    let pkts: Vec<_> = out.iter().map(|(k, b)| (k, b.to_vec())).collect();
+    match pkts.as_slice() {
+        [(PacketKind::Forward, q)] => {
+            let mut q = q.clone();
+            kernel_forward(&mut q).then_some(q)
+        }
+        _ => None,
+    }
+}
+
+/// A loaded fast path next to its engine: the differential checks.
+pub trait Differential {
+    /// The fast path under test.
+    fn fast_path(&self) -> &SoftwireFastPath;
+    /// (IPv4 side, softwire side) interface indexes.
+    fn ifs(&self) -> (u32, u32);
+    /// What the slow path sends for `l3` ([`slow_path`]).
+    fn slow(&self, l3: &[u8]) -> Option<Vec<u8>>;
+
+    fn counter(&self, c: C) -> u64 {
+        self.fast_path().counters().unwrap().into_iter().find(|(k, _)| *k == c).unwrap().1.packets
     }
 
     /// The fast path over `l3` (padded to `pad` bytes of frame), checked
     /// for what a pass and a forward must look like.
-    pub fn fast(&self, l3: &[u8], pad: usize) -> Outcome {
+    fn fast(&self, l3: &[u8], pad: usize) -> Outcome {
         let (frame, ingress) = self.frame(l3, pad);
-        let r = self.fast.fast_path().test_run(&frame, ingress, 1).unwrap_or_else(|e| panic!("{e}"));
+        let r = self.fast_path().test_run(&frame, ingress, 1).unwrap_or_else(|e| panic!("{e}"));
         match r.action {
             action::PASS => {
                 assert_eq!(r.frame, frame, "a passed frame is untouched");
@@ -150,9 +212,10 @@ impl Bed {
 
     /// `l3` in an Ethernet frame to the interface of its side (padded to
     /// `pad` bytes), and that interface's index.
-    pub fn frame(&self, l3: &[u8], pad: usize) -> (Vec<u8>, u32) {
+    fn frame(&self, l3: &[u8], pad: usize) -> (Vec<u8>, u32) {
         let v6 = l3.first().map(|b| b >> 4) == Some(6);
-        let (ingress, mac, et) = if v6 { (self.if6, MAC_X6, 0x86dd) } else { (self.if4, MAC_X4, 0x0800) };
+        let (if4, if6) = self.ifs();
+        let (ingress, mac, et) = if v6 { (if6, MAC_X6, 0x86dd) } else { (if4, MAC_X4, 0x0800) };
         let mut frame = Vec::new();
         frame.extend_from_slice(&mac);
         frame.extend_from_slice(&MAC_PEER);
@@ -164,30 +227,8 @@ impl Bed {
         (frame, ingress)
     }
 
-    /// What the slow path sends for `l3`: the kernel forwards it into the
-    /// TUN device, the engine handles it, the kernel forwards its single
-    /// output. None when that is not exactly one forwarded packet.
-    pub fn slow(&self, l3: &[u8]) -> Option<Vec<u8>> {
-        let mut p = l3.to_vec();
-        if !kernel_forward(&mut p) {
-            return None;
-        }
-        let mut out = Out::new();
-        if self.lw.process(&p, 1_000_000_000, &mut out) != Action::Emit {
-            return None;
-        }
-        let pkts: Vec<_> = out.iter().map(|(k, b)| (k, b.to_vec())).collect();
-        match pkts.as_slice() {
-            [(PacketKind::Forward, q)] => {
-                let mut q = q.clone();
-                kernel_forward(&mut q).then_some(q)
-            }
-            _ => None,
-        }
-    }
-
     /// The differential check of one packet.
-    pub fn diff(&self, l3: &[u8], pad: usize) -> Outcome {
+    fn diff(&self, l3: &[u8], pad: usize) -> Outcome {
         let o = self.fast(l3, pad);
         if let Outcome::Forwarded(got) = &o {
             let want =
@@ -197,17 +238,44 @@ impl Bed {
         o
     }
 
-    pub fn fast_ok(&self, name: &str, l3: &[u8]) -> Vec<u8> {
+    fn fast_ok(&self, name: &str, l3: &[u8]) -> Vec<u8> {
         match self.diff(l3, 0) {
             Outcome::Forwarded(p) => p,
             Outcome::Passed => panic!("{name}: expected the fast path to take it"),
         }
     }
 
-    pub fn passes(&self, name: &str, l3: &[u8], why: C) {
+    fn passes(&self, name: &str, l3: &[u8], why: C) {
         let before = self.counter(why);
         assert_eq!(self.diff(l3, 0), Outcome::Passed, "{name}: expected a pass");
         assert_eq!(self.counter(why), before + 1, "{name}: counted as {}", why.label());
+    }
+
+    /// `cases` packets built by `build` from `strategy`'s values, each
+    /// maybe with one byte mutated, through [`Differential::diff`].
+    /// Returns (forwarded, total).
+    fn generated<S: Strategy>(&self, cases: u32, strategy: S, build: impl Fn(S::Value) -> Vec<u8>) -> (u32, u32)
+    where
+        Self: Sized,
+    {
+        let mut runner = TestRunner::new(PtConfig { cases, ..PtConfig::default() });
+        let (fast, total) = (Cell::new(0u32), Cell::new(0u32));
+        let mutation = proptest::option::of((any::<usize>(), any::<u8>()));
+        runner
+            .run(&(strategy, mutation), |(v, mutate)| {
+                let mut l3 = build(v);
+                if let Some((at, x)) = mutate {
+                    let i = at % l3.len();
+                    l3[i] ^= x;
+                }
+                total.set(total.get() + 1);
+                if matches!(self.diff(&l3, 0), Outcome::Forwarded(_)) {
+                    fast.set(fast.get() + 1);
+                }
+                Ok(())
+            })
+            .unwrap();
+        (fast.get(), total.get())
     }
 }
 

@@ -1,0 +1,336 @@
+//! The DS-Lite AFTR's XDP fast path against the AFTR engine: differential
+//! tests through BPF_PROG_TEST_RUN (root; they fail, never skip, without
+//! BPF), as `lwaftr_xdp.rs` does for the lwAFTR.
+//!
+//! The engine (`Aftr`) is driven as the runner drives it: each packet it
+//! handles is followed by `AftrFast::sync`, so its NAT44's carried
+//! mappings reach the session maps before the packet's output would be
+//! written. Each frame then goes through `xdp_softwire` and through the
+//! model of the slow path (the engine between the kernel's forwarding
+//! steps): a forwarded frame must be byte-identical to what that path
+//! sends, a passed frame untouched and counted by its reason.
+
+mod xdp_support;
+
+use core::net::{Ipv4Addr, Ipv6Addr};
+use nat64::config::Protocol;
+use proptest::prelude::*;
+use softwire::aftr::{Aftr, AftrConfig};
+use softwire::endpoint::EndpointConfig;
+use softwire::fast::AftrFast;
+use softwire::nat44::{Inside, Nat44Config, Outside, PoolPorts};
+use softwire::{Action, Reason};
+use xdp::softwire::{SoftwireCounter as C, SoftwireFastPath};
+use xdp_support::*;
+use xlat::Out;
+
+const S: u64 = 1_000_000_000;
+/// The engine's clock for the differential checks.
+const NOW: u64 = S;
+const IN1: Ipv4Addr = Ipv4Addr::new(192, 168, 1, 2);
+const OTHER: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 77);
+const OUTSIDE_POOL: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
+const POOL: (Ipv4Addr, u8) = (Ipv4Addr::new(192, 0, 2, 0), 28);
+
+/// The namespace, the AFTR engine and its loaded, mirrored fast path.
+struct DsBed {
+    // Field order: the fast path goes before the namespace.
+    fast: AftrFast,
+    aftr: Aftr,
+    if4: u32,
+    if6: u32,
+    _ns: lab::netns::Netns,
+}
+
+impl DsBed {
+    /// B4s from 2001:db8:1::/48 and 2001:db8:2::/48 (B4_1, B4_2, B4_L;
+    /// not B4_X), `quota` ports each, maps for `max_sessions`.
+    fn new(quota: u32, max_sessions: u32) -> DsBed {
+        let (ns, if4, if6) = sides();
+        let mut endpoint = EndpointConfig::new(LOCAL, Ipv4Addr::new(192, 0, 0, 1));
+        endpoint.hop_limit = 61;
+        let cfg = AftrConfig {
+            endpoint,
+            b4_prefixes: vec!["2001:db8:1::/48".parse().unwrap(), "2001:db8:2::/48".parse().unwrap()],
+            nat: Nat44Config { max_ports_per_subscriber: quota, log_mappings: false, ..Default::default() },
+            hairpinning: true,
+            icmpv6_errors: true,
+        };
+        let pool = vec![nat64::Pool4Entry {
+            prefix: format!("{}/{}", POOL.0, POOL.1).parse().unwrap(),
+            ports: (1024, 65535),
+            protocols: Protocol::ALL.to_vec(),
+        }];
+        let aftr = Aftr::new(cfg, Box::new(PoolPorts::new(pool, 1024)));
+        let mut fast = AftrFast::load(&aftr, &[POOL], max_sessions).unwrap_or_else(|e| panic!("{e}"));
+        prepare(fast.fast_path_mut(), if4, if6);
+        DsBed { fast, aftr, if4, if6, _ns: ns }
+    }
+
+    /// The runner's step: the kernel forwards `l3` into the TUN device,
+    /// the engine handles it at `now`, the fast path learns what changed.
+    fn engine_at(&mut self, l3: &[u8], now: u64) -> Action {
+        let mut p = l3.to_vec();
+        assert!(kernel_forward(&mut p), "the kernel would not forward it");
+        let a = self.aftr.process(&p, now, &mut Out::new());
+        self.fast.sync(&self.aftr);
+        a
+    }
+
+    fn engine(&mut self, l3: &[u8]) -> Action {
+        self.engine_at(l3, NOW)
+    }
+
+    /// The pool transport address of (b4, proto, addr, port).
+    fn outside(&self, sub: Ipv6Addr, proto: Protocol, addr: Ipv4Addr, port: u16) -> Outside {
+        self.aftr.nat().lookup_in(&Inside { sub, proto, addr, port }).expect("a mapping")
+    }
+
+    fn sessions(&self) -> usize {
+        self.fast.fast_path().sessions()
+    }
+}
+
+impl Differential for DsBed {
+    fn fast_path(&self) -> &SoftwireFastPath {
+        self.fast.fast_path()
+    }
+
+    fn ifs(&self) -> (u32, u32) {
+        (self.if4, self.if6)
+    }
+
+    fn slow(&self, l3: &[u8]) -> Option<Vec<u8>> {
+        slow_path(l3, |p, out| self.aftr.process(p, NOW, out))
+    }
+}
+
+fn be16(b: &[u8]) -> u16 {
+    u16::from_be_bytes([b[0], b[1]])
+}
+
+#[test]
+fn named_cases_and_mirroring() {
+    let mut b = DsBed::new(8, 64);
+
+    // UDP: mirrored when the mapping is created, both directions fast.
+    let up = V4::new(17, IN1, HOST);
+    let first = sw(B4_1, &up.udp(5000, 53, b"query"));
+    b.passes("udp: a new flow", &first, C::PassNoSession);
+    assert_eq!(b.engine(&first), Action::Emit);
+    assert_eq!(b.sessions(), 1, "mirrored at creation");
+    let o = b.outside(B4_1, Protocol::Udp, IN1, 5000);
+    let before = b.counter(C::Decap);
+    let got = b.fast_ok("udp: the flow's next packet", &first);
+    assert_eq!(b.counter(C::Decap), before + 1);
+    assert_eq!((&got[12..16], be16(&got[20..])), (&o.addr.octets()[..], o.port), "source: the pool address and port");
+    let down = V4::new(17, HOST, o.addr);
+    let before = b.counter(C::Encap);
+    let got = b.fast_ok("udp: the reply", &down.udp(53, o.port, b"answer"));
+    assert_eq!(b.counter(C::Encap), before + 1);
+    assert_eq!(&got[24..40], &B4_1.octets(), "to the B4 of the mapping");
+    assert_eq!(be16(&got[40 + 22..]), 5000, "destination port: the inside one");
+    // Endpoint-independent filtering: the engine lets any remote use a
+    // mapping, so the fast path does too, byte for byte.
+    b.fast_ok("udp: another remote", &V4::new(17, OTHER, o.addr).udp(9999, o.port, b"x"));
+    let mut zero = up.udp(5000, 53, b"no checksum");
+    zero[26..28].copy_from_slice(&[0, 0]);
+    let got = b.fast_ok("udp: a zero checksum stays zero", &sw(B4_1, &zero));
+    assert_eq!(&got[26..28], &[0, 0]);
+    b.fast_ok("udp: tos kept, df clear", &sw(B4_1, &V4 { tos: 0xb8, df: false, ..up }.udp(5000, 53, &[7; 300])));
+
+    // TCP: mirrored when the engine's state reaches ESTABLISHED (the
+    // SYN-ACK), before the SYN-ACK is written; control segments pass.
+    let t = V4::new(6, IN1, HOST);
+    let syn = sw(B4_1, &t.tcp(40000, 80, 0x02, b""));
+    b.passes("tcp: the syn", &syn, C::PassNoSession);
+    assert_eq!(b.engine(&syn), Action::Emit);
+    assert_eq!(b.sessions(), 1, "not before ESTABLISHED");
+    let ot = b.outside(B4_1, Protocol::Tcp, IN1, 40000);
+    let back = V4::new(6, HOST, ot.addr);
+    let synack = back.tcp(80, ot.port, 0x12, b"");
+    b.passes("tcp: the syn-ack", &synack, C::PassNoSession);
+    assert_eq!(b.engine(&synack), Action::Emit);
+    assert_eq!(b.sessions(), 2, "ESTABLISHED: mirrored");
+    let ack = sw(B4_1, &t.tcp(40000, 80, 0x10, b""));
+    b.fast_ok("tcp: the handshake's ack", &ack);
+    b.fast_ok("tcp: data out", &sw(B4_1, &t.tcp(40000, 80, 0x18, b"GET /")));
+    let got = b.fast_ok("tcp: data in", &back.tcp(80, ot.port, 0x18, b"200 OK"));
+    assert_eq!(be16(&got[40 + 22..]), 40000);
+    // A TCP ACK padded by Ethernet: trimmed, then encapsulated.
+    let pure = back.tcp(80, ot.port, 0x10, b"");
+    match b.diff(&pure, 60) {
+        Outcome::Forwarded(p) => assert_eq!(p.len(), 40 + pure.len()),
+        Outcome::Passed => panic!("padded ACK not taken"),
+    }
+    let fin = sw(B4_1, &t.tcp(40000, 80, 0x11, b""));
+    b.passes("tcp: fin", &fin, C::PassTcpControl);
+    b.passes("tcp: rst from outside", &back.tcp(80, ot.port, 0x04, b""), C::PassTcpControl);
+    b.passes("tcp: a retransmitted syn-ack", &synack, C::PassTcpControl);
+    assert_eq!(b.engine(&fin), Action::Emit);
+    assert_eq!(b.sessions(), 1, "out of ESTABLISHED: removed");
+    b.passes("tcp: after the fin", &ack, C::PassNoSession);
+
+    // ICMP echo: the identifier is the port.
+    let ping = sw(B4_1, &V4::new(1, IN1, HOST).icmp(8, 0, [0, 77, 0, 1], b"ping"));
+    b.passes("echo: a new identifier", &ping, C::PassNoSession);
+    assert_eq!(b.engine(&ping), Action::Emit);
+    let oi = b.outside(B4_1, Protocol::Icmp, IN1, 77);
+    b.fast_ok("echo request", &ping);
+    let pong = V4::new(1, HOST, oi.addr).icmp(0, 0, [(oi.port >> 8) as u8, oi.port as u8, 0, 1], b"pong");
+    b.fast_ok("echo reply", &pong);
+
+    // What the slow path must do, passed and counted.
+    let unknown = sw(B4_X, &up.udp(5000, 53, b""));
+    b.passes("a B4 outside b4-prefixes", &unknown, C::PassNoSession);
+    assert_eq!(b.engine(&unknown), Action::Drop(Reason::UnknownSoftwire));
+    b.passes("the same inside from another B4", &sw(B4_2, &up.udp(5000, 53, b"")), C::PassNoSession);
+    b.passes("another inside port", &sw(B4_1, &up.udp(5001, 53, b"")), C::PassNoSession);
+    b.passes("a pool port without a session", &down.udp(53, o.port ^ 1, b""), C::PassNoSession);
+    b.passes(
+        "the session's port, another protocol",
+        &V4::new(6, HOST, o.addr).tcp(53, o.port, 0x10, b""),
+        C::PassNoSession,
+    );
+    b.passes("not a pool address", &V4::new(17, HOST, OUTSIDE_POOL).udp(53, o.port, b""), C::PassNotOurs);
+    b.passes("hairpin", &sw(B4_1, &V4::new(17, IN1, o.addr).udp(5000, o.port, b"")), C::PassHairpin);
+    b.passes("inner ttl 1", &sw(B4_1, &V4 { ttl: 1, ..up }.udp(5000, 53, b"")), C::PassTtl);
+    b.passes("outer hop limit 1", &v6(B4_1, LOCAL, 1, 4, &up.udp(5000, 53, b"")), C::PassTtl);
+    b.passes("ttl 1 from outside", &V4 { ttl: 1, ..down }.udp(53, o.port, b""), C::PassTtl);
+    b.passes("inner fragment", &sw(B4_1, &V4 { mf: true, ..up }.udp(5000, 53, &[1; 64])), C::PassFragment);
+    b.passes("fragment from outside", &V4 { mf: true, ..down }.udp(53, o.port, &[0; 64]), C::PassFragment);
+    b.passes("inner options", &sw(B4_1, &up.build_opts(&[1, 1, 1, 0], &[0; 8])), C::PassOptions);
+    let quoted = V4::new(17, HOST, IN1).udp(53, 5000, b"");
+    b.passes(
+        "icmp error from inside",
+        &sw(B4_1, &V4::new(1, IN1, HOST).icmp(3, 3, [0; 4], &quoted[..28])),
+        C::PassIcmp,
+    );
+    let quoted = V4::new(17, o.addr, HOST).udp(o.port, 53, b"");
+    b.passes("icmp error from outside", &V4::new(1, HOST, o.addr).icmp(3, 1, [0; 4], &quoted[..28]), C::PassIcmp);
+    b.passes("over the tunnel mtu", &down.udp(53, o.port, &vec![0; 1500 - 28]), C::PassTooBig);
+    b.passes("gre", &sw(B4_1, &V4::new(47, IN1, HOST).build(&[0; 8])), C::PassProtocol);
+    let mut bad = up.udp(5000, 53, b"");
+    bad[10] ^= 1;
+    b.passes("inner header checksum", &sw(B4_1, &bad), C::PassChecksum);
+
+    // The quota (RFC 6888 REQ-4) refuses a new flow in the engine; the
+    // fast path never saw it.
+    for p in 0..8 {
+        assert_eq!(b.engine(&sw(B4_2, &up.udp(6000 + p, 53, b""))), Action::Emit);
+    }
+    let over = sw(B4_2, &up.udp(7000, 53, b""));
+    assert_eq!(b.engine(&over), Action::Drop(Reason::QuotaExceeded));
+    b.passes("over the quota", &over, C::PassNoSession);
+    b.fast_ok("the subscriber's other flows", &sw(B4_2, &up.udp(6003, 53, b"")));
+}
+
+#[test]
+fn expiry_follows_the_fast_path_and_removes_sessions() {
+    let mut b = DsBed::new(64, 64);
+    let up = V4::new(17, IN1, HOST);
+    let used = sw(B4_1, &up.udp(5000, 53, b"a"));
+    let idle = sw(B4_1, &up.udp(5001, 53, b"b"));
+    assert_eq!(b.engine_at(&used, S), Action::Emit);
+    assert_eq!(b.engine_at(&idle, S), Action::Emit);
+    assert_eq!(b.sessions(), 2);
+    // Only the fast path carries `used` from now on; its last-seen time
+    // keeps the mapping past the UDP timeout (300 s after the engine saw it).
+    b.fast_ok("used", &used);
+    assert_eq!(b.fast.expire(&b.aftr, 302 * S), 1, "the idle mapping expired");
+    assert_eq!(b.sessions(), 1, "and left the maps");
+    b.fast_ok("the used mapping lives on", &used);
+    b.passes("the idle one is the slow path's", &idle, C::PassNoSession);
+    // Without the fast path's word it expires, and the maps follow.
+    assert_eq!(b.aftr.expire(100_000 * S), 1);
+    assert_eq!(b.fast.sync(&b.aftr), 1, "one change: down");
+    assert_eq!(b.sessions(), 0);
+    b.passes("expired", &used, C::PassNoSession);
+    assert!(b.aftr.nat().is_empty());
+}
+
+#[test]
+fn full_maps_leave_flows_on_the_slow_path() {
+    let mut b = DsBed::new(64, 2);
+    let up = V4::new(17, IN1, HOST);
+    for p in 0..3 {
+        assert_eq!(b.engine(&sw(B4_1, &up.udp(5000 + p, 53, b""))), Action::Emit);
+    }
+    assert_eq!(b.sessions(), 2);
+    assert_eq!(b.fast.refused_full(), 1, "counted");
+    b.fast_ok("a mirrored flow", &sw(B4_1, &up.udp(5000, 53, b"")));
+    b.passes("the flow the maps had no room for", &sw(B4_1, &up.udp(5002, 53, b"")), C::PassNoSession);
+    assert_eq!(b.fast.status()["refused_full"], 1);
+}
+
+/// Generated packets around live sessions, valid and mutated: the fast
+/// path never sends anything the slow path would not send byte for byte.
+#[test]
+fn generated_packets_never_differ() {
+    let mut b = DsBed::new(64, 64);
+    let t = V4::new(6, IN1, HOST);
+    for l3 in [
+        sw(B4_1, &V4::new(17, IN1, HOST).udp(5000, 53, b"")),
+        sw(B4_2, &V4::new(17, IN1, HOST).udp(5000, 53, b"")),
+        sw(B4_1, &V4::new(1, IN1, HOST).icmp(8, 0, [0, 77, 0, 1], b"")),
+        sw(B4_1, &t.tcp(40000, 80, 0x02, b"")),
+    ] {
+        assert_eq!(b.engine(&l3), Action::Emit);
+    }
+    let ot = b.outside(B4_1, Protocol::Tcp, IN1, 40000);
+    assert_eq!(b.engine(&V4::new(6, HOST, ot.addr).tcp(80, ot.port, 0x12, b"")), Action::Emit);
+    // (b4, proto, inside port, outside) of each session.
+    let sessions: Vec<(Ipv6Addr, u8, u16, Outside)> = [
+        (B4_1, Protocol::Udp, 5000),
+        (B4_2, Protocol::Udp, 5000),
+        (B4_1, Protocol::Icmp, 77),
+        (B4_1, Protocol::Tcp, 40000),
+    ]
+    .iter()
+    .map(|&(s, p, port)| {
+        let n = match p {
+            Protocol::Tcp => 6,
+            Protocol::Udp => 17,
+            Protocol::Icmp => 1,
+        };
+        (s, n, port, b.outside(s, p, IN1, port))
+    })
+    .collect();
+    assert_eq!(b.sessions(), 4);
+    let b = b;
+    let pkt = (
+        any::<bool>(),
+        0usize..4,
+        prop_oneof![Just(0u16), Just(0), Just(1), any::<u16>()],
+        prop_oneof![Just(0x10u8), Just(0x18), Just(0x02), Just(0x11), Just(0x04), Just(0x12)],
+        any::<bool>(),
+        any::<u8>(),
+        prop_oneof![Just(64u8), Just(1u8), Just(2u8), any::<u8>()],
+        any::<bool>(),
+        0usize..200,
+    );
+    let (fast, total) = b.generated(2000, pkt, |(up, si, skew, flags, stranger, tos, ttl, df, len)| {
+        let (b4, proto, inside, o) = sessions[si];
+        let payload = vec![0x3c; len];
+        let b4 = if stranger { B4_X } else { b4 };
+        if up {
+            let v = V4 { tos, ttl, df, ..V4::new(proto, IN1, HOST) };
+            let p = inside ^ skew;
+            let inner = match proto {
+                6 => v.tcp(p, 80, flags, &payload),
+                17 => v.udp(p, 53, &payload),
+                _ => v.icmp(if flags & 1 == 0 { 8 } else { 0 }, 0, [(p >> 8) as u8, p as u8, 0, 1], &payload),
+            };
+            sw(b4, &inner)
+        } else {
+            let v = V4 { tos, ttl, df, ..V4::new(proto, HOST, o.addr) };
+            let p = o.port ^ skew;
+            match proto {
+                6 => v.tcp(80, p, flags, &payload),
+                17 => v.udp(53, p, &payload),
+                _ => v.icmp(if flags & 1 == 0 { 0 } else { 8 }, 0, [(p >> 8) as u8, p as u8, 0, 1], &payload),
+            }
+        }
+    });
+    assert!(fast * 10 > total, "only {fast} of {total} generated packets took the fast path");
+}
