@@ -150,6 +150,11 @@ pub struct Args {
     /// (docs/daemon.md, docs/trt.md).
     #[arg(long, default_value = "0s")]
     pub busy_poll: String,
+    /// `[trt] preconnect` of the transport relay (`trt`, `trt-threads`,
+    /// `trt-sockmap`): 0 (default) connects to the server at accept; e.g.
+    /// 64 starts the connect at the client's SYN (docs/trt.md).
+    #[arg(long, default_value_t = 0)]
+    pub trt_preconnect: usize,
 }
 
 /// One mechanism's results.
@@ -204,6 +209,8 @@ pub struct Report {
     pub loadavg: String,
     /// `--busy-poll` of the v6gate TUN engines and the TRT relay.
     pub busy_poll: String,
+    /// `--trt-preconnect` of the TRT relay.
+    pub trt_preconnect: usize,
     /// Results in order.
     pub results: Vec<MechResult>,
 }
@@ -405,7 +412,7 @@ fn lw4o6_xdp(m: Mech, c: &Netns, s: &Netns) -> Result<&'static str> {
     Ok("[lw4o6.xdp]\ninterfaces = [\"g0\", \"g1\"]\nmode = \"native\"\n")
 }
 
-fn build(m: Mech, bin: &Path, work: &Path, busy_poll: &str) -> Result<Bed> {
+fn build(m: Mech, bin: &Path, work: &Path, busy_poll: &str, trt_preconnect: usize) -> Result<Bed> {
     let v6gate = |ns: &Netns, name: &str, sub: &str, config: &str| v6gate(bin, ns, work, name, sub, config, busy_poll);
     let c = ns("c")?;
     let g = ns("g")?;
@@ -456,7 +463,10 @@ fn build(m: Mech, bin: &Path, work: &Path, busy_poll: &str) -> Result<Bed> {
                 Mech::TrtSockmap => "sockmap",
                 _ => "splice",
             };
-            let cfg = format!("[trt]\nprefix = \"64:ff9b:1::/96\"\ncopy = \"{copy}\"\nbusy-poll = \"{busy_poll}\"\n");
+            let cfg = format!(
+                "[trt]\nprefix = \"64:ff9b:1::/96\"\ncopy = \"{copy}\"\nbusy-poll = \"{busy_poll}\"\npreconnect = {}\n",
+                trt_preconnect
+            );
             procs.push(v6gate(&g, m.name(), "trt", &cfg)?);
             v6target
         }
@@ -664,7 +674,7 @@ pub fn run(a: &Args) -> Result<Report> {
             });
             continue;
         }
-        let r = build(m, &bin, &work, &a.busy_poll).and_then(|bed| {
+        let r = build(m, &bin, &work, &a.busy_poll, a.trt_preconnect).and_then(|bed| {
             let r = measure(&bed, a);
             let x = xdp_counters(m, &work);
             drop(bed);
@@ -705,6 +715,7 @@ pub fn run(a: &Args) -> Result<Report> {
         kernel: crate::report::kernel_release(),
         loadavg: load,
         busy_poll: a.busy_poll.clone(),
+        trt_preconnect: a.trt_preconnect,
         results,
     };
     report::write(&rep, out)?;
