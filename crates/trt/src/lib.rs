@@ -211,6 +211,7 @@ impl Relay {
             copier: copier(cfg),
             busy_poll: cfg.busy_poll,
             preconnect: None,
+            open_spin: cfg.open_spin,
         };
         let copy = match opts.copier {
             tcp::Copier::Loop => "splice",

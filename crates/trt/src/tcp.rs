@@ -88,6 +88,10 @@ pub struct Opts {
     /// Start the IPv4 connect at the client's SYN (`preconnect`; the
     /// listener of the relay prefix only).
     pub preconnect: Option<Preconnect>,
+    /// `open-spin`: after a new loop-copied pair is made, the loop polls
+    /// instead of sleeping until the server's first bytes (or FIN) have
+    /// been passed to the client, for at most this long (zero: never).
+    pub open_spin: Duration,
 }
 
 /// Pre-connect ([`pre`]): SYNs to `prefix`/`len` start the IPv4 connect.
@@ -265,11 +269,13 @@ struct Flow {
     done: bool,
     /// The peer's send buffer is full: wait for its `EPOLLOUT`.
     blocked: bool,
+    /// Bytes sent so far.
+    moved: u64,
 }
 
 impl Flow {
     fn new(pipe: Pipe) -> Flow {
-        Flow { pipe, queued: 0, eof: false, done: false, blocked: false }
+        Flow { pipe, queued: 0, eof: false, done: false, blocked: false, moved: 0 }
     }
 
     /// Move bytes `from` → `to` until `from` has none, `to` has no room,
@@ -286,6 +292,7 @@ impl Flow {
                     Ok(n) => {
                         self.queued -= n;
                         sent += n;
+                        self.moved += n as u64;
                         bytes.fetch_add(n as u64, Ordering::Relaxed);
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -322,6 +329,9 @@ impl Flow {
 struct Spliced {
     socks: [TcpStream; 2],
     flows: [Flow; 2],
+    /// Being opened: the server's first bytes (or FIN) have not been
+    /// passed on yet (the loop's open-spin waits for them).
+    opening: bool,
 }
 
 #[derive(Debug)]
@@ -357,6 +367,10 @@ struct Loop {
     /// Pre-connect: the SYN socket, its settings and the connects started.
     syns: Option<(Socket, Preconnect)>,
     pre: pre::Table,
+    /// `open-spin`, the pairs being opened, and until when the loop spins.
+    open_spin: Duration,
+    opening: usize,
+    spin_until: Instant,
 }
 
 /// The epoll interest of a loop-copied socket.
@@ -602,7 +616,12 @@ impl Loop {
             self.freed.push(slot);
             return self.end();
         };
-        let p = Box::new(Spliced { socks: [client, up], flows: [Flow::new(a), Flow::new(b)] });
+        let opening = !self.open_spin.is_zero();
+        if opening {
+            self.opening += 1;
+            self.spin_until = Instant::now() + self.open_spin;
+        }
+        let p = Box::new(Spliced { socks: [client, up], flows: [Flow::new(a), Flow::new(b)], opening });
         let added = self.ep.add(&p.socks[CLIENT], EpollEvent::new(SPLICED, token(slot, CLIENT)));
         self.slots[slot] = Some(Conn::Spliced(p));
         if let Err(e) = added {
@@ -649,7 +668,13 @@ impl Loop {
         let bytes = if side == CLIENT { &self.c.bytes_up } else { &self.c.bytes_down };
         let [a, b] = &p.socks;
         let (from, to) = if side == CLIENT { (a, b) } else { (b, a) };
-        match p.flows[side].pump(from, to, BUDGET, bytes) {
+        let r = p.flows[side].pump(from, to, BUDGET, bytes);
+        if p.opening && (p.flows[SERVER].moved > 0 || p.flows[SERVER].eof) {
+            // The server's answer reached the client: the session is open.
+            p.opening = false;
+            self.opening -= 1;
+        }
+        match r {
             Ok(true) => self.again.push((slot, side)),
             Ok(false) if p.flows[CLIENT].done && p.flows[SERVER].done => self.close_spliced(slot, false),
             Ok(false) => {}
@@ -676,7 +701,10 @@ impl Loop {
     /// go back to the pool.
     fn close_spliced(&mut self, slot: usize, rst: bool) {
         let Some(Conn::Spliced(p)) = self.release(slot) else { return };
-        let Spliced { socks, flows } = *p;
+        let Spliced { socks, flows, opening } = *p;
+        if opening {
+            self.opening -= 1;
+        }
         // Closing a socket takes it out of the epoll set (the loop holds
         // its only descriptor).
         for s in socks {
@@ -928,14 +956,19 @@ pub fn serve(
         again: Vec::new(),
         syns,
         pre: pre::Table::new(pre_max, pre::TTL),
+        open_spin: o.open_spin,
+        opening: 0,
+        spin_until: Instant::now(),
     };
     let mut waiter = netsys::tun::Waiter::new(o.busy_poll);
     let mut events = [EpollEvent::empty(); 64];
     let mut sleep = Duration::from_millis(100);
     while !stop.load(Ordering::Relaxed) {
-        // Directions with more to move, or a busy-poll window: only look.
+        // Directions with more to move, or a busy-poll window, or a
+        // session being opened within its open-spin: only look.
         let busy = !lp.again.is_empty();
-        let timeout = if busy || waiter.spinning() {
+        let opening = lp.opening > 0 && Instant::now() < lp.spin_until;
+        let timeout = if busy || opening || waiter.spinning() {
             EpollTimeout::ZERO
         } else {
             EpollTimeout::from(sleep.as_millis().clamp(1, 100) as u16)
@@ -947,9 +980,10 @@ pub fn serve(
         };
         if n > 0 || busy {
             waiter.worked();
-        } else {
-            // Within the window: yield the CPU once, then look again.
-            waiter.spin();
+        } else if !waiter.spin() && opening {
+            // Within the window (busy-poll or open-spin): yield the CPU
+            // once, then look again.
+            std::thread::yield_now();
         }
         // New sessions first (their first bytes are what a client waits
         // for), then the pairs' events (data, FINs and closes).
@@ -1031,7 +1065,8 @@ mod tests {
                 len: 128,
                 port: Some(addr.port()),
             });
-            let o = Opts { max: 1024, timeout: Duration::from_secs(5), copier, busy_poll, preconnect };
+            let open_spin = Duration::from_micros(100);
+            let o = Opts { max: 1024, timeout: Duration::from_secs(5), copier, busy_poll, preconnect, open_spin };
             let (c2, s2) = (c.clone(), stop.clone());
             let h = std::thread::spawn(move || serve(l, Arc::new(Fixed(server)), o, c2, s2));
             // The SYN socket is opened by the loop's thread.
