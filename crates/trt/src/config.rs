@@ -241,10 +241,7 @@ impl TrtConfig {
             return Err(format!("[trt] open-spin: {} is above 10ms", confval::duration::format(t.open_spin)));
         }
         if t.preconnect > t.max_connections {
-            return Err(format!(
-                "[trt] preconnect: {} is above max-connections ({})",
-                t.preconnect, t.max_connections
-            ));
+            return Err(format!("[trt] preconnect: {} is above max-connections ({})", t.preconnect, t.max_connections));
         }
         if t.max_connections == 0 {
             return Err("[trt] max-connections: at least 1".into());
