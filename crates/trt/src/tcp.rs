@@ -1074,7 +1074,7 @@ mod tests {
             let h = std::thread::spawn(move || serve(l, Arc::new(Fixed(server)), o, c2, s2));
             // The SYN socket is opened by the loop's thread (a loop that
             // starts later misses the first SYN, and the counts are off).
-            if preconnect > 0 {
+            if preconnect.is_some() {
                 std::thread::sleep(Duration::from_millis(300));
             }
             Relay { addr, c, stop, h: Some(h) }
