@@ -341,8 +341,9 @@ fn trt_carries_a_sip_call_signalling_flow() {
 /// What the relay must keep whichever way it copies: a server that speaks
 /// first, a client whose bytes come before the IPv4 side is connected, a
 /// half-close each way with all the bytes before it, and a reset each way.
-fn tcp_semantics(copy: &str) {
-    let b = bed(&format!("copy = \"{copy}\"\n"));
+/// The TCP semantics with `copy`, and `preconnect` (0: off).
+fn tcp_semantics(copy: &str, preconnect: usize) {
+    let b = bed(&format!("copy = \"{copy}\"\npreconnect = {preconnect}\n"));
     assert_eq!(b.status()["copy"], copy, "{}", b.log());
     let name = b.h4.name().to_string();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
@@ -420,19 +421,36 @@ fn tcp_semantics(copy: &str) {
             && v["bytes_down"].as_u64().unwrap_or(0) >= 1_000_020
     });
     assert_eq!(s["trt"]["tcp_connect_failed"], 0, "{s}");
+    // With pre-connect, each of the three connects started at the
+    // client's SYN (the raw socket saw the tproxied SYNs) and was taken by
+    // its accept; none was left over.
+    let n = if preconnect > 0 { 3 } else { 0 };
+    let s = b.wait_status(|v| v["tcp_preconnects"] == n && v["tcp_preconnect_claimed"] == n);
+    assert_eq!(s["trt"]["tcp_preconnect_expired"], 0, "{s}");
+    assert_eq!(s["trt"]["tcp_preconnect_refused"], 0, "{s}");
 }
 
 #[test]
 fn trt_sockmap_keeps_half_close_resets_and_early_bytes() {
-    tcp_semantics("sockmap");
+    tcp_semantics("sockmap", 0);
 }
 
 #[test]
 fn trt_splice_keeps_half_close_resets_and_early_bytes() {
-    tcp_semantics("splice");
+    tcp_semantics("splice", 0);
 }
 
 #[test]
 fn trt_splice_threads_keeps_half_close_resets_and_early_bytes() {
-    tcp_semantics("splice-threads");
+    tcp_semantics("splice-threads", 0);
+}
+
+#[test]
+fn trt_preconnect_keeps_half_close_resets_and_early_bytes() {
+    tcp_semantics("splice", 8);
+}
+
+#[test]
+fn trt_sockmap_preconnect_keeps_half_close_resets_and_early_bytes() {
+    tcp_semantics("sockmap", 8);
 }

@@ -26,6 +26,13 @@ prefix = "64:ff9b:1::/96"       # any RFC 6052 length
 #                                # own: docs/trt.md; spliced where the kernel has no sockmap)
 # busy-poll = "0s"               # e.g. "1ms": the TCP loops keep polling (yielding the CPU)
 #                                # this long after their last event instead of sleeping
+# open-spin = "100us"            # after a new session's first bytes, the TCP loop polls
+#                                # (yielding the CPU) until the server's answer has been
+#                                # passed on, at most this long, instead of sleeping; "0s": off
+# preconnect = 0                 # e.g. 64: start the IPv4 connect at the client's SYN (a raw
+#                                # socket sees SYNs to the prefix; CAP_NET_RAW), at most this
+#                                # many waiting for their accept; unclaimed ones are reset
+#                                # after 2 s (servers see them: opt-in; docs/trt.md)
 # udp-timeout = "1m"             # an idle UDP flow is forgotten
 # setup = "auto"                 # nftables tproxy rule and policy routing added and removed
 #                                # by the relay; "none": the operator's (docs/trt.md)
@@ -99,6 +106,10 @@ pub struct TrtConfig {
     pub copy: CopyMode,
     /// Busy-poll window of the TCP loops (zero: they sleep in `epoll_wait`).
     pub busy_poll: Duration,
+    /// Pre-connects waiting for their accept at most (zero: no pre-connect).
+    pub preconnect: usize,
+    /// How long the TCP loop polls for a new session's answer (zero: never).
+    pub open_spin: Duration,
     /// fwmark and table of the auto setup.
     pub fwmark: u32,
     /// Routing table of the auto setup.
@@ -142,6 +153,10 @@ struct TrtToml {
     copy: String,
     #[serde(default)]
     busy_poll: Option<toml::Value>,
+    #[serde(default)]
+    preconnect: usize,
+    #[serde(default = "d_open_spin", deserialize_with = "confval::duration::deserialize")]
+    open_spin: Duration,
     #[serde(default = "d_mark")]
     fwmark: u32,
     #[serde(default = "d_mark")]
@@ -168,6 +183,9 @@ fn d_connect() -> Duration {
 }
 fn d_udp() -> Duration {
     Duration::from_secs(60)
+}
+fn d_open_spin() -> Duration {
+    Duration::from_micros(100)
 }
 fn d_setup() -> String {
     "auto".into()
@@ -219,6 +237,12 @@ impl TrtConfig {
         if busy_poll > Duration::from_secs(1) {
             return Err(format!("[trt] busy-poll: {} is above 1s", confval::duration::format(busy_poll)));
         }
+        if t.open_spin > Duration::from_millis(10) {
+            return Err(format!("[trt] open-spin: {} is above 10ms", confval::duration::format(t.open_spin)));
+        }
+        if t.preconnect > t.max_connections {
+            return Err(format!("[trt] preconnect: {} is above max-connections ({})", t.preconnect, t.max_connections));
+        }
         if t.max_connections == 0 {
             return Err("[trt] max-connections: at least 1".into());
         }
@@ -248,6 +272,8 @@ impl TrtConfig {
             setup,
             copy,
             busy_poll,
+            preconnect: t.preconnect,
+            open_spin: t.open_spin,
             fwmark: t.fwmark,
             table: t.table,
             statics,
@@ -265,7 +291,11 @@ mod tests {
         assert_eq!((c.tcp_port, c.setup, c.max_connections, c.copy), (7040, Setup::Auto, 1024, CopyMode::Splice));
         let c = TrtConfig::parse("[trt]\nprefix = \"64:ff9b:1::/96\"\ncopy = \"sockmap\"\n").unwrap().unwrap();
         assert_eq!(c.copy, CopyMode::Sockmap);
-        assert_eq!(c.busy_poll, Duration::ZERO);
+        assert_eq!((c.busy_poll, c.preconnect, c.open_spin), (Duration::ZERO, 0, Duration::from_micros(100)));
+        let c = TrtConfig::parse("[trt]\nprefix = \"64:ff9b:1::/96\"\nopen-spin = \"0s\"\n").unwrap().unwrap();
+        assert_eq!(c.open_spin, Duration::ZERO);
+        let c = TrtConfig::parse("[trt]\nprefix = \"64:ff9b:1::/96\"\npreconnect = 64\n").unwrap().unwrap();
+        assert_eq!(c.preconnect, 64);
         let c =
             TrtConfig::parse("[trt]\nprefix = \"64:ff9b:1::/96\"\ncopy = \"splice-threads\"\nbusy-poll = \"1ms\"\n")
                 .unwrap()
@@ -281,6 +311,8 @@ mod tests {
             ("[trt]\nprefix = \"64:ff9b:1::/96\"\ntable = 254\n", "table"),
             ("[trt]\nprefix = \"64:ff9b:1::/96\"\nbusy-poll = \"2s\"\n", "[trt] busy-poll"),
             ("[trt]\nprefix = \"64:ff9b:1::/96\"\nbusy-poll = \"soon\"\n", "busy-poll"),
+            ("[trt]\nprefix = \"64:ff9b:1::/96\"\nmax-connections = 8\npreconnect = 9\n", "[trt] preconnect"),
+            ("[trt]\nprefix = \"64:ff9b:1::/96\"\nopen-spin = \"20ms\"\n", "[trt] open-spin"),
             (
                 "[trt]\nprefix = \"64:ff9b:1::/96\"\n[[trt.static]]\nlisten = \"[::1]:80\"\nto = \"[::1]:80\"\n",
                 "must be IPv4",

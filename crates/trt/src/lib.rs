@@ -22,6 +22,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod pre;
 pub mod setup;
 #[allow(unsafe_code)]
 pub mod sys;
@@ -51,6 +52,14 @@ pub struct Counters {
     pub tcp_connect_failed: AtomicU64,
     /// Relayed connections that ended in an error.
     pub tcp_errors: AtomicU64,
+    /// IPv4 connects started at a client's SYN (`preconnect`).
+    pub tcp_preconnects: AtomicU64,
+    /// Pre-connects taken by their connection's accept.
+    pub tcp_preconnect_claimed: AtomicU64,
+    /// Pre-connects no accept took in time (closed with a reset).
+    pub tcp_preconnect_expired: AtomicU64,
+    /// SYNs not pre-connected: the pre-connect bound or `max-connections` was reached.
+    pub tcp_preconnect_refused: AtomicU64,
     /// Bytes from clients to servers.
     pub bytes_up: AtomicU64,
     /// Bytes from servers to clients.
@@ -83,6 +92,10 @@ pub struct Snapshot {
     pub tcp_no_server: u64,
     pub tcp_connect_failed: u64,
     pub tcp_errors: u64,
+    pub tcp_preconnects: u64,
+    pub tcp_preconnect_claimed: u64,
+    pub tcp_preconnect_expired: u64,
+    pub tcp_preconnect_refused: u64,
     pub bytes_up: u64,
     pub bytes_down: u64,
     pub udp_in: u64,
@@ -106,6 +119,10 @@ impl Counters {
             tcp_no_server: g(&self.tcp_no_server),
             tcp_connect_failed: g(&self.tcp_connect_failed),
             tcp_errors: g(&self.tcp_errors),
+            tcp_preconnects: g(&self.tcp_preconnects),
+            tcp_preconnect_claimed: g(&self.tcp_preconnect_claimed),
+            tcp_preconnect_expired: g(&self.tcp_preconnect_expired),
+            tcp_preconnect_refused: g(&self.tcp_preconnect_refused),
             bytes_up: g(&self.bytes_up),
             bytes_down: g(&self.bytes_down),
             udp_in: g(&self.udp_in),
@@ -193,6 +210,8 @@ impl Relay {
             timeout: cfg.connect_timeout,
             copier: copier(cfg),
             busy_poll: cfg.busy_poll,
+            preconnect: None,
+            open_spin: cfg.open_spin,
         };
         let copy = match opts.copier {
             tcp::Copier::Loop => "splice",
@@ -201,7 +220,15 @@ impl Relay {
         };
         let mut threads = Vec::new();
         let target: Arc<dyn tcp::Target> = Arc::new(tcp::Embedded(cfg.prefix));
-        let (c, st, t, o) = (counters.clone(), stop.clone(), target.clone(), opts.clone());
+        let prefix = cfg.prefix.prefix();
+        let preconnect = (cfg.preconnect > 0).then_some(tcp::Preconnect {
+            max: cfg.preconnect,
+            prefix: prefix.addr(),
+            len: prefix.len(),
+            port: None,
+        });
+        let o = tcp::Opts { preconnect, ..opts.clone() };
+        let (c, st, t) = (counters.clone(), stop.clone(), target.clone());
         threads.push(std::thread::Builder::new().name("trt-accept".into()).spawn(move || {
             if let Err(e) = tcp::serve(tl, t, o, c, st) {
                 tracing::error!("TRT TCP listener: {e}");

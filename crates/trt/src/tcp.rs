@@ -40,6 +40,11 @@
 //! A session's first bytes take no extra turns of the loop: a connect
 //! that completed within the `connect` call is relayed at once, and a new
 //! loop-copied pair moves the bytes already waiting on either side at once.
+//! Until the server's first bytes have reached the client the loop polls
+//! instead of sleeping, for at most [`Opts::open_spin`]; new connections
+//! are accepted before the other events of a batch; with
+//! [`Opts::preconnect`] the IPv4 connect starts at the client's SYN
+//! ([`pre`]).
 //!
 //! `max-connections` bounds the connections in progress (connecting and
 //! relayed); connections beyond it are reset at once and counted. With a
@@ -47,12 +52,13 @@
 //! between polls) for that long after its last event instead of sleeping,
 //! so the next packet of a session does not wait for a wake-up.
 
+use crate::pre;
 use crate::sys::{self, Pipe};
 use crate::Counters;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
-use socket2::{Domain, Protocol, SockRef, Socket, Type};
+use socket2::{SockRef, Socket};
 use std::io;
-use std::net::{Shutdown, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
+use std::net::{Ipv6Addr, Shutdown, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -84,6 +90,27 @@ pub struct Opts {
     /// How long the loop keeps polling after its last event (zero: it
     /// sleeps in `epoll_wait`).
     pub busy_poll: Duration,
+    /// Start the IPv4 connect at the client's SYN (`preconnect`; the
+    /// listener of the relay prefix only).
+    pub preconnect: Option<Preconnect>,
+    /// `open-spin`: after a new loop-copied pair is made, the loop polls
+    /// instead of sleeping until the server's first bytes (or FIN) have
+    /// been passed to the client, for at most this long (zero: never).
+    pub open_spin: Duration,
+}
+
+/// Pre-connect ([`pre`]): SYNs to `prefix`/`len` start the IPv4 connect.
+#[derive(Debug, Clone, Copy)]
+pub struct Preconnect {
+    /// Pre-connects waiting for their accept at most.
+    pub max: usize,
+    /// The prefix whose SYNs are watched.
+    pub prefix: Ipv6Addr,
+    /// Its length.
+    pub len: u8,
+    /// Only SYNs to this port (a listener that is not transparent), or
+    /// any port (the tproxy listener).
+    pub port: Option<u16>,
 }
 
 /// Bytes one direction of a [`Copier::Loop`] pair moves per turn before
@@ -212,6 +239,8 @@ fn user_copy(mut from: TcpStream, mut to: TcpStream, c: &Counters, up: bool) {
 
 /// The listener's token; connections use `slot << 1 | side`.
 const LISTENER: u64 = u64::MAX;
+/// The pre-connect SYN socket's token.
+const SYNS: u64 = u64::MAX - 1;
 /// Side 0 is the accepted socket, side 1 the one the relay opened.
 const CLIENT: usize = 0;
 const SERVER: usize = 1;
@@ -245,11 +274,13 @@ struct Flow {
     done: bool,
     /// The peer's send buffer is full: wait for its `EPOLLOUT`.
     blocked: bool,
+    /// Bytes sent so far.
+    moved: u64,
 }
 
 impl Flow {
     fn new(pipe: Pipe) -> Flow {
-        Flow { pipe, queued: 0, eof: false, done: false, blocked: false }
+        Flow { pipe, queued: 0, eof: false, done: false, blocked: false, moved: 0 }
     }
 
     /// Move bytes `from` → `to` until `from` has none, `to` has no room,
@@ -266,6 +297,7 @@ impl Flow {
                     Ok(n) => {
                         self.queued -= n;
                         sent += n;
+                        self.moved += n as u64;
                         bytes.fetch_add(n as u64, Ordering::Relaxed);
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -302,6 +334,9 @@ impl Flow {
 struct Spliced {
     socks: [TcpStream; 2],
     flows: [Flow; 2],
+    /// Being opened: the server's first bytes (or FIN) have not been
+    /// passed on yet (the loop's open-spin waits for them).
+    opening: bool,
 }
 
 #[derive(Debug)]
@@ -334,7 +369,18 @@ struct Loop {
     /// Loop-copied directions (slot, side) that used up their budget
     /// and have more to move.
     again: Vec<(usize, usize)>,
+    /// Pre-connect: the SYN socket, its settings and the connects started.
+    syns: Option<(Socket, Preconnect)>,
+    pre: pre::Table,
+    /// `open-spin`, the pairs being opened, and until when the loop spins.
+    open_spin: Duration,
+    opening: usize,
+    spin_until: Instant,
 }
+
+/// The epoll interest of a loop-copied socket.
+const SPLICED: EpollFlags =
+    EpollFlags::EPOLLIN.union(EpollFlags::EPOLLOUT).union(EpollFlags::EPOLLRDHUP).union(EpollFlags::EPOLLET);
 
 fn token(slot: usize, side: usize) -> u64 {
     ((slot as u64) << 1) | side as u64
@@ -371,10 +417,26 @@ impl Loop {
         end(&self.active, &self.c);
     }
 
+    /// The copy is the loop's (non-blocking sockets).
+    fn in_loop(&self) -> bool {
+        self.kernel.is_none() && !self.threads
+    }
+
     fn accept(&mut self, l: &TcpListener) {
+        // The SYNs of the connections about to be accepted are in the SYN
+        // socket already (its copy is delivered before TCP handles the
+        // SYN): start their connects first, so that each accept finds its
+        // own and no pre-connect is left behind for an accepted connection.
+        self.syns_in();
+        // The loop's copy wants a non-blocking socket: accept it so. The
+        // accepted socket inherits TCP_NODELAY from the listener (`serve`).
+        let flags = libc::SOCK_CLOEXEC | if self.in_loop() { libc::SOCK_NONBLOCK } else { 0 };
         loop {
-            match l.accept() {
-                Ok((s, _)) => self.start(s),
+            match SockRef::from(l).accept4(flags) {
+                Ok((s, peer)) => match peer.as_socket() {
+                    Some(peer) => self.start(s.into(), peer),
+                    None => reset(s.into()),
+                },
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e)
@@ -393,46 +455,96 @@ impl Loop {
         }
     }
 
-    /// A new client: refuse it, or start the IPv4 connect.
-    fn start(&mut self, s: TcpStream) {
+    /// The SYNs waiting on the SYN socket: start their IPv4 connects.
+    fn syns_in(&mut self) {
+        let Some((syns, p)) = &self.syns else { return };
+        let now = Instant::now();
+        // A bounded batch: a flood does not hold up the loop.
+        for _ in 0..256 {
+            let key = match pre::recv_syn(syns) {
+                Ok(k) => k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return,
+            };
+            if p.port.is_some_and(|port| port != key.1.port()) {
+                continue;
+            }
+            // Connections beyond max-connections are refused at accept.
+            if self.active.load(Ordering::Relaxed) + self.pre.len() >= self.max {
+                self.c.tcp_preconnect_refused.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            let Some(server) = self.target.server(SocketAddr::V6(key.1)) else { continue };
+            match self.pre.offer(key, server, now) {
+                pre::Offer::Started => self.c.tcp_preconnects.fetch_add(1, Ordering::Relaxed),
+                pre::Offer::Full => self.c.tcp_preconnect_refused.fetch_add(1, Ordering::Relaxed),
+                pre::Offer::Known | pre::Offer::Failed => 0,
+            };
+        }
+    }
+
+    /// A new client: refuse it, or start the IPv4 connect (or take the
+    /// one its SYN started).
+    fn start(&mut self, s: TcpStream, peer: SocketAddr) {
+        let local = s.local_addr().ok();
+        let server = local.and_then(|a| self.target.server(a));
+        let key = local.and_then(|l| pre::key(peer, l));
+        let claimed = match (server, key) {
+            (Some(server), Some(key)) if self.syns.is_some() => self.pre.claim(&key, server).or_else(|| {
+                // The whole handshake may have run between the loop's
+                // last read of the SYN socket and this accept: its SYN is
+                // queued there by now.
+                self.syns_in();
+                self.pre.claim(&key, server)
+            }),
+            _ => None,
+        };
         if self.active.load(Ordering::Relaxed) >= self.max {
             self.c.tcp_refused.fetch_add(1, Ordering::Relaxed);
+            if let Some(u) = claimed {
+                let _ = u.set_linger(Some(Duration::ZERO));
+            }
             return reset(s);
         }
-        let Some(server) = s.local_addr().ok().and_then(|a| self.target.server(a)) else {
+        let Some(server) = server else {
             self.c.tcp_no_server.fetch_add(1, Ordering::Relaxed);
             return reset(s);
         };
-        let up = match Socket::new(Domain::for_address(server), Type::STREAM, Some(Protocol::TCP)) {
-            Ok(u) => u,
-            Err(_) => {
-                self.c.tcp_refused.fetch_add(1, Ordering::Relaxed);
-                return reset(s);
+        let up = match claimed {
+            Some(u) => {
+                self.c.tcp_preconnect_claimed.fetch_add(1, Ordering::Relaxed);
+                u
             }
+            None => match pre::open(server) {
+                Ok(u) => u,
+                Err(pre::OpenError::Socket(_)) => {
+                    self.c.tcp_refused.fetch_add(1, Ordering::Relaxed);
+                    return reset(s);
+                }
+                Err(pre::OpenError::Connect(_)) => {
+                    self.c.tcp_connect_failed.fetch_add(1, Ordering::Relaxed);
+                    return reset(s);
+                }
+            },
         };
-        let _ = up.set_nonblocking(true);
-        let _ = up.set_tcp_nodelay(true);
-        match up.connect(&server.into()) {
-            Ok(()) => {}
-            Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
-            Err(_) => {
-                self.c.tcp_connect_failed.fetch_add(1, Ordering::Relaxed);
-                return reset(s);
-            }
-        }
         self.begin();
         let deadline = Instant::now() + self.timeout;
         let slot = self.alloc(Conn::Connecting { client: s, up, deadline });
         let Some(Some(Conn::Connecting { up, .. })) = self.slots.get(slot) else { return };
-        if self.ep.add(up, EpollEvent::new(EpollFlags::EPOLLOUT, token(slot, SERVER))).is_err() {
+        // The loop's copy: the socket's final interest at once (no
+        // epoll_ctl to change it once connected); its `EPOLLOUT` says
+        // the connect finished.
+        let flags = if self.in_loop() { SPLICED } else { EpollFlags::EPOLLOUT };
+        if self.ep.add(up, EpollEvent::new(flags, token(slot, SERVER))).is_err() {
             return self.fail_connect(slot);
         }
         // A server on this host or a veth away often answers within the
         // connect call (the handshake runs in the softirq the SYN's
-        // transmission raised): then relay at once instead of one more
-        // turn of the loop for the `EPOLLOUT`.
+        // transmission raised), and a pre-connect has usually finished:
+        // then relay at once instead of one more turn of the loop for the
+        // `EPOLLOUT`.
         if up.peer_addr().is_ok() {
-            self.connected(slot);
+            self.relay(slot);
         }
     }
 
@@ -454,14 +566,18 @@ impl Loop {
         if !ok {
             return self.fail_connect(slot);
         }
-        if self.kernel.is_none() && !self.threads {
+        self.relay(slot);
+    }
+
+    /// Relay the connected pair in `slot` with the listener's copy.
+    fn relay(&mut self, slot: usize) {
+        if self.in_loop() {
             return self.splice(slot);
         }
         let Some(Conn::Connecting { client, up, .. }) = self.release(slot) else { return };
         let _ = self.ep.delete(&up);
         let up: TcpStream = up.into();
         let _ = up.set_nonblocking(false);
-        let _ = client.set_nodelay(true);
         self.c.tcp_relayed.fetch_add(1, Ordering::Relaxed);
         let (client, up) = match self.kernel.clone() {
             Some(k) => match self.pair(&k, client, up) {
@@ -483,15 +599,16 @@ impl Loop {
         self.pipes.pop().map_or_else(Pipe::nonblocking, Ok)
     }
 
-    /// Copy the connected pair in `slot` in the loop: both sockets join the
-    /// epoll set (the client's bytes that came early are reported at once).
+    /// Copy the connected pair in `slot` in the loop: the client's socket
+    /// joins the epoll set (the server's is in it with this interest
+    /// since the connect; the client's bytes that came early are reported
+    /// at once). The client's socket is non-blocking and has TCP_NODELAY
+    /// from its accept.
     fn splice(&mut self, slot: usize) {
         let Some(Conn::Connecting { client, up, .. }) = self.slots.get_mut(slot).and_then(Option::take) else {
             return;
         };
         let up: TcpStream = up.into();
-        let _ = client.set_nodelay(true);
-        let _ = client.set_nonblocking(true);
         self.c.tcp_relayed.fetch_add(1, Ordering::Relaxed);
         let (a, b) = (self.pipe(), self.pipe());
         let (Ok(a), Ok(b)) = (a, b) else {
@@ -502,12 +619,13 @@ impl Loop {
             self.freed.push(slot);
             return self.end();
         };
-        let p = Box::new(Spliced { socks: [client, up], flows: [Flow::new(a), Flow::new(b)] });
-        let flags = EpollFlags::EPOLLIN | EpollFlags::EPOLLOUT | EpollFlags::EPOLLRDHUP | EpollFlags::EPOLLET;
-        let added = self
-            .ep
-            .modify(&p.socks[SERVER], &mut EpollEvent::new(flags, token(slot, SERVER)))
-            .and_then(|_| self.ep.add(&p.socks[CLIENT], EpollEvent::new(flags, token(slot, CLIENT))));
+        let opening = !self.open_spin.is_zero();
+        if opening {
+            self.opening += 1;
+            self.spin_until = Instant::now() + self.open_spin;
+        }
+        let p = Box::new(Spliced { socks: [client, up], flows: [Flow::new(a), Flow::new(b)], opening });
+        let added = self.ep.add(&p.socks[CLIENT], EpollEvent::new(SPLICED, token(slot, CLIENT)));
         self.slots[slot] = Some(Conn::Spliced(p));
         if let Err(e) = added {
             tracing::debug!("TRT: epoll: {e}");
@@ -553,7 +671,13 @@ impl Loop {
         let bytes = if side == CLIENT { &self.c.bytes_up } else { &self.c.bytes_down };
         let [a, b] = &p.socks;
         let (from, to) = if side == CLIENT { (a, b) } else { (b, a) };
-        match p.flows[side].pump(from, to, BUDGET, bytes) {
+        let r = p.flows[side].pump(from, to, BUDGET, bytes);
+        if p.opening && (p.flows[SERVER].moved > 0 || p.flows[SERVER].eof) {
+            // The server's answer reached the client: the session is open.
+            p.opening = false;
+            self.opening -= 1;
+        }
+        match r {
             Ok(true) => self.again.push((slot, side)),
             Ok(false) if p.flows[CLIENT].done && p.flows[SERVER].done => self.close_spliced(slot, false),
             Ok(false) => {}
@@ -580,7 +704,10 @@ impl Loop {
     /// go back to the pool.
     fn close_spliced(&mut self, slot: usize, rst: bool) {
         let Some(Conn::Spliced(p)) = self.release(slot) else { return };
-        let Spliced { socks, flows } = *p;
+        let Spliced { socks, flows, opening } = *p;
+        if opening {
+            self.opening -= 1;
+        }
         // Closing a socket takes it out of the epoll set (the loop holds
         // its only descriptor).
         for s in socks {
@@ -749,6 +876,13 @@ impl Loop {
     fn timers(&mut self) -> Duration {
         let now = Instant::now();
         let mut sleep = Duration::from_millis(100);
+        if !self.pre.is_empty() {
+            let n = self.pre.expire(now);
+            self.c.tcp_preconnect_expired.fetch_add(n as u64, Ordering::Relaxed);
+            if let Some(d) = self.pre.next_deadline() {
+                sleep = sleep.min(d.saturating_duration_since(now));
+            }
+        }
         for slot in 0..self.slots.len() {
             match &self.slots[slot] {
                 Some(Conn::Connecting { deadline, .. }) => {
@@ -786,8 +920,24 @@ pub fn serve(
     stop: Arc<AtomicBool>,
 ) -> io::Result<()> {
     l.set_nonblocking(true)?;
+    // Accepted sockets inherit it.
+    SockRef::from(&l).set_tcp_nodelay(true)?;
     let ep = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
     ep.add(&l, EpollEvent::new(EpollFlags::EPOLLIN, LISTENER))?;
+    let syns = o.preconnect.and_then(|p| match pre::syn_socket(p.prefix, p.len) {
+        Ok(s) => match ep.add(&s, EpollEvent::new(EpollFlags::EPOLLIN, SYNS)) {
+            Ok(()) => Some((s, p)),
+            Err(e) => {
+                tracing::warn!("TRT: preconnect: epoll: {e}; connects start at accept");
+                None
+            }
+        },
+        Err(e) => {
+            tracing::warn!("TRT: preconnect: the SYN socket: {e} (needs CAP_NET_RAW); connects start at accept");
+            None
+        }
+    });
+    let pre_max = o.preconnect.map_or(0, |p| p.max);
     let (kernel, threads) = match o.copier {
         Copier::Loop => (None, false),
         Copier::Threads => (None, true),
@@ -807,14 +957,21 @@ pub fn serve(
         active: Arc::new(AtomicUsize::new(0)),
         pipes: Vec::new(),
         again: Vec::new(),
+        syns,
+        pre: pre::Table::new(pre_max, pre::TTL),
+        open_spin: o.open_spin,
+        opening: 0,
+        spin_until: Instant::now(),
     };
     let mut waiter = netsys::tun::Waiter::new(o.busy_poll);
     let mut events = [EpollEvent::empty(); 64];
     let mut sleep = Duration::from_millis(100);
     while !stop.load(Ordering::Relaxed) {
-        // Directions with more to move, or a busy-poll window: only look.
+        // Directions with more to move, or a busy-poll window, or a
+        // session being opened within its open-spin: only look.
         let busy = !lp.again.is_empty();
-        let timeout = if busy || waiter.spinning() {
+        let opening = lp.opening > 0 && Instant::now() < lp.spin_until;
+        let timeout = if busy || opening || waiter.spinning() {
             EpollTimeout::ZERO
         } else {
             EpollTimeout::from(sleep.as_millis().clamp(1, 100) as u16)
@@ -826,14 +983,23 @@ pub fn serve(
         };
         if n > 0 || busy {
             waiter.worked();
-        } else {
-            // Within the window: yield the CPU once, then look again.
-            waiter.spin();
+        } else if !waiter.spin() && opening {
+            // Within the window (busy-poll or open-spin): yield the CPU
+            // once, then look again.
+            std::thread::yield_now();
+        }
+        // New sessions first (their first bytes are what a client waits
+        // for), then the pairs' events (data, FINs and closes).
+        for ev in &events[..n] {
+            match ev.data() {
+                LISTENER => lp.accept(&l),
+                SYNS => lp.syns_in(),
+                _ => {}
+            }
         }
         for ev in &events[..n] {
             let (data, flags) = (ev.data(), ev.events());
-            if data == LISTENER {
-                lp.accept(&l);
+            if data == LISTENER || data == SYNS {
                 continue;
             }
             let (slot, side) = ((data >> 1) as usize, (data & 1) as usize);
@@ -857,6 +1023,7 @@ pub fn serve(
             None => {}
         }
     }
+    lp.pre.clear();
     Ok(())
 }
 
@@ -886,12 +1053,30 @@ mod tests {
 
     impl Relay {
         fn new(server: SocketAddr, copier: Copier, busy_poll: Duration) -> Relay {
-            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            Relay::with("127.0.0.1:0", server, copier, busy_poll, 0)
+        }
+
+        /// A relay on `listen` with `preconnect` pre-connects at most
+        /// (SYNs to its port on ::1), once its loop runs.
+        fn with(listen: &str, server: SocketAddr, copier: Copier, busy_poll: Duration, preconnect: usize) -> Relay {
+            let l = TcpListener::bind(listen).unwrap();
             let addr = l.local_addr().unwrap();
             let (c, stop) = (Arc::new(Counters::default()), Arc::new(AtomicBool::new(false)));
-            let o = Opts { max: 1024, timeout: Duration::from_secs(5), copier, busy_poll };
+            let preconnect = (preconnect > 0).then_some(Preconnect {
+                max: preconnect,
+                prefix: Ipv6Addr::LOCALHOST,
+                len: 128,
+                port: Some(addr.port()),
+            });
+            let open_spin = Duration::from_micros(100);
+            let o = Opts { max: 1024, timeout: Duration::from_secs(5), copier, busy_poll, preconnect, open_spin };
             let (c2, s2) = (c.clone(), stop.clone());
             let h = std::thread::spawn(move || serve(l, Arc::new(Fixed(server)), o, c2, s2));
+            // The SYN socket is opened by the loop's thread (a loop that
+            // starts later misses the first SYN, and the counts are off).
+            if preconnect.is_some() {
+                std::thread::sleep(Duration::from_millis(300));
+            }
             Relay { addr, c, stop, h: Some(h) }
         }
 
@@ -1114,5 +1299,110 @@ mod tests {
             let st = r.idle();
             assert_eq!((st.tcp_connect_failed, st.tcp_relayed), (1, 0), "{copier:?}");
         }
+    }
+
+    /// Wait (at most 10 s) until `f` holds for the counters; them then.
+    fn until(r: &Relay, f: impl Fn(&crate::Snapshot) -> bool) -> crate::Snapshot {
+        let t0 = Instant::now();
+        loop {
+            let s = r.c.snapshot();
+            if f(&s) || t0.elapsed() > Duration::from_secs(10) {
+                return s;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// A raw IPv6 TCP socket that can send a lone SYN, or `None` without
+    /// CAP_NET_RAW.
+    fn syn_sender() -> Option<Socket> {
+        Socket::new(socket2::Domain::IPV6, socket2::Type::RAW, Some(socket2::Protocol::TCP)).ok()
+    }
+
+    /// A SYN's TCP header from [::1]:`sport` to [::1]:`dport`, checksummed.
+    fn syn(sport: u16, dport: u16) -> [u8; 20] {
+        let mut h = [0u8; 20];
+        h[0..2].copy_from_slice(&sport.to_be_bytes());
+        h[2..4].copy_from_slice(&dport.to_be_bytes());
+        h[4..8].copy_from_slice(&7u32.to_be_bytes());
+        h[12] = 5 << 4; // data offset: 5 words
+        h[13] = 0x02; // SYN
+        h[14..16].copy_from_slice(&8192u16.to_be_bytes());
+        // The pseudo-header: both addresses ::1 (1 each), length 20, next header 6.
+        let mut sum: u32 = 1 + 1 + 20 + 6;
+        for w in h.chunks(2) {
+            sum += u32::from(u16::from_be_bytes([w[0], w[1]]));
+        }
+        while sum > 0xffff {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        h[16..18].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+        h
+    }
+
+    #[test]
+    fn preconnects_are_claimed_by_their_accepts() {
+        let srv = server(echo);
+        for (copier, bp) in copiers() {
+            let r = Relay::with("[::1]:0", srv, copier.clone(), bp, 8);
+            if syn_sender().is_none() {
+                return eprintln!("skipped: needs CAP_NET_RAW");
+            }
+            for i in 0..20u32 {
+                let data = pattern(i, 1 + i as usize * 5000);
+                assert!(exchange(r.addr, &data) == data, "{copier:?}: connection {i}");
+            }
+            let st = r.idle();
+            assert_eq!((st.tcp_relayed, st.tcp_errors, st.tcp_connect_failed), (20, 0, 0), "{copier:?}");
+            // Every connect started at the SYN and was taken by its accept.
+            assert_eq!((st.tcp_preconnects, st.tcp_preconnect_claimed), (20, 20), "{copier:?}: {st:?}");
+            assert_eq!((st.tcp_preconnect_expired, st.tcp_preconnect_refused), (0, 0), "{copier:?}");
+        }
+    }
+
+    #[test]
+    fn a_failed_preconnect_resets_the_client() {
+        let closed = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        if syn_sender().is_none() {
+            return eprintln!("skipped: needs CAP_NET_RAW");
+        }
+        let r = Relay::with("[::1]:0", closed, Copier::Loop, Duration::ZERO, 8);
+        let mut c = TcpStream::connect(r.addr).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut b = [0u8; 8];
+        assert_eq!(c.read(&mut b).map_err(|e| e.kind()), Err(io::ErrorKind::ConnectionReset));
+        let st = r.idle();
+        assert_eq!((st.tcp_preconnects, st.tcp_preconnect_claimed), (1, 1), "{st:?}");
+        assert_eq!((st.tcp_connect_failed, st.tcp_relayed), (1, 0), "{st:?}");
+    }
+
+    #[test]
+    fn an_unclaimed_preconnect_expires_and_the_bound_refuses() {
+        // The server counts the connections it sees and how they end.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let srv = server(move |mut c| {
+            c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let mut b = [0u8; 1];
+            let _ = tx.send(c.read(&mut b).map_err(|e| e.kind()));
+        });
+        let Some(tx_syn) = syn_sender() else { return eprintln!("skipped: needs CAP_NET_RAW") };
+        let r = Relay::with("[::1]:0", srv, Copier::Loop, Duration::ZERO, 2);
+        // Three lone SYNs (no handshake follows: the kernel's SYN-ACK
+        // finds no socket at the source port and is answered with a reset).
+        let to: SocketAddr = r.addr;
+        for sport in [1u16, 2, 3] {
+            tx_syn.send_to(&syn(sport, to.port()), &SocketAddr::new(to.ip(), 0).into()).unwrap();
+        }
+        // Two pre-connected (the bound), the third refused and counted.
+        let st = until(&r, |s| s.tcp_preconnects + s.tcp_preconnect_refused >= 3);
+        assert_eq!((st.tcp_preconnects, st.tcp_preconnect_refused), (2, 1), "{st:?}");
+        // No accept claims them: after pre::TTL they are reset, which the server sees.
+        let st = until(&r, |s| s.tcp_preconnect_expired >= 2);
+        assert_eq!((st.tcp_preconnect_expired, st.tcp_preconnect_claimed, st.tcp_relayed), (2, 0, 0), "{st:?}");
+        for _ in 0..2 {
+            let end = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+            assert_eq!(end, Err(io::ErrorKind::ConnectionReset));
+        }
+        assert_eq!(r.c.snapshot().tcp_active, 0);
     }
 }

@@ -180,6 +180,16 @@ pub struct Args {
     /// (docs/daemon.md, docs/trt.md).
     #[arg(long, default_value = "0s")]
     pub busy_poll: String,
+    /// `[trt] preconnect` of the transport relay (`trt`, `trt-threads`,
+    /// `trt-sockmap`): 0 (default) connects to the server at accept; e.g.
+    /// 64 starts the connect at the client's SYN (docs/trt.md).
+    #[arg(long, default_value_t = 0)]
+    pub trt_preconnect: usize,
+    /// `[trt] open-spin` of the transport relay: how long its loop polls
+    /// for a new session's answer instead of sleeping ("0s": off;
+    /// docs/trt.md).
+    #[arg(long, default_value = "100us")]
+    pub trt_open_spin: String,
 }
 
 /// One mechanism's results.
@@ -238,6 +248,10 @@ pub struct Report {
     pub loadavg: String,
     /// `--busy-poll` of the v6gate TUN engines and the TRT relay.
     pub busy_poll: String,
+    /// `--trt-preconnect` of the TRT relay.
+    pub trt_preconnect: usize,
+    /// `--trt-open-spin` of the TRT relay.
+    pub trt_open_spin: String,
     /// Results in order.
     pub results: Vec<MechResult>,
 }
@@ -469,7 +483,10 @@ fn sw_xdp(m: Mech, c: &Netns, s: &Netns) -> Result<&'static str> {
     Ok(table)
 }
 
-fn build(m: Mech, bin: &Path, work: &Path, busy_poll: &str) -> Result<Bed> {
+/// The TRT relay's options of the run: `preconnect` and `open-spin`.
+type TrtOpts<'a> = (usize, &'a str);
+
+fn build(m: Mech, bin: &Path, work: &Path, busy_poll: &str, trt: TrtOpts) -> Result<Bed> {
     let v6gate = |ns: &Netns, name: &str, sub: &str, config: &str| v6gate(bin, ns, work, name, sub, config, busy_poll);
     let c = ns("c")?;
     let g = ns("g")?;
@@ -520,7 +537,11 @@ fn build(m: Mech, bin: &Path, work: &Path, busy_poll: &str) -> Result<Bed> {
                 Mech::TrtSockmap => "sockmap",
                 _ => "splice",
             };
-            let cfg = format!("[trt]\nprefix = \"64:ff9b:1::/96\"\ncopy = \"{copy}\"\nbusy-poll = \"{busy_poll}\"\n");
+            let cfg = format!(
+                "[trt]\nprefix = \"64:ff9b:1::/96\"\ncopy = \"{copy}\"\nbusy-poll = \"{busy_poll}\"\npreconnect = {}\n\
+                 open-spin = \"{}\"\n",
+                trt.0, trt.1
+            );
             procs.push(v6gate(&g, m.name(), "trt", &cfg)?);
             v6target
         }
@@ -711,6 +732,7 @@ pub fn run(a: &Args) -> Result<Report> {
     }
     let bin = peers::v6gate(a.v6gate.as_deref())?;
     confval::duration::parse(&a.busy_poll).map_err(|e| anyhow::anyhow!("--busy-poll: {e}"))?;
+    confval::duration::parse(&a.trt_open_spin).map_err(|e| anyhow::anyhow!("--trt-open-spin: {e}"))?;
     let out = Outputs::create(&a.out)?;
     let guard =
         RunGuard::new(PREFIX, std::env::temp_dir().join(format!("v6gate-bench-transition-{}", std::process::id())))?;
@@ -728,7 +750,7 @@ pub fn run(a: &Args) -> Result<Report> {
             });
             continue;
         }
-        let r = build(m, &bin, &work, &a.busy_poll).and_then(|bed| {
+        let r = build(m, &bin, &work, &a.busy_poll, (a.trt_preconnect, &a.trt_open_spin)).and_then(|bed| {
             let r = measure(&bed, a);
             let x = xdp_counters(m, &work);
             let k = b4_kernel_counters(m, &work);
@@ -773,6 +795,8 @@ pub fn run(a: &Args) -> Result<Report> {
         kernel: crate::report::kernel_release(),
         loadavg: load,
         busy_poll: a.busy_poll.clone(),
+        trt_preconnect: a.trt_preconnect,
+        trt_open_spin: a.trt_open_spin.clone(),
         results,
     };
     report::write(&rep, out)?;

@@ -68,8 +68,18 @@ pub fn markdown(r: &Report) -> String {
         "# v6gate bench transition\n\nThe NAT-PT / TRT / DSTM comparison paper's measurements, one testbed per \
          mechanism (client — gateway — IPv4-only server in network namespaces): {} s of bulk TCP (median of {} \
          transfers), {} new TCP sessions (connect, one byte each way), {} UDP echoes. {} online CPUs, kernel {}, load average at the \
-         start {} (the machine may be shared: timings are noisy). Busy-poll of the v6gate TUN engines and the TRT relay: {}.\n",
-        r.seconds, r.bulk_runs, r.sessions, r.pings, r.cpus, r.kernel, r.loadavg, r.busy_poll
+         start {} (the machine may be shared: timings are noisy). Busy-poll of the v6gate TUN engines and the TRT relay: {}. \
+         TRT pre-connect (connect at the client's SYN): {}; TRT open-spin: {}.\n",
+        r.seconds,
+        r.bulk_runs,
+        r.sessions,
+        r.pings,
+        r.cpus,
+        r.kernel,
+        r.loadavg,
+        r.busy_poll,
+        if r.trt_preconnect == 0 { "off".to_string() } else { format!("up to {}", r.trt_preconnect) },
+        r.trt_open_spin
     );
     let native = find(r, "ipv4");
     let _ = writeln!(s, "## Session initiation (the paper's Table 1)\n");
@@ -234,6 +244,8 @@ mod tests {
             kernel: "6.x".into(),
             loadavg: "1 1 1".into(),
             busy_poll: "0s".into(),
+            trt_preconnect: 0,
+            trt_open_spin: "100us".into(),
             results: vec![
                 m("ipv4", 1000.0, 100),
                 m("trt", 900.0, 140),
