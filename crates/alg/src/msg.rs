@@ -191,11 +191,11 @@ fn bad(r: &'static str) -> Reject {
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
+    memchr::memmem::find(hay, needle)
 }
 
 fn unfold(v: &str) -> Cow<'_, str> {
-    if !v.contains(['\r', '\n']) {
+    if memchr::memchr2(b'\r', b'\n', v.as_bytes()).is_none() {
         return Cow::Borrowed(v);
     }
     let mut out = String::with_capacity(v.len());
@@ -256,7 +256,7 @@ fn parse_start(line: &str) -> Result<Start<'_>, (Start<'_>, Reject)> {
 
 /// Splits a header line into (name, value).
 fn split_header(line: &str) -> Result<(&str, &str), Reject> {
-    let colon = line.find(':').ok_or(bad("Malformed header line"))?;
+    let colon = uri::pos(line, b':').ok_or(bad("Malformed header line"))?;
     let name = line[..colon].trim_end_matches([' ', '\t']);
     if !uri::is_token(name) {
         return Err(bad("Malformed header name"));
@@ -296,17 +296,13 @@ impl<'a> Message<'a> {
         let mut lines: Vec<&str> = Vec::with_capacity(16);
         let hb = head.as_bytes();
         let mut s = 0;
-        let mut i = 0;
-        while i < hb.len() {
-            if hb[i] == b'\n' {
-                let next_ws = hb.get(i + 1).is_some_and(|&c| c == b' ' || c == b'\t');
-                if !next_ws {
-                    let e = if i > s && hb[i - 1] == b'\r' { i - 1 } else { i };
-                    lines.push(&head[s..e]);
-                    s = i + 1;
-                }
+        for i in memchr::memchr_iter(b'\n', hb) {
+            let next_ws = hb.get(i + 1).is_some_and(|&c| c == b' ' || c == b'\t');
+            if !next_ws {
+                let e = if i > s && hb[i - 1] == b'\r' { i - 1 } else { i };
+                lines.push(&head[s..e]);
+                s = i + 1;
             }
-            i += 1;
         }
         if s < hb.len() {
             let e = if hb[hb.len() - 1] == b'\r' { hb.len() - 1 } else { hb.len() };

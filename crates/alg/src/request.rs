@@ -183,7 +183,7 @@ impl Alg {
         let Start::Request { uri: ruri, .. } = req.start else { return };
         let mut b = Builder::new(&format!("CANCEL {ruri} SIP/2.0"), 512);
         if let Some((_, v, _)) = emit::first_via(&req) {
-            b.header("Via", &v);
+            b.header("Via", v);
         }
         for h in &req.headers {
             match h.name {
@@ -525,10 +525,10 @@ impl Alg {
                 Name::Via if first_via => {
                     first_via = false;
                     if let Some((_, v, rest)) = emit::first_via(m) {
-                        let mut val = self.with_received(&v, peer);
+                        let mut val = self.with_received(v, peer);
                         for r in rest {
                             val.push_str(", ");
-                            val.push_str(&r);
+                            val.push_str(r);
                         }
                         b.header(h.raw_name, &val);
                     }
