@@ -142,6 +142,11 @@ pub struct Message<'a> {
     start_error: Option<Reject>,
     /// A Content-Length problem found while splitting.
     length_error: Option<Reject>,
+    /// Where the From and To tags sit in their header values, found on
+    /// the first [`Message::from_tag`] / [`Message::to_tag`] (the proxy
+    /// asks for them several times per message; each answer parsed the
+    /// whole address).
+    tags: [std::cell::OnceCell<Option<std::ops::Range<usize>>>; 2],
 }
 
 /// What to do with a message that failed a check.
@@ -264,6 +269,38 @@ fn split_header(line: &str) -> Result<(&str, &str), Reject> {
     Ok((name, &line[colon + 1..]))
 }
 
+/// The logical lines of a message head: CRLF (or LF) followed by SP/HT
+/// continues a line; the line ends are not part of the lines.
+struct Lines<'a> {
+    head: &'a str,
+    /// Where the next line starts.
+    s: usize,
+    nl: memchr::Memchr<'a>,
+}
+
+impl<'a> Iterator for Lines<'a> {
+    type Item = &'a str;
+    fn next(&mut self) -> Option<&'a str> {
+        let hb = self.head.as_bytes();
+        for i in self.nl.by_ref() {
+            if hb.get(i + 1).is_some_and(|&c| c == b' ' || c == b'\t') {
+                continue;
+            }
+            let e = if i > self.s && hb[i - 1] == b'\r' { i - 1 } else { i };
+            let line = &self.head[self.s..e];
+            self.s = i + 1;
+            return Some(line);
+        }
+        if self.s < hb.len() {
+            let e = if hb[hb.len() - 1] == b'\r' { hb.len() - 1 } else { hb.len() };
+            let line = &self.head[self.s..e];
+            self.s = hb.len();
+            return Some(line);
+        }
+        None
+    }
+}
+
 impl<'a> Message<'a> {
     /// Splits one message from `buf`. `stream`: TCP framing (Content-Length
     /// required, trailing bytes belong to the next message); otherwise a
@@ -292,29 +329,14 @@ impl<'a> Message<'a> {
             },
         };
         let head = std::str::from_utf8(&rest[..head_end]).map_err(|_| Reject::drop("head is not UTF-8"))?;
-        // Logical lines: CRLF (or LF) followed by SP/HT continues a line.
-        let mut lines: Vec<&str> = Vec::with_capacity(16);
-        let hb = head.as_bytes();
-        let mut s = 0;
-        for i in memchr::memchr_iter(b'\n', hb) {
-            let next_ws = hb.get(i + 1).is_some_and(|&c| c == b' ' || c == b'\t');
-            if !next_ws {
-                let e = if i > s && hb[i - 1] == b'\r' { i - 1 } else { i };
-                lines.push(&head[s..e]);
-                s = i + 1;
-            }
-        }
-        if s < hb.len() {
-            let e = if hb[hb.len() - 1] == b'\r' { hb.len() - 1 } else { hb.len() };
-            lines.push(&head[s..e]);
-        }
-        let start_line = lines.first().copied().unwrap_or("");
+        let mut lines = Lines { head, s: 0, nl: memchr::memchr_iter(b'\n', head.as_bytes()) };
+        let start_line = lines.next().unwrap_or("");
         let (start, start_error) = match parse_start(start_line) {
             Ok(s) => (s, None),
             Err((s, r)) => (s, Some(r)),
         };
-        let mut headers = Vec::with_capacity(lines.len());
-        for &line in &lines[1..] {
+        let mut headers = Vec::with_capacity(16);
+        for line in lines {
             let (raw_name, v) = match split_header(line) {
                 Ok(x) => x,
                 Err(r) => {
@@ -327,6 +349,7 @@ impl<'a> Message<'a> {
                         len: buf.len(),
                         start_error: Some(start_error.unwrap_or(r)),
                         length_error: None,
+                        tags: Default::default(),
                     }));
                 }
             };
@@ -372,6 +395,7 @@ impl<'a> Message<'a> {
             len,
             start_error,
             length_error,
+            tags: Default::default(),
         }))
     }
 
@@ -433,14 +457,26 @@ impl<'a> Message<'a> {
         Some((n, m))
     }
 
+    /// The tag of the first header `n` (From or To), when its address
+    /// parses; remembered in `tags[i]`.
+    fn tag(&self, n: Name, i: usize) -> Option<&str> {
+        let v = self.header(n)?;
+        let span = self.tags[i].get_or_init(|| {
+            let t = uri::parse_name_addr(v).ok()?.tag()?;
+            let off = t.as_ptr() as usize - v.as_ptr() as usize;
+            Some(off..off + t.len())
+        });
+        span.clone().map(|r| &v[r])
+    }
+
     /// The From tag.
     pub fn from_tag(&self) -> Option<&str> {
-        self.header(Name::From).and_then(|v| uri::parse_name_addr(v).ok()).and_then(|a| a.tag())
+        self.tag(Name::From, 0)
     }
 
     /// The To tag.
     pub fn to_tag(&self) -> Option<&str> {
-        self.header(Name::To).and_then(|v| uri::parse_name_addr(v).ok()).and_then(|a| a.tag())
+        self.tag(Name::To, 1)
     }
 
     /// The topmost Via value.
@@ -548,7 +584,7 @@ impl<'a> Message<'a> {
                 if n == Name::Contact && h.value.trim() == "*" {
                     continue;
                 }
-                uri::parse_name_addr_list(&h.value)
+                uri::check_name_addr_list(&h.value)
                     .map_err(|e| fix(Reject::answer(400, format!("Bad {what}: {e}"))))?;
             }
         }
@@ -626,6 +662,28 @@ mod tests {
         assert_eq!(m.top_via().unwrap().branch(), Some("z9hG4bK1"));
         assert_eq!(m.from_tag(), Some("1"));
         m.validate().unwrap();
+    }
+
+    /// The tags are found once and give the same answer every time, also
+    /// for a folded header (whose value is a copy) and a broken address.
+    #[test]
+    fn tags_are_remembered_and_stay_right() {
+        let m = Message::parse_datagram(
+            b"BYE sip:a@b SIP/2.0\r\nVia: SIP/2.0/UDP h;branch=z9hG4bK1\r\nFrom: \"A, B\" <sip:x@[2001:db8::1]>;tag=f1\r\nTo: <sip:a@b>\r\n ;tag=t9;x=1\r\nCall-ID: c1\r\nCSeq: 2 BYE\r\nl: 0\r\n\r\n",
+        )
+        .unwrap();
+        for _ in 0..2 {
+            assert_eq!(m.from_tag(), Some("f1"));
+            assert_eq!(m.to_tag(), Some("t9"), "folded To");
+        }
+        let c = m.clone();
+        assert_eq!((c.from_tag(), c.to_tag()), (Some("f1"), Some("t9")));
+        let m =
+            Message::parse_datagram(b"BYE sip:a@b SIP/2.0\r\nFrom: <sip:x@y;tag=f1\r\nTo: sip:a@b\r\n\r\n").unwrap();
+        for _ in 0..2 {
+            assert_eq!(m.from_tag(), None, "an unterminated address has no tag");
+            assert_eq!(m.to_tag(), None, "no tag parameter");
+        }
     }
 
     #[test]

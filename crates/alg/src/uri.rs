@@ -443,6 +443,12 @@ pub fn parse_name_addr(text: &str) -> Result<NameAddr<'_>, Bad> {
     }
 }
 
+/// Checks every element of a comma-separated list of addresses as
+/// [`parse_name_addr_list`] would (same first error), keeping nothing.
+pub fn check_name_addr_list(v: &str) -> Result<(), Bad> {
+    split_list(v)?.into_iter().try_for_each(|r| parse_name_addr(&v[r]).map(drop))
+}
+
 /// Parses a comma-separated list of addresses.
 pub fn parse_name_addr_list(v: &str) -> Result<Vec<NameAddr<'_>>, Bad> {
     split_list(v)?.into_iter().map(|r| parse_name_addr(&v[r])).collect()
