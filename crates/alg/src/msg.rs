@@ -269,6 +269,13 @@ fn split_header(line: &str) -> Result<(&str, &str), Reject> {
     Ok((name, &line[colon + 1..]))
 }
 
+/// Where `part` (a slice of `whole`) sits in `whole`.
+fn span_in(whole: &str, part: &str) -> std::ops::Range<usize> {
+    let off = part.as_ptr() as usize - whole.as_ptr() as usize;
+    debug_assert!(off + part.len() <= whole.len());
+    off..off + part.len()
+}
+
 /// The logical lines of a message head: CRLF (or LF) followed by SP/HT
 /// continues a line; the line ends are not part of the lines.
 struct Lines<'a> {
@@ -461,11 +468,7 @@ impl<'a> Message<'a> {
     /// parses; remembered in `tags[i]`.
     fn tag(&self, n: Name, i: usize) -> Option<&str> {
         let v = self.header(n)?;
-        let span = self.tags[i].get_or_init(|| {
-            let t = uri::parse_name_addr(v).ok()?.tag()?;
-            let off = t.as_ptr() as usize - v.as_ptr() as usize;
-            Some(off..off + t.len())
-        });
+        let span = self.tags[i].get_or_init(|| Some(span_in(v, uri::parse_name_addr(v).ok()?.tag()?)));
         span.clone().map(|r| &v[r])
     }
 
@@ -575,9 +578,11 @@ impl<'a> Message<'a> {
                 Via::parse(&h.value[r]).map_err(|e| fix(Reject::answer(400, format!("Bad Via: {e}"))))?;
             }
         }
-        for (n, what) in [(Name::To, "To"), (Name::From, "From")] {
+        for (n, what, i) in [(Name::To, "To", 1), (Name::From, "From", 0)] {
             let v = self.header(n).unwrap_or("");
-            uri::parse_name_addr(v).map_err(|e| fix(Reject::answer(400, format!("Bad {what}: {e}"))))?;
+            let a = uri::parse_name_addr(v).map_err(|e| fix(Reject::answer(400, format!("Bad {what}: {e}"))))?;
+            // The tag is known now: from_tag / to_tag need not parse again.
+            let _ = self.tags[i].set(a.tag().map(|t| span_in(v, t)));
         }
         for (n, what) in [(Name::Contact, "Contact"), (Name::Route, "Route"), (Name::RecordRoute, "Record-Route")] {
             for h in self.all(n) {
@@ -678,6 +683,15 @@ mod tests {
         }
         let c = m.clone();
         assert_eq!((c.from_tag(), c.to_tag()), (Some("f1"), Some("t9")));
+        // Validation finds them too; asked afterwards they agree.
+        m.validate().unwrap();
+        assert_eq!((m.from_tag(), m.to_tag()), (Some("f1"), Some("t9")));
+        let fresh = Message::parse_datagram(
+            b"BYE sip:a@b SIP/2.0\r\nVia: SIP/2.0/UDP h;branch=z9hG4bK1\r\nFrom: <sip:x@y>;tag=f2\r\nTo: <sip:a@b>\r\nCall-ID: c1\r\nCSeq: 2 BYE\r\nl: 0\r\n\r\n",
+        )
+        .unwrap();
+        fresh.validate().unwrap();
+        assert_eq!((fresh.from_tag(), fresh.to_tag()), (Some("f2"), None), "tags as validation found them");
         let m =
             Message::parse_datagram(b"BYE sip:a@b SIP/2.0\r\nFrom: <sip:x@y;tag=f1\r\nTo: sip:a@b\r\n\r\n").unwrap();
         for _ in 0..2 {

@@ -517,7 +517,10 @@ impl Alg {
         }
         let rewrite_contact = out_realm != peer.realm && self.cfg.contact == ContactMode::Rewrite;
         let mut route_skip = popped;
-        let total_routes = m.all(Name::Route).map(|h| crate::msg::addresses(&h.value).len()).sum::<usize>();
+        // The message passed validation: every Route list parses, so its
+        // elements are its list elements.
+        let route_count = |h: &crate::msg::Header| uri::split_list(&h.value).map_or(0, |l| l.len());
+        let total_routes = m.all(Name::Route).map(route_count).sum::<usize>();
         let mut route_seen = 0usize;
         let mut first_via = true;
         for h in &m.headers {
@@ -536,7 +539,7 @@ impl Alg {
                 Name::MaxForwards => {}
                 Name::ContentLength => {}
                 Name::Route => {
-                    let n = crate::msg::addresses(&h.value).len();
+                    let n = route_count(h);
                     if drop_last_route && route_seen + n == total_routes {
                         // Remove the last element (strict-route fix-up).
                         let v = h.value.as_ref();
