@@ -24,16 +24,29 @@ fn got(from: &UdpSocket, dst: SocketAddr, to: &UdpSocket, msg: &[u8]) -> Option<
     to.recv_from(&mut buf).ok().map(|(n, _)| buf[..n].to_vec())
 }
 
-#[test]
-fn steers_allocated_ports_to_the_shared_sockets_and_nothing_else() {
+/// Runs `f` on a thread in a fresh namespace holding 192.0.2.1 and
+/// 2001:db8::1 on its loopback (removed afterwards, also on a failure).
+fn in_netns(name: &str, f: impl FnOnce() + Send + 'static) {
     assert!(lab::netns::am_root(), "the BPF tests need root; CI runs as root");
-    let ns = Netns::unique("sklk").expect("namespace");
+    let ns = Netns::unique(name).expect("namespace");
     ns.ip(&["addr", "add", "192.0.2.1/32", "dev", "lo"]).unwrap();
     ns.ip(&["addr", "add", "2001:db8::1/128", "dev", "lo", "nodad"]).unwrap();
     let ns = std::sync::Arc::new(ns);
     let ns2 = ns.clone();
     let r = std::thread::spawn(move || {
         ns2.enter_thread().unwrap();
+        f();
+    })
+    .join();
+    drop(ns);
+    if let Err(e) = r {
+        std::panic::resume_unwind(e);
+    }
+}
+
+#[test]
+fn steers_allocated_ports_to_the_shared_sockets_and_nothing_else() {
+    in_netns("sklk", || {
         let mut sk = SkLookup::attach(16, 4).unwrap_or_else(|e| panic!("{e}"));
         // Shared sockets on ephemeral ports, as the relay binds them.
         let (s4a, s4b, s6) = (sock("0.0.0.0:0"), sock("0.0.0.0:0"), sock("[::]:0"));
@@ -80,12 +93,7 @@ fn steers_allocated_ports_to_the_shared_sockets_and_nothing_else() {
         assert_eq!(got(&c4, p4, &s4a, b"after"), None, "not steered after remove");
         drop(sk);
         assert_eq!(got(&c6, p6, &s6, b"detached"), None, "detached with the handle");
-    })
-    .join();
-    drop(ns);
-    if let Err(e) = r {
-        std::panic::resume_unwind(e);
-    }
+    });
 }
 
 /// The batch calls agree with the one-by-one ones: many ports (more than
@@ -94,14 +102,7 @@ fn steers_allocated_ports_to_the_shared_sockets_and_nothing_else() {
 /// them, removes the rest and counts only those.
 #[test]
 fn batch_insert_and_remove_agree_with_lookups() {
-    assert!(lab::netns::am_root(), "the BPF tests need root; CI runs as root");
-    let ns = Netns::unique("sklkb").expect("namespace");
-    ns.ip(&["addr", "add", "192.0.2.1/32", "dev", "lo"]).unwrap();
-    ns.ip(&["addr", "add", "2001:db8::1/128", "dev", "lo", "nodad"]).unwrap();
-    let ns = std::sync::Arc::new(ns);
-    let ns2 = ns.clone();
-    let r = std::thread::spawn(move || {
-        ns2.enter_thread().unwrap();
+    in_netns("sklkb", || {
         let mut sk = SkLookup::attach(128, 4).unwrap_or_else(|e| panic!("{e}"));
         let (s4, s6) = (sock("0.0.0.0:0"), sock("[::]:0"));
         sk.set_socket(2, &s4).unwrap();
@@ -145,10 +146,5 @@ fn batch_insert_and_remove_agree_with_lookups() {
         assert_eq!(sk.remove_many(&gone).unwrap(), 0, "nothing left to remove");
         assert_eq!(sk.remove_many(&[]).unwrap(), 0);
         sk.insert_many(&[]).unwrap();
-    })
-    .join();
-    drop(ns);
-    if let Err(e) = r {
-        std::panic::resume_unwind(e);
-    }
+    });
 }
