@@ -1,5 +1,6 @@
 //! The crate's only unsafe code: marking the contract structs as plain old
-//! data for aya's typed maps, and `if_nametoindex`.
+//! data for aya's typed maps, `if_nametoindex`, the interface ioctls and
+//! the batch map calls of `bpf(2)` that aya does not offer.
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 use crate::types::{
