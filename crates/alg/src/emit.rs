@@ -122,11 +122,11 @@ pub fn map_addresses(h: &Header, f: &mut dyn FnMut(&NameAddr) -> Option<String>)
 }
 
 /// The first Via value of `m` and the rest of the Via header it sits in.
-pub fn first_via(m: &Message) -> Option<(usize, String, Vec<String>)> {
+pub fn first_via<'m>(m: &'m Message) -> Option<(usize, &'m str, Vec<&'m str>)> {
     let idx = m.headers.iter().position(|h| h.name == Name::Via)?;
     let v = m.headers[idx].value.as_ref();
     let parts = uri::split_list(v).ok()?;
-    let mut it = parts.into_iter().map(|r| v[r].trim().to_string());
+    let mut it = parts.into_iter().map(|r| v[r].trim());
     let first = it.next()?;
     Some((idx, first, it.collect()))
 }

@@ -142,6 +142,11 @@ pub struct Message<'a> {
     start_error: Option<Reject>,
     /// A Content-Length problem found while splitting.
     length_error: Option<Reject>,
+    /// Where the From and To tags sit in their header values, found on
+    /// the first [`Message::from_tag`] / [`Message::to_tag`] (the proxy
+    /// asks for them several times per message; each answer parsed the
+    /// whole address).
+    tags: [std::cell::OnceCell<Option<std::ops::Range<usize>>>; 2],
 }
 
 /// What to do with a message that failed a check.
@@ -191,11 +196,11 @@ fn bad(r: &'static str) -> Reject {
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
+    memchr::memmem::find(hay, needle)
 }
 
 fn unfold(v: &str) -> Cow<'_, str> {
-    if !v.contains(['\r', '\n']) {
+    if memchr::memchr2(b'\r', b'\n', v.as_bytes()).is_none() {
         return Cow::Borrowed(v);
     }
     let mut out = String::with_capacity(v.len());
@@ -256,12 +261,51 @@ fn parse_start(line: &str) -> Result<Start<'_>, (Start<'_>, Reject)> {
 
 /// Splits a header line into (name, value).
 fn split_header(line: &str) -> Result<(&str, &str), Reject> {
-    let colon = line.find(':').ok_or(bad("Malformed header line"))?;
+    let colon = uri::pos(line, b':').ok_or(bad("Malformed header line"))?;
     let name = line[..colon].trim_end_matches([' ', '\t']);
     if !uri::is_token(name) {
         return Err(bad("Malformed header name"));
     }
     Ok((name, &line[colon + 1..]))
+}
+
+/// Where `part` (a slice of `whole`) sits in `whole`.
+fn span_in(whole: &str, part: &str) -> std::ops::Range<usize> {
+    let off = part.as_ptr() as usize - whole.as_ptr() as usize;
+    debug_assert!(off + part.len() <= whole.len());
+    off..off + part.len()
+}
+
+/// The logical lines of a message head: CRLF (or LF) followed by SP/HT
+/// continues a line; the line ends are not part of the lines.
+struct Lines<'a> {
+    head: &'a str,
+    /// Where the next line starts.
+    s: usize,
+    nl: memchr::Memchr<'a>,
+}
+
+impl<'a> Iterator for Lines<'a> {
+    type Item = &'a str;
+    fn next(&mut self) -> Option<&'a str> {
+        let hb = self.head.as_bytes();
+        for i in self.nl.by_ref() {
+            if hb.get(i + 1).is_some_and(|&c| c == b' ' || c == b'\t') {
+                continue;
+            }
+            let e = if i > self.s && hb[i - 1] == b'\r' { i - 1 } else { i };
+            let line = &self.head[self.s..e];
+            self.s = i + 1;
+            return Some(line);
+        }
+        if self.s < hb.len() {
+            let e = if hb[hb.len() - 1] == b'\r' { hb.len() - 1 } else { hb.len() };
+            let line = &self.head[self.s..e];
+            self.s = hb.len();
+            return Some(line);
+        }
+        None
+    }
 }
 
 impl<'a> Message<'a> {
@@ -292,33 +336,14 @@ impl<'a> Message<'a> {
             },
         };
         let head = std::str::from_utf8(&rest[..head_end]).map_err(|_| Reject::drop("head is not UTF-8"))?;
-        // Logical lines: CRLF (or LF) followed by SP/HT continues a line.
-        let mut lines: Vec<&str> = Vec::with_capacity(16);
-        let hb = head.as_bytes();
-        let mut s = 0;
-        let mut i = 0;
-        while i < hb.len() {
-            if hb[i] == b'\n' {
-                let next_ws = hb.get(i + 1).is_some_and(|&c| c == b' ' || c == b'\t');
-                if !next_ws {
-                    let e = if i > s && hb[i - 1] == b'\r' { i - 1 } else { i };
-                    lines.push(&head[s..e]);
-                    s = i + 1;
-                }
-            }
-            i += 1;
-        }
-        if s < hb.len() {
-            let e = if hb[hb.len() - 1] == b'\r' { hb.len() - 1 } else { hb.len() };
-            lines.push(&head[s..e]);
-        }
-        let start_line = lines.first().copied().unwrap_or("");
+        let mut lines = Lines { head, s: 0, nl: memchr::memchr_iter(b'\n', head.as_bytes()) };
+        let start_line = lines.next().unwrap_or("");
         let (start, start_error) = match parse_start(start_line) {
             Ok(s) => (s, None),
             Err((s, r)) => (s, Some(r)),
         };
-        let mut headers = Vec::with_capacity(lines.len());
-        for &line in &lines[1..] {
+        let mut headers = Vec::with_capacity(16);
+        for line in lines {
             let (raw_name, v) = match split_header(line) {
                 Ok(x) => x,
                 Err(r) => {
@@ -331,6 +356,7 @@ impl<'a> Message<'a> {
                         len: buf.len(),
                         start_error: Some(start_error.unwrap_or(r)),
                         length_error: None,
+                        tags: Default::default(),
                     }));
                 }
             };
@@ -376,6 +402,7 @@ impl<'a> Message<'a> {
             len,
             start_error,
             length_error,
+            tags: Default::default(),
         }))
     }
 
@@ -437,14 +464,22 @@ impl<'a> Message<'a> {
         Some((n, m))
     }
 
+    /// The tag of the first header `n` (From or To), when its address
+    /// parses; remembered in `tags[i]`.
+    fn tag(&self, n: Name, i: usize) -> Option<&str> {
+        let v = self.header(n)?;
+        let span = self.tags[i].get_or_init(|| Some(span_in(v, uri::parse_name_addr(v).ok()?.tag()?)));
+        span.clone().map(|r| &v[r])
+    }
+
     /// The From tag.
     pub fn from_tag(&self) -> Option<&str> {
-        self.header(Name::From).and_then(|v| uri::parse_name_addr(v).ok()).and_then(|a| a.tag())
+        self.tag(Name::From, 0)
     }
 
     /// The To tag.
     pub fn to_tag(&self) -> Option<&str> {
-        self.header(Name::To).and_then(|v| uri::parse_name_addr(v).ok()).and_then(|a| a.tag())
+        self.tag(Name::To, 1)
     }
 
     /// The topmost Via value.
@@ -543,16 +578,18 @@ impl<'a> Message<'a> {
                 Via::parse(&h.value[r]).map_err(|e| fix(Reject::answer(400, format!("Bad Via: {e}"))))?;
             }
         }
-        for (n, what) in [(Name::To, "To"), (Name::From, "From")] {
+        for (n, what, i) in [(Name::To, "To", 1), (Name::From, "From", 0)] {
             let v = self.header(n).unwrap_or("");
-            uri::parse_name_addr(v).map_err(|e| fix(Reject::answer(400, format!("Bad {what}: {e}"))))?;
+            let a = uri::parse_name_addr(v).map_err(|e| fix(Reject::answer(400, format!("Bad {what}: {e}"))))?;
+            // The tag is known now: from_tag / to_tag need not parse again.
+            let _ = self.tags[i].set(a.tag().map(|t| span_in(v, t)));
         }
         for (n, what) in [(Name::Contact, "Contact"), (Name::Route, "Route"), (Name::RecordRoute, "Record-Route")] {
             for h in self.all(n) {
                 if n == Name::Contact && h.value.trim() == "*" {
                     continue;
                 }
-                uri::parse_name_addr_list(&h.value)
+                uri::check_name_addr_list(&h.value)
                     .map_err(|e| fix(Reject::answer(400, format!("Bad {what}: {e}"))))?;
             }
         }
@@ -630,6 +667,37 @@ mod tests {
         assert_eq!(m.top_via().unwrap().branch(), Some("z9hG4bK1"));
         assert_eq!(m.from_tag(), Some("1"));
         m.validate().unwrap();
+    }
+
+    /// The tags are found once and give the same answer every time, also
+    /// for a folded header (whose value is a copy) and a broken address.
+    #[test]
+    fn tags_are_remembered_and_stay_right() {
+        let m = Message::parse_datagram(
+            b"BYE sip:a@b SIP/2.0\r\nVia: SIP/2.0/UDP h;branch=z9hG4bK1\r\nFrom: \"A, B\" <sip:x@[2001:db8::1]>;tag=f1\r\nTo: <sip:a@b>\r\n ;tag=t9;x=1\r\nCall-ID: c1\r\nCSeq: 2 BYE\r\nl: 0\r\n\r\n",
+        )
+        .unwrap();
+        for _ in 0..2 {
+            assert_eq!(m.from_tag(), Some("f1"));
+            assert_eq!(m.to_tag(), Some("t9"), "folded To");
+        }
+        let c = m.clone();
+        assert_eq!((c.from_tag(), c.to_tag()), (Some("f1"), Some("t9")));
+        // Validation finds them too; asked afterwards they agree.
+        m.validate().unwrap();
+        assert_eq!((m.from_tag(), m.to_tag()), (Some("f1"), Some("t9")));
+        let fresh = Message::parse_datagram(
+            b"BYE sip:a@b SIP/2.0\r\nVia: SIP/2.0/UDP h;branch=z9hG4bK1\r\nFrom: <sip:x@y>;tag=f2\r\nTo: <sip:a@b>\r\nCall-ID: c1\r\nCSeq: 2 BYE\r\nl: 0\r\n\r\n",
+        )
+        .unwrap();
+        fresh.validate().unwrap();
+        assert_eq!((fresh.from_tag(), fresh.to_tag()), (Some("f2"), None), "tags as validation found them");
+        let m =
+            Message::parse_datagram(b"BYE sip:a@b SIP/2.0\r\nFrom: <sip:x@y;tag=f1\r\nTo: sip:a@b\r\n\r\n").unwrap();
+        for _ in 0..2 {
+            assert_eq!(m.from_tag(), None, "an unterminated address has no tag");
+            assert_eq!(m.to_tag(), None, "no tag parameter");
+        }
     }
 
     #[test]

@@ -366,10 +366,10 @@ impl Alg {
                 first = false;
                 if let Some((_, v, rest)) = emit::first_via(m) {
                     s.push_str("Via: ");
-                    s.push_str(&self.with_received(&v, peer));
+                    s.push_str(&self.with_received(v, peer));
                     for r in rest {
                         s.push_str(", ");
-                        s.push_str(&r);
+                        s.push_str(r);
                     }
                     s.push_str("\r\n");
                     continue;

@@ -183,7 +183,7 @@ impl Alg {
         let Start::Request { uri: ruri, .. } = req.start else { return };
         let mut b = Builder::new(&format!("CANCEL {ruri} SIP/2.0"), 512);
         if let Some((_, v, _)) = emit::first_via(&req) {
-            b.header("Via", &v);
+            b.header("Via", v);
         }
         for h in &req.headers {
             match h.name {
@@ -517,7 +517,10 @@ impl Alg {
         }
         let rewrite_contact = out_realm != peer.realm && self.cfg.contact == ContactMode::Rewrite;
         let mut route_skip = popped;
-        let total_routes = m.all(Name::Route).map(|h| crate::msg::addresses(&h.value).len()).sum::<usize>();
+        // The message passed validation: every Route list parses, so its
+        // elements are its list elements.
+        let route_count = |h: &crate::msg::Header| uri::split_list(&h.value).map_or(0, |l| l.len());
+        let total_routes = m.all(Name::Route).map(route_count).sum::<usize>();
         let mut route_seen = 0usize;
         let mut first_via = true;
         for h in &m.headers {
@@ -525,10 +528,10 @@ impl Alg {
                 Name::Via if first_via => {
                     first_via = false;
                     if let Some((_, v, rest)) = emit::first_via(m) {
-                        let mut val = self.with_received(&v, peer);
+                        let mut val = self.with_received(v, peer);
                         for r in rest {
                             val.push_str(", ");
-                            val.push_str(&r);
+                            val.push_str(r);
                         }
                         b.header(h.raw_name, &val);
                     }
@@ -536,7 +539,7 @@ impl Alg {
                 Name::MaxForwards => {}
                 Name::ContentLength => {}
                 Name::Route => {
-                    let n = crate::msg::addresses(&h.value).len();
+                    let n = route_count(h);
                     if drop_last_route && route_seen + n == total_routes {
                         // Remove the last element (strict-route fix-up).
                         let v = h.value.as_ref();

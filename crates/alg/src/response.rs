@@ -259,7 +259,7 @@ fn build_ack(request: &[u8], resp: &Message) -> Option<Vec<u8>> {
     let Start::Request { uri: ruri, .. } = req.start else { return None };
     let mut b = Builder::new(&format!("ACK {ruri} SIP/2.0"), 512);
     let (_, v, _) = emit::first_via(&req)?;
-    b.header("Via", &v);
+    b.header("Via", v);
     for h in &req.headers {
         match h.name {
             Name::From | Name::CallId | Name::Route => b.raw(h),

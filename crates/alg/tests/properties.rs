@@ -46,3 +46,79 @@ proptest! {
         }
     }
 }
+
+/// The plain byte-by-byte definition of splitting a list on the commas
+/// outside quoted strings and angle brackets (the parser jumps between the
+/// interesting bytes with memchr instead).
+fn split_list_reference(v: &str) -> Result<Vec<std::ops::Range<usize>>, ()> {
+    let b = v.as_bytes();
+    let mut out = Vec::new();
+    let (mut start, mut i, mut angle) = (0, 0, false);
+    while i < b.len() {
+        match b[i] {
+            b'"' => {
+                // A quoted string: backslash escapes one byte (not a line
+                // end), a quote ends it.
+                let mut j = i + 1;
+                loop {
+                    match b.get(j) {
+                        None => return Err(()),
+                        Some(b'\\') if matches!(b.get(j + 1), None | Some(b'\r' | b'\n')) => return Err(()),
+                        Some(b'\\') => j += 2,
+                        Some(b'"') => break,
+                        Some(_) => j += 1,
+                    }
+                }
+                i = j + 1;
+                continue;
+            }
+            b'<' if !angle => angle = true,
+            b'>' if angle => angle = false,
+            b',' if !angle => {
+                out.push(start..i);
+                start = i + 1;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    if angle {
+        return Err(());
+    }
+    out.push(start..b.len());
+    Ok(out)
+}
+
+/// `;a=b;c` parameters, the plain way (split, trim, compare).
+fn find_param_reference<'a>(params: &'a str, name: &str) -> Option<Option<&'a str>> {
+    params.split(';').map(|p| p.trim_matches(|c: char| c.is_ascii_whitespace())).filter(|p| !p.is_empty()).find_map(
+        |p| {
+            let (k, v) = match p.split_once('=') {
+                Some((k, v)) => (k.trim_end(), Some(v.trim_start())),
+                None => (p, None),
+            };
+            k.eq_ignore_ascii_case(name).then_some(v)
+        },
+    )
+}
+
+proptest! {
+    #[test]
+    fn split_list_agrees_with_the_byte_loop(v in "[a-c,<>\"\\\\; \r\n]{0,40}") {
+        prop_assert_eq!(alg::uri::split_list(&v).ok(), split_list_reference(&v).ok());
+    }
+
+    #[test]
+    fn find_param_agrees_with_split_and_trim(p in "[ab=; \t]{0,24}", name in "[abAB]{1,2}") {
+        prop_assert_eq!(alg::uri::find_param(&p, &name), find_param_reference(&p, &name));
+    }
+
+    /// Request-URIs with parameters: accepted exactly when every parameter
+    /// has a name.
+    #[test]
+    fn uri_params_need_names(params in "[;=ab]{0,10}") {
+        let uri = format!("sip:u@h;x{params}");
+        let named = format!(";x{params}").split(';').skip(1).all(|p| !p.split('=').next().unwrap_or("").is_empty());
+        prop_assert_eq!(alg::uri::Uri::parse(&uri).is_ok(), named);
+    }
+}

@@ -220,24 +220,25 @@ impl Steer {
         Ok(Steer { sk, locals: HashMap::new(), workers })
     }
 
-    /// Steers stream `id`'s four local ports to its worker.
+    /// Steers stream `id`'s four local ports to its worker (one `bpf(2)`
+    /// call for the four).
     pub fn add(&mut self, id: u32, locals: [SocketAddr; 4]) {
         let w = id % self.workers;
-        for l in locals {
-            if let Err(e) = self.sk.insert(l, socket_index(w, l.is_ipv6())) {
-                // The map holds every port of the range: this is not expected.
-                tracing::error!(local = %l, error = %e, "sk_lookup: cannot steer a media port; its packets are not relayed");
-            }
+        let entries = locals.map(|l| (l, socket_index(w, l.is_ipv6())));
+        if let Err(e) = self.sk.insert_many(&entries) {
+            // The map holds every port of the range: this is not expected.
+            tracing::error!(stream = id, error = %e, "sk_lookup: cannot steer media ports; their packets are not relayed");
         }
         self.locals.insert(id, locals);
     }
 
-    /// Stops steering stream `id`'s ports.
+    /// Stops steering stream `id`'s ports (one `bpf(2)` call).
     pub fn remove(&mut self, id: u32) {
-        for l in self.locals.remove(&id).into_iter().flatten() {
-            if let Err(e) = self.sk.remove(l) {
-                tracing::warn!(local = %l, error = %e, "sk_lookup: cannot stop steering a media port");
-            }
+        let Some(locals) = self.locals.remove(&id) else { return };
+        match self.sk.remove_many(&locals) {
+            Ok(n) if n == locals.len() => {}
+            Ok(n) => tracing::warn!(stream = id, steered = n, "sk_lookup: some media ports were not steered"),
+            Err(e) => tracing::warn!(stream = id, error = %e, "sk_lookup: cannot stop steering media ports"),
         }
     }
 

@@ -9,7 +9,7 @@
 //! kernel's normal socket lookup, untouched.
 
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 
 use aya::maps::{HashMap, MapData, PerCpuArray, SockMap};
 use aya::programs::SkLookup as SkLookupProg;
@@ -25,6 +25,10 @@ const PORTS: &str = "trgw_sk_ports";
 const SOCKS: &str = "trgw_sk_socks";
 const COUNTERS: &str = "trgw_sk_counters";
 const PROG: &str = "trgw_sk_lookup";
+
+/// Entries one batch call of [`SkLookup::insert_many`] or
+/// [`SkLookup::remove_many`] carries (longer slices take several calls).
+const BATCH: usize = 16;
 
 /// Map key of one steered port (`struct v6g_sk_key`): the address in
 /// network order, IPv4-mapped for IPv4; the port in network order; the
@@ -125,6 +129,50 @@ impl SkLookup {
             Err(aya::maps::MapError::SyscallError(s)) if s.io_error.raw_os_error() == Some(libc::ENOENT) => Ok(false),
             Err(e) => Err(map_err(PORTS, e)),
         }
+    }
+
+    /// The ports map's descriptor, for the batch calls.
+    fn ports_fd(&self) -> Result<BorrowedFd<'_>, Error> {
+        match self.bpf.map(PORTS) {
+            Some(aya::maps::Map::HashMap(m)) => Ok(m.fd().as_fd()),
+            Some(_) => Err(Error::Bpf(format!("map {PORTS} is not a hash map"))),
+            None => Err(Error::Bpf(format!("map {PORTS} missing"))),
+        }
+    }
+
+    /// Steers each `(local, index)` of `entries` as [`SkLookup::insert`]
+    /// does, with one `bpf(2)` call (`BPF_MAP_UPDATE_BATCH`) for them all.
+    /// On an error the entries before the failing one are steered.
+    pub fn insert_many(&mut self, entries: &[(SocketAddr, u32)]) -> Result<(), Error> {
+        let mut keys = [[0u8; 20]; BATCH];
+        let mut values = [[0u8; 4]; BATCH];
+        for chunk in entries.chunks(BATCH) {
+            for (i, &(local, index)) in chunk.iter().enumerate() {
+                keys[i] = port_key(local);
+                values[i] = index.to_ne_bytes();
+            }
+            let n = chunk.len();
+            crate::sys::map_update_batch(self.ports_fd()?, &keys[..n], &values[..n]).map_err(|(done, e)| {
+                Error::Bpf(format!("map {PORTS}: batch update failed after {done} of {n}: {e}"))
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Stops steering every port of `locals` with one `bpf(2)` call
+    /// (`BPF_MAP_DELETE_BATCH`) when all are steered; returns how many
+    /// were (ports not steered are skipped, as [`SkLookup::remove`] does).
+    pub fn remove_many(&mut self, locals: &[SocketAddr]) -> Result<usize, Error> {
+        let mut keys = [[0u8; 20]; BATCH];
+        let mut removed = 0;
+        for chunk in locals.chunks(BATCH) {
+            for (k, &l) in keys.iter_mut().zip(chunk) {
+                *k = port_key(l);
+            }
+            removed += crate::sys::map_delete_batch(self.ports_fd()?, &keys[..chunk.len()])
+                .map_err(|e| Error::Bpf(format!("map {PORTS}: batch delete failed: {e}")))?;
+        }
+        Ok(removed)
     }
 
     /// Where `local` is steered to, if it is.

@@ -1,5 +1,6 @@
 //! The crate's only unsafe code: marking the contract structs as plain old
-//! data for aya's typed maps, and `if_nametoindex`.
+//! data for aya's typed maps, `if_nametoindex`, the interface ioctls and
+//! the batch map calls of `bpf(2)` that aya does not offer.
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 use crate::types::{
@@ -7,6 +8,8 @@ use crate::types::{
     TrecvConfig, TrecvCounts, TrecvLearned, TrecvTrend,
 };
 use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
 
 // SAFETY: each type is `#[repr(C)]`, `Copy`, made only of integers and
 // integer arrays with no implicit padding (build.rs asserts every size and
@@ -183,4 +186,90 @@ pub fn if_mac(name: &str) -> std::io::Result<[u8; 6]> {
         *m = *b as u8;
     }
     Ok(mac)
+}
+
+/// `bpf_attr`'s member for the `BPF_MAP_*_BATCH` commands (linux/bpf.h).
+#[repr(C)]
+#[derive(Default)]
+struct BatchAttr {
+    in_batch: u64,
+    out_batch: u64,
+    keys: u64,
+    values: u64,
+    count: u32,
+    map_fd: u32,
+    elem_flags: u64,
+    flags: u64,
+}
+
+const BPF_MAP_UPDATE_BATCH: libc::c_long = 26;
+const BPF_MAP_DELETE_BATCH: libc::c_long = 27;
+
+/// One `BPF_MAP_UPDATE_BATCH` / `BPF_MAP_DELETE_BATCH` call: `keys` is
+/// `count` keys back to back, `values` (update) as many values. Returns
+/// how many elements the kernel processed; on an error, the error and that
+/// count (elements before the failing one were done).
+fn map_batch(
+    cmd: libc::c_long,
+    fd: BorrowedFd<'_>,
+    keys: &[u8],
+    values: Option<&[u8]>,
+    count: u32,
+) -> (u32, io::Result<()>) {
+    let mut attr = BatchAttr {
+        keys: keys.as_ptr() as u64,
+        values: values.map_or(0, |v| v.as_ptr() as u64),
+        count,
+        map_fd: fd.as_raw_fd() as u32,
+        ..BatchAttr::default()
+    };
+    // SAFETY: `attr` is a valid batch attribute of the size passed; the
+    // kernel reads `count` keys (and values) from the buffers, which the
+    // callers size as `count` elements of the map's key (value) size, and
+    // writes only `attr.count`. `fd` is an open map descriptor.
+    let rc = unsafe {
+        libc::syscall(libc::SYS_bpf, cmd, &mut attr as *mut BatchAttr, std::mem::size_of::<BatchAttr>() as u32)
+    };
+    let res = if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(()) };
+    (attr.count, res)
+}
+
+/// Inserts or replaces `keys.len()` entries of the map `fd` (key size `K`,
+/// value size `V`) with one `BPF_MAP_UPDATE_BATCH` (Linux >= 5.6). The
+/// kernel stops at the first failing element: the error comes with how
+/// many were written before it.
+pub fn map_update_batch<const K: usize, const V: usize>(
+    fd: BorrowedFd<'_>,
+    keys: &[[u8; K]],
+    values: &[[u8; V]],
+) -> Result<(), (usize, io::Error)> {
+    if keys.len() != values.len() {
+        return Err((0, io::Error::new(io::ErrorKind::InvalidInput, "as many values as keys are needed")));
+    }
+    if keys.is_empty() {
+        return Ok(());
+    }
+    let count = u32::try_from(keys.len()).map_err(|_| (0, io::Error::from(io::ErrorKind::InvalidInput)))?;
+    let (done, r) = map_batch(BPF_MAP_UPDATE_BATCH, fd, keys.as_flattened(), Some(values.as_flattened()), count);
+    r.map_err(|e| (done as usize, e))
+}
+
+/// Deletes `keys` from the map `fd` with `BPF_MAP_DELETE_BATCH`; keys the
+/// map does not hold are skipped (the kernel stops at one, so the rest are
+/// deleted with another call). Returns how many were deleted.
+pub fn map_delete_batch<const K: usize>(fd: BorrowedFd<'_>, keys: &[[u8; K]]) -> io::Result<usize> {
+    let mut rest = keys;
+    let mut deleted = 0;
+    while !rest.is_empty() {
+        let count = u32::try_from(rest.len()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let (done, r) = map_batch(BPF_MAP_DELETE_BATCH, fd, rest.as_flattened(), None, count);
+        let done = (done as usize).min(rest.len());
+        deleted += done;
+        match r {
+            Ok(()) => break,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) && done < rest.len() => rest = &rest[done + 1..],
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(deleted)
 }

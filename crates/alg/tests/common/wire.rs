@@ -23,6 +23,18 @@ pub fn recv_sip(s: &UdpSocket) -> Vec<u8> {
     }
 }
 
+/// The next SIP message other than a 100 and other than a retransmission
+/// of `prev` (a loaded machine may see Timer A resend a request before its
+/// answer got through).
+pub fn recv_sip_after(s: &UdpSocket, prev: &[u8]) -> Vec<u8> {
+    loop {
+        let d = recv_sip(s);
+        if d != prev {
+            return d;
+        }
+    }
+}
+
 pub fn sdp(addr: &str, port: u16) -> String {
     let fam = if addr.contains(':') { "IP6" } else { "IP4" };
     format!("v=0\r\no=- 1 1 IN {fam} {addr}\r\ns=-\r\nc=IN {fam} {addr}\r\nt=0 0\r\nm=audio {port} RTP/AVP 0\r\n")
