@@ -38,10 +38,6 @@
 #include "b4.h"
 #include "ifmac.h"
 
-#ifndef AF_INET6
-#define AF_INET6 10
-#endif
-
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
@@ -104,6 +100,32 @@ V6G_INLINE void copy16(__u8 *d, const __u8 *s)
 	ST32(d + 12, LD32(s + 12));
 }
 
+/* The inner IPv4 header as the engine accepts it (Ipv4Packet::new and
+ * checksum_ok): version 4, no options, a total length of exactly `len`, a
+ * header checksum that verifies. 0 when it is, else the counter index of
+ * the pass (B4_P_*). */
+V6G_INLINE __u32 v4_header_bad(const struct iphdr *ip, void *end, __u32 len)
+{
+	__u64 hs = 0;
+	__u32 tot;
+
+	if ((void *)(ip + 1) > end)
+		return B4_P_MALFORMED;
+	if (ip->version != 4 || ip->ihl < 5)
+		return B4_P_MALFORMED;
+	if (ip->ihl != 5)
+		return B4_P_OPTIONS;
+	tot = bpf_ntohs(ip->tot_len);
+	if (tot < 20 || tot != len)
+		return B4_P_MALFORMED;
+#pragma unroll
+	for (int i = 0; i < 10; i++)
+		hs += ((const __u16 *)ip)[i];
+	if (fold(hs) != 0xffff)
+		return B4_P_CHECKSUM;
+	return 0;
+}
+
 /* The outer header: Ethernet, IPv6 and the optional limit option (the
  * leading pad aligns the IPv6 header for word stores). */
 struct outer {
@@ -122,8 +144,7 @@ static __noinline int encap(struct __sk_buff *skb, const struct b4_config *c)
 	struct iphdr *ip;
 	void *data, *end;
 	__u32 l2 = c->l2len > ETH_HLEN ? ETH_HLEN : c->l2len;
-	__u32 len, tot, hlen, total, w0;
-	__u64 hs = 0;
+	__u32 len, tot, hlen, total, w0, bad;
 	long rc;
 
 	if (skb->protocol != bpf_htons(ETH_P_IP))
@@ -138,21 +159,11 @@ static __noinline int encap(struct __sk_buff *skb, const struct b4_config *c)
 	data = (void *)(long)skb->data;
 	end = (void *)(long)skb->data_end;
 	ip = data + l2;
-	if ((void *)(ip + 1) > end)
-		return B4_P_MALFORMED;
 	/* Ipv4Packet::new and checksum_ok, as the engine checks them. */
-	if (ip->version != 4 || ip->ihl < 5)
-		return B4_P_MALFORMED;
-	if (ip->ihl != 5)
-		return B4_P_OPTIONS;
-	tot = bpf_ntohs(ip->tot_len);
-	if (tot < 20 || tot != len)
-		return B4_P_MALFORMED;
-#pragma unroll
-	for (int i = 0; i < 10; i++)
-		hs += ((__u16 *)ip)[i];
-	if (fold(hs) != 0xffff)
-		return B4_P_CHECKSUM;
+	bad = v4_header_bad(ip, end, len);
+	if (bad)
+		return bad;
+	tot = len;
 	hlen = (c->flags & B4_F_ENCAP_LIMIT) ? 48 : 40;
 	total = tot + hlen;
 	if (total > c->mtu)
@@ -236,8 +247,7 @@ static __noinline __u32 decap(struct xdp_md *ctx, const struct b4_config *c)
 	__u8 *o = data + ETH_HLEN;
 	__u16 macs[6];
 	struct iphdr *ip;
-	__u32 plen, tot;
-	__u64 hs = 0;
+	__u32 plen, bad;
 
 	if ((void *)(o + 40) > end)
 		return B4_P_MALFORMED;
@@ -264,20 +274,9 @@ static __noinline __u32 decap(struct xdp_md *ctx, const struct b4_config *c)
 	/* ip4in6::decap: the inner packet exactly fills the payload, its
 	 * header checksum verifies. */
 	ip = (struct iphdr *)(o + 40);
-	if ((void *)(ip + 1) > end)
-		return B4_P_MALFORMED;
-	if (ip->version != 4 || ip->ihl < 5)
-		return B4_P_MALFORMED;
-	if (ip->ihl != 5)
-		return B4_P_OPTIONS;
-	tot = bpf_ntohs(ip->tot_len);
-	if (tot < 20 || tot != plen)
-		return B4_P_MALFORMED;
-#pragma unroll
-	for (int i = 0; i < 10; i++)
-		hs += ((__u16 *)ip)[i];
-	if (fold(hs) != 0xffff)
-		return B4_P_CHECKSUM;
+	bad = v4_header_bad(ip, end, plen);
+	if (bad)
+		return bad;
 	/* Ethernet padding after a short packet: the kernel trims it. */
 	if ((__u32)(end - data) > ETH_HLEN + 40 + plen &&
 	    bpf_xdp_adjust_tail(ctx, -(int)((__u32)(end - data) - ETH_HLEN - 40 - plen)))

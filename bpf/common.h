@@ -24,14 +24,6 @@
 #include "v6gate.h"
 #include "util.h"
 
-#ifndef AF_INET
-#define AF_INET 2
-#endif
-#ifndef AF_INET6
-#define AF_INET6 10
-#endif
-
-
 /* ---- maps (sizes are defaults; the loader sets them from the config) ---- */
 
 struct {
@@ -197,7 +189,6 @@ struct a6 {
 	__u64 hi;
 	__u64 lo;
 };
-
 
 V6G_INLINE struct a6 load6(const void *p)
 {

@@ -42,13 +42,6 @@
 #include "teredo.h"
 #include "ifmac.h"
 
-#ifndef AF_INET
-#define AF_INET 2
-#endif
-#ifndef AF_INET6
-#define AF_INET6 10
-#endif
-
 #define TD_MAX_PKT 2048
 
 struct {

@@ -10,6 +10,15 @@
 
 #define V6G_INLINE static __always_inline
 
+/* Address families for bpf_fib_lookup (the UAPI headers do not carry
+ * them). */
+#ifndef AF_INET
+#define AF_INET 2
+#endif
+#ifndef AF_INET6
+#define AF_INET6 10
+#endif
+
 /* The header translation (xlat46/xlat64): inlined into its callers (siit4,
  * siit6, nat64), saving one BPF-to-BPF call per packet, which returns
  * through the SRSO return thunk on this CPU (SIIT ~105 -> ~94 ns, NAT64

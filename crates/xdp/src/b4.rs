@@ -70,24 +70,9 @@ pub mod tc_action {
     pub const REDIRECT: u32 = 7;
 }
 
-macro_rules! reasons {
-    ($($(#[$m:meta])* $v:ident = $i:expr, $label:expr;)*) => {
-        /// The kernel path's counters (`B4_C_*`, `B4_P_*` in bpf/b4.h).
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-        #[repr(u32)]
-        pub enum B4Counter { $($(#[$m])* $v = $i,)* }
-        impl B4Counter {
-            /// Every counter, in index order.
-            pub const ALL: &'static [B4Counter] = &[$(B4Counter::$v,)*];
-            /// The counter's name in status and docs.
-            pub fn label(self) -> &'static str {
-                match self { $(B4Counter::$v => $label,)* }
-            }
-        }
-    };
-}
-
-reasons! {
+counter_enum! {
+    /// The kernel path's counters (`B4_C_*`, `B4_P_*` in bpf/b4.h).
+    B4Counter;
     /// IPv4 to softwire: encapsulated and redirected to the uplink.
     Encap = 0, "encap";
     /// Softwire to IPv4: decapsulated and passed to the stack.

@@ -101,24 +101,9 @@ const SW_F_COPY_TOS: u32 = 2;
 const SW_F_ENCAP_LIMIT: u32 = 4;
 const SW_F_DSLITE: u32 = 8;
 
-macro_rules! reasons {
-    ($($(#[$m:meta])* $v:ident = $i:expr, $label:expr;)*) => {
-        /// The fast path's counters (`SW_C_*`, `SW_P_*` in bpf/softwire.h).
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-        #[repr(u32)]
-        pub enum SoftwireCounter { $($(#[$m])* $v = $i,)* }
-        impl SoftwireCounter {
-            /// Every counter, in index order.
-            pub const ALL: &'static [SoftwireCounter] = &[$(SoftwireCounter::$v,)*];
-            /// The counter's name in status, metrics and docs.
-            pub fn label(self) -> &'static str {
-                match self { $(SoftwireCounter::$v => $label,)* }
-            }
-        }
-    };
-}
-
-reasons! {
+counter_enum! {
+    /// The fast path's counters (`SW_C_*`, `SW_P_*` in bpf/softwire.h).
+    SoftwireCounter;
     /// Softwire to IPv4: decapsulated and forwarded.
     Decap = 0, "decap";
     /// IPv4 to softwire: encapsulated and forwarded.

@@ -79,24 +79,9 @@ const _: () = assert!(core::mem::size_of::<TdPeer>() == 16);
 
 const TD_F_ON: u16 = 1;
 
-macro_rules! reasons {
-    ($($(#[$m:meta])* $v:ident = $i:expr, $label:expr;)*) => {
-        /// The fast path's counters (`TD_C_*`, `TD_P_*` in bpf/teredo.h).
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-        #[repr(u32)]
-        pub enum TeredoCounter { $($(#[$m])* $v = $i,)* }
-        impl TeredoCounter {
-            /// Every counter, in index order.
-            pub const ALL: &'static [TeredoCounter] = &[$(TeredoCounter::$v,)*];
-            /// The counter's name in status, metrics and docs.
-            pub fn label(self) -> &'static str {
-                match self { $(TeredoCounter::$v => $label,)* }
-            }
-        }
-    };
-}
-
-reasons! {
+counter_enum! {
+    /// The fast path's counters (`TD_C_*`, `TD_P_*` in bpf/teredo.h).
+    TeredoCounter;
     /// IPv4 to IPv6: decapsulated and forwarded.
     Decap = 0, "decap";
     /// IPv6 to IPv4: encapsulated and forwarded.
