@@ -127,7 +127,22 @@ fn softwire_bar(r: &Report) -> String {
             else {
                 continue;
             };
-            // A zero-loss rate of zero meets nothing, even against zero.
+            // SIIT with no zero-loss rate (e.g. its frames charged to an
+            // XDP generator's CPU: TESTER-BOUND) gives nothing to compare
+            // against: that point is not judged.
+            if q.throughput_fps <= 0.0 {
+                rows.push(vec![
+                    d.dut.to_owned(),
+                    p.dir.name().to_owned(),
+                    p.frame_size.to_string(),
+                    format!("{:.0}", p.throughput_fps),
+                    "0".into(),
+                    "-".into(),
+                    "not judged".into(),
+                ]);
+                continue;
+            }
+            // A zero-loss rate of zero meets nothing.
             let ok = p.throughput_fps > 0.0 && p.throughput_fps >= q.throughput_fps;
             judged += 1;
             met += usize::from(ok);
@@ -143,8 +158,8 @@ fn softwire_bar(r: &Report) -> String {
         }
         verdicts.push(match (judged, met) {
             (0, _) => format!(
-                "- {}: not judged: no direction and frame size measured for both it and v6gate-siit in this run \
-                 ({})\n",
+                "- {}: not judged: no direction and frame size measured for both it and v6gate-siit in this run, \
+                 with a zero-loss rate for v6gate-siit ({})\n",
                 d.dut, d.status
             ),
             (j, m) if j == m => format!("- {}: **met** at all {j} points\n", d.dut),
@@ -306,6 +321,18 @@ mod tests {
         assert!(md.contains("| v6gate-dslite | 4to6 | 84 | 0 | 800 | 0.00 | not met |"), "{md}");
         assert!(md.contains("- v6gate-lw4o6: **met** at all 2 points\n"), "{md}");
         assert!(md.contains("- v6gate-dslite: **not met** (met at 0 of 2 points)\n"), "{md}");
+        // Against a v6gate-siit point with no zero-loss rate (tester-bound)
+        // the bar is not judged, never "met".
+        let mut zero = r.clone();
+        for d in zero.duts.iter_mut().filter(|d| d.dut == "v6gate-siit") {
+            for p in &mut d.points {
+                p.throughput_fps = 0.0;
+            }
+        }
+        let md = markdown(&zero);
+        assert!(md.contains("| v6gate-lw4o6 | 6to4 | 84 | 1200 | 0 | - | not judged |"), "{md}");
+        assert!(md.contains("- v6gate-lw4o6: not judged: no direction and frame size measured"), "{md}");
+        assert!(!md.contains("| met |"), "{md}");
         // Without v6gate-siit in the run the bar is not judged.
         r.duts.retain(|d| d.dut != "v6gate-siit");
         let md = markdown(&r);
