@@ -10,6 +10,7 @@
 
 use crate::b4::B4Config;
 use crate::config::B4Kernel;
+use crate::fast::xdp_status;
 use anyhow::{bail, Context as _, Result};
 use core::net::Ipv6Addr;
 use xdp::b4::{B4Counter, B4KernelPath, B4Settings};
@@ -83,21 +84,10 @@ impl B4Fast {
 
     /// The status: attachments, the AFTR in use, counters by label.
     pub fn status(&self) -> serde_json::Value {
-        let counters: serde_json::Map<String, serde_json::Value> = self
-            .kp
-            .counters()
-            .map(|v| {
-                v.into_iter()
-                    .filter(|(_, c)| c.packets > 0)
-                    .map(|(k, c): (B4Counter, _)| (k.label().to_owned(), serde_json::json!(c.packets)))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let (uplinks, counters) = xdp_status(self.kp.attachments(), self.kp.counters(), B4Counter::label);
         serde_json::json!({
             "tun": self.kp.tun(),
-            "uplinks": self.kp.attachments().iter().map(|a| serde_json::json!({
-                "iface": a.iface, "mode": format!("{:?}", a.mode).to_lowercase(),
-            })).collect::<Vec<_>>(),
+            "uplinks": uplinks,
             "aftr": self.kp.aftr().map(|a| a.to_string()),
             "counters": counters,
             "last_error": self.last_error,

@@ -56,23 +56,32 @@ fn endpoint_settings(e: &EndpointConfig, max_bindings: u32, sessions: Option<u32
     }
 }
 
-/// The attachments and the non-zero counters of `fp`, for a status.
-fn fast_path_status(fp: &SoftwireFastPath) -> (serde_json::Value, serde_json::Value) {
-    let counters: serde_json::Map<String, serde_json::Value> = fp
-        .counters()
+/// The attachments and the non-zero counters (by `label`) of an XDP
+/// object, for a status: the softwire fast path's and the B4 kernel
+/// path's.
+pub(crate) fn xdp_status<C>(
+    attachments: &[xdp::Attachment],
+    counters: Result<Vec<(C, xdp::types::Count)>, xdp::Error>,
+    label: fn(C) -> &'static str,
+) -> (serde_json::Value, serde_json::Value) {
+    let counters: serde_json::Map<String, serde_json::Value> = counters
         .map(|v| {
             v.into_iter()
                 .filter(|(_, c)| c.packets > 0)
-                .map(|(k, c): (SoftwireCounter, _)| (k.label().to_owned(), serde_json::json!(c.packets)))
+                .map(|(k, c)| (label(k).to_owned(), serde_json::json!(c.packets)))
                 .collect()
         })
         .unwrap_or_default();
-    let attached = fp
-        .attachments()
+    let attached = attachments
         .iter()
         .map(|a| serde_json::json!({"iface": a.iface, "mode": format!("{:?}", a.mode).to_lowercase()}))
         .collect::<Vec<_>>();
     (serde_json::json!(attached), serde_json::Value::Object(counters))
+}
+
+/// The attachments and the non-zero counters of `fp`, for a status.
+fn fast_path_status(fp: &SoftwireFastPath) -> (serde_json::Value, serde_json::Value) {
+    xdp_status(fp.attachments(), fp.counters(), SoftwireCounter::label)
 }
 
 /// An lwAFTR's loaded fast path and what of the engine's tables it mirrors.

@@ -149,12 +149,7 @@ impl B4KernelPath {
         let names =
             Names { object: "the B4 BPF object", program: XDP_PROGRAM, tx: TX, ifmac: IFMAC, counters: COUNTERS };
         let mut obj = Single::load(&mut EbpfLoader::new(), OBJECT, names)?;
-        let tc: &mut SchedClassifier = obj
-            .bpf_mut()
-            .program_mut(TC_PROGRAM)
-            .ok_or_else(|| Error::Bpf(format!("program {TC_PROGRAM} missing from the object")))?
-            .try_into()
-            .map_err(|e| Error::Bpf(format!("program {TC_PROGRAM}: {e}")))?;
+        let tc: &mut SchedClassifier = obj.program_mut(TC_PROGRAM)?;
         tc.load().map_err(|e| Error::Unavailable(format!("loading program {TC_PROGRAM}: {}", chain(&e))))?;
         let mut flags = 0;
         if settings.copy_tos {
@@ -224,7 +219,7 @@ impl B4KernelPath {
         self.cfg.tun_ifindex = ifindex;
         self.cfg.l2len = 0;
         self.write()?;
-        let tc = self.tc_mut()?;
+        let tc: &mut SchedClassifier = self.obj.program_mut(TC_PROGRAM)?;
         let id = tc
             .attach(tun, TcAttachType::Egress)
             .map_err(|e| Error::Interface(format!("{tun}: tc egress attach failed: {}", chain(&e))))?;
@@ -238,21 +233,11 @@ impl B4KernelPath {
         self.obj.attach(iface, mode)
     }
 
-    fn tc_mut(&mut self) -> Result<&mut SchedClassifier, Error> {
-        self.obj
-            .bpf_mut()
-            .program_mut(TC_PROGRAM)
-            .ok_or_else(|| Error::Bpf(format!("program {TC_PROGRAM} missing")))?
-            .try_into()
-            .map_err(|e| Error::Bpf(format!("program {TC_PROGRAM}: {e}")))
-    }
-
     /// Detach both programs.
     pub fn detach_all(&mut self) -> Result<(), Error> {
         if let Some((tun, id)) = self.tc.take() {
-            self.tc_mut()?
-                .detach(id)
-                .map_err(|e| Error::Interface(format!("{tun}: tc detach failed: {}", chain(&e))))?;
+            let tc: &mut SchedClassifier = self.obj.program_mut(TC_PROGRAM)?;
+            tc.detach(id).map_err(|e| Error::Interface(format!("{tun}: tc detach failed: {}", chain(&e))))?;
         }
         self.obj.detach_all()
     }
@@ -287,13 +272,7 @@ impl B4KernelPath {
     /// The tc program over `frame` (Ethernet) with `BPF_PROG_TEST_RUN`
     /// (not live: nothing is sent); `action` is the `TC_ACT_*` verdict.
     pub fn test_run_tc(&self, frame: &[u8]) -> Result<TestResult, Error> {
-        let prog: &SchedClassifier = self
-            .obj
-            .bpf()
-            .program(TC_PROGRAM)
-            .ok_or_else(|| Error::Bpf(format!("program {TC_PROGRAM} missing")))?
-            .try_into()
-            .map_err(|e| Error::Bpf(format!("program {TC_PROGRAM}: {e}")))?;
+        let prog: &SchedClassifier = self.obj.program(TC_PROGRAM)?;
         let mut out = vec![0u8; frame.len() + 256];
         let mut opts = TestRunOptions::new();
         opts.data_in = Some(frame);

@@ -13,11 +13,11 @@
 //!
 //! [`SoftwireSettings::dslite`]: crate::softwire::SoftwireSettings::dslite
 
-use crate::loader::map_err;
-use crate::softwire::{full, gone, SoftwireFastPath, DS_IN, DS_OUT, DS_POOL};
+use crate::loader::{gone, map_err};
+use crate::softwire::{SoftwireFastPath, DS_IN, DS_OUT, DS_POOL};
 use crate::Error;
 use aya::maps::lpm_trie::{Key, LpmTrie};
-use aya::maps::{HashMap, MapData};
+use aya::maps::MapData;
 use core::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
 
 /// `struct ds_out_key`.
@@ -136,7 +136,7 @@ impl SoftwireFastPath {
             LpmTrie::try_from(self.obj.map_mut(DS_POOL)?).map_err(|e| Error::Bpf(format!("map {DS_POOL}: {e}")))?;
         for (a, len) in prefixes {
             let k = Key::new(u32::from(*len.min(&32)), a.octets());
-            t.insert(&k, 1, 0).map_err(|e| full(DS_POOL, e))?;
+            t.insert(&k, 1, 0).map_err(|e| map_err(DS_POOL, e))?;
         }
         Ok(())
     }
@@ -147,16 +147,13 @@ impl SoftwireFastPath {
     pub fn session_insert(&mut self, s: &Nat44Session) -> Result<(), Error> {
         let ((ok, ov), (ik, iv)) = s.entries();
         {
-            let mut m: HashMap<&mut MapData, DsInKey, DsInVal> =
-                HashMap::try_from(self.obj.map_mut(DS_IN)?).map_err(|e| Error::Bpf(format!("map {DS_IN}: {e}")))?;
-            m.insert(ik, iv, 0).map_err(|e| full(DS_IN, e))?;
+            let mut m = self.obj.hash_mut::<DsInKey, DsInVal>(DS_IN)?;
+            m.insert(ik, iv, 0).map_err(|e| map_err(DS_IN, e))?;
         }
-        let mut m: HashMap<&mut MapData, DsOutKey, DsOutVal> =
-            HashMap::try_from(self.obj.map_mut(DS_OUT)?).map_err(|e| Error::Bpf(format!("map {DS_OUT}: {e}")))?;
+        let mut m = self.obj.hash_mut::<DsOutKey, DsOutVal>(DS_OUT)?;
         if let Err(e) = m.insert(ok, ov, 0) {
-            let e = full(DS_OUT, e);
-            let mut i: HashMap<&mut MapData, DsInKey, DsInVal> =
-                HashMap::try_from(self.obj.map_mut(DS_IN)?).map_err(|e| Error::Bpf(format!("map {DS_IN}: {e}")))?;
+            let e = map_err(DS_OUT, e);
+            let mut i = self.obj.hash_mut::<DsInKey, DsInVal>(DS_IN)?;
             let _ = i.remove(&ik);
             return Err(e);
         }
@@ -169,16 +166,14 @@ impl SoftwireFastPath {
         let ((ok, _), (ik, _)) = s.entries();
         let mut found = false;
         {
-            let mut m: HashMap<&mut MapData, DsOutKey, DsOutVal> =
-                HashMap::try_from(self.obj.map_mut(DS_OUT)?).map_err(|e| Error::Bpf(format!("map {DS_OUT}: {e}")))?;
+            let mut m = self.obj.hash_mut::<DsOutKey, DsOutVal>(DS_OUT)?;
             match m.remove(&ok) {
                 Ok(()) => found = true,
                 Err(e) if gone(&e) => {}
                 Err(e) => return Err(map_err(DS_OUT, e)),
             }
         }
-        let mut m: HashMap<&mut MapData, DsInKey, DsInVal> =
-            HashMap::try_from(self.obj.map_mut(DS_IN)?).map_err(|e| Error::Bpf(format!("map {DS_IN}: {e}")))?;
+        let mut m = self.obj.hash_mut::<DsInKey, DsInVal>(DS_IN)?;
         match m.remove(&ik) {
             Ok(()) => {}
             Err(e) if gone(&e) => {}
@@ -195,15 +190,13 @@ impl SoftwireFastPath {
     /// `None` when never or when `s` is not carried.
     pub fn session_last_seen(&self, s: &Nat44Session) -> Result<Option<u64>, Error> {
         let ((ok, _), (ik, _)) = s.entries();
-        let o: HashMap<&MapData, DsOutKey, DsOutVal> =
-            HashMap::try_from(self.obj.map(DS_OUT)?).map_err(|e| Error::Bpf(format!("map {DS_OUT}: {e}")))?;
+        let o = self.obj.hash::<DsOutKey, DsOutVal>(DS_OUT)?;
         let a = match o.get(&ok, 0) {
             Ok(v) => v.last_seen_ns,
             Err(e) if gone(&e) => 0,
             Err(e) => return Err(map_err(DS_OUT, e)),
         };
-        let i: HashMap<&MapData, DsInKey, DsInVal> =
-            HashMap::try_from(self.obj.map(DS_IN)?).map_err(|e| Error::Bpf(format!("map {DS_IN}: {e}")))?;
+        let i = self.obj.hash::<DsInKey, DsInVal>(DS_IN)?;
         let b = match i.get(&ik, 0) {
             Ok(v) => v.last_seen_ns,
             Err(e) if gone(&e) => 0,

@@ -138,6 +138,12 @@ impl std::fmt::Debug for FastPath {
     }
 }
 
+/// The key was not there (a lookup or delete of an absent entry).
+pub(crate) fn gone(e: &MapError) -> bool {
+    matches!(e, MapError::KeyNotFound)
+        || matches!(e, MapError::SyscallError(s) if s.io_error.raw_os_error() == Some(libc::ENOENT))
+}
+
 pub(crate) fn map_err(map: &'static str, e: MapError) -> Error {
     match &e {
         // A full hash map says E2BIG, a full LPM trie ENOSPC.

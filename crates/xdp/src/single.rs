@@ -9,8 +9,19 @@ use crate::teredo::TdMac;
 use crate::types::Count;
 use crate::{Attachment, Error, Mode, TestResult};
 use aya::maps::{DevMapHash, HashMap, MapData, PerCpuArray};
-use aya::programs::Xdp;
-use aya::{Ebpf, EbpfLoader};
+use aya::programs::{Program, ProgramError, Xdp};
+use aya::{Ebpf, EbpfLoader, Pod};
+
+/// Program `name` of `bpf` as a `P` (Xdp, SchedClassifier, ...).
+fn program_mut<'a, P>(bpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut P, Error>
+where
+    &'a mut P: TryFrom<&'a mut Program, Error = ProgramError>,
+{
+    bpf.program_mut(name)
+        .ok_or_else(|| Error::Bpf(format!("program {name} missing from the object")))?
+        .try_into()
+        .map_err(|e| Error::Bpf(format!("program {name}: {e}")))
+}
 
 /// The names of one object's program and shared maps.
 #[derive(Debug, Clone, Copy)]
@@ -42,11 +53,7 @@ impl Single {
         let mut bpf =
             loader.load(object).map_err(|e| Error::Unavailable(format!("loading {}: {}", names.object, chain(&e))))?;
         let p = names.program;
-        let prog: &mut Xdp = bpf
-            .program_mut(p)
-            .ok_or_else(|| Error::Bpf(format!("program {p} missing from the object")))?
-            .try_into()
-            .map_err(|e| Error::Bpf(format!("program {p}: {e}")))?;
+        let prog: &mut Xdp = program_mut(&mut bpf, p)?;
         prog.load().map_err(|e| Error::Unavailable(format!("loading program {p}: {}", chain(&e))))?;
         Ok(Single { bpf, names, attached: Vec::new() })
     }
@@ -61,23 +68,39 @@ impl Single {
         self.bpf.map_mut(name).ok_or_else(|| Error::Bpf(format!("map {name} missing from the object")))
     }
 
-    /// The object, for a further program of it (the B4's tc program).
-    pub fn bpf(&self) -> &Ebpf {
-        &self.bpf
+    /// The map `name` as a hash map of `K` to `V`.
+    pub fn hash<K: Pod, V: Pod>(&self, name: &'static str) -> Result<HashMap<&MapData, K, V>, Error> {
+        HashMap::try_from(self.map(name)?).map_err(|e| Error::Bpf(format!("map {name}: {e}")))
     }
 
-    /// The object, to load or attach a further program of it.
-    pub fn bpf_mut(&mut self) -> &mut Ebpf {
-        &mut self.bpf
+    /// The map `name` as a hash map of `K` to `V`, to change.
+    pub fn hash_mut<K: Pod, V: Pod>(&mut self, name: &'static str) -> Result<HashMap<&mut MapData, K, V>, Error> {
+        HashMap::try_from(self.map_mut(name)?).map_err(|e| Error::Bpf(format!("map {name}: {e}")))
+    }
+
+    /// A further program of the object (the B4's tc program) as a `P`.
+    pub fn program<'a, P>(&'a self, name: &'static str) -> Result<&'a P, Error>
+    where
+        &'a P: TryFrom<&'a Program, Error = ProgramError>,
+    {
+        self.bpf
+            .program(name)
+            .ok_or_else(|| Error::Bpf(format!("program {name} missing from the object")))?
+            .try_into()
+            .map_err(|e| Error::Bpf(format!("program {name}: {e}")))
+    }
+
+    /// A further program of the object as a `P`, to load or attach.
+    pub fn program_mut<'a, P>(&'a mut self, name: &'static str) -> Result<&'a mut P, Error>
+    where
+        &'a mut P: TryFrom<&'a mut Program, Error = ProgramError>,
+    {
+        program_mut(&mut self.bpf, name)
     }
 
     fn xdp_mut(&mut self) -> Result<&mut Xdp, Error> {
         let p = self.names.program;
-        self.bpf
-            .program_mut(p)
-            .ok_or_else(|| Error::Bpf(format!("program {p} missing")))?
-            .try_into()
-            .map_err(|e| Error::Bpf(format!("program {p}: {e}")))
+        program_mut(&mut self.bpf, p)
     }
 
     /// Lets the program send through `ifindex`.
@@ -94,8 +117,7 @@ impl Single {
     /// Accepts frames on `ifindex` only when addressed to `mac`.
     pub fn set_interface_mac(&mut self, ifindex: u32, mac: [u8; 6]) -> Result<(), Error> {
         let ifmac = self.names.ifmac;
-        let mut m: HashMap<&mut MapData, u32, TdMac> =
-            HashMap::try_from(self.map_mut(ifmac)?).map_err(|e| Error::Bpf(format!("map {ifmac}: {e}")))?;
+        let mut m = self.hash_mut::<u32, TdMac>(ifmac)?;
         m.insert(ifindex, TdMac { addr: mac, pad: 0 }, 0).map_err(|e| map_err(ifmac, e))
     }
 

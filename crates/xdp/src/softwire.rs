@@ -12,14 +12,15 @@
 //! The DS-Lite AFTR loads the same object with [`SoftwireSettings::dslite`]
 //! set: its NAT44 sessions instead of bindings ([`crate::dslite`]).
 
-use crate::loader::map_err;
+use crate::loader::{gone, map_err};
 use crate::single::{Names, Single};
 use crate::types::Count;
 use crate::{Attachment, Error, Mode, TestResult};
-use aya::maps::{Array, HashMap, MapData, MapError};
-use aya::EbpfLoader;
+use aya::maps::{Array, MapData};
+use aya::{EbpfLoader, Pod};
 use core::net::{Ipv4Addr, Ipv6Addr};
 use std::collections::HashMap as Map;
+use std::hash::Hash;
 
 /// The BPF object built by build.rs from `bpf/softwire.bpf.c`.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/softwire.bpf.o"));
@@ -253,16 +254,46 @@ impl std::fmt::Debug for SoftwireFastPath {
     }
 }
 
-pub(crate) fn gone(e: &MapError) -> bool {
-    matches!(e, MapError::KeyNotFound)
-        || matches!(e, MapError::SyscallError(s) if s.io_error.raw_os_error() == Some(libc::ENOENT))
+/// Removes from map `name` (whose contents `cur` tracks) the keys `want`
+/// lacks.
+fn drop_absent<K: Pod + Eq + Hash, V: Pod>(
+    obj: &mut Single,
+    name: &'static str,
+    cur: &mut Map<K, V>,
+    want: &Map<K, V>,
+    st: &mut SyncStats,
+) -> Result<(), Error> {
+    let mut m = obj.hash_mut::<K, V>(name)?;
+    let drop: Vec<K> = cur.keys().filter(|k| !want.contains_key(*k)).copied().collect();
+    for k in drop {
+        match m.remove(&k) {
+            Err(e) if !gone(&e) => return Err(map_err(name, e)),
+            _ => {}
+        }
+        cur.remove(&k);
+        st.removed += 1;
+    }
+    Ok(())
 }
 
-pub(crate) fn full(map: &'static str, e: MapError) -> Error {
-    match &e {
-        MapError::SyscallError(s) if s.io_error.raw_os_error() == Some(libc::E2BIG) => Error::MapFull(map),
-        _ => map_err(map, e),
+/// Writes into map `name` (whose contents `cur` tracks) the entries of
+/// `want` that differ.
+fn write_changed<K: Pod + Eq + Hash, V: Pod + PartialEq>(
+    obj: &mut Single,
+    name: &'static str,
+    cur: &mut Map<K, V>,
+    want: &Map<K, V>,
+    st: &mut SyncStats,
+) -> Result<(), Error> {
+    let mut m = obj.hash_mut::<K, V>(name)?;
+    for (k, v) in want {
+        if cur.get(k) != Some(v) {
+            m.insert(k, v, 0).map_err(|e| map_err(name, e))?;
+            cur.insert(*k, *v);
+            st.written += 1;
+        }
     }
+    Ok(())
 }
 
 impl SoftwireFastPath {
@@ -309,10 +340,6 @@ impl SoftwireFastPath {
         self.obj.map_mut(name)
     }
 
-    fn map(&self, name: &'static str) -> Result<&aya::maps::Map, Error> {
-        self.obj.map(name)
-    }
-
     /// Bindings (and leases) on the fast path.
     pub fn bindings(&self) -> usize {
         self.mirror.b4.len()
@@ -333,87 +360,22 @@ impl SoftwireFastPath {
         r.map(|()| st)
     }
 
-    /// Bring the maps (whose contents `cur` tracks) to `want`.
+    /// Bring the maps (whose contents `cur` tracks) to `want`: removals
+    /// of bindings first, so no binding outlives its address; addresses
+    /// written before the bindings that use them, removed after them.
     fn apply(&mut self, cur: &mut Mirror, want: &Mirror, st: &mut SyncStats) -> Result<(), Error> {
-        // Removals of bindings first, so no binding outlives its address.
-        {
-            let mut m: HashMap<&mut MapData, [u8; 16], SwBinding> =
-                HashMap::try_from(self.map_mut(B4)?).map_err(|e| Error::Bpf(format!("map {B4}: {e}")))?;
-            let drop: Vec<_> = cur.b4.keys().filter(|k| !want.b4.contains_key(*k)).copied().collect();
-            for k in drop {
-                match m.remove(&k) {
-                    Err(e) if !gone(&e) => return Err(map_err(B4, e)),
-                    _ => {}
-                }
-                cur.b4.remove(&k);
-                st.removed += 1;
-            }
-        }
-        {
-            let mut m: HashMap<&mut MapData, SwV4Key, [u8; 16]> =
-                HashMap::try_from(self.map_mut(V4)?).map_err(|e| Error::Bpf(format!("map {V4}: {e}")))?;
-            let drop: Vec<_> = cur.v4.keys().filter(|k| !want.v4.contains_key(*k)).copied().collect();
-            for k in drop {
-                match m.remove(&k) {
-                    Err(e) if !gone(&e) => return Err(map_err(V4, e)),
-                    _ => {}
-                }
-                cur.v4.remove(&k);
-                st.removed += 1;
-            }
-        }
-        {
-            let mut m: HashMap<&mut MapData, u32, SwAddr> =
-                HashMap::try_from(self.map_mut(ADDR)?).map_err(|e| Error::Bpf(format!("map {ADDR}: {e}")))?;
-            for (k, v) in &want.addr {
-                if cur.addr.get(k) != Some(v) {
-                    m.insert(k, v, 0).map_err(|e| full(ADDR, e))?;
-                    cur.addr.insert(*k, *v);
-                    st.written += 1;
-                }
-            }
-        }
-        {
-            let mut m: HashMap<&mut MapData, SwV4Key, [u8; 16]> =
-                HashMap::try_from(self.map_mut(V4)?).map_err(|e| Error::Bpf(format!("map {V4}: {e}")))?;
-            for (k, v) in &want.v4 {
-                if cur.v4.get(k) != Some(v) {
-                    m.insert(k, v, 0).map_err(|e| full(V4, e))?;
-                    cur.v4.insert(*k, *v);
-                    st.written += 1;
-                }
-            }
-        }
-        {
-            let mut m: HashMap<&mut MapData, [u8; 16], SwBinding> =
-                HashMap::try_from(self.map_mut(B4)?).map_err(|e| Error::Bpf(format!("map {B4}: {e}")))?;
-            for (k, v) in &want.b4 {
-                if cur.b4.get(k) != Some(v) {
-                    m.insert(k, v, 0).map_err(|e| full(B4, e))?;
-                    cur.b4.insert(*k, *v);
-                    st.written += 1;
-                }
-            }
-        }
-        let mut m: HashMap<&mut MapData, u32, SwAddr> =
-            HashMap::try_from(self.map_mut(ADDR)?).map_err(|e| Error::Bpf(format!("map {ADDR}: {e}")))?;
-        let drop: Vec<_> = cur.addr.keys().filter(|k| !want.addr.contains_key(*k)).copied().collect();
-        for k in drop {
-            match m.remove(&k) {
-                Err(e) if !gone(&e) => return Err(map_err(ADDR, e)),
-                _ => {}
-            }
-            cur.addr.remove(&k);
-            st.removed += 1;
-        }
-        Ok(())
+        drop_absent(&mut self.obj, B4, &mut cur.b4, &want.b4, st)?;
+        drop_absent(&mut self.obj, V4, &mut cur.v4, &want.v4, st)?;
+        write_changed(&mut self.obj, ADDR, &mut cur.addr, &want.addr, st)?;
+        write_changed(&mut self.obj, V4, &mut cur.v4, &want.v4, st)?;
+        write_changed(&mut self.obj, B4, &mut cur.b4, &want.b4, st)?;
+        drop_absent(&mut self.obj, ADDR, &mut cur.addr, &want.addr, st)
     }
 
     /// The lwB4 the fast path holds for `b4`, as mirrored (read back from
     /// the map: `None` when absent).
     pub fn binding_of(&self, b4: Ipv6Addr) -> Result<Option<SwBinding>, Error> {
-        let m: HashMap<&MapData, [u8; 16], SwBinding> =
-            HashMap::try_from(self.map(B4)?).map_err(|e| Error::Bpf(format!("map {B4}: {e}")))?;
+        let m = self.obj.hash::<[u8; 16], SwBinding>(B4)?;
         match m.get(&b4.octets(), 0) {
             Ok(v) => Ok(Some(v)),
             Err(e) if gone(&e) => Ok(None),

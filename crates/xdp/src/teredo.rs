@@ -9,11 +9,11 @@
 //! [`crate::FastPath`]: aya, attach through bpf_link (native with a
 //! generic fallback), detach on drop.
 
-use crate::loader::map_err;
+use crate::loader::{gone, map_err};
 use crate::single::{Names, Single};
 use crate::types::Count;
 use crate::{Attachment, Error, Mode, TestResult};
-use aya::maps::{Array, HashMap, MapData, MapError};
+use aya::maps::{Array, MapData, MapError};
 use aya::EbpfLoader;
 use core::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
 
@@ -205,10 +205,6 @@ impl TeredoFastPath {
         self.obj.map_mut(name)
     }
 
-    fn map(&self, name: &'static str) -> Result<&aya::maps::Map, Error> {
-        self.obj.map(name)
-    }
-
     /// Let the program send through `ifindex` (attach does it for each
     /// interface attached to; tests use it alone with BPF_PROG_TEST_RUN).
     pub fn allow_egress(&mut self, ifindex: u32) -> Result<(), Error> {
@@ -248,20 +244,17 @@ impl TeredoFastPath {
     /// mapping, and packets to it, take the fast path. Replaces an entry
     /// (its last-seen time restarts). [`Error::MapFull`] when the map is full.
     pub fn peer_insert(&mut self, peer: Ipv6Addr, mapped: SocketAddrV4) -> Result<(), Error> {
-        let mut m: HashMap<&mut MapData, [u8; 16], TdPeer> =
-            HashMap::try_from(self.map_mut(PEERS)?).map_err(|e| Error::Bpf(format!("map {PEERS}: {e}")))?;
+        let mut m = self.obj.hash_mut::<[u8; 16], TdPeer>(PEERS)?;
         let v = TdPeer { addr: u32::from(*mapped.ip()).to_be(), port: mapped.port().to_be(), pad: 0, last_seen_ns: 0 };
         m.insert(peer.octets(), v, 0).map_err(|e| map_err(PEERS, e))
     }
 
     /// Remove `peer`; false when absent.
     pub fn peer_remove(&mut self, peer: Ipv6Addr) -> Result<bool, Error> {
-        let mut m: HashMap<&mut MapData, [u8; 16], TdPeer> =
-            HashMap::try_from(self.map_mut(PEERS)?).map_err(|e| Error::Bpf(format!("map {PEERS}: {e}")))?;
+        let mut m = self.obj.hash_mut::<[u8; 16], TdPeer>(PEERS)?;
         match m.remove(&peer.octets()) {
             Ok(()) => Ok(true),
-            Err(MapError::KeyNotFound) => Ok(false),
-            Err(MapError::SyscallError(s)) if s.io_error.raw_os_error() == Some(libc::ENOENT) => Ok(false),
+            Err(e) if gone(&e) => Ok(false),
             Err(e) => Err(map_err(PEERS, e)),
         }
     }
@@ -269,15 +262,13 @@ impl TeredoFastPath {
     /// `peer`'s mapping and last-seen time (CLOCK_MONOTONIC ns, 0 when the
     /// fast path has decapsulated nothing from it), or `None` when absent.
     pub fn peer_get(&self, peer: Ipv6Addr) -> Result<Option<(SocketAddrV4, u64)>, Error> {
-        let m: HashMap<&MapData, [u8; 16], TdPeer> =
-            HashMap::try_from(self.map(PEERS)?).map_err(|e| Error::Bpf(format!("map {PEERS}: {e}")))?;
+        let m = self.obj.hash::<[u8; 16], TdPeer>(PEERS)?;
         match m.get(&peer.octets(), 0) {
             Ok(v) => Ok(Some((
                 SocketAddrV4::new(Ipv4Addr::from(u32::from_be(v.addr)), u16::from_be(v.port)),
                 v.last_seen_ns,
             ))),
-            Err(MapError::KeyNotFound) => Ok(None),
-            Err(MapError::SyscallError(s)) if s.io_error.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+            Err(e) if gone(&e) => Ok(None),
             Err(e) => Err(map_err(PEERS, e)),
         }
     }
