@@ -55,8 +55,18 @@ use crate::report::Outputs;
 
 pub use report::markdown;
 
-/// Namespace-name prefix of a run.
-pub const PREFIX: &str = "v6tr-";
+/// What every run's namespace names start with; a run's own prefix is
+/// [`run_prefix`] of its process id.
+pub const PREFIX: &str = "v6tr";
+
+/// The namespace-name prefix of the run of process `pid`
+/// (`v6tr<pid>-`): the run's guard and its per-row cleanup remove only
+/// namespaces with this prefix, so concurrent runs leave each other alone.
+/// The native-IPv4 baseline testbed's namespaces follow it with `n-`, the
+/// row's testbed with `m-`.
+pub fn run_prefix(pid: u32) -> String {
+    format!("{PREFIX}{pid}-")
+}
 
 /// A mechanism.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -166,6 +176,13 @@ pub struct Args {
     /// UDP echoes timed per mechanism.
     #[arg(long, default_value_t = 2000)]
     pub pings: usize,
+    /// Blocks the sessions (and the echoes) of a row are split into: each
+    /// block on the row's testbed is paired with as many on the native-IPv4
+    /// baseline testbed (up for the whole run), pairs in ABBA order; the
+    /// row's "added over IPv4" is its median minus the median of its own
+    /// baseline blocks.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub session_blocks: u32,
     /// A short functional run: 1 s, 100 sessions, 100 pings.
     #[arg(long)]
     pub quick: bool,
@@ -216,6 +233,16 @@ pub struct MechResult {
     pub session_failures: u64,
     /// Echoes lost.
     pub ping_losses: u64,
+    /// The native-IPv4 baseline measured in blocks interleaved with this
+    /// row's sessions and echoes (`None`: not measured).
+    pub baseline: Option<Baseline>,
+    /// `session` median minus `baseline.session` median, ns: the row's
+    /// "added over IPv4" (`None` without samples on either side).
+    pub session_added_ns: Option<i64>,
+    /// `connect` median minus `baseline.connect` median, ns.
+    pub connect_added_ns: Option<i64>,
+    /// `rtt` median minus `baseline.rtt` median, ns.
+    pub rtt_added_ns: Option<i64>,
     /// CPU seconds the mechanism's own processes used.
     pub cpu_s: Option<f64>,
     /// The `-xdp` rows: the lwAFTR's XDP fast path counters at the end
@@ -229,6 +256,22 @@ pub struct MechResult {
     pub b4_kernel_counters: Option<serde_json::Value>,
 }
 
+/// A row's native-IPv4 baseline: the sessions and echoes on the native
+/// testbed that were interleaved with the row's.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Baseline {
+    /// `connect()` to the echoed first byte.
+    pub session: Latency,
+    /// `connect()` alone.
+    pub connect: Latency,
+    /// Sessions that failed.
+    pub session_failures: u64,
+    /// UDP round trip.
+    pub rtt: Latency,
+    /// Echoes lost.
+    pub ping_losses: u64,
+}
+
 /// The whole run.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -240,6 +283,11 @@ pub struct Report {
     pub sessions: usize,
     /// Echoes per mechanism.
     pub pings: usize,
+    /// `--session-blocks`: block pairs the sessions and echoes of a row
+    /// are split into (fewer when there are fewer sessions).
+    pub session_blocks: u32,
+    /// The namespace-name prefix of the run.
+    pub ns_prefix: String,
     /// CPUs online.
     pub cpus: usize,
     /// Kernel.
@@ -284,8 +332,8 @@ impl Drop for Bed {
     }
 }
 
-fn ns(name: &str) -> Result<Netns> {
-    let n = Netns::create(&format!("{PREFIX}{name}-{}", std::process::id()))?;
+fn ns(prefix: &str, name: &str) -> Result<Netns> {
+    let n = Netns::create(&format!("{prefix}{name}"))?;
     n.sysctl("net.ipv6.conf.all.accept_dad", "0")?;
     n.sysctl("net.ipv6.conf.default.accept_dad", "0")?;
     n.sysctl("net.ipv4.ip_forward", "1")?;
@@ -486,11 +534,13 @@ fn sw_xdp(m: Mech, c: &Netns, s: &Netns) -> Result<&'static str> {
 /// The TRT relay's options of the run: `preconnect` and `open-spin`.
 type TrtOpts<'a> = (usize, &'a str);
 
-fn build(m: Mech, bin: &Path, work: &Path, busy_poll: &str, trt: TrtOpts) -> Result<Bed> {
+/// The testbed of `m`, its namespaces named `<prefix>c`, `<prefix>g`
+/// and `<prefix>s`.
+fn build(m: Mech, prefix: &str, bin: &Path, work: &Path, busy_poll: &str, trt: TrtOpts) -> Result<Bed> {
     let v6gate = |ns: &Netns, name: &str, sub: &str, config: &str| v6gate(bin, ns, work, name, sub, config, busy_poll);
-    let c = ns("c")?;
-    let g = ns("g")?;
-    let s = ns("s")?;
+    let c = ns(prefix, "c")?;
+    let g = ns(prefix, "g")?;
+    let s = ns(prefix, "s")?;
     veth(&c, "c0", &g, "g0")?;
     veth(&g, "g1", &s, "s0")?;
     c.ip(&["addr", "add", "2001:db8:1::2/64", "dev", "c0", "nodad"])?;
@@ -617,8 +667,141 @@ fn build(m: Mech, bin: &Path, work: &Path, busy_poll: &str, trt: TrtOpts) -> Res
     Ok(bed)
 }
 
-fn measure(bed: &Bed, a: &Args) -> Result<MechResult> {
-    let (seconds, sessions, pings) = if a.quick { (1, 100, 100) } else { (a.seconds, a.sessions, a.pings) };
+/// Which testbed runs a block of the paired measurements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    /// The row's (the mechanism's) testbed.
+    Row,
+    /// The native-IPv4 baseline testbed, up for the whole run.
+    Native,
+}
+
+/// The run order of `total` sessions (or echoes) on each side, split into
+/// `blocks` block pairs: `(side, count)` per block. The blocks differ in
+/// size by one at most; the pairs alternate which side goes first (ABBA:
+/// row, native, native, row, row, ...), so that neither side always runs
+/// right after the other one's, nor always first. At most `total` pairs
+/// (no empty blocks); nothing for `total` 0.
+fn schedule(total: usize, blocks: usize) -> Vec<(Side, usize)> {
+    let b = blocks.clamp(1, total.max(1));
+    let mut v = Vec::with_capacity(2 * b);
+    for i in 0..b {
+        let n = total / b + usize::from(i < total % b);
+        if n == 0 {
+            continue;
+        }
+        let pair = if i % 2 == 0 { [Side::Row, Side::Native] } else { [Side::Native, Side::Row] };
+        v.extend(pair.map(|s| (s, n)));
+    }
+    v
+}
+
+/// `row`'s median minus `base`'s, ns; `None` when either has no sample.
+fn added(row: &Latency, base: &Latency) -> Option<i64> {
+    (row.samples > 0 && base.samples > 0).then(|| row.p50_ns as i64 - base.p50_ns as i64)
+}
+
+/// The samples of one side of the paired measurements.
+#[derive(Default)]
+struct Samples {
+    session: LatencyHistogram,
+    connect: LatencyHistogram,
+    session_failures: u64,
+    rtt: LatencyHistogram,
+    ping_losses: u64,
+}
+
+impl Samples {
+    /// `n` new TCP sessions to `target` from namespace `c`: connect, one
+    /// byte each way, close.
+    fn sessions(&mut self, c: &Netns, target: std::net::IpAddr, n: usize) -> Result<()> {
+        c.run(|| {
+            for _ in 0..n {
+                let t0 = Instant::now();
+                let once = || -> std::io::Result<Duration> {
+                    let mut s =
+                        TcpStream::connect_timeout(&SocketAddr::new(target, PORT_SESSION), Duration::from_secs(2))?;
+                    let tc = t0.elapsed();
+                    s.set_nodelay(true)?;
+                    s.set_read_timeout(Some(Duration::from_secs(2)))?;
+                    s.write_all(b"x")?;
+                    let mut b = [0u8; 1];
+                    s.read_exact(&mut b)?;
+                    Ok(tc)
+                };
+                match once() {
+                    Ok(tc) => {
+                        self.session.record(t0.elapsed().as_nanos() as u64);
+                        self.connect.record(tc.as_nanos() as u64);
+                    }
+                    Err(_) => self.session_failures += 1,
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// `n` sequential 64-byte UDP echoes to `target` from namespace `c`.
+    fn pings(&mut self, c: &Netns, target: std::net::IpAddr, n: usize) -> Result<()> {
+        c.run(|| {
+            let u = UdpSocket::bind(if target.is_ipv6() { "[::]:0" } else { "0.0.0.0:0" })?;
+            u.set_read_timeout(Some(Duration::from_millis(500)))?;
+            u.connect(SocketAddr::new(target, PORT_ECHO))?;
+            let mut b = [0u8; 64];
+            for i in 0..n as u64 {
+                let mut msg = [0u8; 64];
+                msg[..8].copy_from_slice(&i.to_be_bytes());
+                let t0 = Instant::now();
+                u.send(&msg)?;
+                loop {
+                    match u.recv(&mut b) {
+                        Ok(_) if b[..8] == msg[..8] => {
+                            self.rtt.record(t0.elapsed().as_nanos() as u64);
+                            break;
+                        }
+                        Ok(_) => continue,
+                        Err(_) => {
+                            self.ping_losses += 1;
+                            break;
+                        }
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn baseline(&self) -> Baseline {
+        Baseline {
+            session: self.session.summary(),
+            connect: self.connect.summary(),
+            session_failures: self.session_failures,
+            rtt: self.rtt.summary(),
+            ping_losses: self.ping_losses,
+        }
+    }
+}
+
+/// Runs `f` on each side's bed and samples in the order of `sched`.
+fn paired(
+    sched: &[(Side, usize)],
+    (row, native): (&Bed, &Bed),
+    (rs, ns): (&mut Samples, &mut Samples),
+    f: impl Fn(&mut Samples, &Netns, std::net::IpAddr, usize) -> Result<()>,
+) -> Result<()> {
+    for &(side, n) in sched {
+        match side {
+            Side::Row => f(rs, &row.c, row.target, n)?,
+            Side::Native => f(ns, &native.c, native.target, n)?,
+        }
+    }
+    Ok(())
+}
+
+/// Bulk TCP, then the sessions and the echoes paired with the native
+/// baseline `native` (see the module doc).
+fn measure(bed: &Bed, native: &Bed, a: &Args) -> Result<MechResult> {
+    let (seconds, sessions, pings) = counts(a);
     let target = bed.target;
     let mut r = MechResult::default();
     // Bulk TCP: `bulk_runs` transfers, the median one is the figure.
@@ -643,67 +826,35 @@ fn measure(bed: &Bed, a: &Args) -> Result<MechResult> {
     let (mbps, slots) = median_transfer(transfers);
     r.throughput_mbps = mbps;
     r.series_mbps = slots.iter().map(|b| *b as f64 * 8.0 / 0.1 / 1e6).collect();
-    // Session initiation.
-    let (sess, conn, fails) = bed.c.run(|| {
-        let (mut hs, mut hc, mut fails) = (LatencyHistogram::new(), LatencyHistogram::new(), 0u64);
-        for _ in 0..sessions {
-            let t0 = Instant::now();
-            let once = || -> std::io::Result<Duration> {
-                let mut s = TcpStream::connect_timeout(&SocketAddr::new(target, PORT_SESSION), Duration::from_secs(2))?;
-                let tc = t0.elapsed();
-                s.set_nodelay(true)?;
-                s.set_read_timeout(Some(Duration::from_secs(2)))?;
-                s.write_all(b"x")?;
-                let mut b = [0u8; 1];
-                s.read_exact(&mut b)?;
-                Ok(tc)
-            };
-            match once() {
-                Ok(tc) => {
-                    hs.record(t0.elapsed().as_nanos() as u64);
-                    hc.record(tc.as_nanos() as u64);
-                }
-                Err(_) => fails += 1,
-            }
-        }
-        Ok((hs.summary(), hc.summary(), fails))
-    })?;
-    r.session = sess;
-    r.connect = conn;
-    r.session_failures = fails;
-    // Round-trip delay.
-    let (rtt, lost) = bed.c.run(|| {
-        let u = UdpSocket::bind(if target.is_ipv6() { "[::]:0" } else { "0.0.0.0:0" })?;
-        u.set_read_timeout(Some(Duration::from_millis(500)))?;
-        u.connect(SocketAddr::new(target, PORT_ECHO))?;
-        let (mut h, mut lost) = (LatencyHistogram::new(), 0u64);
-        let mut b = [0u8; 64];
-        for i in 0..pings as u64 {
-            let mut msg = [0u8; 64];
-            msg[..8].copy_from_slice(&i.to_be_bytes());
-            let t0 = Instant::now();
-            u.send(&msg)?;
-            loop {
-                match u.recv(&mut b) {
-                    Ok(_) if b[..8] == msg[..8] => {
-                        h.record(t0.elapsed().as_nanos() as u64);
-                        break;
-                    }
-                    Ok(_) => continue,
-                    Err(_) => {
-                        lost += 1;
-                        break;
-                    }
-                }
-            }
-        }
-        Ok((h.summary(), lost))
-    })?;
-    r.rtt = rtt;
-    r.ping_losses = lost;
+    // Session initiation and round-trip delay, each in blocks alternating
+    // between this row's bed and the native one.
+    let (mut row, mut base) = (Samples::default(), Samples::default());
+    let blocks = a.session_blocks as usize;
+    paired(&schedule(sessions, blocks), (bed, native), (&mut row, &mut base), Samples::sessions)?;
+    paired(&schedule(pings, blocks), (bed, native), (&mut row, &mut base), Samples::pings)?;
+    let b = base.baseline();
+    r.session = row.session.summary();
+    r.connect = row.connect.summary();
+    r.session_failures = row.session_failures;
+    r.rtt = row.rtt.summary();
+    r.ping_losses = row.ping_losses;
+    r.session_added_ns = added(&r.session, &b.session);
+    r.connect_added_ns = added(&r.connect, &b.connect);
+    r.rtt_added_ns = added(&r.rtt, &b.rtt);
+    r.baseline = Some(b);
     let cpu: f64 = bed.procs.iter().filter_map(|p| p.cpu_seconds()).sum();
     r.cpu_s = (!bed.procs.is_empty()).then_some(cpu);
     Ok(r)
+}
+
+/// Seconds of bulk TCP, sessions and echoes of the run (`--quick`: 1,
+/// 100, 100).
+fn counts(a: &Args) -> (u64, usize, usize) {
+    if a.quick {
+        (1, 100, 100)
+    } else {
+        (a.seconds, a.sessions, a.pings)
+    }
 }
 
 /// The transfer of median throughput (the lower middle one of an even
@@ -725,7 +876,8 @@ fn loadavg() -> String {
         .join(" ")
 }
 
-/// Run the bench: every mechanism in order, one testbed each.
+/// Run the bench: the native-IPv4 baseline testbed for the whole run and,
+/// beside it, every mechanism in order on a testbed of its own.
 pub fn run(a: &Args) -> Result<Report> {
     if !lab::netns::am_root() {
         bail!("bench transition needs root (network namespaces, TUN devices, tproxy)");
@@ -734,8 +886,15 @@ pub fn run(a: &Args) -> Result<Report> {
     confval::duration::parse(&a.busy_poll).map_err(|e| anyhow::anyhow!("--busy-poll: {e}"))?;
     confval::duration::parse(&a.trt_open_spin).map_err(|e| anyhow::anyhow!("--trt-open-spin: {e}"))?;
     let out = Outputs::create(&a.out)?;
+    let prefix = run_prefix(std::process::id());
     let guard =
-        RunGuard::new(PREFIX, std::env::temp_dir().join(format!("v6gate-bench-transition-{}", std::process::id())))?;
+        RunGuard::new(&prefix, std::env::temp_dir().join(format!("v6gate-bench-transition-{}", std::process::id())))?;
+    let trt = (a.trt_preconnect, a.trt_open_spin.as_str());
+    let native_work = guard.work().join("native");
+    std::fs::create_dir_all(&native_work)?;
+    let native = build(Mech::Ipv4, &format!("{prefix}n-"), &bin, &native_work, &a.busy_poll, trt)
+        .context("the native-IPv4 baseline testbed")?;
+    let row_prefix = format!("{prefix}m-");
     let mut results = Vec::new();
     let load = loadavg();
     for &m in &a.mech {
@@ -750,21 +909,24 @@ pub fn run(a: &Args) -> Result<Report> {
             });
             continue;
         }
-        let r = build(m, &bin, &work, &a.busy_poll, (a.trt_preconnect, &a.trt_open_spin)).and_then(|bed| {
-            let r = measure(&bed, a);
+        let r = build(m, &row_prefix, &bin, &work, &a.busy_poll, trt).and_then(|bed| {
+            let r = measure(&bed, &native, a);
             let x = xdp_counters(m, &work);
             let k = b4_kernel_counters(m, &work);
             drop(bed);
             r.map(|r| MechResult { xdp_counters: x, b4_kernel_counters: k, ..r })
         });
-        lab::netns::cleanup(PREFIX);
+        // Only this row's namespaces: the baseline stays up.
+        lab::netns::cleanup(&row_prefix);
         match r {
             Ok(mut r) => {
                 r.mech = m.name().into();
+                let us = |v: Option<i64>| v.map_or("?".into(), |v| format!("{:+.1}", v as f64 / 1e3));
                 eprintln!(
-                    "  {:.0} Mbit/s, session p50 {:.1} µs, RTT p50 {:.1} µs",
+                    "  {:.0} Mbit/s, session p50 {:.1} µs ({} over the interleaved native), RTT p50 {:.1} µs",
                     r.throughput_mbps,
                     r.session.p50_ns as f64 / 1e3,
+                    us(r.session_added_ns),
                     r.rtt.p50_ns as f64 / 1e3
                 );
                 if let Some(x) = &r.xdp_counters {
@@ -785,12 +947,15 @@ pub fn run(a: &Args) -> Result<Report> {
             }
         }
     }
-    let (seconds, sessions, pings) = if a.quick { (1, 100, 100) } else { (a.seconds, a.sessions, a.pings) };
+    drop(native);
+    let (seconds, sessions, pings) = counts(a);
     let rep = Report {
         seconds,
         bulk_runs: if a.quick { 1 } else { a.bulk_runs },
         sessions,
         pings,
+        session_blocks: a.session_blocks.min(sessions.max(1).try_into().unwrap_or(u32::MAX)),
+        ns_prefix: prefix,
         cpus: crate::report::online_cpus(),
         kernel: crate::report::kernel_release(),
         loadavg: load,
@@ -815,5 +980,51 @@ mod tests {
         assert_eq!(median_transfer(vec![t(4.0), t(1.0)]), (1.0, vec![1]));
         assert_eq!(median_transfer(vec![t(7.0)]), (7.0, vec![7]));
         assert_eq!(median_transfer(vec![]), (0.0, vec![]));
+    }
+
+    /// Sides in order, and the per-side totals of a schedule.
+    fn sides(s: &[(Side, usize)]) -> (String, usize, usize) {
+        let order = s.iter().map(|(side, _)| if *side == Side::Row { 'R' } else { 'N' }).collect();
+        let total = |w: Side| s.iter().filter(|(side, _)| *side == w).map(|(_, n)| n).sum();
+        (order, total(Side::Row), total(Side::Native))
+    }
+
+    #[test]
+    fn blocks_alternate_abba_and_split_the_count_evenly() {
+        let s = schedule(2000, 20);
+        assert_eq!(sides(&s), ("RNNR".repeat(10), 2000, 2000));
+        assert!(s.iter().all(|&(_, n)| n == 100));
+        // 10 in 4 blocks: 3, 3, 2, 2, each on both sides.
+        let s = schedule(10, 4);
+        assert_eq!(s.iter().map(|b| b.1).collect::<Vec<_>>(), [3, 3, 3, 3, 2, 2, 2, 2]);
+        assert_eq!(sides(&s), ("RNNRRNNR".into(), 10, 10));
+        // Odd number of pairs: the row goes first in one more pair.
+        assert_eq!(sides(&schedule(100, 3)), ("RNNRRN".into(), 100, 100));
+        // More blocks than sessions: one session per block, none empty.
+        let s = schedule(3, 20);
+        assert_eq!(
+            s,
+            [(Side::Row, 1), (Side::Native, 1), (Side::Native, 1), (Side::Row, 1), (Side::Row, 1), (Side::Native, 1)]
+        );
+        assert_eq!(schedule(7, 1), [(Side::Row, 7), (Side::Native, 7)]);
+        assert!(schedule(0, 20).is_empty());
+        assert!(schedule(5, 0).iter().all(|&(_, n)| n == 5), "0 blocks is one block");
+    }
+
+    #[test]
+    fn added_is_the_difference_of_the_medians() {
+        let l = |samples, p50_ns| Latency { samples, p50_ns, min_ns: 1, max_ns: 10_000_000, ..Default::default() };
+        assert_eq!(added(&l(100, 150_300), &l(100, 120_100)), Some(30_200));
+        assert_eq!(added(&l(100, 90_000), &l(100, 120_000)), Some(-30_000), "below the baseline stays negative");
+        assert_eq!(added(&l(0, 0), &l(100, 120_000)), None, "no row samples");
+        assert_eq!(added(&l(100, 90_000), &l(0, 0)), None, "no baseline samples");
+    }
+
+    #[test]
+    fn run_prefixes_do_not_match_each_other() {
+        let (a, b) = (run_prefix(12), run_prefix(123));
+        assert_eq!(a, "v6tr12-");
+        assert!(!b.starts_with(&a) && !a.starts_with(&b));
+        assert!(!a.starts_with("v6tr-"), "the cleanup of an older binary (every `v6tr-`) leaves it alone");
     }
 }

@@ -21,16 +21,27 @@ fn find<'a>(r: &'a Report, name: &str) -> Option<&'a MechResult> {
     measured(r).find(|m| m.mech == name)
 }
 
+/// A signed difference in ns as µs with one decimal and a sign; "" for
+/// none.
+fn signed_us(ns: Option<i64>) -> String {
+    ns.map_or(String::new(), |v| format!("{:+.1}", v as f64 / 1e3))
+}
+
+/// A median of the row's baseline, µs; "" without a baseline.
+fn base_us(m: &MechResult, pick: impl Fn(&super::Baseline) -> u64) -> String {
+    m.baseline.as_ref().map_or(String::new(), |b| us(pick(b)))
+}
+
 /// The issue's bars, as (statement, verdict) lines; `None` verdict when
 /// a needed row is missing.
 pub fn bars(r: &Report) -> Vec<(String, Option<bool>)> {
     let mut v = Vec::new();
     let native = find(r, "ipv4");
     for m in measured(r).filter(|m| m.mech != "ipv4" && m.mech != "socat") {
-        let added = native.map(|n| m.session.p50_ns as i64 - n.session.p50_ns as i64);
+        let added = m.session_added_ns;
         v.push((
             format!(
-                "{}: session initiation adds {} µs (median) over native IPv4 (bar: ≤ 50 µs)",
+                "{}: session initiation adds {} µs (median) over native IPv4 measured interleaved with it (bar: ≤ 50 µs)",
                 m.mech,
                 added.map_or("?".into(), |a| format!("{:.1}", a as f64 / 1e3))
             ),
@@ -67,13 +78,18 @@ pub fn markdown(r: &Report) -> String {
         s,
         "# v6gate bench transition\n\nThe NAT-PT / TRT / DSTM comparison paper's measurements, one testbed per \
          mechanism (client — gateway — IPv4-only server in network namespaces): {} s of bulk TCP (median of {} \
-         transfers), {} new TCP sessions (connect, one byte each way), {} UDP echoes. {} online CPUs, kernel {}, load average at the \
+         transfers), {} new TCP sessions (connect, one byte each way), {} UDP echoes. The sessions and echoes of \
+         each row ran in {} blocks, each paired with a block of as many on a native-IPv4 testbed that stayed up \
+         for the whole run (ABBA order): \"native\" is the median of the row's own interleaved baseline, \"added\" \
+         the row's median minus it; \"− ipv4 row\" is the older figure, the difference from the `ipv4` row measured \
+         at another time. {} online CPUs, kernel {}, load average at the \
          start {} (the machine may be shared: timings are noisy). Busy-poll of the v6gate TUN engines and the TRT relay: {}. \
          TRT pre-connect (connect at the client's SYN): {}; TRT open-spin: {}.\n",
         r.seconds,
         r.bulk_runs,
         r.sessions,
         r.pings,
+        r.session_blocks,
         r.cpus,
         r.kernel,
         r.loadavg,
@@ -94,11 +110,17 @@ pub fn markdown(r: &Report) -> String {
                 ms(m.session.max_ns),
                 ms(m.session.mean_ns),
                 us(m.session.p50_ns),
-                native.map_or(String::new(), |n| {
-                    format!("{:+.1}", (m.session.p50_ns as f64 - n.session.p50_ns as f64) / 1e3)
-                }),
+                base_us(m, |b| b.session.p50_ns),
+                signed_us(m.session_added_ns),
+                signed_us(native.map(|n| m.session.p50_ns as i64 - n.session.p50_ns as i64)),
                 us(m.connect.p50_ns),
-                m.session_failures.to_string(),
+                base_us(m, |b| b.connect.p50_ns),
+                signed_us(m.connect_added_ns),
+                format!(
+                    "{}{}",
+                    m.session_failures,
+                    m.baseline.as_ref().map_or(String::new(), |b| format!(" / {}", b.session_failures))
+                ),
             ],
         })
         .collect();
@@ -109,9 +131,13 @@ pub fn markdown(r: &Report) -> String {
             ("Max. (ms)", R),
             ("Av. (ms)", R),
             ("median (µs)", R),
+            ("native median (µs)", R),
             ("added over IPv4 (µs)", R),
+            ("− ipv4 row (µs)", R),
             ("connect() median (µs)", R),
-            ("failed", R),
+            ("native connect() (µs)", R),
+            ("connect() added (µs)", R),
+            ("failed / native", R),
         ],
         &rows,
     ));
@@ -128,6 +154,8 @@ pub fn markdown(r: &Report) -> String {
                 }),
                 socat.map_or(String::new(), |n| format!("{:.2}", m.throughput_mbps / n.throughput_mbps.max(1e-9))),
                 us(m.rtt.p50_ns),
+                base_us(m, |b| b.rtt.p50_ns),
+                signed_us(m.rtt_added_ns),
                 us(m.rtt.p99_ns),
                 us(m.rtt.p999_ns),
                 m.ping_losses.to_string(),
@@ -143,6 +171,8 @@ pub fn markdown(r: &Report) -> String {
             ("of IPv4", R),
             ("× socat", R),
             ("RTT median (µs)", R),
+            ("native RTT (µs)", R),
+            ("RTT added (µs)", R),
             ("p99 (µs)", R),
             ("p99.9 (µs)", R),
             ("lost", R),
@@ -214,21 +244,28 @@ pub fn write(r: &Report, mut out: Outputs) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::Baseline;
     use super::*;
     use crate::harness::latency::Latency;
 
-    fn m(name: &str, mbps: f64, session_us: u64) -> MechResult {
+    fn l(p50_us: u64) -> Latency {
+        Latency { samples: 10, p50_ns: p50_us * 1000, min_ns: 1000, max_ns: 9000, mean_ns: 5000, ..Default::default() }
+    }
+
+    /// A row whose interleaved baseline's session median was `base_us`.
+    fn m(name: &str, mbps: f64, session_us: u64, base_us: u64) -> MechResult {
+        let baseline =
+            Baseline { session: l(base_us), connect: l(base_us / 2), session_failures: 1, rtt: l(30), ping_losses: 0 };
         MechResult {
             mech: name.into(),
             throughput_mbps: mbps,
-            session: Latency {
-                samples: 10,
-                p50_ns: session_us * 1000,
-                min_ns: 1000,
-                max_ns: 9000,
-                mean_ns: 5000,
-                ..Default::default()
-            },
+            session: l(session_us),
+            connect: l(session_us / 2),
+            rtt: l(35),
+            session_added_ns: super::super::added(&l(session_us), &baseline.session),
+            connect_added_ns: super::super::added(&l(session_us / 2), &baseline.connect),
+            rtt_added_ns: super::super::added(&l(35), &baseline.rtt),
+            baseline: Some(baseline),
             ..Default::default()
         }
     }
@@ -240,6 +277,8 @@ mod tests {
             bulk_runs: 1,
             sessions: 10,
             pings: 10,
+            session_blocks: 2,
+            ns_prefix: "v6tr1-".into(),
             cpus: 2,
             kernel: "6.x".into(),
             loadavg: "1 1 1".into(),
@@ -247,24 +286,51 @@ mod tests {
             trt_preconnect: 0,
             trt_open_spin: "100us".into(),
             results: vec![
-                m("ipv4", 1000.0, 100),
-                m("trt", 900.0, 140),
-                m("dslite", 950.0, 180),
-                m("socat", 500.0, 300),
+                m("ipv4", 1000.0, 100, 98),
+                // Paired: +30 (the ipv4 row says +40).
+                m("trt", 900.0, 140, 110),
+                // Paired: +60 (the ipv4 row says +80).
+                m("dslite", 950.0, 180, 120),
+                m("socat", 500.0, 300, 100),
+                MechResult { mech: "nat64".into(), session: l(120), ..Default::default() },
                 MechResult { mech: "dstm".into(), skipped: Some("no lease".into()), ..Default::default() },
             ],
         };
         let b = bars(&r);
         assert_eq!(
             b[0],
-            ("trt: session initiation adds 40.0 µs (median) over native IPv4 (bar: ≤ 50 µs)".into(), Some(true))
+            (
+                "trt: session initiation adds 30.0 µs (median) over native IPv4 measured interleaved with it (bar: ≤ 50 µs)"
+                    .into(),
+                Some(true)
+            )
         );
-        assert_eq!(b[1].1, Some(false), "dslite adds 80 µs");
-        assert!(b[2].0.contains("1.80 × socat") && b[2].1 == Some(true));
-        assert!(b[3].0.contains("90 % of native") && b[3].1 == Some(true));
+        assert!(b[1].0.starts_with("dslite: session initiation adds 60.0 µs"), "{:?}", b[1]);
+        assert_eq!(b[1].1, Some(false), "dslite adds 60 µs");
+        assert_eq!(b[2], ("nat64: session initiation adds ? µs (median) over native IPv4 measured interleaved with it (bar: ≤ 50 µs)".into(), None), "no baseline: not judged");
+        assert!(b[3].0.contains("1.80 × socat") && b[3].1 == Some(true));
+        assert!(b[4].0.contains("90 % of native") && b[4].1 == Some(true));
         let md = markdown(&r);
-        assert!(md.contains("| Device | Min. (ms) | Max. (ms) | Av. (ms) |"), "{md}");
-        assert!(md.contains("| trt | 0.001 | 0.009 | 0.005 | 140.0 | +40.0 |"), "{md}");
+        assert!(
+            md.contains(
+                "| Device | Min. (ms) | Max. (ms) | Av. (ms) | median (µs) | native median (µs) | added over IPv4 (µs) \
+                 | − ipv4 row (µs) | connect() median (µs) | native connect() (µs) | connect() added (µs) | failed / native |"
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains("| ipv4 | 0.001 | 0.009 | 0.005 | 100.0 | 98.0 | +2.0 | +0.0 | 50.0 | 49.0 | +1.0 | 0 / 1 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "| trt | 0.001 | 0.009 | 0.005 | 140.0 | 110.0 | +30.0 | +40.0 | 70.0 | 55.0 | +15.0 | 0 / 1 |"
+            ),
+            "{md}"
+        );
+        assert!(md.contains("| nat64 | 0.001 | 0.009 | 0.005 | 120.0 |  |  | +20.0 | 0.0 |  |  | 0 |"), "{md}");
+        assert!(md.contains("| RTT median (µs) | native RTT (µs) | RTT added (µs) |"), "{md}");
+        assert!(md.contains("| 35.0 | 30.0 | +5.0 |"), "{md}");
         assert!(md.contains("| dstm | skipped: no lease |"), "{md}");
         assert!(md.contains("**NOT met**"));
     }
