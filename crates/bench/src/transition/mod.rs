@@ -17,7 +17,9 @@
 //! `dstm` (`v6gate softwire` on both sides), `lw4o6-xdp` and `dstm-xdp`
 //! (the lwAFTR's XDP fast path), `dslite-b4k`, `dstm-b4k` and
 //! `dstm-xdp-b4k` (the B4's kernel datapath, [`Mech::b4_kernel`]),
-//! `socat` (a socat TCP/UDP relay on the gateway). Each gets a fresh testbed.
+//! `socat` (a socat TCP/UDP relay on the gateway). Each gets a fresh testbed,
+//! and a native-IPv4 testbed (the `ipv4` row's shape, its own namespaces)
+//! stays up beside them for the whole run: the baseline.
 //!
 //! - Throughput: one TCP connection writing for `--seconds`, bytes counted
 //!   at the server, per 100 ms (the series is plotted); `--bulk-runs`
@@ -29,8 +31,36 @@
 //!   first packet to its leaving; a client-side first exchange includes
 //!   what every mechanism adds to a new flow (a relay's second handshake,
 //!   a NAT's new mapping, an encapsulation), so "added over IPv4" is the
-//!   median difference from the `ipv4` row.
+//!   median difference from native IPv4.
 //! - Round-trip delay: `--pings` sequential 64-byte UDP echoes.
+//!
+//! **The paired baseline.** On a shared 2-core VM the session medians
+//! drift by tens of µs from one minute to the next, more than most
+//! mechanisms add, so a row compared with an `ipv4` row measured minutes
+//! earlier measures when it ran. Each row's sessions (and echoes) are
+//! therefore split into `--session-blocks` blocks, and each block on the
+//! row's testbed is paired with a block of as many on the native testbed,
+//! the pairs in ABBA order (row first, then native first, ...) so that
+//! neither side always runs first or right after the other's. The row's
+//! "added over IPv4" is its median minus the median of *its own*
+//! interleaved native sessions (the same for `connect()` and the round
+//! trip); both medians are reported. The standalone `ipv4` row stays, the
+//! ceiling of throughput, and its own paired figure shows what two native
+//! testbeds differ by (the method's noise floor).
+//!
+//! What else differs between the two testbeds, and is left so: the
+//! client's thread (a new thread per block, entered into the bed's client
+//! namespace, on whichever CPU the scheduler gives it, for both sides
+//! alike), the
+//! server threads (one set per bed, the same code; idle ones wake every
+//! 100 ms), and the mechanism's processes, which stay up, idle, during
+//! the native blocks (with `--busy-poll` they stop spinning 1 ms after
+//! the last packet). Nothing new is pinned.
+//!
+//! Each run's namespaces are named `v6tr<pid>-` ([`run_prefix`]): the
+//! baseline's `n-c`, `n-g`, `n-s`, the row's `m-c`, `m-g`, `m-s`. After a
+//! row only the row's are removed, and the run's guard removes only the
+//! run's, so two runs at once leave each other alone.
 //!
 //! See docs/bench-transition.md.
 
@@ -243,6 +273,12 @@ pub struct MechResult {
     pub connect_added_ns: Option<i64>,
     /// `rtt` median minus `baseline.rtt` median, ns.
     pub rtt_added_ns: Option<i64>,
+    /// The session median of each block pair, `[row, native]` in ns, in
+    /// the order run (even pairs ran the row's block first, odd ones the
+    /// native block first): how the two sides drifted together.
+    pub session_block_p50_ns: Vec<[u64; 2]>,
+    /// The same for the UDP round trip.
+    pub rtt_block_p50_ns: Vec<[u64; 2]>,
     /// CPU seconds the mechanism's own processes used.
     pub cpu_s: Option<f64>,
     /// The `-xdp` rows: the lwAFTR's XDP fast path counters at the end
@@ -782,20 +818,41 @@ impl Samples {
     }
 }
 
-/// Runs `f` on each side's bed and samples in the order of `sched`.
+impl Samples {
+    /// Adds every sample of `o`.
+    fn merge(&mut self, o: &Samples) {
+        self.session.merge(&o.session);
+        self.connect.merge(&o.connect);
+        self.session_failures += o.session_failures;
+        self.rtt.merge(&o.rtt);
+        self.ping_losses += o.ping_losses;
+    }
+}
+
+/// Runs `f` on each side's bed, in the order of `sched`, into the side's
+/// samples; returns the median of `pick` of each block pair, `[row,
+/// native]`.
 fn paired(
     sched: &[(Side, usize)],
     (row, native): (&Bed, &Bed),
     (rs, ns): (&mut Samples, &mut Samples),
     f: impl Fn(&mut Samples, &Netns, std::net::IpAddr, usize) -> Result<()>,
-) -> Result<()> {
-    for &(side, n) in sched {
-        match side {
-            Side::Row => f(rs, &row.c, row.target, n)?,
-            Side::Native => f(ns, &native.c, native.target, n)?,
+    pick: impl Fn(&Samples) -> &LatencyHistogram,
+) -> Result<Vec<[u64; 2]>> {
+    let mut pairs = vec![[0u64; 2]; sched.len() / 2];
+    for (i, &(side, n)) in sched.iter().enumerate() {
+        let mut block = Samples::default();
+        let (bed, into, k) = match side {
+            Side::Row => (row, &mut *rs, 0),
+            Side::Native => (native, &mut *ns, 1),
+        };
+        f(&mut block, &bed.c, bed.target, n)?;
+        if let Some(p) = pairs.get_mut(i / 2) {
+            p[k] = pick(&block).quantile(0.5);
         }
+        into.merge(&block);
     }
-    Ok(())
+    Ok(pairs)
 }
 
 /// Bulk TCP, then the sessions and the echoes paired with the native
@@ -830,8 +887,10 @@ fn measure(bed: &Bed, native: &Bed, a: &Args) -> Result<MechResult> {
     // between this row's bed and the native one.
     let (mut row, mut base) = (Samples::default(), Samples::default());
     let blocks = a.session_blocks as usize;
-    paired(&schedule(sessions, blocks), (bed, native), (&mut row, &mut base), Samples::sessions)?;
-    paired(&schedule(pings, blocks), (bed, native), (&mut row, &mut base), Samples::pings)?;
+    r.session_block_p50_ns =
+        paired(&schedule(sessions, blocks), (bed, native), (&mut row, &mut base), Samples::sessions, |s| &s.session)?;
+    r.rtt_block_p50_ns =
+        paired(&schedule(pings, blocks), (bed, native), (&mut row, &mut base), Samples::pings, |s| &s.rtt)?;
     let b = base.baseline();
     r.session = row.session.summary();
     r.connect = row.connect.summary();
