@@ -62,6 +62,7 @@ fn quick_run_pairs_every_row_with_its_own_native_baseline() {
         assert!(m.session.samples >= 90 && b.session.samples >= 90, "{}: {m:?}", m.mech);
         assert_eq!(m.rtt.samples + m.ping_losses, 100, "{}", m.mech);
         assert_eq!(b.rtt.samples + b.ping_losses, 100, "{}", m.mech);
+        assert!(m.rtt.samples >= 90 && b.rtt.samples >= 90, "{}: {m:?}", m.mech);
         assert!(b.session.p50_ns > 0 && b.connect.p50_ns > 0 && b.rtt.p50_ns > 0, "{}: {b:?}", m.mech);
         let session_added = m.session.p50_ns as i64 - b.session.p50_ns as i64;
         assert_eq!(m.session_added_ns, Some(session_added), "{}", m.mech);

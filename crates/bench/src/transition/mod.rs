@@ -200,10 +200,12 @@ pub struct Args {
     /// is the throughput figure.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=99))]
     pub bulk_runs: u32,
-    /// New TCP sessions timed per mechanism.
+    /// New TCP sessions timed per mechanism (and as many on the native
+    /// baseline, interleaved with them).
     #[arg(long, default_value_t = 2000)]
     pub sessions: usize,
-    /// UDP echoes timed per mechanism.
+    /// UDP echoes timed per mechanism (and as many on the native
+    /// baseline, interleaved with them).
     #[arg(long, default_value_t = 2000)]
     pub pings: usize,
     /// Blocks the sessions (and the echoes) of a row are split into: each
@@ -745,6 +747,11 @@ struct Samples {
     session_failures: u64,
     rtt: LatencyHistogram,
     ping_losses: u64,
+    /// The side's one UDP flow, kept across its blocks (the echoes time
+    /// an established flow, not a new NAT or NAPT mapping per block), and
+    /// its next sequence number.
+    udp: Option<UdpSocket>,
+    seq: u64,
 }
 
 impl Samples {
@@ -777,14 +784,24 @@ impl Samples {
         })
     }
 
-    /// `n` sequential 64-byte UDP echoes to `target` from namespace `c`.
+    /// `n` sequential 64-byte UDP echoes to `target` from namespace `c`,
+    /// on the side's UDP socket (opened at its first block).
     fn pings(&mut self, c: &Netns, target: std::net::IpAddr, n: usize) -> Result<()> {
         c.run(|| {
-            let u = UdpSocket::bind(if target.is_ipv6() { "[::]:0" } else { "0.0.0.0:0" })?;
-            u.set_read_timeout(Some(Duration::from_millis(500)))?;
-            u.connect(SocketAddr::new(target, PORT_ECHO))?;
+            let u = match self.udp.take() {
+                Some(u) => u,
+                None => {
+                    let u = UdpSocket::bind(if target.is_ipv6() { "[::]:0" } else { "0.0.0.0:0" })?;
+                    u.set_read_timeout(Some(Duration::from_millis(500)))?;
+                    u.connect(SocketAddr::new(target, PORT_ECHO))?;
+                    u
+                }
+            };
+            let u = self.udp.insert(u);
             let mut b = [0u8; 64];
-            for i in 0..n as u64 {
+            let first = self.seq;
+            self.seq += n as u64;
+            for i in first..self.seq {
                 let mut msg = [0u8; 64];
                 msg[..8].copy_from_slice(&i.to_be_bytes());
                 let t0 = Instant::now();
@@ -841,12 +858,15 @@ fn paired(
 ) -> Result<Vec<[u64; 2]>> {
     let mut pairs = vec![[0u64; 2]; sched.len() / 2];
     for (i, &(side, n)) in sched.iter().enumerate() {
-        let mut block = Samples::default();
         let (bed, into, k) = match side {
             Side::Row => (row, &mut *rs, 0),
             Side::Native => (native, &mut *ns, 1),
         };
-        f(&mut block, &bed.c, bed.target, n)?;
+        // The block's samples apart, the side's UDP flow carried on.
+        let mut block = Samples { udp: into.udp.take(), seq: into.seq, ..Default::default() };
+        let r = f(&mut block, &bed.c, bed.target, n);
+        (into.udp, into.seq) = (block.udp.take(), block.seq);
+        r?;
         if let Some(p) = pairs.get_mut(i / 2) {
             p[k] = pick(&block).quantile(0.5);
         }
