@@ -44,7 +44,8 @@
 //! neither side always runs first or right after the other's. The row's
 //! "added over IPv4" is its median minus the median of *its own*
 //! interleaved native sessions (the same for `connect()` and the round
-//! trip); both medians are reported. The standalone `ipv4` row stays, the
+//! trip, whose echoes keep one UDP flow per side across the blocks); both
+//! medians are reported, and each block pair's in the JSON. The standalone `ipv4` row stays, the
 //! ceiling of throughput, and its own paired figure shows what two native
 //! testbeds differ by (the method's noise floor).
 //!
