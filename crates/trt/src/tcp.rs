@@ -372,6 +372,8 @@ struct Loop {
     /// Pre-connect: the SYN socket, its settings and the connects started.
     syns: Option<(Socket, Preconnect)>,
     pre: pre::Table,
+    /// Sockets for the next connections to servers, made while idle.
+    spares: pre::Spares,
     /// `open-spin`, the pairs being opened, and until when the loop spins.
     open_spin: Duration,
     opening: usize,
@@ -475,11 +477,20 @@ impl Loop {
                 continue;
             }
             let Some(server) = self.target.server(SocketAddr::V6(key.1)) else { continue };
-            match self.pre.offer(key, server, now) {
-                pre::Offer::Started => self.c.tcp_preconnects.fetch_add(1, Ordering::Relaxed),
-                pre::Offer::Full => self.c.tcp_preconnect_refused.fetch_add(1, Ordering::Relaxed),
-                pre::Offer::Known | pre::Offer::Failed => 0,
-            };
+            match self.pre.offer(key, server, now, &mut self.spares) {
+                pre::Offer::Started => {
+                    self.c.tcp_preconnects.fetch_add(1, Ordering::Relaxed);
+                    // Its accept follows within microseconds (the client's
+                    // handshake completes in the softirq that sent the SYN):
+                    // open-spin from here, so that the accept finds the loop
+                    // running instead of paying a second wake-up.
+                    self.spin_until = self.spin_until.max(now + self.open_spin);
+                }
+                pre::Offer::Full => {
+                    self.c.tcp_preconnect_refused.fetch_add(1, Ordering::Relaxed);
+                }
+                pre::Offer::Known | pre::Offer::Failed => {}
+            }
         }
     }
 
@@ -515,7 +526,7 @@ impl Loop {
                 self.c.tcp_preconnect_claimed.fetch_add(1, Ordering::Relaxed);
                 u
             }
-            None => match pre::open(server) {
+            None => match pre::open(&mut self.spares, server) {
                 Ok(u) => u,
                 Err(pre::OpenError::Socket(_)) => {
                     self.c.tcp_refused.fetch_add(1, Ordering::Relaxed);
@@ -959,6 +970,7 @@ pub fn serve(
         again: Vec::new(),
         syns,
         pre: pre::Table::new(pre_max, pre::TTL),
+        spares: pre::Spares::default(),
         open_spin: o.open_spin,
         opening: 0,
         spin_until: Instant::now(),
@@ -970,10 +982,14 @@ pub fn serve(
         // Directions with more to move, or a busy-poll window, or a
         // session being opened within its open-spin: only look.
         let busy = !lp.again.is_empty();
-        let opening = lp.opening > 0 && Instant::now() < lp.spin_until;
+        // (A session is being opened from its pre-connect at the SYN until
+        // the server's first bytes reach the client.)
+        let opening = (lp.opening > 0 || !lp.pre.is_empty()) && Instant::now() < lp.spin_until;
         let timeout = if busy || opening || waiter.spinning() {
             EpollTimeout::ZERO
         } else {
+            // About to sleep: make the sockets of the next connections now.
+            lp.spares.fill();
             EpollTimeout::from(sleep.as_millis().clamp(1, 100) as u16)
         };
         let n = match lp.ep.wait(&mut events, timeout) {
