@@ -40,8 +40,10 @@
 //! A session's first bytes take no extra turns of the loop: a connect
 //! that completed within the `connect` call is relayed at once, and a new
 //! loop-copied pair moves the bytes already waiting on either side at once.
-//! Until the server's first bytes have reached the client the loop polls
-//! instead of sleeping, for at most [`Opts::open_spin`]; new connections
+//! The server's socket is made ahead, while the loop is idle
+//! ([`pre::Spares`]). Around a session's opening (a new pair, a
+//! pre-connect, the server's first bytes passed to the client) the loop
+//! polls instead of sleeping, for at most [`Opts::open_spin`]; new connections
 //! are accepted before the other events of a batch; with
 //! [`Opts::preconnect`] the IPv4 connect starts at the client's SYN
 //! ([`pre`]).
@@ -93,9 +95,10 @@ pub struct Opts {
     /// Start the IPv4 connect at the client's SYN (`preconnect`; the
     /// listener of the relay prefix only).
     pub preconnect: Option<Preconnect>,
-    /// `open-spin`: after a new loop-copied pair is made, the loop polls
-    /// instead of sleeping until the server's first bytes (or FIN) have
-    /// been passed to the client, for at most this long (zero: never).
+    /// `open-spin`: the loop polls instead of sleeping for at most this
+    /// long after a new loop-copied pair is made, after a pre-connect is
+    /// started, and after a server's first bytes (or FIN) have been passed
+    /// to the client (zero: never).
     pub open_spin: Duration,
 }
 
@@ -374,9 +377,10 @@ struct Loop {
     pre: pre::Table,
     /// Sockets for the next connections to servers, made while idle.
     spares: pre::Spares,
-    /// `open-spin`, the pairs being opened, and until when the loop spins.
+    /// `open-spin`, and until when the loop polls instead of sleeping:
+    /// open-spin after the newest pair was made, pre-connect started, or
+    /// answer passed to a client.
     open_spin: Duration,
-    opening: usize,
     spin_until: Instant,
 }
 
@@ -632,8 +636,7 @@ impl Loop {
         };
         let opening = !self.open_spin.is_zero();
         if opening {
-            self.opening += 1;
-            self.spin_until = Instant::now() + self.open_spin;
+            self.spin_until = self.spin_until.max(Instant::now() + self.open_spin);
         }
         let p = Box::new(Spliced { socks: [client, up], flows: [Flow::new(a), Flow::new(b)], opening });
         let added = self.ep.add(&p.socks[CLIENT], EpollEvent::new(SPLICED, token(slot, CLIENT)));
@@ -685,8 +688,10 @@ impl Loop {
         let r = p.flows[side].pump(from, to, BUDGET, bytes);
         if p.opening && (p.flows[SERVER].moved > 0 || p.flows[SERVER].eof) {
             // The server's answer reached the client: the session is open.
+            // The loop keeps polling for open-spin more: the session's
+            // FINs and the next session's SYN or accept find it running.
             p.opening = false;
-            self.opening -= 1;
+            self.spin_until = self.spin_until.max(Instant::now() + self.open_spin);
         }
         match r {
             Ok(true) => self.again.push((slot, side)),
@@ -715,10 +720,7 @@ impl Loop {
     /// go back to the pool.
     fn close_spliced(&mut self, slot: usize, rst: bool) {
         let Some(Conn::Spliced(p)) = self.release(slot) else { return };
-        let Spliced { socks, flows, opening } = *p;
-        if opening {
-            self.opening -= 1;
-        }
+        let Spliced { socks, flows, .. } = *p;
         // Closing a socket takes it out of the epoll set (the loop holds
         // its only descriptor).
         for s in socks {
@@ -972,7 +974,6 @@ pub fn serve(
         pre: pre::Table::new(pre_max, pre::TTL),
         spares: pre::Spares::default(),
         open_spin: o.open_spin,
-        opening: 0,
         spin_until: Instant::now(),
     };
     let mut waiter = netsys::tun::Waiter::new(o.busy_poll);
@@ -982,9 +983,7 @@ pub fn serve(
         // Directions with more to move, or a busy-poll window, or a
         // session being opened within its open-spin: only look.
         let busy = !lp.again.is_empty();
-        // (A session is being opened from its pre-connect at the SYN until
-        // the server's first bytes reach the client.)
-        let opening = (lp.opening > 0 || !lp.pre.is_empty()) && Instant::now() < lp.spin_until;
+        let opening = Instant::now() < lp.spin_until;
         let timeout = if busy || opening || waiter.spinning() {
             EpollTimeout::ZERO
         } else {
