@@ -998,10 +998,18 @@ pub fn serve(
         };
         if n > 0 || busy {
             waiter.worked();
-        } else if !waiter.spin() && opening {
-            // Within the window (busy-poll or open-spin): yield the CPU
-            // once, then look again.
-            std::thread::yield_now();
+        } else {
+            if opening {
+                // An idle turn of the open-spin (sessions that follow each
+                // other keep the loop from sleeping): make the spare
+                // socket that the last session took.
+                lp.spares.fill();
+            }
+            if !waiter.spin() && opening {
+                // Within the window (busy-poll or open-spin): yield the
+                // CPU once, then look again.
+                std::thread::yield_now();
+            }
         }
         // New sessions first (their first bytes are what a client waits
         // for), then the pairs' events (data, FINs and closes).
