@@ -26,9 +26,10 @@ prefix = "64:ff9b:1::/96"       # any RFC 6052 length
 #                                # own: docs/trt.md; spliced where the kernel has no sockmap)
 # busy-poll = "0s"               # e.g. "1ms": the TCP loops keep polling (yielding the CPU)
 #                                # this long after their last event instead of sleeping
-# open-spin = "100us"            # after a new session's first bytes, the TCP loop polls
-#                                # (yielding the CPU) until the server's answer has been
-#                                # passed on, at most this long, instead of sleeping; "0s": off
+# open-spin = "100us"            # the TCP loop polls (yielding the CPU) instead of sleeping
+#                                # for at most this long after a new pair, a pre-connect, and
+#                                # a server's answer passed on (the FINs, the next session);
+#                                # at most twice this of a CPU per session; "0s": off
 # preconnect = 0                 # e.g. 64: start the IPv4 connect at the client's SYN (a raw
 #                                # socket sees SYNs to the prefix; CAP_NET_RAW), at most this
 #                                # many waiting for their accept; unclaimed ones are reset
@@ -108,7 +109,7 @@ pub struct TrtConfig {
     pub busy_poll: Duration,
     /// Pre-connects waiting for their accept at most (zero: no pre-connect).
     pub preconnect: usize,
-    /// How long the TCP loop polls for a new session's answer (zero: never).
+    /// How long the TCP loop polls around a session's opening (zero: never).
     pub open_spin: Duration,
     /// fwmark and table of the auto setup.
     pub fwmark: u32,

@@ -80,15 +80,16 @@ impl Table {
         self.map.is_empty()
     }
 
-    /// A SYN for `key` came in: start a non-blocking connect to `server`.
-    pub fn offer(&mut self, key: Key, server: SocketAddr, now: Instant) -> Offer {
+    /// A SYN for `key` came in: start a non-blocking connect to `server`
+    /// (with a socket from `spares`).
+    pub fn offer(&mut self, key: Key, server: SocketAddr, now: Instant, spares: &mut Spares) -> Offer {
         if self.map.contains_key(&key) {
             return Offer::Known;
         }
         if self.map.len() >= self.max {
             return Offer::Full;
         }
-        match open(server) {
+        match open(spares, server) {
             Ok(sock) => {
                 self.map.insert(key, Entry { sock, server, deadline: now + self.ttl });
                 Offer::Started
@@ -147,12 +148,63 @@ pub enum OpenError {
     Connect(io::Error),
 }
 
-/// A non-blocking TCP socket (TCP_NODELAY) connecting to `server`: the
-/// relay's side of every connection, pre-connected or not.
-pub fn open(server: SocketAddr) -> Result<Socket, OpenError> {
-    let s = Socket::new(Domain::for_address(server), Type::STREAM.nonblocking().cloexec(), Some(Protocol::TCP))
-        .map_err(OpenError::Socket)?;
+/// Spare sockets a loop keeps at most per address family.
+pub const SPARES: usize = 4;
+
+/// Unconnected sockets for the relay's side of the next connections, made
+/// while the loop is idle (`socket` and `TCP_NODELAY`: two system calls
+/// fewer on a session's path). Kept for the address family of the servers
+/// the loop has connected to.
+#[derive(Debug, Default)]
+pub struct Spares {
+    v4: Vec<Socket>,
+    v6: Vec<Socket>,
+    /// The family of the last server: the one [`Spares::fill`] makes.
+    last_v6: Option<bool>,
+}
+
+impl Spares {
+    /// A socket for a connection to `server`: a spare, or a new one.
+    pub fn take(&mut self, server: SocketAddr) -> io::Result<Socket> {
+        self.last_v6 = Some(server.is_ipv6());
+        let pool = if server.is_ipv6() { &mut self.v6 } else { &mut self.v4 };
+        pool.pop().map_or_else(|| fresh(Domain::for_address(server)), Ok)
+    }
+
+    /// Make spares for the family last taken, up to [`SPARES`] (nothing
+    /// before the first connection; stops at the first error).
+    pub fn fill(&mut self) {
+        let Some(v6) = self.last_v6 else { return };
+        let (pool, domain) = if v6 { (&mut self.v6, Domain::IPV6) } else { (&mut self.v4, Domain::IPV4) };
+        while pool.len() < SPARES {
+            match fresh(domain) {
+                Ok(s) => pool.push(s),
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// Spares ready for `server`'s family.
+    pub fn ready(&self, server: SocketAddr) -> usize {
+        if server.is_ipv6() {
+            self.v6.len()
+        } else {
+            self.v4.len()
+        }
+    }
+}
+
+/// A new non-blocking TCP socket with TCP_NODELAY.
+fn fresh(domain: Domain) -> io::Result<Socket> {
+    let s = Socket::new(domain, Type::STREAM.nonblocking().cloexec(), Some(Protocol::TCP))?;
     let _ = s.set_tcp_nodelay(true);
+    Ok(s)
+}
+
+/// A non-blocking TCP socket (TCP_NODELAY; from `spares`) connecting to
+/// `server`: the relay's side of every connection, pre-connected or not.
+pub fn open(spares: &mut Spares, server: SocketAddr) -> Result<Socket, OpenError> {
+    let s = spares.take(server).map_err(OpenError::Socket)?;
     match s.connect(&server.into()) {
         Ok(()) => Ok(s),
         Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => Ok(s),
@@ -259,10 +311,10 @@ mod tests {
     fn a_preconnect_is_claimed_once_for_its_server() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let server = l.local_addr().unwrap();
-        let mut t = Table::new(4, TTL);
+        let (mut t, mut sp) = (Table::new(4, TTL), Spares::default());
         let now = Instant::now();
-        assert_eq!(t.offer(key_for(1), server, now), Offer::Started);
-        assert_eq!(t.offer(key_for(1), server, now), Offer::Known, "a retransmitted SYN");
+        assert_eq!(t.offer(key_for(1), server, now, &mut sp), Offer::Started);
+        assert_eq!(t.offer(key_for(1), server, now, &mut sp), Offer::Known, "a retransmitted SYN");
         // The server sees the connection before any accept of the relay.
         let (mut srv, _) = l.accept().unwrap();
         let up = t.claim(&key_for(1), server).expect("claimed");
@@ -275,7 +327,7 @@ mod tests {
         assert_eq!(&b, b"hi");
         assert!(t.is_empty());
         // One for another server is not handed out, and is closed.
-        assert_eq!(t.offer(key_for(2), server, now), Offer::Started);
+        assert_eq!(t.offer(key_for(2), server, now, &mut sp), Offer::Started);
         let (mut srv2, _) = l.accept().unwrap();
         let other: SocketAddr = "127.0.0.1:9".parse().unwrap();
         assert!(t.claim(&key_for(2), other).is_none());
@@ -287,11 +339,11 @@ mod tests {
     fn the_bound_refuses_and_unclaimed_preconnects_expire_with_a_reset() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let server = l.local_addr().unwrap();
-        let mut t = Table::new(2, Duration::from_millis(50));
+        let (mut t, mut sp) = (Table::new(2, Duration::from_millis(50)), Spares::default());
         let now = Instant::now();
-        assert_eq!(t.offer(key_for(1), server, now), Offer::Started);
-        assert_eq!(t.offer(key_for(2), server, now), Offer::Started);
-        assert_eq!(t.offer(key_for(3), server, now), Offer::Full);
+        assert_eq!(t.offer(key_for(1), server, now, &mut sp), Offer::Started);
+        assert_eq!(t.offer(key_for(2), server, now, &mut sp), Offer::Started);
+        assert_eq!(t.offer(key_for(3), server, now, &mut sp), Offer::Full);
         assert_eq!(t.len(), 2);
         assert_eq!(t.next_deadline(), Some(now + Duration::from_millis(50)));
         assert_eq!(t.expire(now), 0, "not yet");
@@ -304,17 +356,47 @@ mod tests {
             assert_eq!(s.read(&mut b).map_err(|e| e.kind()), Err(io::ErrorKind::ConnectionReset));
         }
         // Room again.
-        assert_eq!(t.offer(key_for(3), server, now), Offer::Started);
+        assert_eq!(t.offer(key_for(3), server, now, &mut sp), Offer::Started);
         t.clear();
         assert!(t.is_empty());
     }
 
     #[test]
+    fn spares_are_made_for_the_family_last_used_and_connect() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let server = l.local_addr().unwrap();
+        let v6: SocketAddr = "[::1]:9".parse().unwrap();
+        let mut sp = Spares::default();
+        sp.fill();
+        assert_eq!((sp.ready(server), sp.ready(v6)), (0, 0), "no family known before the first connection");
+        let first = open(&mut sp, server).expect("a new socket connects");
+        sp.fill();
+        assert_eq!((sp.ready(server), sp.ready(v6)), (SPARES, 0));
+        // A spare is taken, connects (non-blocking, TCP_NODELAY) and carries bytes.
+        let up = open(&mut sp, server).expect("a spare connects");
+        assert_eq!(sp.ready(server), SPARES - 1);
+        assert!(up.tcp_nodelay().unwrap());
+        let (_s1, _) = l.accept().unwrap();
+        let (mut s2, _) = l.accept().unwrap();
+        let mut up: TcpStream = up.into();
+        up.set_nonblocking(false).unwrap();
+        std::io::Write::write_all(&mut up, b"ok").unwrap();
+        let mut b = [0u8; 2];
+        s2.read_exact(&mut b).unwrap();
+        assert_eq!(&b, b"ok");
+        drop(first);
+        // IPv6 servers (static mappings) get IPv6 spares.
+        let _ = sp.take(v6).unwrap();
+        sp.fill();
+        assert_eq!((sp.ready(server), sp.ready(v6)), (SPARES - 1, SPARES));
+    }
+
+    #[test]
     fn an_unreachable_server_is_not_preconnected() {
         // TCP to a multicast address fails within the connect call.
-        let mut t = Table::new(2, TTL);
+        let (mut t, mut sp) = (Table::new(2, TTL), Spares::default());
         let bad: SocketAddr = "224.0.0.1:80".parse().unwrap();
-        assert_eq!(t.offer(key_for(1), bad, Instant::now()), Offer::Failed);
+        assert_eq!(t.offer(key_for(1), bad, Instant::now(), &mut sp), Offer::Failed);
         assert!(t.is_empty());
     }
 

@@ -40,8 +40,10 @@
 //! A session's first bytes take no extra turns of the loop: a connect
 //! that completed within the `connect` call is relayed at once, and a new
 //! loop-copied pair moves the bytes already waiting on either side at once.
-//! Until the server's first bytes have reached the client the loop polls
-//! instead of sleeping, for at most [`Opts::open_spin`]; new connections
+//! The server's socket is made ahead, while the loop is idle
+//! ([`pre::Spares`]). Around a session's opening (a new pair, a
+//! pre-connect, the server's first bytes passed to the client) the loop
+//! polls instead of sleeping, for at most [`Opts::open_spin`]; new connections
 //! are accepted before the other events of a batch; with
 //! [`Opts::preconnect`] the IPv4 connect starts at the client's SYN
 //! ([`pre`]).
@@ -93,9 +95,10 @@ pub struct Opts {
     /// Start the IPv4 connect at the client's SYN (`preconnect`; the
     /// listener of the relay prefix only).
     pub preconnect: Option<Preconnect>,
-    /// `open-spin`: after a new loop-copied pair is made, the loop polls
-    /// instead of sleeping until the server's first bytes (or FIN) have
-    /// been passed to the client, for at most this long (zero: never).
+    /// `open-spin`: the loop polls instead of sleeping for at most this
+    /// long after a new loop-copied pair is made, after a pre-connect is
+    /// started, and after a server's first bytes (or FIN) have been passed
+    /// to the client (zero: never).
     pub open_spin: Duration,
 }
 
@@ -372,9 +375,12 @@ struct Loop {
     /// Pre-connect: the SYN socket, its settings and the connects started.
     syns: Option<(Socket, Preconnect)>,
     pre: pre::Table,
-    /// `open-spin`, the pairs being opened, and until when the loop spins.
+    /// Sockets for the next connections to servers, made while idle.
+    spares: pre::Spares,
+    /// `open-spin`, and until when the loop polls instead of sleeping:
+    /// open-spin after the newest pair was made, pre-connect started, or
+    /// answer passed to a client.
     open_spin: Duration,
-    opening: usize,
     spin_until: Instant,
 }
 
@@ -475,11 +481,20 @@ impl Loop {
                 continue;
             }
             let Some(server) = self.target.server(SocketAddr::V6(key.1)) else { continue };
-            match self.pre.offer(key, server, now) {
-                pre::Offer::Started => self.c.tcp_preconnects.fetch_add(1, Ordering::Relaxed),
-                pre::Offer::Full => self.c.tcp_preconnect_refused.fetch_add(1, Ordering::Relaxed),
-                pre::Offer::Known | pre::Offer::Failed => 0,
-            };
+            match self.pre.offer(key, server, now, &mut self.spares) {
+                pre::Offer::Started => {
+                    self.c.tcp_preconnects.fetch_add(1, Ordering::Relaxed);
+                    // Its accept follows within microseconds (the client's
+                    // handshake completes in the softirq that sent the SYN):
+                    // open-spin from here, so that the accept finds the loop
+                    // running instead of paying a second wake-up.
+                    self.spin_until = self.spin_until.max(now + self.open_spin);
+                }
+                pre::Offer::Full => {
+                    self.c.tcp_preconnect_refused.fetch_add(1, Ordering::Relaxed);
+                }
+                pre::Offer::Known | pre::Offer::Failed => {}
+            }
         }
     }
 
@@ -515,7 +530,7 @@ impl Loop {
                 self.c.tcp_preconnect_claimed.fetch_add(1, Ordering::Relaxed);
                 u
             }
-            None => match pre::open(server) {
+            None => match pre::open(&mut self.spares, server) {
                 Ok(u) => u,
                 Err(pre::OpenError::Socket(_)) => {
                     self.c.tcp_refused.fetch_add(1, Ordering::Relaxed);
@@ -621,8 +636,7 @@ impl Loop {
         };
         let opening = !self.open_spin.is_zero();
         if opening {
-            self.opening += 1;
-            self.spin_until = Instant::now() + self.open_spin;
+            self.spin_until = self.spin_until.max(Instant::now() + self.open_spin);
         }
         let p = Box::new(Spliced { socks: [client, up], flows: [Flow::new(a), Flow::new(b)], opening });
         let added = self.ep.add(&p.socks[CLIENT], EpollEvent::new(SPLICED, token(slot, CLIENT)));
@@ -674,8 +688,10 @@ impl Loop {
         let r = p.flows[side].pump(from, to, BUDGET, bytes);
         if p.opening && (p.flows[SERVER].moved > 0 || p.flows[SERVER].eof) {
             // The server's answer reached the client: the session is open.
+            // The loop keeps polling for open-spin more: the session's
+            // FINs and the next session's SYN or accept find it running.
             p.opening = false;
-            self.opening -= 1;
+            self.spin_until = self.spin_until.max(Instant::now() + self.open_spin);
         }
         match r {
             Ok(true) => self.again.push((slot, side)),
@@ -704,10 +720,7 @@ impl Loop {
     /// go back to the pool.
     fn close_spliced(&mut self, slot: usize, rst: bool) {
         let Some(Conn::Spliced(p)) = self.release(slot) else { return };
-        let Spliced { socks, flows, opening } = *p;
-        if opening {
-            self.opening -= 1;
-        }
+        let Spliced { socks, flows, .. } = *p;
         // Closing a socket takes it out of the epoll set (the loop holds
         // its only descriptor).
         for s in socks {
@@ -959,8 +972,8 @@ pub fn serve(
         again: Vec::new(),
         syns,
         pre: pre::Table::new(pre_max, pre::TTL),
+        spares: pre::Spares::default(),
         open_spin: o.open_spin,
-        opening: 0,
         spin_until: Instant::now(),
     };
     let mut waiter = netsys::tun::Waiter::new(o.busy_poll);
@@ -970,10 +983,12 @@ pub fn serve(
         // Directions with more to move, or a busy-poll window, or a
         // session being opened within its open-spin: only look.
         let busy = !lp.again.is_empty();
-        let opening = lp.opening > 0 && Instant::now() < lp.spin_until;
+        let opening = Instant::now() < lp.spin_until;
         let timeout = if busy || opening || waiter.spinning() {
             EpollTimeout::ZERO
         } else {
+            // About to sleep: make the sockets of the next connections now.
+            lp.spares.fill();
             EpollTimeout::from(sleep.as_millis().clamp(1, 100) as u16)
         };
         let n = match lp.ep.wait(&mut events, timeout) {
@@ -983,10 +998,18 @@ pub fn serve(
         };
         if n > 0 || busy {
             waiter.worked();
-        } else if !waiter.spin() && opening {
-            // Within the window (busy-poll or open-spin): yield the CPU
-            // once, then look again.
-            std::thread::yield_now();
+        } else {
+            if opening {
+                // An idle turn of the open-spin (sessions that follow each
+                // other keep the loop from sleeping): make the spare
+                // socket that the last session took.
+                lp.spares.fill();
+            }
+            if !waiter.spin() && opening {
+                // Within the window (busy-poll or open-spin): yield the
+                // CPU once, then look again.
+                std::thread::yield_now();
+            }
         }
         // New sessions first (their first bytes are what a client waits
         // for), then the pairs' events (data, FINs and closes).
