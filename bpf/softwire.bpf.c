@@ -42,7 +42,11 @@
  * updates) and forwarded; an IPv4 packet to a session's pool address and
  * port is rewritten back and encapsulated to its B4. The NAT filters
  * endpoint-independently (any remote may use a mapping), so an exact
- * session match is all the engine would ask. New flows, TCP SYN/FIN/RST,
+ * session match is all the engine would ask. A TCP mapping is mirrored
+ * half-open when the B4's SYN creates it: its outside SYN+ACK is carried
+ * and recorded in the entries (DS_F_SYN_ACK) for the slow path, whose
+ * state machine reads it as if it had seen that SYN+ACK; from then on the
+ * mapping is carried as ESTABLISHED. New flows, TCP SYN/FIN/RST,
  * hairpinning (to a pool address) and everything passed above go to the
  * slow path; each forward refreshes the entry's last-seen time, which
  * the slow path reads before it expires a mapping.
@@ -295,16 +299,37 @@ V6G_INLINE int in_pool(__u32 a)
 	return bpf_map_lookup_elem(&ds_pool, &k) != 0;
 }
 
-/* A TCP SYN, FIN or RST (check4 made sure the header is there). */
-V6G_INLINE int tcp_control(const struct iphdr *ip, void *end)
+/* The TCP flags of `ip` (0 when not TCP; FIN|SYN|RST when the header is
+ * cut short, which check4 rules out: passed as control). */
+V6G_INLINE __u8 tcp_flags(const struct iphdr *ip, void *end)
 {
 	const __u8 *l4 = (const __u8 *)(ip + 1);
 
 	if (ip->protocol != IPPROTO_TCP)
 		return 0;
 	if ((void *)(l4 + 14) > end)
+		return 0x07;
+	return l4[13];
+}
+
+/* DS-Lite: may a packet with TCP flags `f` of a session whose entry has
+ * `flags` be carried? 0, 1 (yes: the outside SYN+ACK of a half-open
+ * mapping, `in`: from the IPv4 side), or PASS(reason). SYN, FIN and RST
+ * are the slow path's (its state machine is the truth), and so is every
+ * other packet of a half-open mapping: the engine translates those
+ * without a state change or lifetime refresh, which last_seen would not
+ * repeat. */
+V6G_INLINE __u32 ds_carry(__u32 flags, __u8 f, int in)
+{
+	int half = (flags & (DS_F_HALF_OPEN | DS_F_SYN_ACK)) == DS_F_HALF_OPEN;
+
+	if (half && in && (f & 0x17) == 0x12)
 		return 1;
-	return (l4[13] & 0x07) != 0;
+	if (f & 0x07)
+		return PASS(SW_P_TCP_CONTROL);
+	if (half)
+		return PASS(SW_P_HALF_OPEN);
+	return 0;
 }
 
 /* The NAT44 rewrite as pkt::rewrite (crates/softwire) does it: the source
@@ -380,11 +405,8 @@ V6G_INLINE struct ds_out_val *ds_session_out(const __u8 *src6, const struct iphd
 		*rc = PASS(SW_P_NO_SESSION);
 		return 0;
 	}
-	if (tcp_control(ip, end)) {
-		*rc = PASS(SW_P_TCP_CONTROL);
-		return 0;
-	}
-	return v;
+	*rc = ds_carry(v->flags, tcp_flags(ip, end), 0);
+	return *rc ? 0 : v;
 }
 
 /* The softwire side: IPv4-in-IPv6 from a bound lwB4 or (DS-Lite) a B4
@@ -472,7 +494,8 @@ route:
 }
 
 /* DS-Lite, IPv4 side: the session of the pool transport address `ip` is
- * sent to, or PASS(reason) in *rc. */
+ * sent to, or PASS(reason) in *rc (1: the outside SYN+ACK of a half-open
+ * mapping). */
 V6G_INLINE struct ds_in_val *ds_session_in(struct iphdr *ip, void *end, __u32 l3len, __u32 *rc)
 {
 	struct ds_in_key k __attribute__((aligned(8))) = {};
@@ -490,11 +513,30 @@ V6G_INLINE struct ds_in_val *ds_session_in(struct iphdr *ip, void *end, __u32 l3
 		*rc = in_pool(ip->daddr) ? PASS(SW_P_NO_SESSION) : PASS(SW_P_NOT_OURS);
 		return 0;
 	}
-	if (tcp_control(ip, end)) {
-		*rc = PASS(SW_P_TCP_CONTROL);
-		return 0;
-	}
-	return v;
+	*rc = ds_carry(v->flags, tcp_flags(ip, end), 1);
+	return (*rc & PASS_BIT) ? 0 : v;
+}
+
+/* The outside SYN+ACK of `v`'s half-open mapping is on its way to the B4:
+ * both entries record it (the slow path moves the mapping to ESTABLISHED
+ * when it reads it; the B4's ACK finds ds_out carried). */
+V6G_INLINE void ds_syn_ack(struct ds_in_val *v, __u8 proto)
+{
+	struct ds_out_key k __attribute__((aligned(8))) = {};
+	struct ds_out_val *o;
+
+	__sync_fetch_and_or(&v->flags, DS_F_SYN_ACK);
+	ST32(k.b4, LD32(v->b4));
+	ST32(k.b4 + 4, LD32(v->b4 + 4));
+	ST32(k.b4 + 8, LD32(v->b4 + 8));
+	ST32(k.b4 + 12, LD32(v->b4 + 12));
+	k.addr = v->addr;
+	k.port = v->port;
+	k.proto = proto;
+	o = bpf_map_lookup_elem(&ds_out, &k);
+	if (o)
+		__sync_fetch_and_or(&o->flags, DS_F_SYN_ACK);
+	count(SW_C_SYN_ACK, 0);
 }
 
 /* The IPv4 side: to an address and port an lwB4 holds, or (DS-Lite) to a
@@ -509,7 +551,7 @@ static __noinline __u32 encap(struct xdp_md *ctx, const struct sw_config *c)
 	struct ds_in_val *ds = 0;
 	struct iphdr *ip = data + ETH_HLEN;
 	__u16 sport = 0, dport = 0, psid;
-	__u32 l3len = (__u32)(end - data) - ETH_HLEN, tot, hlen, total, daddr, rc, w0;
+	__u32 l3len = (__u32)(end - data) - ETH_HLEN, tot, hlen, total, daddr, rc, w0, syn_ack = 0;
 	__u8 tos, *b4, *o;
 
 	if ((void *)(ip + 1) > end)
@@ -518,6 +560,7 @@ static __noinline __u32 encap(struct xdp_md *ctx, const struct sw_config *c)
 		ds = ds_session_in(ip, end, l3len, &rc);
 		if (!ds)
 			return rc;
+		syn_ack = rc;
 		b4 = ds->b4;
 		goto tunnel;
 	}
@@ -584,6 +627,8 @@ tunnel:
 	if (ds) {
 		if (nat_rewrite(ip, end, 1, ds->addr, ds->port))
 			return XDP_DROP; /* cannot happen: check4 saw the header */
+		if (syn_ack)
+			ds_syn_ack(ds, ip->protocol);
 		ds->last_seen_ns = bpf_ktime_get_coarse_ns();
 	}
 	write_eth(data, &fib, ETH_P_IPV6);

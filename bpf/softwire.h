@@ -60,7 +60,11 @@ _Static_assert(sizeof(struct sw_mac) == 8, "struct sw_mac differs from softwire.
 
 /* The DS-Lite AFTR's NAT44 (RFC 6333 §6.6), mirrored by the slow path per
  * mapping it would translate without a state change (UDP and ICMP echo at
- * creation, TCP while ESTABLISHED): two entries, one per direction.
+ * creation, TCP while ESTABLISHED): two entries, one per direction. A TCP
+ * mapping is mirrored when the B4's SYN creates it (RFC 6146 V6 INIT) with
+ * DS_F_HALF_OPEN: then only the outside SYN+ACK is carried, which sets
+ * DS_F_SYN_ACK in both entries (atomic OR) for the slow path to read: the
+ * mapping is ESTABLISHED from then on, and the fast path carries it as such.
  *
  * ds_out: softwire -> IPv4, keyed by the B4 and the inner source. */
 struct ds_out_key {
@@ -72,13 +76,18 @@ struct ds_out_key {
 };
 _Static_assert(sizeof(struct ds_out_key) == 24, "struct ds_out_key differs from dslite.rs");
 
+#define DS_F_HALF_OPEN 1 /* slow path: TCP in V6 INIT, only the outside SYN+ACK may pass */
+#define DS_F_SYN_ACK 2	 /* fast path: it forwarded that SYN+ACK (the slow path reads it) */
+
 struct ds_out_val {
 	__u32 addr;	    /* pool address, network order */
 	__u16 port;	    /* pool port, network order */
 	__u16 pad;
+	__u32 flags;	    /* DS_F_* */
+	__u32 pad2;
 	__u64 last_seen_ns; /* bpf_ktime_get_coarse_ns() of the last packet forwarded */
 };
-_Static_assert(sizeof(struct ds_out_val) == 16, "struct ds_out_val differs from dslite.rs");
+_Static_assert(sizeof(struct ds_out_val) == 24, "struct ds_out_val differs from dslite.rs");
 
 /* ds_in: IPv4 -> softwire, keyed by the pool transport address. */
 struct ds_in_key {
@@ -94,9 +103,11 @@ struct ds_in_val {
 	__u32 addr;	    /* inner address, network order */
 	__u16 port;	    /* inner port, network order */
 	__u16 pad;
+	__u32 flags;	    /* DS_F_* */
+	__u32 pad2;
 	__u64 last_seen_ns;
 };
-_Static_assert(sizeof(struct ds_in_val) == 32, "struct ds_in_val differs from dslite.rs");
+_Static_assert(sizeof(struct ds_in_val) == 40, "struct ds_in_val differs from dslite.rs");
 
 /* ds_pool (LPM trie): the pool4 prefixes (hairpinning; the rest of a pool
  * address without a mirrored session is the slow path's). */
@@ -132,6 +143,8 @@ struct sw_count {
 #define SW_P_OTHER_HOST 18  /* Ethernet destination not the interface's (or multicast) */
 #define SW_P_NO_SESSION 19  /* DS-Lite: no mirrored NAT44 session (new flow, unknown B4, ...) */
 #define SW_P_TCP_CONTROL 20 /* DS-Lite: TCP SYN, FIN or RST (the slow path's state machine) */
-#define SW_COUNTERS 21
+#define SW_P_HALF_OPEN 21   /* DS-Lite: TCP in V6 INIT, not the outside SYN+ACK */
+#define SW_C_SYN_ACK 22	    /* DS-Lite: outside SYN+ACK carried (also counted in SW_C_ENCAP) */
+#define SW_COUNTERS 23
 
 #endif

@@ -390,12 +390,14 @@ fn dslite_aftr_over_the_xdp_fast_path() {
     assert_eq!(u.ip().to_string(), "203.0.113.1", "the server sees the AFTR's pool address");
     assert_eq!(t.ip().to_string(), "203.0.113.1");
     // Ping, UDP and TCP: the first packets and the TCP control segments
-    // take the engine, the rest the fast path (the bulk's 1500-byte
+    // but the server's SYN-ACK take the engine, the rest the fast path
+    // (the SYN-ACK of the half-open TCP mapping included; the bulk's 1500-byte
     // segments are over the tunnel MTU, and the B4 fragments its 4in6
     // packets: those take the engine too, RFC 6333 §5.3).
     let s = aftr.wait_status(|v| xdp_count(v, "decap") > 0 && xdp_count(v, "encap") > 0);
     assert!(xdp_count(&s, "decap") + xdp_count(&s, "encap") > 20, "{s}");
     assert!(xdp_count(&s, "pass-no-session") > 0 && xdp_count(&s, "pass-tcp-control") > 0, "{s}");
+    assert!(xdp_count(&s, "syn-ack") > 0, "the SYN-ACK took the fast path: {s}");
     // The ICMP and UDP mappings stay carried; the closed TCP one left.
     assert!(s["dslite"]["xdp"]["sessions"].as_u64().unwrap() >= 2, "{s}");
     assert!(s["dslite"]["xdp"]["sessions"].as_u64().unwrap() < s["dslite"]["mappings"].as_u64().unwrap(), "{s}");

@@ -20,7 +20,7 @@
 //!   (RFC 2473 §8).
 
 use crate::endpoint::{Endpoint, EndpointConfig, Received};
-use crate::nat44::{Inside, Nat44, Nat44Config, Outside, Ports};
+use crate::nat44::{Inside, Nat44, Nat44Config, Outside, Ports, Seen};
 use crate::pkt::{self, End, Kind};
 use crate::stats::{bump, Action, Counters, Reason};
 use core::net::Ipv6Addr;
@@ -101,9 +101,9 @@ impl Aftr {
         self.expire_with(now, |_, _| None)
     }
 
-    /// [`Aftr::expire`], asking a fast path when it last carried a
+    /// [`Aftr::expire`], asking a fast path what it recorded of a
     /// mapping that is due ([`Nat44::expire_with`]).
-    pub fn expire_with(&self, now: u64, seen: impl FnMut(&Inside, &Outside) -> Option<u64>) -> usize {
+    pub fn expire_with(&self, now: u64, seen: impl FnMut(&Inside, &Outside) -> Option<Seen>) -> usize {
         self.ep.expire(now);
         self.reasm4.expire(now);
         self.nat.expire_with(now, seen)

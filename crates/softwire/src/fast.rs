@@ -16,11 +16,11 @@ use crate::aftr::{Aftr, AftrConfig};
 use crate::binding::BindingTable;
 use crate::endpoint::EndpointConfig;
 use crate::lwaftr::{Lwaftr, LwaftrConfig};
-use crate::nat44::{Change, Inside, Outside};
+use crate::nat44::{Change, Inside, Outside, Seen};
 use core::net::{Ipv4Addr, SocketAddrV4};
 use nat64::config::Protocol;
 use std::sync::Arc;
-use xdp::dslite::Nat44Session;
+use xdp::dslite::{Nat44Session, SessionSeen};
 use xdp::softwire::{Bound, SoftwireCounter, SoftwireFastPath, SoftwireSettings, SyncStats};
 use xdp::Mode;
 
@@ -168,22 +168,37 @@ fn proto_number(p: Protocol) -> u8 {
     }
 }
 
-/// The fast path's form of the mapping `k` ↔ `o`.
-pub fn session(k: &Inside, o: &Outside) -> Nat44Session {
+/// The fast path's form of the mapping `k` ↔ `o` (`half_open`: TCP in
+/// V6 INIT, [`Change::HalfOpen`]).
+pub fn session(k: &Inside, o: &Outside, half_open: bool) -> Nat44Session {
     Nat44Session {
         b4: k.sub,
         proto: proto_number(k.proto),
         inside: SocketAddrV4::new(k.addr, k.port),
         outside: SocketAddrV4::new(o.addr, o.port),
+        half_open,
     }
+}
+
+/// What the fast path recorded (`r`), on the engine's clock: `now` there
+/// is `mono` on CLOCK_MONOTONIC.
+fn engine_seen(r: Result<Option<SessionSeen>, xdp::Error>, now: u64, mono: u64) -> Option<Seen> {
+    let s = r.ok()??;
+    let last_ns = Some(s.last_seen_ns).filter(|t| *t > 0).map(|t| now.saturating_sub(mono.saturating_sub(t)));
+    Some(Seen { last_ns, syn_ack: s.syn_ack })
 }
 
 /// The DS-Lite AFTR's loaded fast path. It turns the NAT44's
 /// [`Change`]s into session entries: the runner calls [`AftrFast::sync`]
 /// after each packet the engine handled and before it writes what the
 /// engine emitted, so the session is in the maps when the next packet of
-/// the flow arrives (UDP: the reply to the first packet; TCP: the ACK
-/// after the SYN-ACK that made the mapping ESTABLISHED).
+/// the flow arrives (UDP: the reply to the first packet; TCP: the
+/// server's SYN-ACK to the B4's SYN that created the mapping, half-open).
+/// The NAT44 gets a probe on the session maps ([`Nat44::set_probe`]) to
+/// read, whenever it handles a half-open mapping's packet, whether the
+/// fast path carried its SYN-ACK.
+///
+/// [`Nat44::set_probe`]: crate::nat44::Nat44::set_probe
 #[derive(Debug)]
 pub struct AftrFast {
     fp: SoftwireFastPath,
@@ -201,7 +216,11 @@ impl AftrFast {
     pub fn load(aftr: &Aftr, pool: &[(Ipv4Addr, u8)], max_sessions: u32) -> Result<AftrFast, xdp::Error> {
         let mut fp = SoftwireFastPath::load(aftr_settings(aftr.config(), max_sessions))?;
         fp.set_pool(pool)?;
+        let probe = fp.session_probe()?;
         let mut f = AftrFast { fp, changes: Vec::new(), full: 0, errors: 0, last_error: None };
+        aftr.nat().set_probe(Some(Box::new(move |k, o, now| {
+            engine_seen(probe.seen(&session(k, o, false)), now, monotonic_ns())
+        })));
         aftr.nat().set_mirror(true);
         f.sync(aftr);
         Ok(f)
@@ -230,8 +249,10 @@ impl AftrFast {
         let n = self.changes.len();
         for c in self.changes.drain(..) {
             let r = match c {
-                Change::Up(k, o) => self.fp.session_insert(&session(&k, &o)),
-                Change::Down(k, o) => self.fp.session_remove(&session(&k, &o)).map(|_| ()),
+                Change::Up(k, o) => self.fp.session_insert(&session(&k, &o, false)),
+                Change::HalfOpen(k, o) => self.fp.session_insert(&session(&k, &o, true)),
+                Change::Opened(k, o) => self.fp.session_update(&session(&k, &o, false)).map(|_| ()),
+                Change::Down(k, o) => self.fp.session_remove(&session(&k, &o, false)).map(|_| ()),
             };
             match r {
                 Ok(()) => {}
@@ -251,10 +272,7 @@ impl AftrFast {
     pub fn expire(&mut self, aftr: &Aftr, now: u64) -> usize {
         let mono = monotonic_ns();
         let fp = &self.fp;
-        let n = aftr.expire_with(now, |k, o| {
-            let t = fp.session_last_seen(&session(k, o)).ok()??;
-            Some(now.saturating_sub(mono.saturating_sub(t)))
-        });
+        let n = aftr.expire_with(now, |k, o| engine_seen(fp.session_seen(&session(k, o, false)), now, mono));
         self.sync(aftr);
         n
     }

@@ -33,6 +33,12 @@
 //!   when it stops or the mapping is deleted, in the order the packets
 //!   caused it. [`Nat44::expire_with`] asks the fast path when it last saw
 //!   a carried mapping before deleting it (or ageing ESTABLISHED out).
+//!   A TCP mapping is listed [`Change::HalfOpen`] when the B4's SYN
+//!   creates it: the fast path carries only the outside SYN+ACK and
+//!   records it; whenever the NAT next handles the mapping (a packet the
+//!   fast path passed — FIN, RST, a retransmitted SYN —, or expiry) it
+//!   asks the fast path ([`Nat44::set_probe`], [`Seen`]) and steps its
+//!   state machine as if it had seen that SYN+ACK, then handles the rest.
 //!
 //! One mutex guards the tables (the standalone runner has one worker per
 //! function); `nat64` shards by subscriber for multi-queue use and the
@@ -77,21 +83,35 @@ pub struct Outside {
     pub port: u16,
 }
 
+/// How a fast path carries a mapping: the last [`Change`] listed for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Carry {
+    No,
+    /// TCP in V6 INIT: only the outside SYN+ACK.
+    HalfOpen,
+    /// Every packet but TCP SYN, FIN and RST.
+    Full,
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Mapping {
     out: Outside,
     tcp: Option<TcpState>,
     expires: u64,
     created: u64,
-    /// A [`Change::Up`] is the last change listed for it.
-    carried: bool,
+    carried: Carry,
 }
 
 impl Mapping {
-    /// Its packets change nothing but the idle timer (see the module
-    /// documentation).
-    fn carriable(&self) -> bool {
-        self.tcp.is_none_or(|s| s == TcpState::Established)
+    /// How a fast path may carry it (see the module documentation): in
+    /// full while its packets change nothing but the idle timer, half-open
+    /// while TCP waits for the outside SYN.
+    fn carriable(&self) -> Carry {
+        match self.tcp {
+            None | Some(TcpState::Established) => Carry::Full,
+            Some(TcpState::V6Init) => Carry::HalfOpen,
+            Some(_) => Carry::No,
+        }
     }
 }
 
@@ -100,9 +120,33 @@ impl Mapping {
 pub enum Change {
     /// The mapping's packets may take the fast path from now on.
     Up(Inside, Outside),
+    /// A TCP mapping the B4's SYN created (V6 INIT): the fast path may
+    /// carry its outside SYN+ACK only, and must record that it did
+    /// ([`Seen::syn_ack`]).
+    HalfOpen(Inside, Outside),
+    /// A half-open mapping reached ESTABLISHED: carried as [`Change::Up`]
+    /// from now on (what the fast path recorded was read).
+    Opened(Inside, Outside),
     /// They must not any more (the mapping changes state or is gone).
     Down(Inside, Outside),
 }
+
+/// What a fast path recorded of a mapping it carries ([`Nat44::set_probe`],
+/// [`Nat44::expire_with`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Seen {
+    /// When it last forwarded one of its packets (this NAT's clock).
+    pub last_ns: Option<u64>,
+    /// It carried the outside SYN+ACK of the half-open mapping.
+    pub syn_ack: bool,
+}
+
+/// Asks a fast path what it recorded of a mapping at `now` (this NAT's
+/// clock); `None`: not carried there.
+pub type Probe = Box<dyn FnMut(&Inside, &Outside, u64) -> Option<Seen> + Send>;
+
+/// The TCP ACK flag.
+const ACK: u8 = 0x10;
 
 /// Where external ports come from.
 pub trait Ports: Send + Sync + fmt::Debug {
@@ -269,6 +313,15 @@ pub struct MappingInfo {
     pub expires_in_s: u64,
 }
 
+#[derive(Default)]
+struct ProbeSlot(Option<Probe>);
+
+impl fmt::Debug for ProbeSlot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_some() { "Some(probe)" } else { "None" })
+    }
+}
+
 #[derive(Debug)]
 struct Inner {
     by_in: Map<Inside, Mapping>,
@@ -276,15 +329,21 @@ struct Inner {
     per_sub: Map<Ipv6Addr, u32>,
     wheel: Wheel<Inside>,
     changes: Vec<Change>,
+    probe: ProbeSlot,
 }
 
-/// List the change of `m` (of `k`) when mirroring is on and whether it
-/// is carriable changed.
+/// List the change of `m` (of `k`) when mirroring is on and how it is
+/// carriable changed.
 fn note(changes: &mut Vec<Change>, on: bool, k: Inside, m: &mut Mapping) {
-    let want = on && m.carriable();
+    let want = if on { m.carriable() } else { Carry::No };
     if want != m.carried {
+        changes.push(match (m.carried, want) {
+            (_, Carry::No) => Change::Down(k, m.out),
+            (Carry::HalfOpen, Carry::Full) => Change::Opened(k, m.out),
+            (_, Carry::Full) => Change::Up(k, m.out),
+            (_, Carry::HalfOpen) => Change::HalfOpen(k, m.out),
+        });
         m.carried = want;
-        changes.push(if want { Change::Up(k, m.out) } else { Change::Down(k, m.out) });
     }
 }
 
@@ -346,6 +405,7 @@ impl Nat44 {
                 per_sub: Map::default(),
                 wheel: Wheel::new(4096, 100_000_000, 0),
                 changes: Vec::new(),
+                probe: ProbeSlot::default(),
             }),
             mirror: std::sync::atomic::AtomicBool::new(false),
             created: AtomicU64::new(0),
@@ -370,6 +430,13 @@ impl Nat44 {
         for (k, m) in by_in.iter_mut() {
             note(changes, on, *k, m);
         }
+    }
+
+    /// Ask `probe` what the fast path recorded of a half-open mapping
+    /// whenever a packet of it comes here (a fast path that carries its
+    /// outside SYN+ACK passes the rest of its control segments here).
+    pub fn set_probe(&self, probe: Option<Probe>) {
+        self.lock().probe = ProbeSlot(probe);
     }
 
     /// Move the changes listed since the last call to the end of `into`,
@@ -419,6 +486,31 @@ impl Nat44 {
         }
     }
 
+    /// Take in what a fast path recorded of `m` (`now`: this clock): the
+    /// outside SYN+ACK it carried moves the state machine as that packet
+    /// would have here; its last forward restarts the idle timer of a
+    /// mapping it carries in full.
+    fn learn(&self, m: &mut Mapping, seen: Seen, now: u64) {
+        let t = seen.last_ns.unwrap_or(now).min(now);
+        if seen.syn_ack && m.tcp == Some(TcpState::V6Init) {
+            self.touch(m, Side::V4, Some(tcp::SYN | ACK), t);
+        }
+        if let Some(t) = seen.last_ns.filter(|_| m.carriable() == Carry::Full) {
+            m.expires = m.expires.max(t.saturating_add(self.idle(m.out.proto)));
+        }
+    }
+
+    /// Before a packet of `m` is handled here: what the fast path
+    /// recorded of it while it was half-open.
+    fn catch_up(&self, probe: &mut ProbeSlot, k: &Inside, m: &mut Mapping, now: u64) {
+        if m.carried != Carry::HalfOpen {
+            return;
+        }
+        if let Some(seen) = probe.0.as_mut().and_then(|p| p(k, &m.out, now)) {
+            self.learn(m, seen, now);
+        }
+    }
+
     fn touch(&self, m: &mut Mapping, side: Side, flags: Option<u8>, now: u64) {
         match (m.tcp, flags) {
             (Some(st), Some(f)) => {
@@ -439,8 +531,9 @@ impl Nat44 {
     pub fn outbound(&self, k: Inside, dst: Ipv4Addr, flags: Option<u8>, now: u64) -> Result<Outside, Reason> {
         let on = self.mirroring();
         let mut g = self.lock();
-        let Inner { by_in, changes, .. } = &mut *g;
+        let Inner { by_in, changes, probe, .. } = &mut *g;
         if let Some(m) = by_in.get_mut(&k) {
+            self.catch_up(probe, &k, m, now);
             self.touch(m, Side::V6, flags, now);
             note(changes, on, k, m);
             return Ok(m.out);
@@ -462,7 +555,7 @@ impl Nat44 {
             Protocol::Tcp => (Some(TcpState::V6Init), now.saturating_add(self.cfg.tcp_trans_timeout_ns)),
             p => (None, now.saturating_add(self.idle(p))),
         };
-        let mut m = Mapping { out, tcp, expires, created: now, carried: false };
+        let mut m = Mapping { out, tcp, expires, created: now, carried: Carry::No };
         note(&mut g.changes, on, k, &mut m);
         g.by_in.insert(k, m);
         g.by_out.insert(out, k);
@@ -482,8 +575,9 @@ impl Nat44 {
         let on = self.mirroring();
         let mut g = self.lock();
         let k = *g.by_out.get(&o).ok_or(Reason::NoMapping)?;
-        let Inner { by_in, changes, .. } = &mut *g;
+        let Inner { by_in, changes, probe, .. } = &mut *g;
         if let Some(m) = by_in.get_mut(&k) {
+            self.catch_up(probe, &k, m, now);
             self.touch(m, Side::V4, flags, now);
             note(changes, on, k, m);
         }
@@ -508,10 +602,12 @@ impl Nat44 {
     }
 
     /// [`Nat44::expire`], asking `seen` first when a carried mapping is
-    /// due: the time (this clock) a fast path last forwarded one of its
-    /// packets, which counts as a packet here (the idle timer restarts
-    /// from it).
-    pub fn expire_with(&self, now: u64, mut seen: impl FnMut(&Inside, &Outside) -> Option<u64>) -> usize {
+    /// due: what a fast path recorded of it ([`Seen`]: the time it last
+    /// forwarded one of its packets, which counts as a packet here — the
+    /// idle timer restarts from it —, and the outside SYN+ACK it carried
+    /// to a half-open mapping, which moves it to ESTABLISHED as if seen
+    /// here).
+    pub fn expire_with(&self, now: u64, mut seen: impl FnMut(&Inside, &Outside) -> Option<Seen>) -> usize {
         let on = self.mirroring();
         let mut g = self.lock();
         let mut due = Vec::new();
@@ -520,13 +616,14 @@ impl Nat44 {
         for k in due {
             let Inner { by_in, changes, wheel, .. } = &mut *g;
             let Some(m) = by_in.get_mut(&k) else { continue };
-            if m.expires <= now && m.carried {
-                if let Some(t) = seen(&k, &m.out) {
-                    m.expires = m.expires.max(t.saturating_add(self.idle(k.proto)));
+            if m.expires <= now && m.carried != Carry::No {
+                if let Some(s) = seen(&k, &m.out) {
+                    self.learn(m, s, now);
                 }
             }
             if m.expires > now {
                 wheel.insert(m.expires, k);
+                note(changes, on, k, m);
                 continue;
             }
             if let Some(next) = m.tcp.and_then(tcp::on_timeout) {
@@ -537,7 +634,7 @@ impl Nat44 {
                 continue;
             }
             let m = *m;
-            if m.carried {
+            if m.carried != Carry::No {
                 changes.push(Change::Down(k, m.out));
             }
             g.by_in.remove(&k);
@@ -711,19 +808,19 @@ mod tests {
         let t = inside(1, "10.0.0.1", 3, Protocol::Tcp);
         let ot = n.outbound(t, Y, Some(tcp::SYN), 0).unwrap();
         n.take_changes(&mut ch);
-        assert_eq!(ch, [Change::Up(u, ou)], "UDP at creation, TCP not in V6 INIT");
+        assert_eq!(ch, [Change::Up(u, ou), Change::HalfOpen(t, ot)], "UDP at creation, TCP half-open in V6 INIT");
         ch.clear();
         n.inbound(ot, Some(tcp::SYN | 0x10), NS).unwrap();
         n.outbound(t, Y, Some(0x10), NS).unwrap();
         n.take_changes(&mut ch);
-        assert_eq!(ch, [Change::Up(t, ot)], "TCP once ESTABLISHED, once");
+        assert_eq!(ch, [Change::Opened(t, ot)], "TCP in full once ESTABLISHED, once");
         ch.clear();
         n.outbound(t, Y, Some(tcp::FIN | 0x10), 2 * NS).unwrap();
         n.take_changes(&mut ch);
         assert_eq!(ch, [Change::Down(t, ot)]);
         ch.clear();
         // A fast path that saw `u` at 299 s keeps it past 300 s; `u0` goes.
-        let seen = |k: &Inside, _: &Outside| (*k == u).then_some(299 * NS);
+        let seen = |k: &Inside, _: &Outside| (*k == u).then_some(Seen { last_ns: Some(299 * NS), syn_ack: false });
         assert_eq!(n.expire_with(301 * NS, seen), 1);
         n.take_changes(&mut ch);
         assert_eq!(ch, [Change::Down(u0, ou0)]);
@@ -741,6 +838,66 @@ mod tests {
         n.set_mirror(false);
         n.take_changes(&mut ch);
         assert!(matches!(ch.as_slice(), [Change::Down(k, _)] if *k == u2), "{ch:?}");
+    }
+
+    /// A fast path that carried the outside SYN+ACK of a half-open mapping
+    /// (the probe says so) leaves the NAT in the state that SYN+ACK would
+    /// have: the B4's FIN then moves ESTABLISHED to V6 FIN RCV, expiry ages
+    /// it as ESTABLISHED.
+    #[test]
+    fn half_open_mappings_learn_the_syn_ack_from_the_fast_path() {
+        let n =
+            Nat44::new(Nat44Config { log_mappings: false, ..Default::default() }, pool("203.0.113.1/32", 1024, 65535));
+        n.set_mirror(true);
+        let acked = std::sync::Arc::new(Mutex::new(Vec::<Inside>::new()));
+        let a = acked.clone();
+        n.set_probe(Some(Box::new(move |k, _, now| {
+            let yes = a.lock().unwrap().contains(k);
+            Some(Seen { last_ns: yes.then_some(now - NS), syn_ack: yes })
+        })));
+        let mut ch = Vec::new();
+        let state = |n: &Nat44, k: Inside| n.list(None, 100, 0).into_iter().find(|m| m.inside == k).unwrap().tcp;
+        // FIN after a SYN+ACK the fast path carried.
+        let t = inside(1, "10.0.0.1", 1, Protocol::Tcp);
+        let ot = n.outbound(t, Y, Some(tcp::SYN), 0).unwrap();
+        n.take_changes(&mut ch);
+        assert_eq!(ch, [Change::HalfOpen(t, ot)]);
+        ch.clear();
+        acked.lock().unwrap().push(t);
+        n.outbound(t, Y, Some(tcp::FIN | ACK), 10 * NS).unwrap();
+        assert_eq!(state(&n, t), Some(TcpState::V6FinRcv), "ESTABLISHED, then the FIN");
+        n.take_changes(&mut ch);
+        assert_eq!(ch, [Change::Down(t, ot)]);
+        ch.clear();
+        // Without the SYN+ACK the same FIN changes nothing (V6 INIT).
+        let u = inside(1, "10.0.0.1", 2, Protocol::Tcp);
+        let ou = n.outbound(u, Y, Some(tcp::SYN), 0).unwrap();
+        n.outbound(u, Y, Some(tcp::FIN | ACK), 10 * NS).unwrap();
+        assert_eq!(state(&n, u), Some(TcpState::V6Init));
+        // An RST from outside after a carried SYN+ACK: ESTABLISHED -> TRANS.
+        let r = inside(1, "10.0.0.1", 3, Protocol::Tcp);
+        let or = n.outbound(r, Y, Some(tcp::SYN), 0).unwrap();
+        acked.lock().unwrap().push(r);
+        n.inbound(or, Some(tcp::RST), 20 * NS).unwrap();
+        assert_eq!(state(&n, r), Some(TcpState::Trans));
+        n.take_changes(&mut ch);
+        assert_eq!(ch, [Change::HalfOpen(u, ou), Change::HalfOpen(r, or), Change::Down(r, or)]);
+        ch.clear();
+        // Expiry: a half-open mapping the fast path completed becomes
+        // ESTABLISHED (carried in full) and lives on from its last packet
+        // there; one it did not is deleted at the transitory timeout.
+        let e = inside(1, "10.0.0.1", 4, Protocol::Tcp);
+        let oe = n.outbound(e, Y, Some(tcp::SYN), 0).unwrap();
+        n.take_changes(&mut ch);
+        ch.clear();
+        let seen = |k: &Inside, _: &Outside| (*k == e).then_some(Seen { last_ns: Some(200 * NS), syn_ack: true });
+        assert_eq!(n.expire_with(241 * NS, seen), 1, "u goes (r in TRANS since 20 s, t in V6 FIN RCV stay), e stays");
+        assert_eq!(state(&n, e), Some(TcpState::Established));
+        n.take_changes(&mut ch);
+        assert!(ch.contains(&Change::Opened(e, oe)), "{ch:?}");
+        assert!(ch.contains(&Change::Down(u, ou)), "{ch:?}");
+        let l: Vec<_> = n.list(None, 100, 241 * NS).into_iter().filter(|m| m.inside == e).collect();
+        assert_eq!(l[0].expires_in_s, (200 + 7440 - 241), "idle timer from the fast path's last packet");
     }
 
     #[test]

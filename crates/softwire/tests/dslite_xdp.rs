@@ -14,6 +14,7 @@ mod xdp_support;
 
 use core::net::{Ipv4Addr, Ipv6Addr};
 use nat64::config::Protocol;
+use nat64::tcp::TcpState;
 use proptest::prelude::*;
 use softwire::aftr::{Aftr, AftrConfig};
 use softwire::endpoint::EndpointConfig;
@@ -139,20 +140,32 @@ fn named_cases_and_mirroring() {
     assert_eq!(&got[26..28], &[0, 0]);
     b.fast_ok("udp: tos kept, df clear", &sw(B4_1, &V4 { tos: 0xb8, df: false, ..up }.udp(5000, 53, &[7; 300])));
 
-    // TCP: mirrored when the engine's state reaches ESTABLISHED (the
-    // SYN-ACK), before the SYN-ACK is written; control segments pass.
+    // TCP: mirrored half-open when the B4's SYN creates the mapping,
+    // before the SYN is written: only the outside SYN+ACK is carried.
     let t = V4::new(6, IN1, HOST);
     let syn = sw(B4_1, &t.tcp(40000, 80, 0x02, b""));
     b.passes("tcp: the syn", &syn, C::PassNoSession);
     assert_eq!(b.engine(&syn), Action::Emit);
-    assert_eq!(b.sessions(), 1, "not before ESTABLISHED");
+    assert_eq!(b.sessions(), 2, "half-open at creation");
     let ot = b.outside(B4_1, Protocol::Tcp, IN1, 40000);
     let back = V4::new(6, HOST, ot.addr);
     let synack = back.tcp(80, ot.port, 0x12, b"");
-    b.passes("tcp: the syn-ack", &synack, C::PassNoSession);
-    assert_eq!(b.engine(&synack), Action::Emit);
-    assert_eq!(b.sessions(), 2, "ESTABLISHED: mirrored");
     let ack = sw(B4_1, &t.tcp(40000, 80, 0x10, b""));
+    b.passes("tcp half-open: the b4's ack before the syn-ack", &ack, C::PassHalfOpen);
+    b.passes("tcp half-open: data from outside", &back.tcp(80, ot.port, 0x18, b"early"), C::PassHalfOpen);
+    b.passes("tcp half-open: a plain syn from outside", &back.tcp(80, ot.port, 0x02, b""), C::PassTcpControl);
+    b.passes("tcp half-open: syn+ack+rst", &back.tcp(80, ot.port, 0x16, b""), C::PassTcpControl);
+    b.passes("tcp half-open: syn+ack+fin", &back.tcp(80, ot.port, 0x13, b""), C::PassTcpControl);
+    b.passes("tcp half-open: a retransmitted syn", &syn, C::PassTcpControl);
+    assert_eq!(state(&b, B4_1, 40000), Some(TcpState::V6Init), "passed packets left V6 INIT as it was");
+    // The SYN-ACK: byte for byte the engine's (the differential check runs
+    // it through the engine too, which reads the fast path's record first).
+    let before = b.counter(C::SynAck);
+    b.fast_ok("tcp: the syn-ack", &synack);
+    assert_eq!(b.counter(C::SynAck), before + 1);
+    assert_eq!(state(&b, B4_1, 40000), Some(TcpState::Established));
+    b.fast.sync(&b.aftr);
+    assert_eq!(b.sessions(), 2, "carried in full now, the same session");
     b.fast_ok("tcp: the handshake's ack", &ack);
     b.fast_ok("tcp: data out", &sw(B4_1, &t.tcp(40000, 80, 0x18, b"GET /")));
     let got = b.fast_ok("tcp: data in", &back.tcp(80, ot.port, 0x18, b"200 OK"));
@@ -225,6 +238,62 @@ fn named_cases_and_mirroring() {
     b.fast_ok("the subscriber's other flows", &sw(B4_2, &up.udp(6003, 53, b"")));
 }
 
+fn state(b: &DsBed, sub: Ipv6Addr, port: u16) -> Option<TcpState> {
+    b.aftr
+        .nat()
+        .list(Some(&sub), 1000, 0)
+        .into_iter()
+        .find(|m| m.inside.port == port && m.tcp.is_some())
+        .and_then(|m| m.tcp)
+}
+
+/// The SYN+ACK only the fast path saw: the engine learns it from the
+/// entries' flag when it next handles the mapping (a packet, the expiry
+/// timer) and moves its state machine exactly as that SYN+ACK would have.
+#[test]
+fn the_engine_learns_the_syn_ack_the_fast_path_carried() {
+    let mut b = DsBed::new(64, 64);
+    let t = V4::new(6, IN1, HOST);
+    let open = |b: &mut DsBed, port: u16| {
+        assert_eq!(b.engine(&sw(B4_1, &t.tcp(port, 80, 0x02, b""))), Action::Emit);
+        let o = b.outside(B4_1, Protocol::Tcp, IN1, port);
+        let synack = V4::new(6, HOST, o.addr).tcp(80, o.port, 0x12, b"");
+        assert!(matches!(b.fast(&synack, 0), Outcome::Forwarded(_)), "the syn-ack takes the fast path");
+        o
+    };
+    // 1. Then the handshake's ACK and data take the fast path only; the
+    // engine is still in V6 INIT until a FIN comes to it.
+    let o1 = open(&mut b, 41000);
+    assert_eq!(state(&b, B4_1, 41000), Some(TcpState::V6Init), "the engine did not see it");
+    for (flags, data) in [(0x10, &b""[..]), (0x18, b"GET /")] {
+        assert!(matches!(b.fast(&sw(B4_1, &t.tcp(41000, 80, flags, data)), 0), Outcome::Forwarded(_)));
+    }
+    assert!(matches!(b.fast(&V4::new(6, HOST, o1.addr).tcp(80, o1.port, 0x18, b"200"), 0), Outcome::Forwarded(_)));
+    let fin = sw(B4_1, &t.tcp(41000, 80, 0x11, b""));
+    b.passes("fin", &fin, C::PassTcpControl);
+    assert_eq!(b.engine(&fin), Action::Emit);
+    assert_eq!(state(&b, B4_1, 41000), Some(TcpState::V6FinRcv), "ESTABLISHED (learnt), then the FIN");
+    assert_eq!(b.sessions(), 0, "no longer carried");
+    // 2. An RST from outside: ESTABLISHED -> TRANS, as after a seen SYN+ACK.
+    let o2 = open(&mut b, 41001);
+    assert_eq!(b.engine(&V4::new(6, HOST, o2.addr).tcp(80, o2.port, 0x04, b"")), Action::Emit);
+    assert_eq!(state(&b, B4_1, 41001), Some(TcpState::Trans));
+    // 3. Expiry: a mapping the fast path opened lives on as ESTABLISHED
+    // (from its last packet there), carried in full; 4. one whose SYN+ACK
+    // never came goes at the transitory timeout.
+    open(&mut b, 41002);
+    assert!(matches!(b.fast(&sw(B4_1, &t.tcp(41002, 80, 0x10, b"")), 0), Outcome::Forwarded(_)));
+    assert_eq!(b.engine(&sw(B4_1, &t.tcp(41003, 80, 0x02, b""))), Action::Emit);
+    assert_eq!(b.sessions(), 2);
+    assert_eq!(b.fast.expire(&b.aftr, NOW + 241 * S), 2, "the half-open one without a syn-ack and the reset one");
+    assert_eq!(state(&b, B4_1, 41002), Some(TcpState::Established));
+    assert_eq!(state(&b, B4_1, 41003), None);
+    assert_eq!(state(&b, B4_1, 41001), None);
+    assert_eq!(b.sessions(), 1);
+    b.fast_ok("after expiry: data, carried in full", &sw(B4_1, &t.tcp(41002, 80, 0x18, b"more")));
+    b.passes("after expiry: a fin", &sw(B4_1, &t.tcp(41002, 80, 0x11, b"")), C::PassTcpControl);
+}
+
 #[test]
 fn expiry_follows_the_fast_path_and_removes_sessions() {
     let mut b = DsBed::new(64, 64);
@@ -274,6 +343,7 @@ fn generated_packets_never_differ() {
         sw(B4_2, &V4::new(17, IN1, HOST).udp(5000, 53, b"")),
         sw(B4_1, &V4::new(1, IN1, HOST).icmp(8, 0, [0, 77, 0, 1], b"")),
         sw(B4_1, &t.tcp(40000, 80, 0x02, b"")),
+        sw(B4_2, &t.tcp(40001, 80, 0x02, b"")),
     ] {
         assert_eq!(b.engine(&l3), Action::Emit);
     }
@@ -285,6 +355,7 @@ fn generated_packets_never_differ() {
         (B4_2, Protocol::Udp, 5000),
         (B4_1, Protocol::Icmp, 77),
         (B4_1, Protocol::Tcp, 40000),
+        (B4_2, Protocol::Tcp, 40001),
     ]
     .iter()
     .map(|&(s, p, port)| {
@@ -296,11 +367,11 @@ fn generated_packets_never_differ() {
         (s, n, port, b.outside(s, p, IN1, port))
     })
     .collect();
-    assert_eq!(b.sessions(), 4);
+    assert_eq!(b.sessions(), 5, "the last one half-open");
     let b = b;
     let pkt = (
         any::<bool>(),
-        0usize..4,
+        0usize..5,
         prop_oneof![Just(0u16), Just(0), Just(1), any::<u16>()],
         prop_oneof![Just(0x10u8), Just(0x18), Just(0x02), Just(0x11), Just(0x04), Just(0x12)],
         any::<bool>(),

@@ -147,6 +147,10 @@ counter_enum! {
     PassNoSession = 19, "pass-no-session";
     /// Passed (DS-Lite): TCP SYN, FIN or RST (the slow path's state machine).
     PassTcpControl = 20, "pass-tcp-control";
+    /// Passed (DS-Lite): a TCP mapping in V6 INIT, not its outside SYN+ACK.
+    PassHalfOpen = 21, "pass-half-open";
+    /// DS-Lite: an outside SYN+ACK carried to a half-open mapping (also in `encap`).
+    SynAck = 22, "syn-ack";
 }
 
 /// What the fast path needs of the lwAFTR's end-point configuration.
@@ -448,7 +452,7 @@ mod tests {
         labels.dedup();
         assert_eq!(labels.len(), SoftwireCounter::ALL.len());
         // bpf/softwire.h's SW_COUNTERS.
-        assert_eq!(SoftwireCounter::ALL.len(), 21);
+        assert_eq!(SoftwireCounter::ALL.len(), 23);
     }
 
     #[test]
