@@ -94,6 +94,9 @@ pool4 = ["203.0.113.0/28"]          # as [nat64] pool4: "PREFIX" or { prefix, po
 # psid-offset = 6
 # lease-server = "[2001:db8:ffff::2]:4739"   # dstm
 # host-address = "192.0.0.2"         # an IPv4 address for this host's own sockets (RFC 6333 5.7)
+# mtu = 1500                         # IPv6 path MTU towards the AFTR (the tunnel MTU)
+# tun-mtu = 1460                     # unset: mtu less the outer header (40; 48 with encap-limit)
+# mss-clamp = true                   # lower TCP SYNs' MSS both ways to fit the tunnel (mtu - 80)
 # tun = "v6gate-b4"
 #
 # [b4.kernel]: the kernel datapath of a ds-lite B4 or a dstm host (docs/softwire.md
@@ -121,8 +124,8 @@ struct TunnelToml {
     #[serde(default = "d_sets")]
     max_reassembly_sets: usize,
     tun: Option<String>,
-    #[serde(default = "d_tun_mtu")]
-    tun_mtu: u32,
+    /// Unset: 9000 for the AFTR and the lwAFTR, the tunnel's inner MTU for the B4.
+    tun_mtu: Option<u32>,
 }
 
 fn d_mtu() -> u16 {
@@ -143,9 +146,9 @@ fn d_reasm() -> Duration {
 fn d_sets() -> usize {
     1024
 }
-fn d_tun_mtu() -> u32 {
-    9000
-}
+/// The TUN device MTU of the AFTR and the lwAFTR when `tun-mtu` is unset:
+/// what the kernel hands them is at most this large.
+const AFTR_TUN_MTU: u32 = 9000;
 fn d_true() -> bool {
     true
 }
@@ -308,6 +311,8 @@ struct B4Toml {
     host_address: Option<Ipv4Addr>,
     #[serde(default = "d_b44")]
     icmp_address: Ipv4Addr,
+    #[serde(default = "d_true")]
+    mss_clamp: bool,
     kernel: Option<B4KernelToml>,
     #[serde(flatten)]
     tunnel: TunnelToml,
@@ -558,6 +563,7 @@ fn endpoint(table: &str, local: Ipv6Addr, icmp4: Ipv4Addr, t: &TunnelToml) -> Re
 fn tun(
     t: &TunnelToml,
     default: &str,
+    default_mtu: u32,
     routes: Vec<IpPrefix>,
     addresses: Vec<(core::net::IpAddr, u8)>,
 ) -> Result<TunTable, String> {
@@ -565,7 +571,15 @@ fn tun(
     if name.is_empty() || name.len() > 15 || name.contains('/') {
         return Err(format!("tun: `{name}` is not a valid interface name (1 to 15 characters)"));
     }
-    Ok(TunTable { name, mtu: t.tun_mtu.clamp(1280, 65535), routes, addresses })
+    Ok(TunTable { name, mtu: t.tun_mtu.unwrap_or(default_mtu).clamp(1280, 65535), routes, addresses })
+}
+
+/// The B4's TUN device MTU when `tun-mtu` is unset: the tunnel's inner
+/// MTU (`mtu` less the outer header: 40 bytes, 48 with `encap-limit`), so
+/// that the host's own packets, its bulk TCP above all, fit the tunnel
+/// whole and leave unfragmented (1460 for the default `mtu` 1500).
+pub fn b4_tun_mtu(e: &EndpointConfig) -> u32 {
+    u32::from(e.mtu) - if e.encap_limit.is_some() { 48 } else { 40 }
 }
 
 fn ns(d: Duration) -> u64 {
@@ -649,7 +663,7 @@ fn dslite(t: DsliteToml) -> Result<DsliteTable, String> {
         pool4: t.pool4,
         max_port_probes: t.max_port_probes.max(1),
         xdp: ds_xdp(t.xdp)?,
-        tun: tun(&t.tunnel, "v6gate-aftr", routes, vec![])?,
+        tun: tun(&t.tunnel, "v6gate-aftr", AFTR_TUN_MTU, routes, vec![])?,
     })
 }
 
@@ -700,7 +714,7 @@ fn lw4o6(t: Lw4o6Toml) -> Result<Lw4o6Table, String> {
         watch: t.watch_binding_file,
         dstm,
         xdp: sw_xdp(t.xdp)?,
-        tun: tun(&t.tunnel, "v6gate-lwaftr", routes, vec![])?,
+        tun: tun(&t.tunnel, "v6gate-lwaftr", AFTR_TUN_MTU, routes, vec![])?,
     })
 }
 
@@ -748,11 +762,17 @@ fn b4(t: B4Toml) -> Result<B4Table, String> {
     }
     Ok(B4Table {
         mode,
-        b4: B4Config { endpoint, aftr, napt, nat: Nat44Config { log_mappings: false, ..Nat44Config::default() } },
+        b4: B4Config {
+            endpoint,
+            aftr,
+            napt,
+            nat: Nat44Config { log_mappings: false, ..Nat44Config::default() },
+            mss_clamp: t.mss_clamp,
+        },
         lease_server: t.lease_server,
         ipv4_address,
         kernel: b4_kernel(mode, t.kernel)?,
-        tun: tun(&t.tunnel, "v6gate-b4", routes, addresses)?,
+        tun: tun(&t.tunnel, "v6gate-b4", b4_tun_mtu(&endpoint), routes, addresses)?,
     })
 }
 
