@@ -563,6 +563,18 @@ fn b4_kernel_count(s: &serde_json::Value, c: &str) -> u64 {
     s["b4"]["kernel"]["counters"][c].as_u64().unwrap_or(0)
 }
 
+/// Nothing of the bulk transfer took the B4 engine's fragmentation: no
+/// GSO packet or packet over the tunnel MTU passed to it, and the tunnel
+/// end-point `table` of the AFTR process reassembled nothing.
+fn no_fragments(b4: &serde_json::Value, aftr: &serde_json::Value, table: &str) {
+    for c in ["pass-gso", "pass-too-big", "pass-fragment"] {
+        assert_eq!(b4_kernel_count(b4, c), 0, "{c}: {b4}");
+    }
+    let c = &aftr[table]["counters"];
+    assert_eq!(c["reassembled"], 0, "{aftr}");
+    assert!(c["drops"]["fragment-held"].is_null(), "{aftr}");
+}
+
 /// The B4's kernel datapath (`[b4.kernel]`: tc egress encapsulation on its
 /// TUN device, XDP decapsulation on its uplink w6) against the AFTR and
 /// the DSTM tunnel end-point on their TUN engines: ping, UDP and TCP, the
@@ -608,20 +620,27 @@ clients = ["2001:db8:1::/48"]
     let (u, t) = traffic(&bed, 7700);
     assert_eq!((u.ip().to_string(), t.ip().to_string()), ("203.0.113.1".into(), "203.0.113.1".into()));
     let s = b4.wait_status(|v| b4_kernel_count(v, "encap") > 0 && b4_kernel_count(v, "decap") > 0);
-    // ping, the UDP echo and the TCP handshake and ACKs went through the
-    // kernel; the TCP segments over the tunnel MTU took the engine (which
-    // fragments the outer packet).
+    // ping, the UDP echo and the whole TCP echo went through the kernel:
+    // the TUN device's MTU is the tunnel's inner MTU (1460, `tun-mtu`
+    // unset), the host's bulk TCP leaves in GSO packets of 1420-byte
+    // segments which the path encapsulates whole and the kernel segments
+    // after the encapsulation; nothing is fragmented, either way.
     assert!(b4_kernel_count(&s, "encap") >= 3 && b4_kernel_count(&s, "decap") >= 3, "{s}");
-    assert!(s["b4"]["counters"]["encapsulated"].as_u64().unwrap_or(0) > 0, "the engine took the big ones: {s}");
+    let link = bed.b4.ip(&["link", "show", "v6gate-b4"]).unwrap();
+    assert!(String::from_utf8_lossy(&link.stdout).contains(" mtu 1460 "), "{link:?}");
+    no_fragments(&s, &aftr.status(), "dslite");
     b4.stop();
-    // The DSTM host: off until the lease, then pointed at its TEP.
+    // The DSTM host: off until the lease, then pointed at its TEP. A TUN
+    // device MTU of 9000 (as before the tunnel-sized default): the MSS
+    // clamp lowers the host's SYN (8960, tc) and the server's SYN-ACK
+    // (1460, XDP) to 1420, so the bulk TCP fits the tunnel all the same.
     let host = Proc::start(
         &bed.b4,
         bed.dir.path(),
         "dstmk",
         &format!(
             "[b4]\nmode = \"dstm\"\naddress = \"2001:db8:1::2\"\nlease-server = \"[2001:db8:ff::1]:4739\"\n\
-             routes = [\"198.51.100.0/24\"]\n{kernel}"
+             routes = [\"198.51.100.0/24\"]\ntun-mtu = 9000\n{kernel}"
         ),
     );
     let s = host.wait_status(|v| v["b4"]["lease"]["ipv4"].is_string() && v["b4"]["kernel"]["aftr"].is_string());
@@ -630,6 +649,8 @@ clients = ["2001:db8:1::/48"]
     assert_eq!(u.ip().to_string(), "192.0.2.129");
     let s = host.wait_status(|v| b4_kernel_count(v, "encap") >= 3 && b4_kernel_count(v, "decap") >= 3);
     assert!(b4_kernel_count(&s, "pass-disabled") > 0, "before the lease everything took the engine: {s}");
+    assert!(b4_kernel_count(&s, "mss-clamped") >= 2, "the SYN and the SYN-ACK: {s}");
+    no_fragments(&s, &aftr.status(), "lw4o6");
     host.stop();
     aftr.stop();
     // Detached with the runner: nothing left on the uplink.

@@ -577,7 +577,8 @@ fn tun(
 /// The B4's TUN device MTU when `tun-mtu` is unset: the tunnel's inner
 /// MTU (`mtu` less the outer header: 40 bytes, 48 with `encap-limit`), so
 /// that the host's own packets, its bulk TCP above all, fit the tunnel
-/// whole and leave unfragmented (1460 for the default `mtu` 1500).
+/// whole and leave unfragmented (1460 for the default `mtu` 1500; the
+/// device's MTU is 1280 at least all the same).
 pub fn b4_tun_mtu(e: &EndpointConfig) -> u32 {
     u32::from(e.mtu) - if e.encap_limit.is_some() { 48 } else { 40 }
 }
@@ -829,6 +830,25 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.b4.unwrap().mode, B4Mode::Dstm);
+    }
+
+    #[test]
+    fn b4_tun_mtu_fits_the_tunnel_unless_set_and_mss_clamp_is_on() {
+        let base = "[b4]\nmode = \"ds-lite\"\naddress = \"2001:db8::2\"\naftr = \"2001:db8::1\"\n";
+        let b = |extra: &str| SoftwireConfig::parse(&format!("{base}{extra}")).unwrap().b4.unwrap();
+        let d = b("");
+        assert_eq!((d.tun.mtu, d.b4.mss_clamp, crate::b4::mss_max(&d.b4.endpoint)), (1460, true, 1420));
+        assert_eq!(b("encap-limit = 4\n").tun.mtu, 1452);
+        // The device carries the B4's IPv6 too: 1280 at least (the clamp,
+        // 1200 then, keeps TCP within the tunnel).
+        assert_eq!(b("mtu = 1280\n").tun.mtu, 1280);
+        assert_eq!(b("mtu = 1400\n").tun.mtu, 1360);
+        assert_eq!(b("tun-mtu = 9000\n").tun.mtu, 9000, "an explicit value stays");
+        assert!(!b("mss-clamp = false\n").b4.mss_clamp);
+        // The AFTR and the lwAFTR keep 9000.
+        let aftr =
+            "[dslite]\naftr-address = \"2001:db8::1\"\nb4-prefixes = [\"2001:db8::/32\"]\npool4 = [\"192.0.2.0/24\"]\n";
+        assert_eq!(SoftwireConfig::parse(aftr).unwrap().dslite.unwrap().tun.mtu, 9000);
     }
 
     #[test]

@@ -417,7 +417,7 @@ fn generated_syns_never_differ() {
         .run(&seg, |(outbound, flags, parts, doff, mutate)| {
             let mut opts: Vec<u8> = parts.concat();
             opts.truncate(40);
-            while opts.len() % 4 != 0 {
+            while !opts.len().is_multiple_of(4) {
                 opts.push(1);
             }
             let v = if outbound { V4::new(6, HOST, SERVER) } else { V4::new(6, SERVER, HOST) };
