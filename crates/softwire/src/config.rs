@@ -95,7 +95,7 @@ pool4 = ["203.0.113.0/28"]          # as [nat64] pool4: "PREFIX" or { prefix, po
 # lease-server = "[2001:db8:ffff::2]:4739"   # dstm
 # host-address = "192.0.0.2"         # an IPv4 address for this host's own sockets (RFC 6333 5.7)
 # mtu = 1500                         # IPv6 path MTU towards the AFTR (the tunnel MTU)
-# tun-mtu = 1460                     # unset: mtu less the outer header (40; 48 with encap-limit)
+# tun-mtu = 9000                     # the TUN device's MTU: at least mtu (it carries the softwire too)
 # mss-clamp = true                   # lower TCP SYNs' MSS both ways to fit the tunnel (mtu - 80)
 # tun = "v6gate-b4"
 #
@@ -124,8 +124,8 @@ struct TunnelToml {
     #[serde(default = "d_sets")]
     max_reassembly_sets: usize,
     tun: Option<String>,
-    /// Unset: 9000 for the AFTR and the lwAFTR, the tunnel's inner MTU for the B4.
-    tun_mtu: Option<u32>,
+    #[serde(default = "d_tun_mtu")]
+    tun_mtu: u32,
 }
 
 fn d_mtu() -> u16 {
@@ -146,9 +146,9 @@ fn d_reasm() -> Duration {
 fn d_sets() -> usize {
     1024
 }
-/// The TUN device MTU of the AFTR and the lwAFTR when `tun-mtu` is unset:
-/// what the kernel hands them is at most this large.
-const AFTR_TUN_MTU: u32 = 9000;
+fn d_tun_mtu() -> u32 {
+    9000
+}
 fn d_true() -> bool {
     true
 }
@@ -563,7 +563,6 @@ fn endpoint(table: &str, local: Ipv6Addr, icmp4: Ipv4Addr, t: &TunnelToml) -> Re
 fn tun(
     t: &TunnelToml,
     default: &str,
-    default_mtu: u32,
     routes: Vec<IpPrefix>,
     addresses: Vec<(core::net::IpAddr, u8)>,
 ) -> Result<TunTable, String> {
@@ -571,16 +570,7 @@ fn tun(
     if name.is_empty() || name.len() > 15 || name.contains('/') {
         return Err(format!("tun: `{name}` is not a valid interface name (1 to 15 characters)"));
     }
-    Ok(TunTable { name, mtu: t.tun_mtu.unwrap_or(default_mtu).clamp(1280, 65535), routes, addresses })
-}
-
-/// The B4's TUN device MTU when `tun-mtu` is unset: the tunnel's inner
-/// MTU (`mtu` less the outer header: 40 bytes, 48 with `encap-limit`), so
-/// that the host's own packets, its bulk TCP above all, fit the tunnel
-/// whole and leave unfragmented (1460 for the default `mtu` 1500; the
-/// device's MTU is 1280 at least all the same).
-pub fn b4_tun_mtu(e: &EndpointConfig) -> u32 {
-    u32::from(e.mtu) - if e.encap_limit.is_some() { 48 } else { 40 }
+    Ok(TunTable { name, mtu: t.tun_mtu.clamp(1280, 65535), routes, addresses })
 }
 
 fn ns(d: Duration) -> u64 {
@@ -664,7 +654,7 @@ fn dslite(t: DsliteToml) -> Result<DsliteTable, String> {
         pool4: t.pool4,
         max_port_probes: t.max_port_probes.max(1),
         xdp: ds_xdp(t.xdp)?,
-        tun: tun(&t.tunnel, "v6gate-aftr", AFTR_TUN_MTU, routes, vec![])?,
+        tun: tun(&t.tunnel, "v6gate-aftr", routes, vec![])?,
     })
 }
 
@@ -715,7 +705,7 @@ fn lw4o6(t: Lw4o6Toml) -> Result<Lw4o6Table, String> {
         watch: t.watch_binding_file,
         dstm,
         xdp: sw_xdp(t.xdp)?,
-        tun: tun(&t.tunnel, "v6gate-lwaftr", AFTR_TUN_MTU, routes, vec![])?,
+        tun: tun(&t.tunnel, "v6gate-lwaftr", routes, vec![])?,
     })
 }
 
@@ -758,6 +748,17 @@ fn b4(t: B4Toml) -> Result<B4Table, String> {
             ipv4_address = Some(ipv4);
         }
     }
+    if t.tunnel.tun_mtu < u32::from(t.tunnel.mtu) {
+        return Err(err(
+            "b4",
+            "tun-mtu",
+            format!(
+                "{} is below mtu {}: the device carries the softwire's IPv6 packets too, and the kernel would \
+                 answer the AFTR's full-size ones with Packet Too Big (mss-clamp keeps TCP within the tunnel)",
+                t.tunnel.tun_mtu, t.tunnel.mtu
+            ),
+        ));
+    }
     if mode == B4Mode::Dstm && t.lease_server.is_none() {
         return Err(err("b4", "lease-server", "needed for dstm"));
     }
@@ -773,7 +774,7 @@ fn b4(t: B4Toml) -> Result<B4Table, String> {
         lease_server: t.lease_server,
         ipv4_address,
         kernel: b4_kernel(mode, t.kernel)?,
-        tun: tun(&t.tunnel, "v6gate-b4", b4_tun_mtu(&endpoint), routes, addresses)?,
+        tun: tun(&t.tunnel, "v6gate-b4", routes, addresses)?,
     })
 }
 
@@ -833,22 +834,15 @@ mod tests {
     }
 
     #[test]
-    fn b4_tun_mtu_fits_the_tunnel_unless_set_and_mss_clamp_is_on() {
+    fn b4_mss_clamp_is_on_and_the_tun_mtu_carries_the_tunnel() {
         let base = "[b4]\nmode = \"ds-lite\"\naddress = \"2001:db8::2\"\naftr = \"2001:db8::1\"\n";
-        let b = |extra: &str| SoftwireConfig::parse(&format!("{base}{extra}")).unwrap().b4.unwrap();
-        let d = b("");
-        assert_eq!((d.tun.mtu, d.b4.mss_clamp, crate::b4::mss_max(&d.b4.endpoint)), (1460, true, 1420));
-        assert_eq!(b("encap-limit = 4\n").tun.mtu, 1452);
-        // The device carries the B4's IPv6 too: 1280 at least (the clamp,
-        // 1200 then, keeps TCP within the tunnel).
-        assert_eq!(b("mtu = 1280\n").tun.mtu, 1280);
-        assert_eq!(b("mtu = 1400\n").tun.mtu, 1360);
-        assert_eq!(b("tun-mtu = 9000\n").tun.mtu, 9000, "an explicit value stays");
-        assert!(!b("mss-clamp = false\n").b4.mss_clamp);
-        // The AFTR and the lwAFTR keep 9000.
-        let aftr =
-            "[dslite]\naftr-address = \"2001:db8::1\"\nb4-prefixes = [\"2001:db8::/32\"]\npool4 = [\"192.0.2.0/24\"]\n";
-        assert_eq!(SoftwireConfig::parse(aftr).unwrap().dslite.unwrap().tun.mtu, 9000);
+        let b = |extra: &str| SoftwireConfig::parse(&format!("{base}{extra}"));
+        let d = b("").unwrap().b4.unwrap();
+        assert_eq!((d.tun.mtu, d.b4.mss_clamp, crate::b4::mss_max(&d.b4.endpoint)), (9000, true, 1420));
+        assert!(!b("mss-clamp = false\n").unwrap().b4.unwrap().b4.mss_clamp);
+        assert_eq!(b("tun-mtu = 1500\n").unwrap().b4.unwrap().tun.mtu, 1500);
+        let e = b("tun-mtu = 1460\n").unwrap_err();
+        assert!(e.contains("[b4] tun-mtu") && e.contains("Packet Too Big"), "{e}");
     }
 
     #[test]
