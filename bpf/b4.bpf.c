@@ -20,12 +20,24 @@
  *   IPv4, XDP_PASS. The stack then receives the inner packet on the
  *   uplink (not on the TUN device: docs/softwire.md).
  *
+ *   Both ways, a TCP SYN's MSS option above mss_max (the tunnel MTU less
+ *   the outer, IPv4 and TCP headers) is lowered to it, the TCP checksum
+ *   updated incrementally, as the engine does (b4::clamp_mss): bulk TCP
+ *   then fits the tunnel unfragmented.
+ *
+ *   A TCP GSO packet (the B4 host's own bulk TCP: the stack hands tc
+ *   egress the unsegmented skb) whose segments fit the tunnel MTU is
+ *   encapsulated with bpf_skb_adjust_room(BPF_F_ADJ_ROOM_ENCAP_L3_IPV6),
+ *   so that the kernel segments it after the encapsulation, each segment
+ *   an IPv4-in-IPv6 packet as the engine would send it.
+ *
  * Anything else continues on its way to the TUN engine (TC_ACT_OK;
  * XDP_PASS unchanged), counted by reason: IPv6 from the engine's own
- * traffic, GSO packets, packets over the tunnel MTU (the engine
+ * traffic, other GSO packets, packets over the tunnel MTU (the engine
  * fragments the outer packet, RFC 6333 §5.3), outer fragments (the
  * engine reassembles), ICMPv6 (errors relayed to the inner source),
- * extension headers, IPv4 options, a missing route or neighbour.
+ * extension headers, IPv4 options, SYNs whose TCP options do not parse,
+ * a missing route or neighbour.
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -68,14 +80,19 @@ struct {
 	__type(value, struct bpf_devmap_val);
 } b4_tx SEC(".maps");
 
-V6G_INLINE void count(__u32 idx, __u64 bytes)
+V6G_INLINE void count_n(__u32 idx, __u32 packets, __u64 bytes)
 {
 	struct b4_count *c = bpf_map_lookup_elem(&b4_counters, &idx);
 
 	if (c) {
-		c->packets++;
+		c->packets += packets;
 		c->bytes += bytes;
 	}
+}
+
+V6G_INLINE void count(__u32 idx, __u64 bytes)
+{
+	count_n(idx, 1, bytes);
 }
 
 V6G_INLINE const struct b4_config *config(void)
@@ -126,6 +143,68 @@ V6G_INLINE __u32 v4_header_bad(const struct iphdr *ip, void *end, __u32 len)
 	return 0;
 }
 
+/* TCP MSS clamping, as the engine's b4::clamp_mss. MSS_NONE: nothing to
+ * do (not a whole TCP segment with SYN set, no MSS option); MSS_BAD: the
+ * TCP header or its options do not parse (the engine counts it and leaves
+ * it untouched); else the offset of the MSS value from the TCP header. */
+#define MSS_NONE 0
+#define MSS_BAD 1
+
+/* The options walk (RFC 9293 §3.2): end of list, no-operation, and
+ * kind-length-value; the first MSS option (kind 2, length 4) is the one.
+ * The caller has checked that tcp + optend is within the packet. */
+V6G_INLINE __u32 mss_at(const __u8 *tcp, const void *end, __u32 optend)
+{
+	__u32 pos = 20;
+
+	/* Every step moves on by one byte at least: 40 steps cover 40 bytes of options. */
+	for (int i = 0; i < 40; i++) {
+		const __u8 *p;
+		__u32 l;
+
+		if (pos >= optend)
+			return MSS_NONE;
+		p = tcp + (pos & 63);
+		/* Within the packet (the caller checked optend): for the verifier. */
+		if ((const void *)(p + 1) > end)
+			return MSS_BAD;
+		if (p[0] == 0)
+			return MSS_NONE;
+		if (p[0] == 1) {
+			pos++;
+			continue;
+		}
+		if (pos + 2 > optend || (const void *)(p + 2) > end)
+			return MSS_BAD;
+		l = p[1];
+		if (l < 2 || pos + l > optend)
+			return MSS_BAD;
+		if (p[0] == 2)
+			return l == 4 && (const void *)(p + 4) <= end ? pos + 2 : MSS_BAD;
+		pos += l;
+	}
+	return MSS_NONE;
+}
+
+/* The MSS option of IPv4 packet `ip` (header verified, no options, `len`
+ * bytes, the first min(len, 80) of them in [ip, end)). */
+V6G_INLINE __u32 mss_find(const struct iphdr *ip, const void *end, __u32 len)
+{
+	const __u8 *tcp = (const __u8 *)(ip + 1);
+	__u32 optend;
+
+	if (ip->protocol != IPPROTO_TCP || (ip->frag_off & bpf_htons(0x3fff)) || len < 40)
+		return MSS_NONE;
+	if ((const void *)(tcp + 20) > end)
+		return MSS_BAD; /* cannot happen: the caller has the first 40 bytes */
+	if (!(tcp[13] & 0x02))
+		return MSS_NONE;
+	optend = (__u32)(tcp[12] >> 4) * 4;
+	if (optend < 20 || optend > len - 20)
+		return MSS_BAD;
+	return mss_at(tcp, end, optend);
+}
+
 /* The outer header: Ethernet, IPv6 and the optional limit option (the
  * leading pad aligns the IPv6 header for word stores). */
 struct outer {
@@ -142,15 +221,17 @@ static __noinline int encap(struct __sk_buff *skb, const struct b4_config *c)
 	struct bpf_fib_lookup fib = {};
 	struct outer h = {};
 	struct iphdr *ip;
+	const __u8 *tcp;
 	void *data, *end;
 	__u32 l2 = c->l2len > ETH_HLEN ? ETH_HLEN : c->l2len;
-	__u32 len, tot, hlen, total, w0, bad;
+	__u32 gso = skb->gso_size, segs = skb->gso_segs;
+	__u32 len, seg, hlen, total, w0, bad, mss = MSS_NONE;
+	__u16 mss_old = 0, mss_new = bpf_htons(c->mss_max);
+	__u8 tos;
 	long rc;
 
 	if (skb->protocol != bpf_htons(ETH_P_IP))
 		return B4_P_NOT_IP;
-	if (skb->gso_size)
-		return B4_P_GSO;
 	if (skb->len < l2 + 20)
 		return B4_P_MALFORMED;
 	len = skb->len - l2;
@@ -159,19 +240,56 @@ static __noinline int encap(struct __sk_buff *skb, const struct b4_config *c)
 	data = (void *)(long)skb->data;
 	end = (void *)(long)skb->data_end;
 	ip = data + l2;
-	/* Ipv4Packet::new and checksum_ok, as the engine checks them. */
+	/* Ipv4Packet::new and checksum_ok, as the engine checks them (a GSO
+	 * packet's header is the one its segments copy). */
 	bad = v4_header_bad(ip, end, len);
 	if (bad)
 		return bad;
-	tot = len;
+	tos = ip->tos;
 	hlen = (c->flags & B4_F_ENCAP_LIMIT) ? 48 : 40;
-	total = tot + hlen;
+	seg = len;
+	if (gso) {
+		/* TCP segments the kernel cuts after the encapsulation, each an
+		 * IPv4-in-IPv6 packet fitting the tunnel. Anything else (UDP GSO)
+		 * the TUN read segments and the engine fragments. */
+		if (ip->protocol != IPPROTO_TCP || len < 40 || bpf_skb_pull_data(skb, l2 + 40))
+			return B4_P_GSO;
+		data = (void *)(long)skb->data;
+		end = (void *)(long)skb->data_end;
+		tcp = data + l2 + 20;
+		if ((void *)(tcp + 20) > end)
+			return B4_P_GSO;
+		seg = 20 + (__u32)(tcp[12] >> 4) * 4 + gso;
+		if (seg + hlen > c->mtu)
+			return B4_P_GSO;
+	} else if (c->mss_max && ip->protocol == IPPROTO_TCP) {
+		/* The TCP header with the longest options. */
+		if (bpf_skb_pull_data(skb, l2 + (len < 80 ? len : 80)))
+			return B4_P_MALFORMED;
+		data = (void *)(long)skb->data;
+		end = (void *)(long)skb->data_end;
+		ip = data + l2;
+		if ((void *)(ip + 1) > end)
+			return B4_P_MALFORMED;
+		mss = mss_find(ip, end, len);
+		if (mss == MSS_BAD)
+			return B4_P_TCP_OPTIONS;
+		if (mss != MSS_NONE) {
+			tcp = (const __u8 *)(ip + 1) + (mss & 63);
+			if ((void *)(tcp + 2) > end)
+				return B4_P_MALFORMED;
+			mss_old = LD16(tcp);
+			if (bpf_ntohs(mss_old) <= c->mss_max)
+				mss = MSS_NONE;
+		}
+	}
+	total = seg + hlen;
 	if (total > c->mtu)
 		return B4_P_TOO_BIG;
 	/* The kernel forwards the engine's tunnel packet out of the TUN device. */
 	if (c->hop_limit <= 1)
 		return B4_P_TTL;
-	w0 = bpf_htonl((6u << 28) | ((__u32)((c->flags & B4_F_COPY_TOS) ? ip->tos : 0) << 20));
+	w0 = bpf_htonl((6u << 28) | ((__u32)((c->flags & B4_F_COPY_TOS) ? tos : 0) << 20));
 	fib.family = AF_INET6;
 	fib.l4_protocol = hlen == 48 ? 60 : IPPROTO_IPIP;
 	fib.tot_len = total;
@@ -186,12 +304,23 @@ static __noinline int encap(struct __sk_buff *skb, const struct b4_config *c)
 		return B4_P_FIB;
 	if (!bpf_map_lookup_elem(&b4_tx, &fib.ifindex))
 		return B4_P_EGRESS;
+	/* From here on the packet is ours: nothing is passed changed. The MSS
+	 * (bpf_l4_csum_replace leaves a CHECKSUM_PARTIAL sum, which the
+	 * transmit completes over the new option, alone). */
+	if (mss != MSS_NONE) {
+		if (bpf_l4_csum_replace(skb, l2 + 20 + 16, mss_old, mss_new, 2) ||
+		    bpf_skb_store_bytes(skb, l2 + 20 + (mss & 63), &mss_new, 2, 0))
+			return -1; /* cannot happen: the bytes were pulled */
+		count(B4_C_MSS_CLAMPED, len);
+	}
 	__builtin_memcpy(h.eth, fib.dmac, 6);
 	__builtin_memcpy(h.eth + 6, fib.smac, 6);
 	h.eth[12] = 0x86;
 	h.eth[13] = 0xdd;
 	ST32(h.ip6, w0);
-	ST16(h.ip6 + 4, bpf_htons(total - 40));
+	/* A GSO packet's: rewritten per segment by the segmentation. */
+	total = len + hlen;
+	ST16(h.ip6 + 4, bpf_htons(total - 40 > 0xffff ? 0xffff : total - 40));
 	h.ip6[6] = hlen == 48 ? 60 : IPPROTO_IPIP;
 	h.ip6[7] = c->hop_limit - 1;
 	/* From the config: bpf_fib_lookup wrote the next hop over ipv6_dst. */
@@ -204,16 +333,26 @@ static __noinline int encap(struct __sk_buff *skb, const struct b4_config *c)
 	h.opt[4] = c->encap_limit;
 	h.opt[5] = 1;
 	h.opt[6] = 1;
-	/* An L3 skb (the TUN device) gets its MAC header here, for the L2 uplink. */
-	if (bpf_skb_change_head(skb, ETH_HLEN + hlen - l2, 0))
+	if (gso) {
+		/* The room as an IPv6 encapsulation (skb->encapsulation, the inner
+		 * headers, SKB_GSO_IPXIP6), the segment size kept; then the MAC
+		 * header for the L2 uplink. */
+		if (bpf_skb_adjust_room(skb, hlen, BPF_ADJ_ROOM_MAC,
+					BPF_F_ADJ_ROOM_ENCAP_L3_IPV6 | BPF_F_ADJ_ROOM_FIXED_GSO))
+			return B4_P_GSO;
+		if (l2 < ETH_HLEN && bpf_skb_change_head(skb, ETH_HLEN - l2, 0))
+			return -1; /* the room for the inner packet is made already */
+	} else if (bpf_skb_change_head(skb, ETH_HLEN + hlen - l2, 0)) {
+		/* An L3 skb (the TUN device) gets its MAC header here, for the L2 uplink. */
 		return B4_P_MALFORMED;
+	}
 	if (hlen == 48)
 		rc = bpf_skb_store_bytes(skb, 0, h.eth, ETH_HLEN + 48, 0);
 	else
 		rc = bpf_skb_store_bytes(skb, 0, h.eth, ETH_HLEN + 40, 0);
 	if (rc)
 		return -1; /* cannot happen: the room was just made */
-	count(B4_C_ENCAP, tot);
+	count_n(B4_C_ENCAP, gso ? (segs ? segs : 1) : 1, len);
 	bpf_redirect(fib.ifindex, 0);
 	return B4_C_ENCAP;
 }
@@ -247,7 +386,7 @@ static __noinline __u32 decap(struct xdp_md *ctx, const struct b4_config *c)
 	__u8 *o = data + ETH_HLEN;
 	__u16 macs[6];
 	struct iphdr *ip;
-	__u32 plen, bad;
+	__u32 plen, bad, mss = MSS_NONE;
 
 	if ((void *)(o + 40) > end)
 		return B4_P_MALFORMED;
@@ -277,6 +416,13 @@ static __noinline __u32 decap(struct xdp_md *ctx, const struct b4_config *c)
 	bad = v4_header_bad(ip, end, plen);
 	if (bad)
 		return bad;
+	/* A SYN's MSS option: found here (options that do not parse go to the
+	 * engine), lowered once the packet is decapsulated. */
+	if (c->mss_max) {
+		mss = mss_find(ip, end, plen);
+		if (mss == MSS_BAD)
+			return B4_P_TCP_OPTIONS;
+	}
 	/* Ethernet padding after a short packet: the kernel trims it. */
 	if ((__u32)(end - data) > ETH_HLEN + 40 + plen &&
 	    bpf_xdp_adjust_tail(ctx, -(int)((__u32)(end - data) - ETH_HLEN - 40 - plen)))
@@ -300,6 +446,20 @@ static __noinline __u32 decap(struct xdp_md *ctx, const struct b4_config *c)
 	for (int i = 0; i < 6; i++)
 		((__u16 *)eth)[i] = macs[i];
 	eth->h_proto = bpf_htons(ETH_P_IP);
+	if (mss != MSS_NONE) {
+		__u8 *tcp = data + ETH_HLEN + 20;
+		__u8 *m = tcp + (mss & 63);
+		__u16 old, new = bpf_htons(c->mss_max);
+
+		if ((void *)(tcp + 20) > end || (void *)(m + 2) > end)
+			return B4_C_DECAP; /* cannot happen: mss_find saw them */
+		old = LD16(m);
+		if (bpf_ntohs(old) > c->mss_max) {
+			ST16(m, new);
+			ST16(tcp + 16, csum_update(LD16(tcp + 16), old, new));
+			count(B4_C_MSS_CLAMPED, plen);
+		}
+	}
 	count(B4_C_DECAP, plen);
 	return B4_C_DECAP;
 }

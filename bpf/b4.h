@@ -20,8 +20,11 @@ struct b4_config {
 	__u32 l2len;	  /* bytes before the IPv4 header at the tc hook: 0 on the TUN
 			   * device; 14 under BPF_PROG_TEST_RUN (an Ethernet frame) */
 	__u32 tun_ifindex; /* the TUN device: the FIB lookup is made as from it */
+	__u16 mss_max;	   /* TCP SYNs: the largest MSS option let through both ways
+			    * (the tunnel MTU less the headers); 0: no clamping */
+	__u16 pad;
 };
-_Static_assert(sizeof(struct b4_config) == 48, "struct b4_config differs from b4.rs");
+_Static_assert(sizeof(struct b4_config) == 52, "struct b4_config differs from b4.rs");
 
 #define B4_F_ON 1	   /* an AFTR to talk to (DSTM: a lease held) */
 #define B4_F_COPY_TOS 2	   /* Traffic Class = inner TOS (RFC 2473 §6.4) */
@@ -57,6 +60,10 @@ struct b4_count {
 #define B4_P_DISABLED 14     /* no AFTR (DSTM: no lease yet) */
 #define B4_P_OTHER_HOST 15   /* Ethernet destination not the interface's (or multicast) */
 #define B4_P_UNKNOWN_AFTR 16 /* a softwire packet from another address than the AFTR */
-#define B4_COUNTERS 17
+#define B4_C_MSS_CLAMPED 17  /* a TCP SYN's MSS option lowered to mss_max (also counted
+			      * encap or decap) */
+#define B4_P_TCP_OPTIONS 18  /* a TCP SYN whose options do not parse: the engine leaves
+			      * it untouched and counts it */
+#define B4_COUNTERS 19
 
 #endif

@@ -198,6 +198,10 @@ fn dslite_b4_and_aftr_ping_udp_tcp() {
     assert!(log.contains("nat44 map proto=udp b4=2001:db8:1::2 inside=192.0.0.2:"), "abuse-tracing log: {log}");
     let bs = b4.status();
     assert!(bs["b4"]["counters"]["encapsulated"].as_u64().unwrap() > 10, "{bs}");
+    // The engine's MSS clamp (the host's SYN, the server's SYN-ACK): the
+    // 200 KB echo crossed the tunnel unfragmented, the AFTR reassembled nothing.
+    assert!(bs["b4"]["counters"]["mss_clamped"].as_u64().unwrap() >= 2, "{bs}");
+    assert_eq!(c["reassembled"], 0, "{s}");
     // RFC 6888 REQ-4: 80 more UDP flows from the subscriber; the AFTR maps
     // up to its quota of 64 ports and drops and counts the rest.
     in_ns(&bed.b4, || {
@@ -565,6 +569,18 @@ fn b4_kernel_count(s: &serde_json::Value, c: &str) -> u64 {
     s["b4"]["kernel"]["counters"][c].as_u64().unwrap_or(0)
 }
 
+/// Nothing of the bulk transfer took the B4 engine's fragmentation: no
+/// GSO packet or packet over the tunnel MTU passed to it, and the tunnel
+/// end-point `table` of the AFTR process reassembled nothing.
+fn no_fragments(b4: &serde_json::Value, aftr: &serde_json::Value, table: &str) {
+    for c in ["pass-gso", "pass-too-big", "pass-fragment"] {
+        assert_eq!(b4_kernel_count(b4, c), 0, "{c}: {b4}");
+    }
+    let c = &aftr[table]["counters"];
+    assert_eq!(c["reassembled"], 0, "{aftr}");
+    assert!(c["drops"]["fragment-held"].is_null(), "{aftr}");
+}
+
 /// The B4's kernel datapath (`[b4.kernel]`: tc egress encapsulation on its
 /// TUN device, XDP decapsulation on its uplink w6) against the AFTR and
 /// the DSTM tunnel end-point on their TUN engines: ping, UDP and TCP, the
@@ -610,13 +626,18 @@ clients = ["2001:db8:1::/48"]
     let (u, t) = traffic(&bed, 7700);
     assert_eq!((u.ip().to_string(), t.ip().to_string()), ("203.0.113.1".into(), "203.0.113.1".into()));
     let s = b4.wait_status(|v| b4_kernel_count(v, "encap") > 0 && b4_kernel_count(v, "decap") > 0);
-    // ping, the UDP echo and the TCP handshake and ACKs went through the
-    // kernel; the TCP segments over the tunnel MTU took the engine (which
-    // fragments the outer packet).
+    // ping, the UDP echo and the whole TCP echo went through the kernel:
+    // the MSS clamp lowered the host's SYN (8960 for the 9000-byte TUN
+    // device, in tc) and the server's SYN-ACK (1460, in XDP) to 1420, so
+    // the host's bulk TCP leaves in GSO packets of 1420-byte segments
+    // which the path encapsulates whole and the kernel segments after the
+    // encapsulation; nothing is fragmented, either way.
     assert!(b4_kernel_count(&s, "encap") >= 3 && b4_kernel_count(&s, "decap") >= 3, "{s}");
-    assert!(s["b4"]["counters"]["encapsulated"].as_u64().unwrap_or(0) > 0, "the engine took the big ones: {s}");
+    assert!(b4_kernel_count(&s, "mss-clamped") >= 2, "the SYN and the SYN-ACK: {s}");
+    no_fragments(&s, &aftr.status(), "dslite");
     b4.stop();
-    // The DSTM host: off until the lease, then pointed at its TEP.
+    // The DSTM host: off until the lease, then pointed at its TEP; its
+    // bulk TCP unfragmented the same way.
     let host = Proc::start(
         &bed.b4,
         bed.dir.path(),
@@ -632,6 +653,8 @@ clients = ["2001:db8:1::/48"]
     assert_eq!(u.ip().to_string(), "192.0.2.129");
     let s = host.wait_status(|v| b4_kernel_count(v, "encap") >= 3 && b4_kernel_count(v, "decap") >= 3);
     assert!(b4_kernel_count(&s, "pass-disabled") > 0, "before the lease everything took the engine: {s}");
+    assert!(b4_kernel_count(&s, "mss-clamped") >= 2, "the SYN and the SYN-ACK: {s}");
+    no_fragments(&s, &aftr.status(), "lw4o6");
     host.stop();
     aftr.stop();
     // Detached with the runner: nothing left on the uplink.

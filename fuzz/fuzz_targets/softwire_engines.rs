@@ -57,12 +57,13 @@ fn engines() -> &'static Engines {
         let mut leases = BindingTable::new();
         leases.insert(Binding { b4: Ipv6Addr::new(0x2001, 0xdb8, 7, 0, 0, 0, 0, 7), ipv4: Ipv4Addr::new(192, 0, 2, 77), psid: 0, map: PsidMap::FULL }).unwrap();
         lw.set_leases(leases);
-        let b4 = B4::new(B4Config { endpoint: ep(B4A), aftr: AFTR, napt: None, nat });
+        let b4 = B4::new(B4Config { endpoint: ep(B4A), aftr: AFTR, napt: None, nat, mss_clamp: true });
         let lwb4 = B4::new(B4Config {
             endpoint: ep(B4A),
             aftr: AFTR,
             napt: Some(Napt { ipv4: Ipv4Addr::new(192, 0, 2, 1), map, psid: 1 }),
             nat,
+            mss_clamp: true,
         });
         Engines { aftr, lw, b4, lwb4 }
     })

@@ -16,6 +16,12 @@
 //! Softwire packets from anything but the configured AFTR are dropped
 //! (`unknown-softwire`); ICMPv6 errors about our tunnel packets are relayed
 //! to the IPv4 sender (RFC 2473 §8).
+//!
+//! MSS clamping (`mss-clamp`, on by default): the MSS option of every TCP
+//! SYN the B4 carries, either way, is lowered to [`mss_max`] (the tunnel
+//! MTU less the outer, IPv4 and TCP headers), so that the LAN's bulk TCP
+//! fits the tunnel and is never fragmented (RFC 6333 §5.3 leaves the MTU
+//! to the B4; fragmentation stays for what still does not fit).
 
 use crate::aftr::protocol;
 use crate::endpoint::{Endpoint, EndpointConfig, Received};
@@ -56,6 +62,88 @@ pub struct B4Config {
     pub napt: Option<Napt>,
     /// The NAPT's timers and limits.
     pub nat: Nat44Config,
+    /// Lower the MSS option of TCP SYNs both ways to [`mss_max`].
+    pub mss_clamp: bool,
+}
+
+/// The largest TCP MSS whose segments fit the tunnel of `e` unfragmented:
+/// the tunnel MTU less the outer header (40 bytes, 48 with the Tunnel
+/// Encapsulation Limit option), a 20-byte IPv4 and a 20-byte TCP header
+/// (what the MSS option counts, RFC 9293 §3.7.1).
+pub fn mss_max(e: &EndpointConfig) -> u16 {
+    let outer = if e.encap_limit.is_some() { 48 } else { 40 };
+    e.mtu.saturating_sub(outer + 40)
+}
+
+/// What [`clamp_mss`] did with a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mss {
+    /// Not a whole TCP segment with SYN set, or no MSS option: untouched.
+    NotApplicable,
+    /// The MSS option was at most the clamp: untouched.
+    Fits,
+    /// The MSS option was lowered to the clamp, the checksum updated.
+    Clamped,
+    /// A SYN whose TCP header or options do not parse: untouched.
+    Unparsed,
+}
+
+/// The MSS option of the TCP SYN in IPv4 packet `pkt` (its header already
+/// checked), lowered to `max` when it is larger, the TCP checksum updated
+/// incrementally (RFC 1624). Only whole segments (not fragments); the
+/// options are walked as RFC 9293 §3.2 lays them out (end of list,
+/// no-operation, kind-length-value), the first MSS option (kind 2,
+/// length 4) is the one; a length below 2 or past the header, an MSS
+/// option of another length, or a data offset outside the packet leaves
+/// the packet untouched ([`Mss::Unparsed`]). The B4's kernel path
+/// (bpf/b4.bpf.c) does the same, byte for byte.
+pub fn clamp_mss(pkt: &mut [u8], max: u16) -> Mss {
+    let Some(&vihl) = pkt.first() else { return Mss::NotApplicable };
+    let ihl = usize::from(vihl & 0x0f) * 4;
+    let len = pkt.len();
+    if len < 20 || pkt[9] != proto::TCP || u16::from_be_bytes([pkt[6], pkt[7]]) & 0x3fff != 0 || len < ihl + 20 {
+        return Mss::NotApplicable;
+    }
+    let tcp = &mut pkt[ihl..];
+    if tcp[13] & 0x02 == 0 {
+        return Mss::NotApplicable;
+    }
+    let optend = usize::from(tcp[12] >> 4) * 4;
+    if optend < 20 || optend > tcp.len() {
+        return Mss::Unparsed;
+    }
+    let mut pos = 20;
+    while pos < optend {
+        match tcp[pos] {
+            0 => return Mss::NotApplicable,
+            1 => pos += 1,
+            kind => {
+                if pos + 2 > optend {
+                    return Mss::Unparsed;
+                }
+                let l = usize::from(tcp[pos + 1]);
+                if l < 2 || pos + l > optend {
+                    return Mss::Unparsed;
+                }
+                if kind == 2 {
+                    if l != 4 {
+                        return Mss::Unparsed;
+                    }
+                    let old = u16::from_be_bytes([tcp[pos + 2], tcp[pos + 3]]);
+                    if old <= max {
+                        return Mss::Fits;
+                    }
+                    tcp[pos + 2..pos + 4].copy_from_slice(&max.to_be_bytes());
+                    let c = u16::from_be_bytes([tcp[16], tcp[17]]);
+                    let c = checksum::update(c, u64::from(old), u64::from(max));
+                    tcp[16..18].copy_from_slice(&c.to_be_bytes());
+                    return Mss::Clamped;
+                }
+                pos += l;
+            }
+        }
+    }
+    Mss::NotApplicable
 }
 
 /// A B4.
@@ -172,6 +260,25 @@ impl B4 {
         self.nat.as_ref().map_or(0, |n| n.expire(now))
     }
 
+    /// Might IPv4 packet `pkt` be a TCP SYN to clamp? (A cheap look
+    /// before copying it: TCP, the SYN flag.)
+    fn may_clamp(&self, pkt: &[u8]) -> bool {
+        let ihl = usize::from(pkt.first().map_or(0, |b| b & 0x0f)) * 4;
+        self.cfg.mss_clamp && pkt.len() > ihl + 13 && pkt[9] == proto::TCP && pkt[ihl + 13] & 0x02 != 0
+    }
+
+    /// [`clamp_mss`] when `mss-clamp` is on, counted.
+    fn clamp(&self, pkt: &mut [u8]) {
+        if !self.cfg.mss_clamp {
+            return;
+        }
+        match clamp_mss(pkt, mss_max(&self.cfg.endpoint)) {
+            Mss::Clamped => bump(&self.c.mss_clamped),
+            Mss::Unparsed => bump(&self.c.mss_unparsed),
+            Mss::NotApplicable | Mss::Fits => {}
+        }
+    }
+
     /// Handle one packet from the TUN device.
     pub fn process(&self, pkt: &[u8], now: u64, out: &mut Out) -> Action {
         self.c.dispatch(
@@ -193,7 +300,18 @@ impl B4 {
             return Action::Drop(Reason::Malformed);
         }
         let aftr = self.aftr();
-        let Some(nat) = &self.nat else { return self.ep.send(p.as_bytes(), aftr, out, &self.c) };
+        let Some(nat) = &self.nat else {
+            if !self.may_clamp(p.as_bytes()) {
+                return self.ep.send(p.as_bytes(), aftr, out, &self.c);
+            }
+            let mut buf = out.take_scratch();
+            buf.clear();
+            buf.extend_from_slice(p.as_bytes());
+            self.clamp(&mut buf);
+            let a = self.ep.send(&buf, aftr, out, &self.c);
+            out.put_scratch(buf);
+            return a;
+        };
         let f = match pkt::flow(&p) {
             Ok(f) => f,
             Err(reason) => return Action::Drop(reason),
@@ -222,7 +340,10 @@ impl B4 {
             },
         };
         let a = match r {
-            Ok(()) => self.ep.send(&buf, aftr, out, &self.c),
+            Ok(()) => {
+                self.clamp(&mut buf);
+                self.ep.send(&buf, aftr, out, &self.c)
+            }
             Err(reason) => Action::Drop(reason),
         };
         out.put_scratch(buf);
@@ -234,7 +355,18 @@ impl B4 {
             return Action::Drop(Reason::UnknownSoftwire);
         }
         let Some(nat) = &self.nat else {
-            if !out.push(PacketKind::Forward, r.inner) {
+            let pushed = if self.may_clamp(r.inner) {
+                let mut buf = out.take_scratch();
+                buf.clear();
+                buf.extend_from_slice(r.inner);
+                self.clamp(&mut buf);
+                let pushed = out.push(PacketKind::Forward, &buf);
+                out.put_scratch(buf);
+                pushed
+            } else {
+                out.push(PacketKind::Forward, r.inner)
+            };
+            if !pushed {
                 return Action::Drop(Reason::TooBig);
             }
             bump(&self.c.decapsulated);
@@ -266,6 +398,9 @@ impl B4 {
                 }
             },
         };
+        if res.is_ok() {
+            self.clamp(&mut buf);
+        }
         let a = match res {
             Ok(()) if out.push(PacketKind::Forward, &buf) => {
                 bump(&self.c.decapsulated);
@@ -276,5 +411,137 @@ impl B4 {
         };
         out.put_scratch(buf);
         a
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use etherparse::PacketBuilder;
+
+    /// A TCP segment with real checksums: `flags` 0x02 SYN, 0x12 SYN-ACK,
+    /// 0x10 ACK; `opts` a multiple of 4 bytes.
+    fn tcp(flags: u8, opts: &[u8]) -> Vec<u8> {
+        let mut v = Vec::new();
+        let b = PacketBuilder::ipv4([192, 0, 0, 2], [198, 51, 100, 1], 64).tcp(40000, 80, 7, 1000);
+        let b = if flags & 0x02 != 0 { b.syn() } else { b };
+        let b = if flags & 0x10 != 0 { b.ack(9) } else { b };
+        b.options_raw(opts).unwrap().write(&mut v, b"").unwrap();
+        v
+    }
+
+    fn tcp_checksum_ok(p: &[u8]) -> bool {
+        let ip = Ipv4Packet::new(p).unwrap();
+        let t = &p[20..];
+        checksum::verifies(checksum::pseudo_v4(ip.src(), ip.dst(), proto::TCP, t.len() as u16) + checksum::sum(t))
+    }
+
+    fn mss_of(p: &[u8], at: usize) -> u16 {
+        u16::from_be_bytes([p[20 + at], p[21 + at]])
+    }
+
+    #[test]
+    fn mss_max_is_the_tunnel_mtu_less_the_headers() {
+        let mut e = EndpointConfig::new(Ipv6Addr::LOCALHOST, Ipv4Addr::LOCALHOST);
+        assert_eq!(mss_max(&e), 1500 - 40 - 20 - 20);
+        e.encap_limit = Some(4);
+        assert_eq!(mss_max(&e), 1500 - 48 - 20 - 20);
+        e.mtu = 1280;
+        assert_eq!(mss_max(&e), 1280 - 88);
+    }
+
+    #[test]
+    fn a_syn_over_the_clamp_is_lowered_and_its_checksum_stays_valid() {
+        for (flags, opts, at) in [
+            (0x02, vec![2, 4, 0x23, 0x28], 22),                         // MSS 9000 alone
+            (0x12, vec![2, 4, 0x05, 0xb4, 1, 3, 3, 7], 22),             // SYN-ACK, options after MSS
+            (0x02, vec![1, 1, 4, 2, 1, 3, 3, 7, 2, 4, 0xff, 0xff], 30), // MSS after others
+            (0x02, vec![2, 4, 0x05, 0x8d, 4, 2, 8, 10, 0, 0, 0, 1, 0, 0, 0, 0, 1, 1, 1, 0], 22), // 1421
+        ] {
+            let before = tcp(flags, &opts);
+            assert!(tcp_checksum_ok(&before));
+            let mut p = before.clone();
+            assert_eq!(clamp_mss(&mut p, 1420), Mss::Clamped, "{opts:?}");
+            assert_eq!(mss_of(&p, at), 1420);
+            assert!(tcp_checksum_ok(&p), "checksum updated: {opts:?}");
+            // Only the MSS value and the checksum changed.
+            let changed: Vec<usize> = (0..p.len()).filter(|&i| p[i] != before[i]).collect();
+            assert!(changed.iter().all(|&i| [36, 37, 20 + at, 21 + at].contains(&i)), "{changed:?}");
+            assert_eq!(clamp_mss(&mut p, 1420), Mss::Fits, "idempotent");
+        }
+    }
+
+    #[test]
+    fn what_the_clamp_leaves_alone() {
+        let untouched = |p: Vec<u8>, want: Mss| {
+            let mut q = p.clone();
+            assert_eq!(clamp_mss(&mut q, 1420), want, "{p:?}");
+            assert_eq!(q, p);
+        };
+        untouched(tcp(0x02, &[2, 4, 0x05, 0x8c]), Mss::Fits); // exactly 1420
+        untouched(tcp(0x02, &[2, 4, 0x02, 0x18]), Mss::Fits); // 536
+        untouched(tcp(0x02, &[1, 1, 4, 2]), Mss::NotApplicable); // no MSS option
+        untouched(tcp(0x02, &[]), Mss::NotApplicable);
+        untouched(tcp(0x10, &[2, 4, 0x23, 0x28]), Mss::NotApplicable); // not a SYN
+        untouched(tcp(0x02, &[0, 0, 0, 0, 2, 4, 0x23, 0x28]), Mss::NotApplicable); // after the end of list
+                                                                                   // Bad option lengths, an MSS option of another length, data offsets.
+        untouched(tcp(0x02, &[3, 0, 0, 0, 2, 4, 0x23, 0x28]), Mss::Unparsed);
+        untouched(tcp(0x02, &[3, 1, 0, 0, 2, 4, 0x23, 0x28]), Mss::Unparsed);
+        untouched(tcp(0x02, &[1, 1, 1, 8, 2, 4, 0x23, 0x28]), Mss::Unparsed);
+        untouched(tcp(0x02, &[2, 3, 0x23, 0x28]), Mss::Unparsed);
+        untouched(tcp(0x02, &[1, 1, 1, 2]), Mss::Unparsed); // kind 2 at the last byte
+        let mut p = tcp(0x02, &[2, 4, 0x23, 0x28]);
+        p[32] = 0x70; // data offset 28 bytes, 24 there
+        untouched(p.clone(), Mss::Unparsed);
+        p[32] = 0x40; // below 20
+        untouched(p, Mss::Unparsed);
+        // Not whole: a fragment; not TCP; too short for a TCP header.
+        let mut p = tcp(0x02, &[2, 4, 0x23, 0x28]);
+        p[6] = 0x20;
+        untouched(p, Mss::NotApplicable);
+        let mut p = tcp(0x02, &[2, 4, 0x23, 0x28]);
+        p[9] = proto::UDP;
+        untouched(p, Mss::NotApplicable);
+        untouched(tcp(0x02, &[])[..30].to_vec(), Mss::NotApplicable);
+        untouched(vec![], Mss::NotApplicable);
+    }
+
+    #[test]
+    fn the_b4_clamps_both_ways_and_counts() {
+        let endpoint = EndpointConfig::new("2001:db8:1::2".parse().unwrap(), Ipv4Addr::new(192, 0, 0, 2));
+        let aftr: Ipv6Addr = "2001:db8:ffff::1".parse().unwrap();
+        let cfg = |mss_clamp| B4Config { endpoint, aftr, napt: None, nat: Nat44Config::default(), mss_clamp };
+        let syn = tcp(0x02, &[2, 4, 0x23, 0x28]);
+        let mut out = Out::new();
+        for on in [true, false] {
+            let b = B4::new(cfg(on));
+            assert_eq!(b.process(&syn, 0, &mut out), Action::Emit);
+            let (_, p) = out.get(0).unwrap();
+            assert_eq!(mss_of(&p[40..], 22), if on { 1420 } else { 9000 });
+            // The SYN-ACK back through the softwire.
+            let mut back = tcp(0x12, &[2, 4, 0x23, 0x28]);
+            back[12..16].copy_from_slice(&[198, 51, 100, 1]);
+            back[16..20].copy_from_slice(&[192, 0, 0, 2]);
+            let mut sa = vec![0u8; ipv6::HEADER_LEN];
+            Ipv6Header {
+                traffic_class: 0,
+                flow_label: 0,
+                payload_len: back.len() as u16,
+                next_header: 4,
+                hop_limit: 64,
+                src: aftr,
+                dst: endpoint.local,
+            }
+            .emit(&mut sa);
+            sa.extend_from_slice(&back);
+            assert_eq!(b.process(&sa, 0, &mut out), Action::Emit);
+            let (_, p) = out.get(0).unwrap();
+            assert_eq!(mss_of(p, 22), if on { 1420 } else { 9000 });
+            let bad = tcp(0x02, &[3, 0, 0, 0]);
+            assert_eq!(b.process(&bad, 0, &mut out), Action::Emit);
+            assert_eq!(&out.get(0).unwrap().1[40..], &bad[..], "sent on untouched");
+            let c = b.counters().snapshot();
+            assert_eq!((c.mss_clamped, c.mss_unparsed), if on { (2, 1) } else { (0, 0) });
+        }
     }
 }

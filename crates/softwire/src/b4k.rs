@@ -18,7 +18,14 @@ use xdp::b4::{B4Counter, B4KernelPath, B4Settings};
 /// The kernel path's settings for a B4 configured with `cfg`.
 pub fn settings(cfg: &B4Config) -> B4Settings {
     let e = cfg.endpoint;
-    B4Settings { local: e.local, hop_limit: e.hop_limit, encap_limit: e.encap_limit, mtu: e.mtu, copy_tos: e.copy_tos }
+    B4Settings {
+        local: e.local,
+        hop_limit: e.hop_limit,
+        encap_limit: e.encap_limit,
+        mtu: e.mtu,
+        copy_tos: e.copy_tos,
+        mss_max: if cfg.mss_clamp { crate::b4::mss_max(&e) } else { 0 },
+    }
 }
 
 /// Refuse an uplink whose reverse-path filter is strict: the decapsulated

@@ -94,6 +94,9 @@ pool4 = ["203.0.113.0/28"]          # as [nat64] pool4: "PREFIX" or { prefix, po
 # psid-offset = 6
 # lease-server = "[2001:db8:ffff::2]:4739"   # dstm
 # host-address = "192.0.0.2"         # an IPv4 address for this host's own sockets (RFC 6333 5.7)
+# mtu = 1500                         # IPv6 path MTU towards the AFTR (the tunnel MTU)
+# tun-mtu = 9000                     # the TUN device's MTU: at least mtu (it carries the softwire too)
+# mss-clamp = true                   # lower TCP SYNs' MSS both ways to fit the tunnel (mtu - 80)
 # tun = "v6gate-b4"
 #
 # [b4.kernel]: the kernel datapath of a ds-lite B4 or a dstm host (docs/softwire.md
@@ -308,6 +311,8 @@ struct B4Toml {
     host_address: Option<Ipv4Addr>,
     #[serde(default = "d_b44")]
     icmp_address: Ipv4Addr,
+    #[serde(default = "d_true")]
+    mss_clamp: bool,
     kernel: Option<B4KernelToml>,
     #[serde(flatten)]
     tunnel: TunnelToml,
@@ -743,12 +748,29 @@ fn b4(t: B4Toml) -> Result<B4Table, String> {
             ipv4_address = Some(ipv4);
         }
     }
+    if t.tunnel.tun_mtu < u32::from(t.tunnel.mtu) {
+        return Err(err(
+            "b4",
+            "tun-mtu",
+            format!(
+                "{} is below mtu {}: the device carries the softwire's IPv6 packets too, and the kernel would \
+                 answer the AFTR's full-size ones with Packet Too Big (mss-clamp keeps TCP within the tunnel)",
+                t.tunnel.tun_mtu, t.tunnel.mtu
+            ),
+        ));
+    }
     if mode == B4Mode::Dstm && t.lease_server.is_none() {
         return Err(err("b4", "lease-server", "needed for dstm"));
     }
     Ok(B4Table {
         mode,
-        b4: B4Config { endpoint, aftr, napt, nat: Nat44Config { log_mappings: false, ..Nat44Config::default() } },
+        b4: B4Config {
+            endpoint,
+            aftr,
+            napt,
+            nat: Nat44Config { log_mappings: false, ..Nat44Config::default() },
+            mss_clamp: t.mss_clamp,
+        },
         lease_server: t.lease_server,
         ipv4_address,
         kernel: b4_kernel(mode, t.kernel)?,
@@ -809,6 +831,18 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.b4.unwrap().mode, B4Mode::Dstm);
+    }
+
+    #[test]
+    fn b4_mss_clamp_is_on_and_the_tun_mtu_carries_the_tunnel() {
+        let base = "[b4]\nmode = \"ds-lite\"\naddress = \"2001:db8::2\"\naftr = \"2001:db8::1\"\n";
+        let b = |extra: &str| SoftwireConfig::parse(&format!("{base}{extra}"));
+        let d = b("").unwrap().b4.unwrap();
+        assert_eq!((d.tun.mtu, d.b4.mss_clamp, crate::b4::mss_max(&d.b4.endpoint)), (9000, true, 1420));
+        assert!(!b("mss-clamp = false\n").unwrap().b4.unwrap().b4.mss_clamp);
+        assert_eq!(b("tun-mtu = 1500\n").unwrap().b4.unwrap().tun.mtu, 1500);
+        let e = b("tun-mtu = 1460\n").unwrap_err();
+        assert!(e.contains("[b4] tun-mtu") && e.contains("Packet Too Big"), "{e}");
     }
 
     #[test]

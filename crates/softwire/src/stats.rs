@@ -121,6 +121,10 @@ pub struct Counters {
     pub icmp_rate_limited: AtomicU64,
     /// Tunnel packets reassembled.
     pub reassembled: AtomicU64,
+    /// B4: TCP SYNs whose MSS option was lowered to fit the tunnel.
+    pub mss_clamped: AtomicU64,
+    /// B4: TCP SYNs whose options did not parse (sent on untouched).
+    pub mss_unparsed: AtomicU64,
     drops: Box<[AtomicU64]>,
 }
 
@@ -135,6 +139,8 @@ impl Default for Counters {
             icmp_sent: AtomicU64::new(0),
             icmp_rate_limited: AtomicU64::new(0),
             reassembled: AtomicU64::new(0),
+            mss_clamped: AtomicU64::new(0),
+            mss_unparsed: AtomicU64::new(0),
             drops: Reason::ALL.iter().map(|_| AtomicU64::new(0)).collect(),
         }
     }
@@ -159,6 +165,10 @@ pub struct Snapshot {
     pub icmp_rate_limited: u64,
     /// See [`Counters::reassembled`].
     pub reassembled: u64,
+    /// See [`Counters::mss_clamped`].
+    pub mss_clamped: u64,
+    /// See [`Counters::mss_unparsed`].
+    pub mss_unparsed: u64,
     /// Drops by reason name (only reasons that happened).
     pub drops: std::collections::BTreeMap<&'static str, u64>,
 }
@@ -231,6 +241,8 @@ impl Counters {
             icmp_sent: g(&self.icmp_sent),
             icmp_rate_limited: g(&self.icmp_rate_limited),
             reassembled: g(&self.reassembled),
+            mss_clamped: g(&self.mss_clamped),
+            mss_unparsed: g(&self.mss_unparsed),
             drops: Reason::ALL
                 .iter()
                 .zip(self.drops.iter())

@@ -56,6 +56,10 @@ enum Outcome {
 
 impl Bed {
     fn new(encap_limit: Option<u8>) -> Bed {
+        Bed::with(encap_limit, true)
+    }
+
+    fn with(encap_limit: Option<u8>, mss_clamp: bool) -> Bed {
         assert!(am_root(), "the B4 kernel path tests need root (BPF_PROG_TEST_RUN, namespaces); CI runs as root");
         let ns = Netns::unique("v6b4k").expect("namespace");
         let cmds: &[&[&str]] = &[
@@ -82,7 +86,7 @@ impl Bed {
         let mut endpoint = EndpointConfig::new(B4A, HOST);
         endpoint.encap_limit = encap_limit;
         endpoint.hop_limit = 61;
-        let cfg = B4Config { endpoint, aftr: AFTR, napt: None, nat: Nat44Config::default() };
+        let cfg = B4Config { endpoint, aftr: AFTR, napt: None, nat: Nat44Config::default(), mss_clamp };
         let b4 = B4::new(cfg);
         let mut kp = B4KernelPath::load(b4k::settings(&cfg)).unwrap_or_else(|e| panic!("{e}"));
         kp.prepare_test(t0, up, MAC_UP).unwrap();
@@ -184,6 +188,25 @@ impl Bed {
 
 fn from_aftr(inner: &[u8]) -> Vec<u8> {
     v6(AFTR, B4A, 64, 4, inner)
+}
+
+/// A TCP segment (checksum field arbitrary: the clamp updates whatever is
+/// there) with `opts` after the 20-byte header and data offset `doff`
+/// words (`None`: the header and the options).
+fn tcp_opts(v: &V4, flags: u8, opts: &[u8], doff: Option<u8>) -> Vec<u8> {
+    let mut t = vec![0u8; 20];
+    t[0..2].copy_from_slice(&40000u16.to_be_bytes());
+    t[2..4].copy_from_slice(&80u16.to_be_bytes());
+    t[12] = doff.unwrap_or(((20 + opts.len()) / 4) as u8) << 4;
+    t[13] = flags;
+    t[16..18].copy_from_slice(&[0x9a, 0xbc]);
+    t.extend_from_slice(opts);
+    v.build(&t)
+}
+
+/// The MSS option value `at` bytes into the TCP header of IPv4 packet `p`.
+fn mss_at(p: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([p[20 + at], p[21 + at]])
 }
 
 #[test]
@@ -293,6 +316,128 @@ fn encapsulation_limit_option_as_the_engine_writes_it() {
         |b| b.encap(&V4::new(17, HOST, SERVER).udp(1, 2, &vec![0; 1500 - 48 - 27])),
         C::PassTooBig,
     );
+}
+
+/// TCP MSS clamping (`mss-clamp`): SYNs both ways lowered to the tunnel's
+/// 1420 (1500 - 40 - 20 - 20) byte for byte as the engine does; what the
+/// clamp leaves alone encapsulated or decapsulated untouched; SYNs whose
+/// options do not parse passed to the engine, which sends them on
+/// untouched and counts them.
+#[test]
+fn mss_clamping_as_the_engine_does() {
+    let b = Bed::new(None);
+    let out = V4::new(6, HOST, SERVER);
+    let back = V4::new(6, SERVER, HOST);
+    let engine = |f: fn(&softwire::stats::Snapshot) -> u64| f(&b.b4.counters().snapshot());
+
+    let (k0, e0) = (b.counter(C::MssClamped), engine(|s| s.mss_clamped));
+    let syn = tcp_opts(&out, 0x02, &[2, 4, 0x23, 0x28, 1, 3, 3, 7, 4, 2, 0, 0], None);
+    let got = b.encap_ok("syn, mss 9000", &syn);
+    assert_eq!(mss_at(&got[40..], 22), 1420);
+    assert_eq!(&got[40 + 44..], &syn[44..], "the options after the MSS untouched");
+    let got = b.decap_ok("syn-ack, mss 1460", &from_aftr(&tcp_opts(&back, 0x12, &[1, 1, 4, 2, 2, 4, 5, 0xb4], None)));
+    assert_eq!(mss_at(&got, 26), 1420);
+    let got = b.encap_ok("1421", &tcp_opts(&out, 0x02, &[2, 4, 0x05, 0x8d], None));
+    assert_eq!(mss_at(&got[40..], 22), 1420);
+    assert_eq!(b.counter(C::MssClamped), k0 + 3, "counted by the kernel path");
+    // The engine's model ran on every packet too (the reference output).
+    assert_eq!(engine(|s| s.mss_clamped), e0 + 3);
+
+    let same = |name: &str, l3: Vec<u8>, outbound: bool| {
+        let k = b.counter(C::MssClamped);
+        let got = if outbound { b.encap_ok(name, &l3)[40..].to_vec() } else { b.decap_ok(name, &from_aftr(&l3)) };
+        assert_eq!(got, l3, "{name}: untouched");
+        assert_eq!(b.counter(C::MssClamped), k, "{name}: not counted as clamped");
+    };
+    same("exactly 1420", tcp_opts(&out, 0x02, &[2, 4, 0x05, 0x8c], None), true);
+    same("smaller", tcp_opts(&back, 0x12, &[2, 4, 0x02, 0x18], None), false);
+    same("no mss option", tcp_opts(&out, 0x02, &[1, 1, 4, 2], None), true);
+    same("no options", tcp_opts(&back, 0x12, &[], None), false);
+    same("not a syn", tcp_opts(&out, 0x10, &[2, 4, 0x23, 0x28], None), true);
+    same("after the end of list", tcp_opts(&out, 0x02, &[0, 0, 0, 0, 2, 4, 0x23, 0x28], None), true);
+    same("a fragment", V4 { mf: true, ..out }.build(&tcp_opts(&out, 0x02, &[2, 4, 0x23, 0x28], None)[20..]), true);
+
+    let e1 = engine(|s| s.mss_unparsed);
+    let bad: [(&str, Vec<u8>); 6] = [
+        ("option length 0", tcp_opts(&out, 0x02, &[3, 0, 0, 0, 2, 4, 0x23, 0x28], None)),
+        ("option length 1", tcp_opts(&out, 0x02, &[3, 1, 0, 0, 2, 4, 0x23, 0x28], None)),
+        ("option past the header", tcp_opts(&out, 0x02, &[1, 1, 1, 8, 2, 4, 0x23, 0x28], None)),
+        ("mss of length 3", tcp_opts(&out, 0x02, &[2, 3, 0x23, 0x28], None)),
+        ("data offset past the packet", tcp_opts(&out, 0x02, &[2, 4, 0x23, 0x28], Some(7))),
+        ("data offset below 5", tcp_opts(&out, 0x02, &[2, 4, 0x23, 0x28], Some(4))),
+    ];
+    for (name, l3) in &bad {
+        b.passes(name, |b| b.encap(l3), C::PassTcpOptions);
+        // The engine sends it on untouched.
+        assert_eq!(b.engine(l3).map(|p| p[40..].to_vec()).as_ref(), Some(l3), "{name}");
+        b.passes(name, |b| b.decap(&from_aftr(l3), 0, MAC_UP), C::PassTcpOptions);
+    }
+    // The engine saw each twice: the model of the tc run, and the check above.
+    assert_eq!(engine(|s| s.mss_unparsed), e1 + 2 * bad.len() as u64);
+
+    // With the limit option, 8 bytes less; with mss-clamp off, nothing.
+    let b = Bed::with(Some(4), true);
+    let got = b.encap_ok("limit option", &tcp_opts(&out, 0x02, &[2, 4, 0x23, 0x28], None));
+    assert_eq!(mss_at(&got[48..], 22), 1412);
+    let b = Bed::with(None, false);
+    let syn = tcp_opts(&out, 0x02, &[2, 4, 0x23, 0x28], None);
+    assert_eq!(&b.encap_ok("clamp off", &syn)[40..], &syn[..]);
+    let bad = tcp_opts(&out, 0x02, &[3, 0, 0, 0], None);
+    assert_eq!(&b.encap_ok("clamp off, options not looked at", &bad)[40..], &bad[..]);
+    assert_eq!(b.counter(C::MssClamped), 0);
+}
+
+/// Generated TCP segments with options, SYN or not, both ways: random
+/// option bytes, MSS values around the clamp, data offsets, mutations.
+#[test]
+fn generated_syns_never_differ() {
+    let b = Bed::new(None);
+    let seg = (
+        any::<bool>(),
+        prop_oneof![Just(0x02u8), Just(0x12u8), Just(0x10u8), any::<u8>()],
+        proptest::collection::vec(
+            prop_oneof![
+                (1400u16..1500).prop_map(|m| vec![2u8, 4, (m >> 8) as u8, m as u8]),
+                any::<u16>().prop_map(|m| vec![2u8, 4, (m >> 8) as u8, m as u8]),
+                Just(vec![1u8]),
+                Just(vec![0u8]),
+                Just(vec![4u8, 2]),
+                Just(vec![3u8, 3, 7]),
+                proptest::collection::vec(any::<u8>(), 1..6),
+            ],
+            0..8,
+        ),
+        proptest::option::of(0u8..16),
+        proptest::option::of((any::<usize>(), any::<u8>())),
+    );
+    let mut runner = TestRunner::new(PtConfig { cases: 2000, ..PtConfig::default() });
+    let (done, clamped) = (core::cell::Cell::new(0u32), core::cell::Cell::new(0u64));
+    let k0 = b.counter(C::MssClamped);
+    runner
+        .run(&seg, |(outbound, flags, parts, doff, mutate)| {
+            let mut opts: Vec<u8> = parts.concat();
+            opts.truncate(40);
+            while !opts.len().is_multiple_of(4) {
+                opts.push(1);
+            }
+            let v = if outbound { V4::new(6, HOST, SERVER) } else { V4::new(6, SERVER, HOST) };
+            let mut l3 = tcp_opts(&v, flags, &opts, doff);
+            if let Some((at, x)) = mutate {
+                // Mutate the TCP header or its options (the IPv4 header is
+                // the other test's).
+                let i = 20 + at % (l3.len() - 20);
+                l3[i] ^= x;
+            }
+            let r = if outbound { b.encap(&l3) } else { b.decap(&from_aftr(&l3), 0, MAC_UP) };
+            if matches!(r, Outcome::Done(_)) {
+                done.set(done.get() + 1);
+            }
+            clamped.set(b.counter(C::MssClamped) - k0);
+            Ok(())
+        })
+        .unwrap();
+    assert!(done.get() > 1000, "only {} of 2000 generated segments took the kernel path", done.get());
+    assert!(clamped.get() > 100, "only {} generated SYNs were clamped", clamped.get());
 }
 
 /// Generated packets, valid and mutated, both directions: the kernel path

@@ -117,6 +117,7 @@ fn b4(local: &str, napt: Option<Napt>) -> B4 {
         aftr: a6(AFTR),
         napt,
         nat: Nat44Config { log_mappings: false, ..Default::default() },
+        mss_clamp: true,
     })
 }
 
@@ -254,6 +255,7 @@ fn rfc6333_5_3_fragmented_softwire_reassembled_at_the_aftr() {
         aftr: a6(AFTR),
         napt: None,
         nat: Nat44Config::default(),
+        mss_clamp: true,
     });
     let a = aftr(100);
     let mut out = Out::new();

@@ -52,9 +52,13 @@ pub struct B4Config {
     pub l2len: u32,
     /// The TUN device's ifindex.
     pub tun_ifindex: u32,
+    /// TCP SYNs: the largest MSS option let through (0: no clamping).
+    pub mss_max: u16,
+    /// Zero.
+    pub pad: u16,
 }
 
-const _: () = assert!(core::mem::size_of::<B4Config>() == 48);
+const _: () = assert!(core::mem::size_of::<B4Config>() == 52);
 
 const B4_F_ON: u32 = 1;
 const B4_F_COPY_TOS: u32 = 2;
@@ -93,7 +97,7 @@ counter_enum! {
     PassTtl = 8, "pass-ttl";
     /// Passed: over the tunnel MTU or the egress MTU.
     PassTooBig = 9, "pass-too-big";
-    /// Passed: a GSO packet.
+    /// Passed: a GSO packet that is not TCP, or whose segments do not fit the tunnel MTU.
     PassGso = 10, "pass-gso";
     /// Passed: the IPv4 header checksum does not verify.
     PassChecksum = 11, "pass-checksum";
@@ -107,6 +111,11 @@ counter_enum! {
     PassOtherHost = 15, "pass-other-host";
     /// Passed: a softwire packet from another address than the AFTR.
     PassUnknownAftr = 16, "pass-unknown-aftr";
+    /// A TCP SYN's MSS option lowered to the clamp (also counted `encap` or `decap`).
+    MssClamped = 17, "mss-clamped";
+    /// Passed: a TCP SYN whose header or options do not parse (the engine
+    /// leaves it untouched and counts it).
+    PassTcpOptions = 18, "pass-tcp-options";
 }
 
 /// What the kernel path needs of the B4's end-point configuration.
@@ -122,6 +131,8 @@ pub struct B4Settings {
     pub mtu: u16,
     /// Traffic Class from the inner TOS.
     pub copy_tos: bool,
+    /// TCP SYNs both ways: the largest MSS option let through (0: none).
+    pub mss_max: u16,
 }
 
 /// The loaded B4 kernel path. Dropping it detaches both programs.
@@ -167,6 +178,8 @@ impl B4KernelPath {
             encap_limit: settings.encap_limit.unwrap_or(0),
             l2len: 0,
             tun_ifindex: 0,
+            mss_max: settings.mss_max,
+            pad: 0,
         };
         let mut p = B4KernelPath { obj, settings, cfg, tc: None };
         p.write()?;
@@ -309,6 +322,6 @@ mod tests {
         labels.dedup();
         assert_eq!(labels.len(), B4Counter::ALL.len());
         // bpf/b4.h's B4_COUNTERS.
-        assert_eq!(B4Counter::ALL.len(), 17);
+        assert_eq!(B4Counter::ALL.len(), 19);
     }
 }
