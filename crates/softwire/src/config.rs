@@ -762,15 +762,15 @@ fn b4(t: B4Toml) -> Result<B4Table, String> {
     if mode == B4Mode::Dstm && t.lease_server.is_none() {
         return Err(err("b4", "lease-server", "needed for dstm"));
     }
+    // The lwB4's NAPT has one subscriber (the whole LAN, keyed by the
+    // lwB4's address): its limit is its port set, one per protocol, not
+    // the AFTR's per-subscriber quota (RFC 6888 REQ-4, 2048 by default),
+    // which would refuse new flows with most of the set free.
+    let quota = napt.map_or(Nat44Config::default().max_ports_per_subscriber, |n| n.map.set_size().saturating_mul(3));
+    let nat = Nat44Config { max_ports_per_subscriber: quota, log_mappings: false, ..Nat44Config::default() };
     Ok(B4Table {
         mode,
-        b4: B4Config {
-            endpoint,
-            aftr,
-            napt,
-            nat: Nat44Config { log_mappings: false, ..Nat44Config::default() },
-            mss_clamp: t.mss_clamp,
-        },
+        b4: B4Config { endpoint, aftr, napt, nat, mss_clamp: t.mss_clamp },
         lease_server: t.lease_server,
         ipv4_address,
         kernel: b4_kernel(mode, t.kernel)?,

@@ -364,6 +364,53 @@ fn lw4o6_napt_round_trip_and_port_set() {
     assert_eq!(out.get(0).map(|(k, _)| k), Some(PacketKind::IcmpError), "RFC 7596 §6.2: ICMPv4 3/1");
 }
 
+/// The lwB4 of a `[b4]` table with `psid-length` `len` (PSID 1), as
+/// `v6gate softwire` builds it from its configuration.
+fn lwb4_from_config(len: u8) -> B4 {
+    let text = format!(
+        "[b4]\nmode = \"lw4o6\"\naddress = \"{B4A}\"\naftr = \"{AFTR}\"\nipv4-address = \"192.0.2.1\"\n\
+         psid = 1\npsid-length = {len}\n"
+    );
+    B4::new(softwire::config::SoftwireConfig::parse(&text).unwrap().b4.unwrap().b4)
+}
+
+/// Issue #15: the lwB4's NAPT (one subscriber: its LAN) is limited by its
+/// port set, not by the AFTR's per-subscriber quota (2048 by default),
+/// which refused every new flow after 2,000 TCP sessions and 48 UDP flows.
+#[test]
+fn lw4o6_b4_napt_is_limited_by_its_port_set_not_a_quota() {
+    // PSID length 2: 15,360 ports per protocol.
+    let b = lwb4_from_config(2);
+    let mut out = Out::new();
+    for i in 0..2000u16 {
+        assert_eq!(
+            b.process(&tcp4([192, 168, 1, 9], 20000 + i, SERVER, 80, true), 0, &mut out),
+            Action::Emit,
+            "TCP {i}"
+        );
+    }
+    for i in 0..100u16 {
+        let a = b.process(&udp4([192, 168, 1, 9], 40000 + i, SERVER, 5003, b"x"), 0, &mut out);
+        assert_eq!(a, Action::Emit, "UDP flow {i} after 2,000 TCP sessions");
+    }
+    // PSID length 6: 1,008 ports per protocol; the set, then nothing.
+    let b = lwb4_from_config(6);
+    let map = PsidMap::new(6, 6).unwrap();
+    for i in 0..1008u16 {
+        assert_eq!(
+            b.process(&udp4([192, 168, 1, 9], 20000 + i, SERVER, 5003, b"x"), 0, &mut out),
+            Action::Emit,
+            "UDP {i}"
+        );
+        let (_, _, inner) = v6_tunnel(&only(&out));
+        assert!(map.allowed(v4_ends(&inner).1, 1));
+    }
+    let a = b.process(&udp4([192, 168, 1, 9], 30000, SERVER, 5003, b"x"), 0, &mut out);
+    assert_eq!(a, Action::Drop(Reason::PoolExhausted), "the set is full");
+    // Each protocol has its own set.
+    assert_eq!(b.process(&tcp4([192, 168, 1, 9], 30000, SERVER, 80, true), 0, &mut out), Action::Emit);
+}
+
 /// A softwire packet from `b4` carrying `inner` (what a misbehaving lwB4 sends).
 fn raw_softwire(b4: &str, inner: &[u8]) -> Vec<u8> {
     let mut out = Out::new();
