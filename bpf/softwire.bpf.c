@@ -46,7 +46,8 @@
  * half-open when the B4's SYN creates it: its outside SYN+ACK is carried
  * and recorded in the entries (DS_F_SYN_ACK) for the slow path, whose
  * state machine reads it as if it had seen that SYN+ACK; from then on the
- * mapping is carried as ESTABLISHED. New flows, TCP SYN/FIN/RST,
+ * mapping is carried as ESTABLISHED, and through the close (the FIN
+ * RCV states). New flows, TCP SYN/FIN/RST,
  * hairpinning (to a pool address) and everything passed above go to the
  * slow path; each forward refreshes the entry's last-seen time, which
  * the slow path reads before it expires a mapping.

@@ -60,7 +60,8 @@ _Static_assert(sizeof(struct sw_mac) == 8, "struct sw_mac differs from softwire.
 
 /* The DS-Lite AFTR's NAT44 (RFC 6333 §6.6), mirrored by the slow path per
  * mapping it would translate without a state change (UDP and ICMP echo at
- * creation, TCP while ESTABLISHED): two entries, one per direction. A TCP
+ * creation, TCP from ESTABLISHED through the close, whose FIN and RST
+ * pass): two entries, one per direction. A TCP
  * mapping is mirrored when the B4's SYN creates it (RFC 6146 V6 INIT) with
  * DS_F_HALF_OPEN: then only the outside SYN+ACK is carried, which sets
  * DS_F_SYN_ACK in both entries (atomic OR) for the slow path to read: the

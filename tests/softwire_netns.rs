@@ -402,9 +402,10 @@ fn dslite_aftr_over_the_xdp_fast_path() {
     assert!(xdp_count(&s, "decap") + xdp_count(&s, "encap") > 20, "{s}");
     assert!(xdp_count(&s, "pass-no-session") > 0 && xdp_count(&s, "pass-tcp-control") > 0, "{s}");
     assert!(xdp_count(&s, "syn-ack") > 0, "the SYN-ACK took the fast path: {s}");
-    // The ICMP and UDP mappings stay carried; the closed TCP one left.
+    // The ICMP and UDP mappings stay carried, and the TCP one through its
+    // close (FIN RCV, V4 FIN + V6 FIN RCV) until the engine expires it.
     assert!(s["dslite"]["xdp"]["sessions"].as_u64().unwrap() >= 2, "{s}");
-    assert!(s["dslite"]["xdp"]["sessions"].as_u64().unwrap() < s["dslite"]["mappings"].as_u64().unwrap(), "{s}");
+    assert!(s["dslite"]["xdp"]["sessions"].as_u64().unwrap() <= s["dslite"]["mappings"].as_u64().unwrap(), "{s}");
     // The abuse-tracing log is the engine's, fast path or not.
     let log = aftr.log();
     assert!(log.contains("nat44 map proto=tcp b4=2001:db8:1::2 inside=192.0.0.2:"), "{log}");

@@ -29,7 +29,11 @@
 //! - with [`Nat44::set_mirror`], a list of [`Change`]s for a fast path
 //!   (the AFTR's XDP program, `crate::fast`): a mapping is "carried" while
 //!   its packets change nothing here but the idle timer (UDP and ICMP from
-//!   creation, TCP while ESTABLISHED); it goes up when that starts, down
+//!   creation, TCP from ESTABLISHED through the close: V4/V6 FIN RCV and
+//!   V4 FIN + V6 FIN RCV, whose FIN and RST the fast path passes to the
+//!   state machine here, and whose last ACKs it carries; a carried packet
+//!   of V4 FIN + V6 FIN RCV does not restart its transitory lifetime, as
+//!   here); it goes up when that starts, down
 //!   when it stops or the mapping is deleted, in the order the packets
 //!   caused it. [`Nat44::expire_with`] asks the fast path when it last saw
 //!   a carried mapping before deleting it (or ageing ESTABLISHED out).
@@ -106,12 +110,26 @@ impl Mapping {
     /// How a fast path may carry it (see the module documentation): in
     /// full while its packets change nothing but the idle timer, half-open
     /// while TCP waits for the outside SYN.
+    /// TCP through the close too: in V4 FIN RCV and V6 FIN RCV a packet
+    /// other than FIN or RST only restarts the idle timer (as in
+    /// ESTABLISHED), and in V4 FIN + V6 FIN RCV no packet changes
+    /// anything; the fast path passes FIN and RST, which step the state
+    /// machine here.
     fn carriable(&self) -> Carry {
         match self.tcp {
-            None | Some(TcpState::Established) => Carry::Full,
+            None | Some(TcpState::Established | TcpState::V4FinRcv | TcpState::V6FinRcv | TcpState::V4FinV6FinRcv) => {
+                Carry::Full
+            }
             Some(TcpState::V6Init) => Carry::HalfOpen,
             Some(_) => Carry::No,
         }
+    }
+
+    /// Whether a packet the fast path carried restarts the idle timer:
+    /// not in V4 FIN + V6 FIN RCV, whose transitory lifetime runs from
+    /// the second FIN whatever follows (RFC 6146 §3.5.2.2).
+    fn refreshed_by_packets(&self) -> bool {
+        self.carriable() == Carry::Full && self.tcp != Some(TcpState::V4FinV6FinRcv)
     }
 }
 
@@ -495,7 +513,7 @@ impl Nat44 {
         if seen.syn_ack && m.tcp == Some(TcpState::V6Init) {
             self.touch(m, Side::V4, Some(tcp::SYN | ACK), t);
         }
-        if let Some(t) = seen.last_ns.filter(|_| m.carriable() == Carry::Full) {
+        if let Some(t) = seen.last_ns.filter(|_| m.refreshed_by_packets()) {
             m.expires = m.expires.max(t.saturating_add(self.idle(m.out.proto)));
         }
     }
@@ -816,14 +834,16 @@ mod tests {
         assert_eq!(ch, [Change::Opened(t, ot)], "TCP in full once ESTABLISHED, once");
         ch.clear();
         n.outbound(t, Y, Some(tcp::FIN | 0x10), 2 * NS).unwrap();
+        n.inbound(ot, Some(tcp::FIN | 0x10), 3 * NS).unwrap();
         n.take_changes(&mut ch);
-        assert_eq!(ch, [Change::Down(t, ot)]);
-        ch.clear();
-        // A fast path that saw `u` at 299 s keeps it past 300 s; `u0` goes.
+        assert_eq!(ch, [], "the close stays carried");
+        // A fast path that saw `u` at 299 s keeps it past 300 s; `u0` goes,
+        // and `t` 240 s after its second FIN.
         let seen = |k: &Inside, _: &Outside| (*k == u).then_some(Seen { last_ns: Some(299 * NS), syn_ack: false });
-        assert_eq!(n.expire_with(301 * NS, seen), 1);
+        assert_eq!(n.expire_with(301 * NS, seen), 2);
         n.take_changes(&mut ch);
-        assert_eq!(ch, [Change::Down(u0, ou0)]);
+        ch.sort_by_key(|c| matches!(c, Change::Down(k, _) if *k == t));
+        assert_eq!(ch, [Change::Down(u0, ou0), Change::Down(t, ot)]);
         assert!(n.lookup_in(&u).is_some());
         ch.clear();
         assert_eq!(n.expire_with(600 * NS, seen), 1, "the last sighting counts once");
@@ -867,7 +887,7 @@ mod tests {
         n.outbound(t, Y, Some(tcp::FIN | ACK), 10 * NS).unwrap();
         assert_eq!(state(&n, t), Some(TcpState::V6FinRcv), "ESTABLISHED, then the FIN");
         n.take_changes(&mut ch);
-        assert_eq!(ch, [Change::Down(t, ot)]);
+        assert_eq!(ch, [Change::Opened(t, ot)], "carried in full through the close");
         ch.clear();
         // Without the SYN+ACK the same FIN changes nothing (V6 INIT).
         let u = inside(1, "10.0.0.1", 2, Protocol::Tcp);
@@ -898,6 +918,77 @@ mod tests {
         assert!(ch.contains(&Change::Down(u, ou)), "{ch:?}");
         let l: Vec<_> = n.list(None, 100, 241 * NS).into_iter().filter(|m| m.inside == e).collect();
         assert_eq!(l[0].expires_in_s, (200 + 7440 - 241), "idle timer from the fast path's last packet");
+    }
+
+    /// The close of a carried TCP mapping: the FINs (and an RST) come here
+    /// and step the state machine without taking the mapping off the fast
+    /// path; what the fast path forwarded in between restarts the idle
+    /// timer in V4/V6 FIN RCV (as here: ESTABLISHED's lifetime) but not in
+    /// V4 FIN + V6 FIN RCV, which dies 4 minutes after the second FIN.
+    #[test]
+    fn the_close_stays_carried_and_expires_from_the_second_fin() {
+        let n =
+            Nat44::new(Nat44Config { log_mappings: false, ..Default::default() }, pool("203.0.113.1/32", 1024, 65535));
+        n.set_mirror(true);
+        let state = |n: &Nat44, k: Inside| n.list(None, 100, 0).into_iter().find(|m| m.inside == k).map(|m| m.tcp);
+        let open = |port: u16| {
+            let k = inside(1, "10.0.0.1", port, Protocol::Tcp);
+            let o = n.outbound(k, Y, Some(tcp::SYN), 0).unwrap();
+            n.inbound(o, Some(tcp::SYN | ACK), 0).unwrap();
+            n.outbound(k, Y, Some(ACK), NS).unwrap();
+            (k, o)
+        };
+        let mut ch = Vec::new();
+        let (t, ot) = open(1);
+        let (r, or) = open(2);
+        n.take_changes(&mut ch);
+        assert_eq!(
+            ch,
+            [Change::HalfOpen(t, ot), Change::Opened(t, ot), Change::HalfOpen(r, or), Change::Opened(r, or)]
+        );
+        ch.clear();
+        // FIN from outside, then an RST from outside (RST during FIN RCV
+        // is not handled: the state stays) and one from inside.
+        n.inbound(ot, Some(tcp::FIN | ACK), 10 * NS).unwrap();
+        assert_eq!(state(&n, t), Some(Some(TcpState::V4FinRcv)));
+        n.outbound(r, Y, Some(tcp::FIN | ACK), 10 * NS).unwrap();
+        n.inbound(or, Some(tcp::RST), 11 * NS).unwrap();
+        n.outbound(r, Y, Some(tcp::RST), 11 * NS).unwrap();
+        assert_eq!(state(&n, r), Some(Some(TcpState::V6FinRcv)));
+        n.take_changes(&mut ch);
+        assert_eq!(ch, [], "FIN RCV stays carried");
+        // The second FIN: V4 FIN + V6 FIN RCV, still carried, and the
+        // transitory lifetime from it whatever the fast path forwards later.
+        let fin2 = 20 * NS;
+        n.outbound(t, Y, Some(tcp::FIN | ACK), fin2).unwrap();
+        assert_eq!(state(&n, t), Some(Some(TcpState::V4FinV6FinRcv)));
+        n.take_changes(&mut ch);
+        assert_eq!(ch, [], "the last ACKs stay carried");
+        let trans = Nat44Config::default().tcp_trans_timeout_ns;
+        let est = Nat44Config::default().tcp_est_timeout_ns;
+        let late = |k: &Inside, _: &Outside| {
+            let last = if *k == t { fin2 + trans - NS } else { 5000 * NS };
+            Some(Seen { last_ns: Some(last), syn_ack: false })
+        };
+        assert_eq!(n.expire_with(fin2 + trans - NS, late), 0);
+        assert_eq!(n.expire_with(fin2 + trans + NS, late), 1, "t: 240 s after the second FIN");
+        assert_eq!(state(&n, t), None);
+        n.take_changes(&mut ch);
+        assert_eq!(ch, [Change::Down(t, ot)]);
+        ch.clear();
+        // In FIN RCV the fast path's last packet keeps the mapping past the
+        // established lifetime, then it ages to TRANS (off the fast path)
+        // like ESTABLISHED, and goes.
+        assert_eq!(n.expire_with(11 * NS + est + NS, late), 0);
+        assert_eq!(state(&n, r), Some(Some(TcpState::V6FinRcv)), "refreshed by the carried packet");
+        assert_eq!(n.expire_with(5000 * NS + est + NS, |_, _| None), 0);
+        assert_eq!(state(&n, r), Some(Some(TcpState::Trans)));
+        n.take_changes(&mut ch);
+        assert_eq!(ch, [Change::Down(r, or)]);
+        let gone_before = n.expired.load(Ordering::Relaxed);
+        assert_eq!(n.expire_with(5000 * NS + est + trans + 2 * NS, |_, _| None), 1);
+        assert_eq!(n.expired.load(Ordering::Relaxed), gone_before + 1);
+        assert_eq!((n.ports_of(&t.sub), n.len()), (0, 0));
     }
 
     #[test]

@@ -181,8 +181,8 @@ fn named_cases_and_mirroring() {
     b.passes("tcp: rst from outside", &back.tcp(80, ot.port, 0x04, b""), C::PassTcpControl);
     b.passes("tcp: a retransmitted syn-ack", &synack, C::PassTcpControl);
     assert_eq!(b.engine(&fin), Action::Emit);
-    assert_eq!(b.sessions(), 1, "out of ESTABLISHED: removed");
-    b.passes("tcp: after the fin", &ack, C::PassNoSession);
+    assert_eq!(b.sessions(), 2, "V6 FIN RCV: still carried");
+    b.fast_ok("tcp: after the fin", &ack);
 
     // ICMP echo: the identifier is the port.
     let ping = sw(B4_1, &V4::new(1, IN1, HOST).icmp(8, 0, [0, 77, 0, 1], b"ping"));
@@ -273,7 +273,7 @@ fn the_engine_learns_the_syn_ack_the_fast_path_carried() {
     b.passes("fin", &fin, C::PassTcpControl);
     assert_eq!(b.engine(&fin), Action::Emit);
     assert_eq!(state(&b, B4_1, 41000), Some(TcpState::V6FinRcv), "ESTABLISHED (learnt), then the FIN");
-    assert_eq!(b.sessions(), 0, "no longer carried");
+    assert_eq!(b.sessions(), 1, "carried in full through the close");
     // 2. An RST from outside: ESTABLISHED -> TRANS, as after a seen SYN+ACK.
     let o2 = open(&mut b, 41001);
     assert_eq!(b.engine(&V4::new(6, HOST, o2.addr).tcp(80, o2.port, 0x04, b"")), Action::Emit);
@@ -284,14 +284,79 @@ fn the_engine_learns_the_syn_ack_the_fast_path_carried() {
     open(&mut b, 41002);
     assert!(matches!(b.fast(&sw(B4_1, &t.tcp(41002, 80, 0x10, b"")), 0), Outcome::Forwarded(_)));
     assert_eq!(b.engine(&sw(B4_1, &t.tcp(41003, 80, 0x02, b""))), Action::Emit);
-    assert_eq!(b.sessions(), 2);
+    assert_eq!(b.sessions(), 3);
     assert_eq!(b.fast.expire(&b.aftr, NOW + 241 * S), 2, "the half-open one without a syn-ack and the reset one");
     assert_eq!(state(&b, B4_1, 41002), Some(TcpState::Established));
     assert_eq!(state(&b, B4_1, 41003), None);
     assert_eq!(state(&b, B4_1, 41001), None);
-    assert_eq!(b.sessions(), 1);
+    assert_eq!(state(&b, B4_1, 41000), Some(TcpState::V6FinRcv), "FIN RCV lives on like ESTABLISHED");
+    assert_eq!(b.sessions(), 2);
     b.fast_ok("after expiry: data, carried in full", &sw(B4_1, &t.tcp(41002, 80, 0x18, b"more")));
     b.passes("after expiry: a fin", &sw(B4_1, &t.tcp(41002, 80, 0x11, b"")), C::PassTcpControl);
+}
+
+/// The close of a carried TCP flow: FIN and RST go to the engine, whose
+/// state machine steps without taking the session out of the maps; the
+/// ACKs and data around them stay on the fast path byte for byte, and the
+/// session leaves the maps when the engine expires it, 240 s after the
+/// second FIN whatever the fast path forwarded since.
+#[test]
+fn the_close_stays_carried() {
+    let mut b = DsBed::new(64, 64);
+    let t = V4::new(6, IN1, HOST);
+    let open = |b: &mut DsBed, port: u16| {
+        assert_eq!(b.engine(&sw(B4_1, &t.tcp(port, 80, 0x02, b""))), Action::Emit);
+        let o = b.outside(B4_1, Protocol::Tcp, IN1, port);
+        b.fast_ok("the syn-ack", &V4::new(6, HOST, o.addr).tcp(80, o.port, 0x12, b""));
+        b.fast.sync(&b.aftr);
+        b.fast_ok("the handshake's ack", &sw(B4_1, &t.tcp(port, 80, 0x10, b"")));
+        (V4::new(6, HOST, o.addr), o.port)
+    };
+    // 1. The B4 closes first.
+    let (back, op) = open(&mut b, 42000);
+    let fin = sw(B4_1, &t.tcp(42000, 80, 0x11, b""));
+    b.passes("fin from the b4", &fin, C::PassTcpControl);
+    assert_eq!(b.engine(&fin), Action::Emit);
+    assert_eq!(state(&b, B4_1, 42000), Some(TcpState::V6FinRcv));
+    assert_eq!(b.sessions(), 1, "still carried");
+    b.fast_ok("v6 fin rcv: the ack of the fin", &back.tcp(80, op, 0x10, b""));
+    b.fast_ok("v6 fin rcv: data from outside", &back.tcp(80, op, 0x18, b"rest"));
+    b.fast_ok("v6 fin rcv: the b4's ack", &sw(B4_1, &t.tcp(42000, 80, 0x10, b"")));
+    let rst = back.tcp(80, op, 0x04, b"");
+    b.passes("v6 fin rcv: rst from outside", &rst, C::PassTcpControl);
+    assert_eq!(b.engine(&rst), Action::Emit);
+    assert_eq!(state(&b, B4_1, 42000), Some(TcpState::V6FinRcv), "an RST during FIN RCV changes nothing");
+    let fin2 = back.tcp(80, op, 0x11, b"");
+    b.passes("the second fin", &fin2, C::PassTcpControl);
+    assert_eq!(b.engine(&fin2), Action::Emit);
+    assert_eq!(state(&b, B4_1, 42000), Some(TcpState::V4FinV6FinRcv));
+    let last = sw(B4_1, &t.tcp(42000, 80, 0x10, b""));
+    b.fast_ok("the last ack", &last);
+    b.passes("a retransmitted second fin", &fin2, C::PassTcpControl);
+    // 2. The server closes first.
+    let (back, op) = open(&mut b, 42001);
+    let fin = back.tcp(80, op, 0x11, b"");
+    b.passes("fin from outside", &fin, C::PassTcpControl);
+    assert_eq!(b.engine(&fin), Action::Emit);
+    assert_eq!(state(&b, B4_1, 42001), Some(TcpState::V4FinRcv));
+    b.fast_ok("v4 fin rcv: the b4's ack", &sw(B4_1, &t.tcp(42001, 80, 0x10, b"")));
+    b.fast_ok("v4 fin rcv: data from the b4", &sw(B4_1, &t.tcp(42001, 80, 0x18, b"bye")));
+    let fin2 = sw(B4_1, &t.tcp(42001, 80, 0x11, b""));
+    b.passes("the b4's fin", &fin2, C::PassTcpControl);
+    assert_eq!(b.engine(&fin2), Action::Emit);
+    assert_eq!(state(&b, B4_1, 42001), Some(TcpState::V4FinV6FinRcv));
+    b.fast_ok("the last ack from outside", &back.tcp(80, op, 0x10, b""));
+    assert_eq!(b.sessions(), 2);
+    // 3. Expiry: the carried ACKs do not extend V4 FIN + V6 FIN RCV; both
+    // go at the transitory timeout after their second FIN, and the maps follow.
+    let created = b.aftr.nat().created.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(b.fast.expire(&b.aftr, NOW + 239 * S), 0);
+    assert_eq!(b.sessions(), 2);
+    assert_eq!(b.fast.expire(&b.aftr, NOW + 241 * S), 2);
+    assert_eq!(b.sessions(), 0);
+    assert!(b.aftr.nat().is_empty());
+    assert_eq!(b.aftr.nat().expired.load(std::sync::atomic::Ordering::Relaxed), created);
+    b.passes("after expiry: the last ack again", &last, C::PassNoSession);
 }
 
 #[test]
@@ -344,11 +409,22 @@ fn generated_packets_never_differ() {
         sw(B4_1, &V4::new(1, IN1, HOST).icmp(8, 0, [0, 77, 0, 1], b"")),
         sw(B4_1, &t.tcp(40000, 80, 0x02, b"")),
         sw(B4_2, &t.tcp(40001, 80, 0x02, b"")),
+        sw(B4_1, &t.tcp(40002, 80, 0x02, b"")),
+        sw(B4_2, &t.tcp(40003, 80, 0x02, b"")),
     ] {
         assert_eq!(b.engine(&l3), Action::Emit);
     }
-    let ot = b.outside(B4_1, Protocol::Tcp, IN1, 40000);
-    assert_eq!(b.engine(&V4::new(6, HOST, ot.addr).tcp(80, ot.port, 0x12, b"")), Action::Emit);
+    for (sub, port) in [(B4_1, 40000), (B4_1, 40002), (B4_2, 40003)] {
+        let o = b.outside(sub, Protocol::Tcp, IN1, port);
+        assert_eq!(b.engine(&V4::new(6, HOST, o.addr).tcp(80, o.port, 0x12, b"")), Action::Emit);
+    }
+    // Closing: 40002 in V4 FIN + V6 FIN RCV, 40003 in V6 FIN RCV.
+    let o = b.outside(B4_1, Protocol::Tcp, IN1, 40002);
+    assert_eq!(b.engine(&V4::new(6, HOST, o.addr).tcp(80, o.port, 0x11, b"")), Action::Emit);
+    assert_eq!(b.engine(&sw(B4_1, &t.tcp(40002, 80, 0x11, b""))), Action::Emit);
+    assert_eq!(b.engine(&sw(B4_2, &t.tcp(40003, 80, 0x11, b""))), Action::Emit);
+    assert_eq!(state(&b, B4_1, 40002), Some(TcpState::V4FinV6FinRcv));
+    assert_eq!(state(&b, B4_2, 40003), Some(TcpState::V6FinRcv));
     // (b4, proto, inside port, outside) of each session.
     let sessions: Vec<(Ipv6Addr, u8, u16, Outside)> = [
         (B4_1, Protocol::Udp, 5000),
@@ -356,6 +432,8 @@ fn generated_packets_never_differ() {
         (B4_1, Protocol::Icmp, 77),
         (B4_1, Protocol::Tcp, 40000),
         (B4_2, Protocol::Tcp, 40001),
+        (B4_1, Protocol::Tcp, 40002),
+        (B4_2, Protocol::Tcp, 40003),
     ]
     .iter()
     .map(|&(s, p, port)| {
@@ -367,11 +445,11 @@ fn generated_packets_never_differ() {
         (s, n, port, b.outside(s, p, IN1, port))
     })
     .collect();
-    assert_eq!(b.sessions(), 5, "the last one half-open");
+    assert_eq!(b.sessions(), 7, "40001 half-open, 40002 and 40003 closing");
     let b = b;
     let pkt = (
         any::<bool>(),
-        0usize..5,
+        0usize..7,
         prop_oneof![Just(0u16), Just(0), Just(1), any::<u16>()],
         prop_oneof![Just(0x10u8), Just(0x18), Just(0x02), Just(0x11), Just(0x04), Just(0x12)],
         any::<bool>(),

@@ -6,8 +6,10 @@
 //! One [`Nat44Session`] is two entries: `ds_out` (softwire → IPv4, keyed
 //! by the B4 and the inner source) and `ds_in` (IPv4 → softwire, keyed by
 //! the pool transport address). The slow path inserts a session when its
-//! NAT44 would translate the flow's packets without a state change (UDP
-//! and ICMP echo at creation, TCP while ESTABLISHED), removes it when that
+//! NAT44 would translate the flow's packets without a state change but
+//! the idle timer (UDP and ICMP echo at creation, TCP from ESTABLISHED
+//! through the close; the program passes TCP SYN, FIN and RST to it),
+//! removes it when that
 //! stops or the mapping expires, and reads [`SoftwireFastPath::session_seen`]
 //! before it expires one, so a flow carried only here lives on.
 //!
