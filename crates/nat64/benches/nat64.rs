@@ -1,7 +1,8 @@
 //! `cargo bench -p nat64`: established-flow translation both ways and
 //! new-session creation (first packet of a flow: BIB entry, RFC 6056 port
-//! allocation, session, timer-wheel insertion; expiry of old sessions is
-//! amortised into it).
+//! allocation or, in NAT-PT mode, the host's pool4 address, session,
+//! timer-wheel insertion; expiry of old sessions is amortised into it),
+//! in both modes (groups `nat64` and `natpt`).
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use nat64::{Config, Nat64};
@@ -52,17 +53,26 @@ fn set_src(p: &mut [u8], host: u32, sport: u16) {
     p[40..42].copy_from_slice(&sport.to_be_bytes());
 }
 
+/// Both pool modes on the same traffic: `nat64` (RFC 6056 port per BIB
+/// entry) and `natpt` (the host's whole pool4 address, ports kept).
 fn bench(c: &mut Criterion) {
-    let cfg: Config = toml::from_str(
+    for mode in ["nat64", "natpt"] {
+        bench_mode(c, mode);
+    }
+}
+
+fn bench_mode(c: &mut Criterion, mode: &str) {
+    let cfg: Config = toml::from_str(&format!(
         r#"
+        mode = "{mode}"
         pool6 = "2001:db8:64::/96"
         pool4 = ["192.0.2.0/24"]
         udp-timeout = 1
         max-sessions = 262144
         max-bib = 262144
         preallocate-tables = true
-        "#,
-    )
+        "#
+    ))
     .unwrap();
     let nat = Nat64::new(cfg).unwrap();
     let host: Ipv6Addr = "2001:db8::1".parse().unwrap();
@@ -81,7 +91,7 @@ fn bench(c: &mut Criterion) {
     // The UDP checksum is symmetric in the swap; the header checksum too.
     assert_eq!(nat.translate(&reply, 0, &mut out), Verdict::Emit);
 
-    let mut g = c.benchmark_group("nat64");
+    let mut g = c.benchmark_group(mode);
     g.throughput(Throughput::Elements(1));
     g.bench_function("udp-6to4-established", |b| {
         b.iter(|| black_box(nat.translate(black_box(&pkt), 1, &mut out)));

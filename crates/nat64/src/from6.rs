@@ -3,7 +3,7 @@
 //! handling of UDP (§3.5.1), TCP (§3.5.2) and ICMP queries (§3.5.3), then
 //! the RFC 7915 translation with the pool4 source port written in.
 
-use crate::config::Protocol;
+use crate::config::{Mode, Protocol};
 use crate::state::{lock, refuse, Refusal, SessKey, T4, T6};
 use crate::tcp::{self, Side, TcpState};
 use crate::tuple::{flow_of, Fixed, Flow, In, NewPort};
@@ -106,8 +106,9 @@ impl Nat64 {
         // mapping keeps the host's own port when it is free, on the
         // address a held SYN from this peer was sent to or else on the
         // host's paired address, so an IPv4 peer that opens towards the
-        // port it expects meets the IPv6 host's SYN.
-        let new_tcp = flow.p == Protocol::Tcp && !sh.bib.contains_key(&(flow.p, x));
+        // port it expects meets the IPv6 host's SYN. NAT-PT keeps every
+        // port on the host's own address: nothing to look up.
+        let new_tcp = self.cfg.mode == Mode::Nat64 && flow.p == Protocol::Tcp && !sh.bib.contains_key(&(flow.p, x));
         let keep = new_tcp.then(|| self.port_to_keep(x, y));
         let t = match self.bib_get_or_create(&mut sh, flow.p, x, y.addr, keep) {
             Ok(t) => t,

@@ -240,6 +240,7 @@ impl Nat64 {
             self.n_bib.fetch_sub(1, Ordering::AcqRel);
             return Err(DropReason::BibFull);
         }
+        // NAT-PT callers give no `keep` (ports are kept on the host's address).
         let kept = keep.filter(|k| self.cfg.mode == Mode::Nat64 && self.pool.claim(p, k.addr, k.port));
         let found = kept.map(|k| (k.addr, k.port));
         let t = match self.cfg.mode {

@@ -516,6 +516,24 @@ fn natpt_gives_each_host_a_whole_address_and_keeps_ports() {
     assert_eq!(v4src(&o4), v4src(&o2));
 }
 
+/// NAT-PT has no simultaneous-open port keeping of its own: a new TCP
+/// mapping takes the host's address with the host's port, even when an
+/// unsolicited SYN from the same peer to that port waits on another pool4
+/// address (NAT64 mode would open the mapping there).
+#[test]
+fn natpt_tcp_keeps_the_hosts_address_when_a_syn_is_held_elsewhere() {
+    let n = nat(natpt_cfg());
+    let mine = v4src(&fwd(&n, &V6::new(17, H1, Y6).udp(5060, 5060, b"a"), 0));
+    let other = if mine == a4("192.0.2.0") { "192.0.2.1" } else { "192.0.2.0" };
+    assert_eq!(dropped(&n, &V4::new(6, Y4, other).tcp(80, 7300, SYN, b""), 0), DropReason::SynHeld);
+    assert_eq!(n.stats().held_syns, 1);
+    let o = fwd(&n, &tcp6(SYN, 7300), S);
+    assert_eq!((v4src(&o), be16(&o, 20)), (mine, 7300));
+    assert_eq!(n.stats().natpt_hosts, 1);
+    // The SYN held on the other address is still answered at its deadline.
+    assert_eq!(n.expire(10 * S).icmp.len(), 1);
+}
+
 #[test]
 fn reload_keeps_sessions_whose_address_stays() {
     let n = nat(cfg());
