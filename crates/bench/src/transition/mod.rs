@@ -559,6 +559,8 @@ fn sw_xdp(m: Mech, c: &Netns, s: &Netns) -> Result<&'static str> {
             "[lw4o6.xdp]\ninterfaces = [\"g0\", \"g1\"]\nmode = \"native\"\n"
         }
         Mech::DsliteXdp | Mech::DsliteXdpB4k => "[dslite.xdp]\ninterfaces = [\"g0\", \"g1\"]\nmode = \"native\"\n",
+        // V6GATE_BENCH_NATIVE_HOSTS=xdp: the native beds' c0/s0 set as the -xdp rows' (A/B).
+        Mech::Ipv4 if std::env::var("V6GATE_BENCH_NATIVE_HOSTS").is_ok_and(|v| v == "xdp") => "",
         _ => return Ok(""),
     };
     // Throwaway A/B knobs (issue #15): V6GATE_BENCH_HOST_NAPI="c0=gro|none|<xdp object>,s0=..."
@@ -610,6 +612,7 @@ fn build(m: Mech, prefix: &str, bin: &Path, work: &Path, busy_poll: &str, trt: T
             c.ip(&["addr", "add", "10.0.1.2/24", "dev", "c0"])?;
             g.ip(&["addr", "add", "10.0.1.1/24", "dev", "g0"])?;
             c.ip(&["route", "add", "default", "via", "10.0.1.1"])?;
+            sw_xdp(m, &c, &s)?;
             v4target
         }
         Mech::Nat64 | Mech::Natpt => {
