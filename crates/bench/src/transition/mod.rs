@@ -559,13 +559,26 @@ fn sw_xdp(m: Mech, c: &Netns, s: &Netns) -> Result<&'static str> {
             "[lw4o6.xdp]\ninterfaces = [\"g0\", \"g1\"]\nmode = \"native\"\n"
         }
         Mech::DsliteXdp | Mech::DsliteXdpB4k => "[dslite.xdp]\ninterfaces = [\"g0\", \"g1\"]\nmode = \"native\"\n",
+        // V6GATE_BENCH_NATIVE_HOSTS=xdp: the native beds' c0/s0 set as the -xdp rows' (A/B).
+        Mech::Ipv4 if std::env::var("V6GATE_BENCH_NATIVE_HOSTS").is_ok_and(|v| v == "xdp") => "",
         _ => return Ok(""),
     };
+    // Throwaway A/B knobs (issue #15): V6GATE_BENCH_HOST_NAPI="c0=gro|none|<xdp object>,s0=..."
+    // chooses how each end host's veth gets NAPI (default gro); V6GATE_BENCH_HOST_TXCSUM=on
+    // leaves their transmit checksum offload on.
+    let napi = std::env::var("V6GATE_BENCH_HOST_NAPI").unwrap_or_default();
+    let tx_on = std::env::var("V6GATE_BENCH_HOST_TXCSUM").is_ok_and(|v| v == "on");
     for (ns, dev) in [(c, "c0"), (s, "s0")] {
-        ns.run(|| {
-            xdp::sys::set_gro(dev, true).with_context(|| format!("GRO on {dev}"))?;
-            xdp::sys::set_tx_checksum(dev, false).with_context(|| format!("tx checksum offload off on {dev}"))
-        })?;
+        let how =
+            napi.split(',').find_map(|kv| kv.strip_prefix(dev).and_then(|r| r.strip_prefix('='))).unwrap_or("gro");
+        match how {
+            "gro" => ns.run(|| xdp::sys::set_gro(dev, true).with_context(|| format!("GRO on {dev}")))?,
+            "none" => {}
+            obj => {
+                ns.ip(&["link", "set", "dev", dev, "xdpdrv", "obj", obj, "sec", "xdp"])?;
+            }
+        }
+        ns.run(|| xdp::sys::set_tx_checksum(dev, tx_on).with_context(|| format!("tx checksum offload on {dev}")))?;
     }
     Ok(table)
 }
@@ -599,6 +612,7 @@ fn build(m: Mech, prefix: &str, bin: &Path, work: &Path, busy_poll: &str, trt: T
             c.ip(&["addr", "add", "10.0.1.2/24", "dev", "c0"])?;
             g.ip(&["addr", "add", "10.0.1.1/24", "dev", "g0"])?;
             c.ip(&["route", "add", "default", "via", "10.0.1.1"])?;
+            sw_xdp(m, &c, &s)?;
             v4target
         }
         Mech::Nat64 | Mech::Natpt => {
