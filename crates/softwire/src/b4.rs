@@ -279,6 +279,22 @@ impl B4 {
         }
     }
 
+    /// `f` of `pkt` as it leaves the B4 unchanged otherwise (no NAPT):
+    /// a TCP SYN to clamp is copied into the scratch buffer and clamped
+    /// first, anything else handed over as it is.
+    fn clamped<R>(&self, pkt: &[u8], out: &mut Out, f: impl FnOnce(&[u8], &mut Out) -> R) -> R {
+        if !self.may_clamp(pkt) {
+            return f(pkt, out);
+        }
+        let mut buf = out.take_scratch();
+        buf.clear();
+        buf.extend_from_slice(pkt);
+        self.clamp(&mut buf);
+        let r = f(&buf, out);
+        out.put_scratch(buf);
+        r
+    }
+
     /// Handle one packet from the TUN device.
     pub fn process(&self, pkt: &[u8], now: u64, out: &mut Out) -> Action {
         self.c.dispatch(
@@ -301,16 +317,7 @@ impl B4 {
         }
         let aftr = self.aftr();
         let Some(nat) = &self.nat else {
-            if !self.may_clamp(p.as_bytes()) {
-                return self.ep.send(p.as_bytes(), aftr, out, &self.c);
-            }
-            let mut buf = out.take_scratch();
-            buf.clear();
-            buf.extend_from_slice(p.as_bytes());
-            self.clamp(&mut buf);
-            let a = self.ep.send(&buf, aftr, out, &self.c);
-            out.put_scratch(buf);
-            return a;
+            return self.clamped(p.as_bytes(), out, |pkt, out| self.ep.send(pkt, aftr, out, &self.c));
         };
         let f = match pkt::flow(&p) {
             Ok(f) => f,
@@ -355,18 +362,7 @@ impl B4 {
             return Action::Drop(Reason::UnknownSoftwire);
         }
         let Some(nat) = &self.nat else {
-            let pushed = if self.may_clamp(r.inner) {
-                let mut buf = out.take_scratch();
-                buf.clear();
-                buf.extend_from_slice(r.inner);
-                self.clamp(&mut buf);
-                let pushed = out.push(PacketKind::Forward, &buf);
-                out.put_scratch(buf);
-                pushed
-            } else {
-                out.push(PacketKind::Forward, r.inner)
-            };
-            if !pushed {
+            if !self.clamped(r.inner, out, |pkt, out| out.push(PacketKind::Forward, pkt)) {
                 return Action::Drop(Reason::TooBig);
             }
             bump(&self.c.decapsulated);
