@@ -22,7 +22,7 @@
 //!
 //! [`SoftwireSettings::dslite`]: crate::softwire::SoftwireSettings::dslite
 
-use crate::loader::{gone, map_err};
+use crate::loader::{found, map_err};
 use crate::softwire::{SoftwireFastPath, DS_IN, DS_OUT, DS_POOL};
 use crate::Error;
 use aya::maps::lpm_trie::{Key, LpmTrie};
@@ -147,16 +147,8 @@ fn seen<T: Borrow<MapData>, U: Borrow<MapData>>(
     s: &Nat44Session,
 ) -> Result<Option<SessionSeen>, Error> {
     let ((ok, _), (ik, _)) = s.entries();
-    let a = match out.get(&ok, 0) {
-        Ok(v) => Some((v.last_seen_ns, v.flags)),
-        Err(e) if gone(&e) => None,
-        Err(e) => return Err(map_err(DS_OUT, e)),
-    };
-    let b = match inn.get(&ik, 0) {
-        Ok(v) => Some((v.last_seen_ns, v.flags)),
-        Err(e) if gone(&e) => None,
-        Err(e) => return Err(map_err(DS_IN, e)),
-    };
+    let a = found(DS_OUT, out.get(&ok, 0))?.map(|v| (v.last_seen_ns, v.flags));
+    let b = found(DS_IN, inn.get(&ik, 0))?.map(|v| (v.last_seen_ns, v.flags));
     if a.is_none() && b.is_none() {
         return Ok(None);
     }
@@ -254,11 +246,7 @@ impl SoftwireFastPath {
 
     fn session_present(&self, s: &Nat44Session) -> Result<bool, Error> {
         let ((_, _), (ik, _)) = s.entries();
-        match self.obj.hash::<DsInKey, DsInVal>(DS_IN)?.get(&ik, 0) {
-            Ok(_) => Ok(true),
-            Err(e) if gone(&e) => Ok(false),
-            Err(e) => Err(map_err(DS_IN, e)),
-        }
+        Ok(found(DS_IN, self.obj.hash::<DsInKey, DsInVal>(DS_IN)?.get(&ik, 0))?.is_some())
     }
 
     /// Write both entries with `flags` (`BPF_ANY`, `BPF_EXIST`).
@@ -281,25 +269,12 @@ impl SoftwireFastPath {
     /// Stop carrying `s`. Returns false when it was not there.
     pub fn session_remove(&mut self, s: &Nat44Session) -> Result<bool, Error> {
         let ((ok, _), (ik, _)) = s.entries();
-        let mut found = false;
-        {
-            let mut m = self.obj.hash_mut::<DsOutKey, DsOutVal>(DS_OUT)?;
-            match m.remove(&ok) {
-                Ok(()) => found = true,
-                Err(e) if gone(&e) => {}
-                Err(e) => return Err(map_err(DS_OUT, e)),
-            }
-        }
-        let mut m = self.obj.hash_mut::<DsInKey, DsInVal>(DS_IN)?;
-        match m.remove(&ik) {
-            Ok(()) => {}
-            Err(e) if gone(&e) => {}
-            Err(e) => return Err(map_err(DS_IN, e)),
-        }
-        if found {
+        let was = found(DS_OUT, self.obj.hash_mut::<DsOutKey, DsOutVal>(DS_OUT)?.remove(&ok))?.is_some();
+        found(DS_IN, self.obj.hash_mut::<DsInKey, DsInVal>(DS_IN)?.remove(&ik))?;
+        if was {
             self.sessions = self.sessions.saturating_sub(1);
         }
-        Ok(found)
+        Ok(was)
     }
 
     /// What the program recorded of `s`: when it last forwarded one of

@@ -144,6 +144,16 @@ pub(crate) fn gone(e: &MapError) -> bool {
         || matches!(e, MapError::SyscallError(s) if s.io_error.raw_os_error() == Some(libc::ENOENT))
 }
 
+/// The result `r` of a lookup or delete in map `map`: `None` when the key
+/// was not there ([`gone`]), other errors as [`map_err`].
+pub(crate) fn found<T>(map: &'static str, r: Result<T, MapError>) -> Result<Option<T>, Error> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if gone(&e) => Ok(None),
+        Err(e) => Err(map_err(map, e)),
+    }
+}
+
 pub(crate) fn map_err(map: &'static str, e: MapError) -> Error {
     match &e {
         // A full hash map says E2BIG, a full LPM trie ENOSPC.

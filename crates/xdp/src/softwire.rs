@@ -12,7 +12,7 @@
 //! The DS-Lite AFTR loads the same object with [`SoftwireSettings::dslite`]
 //! set: its NAT44 sessions instead of bindings ([`crate::dslite`]).
 
-use crate::loader::{gone, map_err};
+use crate::loader::{found, map_err};
 use crate::single::{Names, Single};
 use crate::types::Count;
 use crate::{Attachment, Error, Mode, TestResult};
@@ -270,10 +270,7 @@ fn drop_absent<K: Pod + Eq + Hash, V: Pod>(
     let mut m = obj.hash_mut::<K, V>(name)?;
     let drop: Vec<K> = cur.keys().filter(|k| !want.contains_key(*k)).copied().collect();
     for k in drop {
-        match m.remove(&k) {
-            Err(e) if !gone(&e) => return Err(map_err(name, e)),
-            _ => {}
-        }
+        found(name, m.remove(&k))?;
         cur.remove(&k);
         st.removed += 1;
     }
@@ -380,11 +377,7 @@ impl SoftwireFastPath {
     /// the map: `None` when absent).
     pub fn binding_of(&self, b4: Ipv6Addr) -> Result<Option<SwBinding>, Error> {
         let m = self.obj.hash::<[u8; 16], SwBinding>(B4)?;
-        match m.get(&b4.octets(), 0) {
-            Ok(v) => Ok(Some(v)),
-            Err(e) if gone(&e) => Ok(None),
-            Err(e) => Err(map_err(B4, e)),
-        }
+        found(B4, m.get(&b4.octets(), 0))
     }
 
     /// Let the program send through `ifindex` (attach does it for each

@@ -9,7 +9,7 @@
 //! [`crate::FastPath`]: aya, attach through bpf_link (native with a
 //! generic fallback), detach on drop.
 
-use crate::loader::{gone, map_err};
+use crate::loader::{found, map_err};
 use crate::single::{Names, Single};
 use crate::types::Count;
 use crate::{Attachment, Error, Mode, TestResult};
@@ -252,25 +252,15 @@ impl TeredoFastPath {
     /// Remove `peer`; false when absent.
     pub fn peer_remove(&mut self, peer: Ipv6Addr) -> Result<bool, Error> {
         let mut m = self.obj.hash_mut::<[u8; 16], TdPeer>(PEERS)?;
-        match m.remove(&peer.octets()) {
-            Ok(()) => Ok(true),
-            Err(e) if gone(&e) => Ok(false),
-            Err(e) => Err(map_err(PEERS, e)),
-        }
+        Ok(found(PEERS, m.remove(&peer.octets()))?.is_some())
     }
 
     /// `peer`'s mapping and last-seen time (CLOCK_MONOTONIC ns, 0 when the
     /// fast path has decapsulated nothing from it), or `None` when absent.
     pub fn peer_get(&self, peer: Ipv6Addr) -> Result<Option<(SocketAddrV4, u64)>, Error> {
         let m = self.obj.hash::<[u8; 16], TdPeer>(PEERS)?;
-        match m.get(&peer.octets(), 0) {
-            Ok(v) => Ok(Some((
-                SocketAddrV4::new(Ipv4Addr::from(u32::from_be(v.addr)), u16::from_be(v.port)),
-                v.last_seen_ns,
-            ))),
-            Err(e) if gone(&e) => Ok(None),
-            Err(e) => Err(map_err(PEERS, e)),
-        }
+        Ok(found(PEERS, m.get(&peer.octets(), 0))?
+            .map(|v| (SocketAddrV4::new(Ipv4Addr::from(u32::from_be(v.addr)), u16::from_be(v.port)), v.last_seen_ns)))
     }
 
     /// `peer`'s last-seen time ([`Self::peer_get`]); `None` when absent or never seen.
