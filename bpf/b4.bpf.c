@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR Apache-2.0) */
 /*
- * The kernel datapath of the stateless B4s (RFC 6333 §5: the DS-Lite B4,
- * no NAT; the DSTM host holding a lease): two programs, one object.
+ * The kernel datapath of the B4s (RFC 6333 §5: the DS-Lite B4, no NAT;
+ * the DSTM host holding a lease; the host-integrated lwB4, RFC 7596 §5.1,
+ * for the host's own packets): two programs, one object.
  *
  *   tc_b4_encap, tc egress (TCX) of the B4's TUN device, where the IPv4
  *   routes point: an IPv4 packet the userspace B4 would encapsulate
@@ -30,6 +31,15 @@
  *   encapsulated with bpf_skb_adjust_room(BPF_F_ADJ_ROOM_ENCAP_L3_IPV6),
  *   so that the kernel segments it after the encapsulation, each segment
  *   an IPv4-in-IPv6 packet as the engine would send it.
+ *
+ * The lwB4 (B4_F_HOST): its NAPT stays in the engine; the kernel path
+ * carries only the host's own traffic, which needs no translation: the
+ * host's IPv4 stack uses the binding's address and the ports of its port
+ * set within [host_first, host_last] (`[b4] host-ports`, which the NAPT
+ * never allocates). Egress: source address the binding's, source port
+ * (TCP, UDP; the ICMP echo identifier) the host's; ingress: destination
+ * address and port the host's. Everything else, the NAPT's mappings,
+ * inner fragments and ICMP errors included, goes to the engine.
  *
  * Anything else continues on its way to the TUN engine (TC_ACT_OK;
  * XDP_PASS unchanged), counted by reason: IPv6 from the engine's own
@@ -143,6 +153,57 @@ V6G_INLINE __u32 v4_header_bad(const struct iphdr *ip, void *end, __u32 len)
 	return 0;
 }
 
+/* lwB4 (B4_F_HOST): is `port` one of the host's? In [host_first,
+ * host_last] and in the binding's port set (RFC 7597 §5.1: the PSID field
+ * the binding's, A = 0 nobody's), as portset.rs's PsidMap::allowed. */
+V6G_INLINE int host_port(const struct b4_config *c, __u32 port)
+{
+	__u32 a = c->psid_offset & 15, k = c->psid_len & 15;
+
+	if (port < c->host_first || port > c->host_last)
+		return 0;
+	if (!k)
+		return 1;
+	if (a && !(port >> ((16 - a) & 15)))
+		return 0;
+	return ((port >> ((16 - a - k) & 15)) & ((1u << k) - 1)) == c->psid;
+}
+
+/* lwB4 (B4_F_HOST): 0 when IPv4 packet `ip` (header checked, `len` bytes,
+ * the first min(len, 28) of them in [ip, end)) is the host's own, as the
+ * engine's B4::host_packet decides: the binding's address (egress: the
+ * source; ingress: the destination), not a fragment, a TCP or UDP header
+ * or an ICMP echo request or reply whose port (egress: the source port;
+ * ingress: the destination port; echo: the identifier) is the host's.
+ * Else the counter index of the pass. */
+V6G_INLINE __u32 not_host(const struct b4_config *c, const struct iphdr *ip, const void *end, __u32 len,
+			  int egress)
+{
+	const __u8 *l4 = (const __u8 *)(ip + 1);
+	__u32 need, port;
+
+	if ((egress ? ip->saddr : ip->daddr) != c->host_addr)
+		return B4_P_NAPT;
+	if (ip->frag_off & bpf_htons(0x3fff))
+		return B4_P_HOST_OTHER;
+	if (ip->protocol == IPPROTO_TCP)
+		need = 20;
+	else if (ip->protocol == IPPROTO_UDP || ip->protocol == IPPROTO_ICMP)
+		need = 8;
+	else
+		return B4_P_HOST_OTHER;
+	if (len < 20 + need || (const void *)(l4 + 8) > end)
+		return B4_P_HOST_OTHER;
+	if (ip->protocol == IPPROTO_ICMP) {
+		if (l4[0] != 0 && l4[0] != 8)
+			return B4_P_HOST_OTHER; /* an error: the engine relays it */
+		port = LD16(l4 + 4);
+	} else {
+		port = egress ? LD16(l4) : LD16(l4 + 2);
+	}
+	return host_port(c, bpf_ntohs(port)) ? 0 : B4_P_NAPT;
+}
+
 /* TCP MSS clamping, as the engine's b4::clamp_mss. MSS_NONE: nothing to
  * do (not a whole TCP segment with SYN set, no MSS option); MSS_BAD: the
  * TCP header or its options do not parse (the engine counts it and leaves
@@ -245,6 +306,19 @@ static __noinline int encap(struct __sk_buff *skb, const struct b4_config *c)
 	bad = v4_header_bad(ip, end, len);
 	if (bad)
 		return bad;
+	if (c->flags & B4_F_HOST) {
+		/* The lwB4: the host's own packets only. */
+		if (bpf_skb_pull_data(skb, l2 + (len < 28 ? len : 28)))
+			return B4_P_MALFORMED;
+		data = (void *)(long)skb->data;
+		end = (void *)(long)skb->data_end;
+		ip = data + l2;
+		if ((void *)(ip + 1) > end)
+			return B4_P_MALFORMED;
+		bad = not_host(c, ip, end, len, 1);
+		if (bad)
+			return bad;
+	}
 	tos = ip->tos;
 	hlen = (c->flags & B4_F_ENCAP_LIMIT) ? 48 : 40;
 	seg = len;
@@ -416,6 +490,12 @@ static __noinline __u32 decap(struct xdp_md *ctx, const struct b4_config *c)
 	bad = v4_header_bad(ip, end, plen);
 	if (bad)
 		return bad;
+	/* The lwB4: the host's own packets only (the NAPT's to the engine). */
+	if (c->flags & B4_F_HOST) {
+		bad = not_host(c, ip, end, plen, 0);
+		if (bad)
+			return bad;
+	}
 	/* A SYN's MSS option: found here (options that do not parse go to the
 	 * engine), lowered once the packet is decapsulated. */
 	if (c->mss_max) {

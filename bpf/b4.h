@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR Apache-2.0) */
 /*
- * The kernel datapath of the stateless B4s (the DS-Lite B4, RFC 6333 §5,
- * and the DSTM host once it holds a lease): the map contract shared by
- * bpf/b4.bpf.c and crates/xdp/src/b4.rs. Sizes are asserted on both sides.
+ * The kernel datapath of the B4s (the DS-Lite B4, RFC 6333 §5, the DSTM
+ * host once it holds a lease, and the host-integrated lwB4's own traffic,
+ * RFC 7596 §5.1): the map contract shared by bpf/b4.bpf.c and
+ * crates/xdp/src/b4.rs. Sizes are asserted on both sides.
  */
 #ifndef V6GATE_B4_H
 #define V6GATE_B4_H
@@ -23,12 +24,21 @@ struct b4_config {
 	__u16 mss_max;	   /* TCP SYNs: the largest MSS option let through both ways
 			    * (the tunnel MTU less the headers); 0: no clamping */
 	__u16 pad;
+	/* With B4_F_HOST (the lwB4, `[b4] host-ports`): only the host's own
+	 * packets take the kernel path, the NAPT's go to the engine. */
+	__u32 host_addr;   /* the binding's IPv4 address, as on the wire */
+	__u16 host_first;  /* the host's ports: those of the port set */
+	__u16 host_last;   /* within [host_first, host_last] */
+	__u16 psid;	   /* the binding's PSID (RFC 7597 §5.1) */
+	__u8 psid_offset;  /* a */
+	__u8 psid_len;	   /* k (0: the whole address) */
 };
-_Static_assert(sizeof(struct b4_config) == 52, "struct b4_config differs from b4.rs");
+_Static_assert(sizeof(struct b4_config) == 64, "struct b4_config differs from b4.rs");
 
 #define B4_F_ON 1	   /* an AFTR to talk to (DSTM: a lease held) */
 #define B4_F_COPY_TOS 2	   /* Traffic Class = inner TOS (RFC 2473 §6.4) */
 #define B4_F_ENCAP_LIMIT 4 /* a Tunnel Encapsulation Limit option (RFC 2473 §4.1.1) */
+#define B4_F_HOST 8	   /* the lwB4: the host's own ports only (the host_* fields) */
 
 struct b4_mac {
 	__u8 addr[6];
@@ -64,6 +74,9 @@ struct b4_count {
 			      * encap or decap) */
 #define B4_P_TCP_OPTIONS 18  /* a TCP SYN whose options do not parse: the engine leaves
 			      * it untouched and counts it */
-#define B4_COUNTERS 19
+#define B4_P_NAPT 19	     /* lwB4: not the host's address and port (the NAPT's) */
+#define B4_P_HOST_OTHER 20   /* lwB4: the host's address, but an inner fragment, an
+			      * ICMP error, another protocol or a truncated header */
+#define B4_COUNTERS 21
 
 #endif

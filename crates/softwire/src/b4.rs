@@ -9,7 +9,12 @@
 //!   own IPv4 address is 192.0.0.2, the source of its ICMP errors.
 //! - lwB4: NAPT44 of the LAN into the binding's IPv4 address and port set
 //!   (RFC 7596 §5.1), on the same [`Nat44`] as the AFTR (port
-//!   preservation when the inside port is in the set).
+//!   preservation when the inside port is in the set). With
+//!   [`Napt::host`] (`[b4] host-ports`) the lwB4 is host-integrated: the
+//!   host's own IPv4 stack holds the binding's address and uses the ports
+//!   of the set within that range, which the NAPT never allocates; the
+//!   host's packets (see [`B4::host_packet`]) pass untranslated, as a
+//!   DS-Lite B4's do, and the B4's kernel path can carry them.
 //! - DSTM host: the leased whole IPv4 address is on the TUN device, so the
 //!   host's own packets already carry it; no NAT.
 //!
@@ -25,7 +30,7 @@
 
 use crate::aftr::protocol;
 use crate::endpoint::{Endpoint, EndpointConfig, Received};
-use crate::nat44::{Inside, Nat44, Nat44Config, Outside, SetPorts};
+use crate::nat44::{Inside, Nat44, Nat44Config, Outside, Ports, SetPorts};
 use crate::pkt::{self, End, Kind};
 use crate::portset::PsidMap;
 use crate::stats::{bump, Action, Counters, Reason};
@@ -49,6 +54,114 @@ pub struct Napt {
     pub map: PsidMap,
     /// Its PSID.
     pub psid: u16,
+    /// The host's own ports (`[b4] host-ports`), kept from the NAPT.
+    pub host: Option<HostPorts>,
+}
+
+/// The host's share of an lwB4's port set: the ports of the set in
+/// `first..=last` (`[b4] host-ports = "first-last"`). With the default
+/// PSID offset a set is 63 (or 2^a − 1) runs of 2^m ports, so a range of
+/// port numbers holds runs of the set and gaps between them; the host's
+/// stack is confined to it with `net.ipv4.ip_local_port_range = "first
+/// last"` and the gaps in `net.ipv4.ip_local_reserved_ports`
+/// ([`HostPorts::reserved`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostPorts {
+    /// The first port (one of the set).
+    pub first: u16,
+    /// The last port (one of the set).
+    pub last: u16,
+}
+
+impl Napt {
+    /// True when `port` is one of the host's: in [`Napt::host`]'s range
+    /// and in the binding's port set.
+    pub fn host_owns(&self, port: u16) -> bool {
+        self.host.is_some_and(|h| (h.first..=h.last).contains(&port) && self.map.allowed(port, self.psid))
+    }
+
+    /// The host's ports, in increasing order.
+    pub fn host_ports(&self) -> impl Iterator<Item = u16> + '_ {
+        let (first, last) = self.host.map_or((1, 0), |h| (h.first, h.last));
+        self.map
+            .ranges(self.psid)
+            .filter_map(move |(lo, hi)| (lo.max(first) <= hi.min(last)).then(|| lo.max(first)..=hi.min(last)))
+            .flatten()
+    }
+
+    /// `net.ipv4.ip_local_reserved_ports` for the host: the ports in
+    /// [`Napt::host`]'s range that are not the set's, as comma-separated
+    /// ranges ("" when there are none, or no host range).
+    pub fn host_reserved(&self) -> String {
+        let Some(h) = self.host else { return String::new() };
+        let mut gaps = Vec::new();
+        let mut next = u32::from(h.first);
+        for (lo, hi) in self.map.ranges(self.psid) {
+            let (lo, hi) = (u32::from(lo).max(u32::from(h.first)), u32::from(hi).min(u32::from(h.last)));
+            if lo > hi {
+                continue;
+            }
+            if lo > next {
+                gaps.push(span(next, lo - 1));
+            }
+            next = hi + 1;
+        }
+        if next <= u32::from(h.last) {
+            gaps.push(span(next, u32::from(h.last)));
+        }
+        gaps.join(",")
+    }
+}
+
+fn span(lo: u32, hi: u32) -> String {
+    if lo == hi {
+        lo.to_string()
+    } else {
+        format!("{lo}-{hi}")
+    }
+}
+
+/// The lwB4 NAPT's ports: the binding's set less the host's (held from
+/// the start, never given out, never released).
+#[derive(Debug)]
+struct LanPorts {
+    set: SetPorts,
+    napt: Napt,
+    host: u64,
+}
+
+impl LanPorts {
+    fn new(napt: Napt) -> Self {
+        let set = SetPorts::new(napt.ipv4, napt.map, napt.psid);
+        let mut host = 0;
+        for port in napt.host_ports() {
+            for p in [Protocol::Tcp, Protocol::Udp, Protocol::Icmp] {
+                // Port preservation: a free port of the set is given as it is.
+                let got = set.alloc(p, &Ipv6Addr::UNSPECIFIED, port, Ipv4Addr::UNSPECIFIED);
+                debug_assert_eq!(got, Some((napt.ipv4, port)));
+            }
+            host += 1;
+        }
+        LanPorts { set, napt, host }
+    }
+}
+
+impl Ports for LanPorts {
+    fn alloc(&self, p: Protocol, sub: &Ipv6Addr, port: u16, dst: Ipv4Addr) -> Option<(Ipv4Addr, u16)> {
+        self.set.alloc(p, sub, port, dst)
+    }
+    fn release(&self, p: Protocol, a: Ipv4Addr, port: u16) {
+        if !self.napt.host_owns(port) {
+            self.set.release(p, a, port)
+        }
+    }
+    fn contains(&self, a: Ipv4Addr) -> bool {
+        self.set.contains(a)
+    }
+    fn usage(&self, p: Protocol) -> (u64, u64) {
+        let (size, used) = self.set.usage(p);
+        (size - self.host, used - self.host)
+    }
 }
 
 /// The B4's parameters.
@@ -162,7 +275,7 @@ pub struct B4 {
 impl B4 {
     /// A B4.
     pub fn new(cfg: B4Config) -> Self {
-        let nat = cfg.napt.map(|n| Nat44::new(cfg.nat, Box::new(SetPorts::new(n.ipv4, n.map, n.psid))));
+        let nat = cfg.napt.map(|n| Nat44::new(cfg.nat, Box::new(LanPorts::new(n))));
         B4 {
             ep: Endpoint::new(cfg.endpoint),
             aftr: ArcSwap::from_pointee(cfg.aftr),
@@ -260,6 +373,45 @@ impl B4 {
         self.nat.as_ref().map_or(0, |n| n.expire(now))
     }
 
+    /// The host-integrated lwB4 ([`Napt::host`]): is IPv4 packet `p`
+    /// (its header checked) the host's own, to pass untranslated? The
+    /// binding's address (`egress`: the source, else the destination), not
+    /// a fragment, and a TCP header (20 bytes), a UDP header (8) or an ICMP
+    /// echo request or reply (8) whose port (`egress`: the source port,
+    /// else the destination port; echo: the identifier) is the host's
+    /// ([`Napt::host_owns`]). The kernel path (bpf/b4.bpf.c, `not_host`)
+    /// decides the same, byte for byte; what it leaves (ICMP errors about
+    /// the host's packets, [`B4::process`] relays them untranslated too)
+    /// reaches the engine.
+    pub fn host_packet(&self, p: &Ipv4Packet<'_>, egress: bool) -> bool {
+        let Some(n) = self.cfg.napt.filter(|n| n.host.is_some()) else { return false };
+        if (if egress { p.src() } else { p.dst() }) != n.ipv4 || p.is_fragment() {
+            return false;
+        }
+        let l4 = p.payload();
+        let at = |i: usize| l4.get(i..i + 2).map(|b| u16::from_be_bytes([b[0], b[1]]));
+        let port = match p.protocol() {
+            proto::TCP if l4.len() >= 20 => at(if egress { 0 } else { 2 }),
+            proto::UDP if l4.len() >= 8 => at(if egress { 0 } else { 2 }),
+            // Echo reply (0) and request (8): the identifier.
+            proto::ICMP if l4.len() >= 8 && matches!(l4[0], 0 | 8) => at(4),
+            _ => None,
+        };
+        port.is_some_and(|x| n.host_owns(x))
+    }
+
+    /// An ICMP error about one of the host's packets (egress: from the
+    /// host's address about a packet to one of its ports; else to the
+    /// host's address about a packet from one of them): relayed untranslated.
+    fn host_error(&self, p: &Ipv4Packet<'_>, f: &pkt::Flow, egress: bool) -> bool {
+        let (Some(n), Kind::IcmpError { quoted }) = (self.cfg.napt, f.kind) else { return false };
+        if egress {
+            p.src() == n.ipv4 && quoted.dst == n.ipv4 && n.host_owns(quoted.dport)
+        } else {
+            p.dst() == n.ipv4 && quoted.src == n.ipv4 && n.host_owns(quoted.sport)
+        }
+    }
+
     /// Might IPv4 packet `pkt` be a TCP SYN to clamp? (A cheap look
     /// before copying it: TCP, the SYN flag.)
     fn may_clamp(&self, pkt: &[u8]) -> bool {
@@ -316,13 +468,18 @@ impl B4 {
             return Action::Drop(Reason::Malformed);
         }
         let aftr = self.aftr();
-        let Some(nat) = &self.nat else {
-            return self.clamped(p.as_bytes(), out, |pkt, out| self.ep.send(pkt, aftr, out, &self.c));
-        };
+        let send = |out: &mut Out| self.clamped(p.as_bytes(), out, |pkt, out| self.ep.send(pkt, aftr, out, &self.c));
+        let Some(nat) = &self.nat else { return send(out) };
+        if self.host_packet(&p, true) {
+            return send(out);
+        }
         let f = match pkt::flow(&p) {
             Ok(f) => f,
             Err(reason) => return Action::Drop(reason),
         };
+        if self.host_error(&p, &f, true) {
+            return send(out);
+        }
         let sub = self.cfg.endpoint.local;
         let mut buf = out.take_scratch();
         buf.clear();
@@ -361,18 +518,25 @@ impl B4 {
         if r.remote != self.aftr() {
             return Action::Drop(Reason::UnknownSoftwire);
         }
-        let Some(nat) = &self.nat else {
+        let forward = |out: &mut Out| {
             if !self.clamped(r.inner, out, |pkt, out| out.push(PacketKind::Forward, pkt)) {
                 return Action::Drop(Reason::TooBig);
             }
             bump(&self.c.decapsulated);
-            return Action::Emit;
+            Action::Emit
         };
+        let Some(nat) = &self.nat else { return forward(out) };
         let Ok(p) = Ipv4Packet::new(r.inner) else { return Action::Drop(Reason::Malformed) };
+        if self.host_packet(&p, false) {
+            return forward(out);
+        }
         let f = match pkt::flow(&p) {
             Ok(f) => f,
             Err(reason) => return Action::Drop(reason),
         };
+        if self.host_error(&p, &f, false) {
+            return forward(out);
+        }
         let mut buf = out.take_scratch();
         buf.clear();
         buf.extend_from_slice(r.inner);

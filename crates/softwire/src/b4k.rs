@@ -1,5 +1,6 @@
-//! The B4's kernel datapath (`xdp::b4`, `bpf/b4.bpf.c`) for a DS-Lite B4
-//! or a DSTM host (`[b4.kernel]`): tc egress on the TUN device
+//! The B4's kernel datapath (`xdp::b4`, `bpf/b4.bpf.c`) for a DS-Lite B4,
+//! a DSTM host or a host-integrated lwB4 (`[b4.kernel]`; the lwB4's: the
+//! host's own traffic only, [`crate::b4::Napt::host`]): tc egress on the TUN device
 //! encapsulates, XDP on the uplinks decapsulates, and whatever the
 //! engine must do itself (outer fragmentation and reassembly, ICMP
 //! relaying, packets over the tunnel MTU) still reaches it through the
@@ -13,7 +14,7 @@ use crate::config::B4Kernel;
 use crate::fast::xdp_status;
 use anyhow::{bail, Context as _, Result};
 use core::net::Ipv6Addr;
-use xdp::b4::{B4Counter, B4KernelPath, B4Settings};
+use xdp::b4::{B4Counter, B4KernelPath, B4Settings, HostSettings};
 
 /// The kernel path's settings for a B4 configured with `cfg`.
 pub fn settings(cfg: &B4Config) -> B4Settings {
@@ -25,6 +26,16 @@ pub fn settings(cfg: &B4Config) -> B4Settings {
         mtu: e.mtu,
         copy_tos: e.copy_tos,
         mss_max: if cfg.mss_clamp { crate::b4::mss_max(&e) } else { 0 },
+        host: cfg.napt.and_then(|n| {
+            n.host.map(|h| HostSettings {
+                addr: n.ipv4,
+                first: h.first,
+                last: h.last,
+                psid: n.psid,
+                psid_offset: n.map.offset(),
+                psid_len: n.map.psid_len(),
+            })
+        }),
     }
 }
 

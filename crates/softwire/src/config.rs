@@ -8,7 +8,7 @@
 //! checks everything and names the key at fault.
 
 use crate::aftr::AftrConfig;
-use crate::b4::{B4Config, Napt};
+use crate::b4::{B4Config, HostPorts, Napt};
 use crate::endpoint::EndpointConfig;
 use crate::lease::LeaseConfig;
 use crate::lwaftr::LwaftrConfig;
@@ -92,6 +92,9 @@ pool4 = ["203.0.113.0/28"]          # as [nat64] pool4: "PREFIX" or { prefix, po
 # psid = 5
 # psid-length = 6
 # psid-offset = 6
+# host-ports = "49152-65535"         # lw4o6: the host's own share of the port set (kept from
+#                                    # the NAPT; the host stack uses the binding's address, which
+#                                    # goes on the device; docs/softwire.md "Host-integrated lwB4")
 # lease-server = "[2001:db8:ffff::2]:4739"   # dstm
 # host-address = "192.0.0.2"         # an IPv4 address for this host's own sockets (RFC 6333 5.7)
 # mtu = 1500                         # IPv6 path MTU towards the AFTR (the tunnel MTU)
@@ -99,9 +102,10 @@ pool4 = ["203.0.113.0/28"]          # as [nat64] pool4: "PREFIX" or { prefix, po
 # mss-clamp = true                   # lower TCP SYNs' MSS both ways to fit the tunnel (mtu - 80)
 # tun = "v6gate-b4"
 #
-# [b4.kernel]: the kernel datapath of a ds-lite B4 or a dstm host (docs/softwire.md
-# "B4 kernel path"): tc egress on the TUN device encapsulates, XDP on the uplink
-# decapsulates; what the engine must do (fragments, ICMP, MTU) still goes to it.
+# [b4.kernel]: the kernel datapath of a ds-lite B4, a dstm host or an lw4o6 lwB4 with
+# host-ports (the host's own traffic; docs/softwire.md "B4 kernel path"): tc egress on the
+# TUN device encapsulates, XDP on the uplink decapsulates; what the engine must do
+# (the NAPT, fragments, ICMP errors, MTU) still goes to it.
 # interfaces = ["eth0"]              # the uplink(s) towards the AFTR
 # mode = "native"                    # "generic", or "off"; native falls back to generic
 "#;
@@ -307,6 +311,7 @@ struct B4Toml {
     psid_offset: u8,
     #[serde(default = "d_true")]
     nat: bool,
+    host_ports: Option<String>,
     lease_server: Option<SocketAddr>,
     host_address: Option<Ipv4Addr>,
     #[serde(default = "d_b44")]
@@ -487,9 +492,10 @@ pub struct B4Kernel {
 }
 
 /// `[b4.kernel]`: mode "native" (the default, as `[lw4o6.xdp]`),
-/// "generic" or "off"; interfaces needed unless off; not for the lwB4
-/// (its NAPT stays on the TUN engine).
-fn b4_kernel(mode: B4Mode, t: Option<B4KernelToml>) -> Result<Option<B4Kernel>, String> {
+/// "generic" or "off"; interfaces needed unless off; for the lwB4 only
+/// with `host-ports` (its NAPT stays on the TUN engine: the kernel path
+/// carries the host's own traffic).
+fn b4_kernel(mode: B4Mode, host: bool, t: Option<B4KernelToml>) -> Result<Option<B4Kernel>, String> {
     let Some(t) = t else { return Ok(None) };
     let m: xdp::Mode = match t.mode.as_deref() {
         None => xdp::Mode::Native,
@@ -498,8 +504,13 @@ fn b4_kernel(mode: B4Mode, t: Option<B4KernelToml>) -> Result<Option<B4Kernel>, 
     if m == xdp::Mode::Off {
         return Ok(None);
     }
-    if mode == B4Mode::Lw4o6 {
-        return Err(err("b4.kernel", "mode", "the lwB4's NAPT has no kernel path: ds-lite and dstm only"));
+    if mode == B4Mode::Lw4o6 && !host {
+        return Err(err(
+            "b4.kernel",
+            "mode",
+            "the lwB4's NAPT has no kernel path: give the host's own stack a share of the port set with \
+             [b4] host-ports (the kernel path carries that traffic), or use ds-lite or dstm",
+        ));
     }
     if t.interfaces.is_empty() {
         return Err(err("b4.kernel", "interfaces", "name the uplink(s) towards the AFTR"));
@@ -742,7 +753,23 @@ fn b4(t: B4Toml) -> Result<B4Table, String> {
             return Err(err("b4", "psid", format!("{psid} does not fit psid-length {len}")));
         }
         if t.nat {
-            napt = Some(Napt { ipv4, map, psid });
+            let host = match &t.host_ports {
+                None => None,
+                Some(r) => {
+                    // The host's stack holds the binding's address.
+                    addresses.push((core::net::IpAddr::V4(ipv4), 32));
+                    ipv4_address = Some(ipv4);
+                    Some(host_ports(r, map, psid)?)
+                }
+            };
+            napt = Some(Napt { ipv4, map, psid, host });
+        } else if t.host_ports.is_some() {
+            return Err(err(
+                "b4",
+                "host-ports",
+                "needs nat = true: without the NAPT the host owns the whole port set (the binding's address \
+                 is on the device)",
+            ));
         } else {
             addresses.push((core::net::IpAddr::V4(ipv4), 32));
             ipv4_address = Some(ipv4);
@@ -762,6 +789,9 @@ fn b4(t: B4Toml) -> Result<B4Table, String> {
     if mode == B4Mode::Dstm && t.lease_server.is_none() {
         return Err(err("b4", "lease-server", "needed for dstm"));
     }
+    if mode != B4Mode::Lw4o6 && t.host_ports.is_some() {
+        return Err(err("b4", "host-ports", "lw4o6 only (the lwB4's port set)"));
+    }
     // The lwB4's NAPT has one subscriber (the whole LAN, keyed by the
     // lwB4's address): its limit is its port set, one per protocol, not
     // the AFTR's per-subscriber quota (RFC 6888 REQ-4, 2048 by default),
@@ -773,9 +803,36 @@ fn b4(t: B4Toml) -> Result<B4Table, String> {
         b4: B4Config { endpoint, aftr, napt, nat, mss_clamp: t.mss_clamp },
         lease_server: t.lease_server,
         ipv4_address,
-        kernel: b4_kernel(mode, t.kernel)?,
+        kernel: b4_kernel(mode, napt.is_some_and(|n| n.host.is_some()), t.kernel)?,
         tun: tun(&t.tunnel, "v6gate-b4", routes, addresses)?,
     })
+}
+
+/// `[b4] host-ports = "FIRST-LAST"`: the host's share of the lwB4's port
+/// set, the set's ports in FIRST..=LAST. Both ends must be ports of the set
+/// (the range then says exactly where the host's ports start and end), and
+/// the NAPT must keep at least one port.
+fn host_ports(r: &str, map: PsidMap, psid: u16) -> Result<HostPorts, String> {
+    let bad = |why: String| err("b4", "host-ports", format!("`{r}`: {why}"));
+    let (a, b) = r.split_once('-').ok_or_else(|| bad("expected \"FIRST-LAST\"".into()))?;
+    let port = |x: &str| x.trim().parse::<u16>().map_err(|e| bad(format!("`{}`: {e}", x.trim())));
+    let (first, last) = (port(a)?, port(b)?);
+    if first > last {
+        return Err(bad("the first port is above the last".into()));
+    }
+    let set: Vec<(u16, u16)> = map.ranges(psid).collect();
+    for p in [first, last] {
+        if !map.allowed(p, psid) {
+            let near = set.iter().map(|(lo, hi)| format!("{lo}-{hi}")).take(4).collect::<Vec<_>>().join(", ");
+            return Err(bad(format!("{p} is not in the port set of psid {psid} ({map}: {near}, ...)")));
+        }
+    }
+    let h = HostPorts { first, last };
+    let host = Napt { ipv4: Ipv4Addr::UNSPECIFIED, map, psid, host: Some(h) }.host_ports().count() as u32;
+    if host >= map.set_size() {
+        return Err(bad(format!("leaves the NAPT none of the set's {} ports", map.set_size())));
+    }
+    Ok(h)
 }
 
 #[cfg(test)]

@@ -12,6 +12,13 @@
 //! decapsulated frame must be byte-identical to what that path sends; a
 //! passed frame must be untouched, and the engine must be the one to
 //! answer it (fragments, ICMP, the MTU).
+//!
+//! The host-integrated lwB4 (`[b4] host-ports`, [`Bed::lw`]): the host's
+//! own packets (the binding's address, the host's share of the port set)
+//! take the kernel path exactly as the engine sends them untranslated;
+//! the NAPT's (other sources, ports outside the host's, the ports of the
+//! range that are not the set's) and what the kernel path leaves (ICMP
+//! errors, fragments) pass to the engine, counted.
 
 mod xdp_support;
 
@@ -19,10 +26,11 @@ use core::net::{Ipv4Addr, Ipv6Addr};
 use lab::netns::{am_root, Netns};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as PtConfig, TestRunner};
-use softwire::b4::{B4Config, B4};
+use softwire::b4::{B4Config, HostPorts, Napt, B4};
 use softwire::b4k;
 use softwire::endpoint::EndpointConfig;
 use softwire::nat44::Nat44Config;
+use softwire::portset::PsidMap;
 use softwire::Action;
 use xdp::b4::{tc_action, B4Counter as C, B4KernelPath};
 use xdp::{action, Mode};
@@ -37,6 +45,23 @@ const SERVER: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 1);
 const MAC_UP: [u8; 6] = [2, 0, 0, 0, 6, 1];
 const MAC_GW: [u8; 6] = [2, 0, 0, 0, 6, 2];
 const MAC_PEER: [u8; 6] = [2, 0, 0, 0, 0x99, 0x99];
+/// The lwB4's binding: 203.0.113.1, PSID 1 of length 2 at offset 6 (ports
+/// A·1024 + 256 ... A·1024 + 511, A = 1..63); the host owns A = 32..63.
+const PUB: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 1);
+const LAN: Ipv4Addr = Ipv4Addr::new(192, 168, 1, 2);
+const HOST_FIRST: u16 = 32 * 1024 + 256;
+const HOST_LAST: u16 = 63 * 1024 + 511;
+/// In the set, below the host's range: the NAPT's.
+const NAPT_PORT: u16 = 31 * 1024 + 256;
+
+fn lw_napt() -> Napt {
+    Napt {
+        ipv4: PUB,
+        map: PsidMap::new(6, 2).unwrap(),
+        psid: 1,
+        host: Some(HostPorts { first: HOST_FIRST, last: HOST_LAST }),
+    }
+}
 
 /// The namespace, the engine and the loaded kernel path.
 struct Bed {
@@ -56,10 +81,15 @@ enum Outcome {
 
 impl Bed {
     fn new(encap_limit: Option<u8>) -> Bed {
-        Bed::with(encap_limit, true)
+        Bed::with(encap_limit, true, None)
     }
 
-    fn with(encap_limit: Option<u8>, mss_clamp: bool) -> Bed {
+    /// The host-integrated lwB4 of [`lw_napt`].
+    fn lw() -> Bed {
+        Bed::with(None, true, Some(lw_napt()))
+    }
+
+    fn with(encap_limit: Option<u8>, mss_clamp: bool, napt: Option<Napt>) -> Bed {
         assert!(am_root(), "the B4 kernel path tests need root (BPF_PROG_TEST_RUN, namespaces); CI runs as root");
         let ns = Netns::unique("v6b4k").expect("namespace");
         let cmds: &[&[&str]] = &[
@@ -86,7 +116,7 @@ impl Bed {
         let mut endpoint = EndpointConfig::new(B4A, HOST);
         endpoint.encap_limit = encap_limit;
         endpoint.hop_limit = 61;
-        let cfg = B4Config { endpoint, aftr: AFTR, napt: None, nat: Nat44Config::default(), mss_clamp };
+        let cfg = B4Config { endpoint, aftr: AFTR, napt, nat: Nat44Config::default(), mss_clamp };
         let b4 = B4::new(cfg);
         let mut kp = B4KernelPath::load(b4k::settings(&cfg)).unwrap_or_else(|e| panic!("{e}"));
         kp.prepare_test(t0, up, MAC_UP).unwrap();
@@ -376,10 +406,10 @@ fn mss_clamping_as_the_engine_does() {
     assert_eq!(engine(|s| s.mss_unparsed), e1 + 2 * bad.len() as u64);
 
     // With the limit option, 8 bytes less; with mss-clamp off, nothing.
-    let b = Bed::with(Some(4), true);
+    let b = Bed::with(Some(4), true, None);
     let got = b.encap_ok("limit option", &tcp_opts(&out, 0x02, &[2, 4, 0x23, 0x28], None));
     assert_eq!(mss_at(&got[48..], 22), 1412);
-    let b = Bed::with(None, false);
+    let b = Bed::with(None, false, None);
     let syn = tcp_opts(&out, 0x02, &[2, 4, 0x23, 0x28], None);
     assert_eq!(&b.encap_ok("clamp off", &syn)[40..], &syn[..]);
     let bad = tcp_opts(&out, 0x02, &[3, 0, 0, 0], None);
@@ -488,4 +518,130 @@ fn generated_packets_never_differ() {
         .unwrap();
     let (done, total) = (done.get(), total.get());
     assert!(done * 5 > total, "only {done} of {total} generated packets took the kernel path");
+}
+
+/// The host-integrated lwB4: the host's own packets (the binding's
+/// address, the ports of the set in the host's range: the range's edges,
+/// TCP, UDP, ICMP echo) both ways in the kernel, byte for byte as the
+/// engine sends them untranslated; the NAPT's and what needs the engine
+/// passed and counted.
+#[test]
+fn lwb4_host_ports() {
+    let b = Bed::lw();
+    let out = V4::new(17, PUB, SERVER);
+    let back = V4::new(17, SERVER, PUB);
+    let before = b.counter(C::Encap);
+    for port in [HOST_FIRST, HOST_FIRST + 255, 40 * 1024 + 300, HOST_LAST] {
+        let l3 = out.udp(port, 53, b"query");
+        let got = b.encap_ok(&format!("udp from {port}"), &l3);
+        assert_eq!(&got[40..], &l3[..], "untranslated");
+        let l3 = back.udp(53, port, b"answer");
+        assert_eq!(b.decap_ok(&format!("udp to {port}"), &from_aftr(&l3)), l3, "untranslated");
+    }
+    assert_eq!(b.counter(C::Encap), before + 4);
+    let syn = tcp_opts(&V4::new(6, PUB, SERVER), 0x02, &[2, 4, 0x23, 0x28], None);
+    let mut syn = syn;
+    syn[20..22].copy_from_slice(&HOST_LAST.to_be_bytes());
+    assert_eq!(mss_at(&b.encap_ok("tcp syn, clamped", &syn)[40..], 22), 1420);
+    b.decap_ok("tcp syn-ack", &from_aftr(&V4::new(6, SERVER, PUB).tcp(80, HOST_FIRST, 0x12, b"")));
+    let echo = |ty, id: u16, v: &V4| v.icmp(ty, 0, [(id >> 8) as u8, id as u8, 0, 7], b"ping");
+    b.encap_ok("echo request", &echo(8, HOST_FIRST, &V4::new(1, PUB, SERVER)));
+    b.decap_ok("echo reply", &from_aftr(&echo(0, HOST_FIRST, &V4::new(1, SERVER, PUB))));
+    b.decap_ok("echo request to the host", &from_aftr(&echo(8, HOST_LAST, &V4::new(1, SERVER, PUB))));
+    b.encap_ok("its reply", &echo(0, HOST_LAST, &V4::new(1, PUB, SERVER)));
+
+    // The NAPT's: outside the host's range, in the range but not the set's,
+    // another source or destination (the LAN), and the edges' neighbours.
+    for port in [NAPT_PORT, HOST_FIRST - 1, HOST_FIRST + 256, HOST_LAST + 1, 1024 + 256, 80] {
+        b.passes(&format!("udp from {port}"), |b| b.encap(&out.udp(port, 53, b"")), C::PassNapt);
+        b.passes(&format!("udp to {port}"), |b| b.decap(&from_aftr(&back.udp(53, port, b"")), 0, MAC_UP), C::PassNapt);
+    }
+    b.passes("echo, the NAPT's id", |b| b.encap(&echo(8, NAPT_PORT, &V4::new(1, PUB, SERVER))), C::PassNapt);
+    b.passes("from the lan", |b| b.encap(&V4::new(17, LAN, SERVER).udp(HOST_FIRST, 53, b"")), C::PassNapt);
+    b.passes("to the lan", |b| b.decap(&from_aftr(&V4::new(17, SERVER, LAN).udp(53, HOST_FIRST, b"")), 0, MAC_UP), C::PassNapt);
+    // The LAN's flow from a host port is translated into the NAPT's ports.
+    let lan = b.engine(&V4::new(17, LAN, SERVER).udp(HOST_FIRST, 53, b"")).expect("the NAPT sends it");
+    let mapped = u16::from_be_bytes([lan[60], lan[61]]);
+    assert_eq!(&lan[52..56], &PUB.octets());
+    assert!(lw_napt().map.allowed(mapped, 1) && !lw_napt().host_owns(mapped), "mapped to {mapped}");
+
+    // The host's address, but for the engine.
+    b.passes("a fragment", |b| b.encap(&V4 { mf: true, ..out }.udp(HOST_FIRST, 53, &[1; 32])), C::PassHostOther);
+    b.passes("gre", |b| b.encap(&V4::new(47, PUB, SERVER).build(&[0; 8])), C::PassHostOther);
+    b.passes("a truncated udp header", |b| b.encap(&V4::new(17, PUB, SERVER).build(&[0x81, 0, 0])), C::PassHostOther);
+    b.passes("a truncated tcp header", |b| b.encap(&V4::new(6, PUB, SERVER).build(&[0x81, 0, 0, 53, 0, 0, 0, 0])), C::PassHostOther);
+    // ICMP errors about the host's packets: the engine relays them untranslated.
+    let quoted = back.udp(53, HOST_FIRST, b"");
+    let err_out = V4::new(1, PUB, SERVER).icmp(3, 3, [0; 4], &quoted[..28]);
+    b.passes("port unreachable from the host", |b| b.encap(&err_out), C::PassHostOther);
+    assert_eq!(b.engine(&err_out).map(|p| p[40..].to_vec()), Some(err_out.clone()), "relayed untranslated");
+    let quoted = out.udp(HOST_LAST, 53, b"");
+    let err_in = V4::new(1, SERVER, PUB).icmp(3, 3, [0; 4], &quoted[..28]);
+    b.passes("port unreachable to the host", |b| b.decap(&from_aftr(&err_in), 0, MAC_UP), C::PassHostOther);
+    let mut fwd = from_aftr(&err_in);
+    assert!(kernel_forward(&mut fwd));
+    assert_eq!(b.engine(&fwd), Some(err_in), "relayed untranslated");
+}
+
+/// Generated and mutated packets for the host-integrated lwB4, ports
+/// around the edges of the host's range and of the set's runs, sources
+/// and destinations the binding's, the LAN's or another: the kernel path
+/// never sends anything the engine would not send byte for byte, and
+/// takes the host's own.
+#[test]
+fn lwb4_generated_packets_never_differ() {
+    let b = Bed::lw();
+    let port = prop_oneof![
+        prop_oneof![
+            Just(HOST_FIRST),
+            Just(HOST_FIRST - 1),
+            Just(HOST_FIRST + 255),
+            Just(HOST_FIRST + 256),
+            Just(HOST_LAST),
+            Just(HOST_LAST + 1),
+            Just(NAPT_PORT),
+        ],
+        // Anywhere in the host's range, in the set or not.
+        (32u16..64, 0u16..1024).prop_map(|(a, m)| a * 1024 + m),
+        any::<u16>(),
+    ];
+    let pkt = (
+        any::<bool>(),
+        prop_oneof![Just(6u8), Just(17u8), Just(1u8), Just(47u8)],
+        port,
+        any::<u16>(),
+        prop_oneof![3 => Just(PUB), 1 => Just(LAN), 1 => Just(Ipv4Addr::new(203, 0, 113, 2))],
+        prop_oneof![Just(0u8), Just(8u8), Just(3u8), any::<u8>()],
+        prop_oneof![0usize..200, 1400usize..1480],
+        proptest::option::weighted(0.3, (any::<usize>(), any::<u8>())),
+    );
+    let mut runner = TestRunner::new(PtConfig { cases: 2000, ..PtConfig::default() });
+    let (done, total) = (core::cell::Cell::new(0u32), core::cell::Cell::new(0u32));
+    runner
+        .run(&pkt, |(outbound, proto, hp, other, addr, icmp_type, len, mutate)| {
+            let payload = vec![0x5a; len];
+            let v = if outbound { V4::new(proto, addr, SERVER) } else { V4::new(proto, SERVER, addr) };
+            let (sp, dp) = if outbound { (hp, other) } else { (other, hp) };
+            let inner = match proto {
+                6 => v.tcp(sp, dp, 0x18, &payload),
+                17 => v.udp(sp, dp, &payload),
+                1 => v.icmp(icmp_type, 0, [(hp >> 8) as u8, hp as u8, 0, 1], &payload),
+                _ => v.build(&payload),
+            };
+            let mut l3 = if outbound { inner } else { from_aftr(&inner) };
+            if let Some((at, x)) = mutate {
+                let i = at % l3.len();
+                l3[i] ^= x;
+            }
+            total.set(total.get() + 1);
+            let r = if outbound { b.encap(&l3) } else { b.decap(&l3, 0, MAC_UP) };
+            if matches!(r, Outcome::Done(_)) {
+                done.set(done.get() + 1);
+            }
+            Ok(())
+        })
+        .unwrap();
+    let (done, total) = (done.get(), total.get());
+    assert!(done * 20 > total, "only {done} of {total} generated packets took the kernel path");
+    assert!(b.counter(C::PassNapt) * 10 > u64::from(total), "the NAPT's packets were generated and passed");
 }

@@ -332,7 +332,7 @@ fn lwaftr() -> Lwaftr {
 }
 
 fn lwb4(local: &str, psid: u16) -> B4 {
-    b4(local, Some(Napt { ipv4: Ipv4Addr::new(192, 0, 2, 1), map: PsidMap::new(6, 6).unwrap(), psid }))
+    b4(local, Some(Napt { ipv4: Ipv4Addr::new(192, 0, 2, 1), map: PsidMap::new(6, 6).unwrap(), psid, host: None }))
 }
 
 #[test]

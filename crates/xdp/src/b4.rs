@@ -1,5 +1,8 @@
-//! The kernel datapath of the stateless B4s (`bpf/b4.bpf.c`, `bpf/b4.h`):
-//! the DS-Lite B4 (RFC 6333 §5) and the DSTM host once it holds a lease.
+//! The kernel datapath of the B4s (`bpf/b4.bpf.c`, `bpf/b4.h`): the
+//! DS-Lite B4 (RFC 6333 §5), the DSTM host once it holds a lease, and the
+//! host-integrated lwB4 (RFC 7596 §5.1: the host's own traffic, from the
+//! binding's address and the host's share of its port set; the NAPT's
+//! stays on the engine, [`B4Settings::host`]).
 //! One object, two programs: `tc_b4_encap` on the TUN device's tc egress
 //! (TCX; IPv4 → softwire, redirected to the uplink) and `xdp_b4_decap` on
 //! the uplink (softwire → IPv4, passed to the stack). The TUN engine
@@ -56,13 +59,26 @@ pub struct B4Config {
     pub mss_max: u16,
     /// Zero.
     pub pad: u16,
+    /// With `B4_F_HOST`: the binding's IPv4 address, as on the wire.
+    pub host_addr: [u8; 4],
+    /// The host's ports: those of the port set within `[host_first, host_last]`.
+    pub host_first: u16,
+    /// See `host_first`.
+    pub host_last: u16,
+    /// The binding's PSID.
+    pub psid: u16,
+    /// PSID offset (a).
+    pub psid_offset: u8,
+    /// PSID length (k; 0: the whole address).
+    pub psid_len: u8,
 }
 
-const _: () = assert!(core::mem::size_of::<B4Config>() == 52);
+const _: () = assert!(core::mem::size_of::<B4Config>() == 64);
 
 const B4_F_ON: u32 = 1;
 const B4_F_COPY_TOS: u32 = 2;
 const B4_F_ENCAP_LIMIT: u32 = 4;
+const B4_F_HOST: u32 = 8;
 
 /// tc verdicts (`TC_ACT_*`).
 pub mod tc_action {
@@ -116,6 +132,29 @@ counter_enum! {
     /// Passed: a TCP SYN whose header or options do not parse (the engine
     /// leaves it untouched and counts it).
     PassTcpOptions = 18, "pass-tcp-options";
+    /// Passed (lwB4): not the host's address and port: the NAPT's.
+    PassNapt = 19, "pass-napt";
+    /// Passed (lwB4): the host's address, but an inner fragment, an ICMP
+    /// error, another protocol or a truncated transport header.
+    PassHostOther = 20, "pass-host-other";
+}
+
+/// The lwB4's host: the traffic the kernel path carries when the B4 is a
+/// host-integrated lwB4 (its NAPT stays on the engine).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostSettings {
+    /// The binding's IPv4 address (the host's own).
+    pub addr: core::net::Ipv4Addr,
+    /// The host's ports: those of the port set in `first..=last`.
+    pub first: u16,
+    /// See `first`.
+    pub last: u16,
+    /// The binding's PSID.
+    pub psid: u16,
+    /// PSID offset (a).
+    pub psid_offset: u8,
+    /// PSID length (k; 0: the whole address). a + k ≤ 16.
+    pub psid_len: u8,
 }
 
 /// What the kernel path needs of the B4's end-point configuration.
@@ -133,6 +172,9 @@ pub struct B4Settings {
     pub copy_tos: bool,
     /// TCP SYNs both ways: the largest MSS option let through (0: none).
     pub mss_max: u16,
+    /// The lwB4: only the host's own packets (`None`: every packet, the
+    /// DS-Lite B4 and the DSTM host).
+    pub host: Option<HostSettings>,
 }
 
 /// The loaded B4 kernel path. Dropping it detaches both programs.
@@ -169,6 +211,16 @@ impl B4KernelPath {
         if settings.encap_limit.is_some() {
             flags |= B4_F_ENCAP_LIMIT;
         }
+        if let Some(h) = settings.host {
+            if u16::from(h.psid_offset) + u16::from(h.psid_len) > 16 || h.first > h.last {
+                return Err(Error::Config(format!(
+                    "host ports {}-{} with psid offset {} and length {}",
+                    h.first, h.last, h.psid_offset, h.psid_len
+                )));
+            }
+            flags |= B4_F_HOST;
+        }
+        let h = settings.host;
         let cfg = B4Config {
             local: settings.local.octets(),
             aftr: [0; 16],
@@ -180,6 +232,12 @@ impl B4KernelPath {
             tun_ifindex: 0,
             mss_max: settings.mss_max,
             pad: 0,
+            host_addr: h.map_or([0; 4], |h| h.addr.octets()),
+            host_first: h.map_or(0, |h| h.first),
+            host_last: h.map_or(0, |h| h.last),
+            psid: h.map_or(0, |h| h.psid),
+            psid_offset: h.map_or(0, |h| h.psid_offset),
+            psid_len: h.map_or(0, |h| h.psid_len),
         };
         let mut p = B4KernelPath { obj, settings, cfg, tc: None };
         p.write()?;
@@ -322,6 +380,6 @@ mod tests {
         labels.dedup();
         assert_eq!(labels.len(), B4Counter::ALL.len());
         // bpf/b4.h's B4_COUNTERS.
-        assert_eq!(B4Counter::ALL.len(), 19);
+        assert_eq!(B4Counter::ALL.len(), 21);
     }
 }
