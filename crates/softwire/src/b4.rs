@@ -600,6 +600,84 @@ mod tests {
         u16::from_be_bytes([p[20 + at], p[21 + at]])
     }
 
+    fn host_napt(first: u16, last: u16) -> Napt {
+        // PSID 1 of length 6 at offset 6: ports A·1024 + 16 ... A·1024 + 31.
+        Napt {
+            ipv4: Ipv4Addr::new(192, 0, 2, 1),
+            map: PsidMap::new(6, 6).unwrap(),
+            psid: 1,
+            host: Some(HostPorts { first, last }),
+        }
+    }
+
+    #[test]
+    fn host_ports_and_the_sysctl_that_confines_the_host() {
+        let n = host_napt(48 * 1024 + 16, 50 * 1024 + 31);
+        let ports: Vec<u16> = n.host_ports().collect();
+        assert_eq!(ports.len(), 48);
+        assert_eq!((ports[0], ports[15], ports[16], ports[47]), (49168, 49183, 50192, 51231));
+        assert!(ports.iter().all(|&p| n.host_owns(p)));
+        assert!(!n.host_owns(49167) && !n.host_owns(49184) && !n.host_owns(51232));
+        assert!(!n.host_owns(47 * 1024 + 16), "the set's, not the host's");
+        assert_eq!(n.host_reserved(), "49184-50191,50208-51215");
+        // A range ending in a gap, and one run of one port.
+        let n = host_napt(48 * 1024 + 16, 48 * 1024 + 16);
+        assert_eq!((n.host_ports().count(), n.host_reserved()), (1, String::new()));
+        let n = Napt { host: None, ..n };
+        assert_eq!((n.host_ports().count(), n.host_reserved(), n.host_owns(49168)), (0, String::new(), false));
+    }
+
+    #[test]
+    fn the_napt_never_gives_out_the_hosts_ports() {
+        let n = host_napt(48 * 1024 + 16, 63 * 1024 + 31);
+        let host = n.host_ports().count() as u64;
+        let p = LanPorts::new(n);
+        let size = u64::from(n.map.set_size());
+        assert_eq!(p.usage(Protocol::Udp), (size - host, 0));
+        let mut got = Vec::new();
+        // Every inside port asked for, host ports first (port preservation would keep them).
+        for port in n.host_ports().chain(0..=u16::MAX) {
+            match p.alloc(Protocol::Udp, &Ipv6Addr::LOCALHOST, port, Ipv4Addr::new(198, 51, 100, 1)) {
+                Some((_, x)) => got.push(x),
+                None => break,
+            }
+        }
+        assert_eq!(got.len() as u64, size - host, "the NAPT's share, no more");
+        assert!(got.iter().all(|&x| n.map.allowed(x, 1) && !n.host_owns(x)));
+        assert_eq!(p.usage(Protocol::Udp), (size - host, size - host));
+        // Giving back a host port frees nothing for the NAPT.
+        p.release(Protocol::Udp, n.ipv4, 49168);
+        assert_eq!(p.alloc(Protocol::Udp, &Ipv6Addr::LOCALHOST, 49168, Ipv4Addr::LOCALHOST), None);
+        p.release(Protocol::Udp, n.ipv4, got[0]);
+        assert_eq!(p.alloc(Protocol::Udp, &Ipv6Addr::LOCALHOST, 49168, Ipv4Addr::LOCALHOST), Some((n.ipv4, got[0])));
+    }
+
+    #[test]
+    fn the_hosts_packets_pass_untranslated_and_the_lans_are_translated() {
+        let endpoint = EndpointConfig::new("2001:db8:1::2".parse().unwrap(), Ipv4Addr::new(192, 0, 0, 2));
+        let aftr: Ipv6Addr = "2001:db8:ffff::1".parse().unwrap();
+        let napt = host_napt(48 * 1024 + 16, 63 * 1024 + 31);
+        let b = B4::new(B4Config { endpoint, aftr, napt: Some(napt), nat: Nat44Config::default(), mss_clamp: true });
+        let mut out = Out::new();
+        let udp = |src: [u8; 4], sport: u16| {
+            let mut v = Vec::new();
+            PacketBuilder::ipv4(src, [198, 51, 100, 1], 64).udp(sport, 53).write(&mut v, b"q").unwrap();
+            v
+        };
+        let host = udp([192, 0, 2, 1], 49168);
+        assert_eq!(b.process(&host, 0, &mut out), Action::Emit);
+        assert_eq!(&out.get(0).unwrap().1[40..], &host[..], "the host's: untranslated");
+        assert_eq!(b.nat().unwrap().len(), 0, "no mapping");
+        for (src, sport) in [([192, 0, 2, 1], 47 * 1024 + 16), ([192, 168, 1, 2], 49168)] {
+            assert_eq!(b.process(&udp(src, sport), 0, &mut out), Action::Emit);
+            let p = &out.get(0).unwrap().1[40..];
+            let mapped = u16::from_be_bytes([p[20], p[21]]);
+            assert_eq!(&p[12..16], &[192, 0, 2, 1]);
+            assert!(napt.map.allowed(mapped, 1) && !napt.host_owns(mapped), "{src:?}:{sport} -> {mapped}");
+        }
+        assert_eq!(b.nat().unwrap().len(), 2);
+    }
+
     #[test]
     fn mss_max_is_the_tunnel_mtu_less_the_headers() {
         let mut e = EndpointConfig::new(Ipv6Addr::LOCALHOST, Ipv4Addr::LOCALHOST);

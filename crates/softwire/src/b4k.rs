@@ -9,7 +9,7 @@
 //! points it at the AFTR, or for a DSTM host at the TEP of the lease in
 //! force (and turns it off without one).
 
-use crate::b4::B4Config;
+use crate::b4::{B4Config, Napt};
 use crate::config::B4Kernel;
 use crate::fast::xdp_status;
 use anyhow::{bail, Context as _, Result};
@@ -110,5 +110,45 @@ impl B4Fast {
             "counters": counters,
             "last_error": self.last_error,
         })
+    }
+}
+
+/// The host-integrated lwB4's share of the port set (`[b4] host-ports`) and
+/// the sysctls that confine the host's stack to it (docs/softwire.md
+/// "Host-integrated lwB4"): `null` without host ports.
+pub fn host_ports_status(napt: Option<&Napt>) -> serde_json::Value {
+    let Some((n, h)) = napt.and_then(|n| n.host.map(|h| (n, h))) else { return serde_json::Value::Null };
+    serde_json::json!({
+        "first": h.first,
+        "last": h.last,
+        "ports": n.host_ports().count(),
+        "ip_local_port_range": format!("{} {}", h.first, h.last),
+        "ip_local_reserved_ports": n.host_reserved(),
+    })
+}
+
+/// Warn when this namespace's `net.ipv4.ip_local_port_range` reaches
+/// outside the host's ports: the host's connections from the other ports
+/// then go through the NAPT (they work, on the engine).
+pub fn check_local_ports(napt: &Napt) {
+    let Some(h) = napt.host else { return };
+    let p = "/proc/sys/net/ipv4/ip_local_port_range";
+    let range = std::fs::read_to_string(p).ok().and_then(|s| {
+        let mut it = s.split_whitespace().map(|x| x.parse::<u16>().ok());
+        Some((it.next()??, it.next()??))
+    });
+    match range {
+        Some((lo, hi)) if lo >= h.first && hi <= h.last => {}
+        r => tracing::warn!(
+            current = ?r,
+            "[b4] host-ports {}-{}: set net.ipv4.ip_local_port_range = \"{} {}\" and \
+             net.ipv4.ip_local_reserved_ports = \"{}\" so that the host's own connections use its ports \
+             (and the kernel path); others go through the NAPT",
+            h.first,
+            h.last,
+            h.first,
+            h.last,
+            napt.host_reserved()
+        ),
     }
 }

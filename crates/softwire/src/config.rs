@@ -92,7 +92,7 @@ pool4 = ["203.0.113.0/28"]          # as [nat64] pool4: "PREFIX" or { prefix, po
 # psid = 5
 # psid-length = 6
 # psid-offset = 6
-# host-ports = "49152-65535"         # lw4o6: the host's own share of the port set (kept from
+# host-ports = "49232-64607"         # lw4o6: the host's own share of the port set (kept from
 #                                    # the NAPT; the host stack uses the binding's address, which
 #                                    # goes on the device; docs/softwire.md "Host-integrated lwB4")
 # lease-server = "[2001:db8:ffff::2]:4739"   # dstm
@@ -917,7 +917,46 @@ mod tests {
         assert!(e.contains("[b4.kernel] mode"), "{e}");
         let lw = "[b4]\nmode = \"lw4o6\"\naddress = \"2001:db8::2\"\naftr = \"2001:db8::1\"\nipv4-address = \"192.0.2.1\"\npsid-length = 6\n";
         let e = SoftwireConfig::parse(&format!("{lw}[b4.kernel]\ninterfaces = [\"eth0\"]\n")).unwrap_err();
-        assert!(e.contains("lwB4"), "{e}");
+        assert!(e.contains("lwB4") && e.contains("host-ports"), "{e}");
+        // With the host's share of the port set: the host's traffic.
+        let c = SoftwireConfig::parse(&format!(
+            "{lw}psid = 1\nhost-ports = \"{}-{}\"\n[b4.kernel]\ninterfaces = [\"eth0\"]\n",
+            32 * 1024 + 16,
+            63 * 1024 + 31
+        ))
+        .unwrap();
+        assert!(c.b4.unwrap().kernel.is_some());
+    }
+
+    #[test]
+    fn b4_host_ports() {
+        // PSID 1 of length 6 at offset 6: ports A·1024 + 16 ... A·1024 + 31.
+        let lw = "[b4]\nmode = \"lw4o6\"\naddress = \"2001:db8::2\"\naftr = \"2001:db8::1\"\nipv4-address = \"192.0.2.1\"\npsid = 1\npsid-length = 6\n";
+        let b = |extra: &str| SoftwireConfig::parse(&format!("{lw}{extra}")).map(|c| c.b4.unwrap());
+        let t = b("host-ports = \"49168-64543\"\n").unwrap();
+        let n = t.b4.napt.unwrap();
+        assert_eq!(n.host, Some(HostPorts { first: 49168, last: 64543 }));
+        assert_eq!(n.host_ports().count(), 16 * 16, "A = 48..63, 16 ports each");
+        assert_eq!(t.ipv4_address, Some(Ipv4Addr::new(192, 0, 2, 1)), "the host holds the binding's address");
+        assert!(t.tun.addresses.contains(&(core::net::IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)), 32)));
+        assert!(b("").unwrap().b4.napt.unwrap().host.is_none(), "off unless asked");
+        for (extra, want) in [
+            ("host-ports = \"49152-64543\"\n", "49152 is not in the port set"),
+            ("host-ports = \"49168-65535\"\n", "65535 is not in the port set"),
+            ("host-ports = \"64543-49168\"\n", "above the last"),
+            ("host-ports = \"49168\"\n", "FIRST-LAST"),
+            ("host-ports = \"x-64543\"\n", "`x`"),
+            ("host-ports = \"1040-64543\"\n", "leaves the NAPT none"),
+            ("host-ports = \"49168-64543\"\nnat = false\n", "needs nat = true"),
+        ] {
+            let e = b(extra).unwrap_err();
+            assert!(e.contains("[b4] host-ports") && e.contains(want), "{extra}: {e}");
+        }
+        let e = SoftwireConfig::parse(
+            "[b4]\nmode = \"ds-lite\"\naddress = \"2001:db8::2\"\naftr = \"2001:db8::1\"\nhost-ports = \"1-2\"\n",
+        )
+        .unwrap_err();
+        assert!(e.contains("[b4] host-ports") && e.contains("lw4o6 only"), "{e}");
     }
 
     #[test]

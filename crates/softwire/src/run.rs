@@ -396,6 +396,10 @@ impl Softwires {
     fn spawn_b4(&mut self, t: B4Table) -> Result<()> {
         let dev = Device::open(&t.tun)?;
         let b4 = B4::new(t.b4);
+        if let Some(n) = &t.b4.napt {
+            crate::b4k::check_local_ports(n);
+        }
+        let host_ports = crate::b4k::host_ports_status(t.b4.napt.as_ref());
         let mut kernel = match &t.kernel {
             Some(k) => {
                 let mut f = B4Fast::start(&t.b4, &dev.name, k)?;
@@ -487,6 +491,7 @@ impl Softwires {
                         "device": dev.name,
                         "aftr": b4.aftr().to_string(),
                         "kernel": kernel.as_ref().map(|k| k.status()),
+                        "host_ports": host_ports,
                         "counters": b4.counters().snapshot(),
                         "mappings": b4.nat().map_or(0, |n| n.len()),
                         "lease": lease.map(|l| json!({"ipv4": l.0.to_string(), "secs": l.2})),

@@ -15,8 +15,9 @@
 //! `trt-sockmap` (with `copy = "sockmap"`),
 //! `dslite`, `lw4o6`,
 //! `dstm` (`v6gate softwire` on both sides), `lw4o6-xdp` and `dstm-xdp`
-//! (the lwAFTR's XDP fast path), `dslite-b4k`, `dstm-b4k` and
-//! `dstm-xdp-b4k` (the B4's kernel datapath, [`Mech::b4_kernel`]),
+//! (the lwAFTR's XDP fast path), `dslite-b4k`, `dstm-b4k`,
+//! `dstm-xdp-b4k`, `lw4o6-b4k` and `lw4o6-xdp-b4k` (the B4's kernel
+//! datapath, [`Mech::b4_kernel`]; the lwB4's for its host's own traffic),
 //! `socat` (a socat TCP/UDP relay on the gateway). Each gets a fresh testbed,
 //! and a native-IPv4 testbed (the `ipv4` row's shape, its own namespaces)
 //! stays up beside them for the whole run: the baseline.
@@ -145,6 +146,14 @@ pub enum Mech {
     /// DSTM with both ends in the kernel: the TEP's XDP fast path and the
     /// host's kernel datapath.
     DstmXdpB4k,
+    /// lw4o6 with the host-integrated lwB4's kernel datapath (`[b4]
+    /// host-ports`, `[b4.kernel]`): the client is the lwB4 host itself,
+    /// its IPv4 address the binding's, its local ports confined to the
+    /// host's share of the port set; the lwAFTR stays on its TUN engine.
+    Lw4o6B4k,
+    /// lw4o6 with both ends in the kernel: the lwAFTR's XDP fast path and
+    /// the host-integrated lwB4's kernel datapath.
+    Lw4o6XdpB4k,
     /// socat on the gateway, a plain user-level TCP/UDP relay.
     Socat,
 }
@@ -154,7 +163,10 @@ impl Mech {
     /// (`[b4.kernel]` on c0): a flag of the row, orthogonal to the
     /// gateway's variant.
     pub fn b4_kernel(self) -> bool {
-        matches!(self, Mech::DsliteB4k | Mech::DsliteXdpB4k | Mech::DstmB4k | Mech::DstmXdpB4k)
+        matches!(
+            self,
+            Mech::DsliteB4k | Mech::DsliteXdpB4k | Mech::DstmB4k | Mech::DstmXdpB4k | Mech::Lw4o6B4k | Mech::Lw4o6XdpB4k
+        )
     }
 
     /// Name in the reports.
@@ -176,6 +188,8 @@ impl Mech {
             Mech::DsliteXdpB4k => "dslite-xdp-b4k",
             Mech::DstmB4k => "dstm-b4k",
             Mech::DstmXdpB4k => "dstm-xdp-b4k",
+            Mech::Lw4o6B4k => "lw4o6-b4k",
+            Mech::Lw4o6XdpB4k => "lw4o6-xdp-b4k",
             Mech::Socat => "socat",
         }
     }
@@ -508,7 +522,7 @@ fn socat(ns: &Netns, work: &Path, args: &[&str]) -> Result<Proc> {
 /// The (lw)AFTR's XDP counters from its status file (the `-xdp` rows).
 fn xdp_counters(m: Mech, work: &Path) -> Option<serde_json::Value> {
     let (name, function) = match m {
-        Mech::Lw4o6Xdp => ("lwaftr", "lw4o6"),
+        Mech::Lw4o6Xdp | Mech::Lw4o6XdpB4k => ("lwaftr", "lw4o6"),
         Mech::DstmXdp | Mech::DstmXdpB4k => ("tep", "lw4o6"),
         Mech::DsliteXdp | Mech::DsliteXdpB4k => ("aftr", "dslite"),
         _ => return None,
@@ -521,6 +535,7 @@ fn b4_kernel_counters(m: Mech, work: &Path) -> Option<serde_json::Value> {
     let name = match m {
         Mech::DsliteB4k | Mech::DsliteXdpB4k => "b4",
         Mech::DstmB4k | Mech::DstmXdpB4k => "dstm-b4",
+        Mech::Lw4o6B4k | Mech::Lw4o6XdpB4k => "lwb4",
         _ => return None,
     };
     Some(status(work, name)?["b4"]["kernel"]["counters"].clone())
@@ -532,6 +547,18 @@ fn status(work: &Path, name: &str) -> Option<serde_json::Value> {
     std::thread::sleep(Duration::from_millis(500));
     let text = std::fs::read_to_string(work.join(format!("{name}.json"))).ok()?;
     serde_json::from_str(&text).ok()
+}
+
+/// The host's ports of the `lw4o6-b4k` rows (`[b4] host-ports`): A = 32..63
+/// of PSID 1 (length 2, offset 6).
+const LWB4_HOST_PORTS: (u16, u16) = (32 * 1024 + 256, 63 * 1024 + 511);
+
+/// `net.ipv4.ip_local_reserved_ports` of the `lw4o6-b4k` rows' client:
+/// the ports of [`LWB4_HOST_PORTS`] that are not the binding's.
+fn lwb4_reserved() -> String {
+    let map = softwire::portset::PsidMap::new(6, 2).expect("psid length 2 at offset 6");
+    let host = softwire::b4::HostPorts { first: LWB4_HOST_PORTS.0, last: LWB4_HOST_PORTS.1 };
+    softwire::b4::Napt { ipv4: core::net::Ipv4Addr::UNSPECIFIED, map, psid: 1, host: Some(host) }.host_reserved()
 }
 
 /// The `[b4.kernel]` table of the `-b4k` rows (empty for the others): the
@@ -555,7 +582,7 @@ fn b4_kernel(m: Mech) -> &'static str {
 /// lwAFTR's TUN device but XDP cannot).
 fn sw_xdp(m: Mech, c: &Netns, s: &Netns) -> Result<&'static str> {
     let table = match m {
-        Mech::Lw4o6Xdp | Mech::DstmXdp | Mech::DstmXdpB4k => {
+        Mech::Lw4o6Xdp | Mech::DstmXdp | Mech::DstmXdpB4k | Mech::Lw4o6XdpB4k => {
             "[lw4o6.xdp]\ninterfaces = [\"g0\", \"g1\"]\nmode = \"native\"\n"
         }
         Mech::DsliteXdp | Mech::DsliteXdpB4k => "[dslite.xdp]\ninterfaces = [\"g0\", \"g1\"]\nmode = \"native\"\n",
@@ -678,6 +705,23 @@ fn build(m: Mech, prefix: &str, bin: &Path, work: &Path, busy_poll: &str, trt: T
             procs.push(v6gate(&g, "lwaftr", "softwire", &lw)?);
             let b4 = "[b4]\nmode = \"lw4o6\"\naddress = \"2001:db8:2::2\"\naftr = \"2001:db8:ffff::1\"\nipv4-address = \"203.0.113.1\"\npsid = 1\npsid-length = 2\nhost-address = \"192.168.1.2\"\nroutes = [\"198.51.100.0/24\"]\n";
             procs.push(v6gate(&c, "lwb4", "softwire", b4)?);
+            v4target
+        }
+        Mech::Lw4o6B4k | Mech::Lw4o6XdpB4k => {
+            b4_routes(&g)?;
+            let bindings = work.join("bindings");
+            // The binding of the lw4o6 rows; the host holds A = 32..63 of
+            // its set (8,192 ports), the NAPT keeps A = 1..31.
+            std::fs::write(&bindings, "2001:db8:2::2 203.0.113.1 1 2\n")?;
+            let lw = format!("[lw4o6]\naftr-address = \"2001:db8:ffff::1\"\nbinding-file = \"{}\"\nipv4-prefixes = [\"203.0.113.0/24\"]\n{}", bindings.display(), sw_xdp(m, &c, &s)?);
+            procs.push(v6gate(&g, "lwaftr", "softwire", &lw)?);
+            let (first, last) = LWB4_HOST_PORTS;
+            // The client is the lwB4 host: its sockets take the binding's
+            // address (on the TUN device) and its own ports only.
+            c.sysctl("net.ipv4.ip_local_port_range", &format!("{first} {last}"))?;
+            c.sysctl("net.ipv4.ip_local_reserved_ports", &lwb4_reserved())?;
+            let b4 = format!("[b4]\nmode = \"lw4o6\"\naddress = \"2001:db8:2::2\"\naftr = \"2001:db8:ffff::1\"\nipv4-address = \"203.0.113.1\"\npsid = 1\npsid-length = 2\nhost-ports = \"{first}-{last}\"\nroutes = [\"198.51.100.0/24\"]\n{}", b4_kernel(m));
+            procs.push(v6gate(&c, "lwb4", "softwire", &b4)?);
             v4target
         }
         Mech::Dstm | Mech::DstmXdp | Mech::DstmB4k | Mech::DstmXdpB4k => {
