@@ -662,3 +662,81 @@ clients = ["2001:db8:1::/48"]
     let link = bed.b4.ip(&["link", "show", "w6"]).unwrap();
     assert!(!String::from_utf8_lossy(&link.stdout).contains("xdp"), "XDP left attached");
 }
+
+/// The host-integrated lwB4's kernel path (`[b4] host-ports`, `[b4.kernel]`)
+/// against the lwAFTR on its TUN engine: the lwB4 host's own ping, UDP and
+/// TCP (its sockets confined to its share of the port set by the sysctls
+/// the status names) through the kernel, untranslated; a LAN host behind
+/// the NAPT at the same time through the engine, into the NAPT's ports.
+#[test]
+fn lw4o6_host_integrated_lwb4_over_the_b4_kernel_path() {
+    let bed = bed();
+    let lan = Netns::unique("sw-lan").unwrap();
+    veth(&lan, "l0", &bed.b4, "b0").unwrap();
+    lan.ip(&["addr", "add", "192.168.1.2/24", "dev", "l0"]).unwrap();
+    lan.ip(&["route", "add", "default", "via", "192.168.1.1"]).unwrap();
+    bed.b4.ip(&["addr", "add", "192.168.1.1/24", "dev", "b0"]).unwrap();
+    let map = softwire::portset::PsidMap::new(6, 6).unwrap();
+    let bindings = bed.dir.path().join("bindings");
+    std::fs::write(&bindings, "2001:db8:1::2 192.0.2.1 5 6\n").unwrap();
+    let lw = Proc::start(
+        &bed.aftr,
+        bed.dir.path(),
+        "lwaftr",
+        &format!(
+            "[lw4o6]\naftr-address = \"2001:db8:ffff::1\"\nbinding-file = \"{}\"\nipv4-prefixes = [\"192.0.2.0/24\"]\n",
+            bindings.display()
+        ),
+    );
+    // PSID 5: ports A·1024 + 80 ... A·1024 + 95; the host holds A = 48..63.
+    let (first, last) = (48 * 1024 + 80, 63 * 1024 + 95);
+    let b4 = Proc::start(
+        &bed.b4,
+        bed.dir.path(),
+        "lwb4k",
+        &format!(
+            "[b4]\nmode = \"lw4o6\"\naddress = \"2001:db8:1::2\"\naftr = \"2001:db8:ffff::1\"\n\
+             ipv4-address = \"192.0.2.1\"\npsid = 5\npsid-length = 6\nhost-ports = \"{first}-{last}\"\n\
+             routes = [\"198.51.100.0/24\"]\n[b4.kernel]\ninterfaces = [\"w6\"]\n"
+        ),
+    );
+    let s = b4.wait_status(|v| v["b4"]["kernel"]["aftr"] == "2001:db8:ffff::1");
+    let h = &s["b4"]["host_ports"];
+    assert_eq!(h["ports"], 16 * 16, "{s}");
+    assert!(b4.log().contains("ip_local_port_range"), "the default range is not the host's: warned");
+    // The operator's part: the host's stack confined to its ports.
+    bed.b4.sysctl("net.ipv4.ip_local_port_range", h["ip_local_port_range"].as_str().unwrap()).unwrap();
+    bed.b4.sysctl("net.ipv4.ip_local_reserved_ports", h["ip_local_reserved_ports"].as_str().unwrap()).unwrap();
+    let owns = |p: u16| (first..=last).contains(&p) && map.allowed(p, 5);
+
+    // The host and a LAN host behind the NAPT, at the same time.
+    let (host, from_lan) = std::thread::scope(|sc| {
+        let l = sc.spawn(|| {
+            tcp_echo(&bed.h4, sa("0.0.0.0:7901"), &lan, sa(&format!("{SERVER}:7901")), &[7u8; 100_000]).1
+        });
+        (traffic(&bed, 7900 - 1), l.join().unwrap())
+    });
+    for from in [host.0, host.1] {
+        assert_eq!(from.ip().to_string(), "192.0.2.1");
+        assert!(owns(from.port()), "the host used its own port: {from}");
+    }
+    assert_eq!(from_lan.ip().to_string(), "192.0.2.1", "the LAN translated into the binding");
+    assert!(map.allowed(from_lan.port(), 5) && !owns(from_lan.port()), "the NAPT's port: {from_lan}");
+    // ping with an identifier of the host's: the kernel path too.
+    let (ok, out) = ping(&bed.b4, SERVER, &["-e", &first.to_string()]);
+    assert!(ok, "ping with the host's identifier: {out}");
+    let (ok, out) = ping(&lan, SERVER, &[]);
+    assert!(ok, "ping from the LAN through the NAPT: {out}");
+
+    let s = b4.wait_status(|v| b4_kernel_count(v, "encap") >= 4 && b4_kernel_count(v, "decap") >= 4);
+    assert!(b4_kernel_count(&s, "mss-clamped") >= 2, "the host's SYN and the server's SYN-ACK: {s}");
+    assert!(b4_kernel_count(&s, "pass-napt") >= 10, "the LAN's packets both ways to the engine: {s}");
+    assert_eq!(s["b4"]["mappings"].as_u64().map(|m| m >= 2), Some(true), "the LAN's TCP and ping: {s}");
+    no_fragments(&s, &lw.status(), "lw4o6");
+    let ls = lw.status();
+    assert_eq!(ls["lw4o6"]["counters"]["drops"].get("port-set-violation"), None, "{ls}");
+    b4.stop();
+    lw.stop();
+    let link = bed.b4.ip(&["link", "show", "w6"]).unwrap();
+    assert!(!String::from_utf8_lossy(&link.stdout).contains("xdp"), "XDP left attached");
+}
