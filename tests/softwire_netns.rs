@@ -711,9 +711,8 @@ fn lw4o6_host_integrated_lwb4_over_the_b4_kernel_path() {
 
     // The host and a LAN host behind the NAPT, at the same time.
     let (host, from_lan) = std::thread::scope(|sc| {
-        let l = sc.spawn(|| {
-            tcp_echo(&bed.h4, sa("0.0.0.0:7901"), &lan, sa(&format!("{SERVER}:7901")), &[7u8; 100_000]).1
-        });
+        let l =
+            sc.spawn(|| tcp_echo(&bed.h4, sa("0.0.0.0:7901"), &lan, sa(&format!("{SERVER}:7901")), &[7u8; 100_000]).1);
         (traffic(&bed, 7900 - 1), l.join().unwrap())
     });
     for from in [host.0, host.1] {

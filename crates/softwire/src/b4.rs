@@ -80,13 +80,16 @@ impl Napt {
         self.host.is_some_and(|h| (h.first..=h.last).contains(&port) && self.map.allowed(port, self.psid))
     }
 
+    /// The runs of the set within [`Napt::host`]'s range, clipped to it,
+    /// in increasing order (none without a host range).
+    fn host_runs(&self) -> impl Iterator<Item = (u16, u16)> + '_ {
+        let (first, last) = self.host.map_or((1, 0), |h| (h.first, h.last));
+        self.map.ranges(self.psid).map(move |(lo, hi)| (lo.max(first), hi.min(last))).filter(|(lo, hi)| lo <= hi)
+    }
+
     /// The host's ports, in increasing order.
     pub fn host_ports(&self) -> impl Iterator<Item = u16> + '_ {
-        let (first, last) = self.host.map_or((1, 0), |h| (h.first, h.last));
-        self.map
-            .ranges(self.psid)
-            .filter_map(move |(lo, hi)| (lo.max(first) <= hi.min(last)).then(|| lo.max(first)..=hi.min(last)))
-            .flatten()
+        self.host_runs().flat_map(|(lo, hi)| lo..=hi)
     }
 
     /// `net.ipv4.ip_local_reserved_ports` for the host: the ports in
@@ -96,15 +99,11 @@ impl Napt {
         let Some(h) = self.host else { return String::new() };
         let mut gaps = Vec::new();
         let mut next = u32::from(h.first);
-        for (lo, hi) in self.map.ranges(self.psid) {
-            let (lo, hi) = (u32::from(lo).max(u32::from(h.first)), u32::from(hi).min(u32::from(h.last)));
-            if lo > hi {
-                continue;
+        for (lo, hi) in self.host_runs() {
+            if u32::from(lo) > next {
+                gaps.push(span(next, u32::from(lo) - 1));
             }
-            if lo > next {
-                gaps.push(span(next, lo - 1));
-            }
-            next = hi + 1;
+            next = u32::from(hi) + 1;
         }
         if next <= u32::from(h.last) {
             gaps.push(span(next, u32::from(h.last)));

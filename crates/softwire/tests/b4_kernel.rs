@@ -558,7 +558,11 @@ fn lwb4_host_ports() {
     }
     b.passes("echo, the NAPT's id", |b| b.encap(&echo(8, NAPT_PORT, &V4::new(1, PUB, SERVER))), C::PassNapt);
     b.passes("from the lan", |b| b.encap(&V4::new(17, LAN, SERVER).udp(HOST_FIRST, 53, b"")), C::PassNapt);
-    b.passes("to the lan", |b| b.decap(&from_aftr(&V4::new(17, SERVER, LAN).udp(53, HOST_FIRST, b"")), 0, MAC_UP), C::PassNapt);
+    b.passes(
+        "to the lan",
+        |b| b.decap(&from_aftr(&V4::new(17, SERVER, LAN).udp(53, HOST_FIRST, b"")), 0, MAC_UP),
+        C::PassNapt,
+    );
     // The LAN's flow from a host port is translated into the NAPT's ports.
     let lan = b.engine(&V4::new(17, LAN, SERVER).udp(HOST_FIRST, 53, b"")).expect("the NAPT sends it");
     let mapped = u16::from_be_bytes([lan[60], lan[61]]);
@@ -569,7 +573,11 @@ fn lwb4_host_ports() {
     b.passes("a fragment", |b| b.encap(&V4 { mf: true, ..out }.udp(HOST_FIRST, 53, &[1; 32])), C::PassHostOther);
     b.passes("gre", |b| b.encap(&V4::new(47, PUB, SERVER).build(&[0; 8])), C::PassHostOther);
     b.passes("a truncated udp header", |b| b.encap(&V4::new(17, PUB, SERVER).build(&[0x81, 0, 0])), C::PassHostOther);
-    b.passes("a truncated tcp header", |b| b.encap(&V4::new(6, PUB, SERVER).build(&[0x81, 0, 0, 53, 0, 0, 0, 0])), C::PassHostOther);
+    b.passes(
+        "a truncated tcp header",
+        |b| b.encap(&V4::new(6, PUB, SERVER).build(&[0x81, 0, 0, 53, 0, 0, 0, 0])),
+        C::PassHostOther,
+    );
     // ICMP errors about the host's packets: the engine relays them untranslated.
     let quoted = back.udp(53, HOST_FIRST, b"");
     let err_out = V4::new(1, PUB, SERVER).icmp(3, 3, [0; 4], &quoted[..28]);

@@ -165,7 +165,12 @@ impl Mech {
     pub fn b4_kernel(self) -> bool {
         matches!(
             self,
-            Mech::DsliteB4k | Mech::DsliteXdpB4k | Mech::DstmB4k | Mech::DstmXdpB4k | Mech::Lw4o6B4k | Mech::Lw4o6XdpB4k
+            Mech::DsliteB4k
+                | Mech::DsliteXdpB4k
+                | Mech::DstmB4k
+                | Mech::DstmXdpB4k
+                | Mech::Lw4o6B4k
+                | Mech::Lw4o6XdpB4k
         )
     }
 
