@@ -64,7 +64,7 @@ pub struct Napt {
 /// port numbers holds runs of the set and gaps between them; the host's
 /// stack is confined to it with `net.ipv4.ip_local_port_range = "first
 /// last"` and the gaps in `net.ipv4.ip_local_reserved_ports`
-/// ([`HostPorts::reserved`]).
+/// ([`Napt::host_reserved`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HostPorts {
     /// The first port (one of the set).
