@@ -1,5 +1,5 @@
 //! Entry points: the softwire engines (DS-Lite AFTR, lwAFTR with a DSTM
-//! lease, B4 and lwB4) fed arbitrary packets, raw and as the inner packet
+//! lease, B4 and a host-integrated lwB4) fed arbitrary packets, raw and as the inner packet
 //! of a well-formed softwire, with a clock that moves; and the RFC 2473 §8
 //! ICMPv6 relay. Nothing may panic, and every emitted tunnel packet must
 //! decapsulate.
@@ -7,7 +7,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use softwire::aftr::{Aftr, AftrConfig};
-use softwire::b4::{B4Config, Napt, B4};
+use softwire::b4::{B4Config, HostPorts, Napt, B4};
 use softwire::binding::{Binding, BindingTable};
 use softwire::endpoint::EndpointConfig;
 use softwire::lwaftr::{Lwaftr, LwaftrConfig};
@@ -61,7 +61,13 @@ fn engines() -> &'static Engines {
         let lwb4 = B4::new(B4Config {
             endpoint: ep(B4A),
             aftr: AFTR,
-            napt: Some(Napt { ipv4: Ipv4Addr::new(192, 0, 2, 1), map, psid: 1 }),
+            // Host-integrated: the host holds A = 48..63 of the set.
+            napt: Some(Napt {
+                ipv4: Ipv4Addr::new(192, 0, 2, 1),
+                map,
+                psid: 1,
+                host: Some(HostPorts { first: 48 * 1024 + 16, last: 63 * 1024 + 31 }),
+            }),
             nat,
             mss_clamp: true,
         });
