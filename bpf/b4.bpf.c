@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR Apache-2.0) */
 /*
  * The kernel datapath of the B4s (RFC 6333 §5: the DS-Lite B4, no NAT;
- * the DSTM host holding a lease; the host-integrated lwB4, RFC 7596 §5.1,
+ * the DSTM host holding a lease; the host-integrated lwB4 (RFC 7596),
  * for the host's own packets): two programs, one object.
  *
  *   tc_b4_encap, tc egress (TCX) of the B4's TUN device, where the IPv4

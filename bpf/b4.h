@@ -2,7 +2,7 @@
 /*
  * The kernel datapath of the B4s (the DS-Lite B4, RFC 6333 §5, the DSTM
  * host once it holds a lease, and the host-integrated lwB4's own traffic,
- * RFC 7596 §5.1): the map contract shared by bpf/b4.bpf.c and
+ * RFC 7596): the map contract shared by bpf/b4.bpf.c and
  * crates/xdp/src/b4.rs. Sizes are asserted on both sides.
  */
 #ifndef V6GATE_B4_H
