@@ -11,11 +11,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use support::*;
 
+/// One `mirror` call: protocol, IPv6 host port, state, half-open.
+type Mirrored = (Protocol, u16, Option<TcpState>, bool);
+
 /// Records every `mirror` call; answers `syn_ack` from `carried`
 /// (IPv6 host port → when the fast path forwarded the SYN+ACK).
 #[derive(Debug, Default)]
 struct Hook {
-    mirrored: Mutex<Vec<(Protocol, u16, Option<TcpState>, bool)>>,
+    mirrored: Mutex<Vec<Mirrored>>,
     carried: Mutex<HashMap<u16, u64>>,
     asked: Mutex<u32>,
 }
