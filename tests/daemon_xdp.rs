@@ -392,10 +392,33 @@ fn nat64_sessions_on_the_fast_path_from_their_first_packet() {
             assert_eq!(got, msg.as_bytes());
         }
         assert_eq!(xdp_counter(&lab, "nat64-syn-ack"), n, "{mode}: every SYN+ACK carried");
+        // Open but idle: the sync lets the translator learn it (ESTABLISHED).
+        let srv2: std::net::SocketAddr = "0.0.0.0:5002".parse().unwrap();
+        let l = lab.h4.run(|| Ok(std::net::TcpListener::bind(srv2)?)).unwrap();
+        let dst2: std::net::SocketAddr = format!("[{H4_NAT64}]:5002").parse().unwrap();
+        let c = lab.h6.run(|| Ok(std::net::TcpStream::connect_timeout(&dst2, Duration::from_secs(5))?)).unwrap();
+        let t0 = Instant::now();
+        loop {
+            let v: serde_json::Value =
+                serde_json::from_str(&lab.ctl(&["sessions", "--proto", "tcp"]).unwrap()).unwrap();
+            let open =
+                v.as_array().unwrap().iter().find(|s| s["ipv4-dst"].as_str().is_some_and(|d| d.ends_with(":5002")));
+            if open.is_some_and(|s| s["state"] == "established") {
+                break;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(3), "{mode}: never learnt: {v}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        drop((c, l));
         assert!(lab.metric(NAT_64) >= n, "{mode}: the handshake's ACKs and data 6->4 carried");
-        let v: serde_json::Value =
-            serde_json::from_str(&lab.ctl(&["sessions", "--proto", "tcp"]).unwrap()).unwrap();
-        let states: Vec<_> = v.as_array().unwrap().iter().map(|s| s["state"].clone()).collect();
+        let v: serde_json::Value = serde_json::from_str(&lab.ctl(&["sessions", "--proto", "tcp"]).unwrap()).unwrap();
+        let states: Vec<_> = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["ipv4-dst"].as_str().is_some_and(|d| d.ends_with(":5001")))
+            .map(|s| s["state"].clone())
+            .collect();
         assert_eq!(states.len(), n as usize, "{mode}: {v}");
         assert!(states.iter().all(|s| s == "v4-fin-v6-fin-rcv"), "{mode}: learnt, then both FINs: {states:?}");
     }

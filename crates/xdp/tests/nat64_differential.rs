@@ -15,8 +15,8 @@ mod support;
 
 use common::*;
 use nat64::{FastHook, Nat64, Protocol, SessionFilter, SessionInfo, TcpState};
-use std::sync::{Arc, Mutex};
 use proptest::prelude::*;
+use std::sync::{Arc, Mutex};
 use support::{frame, hex, ident_of, run, Net, Outcome};
 use xdp::nat64::{Session, L4};
 use xdp::types::progs;

@@ -17,7 +17,9 @@
 //! and recorded in the entries; the translator reads that whenever it next
 //! handles the session and steps it to ESTABLISHED as if it had seen it).
 //! Every half second (and right after sessions expire) the timer thread
-//! calls [`FastPlane::sync_nat64`]: it adopts what the hook mirrored, and
+//! calls [`FastPlane::sync_nat64`]: it adopts what the hook mirrored
+//! (and lets the translator learn the SYN+ACKs carried since, through
+//! [`nat64::Nat64::refresh`]), and
 //! sessions that may take the fast path (UDP, ICMP echo, TCP from
 //! ESTABLISHED through the close — their FIN and RST pass —, a half-open
 //! one the hook mirrored; not hairpinned ones) are mirrored into
@@ -343,9 +345,13 @@ impl FastPlane {
                 want.insert(k, s);
             }
         }
-        // Fast-path use of the sessions due soon.
+        // Fast-path use of the sessions due soon, and of the half-open ones
+        // (the translator learns a carried SYN+ACK from the refresh).
         for (k, m) in self.nat.mirrored.iter_mut() {
-            let due = want.get(k).is_none_or(|s| s.expires_in_ms.saturating_mul(1_000_000) <= REFRESH_WINDOW_NS);
+            let due = want.get(k).is_none_or(|s| {
+                s.state == Some(nat64::TcpState::V6Init)
+                    || s.expires_in_ms.saturating_mul(1_000_000) <= REFRESH_WINDOW_NS
+            });
             if !due {
                 continue;
             }
