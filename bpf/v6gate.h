@@ -112,7 +112,8 @@ struct v6g_nat64 {
 	__u8 src[16];
 	__u8 dst[16];
 	__be16 port_be; /* new port of the IPv6 host's side, or echo identifier */
-	__u8 pad[6];
+	__u8 pad[2];
+	__u32 flags; /* V6G_NAT64_F_*: HALF_OPEN by the slow path, SYN_ACK here */
 	__u64 last_seen_ns;
 };
 

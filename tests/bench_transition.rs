@@ -31,7 +31,7 @@ fn quick_run_pairs_every_row_with_its_own_native_baseline() {
     // Another run's namespace (as a concurrent run names them): this run
     // leaves it alone.
     let other = netns::Netns::create(&format!("{}c", bench::transition::run_prefix(u32::MAX))).unwrap();
-    let mechs = ["ipv4", "nat64", "lw4o6-xdp"];
+    let mechs = ["ipv4", "nat64", "lw4o6-xdp", "nat64-xdp"];
     let a = W::parse_from([
         "x",
         "--v6gate",
@@ -112,6 +112,10 @@ fn quick_run_pairs_every_row_with_its_own_native_baseline() {
     }
     // The lwAFTR's fast path carried the lw4o6-xdp row.
     assert!(r.results[2].xdp_counters.is_some(), "{:?}", r.results[2]);
+    // The gateway's fast path carried the nat64-xdp row: each session's
+    // SYN+ACK (half-open at the SYN), read back through GET /xdp.
+    let x = r.results[3].xdp_counters.as_ref().unwrap_or_else(|| panic!("{:?}", r.results[3]));
+    assert!(x["nat64-syn-ack"].as_u64().unwrap_or(0) >= 90, "{x}");
     // Nothing of the run is left: no namespace with its prefix.
     let left: Vec<_> = std::fs::read_dir(netns::NETNS_DIR)
         .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())

@@ -358,6 +358,72 @@ fn nat64_established_sessions_on_the_fast_path() {
     }
 }
 
+/// The fast path's counter `label` as `ctl xdp` shows it.
+fn xdp_counter(lab: &Lab, label: &str) -> u64 {
+    let x: serde_json::Value = serde_json::from_str(&lab.ctl(&["xdp"]).unwrap()).unwrap();
+    x["counters"][label]["packets"].as_u64().unwrap_or(0)
+}
+
+/// Sessions mirrored from their first packet, in NAT64 and NAT-PT mode: a
+/// UDP flow's first reply and each TCP connection's SYN+ACK take the fast
+/// path (the SYN+ACK recorded for the translator), the connections work,
+/// and the translator's table ends as if it had seen every packet (both
+/// FINs, which still pass, in V4 FIN + V6 FIN RCV).
+#[test]
+fn nat64_sessions_on_the_fast_path_from_their_first_packet() {
+    for mode in ["nat64", "natpt"] {
+        let conf = NAT64_CONFIG.replace("udp-timeout = 3", &format!("udp-timeout = 3\nmode = \"{mode}\""));
+        let lab = Lab::start(&conf);
+        for (host, dst) in [(&lab.h6, "2001:db8:1::1"), (&lab.h4, "198.51.100.1")] {
+            let (ok, out) = ping(host, dst, &[]);
+            assert!(ok, "{out}");
+        }
+        let srv: std::net::SocketAddr = "0.0.0.0:5001".parse().unwrap();
+        let dst: std::net::SocketAddr = format!("[{H4_NAT64}]:5001").parse().unwrap();
+        // UDP: the reply to the first datagram is carried.
+        let (got, _) = udp_echo(&lab.h4, srv, &lab.h6, dst, b"first");
+        assert_eq!(got, b"first");
+        assert_eq!(lab.metric(NAT_46), 1, "{mode}: the first reply on the fast path");
+        // TCP: connect, a few bytes each way, close.
+        let n = 5;
+        for i in 0..n {
+            let msg = format!("{mode} tcp {i}");
+            let (got, _) = tcp_echo(&lab.h4, srv, &lab.h6, dst, msg.as_bytes());
+            assert_eq!(got, msg.as_bytes());
+        }
+        assert_eq!(xdp_counter(&lab, "nat64-syn-ack"), n, "{mode}: every SYN+ACK carried");
+        // Open but idle: the sync lets the translator learn it (ESTABLISHED).
+        let srv2: std::net::SocketAddr = "0.0.0.0:5002".parse().unwrap();
+        let l = lab.h4.run(|| Ok(std::net::TcpListener::bind(srv2)?)).unwrap();
+        let dst2: std::net::SocketAddr = format!("[{H4_NAT64}]:5002").parse().unwrap();
+        let c = lab.h6.run(|| Ok(std::net::TcpStream::connect_timeout(&dst2, Duration::from_secs(5))?)).unwrap();
+        let t0 = Instant::now();
+        loop {
+            let v: serde_json::Value =
+                serde_json::from_str(&lab.ctl(&["sessions", "--proto", "tcp"]).unwrap()).unwrap();
+            let open =
+                v.as_array().unwrap().iter().find(|s| s["ipv4-dst"].as_str().is_some_and(|d| d.ends_with(":5002")));
+            if open.is_some_and(|s| s["state"] == "established") {
+                break;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(3), "{mode}: never learnt: {v}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        drop((c, l));
+        assert!(lab.metric(NAT_64) >= n, "{mode}: the handshake's ACKs and data 6->4 carried");
+        let v: serde_json::Value = serde_json::from_str(&lab.ctl(&["sessions", "--proto", "tcp"]).unwrap()).unwrap();
+        let states: Vec<_> = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["ipv4-dst"].as_str().is_some_and(|d| d.ends_with(":5001")))
+            .map(|s| s["state"].clone())
+            .collect();
+        assert_eq!(states.len(), n as usize, "{mode}: {v}");
+        assert!(states.iter().all(|s| s == "v4-fin-v6-fin-rcv"), "{mode}: learnt, then both FINs: {states:?}");
+    }
+}
+
 const TRGW_FAST: &str = "v6gate_xdp_fast_path_packets_total{function=\"trgw\",direction=\"relay\"}";
 const RELAYED_RTP: &str = "v6gate_trgw_relayed_packets_total{kind=\"rtp\"}";
 

@@ -4,7 +4,7 @@
 //! hosts open sessions to IPv6 servers).
 
 use crate::config::{Mode, Protocol, StaticBib};
-use crate::state::{lock, Bib, BibOrigin, Host, SessKey, T4, T6};
+use crate::state::{lock, Bib, BibOrigin, Host, SessKey, Session, T4, T6};
 use crate::tcp::TcpState;
 use crate::{Error, Nat64};
 use core::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
@@ -152,6 +152,23 @@ impl Nat64 {
         s
     }
 
+    /// How [`Nat64::sessions`] lists session `k` at `now`.
+    pub(crate) fn session_info(&self, k: &SessKey, sess: &Session, now: u64) -> SessionInfo {
+        let yport = if k.p == Protocol::Icmp { sess.t.port } else { k.y.port };
+        let y6 = self.p6.embed(k.y.addr).unwrap_or(Ipv6Addr::UNSPECIFIED);
+        let xport = k.x.port;
+        SessionInfo {
+            protocol: k.p,
+            ipv6_src: SocketAddrV6::new(k.x.addr, xport, 0, 0),
+            ipv6_dst: SocketAddrV6::new(y6, if k.p == Protocol::Icmp { xport } else { k.y.port }, 0, 0),
+            ipv4_src: SocketAddrV4::new(sess.t.addr, sess.t.port),
+            ipv4_dst: SocketAddrV4::new(k.y.addr, yport),
+            state: sess.state,
+            expires_in_ms: sess.expires.saturating_sub(now) / 1_000_000,
+            age_ms: now.saturating_sub(sess.created) / 1_000_000,
+        }
+    }
+
     /// Sessions matching `filter`, at time `now` (for the expiry column).
     pub fn sessions(&self, filter: &SessionFilter, now: u64) -> Vec<SessionInfo> {
         let mut v = Vec::new();
@@ -164,19 +181,7 @@ impl Nat64 {
                 {
                     continue;
                 }
-                let yport = if k.p == Protocol::Icmp { sess.t.port } else { k.y.port };
-                let y6 = self.p6.embed(k.y.addr).unwrap_or(Ipv6Addr::UNSPECIFIED);
-                let xport = k.x.port;
-                v.push(SessionInfo {
-                    protocol: k.p,
-                    ipv6_src: SocketAddrV6::new(k.x.addr, xport, 0, 0),
-                    ipv6_dst: SocketAddrV6::new(y6, if k.p == Protocol::Icmp { xport } else { k.y.port }, 0, 0),
-                    ipv4_src: SocketAddrV4::new(sess.t.addr, sess.t.port),
-                    ipv4_dst: SocketAddrV4::new(k.y.addr, yport),
-                    state: sess.state,
-                    expires_in_ms: sess.expires.saturating_sub(now) / 1_000_000,
-                    age_ms: now.saturating_sub(sess.created) / 1_000_000,
-                });
+                v.push(self.session_info(k, sess, now));
                 if filter.limit != 0 && v.len() >= filter.limit {
                     return v;
                 }

@@ -41,6 +41,11 @@ impl Nat64 {
             sh.wheel.advance(now, |_, k| due.push(k));
             for k in &due {
                 let Some(mut sess) = sh.sessions.get(k).copied() else { continue };
+                // A half-open session whose SYN+ACK a fast path carried
+                // is ESTABLISHED (crate::fastpath).
+                if sess.expires <= now {
+                    self.fast_learn(k, &mut sess, now);
+                }
                 // Each lifetime counts from the end of the previous one, not
                 // from when expiry noticed it: one call at `now` does what
                 // a timer ticking all along would have done.

@@ -1,23 +1,113 @@
-//! For a fast path that translates established sessions outside this
-//! crate (the XDP programs of `crates/xdp`): refreshing a session's
-//! lifetime from the time the fast path last used it, so that a session
-//! carried only by the fast path does not expire here (the slow path's
-//! tables stay the truth: sessions are created, moved through the TCP
-//! state machine and expired here).
+//! For a fast path that translates sessions outside this crate (the XDP
+//! programs of `crates/xdp`). This crate's tables stay the truth: sessions
+//! are created, moved through the TCP state machine and expired here. A
+//! fast path
+//!
+//! - is told at once ([`FastHook::mirror`], called while the packet that
+//!   created the session is handled, before it is emitted) of every
+//!   session it may carry from its first packet: UDP and ICMP echo in
+//!   full, TCP created by the IPv6 host's SYN *half-open* (V6 INIT: the
+//!   fast path may carry only the IPv4 side's SYN+ACK, and records that it
+//!   did); and again when a half-open session reached ESTABLISHED here
+//!   (then in full);
+//! - is asked ([`FastHook::syn_ack`]) whenever this crate next handles a
+//!   half-open session (a packet the fast path passed, the expiry timer,
+//!   [`Nat64::refresh`]) whether it carried that SYN+ACK: if so the
+//!   session steps V6 INIT → ESTABLISHED with the established lifetime
+//!   from when the fast path forwarded it, exactly as if the SYN+ACK had
+//!   come here, before the packet is handled;
+//! - has its use applied with [`Nat64::refresh`], so that a session
+//!   carried only by the fast path does not expire here.
 
 use crate::config::Protocol;
-use crate::state::{lock, SessKey, T4, T6};
-use crate::tcp::TcpState;
+use crate::state::{lock, SessKey, Session, T4, T6};
+use crate::tcp::{self, Lifetime, Side, TcpState};
 use crate::{Nat64, SessionInfo, TO_EST};
+use std::sync::Arc;
+
+/// A fast path told of sessions as they are created ([`Nat64::set_fast_hook`]).
+/// Both methods are called from the packet path (some while a table shard
+/// is locked): they must not call back into the [`Nat64`].
+pub trait FastHook: Send + Sync + std::fmt::Debug {
+    /// Carry session `s` from now on: half-open (only the IPv4 side's
+    /// SYN+ACK of a TCP session in V6 INIT, recorded) or in full (UDP,
+    /// ICMP echo; TCP once ESTABLISHED). Replaces what the fast path held
+    /// for `s`.
+    fn mirror(&self, s: &SessionInfo, half_open: bool);
+    /// Whether the fast path carried the IPv4 side's SYN+ACK of half-open
+    /// session `s`: `Some(when)` (this translator's clock), else `None`.
+    fn syn_ack(&self, s: &SessionInfo) -> Option<u64>;
+}
 
 impl Nat64 {
+    /// Tell `hook` of sessions from now on (None: no fast path). Sessions
+    /// that exist already are not listed: the caller mirrors those from
+    /// [`Nat64::sessions`].
+    pub fn set_fast_hook(&self, hook: Option<Arc<dyn FastHook>>) {
+        *self.fast.write().unwrap_or_else(|e| e.into_inner()) = hook;
+    }
+
+    /// The hook in force.
+    pub fn fast_hook(&self) -> Option<Arc<dyn FastHook>> {
+        self.fast.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Whether a fast path may carry session `k` from its first packet:
+    /// not a hairpinned one (RFC 6146 §3.8: the peer is one of our pool4
+    /// addresses), which stays here.
+    fn fast_may_carry(&self, k: &SessKey) -> bool {
+        !self.pool.contains(k.y.addr)
+    }
+
+    /// A session was created (`sess`, just inserted): tell the hook when it
+    /// may be carried at once (UDP, ICMP echo; TCP in V6 INIT, half-open).
+    /// Call without the shard locked.
+    pub(crate) fn fast_created(&self, k: &SessKey, sess: &Session, now: u64) {
+        let half_open = match sess.state {
+            None => false,
+            Some(TcpState::V6Init) => true,
+            Some(_) => return,
+        };
+        if let Some(h) = self.fast_hook().filter(|_| self.fast_may_carry(k)) {
+            h.mirror(&self.session_info(k, sess, now), half_open);
+        }
+    }
+
+    /// Session `k` (`sess`, as it is now) left V6 INIT here without the
+    /// fast path's help (the SYN+ACK came this way): carried in full now.
+    pub(crate) fn fast_opened(&self, k: &SessKey, sess: &Session, now: u64) {
+        if let Some(h) = self.fast_hook().filter(|_| self.fast_may_carry(k)) {
+            h.mirror(&self.session_info(k, sess, now), false);
+        }
+    }
+
+    /// A half-open session is handled here: when the fast path carried its
+    /// IPv4 SYN+ACK, step it as that packet would have (V6 INIT →
+    /// ESTABLISHED, the established lifetime from then). True when it did.
+    pub(crate) fn fast_learn(&self, k: &SessKey, sess: &mut Session, now: u64) -> bool {
+        if sess.state != Some(TcpState::V6Init) {
+            return false;
+        }
+        let Some(h) = self.fast_hook() else { return false };
+        let Some(at) = h.syn_ack(&self.session_info(k, sess, now)) else { return false };
+        let (next, life) = tcp::step(TcpState::V6Init, Side::V4, tcp::SYN | 0x10, self.cfg.handle_rst_during_fin_rcv);
+        sess.state = Some(next);
+        if life == Lifetime::Est {
+            sess.expires = at.saturating_add(self.to[TO_EST]);
+        }
+        true
+    }
+
     /// A packet of session `s` (as [`Nat64::sessions`] lists it) was
     /// translated elsewhere at `seen` (this translator's clock, the `now`
     /// of [`Nat64::translate`]): extend its lifetime as a packet that does
     /// not change the TCP state would, i.e. the UDP or ICMP idle timeout,
-    /// or the established timeout for a TCP session in ESTABLISHED (other
-    /// TCP states keep theirs: their packets go through [`Nat64::translate`]).
-    /// Never shortens a lifetime. Returns false when the session is gone.
+    /// or the established timeout for a TCP session in ESTABLISHED, V4 FIN
+    /// RCV or V6 FIN RCV (in V4 FIN + V6 FIN RCV a packet changes nothing;
+    /// other TCP states keep theirs: their packets go through
+    /// [`Nat64::translate`]). A half-open session first learns what the
+    /// fast path recorded (see the module documentation). Never shortens a
+    /// lifetime. Returns false when the session is gone.
     pub fn refresh(&self, s: &SessionInfo, seen: u64) -> bool {
         let y_port = if s.protocol == Protocol::Icmp { 0 } else { s.ipv4_dst.port() };
         let key = SessKey {
@@ -27,9 +117,10 @@ impl Nat64 {
         };
         let mut sh = lock(&self.shards[self.shard_of6(&key.x.addr)]);
         let Some(sess) = sh.sessions.get_mut(&key) else { return false };
+        self.fast_learn(&key, sess, seen);
         let life = match sess.state {
             None => self.idle_timeout(key.p),
-            Some(TcpState::Established) => self.to[TO_EST],
+            Some(TcpState::Established | TcpState::V4FinRcv | TcpState::V6FinRcv) => self.to[TO_EST],
             Some(_) => return true,
         };
         sess.expires = sess.expires.max(seen.saturating_add(life));

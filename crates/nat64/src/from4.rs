@@ -94,7 +94,15 @@ impl Nat64 {
             }
         }
         if let Some(s) = sh.sessions.get_mut(&key) {
+            let half = !self.fast_learn(&key, s, now) && s.state == Some(TcpState::V6Init);
             self.touch(s, Side::V4, flow, now);
+            if half && s.state == Some(TcpState::Established) {
+                // The SYN+ACK came this way: the fast path carries the
+                // session in full from now on.
+                let s = *s;
+                drop(sh);
+                self.fast_opened(&key, &s, now);
+            }
             return Ok(x);
         }
         let allowed = !self.cfg.address_dependent_filtering || sh.peers.contains_key(&(flow.p, x, y.addr));
@@ -125,7 +133,9 @@ impl Nat64 {
             Protocol::Tcp => (Some(TcpState::V4Init), self.to[TO_TRANS]),
             p => (None, self.idle_timeout(p)),
         };
-        self.insert_session(&mut sh, key, t, state, now, now.saturating_add(life));
+        let sess = self.insert_session(&mut sh, key, t, state, now, now.saturating_add(life));
+        drop(sh);
+        self.fast_created(&key, &sess, now);
         Ok(x)
     }
 

@@ -82,6 +82,7 @@ impl Nat64 {
         let key = SessKey { p: flow.p, x, y };
         let mut sh = lock(&self.shards[self.shard_of6(&x.addr)]);
         if let Some(s) = sh.sessions.get_mut(&key) {
+            self.fast_learn(&key, s, now);
             self.touch(s, Side::V6, flow, now);
             return Ok(s.t);
         }
@@ -121,8 +122,10 @@ impl Nat64 {
             Protocol::Tcp => (Some(TcpState::V6Init), self.to[TO_TRANS]),
             p => (None, self.idle_timeout(p)),
         };
-        self.insert_session(&mut sh, key, t, state, now, now.saturating_add(life));
+        let sess = self.insert_session(&mut sh, key, t, state, now, now.saturating_add(life));
         drop(sh);
+        // A fast path carries it from its first packet's answer on.
+        self.fast_created(&key, &sess, now);
         // Simultaneous open: a held V4 SYN for this connection is discarded.
         if flow.p == Protocol::Tcp && self.held_n.load(Ordering::Acquire) > 0 {
             let mut held = lock(&self.held);

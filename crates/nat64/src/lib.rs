@@ -57,6 +57,7 @@ mod tuple;
 pub use admin::{BibInfo, SessionFilter, SessionInfo, Stats};
 pub use config::{Config, ConfigError, Mode, Pool4Entry, Protocol, StaticBib, EXAMPLE_TOML};
 pub use expire::Expired;
+pub use fastpath::FastHook;
 pub use state::BibOrigin;
 pub use tcp::TcpState;
 
@@ -128,6 +129,8 @@ pub struct Nat64 {
     to: [u64; 6],
     /// Added static entries a reload could not keep (see [`Nat64::bib_lost`]).
     lost_bib: Vec<(StaticBib, String)>,
+    /// A fast path told of new sessions ([`Nat64::set_fast_hook`]).
+    fast: std::sync::RwLock<Option<std::sync::Arc<dyn FastHook>>>,
 }
 
 // Indices into `Nat64::to` (timeouts in ns).
@@ -214,6 +217,7 @@ impl Nat64 {
             keys: foldhash::fast::RandomState::default(),
             to,
             lost_bib: Vec::new(),
+            fast: std::sync::RwLock::new(None),
             cfg,
         };
         for b in nat.cfg.bib.clone() {

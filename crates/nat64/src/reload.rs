@@ -24,6 +24,7 @@ impl Nat64 {
     /// are listed by [`Nat64::bib_lost`] on the returned instance.
     pub fn reconfigure(&self, cfg: Config, xcfg: xlat::siit::Config, now: u64) -> Result<Nat64, Error> {
         let mut next = Nat64::with_xlat(cfg, xcfg)?;
+        next.set_fast_hook(self.fast_hook());
         for e in self.added_bib() {
             if let Err(err) = next.bib_insert_static(e, BibOrigin::Added) {
                 next.lost_bib.push((e, err.to_string()));

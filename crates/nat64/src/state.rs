@@ -210,8 +210,9 @@ impl Nat64 {
         state: Option<TcpState>,
         now: u64,
         expires: u64,
-    ) {
-        sh.sessions.insert(key, Session { t, state, expires, created: now });
+    ) -> Session {
+        let sess = Session { t, state, expires, created: now };
+        sh.sessions.insert(key, sess);
         sh.wheel.insert(expires, key);
         if let Some(b) = sh.bib.get_mut(&(key.p, key.x)) {
             b.sessions += 1;
@@ -219,6 +220,7 @@ impl Nat64 {
         *sh.peers.entry((key.p, key.x, key.y.addr)).or_insert(0) += 1;
         self.sess_by[key.p.idx()].fetch_add(1, Ordering::Relaxed);
         self.c.created[key.p.idx()].fetch_add(1, Ordering::Relaxed);
+        sess
     }
 
     /// The BIB entry of `(p, x)`, created if missing (the caller holds the

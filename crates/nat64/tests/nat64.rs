@@ -732,11 +732,17 @@ fn fast_path_refresh_keeps_used_sessions() {
     assert_eq!(tcp[0].state, Some(TcpState::Established));
     assert!(n.refresh(&tcp[0], 15 * S));
     assert_eq!(n.expire(21 * S).to_trans, 0, "established until 25 s");
-    // After a FIN (which the fast path passes), the state machine decides.
+    // After a FIN (which the fast path passes), the state machine decides:
+    // in V6 FIN RCV a packet other than FIN or RST restarts the
+    // established lifetime, as here; after the second FIN nothing does.
     fwd(&n, &tcp6(FIN | ACK, 5555), 22 * S);
-    assert!(n.refresh(&tcp[0], 100 * S), "still there");
-    let left = n.sessions(&SessionFilter { protocol: Some(Protocol::Tcp), ..Default::default() }, 22 * S);
-    assert!(left[0].expires_in_ms < 70_000, "not extended outside ESTABLISHED: {:?}", left[0]);
+    assert!(n.refresh(&tcp[0], 24 * S), "still there");
+    let left = n.sessions(&SessionFilter { protocol: Some(Protocol::Tcp), ..Default::default() }, 24 * S);
+    assert_eq!((left[0].state, left[0].expires_in_ms), (Some(TcpState::V6FinRcv), 10_000), "{:?}", left[0]);
+    fwd(&n, &tcp4(FIN | ACK, t), 25 * S);
+    assert!(n.refresh(&tcp[0], 28 * S), "still there");
+    let left = n.sessions(&SessionFilter { protocol: Some(Protocol::Tcp), ..Default::default() }, 25 * S);
+    assert!(left[0].expires_in_ms <= 4_000, "not extended after the second FIN: {:?}", left[0]);
     // ICMP echo sessions refresh with their idle timeout too.
     let icmp = V6::new(58, H2, Y6).icmp(128, 0, [0, 7, 0, 1], b"ping");
     fwd(&n, &icmp, 30 * S);

@@ -142,6 +142,7 @@ fn bench() {
         y6: y6.parse().unwrap(),
         t: t.parse().unwrap(),
         y: y.parse().unwrap(),
+        half_open: false,
     };
     let s2 = Session {
         l4: L4::Udp,
@@ -149,6 +150,7 @@ fn bench() {
         y6: x.parse().unwrap(),
         t: y.parse().unwrap(),
         y: t.parse().unwrap(),
+        half_open: false,
     };
     for (k, v) in s1.entries().into_iter().chain(s2.entries()) {
         net.fp.nat64_insert(&k, &v).unwrap();

@@ -174,7 +174,7 @@ impl SessionProbe {
 }
 
 /// A second handle on the hash map `m` (named `name`).
-fn own_hash<K: aya::Pod, V: aya::Pod>(m: &Map, name: &'static str) -> Result<HashMap<MapData, K, V>, Error> {
+pub(crate) fn own_hash<K: aya::Pod, V: aya::Pod>(m: &Map, name: &'static str) -> Result<HashMap<MapData, K, V>, Error> {
     let Map::HashMap(d) = m else { return Err(Error::Bpf(format!("map {name}: not a hash map"))) };
     let fd = d.fd().as_fd().try_clone_to_owned().map_err(|e| Error::Bpf(format!("map {name}: dup: {e}")))?;
     let d = MapData::from_fd(fd).map_err(|e| map_err(name, e))?;

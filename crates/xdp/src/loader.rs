@@ -238,7 +238,7 @@ impl FastPath {
         self.bpf.map_mut(name).ok_or_else(|| Error::Bpf(format!("map {name} missing from the object")))
     }
 
-    fn map(&self, name: &'static str) -> Result<&aya::maps::Map, Error> {
+    pub(crate) fn map(&self, name: &'static str) -> Result<&aya::maps::Map, Error> {
         self.bpf.map(name).ok_or_else(|| Error::Bpf(format!("map {name} missing from the object")))
     }
 

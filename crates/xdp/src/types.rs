@@ -247,7 +247,10 @@ contract! {
         /// identifier), network order.
         pub port_be: u16,
         /// Zero.
-        pub pad: [u8; 6],
+        pub pad: [u8; 2],
+        /// `NAT64_F_*` flags: [`NAT64_F_HALF_OPEN`] written by the slow
+        /// path, [`NAT64_F_SYN_ACK`] set by the program (an atomic OR).
+        pub flags: u32,
         /// `bpf_ktime_get_coarse_ns()` (CLOCK_MONOTONIC_COARSE: the
         /// monotonic clock at tick resolution) of the last packet the fast
         /// path translated with this entry; 0 until then. The slow path
@@ -538,6 +541,13 @@ pub const TRGW_ON: u8 = 1 << 0;
 /// signalled); without it packets go to the slow path.
 pub const RELAY_OUT_KNOWN: u8 = 1 << 0;
 
+/// [`Nat64Value::flags`]: a TCP session in V6 INIT (its IPv6 SYN created
+/// it): only the IPv4 side's SYN+ACK is carried, and recorded.
+pub const NAT64_F_HALF_OPEN: u32 = 1 << 0;
+/// [`Nat64Value::flags`]: the program carried that SYN+ACK (set in both
+/// entries of the session); the entries are carried in full from then on.
+pub const NAT64_F_SYN_ACK: u32 = 1 << 1;
+
 /// Map names in the BPF object.
 pub mod maps {
     /// `ARRAY[1]` of [`super::Config`].
@@ -653,6 +663,12 @@ counters! {
     PassEgress = "V6G_P_EGRESS", "egress";
     /// Pass: the packet could not be resized (bpf_xdp_adjust_*).
     PassAdjust = "V6G_P_ADJUST", "adjust";
+    /// NAT64 IPv4 → IPv6: the SYN+ACK of a half-open TCP session, carried
+    /// and recorded (also counted in `nat64-4to6`).
+    Nat64SynAck = "V6G_C_NAT64_SYN_ACK", "nat64-syn-ack";
+    /// Pass: a packet of a half-open NAT64 TCP session other than its
+    /// IPv4 side's SYN+ACK (the slow path translates it in V6 INIT).
+    PassHalfOpen = "V6G_P_HALF_OPEN", "half-open";
 }
 
 /// Number of counters (`max_entries` of `counters`).
@@ -707,6 +723,8 @@ pub const CONSTANTS: &[(&str, u64)] = &[
     ("V6G_ROUTES4_DEFAULT", ROUTES4_DEFAULT as u64),
     ("V6G_ROUTES6_DEFAULT", ROUTES6_DEFAULT as u64),
     ("V6G_RELAY_OUT_KNOWN", RELAY_OUT_KNOWN as u64),
+    ("V6G_NAT64_F_HALF_OPEN", NAT64_F_HALF_OPEN as u64),
+    ("V6G_NAT64_F_SYN_ACK", NAT64_F_SYN_ACK as u64),
     ("V6G_COUNTER_MAX", COUNTER_MAX as u64),
     ("V6G_TESTER_MAGIC_HI", TESTER_MAGIC_HI as u64),
     ("V6G_TGEN_4IN6", TGEN_4IN6 as u64),

@@ -53,6 +53,7 @@ fn bounded_maps() {
         y6: "[64:ff9b::c633:6407]:53".parse().unwrap(),
         t: format!("192.0.2.1:{port}").parse().unwrap(),
         y: "198.51.100.7:53".parse().unwrap(),
+        half_open: false,
     };
     for (k, v) in s(1000).entries() {
         fp.nat64_insert(&k, &v).unwrap();

@@ -3,16 +3,20 @@
 //! packets run through the XDP program with BPF_PROG_TEST_RUN and through
 //! the core. Each result is XDP_PASS with the frame unchanged, or
 //! byte-identical to the core's output. TCP SYN/FIN/RST always pass (the
-//! core's state machine stays the truth); a forwarded packet refreshes the
-//! entry's last-seen time.
+//! core's state machine stays the truth), but the IPv4 side's SYN+ACK of a
+//! half-open session (mirrored by the core's `FastHook` when the IPv6 SYN
+//! created it), which is carried and recorded; the core then learns it and
+//! ends with the table of a core that saw every packet itself. A forwarded
+//! packet refreshes the entry's last-seen time.
 
 #[path = "../../xlat/tests/common/mod.rs"]
 mod common;
 mod support;
 
 use common::*;
-use nat64::{Nat64, Protocol, SessionFilter, TcpState};
+use nat64::{FastHook, Nat64, Protocol, SessionFilter, SessionInfo, TcpState};
 use proptest::prelude::*;
+use std::sync::{Arc, Mutex};
 use support::{frame, hex, ident_of, run, Net, Outcome};
 use xdp::nat64::{Session, L4};
 use xdp::types::progs;
@@ -72,18 +76,23 @@ fn mirror(net: &mut Net, n: &Nat64) -> Vec<Session> {
         if s.state.is_some_and(|st| st != TcpState::Established) {
             continue;
         }
-        let l4 = match s.protocol {
-            Protocol::Udp => L4::Udp,
-            Protocol::Tcp => L4::Tcp,
-            Protocol::Icmp => L4::Icmp,
-        };
-        let m = Session { l4, x: s.ipv6_src, y6: s.ipv6_dst, t: s.ipv4_src, y: s.ipv4_dst };
+        let m = session(&s, false);
         for (k, v) in m.entries() {
             net.fp.nat64_insert(&k, &v).unwrap();
         }
         out.push(m);
     }
     out
+}
+
+/// Session `s` of the core in the contract's form.
+fn session(s: &SessionInfo, half_open: bool) -> Session {
+    let l4 = match s.protocol {
+        Protocol::Udp => L4::Udp,
+        Protocol::Tcp => L4::Tcp,
+        Protocol::Icmp => L4::Icmp,
+    };
+    Session { l4, x: s.ipv6_src, y6: s.ipv6_dst, t: s.ipv4_src, y: s.ipv4_dst, half_open }
 }
 
 fn v6(next: u8) -> V6 {
@@ -156,6 +165,7 @@ fn rfc6146_established_sessions() {
         y6: format!("[{Y6}]:53").parse().unwrap(),
         t: format!("{T}:{tu}").parse().unwrap(),
         y: format!("{Y}:53").parse().unwrap(),
+        half_open: false,
     };
     let [(k6, _), (k4, _)] = s.entries();
     let seen6 = net.fp.nat64_get(&k6).unwrap().expect("entry").last_seen_ns;
@@ -239,4 +249,178 @@ fn nat64_knobs_and_generated_packets() {
     assert_eq!(diff(&net, &n2, &v6(17).udp(40000, 53, &[0; 1000]), now), Outcome::Passed, "ipv4-mtu 1000");
     net.fp.nat64_off().unwrap();
     assert_eq!(diff(&net, &n2, &v6(17).udp(40000, 53, b"off"), now), Outcome::Passed, "NAT64 off");
+}
+
+/// The core's fast-path hook on the test's map, as the daemon's: mirrors
+/// what the core creates, reads back a half-open session's SYN+ACK. The
+/// core's clock is CLOCK_MONOTONIC here (the program's stamps are used as
+/// they are).
+#[derive(Debug)]
+struct Hook(Mutex<xdp::nat64::Nat64Sessions>, Mutex<Vec<(SessionInfo, bool)>>);
+
+impl FastHook for Hook {
+    fn mirror(&self, s: &SessionInfo, half_open: bool) {
+        self.0.lock().unwrap().insert(&session(s, half_open)).expect("mirror");
+        self.1.lock().unwrap().push((s.clone(), half_open));
+    }
+    fn syn_ack(&self, s: &SessionInfo) -> Option<u64> {
+        let seen = self.0.lock().unwrap().seen(&session(s, true)).expect("read back")?;
+        seen.syn_ack.then_some(seen.last_seen_ns)
+    }
+}
+
+fn mono() -> u64 {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid timespec for the kernel to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+/// `l3` through the fast path, or else through `engine` (the slow path
+/// behind it); `twin` (a core that sees every packet) translates it too
+/// at `now`, and both results must be the same bytes.
+fn twin_step(net: &Net, engine: &Nat64, twin: &Nat64, l3: &[u8], now: u64) -> Outcome {
+    let o = run(net, progs::NAT64, &frame(l3), net.ingress(l3));
+    let got = match &o {
+        Outcome::Forwarded(p) => p.clone(),
+        Outcome::Passed => core_forward(engine, l3, now, 0).unwrap_or_else(|e| panic!("engine: {e}")),
+    };
+    let want = core_forward(twin, l3, now, ident_of(&got)).unwrap_or_else(|e| panic!("twin: {e}"));
+    assert_eq!(hex(&got), hex(&want), "fast path + engine and twin differ for {}", hex(l3));
+    o
+}
+
+/// (state, ms to expiry) of the TCP sessions at `now`.
+fn tcp_table(n: &Nat64, now: u64) -> Vec<(u16, Option<TcpState>, u64)> {
+    let f = SessionFilter { protocol: Some(Protocol::Tcp), ..Default::default() };
+    n.sessions(&f, now).iter().map(|s| (s.ipv6_src.port(), s.state, s.expires_in_ms)).collect()
+}
+
+#[test]
+fn half_open_sessions_from_the_first_packet() {
+    let mut net = Net::new("xdp-nat64-half");
+    net.fp.set_nat64(&xlat::siit::Config::default()).unwrap();
+    let engine = core();
+    let twin = core();
+    let hook = Arc::new(Hook(Mutex::new(net.fp.nat64_sessions().unwrap()), Mutex::default()));
+    engine.set_fast_hook(Some(hook.clone()));
+    let t0 = mono();
+
+    // The IPv6 SYN creates the session on the slow path: mirrored
+    // half-open before it is written out. (TCP keeps the host's port.)
+    let syn = v6(6).tcp(40005, 80, 0x02, b"");
+    assert_eq!(twin_step(&net, &engine, &twin, &syn, t0), Outcome::Passed);
+    let m = hook.1.lock().unwrap().clone();
+    assert_eq!(m.len(), 1);
+    assert_eq!((m[0].0.state, m[0].1), (Some(TcpState::V6Init), true));
+    let half = session(&m[0].0, true);
+    let tt = half.t.port();
+    for (k, _) in half.entries() {
+        assert_eq!(net.fp.nat64_get(&k).unwrap().expect("mirrored").flags, xdp::types::NAT64_F_HALF_OPEN);
+    }
+    // Half-open: everything but the IPv4 SYN+ACK passes.
+    let now = t0 + 1000;
+    pass(&net, &engine, now, &v6(6).tcp(40005, 80, 0x10, b""), "ACK 6->4 before the SYN+ACK");
+    pass(&net, &engine, now, &v4(6).tcp(80, tt, 0x10, b""), "ACK 4->6 before the SYN+ACK");
+    pass(&net, &engine, now, &v4(6).tcp(80, tt, 0x02, b""), "plain SYN 4->6 (simultaneous open)");
+    pass(&net, &engine, now, &v4(6).tcp(80, tt, 0x13, b""), "SYN+ACK+FIN");
+    pass(&net, &engine, now, &v4(6).tcp(80, tt, 0x16, b""), "SYN+ACK+RST");
+    pass(&net, &engine, now, &v6(6).tcp(40005, 80, 0x12, b""), "SYN+ACK from the IPv6 side");
+    assert_eq!(tcp_table(&engine, now)[0].1, Some(TcpState::V6Init), "passed packets changed nothing");
+    // The SYN+ACK: carried, byte for byte as the twin translates it, and
+    // recorded in both entries; the engine does not see it.
+    let sa = v4(6).tcp(80, tt, 0x12, b"");
+    let got = match run(&net, progs::NAT64, &frame(&sa), net.ingress(&sa)) {
+        Outcome::Forwarded(p) => p,
+        o => panic!("SYN+ACK of a half-open session: {o:?}"),
+    };
+    let seen = net.fp.nat64_get(&half.entries()[1].0).unwrap().unwrap().last_seen_ns;
+    assert!(seen > 0);
+    assert_eq!(hex(&got), hex(&core_forward(&twin, &sa, seen, 0).unwrap()), "SYN+ACK translation");
+    for (k, _) in half.entries() {
+        let f = net.fp.nat64_get(&k).unwrap().unwrap().flags;
+        assert_eq!(f, xdp::types::NAT64_F_HALF_OPEN | xdp::types::NAT64_F_SYN_ACK, "recorded in both entries");
+    }
+    assert_eq!(tcp_table(&engine, seen)[0].1, Some(TcpState::V6Init), "the engine did not see it");
+    // Then the handshake's ACK and data are carried both ways.
+    let now = seen + 1_000_000_000;
+    for p in [v6(6).tcp(40005, 80, 0x10, b""), v6(6).tcp(40005, 80, 0x18, b"GET /"), v4(6).tcp(80, tt, 0x18, b"200")] {
+        assert!(matches!(twin_step(&net, &engine, &twin, &p, now), Outcome::Forwarded(_)), "carried");
+    }
+    // The SYN+ACK again (retransmitted): the engine's now; it learns first.
+    assert_eq!(twin_step(&net, &engine, &twin, &sa, now), Outcome::Passed);
+    assert_eq!(tcp_table(&engine, now), tcp_table(&twin, now), "learnt: the twin's table");
+    // The close: FINs pass, the engine's state machine steps as the twin's.
+    let later = now + 2_000_000_000;
+    assert_eq!(twin_step(&net, &engine, &twin, &v6(6).tcp(40005, 80, 0x11, b""), later), Outcome::Passed);
+    assert_eq!(twin_step(&net, &engine, &twin, &v4(6).tcp(80, tt, 0x11, b""), later), Outcome::Passed);
+    assert_eq!(tcp_table(&engine, later), tcp_table(&twin, later));
+    assert_eq!(tcp_table(&engine, later)[0].1, Some(TcpState::V4FinV6FinRcv));
+
+    // A second session learnt at its first passed packet (the FIN), and a
+    // third whose SYN+ACK the fast path passed: the engine opens it itself and the entries are rewritten in full at once.
+    let t1 = later + 1_000_000_000;
+    twin_step(&net, &engine, &twin, &v6(6).tcp(40006, 80, 0x02, b""), t1);
+    twin_step(&net, &engine, &twin, &v6(6).tcp(40007, 80, 0x02, b""), t1);
+    let sa6 = v4(6).tcp(80, 40006, 0x12, b"");
+    assert!(matches!(run(&net, progs::NAT64, &frame(&sa6), net.ingress(&sa6)), Outcome::Forwarded(_)));
+    let s6 = net.fp.nat64_get(&session(&hook.1.lock().unwrap()[1].0, true).entries()[0].0).unwrap().unwrap();
+    core_forward(&twin, &sa6, s6.last_seen_ns, 0).unwrap();
+    let fin = v6(6).tcp(40006, 80, 0x11, b"");
+    assert_eq!(twin_step(&net, &engine, &twin, &fin, t1 + 5), Outcome::Passed);
+    let sa7 = V4 { ttl: 1, ..v4(6) }.tcp(80, 40007, 0x12, b"");
+    assert_eq!(run(&net, progs::NAT64, &frame(&sa7), net.ingress(&sa7)), Outcome::Passed, "TTL 1");
+    // The engine gets it (as after any pass: no route, TTL, ...).
+    let sa7 = v4(6).tcp(80, 40007, 0x12, b"");
+    let (a, b) = (core_forward(&engine, &sa7, t1 + 5, 0).unwrap(), core_forward(&twin, &sa7, t1 + 5, 0).unwrap());
+    assert_eq!(hex(&a), hex(&b));
+    let last = hook.1.lock().unwrap().last().cloned().unwrap();
+    assert_eq!((last.0.ipv6_src.port(), last.0.state, last.1), (40007, Some(TcpState::Established), false));
+    for (k, _) in session(&last.0, false).entries() {
+        assert_eq!(net.fp.nat64_get(&k).unwrap().unwrap().flags, 0, "carried in full");
+    }
+    assert!(matches!(twin_step(&net, &engine, &twin, &v6(6).tcp(40007, 80, 0x10, b""), t1 + 5), Outcome::Forwarded(_)));
+    assert_eq!(tcp_table(&engine, t1 + 5), tcp_table(&twin, t1 + 5), "every session as the twin has it");
+
+    // UDP and ICMP echo: mirrored in full at creation, the reply carried.
+    // (Ports of new UDP and ICMP flows are drawn at random: no twin.)
+    slow(&engine, &v6(17).udp(41000, 53, b"q"), t1);
+    slow(&engine, &v6(58).icmp(128, 0, [0, 0x42, 0, 1], b"ping"), t1);
+    let ms = hook.1.lock().unwrap().clone();
+    let udp = ms.iter().find(|m| m.0.protocol == Protocol::Udp).expect("UDP mirrored");
+    let icmp = ms.iter().find(|m| m.0.protocol == Protocol::Icmp).expect("ICMP mirrored");
+    assert!(!udp.1 && !icmp.1);
+    let tu = udp.0.ipv4_src.port();
+    let ti = icmp.0.ipv4_src.port();
+    fast(&net, &engine, t1, &v4(17).udp(53, tu, b"a"), "UDP reply");
+    fast(&net, &engine, t1, &v4(1).icmp(0, 0, [(ti >> 8) as u8, ti as u8, 0, 1], b"ping"), "echo reply");
+
+    let c = net.fp.counter_map().unwrap();
+    assert_eq!(c["nat64-syn-ack"].packets, 2, "{c:?}");
+    assert_eq!(c["half-open"].packets, 2, "the two ACKs (SYN, FIN, RST count as tcp-control): {c:?}");
+}
+
+#[test]
+fn half_open_generated_packets() {
+    // Random TCP flags both ways on fresh half-open sessions: a pass, or
+    // (only the IPv4 side's SYN+ACK) the core's bytes.
+    let mut net = Net::new("xdp-nat64-halfp");
+    net.fp.set_nat64(&xlat::siit::Config::default()).unwrap();
+    let n = core();
+    let hook = Arc::new(Hook(Mutex::new(net.fp.nat64_sessions().unwrap()), Mutex::default()));
+    n.set_fast_hook(Some(hook.clone()));
+    let port = std::cell::Cell::new(20000u16);
+    let strat = (any::<bool>(), any::<u8>(), prop::collection::vec(any::<u8>(), 0..200));
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig { cases: 200, ..ProptestConfig::default() });
+    runner
+        .run(&strat, |(from4, flags, data)| {
+            port.set(port.get() + 1);
+            let port = port.get();
+            slow(&n, &v6(6).tcp(port, 80, 0x02, b""), 0);
+            let l3 = if from4 { v4(6).tcp(80, port, flags, &data) } else { v6(6).tcp(port, 80, flags, &data) };
+            let o = diff(&net, &n, &l3, 1);
+            prop_assert_eq!(matches!(o, Outcome::Forwarded(_)), from4 && flags & 0x17 == 0x12, "{}", hex(&l3));
+            Ok(())
+        })
+        .unwrap();
 }

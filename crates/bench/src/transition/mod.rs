@@ -10,7 +10,8 @@
 //! ```
 //!
 //! Mechanisms: `ipv4` (kernel forwarding, the ceiling), `nat64` and
-//! `natpt` (`v6gate run`), `trt` (`v6gate trt`, spliced by its epoll
+//! `natpt` (`v6gate run`), `nat64-xdp` and `natpt-xdp` (the same with
+//! the gateway's XDP fast path on g0/g1), `trt` (`v6gate trt`, spliced by its epoll
 //! loop), `trt-threads` (the same with `copy = "splice-threads"`) and
 //! `trt-sockmap` (with `copy = "sockmap"`),
 //! `dslite`, `lw4o6`,
@@ -110,6 +111,12 @@ pub enum Mech {
     Nat64,
     /// NAT-PT pool mode (`[nat64] mode = "natpt"`).
     Natpt,
+    /// NAT64 with the gateway's XDP fast path (`[xdp]` on g0 and g1:
+    /// sessions mirrored from their first packet, TCP half-open at the
+    /// SYN so that the server's SYN+ACK is carried).
+    Nat64Xdp,
+    /// NAT-PT pool mode with the gateway's XDP fast path, as `nat64-xdp`.
+    NatptXdp,
     /// The RFC 3142 transport relay (`v6gate trt`, spliced by its epoll loop).
     Trt,
     /// The same relay with `copy = "splice-threads"` (two splice threads
@@ -180,6 +187,8 @@ impl Mech {
             Mech::Ipv4 => "ipv4",
             Mech::Nat64 => "nat64",
             Mech::Natpt => "natpt",
+            Mech::Nat64Xdp => "nat64-xdp",
+            Mech::NatptXdp => "natpt-xdp",
             Mech::Trt => "trt",
             Mech::TrtThreads => "trt-threads",
             Mech::TrtSockmap => "trt-sockmap",
@@ -535,6 +544,33 @@ fn xdp_counters(m: Mech, work: &Path) -> Option<serde_json::Value> {
     Some(status(work, name)?[function]["xdp"]["counters"].clone())
 }
 
+/// The gateway's XDP counters (the `nat64-xdp` and `natpt-xdp` rows):
+/// GET /xdp of `v6gate run`'s admin API in the gateway's namespace, the
+/// non-zero counters as label → packets.
+fn gate_xdp_counters(m: Mech, bed: &Bed) -> Option<serde_json::Value> {
+    if !matches!(m, Mech::Nat64Xdp | Mech::NatptXdp) {
+        return None;
+    }
+    let body = bed
+        ._g
+        .run(|| {
+            let mut t = TcpStream::connect("127.0.0.1:9164")?;
+            t.set_read_timeout(Some(Duration::from_secs(5)))?;
+            t.write_all(b"GET /xdp HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
+            let mut text = String::new();
+            t.read_to_string(&mut text)?;
+            Ok(text)
+        })
+        .ok()?;
+    let json: serde_json::Value = serde_json::from_str(body.split("\r\n\r\n").nth(1)?).ok()?;
+    let nonzero: serde_json::Map<String, serde_json::Value> = json["counters"]
+        .as_object()?
+        .iter()
+        .filter_map(|(k, v)| v["packets"].as_u64().filter(|p| *p > 0).map(|p| (k.clone(), p.into())))
+        .collect();
+    Some(nonzero.into())
+}
+
 /// The B4's kernel datapath counters from its status file (the `-b4k` rows).
 fn b4_kernel_counters(m: Mech, work: &Path) -> Option<serde_json::Value> {
     let name = match m {
@@ -591,6 +627,8 @@ fn sw_xdp(m: Mech, c: &Netns, s: &Netns) -> Result<&'static str> {
             "[lw4o6.xdp]\ninterfaces = [\"g0\", \"g1\"]\nmode = \"native\"\n"
         }
         Mech::DsliteXdp | Mech::DsliteXdpB4k => "[dslite.xdp]\ninterfaces = [\"g0\", \"g1\"]\nmode = \"native\"\n",
+        // `v6gate run`'s [xdp] (written by the row itself).
+        Mech::Nat64Xdp | Mech::NatptXdp => "[xdp]",
         // V6GATE_BENCH_NATIVE_HOSTS=xdp: the native beds' c0/s0 set as the -xdp rows' (A/B).
         Mech::Ipv4 if std::env::var("V6GATE_BENCH_NATIVE_HOSTS").is_ok_and(|v| v == "xdp") => "",
         _ => return Ok(""),
@@ -647,19 +685,27 @@ fn build(m: Mech, prefix: &str, bin: &Path, work: &Path, busy_poll: &str, trt: T
             sw_xdp(m, &c, &s)?;
             v4target
         }
-        Mech::Nat64 | Mech::Natpt => {
+        Mech::Nat64 | Mech::Natpt | Mech::Nat64Xdp | Mech::NatptXdp => {
+            let plain = sw_xdp(m, &c, &s)?.is_empty();
             let cfg = gateconf::V6gate {
                 nat64: Some(gateconf::Nat64 {
                     pool6: "64:ff9b:1::/96".into(),
                     pool4: vec!["203.0.113.0/28".into()],
-                    mode: (m == Mech::Natpt).then(|| "natpt".to_string()),
+                    mode: matches!(m, Mech::Natpt | Mech::NatptXdp).then(|| "natpt".to_string()),
+                    ..Default::default()
+                }),
+                // The -xdp rows: the fast path on g0/g1, its counters
+                // read back through the admin API (GET /xdp) at the end.
+                xdp: (!plain).then(|| gateconf::Xdp {
+                    interfaces: vec!["g0".into(), "g1".into()],
+                    mode: Some("native".into()),
                     ..Default::default()
                 }),
                 tun: Some(
                     gateconf::Tun { name: "v6gate0".into(), queues: Some(1), ..Default::default() }
                         .with_lines(&[format!("busy-poll = \"{busy_poll}\"")])?,
                 ),
-                admin: Some(gateconf::Admin { enabled: Some(false), listen: None }),
+                admin: Some(gateconf::Admin { enabled: Some(!plain), listen: None }),
                 ..Default::default()
             }
             .render()?;
@@ -1054,7 +1100,7 @@ pub fn run(a: &Args) -> Result<Report> {
         }
         let r = build(m, &row_prefix, &bin, &work, &a.busy_poll, trt).and_then(|bed| {
             let r = measure(&bed, &native, a);
-            let x = xdp_counters(m, &work);
+            let x = xdp_counters(m, &work).or_else(|| gate_xdp_counters(m, &bed));
             let k = b4_kernel_counters(m, &work);
             drop(bed);
             r.map(|r| MechResult { xdp_counters: x, b4_kernel_counters: k, ..r })

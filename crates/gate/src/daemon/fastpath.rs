@@ -9,15 +9,27 @@
 //! everything. The programs pass what they do not handle to the kernel's
 //! stack, i.e. to the TUN device and the slow path, as before.
 //!
-//! NAT64: every half second (and right after sessions expire) the timer
-//! thread calls [`FastPlane::sync_nat64`]: sessions that may take the fast
-//! path (UDP, ICMP echo, TCP in ESTABLISHED; not hairpinned ones) are
-//! mirrored into `nat64_sessions` (two entries each), the others removed;
-//! before a mirrored session is due, the time the fast path last used it is
-//! read back and the session refreshed ([`nat64::Nat64::refresh`]), so a
-//! session carried only by the fast path does not expire. TCP FIN and RST
-//! (and SYN) always go to the slow path, whose state machine stays the
-//! truth. A full map leaves the overflow on the slow path, counted.
+//! NAT64: the translator tells the plane of every session it may carry
+//! from its first packet while that packet is handled, before it is
+//! written out ([`nat64::FastHook`], set by the daemon from
+//! [`FastPlane::nat64_hook`]): UDP and ICMP echo in full, a TCP session
+//! its IPv6 SYN created half-open (only the IPv4 side's SYN+ACK is carried,
+//! and recorded in the entries; the translator reads that whenever it next
+//! handles the session and steps it to ESTABLISHED as if it had seen it).
+//! Every half second (and right after sessions expire) the timer thread
+//! calls [`FastPlane::sync_nat64`]: it adopts what the hook mirrored
+//! (and lets the translator learn the SYN+ACKs carried since, through
+//! [`nat64::Nat64::refresh`]), and
+//! sessions that may take the fast path (UDP, ICMP echo, TCP from
+//! ESTABLISHED through the close — their FIN and RST pass —, a half-open
+//! one the hook mirrored; not hairpinned ones) are mirrored into
+//! `nat64_sessions` (two entries each), the others removed; before a
+//! mirrored session is due, the time the fast path last used it is read
+//! back and the session refreshed ([`nat64::Nat64::refresh`]), so a session
+//! carried only by the fast path does not expire. TCP SYN, FIN and RST
+//! (but a half-open session's SYN+ACK) always go to the slow path, whose
+//! state machine stays the truth. A full map leaves the overflow on the
+//! slow path, counted.
 //!
 //! TrGW: every quarter second [`FastPlane::sync_trgw`] (thread
 //! `v6gate-xdp`) adds what the fast path relayed on each mirrored relay
@@ -33,6 +45,8 @@
 
 use std::collections::{HashMap, HashSet};
 use std::net::{SocketAddrV4, SocketAddrV6};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
 
@@ -49,6 +63,20 @@ struct Mirrored {
     seen: u64,
 }
 
+fn nat_key(s: &nat64::SessionInfo) -> NatKey {
+    (s.protocol, s.ipv6_src, s.ipv6_dst, s.ipv4_src, s.ipv4_dst)
+}
+
+/// Session `s` in the contract's form.
+fn xdp_session(s: &nat64::SessionInfo, half_open: bool) -> xdp::nat64::Session {
+    let l4 = match s.protocol {
+        nat64::Protocol::Udp => xdp::nat64::L4::Udp,
+        nat64::Protocol::Tcp => xdp::nat64::L4::Tcp,
+        nat64::Protocol::Icmp => xdp::nat64::L4::Icmp,
+    };
+    xdp::nat64::Session { l4, x: s.ipv6_src, y6: s.ipv6_dst, t: s.ipv4_src, y: s.ipv4_dst, half_open }
+}
+
 /// The NAT64 side of the mirror.
 #[derive(Default)]
 struct NatMirror {
@@ -58,6 +86,51 @@ struct NatMirror {
     /// Sessions refused by a full map (each counted once).
     overflow: HashSet<NatKey>,
     map_full: u64,
+    /// The translator's hook, once asked for ([`FastPlane::nat64_hook`]).
+    hook: Option<Arc<NatHook>>,
+}
+
+/// The translator's [`nat64::FastHook`]: mirrors a session into
+/// `nat64_sessions` on a handle of its own while the packet that created
+/// it is handled (the worker threads call it), and reads back whether the
+/// program carried a half-open session's SYN+ACK. What it mirrored waits in
+/// `adopted` for the next [`FastPlane::sync_nat64`].
+#[derive(Debug)]
+pub struct NatHook {
+    map: Mutex<xdp::nat64::Nat64Sessions>,
+    /// CLOCK_MONOTONIC minus the translator's clock, ns.
+    mono_minus_now: u64,
+    adopted: Mutex<Vec<(nat64::SessionInfo, [xdp::types::FlowKey; 2])>>,
+    /// Sessions the full map refused here.
+    map_full: AtomicU64,
+}
+
+impl nat64::FastHook for NatHook {
+    fn mirror(&self, s: &nat64::SessionInfo, half_open: bool) {
+        let sess = xdp_session(s, half_open);
+        let r = super::lock(&self.map).insert(&sess);
+        match r {
+            Ok(()) => {
+                let [(k6, _), (k4, _)] = sess.entries();
+                super::lock(&self.adopted).push((s.clone(), [k6, k4]));
+            }
+            Err(xdp::Error::MapFull(_)) => {
+                self.map_full.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => tracing::warn!("xdp: mirroring a new NAT64 session: {e}"),
+        }
+    }
+
+    fn syn_ack(&self, s: &nat64::SessionInfo) -> Option<u64> {
+        match super::lock(&self.map).seen(&xdp_session(s, true)) {
+            Ok(Some(seen)) if seen.syn_ack => Some(seen.last_seen_ns.saturating_sub(self.mono_minus_now)),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::debug!("xdp: reading a NAT64 session: {e}");
+                None
+            }
+        }
+    }
 }
 
 /// Sessions due within this many nanoseconds get their fast-path use read
@@ -179,10 +252,10 @@ impl FastPlane {
             None => {
                 fp.nat64_off().map_err(|e| format!("[xdp]: {e}"))?;
                 self.nat.on = false;
-                for (_, m) in self.nat.mirrored.drain() {
-                    for k in &m.keys {
-                        let _ = fp.nat64_remove(k);
-                    }
+                let adopted = self.nat.hook.take().map(|h| std::mem::take(&mut *super::lock(&h.adopted)));
+                let keys = adopted.into_iter().flatten().map(|(_, k)| k);
+                for k in self.nat.mirrored.drain().map(|(_, m)| m.keys).chain(keys).flatten() {
+                    let _ = fp.nat64_remove(&k);
                 }
                 self.nat.overflow.clear();
             }
@@ -243,22 +316,42 @@ impl FastPlane {
         if !self.nat.on {
             return;
         }
+        // What the translator's hook mirrored since the last sync, in the
+        // order it did (a half-open session opened later replaces itself).
+        if let Some(h) = &self.nat.hook {
+            let adopted = std::mem::take(&mut *super::lock(&h.adopted));
+            for (info, keys) in adopted {
+                let k = nat_key(&info);
+                self.nat.overflow.remove(&k);
+                let seen = self.nat.mirrored.get(&k).map_or(0, |m| m.seen);
+                self.nat.mirrored.insert(k, Mirrored { info, keys, seen });
+            }
+            self.nat.map_full += h.map_full.swap(0, Ordering::Relaxed);
+        }
         let list = n.sessions(&nat64::SessionFilter::default(), now);
         let mut want: HashMap<NatKey, nat64::SessionInfo> = HashMap::with_capacity(list.len());
         for s in list {
+            use nat64::TcpState::*;
+            let k = nat_key(&s);
             let eligible = match s.state {
-                None => true,
-                Some(st) => st == nat64::TcpState::Established,
+                None | Some(Established | V4FinRcv | V6FinRcv | V4FinV6FinRcv) => true,
+                // Half-open: only as the hook mirrored it.
+                Some(V6Init) => self.nat.mirrored.contains_key(&k),
+                Some(_) => false,
             };
             // Hairpinned sessions (the peer is one of our pool4 addresses)
             // stay on the slow path (RFC 6146 §3.8).
             if eligible && !self.nat.pool4.iter().any(|p| p.contains(*s.ipv4_dst.ip())) {
-                want.insert((s.protocol, s.ipv6_src, s.ipv6_dst, s.ipv4_src, s.ipv4_dst), s);
+                want.insert(k, s);
             }
         }
-        // Fast-path use of the sessions due soon.
+        // Fast-path use of the sessions due soon, and of the half-open ones
+        // (the translator learns a carried SYN+ACK from the refresh).
         for (k, m) in self.nat.mirrored.iter_mut() {
-            let due = want.get(k).is_none_or(|s| s.expires_in_ms.saturating_mul(1_000_000) <= REFRESH_WINDOW_NS);
+            let due = want.get(k).is_none_or(|s| {
+                s.state == Some(nat64::TcpState::V6Init)
+                    || s.expires_in_ms.saturating_mul(1_000_000) <= REFRESH_WINDOW_NS
+            });
             if !due {
                 continue;
             }
@@ -290,13 +383,7 @@ impl FastPlane {
             if self.nat.mirrored.contains_key(&k) || self.nat.overflow.contains(&k) {
                 continue;
             }
-            let l4 = match s.protocol {
-                nat64::Protocol::Udp => xdp::nat64::L4::Udp,
-                nat64::Protocol::Tcp => xdp::nat64::L4::Tcp,
-                nat64::Protocol::Icmp => xdp::nat64::L4::Icmp,
-            };
-            let sess = xdp::nat64::Session { l4, x: s.ipv6_src, y6: s.ipv6_dst, t: s.ipv4_src, y: s.ipv4_dst };
-            let [(k6, v6), (k4, v4)] = sess.entries();
+            let [(k6, v6), (k4, v4)] = xdp_session(&s, false).entries();
             let r = fp.nat64_insert(&k6, &v6).and_then(|()| {
                 fp.nat64_insert(&k4, &v4).inspect_err(|_| {
                     let _ = fp.nat64_remove(&k6);
@@ -316,6 +403,31 @@ impl FastPlane {
                 }
             }
         }
+    }
+
+    /// The translator's hook ([`nat64::Nat64::set_fast_hook`]): None when
+    /// NAT64 sessions are not mirrored. `mono_minus_now` is CLOCK_MONOTONIC
+    /// minus the translator's clock. One hook per plane.
+    pub fn nat64_hook(&mut self, mono_minus_now: u64) -> Option<Arc<dyn nat64::FastHook>> {
+        if !self.mirrors_nat64() {
+            return None;
+        }
+        if self.nat.hook.is_none() {
+            let map = match self.fp.as_ref()?.nat64_sessions() {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::warn!("xdp: NAT64 sessions mirrored every sync only: {e}");
+                    return None;
+                }
+            };
+            self.nat.hook = Some(Arc::new(NatHook {
+                map: Mutex::new(map),
+                mono_minus_now,
+                adopted: Mutex::new(Vec::new()),
+                map_full: AtomicU64::new(0),
+            }));
+        }
+        self.nat.hook.clone().map(|h| h as Arc<dyn nat64::FastHook>)
     }
 
     /// Merge the fast path's per-slot counts into the relay's, then bring

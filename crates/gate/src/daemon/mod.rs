@@ -259,6 +259,7 @@ impl Daemon {
             self.reload_xdp(&cur, &new)?;
             self.reconfigure_alg(&new)?;
             (self.set_log_level)(&new.daemon.log_level);
+            hook_nat64(&self.xdp, &engines, self.started);
             self.engines.store(Arc::new(engines));
             *lock(&self.admin_token) = token;
             *cur = new;
@@ -338,6 +339,7 @@ impl Daemon {
         }
         *have = want;
         (self.set_log_level)(&new.daemon.log_level);
+        hook_nat64(&self.xdp, &engines, self.started);
         self.engines.store(Arc::new(engines));
         *lock(&self.admin_token) = token;
         *cur = new;
@@ -503,6 +505,15 @@ impl Daemon {
 
 /// CLOCK_MONOTONIC minus `epoch.elapsed()`, in nanoseconds: what turns the
 /// fast path's timestamps into the translator's clock.
+/// Give the NAT64 translator of `eng` the fast path's hook (sessions
+/// mirrored as they are created), or take it away when the plane does not
+/// mirror NAT64 sessions.
+fn hook_nat64(xdp: &Mutex<Option<fastpath::FastPlane>>, eng: &Engines, epoch: Instant) {
+    let Some(n) = &eng.nat64 else { return };
+    let hook = lock(xdp).as_mut().and_then(|p| p.nat64_hook(mono_minus_epoch(epoch)));
+    n.set_fast_hook(hook);
+}
+
 fn mono_minus_epoch(epoch: Instant) -> u64 {
     let now = epoch.elapsed().as_nanos() as u64;
     nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
@@ -718,6 +729,7 @@ pub fn run(
         admin_token: Mutex::new(token),
         set_log_level,
     });
+    hook_nat64(&daemon.xdp, &daemon.engines.load(), epoch);
 
     let mut threads = Vec::new();
     let mut nl_idx = None;

@@ -1,0 +1,184 @@
+//! A fast path told of sessions as they are created (`Nat64::set_fast_hook`)
+//! and asked what it recorded of half-open ones: what is mirrored when, and
+//! that a session whose IPv4 SYN+ACK the fast path carried ends up in the
+//! same state with the same lifetime as on a translator that saw every
+//! packet itself (a FIN, the expiry timer, `refresh`).
+
+mod support;
+
+use nat64::{FastHook, Nat64, Protocol, SessionFilter, SessionInfo, TcpState};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use support::*;
+
+/// One `mirror` call: protocol, IPv6 host port, state, half-open.
+type Mirrored = (Protocol, u16, Option<TcpState>, bool);
+
+/// Records every `mirror` call; answers `syn_ack` from `carried`
+/// (IPv6 host port → when the fast path forwarded the SYN+ACK).
+#[derive(Debug, Default)]
+struct Hook {
+    mirrored: Mutex<Vec<Mirrored>>,
+    carried: Mutex<HashMap<u16, u64>>,
+    asked: Mutex<u32>,
+}
+
+impl FastHook for Hook {
+    fn mirror(&self, s: &SessionInfo, half_open: bool) {
+        self.mirrored.lock().unwrap().push((s.protocol, s.ipv6_src.port(), s.state, half_open));
+    }
+    fn syn_ack(&self, s: &SessionInfo) -> Option<u64> {
+        *self.asked.lock().unwrap() += 1;
+        assert_eq!(s.state, Some(TcpState::V6Init), "only half-open sessions are asked");
+        self.carried.lock().unwrap().get(&s.ipv6_src.port()).copied()
+    }
+}
+
+fn hooked(c: nat64::Config) -> (Nat64, Arc<Hook>) {
+    let n = nat(c);
+    let h = Arc::new(Hook::default());
+    n.set_fast_hook(Some(h.clone()));
+    (n, h)
+}
+
+fn short() -> nat64::Config {
+    let mut c = cfg();
+    c.tcp_trans_timeout = nat64::config::Secs(4);
+    c.tcp_est_timeout = nat64::config::Secs(100);
+    c
+}
+
+fn tcp6(flags: u8, sport: u16) -> Vec<u8> {
+    V6::new(6, H1, Y6).tcp(sport, 80, flags, b"")
+}
+fn tcp4(flags: u8, t: u16) -> Vec<u8> {
+    V4::new(6, Y4, T4).tcp(80, t, flags, b"")
+}
+
+/// The TCP sessions as listed at `now` (state and remaining lifetime).
+fn tcp(n: &Nat64, now: u64) -> Vec<(u16, Option<TcpState>, u64)> {
+    let f = SessionFilter { protocol: Some(Protocol::Tcp), ..Default::default() };
+    n.sessions(&f, now).iter().map(|s| (s.ipv6_src.port(), s.state, s.expires_in_ms)).collect()
+}
+
+#[test]
+fn sessions_mirrored_at_creation() {
+    let (n, h) = hooked(cfg());
+    fwd(&n, &V6::new(17, H1, Y6).udp(40000, 53, b"q"), 0);
+    fwd(&n, &V6::new(58, H1, Y6).icmp(128, 0, [0, 7, 0, 1], b"ping"), 0);
+    let out = fwd(&n, &tcp6(SYN, 5555), 0);
+    let t = be16(&out, 20);
+    let m = h.mirrored.lock().unwrap().clone();
+    assert_eq!(
+        m,
+        [
+            (Protocol::Udp, 40000, None, false),
+            (Protocol::Icmp, 7, None, false),
+            (Protocol::Tcp, 5555, Some(TcpState::V6Init), true),
+        ],
+        "UDP and ICMP echo in full, TCP half-open, each while its first packet was handled"
+    );
+    // Packets of existing sessions mirror nothing more; the SYN+ACK that
+    // comes this way (not carried by the fast path) opens the session in
+    // full at once.
+    fwd(&n, &V4::new(17, Y4, T4).udp(53, be16(&fwd(&n, &V6::new(17, H1, Y6).udp(40000, 53, b"q"), 0), 20), b"a"), 0);
+    fwd(&n, &tcp4(SYN | ACK, t), S);
+    assert_eq!(h.mirrored.lock().unwrap()[3..], [(Protocol::Tcp, 5555, Some(TcpState::Established), false)]);
+    assert_eq!(*h.asked.lock().unwrap(), 1, "the SYN+ACK asked the fast path first");
+    // An IPv4 SYN through a static BIB entry (V4 INIT) is not mirrored.
+    let mut c = cfg();
+    c.bib.push(nat64::StaticBib {
+        protocol: Protocol::Tcp,
+        ipv6: "[2001:db8::9]:80".parse().unwrap(),
+        ipv4: "192.0.2.1:80".parse().unwrap(),
+    });
+    let (n2, h2) = hooked(c);
+    fwd(&n2, &V4::new(6, Y4, T4).tcp(3333, 80, SYN, b""), 0);
+    assert!(h2.mirrored.lock().unwrap().is_empty(), "V4 INIT stays on the slow path");
+}
+
+#[test]
+fn hairpinned_sessions_are_not_mirrored() {
+    let (n, h) = hooked(cfg());
+    let t = be16(&fwd(&n, &V6::new(17, H1, Y6).udp(40000, 53, b"q"), 0), 20);
+    h.mirrored.lock().unwrap().clear();
+    // H2 -> pool6 + T4 (192.0.2.1 = c000:201): hairpinned back to H1.
+    let back = fwd(&n, &V6::new(17, H2, "2001:db8:64::c000:201").udp(41000, t, b"h"), 0);
+    assert_eq!(v6dst(&back), a6(H1));
+    let m = h.mirrored.lock().unwrap().clone();
+    assert!(m.is_empty(), "no hairpinned session on the fast path: {m:?}");
+}
+
+/// One translator with the fast path carrying the SYN+ACK at `S`, one
+/// seeing it itself at `S`: after `then` (packets at `at`) both list the
+/// same TCP session.
+fn twins(then: &[(Vec<u8>, bool)], at: u64) {
+    let (fast, h) = hooked(short());
+    let slow = nat(short());
+    let t = be16(&fwd(&fast, &tcp6(SYN, 5555), 0), 20);
+    assert_eq!(be16(&fwd(&slow, &tcp6(SYN, 5555), 0), 20), t);
+    fwd(&slow, &tcp4(SYN | ACK, t), S);
+    h.carried.lock().unwrap().insert(5555, S);
+    assert_eq!(tcp(&fast, S)[0].1, Some(TcpState::V6Init), "nothing learnt before it handles the session");
+    for (p, from4) in then {
+        let p = if *from4 { tcp4(p[0], t) } else { tcp6(p[0], 5555) };
+        fwd(&fast, &p, at);
+        fwd(&slow, &p, at);
+    }
+    assert_eq!(tcp(&fast, at), tcp(&slow, at));
+}
+
+#[test]
+fn syn_ack_carried_is_learnt_at_the_next_packet() {
+    // The IPv6 host's FIN: ESTABLISHED first (learnt), then V6 FIN RCV.
+    twins(&[(vec![FIN | ACK], false)], 3 * S);
+    // The server's FIN, then the host's: V4 FIN + V6 FIN RCV, transitory.
+    twins(&[(vec![FIN | ACK], true), (vec![FIN | ACK], false)], 3 * S);
+    // An RST: TRANS.
+    twins(&[(vec![RST], false)], 3 * S);
+}
+
+#[test]
+fn syn_ack_carried_is_learnt_at_expiry_and_refresh() {
+    let (n, h) = hooked(short());
+    let t = be16(&fwd(&n, &tcp6(SYN, 5555), 0), 20);
+    assert_ne!(t, 0);
+    // Not carried: the half-open session dies at the transitory timeout.
+    let ex = n.expire(5 * S);
+    assert_eq!((ex.sessions, tcp(&n, 5 * S).len()), (1, 0));
+    // Carried at 1 s: ESTABLISHED, 100 s from then, not deleted at 5 s.
+    fwd(&n, &tcp6(SYN, 6666), 10 * S);
+    h.carried.lock().unwrap().insert(6666, 11 * S);
+    let ex = n.expire(15 * S);
+    assert_eq!(ex.sessions, 0);
+    assert_eq!(tcp(&n, 15 * S), [(6666, Some(TcpState::Established), 96_000)]);
+    // refresh() learns too.
+    fwd(&n, &tcp6(SYN, 7777), 20 * S);
+    h.carried.lock().unwrap().insert(7777, 21 * S);
+    let f = SessionFilter { protocol: Some(Protocol::Tcp), ..Default::default() };
+    let s = n.sessions(&f, 21 * S).into_iter().find(|s| s.ipv6_src.port() == 7777).unwrap();
+    assert!(n.refresh(&s, 22 * S));
+    let got: Vec<_> = tcp(&n, 22 * S).into_iter().filter(|s| s.0 == 7777).collect();
+    assert_eq!(got, [(7777, Some(TcpState::Established), 100_000)], "learnt at 21 s, used at 22 s");
+}
+
+#[test]
+fn refresh_through_the_close() {
+    let n = nat(short());
+    let t = be16(&fwd(&n, &tcp6(SYN, 5555), 0), 20);
+    fwd(&n, &tcp4(SYN | ACK, t), 0);
+    fwd(&n, &tcp6(FIN | ACK, 5555), 0);
+    let f = SessionFilter { protocol: Some(Protocol::Tcp), ..Default::default() };
+    let s = n.sessions(&f, 0).remove(0);
+    assert_eq!(s.state, Some(TcpState::V6FinRcv));
+    assert!(n.refresh(&s, 50 * S));
+    assert_eq!(tcp(&n, 50 * S), [(5555, Some(TcpState::V6FinRcv), 100_000)], "FIN RCV: the established lifetime");
+    fwd(&n, &tcp4(FIN | ACK, t), 60 * S);
+    let s = n.sessions(&f, 60 * S).remove(0);
+    assert!(n.refresh(&s, 62 * S));
+    assert_eq!(
+        tcp(&n, 62 * S),
+        [(5555, Some(TcpState::V4FinV6FinRcv), 2_000)],
+        "V4 FIN + V6 FIN RCV: the transitory lifetime from the second FIN, whatever follows"
+    );
+}
