@@ -39,7 +39,10 @@
 //!
 //! A session's first bytes take no extra turns of the loop: a connect
 //! that completed within the `connect` call is relayed at once, and a new
-//! loop-copied pair moves the bytes already waiting on either side at once.
+//! loop-copied pair moves the bytes already waiting on either side at once,
+//! before its sockets enter the epoll set; with [`Opts::ack_with_data`]
+//! they carry the server's handshake ACK, so the server's accept finds
+//! the request there.
 //! The server's socket is made ahead, while the loop is idle
 //! ([`pre::Spares`]). Around a session's opening (a new pair, a
 //! pre-connect, the server's first bytes passed to the client) the loop
