@@ -428,6 +428,12 @@ fn tcp_semantics(copy: &str, preconnect: usize) {
     let s = b.wait_status(|v| v["tcp_preconnects"] == n && v["tcp_preconnect_claimed"] == n);
     assert_eq!(s["trt"]["tcp_preconnect_expired"], 0, "{s}");
     assert_eq!(s["trt"]["tcp_preconnect_refused"], 0, "{s}");
+    // Only the loop's copy holds the server's handshake ACK for the first
+    // bytes (and may send it alone); the others never count one.
+    let alone = s["trt"]["tcp_ack_alone"].as_u64().expect("tcp_ack_alone in the status");
+    if copy != "splice" {
+        assert_eq!(alone, 0, "{s}");
+    }
 }
 
 #[test]

@@ -34,6 +34,10 @@ prefix = "64:ff9b:1::/96"       # any RFC 6052 length
 #                                # socket sees SYNs to the prefix; CAP_NET_RAW), at most this
 #                                # many waiting for their accept; unclaimed ones are reset
 #                                # after 2 s (servers see them: opt-in; docs/trt.md)
+# ack-with-data = true           # copy "splice": the connection to the server holds its
+#                                # handshake's last ACK and sends it with the client's first
+#                                # bytes (the server's accept finds the request there); alone
+#                                # at once when the client has sent nothing yet
 # udp-timeout = "1m"             # an idle UDP flow is forgotten
 # setup = "auto"                 # nftables tproxy rule and policy routing added and removed
 #                                # by the relay; "none": the operator's (docs/trt.md)
@@ -111,6 +115,8 @@ pub struct TrtConfig {
     pub preconnect: usize,
     /// How long the TCP loop polls around a session's opening (zero: never).
     pub open_spin: Duration,
+    /// The server's handshake ACK goes with the client's first bytes (`copy = "splice"`).
+    pub ack_with_data: bool,
     /// fwmark and table of the auto setup.
     pub fwmark: u32,
     /// Routing table of the auto setup.
@@ -158,6 +164,8 @@ struct TrtToml {
     preconnect: usize,
     #[serde(default = "d_open_spin", deserialize_with = "confval::duration::deserialize")]
     open_spin: Duration,
+    #[serde(default)]
+    ack_with_data: Option<toml::Value>,
     #[serde(default = "d_mark")]
     fwmark: u32,
     #[serde(default = "d_mark")]
@@ -238,6 +246,11 @@ impl TrtConfig {
         if busy_poll > Duration::from_secs(1) {
             return Err(format!("[trt] busy-poll: {} is above 1s", confval::duration::format(busy_poll)));
         }
+        let ack_with_data = match &t.ack_with_data {
+            None => true,
+            Some(toml::Value::Boolean(b)) => *b,
+            Some(v) => return Err(format!("[trt] ack-with-data: `{v}`: expected true or false")),
+        };
         if t.open_spin > Duration::from_millis(10) {
             return Err(format!("[trt] open-spin: {} is above 10ms", confval::duration::format(t.open_spin)));
         }
@@ -275,6 +288,7 @@ impl TrtConfig {
             busy_poll,
             preconnect: t.preconnect,
             open_spin: t.open_spin,
+            ack_with_data,
             fwmark: t.fwmark,
             table: t.table,
             statics,
@@ -293,6 +307,9 @@ mod tests {
         let c = TrtConfig::parse("[trt]\nprefix = \"64:ff9b:1::/96\"\ncopy = \"sockmap\"\n").unwrap().unwrap();
         assert_eq!(c.copy, CopyMode::Sockmap);
         assert_eq!((c.busy_poll, c.preconnect, c.open_spin), (Duration::ZERO, 0, Duration::from_micros(100)));
+        assert!(c.ack_with_data);
+        let c = TrtConfig::parse("[trt]\nprefix = \"64:ff9b:1::/96\"\nack-with-data = false\n").unwrap().unwrap();
+        assert!(!c.ack_with_data);
         let c = TrtConfig::parse("[trt]\nprefix = \"64:ff9b:1::/96\"\nopen-spin = \"0s\"\n").unwrap().unwrap();
         assert_eq!(c.open_spin, Duration::ZERO);
         let c = TrtConfig::parse("[trt]\nprefix = \"64:ff9b:1::/96\"\npreconnect = 64\n").unwrap().unwrap();
@@ -314,6 +331,7 @@ mod tests {
             ("[trt]\nprefix = \"64:ff9b:1::/96\"\nbusy-poll = \"soon\"\n", "busy-poll"),
             ("[trt]\nprefix = \"64:ff9b:1::/96\"\nmax-connections = 8\npreconnect = 9\n", "[trt] preconnect"),
             ("[trt]\nprefix = \"64:ff9b:1::/96\"\nopen-spin = \"20ms\"\n", "[trt] open-spin"),
+            ("[trt]\nprefix = \"64:ff9b:1::/96\"\nack-with-data = 1\n", "ack-with-data"),
             (
                 "[trt]\nprefix = \"64:ff9b:1::/96\"\n[[trt.static]]\nlisten = \"[::1]:80\"\nto = \"[::1]:80\"\n",
                 "must be IPv4",

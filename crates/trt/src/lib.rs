@@ -60,6 +60,10 @@ pub struct Counters {
     pub tcp_preconnect_expired: AtomicU64,
     /// SYNs not pre-connected: the pre-connect bound or `max-connections` was reached.
     pub tcp_preconnect_refused: AtomicU64,
+    /// Relayed connections whose client had sent nothing when the server's
+    /// side was connected: the server's handshake ACK went alone
+    /// (`ack-with-data`), not with the client's first bytes.
+    pub tcp_ack_alone: AtomicU64,
     /// Bytes from clients to servers.
     pub bytes_up: AtomicU64,
     /// Bytes from servers to clients.
@@ -96,6 +100,7 @@ pub struct Snapshot {
     pub tcp_preconnect_claimed: u64,
     pub tcp_preconnect_expired: u64,
     pub tcp_preconnect_refused: u64,
+    pub tcp_ack_alone: u64,
     pub bytes_up: u64,
     pub bytes_down: u64,
     pub udp_in: u64,
@@ -123,6 +128,7 @@ impl Counters {
             tcp_preconnect_claimed: g(&self.tcp_preconnect_claimed),
             tcp_preconnect_expired: g(&self.tcp_preconnect_expired),
             tcp_preconnect_refused: g(&self.tcp_preconnect_refused),
+            tcp_ack_alone: g(&self.tcp_ack_alone),
             bytes_up: g(&self.bytes_up),
             bytes_down: g(&self.bytes_down),
             udp_in: g(&self.udp_in),
@@ -212,6 +218,7 @@ impl Relay {
             busy_poll: cfg.busy_poll,
             preconnect: None,
             open_spin: cfg.open_spin,
+            ack_with_data: cfg.ack_with_data,
         };
         let copy = match opts.copier {
             tcp::Copier::Loop => "splice",

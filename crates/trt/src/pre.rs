@@ -18,6 +18,7 @@
 //! client SYN that is never completed (a scan, a flood, a client that
 //! gave up), reset after [`TTL`]; hence opt-in.
 
+use crate::sys;
 use nix::sys::socket::{recvmsg, setsockopt, sockopt, ControlMessageOwned, MsgFlags, SockaddrIn6};
 use socket2::{Domain, Protocol, SockFilter, Socket, Type};
 use std::collections::HashMap;
@@ -161,14 +162,23 @@ pub struct Spares {
     v6: Vec<Socket>,
     /// The family of the last server: the one [`Spares::fill`] makes.
     last_v6: Option<bool>,
+    /// The sockets hold their handshake's last ACK for the first bytes
+    /// (`ack-with-data`; [`sys::hold_handshake_ack`]).
+    hold_ack: bool,
 }
 
 impl Spares {
+    /// No spares yet; the sockets made hold their handshake's last ACK
+    /// for the first bytes when `hold_ack` ([`sys::hold_handshake_ack`]).
+    pub fn new(hold_ack: bool) -> Spares {
+        Spares { hold_ack, ..Spares::default() }
+    }
+
     /// A socket for a connection to `server`: a spare, or a new one.
     pub fn take(&mut self, server: SocketAddr) -> io::Result<Socket> {
         self.last_v6 = Some(server.is_ipv6());
         let pool = if server.is_ipv6() { &mut self.v6 } else { &mut self.v4 };
-        pool.pop().map_or_else(|| fresh(Domain::for_address(server)), Ok)
+        pool.pop().map_or_else(|| fresh(Domain::for_address(server), self.hold_ack), Ok)
     }
 
     /// Make spares for the family last taken, up to [`SPARES`] (nothing
@@ -177,11 +187,16 @@ impl Spares {
         let Some(v6) = self.last_v6 else { return };
         let (pool, domain) = if v6 { (&mut self.v6, Domain::IPV6) } else { (&mut self.v4, Domain::IPV4) };
         while pool.len() < SPARES {
-            match fresh(domain) {
+            match fresh(domain, self.hold_ack) {
                 Ok(s) => pool.push(s),
                 Err(_) => return,
             }
         }
+    }
+
+    /// The sockets made hold their handshake's last ACK for the first bytes.
+    pub fn holds_ack(&self) -> bool {
+        self.hold_ack
     }
 
     /// Spares ready for `server`'s family.
@@ -194,10 +209,15 @@ impl Spares {
     }
 }
 
-/// A new non-blocking TCP socket with TCP_NODELAY.
-fn fresh(domain: Domain) -> io::Result<Socket> {
+/// A new non-blocking TCP socket with TCP_NODELAY (and holding its
+/// handshake's last ACK for the first bytes when `hold_ack`).
+fn fresh(domain: Domain, hold_ack: bool) -> io::Result<Socket> {
     let s = Socket::new(domain, Type::STREAM.nonblocking().cloexec(), Some(Protocol::TCP))?;
     let _ = s.set_tcp_nodelay(true);
+    if hold_ack {
+        // Best effort: without it the ACK goes out at once, as before.
+        let _ = sys::hold_handshake_ack(&s);
+    }
     Ok(s)
 }
 
@@ -389,6 +409,69 @@ mod tests {
         let _ = sp.take(v6).unwrap();
         sp.fill();
         assert_eq!((sp.ready(server), sp.ready(v6)), (SPARES - 1, SPARES));
+    }
+
+    /// `l`'s next connection (waiting at most 5 s).
+    fn accept_within(l: &TcpListener) -> TcpStream {
+        l.set_nonblocking(true).unwrap();
+        let t0 = Instant::now();
+        loop {
+            match l.accept() {
+                Ok((s, _)) => return s,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && t0.elapsed() < Duration::from_secs(5) => {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(e) => panic!("no connection to accept: {e}"),
+            }
+        }
+    }
+
+    /// A socket from `sp` connected (non-blocking) to `server`, once its
+    /// connect has completed.
+    fn connected(sp: &mut Spares, server: SocketAddr) -> TcpStream {
+        let up: TcpStream = open(sp, server).expect("connects").into();
+        let t0 = Instant::now();
+        while up.peer_addr().is_err() {
+            assert!(t0.elapsed() < Duration::from_secs(5), "the connect never completed");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        up
+    }
+
+    #[test]
+    fn a_held_handshake_ack_goes_with_the_first_bytes_or_alone() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.set_nonblocking(true).unwrap();
+        let server = l.local_addr().unwrap();
+        let mut sp = Spares::new(true);
+        assert!(sp.holds_ack());
+        // Connected on the relay's side, but the server has nothing to
+        // accept: the handshake's last ACK is held (the kernel sends it
+        // on its own only after its delayed-ACK maximum, 200 ms, which
+        // the check leaves out on a machine too slow to look before).
+        let t0 = Instant::now();
+        let mut up = connected(&mut sp, server);
+        let early = l.accept().map(|_| ()).map_err(|e| e.kind());
+        if t0.elapsed() < Duration::from_millis(100) {
+            assert_eq!(early, Err(io::ErrorKind::WouldBlock), "the ACK went out at once");
+        }
+        // The first bytes carry it: the server's accept finds them there.
+        std::io::Write::write_all(&mut up, b"GET").unwrap();
+        let mut a = accept_within(&l);
+        a.set_nonblocking(true).unwrap();
+        let mut b = [0u8; 8];
+        assert_eq!(a.read(&mut b).map_err(|e| e.kind()), Ok(3), "the request is there at accept");
+        assert_eq!(&b[..3], b"GET");
+        // Nothing to send: the ACK goes alone, and the server can accept.
+        let quiet = connected(&mut sp, server);
+        sys::send_ack(&quiet).unwrap();
+        let mut a = accept_within(&l);
+        a.set_nonblocking(true).unwrap();
+        assert_eq!(a.read(&mut b).map_err(|e| e.kind()), Err(io::ErrorKind::WouldBlock));
+        // Without: the ACK goes with the connect, as with any socket.
+        let mut plain = Spares::new(false);
+        let _up = connected(&mut plain, server);
+        let _a = accept_within(&l);
     }
 
     #[test]

@@ -18,6 +18,21 @@ pub fn set_ipv6_transparent(s: &impl AsRawFd) -> io::Result<()> {
     set_int(s, libc::IPPROTO_IPV6, IPV6_TRANSPARENT, 1)
 }
 
+/// Make the connect of the TCP socket `s` hold its handshake's last ACK
+/// for the first bytes sent (`TCP_DEFER_ACCEPT` on a connecting socket:
+/// the kernel then delays that ACK as it does with a write pending, for at
+/// most its delayed-ACK maximum, 200 ms): the server's accept and the
+/// first bytes come in one segment. [`send_ack`] sends it alone.
+pub fn hold_handshake_ack(s: &impl AsRawFd) -> io::Result<()> {
+    set_int(s, libc::IPPROTO_TCP, libc::TCP_DEFER_ACCEPT, 1)
+}
+
+/// Send the ACK that the connected TCP socket `s` holds, now
+/// (`TCP_QUICKACK`: a scheduled ACK is pushed out).
+pub fn send_ack(s: &impl AsRawFd) -> io::Result<()> {
+    set_int(s, libc::IPPROTO_TCP, libc::TCP_QUICKACK, 1)
+}
+
 /// `setsockopt` of an int option.
 fn set_int(s: &impl AsRawFd, level: libc::c_int, opt: libc::c_int, v: libc::c_int) -> io::Result<()> {
     // SAFETY: setsockopt with a valid fd, level, option and a pointer to a

@@ -39,7 +39,10 @@
 //!
 //! A session's first bytes take no extra turns of the loop: a connect
 //! that completed within the `connect` call is relayed at once, and a new
-//! loop-copied pair moves the bytes already waiting on either side at once.
+//! loop-copied pair moves the bytes already waiting on either side at once,
+//! before its sockets enter the epoll set; with [`Opts::ack_with_data`]
+//! they carry the server's handshake ACK, so the server's accept finds
+//! the request there.
 //! The server's socket is made ahead, while the loop is idle
 //! ([`pre::Spares`]). Around a session's opening (a new pair, a
 //! pre-connect, the server's first bytes passed to the client) the loop
@@ -100,6 +103,11 @@ pub struct Opts {
     /// started, and after a server's first bytes (or FIN) have been passed
     /// to the client (zero: never).
     pub open_spin: Duration,
+    /// `ack-with-data`: the loop's copy (`splice`) connects with sockets
+    /// that hold their handshake's last ACK for the client's first bytes
+    /// ([`sys::hold_handshake_ack`]); a pair whose client has sent
+    /// nothing yet sends it alone at once.
+    pub ack_with_data: bool,
 }
 
 /// Pre-connect ([`pre`]): SYNs to `prefix`/`len` start the IPv4 connect.
@@ -546,6 +554,17 @@ impl Loop {
         let deadline = Instant::now() + self.timeout;
         let slot = self.alloc(Conn::Connecting { client: s, up, deadline });
         let Some(Some(Conn::Connecting { up, .. })) = self.slots.get(slot) else { return };
+        // A server on this host or a veth away often answers within the
+        // connect call (the handshake runs in the softirq the SYN's
+        // transmission raised), and a pre-connect has usually finished:
+        // then relay at once instead of one more turn of the loop for the
+        // `EPOLLOUT`.
+        let connected = up.peer_addr().is_ok();
+        if connected && self.in_loop() {
+            // The loop's copy: the client's first bytes go out before the
+            // sockets enter the epoll set (`splice`).
+            return self.splice(slot, false);
+        }
         // The loop's copy: the socket's final interest at once (no
         // epoll_ctl to change it once connected); its `EPOLLOUT` says
         // the connect finished.
@@ -553,12 +572,7 @@ impl Loop {
         if self.ep.add(up, EpollEvent::new(flags, token(slot, SERVER))).is_err() {
             return self.fail_connect(slot);
         }
-        // A server on this host or a veth away often answers within the
-        // connect call (the handshake runs in the softirq the SYN's
-        // transmission raised), and a pre-connect has usually finished:
-        // then relay at once instead of one more turn of the loop for the
-        // `EPOLLOUT`.
-        if up.peer_addr().is_ok() {
+        if connected {
             self.relay(slot);
         }
     }
@@ -587,7 +601,7 @@ impl Loop {
     /// Relay the connected pair in `slot` with the listener's copy.
     fn relay(&mut self, slot: usize) {
         if self.in_loop() {
-            return self.splice(slot);
+            return self.splice(slot, true);
         }
         let Some(Conn::Connecting { client, up, .. }) = self.release(slot) else { return };
         let _ = self.ep.delete(&up);
@@ -614,12 +628,16 @@ impl Loop {
         self.pipes.pop().map_or_else(Pipe::nonblocking, Ok)
     }
 
-    /// Copy the connected pair in `slot` in the loop: the client's socket
-    /// joins the epoll set (the server's is in it with this interest
-    /// since the connect; the client's bytes that came early are reported
-    /// at once). The client's socket is non-blocking and has TCP_NODELAY
-    /// from its accept.
-    fn splice(&mut self, slot: usize) {
+    /// Copy the connected pair in `slot` in the loop. The client's first
+    /// bytes (sent right after its handshake) are usually waiting: they
+    /// are moved at once, before any `epoll_ctl`, and carry the server's
+    /// handshake ACK (`ack-with-data`; sent alone when there are none).
+    /// Then the sockets join the epoll set: the server's only if it is not
+    /// in it already (`up_polled`: it waited there for its connect). A
+    /// socket added with bytes or a FIN waiting is reported at once, so
+    /// nothing that came before the adds is missed. The client's socket is
+    /// non-blocking and has TCP_NODELAY from its accept.
+    fn splice(&mut self, slot: usize, up_polled: bool) {
         let Some(Conn::Connecting { client, up, .. }) = self.slots.get_mut(slot).and_then(Option::take) else {
             return;
         };
@@ -628,7 +646,9 @@ impl Loop {
         let (a, b) = (self.pipe(), self.pipe());
         let (Ok(a), Ok(b)) = (a, b) else {
             self.c.tcp_errors.fetch_add(1, Ordering::Relaxed);
-            let _ = self.ep.delete(&up);
+            if up_polled {
+                let _ = self.ep.delete(&up);
+            }
             reset(client);
             reset(up);
             self.freed.push(slot);
@@ -639,21 +659,27 @@ impl Loop {
             self.spin_until = self.spin_until.max(Instant::now() + self.open_spin);
         }
         let p = Box::new(Spliced { socks: [client, up], flows: [Flow::new(a), Flow::new(b)], opening });
-        let added = self.ep.add(&p.socks[CLIENT], EpollEvent::new(SPLICED, token(slot, CLIENT)));
         self.slots[slot] = Some(Conn::Spliced(p));
+        self.pump(slot, CLIENT);
+        let Some(Some(Conn::Spliced(p))) = self.slots.get(slot) else { return };
+        if self.spares.holds_ack() && p.flows[CLIENT].moved == 0 && !p.flows[CLIENT].done {
+            // Nothing from the client yet (a server that speaks first, a
+            // slow client): the server's accept must not wait for it.
+            self.c.tcp_ack_alone.fetch_add(1, Ordering::Relaxed);
+            let _ = sys::send_ack(&p.socks[SERVER]);
+        }
+        let mut added = self.ep.add(&p.socks[CLIENT], EpollEvent::new(SPLICED, token(slot, CLIENT)));
+        if !up_polled && added.is_ok() {
+            added = self.ep.add(&p.socks[SERVER], EpollEvent::new(SPLICED, token(slot, SERVER)));
+        }
         if let Err(e) = added {
             tracing::debug!("TRT: epoll: {e}");
             self.c.tcp_errors.fetch_add(1, Ordering::Relaxed);
             return self.close_spliced(slot, true);
         }
-        // The client's first bytes (sent right after its handshake) are
-        // usually waiting already: move them now, not after one more
-        // turn of the loop. The edge-triggered events that follow find
-        // nothing left and cost one splice each.
-        for side in [CLIENT, SERVER] {
-            if matches!(self.slots.get(slot), Some(Some(Conn::Spliced(_)))) {
-                self.pump(slot, side);
-            }
+        if up_polled {
+            // Its edge may have been taken by the connect's `EPOLLOUT`.
+            self.pump(slot, SERVER);
         }
     }
 
@@ -951,6 +977,7 @@ pub fn serve(
         }
     });
     let pre_max = o.preconnect.map_or(0, |p| p.max);
+    let hold_ack = o.ack_with_data && matches!(o.copier, Copier::Loop);
     let (kernel, threads) = match o.copier {
         Copier::Loop => (None, false),
         Copier::Threads => (None, true),
@@ -972,7 +999,7 @@ pub fn serve(
         again: Vec::new(),
         syns,
         pre: pre::Table::new(pre_max, pre::TTL),
-        spares: pre::Spares::default(),
+        spares: pre::Spares::new(hold_ack),
         open_spin: o.open_spin,
         spin_until: Instant::now(),
     };
@@ -1082,6 +1109,18 @@ mod tests {
         /// A relay on `listen` with `preconnect` pre-connects at most
         /// (SYNs to its port on ::1), once its loop runs.
         fn with(listen: &str, server: SocketAddr, copier: Copier, busy_poll: Duration, preconnect: usize) -> Relay {
+            Relay::with_ack(listen, server, copier, busy_poll, preconnect, true)
+        }
+
+        /// [`Relay::with`], `ack-with-data` as given.
+        fn with_ack(
+            listen: &str,
+            server: SocketAddr,
+            copier: Copier,
+            busy_poll: Duration,
+            preconnect: usize,
+            ack_with_data: bool,
+        ) -> Relay {
             let l = TcpListener::bind(listen).unwrap();
             let addr = l.local_addr().unwrap();
             let (c, stop) = (Arc::new(Counters::default()), Arc::new(AtomicBool::new(false)));
@@ -1092,7 +1131,15 @@ mod tests {
                 port: Some(addr.port()),
             });
             let open_spin = Duration::from_micros(100);
-            let o = Opts { max: 1024, timeout: Duration::from_secs(5), copier, busy_poll, preconnect, open_spin };
+            let o = Opts {
+                max: 1024,
+                timeout: Duration::from_secs(5),
+                copier,
+                busy_poll,
+                preconnect,
+                open_spin,
+                ack_with_data,
+            };
             let (c2, s2) = (c.clone(), stop.clone());
             let h = std::thread::spawn(move || serve(l, Arc::new(Fixed(server)), o, c2, s2));
             // The SYN socket is opened by the loop's thread (a loop that
@@ -1278,6 +1325,53 @@ mod tests {
             assert!(got == up, "{copier:?}: {} bytes up", got.len());
             let st = r.idle();
             assert_eq!((st.bytes_up, st.bytes_down, st.tcp_errors), (500_000, 300_000, 0), "{copier:?}");
+        }
+    }
+
+    #[test]
+    fn a_client_that_sends_nothing_gets_the_servers_banner_at_once() {
+        // The server speaks first (SMTP, SSH): its accept must not wait for
+        // bytes from the client (the held handshake ACK goes alone).
+        let srv = server(|mut c| {
+            let _ = c.write_all(b"220 ready\r\n");
+            let mut sink = Vec::new();
+            let _ = c.read_to_end(&mut sink);
+        });
+        for (copier, ack_with_data, alone) in
+            [(Copier::Loop, true, 1), (Copier::Loop, false, 0), (Copier::Threads, true, 0)]
+        {
+            let r = Relay::with_ack("127.0.0.1:0", srv, copier.clone(), Duration::ZERO, 0, ack_with_data);
+            let mut c = TcpStream::connect(r.addr).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            let mut b = [0u8; 11];
+            c.read_exact(&mut b).unwrap();
+            assert_eq!(&b, b"220 ready\r\n", "{copier:?}");
+            // Then the client's bytes pass as usual.
+            c.write_all(b"QUIT\r\n").unwrap();
+            c.shutdown(Shutdown::Write).unwrap();
+            let mut rest = Vec::new();
+            c.read_to_end(&mut rest).unwrap();
+            let st = r.idle();
+            assert_eq!((st.tcp_relayed, st.tcp_errors, st.bytes_up, st.bytes_down), (1, 0, 6, 11), "{copier:?}");
+            assert_eq!(st.tcp_ack_alone, alone, "{copier:?} ack-with-data {ack_with_data}");
+        }
+    }
+
+    #[test]
+    fn a_request_sent_at_once_is_relayed_with_or_without_the_held_ack() {
+        let srv = server(echo);
+        for ack_with_data in [true, false] {
+            let r = Relay::with_ack("127.0.0.1:0", srv, Copier::Loop, Duration::ZERO, 0, ack_with_data);
+            for i in 0..20u32 {
+                let data = pattern(i, 1 + i as usize * 300);
+                assert!(exchange(r.addr, &data) == data, "ack-with-data {ack_with_data}: connection {i}");
+            }
+            let st = r.idle();
+            assert_eq!((st.tcp_relayed, st.tcp_errors, st.tcp_connect_failed), (20, 0, 0), "{ack_with_data}");
+            if !ack_with_data {
+                // Nothing is held, so nothing is sent alone.
+                assert_eq!(st.tcp_ack_alone, 0, "{st:?}");
+            }
         }
     }
 

@@ -268,6 +268,11 @@ pub struct Args {
     /// docs/trt.md).
     #[arg(long, default_value = "100us")]
     pub trt_open_spin: String,
+    /// `[trt] ack-with-data` of the transport relay (`trt`): whether its
+    /// connection to the server sends the handshake's last ACK with the
+    /// client's first bytes (default) or at once (docs/trt.md).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub trt_ack_with_data: bool,
 }
 
 /// One mechanism's results.
@@ -653,8 +658,9 @@ fn sw_xdp(m: Mech, c: &Netns, s: &Netns) -> Result<&'static str> {
     Ok(table)
 }
 
-/// The TRT relay's options of the run: `preconnect` and `open-spin`.
-type TrtOpts<'a> = (usize, &'a str);
+/// The TRT relay's options of the run: `preconnect`, `open-spin` and
+/// `ack-with-data`.
+type TrtOpts<'a> = (usize, &'a str, bool);
 
 /// The testbed of `m`, its namespaces named `<prefix>c`, `<prefix>g`
 /// and `<prefix>s`.
@@ -720,8 +726,8 @@ fn build(m: Mech, prefix: &str, bin: &Path, work: &Path, busy_poll: &str, trt: T
             };
             let cfg = format!(
                 "[trt]\nprefix = \"64:ff9b:1::/96\"\ncopy = \"{copy}\"\nbusy-poll = \"{busy_poll}\"\npreconnect = {}\n\
-                 open-spin = \"{}\"\n",
-                trt.0, trt.1
+                 open-spin = \"{}\"\nack-with-data = {}\n",
+                trt.0, trt.1, trt.2
             );
             procs.push(v6gate(&g, m.name(), "trt", &cfg)?);
             v6target
@@ -1078,7 +1084,7 @@ pub fn run(a: &Args) -> Result<Report> {
     let prefix = run_prefix(std::process::id());
     let guard =
         RunGuard::new(&prefix, std::env::temp_dir().join(format!("v6gate-bench-transition-{}", std::process::id())))?;
-    let trt = (a.trt_preconnect, a.trt_open_spin.as_str());
+    let trt = (a.trt_preconnect, a.trt_open_spin.as_str(), a.trt_ack_with_data);
     let native_work = guard.work().join("native");
     std::fs::create_dir_all(&native_work)?;
     let native = build(Mech::Ipv4, &format!("{prefix}n-"), &bin, &native_work, &a.busy_poll, trt)
