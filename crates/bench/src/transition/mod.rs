@@ -372,6 +372,8 @@ pub struct Report {
     pub trt_preconnect: usize,
     /// `--trt-open-spin` of the TRT relay.
     pub trt_open_spin: String,
+    /// `--trt-ack-with-data` of the TRT relay.
+    pub trt_ack_with_data: bool,
     /// Results in order.
     pub results: Vec<MechResult>,
 }
@@ -1157,6 +1159,7 @@ pub fn run(a: &Args) -> Result<Report> {
         busy_poll: a.busy_poll.clone(),
         trt_preconnect: a.trt_preconnect,
         trt_open_spin: a.trt_open_spin.clone(),
+        trt_ack_with_data: a.trt_ack_with_data,
         results,
     };
     report::write(&rep, out)?;

@@ -84,7 +84,7 @@ pub fn markdown(r: &Report) -> String {
          the row's median minus it; \"− ipv4 row\" is the older figure, the difference from the `ipv4` row measured \
          at another time. {} online CPUs, kernel {}, load average at the \
          start {} (the machine may be shared: timings are noisy). Busy-poll of the v6gate TUN engines and the TRT relay: {}. \
-         TRT pre-connect (connect at the client's SYN): {}; TRT open-spin: {}.\n",
+         TRT pre-connect (connect at the client's SYN): {}; TRT open-spin: {}; TRT ack-with-data: {}.\n",
         r.seconds,
         r.bulk_runs,
         r.sessions,
@@ -95,7 +95,8 @@ pub fn markdown(r: &Report) -> String {
         r.loadavg,
         r.busy_poll,
         if r.trt_preconnect == 0 { "off".to_string() } else { format!("up to {}", r.trt_preconnect) },
-        r.trt_open_spin
+        r.trt_open_spin,
+        if r.trt_ack_with_data { "on" } else { "off" }
     );
     let native = find(r, "ipv4");
     let _ = writeln!(s, "## Session initiation (the paper's Table 1)\n");
@@ -285,6 +286,7 @@ mod tests {
             busy_poll: "0s".into(),
             trt_preconnect: 0,
             trt_open_spin: "100us".into(),
+            trt_ack_with_data: true,
             results: vec![
                 m("ipv4", 1000.0, 100, 98),
                 // Paired: +30 (the ipv4 row says +40).
