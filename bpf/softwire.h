@@ -140,7 +140,7 @@ _Static_assert(sizeof(struct ds_b4_key) == 20, "struct ds_b4_key differs from ds
 struct ds_b4_val {
 	__u32 slot[DS_BLOCKS]; /* slot + 1 in ds_blocks, 0: none (the rest is 0 too) */
 };
-_Static_assert(sizeof(struct ds_b4_val) == 32, "struct ds_b4_val differs from dslite.rs");
+_Static_assert(sizeof(struct ds_b4_val) == 4 * DS_BLOCKS, "struct ds_b4_val differs from dslite.rs");
 
 /* ds_events: one per mapping created here. */
 struct ds_event {

@@ -416,12 +416,12 @@ fn dslite_aftr_over_the_xdp_fast_path() {
     let (got, _) = udp_echo(&bed.h4, sa("0.0.0.0:7700"), &bed.b4, sa(&format!("{SERVER}:7700")), b"again");
     assert_eq!(got, b"again");
     aftr.wait_status(|v| xdp_count(v, "encap") > before);
-    // Port blocks (the default port-block = 64): the B4's first SYN took
+    // Port blocks (the default port-block = 256): the B4's first SYN took
     // the engine, which granted it a block; the next TCP connections'
     // SYNs create their mappings in XDP, and the engine enters them (its
     // status and its mapping log list them) and carries them end to end.
     let s = aftr.status();
-    assert_eq!(s["dslite"]["xdp"]["port_blocks"]["size"], 64, "{s}");
+    assert_eq!(s["dslite"]["xdp"]["port_blocks"]["size"], 256, "{s}");
     assert!(s["dslite"]["xdp"]["port_blocks"]["held"].as_u64() >= Some(1), "{s}");
     let mappings = s["dslite"]["mappings"].as_u64().unwrap();
     for i in 0..3u16 {

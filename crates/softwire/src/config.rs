@@ -51,7 +51,7 @@ pool4 = ["203.0.113.0/28"]          # as [nat64] pool4: "PREFIX" or { prefix, po
 # interfaces = ["eth0", "eth1"]      # the IPv6 (softwire) and IPv4 sides
 # mode = "native"                    # "generic", or "off"; native falls back to generic
 # max-sessions = 262144              # NAT44 sessions the maps carry at most
-# port-block = 64                    # TCP ports per B4 port block (RFC 7422); a B4's SYN
+# port-block = 256                   # TCP ports per B4 port block (RFC 7422); a B4's SYN
 #                                    # creates its mapping in XDP from its blocks; 0: off
 
 # [lw4o6]: the lwAFTR (RFC 7596): no NAT, a binding table of
@@ -204,7 +204,7 @@ struct DsXdpToml {
 }
 
 fn d_port_block() -> u16 {
-    64
+    256
 }
 
 fn d_max_sessions() -> u32 {

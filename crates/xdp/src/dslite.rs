@@ -177,7 +177,7 @@ pub struct Created {
 }
 
 const _: () = assert!(core::mem::size_of::<DsB4Key>() == 20);
-const _: () = assert!(core::mem::size_of::<DsB4Val>() == 32);
+const _: () = assert!(core::mem::size_of::<DsB4Val>() == 4 * MAX_BLOCKS_PER_B4);
 const _: () = assert!(core::mem::size_of::<DsEvent>() == 48);
 const _: () = assert!(PB_BLOCK_SIZE == 40);
 
