@@ -426,8 +426,13 @@ fn dslite_aftr_over_the_xdp_fast_path() {
     let mappings = s["dslite"]["mappings"].as_u64().unwrap();
     for i in 0..3u16 {
         let data: Vec<u8> = (0..3000u32).map(|x| (x % 251) as u8 ^ i as u8).collect();
-        let (got, from) =
-            tcp_echo(&bed.h4, sa(&format!("0.0.0.0:{}", 7800 + i)), &bed.b4, sa(&format!("{SERVER}:{}", 7800 + i)), &data);
+        let (got, from) = tcp_echo(
+            &bed.h4,
+            sa(&format!("0.0.0.0:{}", 7800 + i)),
+            &bed.b4,
+            sa(&format!("{SERVER}:{}", 7800 + i)),
+            &data,
+        );
         assert!(got == data, "TCP over a mapping created in XDP");
         assert_eq!(from.ip().to_string(), "203.0.113.1");
     }

@@ -165,7 +165,7 @@ pub struct DsEvent {
     pub ns: u64,
 }
 
-/// A mapping the program created ([`SoftwireFastPath::drain_created`]).
+/// A mapping the program created ([`CreatedRing::drain`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Created {
     /// The mapping (half-open TCP).
