@@ -60,6 +60,7 @@
 #include <bpf/bpf_endian.h>
 #include "util.h"
 #include "softwire.h"
+#include "portblock.h"
 #include "ifmac.h"
 
 struct {
@@ -116,6 +117,35 @@ struct {
 	__type(key, struct ds_pool_key);
 	__type(value, __u8);
 } ds_pool SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct ds_b4_key);
+	__type(value, struct ds_b4_val);
+} ds_b4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct pb_block);
+} ds_blocks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct ds_state);
+} ds_state SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 18);
+} ds_events SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -410,6 +440,127 @@ V6G_INLINE struct ds_out_val *ds_session_out(const __u8 *src6, const struct iphd
 	return *rc ? 0 : v;
 }
 
+
+/* A port from block `slot` (a ds_b4 slot number, index + 1) of a B4, or
+ * -1; *b the block. A subprogram: pb_take is long once unrolled. */
+static __noinline int ds_take(__u32 slot, __u32 hint, struct pb_block **b)
+{
+	__u32 idx = slot - 1;
+
+	*b = bpf_map_lookup_elem(&ds_blocks, &idx);
+	if (!*b)
+		return -1;
+	return pb_take(*b, hint);
+}
+
+/* DS-Lite: create the mapping of a B4's TCP SYN (src6, ip, sport; dport
+ * for the route) that has none, as the slow path's Nat44::outbound would
+ * (V6 INIT, half-open), with a port of one of the B4's blocks: routed
+ * first (the packet must be forwarded here, or nothing is created), then
+ * ds_out and ds_in inserted with BPF_NOEXIST, then the event. Returns the
+ * ds_out entry, or 0 with PASS(reason) in *rc (nothing created). */
+V6G_INLINE struct ds_out_val *ds_create(struct xdp_md *ctx, struct bpf_fib_lookup *fib, const __u8 *src6,
+					  const struct iphdr *ip, __u16 sport, __u16 dport, __u32 *rc)
+{
+	struct ds_out_key ok __attribute__((aligned(8))) = {};
+	struct ds_b4_key bk __attribute__((aligned(8))) = {};
+	struct ds_in_key ik __attribute__((aligned(8))) = {};
+	struct ds_out_val ov = {};
+	struct ds_in_val iv = {};
+	struct ds_event ev = {};
+	struct pb_block *b = 0;
+	struct ds_state *st;
+	struct ds_b4_val *bv;
+	__u32 zero = 0, slot = 0, hint = bpf_get_prandom_u32();
+	__u64 now;
+	int idx = -1;
+
+	ST32(bk.b4, LD32(src6));
+	ST32(bk.b4 + 4, LD32(src6 + 4));
+	ST32(bk.b4 + 8, LD32(src6 + 8));
+	ST32(bk.b4 + 12, LD32(src6 + 12));
+	bk.proto = IPPROTO_TCP;
+	bv = bpf_map_lookup_elem(&ds_b4, &bk);
+	if (!bv) {
+		*rc = PASS(SW_P_NO_BLOCK);
+		return 0;
+	}
+	st = bpf_map_lookup_elem(&ds_state, &zero);
+	if (!st || st->engine_len + (__s64)(st->created - st->drained) >= st->limit) {
+		*rc = PASS(SW_P_TABLE_FULL);
+		return 0;
+	}
+	if (bpf_ringbuf_query(&ds_events, BPF_RB_AVAIL_DATA) + 2 * sizeof(ev) + 16 >
+	    bpf_ringbuf_query(&ds_events, BPF_RB_RING_SIZE)) {
+		*rc = PASS(SW_P_RING_FULL);
+		return 0;
+	}
+#pragma unroll
+	for (int i = 0; i < DS_BLOCKS; i++) {
+		slot = bv->slot[i];
+		if (!slot)
+			break;
+		idx = ds_take(slot, hint, &b);
+		if (idx >= 0)
+			break;
+	}
+	if (idx < 0 || !b) {
+		*rc = PASS(SW_P_BLOCK_FULL);
+		return 0;
+	}
+	ov.addr = b->addr;
+	ov.port = bpf_htons(b->base + idx);
+	*rc = fib4(ctx, fib, ip, ov.addr, b->base + idx, dport);
+	if (*rc)
+		goto give;
+	now = bpf_ktime_get_coarse_ns();
+	__builtin_memcpy(ok.b4, bk.b4, 16);
+	ok.addr = ip->saddr;
+	ok.port = bpf_htons(sport);
+	ok.proto = IPPROTO_TCP;
+	ov.flags = DS_F_HALF_OPEN | DS_F_XDP;
+	ov.last_seen_ns = now;
+	if (bpf_map_update_elem(&ds_out, &ok, &ov, BPF_NOEXIST)) {
+		/* another CPU created it first (or the map is full): the slow path */
+		*rc = PASS(SW_P_RACE);
+		goto give;
+	}
+	ik.addr = ov.addr;
+	ik.port = ov.port;
+	ik.proto = IPPROTO_TCP;
+	__builtin_memcpy(iv.b4, bk.b4, 16);
+	iv.addr = ok.addr;
+	iv.port = ok.port;
+	iv.flags = ov.flags;
+	iv.last_seen_ns = now;
+	if (bpf_map_update_elem(&ds_in, &ik, &iv, BPF_NOEXIST)) {
+		*rc = PASS(SW_P_RACE);
+		goto unout;
+	}
+	__builtin_memcpy(ev.b4, bk.b4, 16);
+	ev.addr = ok.addr;
+	ev.port = ok.port;
+	ev.out_addr = ov.addr;
+	ev.out_port = ov.port;
+	ev.proto = IPPROTO_TCP;
+	ev.slot = slot - 1;
+	ev.ns = now;
+	__sync_fetch_and_add(&st->created, 1);
+	if (bpf_ringbuf_output(&ds_events, &ev, sizeof(ev), 0)) {
+		__sync_fetch_and_add(&st->created, -1);
+		*rc = PASS(SW_P_RING_FULL);
+		bpf_map_delete_elem(&ds_in, &ik);
+		goto unout;
+	}
+	count(SW_C_CREATED, 0);
+	return bpf_map_lookup_elem(&ds_out, &ok);
+unout:
+	bpf_map_delete_elem(&ds_out, &ok);
+give:
+	pb_give(b, idx);
+	return 0;
+}
+
 /* The softwire side: IPv4-in-IPv6 from a bound lwB4 or (DS-Lite) a B4
  * with a NAT44 session. */
 static __noinline __u32 decap(struct xdp_md *ctx, const struct sw_config *c)
@@ -452,6 +603,14 @@ static __noinline __u32 decap(struct xdp_md *ctx, const struct sw_config *c)
 		return rc;
 	if (c->flags & SW_F_DSLITE) {
 		ds = ds_session_out(o + 8, ip, end, sport, &rc);
+		if (!ds && rc == PASS(SW_P_NO_SESSION) && (c->flags & SW_F_DS_CREATE) &&
+		    ip->protocol == IPPROTO_TCP && (tcp_flags(ip, end) & 0x17) == 0x02) {
+			/* A plain SYN (the one Nat44::outbound creates a TCP mapping for). */
+			ds = ds_create(ctx, &fib, o + 8, ip, sport, dport, &rc);
+			if (!ds)
+				return rc;
+			goto routed;
+		}
 		if (!ds)
 			return rc;
 		saddr = ds->addr;
@@ -475,6 +634,7 @@ route:
 	rc = fib4(ctx, &fib, ip, saddr, sport, dport);
 	if (rc)
 		return rc;
+routed:
 	if (bpf_xdp_adjust_head(ctx, 40))
 		return PASS(SW_P_MALFORMED); /* the head did not move */
 	data = (void *)(long)ctx->data;

@@ -25,6 +25,7 @@ _Static_assert(sizeof(struct sw_config) == 24, "struct sw_config differs from so
 #define SW_F_COPY_TOS 2	    /* Traffic Class = inner TOS (RFC 2473 §6.4) */
 #define SW_F_ENCAP_LIMIT 4  /* a Tunnel Encapsulation Limit option (RFC 2473 §4.1.1) */
 #define SW_F_DSLITE 8	    /* the DS-Lite AFTR: NAT44 sessions (ds_*), not bindings */
+#define SW_F_DS_CREATE 16   /* DS-Lite: a B4's TCP SYN creates its mapping here (ds_b4) */
 
 /* sw_b4: an lwB4's IPv6 address (16 bytes) -> its binding. */
 struct sw_binding {
@@ -79,6 +80,7 @@ _Static_assert(sizeof(struct ds_out_key) == 24, "struct ds_out_key differs from 
 
 #define DS_F_HALF_OPEN 1 /* slow path: TCP in V6 INIT, only the outside SYN+ACK may pass */
 #define DS_F_SYN_ACK 2	 /* fast path: it forwarded that SYN+ACK (the slow path reads it) */
+#define DS_F_XDP 4	 /* fast path: it created the mapping (a B4's SYN, ds_event) */
 
 struct ds_out_val {
 	__u32 addr;	    /* pool address, network order */
@@ -117,6 +119,56 @@ struct ds_pool_key {
 	__u32 addr; /* network order */
 };
 
+/* Mappings created here (SW_F_DS_CREATE): a B4's TCP SYN without a
+ * mapping takes a port from one of the B4's port blocks (bpf/portblock.h;
+ * the slow path grants the blocks and writes them into ds_blocks, a
+ * BPF_F_MMAPABLE array it also maps, and lists a B4's slots in ds_b4),
+ * inserts ds_out then ds_in with BPF_NOEXIST (DS_F_HALF_OPEN | DS_F_XDP),
+ * and tells the slow path with a ds_event on the ds_events ring buffer,
+ * which it drains before it handles any packet.
+ *
+ * ds_b4: (B4, protocol) -> its blocks' slots in ds_blocks. */
+#define DS_BLOCKS 8 /* blocks per B4 and protocol at most */
+
+struct ds_b4_key {
+	__u8 b4[16]; /* the B4's IPv6 address, as on the wire */
+	__u8 proto;
+	__u8 pad[3];
+};
+_Static_assert(sizeof(struct ds_b4_key) == 20, "struct ds_b4_key differs from dslite.rs");
+
+struct ds_b4_val {
+	__u32 slot[DS_BLOCKS]; /* slot + 1 in ds_blocks, 0: none (the rest is 0 too) */
+};
+_Static_assert(sizeof(struct ds_b4_val) == 4 * DS_BLOCKS, "struct ds_b4_val differs from dslite.rs");
+
+/* ds_events: one per mapping created here. */
+struct ds_event {
+	__u8 b4[16];
+	__u32 addr;	 /* inner source address, network order */
+	__u32 out_addr;	 /* pool address, network order */
+	__u16 port;	 /* inner source port, network order */
+	__u16 out_port;	 /* pool port, network order */
+	__u8 proto;
+	__u8 pad[3];
+	__u32 slot;	 /* the block the port came from (its ds_blocks index) */
+	__u64 ns;	 /* bpf_ktime_get_coarse_ns() at creation */
+};
+_Static_assert(sizeof(struct ds_event) == 48, "struct ds_event differs from dslite.rs");
+
+/* ds_state (BPF_F_MMAPABLE, one entry): the table limit. The program adds
+ * 1 to `created` (atomic) per mapping it creates; the slow path writes
+ * `drained` (events it consumed), `engine_len` (mappings in its table,
+ * those included) and `limit` (its max-mappings). A mapping is created
+ * here only while engine_len + (created - drained) < limit. */
+struct ds_state {
+	__u64 created;
+	__u64 drained;
+	__u64 engine_len;
+	__u64 limit;
+};
+_Static_assert(sizeof(struct ds_state) == 32, "struct ds_state differs from dslite.rs");
+
 struct sw_count {
 	__u64 packets;
 	__u64 bytes;
@@ -146,6 +198,12 @@ struct sw_count {
 #define SW_P_TCP_CONTROL 20 /* DS-Lite: TCP SYN, FIN or RST (the slow path's state machine) */
 #define SW_P_HALF_OPEN 21   /* DS-Lite: TCP in V6 INIT, not the outside SYN+ACK */
 #define SW_C_SYN_ACK 22	    /* DS-Lite: outside SYN+ACK carried (also counted in SW_C_ENCAP) */
-#define SW_COUNTERS 23
+#define SW_C_CREATED 23	    /* DS-Lite: mappings created here (their SYN also counted in SW_C_DECAP) */
+#define SW_P_NO_BLOCK 24    /* DS-Lite: a SYN from a B4 without port blocks (the slow path grants them) */
+#define SW_P_BLOCK_FULL 25  /* DS-Lite: a SYN whose B4's blocks are all in use */
+#define SW_P_TABLE_FULL 26  /* DS-Lite: a SYN while the NAT44 holds max-mappings */
+#define SW_P_RING_FULL 27   /* DS-Lite: a SYN while ds_events has no room (the slow path lags) */
+#define SW_P_RACE 28	    /* DS-Lite: a SYN whose mapping another CPU created first */
+#define SW_COUNTERS 29
 
 #endif

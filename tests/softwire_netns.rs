@@ -416,6 +416,28 @@ fn dslite_aftr_over_the_xdp_fast_path() {
     let (got, _) = udp_echo(&bed.h4, sa("0.0.0.0:7700"), &bed.b4, sa(&format!("{SERVER}:7700")), b"again");
     assert_eq!(got, b"again");
     aftr.wait_status(|v| xdp_count(v, "encap") > before);
+    // Port blocks (the default port-block = 256): the B4's first SYN took
+    // the engine, which granted it a block; the next TCP connections'
+    // SYNs create their mappings in XDP, and the engine enters them (its
+    // status and its mapping log list them) and carries them end to end.
+    let s = aftr.status();
+    assert_eq!(s["dslite"]["xdp"]["port_blocks"]["size"], 256, "{s}");
+    assert!(s["dslite"]["xdp"]["port_blocks"]["held"].as_u64() >= Some(1), "{s}");
+    let mappings = s["dslite"]["mappings"].as_u64().unwrap();
+    for i in 0..3u16 {
+        let data: Vec<u8> = (0..3000u32).map(|x| (x % 251) as u8 ^ i as u8).collect();
+        let (got, from) =
+            tcp_echo(&bed.h4, sa(&format!("0.0.0.0:{}", 7800 + i)), &bed.b4, sa(&format!("{SERVER}:{}", 7800 + i)), &data);
+        assert!(got == data, "TCP over a mapping created in XDP");
+        assert_eq!(from.ip().to_string(), "203.0.113.1");
+    }
+    let s = aftr.wait_status(|v| {
+        xdp_count(v, "created") >= 3 && v["dslite"]["xdp"]["port_blocks"]["created"].as_u64() >= Some(3)
+    });
+    assert!(s["dslite"]["mappings"].as_u64().unwrap() >= mappings + 3, "the engine holds them: {s}");
+    assert_eq!(s["dslite"]["xdp"]["port_blocks"]["conflicts"], 0, "{s}");
+    let log = aftr.log();
+    assert!(log.matches("nat44 map proto=tcp b4=2001:db8:1::2").count() >= 4, "every TCP mapping logged: {log}");
     b4.stop();
     aftr.stop();
 }

@@ -186,9 +186,14 @@ impl Pool {
 
     /// The address host `x`'s `p` mappings go to first (RFC 4787 REQ-2
     /// paired pooling).
-    pub(crate) fn paired(&self, p: Protocol, x: &Ipv6Addr) -> Option<Ipv4Addr> {
+    pub fn paired(&self, p: Protocol, x: &Ipv6Addr) -> Option<Ipv4Addr> {
         let i = self.paired_idx(p, x)?;
         Some(self.addrs[self.by_proto[p.idx()][i]].addr)
+    }
+
+    /// The port range (lowest, highest) address `a` serves `p` with.
+    pub fn ports(&self, p: Protocol, a: Ipv4Addr) -> Option<(u16, u16)> {
+        self.range(p, a).map(|r| (r.lo, r.hi))
     }
 
     /// Claim a specific transport address (static BIB entries, NAT-PT).

@@ -51,6 +51,8 @@ pool4 = ["203.0.113.0/28"]          # as [nat64] pool4: "PREFIX" or { prefix, po
 # interfaces = ["eth0", "eth1"]      # the IPv6 (softwire) and IPv4 sides
 # mode = "native"                    # "generic", or "off"; native falls back to generic
 # max-sessions = 262144              # NAT44 sessions the maps carry at most
+# port-block = 256                   # TCP ports per B4 port block (RFC 7422); a B4's SYN
+#                                    # creates its mapping in XDP from its blocks; 0: off
 
 # [lw4o6]: the lwAFTR (RFC 7596): no NAT, a binding table of
 # (lwB4 IPv6 address, IPv4 address, PSID) loaded from binding-file.
@@ -201,6 +203,12 @@ struct DsXdpToml {
     mode: Option<String>,
     #[serde(default = "d_max_sessions")]
     max_sessions: u32,
+    #[serde(default = "d_port_block")]
+    port_block: u16,
+}
+
+fn d_port_block() -> u16 {
+    256
 }
 
 fn d_max_sessions() -> u32 {
@@ -372,6 +380,9 @@ pub struct DsXdp {
     pub interfaces: Vec<String>,
     /// NAT44 sessions the maps carry at most.
     pub max_sessions: u32,
+    /// TCP ports per B4 port block; not 0: a B4's SYN creates its
+    /// mapping in the fast path with a port of its blocks.
+    pub port_block: u16,
 }
 
 /// A checked `[lw4o6.dstm]`.
@@ -432,7 +443,10 @@ fn ds_xdp(t: Option<DsXdpToml>) -> Result<Option<DsXdp>, String> {
     if t.max_sessions == 0 {
         return Err(err("dslite.xdp", "max-sessions", "at least 1"));
     }
-    Ok(Some(DsXdp { mode, interfaces: t.interfaces, max_sessions: t.max_sessions }))
+    if t.port_block > xdp::dslite::PB_MAX_PORTS {
+        return Err(err("dslite.xdp", "port-block", "at most 256 (0: off)"));
+    }
+    Ok(Some(DsXdp { mode, interfaces: t.interfaces, max_sessions: t.max_sessions, port_block: t.port_block }))
 }
 
 /// The mode of an XDP table (`None`: off) and its interfaces checked.

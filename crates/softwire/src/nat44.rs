@@ -177,6 +177,8 @@ pub trait Ports: Send + Sync + fmt::Debug {
     fn contains(&self, a: Ipv4Addr) -> bool;
     /// (ports, ports in use) for `p`.
     fn usage(&self, p: Protocol) -> (u64, u64);
+    /// Housekeeping at each expiry turn (port blocks given back).
+    fn maintain(&self) {}
 }
 
 /// The CGN's pool: `nat64`'s pool4 with RFC 6056 algorithm 3.
@@ -587,6 +589,51 @@ impl Nat44 {
         Ok(out)
     }
 
+    /// Enter a TCP mapping `k` ↔ `o` a fast path created for the B4's SYN
+    /// at `at` (this clock; the port is already taken from the
+    /// allocator, e.g. one of the B4's port blocks): as [`Nat44::outbound`]
+    /// would have for that SYN — V6 INIT, the transitory lifetime, the
+    /// subscriber's count, the mapping log — and carried half-open (the
+    /// fast path wrote its entries; no [`Change`] is listed).
+    ///
+    /// `Err(Some(out))`: `k` has a mapping already (`out`; the fast path
+    /// and this NAT created one each): `o`'s port is given back and the
+    /// fast path must drop its entries of `o` and restore `out`'s.
+    /// `Err(None)`: `o` is in use by another mapping (nothing changed).
+    pub fn adopt(&self, k: Inside, o: Outside, at: u64) -> Result<(), Option<(Outside, bool)>> {
+        let on = self.mirroring();
+        let mut g = self.lock();
+        if let Some(m) = g.by_in.get(&k) {
+            let had = (m.out, m.carried == Carry::HalfOpen);
+            drop(g);
+            if had.0 != o {
+                self.ports.release(o.proto, o.addr, o.port);
+            }
+            return Err(Some(had));
+        }
+        if g.by_out.contains_key(&o) {
+            return Err(None);
+        }
+        let expires = at.saturating_add(self.cfg.tcp_trans_timeout_ns);
+        let carried = if on { Carry::HalfOpen } else { Carry::No };
+        let m = Mapping { out: o, tcp: Some(TcpState::V6Init), expires, created: at, carried };
+        g.by_in.insert(k, m);
+        g.by_out.insert(o, k);
+        *g.per_sub.entry(k.sub).or_insert(0) += 1;
+        g.wheel.insert(expires, k);
+        drop(g);
+        self.created.fetch_add(1, Ordering::Relaxed);
+        if self.cfg.log_mappings {
+            tracing::info!(target: "softwire::cgn", "{}", log_line("map", &k, &o, None));
+        }
+        Ok(())
+    }
+
+    /// The NAT's limits and timers.
+    pub fn config(&self) -> &Nat44Config {
+        &self.cfg
+    }
+
     /// A packet from outside to `o`: the inside it maps to, refreshed
     /// (endpoint-independent filtering: any remote host).
     pub fn inbound(&self, o: Outside, flags: Option<u8>, now: u64) -> Result<Inside, Reason> {
@@ -670,6 +717,8 @@ impl Nat44 {
                 tracing::info!(target: "softwire::cgn", "{}", log_line("unmap", &k, &m.out, Some(life)));
             }
         }
+        drop(g);
+        self.ports.maintain();
         self.expired.fetch_add(gone as u64, Ordering::Relaxed);
         gone
     }

@@ -24,10 +24,10 @@ use crate::b4::B4;
 use crate::b4k::B4Fast;
 use crate::binding::BindingTable;
 use crate::config::{B4Mode, B4Table, DsliteTable, Lw4o6Table, SoftwireConfig};
-use crate::fast::{AftrFast, LwaftrFast};
+use crate::fast::{AftrFast, BlockPorts, LwaftrFast};
 use crate::lease::{self, LeaseServer, Msg};
 use crate::lwaftr::Lwaftr;
-use crate::nat44::PoolPorts;
+use crate::nat44::{PoolPorts, Ports};
 use crate::stats::Action;
 use anyhow::{Context as _, Result};
 use core::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -192,11 +192,19 @@ impl Softwires {
 
     fn spawn_dslite(&mut self, t: DsliteTable) -> Result<()> {
         let dev = Device::open(&t.tun)?;
-        let aftr = Aftr::new(t.aftr.clone(), Box::new(PoolPorts::new(t.pool4.clone(), t.max_port_probes)));
+        let (ports, blocks): (Box<dyn Ports>, _) = match &t.xdp {
+            Some(x) if x.port_block > 0 => {
+                let q = t.aftr.nat.max_ports_per_subscriber;
+                let (p, b) = BlockPorts::new(t.pool4.clone(), t.max_port_probes, x.port_block, q);
+                (Box::new(p), Some(b))
+            }
+            _ => (Box::new(PoolPorts::new(t.pool4.clone(), t.max_port_probes)), None),
+        };
+        let aftr = Aftr::new(t.aftr.clone(), ports);
         let mut fast = match &t.xdp {
             Some(x) => {
                 let pool: Vec<(Ipv4Addr, u8)> = t.pool4.iter().map(|e| (e.prefix.addr(), e.prefix.len())).collect();
-                let mut f = AftrFast::load(&aftr, &pool, x.max_sessions).context("[dslite.xdp]")?;
+                let mut f = AftrFast::load_with(&aftr, &pool, x.max_sessions, blocks).context("[dslite.xdp]")?;
                 for i in &x.interfaces {
                     f.attach(i, x.mode).with_context(|| format!("[dslite.xdp] interfaces: {i}"))?;
                 }
@@ -218,7 +226,14 @@ impl Softwires {
                 wait_for_packets(&dev, None, &mut ready, &mut waiter);
                 let now = start.elapsed().as_nanos() as u64;
                 // The fast path learns of a mapping before the packet that made it carriable leaves.
+                // Mappings the fast path created are entered before any packet is handled.
+                if let Some(f) = &mut fast {
+                    f.drain(&aftr, now);
+                }
                 let handle = |p: &[u8], o: &mut Out| {
+                    if let Some(f) = &mut fast {
+                        f.drain(&aftr, now);
+                    }
                     let a = aftr.process(p, now, o);
                     if let Some(f) = &mut fast {
                         f.sync(&aftr);

@@ -18,9 +18,10 @@ use nat64::tcp::TcpState;
 use proptest::prelude::*;
 use softwire::aftr::{Aftr, AftrConfig};
 use softwire::endpoint::EndpointConfig;
-use softwire::fast::AftrFast;
+use softwire::fast::{AftrFast, BlockPorts, BlockShared};
 use softwire::nat44::{Inside, Nat44Config, Outside, PoolPorts};
 use softwire::{Action, Reason};
+use std::sync::Arc;
 use xdp::softwire::{SoftwireCounter as C, SoftwireFastPath};
 use xdp_support::*;
 use xlat::Out;
@@ -32,6 +33,26 @@ const IN1: Ipv4Addr = Ipv4Addr::new(192, 168, 1, 2);
 const OTHER: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 77);
 const OUTSIDE_POOL: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
 const POOL: (Ipv4Addr, u8) = (Ipv4Addr::new(192, 0, 2, 0), 28);
+
+fn aftr_config(quota: u32, max_mappings: usize) -> AftrConfig {
+    let mut endpoint = EndpointConfig::new(LOCAL, Ipv4Addr::new(192, 0, 0, 1));
+    endpoint.hop_limit = 61;
+    AftrConfig {
+        endpoint,
+        b4_prefixes: vec!["2001:db8:1::/48".parse().unwrap(), "2001:db8:2::/48".parse().unwrap()],
+        nat: Nat44Config { max_ports_per_subscriber: quota, max_mappings, log_mappings: false, ..Default::default() },
+        hairpinning: true,
+        icmpv6_errors: true,
+    }
+}
+
+fn pool4() -> Vec<nat64::Pool4Entry> {
+    vec![nat64::Pool4Entry {
+        prefix: format!("{}/{}", POOL.0, POOL.1).parse().unwrap(),
+        ports: (1024, 65535),
+        protocols: Protocol::ALL.to_vec(),
+    }]
+}
 
 /// The namespace, the AFTR engine and its loaded, mirrored fast path.
 struct DsBed {
@@ -48,21 +69,7 @@ impl DsBed {
     /// not B4_X), `quota` ports each, maps for `max_sessions`.
     fn new(quota: u32, max_sessions: u32) -> DsBed {
         let (ns, if4, if6) = sides();
-        let mut endpoint = EndpointConfig::new(LOCAL, Ipv4Addr::new(192, 0, 0, 1));
-        endpoint.hop_limit = 61;
-        let cfg = AftrConfig {
-            endpoint,
-            b4_prefixes: vec!["2001:db8:1::/48".parse().unwrap(), "2001:db8:2::/48".parse().unwrap()],
-            nat: Nat44Config { max_ports_per_subscriber: quota, log_mappings: false, ..Default::default() },
-            hairpinning: true,
-            icmpv6_errors: true,
-        };
-        let pool = vec![nat64::Pool4Entry {
-            prefix: format!("{}/{}", POOL.0, POOL.1).parse().unwrap(),
-            ports: (1024, 65535),
-            protocols: Protocol::ALL.to_vec(),
-        }];
-        let aftr = Aftr::new(cfg, Box::new(PoolPorts::new(pool, 1024)));
+        let aftr = Aftr::new(aftr_config(quota, 1 << 20), Box::new(PoolPorts::new(pool4(), 1024)));
         let mut fast = AftrFast::load(&aftr, &[POOL], max_sessions).unwrap_or_else(|e| panic!("{e}"));
         prepare(fast.fast_path_mut(), if4, if6);
         DsBed { fast, aftr, if4, if6, _ns: ns }
@@ -157,13 +164,13 @@ fn named_cases_and_mirroring() {
     b.passes("tcp half-open: syn+ack+rst", &back.tcp(80, ot.port, 0x16, b""), C::PassTcpControl);
     b.passes("tcp half-open: syn+ack+fin", &back.tcp(80, ot.port, 0x13, b""), C::PassTcpControl);
     b.passes("tcp half-open: a retransmitted syn", &syn, C::PassTcpControl);
-    assert_eq!(state(&b, B4_1, 40000), Some(TcpState::V6Init), "passed packets left V6 INIT as it was");
+    assert_eq!(state(&b.aftr, B4_1, 40000), Some(TcpState::V6Init), "passed packets left V6 INIT as it was");
     // The SYN-ACK: byte for byte the engine's (the differential check runs
     // it through the engine too, which reads the fast path's record first).
     let before = b.counter(C::SynAck);
     b.fast_ok("tcp: the syn-ack", &synack);
     assert_eq!(b.counter(C::SynAck), before + 1);
-    assert_eq!(state(&b, B4_1, 40000), Some(TcpState::Established));
+    assert_eq!(state(&b.aftr, B4_1, 40000), Some(TcpState::Established));
     b.fast.sync(&b.aftr);
     assert_eq!(b.sessions(), 2, "carried in full now, the same session");
     b.fast_ok("tcp: the handshake's ack", &ack);
@@ -238,9 +245,8 @@ fn named_cases_and_mirroring() {
     b.fast_ok("the subscriber's other flows", &sw(B4_2, &up.udp(6003, 53, b"")));
 }
 
-fn state(b: &DsBed, sub: Ipv6Addr, port: u16) -> Option<TcpState> {
-    b.aftr
-        .nat()
+fn state(aftr: &Aftr, sub: Ipv6Addr, port: u16) -> Option<TcpState> {
+    aftr.nat()
         .list(Some(&sub), 1000, 0)
         .into_iter()
         .find(|m| m.inside.port == port && m.tcp.is_some())
@@ -264,7 +270,7 @@ fn the_engine_learns_the_syn_ack_the_fast_path_carried() {
     // 1. Then the handshake's ACK and data take the fast path only; the
     // engine is still in V6 INIT until a FIN comes to it.
     let o1 = open(&mut b, 41000);
-    assert_eq!(state(&b, B4_1, 41000), Some(TcpState::V6Init), "the engine did not see it");
+    assert_eq!(state(&b.aftr, B4_1, 41000), Some(TcpState::V6Init), "the engine did not see it");
     for (flags, data) in [(0x10, &b""[..]), (0x18, b"GET /")] {
         assert!(matches!(b.fast(&sw(B4_1, &t.tcp(41000, 80, flags, data)), 0), Outcome::Forwarded(_)));
     }
@@ -272,12 +278,12 @@ fn the_engine_learns_the_syn_ack_the_fast_path_carried() {
     let fin = sw(B4_1, &t.tcp(41000, 80, 0x11, b""));
     b.passes("fin", &fin, C::PassTcpControl);
     assert_eq!(b.engine(&fin), Action::Emit);
-    assert_eq!(state(&b, B4_1, 41000), Some(TcpState::V6FinRcv), "ESTABLISHED (learnt), then the FIN");
+    assert_eq!(state(&b.aftr, B4_1, 41000), Some(TcpState::V6FinRcv), "ESTABLISHED (learnt), then the FIN");
     assert_eq!(b.sessions(), 1, "carried in full through the close");
     // 2. An RST from outside: ESTABLISHED -> TRANS, as after a seen SYN+ACK.
     let o2 = open(&mut b, 41001);
     assert_eq!(b.engine(&V4::new(6, HOST, o2.addr).tcp(80, o2.port, 0x04, b"")), Action::Emit);
-    assert_eq!(state(&b, B4_1, 41001), Some(TcpState::Trans));
+    assert_eq!(state(&b.aftr, B4_1, 41001), Some(TcpState::Trans));
     // 3. Expiry: a mapping the fast path opened lives on as ESTABLISHED
     // (from its last packet there), carried in full; 4. one whose SYN+ACK
     // never came goes at the transitory timeout.
@@ -286,10 +292,10 @@ fn the_engine_learns_the_syn_ack_the_fast_path_carried() {
     assert_eq!(b.engine(&sw(B4_1, &t.tcp(41003, 80, 0x02, b""))), Action::Emit);
     assert_eq!(b.sessions(), 3);
     assert_eq!(b.fast.expire(&b.aftr, NOW + 241 * S), 2, "the half-open one without a syn-ack and the reset one");
-    assert_eq!(state(&b, B4_1, 41002), Some(TcpState::Established));
-    assert_eq!(state(&b, B4_1, 41003), None);
-    assert_eq!(state(&b, B4_1, 41001), None);
-    assert_eq!(state(&b, B4_1, 41000), Some(TcpState::V6FinRcv), "FIN RCV lives on like ESTABLISHED");
+    assert_eq!(state(&b.aftr, B4_1, 41002), Some(TcpState::Established));
+    assert_eq!(state(&b.aftr, B4_1, 41003), None);
+    assert_eq!(state(&b.aftr, B4_1, 41001), None);
+    assert_eq!(state(&b.aftr, B4_1, 41000), Some(TcpState::V6FinRcv), "FIN RCV lives on like ESTABLISHED");
     assert_eq!(b.sessions(), 2);
     b.fast_ok("after expiry: data, carried in full", &sw(B4_1, &t.tcp(41002, 80, 0x18, b"more")));
     b.passes("after expiry: a fin", &sw(B4_1, &t.tcp(41002, 80, 0x11, b"")), C::PassTcpControl);
@@ -317,7 +323,7 @@ fn the_close_stays_carried() {
     let fin = sw(B4_1, &t.tcp(42000, 80, 0x11, b""));
     b.passes("fin from the b4", &fin, C::PassTcpControl);
     assert_eq!(b.engine(&fin), Action::Emit);
-    assert_eq!(state(&b, B4_1, 42000), Some(TcpState::V6FinRcv));
+    assert_eq!(state(&b.aftr, B4_1, 42000), Some(TcpState::V6FinRcv));
     assert_eq!(b.sessions(), 1, "still carried");
     b.fast_ok("v6 fin rcv: the ack of the fin", &back.tcp(80, op, 0x10, b""));
     b.fast_ok("v6 fin rcv: data from outside", &back.tcp(80, op, 0x18, b"rest"));
@@ -325,11 +331,11 @@ fn the_close_stays_carried() {
     let rst = back.tcp(80, op, 0x04, b"");
     b.passes("v6 fin rcv: rst from outside", &rst, C::PassTcpControl);
     assert_eq!(b.engine(&rst), Action::Emit);
-    assert_eq!(state(&b, B4_1, 42000), Some(TcpState::V6FinRcv), "an RST during FIN RCV changes nothing");
+    assert_eq!(state(&b.aftr, B4_1, 42000), Some(TcpState::V6FinRcv), "an RST during FIN RCV changes nothing");
     let fin2 = back.tcp(80, op, 0x11, b"");
     b.passes("the second fin", &fin2, C::PassTcpControl);
     assert_eq!(b.engine(&fin2), Action::Emit);
-    assert_eq!(state(&b, B4_1, 42000), Some(TcpState::V4FinV6FinRcv));
+    assert_eq!(state(&b.aftr, B4_1, 42000), Some(TcpState::V4FinV6FinRcv));
     let last = sw(B4_1, &t.tcp(42000, 80, 0x10, b""));
     b.fast_ok("the last ack", &last);
     b.passes("a retransmitted second fin", &fin2, C::PassTcpControl);
@@ -338,13 +344,13 @@ fn the_close_stays_carried() {
     let fin = back.tcp(80, op, 0x11, b"");
     b.passes("fin from outside", &fin, C::PassTcpControl);
     assert_eq!(b.engine(&fin), Action::Emit);
-    assert_eq!(state(&b, B4_1, 42001), Some(TcpState::V4FinRcv));
+    assert_eq!(state(&b.aftr, B4_1, 42001), Some(TcpState::V4FinRcv));
     b.fast_ok("v4 fin rcv: the b4's ack", &sw(B4_1, &t.tcp(42001, 80, 0x10, b"")));
     b.fast_ok("v4 fin rcv: data from the b4", &sw(B4_1, &t.tcp(42001, 80, 0x18, b"bye")));
     let fin2 = sw(B4_1, &t.tcp(42001, 80, 0x11, b""));
     b.passes("the b4's fin", &fin2, C::PassTcpControl);
     assert_eq!(b.engine(&fin2), Action::Emit);
-    assert_eq!(state(&b, B4_1, 42001), Some(TcpState::V4FinV6FinRcv));
+    assert_eq!(state(&b.aftr, B4_1, 42001), Some(TcpState::V4FinV6FinRcv));
     b.fast_ok("the last ack from outside", &back.tcp(80, op, 0x10, b""));
     assert_eq!(b.sessions(), 2);
     // 3. Expiry: the carried ACKs do not extend V4 FIN + V6 FIN RCV; both
@@ -423,8 +429,8 @@ fn generated_packets_never_differ() {
     assert_eq!(b.engine(&V4::new(6, HOST, o.addr).tcp(80, o.port, 0x11, b"")), Action::Emit);
     assert_eq!(b.engine(&sw(B4_1, &t.tcp(40002, 80, 0x11, b""))), Action::Emit);
     assert_eq!(b.engine(&sw(B4_2, &t.tcp(40003, 80, 0x11, b""))), Action::Emit);
-    assert_eq!(state(&b, B4_1, 40002), Some(TcpState::V4FinV6FinRcv));
-    assert_eq!(state(&b, B4_2, 40003), Some(TcpState::V6FinRcv));
+    assert_eq!(state(&b.aftr, B4_1, 40002), Some(TcpState::V4FinV6FinRcv));
+    assert_eq!(state(&b.aftr, B4_2, 40003), Some(TcpState::V6FinRcv));
     // (b4, proto, inside port, outside) of each session.
     let sessions: Vec<(Ipv6Addr, u8, u16, Outside)> = [
         (B4_1, Protocol::Udp, 5000),
@@ -482,4 +488,232 @@ fn generated_packets_never_differ() {
         }
     });
     assert!(fast * 10 > total, "only {fast} of {total} generated packets took the fast path");
+}
+
+/// The AFTR with port blocks: a B4's SYN creates its mapping in XDP. The
+/// slow path of the differential check drains the created mappings first,
+/// as the runner does before every packet.
+struct BlockBed {
+    fast: AftrFast,
+    aftr: Aftr,
+    blocks: Arc<BlockShared>,
+    if4: u32,
+    if6: u32,
+    _ns: lab::netns::Netns,
+}
+
+impl BlockBed {
+    /// Blocks of `size` ports, `quota` ports per B4, `max_mappings`.
+    fn new(size: u16, quota: u32, max_mappings: usize) -> BlockBed {
+        let (ns, if4, if6) = sides();
+        let (ports, blocks) = BlockPorts::new(pool4(), 1024, size, quota);
+        let aftr = Aftr::new(aftr_config(quota, max_mappings), Box::new(ports));
+        let mut fast =
+            AftrFast::load_with(&aftr, &[POOL], 1024, Some(blocks.clone())).unwrap_or_else(|e| panic!("{e}"));
+        prepare(fast.fast_path_mut(), if4, if6);
+        BlockBed { fast, aftr, blocks, if4, if6, _ns: ns }
+    }
+
+    /// The runner's step (drain, handle, sync).
+    fn engine_at(&mut self, l3: &[u8], now: u64) -> Action {
+        let mut p = l3.to_vec();
+        assert!(kernel_forward(&mut p), "the kernel would not forward it");
+        self.drain(now);
+        let a = self.aftr.process(&p, now, &mut Out::new());
+        self.fast.sync(&self.aftr);
+        a
+    }
+
+    fn engine(&mut self, l3: &[u8]) -> Action {
+        self.engine_at(l3, NOW)
+    }
+
+    fn drain(&self, now: u64) -> usize {
+        self.fast.drain(&self.aftr, now)
+    }
+
+    fn outside(&self, sub: Ipv6Addr, port: u16) -> Option<Outside> {
+        self.aftr.nat().lookup_in(&Inside { sub, proto: Protocol::Tcp, addr: IN1, port })
+    }
+
+    fn sessions(&self) -> usize {
+        self.fast.fast_path().sessions()
+    }
+
+    /// Ports in use in `sub`'s blocks.
+    fn in_blocks(&self, sub: Ipv6Addr) -> u32 {
+        self.blocks.blocks_of(&sub).iter().map(|b| b.2).sum()
+    }
+}
+
+impl Differential for BlockBed {
+    fn fast_path(&self) -> &SoftwireFastPath {
+        self.fast.fast_path()
+    }
+
+    fn ifs(&self) -> (u32, u32) {
+        (self.if4, self.if6)
+    }
+
+    fn slow(&self, l3: &[u8]) -> Option<Vec<u8>> {
+        self.drain(NOW);
+        slow_path(l3, |p, out| self.aftr.process(p, NOW, out))
+    }
+}
+
+/// A B4's SYN creates its mapping in XDP from the B4's port block: the
+/// SYN leaves byte for byte as the engine sends it with that port, and
+/// once the event is drained the engine's table holds what its own SYN
+/// would have made (V6 INIT, the transitory lifetime, the quota count).
+#[test]
+fn a_syn_creates_its_mapping_in_xdp() {
+    let mut b = BlockBed::new(4, 8, 1 << 20);
+    let t = V4::new(6, IN1, HOST);
+    let syn = |p: u16| sw(B4_1, &t.tcp(p, 80, 0x02, b""));
+    // The B4's first SYN: no block yet; the engine grants one.
+    b.passes("a B4 without blocks", &syn(50000), C::PassNoBlock);
+    assert_eq!(b.engine(&syn(50000)), Action::Emit);
+    let o0 = b.outside(B4_1, 50000).expect("the engine's mapping");
+    let blocks = b.blocks.blocks_of(&B4_1);
+    assert_eq!(blocks.len(), 1, "one block granted");
+    let (addr, base, used) = blocks[0];
+    assert_eq!((o0.addr, used), (addr, 1), "the engine's port is the block's");
+    assert!((base..base + 4).contains(&o0.port));
+    assert_eq!(base % 4, 0, "blocks are aligned");
+
+    // The next SYN: created in XDP (forwarded; the differential check
+    // drains the event into the engine first, whose own output for the
+    // SYN — a retransmission now — carries the same port).
+    let created = b.counter(C::Created);
+    let got = b.fast_ok("a syn from a B4 with a block", &syn(50001));
+    assert_eq!(b.counter(C::Created), created + 1);
+    let o1 = b.outside(B4_1, 50001).expect("entered into the engine");
+    assert_eq!(&got[12..16], &o1.addr.octets()[..]);
+    assert_eq!(be16(&got[20..]), o1.port);
+    assert!((base..base + 4).contains(&o1.port) && o1.port != o0.port);
+    assert_eq!(b.in_blocks(B4_1), 2);
+    // Without the differential's second translation: a fresh SYN, drained
+    // explicitly, against a mapping the engine made itself at the same time.
+    let created = b.counter(C::Created);
+    assert!(matches!(b.fast(&syn(50002), 0), Outcome::Forwarded(_)));
+    assert_eq!(b.counter(C::Created), created + 1);
+    assert_eq!(b.aftr.nat().lookup_in(&inside(B4_1, 50002)), None, "not yet drained");
+    assert_eq!(b.drain(NOW), 1);
+    let list = b.aftr.nat().list(Some(&B4_1), 100, NOW);
+    let xdp = list.iter().find(|m| m.inside.port == 50002).expect("listed");
+    let own = list.iter().find(|m| m.inside.port == 50000).expect("listed");
+    assert_eq!(xdp.tcp, Some(TcpState::V6Init));
+    assert_eq!(xdp.tcp, own.tcp, "the same state as the engine's own SYN made");
+    assert!(own.expires_in_s - xdp.expires_in_s <= 1, "the transitory lifetime from the SYN's time");
+    assert_eq!(b.aftr.nat().ports_of(&B4_1), 3, "counted against the quota");
+    assert_eq!(b.aftr.nat().created.load(std::sync::atomic::Ordering::Relaxed), 3);
+    assert_eq!(b.sessions(), 3, "all three carried (half-open)");
+    // Its SYN+ACK and the rest of the handshake take the fast path as for
+    // a mapping the engine made.
+    let o2 = b.outside(B4_1, 50002).unwrap();
+    b.fast_ok("the syn-ack", &V4::new(6, HOST, o2.addr).tcp(80, o2.port, 0x12, b""));
+    assert_eq!(state(&b.aftr, B4_1, 50002), Some(TcpState::Established));
+    b.fast.sync(&b.aftr);
+    b.fast_ok("the handshake's ack", &sw(B4_1, &t.tcp(50002, 80, 0x10, b"")));
+    b.passes("a retransmitted syn: the engine's", &syn(50002), C::PassTcpControl);
+
+    // Block exhaustion: the fourth port, then the engine grants a second
+    // block (quota 8 = two blocks of 4), then XDP fills it.
+    b.fast_ok("the block's last port", &syn(50003));
+    b.passes("the block is full", &syn(50004), C::PassBlockFull);
+    assert_eq!(b.engine(&syn(50004)), Action::Emit);
+    assert_eq!(b.blocks.blocks_of(&B4_1).len(), 2, "a second block");
+    for p in 50005..50008 {
+        b.fast_ok("from the second block", &syn(p));
+    }
+    b.passes("both blocks full", &syn(50008), C::PassBlockFull);
+    assert_eq!(b.engine(&syn(50008)), Action::Drop(Reason::QuotaExceeded));
+    assert_eq!(b.aftr.nat().ports_of(&B4_1), 8);
+    assert_eq!(b.in_blocks(B4_1), 8);
+    // Other protocols keep the pool's ports.
+    let up = sw(B4_1, &V4::new(17, IN1, HOST).udp(5000, 53, b""));
+    b.passes("udp is the engine's", &up, C::PassNoSession);
+
+    // Expiry gives the ports back: all but the established one go at the
+    // transitory timeout; the bits are cleared.
+    b.fast.expire(&b.aftr, NOW + 241 * S);
+    assert_eq!(b.aftr.nat().ports_of(&B4_1), 1, "the established mapping lives on");
+    assert_eq!(b.in_blocks(B4_1), 1, "the expired mappings' bits are clear");
+    b.fast_ok("a port freed by expiry is taken again", &syn(50100));
+    // Then the last one goes (ESTABLISHED ages to TRANS first; without
+    // the fast path's word, whose last-seen time is this machine's clock):
+    // the blocks are retired in that turn and given back in the next.
+    b.aftr.expire(NOW + 100_000 * S);
+    b.aftr.expire(NOW + 200_000 * S);
+    b.fast.sync(&b.aftr);
+    assert!(b.aftr.nat().is_empty());
+    assert_eq!(b.blocks.blocks_of(&B4_1).len(), 0);
+    assert_eq!(b.blocks.counts(), (2, 2, 0), "retired, not yet given back");
+    b.aftr.expire(NOW + 200_001 * S);
+    assert_eq!(b.blocks.counts(), (0, 2, 2), "two blocks granted and given back");
+    assert_eq!(b.aftr.nat().usage(Protocol::Tcp).1, 0, "the pool has every port back");
+    b.passes("no blocks again", &syn(50200), C::PassNoBlock);
+}
+
+fn inside(sub: Ipv6Addr, port: u16) -> Inside {
+    Inside { sub, proto: Protocol::Tcp, addr: IN1, port }
+}
+
+/// The same inside tuple from XDP and from the engine (a SYN the engine
+/// handled before it drained the event): one outside per inside, the
+/// engine's; the program's entries of the other go and its port is given
+/// back. And the table limit: XDP stops creating at max-mappings.
+#[test]
+fn races_and_the_table_limit() {
+    let mut b = BlockBed::new(8, 64, 4);
+    let t = V4::new(6, IN1, HOST);
+    let syn = |p: u16| sw(B4_2, &t.tcp(p, 80, 0x02, b""));
+    assert_eq!(b.engine(&syn(51000)), Action::Emit);
+    assert!(matches!(b.fast(&syn(51001), 0), Outcome::Forwarded(_)));
+    let mut p = syn(51001);
+    assert!(kernel_forward(&mut p));
+    // The engine handles the same SYN without draining first.
+    assert_eq!(b.aftr.process(&p, NOW, &mut Out::new()), Action::Emit);
+    b.fast.sync(&b.aftr);
+    let mine = b.outside(B4_2, 51001).unwrap();
+    assert_eq!(b.in_blocks(B4_2), 3, "three ports taken: the engine's two, the program's one");
+    assert_eq!(b.drain(NOW), 0, "the event not entered");
+    assert_eq!(b.fast.created(), (0, 1), "a conflict");
+    assert_eq!(b.in_blocks(B4_2), 2, "the program's port given back");
+    assert_eq!(b.outside(B4_2, 51001), Some(mine), "the engine's mapping stays");
+    b.fast_ok("the engine's mapping is the carried one", &V4::new(6, HOST, mine.addr).tcp(80, mine.port, 0x12, b""));
+    // The table limit (4): two mappings, two more from XDP, then the engine's.
+    b.fast_ok("third", &syn(51002));
+    b.fast_ok("fourth", &syn(51003));
+    assert_eq!(b.aftr.nat().len(), 4);
+    b.passes("the table is full", &syn(51004), C::PassTableFull);
+    assert_eq!(b.engine(&syn(51004)), Action::Drop(Reason::TableFull));
+}
+
+/// Generated SYNs and mutated packets from B4s with blocks: whatever the
+/// program creates and forwards is what the engine sends with that port.
+#[test]
+fn generated_syns_never_differ() {
+    let mut b = BlockBed::new(16, 64, 1 << 20);
+    let t = V4::new(6, IN1, HOST);
+    for sub in [B4_1, B4_2] {
+        assert_eq!(b.engine(&sw(sub, &t.tcp(1, 80, 0x02, b""))), Action::Emit);
+    }
+    let b = b;
+    let pkt = (
+        any::<bool>(),
+        1000u16..1100,
+        prop_oneof![Just(0x02u8), Just(0x02), Just(0x12), any::<u8>()],
+        any::<u8>(),
+        0usize..40,
+    );
+    let (fast, total) = b.generated(600, pkt, |(second, port, flags, ttl, len)| {
+        let v = V4 { ttl: ttl.max(1), ..t };
+        sw(if second { B4_2 } else { B4_1 }, &v.tcp(port, 80, flags, &vec![1; len]))
+    });
+    assert!(fast * 40 > total, "only {fast} of {total} generated packets took the fast path");
+    assert_eq!(b.fast.created().1, 0, "no conflicts");
+    b.drain(NOW);
+    let n = b.aftr.nat().len() as u32;
+    assert_eq!(b.in_blocks(B4_1) + b.in_blocks(B4_2), n, "every TCP mapping holds one block port");
 }

@@ -22,14 +22,16 @@
 //!
 //! [`SoftwireSettings::dslite`]: crate::softwire::SoftwireSettings::dslite
 
-use crate::loader::{found, map_err};
-use crate::softwire::{SoftwireFastPath, DS_IN, DS_OUT, DS_POOL};
+use crate::loader::{drain_ring, found, map_err, own_ring};
+use crate::softwire::{SoftwireFastPath, DS_B4, DS_BLOCKS, DS_EVENTS, DS_IN, DS_OUT, DS_POOL, DS_STATE};
 use crate::Error;
 use aya::maps::lpm_trie::{Key, LpmTrie};
-use aya::maps::{HashMap, Map, MapData};
+use aya::maps::{HashMap, Map, MapData, RingBuf};
 use core::borrow::Borrow;
 use core::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
 use std::os::fd::AsFd as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 /// `struct ds_out_key`.
 #[repr(C)]
@@ -104,6 +106,350 @@ pub struct DsInVal {
     pub last_seen_ns: u64,
 }
 
+/// `DS_F_XDP`: the program created the mapping (a B4's SYN, [`DsEvent`]).
+pub const DS_F_XDP: u32 = 4;
+
+/// `DS_BLOCKS`: port blocks per B4 and protocol at most.
+pub const MAX_BLOCKS_PER_B4: usize = 8;
+/// `PB_MAX_PORTS` (`bpf/portblock.h`): the largest port block.
+pub const PB_MAX_PORTS: u16 = 256;
+/// `PB_WORDS`.
+const PB_WORDS: usize = 4;
+/// `sizeof(struct pb_block)`: the ds_blocks element (a multiple of 8, so
+/// the mmapped array has no padding between elements).
+const PB_BLOCK_SIZE: usize = 8 + 8 * PB_WORDS;
+/// `PB_RETRIES`.
+const PB_RETRIES: usize = 4;
+
+/// `struct ds_b4_key`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct DsB4Key {
+    /// The B4's IPv6 address.
+    pub b4: [u8; 16],
+    /// IP protocol.
+    pub proto: u8,
+    /// Zero.
+    pub pad: [u8; 3],
+}
+
+/// `struct ds_b4_val`: slot + 1 of each block in `ds_blocks`, 0: none.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DsB4Val {
+    /// Slots + 1, the used ones first.
+    pub slot: [u32; MAX_BLOCKS_PER_B4],
+}
+
+/// `struct ds_event`: a mapping the program created.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DsEvent {
+    /// The B4's IPv6 address.
+    pub b4: [u8; 16],
+    /// Inner source address, network order.
+    pub addr: u32,
+    /// Pool address, network order.
+    pub out_addr: u32,
+    /// Inner source port, network order.
+    pub port: u16,
+    /// Pool port, network order.
+    pub out_port: u16,
+    /// IP protocol.
+    pub proto: u8,
+    /// Zero.
+    pub pad: [u8; 3],
+    /// The block the port came from (its `ds_blocks` index).
+    pub slot: u32,
+    /// `bpf_ktime_get_coarse_ns()` at creation.
+    pub ns: u64,
+}
+
+/// A mapping the program created ([`SoftwireFastPath::drain_created`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Created {
+    /// The mapping (half-open TCP).
+    pub session: Nat44Session,
+    /// The block its port came from.
+    pub slot: u32,
+    /// CLOCK_MONOTONIC (coarse) at creation.
+    pub mono_ns: u64,
+}
+
+const _: () = assert!(core::mem::size_of::<DsB4Key>() == 20);
+const _: () = assert!(core::mem::size_of::<DsB4Val>() == 4 * MAX_BLOCKS_PER_B4);
+const _: () = assert!(core::mem::size_of::<DsEvent>() == 48);
+const _: () = assert!(PB_BLOCK_SIZE == 40);
+
+impl DsEvent {
+    /// The event in the ring buffer's bytes (native order, as the program
+    /// wrote it); `None` when too short.
+    pub fn parse(b: &[u8]) -> Option<DsEvent> {
+        if b.len() < core::mem::size_of::<DsEvent>() {
+            return None;
+        }
+        let u32_at = |o: usize| u32::from_ne_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+        let u16_at = |o: usize| u16::from_ne_bytes([b[o], b[o + 1]]);
+        let mut b4 = [0; 16];
+        b4.copy_from_slice(&b[..16]);
+        let mut ns = [0; 8];
+        ns.copy_from_slice(&b[40..48]);
+        Some(DsEvent {
+            b4,
+            addr: u32_at(16),
+            out_addr: u32_at(20),
+            port: u16_at(24),
+            out_port: u16_at(26),
+            proto: b[28],
+            pad: [0; 3],
+            slot: u32_at(32),
+            ns: u64::from_ne_bytes(ns),
+        })
+    }
+
+    /// The event as a [`Created`].
+    pub fn created(&self) -> Created {
+        Created {
+            session: Nat44Session {
+                b4: Ipv6Addr::from(self.b4),
+                proto: self.proto,
+                inside: SocketAddrV4::new(Ipv4Addr::from(u32::from_be(self.addr)), u16::from_be(self.port)),
+                outside: SocketAddrV4::new(Ipv4Addr::from(u32::from_be(self.out_addr)), u16::from_be(self.out_port)),
+                half_open: self.proto == 6,
+            },
+            slot: self.slot,
+            mono_ns: self.ns,
+        }
+    }
+}
+
+/// The memory of a `BPF_F_MMAPABLE` array, shared with the program: the
+/// one place of this module that needs `unsafe`.
+#[allow(unsafe_code)]
+mod mmap {
+    use crate::Error;
+    use aya::maps::Map;
+    use std::os::fd::{AsFd as _, AsRawFd as _};
+    use std::sync::atomic::{AtomicU32, AtomicU64};
+
+    /// A shared mapping of a `BPF_F_MMAPABLE` array's values.
+    #[derive(Debug)]
+    pub(super) struct Mmap {
+        ptr: *mut u8,
+        len: usize,
+    }
+
+    // SAFETY: the memory is shared with the BPF program anyway; every access
+    // goes through atomics (`word`, `word32`).
+    unsafe impl Send for Mmap {}
+    // SAFETY: as above.
+    unsafe impl Sync for Mmap {}
+
+    impl Mmap {
+        /// Map the values of array `m` (`bytes` of them) read-write, shared.
+        pub(super) fn of(m: &Map, name: &'static str, bytes: usize) -> Result<Mmap, Error> {
+            let Map::Array(d) = m else { return Err(Error::Bpf(format!("map {name}: not an array"))) };
+            let fd = d.fd().as_fd().as_raw_fd();
+            let len = bytes.max(1);
+            // SAFETY: a fresh shared mapping of the map's fd; checked below.
+            let ptr = unsafe {
+                libc::mmap(core::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0)
+            };
+            if ptr == libc::MAP_FAILED {
+                return Err(Error::Bpf(format!("map {name}: mmap: {}", std::io::Error::last_os_error())));
+            }
+            Ok(Mmap { ptr: ptr.cast(), len })
+        }
+
+        /// The 8-byte word at byte offset `off` (a multiple of 8, inside).
+        pub(super) fn word(&self, off: usize) -> &AtomicU64 {
+            assert!(off.is_multiple_of(8) && off + 8 <= self.len, "mmap word {off} outside {}", self.len);
+            // SAFETY: in bounds and aligned (the mapping is page-aligned); the
+            // memory lives as long as self.
+            unsafe { &*(self.ptr.add(off) as *const AtomicU64) }
+        }
+
+        /// The 4-byte word at byte offset `off` (a multiple of 4, inside).
+        pub(super) fn word32(&self, off: usize) -> &AtomicU32 {
+            assert!(off.is_multiple_of(4) && off + 4 <= self.len, "mmap word {off} outside {}", self.len);
+            // SAFETY: as `word`.
+            unsafe { &*(self.ptr.add(off) as *const AtomicU32) }
+        }
+    }
+
+    impl Drop for Mmap {
+        fn drop(&mut self) {
+            // SAFETY: the mapping made in `of`, unmapped once.
+            unsafe { libc::munmap(self.ptr.cast(), self.len) };
+        }
+    }
+}
+use mmap::Mmap;
+
+/// The bits of word `w` that stand for ports of a block of `size` ports
+/// (`pb_mask`).
+fn pb_mask(size: u32, w: u32) -> u64 {
+    let lo = w * 64;
+    if size >= lo + 64 {
+        !0
+    } else if size <= lo {
+        0
+    } else {
+        (1u64 << (size - lo)) - 1
+    }
+}
+
+/// The DS-Lite port blocks as the slow path holds them: `ds_blocks` and
+/// `ds_state` mapped into memory (`bpf/portblock.h`'s contract: the slow
+/// path writes a block before listing it in `ds_b4`, takes and gives its
+/// ports with the same atomic OR / AND as the program), and a handle of
+/// its own on `ds_b4`. `Send` and `Sync`: the NAT44's port allocator
+/// holds it.
+#[derive(Debug)]
+pub struct PortBlocks {
+    blocks: Mmap,
+    slots: u32,
+    state: Mmap,
+    b4: Mutex<HashMap<MapData, DsB4Key, DsB4Val>>,
+}
+
+impl PortBlocks {
+    /// Slots in `ds_blocks`.
+    pub fn slots(&self) -> u32 {
+        self.slots
+    }
+
+    fn used(&self, slot: u32, w: usize) -> &AtomicU64 {
+        self.blocks.word(slot as usize * PB_BLOCK_SIZE + 8 + 8 * w)
+    }
+
+    /// Write block `slot`: `size` ports (1..=[`PB_MAX_PORTS`]) from
+    /// `base` on `addr`, none in use. Only for a slot no `ds_b4` entry
+    /// lists.
+    pub fn write(&self, slot: u32, addr: Ipv4Addr, base: u16, size: u16) {
+        if slot >= self.slots {
+            return;
+        }
+        let off = slot as usize * PB_BLOCK_SIZE;
+        for w in 0..PB_WORDS {
+            self.used(slot, w).store(0, Ordering::Relaxed);
+        }
+        self.blocks.word32(off).store(u32::from(addr).to_be(), Ordering::Relaxed);
+        let bs = u32::from(base) | (u32::from(size.min(PB_MAX_PORTS)) << 16);
+        self.blocks.word32(off + 4).store(bs, Ordering::Release);
+    }
+
+    /// Take a free port index of block `slot` of `size` ports, the first
+    /// at or after `hint` (mod size) as `pb_take`. `None`: full (or every
+    /// try lost a race with the program).
+    pub fn take(&self, slot: u32, size: u16, hint: u32) -> Option<u16> {
+        let size = u32::from(size);
+        if slot >= self.slots || size == 0 || size > u32::from(PB_MAX_PORTS) {
+            return None;
+        }
+        let hint = hint % size;
+        let w0 = hint / 64;
+        for i in 0..PB_WORDS as u32 {
+            let w = (w0 + i) % PB_WORDS as u32;
+            let mask = pb_mask(size, w);
+            let after = if i == 0 { mask & (!0u64 << (hint % 64)) } else { 0 };
+            let word = self.used(slot, w as usize);
+            for _ in 0..PB_RETRIES {
+                let cur = word.load(Ordering::Acquire);
+                let free = if !cur & after != 0 { !cur & after } else { !cur & mask };
+                if free == 0 {
+                    break;
+                }
+                let at = free.trailing_zeros();
+                let bit = 1u64 << at;
+                if word.fetch_or(bit, Ordering::AcqRel) & bit == 0 {
+                    return Some((w * 64 + at) as u16);
+                }
+            }
+        }
+        None
+    }
+
+    /// Mark index `i` of block `slot` in use (a mapping the program made
+    /// must already have it; true when it was free).
+    pub fn mark(&self, slot: u32, i: u16) -> bool {
+        if slot >= self.slots || i >= PB_MAX_PORTS {
+            return false;
+        }
+        let bit = 1u64 << (i % 64);
+        self.used(slot, usize::from(i / 64)).fetch_or(bit, Ordering::AcqRel) & bit == 0
+    }
+
+    /// Give index `i` of block `slot` back (`pb_give`).
+    pub fn give(&self, slot: u32, i: u16) {
+        if slot < self.slots && i < PB_MAX_PORTS {
+            self.used(slot, usize::from(i / 64)).fetch_and(!(1u64 << (i % 64)), Ordering::AcqRel);
+        }
+    }
+
+    /// Ports of block `slot` in use.
+    pub fn in_use(&self, slot: u32) -> u32 {
+        if slot >= self.slots {
+            return 0;
+        }
+        (0..PB_WORDS).map(|w| self.used(slot, w).load(Ordering::Acquire).count_ones()).sum()
+    }
+
+    /// List `slots` (at most [`MAX_BLOCKS_PER_B4`]) as the blocks of `b4`
+    /// for `proto`; none: remove the entry.
+    pub fn set_b4(&self, b4: Ipv6Addr, proto: u8, slots: &[u32]) -> Result<(), Error> {
+        let k = DsB4Key { b4: b4.octets(), proto, pad: [0; 3] };
+        let mut m = self.b4.lock().unwrap_or_else(|e| e.into_inner());
+        if slots.is_empty() {
+            found(DS_B4, m.remove(&k))?;
+            return Ok(());
+        }
+        let mut v = DsB4Val::default();
+        for (d, s) in v.slot.iter_mut().zip(slots) {
+            *d = s + 1;
+        }
+        m.insert(k, v, 0).map_err(|e| map_err(DS_B4, e))
+    }
+
+    /// `ds_state`: what the program checks its table limit against.
+    pub fn set_state(&self, engine_len: u64, drained: u64, limit: u64) {
+        self.state.word(24).store(limit, Ordering::Relaxed);
+        self.state.word(16).store(engine_len, Ordering::Relaxed);
+        self.state.word(8).store(drained, Ordering::Release);
+    }
+
+    /// Mappings the program created so far (`ds_state.created`).
+    pub fn created(&self) -> u64 {
+        self.state.word(0).load(Ordering::Acquire)
+    }
+}
+
+/// The ring buffer of mappings the program created (`ds_events`).
+pub struct CreatedRing {
+    rb: RingBuf<MapData>,
+}
+
+impl core::fmt::Debug for CreatedRing {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("CreatedRing(ds_events)")
+    }
+}
+
+impl CreatedRing {
+    /// Hand each mapping the program created since the last call to `f`,
+    /// oldest first. Returns how many.
+    pub fn drain(&mut self, mut f: impl FnMut(Created)) -> usize {
+        let mut n = 0;
+        drain_ring(&mut self.rb, |b| {
+            if let Some(ev) = DsEvent::parse(b) {
+                n += 1;
+                f(ev.created());
+            }
+        });
+        n
+    }
+}
+
 /// `BPF_EXIST`: update an element that is there.
 const BPF_EXIST: u64 = 2;
 
@@ -171,6 +517,23 @@ impl SessionProbe {
     pub fn seen(&self, s: &Nat44Session) -> Result<Option<SessionSeen>, Error> {
         seen(&self.out, &self.inn, s)
     }
+
+    /// Remove the `ds_in` entry of pool transport address `outside` for
+    /// `proto` (a mapping the program created that the slow path did not
+    /// take: it had one of the same inside). Returns whether it was there.
+    pub fn remove_in(&mut self, proto: u8, outside: SocketAddrV4) -> Result<bool, Error> {
+        let ik = DsInKey { addr: be(*outside.ip()), port: outside.port().to_be(), proto, pad: 0 };
+        Ok(found(DS_IN, self.inn.remove(&ik))?.is_some())
+    }
+
+    /// Write both entries of `s` (BPF_ANY) without counting a session:
+    /// the slow path's own mapping of an inside the program also created
+    /// (its `ds_out` entry may hold the program's).
+    pub fn restore(&mut self, s: &Nat44Session) -> Result<(), Error> {
+        let ((ok, ov), (ik, iv)) = s.entries();
+        self.inn.insert(ik, iv, 0).map_err(|e| map_err(DS_IN, e))?;
+        self.out.insert(ok, ov, 0).map_err(|e| map_err(DS_OUT, e))
+    }
 }
 
 /// A second handle on the hash map `m` (named `name`).
@@ -228,7 +591,7 @@ impl SoftwireFastPath {
     /// the slow path.
     pub fn session_insert(&mut self, s: &Nat44Session) -> Result<(), Error> {
         self.session_write(s, 0)?;
-        self.sessions += 1;
+        self.sessions.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
@@ -272,7 +635,7 @@ impl SoftwireFastPath {
         let was = found(DS_OUT, self.obj.hash_mut::<DsOutKey, DsOutVal>(DS_OUT)?.remove(&ok))?.is_some();
         found(DS_IN, self.obj.hash_mut::<DsInKey, DsInVal>(DS_IN)?.remove(&ik))?;
         if was {
-            self.sessions = self.sessions.saturating_sub(1);
+            let _ = self.sessions.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| Some(n.saturating_sub(1)));
         }
         Ok(was)
     }
@@ -291,7 +654,36 @@ impl SoftwireFastPath {
 
     /// Sessions carried.
     pub fn sessions(&self) -> usize {
-        self.sessions
+        self.sessions.load(Ordering::Relaxed)
+    }
+
+    /// The port blocks, on handles of their own ([`PortBlocks`]); only
+    /// with [`SoftwireSettings::port_blocks`] (else an error).
+    ///
+    /// [`SoftwireSettings::port_blocks`]: crate::softwire::SoftwireSettings::port_blocks
+    pub fn port_blocks(&self) -> Result<PortBlocks, Error> {
+        let slots = self.settings().port_blocks;
+        if slots == 0 {
+            return Err(Error::Bpf("port blocks are off (SoftwireSettings::port_blocks 0)".into()));
+        }
+        Ok(PortBlocks {
+            blocks: Mmap::of(self.obj.map(DS_BLOCKS)?, DS_BLOCKS, slots as usize * PB_BLOCK_SIZE)?,
+            slots,
+            state: Mmap::of(self.obj.map(DS_STATE)?, DS_STATE, 32)?,
+            b4: Mutex::new(own_hash(self.obj.map(DS_B4)?, DS_B4)?),
+        })
+    }
+
+    /// The ring of mappings the program creates, on a handle of its own
+    /// ([`CreatedRing`]).
+    pub fn created_ring(&self) -> Result<CreatedRing, Error> {
+        Ok(CreatedRing { rb: own_ring(self.obj.map(DS_EVENTS)?, DS_EVENTS)? })
+    }
+
+    /// Count `n` sessions the program created (drained from its
+    /// [`CreatedRing`]) as carried.
+    pub fn count_created(&self, n: usize) {
+        self.sessions.fetch_add(n, Ordering::Relaxed);
     }
 }
 

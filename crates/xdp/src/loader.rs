@@ -4,7 +4,7 @@ use crate::sys;
 use crate::types::{maps, progs, Config, Count, Counter, Eam, FlowKey, Nat64Value, RelayKey, RelayValue};
 use crate::Error;
 use aya::maps::lpm_trie::{Key, LpmTrie};
-use aya::maps::{Array, DevMapHash, HashMap, MapData, MapError, PerCpuArray};
+use aya::maps::{Array, DevMapHash, HashMap, MapData, MapError, PerCpuArray, RingBuf};
 use aya::programs::xdp::XdpLinkId;
 use aya::programs::{TestRun, TestRunOptions, Xdp, XdpMode};
 use aya::{Ebpf, EbpfLoader};
@@ -161,6 +161,30 @@ pub(crate) fn map_err(map: &'static str, e: MapError) -> Error {
         MapError::SyscallError(s) if s.io_error.raw_os_error() == Some(libc::ENOSPC) => Error::MapFull(map),
         _ => Error::Bpf(format!("map {map}: {e}")),
     }
+}
+
+/// A ring buffer (`BPF_MAP_TYPE_RINGBUF`) of a loaded object on a handle
+/// of its own (a duplicated fd), for a consumer that keeps it: aya maps
+/// the ring's pages when the handle is made, so a consumer that drains
+/// often holds one instead of making it per drain. Drain it with
+/// [`drain_ring`].
+pub(crate) fn own_ring(m: &aya::maps::Map, name: &'static str) -> Result<RingBuf<MapData>, Error> {
+    use std::os::fd::AsFd as _;
+    let aya::maps::Map::RingBuf(d) = m else { return Err(Error::Bpf(format!("map {name}: not a ring buffer"))) };
+    let fd = d.fd().as_fd().try_clone_to_owned().map_err(|e| Error::Bpf(format!("map {name}: dup: {e}")))?;
+    let d = MapData::from_fd(fd).map_err(|e| map_err(name, e))?;
+    RingBuf::try_from(aya::maps::Map::RingBuf(d)).map_err(|e| Error::Bpf(format!("map {name}: {e}")))
+}
+
+/// Hand every record in `rb` to `f` (consuming it), oldest first; returns
+/// how many.
+pub(crate) fn drain_ring(rb: &mut RingBuf<MapData>, mut f: impl FnMut(&[u8])) -> usize {
+    let mut n = 0;
+    while let Some(item) = rb.next() {
+        f(&item);
+        n += 1;
+    }
+    n
 }
 
 impl FastPath {

@@ -37,6 +37,10 @@ const IFMAC: &str = "sw_ifmac";
 pub(crate) const DS_OUT: &str = "ds_out";
 pub(crate) const DS_IN: &str = "ds_in";
 pub(crate) const DS_POOL: &str = "ds_pool";
+pub(crate) const DS_B4: &str = "ds_b4";
+pub(crate) const DS_BLOCKS: &str = "ds_blocks";
+pub(crate) const DS_STATE: &str = "ds_state";
+pub(crate) const DS_EVENTS: &str = "ds_events";
 
 /// `struct sw_config`.
 #[repr(C)]
@@ -101,6 +105,7 @@ const SW_F_ON: u32 = 1;
 const SW_F_COPY_TOS: u32 = 2;
 const SW_F_ENCAP_LIMIT: u32 = 4;
 const SW_F_DSLITE: u32 = 8;
+const SW_F_DS_CREATE: u32 = 16;
 
 counter_enum! {
     /// The fast path's counters (`SW_C_*`, `SW_P_*` in bpf/softwire.h).
@@ -151,6 +156,18 @@ counter_enum! {
     PassHalfOpen = 21, "pass-half-open";
     /// DS-Lite: an outside SYN+ACK carried to a half-open mapping (also in `encap`).
     SynAck = 22, "syn-ack";
+    /// DS-Lite: a mapping created by a B4's SYN (the SYN also in `decap`).
+    Created = 23, "created";
+    /// Passed (DS-Lite): a SYN from a B4 without port blocks.
+    PassNoBlock = 24, "pass-no-block";
+    /// Passed (DS-Lite): a SYN whose B4's port blocks are all in use.
+    PassBlockFull = 25, "pass-block-full";
+    /// Passed (DS-Lite): a SYN while the NAT44 holds max-mappings.
+    PassTableFull = 26, "pass-table-full";
+    /// Passed (DS-Lite): a SYN while the event ring has no room.
+    PassRingFull = 27, "pass-ring-full";
+    /// Passed (DS-Lite): a SYN whose mapping another CPU created first.
+    PassRace = 28, "pass-race";
 }
 
 /// What the fast path needs of the lwAFTR's end-point configuration.
@@ -172,6 +189,9 @@ pub struct SoftwireSettings {
     pub dslite: bool,
     /// DS-Lite: sessions the maps hold at most (one entry each way).
     pub max_sessions: u32,
+    /// DS-Lite: port-block slots (`ds_blocks`); not 0: a B4's TCP SYN
+    /// creates its mapping in the program with a port of its blocks.
+    pub port_blocks: u32,
 }
 
 /// One binding or lease as the fast path mirrors it.
@@ -245,7 +265,7 @@ pub struct SoftwireFastPath {
     pub(crate) obj: Single,
     settings: SoftwireSettings,
     mirror: Mirror,
-    pub(crate) sessions: usize,
+    pub(crate) sessions: std::sync::atomic::AtomicUsize,
 }
 
 impl std::fmt::Debug for SoftwireFastPath {
@@ -307,11 +327,17 @@ impl SoftwireFastPath {
         let s = if settings.dslite { settings.max_sessions.max(1) } else { 1 };
         loader.map_max_entries(B4, n).map_max_entries(V4, n).map_max_entries(ADDR, n);
         loader.map_max_entries(DS_OUT, s).map_max_entries(DS_IN, s);
+        if settings.dslite && settings.port_blocks > 0 {
+            loader.map_max_entries(DS_BLOCKS, settings.port_blocks);
+        }
         let obj = Single::load(&mut loader, OBJECT, names)?;
-        let mut fp = SoftwireFastPath { obj, settings, mirror: Mirror::default(), sessions: 0 };
+        let mut fp = SoftwireFastPath { obj, settings, mirror: Mirror::default(), sessions: Default::default() };
         let mut flags = SW_F_ON;
         if settings.dslite {
             flags |= SW_F_DSLITE;
+            if settings.port_blocks > 0 {
+                flags |= SW_F_DS_CREATE;
+            }
         }
         if settings.copy_tos {
             flags |= SW_F_COPY_TOS;
@@ -445,7 +471,7 @@ mod tests {
         labels.dedup();
         assert_eq!(labels.len(), SoftwireCounter::ALL.len());
         // bpf/softwire.h's SW_COUNTERS.
-        assert_eq!(SoftwireCounter::ALL.len(), 23);
+        assert_eq!(SoftwireCounter::ALL.len(), 29);
     }
 
     #[test]

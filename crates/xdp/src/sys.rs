@@ -142,6 +142,10 @@ unsafe impl aya::Pod for crate::dslite::DsOutVal {}
 unsafe impl aya::Pod for crate::dslite::DsInKey {}
 // SAFETY: as above.
 unsafe impl aya::Pod for crate::dslite::DsInVal {}
+// SAFETY: as above.
+unsafe impl aya::Pod for crate::dslite::DsB4Key {}
+// SAFETY: as above.
+unsafe impl aya::Pod for crate::dslite::DsB4Val {}
 
 /// The hardware (MAC) address of Ethernet interface `name` (of the
 /// caller's network namespace: the `SIOCGIFHWADDR` ioctl on a socket
