@@ -52,6 +52,156 @@ V6G_INLINE void nat64_syn_ack(struct v6g_nat64 *v, const struct v6g_flow *k)
 	count(V6G_C_NAT64_SYN_ACK, 0);
 }
 
+/* ---- NAT-PT sessions created here (issue #15) ----------------------------
+ *
+ * In NAT-PT mode a host X that holds a pool4 address T keeps its ports, so
+ * the session of its SYN (X:x -> Y':y) is (T:x -> Y:y), known from the
+ * packet and the host binding alone. The translator mirrors the bindings
+ * (natpt_hosts), its pool4 (natpt_pool4) and what natpt_make[1] holds; the
+ * program creates the session when every check the slow path's from6 makes
+ * passes, tells the translator on natpt_events and translates the SYN as
+ * the slow path would. */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__uint(key_size, 16);
+	__type(value, struct v6g_natpt_host);
+} natpt_hosts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 256);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct v6g_lpm4);
+	__type(value, __u8);
+} natpt_pool4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__type(value, struct v6g_natpt_make);
+} natpt_make SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 16);
+} natpt_events SEC(".maps");
+
+V6G_INLINE void mapped_from(__u8 *d, const __u8 *a4)
+{
+	ST32(d, 0);
+	ST32(d + 4, 0);
+	ST32(d + 8, bpf_htonl(0xffff));
+	ST32(d + 12, LD32(a4));
+}
+
+/* The session of IPv6 SYN `p` (key `k`, no entry yet), created as from6
+ * would: both entries (half-open) with BPF_NOEXIST, then the event.
+ * Returns the IPv6 side's entry, or 0 with PASS(reason) in *rc (nothing
+ * created). A session another CPU or the slow path created first is used
+ * as it is. */
+V6G_INLINE struct v6g_nat64 *natpt_make_session(const struct pkt *p, struct v6g_flow *k, __u32 *rc)
+{
+	struct v6g_flow k4 __attribute__((aligned(8))) = {};
+	struct v6g_natpt_event ev __attribute__((aligned(8))) = {};
+	struct v6g_nat64 v6 = {}, v4 = {};
+	struct v6g_lpm4 pk = {};
+	struct v6g_natpt_make *mk, *ctl;
+	struct v6g_natpt_host *h;
+	struct v6g_nat64 *v;
+	__u32 zero = 0, one = 1;
+	__u64 now;
+
+	ctl = bpf_map_lookup_elem(&natpt_make, &one);
+	mk = bpf_map_lookup_elem(&natpt_make, &zero);
+	*rc = PASS(V6G_P_NO_MATCH);
+	if (!ctl || !mk || !(ctl->flags & V6G_NATPT_MAKE_ON))
+		return 0;
+	/* from6: the destination in pool6 (a /96: Y is its last 4 bytes). */
+	if (LD32(k->dst) != LD32(ctl->pool6) || LD32(k->dst + 4) != LD32(ctl->pool6 + 4) ||
+	    LD32(k->dst + 8) != LD32(ctl->pool6 + 8))
+		return 0;
+	*rc = PASS(V6G_P_NATPT_HAIRPIN);
+	if (LD32(k->src) == LD32(ctl->pool6) && LD32(k->src + 4) == LD32(ctl->pool6 + 4) &&
+	    LD32(k->src + 8) == LD32(ctl->pool6 + 8))
+		return 0;
+	if (forbidden6(p->src6) || forbidden4(load4(k->dst + 12))) {
+		*rc = PASS(V6G_P_NATPT_FORBIDDEN);
+		return 0;
+	}
+	pk.prefixlen = 32;
+	ST32(pk.addr, LD32(k->dst + 12));
+	if (bpf_map_lookup_elem(&natpt_pool4, &pk))
+		return 0;
+	h = bpf_map_lookup_elem(&natpt_hosts, k->src);
+	if (!h) {
+		*rc = PASS(V6G_P_NATPT_NO_HOST);
+		return 0;
+	}
+	if (ctl->flags & V6G_NATPT_MAKE_HELD) {
+		*rc = PASS(V6G_P_NATPT_HELD);
+		return 0;
+	}
+	if ((__s64)(ctl->n + *(volatile __u64 *)&mk->n) >= (__s64)ctl->limit) {
+		*rc = PASS(V6G_P_NATPT_TABLE_FULL);
+		return 0;
+	}
+	if (bpf_ringbuf_query(&natpt_events, BPF_RB_AVAIL_DATA) + sizeof(ev) + 8 >
+	    bpf_ringbuf_query(&natpt_events, BPF_RB_RING_SIZE)) {
+		*rc = PASS(V6G_P_NATPT_RING_FULL);
+		return 0;
+	}
+	/* IPv6 side X:x -> Y':y => T:x -> Y:y; IPv4 side Y:y -> T:x => Y':y -> X:x. */
+	mapped_from(v6.src, h->addr);
+	mapped_from(v6.dst, k->dst + 12);
+	v6.port_be = k->sport_be;
+	v6.flags = V6G_NAT64_F_HALF_OPEN;
+	copy16(v4.src, k->dst);
+	copy16(v4.dst, k->src);
+	v4.port_be = k->sport_be;
+	v4.flags = V6G_NAT64_F_HALF_OPEN;
+	copy16(k4.src, v6.dst);
+	copy16(k4.dst, v6.src);
+	k4.sport_be = k->dport_be;
+	k4.dport_be = k->sport_be;
+	k4.family = 4;
+	k4.proto = IPPROTO_TCP;
+	if (bpf_map_update_elem(&nat64_sessions, k, &v6, BPF_NOEXIST)) {
+		v = bpf_map_lookup_elem(&nat64_sessions, k);
+		if (v) {
+			count(V6G_C_NATPT_RACE, 0);
+			return v;
+		}
+		*rc = PASS(V6G_P_NATPT_INSERT);
+		return 0;
+	}
+	if (bpf_map_update_elem(&nat64_sessions, &k4, &v4, BPF_NOEXIST)) {
+		bpf_map_delete_elem(&nat64_sessions, k);
+		*rc = PASS(V6G_P_NATPT_INSERT);
+		return 0;
+	}
+	now = bpf_ktime_get_coarse_ns();
+	copy16(ev.x, k->src);
+	ST32(ev.y, LD32(k->dst + 12));
+	ST32(ev.t, LD32(h->addr));
+	ev.sport_be = k->sport_be;
+	ev.dport_be = k->dport_be;
+	ev.proto = IPPROTO_TCP;
+	ev.ns = now;
+	__sync_fetch_and_add(&mk->n, 1);
+	if (bpf_ringbuf_output(&natpt_events, &ev, sizeof(ev), 0)) {
+		__sync_fetch_and_add(&mk->n, -1);
+		bpf_map_delete_elem(&nat64_sessions, &k4);
+		bpf_map_delete_elem(&nat64_sessions, k);
+		*rc = PASS(V6G_P_NATPT_RING_FULL);
+		return 0;
+	}
+	count(V6G_C_NATPT_MADE, 0);
+	return bpf_map_lookup_elem(&nat64_sessions, k);
+}
+
 /* A packet parsed by parse4() (in6 = 0) or parse6() (in6 = 1). */
 static __noinline __u32 nat64(struct xdp_md *ctx, const struct v6g_config *c, const struct pkt *p, int in6)
 {
@@ -60,7 +210,7 @@ static __noinline __u32 nat64(struct xdp_md *ctx, const struct v6g_config *c, co
 	struct v6g_nat64 *v;
 	struct xargs a = {};
 	__u32 rc, flags;
-	int half, syn_ack;
+	int half, syn_ack, made;
 
 	if (!(c->nat64.flags & V6G_XLAT_ON))
 		return PASS(V6G_P_NO_MATCH);
@@ -80,14 +230,22 @@ static __noinline __u32 nat64(struct xdp_md *ctx, const struct v6g_config *c, co
 	k.family = in6 ? 6 : 4;
 	k.proto = p->proto;
 	v = bpf_map_lookup_elem(&nat64_sessions, &k);
-	if (!v)
-		return PASS(V6G_P_NO_MATCH);
+	made = 0;
+	if (!v) {
+		/* NAT-PT: an IPv6 host's SYN (no ACK, FIN or RST) may create it. */
+		if (!in6 || p->proto != IPPROTO_TCP || (p->tcp_flags & 0x17) != TCP_SYN_)
+			return PASS(V6G_P_NO_MATCH);
+		v = natpt_make_session(p, &k, &rc);
+		if (!v)
+			return rc;
+		made = 1;
+	}
 	flags = *(volatile __u32 *)&v->flags;
 	half = (flags & (V6G_NAT64_F_HALF_OPEN | V6G_NAT64_F_SYN_ACK)) == V6G_NAT64_F_HALF_OPEN;
 	syn_ack = half && !in6 && p->proto == IPPROTO_TCP && (p->tcp_flags & 0x17) == 0x12;
-	if (!syn_ack && tcp_control(p))
+	if (!made && !syn_ack && tcp_control(p))
 		return PASS(V6G_P_TCP_CONTROL);
-	if (!syn_ack && half)
+	if (!made && !syn_ack && half)
 		return PASS(V6G_P_HALF_OPEN);
 	/* As nat64: 6->4 rewrites the source port (to t), 4->6 the destination
 	 * port (to x); ICMP echo the identifier. */
