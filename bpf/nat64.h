@@ -62,10 +62,15 @@ V6G_INLINE void nat64_syn_ack(struct v6g_nat64 *v, const struct v6g_flow *k)
  * passes, tells the translator on natpt_events and translates the SYN as
  * the slow path would. */
 
+/* natpt_hosts key: the IPv6 host's address. */
+struct natpt_host_key {
+	__u8 addr[16];
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536);
-	__uint(key_size, 16);
+	__type(key, struct natpt_host_key);
 	__type(value, struct v6g_natpt_host);
 } natpt_hosts SEC(".maps");
 
@@ -99,107 +104,105 @@ V6G_INLINE void mapped_from(__u8 *d, const __u8 *a4)
 
 /* The session of IPv6 SYN `p` (key `k`, no entry yet), created as from6
  * would: both entries (half-open) with BPF_NOEXIST, then the event.
- * Returns the IPv6 side's entry, or 0 with PASS(reason) in *rc (nothing
- * created). A session another CPU or the slow path created first is used
- * as it is. */
-V6G_INLINE struct v6g_nat64 *natpt_make_session(const struct pkt *p, struct v6g_flow *k, __u32 *rc)
+ * Returns 0 when the session's entries are there (created here, or by
+ * another CPU or the slow path first: used as they are), else PASS(reason)
+ * with nothing created. A subprogram: its stack is its own. */
+static __noinline __u32 natpt_make_session(const struct pkt *p, const struct v6g_flow *k)
 {
-	struct v6g_flow k4 __attribute__((aligned(8))) = {};
-	struct v6g_natpt_event ev __attribute__((aligned(8))) = {};
-	struct v6g_nat64 v6 = {}, v4 = {};
-	struct v6g_lpm4 pk = {};
+	union {
+		struct {
+			struct v6g_flow k4;
+			struct v6g_nat64 v;
+		} e;
+		struct v6g_natpt_event ev;
+		struct v6g_lpm4 pk;
+		__u32 idx;
+	} u __attribute__((aligned(8)));
 	struct v6g_natpt_make *mk, *ctl;
 	struct v6g_natpt_host *h;
-	struct v6g_nat64 *v;
-	__u32 zero = 0, one = 1;
-	__u64 now;
+	__u32 t;
 
-	ctl = bpf_map_lookup_elem(&natpt_make, &one);
-	mk = bpf_map_lookup_elem(&natpt_make, &zero);
-	*rc = PASS(V6G_P_NO_MATCH);
+	u.idx = 1;
+	ctl = bpf_map_lookup_elem(&natpt_make, &u.idx);
+	u.idx = 0;
+	mk = bpf_map_lookup_elem(&natpt_make, &u.idx);
 	if (!ctl || !mk || !(ctl->flags & V6G_NATPT_MAKE_ON))
-		return 0;
+		return PASS(V6G_P_NO_MATCH);
 	/* from6: the destination in pool6 (a /96: Y is its last 4 bytes). */
 	if (LD32(k->dst) != LD32(ctl->pool6) || LD32(k->dst + 4) != LD32(ctl->pool6 + 4) ||
 	    LD32(k->dst + 8) != LD32(ctl->pool6 + 8))
-		return 0;
-	*rc = PASS(V6G_P_NATPT_HAIRPIN);
+		return PASS(V6G_P_NO_MATCH);
 	if (LD32(k->src) == LD32(ctl->pool6) && LD32(k->src + 4) == LD32(ctl->pool6 + 4) &&
 	    LD32(k->src + 8) == LD32(ctl->pool6 + 8))
-		return 0;
-	if (forbidden6(p->src6) || forbidden4(load4(k->dst + 12))) {
-		*rc = PASS(V6G_P_NATPT_FORBIDDEN);
-		return 0;
-	}
-	pk.prefixlen = 32;
-	ST32(pk.addr, LD32(k->dst + 12));
-	if (bpf_map_lookup_elem(&natpt_pool4, &pk))
-		return 0;
+		return PASS(V6G_P_NATPT_HAIRPIN);
+	if (forbidden6(p->src6) || forbidden4(load4(k->dst + 12)))
+		return PASS(V6G_P_NATPT_FORBIDDEN);
+	u.pk.prefixlen = 32;
+	ST32(u.pk.addr, LD32(k->dst + 12));
+	if (bpf_map_lookup_elem(&natpt_pool4, &u.pk))
+		return PASS(V6G_P_NATPT_HAIRPIN);
 	h = bpf_map_lookup_elem(&natpt_hosts, k->src);
-	if (!h) {
-		*rc = PASS(V6G_P_NATPT_NO_HOST);
-		return 0;
-	}
-	if (ctl->flags & V6G_NATPT_MAKE_HELD) {
-		*rc = PASS(V6G_P_NATPT_HELD);
-		return 0;
-	}
-	if ((__s64)(ctl->n + *(volatile __u64 *)&mk->n) >= (__s64)ctl->limit) {
-		*rc = PASS(V6G_P_NATPT_TABLE_FULL);
-		return 0;
-	}
-	if (bpf_ringbuf_query(&natpt_events, BPF_RB_AVAIL_DATA) + sizeof(ev) + 8 >
-	    bpf_ringbuf_query(&natpt_events, BPF_RB_RING_SIZE)) {
-		*rc = PASS(V6G_P_NATPT_RING_FULL);
-		return 0;
-	}
-	/* IPv6 side X:x -> Y':y => T:x -> Y:y; IPv4 side Y:y -> T:x => Y':y -> X:x. */
-	mapped_from(v6.src, h->addr);
-	mapped_from(v6.dst, k->dst + 12);
-	v6.port_be = k->sport_be;
-	v6.flags = V6G_NAT64_F_HALF_OPEN;
-	copy16(v4.src, k->dst);
-	copy16(v4.dst, k->src);
-	v4.port_be = k->sport_be;
-	v4.flags = V6G_NAT64_F_HALF_OPEN;
-	copy16(k4.src, v6.dst);
-	copy16(k4.dst, v6.src);
-	k4.sport_be = k->dport_be;
-	k4.dport_be = k->sport_be;
-	k4.family = 4;
-	k4.proto = IPPROTO_TCP;
-	if (bpf_map_update_elem(&nat64_sessions, k, &v6, BPF_NOEXIST)) {
-		v = bpf_map_lookup_elem(&nat64_sessions, k);
-		if (v) {
+	if (!h)
+		return PASS(V6G_P_NATPT_NO_HOST);
+	t = LD32(h->addr);
+	if (ctl->flags & V6G_NATPT_MAKE_HELD)
+		return PASS(V6G_P_NATPT_HELD);
+	if ((__s64)(ctl->n + *(volatile __u64 *)&mk->n) >= (__s64)ctl->limit)
+		return PASS(V6G_P_NATPT_TABLE_FULL);
+	if (bpf_ringbuf_query(&natpt_events, BPF_RB_AVAIL_DATA) + sizeof(u.ev) + 8 >
+	    bpf_ringbuf_query(&natpt_events, BPF_RB_RING_SIZE))
+		return PASS(V6G_P_NATPT_RING_FULL);
+	/* IPv6 side X:x -> Y':y => T:x -> Y:y. */
+	__builtin_memset(&u, 0, sizeof(u));
+	mapped_from(u.e.v.src, (const __u8 *)&t);
+	mapped_from(u.e.v.dst, k->dst + 12);
+	u.e.v.port_be = k->sport_be;
+	u.e.v.flags = V6G_NAT64_F_HALF_OPEN;
+	if (bpf_map_update_elem(&nat64_sessions, k, &u.e.v, BPF_NOEXIST)) {
+		if (bpf_map_lookup_elem(&nat64_sessions, k)) {
 			count(V6G_C_NATPT_RACE, 0);
-			return v;
+			return 0;
 		}
-		*rc = PASS(V6G_P_NATPT_INSERT);
-		return 0;
+		return PASS(V6G_P_NATPT_INSERT);
 	}
-	if (bpf_map_update_elem(&nat64_sessions, &k4, &v4, BPF_NOEXIST)) {
+	/* IPv4 side Y:y -> T:x => Y':y -> X:x. */
+	copy16(u.e.k4.src, u.e.v.dst);
+	copy16(u.e.k4.dst, u.e.v.src);
+	u.e.k4.sport_be = k->dport_be;
+	u.e.k4.dport_be = k->sport_be;
+	u.e.k4.family = 4;
+	u.e.k4.proto = IPPROTO_TCP;
+	copy16(u.e.v.src, k->dst);
+	copy16(u.e.v.dst, k->src);
+	if (bpf_map_update_elem(&nat64_sessions, &u.e.k4, &u.e.v, BPF_NOEXIST)) {
 		bpf_map_delete_elem(&nat64_sessions, k);
-		*rc = PASS(V6G_P_NATPT_INSERT);
-		return 0;
+		return PASS(V6G_P_NATPT_INSERT);
 	}
-	now = bpf_ktime_get_coarse_ns();
-	copy16(ev.x, k->src);
-	ST32(ev.y, LD32(k->dst + 12));
-	ST32(ev.t, LD32(h->addr));
-	ev.sport_be = k->sport_be;
-	ev.dport_be = k->dport_be;
-	ev.proto = IPPROTO_TCP;
-	ev.ns = now;
 	__sync_fetch_and_add(&mk->n, 1);
-	if (bpf_ringbuf_output(&natpt_events, &ev, sizeof(ev), 0)) {
+	__builtin_memset(&u, 0, sizeof(u));
+	copy16(u.ev.x, k->src);
+	ST32(u.ev.y, LD32(k->dst + 12));
+	ST32(u.ev.t, t);
+	u.ev.sport_be = k->sport_be;
+	u.ev.dport_be = k->dport_be;
+	u.ev.proto = IPPROTO_TCP;
+	u.ev.ns = bpf_ktime_get_coarse_ns();
+	if (bpf_ringbuf_output(&natpt_events, &u.ev, sizeof(u.ev), 0)) {
 		__sync_fetch_and_add(&mk->n, -1);
-		bpf_map_delete_elem(&nat64_sessions, &k4);
+		/* The IPv4 side's key again (the union held it). */
+		__builtin_memset(&u, 0, sizeof(u));
+		mapped_from(u.e.k4.src, k->dst + 12);
+		mapped_from(u.e.k4.dst, (const __u8 *)&t);
+		u.e.k4.sport_be = k->dport_be;
+		u.e.k4.dport_be = k->sport_be;
+		u.e.k4.family = 4;
+		u.e.k4.proto = IPPROTO_TCP;
+		bpf_map_delete_elem(&nat64_sessions, &u.e.k4);
 		bpf_map_delete_elem(&nat64_sessions, k);
-		*rc = PASS(V6G_P_NATPT_RING_FULL);
-		return 0;
+		return PASS(V6G_P_NATPT_RING_FULL);
 	}
 	count(V6G_C_NATPT_MADE, 0);
-	return bpf_map_lookup_elem(&nat64_sessions, k);
+	return 0;
 }
 
 /* A packet parsed by parse4() (in6 = 0) or parse6() (in6 = 1). */
@@ -235,9 +238,12 @@ static __noinline __u32 nat64(struct xdp_md *ctx, const struct v6g_config *c, co
 		/* NAT-PT: an IPv6 host's SYN (no ACK, FIN or RST) may create it. */
 		if (!in6 || p->proto != IPPROTO_TCP || (p->tcp_flags & 0x17) != TCP_SYN_)
 			return PASS(V6G_P_NO_MATCH);
-		v = natpt_make_session(p, &k, &rc);
-		if (!v)
+		rc = natpt_make_session(p, &k);
+		if (rc)
 			return rc;
+		v = bpf_map_lookup_elem(&nat64_sessions, &k);
+		if (!v)
+			return PASS(V6G_P_NATPT_INSERT);
 		made = 1;
 	}
 	flags = *(volatile __u32 *)&v->flags;

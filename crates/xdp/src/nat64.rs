@@ -173,7 +173,7 @@ impl Made {
     /// The event `b` (a `natpt_events` record), None when it is not one.
     /// `pool6` is the /96 prefix whose last 4 bytes the program replaced.
     pub fn parse(b: &[u8], pool6: [u8; 12]) -> Option<Made> {
-        if b.len() < core::mem::size_of::<NatptEvent>() || b[32] != 6 {
+        if b.len() < core::mem::size_of::<NatptEvent>() || b[28] != 6 {
             return None;
         }
         let a4 = |o: usize| Ipv4Addr::new(b[o], b[o + 1], b[o + 2], b[o + 3]);
@@ -185,7 +185,7 @@ impl Made {
         let xp = u16::from_be_bytes([b[24], b[25]]);
         let yp = u16::from_be_bytes([b[26], b[27]]);
         let mut ns = [0u8; 8];
-        ns.copy_from_slice(&b[32 + 4..40]);
+        ns.copy_from_slice(&b[32..40]);
         let session = Session {
             l4: L4::Tcp,
             x: SocketAddrV6::new(x.into(), xp, 0, 0),
