@@ -189,7 +189,8 @@ fn natpt() -> nat64::Config {
     let mut c = short();
     c.mode = nat64::Mode::Natpt;
     c.pool4 = vec![nat64::Pool4Entry {
-        prefix: "192.0.2.0/31".parse().unwrap(),
+        // One address: the twin binds the host to the same one.
+        prefix: "192.0.2.1/32".parse().unwrap(),
         ports: (1, 65535),
         protocols: Protocol::ALL.to_vec(),
     }];

@@ -329,10 +329,11 @@ impl Natpt {
     /// many. Another thread draining at the time: 0 at once.
     pub fn drain(&self, mut adopt: impl FnMut(&Made) -> bool) -> usize {
         let Ok(mut rb) = self.ring.try_lock() else { return 0 };
-        let pool6 = lock(&self.make).1.pool6;
+        let mut pool6 = None;
         let mut refused = Vec::new();
         let n = drain_ring(&mut rb, |b| {
-            if let Some(m) = Made::parse(b, pool6) {
+            let p6 = *pool6.get_or_insert_with(|| lock(&self.make).1.pool6);
+            if let Some(m) = Made::parse(b, p6) {
                 if !adopt(&m) {
                     refused.push(m.session);
                 }
