@@ -513,12 +513,20 @@ impl FastPlane {
         self.nat.hook.clone().map(|h| h as Arc<dyn nat64::FastHook>)
     }
 
-    /// NAT-PT: mirror the host bindings `n` holds now (those made from now
-    /// on are told through the hook). Call after the hook is set.
+    /// NAT-PT: mirror the host bindings `n` holds now and whether it holds
+    /// IPv4 SYNs (changes from now on are told through the hook). Call
+    /// after the hook is set.
     pub fn natpt_hosts(&self, n: &nat64::Nat64) {
         let Some(pt) = self.nat.hook.as_ref().and_then(|h| h.natpt.as_ref()) else { return };
         if self.nat.natpt.is_none() {
             return;
+        }
+        // Raised only (a store emptied meanwhile lowers it at its next
+        // change; lowering here could undo a raise that came in between).
+        if n.stats().held_syns > 0 {
+            if let Err(e) = pt.set_held(true) {
+                tracing::warn!("xdp: NAT-PT held-SYN flag: {e}");
+            }
         }
         for (x, t) in n.natpt_hosts() {
             if let Err(e) = pt.set_host(x, Some(t)) {
