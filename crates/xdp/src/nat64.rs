@@ -326,9 +326,11 @@ impl Natpt {
     /// Hand each session the program created since the last drain to
     /// `adopt`, oldest first; the entries of those it returns false for
     /// are removed (the flow starts again on the slow path). Returns how
-    /// many. Another thread draining at the time: 0 at once.
+    /// many. Another thread draining at the time is waited for, so that
+    /// on return every session created before the call has been handed
+    /// over (a packet of one of them is never handled first).
     pub fn drain(&self, mut adopt: impl FnMut(&Made) -> bool) -> usize {
-        let Ok(mut rb) = self.ring.try_lock() else { return 0 };
+        let mut rb = lock(&self.ring);
         let mut pool6 = None;
         let mut refused = Vec::new();
         let n = drain_ring(&mut rb, |b| {
