@@ -386,6 +386,33 @@ mod tests {
     use super::*;
 
     #[test]
+    fn natpt_event_parsed_at_the_contract_offsets() {
+        let off = |f: &str| NatptEvent::FIELDS.iter().find(|(n, _, _)| *n == f).map(|(_, o, _)| *o).unwrap();
+        let mut b = [0u8; 40];
+        b[off("x")..off("x") + 16].copy_from_slice(&"2001:db8::5".parse::<Ipv6Addr>().unwrap().octets());
+        b[off("y")..off("y") + 4].copy_from_slice(&[198, 51, 100, 7]);
+        b[off("t")..off("t") + 4].copy_from_slice(&[192, 0, 2, 1]);
+        b[off("sport_be")..off("sport_be") + 2].copy_from_slice(&4000u16.to_be_bytes());
+        b[off("dport_be")..off("dport_be") + 2].copy_from_slice(&80u16.to_be_bytes());
+        b[off("proto")] = 6;
+        b[off("ns")..off("ns") + 8].copy_from_slice(&12345u64.to_ne_bytes());
+        let pool6 = [0x00, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0];
+        let m = Made::parse(&b, pool6).expect("an event");
+        let want = Session {
+            l4: L4::Tcp,
+            x: "[2001:db8::5]:4000".parse().unwrap(),
+            y6: "[64:ff9b::c633:6407]:80".parse().unwrap(),
+            t: "192.0.2.1:4000".parse().unwrap(),
+            y: "198.51.100.7:80".parse().unwrap(),
+            half_open: true,
+        };
+        assert_eq!(m, Made { session: want, ns: 12345 });
+        b[off("proto")] = 17;
+        assert_eq!(Made::parse(&b, pool6), None, "only TCP is created");
+        assert_eq!(Made::parse(&b[..39], pool6), None, "cut short");
+    }
+
+    #[test]
     fn half_open_flag_only_on_tcp_entries() {
         let s = Session {
             l4: L4::Tcp,
