@@ -187,7 +187,10 @@ static __noinline __u32 natpt_make_session(const struct pkt *p, const struct v6g
 	u.ev.dport_be = k->dport_be;
 	u.ev.proto = IPPROTO_TCP;
 	u.ev.ns = bpf_ktime_get_coarse_ns();
-	if (bpf_ringbuf_output(&natpt_events, &u.ev, sizeof(u.ev), 0)) {
+	/* No wake-up: the translator polls the ring (before each packet and
+	 * each timer tick), nobody waits on it; a wake-up would queue an
+	 * irq_work per event. */
+	if (bpf_ringbuf_output(&natpt_events, &u.ev, sizeof(u.ev), BPF_RB_NO_WAKEUP)) {
 		__sync_fetch_and_add(&mk->n, -1);
 		/* The IPv4 side's key again (the union held it). */
 		__builtin_memset(&u, 0, sizeof(u));
