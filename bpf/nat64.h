@@ -52,6 +52,162 @@ V6G_INLINE void nat64_syn_ack(struct v6g_nat64 *v, const struct v6g_flow *k)
 	count(V6G_C_NAT64_SYN_ACK, 0);
 }
 
+/* ---- NAT-PT sessions created here (issue #15) ----------------------------
+ *
+ * In NAT-PT mode a host X that holds a pool4 address T keeps its ports, so
+ * the session of its SYN (X:x -> Y':y) is (T:x -> Y:y), known from the
+ * packet and the host binding alone. The translator mirrors the bindings
+ * (natpt_hosts), its pool4 (natpt_pool4) and what natpt_make[1] holds; the
+ * program creates the session when every check the slow path's from6 makes
+ * passes, tells the translator on natpt_events and translates the SYN as
+ * the slow path would. */
+
+/* natpt_hosts key: the IPv6 host's address. */
+struct natpt_host_key {
+	__u8 addr[16];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct natpt_host_key);
+	__type(value, struct v6g_natpt_host);
+} natpt_hosts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 256);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct v6g_lpm4);
+	__type(value, __u8);
+} natpt_pool4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__type(value, struct v6g_natpt_make);
+} natpt_make SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 16);
+} natpt_events SEC(".maps");
+
+V6G_INLINE void mapped_from(__u8 *d, const __u8 *a4)
+{
+	ST32(d, 0);
+	ST32(d + 4, 0);
+	ST32(d + 8, bpf_htonl(0xffff));
+	ST32(d + 12, LD32(a4));
+}
+
+/* The session of IPv6 SYN `p` (key `k`, no entry yet), created as from6
+ * would: both entries (half-open) with BPF_NOEXIST, then the event.
+ * Returns 0 when the session's entries are there (created here, or by
+ * another CPU or the slow path first: used as they are), else PASS(reason)
+ * with nothing created. A subprogram: its stack is its own. */
+static __noinline __u32 natpt_make_session(const struct pkt *p, const struct v6g_flow *k)
+{
+	union {
+		struct {
+			struct v6g_flow k4;
+			struct v6g_nat64 v;
+		} e;
+		struct v6g_natpt_event ev;
+		struct v6g_lpm4 pk;
+		__u32 idx;
+	} u __attribute__((aligned(8)));
+	struct v6g_natpt_make *mk, *ctl;
+	struct v6g_natpt_host *h;
+	__u32 t;
+
+	u.idx = 1;
+	ctl = bpf_map_lookup_elem(&natpt_make, &u.idx);
+	u.idx = 0;
+	mk = bpf_map_lookup_elem(&natpt_make, &u.idx);
+	if (!ctl || !mk || !(ctl->flags & V6G_NATPT_MAKE_ON))
+		return PASS(V6G_P_NO_MATCH);
+	/* from6: the destination in pool6 (a /96: Y is its last 4 bytes). */
+	if (LD32(k->dst) != LD32(ctl->pool6) || LD32(k->dst + 4) != LD32(ctl->pool6 + 4) ||
+	    LD32(k->dst + 8) != LD32(ctl->pool6 + 8))
+		return PASS(V6G_P_NO_MATCH);
+	if (LD32(k->src) == LD32(ctl->pool6) && LD32(k->src + 4) == LD32(ctl->pool6 + 4) &&
+	    LD32(k->src + 8) == LD32(ctl->pool6 + 8))
+		return PASS(V6G_P_NATPT_HAIRPIN);
+	if (forbidden6(p->src6) || forbidden4(load4(k->dst + 12)))
+		return PASS(V6G_P_NATPT_FORBIDDEN);
+	u.pk.prefixlen = 32;
+	ST32(u.pk.addr, LD32(k->dst + 12));
+	if (bpf_map_lookup_elem(&natpt_pool4, &u.pk))
+		return PASS(V6G_P_NATPT_HAIRPIN);
+	h = bpf_map_lookup_elem(&natpt_hosts, k->src);
+	if (!h)
+		return PASS(V6G_P_NATPT_NO_HOST);
+	t = LD32(h->addr);
+	if (ctl->flags & V6G_NATPT_MAKE_HELD)
+		return PASS(V6G_P_NATPT_HELD);
+	if ((__s64)(ctl->n + *(volatile __u64 *)&mk->n) >= (__s64)ctl->limit)
+		return PASS(V6G_P_NATPT_TABLE_FULL);
+	if (bpf_ringbuf_query(&natpt_events, BPF_RB_AVAIL_DATA) + sizeof(u.ev) + 8 >
+	    bpf_ringbuf_query(&natpt_events, BPF_RB_RING_SIZE))
+		return PASS(V6G_P_NATPT_RING_FULL);
+	/* IPv6 side X:x -> Y':y => T:x -> Y:y. */
+	__builtin_memset(&u, 0, sizeof(u));
+	mapped_from(u.e.v.src, (const __u8 *)&t);
+	mapped_from(u.e.v.dst, k->dst + 12);
+	u.e.v.port_be = k->sport_be;
+	u.e.v.flags = V6G_NAT64_F_HALF_OPEN;
+	if (bpf_map_update_elem(&nat64_sessions, k, &u.e.v, BPF_NOEXIST)) {
+		if (bpf_map_lookup_elem(&nat64_sessions, k)) {
+			count(V6G_C_NATPT_RACE, 0);
+			return 0;
+		}
+		return PASS(V6G_P_NATPT_INSERT);
+	}
+	/* IPv4 side Y:y -> T:x => Y':y -> X:x. */
+	copy16(u.e.k4.src, u.e.v.dst);
+	copy16(u.e.k4.dst, u.e.v.src);
+	u.e.k4.sport_be = k->dport_be;
+	u.e.k4.dport_be = k->sport_be;
+	u.e.k4.family = 4;
+	u.e.k4.proto = IPPROTO_TCP;
+	copy16(u.e.v.src, k->dst);
+	copy16(u.e.v.dst, k->src);
+	if (bpf_map_update_elem(&nat64_sessions, &u.e.k4, &u.e.v, BPF_NOEXIST)) {
+		bpf_map_delete_elem(&nat64_sessions, k);
+		return PASS(V6G_P_NATPT_INSERT);
+	}
+	__sync_fetch_and_add(&mk->n, 1);
+	__builtin_memset(&u, 0, sizeof(u));
+	copy16(u.ev.x, k->src);
+	ST32(u.ev.y, LD32(k->dst + 12));
+	ST32(u.ev.t, t);
+	u.ev.sport_be = k->sport_be;
+	u.ev.dport_be = k->dport_be;
+	u.ev.proto = IPPROTO_TCP;
+	u.ev.ns = bpf_ktime_get_coarse_ns();
+	/* No wake-up: the translator polls the ring (before each packet and
+	 * each timer tick), nobody waits on it; a wake-up would queue an
+	 * irq_work per event. */
+	if (bpf_ringbuf_output(&natpt_events, &u.ev, sizeof(u.ev), BPF_RB_NO_WAKEUP)) {
+		__sync_fetch_and_add(&mk->n, -1);
+		/* The IPv4 side's key again (the union held it). */
+		__builtin_memset(&u, 0, sizeof(u));
+		mapped_from(u.e.k4.src, k->dst + 12);
+		mapped_from(u.e.k4.dst, (const __u8 *)&t);
+		u.e.k4.sport_be = k->dport_be;
+		u.e.k4.dport_be = k->sport_be;
+		u.e.k4.family = 4;
+		u.e.k4.proto = IPPROTO_TCP;
+		bpf_map_delete_elem(&nat64_sessions, &u.e.k4);
+		bpf_map_delete_elem(&nat64_sessions, k);
+		return PASS(V6G_P_NATPT_RING_FULL);
+	}
+	count(V6G_C_NATPT_MADE, 0);
+	return 0;
+}
+
 /* A packet parsed by parse4() (in6 = 0) or parse6() (in6 = 1). */
 static __noinline __u32 nat64(struct xdp_md *ctx, const struct v6g_config *c, const struct pkt *p, int in6)
 {
@@ -60,7 +216,7 @@ static __noinline __u32 nat64(struct xdp_md *ctx, const struct v6g_config *c, co
 	struct v6g_nat64 *v;
 	struct xargs a = {};
 	__u32 rc, flags;
-	int half, syn_ack;
+	int half, syn_ack, made;
 
 	if (!(c->nat64.flags & V6G_XLAT_ON))
 		return PASS(V6G_P_NO_MATCH);
@@ -80,14 +236,25 @@ static __noinline __u32 nat64(struct xdp_md *ctx, const struct v6g_config *c, co
 	k.family = in6 ? 6 : 4;
 	k.proto = p->proto;
 	v = bpf_map_lookup_elem(&nat64_sessions, &k);
-	if (!v)
-		return PASS(V6G_P_NO_MATCH);
+	made = 0;
+	if (!v) {
+		/* NAT-PT: an IPv6 host's SYN (no ACK, FIN or RST) may create it. */
+		if (!in6 || p->proto != IPPROTO_TCP || (p->tcp_flags & 0x17) != TCP_SYN_)
+			return PASS(V6G_P_NO_MATCH);
+		rc = natpt_make_session(p, &k);
+		if (rc)
+			return rc;
+		v = bpf_map_lookup_elem(&nat64_sessions, &k);
+		if (!v)
+			return PASS(V6G_P_NATPT_INSERT);
+		made = 1;
+	}
 	flags = *(volatile __u32 *)&v->flags;
 	half = (flags & (V6G_NAT64_F_HALF_OPEN | V6G_NAT64_F_SYN_ACK)) == V6G_NAT64_F_HALF_OPEN;
 	syn_ack = half && !in6 && p->proto == IPPROTO_TCP && (p->tcp_flags & 0x17) == 0x12;
-	if (!syn_ack && tcp_control(p))
+	if (!made && !syn_ack && tcp_control(p))
 		return PASS(V6G_P_TCP_CONTROL);
-	if (!syn_ack && half)
+	if (!made && !syn_ack && half)
 		return PASS(V6G_P_HALF_OPEN);
 	/* As nat64: 6->4 rewrites the source port (to t), 4->6 the destination
 	 * port (to x); ICMP echo the identifier. */

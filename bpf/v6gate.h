@@ -117,6 +117,29 @@ struct v6g_nat64 {
 	__u64 last_seen_ns;
 };
 
+/* NAT-PT sessions created here (bpf/nat64.h natpt_make). */
+struct v6g_natpt_make {
+	__u64 n;     /* [0]: created here; [1]: translator's count less drained */
+	__u64 limit; /* [1]: max-sessions */
+	__u32 flags; /* [1]: V6G_NATPT_MAKE_* */
+	__u8 pool6[12];
+};
+
+struct v6g_natpt_host {
+	__u8 addr[4];
+};
+
+struct v6g_natpt_event {
+	__u8 x[16];
+	__u8 y[4];
+	__u8 t[4];
+	__be16 sport_be;
+	__be16 dport_be;
+	__u8 proto;
+	__u8 pad[3];
+	__u64 ns;
+};
+
 /* TrGW media relay. */
 struct v6g_relay_key {
 	__u8 addr[16];

@@ -378,7 +378,9 @@ fn xdp_counter(lab: &Lab, label: &str) -> u64 {
 /// UDP flow's first reply and each TCP connection's SYN+ACK take the fast
 /// path (the SYN+ACK recorded for the translator), the connections work,
 /// and the translator's table ends as if it had seen every packet (both
-/// FINs, which still pass, in V4 FIN + V6 FIN RCV).
+/// FINs, which still pass, in V4 FIN + V6 FIN RCV). In NAT-PT mode each
+/// TCP session is created in XDP from its SYN (the host bound by the UDP
+/// flow) and taken over by the translator.
 #[test]
 fn nat64_sessions_on_the_fast_path_from_their_first_packet() {
     for mode in ["nat64", "natpt"] {
@@ -431,6 +433,18 @@ fn nat64_sessions_on_the_fast_path_from_their_first_packet() {
             .collect();
         assert_eq!(states.len(), n as usize, "{mode}: {v}");
         assert!(states.iter().all(|s| s == "v4-fin-v6-fin-rcv"), "{mode}: learnt, then both FINs: {states:?}");
+        // NAT-PT: the host holds its address from the UDP flow on, so each
+        // connection's SYN created its session in XDP, taken over by the
+        // translator (listed above, as every other session).
+        let created = xdp_counter(&lab, "natpt-created");
+        let x: serde_json::Value = serde_json::from_str(&lab.ctl(&["xdp"]).unwrap()).unwrap();
+        if mode == "natpt" {
+            assert_eq!(created, n + 1, "every SYN created in XDP: {x}");
+            assert_eq!(x["nat64"]["natpt_created"]["adopted"], n + 1, "{x}");
+            assert_eq!(x["nat64"]["natpt_created"]["refused"], 0, "{x}");
+        } else {
+            assert_eq!(created, 0, "NAT64 mode: the slow path creates every session");
+        }
     }
 }
 

@@ -285,6 +285,7 @@ impl Nat64 {
                     sh.hosts.insert(x.addr, Host { addr: t.addr, bibs: 1, pinned: true });
                     let k = self.v4key(p, t);
                     lock(&self.v4idx[self.shard_of4(&k)]).insert(k, T6 { addr: x.addr, port: 0 });
+                    self.fast_host(x.addr, Some(t.addr));
                 }
             },
         }

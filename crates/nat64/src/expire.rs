@@ -33,6 +33,8 @@ impl Nat64 {
     /// Unreachable, returned in [`Expired::icmp`]) and stale fragments.
     /// Call it every 100 ms–1 s; cost is proportional to what is due.
     pub fn expire(&self, now: u64) -> Expired {
+        // Sessions a fast path created count from when it did.
+        self.fast_drain();
         let mut rep = Expired::default();
         let mut due = Vec::new();
         for s in self.shards.iter() {
@@ -107,6 +109,9 @@ impl Nat64 {
                 } else {
                     i += 1;
                 }
+            }
+            if held.is_empty() {
+                self.fast_held(false);
             }
         }
         let f = self.reasm.expire(now);

@@ -17,13 +17,39 @@
 //!   from when the fast path forwarded it, exactly as if the SYN+ACK had
 //!   come here, before the packet is handled;
 //! - has its use applied with [`Nat64::refresh`], so that a session
-//!   carried only by the fast path does not expire here.
+//!   carried only by the fast path does not expire here;
+//! - NAT-PT: is told which address each host holds ([`FastHook::host`])
+//!   and whether IPv4 SYNs are held ([`FastHook::held`]), may create a
+//!   host's TCP session from its SYN itself (half-open, the translation
+//!   determined by the binding), and hands each such session over
+//!   ([`FastHook::created`]) before this crate handles any packet or
+//!   expires sessions: it is entered as that SYN would have entered it
+//!   ([`Nat64::adopt`]).
 
-use crate::config::Protocol;
-use crate::state::{lock, SessKey, Session, T4, T6};
+use crate::config::{Mode, Protocol};
+use crate::state::{lock, Host, SessKey, Session, T4, T6};
 use crate::tcp::{self, Lifetime, Side, TcpState};
-use crate::{Nat64, SessionInfo, TO_EST};
+use crate::{Nat64, SessionInfo, TO_EST, TO_TRANS};
+use core::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use xlat::DropReason;
+
+/// A NAT-PT session a fast path created from the IPv6 host's TCP SYN
+/// (X:x → Y:y, translated T:x → Y:y), handed over by [`FastHook::created`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Created {
+    /// Transport (TCP).
+    pub protocol: Protocol,
+    /// The IPv6 host's transport address (X, x).
+    pub x: SocketAddrV6,
+    /// The IPv4 peer (Y, y).
+    pub y: SocketAddrV4,
+    /// The pool4 address the fast path found the host holding.
+    pub t: Ipv4Addr,
+    /// When (this translator's clock).
+    pub at: u64,
+}
 
 /// A fast path told of sessions as they are created ([`Nat64::set_fast_hook`]).
 /// Both methods are called from the packet path (some while a table shard
@@ -37,6 +63,18 @@ pub trait FastHook: Send + Sync + std::fmt::Debug {
     /// Whether the fast path carried the IPv4 side's SYN+ACK of half-open
     /// session `s`: `Some(when)` (this translator's clock), else `None`.
     fn syn_ack(&self, s: &SessionInfo) -> Option<u64>;
+    /// NAT-PT: host `x` holds pool4 address `t` from now on (Some) or gave
+    /// it back (None). Called with the host's shard locked.
+    fn host(&self, _x: Ipv6Addr, _t: Option<Ipv4Addr>) {}
+    /// NAT-PT: IPv4 SYNs are held (true) or none is (false) from now on
+    /// (a new TCP session may have to discard one: the fast path leaves
+    /// those to this crate). Called with the held-SYN store locked.
+    fn held(&self, _present: bool) {}
+    /// Hand each session the fast path created since the last call to
+    /// `adopt` ([`Nat64::adopt`]); when it returns false the fast path
+    /// removes its entries (the flow starts again here). Called before any
+    /// packet is handled and before sessions expire, with nothing locked.
+    fn created(&self, _adopt: &mut dyn FnMut(&Created) -> bool) {}
 }
 
 impl Nat64 {
@@ -96,6 +134,109 @@ impl Nat64 {
             sess.expires = at.saturating_add(self.to[TO_EST]);
         }
         true
+    }
+
+    /// NAT-PT: tell the hook that host `x` holds `t` (Some) or no address.
+    pub(crate) fn fast_host(&self, x: Ipv6Addr, t: Option<Ipv4Addr>) {
+        if let Some(h) = self.fast_hook() {
+            h.host(x, t);
+        }
+    }
+
+    /// NAT-PT: tell the hook whether IPv4 SYNs are held (call with the
+    /// held-SYN store locked, after changing it).
+    pub(crate) fn fast_held(&self, present: bool) {
+        if self.cfg.mode == Mode::Natpt {
+            if let Some(h) = self.fast_hook() {
+                h.held(present);
+            }
+        }
+    }
+
+    /// Take over the sessions the fast path created (NAT-PT).
+    pub(crate) fn fast_drain(&self) {
+        if self.cfg.mode != Mode::Natpt {
+            return;
+        }
+        if let Some(h) = self.fast_hook() {
+            h.created(&mut |c| self.adopt(c));
+        }
+    }
+
+    /// NAT-PT: the host bindings (X, T), for a fast path that starts now.
+    pub fn natpt_hosts(&self) -> Vec<(Ipv6Addr, Ipv4Addr)> {
+        let mut v = Vec::new();
+        for s in self.shards.iter() {
+            v.extend(lock(s).hosts.iter().map(|(x, h)| (*x, h.addr)));
+        }
+        v
+    }
+
+    /// Enter session `c`, created by a fast path from the host's TCP SYN,
+    /// as that SYN would have here (RFC 6146 §3.5.2: the BIB entry and the
+    /// host's count, V6 INIT with the transitory lifetime from `c.at`, the
+    /// counters); a session that exists already stays as it is. When the
+    /// host gave its address back meanwhile, that address is claimed again
+    /// if free. False when the session cannot be had (another address, a
+    /// limit, not NAT-PT, not TCP): the fast path removes it.
+    pub fn adopt(&self, c: &Created) -> bool {
+        if self.cfg.mode != Mode::Natpt || c.protocol != Protocol::Tcp {
+            return false;
+        }
+        let x = T6 { addr: *c.x.ip(), port: c.x.port() };
+        let y = T4 { addr: *c.y.ip(), port: c.y.port() };
+        let key = SessKey { p: Protocol::Tcp, x, y };
+        let mut sh = lock(&self.shards[self.shard_of6(&x.addr)]);
+        if sh.sessions.contains_key(&key) {
+            return true;
+        }
+        let claimed = match sh.hosts.get(&x.addr) {
+            Some(h) if h.addr == c.t => false,
+            Some(_) => return false,
+            None => {
+                if !self.pool.claim_this_addr(c.t) {
+                    return false;
+                }
+                sh.hosts.insert(x.addr, Host { addr: c.t, bibs: 0, pinned: false });
+                let k = self.v4key(Protocol::Tcp, T4 { addr: c.t, port: 0 });
+                lock(&self.v4idx[self.shard_of4(&k)]).insert(k, T6 { addr: x.addr, port: 0 });
+                self.fast_host(x.addr, Some(c.t));
+                true
+            }
+        };
+        let full = self.n_sess.fetch_add(1, Ordering::AcqRel) >= self.cfg.max_sessions;
+        let t = if full {
+            self.n_sess.fetch_sub(1, Ordering::AcqRel);
+            Err(DropReason::SessionTableFull)
+        } else {
+            self.bib_get_or_create(&mut sh, Protocol::Tcp, x, y.addr, None).inspect_err(|_| {
+                self.n_sess.fetch_sub(1, Ordering::AcqRel);
+            })
+        };
+        match t {
+            Ok(t) => {
+                self.insert_session(
+                    &mut sh,
+                    key,
+                    t,
+                    Some(TcpState::V6Init),
+                    c.at,
+                    c.at.saturating_add(self.to[TO_TRANS]),
+                );
+                true
+            }
+            Err(r) => {
+                self.count_refused(r);
+                if claimed && sh.hosts.get(&x.addr).is_some_and(|h| h.bibs == 0) {
+                    sh.hosts.remove(&x.addr);
+                    let k = self.v4key(Protocol::Tcp, T4 { addr: c.t, port: 0 });
+                    lock(&self.v4idx[self.shard_of4(&k)]).remove(&k);
+                    self.pool.release_addr(c.t);
+                    self.fast_host(x.addr, None);
+                }
+                false
+            }
+        }
     }
 
     /// A packet of session `s` (as [`Nat64::sessions`] lists it) was

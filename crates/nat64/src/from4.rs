@@ -158,7 +158,9 @@ impl Nat64 {
             _ => None,
         };
         held.push(Held { t, y, deadline: now.saturating_add(self.to[TO_SYN]), pkt: pkt.to_vec(), orig6 });
-        self.held_n.fetch_add(1, Ordering::AcqRel);
+        if self.held_n.fetch_add(1, Ordering::AcqRel) == 0 {
+            self.fast_held(true);
+        }
         refuse(DropReason::SynHeld, None)
     }
 

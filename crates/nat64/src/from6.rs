@@ -132,6 +132,9 @@ impl Nat64 {
             let before = held.len();
             held.retain(|h| !(h.t == t && h.y == y));
             self.held_n.fetch_sub(before - held.len(), Ordering::AcqRel);
+            if held.is_empty() && before > 0 {
+                self.fast_held(false);
+            }
         }
         Ok(t)
     }

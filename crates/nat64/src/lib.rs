@@ -57,7 +57,7 @@ mod tuple;
 pub use admin::{BibInfo, SessionFilter, SessionInfo, Stats};
 pub use config::{Config, ConfigError, Mode, Pool4Entry, Protocol, StaticBib, EXAMPLE_TOML};
 pub use expire::Expired;
-pub use fastpath::FastHook;
+pub use fastpath::{Created, FastHook};
 pub use state::BibOrigin;
 pub use tcp::TcpState;
 
@@ -256,6 +256,9 @@ impl Nat64 {
     /// [`Stats::refused`]). Thread-safe; call from every worker.
     pub fn translate(&self, pkt: &[u8], now: u64, out: &mut Out) -> Verdict {
         out.clear();
+        // Sessions a fast path created first (NAT-PT): the packet may be
+        // one of theirs.
+        self.fast_drain();
         let v = match pkt.first().map(|b| b >> 4) {
             Some(6) => {
                 self.c.in6.fetch_add(1, Ordering::Relaxed);

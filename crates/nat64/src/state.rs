@@ -272,6 +272,7 @@ impl Nat64 {
                         sh.hosts.insert(x.addr, Host { addr: a, bibs: 1, pinned: false });
                         let k = self.v4key(p, T4 { addr: a, port: 0 });
                         lock(&self.v4idx[self.shard_of4(&k)]).insert(k, T6 { addr: x.addr, port: 0 });
+                        self.fast_host(x.addr, Some(a));
                         a
                     }
                 };
@@ -307,6 +308,7 @@ impl Nat64 {
                     let k = self.v4key(p, T4 { addr: a, port: 0 });
                     lock(&self.v4idx[self.shard_of4(&k)]).remove(&k);
                     self.pool.release_addr(a);
+                    self.fast_host(x.addr, None);
                 }
             }
         }

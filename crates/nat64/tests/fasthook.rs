@@ -182,3 +182,171 @@ fn refresh_through_the_close() {
         "V4 FIN + V6 FIN RCV: the transitory lifetime from the second FIN, whatever follows"
     );
 }
+
+// ---- NAT-PT sessions created by the fast path (Nat64::adopt) ----
+
+fn natpt() -> nat64::Config {
+    let mut c = short();
+    c.mode = nat64::Mode::Natpt;
+    c.pool4 = vec![nat64::Pool4Entry {
+        // One address: the twin binds the host to the same one.
+        prefix: "192.0.2.1/32".parse().unwrap(),
+        ports: (1, 65535),
+        protocols: Protocol::ALL.to_vec(),
+    }];
+    c
+}
+
+/// A fast path that created the sessions in `made` (handed over at the
+/// next `created` call) and records the host bindings and held flag.
+#[derive(Debug, Default)]
+struct PtHook {
+    made: Mutex<Vec<nat64::Created>>,
+    refused: Mutex<Vec<nat64::Created>>,
+    hosts: Mutex<HashMap<std::net::Ipv6Addr, std::net::Ipv4Addr>>,
+    held: Mutex<Vec<bool>>,
+}
+
+impl FastHook for PtHook {
+    fn mirror(&self, _: &SessionInfo, _: bool) {}
+    fn syn_ack(&self, _: &SessionInfo) -> Option<u64> {
+        None
+    }
+    fn host(&self, x: std::net::Ipv6Addr, t: Option<std::net::Ipv4Addr>) {
+        let mut h = self.hosts.lock().unwrap();
+        match t {
+            Some(t) => h.insert(x, t),
+            None => h.remove(&x),
+        };
+    }
+    fn held(&self, present: bool) {
+        self.held.lock().unwrap().push(present);
+    }
+    fn created(&self, adopt: &mut dyn FnMut(&nat64::Created) -> bool) {
+        let made = std::mem::take(&mut *self.made.lock().unwrap());
+        for c in made {
+            if !adopt(&c) {
+                self.refused.lock().unwrap().push(c);
+            }
+        }
+    }
+}
+
+fn created(sport: u16, t: &str, at: u64) -> nat64::Created {
+    nat64::Created {
+        protocol: Protocol::Tcp,
+        x: std::net::SocketAddrV6::new(a6(H1), sport, 0, 0),
+        y: std::net::SocketAddrV4::new(a4(Y4), 80),
+        t: a4(t),
+        at,
+    }
+}
+
+/// Everything a listing shows of a translator: sessions (with lifetimes),
+/// BIB entries, the counters of sessions and hosts.
+fn table(n: &Nat64, now: u64) -> String {
+    let st = n.stats();
+    format!(
+        "{:?}\n{:?}\nsessions {:?} bib {:?} hosts {} created {:?} used {}",
+        n.sessions(&SessionFilter::default(), now),
+        n.bib(),
+        st.sessions,
+        st.bib,
+        st.natpt_hosts,
+        st.sessions_created,
+        st.pool4_addresses,
+    )
+}
+
+#[test]
+fn natpt_created_session_adopted_as_its_syn() {
+    let (twin, _) = hooked(natpt());
+    let n = nat(natpt());
+    let h = Arc::new(PtHook::default());
+    n.set_fast_hook(Some(h.clone()));
+    // Host H1 gets its address from a first session (UDP), told to the hook.
+    fwd(&twin, &V6::new(17, H1, Y6).udp(40000, 53, b"q"), 0);
+    fwd(&n, &V6::new(17, H1, Y6).udp(40000, 53, b"q"), 0);
+    let t = *h.hosts.lock().unwrap().get(&a6(H1)).expect("binding told to the hook");
+    // The twin sees the SYN at 1 s; the fast path created it at 1 s and
+    // the translator takes it over with its next packet (at 3 s).
+    let out = fwd(&twin, &tcp6(SYN, 5555), S);
+    assert_eq!(v4src(&out), t, "the twin translated to the binding's address");
+    h.made.lock().unwrap().push(created(5555, &t.to_string(), S));
+    fwd(&n, &V6::new(17, H1, Y6).udp(40000, 53, b"q2"), 3 * S);
+    fwd(&twin, &V6::new(17, H1, Y6).udp(40000, 53, b"q2"), 3 * S);
+    assert!(h.refused.lock().unwrap().is_empty());
+    assert_eq!(table(&n, 3 * S), table(&twin, 3 * S), "adopted as the SYN would have entered it");
+    assert_eq!(tcp(&n, 3 * S), [(5555, Some(TcpState::V6Init), 2_000)], "transitory lifetime from creation");
+    // Its answer and the rest of the handshake then go as on the twin.
+    let synack = V4::new(6, Y4, &t.to_string()).tcp(80, 5555, SYN | ACK, b"");
+    for (pkt, at) in [(synack, 4 * S), (tcp6(ACK, 5555), 4 * S)] {
+        assert_eq!(fwd(&n, &pkt, at), fwd(&twin, &pkt, at));
+    }
+    assert_eq!(table(&n, 5 * S), table(&twin, 5 * S));
+    // Handed over again (a duplicate): the session stays as it is.
+    h.made.lock().unwrap().push(created(5555, &t.to_string(), 5 * S));
+    n.expire(5 * S);
+    twin.expire(5 * S);
+    assert!(h.refused.lock().unwrap().is_empty());
+    assert_eq!(table(&n, 5 * S), table(&twin, 5 * S), "an existing session is left as it is");
+}
+
+#[test]
+fn natpt_adoption_claims_the_address_again_or_refuses() {
+    let n = nat(natpt());
+    let h = Arc::new(PtHook::default());
+    n.set_fast_hook(Some(h.clone()));
+    // The host's only session expired before the event was drained: its
+    // address went back to the pool (the hook was told) and is free.
+    fwd(&n, &V6::new(17, H1, Y6).udp(40000, 53, b"q"), 0);
+    let t = *h.hosts.lock().unwrap().get(&a6(H1)).unwrap();
+    n.expire(1_000 * S);
+    assert!(h.hosts.lock().unwrap().is_empty(), "address given back, told");
+    h.made.lock().unwrap().push(created(6000, &t.to_string(), 1_000 * S));
+    n.expire(1_000 * S);
+    assert!(h.refused.lock().unwrap().is_empty(), "claimed again");
+    assert_eq!(h.hosts.lock().unwrap().get(&a6(H1)), Some(&t), "binding mirrored again");
+    assert_eq!(n.stats().natpt_hosts, 1);
+    assert_eq!(tcp(&n, 1_000 * S), [(6000, Some(TcpState::V6Init), 4_000)]);
+    // Another host's event for an address held by H1: refused, nothing made.
+    let other =
+        nat64::Created { x: std::net::SocketAddrV6::new(a6(H2), 7000, 0, 0), ..created(7000, &t.to_string(), 0) };
+    h.made.lock().unwrap().push(other);
+    n.expire(1_000 * S);
+    assert_eq!(h.refused.lock().unwrap().as_slice(), [other]);
+    assert_eq!(n.stats().natpt_hosts, 1);
+    assert_eq!(n.sessions(&SessionFilter::default(), 1_000 * S).len(), 1);
+}
+
+#[test]
+fn natpt_adoption_refused_at_the_table_limit() {
+    let mut c = natpt();
+    c.max_sessions = 1;
+    let n = nat(c);
+    let h = Arc::new(PtHook::default());
+    n.set_fast_hook(Some(h.clone()));
+    fwd(&n, &tcp6(SYN, 5555), 0);
+    let t = h.hosts.lock().unwrap()[&a6(H1)];
+    let e = created(5556, &t.to_string(), 0);
+    h.made.lock().unwrap().push(e);
+    n.expire(0);
+    assert_eq!(h.refused.lock().unwrap().as_slice(), [e], "over max-sessions: the fast path removes it");
+    assert_eq!(n.sessions(&SessionFilter::default(), 0).len(), 1);
+    assert!(n.stats().refused.values().sum::<u64>() == 1, "{:?}", n.stats().refused);
+}
+
+#[test]
+fn natpt_held_syns_told() {
+    let n = nat(natpt());
+    let h = Arc::new(PtHook::default());
+    n.set_fast_hook(Some(h.clone()));
+    fwd(&n, &tcp6(SYN, 5555), 0);
+    let t = h.hosts.lock().unwrap()[&a6(H1)];
+    // An unsolicited IPv4 SYN to the host's address is held; it expires.
+    let syn4 = V4::new(6, Y4B, &t.to_string()).tcp(80, 9999, SYN, b"");
+    let _ = run(&n, &syn4, 0);
+    assert_eq!(h.held.lock().unwrap().as_slice(), [true]);
+    n.expire(10 * S);
+    assert_eq!(h.held.lock().unwrap().as_slice(), [true, false]);
+}

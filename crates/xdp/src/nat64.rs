@@ -7,11 +7,18 @@
 //! mirror a session while the packet that created it is being handled.
 
 use crate::dslite::own_hash;
-use crate::loader::{found, map_err, FastPath};
-use crate::types::{maps::NAT64_SESSIONS, FlowKey, Nat64Value, NAT64_F_HALF_OPEN, NAT64_F_SYN_ACK};
+use crate::loader::{drain_ring, found, map_err, own_ring, FastPath};
+use crate::types::maps::{NAT64_SESSIONS, NATPT_EVENTS, NATPT_HOSTS, NATPT_MAKE, NATPT_POOL4};
+use crate::types::{
+    FlowKey, Nat64Value, NatptEvent, NatptHost, NatptMake, NAT64_F_HALF_OPEN, NAT64_F_SYN_ACK, NATPT_MAKE_HELD,
+    NATPT_MAKE_ON,
+};
 use crate::Error;
-use aya::maps::{HashMap, MapData};
-use core::net::{Ipv4Addr, SocketAddrV4, SocketAddrV6};
+use aya::maps::lpm_trie::{Key, LpmTrie};
+use aya::maps::{Array, HashMap, Map, MapData, RingBuf};
+use core::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 /// Transport of a session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,17 +149,268 @@ impl Nat64Sessions {
     }
 }
 
+impl Nat64Sessions {
+    /// Remove both entries of `s` (those that are there).
+    pub fn remove(&mut self, s: &Session) -> Result<(), Error> {
+        for (k, _) in s.entries() {
+            found(NAT64_SESSIONS, self.map.remove(&k))?;
+        }
+        Ok(())
+    }
+}
+
+/// A NAT-PT session the program created from the IPv6 host's SYN
+/// (`natpt_events`): TCP, half-open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Made {
+    /// The session, as its entries were written (`half_open`).
+    pub session: Session,
+    /// `bpf_ktime_get_coarse_ns()` (CLOCK_MONOTONIC) when it was created.
+    pub ns: u64,
+}
+
+impl Made {
+    /// The event `b` (a `natpt_events` record), None when it is not one.
+    /// `pool6` is the /96 prefix whose last 4 bytes the program replaced.
+    pub fn parse(b: &[u8], pool6: [u8; 12]) -> Option<Made> {
+        if b.len() < core::mem::size_of::<NatptEvent>() || b[28] != 6 {
+            return None;
+        }
+        let a4 = |o: usize| Ipv4Addr::new(b[o], b[o + 1], b[o + 2], b[o + 3]);
+        let mut x = [0u8; 16];
+        x.copy_from_slice(&b[..16]);
+        let mut y6 = [0u8; 16];
+        y6[..12].copy_from_slice(&pool6);
+        y6[12..].copy_from_slice(&b[16..20]);
+        let xp = u16::from_be_bytes([b[24], b[25]]);
+        let yp = u16::from_be_bytes([b[26], b[27]]);
+        let mut ns = [0u8; 8];
+        ns.copy_from_slice(&b[32..40]);
+        let session = Session {
+            l4: L4::Tcp,
+            x: SocketAddrV6::new(x.into(), xp, 0, 0),
+            y6: SocketAddrV6::new(y6.into(), yp, 0, 0),
+            t: SocketAddrV4::new(a4(20), xp),
+            y: SocketAddrV4::new(a4(16), yp),
+            half_open: true,
+        };
+        Some(Made { session, ns: u64::from_ne_bytes(ns) })
+    }
+}
+
+/// What the program may create NAT-PT sessions with ([`Natpt::configure`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NatptConfig {
+    /// The NAT64 `pool6` (must be a /96; another length: nothing created).
+    pub pool6: xlat::addr::Prefix6,
+    /// The NAT64 pool4 prefixes (their destinations stay on the slow path).
+    pub pool4: Vec<xlat::addr::Prefix4>,
+    /// `max-sessions`.
+    pub limit: u64,
+}
+
+/// `natpt_pool4`: pool4 prefixes → 1.
+type Pool4Trie = LpmTrie<MapData, [u8; 4], u8>;
+
+/// NAT-PT sessions created in XDP: the host bindings (`natpt_hosts`), the
+/// checks (`natpt_make`, `natpt_pool4`) and the ring of created sessions
+/// (`natpt_events`), on handles of their own (`Send`, `Sync`) for the
+/// translator's hook.
+pub struct Natpt {
+    hosts: Mutex<HashMap<MapData, [u8; 16], NatptHost>>,
+    make: Mutex<(Array<MapData, NatptMake>, NatptMake)>,
+    pool4: Mutex<(Pool4Trie, Vec<xlat::addr::Prefix4>)>,
+    ring: Mutex<RingBuf<MapData>>,
+    sessions: Mutex<Nat64Sessions>,
+    drained: AtomicU64,
+}
+
+impl core::fmt::Debug for Natpt {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("Natpt(natpt_events)")
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A map of a loaded object on a handle of its own (a duplicated fd).
+fn own_map(m: &Map, name: &'static str) -> Result<MapData, Error> {
+    use std::os::fd::AsFd as _;
+    let d = match m {
+        Map::Array(d) | Map::LpmTrie(d) => d,
+        _ => return Err(Error::Bpf(format!("map {name}: not an array or LPM trie"))),
+    };
+    let fd = d.fd().as_fd().try_clone_to_owned().map_err(|e| Error::Bpf(format!("map {name}: dup: {e}")))?;
+    MapData::from_fd(fd).map_err(|e| map_err(name, e))
+}
+
+fn bpf_err(name: &'static str, e: impl core::fmt::Display) -> Error {
+    Error::Bpf(format!("map {name}: {e}"))
+}
+
+impl Natpt {
+    fn write_make(&self, f: impl FnOnce(&mut NatptMake)) -> Result<(), Error> {
+        let mut g = lock(&self.make);
+        let (a, v) = &mut *g;
+        f(v);
+        a.set(1, *v, 0).map_err(|e| map_err(NATPT_MAKE, e))
+    }
+
+    /// Turn creation on with `c` (a /96 pool6, pool4, limit), or off (None,
+    /// or a pool6 of another length). The host bindings stay.
+    pub fn configure(&self, c: Option<&NatptConfig>) -> Result<(), Error> {
+        let c = c.filter(|c| c.pool6.len() == 96);
+        {
+            let mut g = lock(&self.pool4);
+            let (t, had) = &mut *g;
+            for p in had.drain(..) {
+                found(NATPT_POOL4, t.remove(&Key::new(u32::from(p.len()), p.addr().octets())))?;
+            }
+            for p in c.map(|c| c.pool4.as_slice()).unwrap_or_default() {
+                t.insert(&Key::new(u32::from(p.len()), p.addr().octets()), 1, 0)
+                    .map_err(|e| map_err(NATPT_POOL4, e))?;
+                had.push(*p);
+            }
+        }
+        self.write_make(|m| {
+            m.flags &= !NATPT_MAKE_ON;
+            if let Some(c) = c {
+                m.flags |= NATPT_MAKE_ON;
+                m.limit = c.limit;
+                m.pool6.copy_from_slice(&c.pool6.addr().octets()[..12]);
+            }
+        })
+    }
+
+    /// Host `x` holds `t` (Some) or gave its address back (None).
+    /// [`Error::MapFull`]: that host's first packets stay on the slow path.
+    pub fn set_host(&self, x: Ipv6Addr, t: Option<Ipv4Addr>) -> Result<(), Error> {
+        let mut m = lock(&self.hosts);
+        match t {
+            Some(t) => m.insert(x.octets(), NatptHost { addr: t.octets() }, 0).map_err(|e| map_err(NATPT_HOSTS, e)),
+            None => found(NATPT_HOSTS, m.remove(&x.octets())).map(drop),
+        }
+    }
+
+    /// The pool4 address the program sees host `x` hold.
+    pub fn host(&self, x: Ipv6Addr) -> Result<Option<Ipv4Addr>, Error> {
+        let m = lock(&self.hosts);
+        Ok(found(NATPT_HOSTS, m.get(&x.octets(), 0))?.map(|h| Ipv4Addr::from(h.addr)))
+    }
+
+    /// The translator holds IPv4 SYNs (true) or none (false).
+    pub fn set_held(&self, held: bool) -> Result<(), Error> {
+        self.write_make(|m| {
+            m.flags &= !NATPT_MAKE_HELD;
+            if held {
+                m.flags |= NATPT_MAKE_HELD;
+            }
+        })
+    }
+
+    /// The translator's session table holds `sessions` (after a drain):
+    /// what the program counts its table limit from.
+    pub fn set_sessions(&self, sessions: u64) -> Result<(), Error> {
+        let drained = self.drained.load(Ordering::Acquire);
+        self.write_make(|m| m.n = sessions.wrapping_sub(drained))
+    }
+
+    /// Sessions the program created so far.
+    pub fn created(&self) -> Result<u64, Error> {
+        let g = lock(&self.make);
+        g.0.get(&0, 0).map(|v| v.n).map_err(|e| map_err(NATPT_MAKE, e))
+    }
+
+    /// Hand each session the program created since the last drain to
+    /// `adopt`, oldest first; the entries of those it returns false for
+    /// are removed (the flow starts again on the slow path). Returns how
+    /// many. Another thread draining at the time is waited for, so that
+    /// on return every session created before the call has been handed
+    /// over (a packet of one of them is never handled first).
+    pub fn drain(&self, mut adopt: impl FnMut(&Made) -> bool) -> usize {
+        let mut rb = lock(&self.ring);
+        let mut pool6 = None;
+        let mut refused = Vec::new();
+        let n = drain_ring(&mut rb, |b| {
+            let p6 = *pool6.get_or_insert_with(|| lock(&self.make).1.pool6);
+            if let Some(m) = Made::parse(b, p6) {
+                if !adopt(&m) {
+                    refused.push(m.session);
+                }
+            }
+        });
+        drop(rb);
+        self.drained.fetch_add(n as u64, Ordering::AcqRel);
+        if !refused.is_empty() {
+            let mut s = lock(&self.sessions);
+            for r in &refused {
+                // Entries left by a failed removal go with the next sync.
+                let _ = s.remove(r);
+            }
+        }
+        n
+    }
+}
+
 impl FastPath {
     /// A handle of its own on `nat64_sessions` ([`Nat64Sessions`]).
     pub fn nat64_sessions(&self) -> Result<Nat64Sessions, Error> {
         let m = self.map(NAT64_SESSIONS)?;
         Ok(Nat64Sessions { map: own_hash(m, NAT64_SESSIONS)? })
     }
+
+    /// Handles of their own on the maps of NAT-PT sessions created in XDP
+    /// ([`Natpt`]); creation is off until [`Natpt::configure`].
+    pub fn natpt(&self) -> Result<Natpt, Error> {
+        let make = Array::try_from(Map::Array(own_map(self.map(NATPT_MAKE)?, NATPT_MAKE)?))
+            .map_err(|e| bpf_err(NATPT_MAKE, e))?;
+        let pool4 = LpmTrie::try_from(Map::LpmTrie(own_map(self.map(NATPT_POOL4)?, NATPT_POOL4)?))
+            .map_err(|e| bpf_err(NATPT_POOL4, e))?;
+        let n = Natpt {
+            hosts: Mutex::new(own_hash(self.map(NATPT_HOSTS)?, NATPT_HOSTS)?),
+            make: Mutex::new((make, NatptMake::default())),
+            pool4: Mutex::new((pool4, Vec::new())),
+            ring: Mutex::new(own_ring(self.map(NATPT_EVENTS)?, NATPT_EVENTS)?),
+            sessions: Mutex::new(self.nat64_sessions()?),
+            drained: AtomicU64::new(0),
+        };
+        n.write_make(|_| ())?;
+        Ok(n)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn natpt_event_parsed_at_the_contract_offsets() {
+        let off = |f: &str| NatptEvent::FIELDS.iter().find(|(n, _, _)| *n == f).map(|(_, o, _)| *o).unwrap();
+        let mut b = [0u8; 40];
+        b[off("x")..off("x") + 16].copy_from_slice(&"2001:db8::5".parse::<Ipv6Addr>().unwrap().octets());
+        b[off("y")..off("y") + 4].copy_from_slice(&[198, 51, 100, 7]);
+        b[off("t")..off("t") + 4].copy_from_slice(&[192, 0, 2, 1]);
+        b[off("sport_be")..off("sport_be") + 2].copy_from_slice(&4000u16.to_be_bytes());
+        b[off("dport_be")..off("dport_be") + 2].copy_from_slice(&80u16.to_be_bytes());
+        b[off("proto")] = 6;
+        b[off("ns")..off("ns") + 8].copy_from_slice(&12345u64.to_ne_bytes());
+        let pool6 = [0x00, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0];
+        let m = Made::parse(&b, pool6).expect("an event");
+        let want = Session {
+            l4: L4::Tcp,
+            x: "[2001:db8::5]:4000".parse().unwrap(),
+            y6: "[64:ff9b::c633:6407]:80".parse().unwrap(),
+            t: "192.0.2.1:4000".parse().unwrap(),
+            y: "198.51.100.7:80".parse().unwrap(),
+            half_open: true,
+        };
+        assert_eq!(m, Made { session: want, ns: 12345 });
+        b[off("proto")] = 17;
+        assert_eq!(Made::parse(&b, pool6), None, "only TCP is created");
+        assert_eq!(Made::parse(&b[..39], pool6), None, "cut short");
+    }
 
     #[test]
     fn half_open_flag_only_on_tcp_entries() {

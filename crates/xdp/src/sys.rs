@@ -4,8 +4,8 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 use crate::types::{
-    Config, Count, Eam, FlowKey, Nat64Value, Nexthop, RelayKey, RelayValue, TgenConfig, TgenFlow, TgenState,
-    TrecvConfig, TrecvCounts, TrecvLearned, TrecvTrend,
+    Config, Count, Eam, FlowKey, Nat64Value, NatptHost, NatptMake, Nexthop, RelayKey, RelayValue, TgenConfig, TgenFlow,
+    TgenState, TrecvConfig, TrecvCounts, TrecvLearned, TrecvTrend,
 };
 use std::ffi::CString;
 use std::io;
@@ -23,6 +23,10 @@ unsafe impl aya::Pod for Eam {}
 unsafe impl aya::Pod for FlowKey {}
 // SAFETY: as above.
 unsafe impl aya::Pod for Nat64Value {}
+// SAFETY: as above (NAT-PT creation, see types.rs).
+unsafe impl aya::Pod for NatptMake {}
+// SAFETY: as above.
+unsafe impl aya::Pod for NatptHost {}
 // SAFETY: as above.
 unsafe impl aya::Pod for RelayKey {}
 // SAFETY: as above.

@@ -496,6 +496,57 @@ pub mod tester {
     pub const PROG_TRECV: &str = "xdp_trecv";
 }
 
+contract! {
+    /// Value of the two-entry `natpt_make` array: what the program checks
+    /// before it creates a NAT-PT session from an IPv6 host's SYN. Entry 0
+    /// is the program's (`n`: sessions it created, an atomic add; the rest
+    /// zero); entry 1 is the translator's (`n`: its session count less the
+    /// creations it has drained, so that the two `n` add up to the table's
+    /// size; `limit`, `flags`, `pool6`).
+    pub struct NatptMake / "v6g_natpt_make" {
+        /// Sessions (see above).
+        pub n: u64,
+        /// The session table limit (`max-sessions`).
+        pub limit: u64,
+        /// `NATPT_MAKE_*` flags.
+        pub flags: u32,
+        /// The NAT64 `pool6` /96 prefix (its first 12 bytes).
+        pub pool6: [u8; 12],
+    }
+}
+
+contract! {
+    /// Value of the `natpt_hosts` hash map (key: the IPv6 host's address,
+    /// 16 bytes): the pool4 address the host holds in NAT-PT mode.
+    pub struct NatptHost / "v6g_natpt_host" {
+        /// The IPv4 address, network order.
+        pub addr: [u8; 4],
+    }
+}
+
+contract! {
+    /// A record of the `natpt_events` ring buffer: a session the program
+    /// created (X:x → Y:y, translated to T:x → Y:y), at `ns`.
+    pub struct NatptEvent / "v6g_natpt_event" {
+        /// The IPv6 host X.
+        pub x: [u8; 16],
+        /// The IPv4 peer Y (network order).
+        pub y: [u8; 4],
+        /// The host's pool4 address T (network order).
+        pub t: [u8; 4],
+        /// x, network order.
+        pub sport_be: u16,
+        /// y, network order.
+        pub dport_be: u16,
+        /// 6 (TCP).
+        pub proto: u8,
+        /// Zero.
+        pub pad: [u8; 3],
+        /// `bpf_ktime_get_coarse_ns()` when it was created.
+        pub ns: u64,
+    }
+}
+
 /// [`Xlat::flags`]: the function is on.
 pub const XLAT_ON: u8 = 1 << 0;
 /// `reset-traffic-class`: IPv4 → IPv6 Traffic Class 0.
@@ -548,6 +599,14 @@ pub const NAT64_F_HALF_OPEN: u32 = 1 << 0;
 /// entries of the session); the entries are carried in full from then on.
 pub const NAT64_F_SYN_ACK: u32 = 1 << 1;
 
+/// [`NatptMake::flags`]: the program creates NAT-PT sessions (NAT-PT
+/// mode, a /96 `pool6`, the translator draining `natpt_events`).
+pub const NATPT_MAKE_ON: u32 = 1 << 0;
+/// [`NatptMake::flags`]: the translator holds IPv4 SYNs (RFC 6146
+/// §3.5.2.2): a new TCP session may have to discard one, which only the
+/// slow path does.
+pub const NATPT_MAKE_HELD: u32 = 1 << 1;
+
 /// Map names in the BPF object.
 pub mod maps {
     /// `ARRAY[1]` of [`super::Config`].
@@ -558,6 +617,15 @@ pub mod maps {
     pub const EAMT6: &str = "eamt6";
     /// `HASH` [`super::FlowKey`] → [`super::Nat64Value`].
     pub const NAT64_SESSIONS: &str = "nat64_sessions";
+    /// `HASH` IPv6 host address (16 bytes) → [`super::NatptHost`].
+    pub const NATPT_HOSTS: &str = "natpt_hosts";
+    /// `LPM_TRIE` [`super::LpmKey4`] → `u8`: the NAT64 pool4 (NAT-PT:
+    /// hairpinned destinations stay on the slow path).
+    pub const NATPT_POOL4: &str = "natpt_pool4";
+    /// `ARRAY[2]` of [`super::NatptMake`].
+    pub const NATPT_MAKE: &str = "natpt_make";
+    /// `RINGBUF` of [`super::NatptEvent`].
+    pub const NATPT_EVENTS: &str = "natpt_events";
     /// `HASH` [`super::RelayKey`] → [`super::RelayValue`].
     pub const TRGW_RELAY: &str = "trgw_relay";
     /// `PERCPU_ARRAY` of [`super::Count`], indexed by `RelayValue::stats_index`.
@@ -669,6 +737,28 @@ counters! {
     /// Pass: a packet of a half-open NAT64 TCP session other than its
     /// IPv4 side's SYN+ACK (the slow path translates it in V6 INIT).
     PassHalfOpen = "V6G_P_HALF_OPEN", "half-open";
+    /// NAT-PT: a session created from the IPv6 host's SYN (also counted
+    /// in `nat64-6to4` when translated).
+    NatptMade = "V6G_C_NATPT_MADE", "natpt-created";
+    /// NAT-PT: another CPU or the slow path created the same session
+    /// first; translated with its entry.
+    NatptRace = "V6G_C_NATPT_RACE", "natpt-race";
+    /// Pass: NAT-PT SYN of a host that holds no mirrored address.
+    PassNatptNoHost = "V6G_P_NATPT_NO_HOST", "natpt-no-host";
+    /// Pass: NAT-PT SYN from pool6 (a loop) or to one of our pool4
+    /// addresses (hairpinning stays on the slow path).
+    PassNatptHairpin = "V6G_P_NATPT_HAIRPIN", "natpt-hairpin";
+    /// Pass: NAT-PT SYN from or to an address never translated.
+    PassNatptForbidden = "V6G_P_NATPT_FORBIDDEN", "natpt-forbidden";
+    /// Pass: NAT-PT SYN with the session table at its limit.
+    PassNatptTableFull = "V6G_P_NATPT_TABLE_FULL", "natpt-table-full";
+    /// Pass: NAT-PT SYN while the translator holds IPv4 SYNs.
+    PassNatptHeld = "V6G_P_NATPT_HELD", "natpt-held";
+    /// Pass: NAT-PT SYN with the event ring buffer full (nothing created).
+    PassNatptRingFull = "V6G_P_NATPT_RING_FULL", "natpt-ring-full";
+    /// Pass: NAT-PT SYN whose entries could not be inserted (a stale
+    /// IPv4-side entry, or the map full).
+    PassNatptInsert = "V6G_P_NATPT_INSERT", "natpt-insert";
 }
 
 /// Number of counters (`max_entries` of `counters`).
@@ -692,6 +782,9 @@ pub const STRUCTS: &[(&str, usize, &[Field])] = &[
     (FibKey::C_NAME, core::mem::size_of::<FibKey>(), FibKey::FIELDS),
     (FibValue::C_NAME, core::mem::size_of::<FibValue>(), FibValue::FIELDS),
     (Nexthop::C_NAME, core::mem::size_of::<Nexthop>(), Nexthop::FIELDS),
+    (NatptMake::C_NAME, core::mem::size_of::<NatptMake>(), NatptMake::FIELDS),
+    (NatptHost::C_NAME, core::mem::size_of::<NatptHost>(), NatptHost::FIELDS),
+    (NatptEvent::C_NAME, core::mem::size_of::<NatptEvent>(), NatptEvent::FIELDS),
 ];
 
 /// The tester's contract structs (checked by `V6G_CHECK_TESTER_LAYOUT()`).
@@ -725,6 +818,8 @@ pub const CONSTANTS: &[(&str, u64)] = &[
     ("V6G_RELAY_OUT_KNOWN", RELAY_OUT_KNOWN as u64),
     ("V6G_NAT64_F_HALF_OPEN", NAT64_F_HALF_OPEN as u64),
     ("V6G_NAT64_F_SYN_ACK", NAT64_F_SYN_ACK as u64),
+    ("V6G_NATPT_MAKE_ON", NATPT_MAKE_ON as u64),
+    ("V6G_NATPT_MAKE_HELD", NATPT_MAKE_HELD as u64),
     ("V6G_COUNTER_MAX", COUNTER_MAX as u64),
     ("V6G_TESTER_MAGIC_HI", TESTER_MAGIC_HI as u64),
     ("V6G_TGEN_4IN6", TGEN_4IN6 as u64),
@@ -760,6 +855,8 @@ mod tests {
         assert_eq!(core::mem::size_of::<FibValue>(), 32);
         assert_eq!(core::mem::size_of::<FlowKey>(), 40);
         assert_eq!(core::mem::size_of::<Nat64Value>(), 48);
+        assert_eq!(core::mem::size_of::<NatptMake>(), 32);
+        assert_eq!(core::mem::size_of::<NatptEvent>(), 40);
         // Same layout as trgw::table::RelayKey, which it mirrors.
         assert_eq!(core::mem::size_of::<RelayKey>(), 20);
         // 60 bytes and the per-leg sums (three u16 and padding).

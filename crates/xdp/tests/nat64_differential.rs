@@ -424,3 +424,302 @@ fn half_open_generated_packets() {
         })
         .unwrap();
 }
+
+// ---- NAT-PT sessions created in XDP (issue #15) ----
+
+/// The engine's hook as the daemon's: mirrors into `nat64_sessions`, the
+/// host bindings and held flag into the NAT-PT maps, and takes over the
+/// sessions the program created (the clocks are both CLOCK_MONOTONIC).
+#[derive(Debug)]
+struct PtHook {
+    map: Mutex<xdp::nat64::Nat64Sessions>,
+    pt: xdp::nat64::Natpt,
+    adopted: Mutex<Vec<nat64::Created>>,
+}
+
+impl FastHook for PtHook {
+    fn mirror(&self, s: &SessionInfo, half_open: bool) {
+        self.map.lock().unwrap().insert(&session(s, half_open)).expect("mirror");
+    }
+    fn syn_ack(&self, s: &SessionInfo) -> Option<u64> {
+        let seen = self.map.lock().unwrap().seen(&session(s, true)).expect("read back")?;
+        seen.syn_ack.then_some(seen.last_seen_ns)
+    }
+    fn host(&self, x: std::net::Ipv6Addr, t: Option<std::net::Ipv4Addr>) {
+        self.pt.set_host(x, t).expect("host binding");
+    }
+    fn held(&self, present: bool) {
+        self.pt.set_held(present).expect("held flag");
+    }
+    fn created(&self, adopt: &mut dyn FnMut(&nat64::Created) -> bool) {
+        self.pt.drain(|m| {
+            let s = m.session;
+            let c = nat64::Created { protocol: Protocol::Tcp, x: s.x, y: s.y, t: *s.t.ip(), at: m.ns };
+            let ok = adopt(&c);
+            if ok {
+                self.adopted.lock().unwrap().push(c);
+            }
+            ok
+        });
+    }
+}
+
+/// One address: the engine and the twin bind the host to the same one.
+const PT_POOL4: &str = "192.0.2.1/32";
+
+fn core_pt(max_sessions: usize) -> Nat64 {
+    let mut c: nat64::Config = toml::from_str(&format!(
+        r#"
+        mode = "natpt"
+        pool6 = "2001:db8:64::/96"
+        pool4 = ["{PT_POOL4}"]
+        "#
+    ))
+    .unwrap();
+    c.shards = 2;
+    c.max_sessions = max_sessions;
+    Nat64::new(c).expect("valid NAT-PT config")
+}
+
+fn pt_setup(name: &str, max_sessions: usize) -> (Net, Nat64, Nat64, Arc<PtHook>) {
+    let mut net = Net::new(name);
+    net.fp.set_nat64(&xlat::siit::Config::default()).unwrap();
+    let engine = core_pt(max_sessions);
+    let twin = core_pt(max_sessions);
+    let pt = net.fp.natpt().unwrap();
+    pt.configure(Some(&xdp::nat64::NatptConfig {
+        pool6: "2001:db8:64::/96".parse().unwrap(),
+        pool4: vec![PT_POOL4.parse().unwrap()],
+        limit: max_sessions as u64,
+    }))
+    .unwrap();
+    let hook = Arc::new(PtHook { map: Mutex::new(net.fp.nat64_sessions().unwrap()), pt, adopted: Mutex::default() });
+    engine.set_fast_hook(Some(hook.clone()));
+    (net, engine, twin, hook)
+}
+
+/// The SYN `l3` through the program: forwarded (the session created
+/// there) or passed to the engine. Either way the engine then holds the
+/// session as the twin does that saw the SYN itself, at the time the
+/// program created it, and the bytes are the twin's.
+fn pt_syn(net: &Net, engine: &Nat64, twin: &Nat64, hook: &PtHook, l3: &[u8], now: u64) -> Outcome {
+    let before = hook.adopted.lock().unwrap().len();
+    let o = run(net, progs::NAT64, &frame(l3), net.ingress(l3));
+    match &o {
+        Outcome::Forwarded(got) => {
+            engine.expire(now);
+            let ad = hook.adopted.lock().unwrap();
+            assert_eq!(ad.len(), before + 1, "the created session was taken over");
+            let at = ad[before].at;
+            let want = core_forward(twin, l3, at, ident_of(got)).unwrap_or_else(|e| panic!("twin: {e}"));
+            assert_eq!(hex(got), hex(&want), "created in XDP and twin differ for {}", hex(l3));
+            check_ip(got);
+            assert_eq!(engine.sessions(&SessionFilter::default(), at), twin.sessions(&SessionFilter::default(), at));
+        }
+        Outcome::Passed => {
+            let got = core_forward(engine, l3, now, 0).unwrap_or_else(|e| panic!("engine: {e}"));
+            let want = core_forward(twin, l3, now, 0).unwrap_or_else(|e| panic!("twin: {e}"));
+            assert_eq!(hex(&got), hex(&want));
+        }
+    }
+    o
+}
+
+fn pt_v6(src: &str, dst: &str) -> V6 {
+    V6 { tc: 0x28, ..V6::new(6, src, dst) }
+}
+
+#[test]
+fn natpt_sessions_created_in_xdp() {
+    let (net, engine, twin, hook) = pt_setup("xdp-natpt-make", 100_000);
+    let t0 = mono();
+    // A SYN of a host without an address passes: the engine binds it
+    // (host told to the program) and creates the session itself.
+    let syn = |sport: u16| pt_v6(X, Y6).tcp(sport, 80, 0x02, b"");
+    assert_eq!(pt_syn(&net, &engine, &twin, &hook, &syn(40010), t0), Outcome::Passed);
+    let t = hook.pt.host(X.parse().unwrap()).unwrap().expect("the binding is mirrored");
+    assert_eq!(engine.natpt_hosts(), [(X.parse().unwrap(), t)]);
+    // The host's next SYNs (new ports, another peer) are created in XDP.
+    let y2 = "2001:db8:64::c633:6408";
+    for (sport, dst) in [(40011, Y6), (40012, y2), (40013, Y6)] {
+        let l3 = pt_v6(X, dst).tcp(sport, 80, 0x02, b"\x02\x04\x05\xb4\x01\x01\x04\x02");
+        assert!(matches!(pt_syn(&net, &engine, &twin, &hook, &l3, mono()), Outcome::Forwarded(_)), "SYN {sport}");
+    }
+    let c = net.fp.counter_map().unwrap();
+    assert_eq!(c["natpt-created"].packets, 3, "{c:?}");
+    assert_eq!(hook.pt.created().unwrap(), 3);
+    // The retransmitted SYN passes (the session exists: half-open).
+    assert_eq!(run(&net, progs::NAT64, &frame(&syn(40011)), net.ingress(&syn(40011))), Outcome::Passed);
+    // Its SYN+ACK is carried and recorded; the engine learns it at the
+    // next packet it handles (the FIN) and ends as the twin.
+    let sa = V4 { tos: 0x28, ..V4::new(6, Y, &t.to_string()) }.tcp(80, 40011, 0x12, b"");
+    let got = match run(&net, progs::NAT64, &frame(&sa), net.ingress(&sa)) {
+        Outcome::Forwarded(p) => p,
+        o => panic!("SYN+ACK of a created session: {o:?}"),
+    };
+    let k4 = xdp::nat64::Session {
+        l4: L4::Tcp,
+        x: format!("[{X}]:40011").parse().unwrap(),
+        y6: format!("[{Y6}]:80").parse().unwrap(),
+        t: std::net::SocketAddrV4::new(t, 40011),
+        y: format!("{Y}:80").parse().unwrap(),
+        half_open: true,
+    };
+    let seen = net.fp.nat64_get(&k4.entries()[1].0).unwrap().unwrap().last_seen_ns;
+    assert_eq!(hex(&got), hex(&core_forward(&twin, &sa, seen, 0).unwrap()), "SYN+ACK translation");
+    let fin = pt_v6(X, Y6).tcp(40011, 80, 0x11, b"");
+    let later = seen + 1_000_000_000;
+    assert_eq!(twin_step(&net, &engine, &twin, &fin, later), Outcome::Passed);
+    assert_eq!(tcp_table(&engine, later), tcp_table(&twin, later), "every session as the twin has it");
+    assert_eq!(engine.stats().sessions_created, twin.stats().sessions_created);
+    assert_eq!(engine.stats().natpt_hosts, 1);
+}
+
+#[test]
+fn natpt_creation_refusals_pass() {
+    let (net, engine, twin, hook) = pt_setup("xdp-natpt-refuse", 100_000);
+    let now = mono();
+    let bind = pt_v6(X, Y6).tcp(40020, 80, 0x02, b"");
+    assert_eq!(pt_syn(&net, &engine, &twin, &hook, &bind, now), Outcome::Passed);
+    let t = hook.pt.host(X.parse().unwrap()).unwrap().unwrap();
+    let passes = |l3: &[u8], why: &str| {
+        let before = net.fp.counter_map().unwrap();
+        assert_eq!(run(&net, progs::NAT64, &frame(l3), net.ingress(l3)), Outcome::Passed, "{why}");
+        let after = net.fp.counter_map().unwrap();
+        let b = before.get(why).map_or(0, |c| c.packets);
+        assert_eq!(after[why].packets, b + 1, "counted as {why}: {before:?} -> {after:?}");
+    };
+    // Not a plain SYN: nothing created.
+    passes(&pt_v6(X, Y6).tcp(40021, 80, 0x12, b""), "no-match");
+    passes(&pt_v6(X, Y6).tcp(40021, 80, 0x10, b""), "no-match");
+    // Outside pool6, from pool6, to pool4 (hairpin), forbidden peer.
+    passes(&pt_v6(X, "2001:db8:65::c633:6407").tcp(40022, 80, 0x02, b""), "no-match");
+    passes(&pt_v6("2001:db8:64::1", Y6).tcp(40022, 80, 0x02, b""), "natpt-hairpin");
+    passes(&pt_v6(X, "2001:db8:64::c000:201").tcp(40022, 80, 0x02, b""), "natpt-hairpin");
+    passes(&pt_v6(X, "2001:db8:64::7f00:1").tcp(40022, 80, 0x02, b""), "natpt-forbidden");
+    passes(&pt_v6(X, "2001:db8:64::e000:1").tcp(40022, 80, 0x02, b""), "natpt-forbidden");
+    // A host without an address.
+    passes(&pt_v6("2001:db8:6::9", Y6).tcp(40022, 80, 0x02, b""), "natpt-no-host");
+    // An IPv4 SYN held by the engine: the program leaves new sessions to it
+    // until the store is empty again.
+    let y3 = "198.51.100.9";
+    let held = V4::new(6, y3, &t.to_string()).tcp(80, 40030, 0x02, b"");
+    let mut out = Out::new();
+    assert_eq!(engine.translate(&held, now, &mut out), Verdict::Drop(xlat::DropReason::SynHeld));
+    passes(&pt_v6(X, Y6).tcp(40023, 80, 0x02, b""), "natpt-held");
+    engine.expire(now + 60_000_000_000);
+    assert_eq!(engine.stats().held_syns, 0);
+    let ok = pt_v6(X, Y6).tcp(40023, 80, 0x02, b"");
+    twin.expire(now + 60_000_000_000);
+    assert!(matches!(pt_syn(&net, &engine, &twin, &hook, &ok, mono()), Outcome::Forwarded(_)), "held store empty");
+    // Nothing was created by a refused SYN.
+    let c = net.fp.counter_map().unwrap();
+    assert_eq!(c["natpt-created"].packets, 1, "{c:?}");
+    assert_eq!(
+        engine.sessions(&SessionFilter::default(), now).len(),
+        twin.sessions(&SessionFilter::default(), now).len()
+    );
+}
+
+#[test]
+fn natpt_creation_table_limit_and_ring_full() {
+    let (net, engine, twin, hook) = pt_setup("xdp-natpt-limit", 3);
+    let now = mono();
+    assert_eq!(pt_syn(&net, &engine, &twin, &hook, &pt_v6(X, Y6).tcp(40040, 80, 0x02, b""), now), Outcome::Passed);
+    hook.pt.set_sessions(engine.sessions(&SessionFilter::default(), now).len() as u64).unwrap();
+    for sport in [40041, 40042] {
+        let l3 = pt_v6(X, Y6).tcp(sport, 80, 0x02, b"");
+        assert!(matches!(pt_syn(&net, &engine, &twin, &hook, &l3, mono()), Outcome::Forwarded(_)));
+    }
+    // Three sessions: the fourth SYN passes, and the engine refuses it too.
+    let l3 = pt_v6(X, Y6).tcp(40043, 80, 0x02, b"");
+    assert_eq!(run(&net, progs::NAT64, &frame(&l3), net.ingress(&l3)), Outcome::Passed);
+    assert_eq!(net.fp.counter_map().unwrap()["natpt-table-full"].packets, 1);
+
+    // Ring full: without a drain, creation stops when the ring is full;
+    // the refused SYNs leave nothing behind.
+    let (net, engine, _twin, hook) = pt_setup("xdp-natpt-ring", 100_000);
+    let first = pt_v6(X, Y6).tcp(1000, 80, 0x02, b"");
+    let mut out = Out::new();
+    assert_eq!(engine.translate(&first, now, &mut out), Verdict::Emit);
+    let mut made = 0u32;
+    let mut sport = 1001u16;
+    loop {
+        let l3 = pt_v6(X, Y6).tcp(sport, 80, 0x02, b"");
+        match run(&net, progs::NAT64, &frame(&l3), net.ingress(&l3)) {
+            Outcome::Forwarded(_) => made += 1,
+            Outcome::Passed => break,
+        }
+        sport += 1;
+        assert!(sport < 5000, "the ring never filled");
+    }
+    let c = net.fp.counter_map().unwrap();
+    assert_eq!(c["natpt-ring-full"].packets, 1, "{c:?}");
+    assert_eq!(u64::from(made), c["natpt-created"].packets);
+    let refused = xdp::nat64::Session {
+        l4: L4::Tcp,
+        x: format!("[{X}]:{sport}").parse().unwrap(),
+        y6: format!("[{Y6}]:80").parse().unwrap(),
+        t: std::net::SocketAddrV4::new(hook.pt.host(X.parse().unwrap()).unwrap().unwrap(), sport),
+        y: format!("{Y}:80").parse().unwrap(),
+        half_open: true,
+    };
+    for (k, _) in refused.entries() {
+        assert!(net.fp.nat64_get(&k).unwrap().is_none(), "no entry for the refused SYN");
+    }
+    // The translator takes every created session over.
+    engine.expire(mono());
+    assert_eq!(hook.adopted.lock().unwrap().len(), made as usize);
+    assert_eq!(engine.sessions(&SessionFilter::default(), now).len(), made as usize + 1);
+}
+
+#[test]
+fn natpt_creation_generated_packets() {
+    // Generated IPv6 TCP segments of a bound host (random flags, Traffic
+    // Class, Hop Limit, payload, ports, peer): created in XDP only for a
+    // plain SYN, and then byte for byte the twin's; anything else passes
+    // and the engine answers it as the twin does.
+    let (net, engine, twin, hook) = pt_setup("xdp-natpt-gen", 100_000);
+    let now = mono();
+    assert_eq!(pt_syn(&net, &engine, &twin, &hook, &pt_v6(X, Y6).tcp(1, 80, 0x02, b""), now), Outcome::Passed);
+    let port = std::cell::Cell::new(30000u16);
+    let strat = (
+        prop_oneof![Just(0x02u8), any::<u8>()],
+        any::<u8>(),
+        2u8..=255,
+        prop::collection::vec(any::<u8>(), 0..200),
+        any::<u16>(),
+        any::<u8>(),
+    );
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig { cases: 150, ..ProptestConfig::default() });
+    runner
+        .run(&strat, |(flags, tc, hop, data, dport, y)| {
+            port.set(port.get() + 1);
+            let dst = format!("2001:db8:64::c633:64{:02x}", y.max(1));
+            let l3 = V6 { tc, hop, ..V6::new(6, X, &dst) }.tcp(port.get(), dport.max(1), flags, &data);
+            let created = hook.adopted.lock().unwrap().len();
+            let o = run(&net, progs::NAT64, &frame(&l3), net.ingress(&l3));
+            prop_assert_eq!(matches!(o, Outcome::Forwarded(_)), flags & 0x17 == 0x02, "{}", hex(&l3));
+            match o {
+                Outcome::Forwarded(got) => {
+                    engine.expire(mono());
+                    let at = hook.adopted.lock().unwrap()[created].at;
+                    let want = core_forward(&twin, &l3, at, ident_of(&got)).unwrap();
+                    prop_assert_eq!(hex(&got), hex(&want));
+                }
+                Outcome::Passed => {
+                    let t = mono();
+                    let (mut a, mut b) = (Out::with_ident_seed(1), Out::with_ident_seed(1));
+                    let (va, vb) = (engine.translate(&l3, t, &mut a), twin.translate(&l3, t, &mut b));
+                    prop_assert_eq!(va, vb);
+                    let pa: Vec<_> = a.iter().map(|(k, p)| (k, hex(p))).collect();
+                    let pb: Vec<_> = b.iter().map(|(k, p)| (k, hex(p))).collect();
+                    prop_assert_eq!(pa, pb);
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+    let t = mono();
+    assert_eq!(tcp_table(&engine, t), tcp_table(&twin, t), "every session as the twin has it");
+}

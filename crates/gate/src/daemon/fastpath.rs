@@ -88,6 +88,8 @@ struct NatMirror {
     map_full: u64,
     /// The translator's hook, once asked for ([`FastPlane::nat64_hook`]).
     hook: Option<Arc<NatHook>>,
+    /// NAT-PT mode: what the program creates sessions with.
+    natpt: Option<xdp::nat64::NatptConfig>,
 }
 
 /// The translator's [`nat64::FastHook`]: mirrors a session into
@@ -103,6 +105,12 @@ pub struct NatHook {
     adopted: Mutex<Vec<(nat64::SessionInfo, [xdp::types::FlowKey; 2])>>,
     /// Sessions the full map refused here.
     map_full: AtomicU64,
+    /// NAT-PT: the maps of sessions created in XDP (None: not loaded).
+    natpt: Option<xdp::nat64::Natpt>,
+    /// NAT-PT sessions created in XDP that the translator took over.
+    natpt_adopted: AtomicU64,
+    /// ... and that it refused (their entries removed).
+    natpt_refused: AtomicU64,
 }
 
 impl nat64::FastHook for NatHook {
@@ -119,6 +127,52 @@ impl nat64::FastHook for NatHook {
             }
             Err(e) => tracing::warn!("xdp: mirroring a new NAT64 session: {e}"),
         }
+    }
+
+    fn host(&self, x: std::net::Ipv6Addr, t: Option<std::net::Ipv4Addr>) {
+        if let Some(pt) = &self.natpt {
+            if let Err(e) = pt.set_host(x, t) {
+                tracing::debug!("xdp: NAT-PT host {x}: {e}");
+            }
+        }
+    }
+
+    fn held(&self, present: bool) {
+        if let Some(pt) = &self.natpt {
+            if let Err(e) = pt.set_held(present) {
+                tracing::warn!("xdp: NAT-PT held-SYN flag: {e}");
+            }
+        }
+    }
+
+    fn created(&self, adopt: &mut dyn FnMut(&nat64::Created) -> bool) {
+        let Some(pt) = &self.natpt else { return };
+        pt.drain(|m| {
+            let s = m.session;
+            let at = m.ns.saturating_sub(self.mono_minus_now);
+            let c = nat64::Created { protocol: nat64::Protocol::Tcp, x: s.x, y: s.y, t: *s.t.ip(), at };
+            if !adopt(&c) {
+                self.natpt_refused.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!("xdp: NAT-PT session {} -> {} created in XDP refused", s.x, s.y);
+                return false;
+            }
+            self.natpt_adopted.fetch_add(1, Ordering::Relaxed);
+            tracing::trace!("nat64: session TCP {} -> {} as {} (created in XDP)", s.x, s.y, s.t);
+            // Tracked by the sync as a session the hook mirrored half-open.
+            let info = nat64::SessionInfo {
+                protocol: nat64::Protocol::Tcp,
+                ipv6_src: s.x,
+                ipv6_dst: s.y6,
+                ipv4_src: s.t,
+                ipv4_dst: s.y,
+                state: Some(nat64::TcpState::V6Init),
+                expires_in_ms: 0,
+                age_ms: 0,
+            };
+            let [(k6, _), (k4, _)] = s.entries();
+            super::lock(&self.adopted).push((info, [k6, k4]));
+            true
+        });
     }
 
     fn syn_ack(&self, s: &nat64::SessionInfo) -> Option<u64> {
@@ -248,10 +302,19 @@ impl FastPlane {
                 fp.set_nat64(&cfg.nat64_xlat_config()).map_err(|e| format!("[xdp]: NAT64: {e}"))?;
                 self.nat.on = true;
                 self.nat.pool4 = n.pool4.iter().map(|p| p.prefix).collect();
+                self.nat.natpt = (n.mode == nat64::Mode::Natpt).then(|| xdp::nat64::NatptConfig {
+                    pool6: n.pool6,
+                    pool4: self.nat.pool4.clone(),
+                    limit: n.max_sessions as u64,
+                });
             }
             None => {
                 fp.nat64_off().map_err(|e| format!("[xdp]: {e}"))?;
                 self.nat.on = false;
+                self.nat.natpt = None;
+                if let Some(pt) = self.nat.hook.as_ref().and_then(|h| h.natpt.as_ref()) {
+                    let _ = pt.configure(None);
+                }
                 let adopted = self.nat.hook.take().map(|h| std::mem::take(&mut *super::lock(&h.adopted)));
                 let keys = adopted.into_iter().flatten().map(|(_, k)| k);
                 for k in self.nat.mirrored.drain().map(|(_, m)| m.keys).chain(keys).flatten() {
@@ -329,6 +392,11 @@ impl FastPlane {
             self.nat.map_full += h.map_full.swap(0, Ordering::Relaxed);
         }
         let list = n.sessions(&nat64::SessionFilter::default(), now);
+        if let Some(pt) = self.nat.hook.as_ref().and_then(|h| h.natpt.as_ref()) {
+            if let Err(e) = pt.set_sessions(list.len() as u64) {
+                tracing::warn!("xdp: NAT-PT session count: {e}");
+            }
+        }
         let mut want: HashMap<NatKey, nat64::SessionInfo> = HashMap::with_capacity(list.len());
         for s in list {
             use nat64::TcpState::*;
@@ -420,14 +488,52 @@ impl FastPlane {
                     return None;
                 }
             };
+            let natpt = match self.fp.as_ref()?.natpt() {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    tracing::warn!("xdp: NAT-PT sessions are not created in XDP: {e}");
+                    None
+                }
+            };
             self.nat.hook = Some(Arc::new(NatHook {
                 map: Mutex::new(map),
                 mono_minus_now,
                 adopted: Mutex::new(Vec::new()),
                 map_full: AtomicU64::new(0),
+                natpt,
+                natpt_adopted: AtomicU64::new(0),
+                natpt_refused: AtomicU64::new(0),
             }));
         }
+        if let Some(pt) = self.nat.hook.as_ref().and_then(|h| h.natpt.as_ref()) {
+            if let Err(e) = pt.configure(self.nat.natpt.as_ref()) {
+                tracing::warn!("xdp: NAT-PT sessions are not created in XDP: {e}");
+            }
+        }
         self.nat.hook.clone().map(|h| h as Arc<dyn nat64::FastHook>)
+    }
+
+    /// NAT-PT: mirror the host bindings `n` holds now and whether it holds
+    /// IPv4 SYNs (changes from now on are told through the hook). Call
+    /// after the hook is set.
+    pub fn natpt_hosts(&self, n: &nat64::Nat64) {
+        let Some(pt) = self.nat.hook.as_ref().and_then(|h| h.natpt.as_ref()) else { return };
+        if self.nat.natpt.is_none() {
+            return;
+        }
+        // Raised only (a store emptied meanwhile lowers it at its next
+        // change; lowering here could undo a raise that came in between).
+        if n.stats().held_syns > 0 {
+            if let Err(e) = pt.set_held(true) {
+                tracing::warn!("xdp: NAT-PT held-SYN flag: {e}");
+            }
+        }
+        for (x, t) in n.natpt_hosts() {
+            if let Err(e) = pt.set_host(x, Some(t)) {
+                tracing::warn!("xdp: NAT-PT host {x}: {e}");
+                break;
+            }
+        }
     }
 
     /// Merge the fast path's per-slot counts into the relay's, then bring
@@ -600,7 +706,16 @@ impl FastPlane {
             "siit": self.siit.as_ref().map(|(pool6, eamt)| json!({ "pool6": pool6, "eamt_entries": eamt })),
             "nat64": self.nat.on.then(|| {
                 let (m, o, f) = self.nat64_mirror();
-                json!({ "sessions_mirrored": m, "sessions_overflow": o, "map_full": f, "limit": l.nat64_sessions / 2 })
+                let pt = self.nat.hook.as_ref().filter(|h| h.natpt.is_some() && self.nat.natpt.is_some()).map(|h| {
+                    json!({
+                        "adopted": h.natpt_adopted.load(Ordering::Relaxed),
+                        "refused": h.natpt_refused.load(Ordering::Relaxed),
+                    })
+                });
+                json!({
+                    "sessions_mirrored": m, "sessions_overflow": o, "map_full": f, "limit": l.nat64_sessions / 2,
+                    "natpt_created": pt,
+                })
             }),
             "trgw": self.relay.on.then(|| {
                 let (m, o, f) = self.trgw_mirror();

@@ -512,6 +512,9 @@ fn hook_nat64(xdp: &Mutex<Option<fastpath::FastPlane>>, eng: &Engines, epoch: In
     let Some(n) = &eng.nat64 else { return };
     let hook = lock(xdp).as_mut().and_then(|p| p.nat64_hook(mono_minus_epoch(epoch)));
     n.set_fast_hook(hook);
+    if let Some(p) = lock(xdp).as_ref() {
+        p.natpt_hosts(n);
+    }
 }
 
 fn mono_minus_epoch(epoch: Instant) -> u64 {
