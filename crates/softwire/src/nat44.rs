@@ -30,8 +30,9 @@
 //!   (the AFTR's XDP program, `crate::fast`): a mapping is "carried" while
 //!   its packets change nothing here but the idle timer (UDP and ICMP from
 //!   creation, TCP from ESTABLISHED through the close: V4/V6 FIN RCV and
-//!   V4 FIN + V6 FIN RCV, whose FIN and RST the fast path passes to the
-//!   state machine here, and whose last ACKs it carries; a carried packet
+//!   V4 FIN + V6 FIN RCV, whose RST the fast path passes to the state
+//!   machine here, whose FINs it passes or carries and tells afterwards
+//!   ([`Nat44::carried`]), and whose last ACKs it carries; a carried packet
 //!   of V4 FIN + V6 FIN RCV does not restart its transitory lifetime, as
 //!   here); it goes up when that starts, down
 //!   when it stops or the mapping is deleted, in the order the packets
@@ -113,8 +114,8 @@ impl Mapping {
     /// TCP through the close too: in V4 FIN RCV and V6 FIN RCV a packet
     /// other than FIN or RST only restarts the idle timer (as in
     /// ESTABLISHED), and in V4 FIN + V6 FIN RCV no packet changes
-    /// anything; the fast path passes FIN and RST, which step the state
-    /// machine here.
+    /// anything; the fast path passes RST and passes or tells FIN
+    /// ([`Nat44::carried`]), which step the state machine here.
     fn carriable(&self) -> Carry {
         match self.tcp {
             None | Some(TcpState::Established | TcpState::V4FinRcv | TcpState::V6FinRcv | TcpState::V4FinV6FinRcv) => {
