@@ -343,19 +343,26 @@ V6G_INLINE __u8 tcp_flags(const struct iphdr *ip, void *end)
 	return l4[13];
 }
 
+#define DS_CARRY_SYN_ACK 1
+#define DS_CARRY_FIN 2
+
 /* DS-Lite: may a packet with TCP flags `f` of a session whose entry has
- * `flags` be carried? 0, 1 (yes: the outside SYN+ACK of a half-open
- * mapping, `in`: from the IPv4 side), or PASS(reason). SYN, FIN and RST
- * are the slow path's (its state machine is the truth), and so is every
- * other packet of a half-open mapping: the engine translates those
- * without a state change or lifetime refresh, which last_seen would not
- * repeat. */
-V6G_INLINE __u32 ds_carry(__u32 flags, __u8 f, int in)
+ * `flags` be carried? 0, DS_CARRY_SYN_ACK (yes: the outside SYN+ACK of a
+ * half-open mapping, `in`: from the IPv4 side), DS_CARRY_FIN (yes, with a
+ * ds_event: a FIN without SYN or RST of a mapping that is not half-open,
+ * when `fins`: the slow path drains the ring), or PASS(reason). SYN, RST
+ * and the other FINs are the slow path's (its state machine is the
+ * truth), and so is every other packet of a half-open mapping: the engine
+ * translates those without a state change or lifetime refresh, which
+ * last_seen would not repeat. */
+V6G_INLINE __u32 ds_carry(__u32 flags, __u8 f, int in, int fins)
 {
 	int half = (flags & (DS_F_HALF_OPEN | DS_F_SYN_ACK)) == DS_F_HALF_OPEN;
 
 	if (half && in && (f & 0x17) == 0x12)
-		return 1;
+		return DS_CARRY_SYN_ACK;
+	if (fins && !half && (f & 0x07) == 0x01)
+		return DS_CARRY_FIN;
 	if (f & 0x07)
 		return PASS(SW_P_TCP_CONTROL);
 	if (half)
@@ -415,7 +422,7 @@ V6G_INLINE int nat_rewrite(struct iphdr *ip, void *end, int dst, __u32 addr, __u
 /* DS-Lite, softwire side: the session of the B4 at `src6` sending `ip`
  * (sport: its source port or echo identifier), or PASS(reason) in *rc. */
 V6G_INLINE struct ds_out_val *ds_session_out(const __u8 *src6, const struct iphdr *ip, void *end, __u16 sport,
-					       __u32 *rc)
+					       int fins, __u32 *rc)
 {
 	struct ds_out_key k __attribute__((aligned(8))) = {};
 	struct ds_out_val *v;
@@ -436,8 +443,8 @@ V6G_INLINE struct ds_out_val *ds_session_out(const __u8 *src6, const struct iphd
 		*rc = PASS(SW_P_NO_SESSION);
 		return 0;
 	}
-	*rc = ds_carry(v->flags, tcp_flags(ip, end), 0);
-	return *rc ? 0 : v;
+	*rc = ds_carry(v->flags, tcp_flags(ip, end), 0, fins);
+	return (*rc & PASS_BIT) ? 0 : v;
 }
 
 
@@ -561,6 +568,67 @@ give:
 	return 0;
 }
 
+/* DS-Lite: a FIN of the mapping inside (b4, addr, port) <-> outside
+ * (out_addr, out_port) is about to be forwarded (routed; not yet
+ * rewritten): tell the slow path (a DS_EV_FIN ds_event, no wake-up: it
+ * drains the ring before every packet and at each loop turn). Returns 0,
+ * or PASS(SW_P_RING_FULL) (the packet then passes untouched: the slow
+ * path sees that FIN itself). */
+V6G_INLINE __u32 ds_fin_event(const __u8 *b4, __u32 addr, __u16 port, __u32 out_addr, __u16 out_port, int from_v4,
+			      __u8 f)
+{
+	struct ds_event ev = {};
+
+	ST32(ev.b4, LD32(b4));
+	ST32(ev.b4 + 4, LD32(b4 + 4));
+	ST32(ev.b4 + 8, LD32(b4 + 8));
+	ST32(ev.b4 + 12, LD32(b4 + 12));
+	ev.addr = addr;
+	ev.port = port;
+	ev.out_addr = out_addr;
+	ev.out_port = out_port;
+	ev.proto = IPPROTO_TCP;
+	ev.kind = DS_EV_FIN;
+	ev.from_v4 = from_v4;
+	ev.tcp_flags = f;
+	ev.ns = bpf_ktime_get_coarse_ns();
+	if (bpf_ringbuf_output(&ds_events, &ev, sizeof(ev), BPF_RB_NO_WAKEUP))
+		return PASS(SW_P_RING_FULL);
+	return 0;
+}
+
+/* DS-Lite: after ds_fin_event, the FIN is recorded in both entries of
+ * the mapping (`o` / `i`: the one the packet found; the other looked up). */
+V6G_INLINE void ds_fin_out(struct ds_out_val *o, __u8 proto, __u32 flag)
+{
+	struct ds_in_key k __attribute__((aligned(8))) = {};
+	struct ds_in_val *i;
+
+	__sync_fetch_and_or(&o->flags, flag);
+	k.addr = o->addr;
+	k.port = o->port;
+	k.proto = proto;
+	i = bpf_map_lookup_elem(&ds_in, &k);
+	if (i)
+		__sync_fetch_and_or(&i->flags, flag);
+	count(SW_C_FIN, 0);
+}
+
+/* The other entry of `v` (ds_out, keyed by its B4 and inside). */
+V6G_INLINE struct ds_out_val *ds_out_of(const struct ds_in_val *v, __u8 proto)
+{
+	struct ds_out_key k __attribute__((aligned(8))) = {};
+
+	ST32(k.b4, LD32(v->b4));
+	ST32(k.b4 + 4, LD32(v->b4 + 4));
+	ST32(k.b4 + 8, LD32(v->b4 + 8));
+	ST32(k.b4 + 12, LD32(v->b4 + 12));
+	k.addr = v->addr;
+	k.port = v->port;
+	k.proto = proto;
+	return bpf_map_lookup_elem(&ds_out, &k);
+}
+
 /* The softwire side: IPv4-in-IPv6 from a bound lwB4 or (DS-Lite) a B4
  * with a NAT44 session. */
 static __noinline __u32 decap(struct xdp_md *ctx, const struct sw_config *c)
@@ -573,8 +641,8 @@ static __noinline __u32 decap(struct xdp_md *ctx, const struct sw_config *c)
 	__u8 key[16] __attribute__((aligned(4)));
 	__u8 *o = data + ETH_HLEN;
 	struct iphdr *ip;
-	__u16 sport = 0, dport = 0;
-	__u32 plen, rc, daddr, saddr;
+	__u16 sport = 0, dport = 0, isport;
+	__u32 plen, rc, daddr, saddr, fin = 0;
 
 	if ((void *)(o + 40) > end)
 		return PASS(SW_P_MALFORMED);
@@ -602,7 +670,7 @@ static __noinline __u32 decap(struct xdp_md *ctx, const struct sw_config *c)
 	if (rc)
 		return rc;
 	if (c->flags & SW_F_DSLITE) {
-		ds = ds_session_out(o + 8, ip, end, sport, &rc);
+		ds = ds_session_out(o + 8, ip, end, sport, !!(c->flags & SW_F_DS_CREATE), &rc);
 		if (!ds && rc == PASS(SW_P_NO_SESSION) && (c->flags & SW_F_DS_CREATE) &&
 		    ip->protocol == IPPROTO_TCP && (tcp_flags(ip, end) & 0x17) == 0x02) {
 			/* A plain SYN (the one Nat44::outbound creates a TCP mapping for). */
@@ -613,9 +681,19 @@ static __noinline __u32 decap(struct xdp_md *ctx, const struct sw_config *c)
 		}
 		if (!ds)
 			return rc;
+		fin = rc == DS_CARRY_FIN;
+		isport = sport;
 		saddr = ds->addr;
 		sport = bpf_ntohs(ds->port);
-		goto route;
+		rc = fib4(ctx, &fib, ip, saddr, sport, dport);
+		if (rc)
+			return rc;
+		if (fin) {
+			rc = ds_fin_event(o + 8, ip->saddr, bpf_htons(isport), ds->addr, ds->port, 0, tcp_flags(ip, end));
+			if (rc)
+				return rc;
+		}
+		goto routed;
 	}
 	ST32(key, LD32(o + 8));
 	ST32(key + 4, LD32(o + 12));
@@ -630,7 +708,6 @@ static __noinline __u32 decap(struct xdp_md *ctx, const struct sw_config *c)
 	if (bpf_map_lookup_elem(&sw_addr, &daddr))
 		return PASS(SW_P_HAIRPIN);
 	saddr = ip->saddr;
-route:
 	rc = fib4(ctx, &fib, ip, saddr, sport, dport);
 	if (rc)
 		return rc;
@@ -646,6 +723,8 @@ routed:
 		/* The engine translates, then the kernel forwards its output. */
 		if (nat_rewrite(ip, end, 0, ds->addr, ds->port))
 			return XDP_DROP; /* cannot happen: check4 saw the header */
+		if (fin)
+			ds_fin_out(ds, IPPROTO_TCP, DS_F_FIN_V6);
 		ds->last_seen_ns = bpf_ktime_get_coarse_ns();
 	}
 	decrease_ttl(ip);
@@ -655,9 +734,9 @@ routed:
 }
 
 /* DS-Lite, IPv4 side: the session of the pool transport address `ip` is
- * sent to, or PASS(reason) in *rc (1: the outside SYN+ACK of a half-open
- * mapping). */
-V6G_INLINE struct ds_in_val *ds_session_in(struct iphdr *ip, void *end, __u32 l3len, __u32 *rc)
+ * sent to, or PASS(reason) in *rc (DS_CARRY_SYN_ACK: the outside SYN+ACK
+ * of a half-open mapping; DS_CARRY_FIN: a FIN to carry with an event). */
+V6G_INLINE struct ds_in_val *ds_session_in(struct iphdr *ip, void *end, __u32 l3len, int fins, __u32 *rc)
 {
 	struct ds_in_key k __attribute__((aligned(8))) = {};
 	struct ds_in_val *v;
@@ -674,7 +753,7 @@ V6G_INLINE struct ds_in_val *ds_session_in(struct iphdr *ip, void *end, __u32 l3
 		*rc = in_pool(ip->daddr) ? PASS(SW_P_NO_SESSION) : PASS(SW_P_NOT_OURS);
 		return 0;
 	}
-	*rc = ds_carry(v->flags, tcp_flags(ip, end), 1);
+	*rc = ds_carry(v->flags, tcp_flags(ip, end), 1, fins);
 	return (*rc & PASS_BIT) ? 0 : v;
 }
 
@@ -683,21 +762,26 @@ V6G_INLINE struct ds_in_val *ds_session_in(struct iphdr *ip, void *end, __u32 l3
  * when it reads it; the B4's ACK finds ds_out carried). */
 V6G_INLINE void ds_syn_ack(struct ds_in_val *v, __u8 proto)
 {
-	struct ds_out_key k __attribute__((aligned(8))) = {};
 	struct ds_out_val *o;
 
 	__sync_fetch_and_or(&v->flags, DS_F_SYN_ACK);
-	ST32(k.b4, LD32(v->b4));
-	ST32(k.b4 + 4, LD32(v->b4 + 4));
-	ST32(k.b4 + 8, LD32(v->b4 + 8));
-	ST32(k.b4 + 12, LD32(v->b4 + 12));
-	k.addr = v->addr;
-	k.port = v->port;
-	k.proto = proto;
-	o = bpf_map_lookup_elem(&ds_out, &k);
+	o = ds_out_of(v, proto);
 	if (o)
 		__sync_fetch_and_or(&o->flags, DS_F_SYN_ACK);
 	count(SW_C_SYN_ACK, 0);
+}
+
+/* A FIN from the IPv4 side of `v`'s mapping is on its way to the B4
+ * (after ds_fin_event): both entries record it. */
+V6G_INLINE void ds_fin_in(struct ds_in_val *v, __u8 proto)
+{
+	struct ds_out_val *o;
+
+	__sync_fetch_and_or(&v->flags, DS_F_FIN_V4);
+	o = ds_out_of(v, proto);
+	if (o)
+		__sync_fetch_and_or(&o->flags, DS_F_FIN_V4);
+	count(SW_C_FIN, 0);
 }
 
 /* The IPv4 side: to an address and port an lwB4 holds, or (DS-Lite) to a
@@ -712,16 +796,16 @@ static __noinline __u32 encap(struct xdp_md *ctx, const struct sw_config *c)
 	struct ds_in_val *ds = 0;
 	struct iphdr *ip = data + ETH_HLEN;
 	__u16 sport = 0, dport = 0, psid;
-	__u32 l3len = (__u32)(end - data) - ETH_HLEN, tot, hlen, total, daddr, rc, w0, syn_ack = 0;
+	__u32 l3len = (__u32)(end - data) - ETH_HLEN, tot, hlen, total, daddr, rc, w0, carry = 0;
 	__u8 tos, *b4, *o;
 
 	if ((void *)(ip + 1) > end)
 		return PASS(SW_P_MALFORMED);
 	if (c->flags & SW_F_DSLITE) {
-		ds = ds_session_in(ip, end, l3len, &rc);
+		ds = ds_session_in(ip, end, l3len, !!(c->flags & SW_F_DS_CREATE), &rc);
 		if (!ds)
 			return rc;
-		syn_ack = rc;
+		carry = rc;
 		b4 = ds->b4;
 		goto tunnel;
 	}
@@ -767,6 +851,15 @@ tunnel:
 	rc = lookup(ctx, &fib);
 	if (rc)
 		return rc;
+	if (carry == DS_CARRY_FIN) {
+		__u8 *l4 = (__u8 *)(ip + 1);
+
+		if ((void *)(l4 + 14) > end)
+			return PASS(SW_P_MALFORMED); /* cannot happen: check4 saw the header */
+		rc = ds_fin_event(ds->b4, ds->addr, ds->port, ip->daddr, LD16(l4 + 2), 1, l4[13]);
+		if (rc)
+			return rc;
+	}
 	/* Ethernet padding after a short packet: the kernel trims it. */
 	if (l3len > tot && bpf_xdp_adjust_tail(ctx, -(int)(l3len - tot)))
 		return PASS(SW_P_MALFORMED);
@@ -788,8 +881,10 @@ tunnel:
 	if (ds) {
 		if (nat_rewrite(ip, end, 1, ds->addr, ds->port))
 			return XDP_DROP; /* cannot happen: check4 saw the header */
-		if (syn_ack)
+		if (carry == DS_CARRY_SYN_ACK)
 			ds_syn_ack(ds, ip->protocol);
+		else if (carry == DS_CARRY_FIN)
+			ds_fin_in(ds, ip->protocol);
 		ds->last_seen_ns = bpf_ktime_get_coarse_ns();
 	}
 	write_eth(data, &fib, ETH_P_IPV6);

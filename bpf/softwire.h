@@ -81,6 +81,8 @@ _Static_assert(sizeof(struct ds_out_key) == 24, "struct ds_out_key differs from 
 #define DS_F_HALF_OPEN 1 /* slow path: TCP in V6 INIT, only the outside SYN+ACK may pass */
 #define DS_F_SYN_ACK 2	 /* fast path: it forwarded that SYN+ACK (the slow path reads it) */
 #define DS_F_XDP 4	 /* fast path: it created the mapping (a B4's SYN, ds_event) */
+#define DS_F_FIN_V6 8	 /* fast path: it carried a FIN from the B4 (a DS_EV_FIN ds_event) */
+#define DS_F_FIN_V4 16	 /* fast path: it carried a FIN from the IPv4 side (a DS_EV_FIN ds_event) */
 
 struct ds_out_val {
 	__u32 addr;	    /* pool address, network order */
@@ -142,7 +144,15 @@ struct ds_b4_val {
 };
 _Static_assert(sizeof(struct ds_b4_val) == 4 * DS_BLOCKS, "struct ds_b4_val differs from dslite.rs");
 
-/* ds_events: one per mapping created here. */
+/* ds_events: one per mapping created here (DS_EV_CREATED), and (with
+ * SW_F_DS_CREATE, whose slow path drains the ring) one per TCP FIN carried
+ * here (DS_EV_FIN: a FIN without SYN or RST of a mapping that is not
+ * half-open), submitted with BPF_RB_NO_WAKEUP: the slow path drains the
+ * ring before every packet it handles and at each loop turn, and steps its
+ * state machine as if it had seen that FIN at `ns`. */
+#define DS_EV_CREATED 0
+#define DS_EV_FIN 1
+
 struct ds_event {
 	__u8 b4[16];
 	__u32 addr;	 /* inner source address, network order */
@@ -150,9 +160,11 @@ struct ds_event {
 	__u16 port;	 /* inner source port, network order */
 	__u16 out_port;	 /* pool port, network order */
 	__u8 proto;
-	__u8 pad[3];
-	__u32 slot;	 /* the block the port came from (its ds_blocks index) */
-	__u64 ns;	 /* bpf_ktime_get_coarse_ns() at creation */
+	__u8 kind;	 /* DS_EV_* */
+	__u8 from_v4;	 /* DS_EV_FIN: 1 from the IPv4 side, 0 from the B4 */
+	__u8 tcp_flags;	 /* DS_EV_FIN: the segment's TCP flags */
+	__u32 slot;	 /* DS_EV_CREATED: the block the port came from (its ds_blocks index) */
+	__u64 ns;	 /* bpf_ktime_get_coarse_ns() at creation / when the FIN was carried */
 };
 _Static_assert(sizeof(struct ds_event) == 48, "struct ds_event differs from dslite.rs");
 
@@ -202,8 +214,9 @@ struct sw_count {
 #define SW_P_NO_BLOCK 24    /* DS-Lite: a SYN from a B4 without port blocks (the slow path grants them) */
 #define SW_P_BLOCK_FULL 25  /* DS-Lite: a SYN whose B4's blocks are all in use */
 #define SW_P_TABLE_FULL 26  /* DS-Lite: a SYN while the NAT44 holds max-mappings */
-#define SW_P_RING_FULL 27   /* DS-Lite: a SYN while ds_events has no room (the slow path lags) */
+#define SW_P_RING_FULL 27   /* DS-Lite: a SYN or FIN while ds_events has no room (the slow path lags) */
 #define SW_P_RACE 28	    /* DS-Lite: a SYN whose mapping another CPU created first */
-#define SW_COUNTERS 29
+#define SW_C_FIN 29	    /* DS-Lite: TCP FINs carried (also counted in SW_C_DECAP / SW_C_ENCAP) */
+#define SW_COUNTERS 30
 
 #endif

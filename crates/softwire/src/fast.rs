@@ -19,9 +19,10 @@ use crate::lwaftr::{Lwaftr, LwaftrConfig};
 use crate::nat44::{Change, Inside, Outside, Ports, Seen};
 use core::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
 use nat64::config::Protocol;
+use nat64::tcp::Side;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
-use xdp::dslite::{Created, CreatedRing, Nat44Session, PortBlocks, SessionSeen, MAX_BLOCKS_PER_B4};
+use xdp::dslite::{CarriedFin, CreatedRing, Nat44Session, PortBlocks, RingEvent, SessionSeen, MAX_BLOCKS_PER_B4};
 use xdp::softwire::{Bound, SoftwireCounter, SoftwireFastPath, SoftwireSettings, SyncStats};
 use xdp::Mode;
 
@@ -453,6 +454,12 @@ impl Ports for BlockPorts {
     }
 }
 
+/// The NAT44's keys of the TCP mapping `s` (a ring event's).
+fn tcp_keys(s: &Nat44Session) -> (Inside, Outside) {
+    let k = Inside { sub: s.b4, proto: Protocol::Tcp, addr: *s.inside.ip(), port: s.inside.port() };
+    (k, Outside { proto: Protocol::Tcp, addr: *s.outside.ip(), port: s.outside.port() })
+}
+
 /// The DS-Lite AFTR's loaded fast path. It turns the NAT44's
 /// [`Change`]s into session entries: the runner calls [`AftrFast::sync`]
 /// after each packet the engine handled and before it writes what the
@@ -489,8 +496,12 @@ struct Creation {
 struct CreationState {
     ring: CreatedRing,
     maps: xdp::dslite::SessionProbe,
+    /// Created-mapping events drained (`ds_state.drained`).
     drained: u64,
     conflicts: u64,
+    /// FIN events drained, and those whose mapping was gone (or another's).
+    fins: u64,
+    fins_stale: u64,
 }
 
 impl AftrFast {
@@ -526,8 +537,14 @@ impl AftrFast {
                 if b.mem.set(mem).is_err() {
                     return Err(xdp::Error::Bpf("port blocks already in use by another fast path".into()));
                 }
-                let st =
-                    CreationState { ring: fp.created_ring()?, maps: fp.session_probe()?, drained: 0, conflicts: 0 };
+                let st = CreationState {
+                    ring: fp.created_ring()?,
+                    maps: fp.session_probe()?,
+                    drained: 0,
+                    conflicts: 0,
+                    fins: 0,
+                    fins_stale: 0,
+                };
                 Some(Creation { shared: b, st: Mutex::new(st) })
             }
             None => None,
@@ -556,28 +573,42 @@ impl AftrFast {
         &mut self.fp
     }
 
-    /// Enter the mappings the fast path created since the last call into
-    /// `aftr`'s NAT44 (`now`: the engine's clock), as if the SYNs that
-    /// made them had come here; then tell the program the table's size.
-    /// The runner calls it before every packet and at each loop turn.
-    /// Returns how many were entered.
+    /// Enter the mappings the fast path created and the FINs it carried
+    /// since the last call into `aftr`'s NAT44 (`now`: the engine's
+    /// clock), in the order they happened, as if the SYNs and FINs had
+    /// come here at their times; then tell the program the table's size.
+    /// The runner calls it before every packet and at each loop turn (so
+    /// an idle engine learns of a FIN within its idle wait, 50 ms).
+    /// Returns how many were entered (mappings taken, FINs of a mapping
+    /// still there).
     pub fn drain(&self, aftr: &Aftr, now: u64) -> usize {
         let Some(c) = &self.blocks else { return 0 };
         let mut st = c.st.lock().unwrap_or_else(|e| e.into_inner());
-        let mut got: Vec<Created> = Vec::new();
-        let n = st.ring.drain(|x| got.push(x));
-        if n == 0 {
+        let mut got: Vec<RingEvent> = Vec::new();
+        if st.ring.drain(|x| got.push(x)) == 0 {
             return 0;
         }
         let mono = monotonic_ns();
-        let mut entered = 0;
-        for x in got {
+        let at = |ns: u64| now.saturating_sub(mono.saturating_sub(ns));
+        let (mut entered, mut created, mut fins, mut stepped) = (0, 0, 0, 0);
+        for ev in got {
+            let x = match ev {
+                RingEvent::Created(x) => x,
+                RingEvent::Fin(f) => {
+                    fins += 1;
+                    if Self::fin(aftr, &f, at(f.mono_ns)) {
+                        stepped += 1;
+                    } else {
+                        st.fins_stale += 1;
+                    }
+                    continue;
+                }
+            };
+            created += 1;
             let s = x.session;
-            let k = Inside { sub: s.b4, proto: Protocol::Tcp, addr: *s.inside.ip(), port: s.inside.port() };
-            let o = Outside { proto: Protocol::Tcp, addr: *s.outside.ip(), port: s.outside.port() };
+            let (k, o) = tcp_keys(&s);
             c.shared.adopted(s.b4, x.slot);
-            let at = now.saturating_sub(mono.saturating_sub(x.mono_ns));
-            match aftr.nat().adopt(k, o, at) {
+            match aftr.nat().adopt(k, o, at(x.mono_ns)) {
                 Ok(()) => entered += 1,
                 Err(had) => {
                     // Both made one: the NAT44's stays, the program's entries of `o` go.
@@ -590,11 +621,27 @@ impl AftrFast {
             }
         }
         self.fp.count_created(entered);
-        st.drained += n as u64;
+        st.drained += created;
+        st.fins += fins;
         let drained = st.drained;
         drop(st);
         self.publish_with(aftr, drained);
-        entered
+        entered + stepped
+    }
+
+    /// A FIN the program carried, stepped in the NAT44 at `at`.
+    fn fin(aftr: &Aftr, f: &CarriedFin, at: u64) -> bool {
+        let (k, o) = tcp_keys(&f.session);
+        let side = if f.from_v4 { Side::V4 } else { Side::V6 };
+        aftr.nat().carried(k, o, side, f.tcp_flags, at)
+    }
+
+    /// FIN events taken in, and those whose mapping was gone.
+    pub fn fins(&self) -> (u64, u64) {
+        self.blocks.as_ref().map_or((0, 0), |c| {
+            let st = c.st.lock().unwrap_or_else(|e| e.into_inner());
+            (st.fins, st.fins_stale)
+        })
     }
 
     /// `ds_state`: the NAT44's size and limit, and the events drained.
@@ -679,6 +726,7 @@ impl AftrFast {
             "port_blocks": self.blocks.as_ref().map(|c| {
                 let (held, granted, returned) = c.shared.counts();
                 let (created, conflicts) = self.created();
+                let (fins, fins_stale) = self.fins();
                 serde_json::json!({
                     "size": c.shared.size,
                     "held": held,
@@ -686,6 +734,8 @@ impl AftrFast {
                     "returned": returned,
                     "created": created,
                     "conflicts": conflicts,
+                    "fins": fins,
+                    "fins_stale": fins_stale,
                 })
             }),
             "counters": counters,

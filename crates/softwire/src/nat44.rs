@@ -30,8 +30,9 @@
 //!   (the AFTR's XDP program, `crate::fast`): a mapping is "carried" while
 //!   its packets change nothing here but the idle timer (UDP and ICMP from
 //!   creation, TCP from ESTABLISHED through the close: V4/V6 FIN RCV and
-//!   V4 FIN + V6 FIN RCV, whose FIN and RST the fast path passes to the
-//!   state machine here, and whose last ACKs it carries; a carried packet
+//!   V4 FIN + V6 FIN RCV, whose RST the fast path passes to the state
+//!   machine here, whose FINs it passes or carries and tells afterwards
+//!   ([`Nat44::carried`]), and whose last ACKs it carries; a carried packet
 //!   of V4 FIN + V6 FIN RCV does not restart its transitory lifetime, as
 //!   here); it goes up when that starts, down
 //!   when it stops or the mapping is deleted, in the order the packets
@@ -113,8 +114,8 @@ impl Mapping {
     /// TCP through the close too: in V4 FIN RCV and V6 FIN RCV a packet
     /// other than FIN or RST only restarts the idle timer (as in
     /// ESTABLISHED), and in V4 FIN + V6 FIN RCV no packet changes
-    /// anything; the fast path passes FIN and RST, which step the state
-    /// machine here.
+    /// anything; the fast path passes RST and passes or tells FIN
+    /// ([`Nat44::carried`]), which step the state machine here.
     fn carriable(&self) -> Carry {
         match self.tcp {
             None | Some(TcpState::Established | TcpState::V4FinRcv | TcpState::V6FinRcv | TcpState::V4FinV6FinRcv) => {
@@ -551,12 +552,8 @@ impl Nat44 {
     pub fn outbound(&self, k: Inside, dst: Ipv4Addr, flags: Option<u8>, now: u64) -> Result<Outside, Reason> {
         let on = self.mirroring();
         let mut g = self.lock();
-        let Inner { by_in, changes, probe, .. } = &mut *g;
-        if let Some(m) = by_in.get_mut(&k) {
-            self.catch_up(probe, &k, m, now);
-            self.touch(m, Side::V6, flags, now);
-            note(changes, on, k, m);
-            return Ok(m.out);
+        if let Some(out) = self.step(&mut g, on, k, None, Side::V6, flags, now) {
+            return Ok(out);
         }
         if k.proto == Protocol::Tcp && flags.is_some_and(|f| f & tcp::SYN == 0 || f & tcp::RST != 0) {
             return Err(Reason::NoMapping);
@@ -640,13 +637,43 @@ impl Nat44 {
         let on = self.mirroring();
         let mut g = self.lock();
         let k = *g.by_out.get(&o).ok_or(Reason::NoMapping)?;
-        let Inner { by_in, changes, probe, .. } = &mut *g;
-        if let Some(m) = by_in.get_mut(&k) {
-            self.catch_up(probe, &k, m, now);
-            self.touch(m, Side::V4, flags, now);
-            note(changes, on, k, m);
-        }
+        self.step(&mut g, on, k, None, Side::V4, flags, now);
         Ok(k)
+    }
+
+    /// A packet of the existing mapping of `k` (of outside `o` when
+    /// given) from `side` at `now`: what the fast path recorded of it
+    /// while half-open first, then the state machine and the lifetime.
+    /// Returns its outside; `None` when there is no such mapping.
+    #[allow(clippy::too_many_arguments)]
+    fn step(
+        &self,
+        g: &mut Inner,
+        on: bool,
+        k: Inside,
+        o: Option<Outside>,
+        side: Side,
+        flags: Option<u8>,
+        now: u64,
+    ) -> Option<Outside> {
+        let Inner { by_in, changes, probe, .. } = g;
+        let m = by_in.get_mut(&k).filter(|m| o.is_none_or(|o| m.out == o))?;
+        self.catch_up(probe, &k, m, now);
+        self.touch(m, side, flags, now);
+        note(changes, on, k, m);
+        Some(m.out)
+    }
+
+    /// A TCP segment with `flags` (a FIN) of the mapping `k` ↔ `o` that a
+    /// fast path carried from `side` at `at` (this clock), told here
+    /// afterwards: the state machine and the lifetime step exactly as
+    /// [`Nat44::outbound`] / [`Nat44::inbound`] would have stepped them
+    /// for that segment at `at`. Nothing when `k` has no mapping to `o`
+    /// any more. Returns whether it had.
+    pub fn carried(&self, k: Inside, o: Outside, side: Side, flags: u8, at: u64) -> bool {
+        let on = self.mirroring();
+        let mut g = self.lock();
+        self.step(&mut g, on, k, Some(o), side, Some(flags), at).is_some()
     }
 
     /// The inside of `o`, without refreshing it (ICMP errors).

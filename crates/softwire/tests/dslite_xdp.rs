@@ -717,3 +717,184 @@ fn generated_syns_never_differ() {
     let n = b.aftr.nat().len() as u32;
     assert_eq!(b.in_blocks(B4_1) + b.in_blocks(B4_2), n, "every TCP mapping holds one block port");
 }
+
+/// (state, seconds left at `now`) of `sub`'s TCP mapping of inside `port`.
+fn life(aftr: &Aftr, sub: Ipv6Addr, port: u16, now: u64) -> Option<(TcpState, u64)> {
+    let m = aftr.nat().list(Some(&sub), 1000, now).into_iter().find(|m| m.inside.port == port && m.tcp.is_some())?;
+    Some((m.tcp?, m.expires_in_s))
+}
+
+/// The kernel's forwarding, then the engine at `now` (a twin without a fast path).
+fn twin_sees(twin: &Aftr, l3: &[u8], now: u64) -> Action {
+    let mut p = l3.to_vec();
+    assert!(kernel_forward(&mut p), "the kernel would not forward it");
+    twin.process(&p, now, &mut Out::new())
+}
+
+fn ds_session(sub: Ipv6Addr, port: u16, o: Outside) -> xdp::dslite::Nat44Session {
+    xdp::dslite::Nat44Session {
+        b4: sub,
+        proto: 6,
+        inside: std::net::SocketAddrV4::new(IN1, port),
+        outside: std::net::SocketAddrV4::new(o.addr, o.port),
+        half_open: false,
+    }
+}
+
+/// The FINs of a carried TCP mapping are carried (both directions, each
+/// recorded in both entries and told by a ring event); the engine, which
+/// never saw them, drains the events and ends with the table of a twin
+/// engine that saw every packet itself: the same state, the same lifetime
+/// left, and the mapping (its block port) goes 240 s after the second FIN.
+#[test]
+fn fins_are_carried_and_the_engine_learns_them() {
+    let mut b = BlockBed::new(16, 64, 1 << 20);
+    let twin = Aftr::new(aftr_config(64, 1 << 20), Box::new(PoolPorts::new(pool4(), 1024)));
+    let t = V4::new(6, IN1, HOST);
+    let up = |p: u16, f: u8| sw(B4_1, &t.tcp(p, 80, f, b""));
+    let down = |o: Outside, f: u8| V4::new(6, HOST, o.addr).tcp(80, o.port, f, b"");
+    let carried = |b: &BlockBed, l3: &[u8]| assert!(matches!(b.fast(l3, 0), Outcome::Forwarded(_)), "carried");
+    // The B4's block: the engine's own first SYN (the twin's too).
+    assert_eq!(b.engine(&up(52000, 0x02)), Action::Emit);
+    assert_eq!(twin_sees(&twin, &up(52000, 0x02), NOW), Action::Emit);
+    // 52001: the B4 closes first; 52002: the server does. The SYN is
+    // created in XDP, the SYN+ACK and the ACK carried.
+    let mut outs = Vec::new();
+    for p in [52001, 52002] {
+        carried(&b, &up(p, 0x02));
+        assert_eq!(twin_sees(&twin, &up(p, 0x02), NOW), Action::Emit);
+        b.drain(NOW);
+        let (o, ot) = (b.outside(B4_1, p).unwrap(), twin.nat().lookup_in(&inside(B4_1, p)).unwrap());
+        carried(&b, &down(o, 0x12));
+        assert_eq!(twin_sees(&twin, &down(ot, 0x12), NOW), Action::Emit);
+        carried(&b, &up(p, 0x10));
+        assert_eq!(twin_sees(&twin, &up(p, 0x10), NOW), Action::Emit);
+        outs.push((p, o, ot));
+    }
+    let (fin1, fin2) = (NOW + 10 * S, NOW + 20 * S);
+    let fins = b.counter(C::Fin);
+    for (i, &(p, o, ot)) in outs.iter().enumerate() {
+        // The first FIN: from the B4 for 52001, from outside for 52002.
+        let (mine, theirs) = if i == 0 { (up(p, 0x11), up(p, 0x11)) } else { (down(o, 0x11), down(ot, 0x11)) };
+        carried(&b, &mine);
+        let seen = b.fast.fast_path().session_seen(&ds_session(B4_1, p, o)).unwrap().expect("carried");
+        assert_eq!((seen.fin_v6, seen.fin_v4), (i == 0, i == 1), "recorded in the entries");
+        assert_eq!(state(&b.aftr, B4_1, p), Some(TcpState::V6Init), "the engine not told yet");
+        assert_eq!(twin_sees(&twin, &theirs, fin1), Action::Emit);
+    }
+    assert_eq!(b.counter(C::Fin), fins + 2);
+    assert_eq!(b.drain(fin1), 2, "two FINs stepped");
+    b.fast.sync(&b.aftr);
+    for &(p, o, ot) in &outs {
+        // The last ACK, then the second FIN the other way.
+        let (mine, theirs) = if p == 52001 { (down(o, 0x11), down(ot, 0x11)) } else { (up(p, 0x11), up(p, 0x11)) };
+        carried(&b, &mine);
+        assert_eq!(twin_sees(&twin, &theirs, fin2), Action::Emit);
+    }
+    assert_eq!(b.counter(C::Fin), fins + 4);
+    assert_eq!(b.drain(fin2), 2);
+    b.fast.sync(&b.aftr);
+    for &(p, o, ot) in &outs {
+        let (mine, theirs) = if p == 52001 { (up(p, 0x10), up(p, 0x10)) } else { (down(o, 0x10), down(ot, 0x10)) };
+        carried(&b, &mine);
+        assert_eq!(twin_sees(&twin, &theirs, fin2 + S), Action::Emit);
+    }
+    let at = fin2 + 100 * S;
+    for (p, _, _) in &outs {
+        let (mine, theirs) = (life(&b.aftr, B4_1, *p, at).unwrap(), life(&twin, B4_1, *p, at).unwrap());
+        assert_eq!(mine.0, TcpState::V4FinV6FinRcv);
+        assert_eq!(mine.0, theirs.0, "the twin's state");
+        assert!(theirs.1.abs_diff(mine.1) <= 1, "the twin's lifetime left: {mine:?} vs {theirs:?}");
+    }
+    // The expiry frees the ports 240 s after the second FIN.
+    let held = b.in_blocks(B4_1);
+    assert_eq!(b.fast.expire(&b.aftr, fin2 + 239 * S), 1, "52000 (half-open since NOW)");
+    assert_eq!(twin.expire(fin2 + 239 * S), 1);
+    assert_eq!(b.fast.expire(&b.aftr, fin2 + 241 * S), 2, "the two closed ones");
+    assert_eq!(twin.expire(fin2 + 241 * S), 2);
+    assert_eq!(b.in_blocks(B4_1), held - 3, "their block bits are clear");
+    assert!(b.aftr.nat().is_empty() && twin.nat().is_empty());
+    assert_eq!(b.fast.fins(), (4, 0));
+}
+
+/// Each carried FIN leaves byte for byte as the engine sends it; FINs of
+/// half-open mappings and FINs with RST or SYN stay the engine's; a full
+/// ring passes the FIN (counted) and the engine, draining, catches up.
+#[test]
+fn fins_byte_identical_and_what_passes() {
+    let mut b = BlockBed::new(16, 64, 1 << 20);
+    let t = V4::new(6, IN1, HOST);
+    let up = |p: u16, f: u8| sw(B4_1, &t.tcp(p, 80, f, b""));
+    let down = |o: Outside, f: u8| V4::new(6, HOST, o.addr).tcp(80, o.port, f, b"");
+    assert_eq!(b.engine(&up(53000, 0x02)), Action::Emit);
+    let open = |b: &mut BlockBed, p: u16| {
+        b.fast_ok("syn", &up(p, 0x02));
+        let o = b.outside(B4_1, p).unwrap();
+        b.fast_ok("syn+ack", &down(o, 0x12));
+        b.fast.sync(&b.aftr);
+        o
+    };
+    let o = open(&mut b, 53001);
+    b.passes("fin+rst from the b4", &up(53001, 0x15), C::PassTcpControl);
+    b.passes("fin+syn from outside", &down(o, 0x13), C::PassTcpControl);
+    b.passes("rst from outside", &down(o, 0x04), C::PassTcpControl);
+    b.fast_ok("fin from the b4", &up(53001, 0x11));
+    b.fast_ok("fin with data from outside", &V4::new(6, HOST, o.addr).tcp(80, o.port, 0x19, b"tail"));
+    assert_eq!(state(&b.aftr, B4_1, 53001), Some(TcpState::V4FinV6FinRcv));
+    // Half-open (no SYN+ACK yet): the FIN is the engine's.
+    b.fast_ok("syn", &up(53002, 0x02));
+    let o2 = b.outside(B4_1, 53002).unwrap();
+    b.passes("fin of a half-open mapping", &up(53002, 0x11), C::PassTcpControl);
+    b.passes("fin from outside, half-open", &down(o2, 0x11), C::PassTcpControl);
+    // A full ring: carried FINs pile up undrained until one passes.
+    let o3 = open(&mut b, 53003);
+    let full = b.counter(C::PassRingFull);
+    let fin = down(o3, 0x11);
+    let mut n = 0u64;
+    while matches!(b.fast(&fin, 0), Outcome::Forwarded(_)) {
+        n += 1;
+        assert!(n < 100_000, "the ring never fills");
+    }
+    assert_eq!(b.counter(C::PassRingFull), full + 1, "the passed FIN is counted");
+    assert_eq!(b.drain(NOW) as u64, n, "every carried FIN stepped");
+    assert_eq!(state(&b.aftr, B4_1, 53003), Some(TcpState::V4FinRcv));
+    b.fast_ok("room again", &up(53003, 0x11));
+    assert_eq!(state(&b.aftr, B4_1, 53003), Some(TcpState::V4FinV6FinRcv));
+}
+
+/// Generated flag combinations, valid and mutated, both ways around
+/// established mappings whose FINs are carried: never a byte of
+/// difference from the engine's output.
+#[test]
+fn generated_fins_never_differ() {
+    let mut b = BlockBed::new(16, 64, 1 << 20);
+    let t = V4::new(6, IN1, HOST);
+    assert_eq!(b.engine(&sw(B4_1, &t.tcp(54000, 80, 0x02, b""))), Action::Emit);
+    let mut outs = Vec::new();
+    for p in [54001, 54002, 54003] {
+        b.fast_ok("syn", &sw(B4_1, &t.tcp(p, 80, 0x02, b"")));
+        let o = b.outside(B4_1, p).unwrap();
+        b.fast_ok("syn+ack", &V4::new(6, HOST, o.addr).tcp(80, o.port, 0x12, b""));
+        outs.push((p, o));
+    }
+    b.fast.sync(&b.aftr);
+    let fins = b.counter(C::Fin);
+    let b = b;
+    let pkt = (
+        any::<bool>(),
+        0usize..3,
+        prop_oneof![Just(0x11u8), Just(0x01), Just(0x19), Just(0x15), Just(0x13), Just(0x10), any::<u8>()],
+        any::<u8>(),
+        0usize..40,
+    );
+    let (fast, total) = b.generated(600, pkt, |(from_b4, i, flags, ttl, len)| {
+        let (p, o) = outs[i];
+        if from_b4 {
+            sw(B4_1, &V4 { ttl: ttl.max(1), ..t }.tcp(p, 80, flags, &vec![2; len]))
+        } else {
+            V4 { ttl: ttl.max(1), ..V4::new(6, HOST, o.addr) }.tcp(80, o.port, flags, &vec![3; len])
+        }
+    });
+    assert!(fast * 10 > total, "only {fast} of {total} generated packets took the fast path");
+    assert!(b.counter(C::Fin) > fins, "FINs were carried");
+}

@@ -108,6 +108,14 @@ pub struct DsInVal {
 
 /// `DS_F_XDP`: the program created the mapping (a B4's SYN, [`DsEvent`]).
 pub const DS_F_XDP: u32 = 4;
+/// `DS_F_FIN_V6`: the program carried a FIN from the B4 ([`DS_EV_FIN`]).
+pub const DS_F_FIN_V6: u32 = 8;
+/// `DS_F_FIN_V4`: the program carried a FIN from the IPv4 side ([`DS_EV_FIN`]).
+pub const DS_F_FIN_V4: u32 = 16;
+/// `DS_EV_CREATED`: a [`DsEvent`] of a mapping the program created.
+pub const DS_EV_CREATED: u8 = 0;
+/// `DS_EV_FIN`: a [`DsEvent`] of a TCP FIN the program carried.
+pub const DS_EV_FIN: u8 = 1;
 
 /// `DS_BLOCKS`: port blocks per B4 and protocol at most.
 pub const MAX_BLOCKS_PER_B4: usize = 8;
@@ -141,7 +149,7 @@ pub struct DsB4Val {
     pub slot: [u32; MAX_BLOCKS_PER_B4],
 }
 
-/// `struct ds_event`: a mapping the program created.
+/// `struct ds_event`: a mapping the program created, or a FIN it carried.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DsEvent {
@@ -157,12 +165,38 @@ pub struct DsEvent {
     pub out_port: u16,
     /// IP protocol.
     pub proto: u8,
-    /// Zero.
-    pub pad: [u8; 3],
-    /// The block the port came from (its `ds_blocks` index).
+    /// [`DS_EV_CREATED`] or [`DS_EV_FIN`].
+    pub kind: u8,
+    /// A FIN: 1 from the IPv4 side, 0 from the B4.
+    pub from_v4: u8,
+    /// A FIN: the segment's TCP flags.
+    pub tcp_flags: u8,
+    /// A mapping created: the block the port came from (its `ds_blocks` index).
     pub slot: u32,
-    /// `bpf_ktime_get_coarse_ns()` at creation.
+    /// `bpf_ktime_get_coarse_ns()` at creation / when the FIN was carried.
     pub ns: u64,
+}
+
+/// A TCP FIN the program carried ([`CreatedRing::drain`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CarriedFin {
+    /// The mapping (its entries as the program found them).
+    pub session: Nat44Session,
+    /// From the IPv4 side (else from the B4).
+    pub from_v4: bool,
+    /// The segment's TCP flags.
+    pub tcp_flags: u8,
+    /// CLOCK_MONOTONIC (coarse) when it was carried.
+    pub mono_ns: u64,
+}
+
+/// What the program told the slow path through `ds_events`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RingEvent {
+    /// A mapping it created.
+    Created(Created),
+    /// A FIN it carried.
+    Fin(CarriedFin),
 }
 
 /// A mapping the program created ([`CreatedRing::drain`]).
@@ -201,24 +235,40 @@ impl DsEvent {
             port: u16_at(24),
             out_port: u16_at(26),
             proto: b[28],
-            pad: [0; 3],
+            kind: b[29],
+            from_v4: b[30],
+            tcp_flags: b[31],
             slot: u32_at(32),
             ns: u64::from_ne_bytes(ns),
         })
     }
 
-    /// The event as a [`Created`].
+    fn session(&self, half_open: bool) -> Nat44Session {
+        Nat44Session {
+            b4: Ipv6Addr::from(self.b4),
+            proto: self.proto,
+            inside: SocketAddrV4::new(Ipv4Addr::from(u32::from_be(self.addr)), u16::from_be(self.port)),
+            outside: SocketAddrV4::new(Ipv4Addr::from(u32::from_be(self.out_addr)), u16::from_be(self.out_port)),
+            half_open,
+        }
+    }
+
+    /// The event as a [`Created`] (whatever its kind).
     pub fn created(&self) -> Created {
-        Created {
-            session: Nat44Session {
-                b4: Ipv6Addr::from(self.b4),
-                proto: self.proto,
-                inside: SocketAddrV4::new(Ipv4Addr::from(u32::from_be(self.addr)), u16::from_be(self.port)),
-                outside: SocketAddrV4::new(Ipv4Addr::from(u32::from_be(self.out_addr)), u16::from_be(self.out_port)),
-                half_open: self.proto == 6,
-            },
-            slot: self.slot,
-            mono_ns: self.ns,
+        Created { session: self.session(self.proto == 6), slot: self.slot, mono_ns: self.ns }
+    }
+
+    /// The event by its kind; `None` for a kind this build does not know.
+    pub fn event(&self) -> Option<RingEvent> {
+        match self.kind {
+            DS_EV_CREATED => Some(RingEvent::Created(self.created())),
+            DS_EV_FIN => Some(RingEvent::Fin(CarriedFin {
+                session: self.session(false),
+                from_v4: self.from_v4 != 0,
+                tcp_flags: self.tcp_flags,
+                mono_ns: self.ns,
+            })),
+            _ => None,
         }
     }
 }
@@ -424,7 +474,8 @@ impl PortBlocks {
     }
 }
 
-/// The ring buffer of mappings the program created (`ds_events`).
+/// The ring buffer of mappings the program created and FINs it carried
+/// (`ds_events`).
 pub struct CreatedRing {
     rb: RingBuf<MapData>,
 }
@@ -436,14 +487,15 @@ impl core::fmt::Debug for CreatedRing {
 }
 
 impl CreatedRing {
-    /// Hand each mapping the program created since the last call to `f`,
-    /// oldest first. Returns how many.
-    pub fn drain(&mut self, mut f: impl FnMut(Created)) -> usize {
+    /// Hand each event since the last call to `f`, oldest first (a
+    /// record too short or of an unknown kind is skipped). Returns how
+    /// many were handed.
+    pub fn drain(&mut self, mut f: impl FnMut(RingEvent)) -> usize {
         let mut n = 0;
         drain_ring(&mut self.rb, |b| {
-            if let Some(ev) = DsEvent::parse(b) {
+            if let Some(ev) = DsEvent::parse(b).and_then(|e| e.event()) {
                 n += 1;
-                f(ev.created());
+                f(ev);
             }
         });
         n
@@ -484,6 +536,10 @@ pub struct SessionSeen {
     pub last_seen_ns: u64,
     /// The outside SYN+ACK of the half-open mapping was carried.
     pub syn_ack: bool,
+    /// A FIN from the B4 was carried ([`DS_F_FIN_V6`]).
+    pub fin_v6: bool,
+    /// A FIN from the IPv4 side was carried ([`DS_F_FIN_V4`]).
+    pub fin_v4: bool,
 }
 
 /// What the two entries of `s` recorded; `None` when it is not carried.
@@ -500,7 +556,14 @@ fn seen<T: Borrow<MapData>, U: Borrow<MapData>>(
     }
     let (ta, fa) = a.unwrap_or_default();
     let (tb, fb) = b.unwrap_or_default();
-    Ok(Some(SessionSeen { last_seen_ns: ta.max(tb), syn_ack: (fa | fb) & DS_F_SYN_ACK != 0 }))
+    // Both entries are marked; either one counts (the other may be gone).
+    let f = fa | fb;
+    Ok(Some(SessionSeen {
+        last_seen_ns: ta.max(tb),
+        syn_ack: f & DS_F_SYN_ACK != 0,
+        fin_v6: f & DS_F_FIN_V6 != 0,
+        fin_v4: f & DS_F_FIN_V4 != 0,
+    }))
 }
 
 /// The session maps on handles of their own (`Send`), for the slow path

@@ -164,10 +164,12 @@ counter_enum! {
     PassBlockFull = 25, "pass-block-full";
     /// Passed (DS-Lite): a SYN while the NAT44 holds max-mappings.
     PassTableFull = 26, "pass-table-full";
-    /// Passed (DS-Lite): a SYN while the event ring has no room.
+    /// Passed (DS-Lite): a SYN or a FIN while the event ring has no room.
     PassRingFull = 27, "pass-ring-full";
     /// Passed (DS-Lite): a SYN whose mapping another CPU created first.
     PassRace = 28, "pass-race";
+    /// DS-Lite: a TCP FIN carried, the slow path told by a ring event (also in `decap` / `encap`).
+    Fin = 29, "fin";
 }
 
 /// What the fast path needs of the lwAFTR's end-point configuration.
@@ -471,7 +473,7 @@ mod tests {
         labels.dedup();
         assert_eq!(labels.len(), SoftwireCounter::ALL.len());
         // bpf/softwire.h's SW_COUNTERS.
-        assert_eq!(SoftwireCounter::ALL.len(), 29);
+        assert_eq!(SoftwireCounter::ALL.len(), 30);
     }
 
     #[test]
