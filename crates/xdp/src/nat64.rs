@@ -385,6 +385,19 @@ impl FastPath {
 mod tests {
     use super::*;
 
+    /// The half-open TCP session of these tests: X [2001:db8::5]:4000 to
+    /// Y 198.51.100.7:80 as T 192.0.2.1:4000.
+    fn tcp_half_open() -> Session {
+        Session {
+            l4: L4::Tcp,
+            x: "[2001:db8::5]:4000".parse().unwrap(),
+            y6: "[64:ff9b::c633:6407]:80".parse().unwrap(),
+            t: "192.0.2.1:4000".parse().unwrap(),
+            y: "198.51.100.7:80".parse().unwrap(),
+            half_open: true,
+        }
+    }
+
     #[test]
     fn natpt_event_parsed_at_the_contract_offsets() {
         let off = |f: &str| NatptEvent::FIELDS.iter().find(|(n, _, _)| *n == f).map(|(_, o, _)| *o).unwrap();
@@ -398,14 +411,7 @@ mod tests {
         b[off("ns")..off("ns") + 8].copy_from_slice(&12345u64.to_ne_bytes());
         let pool6 = [0x00, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0];
         let m = Made::parse(&b, pool6).expect("an event");
-        let want = Session {
-            l4: L4::Tcp,
-            x: "[2001:db8::5]:4000".parse().unwrap(),
-            y6: "[64:ff9b::c633:6407]:80".parse().unwrap(),
-            t: "192.0.2.1:4000".parse().unwrap(),
-            y: "198.51.100.7:80".parse().unwrap(),
-            half_open: true,
-        };
+        let want = tcp_half_open();
         assert_eq!(m, Made { session: want, ns: 12345 });
         b[off("proto")] = 17;
         assert_eq!(Made::parse(&b, pool6), None, "only TCP is created");
@@ -414,14 +420,7 @@ mod tests {
 
     #[test]
     fn half_open_flag_only_on_tcp_entries() {
-        let s = Session {
-            l4: L4::Tcp,
-            x: "[2001:db8::5]:4000".parse().unwrap(),
-            y6: "[64:ff9b::c633:6407]:80".parse().unwrap(),
-            t: "192.0.2.1:4000".parse().unwrap(),
-            y: "198.51.100.7:80".parse().unwrap(),
-            half_open: true,
-        };
+        let s = tcp_half_open();
         let [(k6, v6), (k4, v4)] = s.entries();
         assert_eq!((v6.flags, v4.flags), (NAT64_F_HALF_OPEN, NAT64_F_HALF_OPEN));
         // The program derives the IPv6 key from the IPv4 entry: X:x -> Y':y.
