@@ -95,11 +95,14 @@ impl Nat64 {
         }
         if let Some(s) = sh.sessions.get_mut(&key) {
             let half = !self.fast_learn(&key, s, now) && s.state == Some(TcpState::V6Init);
-            self.touch(s, Side::V4, flow, now);
+            let sooner = self.touch(s, Side::V4, flow, now);
+            let s = *s;
+            if let Some(at) = sooner {
+                sh.wheel.insert(at, key);
+            }
             if half && s.state == Some(TcpState::Established) {
                 // The SYN+ACK came this way: the fast path carries the
                 // session in full from now on.
-                let s = *s;
                 drop(sh);
                 self.fast_opened(&key, &s, now);
             }

@@ -83,8 +83,12 @@ impl Nat64 {
         let mut sh = lock(&self.shards[self.shard_of6(&x.addr)]);
         if let Some(s) = sh.sessions.get_mut(&key) {
             self.fast_learn(&key, s, now);
-            self.touch(s, Side::V6, flow, now);
-            return Ok(s.t);
+            let sooner = self.touch(s, Side::V6, flow, now);
+            let t = s.t;
+            if let Some(at) = sooner {
+                sh.wheel.insert(at, key);
+            }
+            return Ok(t);
         }
         // CLOSED: only a V6 SYN opens a TCP session; another segment is
         // translated through an existing BIB entry without creating state,

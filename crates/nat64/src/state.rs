@@ -187,7 +187,14 @@ impl Nat64 {
         self.c.refused[reason_idx(r)].fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn touch(&self, s: &mut Session, side: Side, flow: Flow, now: u64) {
+    /// A packet of session `s` from `side`: the TCP state machine and the
+    /// lifetime. Returns the new deadline when it is sooner than the old
+    /// one (a FIN or RST moving a long-lived session to a transitory
+    /// lifetime): the caller schedules it on the wheel, whose entry for the
+    /// session may sit at the old, later deadline (lazy expiry only ever
+    /// moves entries later).
+    pub(crate) fn touch(&self, s: &mut Session, side: Side, flow: Flow, now: u64) -> Option<u64> {
+        let before = s.expires;
         match s.state {
             Some(st) => {
                 let (next, life) = tcp::step(st, side, flow.flags, self.cfg.handle_rst_during_fin_rcv);
@@ -200,6 +207,7 @@ impl Nat64 {
             }
             None => s.expires = now.saturating_add(self.idle_timeout(flow.p)),
         }
+        (s.expires < before).then_some(s.expires)
     }
 
     pub(crate) fn insert_session(

@@ -128,6 +128,28 @@ fn tcp_lifecycle_both_ways() {
     assert_eq!(n.stats().sessions_expired["tcp"], 1);
 }
 
+/// A close after the expiry timer has already rescheduled the session at
+/// its established deadline: the transitory lifetime from the second FIN
+/// is what counts (RFC 6146 §3.5.2.2), not the later deadline the timer
+/// held (the lifetime shortened, so the timer is moved up).
+#[test]
+fn tcp_close_after_a_long_established_phase_expires_at_trans() {
+    let mut c = cfg();
+    c.tcp_trans_timeout = nat64::config::Secs(4);
+    c.tcp_est_timeout = nat64::config::Secs(100);
+    let n = nat(c);
+    let t = be16(&fwd(&n, &tcp6(SYN, 6100), 0), 20);
+    fwd(&n, &tcp4(SYN | ACK, t), 0);
+    // The timer passes the opening's deadline: rescheduled at 100 s.
+    assert_eq!(n.expire(5 * S).sessions, 0);
+    fwd(&n, &tcp6(FIN | ACK, 6100), 10 * S);
+    fwd(&n, &tcp4(FIN | ACK, t), 10 * S);
+    assert_eq!(tcp_state(&n), Some(TcpState::V4FinV6FinRcv));
+    assert_eq!(n.expire(13 * S).sessions, 0);
+    assert_eq!(n.expire(15 * S).sessions, 1, "gone 4 s after the second FIN");
+    assert_eq!(stat(&n, "used", "tcp"), 0, "port given back to pool4");
+}
+
 #[test]
 fn tcp_rst_and_established_timeout_go_to_trans() {
     let mut c = cfg();

@@ -656,10 +656,17 @@ impl Nat44 {
         flags: Option<u8>,
         now: u64,
     ) -> Option<Outside> {
-        let Inner { by_in, changes, probe, .. } = g;
+        let Inner { by_in, changes, probe, wheel, .. } = g;
         let m = by_in.get_mut(&k).filter(|m| o.is_none_or(|o| m.out == o))?;
         self.catch_up(probe, &k, m, now);
+        let before = m.expires;
         self.touch(m, side, flags, now);
+        if m.expires < before {
+            // A FIN or RST shortened the lifetime: the wheel's entry may
+            // sit at the old, later deadline (lazy expiry only moves
+            // entries later), so schedule the new one too.
+            wheel.insert(m.expires, k);
+        }
         note(changes, on, k, m);
         Some(m.out)
     }
@@ -863,6 +870,26 @@ mod tests {
         assert_eq!(n.expire(7442 * NS), 0);
         assert_eq!(n.list(None, 10, 7442 * NS)[0].tcp, Some(TcpState::Trans));
         assert_eq!(n.expire(7442 * NS + 241 * NS), 1);
+    }
+
+    /// A close after the expiry turn has rescheduled a mapping at its
+    /// established deadline: it goes at the transitory lifetime from the
+    /// second FIN, not at the later deadline the wheel held.
+    #[test]
+    fn a_close_after_a_long_established_phase_expires_at_trans() {
+        let n =
+            Nat44::new(Nat44Config { log_mappings: false, ..Default::default() }, pool("203.0.113.1/32", 1024, 65535));
+        let k = inside(1, "10.0.0.1", 40001, Protocol::Tcp);
+        let o = n.outbound(k, Y, Some(tcp::SYN), 0).unwrap();
+        n.inbound(o, Some(tcp::SYN | 0x10), NS).unwrap();
+        // The opening's deadline passes: rescheduled at the established one.
+        assert_eq!(n.expire(300 * NS), 0);
+        n.outbound(k, Y, Some(tcp::FIN | 0x10), 400 * NS).unwrap();
+        n.inbound(o, Some(tcp::FIN | 0x10), 400 * NS).unwrap();
+        assert_eq!(n.list(None, 10, 400 * NS)[0].tcp, Some(TcpState::V4FinV6FinRcv));
+        assert_eq!(n.expire(639 * NS), 0);
+        assert_eq!(n.expire(641 * NS), 1, "gone 240 s after the second FIN");
+        assert!(n.is_empty());
     }
 
     #[test]
