@@ -282,10 +282,7 @@ impl Nat64 {
                     if !self.pool.claim_this_addr(t.addr) {
                         return fail(format!("{} is held by another host", t.addr));
                     }
-                    sh.hosts.insert(x.addr, Host { addr: t.addr, bibs: 1, pinned: true });
-                    let k = self.v4key(p, t);
-                    lock(&self.v4idx[self.shard_of4(&k)]).insert(k, T6 { addr: x.addr, port: 0 });
-                    self.fast_host(x.addr, Some(t.addr));
+                    self.host_bind(&mut sh, x.addr, Host { addr: t.addr, bibs: 1, pinned: true });
                 }
             },
         }

@@ -197,10 +197,7 @@ impl Nat64 {
                 if !self.pool.claim_this_addr(c.t) {
                     return false;
                 }
-                sh.hosts.insert(x.addr, Host { addr: c.t, bibs: 0, pinned: false });
-                let k = self.v4key(Protocol::Tcp, T4 { addr: c.t, port: 0 });
-                lock(&self.v4idx[self.shard_of4(&k)]).insert(k, T6 { addr: x.addr, port: 0 });
-                self.fast_host(x.addr, Some(c.t));
+                self.host_bind(&mut sh, x.addr, Host { addr: c.t, bibs: 0, pinned: false });
                 true
             }
         };
@@ -228,11 +225,7 @@ impl Nat64 {
             Err(r) => {
                 self.count_refused(r);
                 if claimed && sh.hosts.get(&x.addr).is_some_and(|h| h.bibs == 0) {
-                    sh.hosts.remove(&x.addr);
-                    let k = self.v4key(Protocol::Tcp, T4 { addr: c.t, port: 0 });
-                    lock(&self.v4idx[self.shard_of4(&k)]).remove(&k);
-                    self.pool.release_addr(c.t);
-                    self.fast_host(x.addr, None);
+                    self.host_unbind(&mut sh, x.addr);
                 }
                 false
             }

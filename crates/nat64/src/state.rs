@@ -277,10 +277,7 @@ impl Nat64 {
                             self.n_bib.fetch_sub(1, Ordering::AcqRel);
                             return Err(DropReason::Pool4Exhausted);
                         };
-                        sh.hosts.insert(x.addr, Host { addr: a, bibs: 1, pinned: false });
-                        let k = self.v4key(p, T4 { addr: a, port: 0 });
-                        lock(&self.v4idx[self.shard_of4(&k)]).insert(k, T6 { addr: x.addr, port: 0 });
-                        self.fast_host(x.addr, Some(a));
+                        self.host_bind(sh, x.addr, Host { addr: a, bibs: 1, pinned: false });
                         a
                     }
                 };
@@ -290,6 +287,27 @@ impl Nat64 {
         sh.bib.insert((p, x), Bib { t, sessions: 0, origin: BibOrigin::Dynamic });
         self.bib_by[p.idx()].fetch_add(1, Ordering::Relaxed);
         Ok(t)
+    }
+
+    /// NAT-PT: host `x` holds `h.addr` (claimed from the pool by the
+    /// caller): the host table, the IPv4 side's index of whole addresses
+    /// and the fast path's host bindings.
+    pub(crate) fn host_bind(&self, sh: &mut Shard, x: Ipv6Addr, h: Host) {
+        let a = h.addr;
+        sh.hosts.insert(x, h);
+        let k = self.v4key(Protocol::Tcp, T4 { addr: a, port: 0 });
+        lock(&self.v4idx[self.shard_of4(&k)]).insert(k, T6 { addr: x, port: 0 });
+        self.fast_host(x, Some(a));
+    }
+
+    /// NAT-PT: host `x` gives its address back to the pool (the reverse
+    /// of [`Nat64::host_bind`]).
+    pub(crate) fn host_unbind(&self, sh: &mut Shard, x: Ipv6Addr) {
+        let Some(h) = sh.hosts.remove(&x) else { return };
+        let k = self.v4key(Protocol::Tcp, T4 { addr: h.addr, port: 0 });
+        lock(&self.v4idx[self.shard_of4(&k)]).remove(&k);
+        self.pool.release_addr(h.addr);
+        self.fast_host(x, None);
     }
 
     /// Remove a BIB entry and give back what it held (caller holds the shard).
@@ -311,12 +329,7 @@ impl Nat64 {
                 let Some(h) = sh.hosts.get_mut(&x.addr) else { return };
                 h.bibs = h.bibs.saturating_sub(1);
                 if h.bibs == 0 && !h.pinned {
-                    let a = h.addr;
-                    sh.hosts.remove(&x.addr);
-                    let k = self.v4key(p, T4 { addr: a, port: 0 });
-                    lock(&self.v4idx[self.shard_of4(&k)]).remove(&k);
-                    self.pool.release_addr(a);
-                    self.fast_host(x.addr, None);
+                    self.host_unbind(sh, x.addr);
                 }
             }
         }
