@@ -58,7 +58,7 @@ use nat64::wheel::Wheel;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
@@ -434,7 +434,7 @@ impl Nat44 {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -574,16 +574,23 @@ impl Nat44 {
         };
         let mut m = Mapping { out, tcp, expires, created: now, carried: Carry::No };
         note(&mut g.changes, on, k, &mut m);
+        self.enter(g, k, m);
+        Ok(out)
+    }
+
+    /// Enter the new mapping `m` of `k` (its port taken): both tables,
+    /// the subscriber's count and the wheel; then, the lock released, the
+    /// count of mappings created and the mapping log.
+    fn enter(&self, mut g: MutexGuard<'_, Inner>, k: Inside, m: Mapping) {
         g.by_in.insert(k, m);
-        g.by_out.insert(out, k);
+        g.by_out.insert(m.out, k);
         *g.per_sub.entry(k.sub).or_insert(0) += 1;
-        g.wheel.insert(expires, k);
+        g.wheel.insert(m.expires, k);
         drop(g);
         self.created.fetch_add(1, Ordering::Relaxed);
         if self.cfg.log_mappings {
-            tracing::info!(target: "softwire::cgn", "{}", log_line("map", &k, &out, None));
+            tracing::info!(target: "softwire::cgn", "{}", log_line("map", &k, &m.out, None));
         }
-        Ok(out)
     }
 
     /// Enter a TCP mapping `k` ↔ `o` a fast path created for the B4's SYN
@@ -593,13 +600,14 @@ impl Nat44 {
     /// subscriber's count, the mapping log — and carried half-open (the
     /// fast path wrote its entries; no [`Change`] is listed).
     ///
-    /// `Err(Some(out))`: `k` has a mapping already (`out`; the fast path
-    /// and this NAT created one each): `o`'s port is given back and the
-    /// fast path must drop its entries of `o` and restore `out`'s.
+    /// `Err(Some((out, half_open)))`: `k` has a mapping already (`out`,
+    /// carried half-open or not; the fast path and this NAT created one
+    /// each): `o`'s port is given back and the fast path must drop its
+    /// entries of `o` and restore `out`'s.
     /// `Err(None)`: `o` is in use by another mapping (nothing changed).
     pub fn adopt(&self, k: Inside, o: Outside, at: u64) -> Result<(), Option<(Outside, bool)>> {
         let on = self.mirroring();
-        let mut g = self.lock();
+        let g = self.lock();
         if let Some(m) = g.by_in.get(&k) {
             let had = (m.out, m.carried == Carry::HalfOpen);
             drop(g);
@@ -613,16 +621,7 @@ impl Nat44 {
         }
         let expires = at.saturating_add(self.cfg.tcp_trans_timeout_ns);
         let carried = if on { Carry::HalfOpen } else { Carry::No };
-        let m = Mapping { out: o, tcp: Some(TcpState::V6Init), expires, created: at, carried };
-        g.by_in.insert(k, m);
-        g.by_out.insert(o, k);
-        *g.per_sub.entry(k.sub).or_insert(0) += 1;
-        g.wheel.insert(expires, k);
-        drop(g);
-        self.created.fetch_add(1, Ordering::Relaxed);
-        if self.cfg.log_mappings {
-            tracing::info!(target: "softwire::cgn", "{}", log_line("map", &k, &o, None));
-        }
+        self.enter(g, k, Mapping { out: o, tcp: Some(TcpState::V6Init), expires, created: at, carried });
         Ok(())
     }
 
