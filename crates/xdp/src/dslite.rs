@@ -22,14 +22,13 @@
 //!
 //! [`SoftwireSettings::dslite`]: crate::softwire::SoftwireSettings::dslite
 
-use crate::loader::{drain_ring, found, map_err, own_ring};
+use crate::loader::{drain_ring, dup_map, found, map_err, own_ring};
 use crate::softwire::{SoftwireFastPath, DS_B4, DS_BLOCKS, DS_EVENTS, DS_IN, DS_OUT, DS_POOL, DS_STATE};
 use crate::Error;
 use aya::maps::lpm_trie::{Key, LpmTrie};
 use aya::maps::{HashMap, Map, MapData, RingBuf};
 use core::borrow::Borrow;
 use core::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
-use std::os::fd::AsFd as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
@@ -602,9 +601,7 @@ impl SessionProbe {
 /// A second handle on the hash map `m` (named `name`).
 pub(crate) fn own_hash<K: aya::Pod, V: aya::Pod>(m: &Map, name: &'static str) -> Result<HashMap<MapData, K, V>, Error> {
     let Map::HashMap(d) = m else { return Err(Error::Bpf(format!("map {name}: not a hash map"))) };
-    let fd = d.fd().as_fd().try_clone_to_owned().map_err(|e| Error::Bpf(format!("map {name}: dup: {e}")))?;
-    let d = MapData::from_fd(fd).map_err(|e| map_err(name, e))?;
-    HashMap::try_from(Map::HashMap(d)).map_err(|e| Error::Bpf(format!("map {name}: {e}")))
+    HashMap::try_from(Map::HashMap(dup_map(d, name)?)).map_err(|e| Error::Bpf(format!("map {name}: {e}")))
 }
 
 fn be(a: Ipv4Addr) -> u32 {

@@ -169,11 +169,16 @@ pub(crate) fn map_err(map: &'static str, e: MapError) -> Error {
 /// often holds one instead of making it per drain. Drain it with
 /// [`drain_ring`].
 pub(crate) fn own_ring(m: &aya::maps::Map, name: &'static str) -> Result<RingBuf<MapData>, Error> {
-    use std::os::fd::AsFd as _;
     let aya::maps::Map::RingBuf(d) = m else { return Err(Error::Bpf(format!("map {name}: not a ring buffer"))) };
+    RingBuf::try_from(aya::maps::Map::RingBuf(dup_map(d, name)?)).map_err(|e| Error::Bpf(format!("map {name}: {e}")))
+}
+
+/// Map `name`'s data on a descriptor of its own (duplicated), for a
+/// handle used beside the loader's (another thread, another lock).
+pub(crate) fn dup_map(d: &MapData, name: &'static str) -> Result<MapData, Error> {
+    use std::os::fd::AsFd as _;
     let fd = d.fd().as_fd().try_clone_to_owned().map_err(|e| Error::Bpf(format!("map {name}: dup: {e}")))?;
-    let d = MapData::from_fd(fd).map_err(|e| map_err(name, e))?;
-    RingBuf::try_from(aya::maps::Map::RingBuf(d)).map_err(|e| Error::Bpf(format!("map {name}: {e}")))
+    MapData::from_fd(fd).map_err(|e| map_err(name, e))
 }
 
 /// Hand every record in `rb` to `f` (consuming it), oldest first; returns

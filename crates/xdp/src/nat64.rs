@@ -7,7 +7,7 @@
 //! mirror a session while the packet that created it is being handled.
 
 use crate::dslite::own_hash;
-use crate::loader::{drain_ring, found, map_err, own_ring, FastPath};
+use crate::loader::{drain_ring, dup_map, found, map_err, own_ring, FastPath};
 use crate::types::maps::{NAT64_SESSIONS, NATPT_EVENTS, NATPT_HOSTS, NATPT_MAKE, NATPT_POOL4};
 use crate::types::{
     FlowKey, Nat64Value, NatptEvent, NatptHost, NatptMake, NAT64_F_HALF_OPEN, NAT64_F_SYN_ACK, NATPT_MAKE_HELD,
@@ -237,13 +237,10 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// A map of a loaded object on a handle of its own (a duplicated fd).
 fn own_map(m: &Map, name: &'static str) -> Result<MapData, Error> {
-    use std::os::fd::AsFd as _;
-    let d = match m {
-        Map::Array(d) | Map::LpmTrie(d) => d,
-        _ => return Err(Error::Bpf(format!("map {name}: not an array or LPM trie"))),
-    };
-    let fd = d.fd().as_fd().try_clone_to_owned().map_err(|e| Error::Bpf(format!("map {name}: dup: {e}")))?;
-    MapData::from_fd(fd).map_err(|e| map_err(name, e))
+    match m {
+        Map::Array(d) | Map::LpmTrie(d) => dup_map(d, name),
+        _ => Err(Error::Bpf(format!("map {name}: not an array or LPM trie"))),
+    }
 }
 
 fn bpf_err(name: &'static str, e: impl core::fmt::Display) -> Error {
