@@ -4,7 +4,7 @@
 //! hosts open sessions to IPv6 servers).
 
 use crate::config::{Mode, Protocol, StaticBib};
-use crate::state::{lock, Bib, BibOrigin, Host, SessKey, Session, T4, T6};
+use crate::state::{lock, BibOrigin, Host, SessKey, Session, T4, T6};
 use crate::tcp::TcpState;
 use crate::{Error, Nat64};
 use core::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
@@ -286,8 +286,7 @@ impl Nat64 {
                 }
             },
         }
-        sh.bib.insert((p, x), Bib { t, sessions: 0, origin });
-        self.bib_by[p.idx()].fetch_add(1, Ordering::Relaxed);
+        self.bib_put(&mut sh, p, x, t, origin);
         Ok(())
     }
 

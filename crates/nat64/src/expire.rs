@@ -114,6 +114,7 @@ impl Nat64 {
                 self.fast_held(false);
             }
         }
+        self.blocks_maintain();
         let f = self.reasm.expire(now);
         self.c.frag_expired.fetch_add(f as u64, Ordering::Relaxed);
         rep

@@ -26,6 +26,7 @@
 //!   expires sessions: it is entered as that SYN would have entered it
 //!   ([`Nat64::adopt`]).
 
+use crate::blocks::PortBlockMem;
 use crate::config::{Mode, Protocol};
 use crate::state::{lock, Host, SessKey, Session, T4, T6};
 use crate::tcp::{self, Lifetime, Side, TcpState};
@@ -35,8 +36,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use xlat::DropReason;
 
-/// A NAT-PT session a fast path created from the IPv6 host's TCP SYN
-/// (X:x → Y:y, translated T:x → Y:y), handed over by [`FastHook::created`].
+/// A session a fast path created from the IPv6 host's TCP SYN (X:x →
+/// Y:y, translated T:t → Y:y; NAT-PT: t = x, T the host's address; NAT64:
+/// T:t a port of one of the host's blocks), handed over by
+/// [`FastHook::created`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Created {
     /// Transport (TCP).
@@ -45,8 +48,11 @@ pub struct Created {
     pub x: SocketAddrV6,
     /// The IPv4 peer (Y, y).
     pub y: SocketAddrV4,
-    /// The pool4 address the fast path found the host holding.
+    /// The pool4 address: NAT-PT, the one the fast path found the host
+    /// holding; NAT64, its block's.
     pub t: Ipv4Addr,
+    /// The pool4 port (NAT-PT: x).
+    pub port: u16,
     /// When (this translator's clock).
     pub at: u64,
 }
@@ -75,6 +81,17 @@ pub trait FastHook: Send + Sync + std::fmt::Debug {
     /// removes its entries (the flow starts again here). Called before any
     /// packet is handled and before sessions expire, with nothing locked.
     fn created(&self, _adopt: &mut dyn FnMut(&Created) -> bool) {}
+    /// NAT64 (NAPT): the memory of the per-host TCP port blocks shared
+    /// with the fast path (crate::blocks), None: no blocks. Asked once,
+    /// when the translator first needs it.
+    fn port_blocks(&self) -> Option<Arc<dyn PortBlockMem>> {
+        None
+    }
+    /// NAT64 (NAPT): the TCP BIB entry of `x` is `t` from now on (Some)
+    /// or gone (None): a fast path that creates sessions uses no other
+    /// mapping of `x` (RFC 6146 §3.5.2.1 endpoint-independent mapping).
+    /// Called with x's shard locked.
+    fn bib(&self, _x: SocketAddrV6, _t: Option<SocketAddrV4>) {}
 }
 
 impl Nat64 {
@@ -143,21 +160,26 @@ impl Nat64 {
         }
     }
 
-    /// NAT-PT: tell the hook whether IPv4 SYNs are held (call with the
-    /// held-SYN store locked, after changing it).
+    /// Tell the hook whether IPv4 SYNs are held (call with the held-SYN
+    /// store locked, after changing it).
     pub(crate) fn fast_held(&self, present: bool) {
-        if self.cfg.mode == Mode::Natpt {
-            if let Some(h) = self.fast_hook() {
-                h.held(present);
-            }
+        if let Some(h) = self.fast_hook() {
+            h.held(present);
         }
     }
 
-    /// Take over the sessions the fast path created (NAT-PT).
-    pub(crate) fn fast_drain(&self) {
-        if self.cfg.mode != Mode::Natpt {
+    /// NAT64: tell the hook of TCP BIB entry (x, t) made (Some) or gone.
+    pub(crate) fn fast_bib(&self, p: Protocol, x: T6, t: Option<T4>) {
+        if self.cfg.mode != Mode::Nat64 || p != Protocol::Tcp {
             return;
         }
+        if let Some(h) = self.fast_hook() {
+            h.bib(SocketAddrV6::new(x.addr, x.port, 0, 0), t.map(|t| SocketAddrV4::new(t.addr, t.port)));
+        }
+    }
+
+    /// Take over the sessions the fast path created.
+    pub(crate) fn fast_drain(&self) {
         if let Some(h) = self.fast_hook() {
             h.created(&mut |c| self.adopt(c));
         }
@@ -179,9 +201,19 @@ impl Nat64 {
     /// host gave its address back meanwhile, that address is claimed again
     /// if free. False when the session cannot be had (another address, a
     /// limit, not NAT-PT, not TCP): the fast path removes it.
+    ///
+    /// NAT64 (NAPT): the BIB entry (x → T:t) is made as that SYN would
+    /// have with that port (the port one of the host's blocks, else
+    /// claimed in the pool), the session as above. When the host's x has
+    /// another mapping already (the translator made it first), that one
+    /// stays (endpoint-independent mapping): the port is given back, the
+    /// hook told the mapping in force ([`FastHook::bib`]), and false.
     pub fn adopt(&self, c: &Created) -> bool {
-        if self.cfg.mode != Mode::Natpt || c.protocol != Protocol::Tcp {
+        if c.protocol != Protocol::Tcp {
             return false;
+        }
+        if self.cfg.mode == Mode::Nat64 {
+            return self.adopt_napt(c);
         }
         let x = T6 { addr: *c.x.ip(), port: c.x.port() };
         let y = T4 { addr: *c.y.ip(), port: c.y.port() };
@@ -230,6 +262,55 @@ impl Nat64 {
                 false
             }
         }
+    }
+
+    fn adopt_napt(&self, c: &Created) -> bool {
+        let x = T6 { addr: *c.x.ip(), port: c.x.port() };
+        let y = T4 { addr: *c.y.ip(), port: c.y.port() };
+        let t = T4 { addr: c.t, port: c.port };
+        let key = SessKey { p: Protocol::Tcp, x, y };
+        let mut sh = lock(&self.shards[self.shard_of6(&x.addr)]);
+        let have = sh.bib.get(&(Protocol::Tcp, x)).map(|b| b.t);
+        if have.is_some_and(|b| b != t) || sh.sessions.get(&key).is_some_and(|s| s.t != t) {
+            // Made here first: its mapping stays, the port goes back.
+            self.block_release(t);
+            self.block_conflict();
+            self.fast_bib(Protocol::Tcp, x, have);
+            return false;
+        }
+        if sh.sessions.contains_key(&key) {
+            return true;
+        }
+        let refuse = |sh: &mut crate::state::Shard, r: DropReason| {
+            self.count_refused(r);
+            if sh.bib.get(&(Protocol::Tcp, x)).is_some_and(|b| b.sessions == 0 && !b.is_static()) {
+                self.bib_drop(sh, Protocol::Tcp, x);
+            } else if have.is_none() {
+                self.fast_bib(Protocol::Tcp, x, None);
+            }
+            false
+        };
+        if have.is_none() {
+            if !self.block_owns(&x.addr, t) && !self.pool.claim(Protocol::Tcp, t.addr, t.port) {
+                return refuse(&mut sh, DropReason::Pool4Exhausted);
+            }
+            if self.n_bib.fetch_add(1, Ordering::AcqRel) >= self.cfg.max_bib {
+                self.n_bib.fetch_sub(1, Ordering::AcqRel);
+                if !self.block_release(t) {
+                    self.pool.release(Protocol::Tcp, t.addr, t.port);
+                }
+                return refuse(&mut sh, DropReason::BibFull);
+            }
+            let k = self.v4key(Protocol::Tcp, t);
+            lock(&self.v4idx[self.shard_of4(&k)]).insert(k, x);
+            self.bib_enter(&mut sh, Protocol::Tcp, x, t, crate::BibOrigin::Dynamic);
+        }
+        if self.n_sess.fetch_add(1, Ordering::AcqRel) >= self.cfg.max_sessions {
+            self.n_sess.fetch_sub(1, Ordering::AcqRel);
+            return refuse(&mut sh, DropReason::SessionTableFull);
+        }
+        self.insert_session(&mut sh, key, t, Some(TcpState::V6Init), c.at, c.at.saturating_add(self.to[TO_TRANS]));
+        true
     }
 
     /// A packet of session `s` (as [`Nat64::sessions`] lists it) was

@@ -114,7 +114,7 @@ impl Nat64 {
         // port it expects meets the IPv6 host's SYN. NAT-PT keeps every
         // port on the host's own address: nothing to look up.
         let new_tcp = self.cfg.mode == Mode::Nat64 && flow.p == Protocol::Tcp && !sh.bib.contains_key(&(flow.p, x));
-        let keep = new_tcp.then(|| self.port_to_keep(x, y));
+        let keep = new_tcp.then(|| self.port_to_keep(x, y)).flatten();
         let t = match self.bib_get_or_create(&mut sh, flow.p, x, y.addr, keep) {
             Ok(t) => t,
             Err(r) => {
@@ -145,14 +145,19 @@ impl Nat64 {
 
     /// The pool4 transport address a new TCP mapping of `x` towards `y`
     /// should keep if free: x's port on the address a held SYN from `y`
-    /// to that port was sent to, else on x's paired address.
-    fn port_to_keep(&self, x: T6, y: T4) -> T4 {
+    /// to that port was sent to, else on x's paired address; with port
+    /// blocks (crate::blocks) only the former (the block ports serve the
+    /// rest, as they do for the sessions a fast path creates).
+    fn port_to_keep(&self, x: T6, y: T4) -> Option<T4> {
         if self.held_n.load(Ordering::Acquire) > 0 {
             if let Some(h) = lock(&self.held).iter().find(|h| h.y == y && h.t.port == x.port) {
-                return h.t;
+                return Some(h.t);
             }
         }
-        T4 { addr: self.pool.paired(Protocol::Tcp, &x.addr).unwrap_or(y.addr), port: x.port }
+        if x.port >= 1024 && self.blocks_on() {
+            return None;
+        }
+        Some(T4 { addr: self.pool.paired(Protocol::Tcp, &x.addr).unwrap_or(y.addr), port: x.port })
     }
 
     /// Answer a refused packet with the ICMP error RFC 6146 names, or drop.

@@ -44,6 +44,7 @@ pub mod tcp;
 pub mod wheel;
 
 mod admin;
+mod blocks;
 mod expire;
 mod fastpath;
 mod from4;
@@ -55,6 +56,7 @@ mod state;
 mod tuple;
 
 pub use admin::{BibInfo, SessionFilter, SessionInfo, Stats};
+pub use blocks::{BlockStats, HeapBlocks, PortBlockMem, MAX_BLOCKS_PER_HOST, MAX_BLOCK_PORTS};
 pub use config::{Config, ConfigError, Mode, Pool4Entry, Protocol, StaticBib, EXAMPLE_TOML};
 pub use expire::Expired;
 pub use fastpath::{Created, FastHook};
@@ -131,6 +133,8 @@ pub struct Nat64 {
     lost_bib: Vec<(StaticBib, String)>,
     /// A fast path told of new sessions ([`Nat64::set_fast_hook`]).
     fast: std::sync::RwLock<Option<std::sync::Arc<dyn FastHook>>>,
+    /// NAT64 mode with a fast path: per-host TCP port blocks (`blocks`).
+    blocks: Mutex<blocks::Table>,
 }
 
 // Indices into `Nat64::to` (timeouts in ns).
@@ -218,6 +222,7 @@ impl Nat64 {
             to,
             lost_bib: Vec::new(),
             fast: std::sync::RwLock::new(None),
+            blocks: Mutex::default(),
             cfg,
         };
         for b in nat.cfg.bib.clone() {

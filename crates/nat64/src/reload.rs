@@ -6,7 +6,7 @@
 //! dynamic entry could take their port.
 
 use crate::config::{Config, Mode, Protocol, StaticBib};
-use crate::state::{lock, Bib, BibOrigin, Host, SessKey, Session, T4, T6};
+use crate::state::{lock, BibOrigin, Host, SessKey, Session, T4, T6};
 use crate::{Error, Nat64};
 use std::sync::atomic::Ordering;
 
@@ -23,6 +23,10 @@ impl Nat64 {
     /// sessions) when the new configuration can hold them; those it cannot
     /// are listed by [`Nat64::bib_lost`] on the returned instance.
     pub fn reconfigure(&self, cfg: Config, xcfg: xlat::siit::Config, now: u64) -> Result<Nat64, Error> {
+        // What a fast path created is this instance's to carry over; its
+        // port blocks stay with it (the next one grants its own).
+        self.fast_drain();
+        self.blocks_unlist();
         let mut next = Nat64::with_xlat(cfg, xcfg)?;
         next.set_fast_hook(self.fast_hook());
         for e in self.added_bib() {
@@ -101,8 +105,7 @@ impl Nat64 {
             self.n_bib.fetch_sub(1, Ordering::AcqRel);
             return;
         }
-        sh.bib.insert((p, x), Bib { t, sessions: 0, origin: BibOrigin::Dynamic });
-        self.bib_by[p.idx()].fetch_add(1, Ordering::Relaxed);
+        self.bib_put(&mut sh, p, x, t, BibOrigin::Dynamic);
     }
 
     fn carry_session(&self, k: SessKey, s: Session, _now: u64) {

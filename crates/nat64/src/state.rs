@@ -253,19 +253,24 @@ impl Nat64 {
         // NAT-PT callers give no `keep` (ports are kept on the host's address).
         let kept = keep.filter(|k| self.cfg.mode == Mode::Nat64 && self.pool.claim(p, k.addr, k.port));
         let found = kept.map(|k| (k.addr, k.port));
+        // A TCP port from the host's blocks when a fast path shares them.
+        let block = || (p == Protocol::Tcp).then(|| self.block_alloc(&x, y)).flatten().map(|t| (t.addr, t.port));
         let t = match self.cfg.mode {
-            Mode::Nat64 => match found.or_else(|| self.pool.alloc(p, &x.addr, x.port, y, self.cfg.max_port_probes)) {
-                Some((a, port)) => {
-                    let t = T4 { addr: a, port };
-                    let k = self.v4key(p, t);
-                    lock(&self.v4idx[self.shard_of4(&k)]).insert(k, x);
-                    t
+            Mode::Nat64 => {
+                match found.or_else(block).or_else(|| self.pool.alloc(p, &x.addr, x.port, y, self.cfg.max_port_probes))
+                {
+                    Some((a, port)) => {
+                        let t = T4 { addr: a, port };
+                        let k = self.v4key(p, t);
+                        lock(&self.v4idx[self.shard_of4(&k)]).insert(k, x);
+                        t
+                    }
+                    None => {
+                        self.n_bib.fetch_sub(1, Ordering::AcqRel);
+                        return Err(DropReason::Pool4Exhausted);
+                    }
                 }
-                None => {
-                    self.n_bib.fetch_sub(1, Ordering::AcqRel);
-                    return Err(DropReason::Pool4Exhausted);
-                }
-            },
+            }
             Mode::Natpt => {
                 let addr = match sh.hosts.get_mut(&x.addr) {
                     Some(h) => {
@@ -284,9 +289,23 @@ impl Nat64 {
                 T4 { addr, port: x.port }
             }
         };
-        sh.bib.insert((p, x), Bib { t, sessions: 0, origin: BibOrigin::Dynamic });
-        self.bib_by[p.idx()].fetch_add(1, Ordering::Relaxed);
+        self.bib_put(sh, p, x, t, BibOrigin::Dynamic);
         Ok(t)
+    }
+
+    /// Enter BIB entry (p, x) → t in the owner shard `sh` (the caller has
+    /// claimed t and, in NAT64 mode, indexed it); a fast path that creates
+    /// NAT64 TCP sessions is told (endpoint-independent mapping: it must
+    /// not make a second mapping of x).
+    pub(crate) fn bib_put(&self, sh: &mut Shard, p: Protocol, x: T6, t: T4, origin: BibOrigin) {
+        self.bib_enter(sh, p, x, t, origin);
+        self.fast_bib(p, x, Some(t));
+    }
+
+    /// [`Nat64::bib_put`] without telling the fast path (it made the entry).
+    pub(crate) fn bib_enter(&self, sh: &mut Shard, p: Protocol, x: T6, t: T4, origin: BibOrigin) {
+        sh.bib.insert((p, x), Bib { t, sessions: 0, origin });
+        self.bib_by[p.idx()].fetch_add(1, Ordering::Relaxed);
     }
 
     /// NAT-PT: host `x` holds `h.addr` (claimed from the pool by the
@@ -323,7 +342,10 @@ impl Nat64 {
                     idx.remove(&k);
                 }
                 drop(idx);
-                self.pool.release(p, b.t.addr, b.t.port);
+                self.fast_bib(p, x, None);
+                if !(p == Protocol::Tcp && self.block_release(b.t)) {
+                    self.pool.release(p, b.t.addr, b.t.port);
+                }
             }
             Mode::Natpt => {
                 let Some(h) = sh.hosts.get_mut(&x.addr) else { return };

@@ -238,6 +238,7 @@ fn created(sport: u16, t: &str, at: u64) -> nat64::Created {
         x: std::net::SocketAddrV6::new(a6(H1), sport, 0, 0),
         y: std::net::SocketAddrV4::new(a4(Y4), 80),
         t: a4(t),
+        port: sport,
         at,
     }
 }
@@ -349,4 +350,174 @@ fn natpt_held_syns_told() {
     assert_eq!(h.held.lock().unwrap().as_slice(), [true]);
     n.expire(10 * S);
     assert_eq!(h.held.lock().unwrap().as_slice(), [true, false]);
+}
+
+/// NAT64 (NAPT): a fast path sharing port blocks (heap memory), creating
+/// the sessions in `made`, recording the TCP BIB entries it is told.
+#[derive(Debug)]
+struct BlockHook {
+    mem: Arc<nat64::HeapBlocks>,
+    made: Mutex<Vec<nat64::Created>>,
+    refused: Mutex<Vec<nat64::Created>>,
+    bibs: Mutex<HashMap<std::net::SocketAddrV6, std::net::SocketAddrV4>>,
+}
+
+impl FastHook for BlockHook {
+    fn mirror(&self, _: &SessionInfo, _: bool) {}
+    fn syn_ack(&self, _: &SessionInfo) -> Option<u64> {
+        None
+    }
+    fn created(&self, adopt: &mut dyn FnMut(&nat64::Created) -> bool) {
+        let made = std::mem::take(&mut *self.made.lock().unwrap());
+        for c in made {
+            if !adopt(&c) {
+                self.refused.lock().unwrap().push(c);
+            }
+        }
+    }
+    fn port_blocks(&self) -> Option<Arc<dyn nat64::PortBlockMem>> {
+        Some(self.mem.clone())
+    }
+    fn bib(&self, x: std::net::SocketAddrV6, t: Option<std::net::SocketAddrV4>) {
+        let mut b = self.bibs.lock().unwrap();
+        match t {
+            Some(t) => b.insert(x, t),
+            None => b.remove(&x),
+        };
+    }
+}
+
+/// A NAPT translator whose pool4 is one address with TCP ports `ports`,
+/// with blocks of `size` ports.
+fn blocked(ports: (u16, u16), size: u16, c: nat64::Config) -> (Nat64, Arc<BlockHook>) {
+    let mut c = c;
+    c.pool4 =
+        vec![nat64::Pool4Entry { prefix: "192.0.2.1/32".parse().unwrap(), ports, protocols: Protocol::ALL.to_vec() }];
+    let n = nat(c);
+    let h = Arc::new(BlockHook {
+        mem: Arc::new(nat64::HeapBlocks::new(size, 16)),
+        made: Mutex::default(),
+        refused: Mutex::default(),
+        bibs: Mutex::default(),
+    });
+    n.set_fast_hook(Some(h.clone()));
+    (n, h)
+}
+
+fn sport4(p: &[u8]) -> u16 {
+    be16(p, 20)
+}
+
+#[test]
+fn napt_blocks_granted_taken_given_back_and_retired() {
+    let (n, h) = blocked((1000, 65535), 4, short());
+    let mut ports = Vec::new();
+    for i in 0..4 {
+        ports.push(sport4(&fwd(&n, &tcp6(SYN, 5000 + i), 0)));
+    }
+    let b = n.blocks_of(&a6(H1));
+    assert_eq!(b.len(), 1, "one block of 4 for 4 sessions");
+    let (addr, base, used) = b[0];
+    assert_eq!((addr, used), (a4(T4), 4));
+    assert!(base >= 1024 && base % 4 == 0, "aligned, above the well-known ports: {base}");
+    ports.sort();
+    assert_eq!(ports, (base..base + 4).collect::<Vec<_>>());
+    assert_eq!(h.mem.listed(&a6(H1)).len(), 1, "listed for the fast path");
+    assert_eq!(h.bibs.lock().unwrap().len(), 4, "each TCP BIB entry told");
+    // A second block when the first is full; at most MAX_BLOCKS_PER_HOST.
+    let mut extra = Vec::new();
+    for i in 4..(4 * nat64::MAX_BLOCKS_PER_HOST as u16 + 1) {
+        extra.push(sport4(&fwd(&n, &tcp6(SYN, 5000 + i), 0)));
+    }
+    let blocks = n.blocks_of(&a6(H1));
+    assert_eq!(blocks.len(), nat64::MAX_BLOCKS_PER_HOST);
+    let last = *extra.last().unwrap();
+    assert!(!blocks.iter().any(|(_, b, _)| (*b..*b + 4).contains(&last)), "beyond the blocks: a pool port");
+    let held = 4 * nat64::MAX_BLOCKS_PER_HOST as u64;
+    assert_eq!(n.stats().pool4_ports_used["tcp"], held + 1, "every block port claimed in the pool, plus the pool port");
+    // A low source port keeps its range class: never a block port.
+    let low = sport4(&fwd(&n, &tcp6(SYN, 800), 0));
+    assert!(low < 1024, "{low}");
+    // All sessions expire: the ports go back, the host's blocks are
+    // unlisted at once and given back to the pool one turn later.
+    n.expire(10_000 * S);
+    assert!(h.mem.listed(&a6(H1)).is_empty());
+    assert!(h.bibs.lock().unwrap().is_empty(), "each BIB entry's end told");
+    assert_eq!(n.stats().pool4_ports_used["tcp"], held, "retired blocks still held");
+    n.expire(10_001 * S);
+    assert_eq!(n.stats().pool4_ports_used["tcp"], 0);
+    let st = n.port_blocks();
+    assert_eq!((st.size, st.held, st.granted, st.returned), (4, 0, 8, 8));
+}
+
+#[test]
+fn napt_created_session_adopted_as_its_syn() {
+    // One block of two ports: the second port is the only choice of both.
+    let (n, h) = blocked((1024, 1025), 2, short());
+    let (twin, _th) = blocked((1024, 1025), 2, short());
+    let a = sport4(&fwd(&n, &tcp6(SYN, 5000), 0));
+    assert_eq!(sport4(&fwd(&twin, &tcp6(SYN, 5000), 0)), a);
+    // The fast path takes the other port for 5001's SYN at 1 s.
+    let slot = h.mem.listed(&a6(H1))[0];
+    let i = nat64::PortBlockMem::take(&*h.mem, slot, 2, 0).expect("a free port");
+    let port = 1024 + i;
+    assert_ne!(port, a);
+    h.made.lock().unwrap().push(nat64::Created { port, ..created(5001, T4, S) });
+    let out = fwd(&twin, &tcp6(SYN, 5001), S);
+    assert_eq!(sport4(&out), port, "the twin's SYN took the same port");
+    fwd(&n, &V6::new(17, H1, Y6).udp(40000, 53, b"q"), 3 * S);
+    fwd(&twin, &V6::new(17, H1, Y6).udp(40000, 53, b"q"), 3 * S);
+    assert!(h.refused.lock().unwrap().is_empty());
+    assert_eq!(table(&n, 3 * S), table(&twin, 3 * S), "adopted as the SYN would have entered it");
+    assert_eq!(h.bibs.lock().unwrap().len(), 1, "the fast path's own BIB entry is not told back");
+    let synack = V4::new(6, Y4, T4).tcp(80, port, SYN | ACK, b"");
+    for (pkt, at) in [(synack, 4 * S), (tcp6(ACK, 5001), 4 * S), (tcp6(FIN | ACK, 5001), 5 * S)] {
+        assert_eq!(fwd(&n, &pkt, at), fwd(&twin, &pkt, at));
+    }
+    assert_eq!(table(&n, 5 * S), table(&twin, 5 * S));
+    // Expiry gives the block port back to the bitmap.
+    n.expire(10_000 * S);
+    assert_eq!(nat64::PortBlockMem::in_use(&*h.mem, slot), 0);
+}
+
+#[test]
+fn napt_conflict_keeps_the_translators_mapping() {
+    let (n, h) = blocked((1024, 1031), 4, short());
+    let a = sport4(&fwd(&n, &tcp6(SYN, 5000), 0));
+    let slot = h.mem.listed(&a6(H1))[0];
+    let i = nat64::PortBlockMem::take(&*h.mem, slot, 4, 3).unwrap();
+    let before = nat64::PortBlockMem::in_use(&*h.mem, slot);
+    // The fast path made another mapping of 5000 (towards Y4B) meanwhile.
+    let c = nat64::Created {
+        y: std::net::SocketAddrV4::new(a4(Y4B), 80),
+        port: n.blocks_of(&a6(H1))[0].1 + i,
+        ..created(5000, T4, S)
+    };
+    h.made.lock().unwrap().push(c);
+    n.expire(S);
+    assert_eq!(h.refused.lock().unwrap().as_slice(), [c]);
+    assert_eq!(nat64::PortBlockMem::in_use(&*h.mem, slot), before - 1, "its port given back");
+    let x = std::net::SocketAddrV6::new(a6(H1), 5000, 0, 0);
+    assert_eq!(h.bibs.lock().unwrap().get(&x).map(|t| t.port()), Some(a), "the mapping in force told");
+    assert_eq!(n.port_blocks().conflicts, 1);
+    // EIM: the slow path's next SYN from 5000 to Y4B uses the same mapping.
+    let out = fwd(&n, &V6::new(6, H1, Y6B).tcp(5000, 80, SYN, b""), 2 * S);
+    assert_eq!(sport4(&out), a);
+}
+
+#[test]
+fn napt_adoption_refused_at_the_limit_gives_the_port_back() {
+    let mut c = short();
+    c.max_sessions = 1;
+    let (n, h) = blocked((1024, 1031), 4, c);
+    fwd(&n, &tcp6(SYN, 5000), 0);
+    let slot = h.mem.listed(&a6(H1))[0];
+    let i = nat64::PortBlockMem::take(&*h.mem, slot, 4, 2).unwrap();
+    let c = nat64::Created { port: n.blocks_of(&a6(H1))[0].1 + i, ..created(5001, T4, S) };
+    h.made.lock().unwrap().push(c);
+    n.expire(S);
+    assert_eq!(h.refused.lock().unwrap().as_slice(), [c]);
+    assert_eq!(nat64::PortBlockMem::in_use(&*h.mem, slot), 1);
+    assert_eq!(n.stats().bib["tcp"], 1, "its BIB entry undone");
+    assert_eq!(h.bibs.lock().unwrap().len(), 1, "and told gone");
 }

@@ -454,7 +454,7 @@ impl FastHook for PtHook {
     fn created(&self, adopt: &mut dyn FnMut(&nat64::Created) -> bool) {
         self.pt.drain(|m| {
             let s = m.session;
-            let c = nat64::Created { protocol: Protocol::Tcp, x: s.x, y: s.y, t: *s.t.ip(), at: m.ns };
+            let c = nat64::Created { protocol: Protocol::Tcp, x: s.x, y: s.y, t: *s.t.ip(), port: s.t.port(), at: m.ns };
             let ok = adopt(&c);
             if ok {
                 self.adopted.lock().unwrap().push(c);

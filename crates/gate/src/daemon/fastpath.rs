@@ -150,7 +150,7 @@ impl nat64::FastHook for NatHook {
         pt.drain(|m| {
             let s = m.session;
             let at = m.ns.saturating_sub(self.mono_minus_now);
-            let c = nat64::Created { protocol: nat64::Protocol::Tcp, x: s.x, y: s.y, t: *s.t.ip(), at };
+            let c = nat64::Created { protocol: nat64::Protocol::Tcp, x: s.x, y: s.y, t: *s.t.ip(), port: s.t.port(), at };
             if !adopt(&c) {
                 self.natpt_refused.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!("xdp: NAT-PT session {} -> {} created in XDP refused", s.x, s.y);
