@@ -21,6 +21,7 @@
 #define V6GATE_NAT64_H
 
 #include "xlat.h"
+#include "portblock.h"
 
 #define TCP_FIN_ 0x01
 #define TCP_SYN_ 0x02
@@ -94,6 +95,125 @@ struct {
 	__uint(max_entries, 1 << 16);
 } natpt_events SEC(".maps");
 
+/* NAT64 (NAPT): the translator grants each IPv6 host blocks of pool4 TCP
+ * ports (n64_blocks, a BPF_F_MMAPABLE array it maps too; bpf/portblock.h's
+ * contract) and lists a host's in n64_hosts; it mirrors every TCP BIB entry
+ * into n64_bib, and the program inserts its own there (BPF_NOEXIST) before
+ * it creates a session: one mapping per X:x (RFC 6146 endpoint-independent
+ * mapping), whoever makes it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct natpt_host_key);
+	__type(value, struct v6g_n64_host);
+} n64_hosts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 16384);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct pb_block);
+} n64_blocks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1 << 18);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct v6g_n64_bib_key);
+	__type(value, struct v6g_n64_bib);
+} n64_bib SEC(".maps");
+
+/* What the creation's steps hand on (a per-CPU scratch entry: the
+ * subprograms' stacks add up along the call chain, 512 bytes at most). */
+struct n64_made {
+	__u32 t;	/* T, network order */
+	__be16 tport_be; /* t */
+	__u16 pad;
+	__u32 slot;	/* NAT64: the block's n64_blocks index */
+	__s32 idx;	/* NAT64: the port's index in it; -1: none taken */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct n64_made);
+} n64_made SEC(".maps");
+
+V6G_INLINE struct n64_made *made_scratch(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&n64_made, &zero);
+}
+
+/* A port from block `slot` (an n64_blocks index), or -1. A global
+ * function: verified once on its own (pb_take is long once unrolled), not
+ * again at each of its call sites. */
+__attribute__((noinline)) int n64_take(__u32 slot, __u32 hint)
+{
+	struct pb_block *b = bpf_map_lookup_elem(&n64_blocks, &slot);
+
+	if (!b)
+		return -1;
+	return pb_take(b, hint);
+}
+
+/* NAT64: a port for X:x (key k) from X's blocks, entered in n64_bib as
+ * X:x's mapping; into the scratch entry. Returns 0, else PASS(reason)
+ * with nothing taken. */
+static __noinline __u32 n64_port(const struct v6g_flow *k)
+{
+	struct v6g_n64_bib_key bk __attribute__((aligned(8))) = {};
+	struct v6g_n64_bib bv = {};
+	struct v6g_n64_host *h;
+	struct pb_block *b = 0;
+	struct n64_made *m = made_scratch();
+	__u32 hint = bpf_get_prandom_u32(), slot = 0;
+	int idx = -1;
+
+	if (!m)
+		return PASS(V6G_P_NATPT_INSERT);
+	m->idx = -1;
+	if (bpf_ntohs(k->sport_be) < 1024)
+		return PASS(V6G_P_NAT64_LOW_PORT);
+	copy16(bk.x, k->src);
+	bk.port_be = k->sport_be;
+	if (bpf_map_lookup_elem(&n64_bib, &bk))
+		return PASS(V6G_P_NAT64_BIB);
+	h = bpf_map_lookup_elem(&n64_hosts, k->src);
+	if (!h)
+		return PASS(V6G_P_NAT64_NO_BLOCK);
+#pragma unroll
+	for (int i = 0; i < V6G_N64_BLOCKS; i++) {
+		slot = h->slot[i];
+		if (!slot)
+			break;
+		idx = n64_take(slot - 1, hint);
+		if (idx >= 0)
+			break;
+	}
+	if (idx < 0 || !slot)
+		return PASS(V6G_P_NAT64_BLOCK_FULL);
+	slot -= 1;
+	b = bpf_map_lookup_elem(&n64_blocks, &slot);
+	if (!b)
+		return PASS(V6G_P_NAT64_BLOCK_FULL);
+	ST32(bv.t, b->addr);
+	bv.port_be = bpf_htons(b->base + idx);
+	if (bpf_map_update_elem(&n64_bib, &bk, &bv, BPF_NOEXIST)) {
+		pb_give(b, idx);
+		return PASS(V6G_P_NAT64_BIB);
+	}
+	m->t = b->addr;
+	m->tport_be = bv.port_be;
+	m->slot = slot;
+	m->idx = idx;
+	return 0;
+}
+
 V6G_INLINE void mapped_from(__u8 *d, const __u8 *a4)
 {
 	ST32(d, 0);
@@ -102,31 +222,22 @@ V6G_INLINE void mapped_from(__u8 *d, const __u8 *a4)
 	ST32(d + 12, LD32(a4));
 }
 
-/* The session of IPv6 SYN `p` (key `k`, no entry yet), created as from6
- * would: both entries (half-open) with BPF_NOEXIST, then the event.
- * Returns 0 when the session's entries are there (created here, or by
- * another CPU or the slow path first: used as they are), else PASS(reason)
- * with nothing created. A subprogram: its stack is its own. */
-static __noinline __u32 natpt_make_session(const struct pkt *p, const struct v6g_flow *k)
+/* Whether IPv6 SYN `p` (key `k`, no entry yet) may create its session, as
+ * from6 would: 0 (NAT-PT: T and t in the scratch entry), 1 (NAT64: the
+ * port is to be taken from the host's blocks), else PASS(reason). */
+static __noinline __u32 natpt_check(const struct pkt *p, const struct v6g_flow *k)
 {
-	union {
-		struct {
-			struct v6g_flow k4;
-			struct v6g_nat64 v;
-		} e;
-		struct v6g_natpt_event ev;
-		struct v6g_lpm4 pk;
-		__u32 idx;
-	} u __attribute__((aligned(8)));
+	struct v6g_lpm4 pk __attribute__((aligned(8))) = {};
 	struct v6g_natpt_make *mk, *ctl;
 	struct v6g_natpt_host *h;
-	__u32 t;
+	struct n64_made *m;
+	__u32 idx = 1;
 
-	u.idx = 1;
-	ctl = bpf_map_lookup_elem(&natpt_make, &u.idx);
-	u.idx = 0;
-	mk = bpf_map_lookup_elem(&natpt_make, &u.idx);
-	if (!ctl || !mk || !(ctl->flags & V6G_NATPT_MAKE_ON))
+	ctl = bpf_map_lookup_elem(&natpt_make, &idx);
+	idx = 0;
+	mk = bpf_map_lookup_elem(&natpt_make, &idx);
+	m = made_scratch();
+	if (!ctl || !mk || !m || !(ctl->flags & V6G_NATPT_MAKE_ON))
 		return PASS(V6G_P_NO_MATCH);
 	/* from6: the destination in pool6 (a /96: Y is its last 4 bytes). */
 	if (LD32(k->dst) != LD32(ctl->pool6) || LD32(k->dst + 4) != LD32(ctl->pool6 + 4) ||
@@ -137,46 +248,88 @@ static __noinline __u32 natpt_make_session(const struct pkt *p, const struct v6g
 		return PASS(V6G_P_NATPT_HAIRPIN);
 	if (forbidden6(p->src6) || forbidden4(load4(k->dst + 12)))
 		return PASS(V6G_P_NATPT_FORBIDDEN);
-	u.pk.prefixlen = 32;
-	ST32(u.pk.addr, LD32(k->dst + 12));
-	if (bpf_map_lookup_elem(&natpt_pool4, &u.pk))
+	pk.prefixlen = 32;
+	ST32(pk.addr, LD32(k->dst + 12));
+	if (bpf_map_lookup_elem(&natpt_pool4, &pk))
 		return PASS(V6G_P_NATPT_HAIRPIN);
-	h = bpf_map_lookup_elem(&natpt_hosts, k->src);
-	if (!h)
-		return PASS(V6G_P_NATPT_NO_HOST);
-	t = LD32(h->addr);
+	m->idx = -1;
+	if (!(ctl->flags & V6G_NATPT_MAKE_NAPT)) {
+		h = bpf_map_lookup_elem(&natpt_hosts, k->src);
+		if (!h)
+			return PASS(V6G_P_NATPT_NO_HOST);
+		m->t = LD32(h->addr);
+		m->tport_be = k->sport_be;
+	}
 	if (ctl->flags & V6G_NATPT_MAKE_HELD)
 		return PASS(V6G_P_NATPT_HELD);
 	if ((__s64)(ctl->n + *(volatile __u64 *)&mk->n) >= (__s64)ctl->limit)
 		return PASS(V6G_P_NATPT_TABLE_FULL);
-	if (bpf_ringbuf_query(&natpt_events, BPF_RB_AVAIL_DATA) + sizeof(u.ev) + 8 >
+	if (bpf_ringbuf_query(&natpt_events, BPF_RB_AVAIL_DATA) + sizeof(struct v6g_natpt_event) + 8 >
 	    bpf_ringbuf_query(&natpt_events, BPF_RB_RING_SIZE))
 		return PASS(V6G_P_NATPT_RING_FULL);
-	/* IPv6 side X:x -> Y':y => T:x -> Y:y. */
+	return (ctl->flags & V6G_NATPT_MAKE_NAPT) ? 1 : 0;
+}
+
+/* The session of IPv6 SYN `k` checked by natpt_check (and, NAT64, with
+ * the port n64_port took), created as from6 would: both entries
+ * (half-open) with BPF_NOEXIST, then the event. Returns 0 when the
+ * session's entries are there (created here; NAT-PT: or by another CPU
+ * or the slow path first, used as they are), else PASS(reason) with
+ * nothing created and a NAT64 port given back. A subprogram: its stack
+ * is its own, and calls nothing (the chain's 512 bytes). */
+static __noinline __u32 natpt_make_session(const struct v6g_flow *k, __u32 napt)
+{
+	union {
+		struct {
+			struct v6g_flow k4;
+			struct v6g_nat64 v;
+		} e;
+		struct v6g_natpt_event ev;
+		struct v6g_n64_bib_key bk;
+		__u32 idx;
+	} u __attribute__((aligned(8)));
+	struct v6g_natpt_make *mk;
+	struct n64_made *m = made_scratch();
+	struct pb_block *b;
+	__u32 t, rc;
+	__u16 tport;
+
+	u.idx = 0;
+	mk = bpf_map_lookup_elem(&natpt_make, &u.idx);
+	if (!mk || !m)
+		return PASS(V6G_P_NATPT_INSERT);
+	t = m->t;
+	tport = m->tport_be;
+	/* IPv6 side X:x -> Y':y => T:t -> Y:y. */
 	__builtin_memset(&u, 0, sizeof(u));
 	mapped_from(u.e.v.src, (const __u8 *)&t);
 	mapped_from(u.e.v.dst, k->dst + 12);
-	u.e.v.port_be = k->sport_be;
+	u.e.v.port_be = tport;
 	u.e.v.flags = V6G_NAT64_F_HALF_OPEN;
 	if (bpf_map_update_elem(&nat64_sessions, k, &u.e.v, BPF_NOEXIST)) {
-		if (bpf_map_lookup_elem(&nat64_sessions, k)) {
+		/* NAT-PT's mapping is the same whoever made it; NAT64's port
+		 * is this SYN's own: the other session stays, this goes back. */
+		if (!napt && bpf_map_lookup_elem(&nat64_sessions, k)) {
 			count(V6G_C_NATPT_RACE, 0);
 			return 0;
 		}
-		return PASS(V6G_P_NATPT_INSERT);
+		rc = PASS(V6G_P_NATPT_INSERT);
+		goto undo;
 	}
-	/* IPv4 side Y:y -> T:x => Y':y -> X:x. */
+	/* IPv4 side Y:y -> T:t => Y':y -> X:x. */
 	copy16(u.e.k4.src, u.e.v.dst);
 	copy16(u.e.k4.dst, u.e.v.src);
 	u.e.k4.sport_be = k->dport_be;
-	u.e.k4.dport_be = k->sport_be;
+	u.e.k4.dport_be = tport;
 	u.e.k4.family = 4;
 	u.e.k4.proto = IPPROTO_TCP;
 	copy16(u.e.v.src, k->dst);
 	copy16(u.e.v.dst, k->src);
+	u.e.v.port_be = k->sport_be;
 	if (bpf_map_update_elem(&nat64_sessions, &u.e.k4, &u.e.v, BPF_NOEXIST)) {
 		bpf_map_delete_elem(&nat64_sessions, k);
-		return PASS(V6G_P_NATPT_INSERT);
+		rc = PASS(V6G_P_NATPT_INSERT);
+		goto undo;
 	}
 	__sync_fetch_and_add(&mk->n, 1);
 	__builtin_memset(&u, 0, sizeof(u));
@@ -186,6 +339,7 @@ static __noinline __u32 natpt_make_session(const struct pkt *p, const struct v6g
 	u.ev.sport_be = k->sport_be;
 	u.ev.dport_be = k->dport_be;
 	u.ev.proto = IPPROTO_TCP;
+	u.ev.tport_be = tport;
 	u.ev.ns = bpf_ktime_get_coarse_ns();
 	/* No wake-up: the translator polls the ring (before each packet and
 	 * each timer tick), nobody waits on it; a wake-up would queue an
@@ -197,15 +351,29 @@ static __noinline __u32 natpt_make_session(const struct pkt *p, const struct v6g
 		mapped_from(u.e.k4.src, k->dst + 12);
 		mapped_from(u.e.k4.dst, (const __u8 *)&t);
 		u.e.k4.sport_be = k->dport_be;
-		u.e.k4.dport_be = k->sport_be;
+		u.e.k4.dport_be = tport;
 		u.e.k4.family = 4;
 		u.e.k4.proto = IPPROTO_TCP;
 		bpf_map_delete_elem(&nat64_sessions, &u.e.k4);
 		bpf_map_delete_elem(&nat64_sessions, k);
-		return PASS(V6G_P_NATPT_RING_FULL);
+		rc = PASS(V6G_P_NATPT_RING_FULL);
+		goto undo;
 	}
-	count(V6G_C_NATPT_MADE, 0);
+	count(napt ? V6G_C_NAT64_MADE : V6G_C_NATPT_MADE, 0);
 	return 0;
+undo:
+	/* NAT64: X:x's mapping and its port were this SYN's: both go back. */
+	if (napt && m->idx >= 0) {
+		__builtin_memset(&u, 0, sizeof(u));
+		copy16(u.bk.x, k->src);
+		u.bk.port_be = k->sport_be;
+		bpf_map_delete_elem(&n64_bib, &u.bk);
+		u.idx = m->slot;
+		b = bpf_map_lookup_elem(&n64_blocks, &u.idx);
+		if (b)
+			pb_give(b, m->idx);
+	}
+	return rc;
 }
 
 /* A packet parsed by parse4() (in6 = 0) or parse6() (in6 = 1). */
@@ -241,7 +409,20 @@ static __noinline __u32 nat64(struct xdp_md *ctx, const struct v6g_config *c, co
 		/* NAT-PT: an IPv6 host's SYN (no ACK, FIN or RST) may create it. */
 		if (!in6 || p->proto != IPPROTO_TCP || (p->tcp_flags & 0x17) != TCP_SYN_)
 			return PASS(V6G_P_NO_MATCH);
-		rc = natpt_make_session(p, &k);
+		/* Checked, (NAT64) a port taken, then created: three
+		 * subprograms called one after the other, so that their stacks
+		 * do not add up. */
+		rc = natpt_check(p, &k);
+		if (IS_PASS(rc))
+			return rc;
+		if (rc == 1) {
+			rc = n64_port(&k);
+			if (rc)
+				return rc;
+			rc = natpt_make_session(&k, 1);
+		} else {
+			rc = natpt_make_session(&k, 0);
+		}
 		if (rc)
 			return rc;
 		v = bpf_map_lookup_elem(&nat64_sessions, &k);

@@ -136,8 +136,27 @@ struct v6g_natpt_event {
 	__be16 sport_be;
 	__be16 dport_be;
 	__u8 proto;
-	__u8 pad[3];
+	__u8 pad;
+	__be16 tport_be; /* t: NAT-PT x, NAT64 the block port */
 	__u64 ns;
+};
+
+/* NAT64 (NAPT) sessions created here: a host's port blocks (n64_hosts),
+ * its TCP mappings (n64_bib). */
+struct v6g_n64_host {
+	__u32 slot[V6G_N64_BLOCKS]; /* slot + 1 in n64_blocks, 0: none */
+};
+
+struct v6g_n64_bib_key {
+	__u8 x[16];
+	__be16 port_be;
+	__u8 pad[2];
+};
+
+struct v6g_n64_bib {
+	__u8 t[4];
+	__be16 port_be;
+	__u8 pad[2];
 };
 
 /* TrGW media relay. */

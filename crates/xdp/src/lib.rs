@@ -40,6 +40,7 @@ pub mod config;
 pub mod dslite;
 mod loader;
 pub mod nat64;
+mod portblock;
 mod route;
 mod single;
 pub mod sklookup;

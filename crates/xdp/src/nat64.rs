@@ -8,16 +8,19 @@
 
 use crate::dslite::own_hash;
 use crate::loader::{drain_ring, dup_map, found, map_err, own_ring, FastPath};
-use crate::types::maps::{NAT64_SESSIONS, NATPT_EVENTS, NATPT_HOSTS, NATPT_MAKE, NATPT_POOL4};
+use crate::portblock::BlockMem;
+use crate::types::maps::{
+    N64_BIB, N64_BLOCKS, N64_HOSTS, NAT64_SESSIONS, NATPT_EVENTS, NATPT_HOSTS, NATPT_MAKE, NATPT_POOL4,
+};
 use crate::types::{
-    FlowKey, Nat64Value, NatptEvent, NatptHost, NatptMake, NAT64_F_HALF_OPEN, NAT64_F_SYN_ACK, NATPT_MAKE_HELD,
-    NATPT_MAKE_ON,
+    FlowKey, N64Bib, N64BibKey, N64Host, Nat64Value, NatptEvent, NatptHost, NatptMake, NAT64_F_HALF_OPEN,
+    NAT64_F_SYN_ACK, NATPT_MAKE_HELD, NATPT_MAKE_NAPT, NATPT_MAKE_ON,
 };
 use crate::Error;
 use aya::maps::lpm_trie::{Key, LpmTrie};
 use aya::maps::{Array, HashMap, Map, MapData, RingBuf};
 use core::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// Transport of a session.
@@ -159,8 +162,8 @@ impl Nat64Sessions {
     }
 }
 
-/// A NAT-PT session the program created from the IPv6 host's SYN
-/// (`natpt_events`): TCP, half-open.
+/// A session the program created from the IPv6 host's SYN
+/// (`natpt_events`; NAT-PT, or NAT64 with a block port): TCP, half-open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Made {
     /// The session, as its entries were written (`half_open`).
@@ -184,13 +187,14 @@ impl Made {
         y6[12..].copy_from_slice(&b[16..20]);
         let xp = u16::from_be_bytes([b[24], b[25]]);
         let yp = u16::from_be_bytes([b[26], b[27]]);
+        let tp = u16::from_be_bytes([b[30], b[31]]);
         let mut ns = [0u8; 8];
         ns.copy_from_slice(&b[32..40]);
         let session = Session {
             l4: L4::Tcp,
             x: SocketAddrV6::new(x.into(), xp, 0, 0),
             y6: SocketAddrV6::new(y6.into(), yp, 0, 0),
-            t: SocketAddrV4::new(a4(20), xp),
+            t: SocketAddrV4::new(a4(20), tp),
             y: SocketAddrV4::new(a4(16), yp),
             half_open: true,
         };
@@ -207,6 +211,9 @@ pub struct NatptConfig {
     pub pool4: Vec<xlat::addr::Prefix4>,
     /// `max-sessions`.
     pub limit: u64,
+    /// NAT64 (NAPT) mode: ports per block of the hosts' TCP port blocks
+    /// (1..=256; 0: nothing created). None: NAT-PT mode.
+    pub port_block: Option<u16>,
 }
 
 /// `natpt_pool4`: pool4 prefixes → 1.
@@ -223,6 +230,14 @@ pub struct Natpt {
     ring: Mutex<RingBuf<MapData>>,
     sessions: Mutex<Nat64Sessions>,
     drained: AtomicU64,
+    /// NAT64: the hosts' port blocks (`n64_hosts`, `n64_blocks`), ports
+    /// per block (0: none), and the TCP BIB entries (`n64_bib`).
+    n64_hosts: Mutex<HashMap<MapData, [u8; 16], N64Host>>,
+    blocks: BlockMem,
+    block_size: AtomicU16,
+    n64_bib: Mutex<HashMap<MapData, N64BibKey, N64Bib>>,
+    /// Host block lists the map refused.
+    unlisted: AtomicU64,
 }
 
 impl core::fmt::Debug for Natpt {
@@ -271,10 +286,16 @@ impl Natpt {
                 had.push(*p);
             }
         }
+        let napt = c.and_then(|c| c.port_block);
+        self.block_size.store(napt.unwrap_or(0).min(crate::portblock::PB_MAX_PORTS), Ordering::Relaxed);
+        let c = c.filter(|_| napt != Some(0));
         self.write_make(|m| {
-            m.flags &= !NATPT_MAKE_ON;
+            m.flags &= !(NATPT_MAKE_ON | NATPT_MAKE_NAPT);
             if let Some(c) = c {
                 m.flags |= NATPT_MAKE_ON;
+                if napt.is_some() {
+                    m.flags |= NATPT_MAKE_NAPT;
+                }
                 m.limit = c.limit;
                 m.pool6.copy_from_slice(&c.pool6.addr().octets()[..12]);
             }
@@ -295,6 +316,37 @@ impl Natpt {
     pub fn host(&self, x: Ipv6Addr) -> Result<Option<Ipv4Addr>, Error> {
         let m = lock(&self.hosts);
         Ok(found(NATPT_HOSTS, m.get(&x.octets(), 0))?.map(|h| Ipv4Addr::from(h.addr)))
+    }
+
+    /// NAT64: the TCP BIB entry of `x` is `t` (Some) or none. A failure
+    /// to record one (the map full) turns creation off: the program must
+    /// never make a second mapping of an x.
+    pub fn set_bib(&self, x: SocketAddrV6, t: Option<SocketAddrV4>) -> Result<(), Error> {
+        let k = N64BibKey { x: x.ip().octets(), port_be: x.port().to_be(), pad: [0; 2] };
+        let mut m = lock(&self.n64_bib);
+        let r = match t {
+            Some(t) => m
+                .insert(k, N64Bib { t: t.ip().octets(), port_be: t.port().to_be(), pad: [0; 2] }, 0)
+                .map_err(|e| map_err(N64_BIB, e)),
+            None => found(N64_BIB, m.remove(&k)).map(drop),
+        };
+        drop(m);
+        if r.is_err() && t.is_some() {
+            self.write_make(|m| m.flags &= !NATPT_MAKE_ON)?;
+        }
+        r
+    }
+
+    /// NAT64: host block lists `n64_hosts` refused (full) so far.
+    pub fn unlisted(&self) -> u64 {
+        self.unlisted.load(Ordering::Relaxed)
+    }
+
+    /// NAT64: the TCP mapping of `x` the program sees.
+    pub fn bib(&self, x: SocketAddrV6) -> Result<Option<SocketAddrV4>, Error> {
+        let k = N64BibKey { x: x.ip().octets(), port_be: x.port().to_be(), pad: [0; 2] };
+        let m = lock(&self.n64_bib);
+        Ok(found(N64_BIB, m.get(&k, 0))?.map(|v| SocketAddrV4::new(v.t.into(), u16::from_be(v.port_be))))
     }
 
     /// The translator holds IPv4 SYNs (true) or none (false).
@@ -351,6 +403,45 @@ impl Natpt {
     }
 }
 
+/// NAT64 (NAPT): the hosts' TCP port blocks, shared with the program
+/// (`n64_blocks` mapped, `n64_hosts` the lists; `bpf/portblock.h`).
+impl nat64::PortBlockMem for Natpt {
+    fn size(&self) -> u16 {
+        self.block_size.load(Ordering::Relaxed)
+    }
+    fn slots(&self) -> u32 {
+        self.blocks.slots()
+    }
+    fn write(&self, slot: u32, addr: Ipv4Addr, base: u16, size: u16) {
+        self.blocks.write(slot, addr, base, size);
+    }
+    fn take(&self, slot: u32, size: u16, hint: u32) -> Option<u16> {
+        self.blocks.take(slot, size, hint)
+    }
+    fn give(&self, slot: u32, i: u16) {
+        self.blocks.give(slot, i);
+    }
+    fn in_use(&self, slot: u32) -> u32 {
+        self.blocks.in_use(slot)
+    }
+    fn list(&self, x: Ipv6Addr, slots: &[u32]) {
+        let mut m = lock(&self.n64_hosts);
+        let r = if slots.is_empty() {
+            found(N64_HOSTS, m.remove(&x.octets())).map(drop)
+        } else {
+            let mut v = N64Host::default();
+            for (d, s) in v.slot.iter_mut().zip(slots) {
+                *d = s + 1;
+            }
+            m.insert(x.octets(), v, 0).map_err(|e| map_err(N64_HOSTS, e))
+        };
+        // A host not listed (the map full) keeps its SYNs on the slow path.
+        if r.is_err() {
+            self.unlisted.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
 impl FastPath {
     /// A handle of its own on `nat64_sessions` ([`Nat64Sessions`]).
     pub fn nat64_sessions(&self) -> Result<Nat64Sessions, Error> {
@@ -372,6 +463,11 @@ impl FastPath {
             ring: Mutex::new(own_ring(self.map(NATPT_EVENTS)?, NATPT_EVENTS)?),
             sessions: Mutex::new(self.nat64_sessions()?),
             drained: AtomicU64::new(0),
+            n64_hosts: Mutex::new(own_hash(self.map(N64_HOSTS)?, N64_HOSTS)?),
+            blocks: BlockMem::of(self.map(N64_BLOCKS)?, N64_BLOCKS, crate::types::N64_BLOCK_SLOTS)?,
+            block_size: AtomicU16::new(0),
+            n64_bib: Mutex::new(own_hash(self.map(N64_BIB)?, N64_BIB)?),
+            unlisted: AtomicU64::new(0),
         };
         n.write_make(|_| ())?;
         Ok(n)

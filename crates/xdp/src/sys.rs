@@ -4,8 +4,8 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 use crate::types::{
-    Config, Count, Eam, FlowKey, Nat64Value, NatptHost, NatptMake, Nexthop, RelayKey, RelayValue, TgenConfig, TgenFlow,
-    TgenState, TrecvConfig, TrecvCounts, TrecvLearned, TrecvTrend,
+    Config, Count, Eam, FlowKey, N64Bib, N64BibKey, N64Host, Nat64Value, NatptHost, NatptMake, Nexthop, RelayKey,
+    RelayValue, TgenConfig, TgenFlow, TgenState, TrecvConfig, TrecvCounts, TrecvLearned, TrecvTrend,
 };
 use std::ffi::CString;
 use std::io;
@@ -27,6 +27,12 @@ unsafe impl aya::Pod for Nat64Value {}
 unsafe impl aya::Pod for NatptMake {}
 // SAFETY: as above.
 unsafe impl aya::Pod for NatptHost {}
+// SAFETY: as above (NAT64 creation with port blocks).
+unsafe impl aya::Pod for N64Host {}
+// SAFETY: as above.
+unsafe impl aya::Pod for N64BibKey {}
+// SAFETY: as above.
+unsafe impl aya::Pod for N64Bib {}
 // SAFETY: as above.
 unsafe impl aya::Pod for RelayKey {}
 // SAFETY: as above.

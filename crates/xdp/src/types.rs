@@ -526,7 +526,7 @@ contract! {
 
 contract! {
     /// A record of the `natpt_events` ring buffer: a session the program
-    /// created (X:x → Y:y, translated to T:x → Y:y), at `ns`.
+    /// created (X:x → Y:y, translated to T:t → Y:y), at `ns`.
     pub struct NatptEvent / "v6g_natpt_event" {
         /// The IPv6 host X.
         pub x: [u8; 16],
@@ -541,11 +541,53 @@ contract! {
         /// 6 (TCP).
         pub proto: u8,
         /// Zero.
-        pub pad: [u8; 3],
+        pub pad: u8,
+        /// The pool4 port t, network order (NAT-PT: x; NAT64: the block
+        /// port taken).
+        pub tport_be: u16,
         /// `bpf_ktime_get_coarse_ns()` when it was created.
         pub ns: u64,
     }
 }
+
+contract! {
+    /// Value of `n64_hosts` (key: the IPv6 host's address, 16 bytes):
+    /// NAT64 (NAPT) mode, the host's TCP port blocks.
+    pub struct N64Host / "v6g_n64_host" {
+        /// Slot + 1 in `n64_blocks` of each block, 0: none (the rest 0 too).
+        pub slot: [u32; 8],
+    }
+}
+
+contract! {
+    /// Key of `n64_bib`: an IPv6 host's TCP transport address (X, x).
+    pub struct N64BibKey / "v6g_n64_bib_key" {
+        /// X.
+        pub x: [u8; 16],
+        /// x, network order.
+        pub port_be: u16,
+        /// Zero.
+        pub pad: [u8; 2],
+    }
+}
+
+contract! {
+    /// Value of `n64_bib`: the TCP BIB entry's pool4 transport address.
+    pub struct N64Bib / "v6g_n64_bib" {
+        /// T, network order.
+        pub t: [u8; 4],
+        /// t, network order.
+        pub port_be: u16,
+        /// Zero.
+        pub pad: [u8; 2],
+    }
+}
+
+/// Blocks a host lists in `n64_hosts` at most.
+pub const N64_BLOCKS: usize = 8;
+
+/// Slots of `n64_blocks` (`max_entries` in `bpf/nat64.h`).
+pub const N64_BLOCK_SLOTS: u32 = 16_384;
 
 /// [`Xlat::flags`]: the function is on.
 pub const XLAT_ON: u8 = 1 << 0;
@@ -607,6 +649,11 @@ pub const NATPT_MAKE_ON: u32 = 1 << 0;
 /// slow path does.
 pub const NATPT_MAKE_HELD: u32 = 1 << 1;
 
+/// [`NatptMake::flags`]: NAT64 (NAPT) mode: the port comes from the
+/// host's blocks (`n64_hosts`, `n64_blocks`), the mapping is checked and
+/// recorded in `n64_bib`.
+pub const NATPT_MAKE_NAPT: u32 = 1 << 2;
+
 /// Map names in the BPF object.
 pub mod maps {
     /// `ARRAY[1]` of [`super::Config`].
@@ -626,6 +673,12 @@ pub mod maps {
     pub const NATPT_MAKE: &str = "natpt_make";
     /// `RINGBUF` of [`super::NatptEvent`].
     pub const NATPT_EVENTS: &str = "natpt_events";
+    /// `HASH` IPv6 host address (16 bytes) → [`super::N64Host`].
+    pub const N64_HOSTS: &str = "n64_hosts";
+    /// `ARRAY` (`BPF_F_MMAPABLE`) of `struct pb_block` (`bpf/portblock.h`).
+    pub const N64_BLOCKS: &str = "n64_blocks";
+    /// `HASH` [`super::N64BibKey`] → [`super::N64Bib`].
+    pub const N64_BIB: &str = "n64_bib";
     /// `HASH` [`super::RelayKey`] → [`super::RelayValue`].
     pub const TRGW_RELAY: &str = "trgw_relay";
     /// `PERCPU_ARRAY` of [`super::Count`], indexed by `RelayValue::stats_index`.
@@ -759,6 +812,20 @@ counters! {
     /// Pass: NAT-PT SYN whose entries could not be inserted (a stale
     /// IPv4-side entry, or the map full).
     PassNatptInsert = "V6G_P_NATPT_INSERT", "natpt-insert";
+    /// NAT64 (NAPT): a session created from the IPv6 host's SYN with a
+    /// port of its blocks (also counted in `nat64-6to4`).
+    Nat64Made = "V6G_C_NAT64_MADE", "nat64-created";
+    /// Pass: NAT64 SYN of a host without port blocks (its first SYN: the
+    /// translator grants one).
+    PassNat64NoBlock = "V6G_P_NAT64_NO_BLOCK", "nat64-no-block";
+    /// Pass: NAT64 SYN whose host's blocks are all in use.
+    PassNat64BlockFull = "V6G_P_NAT64_BLOCK_FULL", "nat64-block-full";
+    /// Pass: NAT64 SYN from a port below 1024 (no block port keeps its
+    /// range class).
+    PassNat64LowPort = "V6G_P_NAT64_LOW_PORT", "nat64-low-port";
+    /// Pass: NAT64 SYN from a host port that has a TCP mapping already
+    /// (endpoint-independent mapping: the translator uses it).
+    PassNat64Bib = "V6G_P_NAT64_BIB", "nat64-bib";
 }
 
 /// Number of counters (`max_entries` of `counters`).
@@ -785,6 +852,9 @@ pub const STRUCTS: &[(&str, usize, &[Field])] = &[
     (NatptMake::C_NAME, core::mem::size_of::<NatptMake>(), NatptMake::FIELDS),
     (NatptHost::C_NAME, core::mem::size_of::<NatptHost>(), NatptHost::FIELDS),
     (NatptEvent::C_NAME, core::mem::size_of::<NatptEvent>(), NatptEvent::FIELDS),
+    (N64Host::C_NAME, core::mem::size_of::<N64Host>(), N64Host::FIELDS),
+    (N64BibKey::C_NAME, core::mem::size_of::<N64BibKey>(), N64BibKey::FIELDS),
+    (N64Bib::C_NAME, core::mem::size_of::<N64Bib>(), N64Bib::FIELDS),
 ];
 
 /// The tester's contract structs (checked by `V6G_CHECK_TESTER_LAYOUT()`).
@@ -820,6 +890,8 @@ pub const CONSTANTS: &[(&str, u64)] = &[
     ("V6G_NAT64_F_SYN_ACK", NAT64_F_SYN_ACK as u64),
     ("V6G_NATPT_MAKE_ON", NATPT_MAKE_ON as u64),
     ("V6G_NATPT_MAKE_HELD", NATPT_MAKE_HELD as u64),
+    ("V6G_NATPT_MAKE_NAPT", NATPT_MAKE_NAPT as u64),
+    ("V6G_N64_BLOCKS", N64_BLOCKS as u64),
     ("V6G_COUNTER_MAX", COUNTER_MAX as u64),
     ("V6G_TESTER_MAGIC_HI", TESTER_MAGIC_HI as u64),
     ("V6G_TGEN_4IN6", TGEN_4IN6 as u64),

@@ -433,8 +433,10 @@ fn half_open_generated_packets() {
 #[derive(Debug)]
 struct PtHook {
     map: Mutex<xdp::nat64::Nat64Sessions>,
-    pt: xdp::nat64::Natpt,
+    pt: Arc<xdp::nat64::Natpt>,
     adopted: Mutex<Vec<nat64::Created>>,
+    /// Set: the ring is not drained (a translator lagging behind).
+    hold: std::sync::atomic::AtomicBool,
 }
 
 impl FastHook for PtHook {
@@ -452,15 +454,25 @@ impl FastHook for PtHook {
         self.pt.set_held(present).expect("held flag");
     }
     fn created(&self, adopt: &mut dyn FnMut(&nat64::Created) -> bool) {
+        if self.hold.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
         self.pt.drain(|m| {
             let s = m.session;
-            let c = nat64::Created { protocol: Protocol::Tcp, x: s.x, y: s.y, t: *s.t.ip(), port: s.t.port(), at: m.ns };
+            let c =
+                nat64::Created { protocol: Protocol::Tcp, x: s.x, y: s.y, t: *s.t.ip(), port: s.t.port(), at: m.ns };
             let ok = adopt(&c);
             if ok {
                 self.adopted.lock().unwrap().push(c);
             }
             ok
         });
+    }
+    fn port_blocks(&self) -> Option<Arc<dyn nat64::PortBlockMem>> {
+        Some(self.pt.clone())
+    }
+    fn bib(&self, x: std::net::SocketAddrV6, t: Option<std::net::SocketAddrV4>) {
+        self.pt.set_bib(x, t).expect("BIB entry");
     }
 }
 
@@ -491,9 +503,15 @@ fn pt_setup(name: &str, max_sessions: usize) -> (Net, Nat64, Nat64, Arc<PtHook>)
         pool6: "2001:db8:64::/96".parse().unwrap(),
         pool4: vec![PT_POOL4.parse().unwrap()],
         limit: max_sessions as u64,
+        port_block: None,
     }))
     .unwrap();
-    let hook = Arc::new(PtHook { map: Mutex::new(net.fp.nat64_sessions().unwrap()), pt, adopted: Mutex::default() });
+    let hook = Arc::new(PtHook {
+        map: Mutex::new(net.fp.nat64_sessions().unwrap()),
+        pt: Arc::new(pt),
+        adopted: Mutex::default(),
+        hold: Default::default(),
+    });
     engine.set_fast_hook(Some(hook.clone()));
     (net, engine, twin, hook)
 }
@@ -722,4 +740,314 @@ fn natpt_creation_generated_packets() {
         .unwrap();
     let t = mono();
     assert_eq!(tcp_table(&engine, t), tcp_table(&twin, t), "every session as the twin has it");
+}
+
+// ---- NAT64 (NAPT) sessions created in XDP with port blocks (issue #15) ----
+
+/// The pool4 of the NAPT tests: one address whose TCP ports are exactly one
+/// block (the engine's and the twin's blocks are the same ports).
+const NAPT_PORTS: (u16, u16) = (1024, 1031);
+const NAPT_BLOCK: u16 = 8;
+
+fn core_napt(max_sessions: usize) -> Nat64 {
+    let mut c: nat64::Config = toml::from_str(r#"pool6 = "2001:db8:64::/96""#).unwrap();
+    c.pool4 = vec![nat64::Pool4Entry {
+        prefix: PT_POOL4.parse().unwrap(),
+        ports: NAPT_PORTS,
+        protocols: Protocol::ALL.to_vec(),
+    }];
+    c.shards = 2;
+    c.max_sessions = max_sessions;
+    Nat64::new(c).expect("valid NAT64 config")
+}
+
+/// The twin's port blocks: on the heap, each port taken the one the test
+/// names (the port the engine or the program took), so that the twin sees
+/// each SYN with the same port.
+#[derive(Debug)]
+struct Forced {
+    mem: nat64::HeapBlocks,
+    next: Mutex<Option<u16>>,
+}
+
+impl nat64::PortBlockMem for Forced {
+    fn size(&self) -> u16 {
+        self.mem.size()
+    }
+    fn slots(&self) -> u32 {
+        self.mem.slots()
+    }
+    fn write(&self, slot: u32, addr: std::net::Ipv4Addr, base: u16, size: u16) {
+        self.mem.write(slot, addr, base, size)
+    }
+    fn take(&self, slot: u32, size: u16, hint: u32) -> Option<u16> {
+        let want = self.next.lock().unwrap().take().map(|p| u32::from(p - NAPT_PORTS.0));
+        let i = self.mem.take(slot, size, want.unwrap_or(hint))?;
+        assert!(want.is_none_or(|w| w == u32::from(i)), "the twin's port {i} is taken");
+        Some(i)
+    }
+    fn give(&self, slot: u32, i: u16) {
+        self.mem.give(slot, i)
+    }
+    fn in_use(&self, slot: u32) -> u32 {
+        self.mem.in_use(slot)
+    }
+    fn list(&self, x: std::net::Ipv6Addr, slots: &[u32]) {
+        self.mem.list(x, slots)
+    }
+}
+
+#[derive(Debug)]
+struct TwinHook(Arc<Forced>);
+
+impl FastHook for TwinHook {
+    fn mirror(&self, _: &SessionInfo, _: bool) {}
+    fn syn_ack(&self, _: &SessionInfo) -> Option<u64> {
+        None
+    }
+    fn port_blocks(&self) -> Option<Arc<dyn nat64::PortBlockMem>> {
+        Some(self.0.clone())
+    }
+}
+
+struct Napt {
+    net: Net,
+    engine: Nat64,
+    twin: Nat64,
+    hook: Arc<PtHook>,
+    forced: Arc<Forced>,
+}
+
+fn napt_setup(name: &str, max_sessions: usize) -> Napt {
+    let mut net = Net::new(name);
+    net.fp.set_nat64(&xlat::siit::Config::default()).unwrap();
+    let engine = core_napt(max_sessions);
+    let twin = core_napt(max_sessions);
+    let pt = net.fp.natpt().unwrap();
+    pt.configure(Some(&xdp::nat64::NatptConfig {
+        pool6: "2001:db8:64::/96".parse().unwrap(),
+        pool4: vec![PT_POOL4.parse().unwrap()],
+        limit: max_sessions as u64,
+        port_block: Some(NAPT_BLOCK),
+    }))
+    .unwrap();
+    let hook = Arc::new(PtHook {
+        map: Mutex::new(net.fp.nat64_sessions().unwrap()),
+        pt: Arc::new(pt),
+        adopted: Mutex::default(),
+        hold: Default::default(),
+    });
+    engine.set_fast_hook(Some(hook.clone()));
+    let forced = Arc::new(Forced { mem: nat64::HeapBlocks::new(NAPT_BLOCK, 4), next: Mutex::default() });
+    twin.set_fast_hook(Some(Arc::new(TwinHook(forced.clone()))));
+    Napt { net, engine, twin, hook, forced }
+}
+
+/// IPv4 source port of a translated TCP packet.
+fn tport(p: &[u8]) -> u16 {
+    u16::from_be_bytes([p[20], p[21]])
+}
+
+impl Napt {
+    /// The SYN `l3` through the program: created there (the twin then
+    /// sees it with the port the program took, at the event's time: same
+    /// bytes, and after the drain the same sessions), or passed (engine
+    /// and twin answer alike, the twin's port forced to the engine's).
+    fn syn(&self, l3: &[u8]) -> Outcome {
+        let before = self.hook.adopted.lock().unwrap().len();
+        let o = run(&self.net, progs::NAT64, &frame(l3), self.net.ingress(l3));
+        match &o {
+            Outcome::Forwarded(got) => {
+                self.engine.expire(mono());
+                let ad = self.hook.adopted.lock().unwrap();
+                assert_eq!(ad.len(), before + 1, "the created session was taken over");
+                let c = ad[before];
+                assert_eq!(c.port, tport(got));
+                *self.forced.next.lock().unwrap() = Some(c.port);
+                let want = core_forward(&self.twin, l3, c.at, ident_of(got)).unwrap_or_else(|e| panic!("twin: {e}"));
+                assert_eq!(hex(got), hex(&want), "created in XDP and twin differ for {}", hex(l3));
+                check_ip(got);
+                let f = SessionFilter::default();
+                assert_eq!(self.engine.sessions(&f, c.at), self.twin.sessions(&f, c.at));
+                assert_eq!(self.engine.bib(), self.twin.bib());
+            }
+            Outcome::Passed => {
+                let now = mono();
+                let (mut a, mut b) = (Out::with_ident_seed(1), Out::with_ident_seed(1));
+                let va = self.engine.translate(l3, now, &mut a);
+                if let (Verdict::Emit, Some((PacketKind::Forward, p))) = (va, a.get(0)) {
+                    if p[0] >> 4 == 4 {
+                        *self.forced.next.lock().unwrap() = Some(tport(p));
+                    }
+                }
+                let vb = self.twin.translate(l3, now, &mut b);
+                assert_eq!(va, vb);
+                let pa: Vec<_> = a.iter().map(|(k, p)| (k, hex(p))).collect();
+                let pb: Vec<_> = b.iter().map(|(k, p)| (k, hex(p))).collect();
+                assert_eq!(pa, pb, "engine and twin answer a passed SYN alike");
+                *self.forced.next.lock().unwrap() = None;
+            }
+        }
+        o
+    }
+
+    fn count(&self, what: &str) -> u64 {
+        self.net.fp.counter_map().unwrap().get(what).map_or(0, |c| c.packets)
+    }
+}
+
+#[test]
+fn napt_sessions_created_in_xdp_with_block_ports() {
+    let n = napt_setup("xdp-napt-make", 100_000);
+    let syn = |sport: u16, dst: &str| pt_v6(X, dst).tcp(sport, 80, 0x02, b"\x02\x04\x05\xb4\x01\x01\x04\x02");
+    let y2 = "2001:db8:64::c633:6408";
+    // The host's first SYN: no block yet (passed); the engine grants one.
+    assert_eq!(n.syn(&syn(40010, Y6)), Outcome::Passed);
+    assert_eq!(n.count("nat64-no-block"), 1);
+    let blocks = n.engine.blocks_of(&X.parse().unwrap());
+    assert_eq!(blocks.len(), 1);
+    let x10 = format!("[{X}]:40010").parse().unwrap();
+    let t10 = n.hook.pt.bib(x10).unwrap().expect("the engine's BIB entry mirrored");
+    // The next SYNs (new ports, another peer) are created in XDP.
+    let mut ports = vec![t10.port()];
+    for (sport, dst) in [(40011, Y6), (40012, y2), (40013, Y6)] {
+        match n.syn(&syn(sport, dst)) {
+            Outcome::Forwarded(p) => ports.push(tport(&p)),
+            o => panic!("SYN {sport}: {o:?}"),
+        }
+    }
+    assert_eq!(n.count("nat64-created"), 3);
+    ports.sort();
+    ports.dedup();
+    assert_eq!(ports.len(), 4, "four mappings, four ports");
+    assert!(ports.iter().all(|p| (NAPT_PORTS.0..=NAPT_PORTS.1).contains(p)), "block ports: {ports:?}");
+    assert_eq!(blocks[0].2 + 3, n.engine.blocks_of(&X.parse().unwrap())[0].2, "taken in the shared bitmap");
+    // Endpoint-independent mapping: X:40011 towards another peer passes
+    // (its mapping exists) and the engine uses the same T:t.
+    let x11 = format!("[{X}]:40011").parse().unwrap();
+    let t11 = n.hook.pt.bib(x11).unwrap().expect("the program's BIB entry");
+    match n.syn(&syn(40011, y2)) {
+        Outcome::Passed => {}
+        o => panic!("a second mapping of X:40011 was created: {o:?}"),
+    }
+    assert_eq!(n.count("nat64-bib"), 1);
+    let f = SessionFilter { protocol: Some(Protocol::Tcp), ..Default::default() };
+    let s11: Vec<_> = n.engine.sessions(&f, mono()).into_iter().filter(|s| s.ipv6_src == x11).collect();
+    assert_eq!(s11.len(), 2);
+    assert!(s11.iter().all(|s| s.ipv4_src == t11), "one mapping for X:40011: {s11:?}");
+    // A retransmitted SYN passes (its session is half-open).
+    assert_eq!(n.syn(&syn(40012, y2)), Outcome::Passed);
+    // The SYN+ACK of a created session is carried; the rest as the twin.
+    let sa = V4 { tos: 0x28, ..V4::new(6, Y, T) }.tcp(80, t11.port(), 0x12, b"");
+    assert!(matches!(run(&n.net, progs::NAT64, &frame(&sa), n.net.ingress(&sa)), Outcome::Forwarded(_)));
+    let t = mono();
+    assert_eq!(tcp_table(&n.engine, t), tcp_table(&n.twin, t), "every session as the twin has it");
+}
+
+#[test]
+fn napt_creation_refusals_pass_and_are_counted() {
+    let n = napt_setup("xdp-napt-refuse", 100_000);
+    let syn = |sport: u16| pt_v6(X, Y6).tcp(sport, 80, 0x02, b"");
+    assert_eq!(n.syn(&syn(40020)), Outcome::Passed);
+    // Not a plain SYN, a low port, to pool4 (hairpin), from pool6, forbidden peer.
+    let cases: [(Vec<u8>, &str); 5] = [
+        (pt_v6(X, Y6).tcp(40021, 80, 0x12, b""), "no-match"),
+        (syn(800), "nat64-low-port"),
+        (pt_v6(X, "2001:db8:64::c000:201").tcp(40022, 80, 0x02, b""), "natpt-hairpin"),
+        (pt_v6("2001:db8:64::c633:6409", Y6).tcp(40023, 80, 0x02, b""), "natpt-hairpin"),
+        (pt_v6(X, "2001:db8:64::7f00:1").tcp(40024, 80, 0x02, b""), "natpt-forbidden"),
+    ];
+    for (l3, why) in &cases {
+        let before = n.count(why);
+        assert_eq!(run(&n.net, progs::NAT64, &frame(l3), n.net.ingress(l3)), Outcome::Passed, "{why}");
+        assert_eq!(n.count(why), before + 1, "{why}");
+    }
+    // Another host without blocks.
+    let other = pt_v6("2001:db8:6::9", Y6).tcp(40025, 80, 0x02, b"");
+    assert_eq!(run(&n.net, progs::NAT64, &frame(&other), n.net.ingress(&other)), Outcome::Passed);
+    assert_eq!(n.count("nat64-no-block"), 2);
+    // Block exhaustion: the block's 8 ports (one the engine's), then the
+    // host's SYNs pass; the engine has no block or pool port either.
+    let mut made = 0;
+    for sport in 40030..40040 {
+        if let Outcome::Forwarded(_) = n.syn(&syn(sport)) {
+            made += 1;
+        }
+    }
+    assert_eq!(made, 7);
+    assert_eq!(n.count("nat64-block-full"), 3);
+    assert_eq!(n.count("nat64-created"), 7);
+    // Nothing was created by a refused SYN.
+    assert_eq!(n.engine.stats().sessions["tcp"], 8);
+}
+
+#[test]
+fn napt_creation_table_limit_and_ring_full() {
+    let n = napt_setup("xdp-napt-limit", 3);
+    assert_eq!(n.syn(&pt_v6(X, Y6).tcp(40040, 80, 0x02, b"")), Outcome::Passed);
+    n.hook.pt.set_sessions(n.engine.sessions(&SessionFilter::default(), mono()).len() as u64).unwrap();
+    for sport in [40041, 40042] {
+        assert!(matches!(n.syn(&pt_v6(X, Y6).tcp(sport, 80, 0x02, b"")), Outcome::Forwarded(_)));
+    }
+    let l3 = pt_v6(X, Y6).tcp(40043, 80, 0x02, b"");
+    assert_eq!(run(&n.net, progs::NAT64, &frame(&l3), n.net.ingress(&l3)), Outcome::Passed);
+    assert_eq!(n.count("natpt-table-full"), 1);
+
+    // Ring full (no drain): the refused SYN leaves nothing behind (its
+    // port back in the block, no BIB entry); every created one is then
+    // adopted. Blocks of 256 ports (the engine grants another each time
+    // the program finds the host's full) so that the ring fills first.
+    let mut net = Net::new("xdp-napt-ring");
+    net.fp.set_nat64(&xlat::siit::Config::default()).unwrap();
+    let mut c: nat64::Config = toml::from_str(r#"pool6 = "2001:db8:64::/96""#).unwrap();
+    c.pool4 = vec![nat64::Pool4Entry {
+        prefix: PT_POOL4.parse().unwrap(),
+        ports: (1024, 65535),
+        protocols: Protocol::ALL.to_vec(),
+    }];
+    let engine = Nat64::new(c).unwrap();
+    let pt = net.fp.natpt().unwrap();
+    pt.configure(Some(&xdp::nat64::NatptConfig {
+        pool6: "2001:db8:64::/96".parse().unwrap(),
+        pool4: vec![PT_POOL4.parse().unwrap()],
+        limit: 100_000,
+        port_block: Some(256),
+    }))
+    .unwrap();
+    let hook = Arc::new(PtHook {
+        map: Mutex::new(net.fp.nat64_sessions().unwrap()),
+        pt: Arc::new(pt),
+        adopted: Mutex::default(),
+        hold: Default::default(),
+    });
+    engine.set_fast_hook(Some(hook.clone()));
+    let count = |what: &str| net.fp.counter_map().unwrap().get(what).map_or(0, |c| c.packets);
+    hook.hold.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (mut made, mut by_engine) = (0usize, 0usize);
+    let mut sport = 2000u16;
+    let refused = loop {
+        let l3 = pt_v6(X, Y6).tcp(sport, 80, 0x02, b"");
+        let full = count("natpt-ring-full");
+        match run(&net, progs::NAT64, &frame(&l3), net.ingress(&l3)) {
+            Outcome::Forwarded(_) => made += 1,
+            Outcome::Passed if count("natpt-ring-full") > full => break sport,
+            Outcome::Passed => {
+                // No block, or the host's full: the engine's own SYN grants one.
+                let mut out = Out::new();
+                assert_eq!(engine.translate(&l3, mono(), &mut out), Verdict::Emit);
+                by_engine += 1;
+            }
+        }
+        sport += 1;
+        assert!(sport < 4000, "the ring never filled");
+    };
+    assert!(made > 1000 && by_engine >= 2, "{made} {by_engine}");
+    let xr = format!("[{X}]:{refused}").parse().unwrap();
+    assert_eq!(hook.pt.bib(xr).unwrap(), None, "no mapping left for the refused SYN");
+    let in_use = |e: &Nat64| e.blocks_of(&X.parse().unwrap()).iter().map(|b| b.2 as usize).sum::<usize>();
+    assert_eq!(in_use(&engine), made + by_engine, "the refused SYN's port went back to its block");
+    hook.hold.store(false, std::sync::atomic::Ordering::Relaxed);
+    engine.expire(mono());
+    assert_eq!(hook.adopted.lock().unwrap().len(), made, "every created session adopted");
+    assert_eq!(engine.stats().sessions["tcp"], (made + by_engine) as u64);
 }
