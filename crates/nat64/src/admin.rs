@@ -56,6 +56,8 @@ pub struct Stats {
     pub reassembled: u64,
     /// Reassemblies given up after `fragment-timeout`.
     pub fragment_sets_expired: u64,
+    /// NAT64 with a fast path: the per-host TCP port blocks.
+    pub port_blocks: crate::BlockStats,
 }
 
 /// One session, for `v6gate ctl`.
@@ -124,6 +126,7 @@ impl Nat64 {
             fragment_sets: self.reasm.sets() as u64,
             reassembled: self.c.reassembled.load(Ordering::Relaxed),
             fragment_sets_expired: self.c.frag_expired.load(Ordering::Relaxed),
+            port_blocks: self.port_blocks(),
             ..Stats::default()
         };
         for (i, r) in DropReason::ALL.iter().enumerate() {

@@ -160,6 +160,7 @@ pub(crate) struct Table {
 
 /// What [`Nat64::port_blocks`] reports.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct BlockStats {
     /// Ports per block (0: no blocks).
     pub size: u16,

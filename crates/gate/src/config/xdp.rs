@@ -90,6 +90,11 @@ pub struct XdpConfig {
     /// `routes`: routes mirrored at most, each family; a family with more
     /// is left to `bpf_fib_lookup`, counted. Default 4096.
     pub routes: u32,
+    /// `nat64-port-block`: NAT64 (NAPT) mode, ports per block of the
+    /// per-host TCP port blocks from which the fast path creates a host's
+    /// TCP sessions at its SYN (1..=256; 0: off, every SYN takes the slow
+    /// path). Default 256.
+    pub nat64_port_block: u16,
 }
 
 impl Default for XdpConfig {
@@ -104,6 +109,7 @@ impl Default for XdpConfig {
             fib_cache_ms: 0,
             mirror_routes: true,
             routes: 4096,
+            nat64_port_block: 256,
         }
     }
 }
@@ -142,6 +148,7 @@ pub(super) struct XdpToml {
     fib_cache_ms: Option<u32>,
     mirror_routes: Option<bool>,
     routes: Option<u32>,
+    nat64_port_block: Option<u16>,
 }
 
 fn ifname(text: &str, key: &str, v: &Spanned<String>) -> Result<String, Error> {
@@ -208,6 +215,9 @@ pub(super) fn xdp_from_toml(text: &str, t: XdpToml) -> Result<XdpConfig, Error> 
     if let Some(n) = t.routes {
         c.routes = ranged("[xdp] routes", n, 1, MAX_ROUTES)?;
     }
+    if let Some(n) = t.nat64_port_block {
+        c.nat64_port_block = ranged("[xdp] nat64-port-block", n, 0, nat64::MAX_BLOCK_PORTS)?;
+    }
     Ok(c)
 }
 
@@ -248,6 +258,9 @@ mod tests {
         assert_eq!((x.limits().eamt, x.limits().nat64_sessions), (8, 6));
         assert_eq!((x.limits().trgw_relays, x.limits().trgw_stats), (8, 8));
         assert!(x.mirror_routes, "on by default");
+        assert_eq!(x.nat64_port_block, 256, "on by default");
+        let c = Config::parse(&format!("{SIIT}[xdp]\ninterfaces = [\"e\"]\nnat64-port-block = 0\n")).unwrap();
+        assert_eq!(c.xdp.unwrap().nat64_port_block, 0, "0: off");
         assert_eq!((x.limits().routes, x.limits().nexthops), (4096, 257));
         let c =
             Config::parse(&format!("{SIIT}[xdp]\ninterfaces = [\"e\"]\nmirror-routes = false\nroutes = 9\n")).unwrap();
@@ -272,6 +285,8 @@ mod tests {
         assert_names(&format!("{SIIT}[xdp]\ninterfaces = [\"e\"]\ntrgw-streams = 0\n"), "[xdp] trgw-streams");
         assert_names(&format!("{SIIT}[xdp]\ninterfaces = [\"e\"]\nqueues = 1\n"), "[xdp] queues");
         assert_names(&format!("{SIIT}[xdp]\ninterfaces = [\"e\"]\nroutes = 0\n"), "[xdp] routes");
+        assert_names(&format!("{SIIT}[xdp]\ninterfaces = [\"e\"]\nnat64-port-block = 257\n"), "[xdp] nat64-port-block");
+        assert_names(&format!("{SIIT}[xdp]\ninterfaces = [\"e\"]\nnat64-port-block = -1\n"), "[xdp] nat64-port-block");
         assert_names(&format!("{SIIT}[xdp]\ninterfaces = [\"e\"]\nmirror-routes = 1\n"), "[xdp] mirror-routes");
         let many: Vec<String> = (0..65).map(|i| format!("\"e{i}\"")).collect();
         assert_names(&format!("{SIIT}[xdp]\ninterfaces = [{}]\n", many.join(",")), "[xdp] interfaces");

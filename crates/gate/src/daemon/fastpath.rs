@@ -105,8 +105,9 @@ pub struct NatHook {
     adopted: Mutex<Vec<(nat64::SessionInfo, [xdp::types::FlowKey; 2])>>,
     /// Sessions the full map refused here.
     map_full: AtomicU64,
-    /// NAT-PT: the maps of sessions created in XDP (None: not loaded).
-    natpt: Option<xdp::nat64::Natpt>,
+    /// NAT-PT, and NAT64 with port blocks: the maps of sessions created
+    /// in XDP (None: not loaded).
+    natpt: Option<Arc<xdp::nat64::Natpt>>,
     /// NAT-PT sessions created in XDP that the translator took over.
     natpt_adopted: AtomicU64,
     /// ... and that it refused (their entries removed).
@@ -150,7 +151,8 @@ impl nat64::FastHook for NatHook {
         pt.drain(|m| {
             let s = m.session;
             let at = m.ns.saturating_sub(self.mono_minus_now);
-            let c = nat64::Created { protocol: nat64::Protocol::Tcp, x: s.x, y: s.y, t: *s.t.ip(), port: s.t.port(), at };
+            let c =
+                nat64::Created { protocol: nat64::Protocol::Tcp, x: s.x, y: s.y, t: *s.t.ip(), port: s.t.port(), at };
             if !adopt(&c) {
                 self.natpt_refused.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!("xdp: NAT-PT session {} -> {} created in XDP refused", s.x, s.y);
@@ -173,6 +175,20 @@ impl nat64::FastHook for NatHook {
             super::lock(&self.adopted).push((info, [k6, k4]));
             true
         });
+    }
+
+    fn port_blocks(&self) -> Option<Arc<dyn nat64::PortBlockMem>> {
+        let pt = self.natpt.as_ref()?;
+        (nat64::PortBlockMem::size(&**pt) > 0).then(|| pt.clone() as Arc<dyn nat64::PortBlockMem>)
+    }
+
+    fn bib(&self, x: std::net::SocketAddrV6, t: Option<std::net::SocketAddrV4>) {
+        if let Some(pt) = &self.natpt {
+            if let Err(e) = pt.set_bib(x, t) {
+                // A mapping the program cannot see: it creates no more (EIM).
+                tracing::warn!("xdp: NAT64 TCP mapping of {x}: {e}; sessions no longer created in XDP");
+            }
+        }
     }
 
     fn syn_ack(&self, s: &nat64::SessionInfo) -> Option<u64> {
@@ -302,10 +318,11 @@ impl FastPlane {
                 fp.set_nat64(&cfg.nat64_xlat_config()).map_err(|e| format!("[xdp]: NAT64: {e}"))?;
                 self.nat.on = true;
                 self.nat.pool4 = n.pool4.iter().map(|p| p.prefix).collect();
-                self.nat.natpt = (n.mode == nat64::Mode::Natpt).then(|| xdp::nat64::NatptConfig {
+                self.nat.natpt = Some(xdp::nat64::NatptConfig {
                     pool6: n.pool6,
                     pool4: self.nat.pool4.clone(),
                     limit: n.max_sessions as u64,
+                    port_block: (n.mode == nat64::Mode::Nat64).then_some(x.nat64_port_block),
                 });
             }
             None => {
@@ -489,7 +506,7 @@ impl FastPlane {
                 }
             };
             let natpt = match self.fp.as_ref()?.natpt() {
-                Ok(p) => Some(p),
+                Ok(p) => Some(Arc::new(p)),
                 Err(e) => {
                     tracing::warn!("xdp: NAT-PT sessions are not created in XDP: {e}");
                     None
@@ -513,7 +530,8 @@ impl FastPlane {
         self.nat.hook.clone().map(|h| h as Arc<dyn nat64::FastHook>)
     }
 
-    /// NAT-PT: mirror the host bindings `n` holds now and whether it holds
+    /// NAT-PT: mirror the host bindings `n` holds now (NAT64: its TCP BIB
+    /// entries) and whether it holds
     /// IPv4 SYNs (changes from now on are told through the hook). Call
     /// after the hook is set.
     pub fn natpt_hosts(&self, n: &nat64::Nat64) {
@@ -532,6 +550,15 @@ impl FastPlane {
             if let Err(e) = pt.set_host(x, Some(t)) {
                 tracing::warn!("xdp: NAT-PT host {x}: {e}");
                 break;
+            }
+        }
+        // NAT64: the TCP mappings that exist (EIM: the program makes no other).
+        if n.config().mode == nat64::Mode::Nat64 {
+            for b in n.bib().into_iter().filter(|b| b.protocol == nat64::Protocol::Tcp) {
+                if let Err(e) = pt.set_bib(b.ipv6, Some(b.ipv4)) {
+                    tracing::warn!("xdp: NAT64 TCP mapping of {}: {e}; sessions not created in XDP", b.ipv6);
+                    break;
+                }
             }
         }
     }

@@ -614,6 +614,26 @@ fn nat64(v: &mut Vec<Family>, st: &nat64::Stats) {
             .one(st.fragment_sets_expired as f64),
     );
     v.push(Family::counter("v6gate_nat64_hairpinned", "Packets hairpinned (RFC 6146 §3.8).").one(st.hairpinned as f64));
+    let b = &st.port_blocks;
+    v.push(
+        Family::gauge("v6gate_nat64_port_blocks", "NAT64 with XDP: per-host TCP port blocks held now.")
+            .one(b.held as f64),
+    );
+    v.push(
+        Family::counter("v6gate_nat64_port_blocks_granted", "NAT64 with XDP: port blocks granted to hosts.")
+            .one(b.granted as f64),
+    );
+    v.push(
+        Family::counter("v6gate_nat64_port_blocks_returned", "NAT64 with XDP: port blocks given back to the pool.")
+            .one(b.returned as f64),
+    );
+    v.push(
+        Family::counter(
+            "v6gate_nat64_port_block_conflicts",
+            "NAT64 with XDP: sessions created in XDP whose host port had another mapping first (that one stayed).",
+        )
+        .one(b.conflicts as f64),
+    );
 }
 
 #[cfg(test)]
