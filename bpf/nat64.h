@@ -53,7 +53,7 @@ V6G_INLINE void nat64_syn_ack(struct v6g_nat64 *v, const struct v6g_flow *k)
 	count(V6G_C_NAT64_SYN_ACK, 0);
 }
 
-/* ---- NAT-PT sessions created here (issue #15) ----------------------------
+/* ---- NAT-PT and NAT64 sessions created here (issue #15) ------------------
  *
  * In NAT-PT mode a host X that holds a pool4 address T keeps its ports, so
  * the session of its SYN (X:x -> Y':y) is (T:x -> Y:y), known from the
@@ -61,7 +61,8 @@ V6G_INLINE void nat64_syn_ack(struct v6g_nat64 *v, const struct v6g_flow *k)
  * (natpt_hosts), its pool4 (natpt_pool4) and what natpt_make[1] holds; the
  * program creates the session when every check the slow path's from6 makes
  * passes, tells the translator on natpt_events and translates the SYN as
- * the slow path would. */
+ * the slow path would. In NAT64 (NAPT) mode (V6G_NATPT_MAKE_NAPT) the port
+ * t comes from the host's port blocks (n64_*, below). */
 
 /* natpt_hosts key: the IPv6 host's address. */
 struct natpt_host_key {

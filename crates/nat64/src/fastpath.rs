@@ -24,7 +24,12 @@
 //!   determined by the binding), and hands each such session over
 //!   ([`FastHook::created`]) before this crate handles any packet or
 //!   expires sessions: it is entered as that SYN would have entered it
-//!   ([`Nat64::adopt`]).
+//!   ([`Nat64::adopt`]);
+//! - NAT64 (NAPT): shares the memory of per-host TCP port blocks
+//!   ([`FastHook::port_blocks`], see [`crate::PortBlockMem`]), is told of
+//!   every TCP BIB entry ([`FastHook::bib`]: one mapping per host port),
+//!   may create a host's TCP session from its SYN with a port of its
+//!   blocks, and hands it over the same way.
 
 use crate::blocks::PortBlockMem;
 use crate::config::{Mode, Protocol};
