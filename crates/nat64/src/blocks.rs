@@ -61,12 +61,15 @@ pub trait PortBlockMem: Send + Sync + std::fmt::Debug {
     fn list(&self, x: Ipv6Addr, slots: &[u32]);
 }
 
+/// One block on the heap: its bitmap and (address, first port).
+type HeapBlock = ([AtomicU64; 4], Mutex<(Ipv4Addr, u16)>);
+
 /// Block memory on the heap, for a translator without a fast path that
 /// shares it (tests, and as the model of the contract).
 #[derive(Debug)]
 pub struct HeapBlocks {
     size: u16,
-    blocks: Vec<([AtomicU64; 4], Mutex<(Ipv4Addr, u16)>)>,
+    blocks: Vec<HeapBlock>,
     lists: Mutex<crate::Map<Ipv6Addr, Vec<u32>>>,
 }
 

@@ -493,25 +493,31 @@ fn core_pt(max_sessions: usize) -> Nat64 {
     Nat64::new(c).expect("valid NAT-PT config")
 }
 
+/// The engine's hook on `net`'s program, creation configured with the
+/// tests' pool6 and pool4, `limit` and `port_block` (None: NAT-PT).
+fn pt_hook(net: &Net, limit: u64, port_block: Option<u16>) -> Arc<PtHook> {
+    let pt = net.fp.natpt().unwrap();
+    pt.configure(Some(&xdp::nat64::NatptConfig {
+        pool6: "2001:db8:64::/96".parse().unwrap(),
+        pool4: vec![PT_POOL4.parse().unwrap()],
+        limit,
+        port_block,
+    }))
+    .unwrap();
+    Arc::new(PtHook {
+        map: Mutex::new(net.fp.nat64_sessions().unwrap()),
+        pt: Arc::new(pt),
+        adopted: Mutex::default(),
+        hold: Default::default(),
+    })
+}
+
 fn pt_setup(name: &str, max_sessions: usize) -> (Net, Nat64, Nat64, Arc<PtHook>) {
     let mut net = Net::new(name);
     net.fp.set_nat64(&xlat::siit::Config::default()).unwrap();
     let engine = core_pt(max_sessions);
     let twin = core_pt(max_sessions);
-    let pt = net.fp.natpt().unwrap();
-    pt.configure(Some(&xdp::nat64::NatptConfig {
-        pool6: "2001:db8:64::/96".parse().unwrap(),
-        pool4: vec![PT_POOL4.parse().unwrap()],
-        limit: max_sessions as u64,
-        port_block: None,
-    }))
-    .unwrap();
-    let hook = Arc::new(PtHook {
-        map: Mutex::new(net.fp.nat64_sessions().unwrap()),
-        pt: Arc::new(pt),
-        adopted: Mutex::default(),
-        hold: Default::default(),
-    });
+    let hook = pt_hook(&net, max_sessions as u64, None);
     engine.set_fast_hook(Some(hook.clone()));
     (net, engine, twin, hook)
 }
@@ -823,20 +829,7 @@ fn napt_setup(name: &str, max_sessions: usize) -> Napt {
     net.fp.set_nat64(&xlat::siit::Config::default()).unwrap();
     let engine = core_napt(max_sessions);
     let twin = core_napt(max_sessions);
-    let pt = net.fp.natpt().unwrap();
-    pt.configure(Some(&xdp::nat64::NatptConfig {
-        pool6: "2001:db8:64::/96".parse().unwrap(),
-        pool4: vec![PT_POOL4.parse().unwrap()],
-        limit: max_sessions as u64,
-        port_block: Some(NAPT_BLOCK),
-    }))
-    .unwrap();
-    let hook = Arc::new(PtHook {
-        map: Mutex::new(net.fp.nat64_sessions().unwrap()),
-        pt: Arc::new(pt),
-        adopted: Mutex::default(),
-        hold: Default::default(),
-    });
+    let hook = pt_hook(&net, max_sessions as u64, Some(NAPT_BLOCK));
     engine.set_fast_hook(Some(hook.clone()));
     let forced = Arc::new(Forced { mem: nat64::HeapBlocks::new(NAPT_BLOCK, 4), next: Mutex::default() });
     twin.set_fast_hook(Some(Arc::new(TwinHook(forced.clone()))));
@@ -1006,20 +999,7 @@ fn napt_creation_table_limit_and_ring_full() {
         protocols: Protocol::ALL.to_vec(),
     }];
     let engine = Nat64::new(c).unwrap();
-    let pt = net.fp.natpt().unwrap();
-    pt.configure(Some(&xdp::nat64::NatptConfig {
-        pool6: "2001:db8:64::/96".parse().unwrap(),
-        pool4: vec![PT_POOL4.parse().unwrap()],
-        limit: 100_000,
-        port_block: Some(256),
-    }))
-    .unwrap();
-    let hook = Arc::new(PtHook {
-        map: Mutex::new(net.fp.nat64_sessions().unwrap()),
-        pt: Arc::new(pt),
-        adopted: Mutex::default(),
-        hold: Default::default(),
-    });
+    let hook = pt_hook(&net, 100_000, Some(256));
     engine.set_fast_hook(Some(hook.clone()));
     let count = |what: &str| net.fp.counter_map().unwrap().get(what).map_or(0, |c| c.packets);
     hook.hold.store(true, std::sync::atomic::Ordering::Relaxed);
