@@ -292,20 +292,19 @@ static __noinline __u32 natpt_make_session(const struct v6g_flow *k, __u32 napt)
 	struct v6g_natpt_make *mk;
 	struct n64_made *m = made_scratch();
 	struct pb_block *b;
-	__u32 t, rc;
-	__u16 tport;
+	__u32 rc;
 
 	u.idx = 0;
 	mk = bpf_map_lookup_elem(&natpt_make, &u.idx);
 	if (!mk || !m)
 		return PASS(V6G_P_NATPT_INSERT);
-	t = m->t;
-	tport = m->tport_be;
+	/* T and t: m->t, m->tport_be (the scratch entry, not copied: the
+	 * stack is short). */
 	/* IPv6 side X:x -> Y':y => T:t -> Y:y. */
 	__builtin_memset(&u, 0, sizeof(u));
-	mapped_from(u.e.v.src, (const __u8 *)&t);
+	mapped_from(u.e.v.src, (const __u8 *)&m->t);
 	mapped_from(u.e.v.dst, k->dst + 12);
-	u.e.v.port_be = tport;
+	u.e.v.port_be = m->tport_be;
 	u.e.v.flags = V6G_NAT64_F_HALF_OPEN;
 	if (bpf_map_update_elem(&nat64_sessions, k, &u.e.v, BPF_NOEXIST)) {
 		/* NAT-PT's mapping is the same whoever made it; NAT64's port
@@ -321,7 +320,7 @@ static __noinline __u32 natpt_make_session(const struct v6g_flow *k, __u32 napt)
 	copy16(u.e.k4.src, u.e.v.dst);
 	copy16(u.e.k4.dst, u.e.v.src);
 	u.e.k4.sport_be = k->dport_be;
-	u.e.k4.dport_be = tport;
+	u.e.k4.dport_be = m->tport_be;
 	u.e.k4.family = 4;
 	u.e.k4.proto = IPPROTO_TCP;
 	copy16(u.e.v.src, k->dst);
@@ -336,11 +335,11 @@ static __noinline __u32 natpt_make_session(const struct v6g_flow *k, __u32 napt)
 	__builtin_memset(&u, 0, sizeof(u));
 	copy16(u.ev.x, k->src);
 	ST32(u.ev.y, LD32(k->dst + 12));
-	ST32(u.ev.t, t);
+	ST32(u.ev.t, m->t);
 	u.ev.sport_be = k->sport_be;
 	u.ev.dport_be = k->dport_be;
 	u.ev.proto = IPPROTO_TCP;
-	u.ev.tport_be = tport;
+	u.ev.tport_be = m->tport_be;
 	u.ev.ns = bpf_ktime_get_coarse_ns();
 	/* No wake-up: the translator polls the ring (before each packet and
 	 * each timer tick), nobody waits on it; a wake-up would queue an
@@ -350,9 +349,9 @@ static __noinline __u32 natpt_make_session(const struct v6g_flow *k, __u32 napt)
 		/* The IPv4 side's key again (the union held it). */
 		__builtin_memset(&u, 0, sizeof(u));
 		mapped_from(u.e.k4.src, k->dst + 12);
-		mapped_from(u.e.k4.dst, (const __u8 *)&t);
+		mapped_from(u.e.k4.dst, (const __u8 *)&m->t);
 		u.e.k4.sport_be = k->dport_be;
-		u.e.k4.dport_be = tport;
+		u.e.k4.dport_be = m->tport_be;
 		u.e.k4.family = 4;
 		u.e.k4.proto = IPPROTO_TCP;
 		bpf_map_delete_elem(&nat64_sessions, &u.e.k4);
@@ -375,6 +374,56 @@ undo:
 			pb_give(b, m->idx);
 	}
 	return rc;
+}
+
+/* ---- FINs carried (issue #15) ----------------------------------------------
+ *
+ * With creation on (the translator drains natpt_events), a FIN without SYN
+ * or RST of a session carried in full is forwarded here too and told to
+ * the translator (kind FIN6 / FIN4, at its time), which steps RFC 6146's
+ * state machine as if it had seen it. Room in the ring is checked before
+ * the packet is translated (fin_room), the record written after
+ * (fin_tell); the two are subprograms so that nat64()'s stack stays as
+ * it is. */
+static __noinline int fin_room(void)
+{
+	struct v6g_natpt_make *ctl;
+	__u32 idx = 1;
+
+	ctl = bpf_map_lookup_elem(&natpt_make, &idx);
+	if (!ctl || !(ctl->flags & V6G_NATPT_MAKE_ON))
+		return 0;
+	return bpf_ringbuf_query(&natpt_events, BPF_RB_AVAIL_DATA) + sizeof(struct v6g_natpt_event) + 8 <=
+	       bpf_ringbuf_query(&natpt_events, BPF_RB_RING_SIZE);
+}
+
+/* Session `v` (the entry of key `k`, a packet from the IPv6 side when
+ * in6) carried a FIN: the record (X:x, Y:y, T:t as at creation). */
+static __noinline void fin_tell(const struct v6g_flow *k, const struct v6g_nat64 *v, int in6)
+{
+	struct v6g_natpt_event ev __attribute__((aligned(8))) = {};
+
+	if (in6) {
+		copy16(ev.x, k->src);
+		ST32(ev.y, LD32(k->dst + 12));
+		ST32(ev.t, LD32(v->src + 12));
+		ev.sport_be = k->sport_be;
+		ev.dport_be = k->dport_be;
+		ev.tport_be = v->port_be;
+		ev.kind = V6G_NATPT_EV_FIN6;
+	} else {
+		copy16(ev.x, v->dst);
+		ST32(ev.y, LD32(k->src + 12));
+		ST32(ev.t, LD32(k->dst + 12));
+		ev.sport_be = v->port_be;
+		ev.dport_be = k->sport_be;
+		ev.tport_be = k->dport_be;
+		ev.kind = V6G_NATPT_EV_FIN4;
+	}
+	ev.proto = IPPROTO_TCP;
+	ev.ns = bpf_ktime_get_coarse_ns();
+	if (bpf_ringbuf_output(&natpt_events, &ev, sizeof(ev), BPF_RB_NO_WAKEUP) == 0)
+		count(V6G_C_NAT64_FIN, 0);
 }
 
 /* A packet parsed by parse4() (in6 = 0) or parse6() (in6 = 1). */
@@ -434,6 +483,9 @@ static __noinline __u32 nat64(struct xdp_md *ctx, const struct v6g_config *c, co
 	flags = *(volatile __u32 *)&v->flags;
 	half = (flags & (V6G_NAT64_F_HALF_OPEN | V6G_NAT64_F_SYN_ACK)) == V6G_NAT64_F_HALF_OPEN;
 	syn_ack = half && !in6 && p->proto == IPPROTO_TCP && (p->tcp_flags & 0x17) == 0x12;
+	/* 2: a FIN of a session carried in full, told to the translator. */
+	if (!made && !half && p->proto == IPPROTO_TCP && (p->tcp_flags & 0x07) == TCP_FIN_ && fin_room())
+		syn_ack = 2;
 	if (!made && !syn_ack && tcp_control(p))
 		return PASS(V6G_P_TCP_CONTROL);
 	if (!made && !syn_ack && half)
@@ -456,8 +508,10 @@ static __noinline __u32 nat64(struct xdp_md *ctx, const struct v6g_config *c, co
 	}
 	if (!IS_PASS(rc)) {
 		v->last_seen_ns = bpf_ktime_get_coarse_ns();
-		if (syn_ack)
+		if (syn_ack == 1)
 			nat64_syn_ack(v, &k);
+		else if (syn_ack == 2)
+			fin_tell(&k, v, in6);
 	}
 	return rc;
 }

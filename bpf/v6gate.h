@@ -136,7 +136,7 @@ struct v6g_natpt_event {
 	__be16 sport_be;
 	__be16 dport_be;
 	__u8 proto;
-	__u8 pad;
+	__u8 kind;	 /* 0 created, V6G_NATPT_EV_FIN6 / _FIN4 a FIN carried */
 	__be16 tport_be; /* t: NAT-PT x, NAT64 the block port */
 	__u64 ns;
 };

@@ -434,6 +434,13 @@ fn nat64_sessions_on_the_fast_path_from_their_first_packet() {
             .collect();
         assert_eq!(states.len(), n as usize, "{mode}: {v}");
         assert!(states.iter().all(|s| s == "v4-fin-v6-fin-rcv"), "{mode}: learnt, then both FINs: {states:?}");
+        // Both FINs of each connection carried in XDP and told to the
+        // translator, which stepped its sessions with them (above).
+        let fins = xdp_counter(&lab, "nat64-fin");
+        assert!(fins >= 2 * n, "{mode}: FINs carried: {fins}");
+        // Only the RST of the idle connection, never accepted, when its
+        // listener closed goes to the slow path.
+        assert!(xdp_counter(&lab, "tcp-control") <= 1, "{mode}: no FIN through the slow path");
         // NAT-PT: the host holds its address from the UDP flow on, so each
         // connection's SYN created its session in XDP, taken over by the
         // translator (listed above, as every other session).

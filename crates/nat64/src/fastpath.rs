@@ -58,6 +58,10 @@ pub struct Created {
     pub t: Ipv4Addr,
     /// The pool4 port (NAT-PT: x).
     pub port: u16,
+    /// Not a creation: the fast path carried a FIN (no SYN or RST) of the
+    /// session, which it carries in full, from this side at `at`
+    /// ([`Nat64::adopt`] steps the TCP state machine as that FIN would).
+    pub fin: Option<crate::tcp::Side>,
     /// When (this translator's clock).
     pub at: u64,
 }
@@ -217,6 +221,9 @@ impl Nat64 {
         if c.protocol != Protocol::Tcp {
             return false;
         }
+        if let Some(side) = c.fin {
+            return self.carried_fin(c, side);
+        }
         if self.cfg.mode == Mode::Nat64 {
             return self.adopt_napt(c);
         }
@@ -267,6 +274,29 @@ impl Nat64 {
                 false
             }
         }
+    }
+
+    /// A FIN of session `c` the fast path carried from `side` at `c.at`:
+    /// the session steps as that FIN would have stepped it here (a SYN+ACK
+    /// the fast path carried before learnt first); its lifetime from
+    /// `c.at`. False when the session is gone (the fast path removes its
+    /// entries).
+    fn carried_fin(&self, c: &Created, side: Side) -> bool {
+        let x = T6 { addr: *c.x.ip(), port: c.x.port() };
+        let y = T4 { addr: *c.y.ip(), port: c.y.port() };
+        let key = SessKey { p: Protocol::Tcp, x, y };
+        let mut sh = lock(&self.shards[self.shard_of6(&x.addr)]);
+        let Some(s) = sh.sessions.get_mut(&key) else { return false };
+        self.fast_learn(&key, s, c.at);
+        let (sport, dport) = match side {
+            Side::V6 => (x.port, y.port),
+            Side::V4 => (y.port, s.t.port),
+        };
+        let flow = crate::tuple::Flow { p: Protocol::Tcp, sport, dport, flags: tcp::FIN | 0x10 };
+        if let Some(at) = self.touch(s, side, flow, c.at) {
+            sh.wheel.insert(at, key);
+        }
+        true
     }
 
     fn adopt_napt(&self, c: &Created) -> bool {

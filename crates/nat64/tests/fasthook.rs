@@ -239,6 +239,7 @@ fn created(sport: u16, t: &str, at: u64) -> nat64::Created {
         y: std::net::SocketAddrV4::new(a4(Y4), 80),
         t: a4(t),
         port: sport,
+        fin: None,
         at,
     }
 }

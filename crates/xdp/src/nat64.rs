@@ -14,7 +14,7 @@ use crate::types::maps::{
 };
 use crate::types::{
     FlowKey, N64Bib, N64BibKey, N64Host, Nat64Value, NatptEvent, NatptHost, NatptMake, NAT64_F_HALF_OPEN,
-    NAT64_F_SYN_ACK, NATPT_MAKE_HELD, NATPT_MAKE_NAPT, NATPT_MAKE_ON,
+    NAT64_F_SYN_ACK, NATPT_EV_CREATED, NATPT_EV_FIN4, NATPT_EV_FIN6, NATPT_MAKE_HELD, NATPT_MAKE_NAPT, NATPT_MAKE_ON,
 };
 use crate::Error;
 use aya::maps::lpm_trie::{Key, LpmTrie};
@@ -166,10 +166,26 @@ impl Nat64Sessions {
 /// (`natpt_events`; NAT-PT, or NAT64 with a block port): TCP, half-open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Made {
-    /// The session, as its entries were written (`half_open`).
+    /// The session, as its entries were written (`half_open`; a FIN's:
+    /// carried in full).
     pub session: Session,
-    /// `bpf_ktime_get_coarse_ns()` (CLOCK_MONOTONIC) when it was created.
+    /// `bpf_ktime_get_coarse_ns()` (CLOCK_MONOTONIC) when it was created
+    /// (the FIN carried).
     pub ns: u64,
+    /// Created, or a FIN of it carried.
+    pub kind: MadeKind,
+}
+
+/// What a `natpt_events` record tells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MadeKind {
+    /// The program created the session from the IPv6 host's SYN.
+    Created,
+    /// The program carried a FIN (no SYN or RST) of the session from its
+    /// IPv6 side.
+    Fin6,
+    /// ... from its IPv4 side.
+    Fin4,
 }
 
 impl Made {
@@ -179,6 +195,12 @@ impl Made {
         if b.len() < core::mem::size_of::<NatptEvent>() || b[28] != 6 {
             return None;
         }
+        let kind = match b[29] {
+            NATPT_EV_CREATED => MadeKind::Created,
+            NATPT_EV_FIN6 => MadeKind::Fin6,
+            NATPT_EV_FIN4 => MadeKind::Fin4,
+            _ => return None,
+        };
         let a4 = |o: usize| Ipv4Addr::new(b[o], b[o + 1], b[o + 2], b[o + 3]);
         let mut x = [0u8; 16];
         x.copy_from_slice(&b[..16]);
@@ -196,9 +218,9 @@ impl Made {
             y6: SocketAddrV6::new(y6.into(), yp, 0, 0),
             t: SocketAddrV4::new(a4(20), tp),
             y: SocketAddrV4::new(a4(16), yp),
-            half_open: true,
+            half_open: kind == MadeKind::Created,
         };
-        Some(Made { session, ns: u64::from_ne_bytes(ns) })
+        Some(Made { session, ns: u64::from_ne_bytes(ns), kind })
     }
 }
 
@@ -505,7 +527,13 @@ mod tests {
         let pool6 = [0x00, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0];
         let m = Made::parse(&b, pool6).expect("an event");
         let want = tcp_half_open();
-        assert_eq!(m, Made { session: want, ns: 12345 });
+        assert_eq!(m, Made { session: want, ns: 12345, kind: MadeKind::Created });
+        b[off("kind")] = NATPT_EV_FIN4;
+        let f = Made::parse(&b, pool6).expect("a FIN");
+        assert_eq!(f, Made { session: Session { half_open: false, ..want }, ns: 12345, kind: MadeKind::Fin4 });
+        b[off("kind")] = 9;
+        assert_eq!(Made::parse(&b, pool6), None, "an unknown kind");
+        b[off("kind")] = NATPT_EV_CREATED;
         b[off("proto")] = 17;
         assert_eq!(Made::parse(&b, pool6), None, "only TCP is created");
         assert_eq!(Made::parse(&b[..39], pool6), None, "cut short");

@@ -540,8 +540,9 @@ contract! {
         pub dport_be: u16,
         /// 6 (TCP).
         pub proto: u8,
-        /// Zero.
-        pub pad: u8,
+        /// What happened: [`NATPT_EV_CREATED`], [`NATPT_EV_FIN6`],
+        /// [`NATPT_EV_FIN4`].
+        pub kind: u8,
         /// The pool4 port t, network order (NAT-PT: x; NAT64: the block
         /// port taken).
         pub tport_be: u16,
@@ -648,6 +649,14 @@ pub const NATPT_MAKE_ON: u32 = 1 << 0;
 /// §3.5.2.2): a new TCP session may have to discard one, which only the
 /// slow path does.
 pub const NATPT_MAKE_HELD: u32 = 1 << 1;
+
+/// [`NatptEvent::kind`]: the program created the session.
+pub const NATPT_EV_CREATED: u8 = 0;
+/// [`NatptEvent::kind`]: the program carried a FIN (no SYN or RST) of the
+/// session from its IPv6 side, at `ns`.
+pub const NATPT_EV_FIN6: u8 = 1;
+/// [`NatptEvent::kind`]: ... from its IPv4 side.
+pub const NATPT_EV_FIN4: u8 = 2;
 
 /// [`NatptMake::flags`]: NAT64 (NAPT) mode: the port comes from the
 /// host's blocks (`n64_hosts`, `n64_blocks`), the mapping is checked and
@@ -826,6 +835,10 @@ counters! {
     /// Pass: NAT64 SYN from a host port that has a TCP mapping already
     /// (endpoint-independent mapping: the translator uses it).
     PassNat64Bib = "V6G_P_NAT64_BIB", "nat64-bib";
+    /// NAT64 / NAT-PT: a TCP FIN (no SYN or RST) of a session carried in
+    /// full, forwarded and told to the translator on `natpt_events` (with
+    /// session creation on; also counted in `nat64-6to4`/`nat64-4to6`).
+    Nat64Fin = "V6G_C_NAT64_FIN", "nat64-fin";
 }
 
 /// Number of counters (`max_entries` of `counters`).
@@ -891,6 +904,8 @@ pub const CONSTANTS: &[(&str, u64)] = &[
     ("V6G_NATPT_MAKE_ON", NATPT_MAKE_ON as u64),
     ("V6G_NATPT_MAKE_HELD", NATPT_MAKE_HELD as u64),
     ("V6G_NATPT_MAKE_NAPT", NATPT_MAKE_NAPT as u64),
+    ("V6G_NATPT_EV_FIN6", NATPT_EV_FIN6 as u64),
+    ("V6G_NATPT_EV_FIN4", NATPT_EV_FIN4 as u64),
     ("V6G_N64_BLOCKS", N64_BLOCKS as u64),
     ("V6G_COUNTER_MAX", COUNTER_MAX as u64),
     ("V6G_TESTER_MAGIC_HI", TESTER_MAGIC_HI as u64),

@@ -437,6 +437,16 @@ struct PtHook {
     adopted: Mutex<Vec<nat64::Created>>,
     /// Set: the ring is not drained (a translator lagging behind).
     hold: std::sync::atomic::AtomicBool,
+    /// FINs the program carried, stepped by the engine.
+    fins: Mutex<Vec<nat64::Created>>,
+}
+
+fn fin_side(k: xdp::nat64::MadeKind) -> Option<nat64::tcp::Side> {
+    match k {
+        xdp::nat64::MadeKind::Created => None,
+        xdp::nat64::MadeKind::Fin6 => Some(nat64::tcp::Side::V6),
+        xdp::nat64::MadeKind::Fin4 => Some(nat64::tcp::Side::V4),
+    }
 }
 
 impl FastHook for PtHook {
@@ -459,11 +469,21 @@ impl FastHook for PtHook {
         }
         self.pt.drain(|m| {
             let s = m.session;
-            let c =
-                nat64::Created { protocol: Protocol::Tcp, x: s.x, y: s.y, t: *s.t.ip(), port: s.t.port(), at: m.ns };
+            let c = nat64::Created {
+                protocol: Protocol::Tcp,
+                x: s.x,
+                y: s.y,
+                t: *s.t.ip(),
+                port: s.t.port(),
+                fin: fin_side(m.kind),
+                at: m.ns,
+            };
             let ok = adopt(&c);
-            if ok {
+            if ok && c.fin.is_none() {
                 self.adopted.lock().unwrap().push(c);
+            }
+            if ok && c.fin.is_some() {
+                self.fins.lock().unwrap().push(c);
             }
             ok
         });
@@ -509,6 +529,7 @@ fn pt_hook(net: &Net, limit: u64, port_block: Option<u16>) -> Arc<PtHook> {
         pt: Arc::new(pt),
         adopted: Mutex::default(),
         hold: Default::default(),
+        fins: Mutex::default(),
     })
 }
 
@@ -591,12 +612,36 @@ fn natpt_sessions_created_in_xdp() {
     };
     let seen = net.fp.nat64_get(&k4.entries()[1].0).unwrap().unwrap().last_seen_ns;
     assert_eq!(hex(&got), hex(&core_forward(&twin, &sa, seen, 0).unwrap()), "SYN+ACK translation");
-    let fin = pt_v6(X, Y6).tcp(40011, 80, 0x11, b"");
-    let later = seen + 1_000_000_000;
-    assert_eq!(twin_step(&net, &engine, &twin, &fin, later), Outcome::Passed);
-    assert_eq!(tcp_table(&engine, later), tcp_table(&twin, later), "every session as the twin has it");
+    // Both FINs are carried (the session is carried in full since its
+    // SYN+ACK): each byte for byte the twin's, and the engine, told at
+    // its next drain, steps as the twin that saw them at their time.
+    let fin6 = pt_v6(X, Y6).tcp(40011, 80, 0x11, b"");
+    let fin4 = V4 { tos: 0x28, ..V4::new(6, Y, &t.to_string()) }.tcp(80, 40011, 0x11, b"");
+    carried_fins(&net, &engine, &twin, &hook, &[fin6, fin4]);
     assert_eq!(engine.stats().sessions_created, twin.stats().sessions_created);
     assert_eq!(engine.stats().natpt_hosts, 1);
+}
+
+/// FINs `l3s` through the program, each carried (byte for byte the twin's
+/// at the time the program recorded), then the engine's drain: its TCP
+/// sessions (states, lifetimes) are the twin's.
+fn carried_fins(net: &Net, engine: &Nat64, twin: &Nat64, hook: &PtHook, l3s: &[Vec<u8>]) {
+    for l3 in l3s {
+        let before = hook.fins.lock().unwrap().len();
+        let got = match run(net, progs::NAT64, &frame(l3), net.ingress(l3)) {
+            Outcome::Forwarded(p) => p,
+            o => panic!("FIN not carried: {o:?} {}", hex(l3)),
+        };
+        engine.expire(mono());
+        let fins = hook.fins.lock().unwrap();
+        assert_eq!(fins.len(), before + 1, "the FIN was told and stepped");
+        let at = fins[before].at;
+        let want = core_forward(twin, l3, at, ident_of(&got)).unwrap_or_else(|e| panic!("twin: {e}"));
+        assert_eq!(hex(&got), hex(&want), "FIN carried and twin differ");
+        check_ip(&got);
+        let now = mono();
+        assert_eq!(tcp_table(engine, now), tcp_table(twin, now), "every session as the twin has it");
+    }
 }
 
 #[test]
@@ -932,9 +977,32 @@ fn napt_sessions_created_in_xdp_with_block_ports() {
     assert_eq!(n.syn(&syn(40012, y2)), Outcome::Passed);
     // The SYN+ACK of a created session is carried; the rest as the twin.
     let sa = V4 { tos: 0x28, ..V4::new(6, Y, T) }.tcp(80, t11.port(), 0x12, b"");
-    assert!(matches!(run(&n.net, progs::NAT64, &frame(&sa), n.net.ingress(&sa)), Outcome::Forwarded(_)));
-    let t = mono();
-    assert_eq!(tcp_table(&n.engine, t), tcp_table(&n.twin, t), "every session as the twin has it");
+    let got = match run(&n.net, progs::NAT64, &frame(&sa), n.net.ingress(&sa)) {
+        Outcome::Forwarded(p) => p,
+        o => panic!("SYN+ACK: {o:?}"),
+    };
+    let k4 = Session {
+        l4: L4::Tcp,
+        x: x11,
+        y6: format!("[{Y6}]:80").parse().unwrap(),
+        t: t11,
+        y: format!("{Y}:80").parse().unwrap(),
+        half_open: true,
+    };
+    let seen = n.net.fp.nat64_get(&k4.entries()[1].0).unwrap().unwrap().last_seen_ns;
+    assert_eq!(hex(&got), hex(&core_forward(&n.twin, &sa, seen, 0).unwrap()), "SYN+ACK translation");
+    // Both FINs carried, the engine stepped as the twin (V4 FIN RCV, then
+    // V4 FIN + V6 FIN RCV with the transitory lifetime from the second).
+    let fin4 = V4 { tos: 0x28, ..V4::new(6, Y, T) }.tcp(80, t11.port(), 0x11, b"");
+    let fin6 = pt_v6(X, Y6).tcp(40011, 80, 0x11, b"");
+    carried_fins(&n.net, &n.engine, &n.twin, &n.hook, &[fin4, fin6]);
+    let s = n
+        .engine
+        .sessions(&f, mono())
+        .into_iter()
+        .find(|s| s.ipv6_src == x11 && s.ipv4_dst.port() == 80 && s.ipv4_dst.ip().to_string() == Y);
+    assert_eq!(s.unwrap().state, Some(TcpState::V4FinV6FinRcv));
+    assert_eq!(n.count("nat64-fin"), 2);
 }
 
 #[test]

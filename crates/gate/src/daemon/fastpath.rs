@@ -112,6 +112,8 @@ pub struct NatHook {
     natpt_adopted: AtomicU64,
     /// ... and that it refused (their entries removed).
     natpt_refused: AtomicU64,
+    /// FINs carried in XDP that the translator stepped its sessions with.
+    fins: AtomicU64,
 }
 
 impl nat64::FastHook for NatHook {
@@ -151,8 +153,25 @@ impl nat64::FastHook for NatHook {
         pt.drain(|m| {
             let s = m.session;
             let at = m.ns.saturating_sub(self.mono_minus_now);
-            let c =
-                nat64::Created { protocol: nat64::Protocol::Tcp, x: s.x, y: s.y, t: *s.t.ip(), port: s.t.port(), at };
+            let fin = match m.kind {
+                xdp::nat64::MadeKind::Created => None,
+                xdp::nat64::MadeKind::Fin6 => Some(nat64::tcp::Side::V6),
+                xdp::nat64::MadeKind::Fin4 => Some(nat64::tcp::Side::V4),
+            };
+            let c = nat64::Created {
+                protocol: nat64::Protocol::Tcp,
+                x: s.x,
+                y: s.y,
+                t: *s.t.ip(),
+                port: s.t.port(),
+                fin,
+                at,
+            };
+            if fin.is_some() {
+                // A FIN carried: the translator steps the session (gone: its entries go).
+                self.fins.fetch_add(1, Ordering::Relaxed);
+                return adopt(&c);
+            }
             if !adopt(&c) {
                 self.natpt_refused.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!("xdp: NAT-PT session {} -> {} created in XDP refused", s.x, s.y);
@@ -520,6 +539,7 @@ impl FastPlane {
                 natpt,
                 natpt_adopted: AtomicU64::new(0),
                 natpt_refused: AtomicU64::new(0),
+                fins: AtomicU64::new(0),
             }));
         }
         if let Some(pt) = self.nat.hook.as_ref().and_then(|h| h.natpt.as_ref()) {
@@ -737,6 +757,7 @@ impl FastPlane {
                     json!({
                         "adopted": h.natpt_adopted.load(Ordering::Relaxed),
                         "refused": h.natpt_refused.load(Ordering::Relaxed),
+                        "fins": h.fins.load(Ordering::Relaxed),
                     })
                 });
                 json!({
