@@ -11,7 +11,9 @@
  * ICMP identifier the session rewrites) and the entry's last-seen time is
  * refreshed, so the slow path does not expire a flow that only the fast
  * path sees. TCP SYN, FIN and RST go to the slow path (its state machine
- * stays the truth), but for the IPv4 side's SYN+ACK of a half-open
+ * stays the truth), but for a FIN of a session carried in full when the
+ * translator drains natpt_events (carried and told, see "FINs carried"
+ * below) and for the IPv4 side's SYN+ACK of a half-open
  * session: carried, and recorded in both entries (V6G_NAT64_F_SYN_ACK, an
  * atomic OR) for the slow path, which steps V6 INIT -> ESTABLISHED as if
  * it had seen it when it next handles the session; the session is carried

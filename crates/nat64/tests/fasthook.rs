@@ -522,3 +522,35 @@ fn napt_adoption_refused_at_the_limit_gives_the_port_back() {
     assert_eq!(n.stats().bib["tcp"], 1, "its BIB entry undone");
     assert_eq!(h.bibs.lock().unwrap().len(), 1, "and told gone");
 }
+
+#[test]
+fn carried_fins_step_the_session_as_on_a_twin() {
+    let (n, h) = blocked((1024, 1031), 4, short());
+    let (twin, _th) = blocked((1024, 1031), 4, short());
+    let t = sport4(&fwd(&n, &tcp6(SYN, 5000), 0));
+    assert_eq!(sport4(&fwd(&twin, &tcp6(SYN, 5000), 0)), t);
+    for (pkt, at) in [(tcp4(SYN | ACK, t), S), (tcp6(ACK, 5000), S)] {
+        assert_eq!(fwd(&n, &pkt, at), fwd(&twin, &pkt, at));
+    }
+    // The fast path carried the IPv4 side's FIN at 2 s, the IPv6 side's
+    // at 5 s; each told before the next packet or expiry turn.
+    let fin = |side, at| nat64::Created { port: t, fin: Some(side), ..created(5000, T4, at) };
+    h.made.lock().unwrap().push(fin(nat64::tcp::Side::V4, 2 * S));
+    fwd(&twin, &tcp4(FIN | ACK, t), 2 * S);
+    n.expire(3 * S);
+    twin.expire(3 * S);
+    assert_eq!(tcp(&n, 3 * S), tcp(&twin, 3 * S));
+    assert_eq!(tcp(&n, 3 * S)[0].1, Some(TcpState::V4FinRcv));
+    h.made.lock().unwrap().push(fin(nat64::tcp::Side::V6, 5 * S));
+    fwd(&twin, &tcp6(FIN | ACK, 5000), 5 * S);
+    n.expire(6 * S);
+    twin.expire(6 * S);
+    assert_eq!(tcp(&n, 6 * S), [(5000, Some(TcpState::V4FinV6FinRcv), 3_000)], "transitory from the FIN's time");
+    assert_eq!(table(&n, 6 * S), table(&twin, 6 * S));
+    assert!(h.refused.lock().unwrap().is_empty());
+    // A FIN of a session gone meanwhile: refused (its entries go).
+    let gone = nat64::Created { port: t, fin: Some(nat64::tcp::Side::V6), ..created(5999, T4, 6 * S) };
+    h.made.lock().unwrap().push(gone);
+    n.expire(6 * S);
+    assert_eq!(h.refused.lock().unwrap().as_slice(), [gone]);
+}
