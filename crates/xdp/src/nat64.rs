@@ -523,6 +523,7 @@ mod tests {
         b[off("sport_be")..off("sport_be") + 2].copy_from_slice(&4000u16.to_be_bytes());
         b[off("dport_be")..off("dport_be") + 2].copy_from_slice(&80u16.to_be_bytes());
         b[off("proto")] = 6;
+        b[off("tport_be")..off("tport_be") + 2].copy_from_slice(&4000u16.to_be_bytes());
         b[off("ns")..off("ns") + 8].copy_from_slice(&12345u64.to_ne_bytes());
         let pool6 = [0x00, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0];
         let m = Made::parse(&b, pool6).expect("an event");
