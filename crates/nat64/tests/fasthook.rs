@@ -409,6 +409,17 @@ fn sport4(p: &[u8]) -> u16 {
     be16(p, 20)
 }
 
+/// A translator with blocks and its twin on a pool of one block (`ports`,
+/// blocks of `size`: both grant the same), after H1:5000's SYN on both
+/// (the port it took, the same on both).
+fn block_twins(ports: (u16, u16), size: u16) -> (Nat64, Arc<BlockHook>, Nat64, u16) {
+    let (n, h) = blocked(ports, size, short());
+    let (twin, _) = blocked(ports, size, short());
+    let t = sport4(&fwd(&n, &tcp6(SYN, 5000), 0));
+    assert_eq!(sport4(&fwd(&twin, &tcp6(SYN, 5000), 0)), t);
+    (n, h, twin, t)
+}
+
 #[test]
 fn napt_blocks_granted_taken_given_back_and_retired() {
     let (n, h) = blocked((1000, 65535), 4, short());
@@ -454,10 +465,7 @@ fn napt_blocks_granted_taken_given_back_and_retired() {
 #[test]
 fn napt_created_session_adopted_as_its_syn() {
     // One block of two ports: the second port is the only choice of both.
-    let (n, h) = blocked((1024, 1025), 2, short());
-    let (twin, _th) = blocked((1024, 1025), 2, short());
-    let a = sport4(&fwd(&n, &tcp6(SYN, 5000), 0));
-    assert_eq!(sport4(&fwd(&twin, &tcp6(SYN, 5000), 0)), a);
+    let (n, h, twin, a) = block_twins((1024, 1025), 2);
     // The fast path takes the other port for 5001's SYN at 1 s.
     let slot = h.mem.listed(&a6(H1))[0];
     let i = nat64::PortBlockMem::take(&*h.mem, slot, 2, 0).expect("a free port");
@@ -525,11 +533,7 @@ fn napt_adoption_refused_at_the_limit_gives_the_port_back() {
 
 #[test]
 fn carried_fins_step_the_session_as_on_a_twin() {
-    // One block's worth of ports: engine and twin take the same one.
-    let (n, h) = blocked((1024, 1027), 4, short());
-    let (twin, _th) = blocked((1024, 1027), 4, short());
-    let t = sport4(&fwd(&n, &tcp6(SYN, 5000), 0));
-    assert_eq!(sport4(&fwd(&twin, &tcp6(SYN, 5000), 0)), t);
+    let (n, h, twin, t) = block_twins((1024, 1027), 4);
     for (pkt, at) in [(tcp4(SYN | ACK, t), S), (tcp6(ACK, 5000), S)] {
         assert_eq!(fwd(&n, &pkt, at), fwd(&twin, &pkt, at));
     }
