@@ -752,20 +752,11 @@ fn natpt_creation_generated_packets() {
     let now = mono();
     assert_eq!(pt_syn(&net, &engine, &twin, &hook, &pt_v6(X, Y6).tcp(1, 80, 0x02, b""), now), Outcome::Passed);
     let port = std::cell::Cell::new(30000u16);
-    let strat = (
-        prop_oneof![Just(0x02u8), any::<u8>()],
-        any::<u8>(),
-        2u8..=255,
-        prop::collection::vec(any::<u8>(), 0..200),
-        any::<u16>(),
-        any::<u8>(),
-    );
     let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig { cases: 150, ..ProptestConfig::default() });
     runner
-        .run(&strat, |(flags, tc, hop, data, dport, y)| {
+        .run(&segments(), |(flags, tc, hop, data, dport, y)| {
             port.set(port.get() + 1);
-            let dst = format!("2001:db8:64::c633:64{:02x}", y.max(1));
-            let l3 = V6 { tc, hop, ..V6::new(6, X, &dst) }.tcp(port.get(), dport.max(1), flags, &data);
+            let l3 = segment(port.get(), dport, flags, tc, hop, &data, y);
             let created = hook.adopted.lock().unwrap().len();
             let o = run(&net, progs::NAT64, &frame(&l3), net.ingress(&l3));
             prop_assert_eq!(matches!(o, Outcome::Forwarded(_)), flags & 0x17 == 0x02, "{}", hex(&l3));
@@ -1112,19 +1103,11 @@ fn napt_creation_generated_packets() {
     let n = napt_setup_with("xdp-napt-gen", 100_000, (1024, 1279), 256);
     assert_eq!(n.syn(&pt_v6(X, Y6).tcp(1024, 80, 0x02, b"")), Outcome::Passed);
     let port = std::cell::Cell::new(30000u16);
-    let strat = (
-        prop_oneof![Just(0x02u8), any::<u8>()],
-        any::<u8>(),
-        2u8..=255,
-        prop::collection::vec(any::<u8>(), 0..200),
-        any::<u8>(),
-    );
     let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig { cases: 120, ..ProptestConfig::default() });
     runner
-        .run(&strat, |(flags, tc, hop, data, y)| {
+        .run(&segments(), |(flags, tc, hop, data, dport, y)| {
             port.set(port.get() + 1);
-            let dst = format!("2001:db8:64::c633:64{:02x}", y.max(1));
-            let l3 = V6 { tc, hop, ..V6::new(6, X, &dst) }.tcp(port.get(), 80, flags, &data);
+            let l3 = segment(port.get(), dport, flags, tc, hop, &data, y);
             let o = n.syn(&l3);
             prop_assert_eq!(matches!(o, Outcome::Forwarded(_)), flags & 0x17 == 0x02, "{}", hex(&l3));
             Ok(())
@@ -1133,4 +1116,23 @@ fn napt_creation_generated_packets() {
     let t = mono();
     assert_eq!(tcp_table(&n.engine, t), tcp_table(&n.twin, t), "every session as the twin has it");
     assert!(n.count("nat64-created") > 0);
+}
+
+/// Generated IPv6 TCP segments of host X: flags (a plain SYN half the
+/// time), Traffic Class, Hop Limit, payload, peer port, peer (last byte).
+fn segments() -> impl Strategy<Value = (u8, u8, u8, Vec<u8>, u16, u8)> {
+    (
+        prop_oneof![Just(0x02u8), any::<u8>()],
+        any::<u8>(),
+        2u8..=255,
+        prop::collection::vec(any::<u8>(), 0..200),
+        any::<u16>(),
+        any::<u8>(),
+    )
+}
+
+/// One of [`segments`] from X's port `sport`.
+fn segment(sport: u16, dport: u16, flags: u8, tc: u8, hop: u8, data: &[u8], y: u8) -> Vec<u8> {
+    let dst = format!("2001:db8:64::c633:64{:02x}", y.max(1));
+    V6 { tc, hop, ..V6::new(6, X, &dst) }.tcp(sport, dport.max(1), flags, data)
 }
