@@ -337,7 +337,8 @@ mod tests {
         let c = TrtConfig::parse("[trt]\nprefix = \"64:ff9b:1::/96\"\nack-with-data = false\n").unwrap().unwrap();
         assert!(!c.ack_with_data);
         assert_eq!(c.congestion_control, None);
-        let c = TrtConfig::parse("[trt]\nprefix = \"64:ff9b:1::/96\"\ncongestion-control = \"reno\"\n").unwrap().unwrap();
+        let c =
+            TrtConfig::parse("[trt]\nprefix = \"64:ff9b:1::/96\"\ncongestion-control = \"reno\"\n").unwrap().unwrap();
         assert_eq!(c.congestion_control.as_deref(), Some("reno"));
         let c = TrtConfig::parse("[trt]\nprefix = \"64:ff9b:1::/96\"\nopen-spin = \"0s\"\n").unwrap().unwrap();
         assert_eq!(c.open_spin, Duration::ZERO);
@@ -363,7 +364,10 @@ mod tests {
             ("[trt]\nprefix = \"64:ff9b:1::/96\"\nack-with-data = 1\n", "ack-with-data"),
             ("[trt]\nprefix = \"64:ff9b:1::/96\"\ncongestion-control = \"\"\n", "[trt] congestion-control"),
             ("[trt]\nprefix = \"64:ff9b:1::/96\"\ncongestion-control = \"a b\"\n", "[trt] congestion-control"),
-            ("[trt]\nprefix = \"64:ff9b:1::/96\"\ncongestion-control = \"abcdefghijklmnop\"\n", "[trt] congestion-control"),
+            (
+                "[trt]\nprefix = \"64:ff9b:1::/96\"\ncongestion-control = \"abcdefghijklmnop\"\n",
+                "[trt] congestion-control",
+            ),
             ("[trt]\nprefix = \"64:ff9b:1::/96\"\ncongestion-control = 3\n", "congestion-control"),
             (
                 "[trt]\nprefix = \"64:ff9b:1::/96\"\n[[trt.static]]\nlisten = \"[::1]:80\"\nto = \"[::1]:80\"\n",

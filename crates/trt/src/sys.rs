@@ -197,7 +197,6 @@ pub fn set_congestion(s: &impl AsRawFd, name: &str) -> io::Result<()> {
     Ok(())
 }
 
-
 /// The TCP congestion control of `s` (`TCP_CONGESTION`).
 pub fn congestion(s: &impl AsRawFd) -> io::Result<String> {
     let mut name = [0u8; 16];

@@ -951,8 +951,12 @@ impl Loop {
 /// The error of a `congestion-control` the kernel refuses.
 pub fn congestion_error(name: &str, e: io::Error) -> io::Error {
     let why = match e.raw_os_error() {
-        Some(libc::ENOENT) => "the kernel has no such TCP congestion control (see net.ipv4.tcp_available_congestion_control)".to_string(),
-        Some(libc::EPERM) => "not permitted (needs CAP_NET_ADMIN, or a name in net.ipv4.tcp_allowed_congestion_control)".to_string(),
+        Some(libc::ENOENT) => {
+            "the kernel has no such TCP congestion control (see net.ipv4.tcp_available_congestion_control)".to_string()
+        }
+        Some(libc::EPERM) => {
+            "not permitted (needs CAP_NET_ADMIN, or a name in net.ipv4.tcp_allowed_congestion_control)".to_string()
+        }
         _ => e.to_string(),
     };
     io::Error::new(e.kind(), format!("[trt] congestion-control: `{name}`: {why}"))
