@@ -80,6 +80,14 @@ impl Bed {
 }
 
 fn bed(extra: &str) -> Bed {
+    let b = spawn_bed(extra);
+    b.wait_status(|v| v.is_object());
+    b
+}
+
+/// The namespaces and the relay started with `extra` in its `[trt]`,
+/// without waiting for it.
+fn spawn_bed(extra: &str) -> Bed {
     assert!(lab::netns::am_root(), "network-namespace tests need root (CI runs as root)");
     let h6 = Netns::unique("trt-h6").unwrap();
     let gw = Netns::unique("trt-gw").unwrap();
@@ -112,9 +120,7 @@ fn bed(extra: &str) -> Bed {
         .stderr(std::fs::File::create(dir.path().join("trt.log")).unwrap())
         .spawn()
         .unwrap();
-    let b = Bed { h6, gw, h4, dir, relay: Some(relay) };
-    b.wait_status(|v| v.is_object());
-    b
+    Bed { h6, gw, h4, dir, relay: Some(relay) }
 }
 
 fn sa(s: &str) -> SocketAddr {
@@ -343,7 +349,11 @@ fn trt_carries_a_sip_call_signalling_flow() {
 /// half-close each way with all the bytes before it, and a reset each way.
 /// The TCP semantics with `copy`, and `preconnect` (0: off).
 fn tcp_semantics(copy: &str, preconnect: usize) {
-    let b = bed(&format!("copy = \"{copy}\"\npreconnect = {preconnect}\n"));
+    tcp_semantics_with(copy, preconnect, "")
+}
+
+fn tcp_semantics_with(copy: &str, preconnect: usize, extra: &str) {
+    let b = bed(&format!("copy = \"{copy}\"\npreconnect = {preconnect}\n{extra}"));
     assert_eq!(b.status()["copy"], copy, "{}", b.log());
     let name = b.h4.name().to_string();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
@@ -459,4 +469,31 @@ fn trt_preconnect_keeps_half_close_resets_and_early_bytes() {
 #[test]
 fn trt_sockmap_preconnect_keeps_half_close_resets_and_early_bytes() {
     tcp_semantics("sockmap", 8);
+}
+
+#[test]
+fn trt_splice_with_its_own_congestion_control_keeps_half_close_resets_and_early_bytes() {
+    tcp_semantics_with("splice", 0, "congestion-control = \"reno\"\n");
+}
+
+#[test]
+fn trt_refuses_to_start_with_a_congestion_control_the_kernel_lacks() {
+    let mut b = spawn_bed("congestion-control = \"no-such-cc\"\n");
+    let c = b.relay.as_mut().unwrap();
+    let t0 = Instant::now();
+    let st = loop {
+        if let Some(st) = c.try_wait().unwrap() {
+            break st;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "the relay kept running: {}", b.log());
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    b.relay = None;
+    assert!(!st.success());
+    let log = b.log();
+    assert!(log.contains("[trt] congestion-control: `no-such-cc`"), "{log}");
+    // Nothing was left installed: the nftables table is not there.
+    let tables = b.gw.exec("nft", &["list", "tables"]).map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+    let tables = tables.unwrap();
+    assert!(!tables.contains("v6gate_trt"), "{tables}");
 }

@@ -193,6 +193,10 @@ impl Relay {
         let counters = Arc::new(Counters::default());
         let stop = Arc::new(AtomicBool::new(false));
         let tl = transparent_tcp(cfg.tcp_port)?;
+        if let Some(cc) = &cfg.congestion_control {
+            // Refused here, at start, rather than in the listener's thread.
+            sys::set_congestion(&tl, cc).map_err(|e| tcp::congestion_error(cc, e))?;
+        }
         let ul =
             udp::listener(cfg.udp_port).with_context(|| format!("binding the UDP tproxy port {}", cfg.udp_port))?;
         let mut statics = Vec::new();
@@ -204,6 +208,9 @@ impl Relay {
                 statics.push((s, None, Some(u)));
             } else {
                 let l = TcpListener::bind(s.listen).with_context(|| format!("[trt] static listen {}", s.listen))?;
+                if let Some(cc) = &cfg.congestion_control {
+                    sys::set_congestion(&l, cc).map_err(|e| tcp::congestion_error(cc, e))?;
+                }
                 statics.push((s, Some(l), None));
             }
         }
@@ -219,6 +226,7 @@ impl Relay {
             preconnect: None,
             open_spin: cfg.open_spin,
             ack_with_data: cfg.ack_with_data,
+            congestion: cfg.congestion_control.clone(),
         };
         let copy = match opts.copier {
             tcp::Copier::Loop => "splice",

@@ -165,6 +165,9 @@ pub struct Spares {
     /// The sockets hold their handshake's last ACK for the first bytes
     /// (`ack-with-data`; [`sys::hold_handshake_ack`]).
     hold_ack: bool,
+    /// The TCP congestion control the sockets get (`congestion-control`;
+    /// `None`: the system's).
+    congestion: Option<String>,
 }
 
 impl Spares {
@@ -174,11 +177,18 @@ impl Spares {
         Spares { hold_ack, ..Spares::default() }
     }
 
+    /// The sockets made get the TCP congestion control `name`
+    /// (`congestion-control`; [`sys::set_congestion`]); `None`: the
+    /// system's default.
+    pub fn with_congestion(self, name: Option<String>) -> Spares {
+        Spares { congestion: name, ..self }
+    }
+
     /// A socket for a connection to `server`: a spare, or a new one.
     pub fn take(&mut self, server: SocketAddr) -> io::Result<Socket> {
         self.last_v6 = Some(server.is_ipv6());
         let pool = if server.is_ipv6() { &mut self.v6 } else { &mut self.v4 };
-        pool.pop().map_or_else(|| fresh(Domain::for_address(server), self.hold_ack), Ok)
+        pool.pop().map_or_else(|| fresh(Domain::for_address(server), self.hold_ack, self.congestion.as_deref()), Ok)
     }
 
     /// Make spares for the family last taken, up to [`SPARES`] (nothing
@@ -187,7 +197,7 @@ impl Spares {
         let Some(v6) = self.last_v6 else { return };
         let (pool, domain) = if v6 { (&mut self.v6, Domain::IPV6) } else { (&mut self.v4, Domain::IPV4) };
         while pool.len() < SPARES {
-            match fresh(domain, self.hold_ack) {
+            match fresh(domain, self.hold_ack, self.congestion.as_deref()) {
                 Ok(s) => pool.push(s),
                 Err(_) => return,
             }
@@ -210,10 +220,16 @@ impl Spares {
 }
 
 /// A new non-blocking TCP socket with TCP_NODELAY (and holding its
-/// handshake's last ACK for the first bytes when `hold_ack`).
-fn fresh(domain: Domain, hold_ack: bool) -> io::Result<Socket> {
+/// handshake's last ACK for the first bytes when `hold_ack`), with the
+/// congestion control `cc` if given.
+fn fresh(domain: Domain, hold_ack: bool, cc: Option<&str>) -> io::Result<Socket> {
     let s = Socket::new(domain, Type::STREAM.nonblocking().cloexec(), Some(Protocol::TCP))?;
     let _ = s.set_tcp_nodelay(true);
+    if let Some(cc) = cc {
+        // Checked when the relay started (`serve`): an error here is not
+        // expected; the socket then keeps the system's.
+        let _ = sys::set_congestion(&s, cc);
+    }
     if hold_ack {
         // Best effort: without it the ACK goes out at once, as before.
         let _ = sys::hold_handshake_ack(&s);
@@ -409,6 +425,25 @@ mod tests {
         let _ = sp.take(v6).unwrap();
         sp.fill();
         assert_eq!((sp.ready(server), sp.ready(v6)), (SPARES - 1, SPARES));
+    }
+
+    #[test]
+    fn spares_get_the_congestion_control_asked_for() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let server = l.local_addr().unwrap();
+        let system = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control").unwrap();
+        // "reno" is built into every kernel; pick another for the "none" case
+        // only when the system's is reno itself.
+        let mut plain = Spares::new(false);
+        let made = open(&mut plain, server).unwrap();
+        assert_eq!(sys::congestion(&made).unwrap(), system.trim(), "no setting: the system's");
+        let mut sp = Spares::new(false).with_congestion(Some("reno".into()));
+        let first = open(&mut sp, server).unwrap();
+        sp.fill();
+        let spare = open(&mut sp, server).unwrap();
+        for s in [&first, &spare] {
+            assert_eq!(sys::congestion(s).unwrap(), "reno");
+        }
     }
 
     /// `l`'s next connection (waiting at most 5 s).

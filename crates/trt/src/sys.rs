@@ -176,3 +176,60 @@ pub fn sent_total(s: &impl AsRawFd) -> io::Result<u64> {
     }
     Ok(info.tcpi_bytes_acked + outq.max(0) as u64)
 }
+
+/// Set the TCP congestion control of `s` (`TCP_CONGESTION`). A listening
+/// socket's is inherited by the connections it accepts.
+pub fn set_congestion(s: &impl AsRawFd, name: &str) -> io::Result<()> {
+    // SAFETY: setsockopt with a valid fd and a pointer to `name`'s bytes,
+    // which live across the call, with their exact length.
+    let r = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            name.as_ptr().cast(),
+            name.len() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The TCP congestion control of `s` (`TCP_CONGESTION`).
+pub fn congestion(s: &impl AsRawFd) -> io::Result<String> {
+    let mut name = [0u8; 16];
+    let mut len = name.len() as libc::socklen_t;
+    // SAFETY: getsockopt with a valid fd, writing at most `len` bytes into
+    // `name`, which lives across the call; `len` is updated by the kernel.
+    let r = unsafe {
+        libc::getsockopt(s.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_CONGESTION, name.as_mut_ptr().cast(), &mut len)
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let n = name[..(len as usize).min(name.len())].iter().position(|&b| b == 0).unwrap_or(len as usize);
+    Ok(String::from_utf8_lossy(&name[..n]).into_owned())
+}
+
+/// The congestion controls of this process's TCP sockets connected to
+/// `peer` (tests: the relay's sockets are the loop's own).
+#[cfg(test)]
+pub fn congestion_of_peers(peer: std::net::SocketAddr) -> Vec<String> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc/self/fd").into_iter().flatten().flatten() {
+        let Ok(fd) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+        // SAFETY: the descriptor is only read through (getpeername,
+        // getsockopt), never closed here; one closed meanwhile by another
+        // thread makes the calls fail.
+        let b = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+        let s = socket2::SockRef::from(&b);
+        if s.peer_addr().ok().and_then(|a| a.as_socket()) == Some(peer) {
+            if let Ok(cc) = congestion(&b) {
+                found.push(cc);
+            }
+        }
+    }
+    found
+}

@@ -108,6 +108,10 @@ pub struct Opts {
     /// ([`sys::hold_handshake_ack`]); a pair whose client has sent
     /// nothing yet sends it alone at once.
     pub ack_with_data: bool,
+    /// `congestion-control`: the TCP congestion control of the relay's
+    /// sockets, both legs (the listener's, which accepted sockets inherit,
+    /// and those to servers); `None`: the system's default.
+    pub congestion: Option<String>,
 }
 
 /// Pre-connect ([`pre`]): SYNs to `prefix`/`len` start the IPv4 connect.
@@ -944,6 +948,20 @@ impl Loop {
     }
 }
 
+/// The error of a `congestion-control` the kernel refuses.
+pub fn congestion_error(name: &str, e: io::Error) -> io::Error {
+    let why = match e.raw_os_error() {
+        Some(libc::ENOENT) => {
+            "the kernel has no such TCP congestion control (see net.ipv4.tcp_available_congestion_control)".to_string()
+        }
+        Some(libc::EPERM) => {
+            "not permitted (needs CAP_NET_ADMIN, or a name in net.ipv4.tcp_allowed_congestion_control)".to_string()
+        }
+        _ => e.to_string(),
+    };
+    io::Error::new(e.kind(), format!("[trt] congestion-control: `{name}`: {why}"))
+}
+
 fn end(active: &AtomicUsize, c: &Counters) {
     active.fetch_sub(1, Ordering::Relaxed);
     c.tcp_active.fetch_sub(1, Ordering::Relaxed);
@@ -961,6 +979,9 @@ pub fn serve(
     l.set_nonblocking(true)?;
     // Accepted sockets inherit it.
     SockRef::from(&l).set_tcp_nodelay(true)?;
+    if let Some(cc) = &o.congestion {
+        sys::set_congestion(&l, cc).map_err(|e| congestion_error(cc, e))?;
+    }
     let ep = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
     ep.add(&l, EpollEvent::new(EpollFlags::EPOLLIN, LISTENER))?;
     let syns = o.preconnect.and_then(|p| match pre::syn_socket(p.prefix, p.len) {
@@ -999,7 +1020,7 @@ pub fn serve(
         again: Vec::new(),
         syns,
         pre: pre::Table::new(pre_max, pre::TTL),
-        spares: pre::Spares::new(hold_ack),
+        spares: pre::Spares::new(hold_ack).with_congestion(o.congestion.clone()),
         open_spin: o.open_spin,
         spin_until: Instant::now(),
     };
@@ -1121,6 +1142,19 @@ mod tests {
             preconnect: usize,
             ack_with_data: bool,
         ) -> Relay {
+            Relay::with_opts(listen, server, copier, busy_poll, preconnect, ack_with_data, None)
+        }
+
+        /// [`Relay::with_ack`], `congestion-control` as given.
+        fn with_opts(
+            listen: &str,
+            server: SocketAddr,
+            copier: Copier,
+            busy_poll: Duration,
+            preconnect: usize,
+            ack_with_data: bool,
+            congestion: Option<String>,
+        ) -> Relay {
             let l = TcpListener::bind(listen).unwrap();
             let addr = l.local_addr().unwrap();
             let (c, stop) = (Arc::new(Counters::default()), Arc::new(AtomicBool::new(false)));
@@ -1139,6 +1173,7 @@ mod tests {
                 preconnect,
                 open_spin,
                 ack_with_data,
+                congestion,
             };
             let (c2, s2) = (c.clone(), stop.clone());
             let h = std::thread::spawn(move || serve(l, Arc::new(Fixed(server)), o, c2, s2));
@@ -1521,5 +1556,61 @@ mod tests {
             assert_eq!(end, Err(io::ErrorKind::ConnectionReset));
         }
         assert_eq!(r.c.snapshot().tcp_active, 0);
+    }
+
+    #[test]
+    fn the_relays_sockets_get_the_congestion_control_asked_for() {
+        // The server holds each connection open until the client closes.
+        let srv = server(|mut c| {
+            let mut b = [0u8; 1];
+            let _ = c.read_exact(&mut b).and_then(|_| c.write_all(&b));
+            let _ = c.read(&mut b);
+        });
+        for copier in [Copier::Loop, Copier::Threads] {
+            let r = Relay::with_opts("127.0.0.1:0", srv, copier.clone(), Duration::ZERO, 0, true, Some("reno".into()));
+            // A connection made before the loop set the listener's may
+            // keep the system's: the checked ones follow a relayed one.
+            for i in 0..4 {
+                let mut c = TcpStream::connect(r.addr).unwrap();
+                c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+                c.write_all(b"x").unwrap();
+                let mut b = [0u8; 1];
+                c.read_exact(&mut b).unwrap();
+                // The relay's two sockets of this connection: the accepted
+                // one (its local address is the relay's, its peer the
+                // client) and the one to the server.
+                let mine = c.local_addr().unwrap();
+                if i == 0 {
+                    continue;
+                }
+                let accepted = sys::congestion_of_peers(mine);
+                let to_server = sys::congestion_of_peers(srv);
+                // (splice-threads holds two descriptors of each socket)
+                assert!(!accepted.is_empty() && accepted.iter().all(|c| c == "reno"), "{copier:?}: {accepted:?}");
+                assert!(!to_server.is_empty() && to_server.iter().all(|c| c == "reno"), "{copier:?}: {to_server:?}");
+            }
+            let st = r.idle();
+            assert_eq!((st.tcp_relayed, st.tcp_errors), (4, 0), "{copier:?}");
+        }
+    }
+
+    #[test]
+    fn a_congestion_control_the_kernel_lacks_is_an_error_naming_the_key() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let o = Opts {
+            max: 8,
+            timeout: Duration::from_secs(1),
+            copier: Copier::Loop,
+            busy_poll: Duration::ZERO,
+            preconnect: None,
+            open_spin: Duration::ZERO,
+            ack_with_data: true,
+            congestion: Some("no-such-cc".into()),
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let e = serve(l, Arc::new(Fixed("127.0.0.1:9".parse().unwrap())), o, Arc::new(Counters::default()), stop)
+            .unwrap_err();
+        let m = e.to_string();
+        assert!(m.contains("[trt] congestion-control: `no-such-cc`"), "{m}");
     }
 }

@@ -273,6 +273,12 @@ pub struct Args {
     /// client's first bytes (default) or at once (docs/trt.md).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub trt_ack_with_data: bool,
+    /// `[trt] congestion-control` of the transport relay: the TCP
+    /// congestion control of its own sockets, e.g. "cubic"; unset
+    /// (default): the system's, `net.ipv4.tcp_congestion_control`, which
+    /// the clients and servers of every testbed use too (docs/trt.md).
+    #[arg(long)]
+    pub trt_congestion_control: Option<String>,
 }
 
 /// One mechanism's results.
@@ -374,6 +380,12 @@ pub struct Report {
     pub trt_open_spin: String,
     /// `--trt-ack-with-data` of the TRT relay.
     pub trt_ack_with_data: bool,
+    /// `--trt-congestion-control` of the TRT relay (`None`: the system's).
+    pub trt_congestion_control: Option<String>,
+    /// The system's TCP congestion control (`net.ipv4.tcp_congestion_control`
+    /// of the host, which new namespaces inherit): every testbed's client
+    /// and server use it.
+    pub tcp_congestion_control: String,
     /// Results in order.
     pub results: Vec<MechResult>,
 }
@@ -660,9 +672,9 @@ fn sw_xdp(m: Mech, c: &Netns, s: &Netns) -> Result<&'static str> {
     Ok(table)
 }
 
-/// The TRT relay's options of the run: `preconnect`, `open-spin` and
-/// `ack-with-data`.
-type TrtOpts<'a> = (usize, &'a str, bool);
+/// The TRT relay's options of the run: `preconnect`, `open-spin`,
+/// `ack-with-data` and `congestion-control`.
+type TrtOpts<'a> = (usize, &'a str, bool, Option<&'a str>);
 
 /// The testbed of `m`, its namespaces named `<prefix>c`, `<prefix>g`
 /// and `<prefix>s`.
@@ -726,11 +738,14 @@ fn build(m: Mech, prefix: &str, bin: &Path, work: &Path, busy_poll: &str, trt: T
                 Mech::TrtSockmap => "sockmap",
                 _ => "splice",
             };
-            let cfg = format!(
+            let mut cfg = format!(
                 "[trt]\nprefix = \"64:ff9b:1::/96\"\ncopy = \"{copy}\"\nbusy-poll = \"{busy_poll}\"\npreconnect = {}\n\
                  open-spin = \"{}\"\nack-with-data = {}\n",
                 trt.0, trt.1, trt.2
             );
+            if let Some(cc) = trt.3 {
+                cfg.push_str(&format!("congestion-control = \"{cc}\"\n"));
+            }
             procs.push(v6gate(&g, m.name(), "trt", &cfg)?);
             v6target
         }
@@ -1086,7 +1101,7 @@ pub fn run(a: &Args) -> Result<Report> {
     let prefix = run_prefix(std::process::id());
     let guard =
         RunGuard::new(&prefix, std::env::temp_dir().join(format!("v6gate-bench-transition-{}", std::process::id())))?;
-    let trt = (a.trt_preconnect, a.trt_open_spin.as_str(), a.trt_ack_with_data);
+    let trt = (a.trt_preconnect, a.trt_open_spin.as_str(), a.trt_ack_with_data, a.trt_congestion_control.as_deref());
     let native_work = guard.work().join("native");
     std::fs::create_dir_all(&native_work)?;
     let native = build(Mech::Ipv4, &format!("{prefix}n-"), &bin, &native_work, &a.busy_poll, trt)
@@ -1160,6 +1175,10 @@ pub fn run(a: &Args) -> Result<Report> {
         trt_preconnect: a.trt_preconnect,
         trt_open_spin: a.trt_open_spin.clone(),
         trt_ack_with_data: a.trt_ack_with_data,
+        trt_congestion_control: a.trt_congestion_control.clone(),
+        tcp_congestion_control: std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default(),
         results,
     };
     report::write(&rep, out)?;

@@ -84,7 +84,8 @@ pub fn markdown(r: &Report) -> String {
          the row's median minus it; \"− ipv4 row\" is the older figure, the difference from the `ipv4` row measured \
          at another time. {} online CPUs, kernel {}, load average at the \
          start {} (the machine may be shared: timings are noisy). Busy-poll of the v6gate TUN engines and the TRT relay: {}. \
-         TRT pre-connect (connect at the client's SYN): {}; TRT open-spin: {}; TRT ack-with-data: {}.\n",
+         TRT pre-connect (connect at the client's SYN): {}; TRT open-spin: {}; TRT ack-with-data: {}; TCP congestion \
+         control of the clients and servers: {}, of the TRT relay's sockets: {}.\n",
         r.seconds,
         r.bulk_runs,
         r.sessions,
@@ -96,7 +97,9 @@ pub fn markdown(r: &Report) -> String {
         r.busy_poll,
         if r.trt_preconnect == 0 { "off".to_string() } else { format!("up to {}", r.trt_preconnect) },
         r.trt_open_spin,
-        if r.trt_ack_with_data { "on" } else { "off" }
+        if r.trt_ack_with_data { "on" } else { "off" },
+        r.tcp_congestion_control,
+        r.trt_congestion_control.as_deref().unwrap_or("the same")
     );
     let native = find(r, "ipv4");
     let _ = writeln!(s, "## Session initiation (the paper's Table 1)\n");
@@ -287,6 +290,8 @@ mod tests {
             trt_preconnect: 0,
             trt_open_spin: "100us".into(),
             trt_ack_with_data: true,
+            trt_congestion_control: None,
+            tcp_congestion_control: "cubic".into(),
             results: vec![
                 m("ipv4", 1000.0, 100, 98),
                 // Paired: +30 (the ipv4 row says +40).
