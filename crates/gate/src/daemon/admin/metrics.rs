@@ -390,6 +390,15 @@ fn softwires(v: &mut Vec<Family>, status: &serde_json::Value) {
                     attached = attached.with(l("interface", i.to_string()), 1);
                 }
             }
+            // What the program's maps mirror now (`xdp-sessions`, `xdp-bindings`).
+            for t in ["sessions", "bindings"] {
+                if let Some(x) = fp.get(t).and_then(|n| n.as_f64()) {
+                    tables = tables.with(vec![("function", func.clone()), ("table", format!("{path}-{t}"))], x);
+                }
+            }
+            if let Some(x) = fp.get("refused_full").and_then(|n| n.as_f64()) {
+                events = events.with(vec![("function", func.clone()), ("event", format!("{path}-map-full"))], x);
+            }
             if let Some(b) = fp.get("port_blocks").and_then(|b| b.as_object()) {
                 let f = || vec![("function", func.clone())];
                 blocks = blocks.with(f(), b.get("held").and_then(|n| n.as_f64()).unwrap_or(0.0));
@@ -721,6 +730,8 @@ mod tests {
                 "mappings": 4,
                 "xdp": {
                     "attached": [{"iface": "g1", "mode": "native"}],
+                    "sessions": 4,
+                    "refused_full": 0,
                     "counters": {"decap": 7, "created": 3, "pass-no-block": 1},
                     "port_blocks": {"size": 256, "held": 2, "granted": 5, "returned": 3, "created": 3,
                         "conflicts": 0, "fins": 6, "fins_stale": 1},
@@ -747,6 +758,8 @@ mod tests {
         has("v6gate_softwire_fast_path_attached{function=\"b4\",path=\"kernel\",interface=\"c0\"} 1");
         has("v6gate_softwire_events_total{function=\"dslite\",event=\"decapsulated\"} 9");
         has("v6gate_softwire_dropped_packets_total{function=\"dslite\",reason=\"unknown-prefix\"} 1");
+        has("v6gate_softwire_table_entries{function=\"dslite\",table=\"xdp-sessions\"} 4");
+        has("v6gate_softwire_events_total{function=\"dslite\",event=\"xdp-map-full\"} 0");
         assert!(!s.contains("function=\"b4\",event=\"granted\""), "no port blocks without them:\n{s}");
     }
 
