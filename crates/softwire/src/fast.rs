@@ -288,8 +288,9 @@ impl BlockShared {
 /// The DS-Lite AFTR's port allocator with per-B4 port blocks (RFC 7422
 /// bulk port allocation, RFC 6888 REQ-4): TCP ports of a subscriber come
 /// from blocks of `size` pool ports on its paired pool address, granted
-/// when the subscriber needs one (at most `quota / size` blocks, and
-/// [`MAX_BLOCKS_PER_B4`]) and mirrored into the fast path, which takes
+/// when the subscriber needs one and its quota has room for the whole
+/// block (its blocks' free ports count as its own: [`Ports::reserved`]),
+/// at most [`MAX_BLOCKS_PER_B4`], and mirrored into the fast path, which takes
 /// ports from them for the SYNs it creates mappings for
 /// (`bpf/portblock.h`). A subscriber's blocks are given back when it
 /// holds no port in them. UDP and ICMP, and everything before the fast
@@ -357,7 +358,7 @@ impl BlockPorts {
         }
     }
 
-    fn alloc_block(&self, sub: &Ipv6Addr, port: u16, dst: Ipv4Addr) -> Option<(Ipv4Addr, u16)> {
+    fn alloc_block(&self, sub: &Ipv6Addr, port: u16, dst: Ipv4Addr, room: u32) -> Option<(Ipv4Addr, u16)> {
         let mem = self.shared.mem.get()?;
         let size = self.shared.size;
         let hint = (u32::from(port) ^ u32::from(dst).rotate_left(7)).wrapping_mul(2_654_435_761);
@@ -370,7 +371,8 @@ impl BlockPorts {
             }
         }
         let held = t.by_sub.get(sub).map_or(0, Vec::len);
-        if held >= MAX_BLOCKS_PER_B4 || (held as u32 + 1) * u32::from(size) > self.shared.quota.max(u32::from(size)) {
+        // A new block is reserved whole: it must fit in the quota's room.
+        if held >= MAX_BLOCKS_PER_B4 || room < u32::from(size) {
             return None;
         }
         let b = self.grant(sub, mem, &mut t)?;
@@ -385,13 +387,34 @@ impl BlockPorts {
 
 impl Ports for BlockPorts {
     fn alloc(&self, p: Protocol, sub: &Ipv6Addr, port: u16, dst: Ipv4Addr) -> Option<(Ipv4Addr, u16)> {
+        self.alloc_within(p, sub, port, dst, self.shared.quota)
+    }
+
+    fn alloc_within(
+        &self,
+        p: Protocol,
+        sub: &Ipv6Addr,
+        port: u16,
+        dst: Ipv4Addr,
+        room: u32,
+    ) -> Option<(Ipv4Addr, u16)> {
         if p == Protocol::Tcp && self.shared.mem.get().is_some() {
-            if let Some(x) = self.alloc_block(sub, port, dst) {
+            if let Some(x) = self.alloc_block(sub, port, dst, room) {
                 return Some(x);
             }
             // No block to spare (MAX_BLOCKS_PER_B4, the quota, the pool): a pool port, as without blocks.
         }
+        if room == 0 {
+            return None;
+        }
         self.pool.alloc(p, sub, port, dst, self.probes)
+    }
+
+    fn reserved(&self, sub: &Ipv6Addr) -> u32 {
+        let Some(mem) = self.shared.mem.get() else { return 0 };
+        let size = u32::from(self.shared.size);
+        let t = self.shared.lock();
+        t.by_sub.get(sub).map_or(0, |v| v.iter().map(|b| size.saturating_sub(mem.in_use(b.slot))).sum())
     }
 
     fn release(&self, p: Protocol, a: Ipv4Addr, port: u16) {

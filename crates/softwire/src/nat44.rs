@@ -180,6 +180,26 @@ pub trait Ports: Send + Sync + fmt::Debug {
     fn usage(&self, p: Protocol) -> (u64, u64);
     /// Housekeeping at each expiry turn (port blocks given back).
     fn maintain(&self) {}
+    /// Ports held for subscriber `sub` but not in use: the free ports of
+    /// its port blocks (RFC 7422), which count against its quota.
+    fn reserved(&self, _sub: &Ipv6Addr) -> u32 {
+        0
+    }
+    /// [`Ports::alloc`] for a subscriber that may hold `room` more ports
+    /// under its quota than it holds now (in use or reserved): an
+    /// allocator that reserves ports ahead (port blocks) reserves no
+    /// more than that.
+    fn alloc_within(
+        &self,
+        p: Protocol,
+        sub: &Ipv6Addr,
+        port: u16,
+        dst: Ipv4Addr,
+        room: u32,
+    ) -> Option<(Ipv4Addr, u16)> {
+        let _ = room;
+        self.alloc(p, sub, port, dst)
+    }
 }
 
 /// The CGN's pool: `nat64`'s pool4 with RFC 6056 algorithm 3.
@@ -558,14 +578,26 @@ impl Nat44 {
         if k.proto == Protocol::Tcp && flags.is_some_and(|f| f & tcp::SYN == 0 || f & tcp::RST != 0) {
             return Err(Reason::NoMapping);
         }
-        let held = g.per_sub.get(&k.sub).copied().unwrap_or(0);
-        if held >= self.cfg.max_ports_per_subscriber {
+        // RFC 6888 REQ-4 with RFC 7422 port blocks: the subscriber's
+        // ports are those its mappings use plus the free ones of its
+        // blocks (the fast path takes those without asking), so a
+        // mapping from outside a block must fit beside them.
+        let quota = self.cfg.max_ports_per_subscriber;
+        let reserved = self.ports.reserved(&k.sub);
+        let held = g.per_sub.get(&k.sub).copied().unwrap_or(0).saturating_add(reserved);
+        let from_block = k.proto == Protocol::Tcp && reserved > 0;
+        if held >= quota && !from_block {
             return Err(Reason::QuotaExceeded);
         }
         if g.by_in.len() >= self.cfg.max_mappings {
             return Err(Reason::TableFull);
         }
-        let (a, port) = self.ports.alloc(k.proto, &k.sub, k.port, dst).ok_or(Reason::PoolExhausted)?;
+        let room = quota.saturating_sub(held);
+        let (a, port) = self.ports.alloc_within(k.proto, &k.sub, k.port, dst, room).ok_or(if held >= quota {
+            Reason::QuotaExceeded
+        } else {
+            Reason::PoolExhausted
+        })?;
         let out = Outside { proto: k.proto, addr: a, port };
         let (tcp, expires) = match k.proto {
             // RFC 6146 §3.5.2.2 / RFC 5382: a SYN from inside starts V6 INIT, transitory lifetime.

@@ -655,6 +655,44 @@ fn a_syn_creates_its_mapping_in_xdp() {
     b.passes("no blocks again", &syn(50200), C::PassNoBlock);
 }
 
+/// RFC 6888 REQ-4 with port blocks (RFC 7422): a B4's free block ports
+/// count against its quota, because XDP takes them without the engine.
+/// UDP and ICMP mappings fill only the room beside them, and a new block is
+/// granted only when the whole of it fits; so whatever XDP creates, the
+/// B4 never holds more than its quota.
+#[test]
+fn block_ports_count_against_the_quota() {
+    let mut b = BlockBed::new(4, 8, 1 << 20);
+    let t = V4::new(6, IN1, HOST);
+    let syn = |p: u16| sw(B4_1, &t.tcp(p, 80, 0x02, b""));
+    let udp = |p: u16| sw(B4_1, &V4::new(17, IN1, HOST).udp(p, 53, b""));
+    assert_eq!(b.engine(&syn(40000)), Action::Emit, "the first SYN: a block of 4 granted");
+    assert_eq!((b.blocks.blocks_of(&B4_1).len(), b.in_blocks(B4_1)), (1, 1));
+    // 1 mapping + 3 free block ports: room for 4 UDP mappings, no more.
+    for p in 5000..5004 {
+        assert_eq!(b.engine(&udp(p)), Action::Emit, "udp {p}");
+    }
+    assert_eq!(b.engine(&udp(5004)), Action::Drop(Reason::QuotaExceeded), "the blocks' free ports are the B4's");
+    // XDP still has the block's three ports, and only those.
+    for p in 40001..40004 {
+        b.fast_ok("from the block", &syn(p));
+    }
+    b.passes("the block is full", &syn(40004), C::PassBlockFull);
+    assert_eq!(b.engine(&syn(40004)), Action::Drop(Reason::QuotaExceeded), "no second block: no room for it");
+    assert_eq!(b.blocks.blocks_of(&B4_1).len(), 1);
+    b.drain(NOW);
+    assert_eq!(b.aftr.nat().ports_of(&B4_1), 8, "exactly the quota");
+
+    // A quota smaller than a block: no block at all, the pool's ports up to the quota.
+    let mut b = BlockBed::new(4, 3, 1 << 20);
+    for p in 40000..40003 {
+        assert_eq!(b.engine(&syn(p)), Action::Emit);
+    }
+    assert!(b.blocks.blocks_of(&B4_1).is_empty(), "a block of 4 does not fit a quota of 3");
+    b.passes("no blocks", &syn(40003), C::PassNoBlock);
+    assert_eq!(b.engine(&syn(40003)), Action::Drop(Reason::QuotaExceeded));
+}
+
 fn inside(sub: Ipv6Addr, port: u16) -> Inside {
     Inside { sub, proto: Protocol::Tcp, addr: IN1, port }
 }

@@ -353,7 +353,61 @@ fn softwires(v: &mut Vec<Family>, status: &serde_json::Value) {
         "Entries in a softwire function's tables now, by function and table.",
     );
     let mut io = Family::counter("v6gate_softwire_io_errors", "Device errors of a softwire function, by function.");
+    let mut fast = Family::counter(
+        "v6gate_softwire_fast_path_packets",
+        "Packets a softwire function's kernel fast path (path xdp: the lwAFTR's or AFTR's XDP program; kernel: the B4's tc/XDP programs) forwarded, by function, path and counter (docs/softwire.md).",
+    );
+    let mut passes = Family::counter(
+        "v6gate_softwire_fast_path_passes",
+        "Packets a softwire function's kernel fast path passed to its engine, by function, path and reason (docs/softwire.md).",
+    );
+    let mut attached = Family::gauge(
+        "v6gate_softwire_fast_path_attached",
+        "Softwire fast path attachments (1 each), by function, path and interface.",
+    );
+    let mut blocks = Family::gauge(
+        "v6gate_softwire_port_blocks",
+        "DS-Lite AFTR XDP port blocks (`[dslite.xdp] port-block`): blocks held by B4s now, by function.",
+    );
+    let mut block_events = Family::counter(
+        "v6gate_softwire_port_block_events",
+        "DS-Lite AFTR XDP port blocks and the mappings and FINs XDP made with them, by function and event (granted, returned, created, conflicts, fins, fins-stale).",
+    );
     for (func, st) in status.as_object().into_iter().flatten() {
+        for path in ["xdp", "kernel"] {
+            let Some(fp) = st.get(path).and_then(|p| p.as_object()) else { continue };
+            let l = |k: &'static str, x: String| vec![("function", func.clone()), ("path", path.to_string()), (k, x)];
+            for (c, n) in fp.get("counters").and_then(|c| c.as_object()).into_iter().flatten() {
+                let x = n.as_f64().unwrap_or(0.0);
+                match c.strip_prefix("pass-") {
+                    Some(r) => passes = passes.with(l("reason", r.to_string()), x),
+                    None => fast = fast.with(l("counter", c.clone()), x),
+                }
+            }
+            let ifaces = fp.get("attached").or_else(|| fp.get("uplinks")).and_then(|a| a.as_array());
+            for a in ifaces.into_iter().flatten() {
+                if let Some(i) = a.get("iface").and_then(|i| i.as_str()) {
+                    attached = attached.with(l("interface", i.to_string()), 1);
+                }
+            }
+            // What the program's maps mirror now (`xdp-sessions`, `xdp-bindings`).
+            for t in ["sessions", "bindings"] {
+                if let Some(x) = fp.get(t).and_then(|n| n.as_f64()) {
+                    tables = tables.with(vec![("function", func.clone()), ("table", format!("{path}-{t}"))], x);
+                }
+            }
+            if let Some(x) = fp.get("refused_full").and_then(|n| n.as_f64()) {
+                events = events.with(vec![("function", func.clone()), ("event", format!("{path}-map-full"))], x);
+            }
+            if let Some(b) = fp.get("port_blocks").and_then(|b| b.as_object()) {
+                let f = || vec![("function", func.clone())];
+                blocks = blocks.with(f(), b.get("held").and_then(|n| n.as_f64()).unwrap_or(0.0));
+                for e in ["granted", "returned", "created", "conflicts", "fins", "fins_stale"] {
+                    let x = b.get(e).and_then(|n| n.as_f64()).unwrap_or(0.0);
+                    block_events = block_events.with(vec![("function", func.clone()), ("event", label(e))], x);
+                }
+            }
+        }
         let f = || ("function", func.clone());
         up = up.with(vec![f()], 1);
         for (k, n) in st.as_object().into_iter().flatten() {
@@ -382,7 +436,7 @@ fn softwires(v: &mut Vec<Family>, status: &serde_json::Value) {
             }
         }
     }
-    v.extend([up, drops, events, tables, io]);
+    v.extend([up, drops, events, tables, io, fast, passes, attached, blocks, block_events]);
 }
 
 /// `v6gate_trt_*`: the transport relay's counters (`trt::Snapshot`).
@@ -686,6 +740,47 @@ mod tests {
         let mut v = Vec::new();
         xdp(&mut v, &[], None);
         assert_eq!(v.len(), 1, "without counters only the attachments");
+    }
+
+    #[test]
+    fn softwire_fast_paths_by_function_path_and_counter() {
+        let status = serde_json::json!({
+            "dslite": {
+                "counters": {"decapsulated": 9, "drops": {"unknown-prefix": 1}},
+                "mappings": 4,
+                "xdp": {
+                    "attached": [{"iface": "g1", "mode": "native"}],
+                    "sessions": 4,
+                    "refused_full": 0,
+                    "counters": {"decap": 7, "created": 3, "pass-no-block": 1},
+                    "port_blocks": {"size": 256, "held": 2, "granted": 5, "returned": 3, "created": 3,
+                        "conflicts": 0, "fins": 6, "fins_stale": 1},
+                },
+            },
+            "b4": {
+                "counters": {"encapsulated": 2},
+                "kernel": {"uplinks": [{"iface": "c0", "mode": "native"}], "counters": {"encap": 11, "pass-napt": 4}},
+            },
+        });
+        let mut v = Vec::new();
+        softwires(&mut v, &status);
+        let s = encode(v);
+        let has = |line: &str| assert!(s.contains(&format!("{line}\n")), "{line} missing in\n{s}");
+        has("v6gate_softwire_fast_path_packets_total{function=\"dslite\",path=\"xdp\",counter=\"decap\"} 7");
+        has("v6gate_softwire_fast_path_packets_total{function=\"dslite\",path=\"xdp\",counter=\"created\"} 3");
+        has("v6gate_softwire_fast_path_passes_total{function=\"dslite\",path=\"xdp\",reason=\"no-block\"} 1");
+        has("v6gate_softwire_fast_path_attached{function=\"dslite\",path=\"xdp\",interface=\"g1\"} 1");
+        has("v6gate_softwire_port_blocks{function=\"dslite\"} 2");
+        has("v6gate_softwire_port_block_events_total{function=\"dslite\",event=\"granted\"} 5");
+        has("v6gate_softwire_port_block_events_total{function=\"dslite\",event=\"fins-stale\"} 1");
+        has("v6gate_softwire_fast_path_packets_total{function=\"b4\",path=\"kernel\",counter=\"encap\"} 11");
+        has("v6gate_softwire_fast_path_passes_total{function=\"b4\",path=\"kernel\",reason=\"napt\"} 4");
+        has("v6gate_softwire_fast_path_attached{function=\"b4\",path=\"kernel\",interface=\"c0\"} 1");
+        has("v6gate_softwire_events_total{function=\"dslite\",event=\"decapsulated\"} 9");
+        has("v6gate_softwire_dropped_packets_total{function=\"dslite\",reason=\"unknown-prefix\"} 1");
+        has("v6gate_softwire_table_entries{function=\"dslite\",table=\"xdp-sessions\"} 4");
+        has("v6gate_softwire_events_total{function=\"dslite\",event=\"xdp-map-full\"} 0");
+        assert!(!s.contains("function=\"b4\",event=\"granted\""), "no port blocks without them:\n{s}");
     }
 
     #[test]
