@@ -432,8 +432,8 @@ mod tests {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let server = l.local_addr().unwrap();
         let system = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control").unwrap();
-        // "reno" is built into every kernel; pick another for the "none" case
-        // only when the system's is reno itself.
+        // "reno" is built into every kernel. (Where the system's is reno
+        // too, the two cases below cannot be told apart.)
         let mut plain = Spares::new(false);
         let made = open(&mut plain, server).unwrap();
         assert_eq!(sys::congestion(&made).unwrap(), system.trim(), "no setting: the system's");

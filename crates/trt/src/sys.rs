@@ -179,37 +179,15 @@ pub fn sent_total(s: &impl AsRawFd) -> io::Result<u64> {
 
 /// Set the TCP congestion control of `s` (`TCP_CONGESTION`). A listening
 /// socket's is inherited by the connections it accepts.
-pub fn set_congestion(s: &impl AsRawFd, name: &str) -> io::Result<()> {
-    // SAFETY: setsockopt with a valid fd and a pointer to `name`'s bytes,
-    // which live across the call, with their exact length.
-    let r = unsafe {
-        libc::setsockopt(
-            s.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_CONGESTION,
-            name.as_ptr().cast(),
-            name.len() as libc::socklen_t,
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+pub fn set_congestion(s: &impl AsFd, name: &str) -> io::Result<()> {
+    socket2::SockRef::from(s).set_tcp_congestion(name.as_bytes())
 }
 
-/// The TCP congestion control of `s` (`TCP_CONGESTION`).
-pub fn congestion(s: &impl AsRawFd) -> io::Result<String> {
-    let mut name = [0u8; 16];
-    let mut len = name.len() as libc::socklen_t;
-    // SAFETY: getsockopt with a valid fd, writing at most `len` bytes into
-    // `name`, which lives across the call; `len` is updated by the kernel.
-    let r = unsafe {
-        libc::getsockopt(s.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_CONGESTION, name.as_mut_ptr().cast(), &mut len)
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let n = name[..(len as usize).min(name.len())].iter().position(|&b| b == 0).unwrap_or(len as usize);
+/// The TCP congestion control of `s` (`TCP_CONGESTION`; the kernel pads
+/// the name with NULs).
+pub fn congestion(s: &impl AsFd) -> io::Result<String> {
+    let name = socket2::SockRef::from(s).tcp_congestion()?;
+    let n = name.iter().position(|&b| b == 0).unwrap_or(name.len());
     Ok(String::from_utf8_lossy(&name[..n]).into_owned())
 }
 
