@@ -56,7 +56,7 @@ mod state;
 mod tuple;
 
 pub use admin::{BibInfo, SessionFilter, SessionInfo, Stats};
-pub use blocks::{BlockStats, HeapBlocks, PortBlockMem, MAX_BLOCKS_PER_HOST, MAX_BLOCK_PORTS};
+pub use blocks::{BlockBook, BlockStats, HeapBlocks, PortBlockMem, MAX_BLOCKS_PER_HOST, MAX_BLOCK_PORTS};
 pub use config::{Config, ConfigError, Mode, Pool4Entry, Protocol, StaticBib, EXAMPLE_TOML};
 pub use expire::Expired;
 pub use fastpath::{Created, FastHook};

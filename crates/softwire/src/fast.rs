@@ -20,7 +20,7 @@ use crate::nat44::{Change, Inside, Outside, Ports, Seen};
 use core::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
 use nat64::config::Protocol;
 use nat64::tcp::Side;
-use std::collections::HashMap;
+use nat64::BlockBook;
 use std::sync::{Arc, Mutex, OnceLock};
 use xdp::dslite::{CarriedFin, CreatedRing, Nat44Session, PortBlocks, RingEvent, SessionSeen, MAX_BLOCKS_PER_B4};
 use xdp::softwire::{Bound, SoftwireCounter, SoftwireFastPath, SoftwireSettings, SyncStats};
@@ -201,48 +201,52 @@ fn engine_seen(r: Result<Option<SessionSeen>, xdp::Error>, now: u64, mono: u64) 
     Some(Seen { last_ns, syn_ack: s.syn_ack })
 }
 
-/// One port block a subscriber holds: `size` pool ports from `base` on
-/// `addr`, in `ds_blocks` slot `slot`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Block {
-    slot: u32,
-    addr: Ipv4Addr,
-    base: u16,
+/// `ds_blocks` as the block book's memory: TCP blocks, listed in `ds_b4`.
+#[derive(Debug)]
+struct B4Blocks {
+    mem: PortBlocks,
+    size: u16,
 }
 
-#[derive(Debug, Default)]
-struct BlockTable {
-    /// A subscriber's TCP blocks, in `ds_b4` order.
-    by_sub: HashMap<Ipv6Addr, Vec<Block>>,
-    /// (address, base) → (slot, subscriber).
-    by_base: HashMap<(Ipv4Addr, u16), Ipv6Addr>,
-    /// Slots never used or given back.
-    free: Vec<u32>,
-    /// Blocks of subscribers whose ports were all given back, no longer
-    /// listed in `ds_b4`: freed at the next expiry turn if still unused
-    /// (a program that read `ds_b4` before may still take a port: then
-    /// the block goes back to its subscriber). `retired` since the last
-    /// turn, `retired_before` in an earlier one (the ones freed now).
-    retired: Vec<(Ipv6Addr, Block)>,
-    retired_before: Vec<(Ipv6Addr, Block)>,
-    /// Blocks granted and given back.
-    granted: u64,
-    returned: u64,
+impl nat64::PortBlockMem for B4Blocks {
+    fn size(&self) -> u16 {
+        self.size
+    }
+    fn slots(&self) -> u32 {
+        self.mem.slots()
+    }
+    fn write(&self, slot: u32, addr: Ipv4Addr, base: u16, size: u16) {
+        self.mem.write(slot, addr, base, size)
+    }
+    fn take(&self, slot: u32, size: u16, hint: u32) -> Option<u16> {
+        self.mem.take(slot, size, hint)
+    }
+    fn give(&self, slot: u32, i: u16) {
+        self.mem.give(slot, i)
+    }
+    fn in_use(&self, slot: u32) -> u32 {
+        self.mem.in_use(slot)
+    }
+    fn list(&self, b4: Ipv6Addr, slots: &[u32]) {
+        if let Err(e) = self.mem.set_b4(b4, 6, slots) {
+            tracing::warn!("dslite port blocks: {e}");
+        }
+    }
 }
 
-/// The shared half of [`BlockPorts`]: the block table and, once the fast
-/// path is loaded, its memory ([`PortBlocks`]).
+/// The shared half of [`BlockPorts`]: the block book ([`BlockBook`]) and,
+/// once the fast path is loaded, its memory ([`PortBlocks`]).
 #[derive(Debug)]
 pub struct BlockShared {
     size: u16,
     quota: u32,
-    mem: OnceLock<PortBlocks>,
-    t: Mutex<BlockTable>,
+    mem: OnceLock<B4Blocks>,
+    book: Mutex<BlockBook>,
 }
 
 impl BlockShared {
-    fn lock(&self) -> std::sync::MutexGuard<'_, BlockTable> {
-        self.t.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, BlockBook> {
+        self.book.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The block size in ports.
@@ -252,35 +256,20 @@ impl BlockShared {
 
     /// (blocks held, blocks granted so far, blocks given back so far).
     pub fn counts(&self) -> (usize, u64, u64) {
-        let t = self.lock();
-        let held = t.by_sub.values().map(Vec::len).sum::<usize>() + t.retired.len() + t.retired_before.len();
-        (held, t.granted, t.returned)
+        self.lock().counts()
     }
 
     /// The blocks `sub` holds: (pool address, first port, ports in use).
     pub fn blocks_of(&self, sub: &Ipv6Addr) -> Vec<(Ipv4Addr, u16, u32)> {
         let Some(mem) = self.mem.get() else { return Vec::new() };
-        let t = self.lock();
-        t.by_sub.get(sub).map_or_else(Vec::new, |v| v.iter().map(|b| (b.addr, b.base, mem.in_use(b.slot))).collect())
+        self.lock().blocks_of(mem, sub)
     }
 
-    /// A mapping the program created from block `slot` of `sub`: a
-    /// retired block goes back to its subscriber.
-    fn adopted(&self, sub: Ipv6Addr, slot: u32) {
-        let Some(mem) = self.mem.get() else { return };
-        let mut t = self.lock();
-        let t = &mut *t;
-        let list = if t.retired.iter().any(|(s, b)| *s == sub && b.slot == slot) {
-            &mut t.retired
-        } else {
-            &mut t.retired_before
-        };
-        if let Some(i) = list.iter().position(|(s, b)| *s == sub && b.slot == slot) {
-            let (_, b) = list.swap_remove(i);
-            let v = t.by_sub.entry(sub).or_default();
-            v.push(b);
-            let slots: Vec<u32> = v.iter().map(|b| b.slot).collect();
-            let _ = mem.set_b4(sub, 6, &slots);
+    /// A mapping the program created on `out` for `sub`: a retired block
+    /// holding it goes back to its subscriber.
+    fn adopted(&self, sub: Ipv6Addr, out: SocketAddrV4) {
+        if let Some(mem) = self.mem.get() {
+            self.lock().owns(mem, &sub, *out.ip(), out.port());
         }
     }
 }
@@ -293,9 +282,10 @@ impl BlockShared {
 /// at most [`MAX_BLOCKS_PER_B4`], and mirrored into the fast path, which takes
 /// ports from them for the SYNs it creates mappings for
 /// (`bpf/portblock.h`). A subscriber's blocks are given back when it
-/// holds no port in them. UDP and ICMP, and everything before the fast
-/// path is loaded ([`AftrFast::load`] installs its memory), take the
-/// pool's RFC 6056 ports as [`crate::nat44::PoolPorts`].
+/// holds no port in them (the book: [`BlockBook`]). UDP and ICMP, and
+/// everything before the fast path is loaded ([`AftrFast::load`] installs
+/// its memory), take the pool's RFC 6056 ports as
+/// [`crate::nat44::PoolPorts`].
 #[derive(Debug)]
 pub struct BlockPorts {
     pool: nat64::pool::Pool,
@@ -309,80 +299,18 @@ impl BlockPorts {
     pub fn new(entries: Vec<nat64::Pool4Entry>, probes: u32, size: u16, quota: u32) -> (BlockPorts, Arc<BlockShared>) {
         let cfg = nat64::Config { pool4: entries, ..nat64::Config::default() };
         let size = size.clamp(1, xdp::dslite::PB_MAX_PORTS);
-        let shared = Arc::new(BlockShared { size, quota, mem: OnceLock::new(), t: Mutex::new(BlockTable::default()) });
+        let book = Mutex::new(BlockBook::new(size, MAX_BLOCKS_PER_B4));
+        let shared = Arc::new(BlockShared { size, quota, mem: OnceLock::new(), book });
         (BlockPorts { pool: nat64::pool::Pool::new(&cfg), probes, shared: shared.clone() }, shared)
     }
+}
 
-    /// Claim a block for `sub` on its paired address: the first aligned
-    /// run of `size` free TCP ports from a hashed start. `None`: none free.
-    fn grant(&self, sub: &Ipv6Addr, mem: &PortBlocks, t: &mut BlockTable) -> Option<Block> {
-        let size = self.shared.size;
-        let addr = self.pool.paired(Protocol::Tcp, sub)?;
-        let (lo, hi) = self.pool.ports(Protocol::Tcp, addr)?;
-        // Aligned blocks wholly inside [lo, hi], above the well-known ports when the range allows.
-        let lo = if hi >= 1024 { lo.max(1024) } else { lo };
-        let first = u32::from(lo).div_ceil(u32::from(size));
-        let last = (u32::from(hi) + 1) / u32::from(size);
-        if last <= first {
-            return None;
-        }
-        let n = last - first;
-        let start = (u32::from_be_bytes(sub.octets()[12..16].try_into().unwrap_or_default())
-            ^ u32::from_be_bytes(sub.octets()[8..12].try_into().unwrap_or_default()))
-        .wrapping_mul(2_654_435_761)
-            % n;
-        let slot = *t.free.last()?;
-        for k in 0..n.min(4096) {
-            let base = ((first + (start + k) % n) * u32::from(size)) as u16;
-            let mut got = 0u16;
-            while got < size && self.pool.claim(Protocol::Tcp, addr, base + got) {
-                got += 1;
-            }
-            if got == size {
-                t.free.pop();
-                mem.write(slot, addr, base, size);
-                t.granted += 1;
-                return Some(Block { slot, addr, base });
-            }
-            for i in 0..got {
-                self.pool.release(Protocol::Tcp, addr, base + i);
-            }
-        }
-        None
-    }
-
-    fn list(mem: &PortBlocks, sub: Ipv6Addr, v: &[Block]) {
-        let slots: Vec<u32> = v.iter().map(|b| b.slot).collect();
-        if let Err(e) = mem.set_b4(sub, 6, &slots) {
-            tracing::warn!("dslite port blocks: {e}");
-        }
-    }
-
-    fn alloc_block(&self, sub: &Ipv6Addr, port: u16, dst: Ipv4Addr, room: u32) -> Option<(Ipv4Addr, u16)> {
-        let mem = self.shared.mem.get()?;
-        let size = self.shared.size;
-        let hint = (u32::from(port) ^ u32::from(dst).rotate_left(7)).wrapping_mul(2_654_435_761);
-        let mut t = self.shared.lock();
-        if let Some(v) = t.by_sub.get(sub) {
-            for b in v {
-                if let Some(i) = mem.take(b.slot, size, hint) {
-                    return Some((b.addr, b.base + i));
-                }
-            }
-        }
-        let held = t.by_sub.get(sub).map_or(0, Vec::len);
-        // A new block is reserved whole: it must fit in the quota's room.
-        if held >= MAX_BLOCKS_PER_B4 || room < u32::from(size) {
-            return None;
-        }
-        let b = self.grant(sub, mem, &mut t)?;
-        let i = mem.take(b.slot, size, hint)?;
-        t.by_base.insert((b.addr, b.base), *sub);
-        let v = t.by_sub.entry(*sub).or_default();
-        v.push(b);
-        Self::list(mem, *sub, v);
-        Some((b.addr, b.base + i))
-    }
+/// Where a subscriber's block search starts in its paired address's
+/// aligned runs (before the modulo).
+fn block_start(sub: &Ipv6Addr) -> u64 {
+    let o = sub.octets();
+    let w = |i: usize| u32::from_be_bytes([o[i], o[i + 1], o[i + 2], o[i + 3]]);
+    u64::from((w(12) ^ w(8)).wrapping_mul(2_654_435_761))
 }
 
 impl Ports for BlockPorts {
@@ -398,9 +326,12 @@ impl Ports for BlockPorts {
         dst: Ipv4Addr,
         room: u32,
     ) -> Option<(Ipv4Addr, u16)> {
-        if p == Protocol::Tcp && self.shared.mem.get().is_some() {
-            if let Some(x) = self.alloc_block(sub, port, dst, room) {
-                return Some(x);
+        if let (Protocol::Tcp, Some(mem)) = (p, self.shared.mem.get()) {
+            // A new block is reserved whole: it must fit in the quota's room.
+            let may_grant = room >= u32::from(self.shared.size);
+            let got = self.shared.lock().alloc(mem, &self.pool, sub, (port, dst), may_grant, || block_start(sub));
+            if got.is_some() {
+                return got;
             }
             // No block to spare (MAX_BLOCKS_PER_B4, the quota, the pool): a pool port, as without blocks.
         }
@@ -412,34 +343,12 @@ impl Ports for BlockPorts {
 
     fn reserved(&self, sub: &Ipv6Addr) -> u32 {
         let Some(mem) = self.shared.mem.get() else { return 0 };
-        let size = u32::from(self.shared.size);
-        let t = self.shared.lock();
-        t.by_sub.get(sub).map_or(0, |v| v.iter().map(|b| size.saturating_sub(mem.in_use(b.slot))).sum())
+        self.shared.lock().free_ports(mem, sub)
     }
 
     fn release(&self, p: Protocol, a: Ipv4Addr, port: u16) {
-        let size = self.shared.size;
-        let base = port - port % size;
         if let (Protocol::Tcp, Some(mem)) = (p, self.shared.mem.get()) {
-            let mut t = self.shared.lock();
-            if let Some(sub) = t.by_base.get(&(a, base)).copied() {
-                let Some(v) = t.by_sub.get(&sub) else {
-                    // a retired block: its port goes back to the bitmap only
-                    if let Some((_, b)) =
-                        t.retired.iter().chain(&t.retired_before).find(|(_, b)| b.addr == a && b.base == base)
-                    {
-                        mem.give(b.slot, port - base);
-                    }
-                    return;
-                };
-                let Some(b) = v.iter().find(|b| b.addr == a && b.base == base).copied() else { return };
-                mem.give(b.slot, port - base);
-                if v.iter().all(|b| mem.in_use(b.slot) == 0) {
-                    // The subscriber holds no port: out of ds_b4, freed at the next turn.
-                    let v = t.by_sub.remove(&sub).unwrap_or_default();
-                    Self::list(mem, sub, &[]);
-                    t.retired.extend(v.into_iter().map(|b| (sub, b)));
-                }
+            if self.shared.lock().release(mem, a, port) {
                 return;
             }
         }
@@ -455,24 +364,8 @@ impl Ports for BlockPorts {
     }
 
     fn maintain(&self) {
-        let Some(mem) = self.shared.mem.get() else { return };
-        let size = self.shared.size;
-        let mut t = self.shared.lock();
-        let now = std::mem::take(&mut t.retired);
-        for (sub, b) in std::mem::replace(&mut t.retired_before, now) {
-            if mem.in_use(b.slot) == 0 {
-                for i in 0..size {
-                    self.pool.release(Protocol::Tcp, b.addr, b.base + i);
-                }
-                t.by_base.remove(&(b.addr, b.base));
-                t.free.push(b.slot);
-                t.returned += 1;
-            } else {
-                // a port was taken after all: the block is the subscriber's again
-                let v = t.by_sub.entry(sub).or_default();
-                v.push(b);
-                Self::list(mem, sub, v);
-            }
+        if let Some(mem) = self.shared.mem.get() {
+            self.shared.lock().maintain(mem, &self.pool);
         }
     }
 }
@@ -555,8 +448,7 @@ impl AftrFast {
         let probe = fp.session_probe()?;
         let blocks = match blocks {
             Some(b) => {
-                let mem = fp.port_blocks()?;
-                b.lock().free = (0..mem.slots()).rev().collect();
+                let mem = B4Blocks { mem: fp.port_blocks()?, size: b.size };
                 if b.mem.set(mem).is_err() {
                     return Err(xdp::Error::Bpf("port blocks already in use by another fast path".into()));
                 }
@@ -630,7 +522,7 @@ impl AftrFast {
             created += 1;
             let s = x.session;
             let (k, o) = tcp_keys(&s);
-            c.shared.adopted(s.b4, x.slot);
+            c.shared.adopted(s.b4, s.outside);
             match aftr.nat().adopt(k, o, at(x.mono_ns)) {
                 Ok(()) => entered += 1,
                 Err(had) => {
@@ -676,7 +568,8 @@ impl AftrFast {
     }
 
     fn publish_with(&self, aftr: &Aftr, drained: u64) {
-        if let Some(mem) = self.blocks.as_ref().and_then(|c| c.shared.mem.get()) {
+        if let Some(b) = self.blocks.as_ref().and_then(|c| c.shared.mem.get()) {
+            let mem = &b.mem;
             let n = aftr.nat();
             mem.set_state(n.len() as u64, drained, n.config().max_mappings as u64);
         }
