@@ -24,7 +24,7 @@ use nat64::BlockBook;
 use std::sync::{Arc, Mutex, OnceLock};
 use xdp::dslite::{CarriedFin, CreatedRing, Nat44Session, PortBlocks, RingEvent, SessionSeen, MAX_BLOCKS_PER_B4};
 use xdp::softwire::{Bound, SoftwireCounter, SoftwireFastPath, SoftwireSettings, SyncStats};
-use xdp::Mode;
+use xdp::{Mode, RingWatch};
 
 /// The bindings of `t` as the fast path mirrors them.
 pub fn bounds(t: &BindingTable) -> Vec<Bound> {
@@ -405,6 +405,8 @@ pub struct AftrFast {
 #[derive(Debug)]
 struct Creation {
     shared: Arc<BlockShared>,
+    /// The ring's positions: whether it has anything to drain.
+    watch: RingWatch,
     st: Mutex<CreationState>,
 }
 
@@ -452,15 +454,10 @@ impl AftrFast {
                 if b.mem.set(mem).is_err() {
                     return Err(xdp::Error::Bpf("port blocks already in use by another fast path".into()));
                 }
-                let st = CreationState {
-                    ring: fp.created_ring()?,
-                    maps: fp.session_probe()?,
-                    drained: 0,
-                    conflicts: 0,
-                    fins: 0,
-                    fins_stale: 0,
-                };
-                Some(Creation { shared: b, st: Mutex::new(st) })
+                let (ring, watch) = fp.created_ring()?;
+                let st =
+                    CreationState { ring, maps: fp.session_probe()?, drained: 0, conflicts: 0, fins: 0, fins_stale: 0 };
+                Some(Creation { shared: b, watch, st: Mutex::new(st) })
             }
             None => None,
         };
@@ -495,9 +492,14 @@ impl AftrFast {
     /// The runner calls it before every packet and at each loop turn (so
     /// an idle engine learns of a FIN within its idle wait, 50 ms).
     /// Returns how many were entered (mappings taken, FINs of a mapping
-    /// still there).
+    /// still there). An empty ring costs no lock and no system call
+    /// ([`xdp::RingWatch::is_empty`]: every event committed before the
+    /// call is still entered on return).
     pub fn drain(&self, aftr: &Aftr, now: u64) -> usize {
         let Some(c) = &self.blocks else { return 0 };
+        if c.watch.is_empty() {
+            return 0;
+        }
         let mut st = c.st.lock().unwrap_or_else(|e| e.into_inner());
         let mut got: Vec<RingEvent> = Vec::new();
         if st.ring.drain(|x| got.push(x)) == 0 {

@@ -23,7 +23,7 @@
 //! [`SoftwireSettings::dslite`]: crate::softwire::SoftwireSettings::dslite
 
 use crate::loader::{drain_ring, dup_map, found, map_err, own_ring};
-use crate::portblock::{BlockMem, Mmap};
+use crate::portblock::{BlockMem, Mmap, RingWatch};
 use crate::softwire::{SoftwireFastPath, DS_B4, DS_BLOCKS, DS_EVENTS, DS_IN, DS_OUT, DS_POOL, DS_STATE};
 use crate::Error;
 use aya::maps::lpm_trie::{Key, LpmTrie};
@@ -603,9 +603,12 @@ impl SoftwireFastPath {
     }
 
     /// The ring of mappings the program creates, on a handle of its own
-    /// ([`CreatedRing`]).
-    pub fn created_ring(&self) -> Result<CreatedRing, Error> {
-        Ok(CreatedRing { rb: own_ring(self.obj.map(DS_EVENTS)?, DS_EVENTS)? })
+    /// ([`CreatedRing`]), and its positions ([`RingWatch`]: whether it has
+    /// anything to drain, read without the ring's lock).
+    pub fn created_ring(&self) -> Result<(CreatedRing, RingWatch), Error> {
+        let rb = own_ring(self.obj.map(DS_EVENTS)?, DS_EVENTS)?;
+        let watch = RingWatch::of(&rb, DS_EVENTS)?;
+        Ok((CreatedRing { rb }, watch))
     }
 
     /// Count `n` sessions the program created (drained from its

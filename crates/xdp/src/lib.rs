@@ -54,6 +54,7 @@ pub mod trgw;
 pub mod types;
 
 pub use loader::{action, Attachment, FastPath, Limits, Mode, TestResult};
+pub use portblock::RingWatch;
 pub use route::FibLookup;
 
 use core::fmt;

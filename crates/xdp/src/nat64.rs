@@ -8,7 +8,7 @@
 
 use crate::dslite::own_hash;
 use crate::loader::{drain_ring, dup_map, found, map_err, own_ring, FastPath};
-use crate::portblock::BlockMem;
+use crate::portblock::{BlockMem, RingWatch};
 use crate::types::maps::{
     N64_BIB, N64_BLOCKS, N64_HOSTS, NAT64_SESSIONS, NATPT_EVENTS, NATPT_HOSTS, NATPT_MAKE, NATPT_POOL4,
 };
@@ -250,6 +250,8 @@ pub struct Natpt {
     make: Mutex<(Array<MapData, NatptMake>, NatptMake)>,
     pool4: Mutex<(Pool4Trie, Vec<xlat::addr::Prefix4>)>,
     ring: Mutex<RingBuf<MapData>>,
+    /// `ring`'s positions: whether it has anything to drain.
+    watch: RingWatch,
     sessions: Mutex<Nat64Sessions>,
     drained: AtomicU64,
     /// NAT64: the hosts' port blocks (`n64_hosts`, `n64_blocks`), ports
@@ -394,13 +396,25 @@ impl Natpt {
         g.0.get(&0, 0).map(|v| v.n).map_err(|e| map_err(NATPT_MAKE, e))
     }
 
+    /// Whether the ring may hold a session (or FIN) not yet drained: a
+    /// record not yet consumed ([`RingWatch::is_empty`], no lock).
+    pub fn pending(&self) -> bool {
+        !self.watch.is_empty()
+    }
+
     /// Hand each session the program created since the last drain to
     /// `adopt`, oldest first; the entries of those it returns false for
     /// are removed (the flow starts again on the slow path). Returns how
     /// many. Another thread draining at the time is waited for, so that
     /// on return every session created before the call has been handed
-    /// over (a packet of one of them is never handled first).
+    /// over (a packet of one of them is never handled first). An empty
+    /// ring (the common case: the translator calls this before every
+    /// packet) costs two loads, no lock and no system call
+    /// ([`RingWatch::is_empty`] tells why that keeps the guarantee).
     pub fn drain(&self, mut adopt: impl FnMut(&Made) -> bool) -> usize {
+        if self.watch.is_empty() {
+            return 0;
+        }
         let mut rb = lock(&self.ring);
         let mut pool6 = None;
         let mut refused = Vec::new();
@@ -478,11 +492,13 @@ impl FastPath {
             .map_err(|e| bpf_err(NATPT_MAKE, e))?;
         let pool4 = LpmTrie::try_from(Map::LpmTrie(own_map(self.map(NATPT_POOL4)?, NATPT_POOL4)?))
             .map_err(|e| bpf_err(NATPT_POOL4, e))?;
+        let ring = own_ring(self.map(NATPT_EVENTS)?, NATPT_EVENTS)?;
         let n = Natpt {
+            watch: RingWatch::of(&ring, NATPT_EVENTS)?,
             hosts: Mutex::new(own_hash(self.map(NATPT_HOSTS)?, NATPT_HOSTS)?),
             make: Mutex::new((make, NatptMake::default())),
             pool4: Mutex::new((pool4, Vec::new())),
-            ring: Mutex::new(own_ring(self.map(NATPT_EVENTS)?, NATPT_EVENTS)?),
+            ring: Mutex::new(ring),
             sessions: Mutex::new(self.nat64_sessions()?),
             drained: AtomicU64::new(0),
             n64_hosts: Mutex::new(own_hash(self.map(N64_HOSTS)?, N64_HOSTS)?),

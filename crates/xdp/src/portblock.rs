@@ -2,7 +2,9 @@
 //! memory of a `BPF_F_MMAPABLE` array of `struct pb_block` it shares with
 //! a program, written, taken from and given back to with the same atomics
 //! as the program's. Used by the DS-Lite AFTR (`ds_blocks`) and NAT64
-//! (`n64_blocks`).
+//! (`n64_blocks`). Also the shared mappings these rest on, and
+//! [`RingWatch`]: whether the ring of sessions such a program created
+//! (`ds_events`, `natpt_events`) has anything to drain, without a lock.
 
 use crate::Error;
 use aya::maps::Map;
@@ -26,8 +28,8 @@ const _: () = assert!(PB_BLOCK_SIZE == 40);
 mod mmap {
     use crate::Error;
     use aya::maps::Map;
-    use std::os::fd::{AsFd as _, AsRawFd as _};
-    use std::sync::atomic::{AtomicU32, AtomicU64};
+    use std::os::fd::{AsFd as _, AsRawFd as _, BorrowedFd};
+    use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize};
 
     /// A shared mapping of a `BPF_F_MMAPABLE` array's values.
     #[derive(Debug)]
@@ -46,12 +48,14 @@ mod mmap {
         /// Map the values of array `m` (`bytes` of them) read-write, shared.
         pub(crate) fn of(m: &Map, name: &'static str, bytes: usize) -> Result<Mmap, Error> {
             let Map::Array(d) = m else { return Err(Error::Bpf(format!("map {name}: not an array"))) };
-            let fd = d.fd().as_fd().as_raw_fd();
+            Mmap::fd(d.fd().as_fd(), name, bytes, libc::PROT_READ | libc::PROT_WRITE)
+        }
+
+        /// Map the first `bytes` of map fd `fd` shared, with `prot`.
+        pub(crate) fn fd(fd: BorrowedFd<'_>, name: &'static str, bytes: usize, prot: i32) -> Result<Mmap, Error> {
             let len = bytes.max(1);
             // SAFETY: a fresh shared mapping of the map's fd; checked below.
-            let ptr = unsafe {
-                libc::mmap(core::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0)
-            };
+            let ptr = unsafe { libc::mmap(core::ptr::null_mut(), len, prot, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
             if ptr == libc::MAP_FAILED {
                 return Err(Error::Bpf(format!("map {name}: mmap: {}", std::io::Error::last_os_error())));
             }
@@ -66,12 +70,27 @@ mod mmap {
             unsafe { &*(self.ptr.add(off) as *const AtomicU64) }
         }
 
+        /// The `unsigned long` at byte offset `off` (aligned, inside).
+        pub(crate) fn ulong(&self, off: usize) -> &AtomicUsize {
+            let n = core::mem::size_of::<usize>();
+            assert!(off.is_multiple_of(n) && off + n <= self.len, "mmap word {off} outside {}", self.len);
+            // SAFETY: as `word`.
+            unsafe { &*(self.ptr.add(off) as *const AtomicUsize) }
+        }
+
         /// The 4-byte word at byte offset `off` (a multiple of 4, inside).
         pub(crate) fn word32(&self, off: usize) -> &AtomicU32 {
             assert!(off.is_multiple_of(4) && off + 4 <= self.len, "mmap word {off} outside {}", self.len);
             // SAFETY: as `word`.
             unsafe { &*(self.ptr.add(off) as *const AtomicU32) }
         }
+    }
+
+    /// The system's page size.
+    pub(crate) fn page_size() -> usize {
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        usize::try_from(page).ok().filter(|p| *p > 0).unwrap_or(4096)
     }
 
     impl Drop for Mmap {
@@ -82,6 +101,52 @@ mod mmap {
     }
 }
 pub(crate) use mmap::Mmap;
+
+/// Whether a BPF ring buffer holds a record not yet consumed, read without
+/// a lock or a system call: its consumer and producer positions (the
+/// first two pages of the ring's mapping, `consumer_pos` and
+/// `producer_pos` of the kernel's `struct bpf_ringbuf`), mapped read-only
+/// beside the consumer's own handle (aya's `RingBuf`, which does not
+/// expose them).
+#[derive(Debug)]
+pub struct RingWatch {
+    pos: Mmap,
+    page: usize,
+}
+
+impl RingWatch {
+    /// Watch ring buffer `rb` (named `name` in errors).
+    pub(crate) fn of(rb: &impl std::os::fd::AsFd, name: &'static str) -> Result<RingWatch, Error> {
+        let page = mmap::page_size();
+        Ok(RingWatch { pos: Mmap::fd(rb.as_fd(), name, 2 * page, libc::PROT_READ)?, page })
+    }
+
+    /// Whether every record the program reserved before this call has
+    /// been consumed (and handled: see below). False: there may be one to
+    /// drain (or one still being written, or being drained by another
+    /// thread), so the caller drains under its lock as it would without
+    /// the check.
+    ///
+    /// Memory ordering. The kernel advances `producer_pos` past a record
+    /// with a release store when the program reserves it, before the
+    /// program writes and commits it; a record committed before this call
+    /// (its packet, or a later one of the flow, seen by the caller since)
+    /// is therefore within the `producer_pos` this Acquire load reads. A
+    /// consumer advances `consumer_pos` past a record with a release store
+    /// when the record's handle drops, after the drain's callback handled
+    /// it (aya's `RingBufItem`). So when `consumer_pos`, read with Acquire
+    /// after `producer_pos`, equals it, every record up to it was consumed
+    /// and what its consumer did with it (an adoption) happens-before
+    /// this return. The positions only grow (compared for equality, as
+    /// aya does, so a wrap-around is harmless); a consumer that moved past
+    /// the producer position read first makes them differ: the caller
+    /// takes the slow way.
+    pub fn is_empty(&self) -> bool {
+        let producer = self.pos.ulong(self.page).load(Ordering::Acquire);
+        let consumer = self.pos.ulong(0).load(Ordering::Acquire);
+        producer == consumer
+    }
+}
 
 /// The bits of word `w` that stand for ports of a block of `size` ports
 /// (`pb_mask`).

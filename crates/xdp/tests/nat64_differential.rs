@@ -998,6 +998,37 @@ fn napt_sessions_created_in_xdp_with_block_ports() {
     assert_eq!(n.count("nat64-fin"), 2);
 }
 
+/// The translator drains the ring before every packet it handles, with
+/// a check of the ring's positions that takes no lock when it is empty: a
+/// session the program created is still adopted before the next packet
+/// of it reaches the translator (here a retransmitted SYN, with no expiry
+/// turn between), which then keeps the program's mapping and port.
+#[test]
+fn napt_created_session_adopted_before_its_next_packet() {
+    let n = napt_setup("xdp-napt-next", 100_000);
+    let syn = |sport: u16| pt_v6(X, Y6).tcp(sport, 80, 0x02, b"\x02\x04\x05\xb4\x01\x01\x04\x02");
+    assert_eq!(n.syn(&syn(40020)), Outcome::Passed, "the first SYN: the engine grants the block");
+    assert!(!n.hook.pt.pending(), "nothing created yet");
+    assert_eq!(n.hook.pt.drain(|_| panic!("an empty ring hands nothing")), 0);
+    let got = match run(&n.net, progs::NAT64, &frame(&syn(40021)), n.net.ingress(&syn(40021))) {
+        Outcome::Forwarded(p) => p,
+        o => panic!("SYN from a host with a block: {o:?}"),
+    };
+    assert!(n.hook.pt.pending(), "the created session waits in the ring");
+    let before = n.hook.adopted.lock().unwrap().len();
+    let mut out = Out::with_ident_seed(1);
+    assert_eq!(n.engine.translate(&syn(40021), mono(), &mut out), Verdict::Emit);
+    assert_eq!(n.hook.adopted.lock().unwrap().len(), before + 1, "adopted before the packet was handled");
+    assert!(!n.hook.pt.pending(), "drained");
+    match out.get(0) {
+        Some((PacketKind::Forward, p)) => assert_eq!(tport(p), tport(&got), "the program's mapping, no second one"),
+        o => panic!("the retransmitted SYN: {o:?}"),
+    }
+    assert_eq!(n.engine.port_blocks().conflicts, 0);
+    let x = format!("[{X}]:40021").parse().unwrap();
+    assert_eq!(n.hook.pt.bib(x).unwrap().map(|t| t.port()), Some(tport(&got)));
+}
+
 #[test]
 fn napt_creation_refusals_pass_and_are_counted() {
     let n = napt_setup("xdp-napt-refuse", 100_000);
