@@ -582,11 +582,18 @@ mod tests {
         assert_eq!(BlockBook::new(0, 8).alloc(&mem, &p, &X, (2000, Y), true, || 0), None);
     }
 
-    #[test]
-    fn retired_then_given_back_a_turn_later() {
+    /// A book of blocks of 8 whose host X was granted one (search from
+    /// `start`) and holds a port of it: (pool, memory, book, address, port).
+    fn granted(start: u64) -> (Pool, HeapBlocks, BlockBook, Ipv4Addr, u16) {
         let (p, mem) = (pool(1024, 2047), HeapBlocks::new(8, 4));
         let mut book = BlockBook::new(8, 8);
-        let (a, port) = book.alloc(&mem, &p, &X, (4000, Y), true, || 5).unwrap();
+        let (a, port) = book.alloc(&mem, &p, &X, (4000, Y), true, || start).unwrap();
+        (p, mem, book, a, port)
+    }
+
+    #[test]
+    fn retired_then_given_back_a_turn_later() {
+        let (p, mem, mut book, a, port) = granted(5);
         let base = port - port % 8;
         let (_, port2) = book.alloc(&mem, &p, &X, (4001, Y), true, || 5).unwrap();
         assert!(!book.release(&mem, a, 999), "not a block port");
@@ -611,9 +618,7 @@ mod tests {
 
     #[test]
     fn a_port_the_fast_path_took_unretires_the_block() {
-        let (p, mem) = (pool(1024, 2047), HeapBlocks::new(8, 4));
-        let mut book = BlockBook::new(8, 8);
-        let (a, port) = book.alloc(&mem, &p, &X, (4000, Y), true, || 1).unwrap();
+        let (p, mem, mut book, a, port) = granted(1);
         let base = port - port % 8;
         assert!(book.owns(&mem, &X, a, base + 7), "a port of x's listed block");
         assert!(!book.owns(&mem, &Z, a, base + 7), "not z's");
