@@ -124,17 +124,25 @@ pub fn realtime_ns() -> i64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes one timespec into a valid, writable pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    timespec_ns(&ts)
+}
+
+/// A timespec in ns (`time_t` is 32 bits on some targets).
+#[allow(clippy::unnecessary_cast)]
+fn timespec_ns(ts: &libc::timespec) -> i64 {
     ts.tv_sec as i64 * 1_000_000_000 + ts.tv_nsec as i64
 }
 
 /// Opens a capture (tap) socket: an `AF_PACKET` raw socket on every
-/// interface of the calling thread's namespace, both directions, passing
+/// interface of the calling thread's namespace, incoming frames and, with
+/// `outgoing`, outgoing ones (without, the kernel skips the tap on the
+/// way out, and its clone of every transmitted frame), passing
 /// only the frames the classic BPF program `filter` accepts, each with its
 /// kernel timestamp (`SO_TIMESTAMPNS`: CLOCK_REALTIME, taken when the
 /// frame was received, or handed to the taps on its way out). Non-blocking,
 /// with a 4 MiB receive buffer. The filter is attached before the socket
 /// is bound to every protocol, so no frame slips past it.
-pub fn tap_socket(filter: &[libc::sock_filter]) -> io::Result<OwnedFd> {
+pub fn tap_socket(filter: &[libc::sock_filter], outgoing: bool) -> io::Result<OwnedFd> {
     // SAFETY: plain socket(2) with protocol 0 (receives nothing until bound);
     // the descriptor is owned right below.
     let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK, 0) };
@@ -143,7 +151,8 @@ pub fn tap_socket(filter: &[libc::sock_filter]) -> io::Result<OwnedFd> {
     }
     // SAFETY: `raw` is a fresh, valid descriptor nobody else owns.
     let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    let len = u16::try_from(filter.len()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "filter too long"))?;
+    let len =
+        u16::try_from(filter.len()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "filter too long"))?;
     let prog = libc::sock_fprog { len, filter: filter.as_ptr().cast_mut() };
     // SAFETY: passes a pointer to a live sock_fprog over a live instruction
     // slice, and its size; the kernel copies the program.
@@ -160,6 +169,9 @@ pub fn tap_socket(filter: &[libc::sock_filter]) -> io::Result<OwnedFd> {
         return Err(io::Error::last_os_error());
     }
     setsockopt_int(&fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)?;
+    if !outgoing {
+        setsockopt_int(&fd, libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)?;
+    }
     setsockopt_int(&fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, 4 << 20)
         .or_else(|_| setsockopt_int(&fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20))?;
     // SAFETY: sockaddr_ll is plain data; all zero is a valid start.
@@ -226,7 +238,7 @@ pub fn tap_recv(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<Option<Tapped>
         while !c.is_null() {
             if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
                 let ts: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
-                t_ns = ts.tv_sec as i64 * 1_000_000_000 + ts.tv_nsec as i64;
+                t_ns = timespec_ns(&ts);
             }
             c = libc::CMSG_NXTHDR(&msg, c);
         }

@@ -33,8 +33,13 @@
 //! session, a block whose tap dropped frames, t1 before t0) is counted as
 //! unmatched, never paired. The taps are drained after each block, not per
 //! session: the timed path only reads the clock twice more per session
-//! (outside its timed interval), and the taps add one clone per SYN, on
-//! both testbeds alike.
+//! (outside its timed interval). What the taps cost the packets, on both
+//! testbeds alike: the filter on every frame of the two namespaces, a
+//! clone of every frame the client namespace sends (the kernel clones a
+//! transmitted frame for its taps before their filters run; the server
+//! tap ignores outgoing frames) and of every SYN passed, and a receive
+//! timestamp on every packet of the machine (any timestamping socket turns
+//! them on), while the session blocks run.
 
 use std::os::fd::{AsFd, OwnedFd};
 
@@ -365,10 +370,11 @@ impl Taps {
     /// server namespace `s`, for SYNs from or to `port`.
     pub fn open(c: &Netns, s: &Netns, port: u16) -> Result<Taps> {
         let f = syn_filter(port);
-        let open = |ns: &Netns| {
-            ns.run(|| sys::tap_socket(&f).with_context(|| format!("capture socket in {}", ns.name())))
+        let open = |ns: &Netns, outgoing: bool| {
+            ns.run(|| sys::tap_socket(&f, outgoing).with_context(|| format!("capture socket in {}", ns.name())))
         };
-        Ok(Taps { client: open(c)?, server: open(s)? })
+        // The server side needs the incoming SYNs only.
+        Ok(Taps { client: open(c, true)?, server: open(s, false)? })
     }
 
     /// Drains both taps and pairs their SYNs with `into`'s pending
@@ -541,7 +547,10 @@ mod tests {
         let v4 = |t: Vec<u8>| eth(0x0800, &ipv4(6, 0, &t));
         assert!(!passes(&v4(tcp(PORT, 40000, SYN | ACK)), libc::ARPHRD_ETHER), "SYN-ACK");
         assert!(!passes(&eth(0x86dd, &ipv6(6, &tcp(PORT, 40000, SYN | ACK))), libc::ARPHRD_ETHER), "IPv6 SYN-ACK");
-        assert!(!passes(&eth(0x86dd, &ipv6(4, &ipv4(6, 0, &tcp(PORT, 1, SYN | ACK)))), libc::ARPHRD_ETHER), "4in6 SYN-ACK");
+        assert!(
+            !passes(&eth(0x86dd, &ipv6(4, &ipv4(6, 0, &tcp(PORT, 1, SYN | ACK)))), libc::ARPHRD_ETHER),
+            "4in6 SYN-ACK"
+        );
         assert!(!passes(&v4(tcp(40000, PORT, ACK)), libc::ARPHRD_ETHER), "ACK");
         assert!(!passes(&v4(tcp(40000, 5001, SYN)), libc::ARPHRD_ETHER), "another port");
         assert!(!passes(&eth(0x0800, &ipv4(17, 0, &tcp(40000, PORT, SYN))), libc::ARPHRD_ETHER), "UDP");
@@ -588,7 +597,7 @@ mod tests {
         let mut i = Initiation::default();
         pair(windows, client, server, dropped, &mut i);
         let s = i.hist.summary();
-        ((s.samples > 0).then(|| vec![s.min_ns, s.max_ns]).unwrap_or_default(), i.unmatched)
+        (if s.samples > 0 { vec![s.min_ns, s.max_ns] } else { Vec::new() }, i.unmatched)
     }
 
     #[test]
@@ -629,7 +638,17 @@ mod tests {
             w(5_000, 5_999),
             w(6_000, 6_999),
         ];
-        let c = [cl(10, 4), cl(20, 3), cl(510, 4), cl(520, 3), cl(1_010, 3), cl(3_010, 3), cl(4_010, 3), cl(5_500, 3), cl(6_010, 3)];
+        let c = [
+            cl(10, 4),
+            cl(20, 3),
+            cl(510, 4),
+            cl(520, 3),
+            cl(1_010, 3),
+            cl(3_010, 3),
+            cl(4_010, 3),
+            cl(5_500, 3),
+            cl(6_010, 3),
+        ];
         let s = [sv(600), sv(2_400), sv(3_100), sv(3_900), sv(4_100), sv(5_400), sv(6_042)];
         let (v, u) = paired(&ws, &c, &s, false);
         assert_eq!(v, [32, 32], "only the last session");
@@ -667,6 +686,59 @@ mod tests {
         let (v, u) = paired(&ws, &c, &s, true);
         assert!(v.is_empty());
         assert_eq!((u.tap_drops, u.sessions()), (2, 2));
+    }
+
+    /// The taps in real namespaces: the kernel takes the filter, stamps
+    /// the client's outgoing SYN and the server's incoming one, and each
+    /// session pairs.
+    #[test]
+    fn taps_in_two_namespaces_time_each_session() {
+        use std::io::{Read, Write};
+        use std::net::{TcpListener, TcpStream};
+        assert!(lab::netns::am_root(), "network-namespace tests need root (CI runs as root)");
+        let prefix = lab::netns::unique_name("v6ti");
+        let c = Netns::create(&format!("{prefix}c")).unwrap();
+        let s = Netns::create(&format!("{prefix}s")).unwrap();
+        lab::netns::veth(&c, "c0", &s, "s0").unwrap();
+        c.ip(&["addr", "add", "10.9.0.1/24", "dev", "c0"]).unwrap();
+        s.ip(&["addr", "add", "10.9.0.2/24", "dev", "s0"]).unwrap();
+        let l = s.run(|| Ok(TcpListener::bind(("10.9.0.2", PORT))?)).unwrap();
+        // A listener on another port: its SYNs are not captured.
+        let other = s.run(|| Ok(TcpListener::bind(("10.9.0.2", PORT + 1))?)).unwrap();
+        let server = std::thread::spawn(move || {
+            for _ in 0..3 {
+                let (mut k, _) = l.accept().unwrap();
+                let mut b = [0u8; 1];
+                k.read_exact(&mut b).unwrap();
+                k.write_all(&b).unwrap();
+            }
+        });
+        let taps = Taps::open(&c, &s, PORT).unwrap();
+        let mut init = Initiation::default();
+        c.run(|| {
+            let _ = TcpStream::connect(("10.9.0.2", PORT + 1))?;
+            for _ in 0..3 {
+                let start_ns = sys::realtime_ns();
+                let mut k = TcpStream::connect(("10.9.0.2", PORT))?;
+                k.write_all(b"x")?;
+                k.read_exact(&mut [0u8; 1])?;
+                drop(k);
+                init.windows.push(Window { start_ns, end_ns: sys::realtime_ns(), ok: true });
+            }
+            Ok(())
+        })
+        .unwrap();
+        server.join().unwrap();
+        drop(other);
+        taps.drain(&mut init).unwrap();
+        assert_eq!(init.unmatched, Unmatched::default());
+        assert_eq!(init.hist.count(), 3);
+        let l = init.hist.summary();
+        assert!(l.min_ns > 0 && l.max_ns < 1_000_000_000, "{l:?}");
+        assert!(init.windows.is_empty(), "the windows are paired once");
+        // Drained: nothing left for a next block.
+        taps.drain(&mut init).unwrap();
+        assert_eq!((init.hist.count(), init.unmatched), (3, Unmatched::default()));
     }
 
     #[test]

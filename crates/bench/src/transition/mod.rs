@@ -34,6 +34,14 @@
 //!   what every mechanism adds to a new flow (a relay's second handshake,
 //!   a NAT's new mapping, an encapsulation), so "added over IPv4" is the
 //!   median difference from native IPv4.
+//! - The paper's own initiation measure beside it, for every row and its
+//!   interleaved native sessions alike: each session's SYN from leaving
+//!   the client namespace's stack to its first arrival (IPv4) in the
+//!   server namespace, kernel timestamps of capture taps in both
+//!   namespaces, opened for the session blocks only and drained after
+//!   each block (`initiation` in the JSON, with `initiation_added_ns` and
+//!   the unmatched sessions by reason; method in the `initiation`
+//!   module's doc and docs/bench-transition.md).
 //! - Round-trip delay: `--pings` sequential 64-byte UDP echoes.
 //!
 //! **The paired baseline.** On a shared 2-core VM the session medians
