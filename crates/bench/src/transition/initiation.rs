@@ -69,6 +69,8 @@ pub(super) struct Capture {
     pub outgoing: bool,
     /// The outer packet is IPv4 (not IPv6, nor IPv4 in IPv6).
     pub ipv4: bool,
+    /// Captured on a raw-IP device (a TUN device: `ARPHRD_NONE`).
+    pub raw_ip: bool,
 }
 
 /// Sessions without an initiation time, by reason, and captures that
@@ -116,6 +118,8 @@ impl Unmatched {
 pub(super) struct Initiation {
     pub hist: LatencyHistogram,
     pub unmatched: Unmatched,
+    /// Timed sessions whose t0 was taken on a TUN device (a TUN B4's).
+    pub t0_on_tun: u64,
     /// Session windows of the current block, not yet paired.
     pub windows: Vec<Window>,
 }
@@ -125,6 +129,7 @@ impl Initiation {
     pub fn merge(&mut self, o: &Initiation) {
         self.hist.merge(&o.hist);
         self.unmatched.add(&o.unmatched);
+        self.t0_on_tun += o.t0_on_tun;
     }
 }
 
@@ -168,7 +173,10 @@ pub(super) fn pair(windows: &[Window], client: &[Capture], server: &[Capture], d
             continue;
         }
         match u64::try_from(sw[0].t_ns - first.t_ns) {
-            Ok(d) => into.hist.record(d),
+            Ok(d) => {
+                into.hist.record(d);
+                into.t0_on_tun += u64::from(first.raw_ip);
+            }
             Err(_) => u.out_of_order += 1,
         }
     }
@@ -399,6 +407,7 @@ fn read_all(fd: &OwnedFd) -> Result<(Vec<Capture>, u32)> {
             ifindex: t.ifindex,
             outgoing: t.pkttype == libc::PACKET_OUTGOING,
             ipv4: outer_ipv4(t.hatype, &buf[..t.len.min(buf.len())]),
+            raw_ip: t.hatype == libc::ARPHRD_NONE,
         });
     }
     // After the reads: drops counted up to the last frame read.
@@ -583,14 +592,14 @@ mod tests {
         Window { start_ns, end_ns, ok: true }
     }
 
-    /// A client capture (outgoing) on interface `ifindex`.
+    /// A client capture (outgoing) on interface `ifindex` (4: a TUN device).
     fn cl(t_ns: i64, ifindex: i32) -> Capture {
-        Capture { t_ns, ifindex, outgoing: true, ipv4: false }
+        Capture { t_ns, ifindex, outgoing: true, ipv4: false, raw_ip: ifindex == 4 }
     }
 
     /// A server capture (incoming IPv4).
     fn sv(t_ns: i64) -> Capture {
-        Capture { t_ns, ifindex: 2, outgoing: false, ipv4: true }
+        Capture { t_ns, ifindex: 2, outgoing: false, ipv4: true, raw_ip: false }
     }
 
     fn paired(windows: &[Window], client: &[Capture], server: &[Capture], dropped: bool) -> (Vec<u64>, Unmatched) {
@@ -620,6 +629,19 @@ mod tests {
         // A TUN B4: the SYN on its TUN device (4), then encapsulated on c0 (3).
         let (v, u) = paired(&[w(0, 1_000)], &[cl(130, 3), cl(100, 4)], &[sv(400)], false);
         assert_eq!((v, u), (vec![300, 300], Unmatched::default()));
+        let mut i = Initiation::default();
+        pair(
+            &[w(0, 1_000), w(2_000, 3_000)],
+            &[cl(130, 3), cl(100, 4), cl(2_100, 3)],
+            &[sv(400), sv(2_200)],
+            false,
+            &mut i,
+        );
+        assert_eq!(
+            (i.hist.count(), i.t0_on_tun),
+            (2, 1),
+            "the first session's t0 on the TUN device, the second's on c0"
+        );
     }
 
     #[test]

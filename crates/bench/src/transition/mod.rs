@@ -315,6 +315,9 @@ pub struct MechResult {
     pub initiation: Latency,
     /// Sessions without an initiation time, by reason.
     pub initiation_unmatched: Unmatched,
+    /// Timed sessions whose t0 was taken on a TUN device (a TUN B4's),
+    /// not on the client's veth.
+    pub initiation_t0_on_tun: u64,
     /// UDP round trip.
     pub rtt: Latency,
     /// Sessions that failed.
@@ -1102,6 +1105,7 @@ fn measure(bed: &Bed, native: &Bed, a: &Args) -> Result<MechResult> {
     r.connect = row.connect.summary();
     r.initiation = row.init.hist.summary();
     r.initiation_unmatched = row.init.unmatched;
+    r.initiation_t0_on_tun = row.init.t0_on_tun;
     r.session_failures = row.session_failures;
     r.rtt = row.rtt.summary();
     r.ping_losses = row.ping_losses;
