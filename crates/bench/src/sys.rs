@@ -1,5 +1,6 @@
 //! The bench's system calls: the clock, absolute sleeps, real-time
-//! scheduling, `AF_PACKET` sockets and batched `sendmmsg`/`recvmmsg`. The
+//! scheduling, `AF_PACKET` sockets (senders, receivers and timestamped
+//! capture taps) and batched `sendmmsg`/`recvmmsg`. The
 //! only `unsafe` code of the crate is here, each block with its SAFETY
 //! argument; everything above gets safe functions.
 #![allow(unsafe_code)]
@@ -114,6 +115,163 @@ pub fn packet_socket(ifname: &str, rx: bool) -> io::Result<OwnedFd> {
         let _ = setsockopt_int(&fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, 16 << 20);
     }
     Ok(fd)
+}
+
+/// CLOCK_REALTIME in nanoseconds: the clock of the kernel's packet
+/// timestamps (`SO_TIMESTAMPNS`), for comparing them with user-space
+/// times (only there: the testers' clock is [`now_ns`]).
+pub fn realtime_ns() -> i64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec into a valid, writable pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    timespec_ns(&ts)
+}
+
+/// A timespec in ns (`time_t` is 32 bits on some targets).
+#[allow(clippy::unnecessary_cast)]
+fn timespec_ns(ts: &libc::timespec) -> i64 {
+    ts.tv_sec as i64 * 1_000_000_000 + ts.tv_nsec as i64
+}
+
+/// Opens a capture (tap) socket: an `AF_PACKET` raw socket on every
+/// interface of the calling thread's namespace, incoming frames and, with
+/// `outgoing`, outgoing ones (without, the kernel skips the tap on the
+/// way out, and its clone of every transmitted frame), passing
+/// only the frames the classic BPF program `filter` accepts, each with its
+/// kernel timestamp (`SO_TIMESTAMPNS`: CLOCK_REALTIME, taken when the
+/// frame was received, or handed to the taps on its way out). Non-blocking,
+/// with a 4 MiB receive buffer. The filter is attached before the socket
+/// is bound to every protocol, so no frame slips past it.
+pub fn tap_socket(filter: &[libc::sock_filter], outgoing: bool) -> io::Result<OwnedFd> {
+    // SAFETY: plain socket(2) with protocol 0 (receives nothing until bound);
+    // the descriptor is owned right below.
+    let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK, 0) };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `raw` is a fresh, valid descriptor nobody else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let len =
+        u16::try_from(filter.len()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "filter too long"))?;
+    let prog = libc::sock_fprog { len, filter: filter.as_ptr().cast_mut() };
+    // SAFETY: passes a pointer to a live sock_fprog over a live instruction
+    // slice, and its size; the kernel copies the program.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_FILTER,
+            (&prog as *const libc::sock_fprog).cast(),
+            size_of::<libc::sock_fprog>() as _,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    setsockopt_int(&fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)?;
+    if !outgoing {
+        setsockopt_int(&fd, libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)?;
+    }
+    setsockopt_int(&fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, 4 << 20)
+        .or_else(|_| setsockopt_int(&fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20))?;
+    // SAFETY: sockaddr_ll is plain data; all zero is a valid start.
+    let mut sll: libc::sockaddr_ll = unsafe { zeroed() };
+    sll.sll_family = libc::AF_PACKET as u16;
+    sll.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
+    // ifindex 0: every interface.
+    // SAFETY: binds to a valid sockaddr_ll of the size given.
+    let r = unsafe {
+        libc::bind(fd.as_raw_fd(), (&sll as *const libc::sockaddr_ll).cast(), size_of::<libc::sockaddr_ll>() as _)
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
+/// One frame of a [`tap_socket`]: where and when the kernel saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tapped {
+    /// Bytes copied into the buffer (the filter may have cut the frame).
+    pub len: usize,
+    /// The kernel timestamp, CLOCK_REALTIME ns (0 when none came).
+    pub t_ns: i64,
+    /// The interface.
+    pub ifindex: i32,
+    /// Its link type (`ARPHRD_*`).
+    pub hatype: u16,
+    /// `PACKET_HOST`, `PACKET_OUTGOING`, ...
+    pub pkttype: u8,
+}
+
+/// Receives one frame of a [`tap_socket`] into `buf` without blocking;
+/// `None` when none is queued.
+pub fn tap_recv(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<Option<Tapped>> {
+    // SAFETY: sockaddr_ll is plain data; all zero is valid.
+    let mut sll: libc::sockaddr_ll = unsafe { zeroed() };
+    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    // Room for one cmsg of a timespec (8-byte aligned).
+    let mut control = [0u64; 8];
+    // SAFETY: msghdr is plain data; all zero is valid.
+    let mut msg: libc::msghdr = unsafe { zeroed() };
+    msg.msg_name = (&mut sll as *mut libc::sockaddr_ll).cast();
+    msg.msg_namelen = size_of::<libc::sockaddr_ll>() as _;
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = size_of::<[u64; 8]>() as _;
+    // SAFETY: the header points at a live address, iovec over a live
+    // writable buffer and control buffer, all outliving the call.
+    let r = unsafe { libc::recvmsg(fd.as_raw_fd(), &mut msg, libc::MSG_DONTWAIT) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        return match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(None),
+            _ => Err(e),
+        };
+    }
+    let mut t_ns = 0;
+    // SAFETY: the CMSG macros walk the control buffer the kernel filled,
+    // bounded by msg_controllen; the timespec is read unaligned.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
+                let ts: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                t_ns = timespec_ns(&ts);
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    Ok(Some(Tapped {
+        len: r as usize,
+        t_ns,
+        ifindex: sll.sll_ifindex,
+        hatype: sll.sll_hatype,
+        pkttype: sll.sll_pkttype,
+    }))
+}
+
+/// The frames a [`tap_socket`] dropped (its buffer full) since the last
+/// call (`PACKET_STATISTICS`, which the kernel resets on every read).
+pub fn tap_drops(fd: BorrowedFd<'_>) -> io::Result<u32> {
+    // SAFETY: tpacket_stats is plain data; all zero is valid.
+    let mut st: libc::tpacket_stats = unsafe { zeroed() };
+    let mut len = size_of::<libc::tpacket_stats>() as libc::socklen_t;
+    // SAFETY: passes a pointer to a live, writable tpacket_stats and its size.
+    let r = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_STATISTICS,
+            (&mut st as *mut libc::tpacket_stats).cast(),
+            &mut len,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st.tp_drops)
 }
 
 /// One `sendmmsg` of `bufs[..n]` (at most [`MAX_BATCH`]); `to[i]`, when

@@ -34,6 +34,14 @@
 //!   what every mechanism adds to a new flow (a relay's second handshake,
 //!   a NAT's new mapping, an encapsulation), so "added over IPv4" is the
 //!   median difference from native IPv4.
+//! - The paper's own initiation measure beside it, for every row and its
+//!   interleaved native sessions alike: each session's SYN from leaving
+//!   the client namespace's stack to its first arrival (IPv4) in the
+//!   server namespace, kernel timestamps of capture taps in both
+//!   namespaces, opened for the session blocks only and drained after
+//!   each block (`initiation` in the JSON, with `initiation_added_ns` and
+//!   the unmatched sessions by reason; method in the `initiation`
+//!   module's doc and docs/bench-transition.md).
 //! - Round-trip delay: `--pings` sequential 64-byte UDP echoes.
 //!
 //! **The paired baseline.** On a shared 2-core VM the session medians
@@ -67,6 +75,7 @@
 //!
 //! See docs/bench-transition.md.
 
+mod initiation;
 mod report;
 
 use std::io::{Read, Write};
@@ -86,6 +95,7 @@ use crate::harness::latency::{Latency, LatencyHistogram};
 use crate::harness::peers;
 use crate::report::Outputs;
 
+pub use initiation::Unmatched;
 pub use report::markdown;
 
 /// What every run's namespace names start with; a run's own prefix is
@@ -299,6 +309,15 @@ pub struct MechResult {
     pub session: Latency,
     /// `connect()` alone.
     pub connect: Latency,
+    /// The paper's session initiation: the client's SYN leaving the
+    /// client namespace to its first arrival in the server namespace,
+    /// kernel timestamps (see the module doc of `initiation`).
+    pub initiation: Latency,
+    /// Sessions without an initiation time, by reason.
+    pub initiation_unmatched: Unmatched,
+    /// Timed sessions whose t0 was taken on a TUN device (a TUN B4's),
+    /// not on the client's veth.
+    pub initiation_t0_on_tun: u64,
     /// UDP round trip.
     pub rtt: Latency,
     /// Sessions that failed.
@@ -313,6 +332,8 @@ pub struct MechResult {
     pub session_added_ns: Option<i64>,
     /// `connect` median minus `baseline.connect` median, ns.
     pub connect_added_ns: Option<i64>,
+    /// `initiation` median minus `baseline.initiation` median, ns.
+    pub initiation_added_ns: Option<i64>,
     /// `rtt` median minus `baseline.rtt` median, ns.
     pub rtt_added_ns: Option<i64>,
     /// The session median of each block pair, `[row, native]` in ns, in
@@ -342,6 +363,10 @@ pub struct Baseline {
     pub session: Latency,
     /// `connect()` alone.
     pub connect: Latency,
+    /// The paper's session initiation (as [`MechResult::initiation`]).
+    pub initiation: Latency,
+    /// Sessions without an initiation time, by reason.
+    pub initiation_unmatched: Unmatched,
     /// Sessions that failed.
     pub session_failures: u64,
     /// UDP round trip.
@@ -842,9 +867,9 @@ fn build(m: Mech, prefix: &str, bin: &Path, work: &Path, busy_poll: &str, trt: T
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Side {
     /// The row's (the mechanism's) testbed.
-    Row,
+    Row = 0,
     /// The native-IPv4 baseline testbed, up for the whole run.
-    Native,
+    Native = 1,
 }
 
 /// The run order of `total` sessions (or echoes) on each side, split into
@@ -878,6 +903,9 @@ struct Samples {
     session: LatencyHistogram,
     connect: LatencyHistogram,
     session_failures: u64,
+    /// The paper's initiation: samples, unmatched sessions, and the
+    /// session windows of the block not yet paired.
+    init: initiation::Initiation,
     rtt: LatencyHistogram,
     ping_losses: u64,
     /// The side's one UDP flow, kept across its blocks (the echoes time
@@ -893,6 +921,9 @@ impl Samples {
     fn sessions(&mut self, c: &Netns, target: std::net::IpAddr, n: usize) -> Result<()> {
         c.run(|| {
             for _ in 0..n {
+                // The session's window for the initiation's captures
+                // (outside the timed interval).
+                let start_ns = crate::sys::realtime_ns();
                 let t0 = Instant::now();
                 let once = || -> std::io::Result<Duration> {
                     let mut s =
@@ -905,13 +936,16 @@ impl Samples {
                     s.read_exact(&mut b)?;
                     Ok(tc)
                 };
-                match once() {
+                let r = once();
+                match r {
                     Ok(tc) => {
                         self.session.record(t0.elapsed().as_nanos() as u64);
                         self.connect.record(tc.as_nanos() as u64);
                     }
                     Err(_) => self.session_failures += 1,
                 }
+                let end_ns = crate::sys::realtime_ns();
+                self.init.windows.push(initiation::Window { start_ns, end_ns, ok: r.is_ok() });
             }
             Ok(())
         })
@@ -961,6 +995,8 @@ impl Samples {
         Baseline {
             session: self.session.summary(),
             connect: self.connect.summary(),
+            initiation: self.init.hist.summary(),
+            initiation_unmatched: self.init.unmatched,
             session_failures: self.session_failures,
             rtt: self.rtt.summary(),
             ping_losses: self.ping_losses,
@@ -974,6 +1010,7 @@ impl Samples {
         self.session.merge(&o.session);
         self.connect.merge(&o.connect);
         self.session_failures += o.session_failures;
+        self.init.merge(&o.init);
         self.rtt.merge(&o.rtt);
         self.ping_losses += o.ping_losses;
     }
@@ -986,7 +1023,7 @@ fn paired(
     sched: &[(Side, usize)],
     (row, native): (&Bed, &Bed),
     (rs, ns): (&mut Samples, &mut Samples),
-    f: impl Fn(&mut Samples, &Netns, std::net::IpAddr, usize) -> Result<()>,
+    f: impl Fn(&mut Samples, Side, &Netns, std::net::IpAddr, usize) -> Result<()>,
     pick: impl Fn(&Samples) -> &LatencyHistogram,
 ) -> Result<Vec<[u64; 2]>> {
     let mut pairs = vec![[0u64; 2]; sched.len() / 2];
@@ -997,7 +1034,7 @@ fn paired(
         };
         // The block's samples apart, the side's UDP flow carried on.
         let mut block = Samples { udp: into.udp.take(), seq: into.seq, ..Default::default() };
-        let r = f(&mut block, &bed.c, bed.target, n);
+        let r = f(&mut block, side, &bed.c, bed.target, n);
         (into.udp, into.seq) = (block.udp.take(), block.seq);
         r?;
         if let Some(p) = pairs.get_mut(i / 2) {
@@ -1040,18 +1077,41 @@ fn measure(bed: &Bed, native: &Bed, a: &Args) -> Result<MechResult> {
     // between this row's bed and the native one.
     let (mut row, mut base) = (Samples::default(), Samples::default());
     let blocks = a.session_blocks as usize;
+    // The initiation's taps, for the session blocks only (each side's
+    // drained after each of its blocks).
+    let taps = initiation::Taps::open(&bed.c, &bed._s, PORT_SESSION)
+        .and_then(|t| Ok([t, initiation::Taps::open(&native.c, &native._s, PORT_SESSION)?]))
+        .map_err(|e| eprintln!("  no initiation captures: {e:#}"))
+        .ok();
+    let sessions_then_drain = |s: &mut Samples, side: Side, c: &Netns, t: std::net::IpAddr, n: usize| {
+        s.sessions(c, t, n)?;
+        match &taps {
+            Some(taps) => taps[side as usize].drain(&mut s.init),
+            None => Ok(()),
+        }
+    };
     r.session_block_p50_ns =
-        paired(&schedule(sessions, blocks), (bed, native), (&mut row, &mut base), Samples::sessions, |s| &s.session)?;
-    r.rtt_block_p50_ns =
-        paired(&schedule(pings, blocks), (bed, native), (&mut row, &mut base), Samples::pings, |s| &s.rtt)?;
+        paired(&schedule(sessions, blocks), (bed, native), (&mut row, &mut base), sessions_then_drain, |s| &s.session)?;
+    drop(taps);
+    r.rtt_block_p50_ns = paired(
+        &schedule(pings, blocks),
+        (bed, native),
+        (&mut row, &mut base),
+        |s, _, c, t, n| s.pings(c, t, n),
+        |s| &s.rtt,
+    )?;
     let b = base.baseline();
     r.session = row.session.summary();
     r.connect = row.connect.summary();
+    r.initiation = row.init.hist.summary();
+    r.initiation_unmatched = row.init.unmatched;
+    r.initiation_t0_on_tun = row.init.t0_on_tun;
     r.session_failures = row.session_failures;
     r.rtt = row.rtt.summary();
     r.ping_losses = row.ping_losses;
     r.session_added_ns = added(&r.session, &b.session);
     r.connect_added_ns = added(&r.connect, &b.connect);
+    r.initiation_added_ns = added(&r.initiation, &b.initiation);
     r.rtt_added_ns = added(&r.rtt, &b.rtt);
     r.baseline = Some(b);
     let cpu: f64 = bed.procs.iter().filter_map(|p| p.cpu_seconds()).sum();
@@ -1140,6 +1200,14 @@ pub fn run(a: &Args) -> Result<Report> {
                     r.session.p50_ns as f64 / 1e3,
                     us(r.session_added_ns),
                     r.rtt.p50_ns as f64 / 1e3
+                );
+                eprintln!(
+                    "  initiation (the paper's: client SYN out to server SYN in) p50 {:.1} µs ({} over the \
+                     interleaved native), {} of {} sessions unmatched",
+                    r.initiation.p50_ns as f64 / 1e3,
+                    us(r.initiation_added_ns),
+                    r.initiation_unmatched.sessions(),
+                    r.initiation.samples + r.initiation_unmatched.sessions()
                 );
                 if let Some(x) = &r.xdp_counters {
                     eprintln!("  XDP fast path counters {x}");
