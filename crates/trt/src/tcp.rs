@@ -352,6 +352,9 @@ struct Spliced {
     /// Being opened: the server's first bytes (or FIN) have not been
     /// passed on yet (the loop's open-spin waits for them).
     opening: bool,
+    /// The server's handshake ACK is held for the client's first bytes
+    /// until then (`ack-with-data`; sent alone after it).
+    ack_due: Option<Instant>,
 }
 
 #[derive(Debug)]
@@ -394,11 +397,26 @@ struct Loop {
     /// answer passed to a client.
     open_spin: Duration,
     spin_until: Instant,
+    /// A pre-connect was started since the loop last looked (its accept
+    /// is tried before the rest of the batch).
+    pre_started: bool,
+    /// Pairs whose server's handshake ACK waits for their client's first
+    /// bytes ([`Spliced::ack_due`]).
+    acks: Vec<usize>,
+    /// Pairs being opened ([`Spliced::opening`]): their answers are on
+    /// the way, and the loop makes no spare socket meanwhile.
+    answers_due: usize,
 }
 
 /// The epoll interest of a loop-copied socket.
 const SPLICED: EpollFlags =
     EpollFlags::EPOLLIN.union(EpollFlags::EPOLLOUT).union(EpollFlags::EPOLLRDHUP).union(EpollFlags::EPOLLET);
+
+/// Something the relay sent to the server (the client's bytes or its FIN)
+/// carried the handshake's last ACK.
+fn ack_sent(p: &Spliced) -> bool {
+    p.flows[CLIENT].moved > 0 || p.flows[CLIENT].done
+}
 
 fn token(slot: usize, side: usize) -> u64 {
     ((slot as u64) << 1) | side as u64
@@ -496,6 +514,7 @@ impl Loop {
             match self.pre.offer(key, server, now, &mut self.spares) {
                 pre::Offer::Started => {
                     self.c.tcp_preconnects.fetch_add(1, Ordering::Relaxed);
+                    self.pre_started = true;
                     // Its accept follows within microseconds (the client's
                     // handshake completes in the softirq that sent the SYN):
                     // open-spin from here, so that the accept finds the loop
@@ -660,17 +679,31 @@ impl Loop {
         };
         let opening = !self.open_spin.is_zero();
         if opening {
+            self.answers_due += 1;
             self.spin_until = self.spin_until.max(Instant::now() + self.open_spin);
         }
-        let p = Box::new(Spliced { socks: [client, up], flows: [Flow::new(a), Flow::new(b)], opening });
+        let p = Box::new(Spliced { socks: [client, up], flows: [Flow::new(a), Flow::new(b)], opening, ack_due: None });
         self.slots[slot] = Some(Conn::Spliced(p));
         self.pump(slot, CLIENT);
-        let Some(Some(Conn::Spliced(p))) = self.slots.get(slot) else { return };
-        if self.spares.holds_ack() && p.flows[CLIENT].moved == 0 && !p.flows[CLIENT].done {
-            // Nothing from the client yet (a server that speaks first, a
-            // slow client): the server's accept must not wait for it.
-            self.c.tcp_ack_alone.fetch_add(1, Ordering::Relaxed);
-            let _ = sys::send_ack(&p.socks[SERVER]);
+        let Some(Some(Conn::Spliced(p))) = self.slots.get_mut(slot) else { return };
+        if self.spares.holds_ack() && !ack_sent(p) {
+            // Nothing from the client yet: a pre-connect (or a fast
+            // connect) can be ready before the client's request, which
+            // follows its handshake within microseconds. The ACK waits
+            // for it for at most `open-spin` (the loop polls meanwhile),
+            // so that the server is woken once, with the request; then,
+            // or at once without open-spin, it goes alone (a server that
+            // speaks first, a slow client): the server's accept must not
+            // wait longer.
+            if opening {
+                let due = Instant::now() + self.open_spin;
+                p.ack_due = Some(due);
+                self.acks.push(slot);
+                self.spin_until = self.spin_until.max(due);
+            } else {
+                self.c.tcp_ack_alone.fetch_add(1, Ordering::Relaxed);
+                let _ = sys::send_ack(&p.socks[SERVER]);
+            }
         }
         let mut added = self.ep.add(&p.socks[CLIENT], EpollEvent::new(SPLICED, token(slot, CLIENT)));
         if !up_polled && added.is_ok() {
@@ -721,6 +754,7 @@ impl Loop {
             // The loop keeps polling for open-spin more: the session's
             // FINs and the next session's SYN or accept find it running.
             p.opening = false;
+            self.answers_due -= 1;
             self.spin_until = self.spin_until.max(Instant::now() + self.open_spin);
         }
         match r {
@@ -731,6 +765,39 @@ impl Loop {
                 tracing::debug!(slot, side, "TRT copy: {e}");
                 self.c.tcp_errors.fetch_add(1, Ordering::Relaxed);
                 self.close_spliced(slot, true);
+            }
+        }
+    }
+
+    /// The held handshake ACKs: forgotten once the client's first bytes
+    /// (or its FIN) carried them, sent alone once due.
+    fn acks_due(&mut self, now: Instant) {
+        let mut i = 0;
+        while i < self.acks.len() {
+            let slot = self.acks[i];
+            let keep = match self.slots.get_mut(slot) {
+                // A stale entry (the pair closed, the slot reused by a
+                // pair that holds no ACK) is dropped.
+                Some(Some(Conn::Spliced(p))) => match p.ack_due {
+                    Some(_) if ack_sent(p) => {
+                        p.ack_due = None;
+                        false
+                    }
+                    Some(due) if due <= now => {
+                        p.ack_due = None;
+                        self.c.tcp_ack_alone.fetch_add(1, Ordering::Relaxed);
+                        let _ = sys::send_ack(&p.socks[SERVER]);
+                        false
+                    }
+                    Some(_) => true,
+                    None => false,
+                },
+                _ => false,
+            };
+            if keep {
+                i += 1;
+            } else {
+                self.acks.swap_remove(i);
             }
         }
     }
@@ -750,7 +817,10 @@ impl Loop {
     /// go back to the pool.
     fn close_spliced(&mut self, slot: usize, rst: bool) {
         let Some(Conn::Spliced(p)) = self.release(slot) else { return };
-        let Spliced { socks, flows, .. } = *p;
+        let Spliced { socks, flows, opening, .. } = *p;
+        if opening {
+            self.answers_due -= 1;
+        }
         // Closing a socket takes it out of the epoll set (the loop holds
         // its only descriptor).
         for s in socks {
@@ -1023,6 +1093,9 @@ pub fn serve(
         spares: pre::Spares::new(hold_ack).with_congestion(o.congestion.clone()),
         open_spin: o.open_spin,
         spin_until: Instant::now(),
+        pre_started: false,
+        acks: Vec::new(),
+        answers_due: 0,
     };
     let mut waiter = netsys::tun::Waiter::new(o.busy_poll);
     let mut events = [EpollEvent::empty(); 64];
@@ -1031,7 +1104,12 @@ pub fn serve(
         // Directions with more to move, or a busy-poll window, or a
         // session being opened within its open-spin: only look.
         let busy = !lp.again.is_empty();
-        let opening = Instant::now() < lp.spin_until;
+        if !lp.acks.is_empty() {
+            lp.acks_due(Instant::now());
+        }
+        // Held ACKs not yet due keep the loop polling (their pairs set
+        // `spin_until` to their due time, which this covers too).
+        let opening = Instant::now() < lp.spin_until || !lp.acks.is_empty();
         let timeout = if busy || opening || waiter.spinning() {
             EpollTimeout::ZERO
         } else {
@@ -1047,10 +1125,14 @@ pub fn serve(
         if n > 0 || busy {
             waiter.worked();
         } else {
-            if opening {
+            if opening && lp.pre.is_empty() && lp.answers_due == 0 {
                 // An idle turn of the open-spin (sessions that follow each
                 // other keep the loop from sleeping): make the spare
-                // socket that the last session took.
+                // socket that the last session took; not while a
+                // pre-connect waits for its accept or a new pair for its
+                // answer, which come within microseconds and should not
+                // wait behind a `socket` (the turns between an answer and
+                // the next SYN make it).
                 lp.spares.fill();
             }
             if !waiter.spin() && opening {
@@ -1067,6 +1149,18 @@ pub fn serve(
                 SYNS => lp.syns_in(),
                 _ => {}
             }
+        }
+        if std::mem::take(&mut lp.pre_started) && !lp.pre.is_empty() {
+            // A pre-connect was started in this batch: its client's
+            // handshake usually completed during the pre-connect's
+            // `connect` call (the client's runs on the other CPU). Accept
+            // it now, before the batch's other events: the previous
+            // session's FIN and close (a `shutdown` that runs the server's
+            // stack in the call, two `close`s), which come in the same
+            // batch as the next session's SYN when the client closes and
+            // connects again at once, would otherwise sit between the
+            // pre-connect and its accept, on the new session's path.
+            lp.accept(&l);
         }
         for ev in &events[..n] {
             let (data, flags) = (ev.data(), ev.events());
@@ -1155,6 +1249,22 @@ mod tests {
             ack_with_data: bool,
             congestion: Option<String>,
         ) -> Relay {
+            let spin = Duration::from_micros(100);
+            Relay::with_spin(listen, server, copier, busy_poll, preconnect, ack_with_data, congestion, spin)
+        }
+
+        /// [`Relay::with_opts`], `open-spin` as given.
+        #[allow(clippy::too_many_arguments)]
+        fn with_spin(
+            listen: &str,
+            server: SocketAddr,
+            copier: Copier,
+            busy_poll: Duration,
+            preconnect: usize,
+            ack_with_data: bool,
+            congestion: Option<String>,
+            open_spin: Duration,
+        ) -> Relay {
             let l = TcpListener::bind(listen).unwrap();
             let addr = l.local_addr().unwrap();
             let (c, stop) = (Arc::new(Counters::default()), Arc::new(AtomicBool::new(false)));
@@ -1164,7 +1274,6 @@ mod tests {
                 len: 128,
                 port: Some(addr.port()),
             });
-            let open_spin = Duration::from_micros(100);
             let o = Opts {
                 max: 1024,
                 timeout: Duration::from_secs(5),
@@ -1389,6 +1498,51 @@ mod tests {
             let st = r.idle();
             assert_eq!((st.tcp_relayed, st.tcp_errors, st.bytes_up, st.bytes_down), (1, 0, 6, 11), "{copier:?}");
             assert_eq!(st.tcp_ack_alone, alone, "{copier:?} ack-with-data {ack_with_data}");
+        }
+    }
+
+    #[test]
+    fn a_request_that_follows_the_pair_within_open_spin_carries_the_held_ack() {
+        // The server notes whether its accept found the request there.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let tx = Mutex::new(tx);
+        let srv = server(move |mut c| {
+            c.set_nonblocking(true).unwrap();
+            let mut b = [0u8; 4];
+            let n = c.read(&mut b).unwrap_or(0);
+            let _ = tx.lock().unwrap().send(n > 0);
+            c.set_nonblocking(false).unwrap();
+            // What the look took is echoed too.
+            let _ = c.write_all(&b[..n]);
+            echo(c);
+        });
+        for spin in [Duration::from_millis(10), Duration::ZERO] {
+            let r = Relay::with_spin("127.0.0.1:0", srv, Copier::Loop, Duration::ZERO, 0, true, None, spin);
+            let mut c = TcpStream::connect(r.addr).unwrap();
+            let t0 = Instant::now();
+            // The relay pairs the connection meanwhile (the server is on
+            // loopback: its connect completes within the call).
+            std::thread::sleep(Duration::from_millis(2));
+            c.write_all(b"ping").unwrap();
+            let late = t0.elapsed();
+            c.shutdown(Shutdown::Write).unwrap();
+            let mut back = Vec::new();
+            c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            c.read_to_end(&mut back).unwrap();
+            assert_eq!(back, b"ping", "open-spin {spin:?}");
+            let there = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+            let st = r.idle();
+            if st.tcp_ack_alone == 0 {
+                // The ACK went with the request: the accept found it.
+                assert!(there, "open-spin {spin:?}: {st:?}");
+            }
+            // Without the wait (open-spin 0) the ACK goes alone at the
+            // pairing, unless the request was already there: either way
+            // the request is relayed (above).
+            if !spin.is_zero() && late < spin / 2 {
+                // The request came within the wait: it carried the ACK.
+                assert_eq!(st.tcp_ack_alone, 0, "the ACK went alone {late:?} after the connect: {st:?}");
+            }
         }
     }
 
