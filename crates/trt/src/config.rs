@@ -38,6 +38,10 @@ prefix = "64:ff9b:1::/96"       # any RFC 6052 length
 #                                # handshake's last ACK and sends it with the client's first
 #                                # bytes (the server's accept finds the request there); alone
 #                                # at once when the client has sent nothing yet
+# close-delay = "1ms"            # copy "splice": a FIN is passed on, and a finished pair
+#                                # closed, when no session is being opened (after an answer
+#                                # reached its client, before the loop sleeps), at the latest
+#                                # this long after it came in (at most 100ms); "0s": at once
 # congestion-control = "cubic"   # TCP congestion control of the relay's own sockets (both
 #                                # legs); unset: the system's (net.ipv4.tcp_congestion_control).
 #                                # With BBR there, "cubic" or "reno" made the relay's bulk
@@ -123,6 +127,9 @@ pub struct TrtConfig {
     pub ack_with_data: bool,
     /// TCP congestion control of the relay's sockets (`None`: the system's).
     pub congestion_control: Option<String>,
+    /// How long the TCP loop may put off a FIN's pass-on and a finished
+    /// pair's close while sessions open (zero: at once).
+    pub close_delay: Duration,
     /// fwmark and table of the auto setup.
     pub fwmark: u32,
     /// Routing table of the auto setup.
@@ -174,6 +181,8 @@ struct TrtToml {
     ack_with_data: Option<toml::Value>,
     #[serde(default)]
     congestion_control: Option<toml::Value>,
+    #[serde(default = "d_close_delay", deserialize_with = "confval::duration::deserialize")]
+    close_delay: Duration,
     #[serde(default = "d_mark")]
     fwmark: u32,
     #[serde(default = "d_mark")]
@@ -203,6 +212,9 @@ fn d_udp() -> Duration {
 }
 fn d_open_spin() -> Duration {
     Duration::from_micros(100)
+}
+fn d_close_delay() -> Duration {
+    Duration::from_millis(1)
 }
 fn d_setup() -> String {
     "auto".into()
@@ -279,6 +291,9 @@ impl TrtConfig {
         if t.open_spin > Duration::from_millis(10) {
             return Err(format!("[trt] open-spin: {} is above 10ms", confval::duration::format(t.open_spin)));
         }
+        if t.close_delay > Duration::from_millis(100) {
+            return Err(format!("[trt] close-delay: {} is above 100ms", confval::duration::format(t.close_delay)));
+        }
         if t.preconnect > t.max_connections {
             return Err(format!("[trt] preconnect: {} is above max-connections ({})", t.preconnect, t.max_connections));
         }
@@ -315,6 +330,7 @@ impl TrtConfig {
             open_spin: t.open_spin,
             ack_with_data,
             congestion_control,
+            close_delay: t.close_delay,
             fwmark: t.fwmark,
             table: t.table,
             statics,
@@ -341,7 +357,9 @@ mod tests {
             TrtConfig::parse("[trt]\nprefix = \"64:ff9b:1::/96\"\ncongestion-control = \"reno\"\n").unwrap().unwrap();
         assert_eq!(c.congestion_control.as_deref(), Some("reno"));
         let c = TrtConfig::parse("[trt]\nprefix = \"64:ff9b:1::/96\"\nopen-spin = \"0s\"\n").unwrap().unwrap();
-        assert_eq!(c.open_spin, Duration::ZERO);
+        assert_eq!((c.open_spin, c.close_delay), (Duration::ZERO, Duration::from_millis(1)));
+        let c = TrtConfig::parse("[trt]\nprefix = \"64:ff9b:1::/96\"\nclose-delay = \"0s\"\n").unwrap().unwrap();
+        assert_eq!(c.close_delay, Duration::ZERO);
         let c = TrtConfig::parse("[trt]\nprefix = \"64:ff9b:1::/96\"\npreconnect = 64\n").unwrap().unwrap();
         assert_eq!(c.preconnect, 64);
         let c =
@@ -361,6 +379,7 @@ mod tests {
             ("[trt]\nprefix = \"64:ff9b:1::/96\"\nbusy-poll = \"soon\"\n", "busy-poll"),
             ("[trt]\nprefix = \"64:ff9b:1::/96\"\nmax-connections = 8\npreconnect = 9\n", "[trt] preconnect"),
             ("[trt]\nprefix = \"64:ff9b:1::/96\"\nopen-spin = \"20ms\"\n", "[trt] open-spin"),
+            ("[trt]\nprefix = \"64:ff9b:1::/96\"\nclose-delay = \"1s\"\n", "[trt] close-delay"),
             ("[trt]\nprefix = \"64:ff9b:1::/96\"\nack-with-data = 1\n", "ack-with-data"),
             ("[trt]\nprefix = \"64:ff9b:1::/96\"\ncongestion-control = \"\"\n", "[trt] congestion-control"),
             ("[trt]\nprefix = \"64:ff9b:1::/96\"\ncongestion-control = \"a b\"\n", "[trt] congestion-control"),

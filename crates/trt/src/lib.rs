@@ -64,6 +64,11 @@ pub struct Counters {
     /// side was connected: the server's handshake ACK went alone
     /// (`ack-with-data`), not with the client's first bytes.
     pub tcp_ack_alone: AtomicU64,
+    /// FINs whose pass-on was put off while sessions opened (`close-delay`).
+    pub tcp_fin_deferred: AtomicU64,
+    /// Times the closing work put off had waited `close-delay` (done then,
+    /// not between sessions).
+    pub tcp_fin_late: AtomicU64,
     /// Bytes from clients to servers.
     pub bytes_up: AtomicU64,
     /// Bytes from servers to clients.
@@ -101,6 +106,8 @@ pub struct Snapshot {
     pub tcp_preconnect_expired: u64,
     pub tcp_preconnect_refused: u64,
     pub tcp_ack_alone: u64,
+    pub tcp_fin_deferred: u64,
+    pub tcp_fin_late: u64,
     pub bytes_up: u64,
     pub bytes_down: u64,
     pub udp_in: u64,
@@ -129,6 +136,8 @@ impl Counters {
             tcp_preconnect_expired: g(&self.tcp_preconnect_expired),
             tcp_preconnect_refused: g(&self.tcp_preconnect_refused),
             tcp_ack_alone: g(&self.tcp_ack_alone),
+            tcp_fin_deferred: g(&self.tcp_fin_deferred),
+            tcp_fin_late: g(&self.tcp_fin_late),
             bytes_up: g(&self.bytes_up),
             bytes_down: g(&self.bytes_down),
             udp_in: g(&self.udp_in),
@@ -227,6 +236,7 @@ impl Relay {
             open_spin: cfg.open_spin,
             ack_with_data: cfg.ack_with_data,
             congestion: cfg.congestion_control.clone(),
+            close_delay: cfg.close_delay,
         };
         let copy = match opts.copier {
             tcp::Copier::Loop => "splice",

@@ -112,6 +112,12 @@ pub struct Opts {
     /// sockets, both legs (the listener's, which accepted sockets inherit,
     /// and those to servers); `None`: the system's default.
     pub congestion: Option<String>,
+    /// `close-delay`: the loop's copy (`splice`) passes a FIN on (the
+    /// `shutdown`) and closes finished pairs when no session is being
+    /// opened (after a server's answer reached its client, or before the
+    /// loop sleeps), at the latest this long after the FIN came in (zero:
+    /// at once).
+    pub close_delay: Duration,
 }
 
 /// Pre-connect ([`pre`]): SYNs to `prefix`/`len` start the IPv4 connect.
@@ -291,19 +297,36 @@ struct Flow {
     blocked: bool,
     /// Bytes sent so far.
     moved: u64,
+    /// Every byte is sent and the FIN waits to be passed on (`close-delay`).
+    fin_due: bool,
 }
 
 impl Flow {
     fn new(pipe: Pipe) -> Flow {
-        Flow { pipe, queued: 0, eof: false, done: false, blocked: false, moved: 0 }
+        Flow { pipe, queued: 0, eof: false, done: false, blocked: false, moved: 0, fin_due: false }
+    }
+
+    /// Pass the FIN on: this direction is over.
+    fn pass_fin(&mut self, to: &TcpStream) {
+        let _ = to.shutdown(Shutdown::Write);
+        self.done = true;
+        self.fin_due = false;
     }
 
     /// Move bytes `from` → `to` until `from` has none, `to` has no room,
     /// or `budget` bytes were sent (then true: call again). The pipe is
     /// filled only when empty, so a slow `to` stops the reads from `from`
     /// and its window closes. At `from`'s end of file, once the pipe is
-    /// empty, `to` is half-closed. An error is a reset of either socket.
-    fn pump(&mut self, from: &TcpStream, to: &TcpStream, budget: usize, bytes: &AtomicU64) -> io::Result<bool> {
+    /// empty, `to` is half-closed, or with `defer` the FIN is left due
+    /// ([`Flow::fin_due`]). An error is a reset of either socket.
+    fn pump(
+        &mut self,
+        from: &TcpStream,
+        to: &TcpStream,
+        budget: usize,
+        bytes: &AtomicU64,
+        defer: bool,
+    ) -> io::Result<bool> {
         let mut sent = 0;
         while !self.done {
             while self.queued > 0 {
@@ -324,9 +347,11 @@ impl Flow {
                 }
             }
             self.blocked = false;
-            if self.eof {
-                let _ = to.shutdown(Shutdown::Write);
-                self.done = true;
+            if self.eof && defer {
+                self.fin_due = true;
+                return Ok(false);
+            } else if self.eof {
+                self.pass_fin(to);
             } else if sent >= budget {
                 return Ok(true);
             } else {
@@ -406,7 +431,19 @@ struct Loop {
     /// Pairs being opened ([`Spliced::opening`]): their answers are on
     /// the way, and the loop makes no spare socket meanwhile.
     answers_due: usize,
+    /// `close-delay` (zero: FINs and closes at once).
+    close_delay: Duration,
+    /// Closing work put off while sessions open: FINs due (slot, side)
+    /// and finished pairs (slot, [`DONE`]), with when the oldest came.
+    closing: Vec<(usize, usize)>,
+    closing_since: Option<Instant>,
+    /// A server's answer reached its client in this batch: a moment
+    /// between sessions, for the closing work.
+    answered: bool,
 }
+
+/// The side of a [`Loop::closing`] entry for a finished pair.
+const DONE: usize = 2;
 
 /// The epoll interest of a loop-copied socket.
 const SPLICED: EpollFlags =
@@ -748,18 +785,26 @@ impl Loop {
         let bytes = if side == CLIENT { &self.c.bytes_up } else { &self.c.bytes_down };
         let [a, b] = &p.socks;
         let (from, to) = if side == CLIENT { (a, b) } else { (b, a) };
-        let r = p.flows[side].pump(from, to, BUDGET, bytes);
+        let defer = !self.close_delay.is_zero();
+        let was_due = p.flows[side].fin_due;
+        let r = p.flows[side].pump(from, to, BUDGET, bytes, defer);
         if p.opening && (p.flows[SERVER].moved > 0 || p.flows[SERVER].eof) {
             // The server's answer reached the client: the session is open.
             // The loop keeps polling for open-spin more: the session's
             // FINs and the next session's SYN or accept find it running.
             p.opening = false;
             self.answers_due -= 1;
+            self.answered = true;
             self.spin_until = self.spin_until.max(Instant::now() + self.open_spin);
+        }
+        let both_done = p.flows[CLIENT].done && p.flows[SERVER].done;
+        if p.flows[side].fin_due && !was_due {
+            self.c.tcp_fin_deferred.fetch_add(1, Ordering::Relaxed);
+            self.put_off(slot, side);
         }
         match r {
             Ok(true) => self.again.push((slot, side)),
-            Ok(false) if p.flows[CLIENT].done && p.flows[SERVER].done => self.close_spliced(slot, false),
+            Ok(false) if both_done => self.finished(slot),
             Ok(false) => {}
             Err(e) => {
                 tracing::debug!(slot, side, "TRT copy: {e}");
@@ -798,6 +843,56 @@ impl Loop {
                 i += 1;
             } else {
                 self.acks.swap_remove(i);
+            }
+        }
+    }
+
+    /// Closing work for later ([`Loop::closing`]).
+    fn put_off(&mut self, slot: usize, side: usize) {
+        self.closing.push((slot, side));
+        self.closing_since.get_or_insert_with(Instant::now);
+    }
+
+    /// A pair whose directions are both over: closed at once, or put off
+    /// with the FINs (`close-delay`).
+    fn finished(&mut self, slot: usize) {
+        if self.close_delay.is_zero() {
+            self.close_spliced(slot, false);
+        } else {
+            self.put_off(slot, DONE);
+        }
+    }
+
+    /// No session is being opened: no pre-connect waits for its accept, no
+    /// pair for its answer or its client's first bytes.
+    fn quiet(&self) -> bool {
+        self.pre.is_empty() && self.answers_due == 0 && self.acks.is_empty()
+    }
+
+    /// The closing work put off: at a moment between sessions (`quiet`
+    /// after an answer), before the loop sleeps (`all`), or once the oldest
+    /// has waited `close-delay` (counted).
+    fn closing_due(&mut self, all: bool) {
+        // Only an answer of this batch makes a moment between sessions.
+        let answered = std::mem::take(&mut self.answered);
+        let Some(since) = self.closing_since else { return };
+        let late = since.elapsed() >= self.close_delay;
+        if !(all || late || (answered && self.quiet())) {
+            return;
+        }
+        if late {
+            self.c.tcp_fin_late.fetch_add(1, Ordering::Relaxed);
+        }
+        self.closing_since = None;
+        for (slot, side) in std::mem::take(&mut self.closing) {
+            // A stale entry (the pair reset meanwhile, the slot reused)
+            // finds no FIN due, or a pair not finished.
+            let Some(Some(Conn::Spliced(p))) = self.slots.get_mut(slot) else { continue };
+            if side < DONE && p.flows[side].fin_due {
+                p.flows[side].pass_fin(&p.socks[1 - side]);
+            }
+            if p.flows[CLIENT].done && p.flows[SERVER].done {
+                self.close_spliced(slot, false);
             }
         }
     }
@@ -1074,6 +1169,7 @@ pub fn serve(
         Copier::Threads => (None, true),
         Copier::Kernel(k) => (Some(k), false),
     };
+    let in_loop = kernel.is_none() && !threads;
     let mut lp = Loop {
         ep,
         target,
@@ -1096,6 +1192,10 @@ pub fn serve(
         pre_started: false,
         acks: Vec::new(),
         answers_due: 0,
+        close_delay: if in_loop { o.close_delay } else { Duration::ZERO },
+        closing: Vec::new(),
+        closing_since: None,
+        answered: false,
     };
     let mut waiter = netsys::tun::Waiter::new(o.busy_poll);
     let mut events = [EpollEvent::empty(); 64];
@@ -1113,7 +1213,9 @@ pub fn serve(
         let timeout = if busy || opening || waiter.spinning() {
             EpollTimeout::ZERO
         } else {
-            // About to sleep: make the sockets of the next connections now.
+            // About to sleep: the closing work put off, and the sockets of
+            // the next connections.
+            lp.closing_due(true);
             lp.spares.fill();
             EpollTimeout::from(sleep.as_millis().clamp(1, 100) as u16)
         };
@@ -1176,10 +1278,13 @@ pub fn serve(
             }
         }
         lp.pump_again();
+        lp.closing_due(false);
         lp.free.append(&mut lp.freed);
         sleep = lp.timers();
     }
-    // Stopping: the pairs still open are reset.
+    // Stopping: the FINs due are passed on and the finished pairs closed;
+    // the pairs still open are reset.
+    lp.closing_due(true);
     for slot in 0..lp.slots.len() {
         match lp.slots[slot] {
             Some(Conn::Connecting { .. }) => lp.fail_connect(slot),
@@ -1265,6 +1370,33 @@ mod tests {
             congestion: Option<String>,
             open_spin: Duration,
         ) -> Relay {
+            let close_delay = Duration::from_millis(1);
+            Relay::with_close(
+                listen,
+                server,
+                copier,
+                busy_poll,
+                preconnect,
+                ack_with_data,
+                congestion,
+                open_spin,
+                close_delay,
+            )
+        }
+
+        /// [`Relay::with_spin`], `close-delay` as given.
+        #[allow(clippy::too_many_arguments)]
+        fn with_close(
+            listen: &str,
+            server: SocketAddr,
+            copier: Copier,
+            busy_poll: Duration,
+            preconnect: usize,
+            ack_with_data: bool,
+            congestion: Option<String>,
+            open_spin: Duration,
+            close_delay: Duration,
+        ) -> Relay {
             let l = TcpListener::bind(listen).unwrap();
             let addr = l.local_addr().unwrap();
             let (c, stop) = (Arc::new(Counters::default()), Arc::new(AtomicBool::new(false)));
@@ -1283,6 +1415,7 @@ mod tests {
                 open_spin,
                 ack_with_data,
                 congestion,
+                close_delay,
             };
             let (c2, s2) = (c.clone(), stop.clone());
             let h = std::thread::spawn(move || serve(l, Arc::new(Fixed(server)), o, c2, s2));
@@ -1469,6 +1602,63 @@ mod tests {
             assert!(got == up, "{copier:?}: {} bytes up", got.len());
             let st = r.idle();
             assert_eq!((st.bytes_up, st.bytes_down, st.tcp_errors), (500_000, 300_000, 0), "{copier:?}");
+        }
+    }
+
+    #[test]
+    fn a_fin_put_off_is_passed_on_within_close_delay() {
+        // The server reports when the client's FIN reached it, then
+        // answers and closes.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let tx = Mutex::new(tx);
+        let srv = server(move |mut c| {
+            let mut got = Vec::new();
+            let _ = c.read_to_end(&mut got);
+            let _ = tx.lock().unwrap().send((Instant::now(), got.len()));
+            let _ = c.write_all(b"bye");
+        });
+        let delay = Duration::from_millis(30);
+        // (busy-poll, close-delay): a loop that keeps polling passes the FIN
+        // on when it is due (no answer came, nothing else to do); one that
+        // sleeps passes it on before sleeping; without close-delay at once.
+        for (bp, close_delay, late) in [
+            (Duration::from_secs(1), delay, 1),
+            (Duration::ZERO, delay, 0),
+            (Duration::from_secs(1), Duration::ZERO, 0),
+        ] {
+            let r = Relay::with_close(
+                "127.0.0.1:0",
+                srv,
+                Copier::Loop,
+                bp,
+                0,
+                true,
+                None,
+                Duration::from_micros(100),
+                close_delay,
+            );
+            let mut c = TcpStream::connect(r.addr).unwrap();
+            c.write_all(b"half").unwrap();
+            let t0 = Instant::now();
+            c.shutdown(Shutdown::Write).unwrap();
+            let (at, n) = rx.recv_timeout(Duration::from_secs(20)).unwrap();
+            assert_eq!(n, 4, "busy-poll {bp:?}, close-delay {close_delay:?}");
+            if late == 1 {
+                // Put off for the whole delay: no moment between sessions came.
+                assert!(at.duration_since(t0) >= delay, "{:?}", at.duration_since(t0));
+            }
+            // The half-closed client still gets the answer and the server's FIN.
+            let mut back = Vec::new();
+            c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            c.read_to_end(&mut back).unwrap();
+            assert_eq!(back, b"bye");
+            let st = r.idle();
+            let deferred = if close_delay.is_zero() { 0 } else { 2 };
+            // The server's FIN may be put off until due as well.
+            let lates = if late == 1 { 1..=2 } else { 0..=0 };
+            assert_eq!(st.tcp_fin_deferred, deferred, "{bp:?} {close_delay:?}: {st:?}");
+            assert!(lates.contains(&st.tcp_fin_late), "{bp:?} {close_delay:?}: {st:?}");
+            assert_eq!((st.tcp_relayed, st.tcp_errors, st.bytes_up, st.bytes_down), (1, 0, 4, 3));
         }
     }
 
@@ -1760,6 +1950,7 @@ mod tests {
             open_spin: Duration::ZERO,
             ack_with_data: true,
             congestion: Some("no-such-cc".into()),
+            close_delay: Duration::ZERO,
         };
         let stop = Arc::new(AtomicBool::new(false));
         let e = serve(l, Arc::new(Fixed("127.0.0.1:9".parse().unwrap())), o, Arc::new(Counters::default()), stop)
