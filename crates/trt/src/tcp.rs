@@ -874,10 +874,15 @@ impl Loop {
     /// has waited `close-delay` (counted).
     fn closing_due(&mut self, all: bool) {
         // Only an answer of this batch makes a moment between sessions.
-        let answered = std::mem::take(&mut self.answered);
+        let gap = std::mem::take(&mut self.answered) && self.quiet();
+        if gap && !self.close_delay.is_zero() {
+            // The spare socket the session took is made here too, not on
+            // an idle turn that the next session's SYN may find busy.
+            self.spares.fill();
+        }
         let Some(since) = self.closing_since else { return };
         let late = since.elapsed() >= self.close_delay;
-        if !(all || late || (answered && self.quiet())) {
+        if !(all || late || gap) {
             return;
         }
         if late {
