@@ -289,6 +289,11 @@ pub struct Args {
     /// the clients and servers of every testbed use too (docs/trt.md).
     #[arg(long)]
     pub trt_congestion_control: Option<String>,
+    /// `[trt] close-delay` of the transport relay (`trt`): how long its
+    /// loop may put off a FIN's pass-on and a finished pair's close to a
+    /// moment between sessions ("0s", default: at once; docs/trt.md).
+    #[arg(long, default_value = "0s")]
+    pub trt_close_delay: String,
 }
 
 /// One mechanism's results.
@@ -407,6 +412,8 @@ pub struct Report {
     pub trt_ack_with_data: bool,
     /// `--trt-congestion-control` of the TRT relay (`None`: the system's).
     pub trt_congestion_control: Option<String>,
+    /// `--trt-close-delay` of the TRT relay.
+    pub trt_close_delay: String,
     /// The system's TCP congestion control (`net.ipv4.tcp_congestion_control`
     /// of the host, which new namespaces inherit): every testbed's client
     /// and server use it.
@@ -697,9 +704,15 @@ fn sw_xdp(m: Mech, c: &Netns, s: &Netns) -> Result<&'static str> {
     Ok(table)
 }
 
-/// The TRT relay's options of the run: `preconnect`, `open-spin`,
-/// `ack-with-data` and `congestion-control`.
-type TrtOpts<'a> = (usize, &'a str, bool, Option<&'a str>);
+/// The TRT relay's options of the run (its `[trt]` keys of the same names).
+#[derive(Debug, Clone, Copy)]
+struct TrtOpts<'a> {
+    preconnect: usize,
+    open_spin: &'a str,
+    ack_with_data: bool,
+    congestion_control: Option<&'a str>,
+    close_delay: &'a str,
+}
 
 /// The testbed of `m`, its namespaces named `<prefix>c`, `<prefix>g`
 /// and `<prefix>s`.
@@ -765,10 +778,10 @@ fn build(m: Mech, prefix: &str, bin: &Path, work: &Path, busy_poll: &str, trt: T
             };
             let mut cfg = format!(
                 "[trt]\nprefix = \"64:ff9b:1::/96\"\ncopy = \"{copy}\"\nbusy-poll = \"{busy_poll}\"\npreconnect = {}\n\
-                 open-spin = \"{}\"\nack-with-data = {}\n",
-                trt.0, trt.1, trt.2
+                 open-spin = \"{}\"\nack-with-data = {}\nclose-delay = \"{}\"\n",
+                trt.preconnect, trt.open_spin, trt.ack_with_data, trt.close_delay
             );
-            if let Some(cc) = trt.3 {
+            if let Some(cc) = trt.congestion_control {
                 cfg.push_str(&format!("congestion-control = \"{cc}\"\n"));
             }
             procs.push(v6gate(&g, m.name(), "trt", &cfg)?);
@@ -1161,7 +1174,13 @@ pub fn run(a: &Args) -> Result<Report> {
     let prefix = run_prefix(std::process::id());
     let guard =
         RunGuard::new(&prefix, std::env::temp_dir().join(format!("v6gate-bench-transition-{}", std::process::id())))?;
-    let trt = (a.trt_preconnect, a.trt_open_spin.as_str(), a.trt_ack_with_data, a.trt_congestion_control.as_deref());
+    let trt = TrtOpts {
+        preconnect: a.trt_preconnect,
+        open_spin: &a.trt_open_spin,
+        ack_with_data: a.trt_ack_with_data,
+        congestion_control: a.trt_congestion_control.as_deref(),
+        close_delay: &a.trt_close_delay,
+    };
     let native_work = guard.work().join("native");
     std::fs::create_dir_all(&native_work)?;
     let native = build(Mech::Ipv4, &format!("{prefix}n-"), &bin, &native_work, &a.busy_poll, trt)
@@ -1244,6 +1263,7 @@ pub fn run(a: &Args) -> Result<Report> {
         trt_open_spin: a.trt_open_spin.clone(),
         trt_ack_with_data: a.trt_ack_with_data,
         trt_congestion_control: a.trt_congestion_control.clone(),
+        trt_close_delay: a.trt_close_delay.clone(),
         tcp_congestion_control: std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
             .map(|s| s.trim().to_string())
             .unwrap_or_default(),
