@@ -1326,87 +1326,41 @@ mod tests {
         }
     }
 
-    impl Relay {
-        fn new(server: SocketAddr, copier: Copier, busy_poll: Duration) -> Relay {
-            Relay::with("127.0.0.1:0", server, copier, busy_poll, 0)
-        }
+    /// A test relay's settings: the loop's defaults but for `close-delay`
+    /// (1 ms, so that the tests go through the put-off FINs); change
+    /// fields with struct update syntax, then [`Setup::start`].
+    struct Setup {
+        listen: &'static str,
+        copier: Copier,
+        busy_poll: Duration,
+        preconnect: usize,
+        ack_with_data: bool,
+        congestion: Option<String>,
+        open_spin: Duration,
+        close_delay: Duration,
+    }
 
-        /// A relay on `listen` with `preconnect` pre-connects at most
-        /// (SYNs to its port on ::1), once its loop runs.
-        fn with(listen: &str, server: SocketAddr, copier: Copier, busy_poll: Duration, preconnect: usize) -> Relay {
-            Relay::with_ack(listen, server, copier, busy_poll, preconnect, true)
-        }
-
-        /// [`Relay::with`], `ack-with-data` as given.
-        fn with_ack(
-            listen: &str,
-            server: SocketAddr,
-            copier: Copier,
-            busy_poll: Duration,
-            preconnect: usize,
-            ack_with_data: bool,
-        ) -> Relay {
-            Relay::with_opts(listen, server, copier, busy_poll, preconnect, ack_with_data, None)
-        }
-
-        /// [`Relay::with_ack`], `congestion-control` as given.
-        fn with_opts(
-            listen: &str,
-            server: SocketAddr,
-            copier: Copier,
-            busy_poll: Duration,
-            preconnect: usize,
-            ack_with_data: bool,
-            congestion: Option<String>,
-        ) -> Relay {
-            let spin = Duration::from_micros(100);
-            Relay::with_spin(listen, server, copier, busy_poll, preconnect, ack_with_data, congestion, spin)
-        }
-
-        /// [`Relay::with_opts`], `open-spin` as given.
-        #[allow(clippy::too_many_arguments)]
-        fn with_spin(
-            listen: &str,
-            server: SocketAddr,
-            copier: Copier,
-            busy_poll: Duration,
-            preconnect: usize,
-            ack_with_data: bool,
-            congestion: Option<String>,
-            open_spin: Duration,
-        ) -> Relay {
-            let close_delay = Duration::from_millis(1);
-            Relay::with_close(
-                listen,
-                server,
+    impl Setup {
+        fn new(copier: Copier, busy_poll: Duration) -> Setup {
+            Setup {
+                listen: "127.0.0.1:0",
                 copier,
                 busy_poll,
-                preconnect,
-                ack_with_data,
-                congestion,
-                open_spin,
-                close_delay,
-            )
+                preconnect: 0,
+                ack_with_data: true,
+                congestion: None,
+                open_spin: Duration::from_micros(100),
+                close_delay: Duration::from_millis(1),
+            }
         }
 
-        /// [`Relay::with_spin`], `close-delay` as given.
-        #[allow(clippy::too_many_arguments)]
-        fn with_close(
-            listen: &str,
-            server: SocketAddr,
-            copier: Copier,
-            busy_poll: Duration,
-            preconnect: usize,
-            ack_with_data: bool,
-            congestion: Option<String>,
-            open_spin: Duration,
-            close_delay: Duration,
-        ) -> Relay {
-            let l = TcpListener::bind(listen).unwrap();
+        /// A relay with these settings for `server`, until dropped.
+        fn start(self, server: SocketAddr) -> Relay {
+            let l = TcpListener::bind(self.listen).unwrap();
             let addr = l.local_addr().unwrap();
             let (c, stop) = (Arc::new(Counters::default()), Arc::new(AtomicBool::new(false)));
-            let preconnect = (preconnect > 0).then_some(Preconnect {
-                max: preconnect,
+            let preconnect = (self.preconnect > 0).then_some(Preconnect {
+                max: self.preconnect,
                 prefix: Ipv6Addr::LOCALHOST,
                 len: 128,
                 port: Some(addr.port()),
@@ -1414,13 +1368,13 @@ mod tests {
             let o = Opts {
                 max: 1024,
                 timeout: Duration::from_secs(5),
-                copier,
-                busy_poll,
+                copier: self.copier,
+                busy_poll: self.busy_poll,
                 preconnect,
-                open_spin,
-                ack_with_data,
-                congestion,
-                close_delay,
+                open_spin: self.open_spin,
+                ack_with_data: self.ack_with_data,
+                congestion: self.congestion,
+                close_delay: self.close_delay,
             };
             let (c2, s2) = (c.clone(), stop.clone());
             let h = std::thread::spawn(move || serve(l, Arc::new(Fixed(server)), o, c2, s2));
@@ -1430,6 +1384,13 @@ mod tests {
                 std::thread::sleep(Duration::from_millis(300));
             }
             Relay { addr, c, stop, h: Some(h) }
+        }
+    }
+
+    impl Relay {
+        /// A relay with the test defaults ([`Setup::new`]) for `server`.
+        fn new(server: SocketAddr, copier: Copier, busy_poll: Duration) -> Relay {
+            Setup::new(copier, busy_poll).start(server)
         }
 
         /// Wait until no connection is in progress; the counters then.
@@ -1631,17 +1592,7 @@ mod tests {
             (Duration::ZERO, delay, 0),
             (Duration::from_secs(1), Duration::ZERO, 0),
         ] {
-            let r = Relay::with_close(
-                "127.0.0.1:0",
-                srv,
-                Copier::Loop,
-                bp,
-                0,
-                true,
-                None,
-                Duration::from_micros(100),
-                close_delay,
-            );
+            let r = Setup { close_delay, ..Setup::new(Copier::Loop, bp) }.start(srv);
             let mut c = TcpStream::connect(r.addr).unwrap();
             c.write_all(b"half").unwrap();
             let t0 = Instant::now();
@@ -1679,7 +1630,7 @@ mod tests {
         for (copier, ack_with_data, alone) in
             [(Copier::Loop, true, 1), (Copier::Loop, false, 0), (Copier::Threads, true, 0)]
         {
-            let r = Relay::with_ack("127.0.0.1:0", srv, copier.clone(), Duration::ZERO, 0, ack_with_data);
+            let r = Setup { ack_with_data, ..Setup::new(copier.clone(), Duration::ZERO) }.start(srv);
             let mut c = TcpStream::connect(r.addr).unwrap();
             c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
             let mut b = [0u8; 11];
@@ -1712,7 +1663,7 @@ mod tests {
             echo(c);
         });
         for spin in [Duration::from_millis(10), Duration::ZERO] {
-            let r = Relay::with_spin("127.0.0.1:0", srv, Copier::Loop, Duration::ZERO, 0, true, None, spin);
+            let r = Setup { open_spin: spin, ..Setup::new(Copier::Loop, Duration::ZERO) }.start(srv);
             let mut c = TcpStream::connect(r.addr).unwrap();
             let t0 = Instant::now();
             // The relay pairs the connection meanwhile (the server is on
@@ -1745,7 +1696,7 @@ mod tests {
     fn a_request_sent_at_once_is_relayed_with_or_without_the_held_ack() {
         let srv = server(echo);
         for ack_with_data in [true, false] {
-            let r = Relay::with_ack("127.0.0.1:0", srv, Copier::Loop, Duration::ZERO, 0, ack_with_data);
+            let r = Setup { ack_with_data, ..Setup::new(Copier::Loop, Duration::ZERO) }.start(srv);
             for i in 0..20u32 {
                 let data = pattern(i, 1 + i as usize * 300);
                 assert!(exchange(r.addr, &data) == data, "ack-with-data {ack_with_data}: connection {i}");
@@ -1845,7 +1796,7 @@ mod tests {
     fn preconnects_are_claimed_by_their_accepts() {
         let srv = server(echo);
         for (copier, bp) in copiers() {
-            let r = Relay::with("[::1]:0", srv, copier.clone(), bp, 8);
+            let r = Setup { listen: "[::1]:0", preconnect: 8, ..Setup::new(copier.clone(), bp) }.start(srv);
             if syn_sender().is_none() {
                 return eprintln!("skipped: needs CAP_NET_RAW");
             }
@@ -1867,7 +1818,7 @@ mod tests {
         if syn_sender().is_none() {
             return eprintln!("skipped: needs CAP_NET_RAW");
         }
-        let r = Relay::with("[::1]:0", closed, Copier::Loop, Duration::ZERO, 8);
+        let r = Setup { listen: "[::1]:0", preconnect: 8, ..Setup::new(Copier::Loop, Duration::ZERO) }.start(closed);
         let mut c = TcpStream::connect(r.addr).unwrap();
         c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
         let mut b = [0u8; 8];
@@ -1887,7 +1838,7 @@ mod tests {
             let _ = tx.send(c.read(&mut b).map_err(|e| e.kind()));
         });
         let Some(tx_syn) = syn_sender() else { return eprintln!("skipped: needs CAP_NET_RAW") };
-        let r = Relay::with("[::1]:0", srv, Copier::Loop, Duration::ZERO, 2);
+        let r = Setup { listen: "[::1]:0", preconnect: 2, ..Setup::new(Copier::Loop, Duration::ZERO) }.start(srv);
         // Three lone SYNs (no handshake follows: the kernel's SYN-ACK
         // finds no socket at the source port and is answered with a reset).
         let to: SocketAddr = r.addr;
@@ -1916,7 +1867,7 @@ mod tests {
             let _ = c.read(&mut b);
         });
         for copier in [Copier::Loop, Copier::Threads] {
-            let r = Relay::with_opts("127.0.0.1:0", srv, copier.clone(), Duration::ZERO, 0, true, Some("reno".into()));
+            let r = Setup { congestion: Some("reno".into()), ..Setup::new(copier.clone(), Duration::ZERO) }.start(srv);
             // A connection made before the loop set the listener's may
             // keep the system's: the checked ones follow a relayed one.
             for i in 0..4 {
