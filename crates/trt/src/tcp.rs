@@ -1232,14 +1232,15 @@ pub fn serve(
         if n > 0 || busy {
             waiter.worked();
         } else {
-            if opening && lp.pre.is_empty() && lp.answers_due == 0 {
+            if opening && lp.quiet() {
                 // An idle turn of the open-spin (sessions that follow each
                 // other keep the loop from sleeping): make the spare
-                // socket that the last session took; not while a
-                // pre-connect waits for its accept or a new pair for its
-                // answer, which come within microseconds and should not
-                // wait behind a `socket` (the turns between an answer and
-                // the next SYN make it).
+                // socket that the last session took; not while a session
+                // is being opened (`quiet`: a pre-connect waiting for its
+                // accept, a new pair for its answer or its client's first
+                // bytes), whose next step comes within microseconds and
+                // should not wait behind a `socket` (the turns between an
+                // answer and the next SYN make it).
                 lp.spares.fill();
             }
             if !waiter.spin() && opening {
