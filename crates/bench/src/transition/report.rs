@@ -32,6 +32,23 @@ fn base_us(m: &MechResult, pick: impl Fn(&super::Baseline) -> u64) -> String {
     m.baseline.as_ref().map_or(String::new(), |b| us(pick(b)))
 }
 
+/// The paper's Table 1 columns of one figure of row `m`: min, max and
+/// average in ms, then the median, the interleaved native baseline's
+/// median (`pick` from the baseline) and the added time, in µs.
+fn table1_cells(
+    m: &MechResult,
+    l: &crate::harness::latency::Latency,
+    pick: impl Fn(&super::Baseline) -> u64,
+    added: Option<i64>,
+) -> [String; 6] {
+    [ms(l.min_ns), ms(l.max_ns), ms(l.mean_ns), us(l.p50_ns), base_us(m, pick), signed_us(added)]
+}
+
+/// `own`, and `/ ` the native baseline's count (`pick`) when there is one.
+fn with_native(m: &MechResult, own: u64, pick: impl Fn(&super::Baseline) -> u64) -> String {
+    format!("{own}{}", m.baseline.as_ref().map_or(String::new(), |b| format!(" / {}", pick(b))))
+}
+
 /// The bars, as (statement, verdict) lines; `None` verdict when
 /// a needed row is missing.
 pub fn bars(r: &Report) -> Vec<(String, Option<bool>)> {
@@ -109,24 +126,16 @@ pub fn markdown(r: &Report) -> String {
         .iter()
         .map(|m| match &m.skipped {
             Some(why) => vec![m.mech.clone(), format!("skipped: {why}")],
-            None => vec![
-                m.mech.clone(),
-                ms(m.session.min_ns),
-                ms(m.session.max_ns),
-                ms(m.session.mean_ns),
-                us(m.session.p50_ns),
-                base_us(m, |b| b.session.p50_ns),
-                signed_us(m.session_added_ns),
-                signed_us(native.map(|n| m.session.p50_ns as i64 - n.session.p50_ns as i64)),
-                us(m.connect.p50_ns),
-                base_us(m, |b| b.connect.p50_ns),
-                signed_us(m.connect_added_ns),
-                format!(
-                    "{}{}",
-                    m.session_failures,
-                    m.baseline.as_ref().map_or(String::new(), |b| format!(" / {}", b.session_failures))
-                ),
-            ],
+            None => std::iter::once(m.mech.clone())
+                .chain(table1_cells(m, &m.session, |b| b.session.p50_ns, m.session_added_ns))
+                .chain([
+                    signed_us(native.map(|n| m.session.p50_ns as i64 - n.session.p50_ns as i64)),
+                    us(m.connect.p50_ns),
+                    base_us(m, |b| b.connect.p50_ns),
+                    signed_us(m.connect_added_ns),
+                    with_native(m, m.session_failures, |b| b.session_failures),
+                ])
+                .collect(),
         })
         .collect();
     s.push_str(&markdown_table(
@@ -216,21 +225,13 @@ fn initiation_table(r: &Report) -> String {
         .iter()
         .map(|m| match &m.skipped {
             Some(why) => vec![m.mech.clone(), format!("skipped: {why}")],
-            None => vec![
-                m.mech.clone(),
-                ms(m.initiation.min_ns),
-                ms(m.initiation.max_ns),
-                ms(m.initiation.mean_ns),
-                us(m.initiation.p50_ns),
-                base_us(m, |b| b.initiation.p50_ns),
-                signed_us(m.initiation_added_ns),
-                m.initiation.samples.to_string(),
-                format!(
-                    "{}{}",
-                    m.initiation_unmatched.sessions(),
-                    m.baseline.as_ref().map_or(String::new(), |b| format!(" / {}", b.initiation_unmatched.sessions()))
-                ),
-            ],
+            None => std::iter::once(m.mech.clone())
+                .chain(table1_cells(m, &m.initiation, |b| b.initiation.p50_ns, m.initiation_added_ns))
+                .chain([
+                    m.initiation.samples.to_string(),
+                    with_native(m, m.initiation_unmatched.sessions(), |b| b.initiation_unmatched.sessions()),
+                ])
+                .collect(),
         })
         .collect();
     s.push_str(&markdown_table(
