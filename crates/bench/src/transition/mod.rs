@@ -432,7 +432,7 @@ const PORT_ECHO: u16 = 5003;
 struct Bed {
     c: Netns,
     _g: Netns,
-    _s: Netns,
+    s: Netns,
     procs: Vec<Proc>,
     stop: Arc<AtomicBool>,
     servers: Vec<std::thread::JoinHandle<()>>,
@@ -852,7 +852,7 @@ fn build(m: Mech, prefix: &str, bin: &Path, work: &Path, busy_poll: &str, trt: T
     };
     let stop = Arc::new(AtomicBool::new(false));
     let (servers, bulk_rx) = servers(&s, &stop)?;
-    let bed = Bed { c, _g: g, _s: s, procs, stop, servers, bulk_rx, target };
+    let bed = Bed { c, _g: g, s, procs, stop, servers, bulk_rx, target };
     // Ready when a UDP echo comes back (a DSTM lease, the devices, the relay).
     let t0 = Instant::now();
     loop {
@@ -1092,8 +1092,8 @@ fn measure(bed: &Bed, native: &Bed, a: &Args) -> Result<MechResult> {
     let blocks = a.session_blocks as usize;
     // The initiation's taps, for the session blocks only (each side's
     // drained after each of its blocks).
-    let taps = initiation::Taps::open(&bed.c, &bed._s, PORT_SESSION)
-        .and_then(|t| Ok([t, initiation::Taps::open(&native.c, &native._s, PORT_SESSION)?]))
+    let taps = initiation::Taps::open(&bed.c, &bed.s, PORT_SESSION)
+        .and_then(|t| Ok([t, initiation::Taps::open(&native.c, &native.s, PORT_SESSION)?]))
         .map_err(|e| eprintln!("  no initiation captures: {e:#}"))
         .ok();
     let sessions_then_drain = |s: &mut Samples, side: Side, c: &Netns, t: std::net::IpAddr, n: usize| {
