@@ -374,9 +374,10 @@ fn softwires(v: &mut Vec<Family>, status: &serde_json::Value) {
         "DS-Lite AFTR XDP port blocks and the mappings and FINs XDP made with them, by function and event (granted, returned, created, conflicts, fins, fins-stale).",
     );
     for (func, st) in status.as_object().into_iter().flatten() {
+        let f = || ("function", func.clone());
         for path in ["xdp", "kernel"] {
             let Some(fp) = st.get(path).and_then(|p| p.as_object()) else { continue };
-            let l = |k: &'static str, x: String| vec![("function", func.clone()), ("path", path.to_string()), (k, x)];
+            let l = |k: &'static str, x: String| vec![f(), ("path", path.to_string()), (k, x)];
             for (c, n) in fp.get("counters").and_then(|c| c.as_object()).into_iter().flatten() {
                 let x = n.as_f64().unwrap_or(0.0);
                 match c.strip_prefix("pass-") {
@@ -393,22 +394,20 @@ fn softwires(v: &mut Vec<Family>, status: &serde_json::Value) {
             // What the program's maps mirror now (`xdp-sessions`, `xdp-bindings`).
             for t in ["sessions", "bindings"] {
                 if let Some(x) = fp.get(t).and_then(|n| n.as_f64()) {
-                    tables = tables.with(vec![("function", func.clone()), ("table", format!("{path}-{t}"))], x);
+                    tables = tables.with(vec![f(), ("table", format!("{path}-{t}"))], x);
                 }
             }
             if let Some(x) = fp.get("refused_full").and_then(|n| n.as_f64()) {
-                events = events.with(vec![("function", func.clone()), ("event", format!("{path}-map-full"))], x);
+                events = events.with(vec![f(), ("event", format!("{path}-map-full"))], x);
             }
             if let Some(b) = fp.get("port_blocks").and_then(|b| b.as_object()) {
-                let f = || vec![("function", func.clone())];
-                blocks = blocks.with(f(), b.get("held").and_then(|n| n.as_f64()).unwrap_or(0.0));
+                blocks = blocks.with(vec![f()], b.get("held").and_then(|n| n.as_f64()).unwrap_or(0.0));
                 for e in ["granted", "returned", "created", "conflicts", "fins", "fins_stale"] {
                     let x = b.get(e).and_then(|n| n.as_f64()).unwrap_or(0.0);
-                    block_events = block_events.with(vec![("function", func.clone()), ("event", label(e))], x);
+                    block_events = block_events.with(vec![f(), ("event", label(e))], x);
                 }
             }
         }
-        let f = || ("function", func.clone());
         up = up.with(vec![f()], 1);
         for (k, n) in st.as_object().into_iter().flatten() {
             match (k.as_str(), n) {
