@@ -203,7 +203,9 @@ impl Relay {
         let stop = Arc::new(AtomicBool::new(false));
         let tl = transparent_tcp(cfg.tcp_port)?;
         if let Some(cc) = &cfg.congestion_control {
-            // Refused here, at start, rather than in the listener's thread.
+            // A name the kernel refuses is refused here, at start, rather
+            // than in a listener's thread (`tcp::serve` sets it on every
+            // listener it runs, the static ones too).
             sys::set_congestion(&tl, cc).map_err(|e| tcp::congestion_error(cc, e))?;
         }
         let ul =
@@ -217,9 +219,6 @@ impl Relay {
                 statics.push((s, None, Some(u)));
             } else {
                 let l = TcpListener::bind(s.listen).with_context(|| format!("[trt] static listen {}", s.listen))?;
-                if let Some(cc) = &cfg.congestion_control {
-                    sys::set_congestion(&l, cc).map_err(|e| tcp::congestion_error(cc, e))?;
-                }
                 statics.push((s, Some(l), None));
             }
         }
