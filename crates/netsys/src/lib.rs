@@ -3,7 +3,8 @@
 //! The few system interfaces that need `unsafe` and that more than one
 //! crate drives: the TUN device ([`tun`]: multiqueue `/dev/net/tun`
 //! queues) and route netlink ([`netlink`]: link up, addresses, routes),
-//! and one device set up from them ([`device`]). The daemon (`gate`), the
+//! and one device set up from them ([`device`]); and the CPU wake-up
+//! latency request of the PM QoS device ([`cpu_latency`], safe code). The daemon (`gate`), the
 //! tunnel runners (`tunnel`) and the softwire runners (`softwire`) use
 //! them, so they live here once. Everything is a thin, audited wrapper over one or
 //! two libc calls with checked lengths; every `unsafe` block carries a
@@ -17,6 +18,7 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![warn(missing_debug_implementations)]
 
+pub mod cpu_latency;
 pub mod device;
 pub mod netlink;
 pub mod tun;

@@ -34,15 +34,22 @@ prefix = "64:ff9b:1::/96"       # any RFC 6052 length
 #                                # socket sees SYNs to the prefix; CAP_NET_RAW), at most this
 #                                # many waiting for their accept; unclaimed ones are reset
 #                                # after 2 s (servers see them: opt-in; docs/trt.md)
-# ack-with-data = true           # copy "splice": the connection to the server holds its
+# ack-with-data = false          # true, copy "splice": the connection to the server holds its
 #                                # handshake's last ACK and sends it with the client's first
-#                                # bytes (the server's accept finds the request there); alone
-#                                # at once when the client has sent nothing yet
+#                                # bytes (the server's accept finds the request there; it
+#                                # wakes once); alone after open-spin when the client has
+#                                # sent nothing yet. Off: plain TCP (docs/trt.md)
 # close-delay = "0s"             # e.g. "1ms", copy "splice": a FIN is passed on, and a
 #                                # finished pair closed, when no session is being opened
 #                                # (after an answer reached its client, before the loop
 #                                # sleeps), at the latest this long after it came in (at most
 #                                # 100ms); opt-in: it gained nothing traced (docs/trt.md)
+# cpu-latency = "0us"            # unset (default): none. Hold a PM QoS CPU latency request
+#                                # (/dev/cpu_dma_latency, machine-wide, while the relay runs):
+#                                # idle CPUs wake within this (0: they poll instead of halting).
+#                                # A session wakes client, relay and server in turn; on a VM
+#                                # a halted vCPU's wake-up costs tens of µs (docs/trt.md).
+#                                # Costs power; at most 1s; needs root
 # congestion-control = "cubic"   # TCP congestion control of the relay's own sockets (both
 #                                # legs); unset: the system's (net.ipv4.tcp_congestion_control).
 #                                # With BBR there, "cubic" or "reno" made the relay's bulk
@@ -128,6 +135,9 @@ pub struct TrtConfig {
     pub ack_with_data: bool,
     /// TCP congestion control of the relay's sockets (`None`: the system's).
     pub congestion_control: Option<String>,
+    /// The PM QoS CPU latency limit the relay holds while it runs (`None`:
+    /// none; [`netsys::cpu_latency`]).
+    pub cpu_latency: Option<Duration>,
     /// How long the TCP loop may put off a FIN's pass-on and a finished
     /// pair's close while sessions open (zero: at once).
     pub close_delay: Duration,
@@ -182,6 +192,8 @@ struct TrtToml {
     ack_with_data: Option<toml::Value>,
     #[serde(default)]
     congestion_control: Option<toml::Value>,
+    #[serde(default)]
+    cpu_latency: Option<toml::Value>,
     #[serde(default = "d_close_delay", deserialize_with = "confval::duration::deserialize")]
     close_delay: Duration,
     #[serde(default = "d_mark")]
@@ -267,8 +279,19 @@ impl TrtConfig {
         if busy_poll > Duration::from_secs(1) {
             return Err(format!("[trt] busy-poll: {} is above 1s", confval::duration::format(busy_poll)));
         }
+        let cpu_latency = match &t.cpu_latency {
+            None => None,
+            Some(v) => {
+                let d: DurationToml =
+                    v.clone().try_into().map_err(|e: toml::de::Error| format!("[trt] cpu-latency: {}", e.message()))?;
+                if d.0 > Duration::from_secs(1) {
+                    return Err(format!("[trt] cpu-latency: {} is above 1s", confval::duration::format(d.0)));
+                }
+                Some(d.0)
+            }
+        };
         let ack_with_data = match &t.ack_with_data {
-            None => true,
+            None => false,
             Some(toml::Value::Boolean(b)) => *b,
             Some(v) => return Err(format!("[trt] ack-with-data: `{v}`: expected true or false")),
         };
@@ -331,6 +354,7 @@ impl TrtConfig {
             open_spin: t.open_spin,
             ack_with_data,
             congestion_control,
+            cpu_latency,
             close_delay: t.close_delay,
             fwmark: t.fwmark,
             table: t.table,
@@ -350,10 +374,12 @@ mod tests {
         let c = TrtConfig::parse("[trt]\nprefix = \"64:ff9b:1::/96\"\ncopy = \"sockmap\"\n").unwrap().unwrap();
         assert_eq!(c.copy, CopyMode::Sockmap);
         assert_eq!((c.busy_poll, c.preconnect, c.open_spin), (Duration::ZERO, 0, Duration::from_micros(100)));
-        assert!(c.ack_with_data);
-        let c = TrtConfig::parse("[trt]\nprefix = \"64:ff9b:1::/96\"\nack-with-data = false\n").unwrap().unwrap();
         assert!(!c.ack_with_data);
-        assert_eq!(c.congestion_control, None);
+        let c = TrtConfig::parse("[trt]\nprefix = \"64:ff9b:1::/96\"\nack-with-data = true\n").unwrap().unwrap();
+        assert!(c.ack_with_data);
+        assert_eq!((c.congestion_control, c.cpu_latency), (None, None));
+        let c = TrtConfig::parse("[trt]\nprefix = \"64:ff9b:1::/96\"\ncpu-latency = \"0us\"\n").unwrap().unwrap();
+        assert_eq!(c.cpu_latency, Some(Duration::ZERO));
         let c =
             TrtConfig::parse("[trt]\nprefix = \"64:ff9b:1::/96\"\ncongestion-control = \"reno\"\n").unwrap().unwrap();
         assert_eq!(c.congestion_control.as_deref(), Some("reno"));
@@ -382,6 +408,8 @@ mod tests {
             ("[trt]\nprefix = \"64:ff9b:1::/96\"\nopen-spin = \"20ms\"\n", "[trt] open-spin"),
             ("[trt]\nprefix = \"64:ff9b:1::/96\"\nclose-delay = \"1s\"\n", "[trt] close-delay"),
             ("[trt]\nprefix = \"64:ff9b:1::/96\"\nack-with-data = 1\n", "ack-with-data"),
+            ("[trt]\nprefix = \"64:ff9b:1::/96\"\ncpu-latency = \"2s\"\n", "cpu-latency: 2s is above 1s"),
+            ("[trt]\nprefix = \"64:ff9b:1::/96\"\ncpu-latency = 5\n", "cpu-latency"),
             ("[trt]\nprefix = \"64:ff9b:1::/96\"\ncongestion-control = \"\"\n", "[trt] congestion-control"),
             ("[trt]\nprefix = \"64:ff9b:1::/96\"\ncongestion-control = \"a b\"\n", "[trt] congestion-control"),
             (

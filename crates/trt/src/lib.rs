@@ -160,6 +160,8 @@ pub struct Relay {
     counters: Arc<Counters>,
     copy: &'static str,
     _plumbing: Option<setup::Plumbing>,
+    /// `cpu-latency`: the PM QoS request, held until the relay is dropped.
+    _cpu_latency: Option<netsys::cpu_latency::CpuLatency>,
 }
 
 /// The copy `cfg.copy` asks for: the in-kernel one only where the kernel
@@ -222,6 +224,13 @@ impl Relay {
                 statics.push((s, Some(l), None));
             }
         }
+        let cpu_latency = match cfg.cpu_latency {
+            Some(d) => Some(
+                netsys::cpu_latency::CpuLatency::hold(d)
+                    .with_context(|| format!("[trt] cpu-latency: {} (needs root)", netsys::cpu_latency::DEVICE))?,
+            ),
+            None => None,
+        };
         let plumbing = match cfg.setup {
             config::Setup::Auto => Some(setup::Plumbing::install(cfg)?),
             config::Setup::None => None,
@@ -280,7 +289,10 @@ impl Relay {
             })?);
         }
         tracing::info!(prefix = %cfg.prefix.prefix(), tcp = cfg.tcp_port, udp = cfg.udp_port, statics = cfg.statics.len(), copy, "TRT relay running");
-        Ok(Relay { stop, threads, counters, copy, _plumbing: plumbing })
+        if let Some(q) = &cpu_latency {
+            tracing::info!(limit_us = q.limit().as_micros() as u64, "TRT: holding the CPU wake-up latency request");
+        }
+        Ok(Relay { stop, threads, counters, copy, _plumbing: plumbing, _cpu_latency: cpu_latency })
     }
 
     /// How TCP bytes are moved: `"splice"`, `"splice-threads"` or `"sockmap"`.

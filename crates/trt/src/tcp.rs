@@ -106,7 +106,8 @@ pub struct Opts {
     /// `ack-with-data`: the loop's copy (`splice`) connects with sockets
     /// that hold their handshake's last ACK for the client's first bytes
     /// ([`sys::hold_handshake_ack`]); a pair whose client has sent
-    /// nothing yet sends it alone at once.
+    /// nothing yet sends it alone after `open_spin` (at once when that is
+    /// zero). Off by default: plain TCP.
     pub ack_with_data: bool,
     /// `congestion-control`: the TCP congestion control of the relay's
     /// sockets, both legs (the listener's, which accepted sockets inherit,
@@ -1348,7 +1349,7 @@ mod tests {
                 copier,
                 busy_poll,
                 preconnect: 0,
-                ack_with_data: true,
+                ack_with_data: false,
                 congestion: None,
                 open_spin: Duration::from_micros(100),
                 close_delay: Duration::from_millis(1),
@@ -1664,7 +1665,8 @@ mod tests {
             echo(c);
         });
         for spin in [Duration::from_millis(10), Duration::ZERO] {
-            let r = Setup { open_spin: spin, ..Setup::new(Copier::Loop, Duration::ZERO) }.start(srv);
+            let r =
+                Setup { open_spin: spin, ack_with_data: true, ..Setup::new(Copier::Loop, Duration::ZERO) }.start(srv);
             let mut c = TcpStream::connect(r.addr).unwrap();
             let t0 = Instant::now();
             // The relay pairs the connection meanwhile (the server is on

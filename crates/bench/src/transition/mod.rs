@@ -280,8 +280,8 @@ pub struct Args {
     pub trt_open_spin: String,
     /// `[trt] ack-with-data` of the transport relay (`trt`): whether its
     /// connection to the server sends the handshake's last ACK with the
-    /// client's first bytes (default) or at once (docs/trt.md).
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    /// client's first bytes or at once (default, plain TCP; docs/trt.md).
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
     pub trt_ack_with_data: bool,
     /// `[trt] congestion-control` of the transport relay: the TCP
     /// congestion control of its own sockets, e.g. "cubic"; unset
@@ -294,6 +294,12 @@ pub struct Args {
     /// moment between sessions ("0s", default: at once; docs/trt.md).
     #[arg(long, default_value = "0s")]
     pub trt_close_delay: String,
+    /// `[trt] cpu-latency` of the transport relay (`trt`): the PM QoS CPU
+    /// latency limit it holds while it runs, machine-wide, so the native
+    /// blocks interleaved with its row run under it too (e.g. "0us": idle
+    /// CPUs poll; unset, default: none; docs/trt.md).
+    #[arg(long)]
+    pub trt_cpu_latency: Option<String>,
 }
 
 /// One mechanism's results.
@@ -414,6 +420,12 @@ pub struct Report {
     pub trt_congestion_control: Option<String>,
     /// `--trt-close-delay` of the TRT relay.
     pub trt_close_delay: String,
+    /// `--trt-cpu-latency` of the TRT relay (`None`: none held).
+    pub trt_cpu_latency: Option<String>,
+    /// The machine's cpuidle driver (`/sys/devices/system/cpu/cpuidle/
+    /// current_driver`; "none": idle CPUs halt) and its PM QoS CPU latency
+    /// limit at the start, in µs (2,000,000,000: no request held).
+    pub cpuidle: String,
     /// The system's TCP congestion control (`net.ipv4.tcp_congestion_control`
     /// of the host, which new namespaces inherit): every testbed's client
     /// and server use it.
@@ -712,6 +724,7 @@ struct TrtOpts<'a> {
     ack_with_data: bool,
     congestion_control: Option<&'a str>,
     close_delay: &'a str,
+    cpu_latency: Option<&'a str>,
 }
 
 /// The testbed of `m`, its namespaces named `<prefix>c`, `<prefix>g`
@@ -783,6 +796,9 @@ fn build(m: Mech, prefix: &str, bin: &Path, work: &Path, busy_poll: &str, trt: T
             );
             if let Some(cc) = trt.congestion_control {
                 cfg.push_str(&format!("congestion-control = \"{cc}\"\n"));
+            }
+            if let Some(l) = trt.cpu_latency {
+                cfg.push_str(&format!("cpu-latency = \"{l}\"\n"));
             }
             procs.push(v6gate(&g, m.name(), "trt", &cfg)?);
             v6target
@@ -1170,6 +1186,16 @@ pub fn run(a: &Args) -> Result<Report> {
     let bin = peers::v6gate(a.v6gate.as_deref())?;
     confval::duration::parse(&a.busy_poll).map_err(|e| anyhow::anyhow!("--busy-poll: {e}"))?;
     confval::duration::parse(&a.trt_open_spin).map_err(|e| anyhow::anyhow!("--trt-open-spin: {e}"))?;
+    if let Some(l) = &a.trt_cpu_latency {
+        confval::duration::parse(l).map_err(|e| anyhow::anyhow!("--trt-cpu-latency: {e}"))?;
+    }
+    let cpuidle = format!(
+        "{}, limit {} µs",
+        std::fs::read_to_string("/sys/devices/system/cpu/cpuidle/current_driver")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|_| "none".into()),
+        netsys::cpu_latency::current().map_or("?".into(), |d| d.as_micros().to_string())
+    );
     let out = Outputs::create(&a.out)?;
     let prefix = run_prefix(std::process::id());
     let guard =
@@ -1180,6 +1206,7 @@ pub fn run(a: &Args) -> Result<Report> {
         ack_with_data: a.trt_ack_with_data,
         congestion_control: a.trt_congestion_control.as_deref(),
         close_delay: &a.trt_close_delay,
+        cpu_latency: a.trt_cpu_latency.as_deref(),
     };
     let native_work = guard.work().join("native");
     std::fs::create_dir_all(&native_work)?;
@@ -1264,6 +1291,8 @@ pub fn run(a: &Args) -> Result<Report> {
         trt_ack_with_data: a.trt_ack_with_data,
         trt_congestion_control: a.trt_congestion_control.clone(),
         trt_close_delay: a.trt_close_delay.clone(),
+        trt_cpu_latency: a.trt_cpu_latency.clone(),
+        cpuidle,
         tcp_congestion_control: std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
             .map(|s| s.trim().to_string())
             .unwrap_or_default(),

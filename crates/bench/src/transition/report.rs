@@ -112,7 +112,7 @@ pub fn markdown(r: &Report) -> String {
          the row's median minus it; \"− ipv4 row\" is the older figure, the difference from the `ipv4` row measured \
          at another time. {} online CPUs, kernel {}, load average at the \
          start {} (the machine may be shared: timings are noisy). Busy-poll of the v6gate TUN engines and the TRT relay: {}. \
-         TRT pre-connect (connect at the client's SYN): {}; TRT open-spin: {}; TRT ack-with-data: {}; TRT close-delay: {}; TCP congestion \
+         TRT pre-connect (connect at the client's SYN): {}; TRT open-spin: {}; TRT ack-with-data: {}; TRT close-delay: {}; TRT cpu-latency: {}; cpuidle driver: {}; TCP congestion \
          control of the clients and servers: {}, of the TRT relay's sockets: {}.\n",
         r.seconds,
         r.bulk_runs,
@@ -127,6 +127,8 @@ pub fn markdown(r: &Report) -> String {
         r.trt_open_spin,
         if r.trt_ack_with_data { "on" } else { "off" },
         r.trt_close_delay,
+        r.trt_cpu_latency.as_deref().unwrap_or("none"),
+        r.cpuidle,
         r.tcp_congestion_control,
         r.trt_congestion_control.as_deref().unwrap_or("the same")
     );
@@ -358,6 +360,8 @@ mod tests {
             trt_ack_with_data: true,
             trt_congestion_control: None,
             trt_close_delay: "0s".into(),
+            trt_cpu_latency: None,
+            cpuidle: "haltpoll, limit 2000000000 µs".into(),
             tcp_congestion_control: "cubic".into(),
             results: vec![
                 m("ipv4", 1000.0, 100, 98),
