@@ -480,10 +480,8 @@ pub(super) fn bench_dut(ctx: &Ctx, dut: Dut, ceiling: &[(Dir, usize, f64)]) -> D
                     bail!("no mapping was created by the 6to4 warm-up ({tries} tries)");
                 }
                 if tries > 1 {
-                    rep.notes.push(format!(
-                        "{}: the 6to4 warm-up created mappings only at its try {tries}",
-                        dir.name()
-                    ));
+                    rep.notes
+                        .push(format!("{}: the 6to4 warm-up created mappings only at its try {tries}", dir.name()));
                 }
                 if let Some(p) = proc_.as_mut().filter(|_| dut.xdp()) {
                     dut::wait_xdp(ctx, &topo.dut, p, &format!("carrying the {learned} sessions"), |x| {
