@@ -150,6 +150,9 @@ pub struct StaticBib {
     pub ipv4: SocketAddrV4,
 }
 
+/// The longest timeout a `[nat64]` timer key takes: 30 days.
+pub const MAX_TIMEOUT_SECS: u64 = 30 * 24 * 3600;
+
 /// A timeout in whole seconds, written in the one duration syntax of the
 /// configuration ([`confval::duration`]: `300`, `"5m"`, `"2h4m"`, Jool's
 /// `"HH:MM:SS"`).
@@ -379,6 +382,10 @@ impl Config {
         let min = |key, v: Secs, m: u64| {
             if v.0 < m {
                 Err(err(key, format!("{} s is below the minimum of {m} s", v.0)))
+            } else if v.0 > MAX_TIMEOUT_SECS {
+                // The timers count nanoseconds in a u64: a bound far below
+                // its overflow (584 years) and far above any real timer.
+                Err(err(key, format!("{} s is above the maximum of {MAX_TIMEOUT_SECS} s (30 days)", v.0)))
             } else {
                 Ok(())
             }

@@ -701,6 +701,11 @@ fn config_keys_and_errors() {
     assert!(err("pool4 = [\"192.0.2.1\"]\nudp-timeout = \"5 min\"").contains("unknown unit `min`"));
     assert!(err("pool4 = [\"192.0.2.1\"]\nudp-timeout = \"1500ms\"").contains("whole number of seconds"));
     assert!(err("pool4 = [\"192.0.2.1\"]\nudp-timeout = 0").contains("nat64.udp-timeout"));
+    // A timer beyond 30 days is refused (its nanoseconds overflowed a u64
+    // in the timers at 584 years: a panic the offline_lines fuzz target found).
+    toml::from_str::<Config>("pool4 = [\"192.0.2.1\"]\nudp-timeout = 2592000").unwrap().check().unwrap();
+    let big = err("pool4 = [\"192.0.2.1\"]\ntcp-est-timeout = 100000000000000");
+    assert!(big.contains("nat64.tcp-est-timeout") && big.contains("above the maximum"), "{big}");
     let unknown = err("pool4 = [\"192.0.2.1\"]\nbogus = 1");
     assert!(unknown.contains("bogus"));
     // nat64::config::KEYS is the table's key list, every key in the example.

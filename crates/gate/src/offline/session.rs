@@ -221,6 +221,8 @@ mod tests {
         // Refused changes leave everything as it was.
         let e = o.set("nat64.udp-timeout", "0").unwrap_err();
         assert!(e.starts_with("[nat64] udp-timeout: "), "{e}");
+        let e = o.set("nat64.udp-timeout", "100000000000000").unwrap_err();
+        assert!(e.contains("[nat64] udp-timeout") && e.contains("above the maximum"), "{e}");
         let e = o.set("nat64.udp-timeout", "soon").unwrap_err();
         assert!(e.contains("[nat64] udp-timeout") && e.contains("soon"), "{e}");
         let e = o.set("siit.pool7", "1").unwrap_err();
