@@ -498,21 +498,20 @@ fn trt_refuses_to_start_with_a_congestion_control_the_kernel_lacks() {
     assert!(!tables.contains("v6gate_trt"), "{tables}");
 }
 
-/// The machine's PM QoS CPU latency limit, µs (`/dev/cpu_dma_latency`).
-fn cpu_latency_limit() -> i32 {
-    let mut b = [0u8; 4];
-    std::fs::File::open("/dev/cpu_dma_latency").unwrap().read_exact(&mut b).unwrap();
-    i32::from_ne_bytes(b)
+/// The machine's PM QoS CPU latency limit.
+fn cpu_latency_limit() -> Duration {
+    netsys::cpu_latency::current().unwrap()
 }
 
 #[test]
 fn trt_holds_its_cpu_latency_request_while_it_runs() {
     let before = cpu_latency_limit();
     let mut b = bed("cpu-latency = \"4us\"\n");
-    assert!(cpu_latency_limit() <= 4, "limit {} while the relay runs: {}", cpu_latency_limit(), b.log());
+    let us4 = Duration::from_micros(4);
+    assert!(cpu_latency_limit() <= us4, "limit {:?} while the relay runs: {}", cpu_latency_limit(), b.log());
     assert!(b.log().contains("holding the CPU wake-up latency request"), "{}", b.log());
     b.stop();
     // Withdrawn with the relay (unless another holder already asked for as little).
     let after = cpu_latency_limit();
-    assert!(after == before || before <= 4, "{before} → {after}");
+    assert!(after == before || before <= us4, "{before:?} → {after:?}");
 }

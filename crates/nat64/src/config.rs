@@ -379,7 +379,7 @@ impl Config {
         if total > MAX_POOL4_ADDRESSES * 3 {
             return Err(err("nat64.pool4", format!("more than {MAX_POOL4_ADDRESSES} addresses")));
         }
-        let min = |key, v: Secs, m: u64| {
+        let in_range = |key, v: Secs, m: u64| {
             if v.0 < m {
                 Err(err(key, format!("{} s is below the minimum of {m} s", v.0)))
             } else if v.0 > MAX_TIMEOUT_SECS {
@@ -394,12 +394,12 @@ impl Config {
         // TCP_TRANS ≥ 4 min, but shortened timers are how timeouts are
         // tested, so only zero is refused here; docs/nat64.md says which
         // values are RFC-compliant.
-        min("nat64.udp-timeout", self.udp_timeout, 1)?;
-        min("nat64.icmp-timeout", self.icmp_timeout, 1)?;
-        min("nat64.tcp-est-timeout", self.tcp_est_timeout, 1)?;
-        min("nat64.tcp-trans-timeout", self.tcp_trans_timeout, 1)?;
-        min("nat64.tcp-incoming-syn-timeout", self.tcp_incoming_syn_timeout, 1)?;
-        min("nat64.fragment-timeout", self.fragment_timeout, 1)?;
+        in_range("nat64.udp-timeout", self.udp_timeout, 1)?;
+        in_range("nat64.icmp-timeout", self.icmp_timeout, 1)?;
+        in_range("nat64.tcp-est-timeout", self.tcp_est_timeout, 1)?;
+        in_range("nat64.tcp-trans-timeout", self.tcp_trans_timeout, 1)?;
+        in_range("nat64.tcp-incoming-syn-timeout", self.tcp_incoming_syn_timeout, 1)?;
+        in_range("nat64.fragment-timeout", self.fragment_timeout, 1)?;
         if self.max_sessions == 0 {
             return Err(err("nat64.max-sessions", "must be at least 1"));
         }

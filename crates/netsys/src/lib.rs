@@ -4,9 +4,10 @@
 //! crate drives: the TUN device ([`tun`]: multiqueue `/dev/net/tun`
 //! queues) and route netlink ([`netlink`]: link up, addresses, routes),
 //! and one device set up from them ([`device`]); and the CPU wake-up
-//! latency request of the PM QoS device ([`cpu_latency`], safe code). The daemon (`gate`), the
-//! tunnel runners (`tunnel`) and the softwire runners (`softwire`) use
-//! them, so they live here once. Everything is a thin, audited wrapper over one or
+//! latency request of the PM QoS device ([`cpu_latency`], safe code).
+//! The daemon (`gate`), the tunnel runners (`tunnel`), the softwire
+//! runners (`softwire`) and the TRT relay (`trt`) use them, so they live
+//! here once. Everything is a thin, audited wrapper over one or
 //! two libc calls with checked lengths; every `unsafe` block carries a
 //! SAFETY comment.
 //!

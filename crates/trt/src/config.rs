@@ -208,6 +208,20 @@ struct TrtToml {
 #[derive(Deserialize)]
 struct DurationToml(#[serde(deserialize_with = "confval::duration::deserialize")] Duration);
 
+/// The optional duration key `[trt] key`, at most `max`.
+fn optional_duration(key: &str, v: &Option<toml::Value>, max: Duration) -> Result<Option<Duration>, String> {
+    let Some(v) = v else { return Ok(None) };
+    let d: DurationToml = v.clone().try_into().map_err(|e: toml::de::Error| format!("[trt] {key}: {}", e.message()))?;
+    if d.0 > max {
+        return Err(format!(
+            "[trt] {key}: {} is above {}",
+            confval::duration::format(d.0),
+            confval::duration::format(max)
+        ));
+    }
+    Ok(Some(d.0))
+}
+
 fn d_port() -> u16 {
     7040
 }
@@ -268,28 +282,8 @@ impl TrtConfig {
         if t.tcp_port == 0 || t.udp_port == 0 {
             return Err("[trt] tcp-port, udp-port: 0 is not a port".into());
         }
-        let busy_poll = match &t.busy_poll {
-            None => Duration::ZERO,
-            Some(v) => {
-                let d: DurationToml =
-                    v.clone().try_into().map_err(|e: toml::de::Error| format!("[trt] busy-poll: {}", e.message()))?;
-                d.0
-            }
-        };
-        if busy_poll > Duration::from_secs(1) {
-            return Err(format!("[trt] busy-poll: {} is above 1s", confval::duration::format(busy_poll)));
-        }
-        let cpu_latency = match &t.cpu_latency {
-            None => None,
-            Some(v) => {
-                let d: DurationToml =
-                    v.clone().try_into().map_err(|e: toml::de::Error| format!("[trt] cpu-latency: {}", e.message()))?;
-                if d.0 > Duration::from_secs(1) {
-                    return Err(format!("[trt] cpu-latency: {} is above 1s", confval::duration::format(d.0)));
-                }
-                Some(d.0)
-            }
-        };
+        let busy_poll = optional_duration("busy-poll", &t.busy_poll, Duration::from_secs(1))?.unwrap_or_default();
+        let cpu_latency = optional_duration("cpu-latency", &t.cpu_latency, Duration::from_secs(1))?;
         let ack_with_data = match &t.ack_with_data {
             None => false,
             Some(toml::Value::Boolean(b)) => *b,
