@@ -345,4 +345,15 @@ int xdp_trecv(struct xdp_md *ctx)
 	return XDP_DROP;
 }
 
+/*
+ * The live frames probe (xdp::tester::live_frames): run once with
+ * BPF_PROG_RUN in live frames mode to learn whether the kernel grants that
+ * mode; it drops its frame, so the probe sends nothing.
+ */
+SEC("xdp")
+int xdp_tprobe(struct xdp_md *ctx)
+{
+	return XDP_DROP;
+}
+
 char LICENSE[] SEC("license") = "GPL";

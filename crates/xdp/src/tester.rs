@@ -289,6 +289,78 @@ impl Drop for Tester {
     }
 }
 
+/// What the kernel answered when asked once for `BPF_PROG_RUN` in live
+/// frames mode ([`live_frames`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LiveFrames {
+    /// Live frames work: the XDP generator (`--tester xdp`) can send.
+    Granted,
+    /// The kernel refused live frames with `EPERM` (some machines do, while
+    /// they run `BPF_PROG_TEST_RUN` without live frames, attach XDP and
+    /// open AF_XDP sockets): the XDP generator cannot send here; the
+    /// AF_XDP generator can. The string is the kernel's answer.
+    Refused(String),
+}
+
+impl LiveFrames {
+    /// Whether live frames work.
+    pub fn granted(&self) -> bool {
+        *self == LiveFrames::Granted
+    }
+
+    /// One line for reports and skipped tests.
+    pub fn describe(&self) -> String {
+        match self {
+            LiveFrames::Granted => "granted".into(),
+            LiveFrames::Refused(why) => format!("refused by the kernel ({why})"),
+        }
+    }
+}
+
+/// Asks the kernel once per process whether it runs XDP programs with
+/// `BPF_PROG_RUN` in live frames mode (`BPF_F_TEST_XDP_LIVE_FRAMES`): one
+/// run of a program that drops its frame, on the loopback device of the
+/// calling thread's namespace. `Ok(Refused)` only when the kernel answers
+/// `EPERM` to exactly that call; every other failure (BPF unavailable, the
+/// object not loading) is an error, so a caller never mistakes a broken
+/// build for a machine without live frames. Needs root (CAP_BPF,
+/// CAP_NET_ADMIN).
+pub fn live_frames() -> Result<LiveFrames, Error> {
+    static ANSWER: std::sync::OnceLock<Result<LiveFrames, Error>> = std::sync::OnceLock::new();
+    ANSWER.get_or_init(probe_live_frames).clone()
+}
+
+fn probe_live_frames() -> Result<LiveFrames, Error> {
+    let mut bpf = EbpfLoader::new()
+        .map_max_entries(names::TRECV_SAMPLES, 4096)
+        .load(OBJECT)
+        .map_err(|e| Error::Unavailable(format!("loading the tester object: {}", chain(&e))))?;
+    let p: &mut Xdp = bpf
+        .program_mut(names::PROG_TPROBE)
+        .ok_or_else(|| Error::Bpf(format!("program {} missing from the object", names::PROG_TPROBE)))?
+        .try_into()
+        .map_err(|e| Error::Bpf(format!("program {}: {e}", names::PROG_TPROBE)))?;
+    p.load().map_err(|e| Error::Unavailable(format!("loading program {}: {}", names::PROG_TPROBE, chain(&e))))?;
+    // An Ethernet frame of the local experimental EtherType, to nobody.
+    let mut frame = [0u8; 64];
+    frame[..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x02]);
+    frame[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x01]);
+    frame[12..14].copy_from_slice(&[0x88, 0xb5]);
+    let ctx = xdp_md(frame.len() as u32, 1);
+    let mut opts = TestRunOptions::new();
+    opts.data_in = Some(&frame);
+    opts.ctx_in = Some(&ctx);
+    opts.repeat = 1;
+    opts.attrs = TestRunAttrs::new().xdp_live_frames(1);
+    match p.test_run(opts) {
+        Ok(_) => Ok(LiveFrames::Granted),
+        Err(aya::programs::ProgramError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::EPERM) => {
+            Ok(LiveFrames::Refused(format!("BPF_PROG_RUN with live frames: {}", e.io_error)))
+        }
+        Err(e) => Err(Error::Bpf(format!("BPF_PROG_RUN (live frames probe): {}", chain(&e)))),
+    }
+}
+
 /// Bytes of the tester's stamp after the UDP header (timestamp, sequence
 /// number, flow, magic).
 pub const STAMP_LEN: usize = 18;

@@ -494,6 +494,8 @@ pub mod tester {
     pub const PROG_TGEN: &str = "xdp_tgen";
     /// The counting receiver program.
     pub const PROG_TRECV: &str = "xdp_trecv";
+    /// The live frames probe (drops its frame).
+    pub const PROG_TPROBE: &str = "xdp_tprobe";
 }
 
 contract! {
