@@ -288,8 +288,8 @@ fn media_address_policy_refuses_internal_destinations() {
         ("224.0.0.1", "multicast"),
         ("ff02::1", "multicast"),
         ("fe80::1", "link-local"),
-        ("198.51.100.1", "relay-own-address"),
-        ("2001:db8:1::1", "relay-own-address"),
+        ("198.51.100.1", "own-address"),
+        ("2001:db8:1::1", "own-address"),
         ("255.255.255.255", "broadcast"),
     ] {
         let o = offer(&mut ng, &format!("evil-{ip}"), ip, 5555);

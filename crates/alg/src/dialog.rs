@@ -4,6 +4,7 @@
 //! session, make-before-break), and release on BYE, failure, CANCEL and
 //! the session timeout.
 
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use crate::media::{Command, Reply, SdpRequest, Side};
@@ -130,6 +131,7 @@ impl Alg {
         sdp: &[u8],
         sender_v6: bool,
         receiver_v6: bool,
+        client: Option<IpAddr>,
     ) -> Command {
         Command::Sdp(Box::new(SdpRequest {
             offer,
@@ -139,6 +141,7 @@ impl Alg {
             sdp: sdp.to_vec(),
             from: self.side(sender_v6),
             to: self.side(receiver_v6),
+            client,
         }))
     }
 
@@ -149,13 +152,15 @@ impl Alg {
     /// Dialog bookkeeping for a request being forwarded, and the offer or
     /// answer its SDP needs (None: the body goes as it is), or the status
     /// to answer with.
+    /// `source` is the request's SIP source: the client of the relay's
+    /// streams a new call takes.
     pub(crate) fn plan_request(
         &mut self,
         now: Instant,
         m: &Message,
         method: &str,
-        in_realm: Realm,
-        out_realm: Realm,
+        (in_realm, out_realm): (Realm, Realm),
+        source: IpAddr,
     ) -> Result<Option<SdpJob>, (u16, String)> {
         let call_id = m.call_id().to_string();
         let from_tag = m.from_tag().unwrap_or("").to_string();
@@ -234,7 +239,16 @@ impl Alg {
             Some(offerer) => (offerer.as_str(), Some(from_tag.as_str())),
             None => (from_tag.as_str(), None),
         };
-        let req = self.sdp_command(answer_to.is_none(), &ng_id, offerer, answerer, m.body, fam6, out_realm.v6());
+        let req = self.sdp_command(
+            answer_to.is_none(),
+            &ng_id,
+            offerer,
+            answerer,
+            m.body,
+            fam6,
+            out_realm.v6(),
+            Some(source),
+        );
         if let Some(d) = self.dialogs.get_mut(&call_id) {
             // A session exists (or is being made): a release deletes it,
             // after the command (the call's commands keep their order).
@@ -320,7 +334,7 @@ impl Alg {
         let ng_id = ng_call_id(&call_id, d.epoch);
         let (offerer, answerer) =
             if request_had_offer { (receiver.as_str(), Some(sender.as_str())) } else { (sender.as_str(), None) };
-        let req = self.sdp_command(!request_had_offer, &ng_id, offerer, answerer, m.body, fam6, to_realm.v6());
+        let req = self.sdp_command(!request_had_offer, &ng_id, offerer, answerer, m.body, fam6, to_realm.v6(), None);
         if let Some(d) = self.dialogs.get_mut(&call_id) {
             d.media = true;
         }

@@ -429,7 +429,7 @@ impl Alg {
             q.push_back(Work::Request { fwd: Box::new(fwd), raw: raw.to_vec() });
             return;
         }
-        let job = match self.plan_request(now, m, method, fwd.peer.realm, fwd.out_realm) {
+        let job = match self.plan_request(now, m, method, (fwd.peer.realm, fwd.out_realm), fwd.peer.addr.ip()) {
             Ok(j) => j,
             Err((code, reason)) => return self.refuse_forward(now, &fwd, code, &reason),
         };
@@ -462,11 +462,13 @@ impl Alg {
     }
 
     /// A request whose media the relay refused gets `code` (unless its
-    /// transaction ended meanwhile).
+    /// transaction ended meanwhile); a 503 (the relay is out of ports or
+    /// the client of its share) says when to try again.
     fn refuse_forward(&mut self, now: Instant, fwd: &Fwd, code: u16, reason: &str) {
         if let Some(k) = &fwd.key {
             if self.server.get(k).is_some_and(|st| st.state == SState::Proceeding) {
-                self.reply(now, k, code, reason, "");
+                let extra = if code == 503 { "Retry-After: 5\r\n" } else { "" };
+                self.reply(now, k, code, reason, extra);
             }
         }
     }
