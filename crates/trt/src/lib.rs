@@ -162,6 +162,10 @@ pub struct Relay {
     _plumbing: Option<setup::Plumbing>,
     /// `cpu-latency`: the PM QoS request, held until the relay is dropped.
     _cpu_latency: Option<netsys::cpu_latency::CpuLatency>,
+    /// Where the relay may connect (plane `trt`).
+    policy: Arc<dstpolicy::Policy>,
+    /// `v6gate trt`: the own-address watcher (the daemon runs its own).
+    _watch: Option<dstpolicy::Watch>,
 }
 
 /// The copy `cfg.copy` asks for: the in-kernel one only where the kernel
@@ -199,8 +203,21 @@ fn transparent_tcp(port: u16) -> Result<TcpListener> {
 
 impl Relay {
     /// Set up the plumbing (when `setup = "auto"`), open the sockets and
-    /// start the threads.
+    /// start the threads, with a destination policy of its own: the host's
+    /// addresses (kept current) and the relay prefix looked through.
     pub fn start(cfg: &TrtConfig) -> Result<Relay> {
+        let mut spec = dstpolicy::Spec::default();
+        spec.embeddings.add_rfc6052(cfg.prefix);
+        let gw = dstpolicy::Gateway::of_host(spec);
+        let watch = gw.watch(dstpolicy::DEFAULT_BACKSTOP).context("starting the watcher of the host's addresses")?;
+        let policy = Arc::new(dstpolicy::Policy::new("trt", gw, dstpolicy::Lists::default()));
+        let mut r = Relay::start_with(cfg, policy)?;
+        r._watch = Some(watch);
+        Ok(r)
+    }
+
+    /// [`Relay::start`] with a given destination policy (the daemon's).
+    pub fn start_with(cfg: &TrtConfig, policy: Arc<dstpolicy::Policy>) -> Result<Relay> {
         let counters = Arc::new(Counters::default());
         let stop = Arc::new(AtomicBool::new(false));
         let tl = transparent_tcp(cfg.tcp_port)?;
@@ -252,7 +269,7 @@ impl Relay {
             tcp::Copier::Kernel(_) => "sockmap",
         };
         let mut threads = Vec::new();
-        let target: Arc<dyn tcp::Target> = Arc::new(tcp::Embedded(cfg.prefix));
+        let target: Arc<dyn tcp::Target> = Arc::new(tcp::Embedded { prefix: cfg.prefix, policy: policy.clone() });
         let prefix = cfg.prefix.prefix();
         let preconnect = (cfg.preconnect > 0).then_some(tcp::Preconnect {
             max: cfg.preconnect,
@@ -292,7 +309,16 @@ impl Relay {
         if let Some(q) = &cpu_latency {
             tracing::info!(limit_us = q.limit().as_micros() as u64, "TRT: holding the CPU wake-up latency request");
         }
-        Ok(Relay { stop, threads, counters, copy, _plumbing: plumbing, _cpu_latency: cpu_latency })
+        Ok(Relay {
+            stop,
+            threads,
+            counters,
+            copy,
+            _plumbing: plumbing,
+            _cpu_latency: cpu_latency,
+            policy,
+            _watch: None,
+        })
     }
 
     /// How TCP bytes are moved: `"splice"`, `"splice-threads"` or `"sockmap"`.
@@ -303,6 +329,11 @@ impl Relay {
     /// The counters.
     pub fn counters(&self) -> &Counters {
         &self.counters
+    }
+
+    /// The destination policy (its refusal counters).
+    pub fn policy(&self) -> &Arc<dstpolicy::Policy> {
+        &self.policy
     }
 
     /// Stop the threads and remove the plumbing. Connections being set up,

@@ -150,20 +150,28 @@ pub trait Target: Send + Sync + 'static {
     fn server(&self, local: SocketAddr) -> Option<SocketAddr>;
 }
 
-/// RFC 6052 extraction: `PREFIX::IPv4:port` → `IPv4:port`.
+/// RFC 6052 extraction: `PREFIX::IPv4:port` → `IPv4:port`, for targets
+/// the gateway's destination policy accepts (not the gateway's own
+/// addresses, loopback, link-local, broadcast ...: refused and counted by
+/// the policy, the client reset like any connection without a server).
 #[derive(Debug)]
-pub struct Embedded(pub xlat::addr::Rfc6052);
+pub struct Embedded {
+    /// The relay prefix.
+    pub prefix: xlat::addr::Rfc6052,
+    /// The destination policy (plane `trt`).
+    pub policy: Arc<dstpolicy::Policy>,
+}
 
 impl Target for Embedded {
     fn server(&self, local: SocketAddr) -> Option<SocketAddr> {
         match local {
             SocketAddr::V6(a) => {
-                let v4 = self.0.extract(a.ip())?;
+                let v4 = self.prefix.extract(a.ip())?;
                 // RFC 6052 §3.1: no relaying to non-global IPv4 under the well-known prefix.
-                if self.0.is_wkp() && !xlat::addr::rfc6052::is_global_v4(v4) {
+                if self.prefix.is_wkp() && !xlat::addr::rfc6052::is_global_v4(v4) {
                     return None;
                 }
-                if xlat::addr::is_forbidden_v4(v4) {
+                if xlat::addr::is_forbidden_v4(v4) || self.policy.check(std::net::IpAddr::V4(v4)).is_err() {
                     return None;
                 }
                 Some(SocketAddr::V4(SocketAddrV4::new(v4, a.port())))
