@@ -12,7 +12,9 @@
 //! `v6gate_dns64_<event>_total` stay). With `[alg]`, the `v6gate_alg_*`
 //! families: requests by method, responses by class, the ALG's own
 //! responses by code, drops by reason, transactions, dialogs, calls by
-//! result, handovers (docs/alg.md lists them).
+//! result, handovers (docs/alg.md lists them). The destination policy:
+//! `v6gate_destination_refused_total{plane,reason}` and the own-address
+//! list's `v6gate_destination_own_*` (docs/security.md).
 //!
 //! A snapshot of the daemon's counters is taken into a list of
 //! [`Family`] values (pure, testable), then encoded by the crate.
@@ -245,7 +247,47 @@ pub fn families(d: &Daemon) -> Vec<Family> {
     if let Some(a) = d.alg.as_ref() {
         alg(&mut v, &a.snapshot());
     }
+    destinations(&mut v, &d.destinations);
     v
+}
+
+/// `v6gate_destination_*`: refusals by plane and reason, and the state of
+/// the own-address list.
+fn destinations(v: &mut Vec<Family>, d: &crate::destinations::Destinations) {
+    let mut refused = Family::counter(
+        "v6gate_destination_refused",
+        "Destinations a client named that the destination policy refused, by plane and reason.",
+    );
+    for p in d.policies() {
+        for (r, n) in p.refused() {
+            refused =
+                refused.with(vec![("plane", p.plane().to_string()), ("reason", r.as_str().to_string())], n as f64);
+        }
+    }
+    v.push(refused);
+    let st = d.gateway().status();
+    v.push(
+        Family::gauge("v6gate_destination_own_addresses", "The gateway's own addresses the policy knows, by source.")
+            .by(
+                "source",
+                [
+                    ("host", st.host_addresses as u64),
+                    ("directed-broadcast", st.broadcasts as u64),
+                    ("configured", st.configured as u64),
+                ],
+            ),
+    );
+    v.push(
+        Family::counter("v6gate_destination_own_refreshes", "Readings of the host's addresses, by result.")
+            .by("result", [("ok", st.refreshes), ("error", st.failures)]),
+    );
+    v.push(
+        Family::gauge(
+            "v6gate_destination_own_stale",
+            "1 while the host's addresses cannot be read (only allow-listed destinations pass).",
+        )
+        .one(u8::from(st.stale)),
+    );
 }
 
 /// `v6gate_xdp_*`: attachments, packets and bytes the fast path forwarded
@@ -537,12 +579,16 @@ fn trgw(v: &mut Vec<Family>, st: &trgw::RelayStats) {
     let (t, p, r) = (&st.totals, &st.packets, &st.relayed);
     v.push(Family::gauge("v6gate_trgw_calls", "TrGW calls now.").one(st.calls as f64));
     v.push(Family::gauge("v6gate_trgw_streams", "TrGW media streams now.").one(st.streams as f64));
-    v.push(
-        Family::counter("v6gate_trgw_calls", "TrGW calls, by event.").by(
-            "event",
-            [("created", t.calls_created), ("deleted", t.calls_deleted), ("timed-out", t.calls_timed_out)],
-        ),
-    );
+    v.push(Family::counter("v6gate_trgw_calls", "TrGW calls, by event.").by(
+        "event",
+        [
+            ("created", t.calls_created),
+            ("deleted", t.calls_deleted),
+            ("timed-out", t.calls_timed_out),
+            ("timed-out-early", t.early_timed_out),
+        ],
+    ));
+    v.push(Family::gauge("v6gate_trgw_clients", "TrGW clients holding media streams now.").one(st.clients as f64));
     v.push(Family::counter("v6gate_trgw_control_errors", "TrGW control commands refused, by reason.").by(
         "reason",
         [
@@ -552,6 +598,7 @@ fn trgw(v: &mut Vec<Family>, st: &trgw::RelayStats) {
             ("no-descriptors", t.descriptors_exhausted),
             ("address-not-on-host", t.address_unavailable),
             ("media-address-refused", t.media_refused),
+            ("client-streams", t.client_limited),
             ("reply-too-large", t.replies_too_large),
             ("reply-send-failed", t.control_send_errors),
             ("connection-limit", t.control_connections_refused),

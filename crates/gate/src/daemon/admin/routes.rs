@@ -202,6 +202,7 @@ pub fn status(d: &Daemon) -> Value {
         "dns64": super::super::lock(&d.dns64).as_ref().map(|s| serde_json::to_value(s.stats()).unwrap_or(Value::Null)),
         "device": d.device.as_ref().map(|(name, index)| json!({ "name": name, "index": index, "workers": d.workers() })),
         "trgw": d.trgw.as_ref().map(|r| trgw_status(&r.stats())),
+        "destinations": destinations_status(&d.destinations),
         "xdp": super::super::lock(&d.xdp).as_ref().map(|p| {
             json!({ "interfaces": p.attachments().into_iter().map(|(i, m)| json!({ "name": i, "mode": m })).collect::<Vec<_>>() })
         }),
@@ -283,6 +284,28 @@ fn alg_status(cfg: &alg::Config, s: &alg::runner::Snapshot) -> Value {
     })
 }
 
+fn destinations_status(d: &crate::destinations::Destinations) -> Value {
+    let st = d.gateway().status();
+    let mut refused = serde_json::Map::new();
+    for p in d.policies() {
+        let by: serde_json::Map<String, Value> =
+            p.refused().into_iter().filter(|(_, n)| *n > 0).map(|(r, n)| (r.as_str().to_string(), json!(n))).collect();
+        refused.insert(p.plane().to_string(), Value::Object(by));
+    }
+    json!({
+        "own": {
+            "host_addresses": st.host_addresses,
+            "directed_broadcasts": st.broadcasts,
+            "configured": st.configured,
+            "stale": st.stale,
+            "refreshes": st.refreshes,
+            "failures": st.failures,
+        },
+        "prefixes": st.prefixes.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        "refused": refused,
+    })
+}
+
 fn trgw_status(st: &trgw::RelayStats) -> Value {
     let t = &st.totals;
     json!({
@@ -291,11 +314,14 @@ fn trgw_status(st: &trgw::RelayStats) -> Value {
         "calls_created": t.calls_created,
         "calls_deleted": t.calls_deleted,
         "calls_timed_out": t.calls_timed_out,
+        "calls_timed_out_early": t.early_timed_out,
+        "clients": st.clients,
         "refused": {
             "ports-exhausted": t.port_exhausted,
             "no-descriptors": t.descriptors_exhausted,
             "address-not-on-host": t.address_unavailable,
             "media-address": t.media_refused,
+            "client-streams": t.client_limited,
             "reply-too-large": t.replies_too_large,
             "not-allowed": t.control_denied,
         },
