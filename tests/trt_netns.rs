@@ -515,3 +515,38 @@ fn trt_holds_its_cpu_latency_request_while_it_runs() {
     let after = cpu_latency_limit();
     assert!(after == before || before <= us4, "{before:?} → {after:?}");
 }
+
+/// Issue #29 (D11's destinations): a target the destination policy
+/// refuses — the relay host's own address, link-local — is never
+/// connected to: the client is reset and the refusal counted by reason.
+#[test]
+fn trt_refuses_the_gateways_own_addresses_and_link_local_targets() {
+    let b = bed("");
+    // A service on the relay host itself, which a client must not reach
+    // through the relay prefix.
+    let own = in_ns(&b.gw, || TcpListener::bind("198.51.100.254:8099").unwrap());
+    own.set_nonblocking(true).unwrap();
+    for (target, why) in [("64:ff9b:1::c633:64fe", "own-address"), ("64:ff9b:1::a9fe:1", "link-local")] {
+        let got = in_ns(&b.h6, || {
+            let mut c = TcpStream::connect(sa(&format!("[{target}]:8099"))).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let _ = c.write_all(b"GET / HTTP/1.0\r\n\r\n");
+            let mut buf = [0u8; 16];
+            c.read(&mut buf)
+        });
+        assert!(
+            matches!(&got, Ok(0)) || got.as_ref().is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+            "{target}: {got:?}"
+        );
+        let t0 = Instant::now();
+        while b.status()["destinations_refused"][why].as_u64().unwrap_or(0) < 1 {
+            assert!(t0.elapsed() < Duration::from_secs(15), "{why} never counted: {}\n{}", b.status(), b.log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    assert!(own.accept().is_err(), "the relay connected to its own host");
+    let st = b.status();
+    assert_eq!(st["destinations_refused"]["own-address"], 1, "{st}");
+    assert_eq!(st["destinations_refused"]["link-local"], 1, "{st}");
+    assert_eq!(st["trt"]["tcp_no_server"], 2, "{st}");
+}
