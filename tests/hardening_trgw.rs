@@ -201,6 +201,7 @@ fn recv_from_big(sock: &UdpSocket) -> Option<(Vec<u8>, SocketAddr)> {
 /// D6 through the ALG: INVITEs from one host to a callee that never
 /// answers take at most the host's share of the relay; the rest get a
 /// prompt 503 with Retry-After, and a caller elsewhere still gets through.
+/// (And D4 through the ALG first.)
 #[test]
 fn a_flood_of_unanswered_invites_from_one_host_gets_503_and_others_get_through() {
     // The baseline call's client (2001:db8:1::/64, its media address) is
@@ -209,6 +210,12 @@ fn a_flood_of_unanswered_invites_from_one_host_gets_503_and_others_get_through()
     let base = Baseline::new(&lab);
     let caller = bind(&lab.h6, "[2001:db8:1::2]:5070", 1500);
     let silent = bind(&lab.h4, "198.51.100.2:5099", 1500);
+    // D4 through the ALG: an offer whose media is the gateway's own IPv4
+    // address behind the well-known prefix is refused (488), uses no share.
+    place(&caller, "d4", "[2001:db8:1::2]:5070", "198.51.100.2:5099", "64:ff9b::198.51.100.1", 9398);
+    let r = wire::recv_sip(&caller);
+    assert_eq!(Message::parse_datagram(&r).unwrap().code(), Some(488), "{}", String::from_utf8_lossy(&r));
+    assert_eq!(refused(&lab, "trgw", "own-address"), 1);
     for i in 0..6 {
         place(
             &caller,
@@ -221,7 +228,10 @@ fn a_flood_of_unanswered_invites_from_one_host_gets_503_and_others_get_through()
     }
     let finals: Vec<String> = drain(&caller)
         .iter()
-        .filter(|(d, _)| Message::parse_datagram(d).ok().and_then(|m| m.code()).is_some_and(|c| c >= 200))
+        .filter(|(d, _)| {
+            // Finals other than the 488 above (retransmitted: never ACKed).
+            Message::parse_datagram(d).ok().and_then(|m| m.code()).is_some_and(|c| c >= 200 && c != 488)
+        })
         .map(|(d, _)| String::from_utf8_lossy(d).into_owned())
         .collect();
     // (Each 503 is retransmitted until the ACK that never comes: one per call.)
