@@ -5,8 +5,9 @@
 //! fuzzed) without sockets.
 //!
 //! Budgets: a client (the offer's `received from` / SIP source, else its
-//! media address; an IPv6 /64 or an IPv4 address, [`dstpolicy::client`])
-//! holds at most `client-streams` streams, the port range bounds them all;
+//! media address; an IPv6 /64 or an IPv4 address, [`dstpolicy::client`];
+//! an offer with neither, a hold without a source, counts in one shared
+//! unknown client `::`) holds at most `client-streams` streams, the port range bounds them all;
 //! an offer over the client's share is refused ([`CoreError::ClientLimit`])
 //! and nothing established is ever evicted. A call stays *early* until
 //! media has flowed both ways: early calls are kept `early-timeout`
@@ -215,7 +216,7 @@ pub struct Stream {
     /// Counters.
     pub stats: Arc<StreamStats>,
     /// The client whose share it counts in.
-    client: Option<IpAddr>,
+    client: IpAddr,
 }
 
 impl Stream {
@@ -248,8 +249,8 @@ pub struct Call {
     last_signal: Instant,
     /// Streams by media index.
     pub media: Vec<Option<Stream>>,
-    /// The client whose share its streams count in.
-    pub client: Option<IpAddr>,
+    /// The client whose share its streams count in (`::`: unknown).
+    pub client: IpAddr,
 }
 
 impl Call {
@@ -561,14 +562,12 @@ impl Core {
         req: &MediaReq,
         side_a: (IpAddr, IpAddr),
         side_b: (IpAddr, IpAddr),
-        client: Option<IpAddr>,
+        client: IpAddr,
     ) -> Result<Stream, CoreError> {
-        if let Some(c) = client {
-            let limit = self.cfg.client_streams;
-            if self.clients.get(&c).copied().unwrap_or(0) >= limit {
-                self.totals.client_limited += 1;
-                return Err(CoreError::ClientLimit { client: c, limit });
-            }
+        let limit = self.cfg.client_streams;
+        if self.clients.get(&client).copied().unwrap_or(0) >= limit {
+            self.totals.client_limited += 1;
+            return Err(CoreError::ClientLimit { client, limit });
         }
         let (la, sa) = self.alloc_leg(side_a.0, side_a.1)?;
         let (lb, sb) = match self.alloc_leg(side_b.0, side_b.1) {
@@ -603,19 +602,15 @@ impl Core {
         };
         self.plane.install(id, [a0, a1, b0, b1], locals, init);
         self.totals.streams_created += 1;
-        if let Some(c) = client {
-            *self.clients.entry(c).or_insert(0) += 1;
-        }
+        *self.clients.entry(client).or_insert(0) += 1;
         Ok(stream)
     }
 
     fn drop_stream(&mut self, s: Stream) {
-        if let Some(c) = s.client {
-            if let Some(n) = self.clients.get_mut(&c) {
-                *n = n.saturating_sub(1);
-                if *n == 0 {
-                    self.clients.remove(&c);
-                }
+        if let Some(n) = self.clients.get_mut(&s.client) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.clients.remove(&s.client);
             }
         }
         self.retired.add(&stream_totals(&s));
@@ -659,9 +654,12 @@ impl Core {
         let now = Instant::now();
         let created_now = !self.calls.contains_key(call_id);
         if created_now {
-            // The client: who sent the offer, else where its media comes from.
+            // The client: who sent the offer, else where its media comes
+            // from, else (a hold without a source) the unknown client.
             let first_addr = media.iter().flatten().filter_map(|m| m.addr).find(|a| !a.is_unspecified());
-            let client = place.client.or(first_addr).map(|a| dstpolicy::client::key(a, self.cfg.client_prefix_v6));
+            let client = place.client.or(first_addr).map_or(IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED), |a| {
+                dstpolicy::client::key(a, self.cfg.client_prefix_v6)
+            });
             self.calls.insert(
                 call_id.to_string(),
                 Call {
@@ -1099,6 +1097,15 @@ mod tests {
         c.signal(true, "media-keyed", "t", None, &[req("2001:db8:8::10", 9002)], &place).unwrap();
         assert_eq!(c.client_streams("2001:db8:6::1234".parse().unwrap()), 3);
         assert_eq!(c.client_count(), 4);
+        // Holds without a source share one unknown client.
+        for i in 0..3 {
+            c.signal(true, &format!("hold{i}"), "t", None, &[req("0.0.0.0", 9002)], &place).unwrap();
+        }
+        let e = c.signal(true, "hold9", "t", None, &[req("::", 9002)], &place).unwrap_err();
+        assert_eq!(e, CoreError::ClientLimit { client: "::".parse().unwrap(), limit: 3 });
+        for i in 0..3 {
+            c.delete(&format!("hold{i}"), None).unwrap();
+        }
         // A re-offer on a call already held needs no new stream: accepted.
         c.signal(true, "flood0", "t", None, &[req("2001:db8:6::11", 9004)], &from("2001:db8:6::1")).unwrap();
         c.delete("flood0", None).unwrap();
