@@ -29,7 +29,9 @@ pub const EXAMPLE_TOML: &str = r#"# [dslite]: the DS-Lite AFTR (RFC 6333). Softw
 aftr-address = "2001:db8:ffff::1"
 b4-prefixes = ["2001:db8::/32"]
 pool4 = ["203.0.113.0/28"]          # as [nat64] pool4: "PREFIX" or { prefix, ports, protocols }
-# max-ports-per-subscriber = 2048  # RFC 6888 REQ-4 quota
+# max-ports-per-subscriber = 2048  # RFC 6888 REQ-4 quota, per subscriber:
+# subscriber-mask = 56              # the B4's IPv6 prefix of this length (RFC 7785;
+#                                   # 48-128; 128: each B4 address on its own)
 # max-mappings = 1048576
 # hairpinning = true
 # log-mappings = true               # "nat44 map ..." lines, target softwire::cgn
@@ -170,6 +172,8 @@ struct DsliteToml {
     pool4: Vec<nat64::Pool4Entry>,
     #[serde(default = "d_quota")]
     max_ports_per_subscriber: u32,
+    #[serde(default = "d_subscriber_mask")]
+    subscriber_mask: u8,
     #[serde(default = "d_maps")]
     max_mappings: usize,
     #[serde(default = "d_probes")]
@@ -217,6 +221,9 @@ fn d_max_sessions() -> u32 {
 
 fn d_quota() -> u32 {
     2048
+}
+fn d_subscriber_mask() -> u8 {
+    crate::nat44::DEFAULT_SUBSCRIBER_MASK
 }
 fn d_maps() -> usize {
     1 << 20
@@ -657,6 +664,8 @@ fn dslite(t: DsliteToml) -> Result<DsliteTable, String> {
     if t.udp_timeout < Duration::from_secs(120) {
         return Err(err("dslite", "udp-timeout", "RFC 4787 REQ-5: at least 2 minutes"));
     }
+    let subscriber_mask =
+        budget::check_prefix_len(t.subscriber_mask).map_err(|e| err("dslite", "subscriber-mask", e))?;
     let endpoint = endpoint("dslite", t.aftr_address, t.ipv4_address, &t.tunnel)?;
     let mut routes: Vec<IpPrefix> = t.pool4.iter().map(|e| IpPrefix::V4(e.prefix)).collect();
     routes.push(IpPrefix::V6(Prefix6::new(t.aftr_address, 128).map_err(|e| err("dslite", "aftr-address", e))?));
@@ -667,6 +676,7 @@ fn dslite(t: DsliteToml) -> Result<DsliteTable, String> {
             nat: Nat44Config {
                 max_mappings: t.max_mappings,
                 max_ports_per_subscriber: t.max_ports_per_subscriber,
+                subscriber_mask,
                 udp_timeout_ns: ns(t.udp_timeout),
                 icmp_timeout_ns: ns(t.icmp_timeout),
                 tcp_est_timeout_ns: ns(t.tcp_est_timeout),
@@ -858,7 +868,7 @@ mod tests {
         let text = EXAMPLE_TOML.replace("# [lw4o6]\n# aftr", "[lw4o6]\naftr").replace("# binding-file", "binding-file");
         let c = SoftwireConfig::parse(&text).unwrap();
         let d = c.dslite.unwrap();
-        assert_eq!(d.aftr.nat.max_ports_per_subscriber, 2048);
+        assert_eq!((d.aftr.nat.max_ports_per_subscriber, d.aftr.nat.subscriber_mask), (2048, 56));
         assert!(d.aftr.endpoint.fragment_df);
         assert_eq!(d.tun.routes.len(), 2);
         assert!(c.lw4o6.is_some());
@@ -873,6 +883,7 @@ mod tests {
             ("[dslite]\naftr-address = \"2001:db8::1\"\nb4-prefixes = [\"2001:db8::/32\"]\npool4 = [\"192.0.2.0/24\"]\nbogus = 1\n", "bogus"),
             ("[dslite]\naftr-address = \"2001:db8::1\"\nb4-prefixes = [\"2001:db8::/32\"]\npool4 = [\"192.0.2.0/24\"]\nudp-timeout = \"30s\"\n", "udp-timeout"),
             ("[dslite]\naftr-address = \"2001:db8::1\"\nb4-prefixes = [\"2001:db8::/32\"]\npool4 = [\"192.0.2.0/24\"]\nmtu-policy = \"x\"\n", "mtu-policy"),
+            ("[dslite]\naftr-address = \"2001:db8::1\"\nb4-prefixes = [\"2001:db8::/32\"]\npool4 = [\"192.0.2.0/24\"]\nsubscriber-mask = 32\n", "[dslite] subscriber-mask: 32"),
             ("[lw4o6]\naftr-address = \"2001:db8::1\"\n", "[lw4o6] binding-file"),
             ("[b4]\nmode = \"lw4o6\"\naddress = \"2001:db8::2\"\naftr = \"2001:db8::1\"\n", "[b4] ipv4-address"),
             ("[lw4o6]\naftr-address = \"2001:db8::1\"\nbinding-file = \"/b\"\n[lw4o6.xdp]\n", "[lw4o6.xdp] interfaces"),

@@ -195,7 +195,8 @@ impl Softwires {
         let (ports, blocks): (Box<dyn Ports>, _) = match &t.xdp {
             Some(x) if x.port_block > 0 => {
                 let q = t.aftr.nat.max_ports_per_subscriber;
-                let (p, b) = BlockPorts::new(t.pool4.clone(), t.max_port_probes, x.port_block, q);
+                let m = t.aftr.nat.subscriber_mask;
+                let (p, b) = BlockPorts::new(t.pool4.clone(), t.max_port_probes, x.port_block, q, m);
                 (Box::new(p), Some(b))
             }
             _ => (Box::new(PoolPorts::new(t.pool4.clone(), t.max_port_probes)), None),
