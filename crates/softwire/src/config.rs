@@ -76,7 +76,11 @@ pool4 = ["203.0.113.0/28"]          # as [nat64] pool4: "PREFIX" or { prefix, po
 # lease-time = "1h"
 # lease-file = "/var/lib/v6gate/dstm-leases"
 # clients = ["2001:db8::/32"]
-# max-requests-per-second = 1000
+# max-requests-per-second = 1000     # from clients holding no lease (renewals never wait on it)
+# client-prefix-length = 64          # a client is its IPv6 prefix of this length (48-128)
+# max-leases-per-client = 4          # leases one client holds at most (NAK 4 beyond)
+# max-requests-per-second-per-client = 10
+# lease-file-interval = "1s"         # the lease file is written at most this often (and at exit)
 #
 # [lw4o6.xdp]: the XDP fast path (docs/softwire.md "XDP fast path"): packets of
 # the bindings and leases above decapsulated / encapsulated in XDP on these
@@ -302,6 +306,27 @@ struct DstmToml {
     clients: Vec<String>,
     #[serde(default = "d_rate")]
     max_requests_per_second: u32,
+    #[serde(default = "d_client_prefix")]
+    client_prefix_length: u8,
+    #[serde(default = "d_leases_per_client")]
+    max_leases_per_client: usize,
+    #[serde(default = "d_client_rate")]
+    max_requests_per_second_per_client: u32,
+    #[serde(default = "d_file_interval", deserialize_with = "confval::duration::deserialize")]
+    lease_file_interval: Duration,
+}
+
+fn d_client_prefix() -> u8 {
+    budget::DEFAULT_V6_PREFIX
+}
+fn d_leases_per_client() -> usize {
+    crate::lease::DEFAULT_MAX_LEASES_PER_CLIENT
+}
+fn d_client_rate() -> u32 {
+    crate::lease::DEFAULT_CLIENT_REQUESTS_PER_SEC
+}
+fn d_file_interval() -> Duration {
+    Duration::from_millis(crate::lease::DEFAULT_FILE_INTERVAL_MS)
 }
 
 fn d_listen() -> SocketAddr {
@@ -712,6 +737,18 @@ fn lw4o6(t: Lw4o6Toml) -> Result<Lw4o6Table, String> {
                 return Err(err("lw4o6.dstm", "lease-time", "at least 10 seconds"));
             }
             routes.extend(pool.iter().map(|p| IpPrefix::V4(*p)));
+            let client_prefix_len = budget::check_prefix_len(d.client_prefix_length)
+                .map_err(|e| err("lw4o6.dstm", "client-prefix-length", e))?;
+            if d.max_leases_per_client == 0 {
+                return Err(err("lw4o6.dstm", "max-leases-per-client", "at least 1"));
+            }
+            if d.lease_file_interval > Duration::from_secs(60) {
+                return Err(err(
+                    "lw4o6.dstm",
+                    "lease-file-interval",
+                    "at most 60 seconds (leases changed since are lost in a crash)",
+                ));
+            }
             Some(DstmTable {
                 lease: LeaseConfig {
                     pool,
@@ -720,6 +757,10 @@ fn lw4o6(t: Lw4o6Toml) -> Result<Lw4o6Table, String> {
                     tep: t.aftr_address,
                     file: d.lease_file,
                     max_requests_per_sec: d.max_requests_per_second,
+                    client_prefix_len,
+                    max_leases_per_client: d.max_leases_per_client,
+                    client_requests_per_sec: d.max_requests_per_second_per_client,
+                    file_interval_ms: d.lease_file_interval.as_millis().min(u128::from(u64::MAX)) as u64,
                 },
                 listen: d.listen,
             })
@@ -896,6 +937,37 @@ mod tests {
         ] {
             let e = SoftwireConfig::parse(text).unwrap_err();
             assert!(e.contains(want), "{text}\n=> {e}");
+        }
+    }
+
+    #[test]
+    fn dstm_budgets_have_defaults_and_are_checked() {
+        let base = "[lw4o6]\naftr-address = \"2001:db8::1\"\n[lw4o6.dstm]\npool = [\"192.0.2.0/29\"]\n";
+        let l = SoftwireConfig::parse(base).unwrap().lw4o6.unwrap().dstm.unwrap().lease;
+        assert_eq!(
+            (l.client_prefix_len, l.max_leases_per_client, l.client_requests_per_sec, l.file_interval_ms),
+            (64, 4, 10, 1000)
+        );
+        let l = SoftwireConfig::parse(&format!(
+            "{base}client-prefix-length = 56\nmax-leases-per-client = 1\nmax-requests-per-second-per-client = 2\nlease-file-interval = \"250ms\"\n"
+        ))
+        .unwrap()
+        .lw4o6
+        .unwrap()
+        .dstm
+        .unwrap()
+        .lease;
+        assert_eq!(
+            (l.client_prefix_len, l.max_leases_per_client, l.client_requests_per_sec, l.file_interval_ms),
+            (56, 1, 2, 250)
+        );
+        for (extra, want) in [
+            ("client-prefix-length = 40\n", "[lw4o6.dstm] client-prefix-length: 40"),
+            ("max-leases-per-client = 0\n", "[lw4o6.dstm] max-leases-per-client"),
+            ("lease-file-interval = \"5m\"\n", "[lw4o6.dstm] lease-file-interval"),
+        ] {
+            let e = SoftwireConfig::parse(&format!("{base}{extra}")).unwrap_err();
+            assert!(e.contains(want), "{extra}: {e}");
         }
     }
 
