@@ -42,7 +42,8 @@ pool4 = ["203.0.113.0/28"]          # as [nat64] pool4: "PREFIX" or { prefix, po
 # mtu = 1500                        # IPv6 path MTU towards the B4s
 # mtu-policy = "fragment"           # RFC 6333 5.3; "icmp": RFC 2473 7.2 (DF set: frag needed)
 # encap-limit = 4                   # RFC 2473 Tunnel Encapsulation Limit option (unset: none)
-# icmp-errors = true                # ICMPv6 1/5 to softwires from unknown prefixes
+# icmp-errors = true                # ICMPv6 1/5 to softwires from unknown prefixes; ICMPv4 3/13
+#                                   # (through the softwire) for flows the quota or a full table refuses
 # icmp-rate = 1000                  # originated ICMP errors per second
 # ipv4-address = "192.0.0.1"        # source of ICMPv4 errors (RFC 6333 5.7)
 # tun = "v6gate-aftr"
