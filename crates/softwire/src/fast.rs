@@ -410,7 +410,13 @@ impl Ports for BlockPorts {
 
     fn maintain(&self) {
         if let Some(mem) = self.shared.mem.get() {
-            self.shared.lock().maintain(mem, &self.pool);
+            let mut book = self.shared.lock();
+            book.maintain(mem, &self.pool);
+            // Subscribers whose addresses hold no block any more are forgotten.
+            self.shared.members().retain(|_, list| {
+                list.retain(|x| !book.blocks_of(mem, x).is_empty());
+                !list.is_empty()
+            });
         }
     }
 }

@@ -738,6 +738,15 @@ fn addresses_of_one_prefix_share_the_quota_and_its_blocks() {
     b.drain(NOW);
     assert_eq!(b.aftr.nat().ports_of(&B4_W), 8, "exactly the quota, for the whole prefix");
     assert_eq!(b.aftr.nat().len(), 8);
+    // Everything expires and the blocks go back (retired, then returned):
+    // the prefix's quota is whole again, for any of its addresses.
+    b.aftr.expire(NOW + 241 * S);
+    b.aftr.expire(NOW + 242 * S);
+    b.fast.sync(&b.aftr);
+    assert!(b.aftr.nat().is_empty());
+    assert_eq!(b.blocks.counts().0, 0, "every block given back");
+    assert_eq!(b.engine_at(&syn(B4_W, 43002), NOW + 243 * S), Action::Emit, "a block for B4_W now");
+    assert_eq!(b.blocks.blocks_of(&B4_W).len(), 1);
 }
 
 fn inside(sub: Ipv6Addr, port: u16) -> Inside {
