@@ -46,6 +46,12 @@ pub struct Counters {
     pub tcp_active: AtomicUsize,
     /// TCP connections reset because `max-connections` were active (or out of descriptors).
     pub tcp_refused: AtomicU64,
+    /// TCP connections reset because their client held `max-connections-per-client`.
+    pub tcp_refused_client: AtomicU64,
+    /// TCP connections reset because their client had `max-connecting-per-client` connects in progress.
+    pub tcp_refused_connecting: AtomicU64,
+    /// Relayed TCP connections reset after `tcp-idle-timeout` without a byte either way.
+    pub tcp_idle_closed: AtomicU64,
     /// TCP connections to an address with no IPv4 server (not in the prefix, forbidden).
     pub tcp_no_server: AtomicU64,
     /// IPv4 connects that failed or timed out (the client was reset).
@@ -85,6 +91,12 @@ pub struct Counters {
     pub udp_flows_expired: AtomicU64,
     /// UDP datagrams dropped because `max-udp-flows` were held.
     pub udp_refused: AtomicU64,
+    /// UDP datagrams dropped because their client held `max-udp-flows-per-client`.
+    pub udp_refused_client: AtomicU64,
+    /// ICMP errors sent for refused UDP datagrams (administratively prohibited).
+    pub udp_icmp_sent: AtomicU64,
+    /// ICMP errors not sent: over the rate limit, or no raw socket (no CAP_NET_RAW).
+    pub udp_icmp_suppressed: AtomicU64,
     /// UDP datagrams with no IPv4 server.
     pub udp_no_server: AtomicU64,
     /// UDP socket errors.
@@ -98,6 +110,9 @@ pub struct Snapshot {
     pub tcp_relayed: u64,
     pub tcp_active: u64,
     pub tcp_refused: u64,
+    pub tcp_refused_client: u64,
+    pub tcp_refused_connecting: u64,
+    pub tcp_idle_closed: u64,
     pub tcp_no_server: u64,
     pub tcp_connect_failed: u64,
     pub tcp_errors: u64,
@@ -116,6 +131,9 @@ pub struct Snapshot {
     pub udp_flows_created: u64,
     pub udp_flows_expired: u64,
     pub udp_refused: u64,
+    pub udp_refused_client: u64,
+    pub udp_icmp_sent: u64,
+    pub udp_icmp_suppressed: u64,
     pub udp_no_server: u64,
     pub udp_errors: u64,
 }
@@ -128,6 +146,9 @@ impl Counters {
             tcp_relayed: g(&self.tcp_relayed),
             tcp_active: self.tcp_active.load(Ordering::Relaxed) as u64,
             tcp_refused: g(&self.tcp_refused),
+            tcp_refused_client: g(&self.tcp_refused_client),
+            tcp_refused_connecting: g(&self.tcp_refused_connecting),
+            tcp_idle_closed: g(&self.tcp_idle_closed),
             tcp_no_server: g(&self.tcp_no_server),
             tcp_connect_failed: g(&self.tcp_connect_failed),
             tcp_errors: g(&self.tcp_errors),
@@ -146,6 +167,9 @@ impl Counters {
             udp_flows_created: g(&self.udp_flows_created),
             udp_flows_expired: g(&self.udp_flows_expired),
             udp_refused: g(&self.udp_refused),
+            udp_refused_client: g(&self.udp_refused_client),
+            udp_icmp_sent: g(&self.udp_icmp_sent),
+            udp_icmp_suppressed: g(&self.udp_icmp_suppressed),
             udp_no_server: g(&self.udp_no_server),
             udp_errors: g(&self.udp_errors),
         }
@@ -262,6 +286,7 @@ impl Relay {
             ack_with_data: cfg.ack_with_data,
             congestion: cfg.congestion_control.clone(),
             close_delay: cfg.close_delay,
+            budgets: cfg.budgets,
         };
         let copy = match opts.copier {
             tcp::Copier::Loop => "splice",
@@ -284,20 +309,21 @@ impl Relay {
                 tracing::error!("TRT TCP listener: {e}");
             }
         })?);
-        let (c, st, t, max, idle) = (counters.clone(), stop.clone(), target, cfg.max_udp_flows, cfg.udp_timeout);
+        let limits = udp::Limits { max_flows: cfg.max_udp_flows, idle: cfg.udp_timeout, budgets: cfg.budgets };
+        let (c, st, t) = (counters.clone(), stop.clone(), target);
         threads.push(std::thread::Builder::new().name("trt-udp".into()).spawn(move || {
-            if let Err(e) = udp::serve(ul, None, t, max, idle, c, st) {
+            if let Err(e) = udp::serve(ul, None, t, limits, c, st) {
                 tracing::error!("TRT UDP relay: {e}");
             }
         })?);
         for (s, tcp_l, udp_s) in statics {
             let fixed: Arc<dyn tcp::Target> = Arc::new(tcp::Fixed(s.to));
             let (c, st) = (counters.clone(), stop.clone());
-            let (max, idle, listen, o) = (cfg.max_connections, cfg.udp_timeout, s.listen, opts.clone());
+            let (listen, o) = (s.listen, opts.clone());
             threads.push(std::thread::Builder::new().name("trt-static".into()).spawn(move || {
                 let r = match (tcp_l, udp_s) {
                     (Some(l), _) => tcp::serve(l, fixed, o, c, st),
-                    (_, Some(u)) => udp::serve(u, Some(listen), fixed, max, idle, c, st),
+                    (_, Some(u)) => udp::serve(u, Some(listen), fixed, limits, c, st),
                     _ => Ok(()),
                 };
                 if let Err(e) = r {

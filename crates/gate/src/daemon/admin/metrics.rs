@@ -415,6 +415,14 @@ fn softwires(v: &mut Vec<Family>, status: &serde_json::Value) {
         "v6gate_softwire_port_block_events",
         "DS-Lite AFTR XDP port blocks and the mappings and FINs XDP made with them, by function and event (granted, returned, created, conflicts, fins, fins-stale).",
     );
+    let mut dstm = Family::counter(
+        "v6gate_softwire_dstm_messages",
+        "DSTM lease server: messages and lease events (received, malformed, granted, renewed, released, expired, file-writes, file-errors), by function and event (docs/softwire.md).",
+    );
+    let mut dstm_refused = Family::counter(
+        "v6gate_softwire_dstm_refusals",
+        "DSTM lease server NAKs by function and reason: exhausted, no-lease, refused (source outside clients), rate-limited, client-rate-limited, share-exceeded (docs/softwire.md).",
+    );
     for (func, st) in status.as_object().into_iter().flatten() {
         let f = || ("function", func.clone());
         for path in ["xdp", "kernel"] {
@@ -450,6 +458,21 @@ fn softwires(v: &mut Vec<Family>, status: &serde_json::Value) {
                 }
             }
         }
+        if let Some(d) = st.get("dstm").and_then(|d| d.as_object()) {
+            const NAKS: [&str; 6] =
+                ["exhausted", "no_lease", "refused", "rate_limited", "client_rate_limited", "share_exceeded"];
+            for (k, n) in d.get("stats").and_then(|s| s.as_object()).into_iter().flatten() {
+                let x = n.as_f64().unwrap_or(0.0);
+                if NAKS.contains(&k.as_str()) {
+                    dstm_refused = dstm_refused.with(vec![f(), ("reason", label(k))], x);
+                } else {
+                    dstm = dstm.with(vec![f(), ("event", label(k))], x);
+                }
+            }
+            if let Some(x) = d.get("free").and_then(|n| n.as_f64()) {
+                tables = tables.with(vec![f(), ("table", "dstm-free".to_string())], x);
+            }
+        }
         up = up.with(vec![f()], 1);
         for (k, n) in st.as_object().into_iter().flatten() {
             match (k.as_str(), n) {
@@ -477,7 +500,7 @@ fn softwires(v: &mut Vec<Family>, status: &serde_json::Value) {
             }
         }
     }
-    v.extend([up, drops, events, tables, io, fast, passes, attached, blocks, block_events]);
+    v.extend([up, drops, events, tables, io, fast, passes, attached, blocks, block_events, dstm, dstm_refused]);
 }
 
 /// `v6gate_trt_*`: the transport relay's counters (`trt::Snapshot`).
@@ -827,6 +850,31 @@ mod tests {
         has("v6gate_softwire_table_entries{function=\"dslite\",table=\"xdp-sessions\"} 4");
         has("v6gate_softwire_events_total{function=\"dslite\",event=\"xdp-map-full\"} 0");
         assert!(!s.contains("function=\"b4\",event=\"granted\""), "no port blocks without them:\n{s}");
+    }
+
+    /// Issue #29 D9: the DSTM lease server's counters were in `/status`
+    /// only.
+    #[test]
+    fn dstm_counters_are_metrics() {
+        let stats = softwire::lease::LeaseStats {
+            granted: 3,
+            share_exceeded: 122,
+            rate_limited: 7,
+            file_writes: 2,
+            ..Default::default()
+        };
+        let status = serde_json::json!({"lw4o6": {"leases": 3, "dstm": {"stats": stats, "free": 5}}});
+        let mut v = Vec::new();
+        softwires(&mut v, &status);
+        let s = encode(v);
+        let has = |line: &str| assert!(s.contains(&format!("{line}\n")), "{line} missing in\n{s}");
+        has("v6gate_softwire_dstm_messages_total{function=\"lw4o6\",event=\"granted\"} 3");
+        has("v6gate_softwire_dstm_messages_total{function=\"lw4o6\",event=\"file-writes\"} 2");
+        has("v6gate_softwire_dstm_refusals_total{function=\"lw4o6\",reason=\"share-exceeded\"} 122");
+        has("v6gate_softwire_dstm_refusals_total{function=\"lw4o6\",reason=\"rate-limited\"} 7");
+        has("v6gate_softwire_dstm_refusals_total{function=\"lw4o6\",reason=\"client-rate-limited\"} 0");
+        has("v6gate_softwire_table_entries{function=\"lw4o6\",table=\"dstm-free\"} 5");
+        has("v6gate_softwire_table_entries{function=\"lw4o6\",table=\"leases\"} 3");
     }
 
     #[test]
