@@ -273,7 +273,7 @@ fn d_client_streams() -> usize {
     DEFAULT_CLIENT_STREAMS
 }
 fn d_client_prefix_v6() -> u8 {
-    dstpolicy::client::DEFAULT_V6_LEN
+    budget::DEFAULT_V6_PREFIX
 }
 fn d_ng() -> Option<SocketAddr> {
     Some(SocketAddr::from(([127, 0, 0, 1], 2223)))
@@ -394,7 +394,7 @@ impl Config {
         if self.client_streams == 0 {
             return Err("[trgw] client-streams: must be at least 1".into());
         }
-        dstpolicy::client::check_v6_len(self.client_prefix_v6).map_err(|e| format!("[trgw] client-prefix-v6: {e}"))?;
+        budget::check_prefix_len(self.client_prefix_v6).map_err(|e| format!("[trgw] client-prefix-v6: {e}"))?;
         if self.workers == Some(0) || self.workers.is_some_and(|w| w > 256) {
             return Err("[trgw] workers: must be 1-256".into());
         }
@@ -475,7 +475,10 @@ mod tests {
         bad("[siit]\n", "no [trgw]");
         let ifc = "[[trgw.interface]]\nname = \"a\"\nipv4 = \"192.0.2.1\"\n";
         bad(&format!("[trgw]\nclient-streams = 0\n{ifc}"), "client-streams");
-        bad(&format!("[trgw]\nclient-prefix-v6 = 32\n{ifc}"), "client-prefix-v6: 32 is not");
+        bad(
+            &format!("[trgw]\nclient-prefix-v6 = 32\n{ifc}"),
+            "client-prefix-v6: 32: a client prefix length from 48 to 128",
+        );
         bad(&format!("[trgw]\nearly-timeout = 0\n{ifc}"), "early-timeout");
     }
 

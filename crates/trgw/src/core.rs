@@ -5,7 +5,7 @@
 //! fuzzed) without sockets.
 //!
 //! Budgets: a client (the offer's `received from` / SIP source, else its
-//! media address; an IPv6 /64 or an IPv4 address, [`dstpolicy::client`];
+//! media address; an IPv6 /64 or an IPv4 address, [`budget::ClientKey`];
 //! an offer with neither, a hold without a source, counts in one shared
 //! unknown client `::`) holds at most `client-streams` streams, the port range bounds them all;
 //! an offer over the client's share is refused ([`CoreError::ClientLimit`])
@@ -22,6 +22,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use budget::ClientKey;
 use socket2::Socket;
 
 use crate::config::{Config, Latching};
@@ -105,7 +106,7 @@ pub enum CoreError {
     /// (`client-streams`).
     ClientLimit {
         /// The client (an IPv6 prefix or an IPv4 address).
-        client: IpAddr,
+        client: ClientKey,
         /// Its share.
         limit: usize,
     },
@@ -216,7 +217,7 @@ pub struct Stream {
     /// Counters.
     pub stats: Arc<StreamStats>,
     /// The client whose share it counts in.
-    client: IpAddr,
+    client: ClientKey,
 }
 
 impl Stream {
@@ -249,8 +250,8 @@ pub struct Call {
     last_signal: Instant,
     /// Streams by media index.
     pub media: Vec<Option<Stream>>,
-    /// The client whose share its streams count in (`::`: unknown).
-    pub client: IpAddr,
+    /// The client whose share its streams count in (`::/len`: unknown).
+    pub client: ClientKey,
 }
 
 impl Call {
@@ -366,7 +367,7 @@ pub struct Core {
     /// Packet counters of the streams already gone.
     retired: PacketTotals,
     /// Streams held per client.
-    clients: HashMap<IpAddr, usize>,
+    clients: HashMap<ClientKey, usize>,
 }
 
 impl std::fmt::Debug for Core {
@@ -407,9 +408,9 @@ impl Core {
         }
     }
 
-    /// Streams held by `client`'s share ([`dstpolicy::client::key`]).
+    /// Streams held by the share of the client `client` belongs to ([`ClientKey::of`]).
     pub fn client_streams(&self, client: IpAddr) -> usize {
-        self.clients.get(&dstpolicy::client::key(client, self.cfg.client_prefix_v6)).copied().unwrap_or(0)
+        self.clients.get(&ClientKey::of(client, self.cfg.client_prefix_v6)).copied().unwrap_or(0)
     }
 
     /// Number of clients holding streams.
@@ -562,7 +563,7 @@ impl Core {
         req: &MediaReq,
         side_a: (IpAddr, IpAddr),
         side_b: (IpAddr, IpAddr),
-        client: IpAddr,
+        client: ClientKey,
     ) -> Result<Stream, CoreError> {
         let limit = self.cfg.client_streams;
         if self.clients.get(&client).copied().unwrap_or(0) >= limit {
@@ -657,9 +658,10 @@ impl Core {
             // The client: who sent the offer, else where its media comes
             // from, else (a hold without a source) the unknown client.
             let first_addr = media.iter().flatten().filter_map(|m| m.addr).find(|a| !a.is_unspecified());
-            let client = place.client.or(first_addr).map_or(IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED), |a| {
-                dstpolicy::client::key(a, self.cfg.client_prefix_v6)
-            });
+            let client = ClientKey::of(
+                place.client.or(first_addr).unwrap_or(IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)),
+                self.cfg.client_prefix_v6,
+            );
             self.calls.insert(
                 call_id.to_string(),
                 Call {
@@ -1084,7 +1086,7 @@ mod tests {
         }
         let e =
             c.signal(true, "flood9", "t", None, &[req("2001:db8:6::10", 9002)], &from("2001:db8:6::99")).unwrap_err();
-        assert_eq!(e, CoreError::ClientLimit { client: "2001:db8:6::".parse().unwrap(), limit: 3 });
+        assert_eq!(e, CoreError::ClientLimit { client: ClientKey::of("2001:db8:6::".parse().unwrap(), 64), limit: 3 });
         assert!(e.to_string().starts_with("Media relay busy"), "{e}");
         assert_eq!(c.totals.client_limited, 1);
         assert!(c.call("flood9").is_none());
@@ -1102,7 +1104,7 @@ mod tests {
             c.signal(true, &format!("hold{i}"), "t", None, &[req("0.0.0.0", 9002)], &place).unwrap();
         }
         let e = c.signal(true, "hold9", "t", None, &[req("::", 9002)], &place).unwrap_err();
-        assert_eq!(e, CoreError::ClientLimit { client: "::".parse().unwrap(), limit: 3 });
+        assert_eq!(e, CoreError::ClientLimit { client: ClientKey::of("::".parse().unwrap(), 64), limit: 3 });
         for i in 0..3 {
             c.delete(&format!("hold{i}"), None).unwrap();
         }
