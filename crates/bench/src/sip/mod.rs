@@ -42,7 +42,7 @@ use serde::Serialize;
 
 use crate::harness::guard::{Proc, RunGuard};
 use crate::harness::latency::{Latency, LatencyHistogram};
-use crate::harness::search::Start;
+use crate::harness::search::{Judged, Start};
 use crate::harness::{cpu, peers};
 use crate::report::Outputs;
 
@@ -470,7 +470,7 @@ fn rate_search(ctx: &Ctx, path: PathKind) -> Result<RateSearch> {
         if !t.passed {
             cool_down(ctx, path, COOL_MIN);
         }
-        Ok((t.passed, t))
+        Ok((Judged::of(t.passed), t))
     })?;
     Ok(RateSearch {
         max_cps: found.best as u32,

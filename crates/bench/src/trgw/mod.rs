@@ -30,7 +30,7 @@ use serde::Serialize;
 use crate::harness::fastpath::{ctl_xdp, FastPath};
 use crate::harness::guard::{Proc, RunGuard};
 use crate::harness::latency::us;
-use crate::harness::search::Start;
+use crate::harness::search::{Judged, Start};
 use crate::harness::{cpu, peers};
 use crate::ng;
 use crate::report::Outputs;
@@ -535,7 +535,7 @@ fn search(
         if !t.passed && confirm > 0 {
             eprintln!("  {} calls failed (a failure stands when every one of {} runs fails)", t.calls, confirm + 1);
         }
-        Ok((t.passed, t))
+        Ok((Judged::of(t.passed), t))
     })?;
     Ok(Search {
         max_zero_loss: found.best as u32,

@@ -40,7 +40,7 @@ use crate::harness::clock::{now_ns, Pacer};
 use crate::harness::guard::{Proc, RunGuard};
 use crate::harness::latency::{us, Latency, LatencyHistogram};
 use crate::harness::peers;
-use crate::harness::search::Search;
+use crate::harness::search::{Judged, Search};
 use crate::report::{markdown_table, Align, LinePlot, Outputs, Series};
 
 /// Arguments of `v6gate bench tunnel`.
@@ -624,7 +624,7 @@ fn throughput(bed: &Bed, dut: Dut, secs: f64, search: Search) -> Result<(Option<
             Ok(rx.join().unwrap_or(0))
         })?;
         trials.push((rate, received >= total, received, total));
-        Ok((received >= total, ()))
+        Ok((Judged::of(received >= total), ()))
     })?;
     Ok(((found.best > 0.0).then_some(found.best), trials))
 }

@@ -17,7 +17,7 @@ use crate::harness::cpu;
 use crate::harness::fastpath::FastPath;
 use crate::harness::guard::Proc;
 use crate::harness::latency::us;
-use crate::harness::search::{Found, Search};
+use crate::harness::search::{Found, Judged, Search};
 use crate::tester::frame::{self, Header, Template, Tunnel6};
 use crate::tester::{Port, TrialResult, TrialSpec};
 
@@ -243,7 +243,7 @@ fn tester_bound_note(dir: Dir, size: usize, short: usize, failed: usize) -> Opti
 
 /// The search trials as the report lists them: (rate, passed).
 fn tried<T>(f: &Found<T>) -> Vec<(f64, bool)> {
-    f.trials.iter().map(|t| (t.load, t.passed)).collect()
+    f.trials.iter().map(|t| (t.load, t.passed())).collect()
 }
 
 /// One point; `notes` gets [`tester_bound_note`]'s.
@@ -266,7 +266,7 @@ fn measure_point(
         let ok = passed(&r, rate);
         failed += usize::from(!ok);
         short += usize::from(!ok && tester_short(&r, rate));
-        Ok((ok, ()))
+        Ok((Judged::of(ok), ()))
     })?;
     alive(proc_)?;
     notes.extend(tester_bound_note(dir, size, short, failed));
@@ -392,7 +392,7 @@ fn measure_setup(ctx: &Ctx, dut: Dut) -> Result<Setup> {
             let n = ((rate * a.trial_ms as f64 / 1000.0) as usize).clamp(1, 1 << 17);
             let s = new_flow_streams(ctx, &topo, tag, n)?;
             let r = once_each(ctx, &s, rate)?;
-            Ok((passed(&r, rate), ()))
+            Ok((Judged::of(passed(&r, rate)), ()))
         })?;
         setup = Some((found.best, tried(&found)));
     }
