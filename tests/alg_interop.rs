@@ -103,10 +103,8 @@ struct Net {
 }
 
 impl Net {
+    /// The test calling it has checked for root, kamailio and sipp.
     fn start() -> Net {
-        for b in ["kamailio", "sipp", "ss"] {
-            need(b);
-        }
         let lab = Lab::start(&config());
         lab.h4.sysctl("net.ipv6.conf.all.disable_ipv6", "1").unwrap();
         let dir = TestDir::new("v6gate-alg-interop");
@@ -255,6 +253,7 @@ fn caller(net: &Net, v6: bool, port: u16, ruri: &str, via: &str) -> std::process
 
 #[test]
 fn v6_caller_through_kamailio_to_v4() {
+    lab::need_root_and_programs!("kamailio", "sipp");
     let mut net = Net::start();
     let uas = callee(&net, false, 5070);
     let uac = caller(&net, true, 5060, "sip:ua4@ipv4.test", &format!("[{GW6}]:5060"));
@@ -294,6 +293,7 @@ fn v6_caller_through_kamailio_to_v4() {
 
 #[test]
 fn v4_caller_to_v6() {
+    lab::need_root_and_programs!("kamailio", "sipp");
     let net = Net::start();
     let uas = callee(&net, true, 5060);
     let uac = caller(&net, false, 5080, &format!("sip:ua6@[{H6}]:5060"), &format!("{GW4}:5060"));
@@ -312,6 +312,7 @@ fn v4_caller_to_v6() {
 
 #[test]
 fn cancel_while_ringing() {
+    lab::need_root_and_programs!("kamailio", "sipp");
     let net = Net::start();
     let mut uas = net.sipp(false, "uas_cancel.xml", 5070, "uas", &[]);
     uas.args(["-mi", H4]);
@@ -339,6 +340,7 @@ fn cancel_while_ringing() {
 
 #[test]
 fn busy_callee() {
+    lab::need_root_and_programs!("kamailio", "sipp");
     let net = Net::start();
     let mut uas = net.sipp(false, "uas_busy.xml", 5070, "uas", &[]);
     uas.args(["-mi", H4]);
@@ -358,6 +360,7 @@ fn busy_callee() {
 
 #[test]
 fn register_then_call_from_v4() {
+    lab::need_root_and_programs!("kamailio", "sipp");
     let net = Net::start();
     // The UE registers ue6@ipv4.test with the IPv4 registrar through the ALG.
     let mut reg =
@@ -427,6 +430,7 @@ fn talk(from: &UdpSocket, to: SocketAddr, n: u16, tag: u8, other: &UdpSocket) ->
 
 #[test]
 fn handover_by_reinvite() {
+    lab::need_root_and_programs!("kamailio", "sipp");
     use wire::*;
     let net = Net::start();
     net.lab.h6.ip(&["addr", "add", &format!("{H6_MOVED}/64"), "dev", "a6", "nodad"]).unwrap();
@@ -508,6 +512,7 @@ fn handover_by_reinvite() {
 
 #[test]
 fn reload_applies_routes_and_refuses_listener_changes() {
+    lab::need_root!();
     let lab = Lab::start(&config());
     assert_eq!(lab.status()["alg"]["routes"], 1);
     // A second domain route: applied to the running ALG.
@@ -543,7 +548,7 @@ fn reload_applies_routes_and_refuses_listener_changes() {
 #[test]
 fn bench_sip_quick_smoke() {
     use clap::Parser as _;
-    need("sipp");
+    lab::need_root_and_programs!("sipp");
     let out = TestDir::new("v6gate-bench-sip");
     // A search bounded at 300 calls/s: the direct call (SIPp's ceiling)
     // and the gateway up to it, on fresh ports per trial.

@@ -9,7 +9,7 @@
 //! namespaces left alone.
 
 use clap::Parser;
-use lab::netns::{self, am_root};
+use lab::netns;
 
 #[derive(Parser)]
 struct W {
@@ -24,7 +24,7 @@ fn signed_us(ns: i64) -> String {
 
 #[test]
 fn quick_run_pairs_every_row_with_its_own_native_baseline() {
-    assert!(am_root(), "network-namespace tests need root (CI runs as root)");
+    lab::need_root!();
     let prefix = bench::transition::run_prefix(std::process::id());
     let out = std::env::temp_dir().join(format!("{prefix}out"));
     let out_s = out.to_string_lossy().into_owned();

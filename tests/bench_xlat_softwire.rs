@@ -13,7 +13,7 @@
 //! the rate, as a loaded machine can stall the DUT for a while).
 
 use clap::Parser;
-use lab::netns::{self, am_root, unique_name, PrefixGuard};
+use lab::netns::{self, unique_name, PrefixGuard};
 
 #[derive(Parser)]
 struct W {
@@ -23,11 +23,13 @@ struct W {
 
 #[test]
 fn softwire_duts_forward_4in6_both_ways() {
+    lab::need_root!();
     softwire_run("af-packet", &["v6gate-lw4o6", "v6gate-dslite"]);
 }
 
 #[test]
 fn softwire_duts_forward_4in6_both_ways_xdp_tester() {
+    lab::need_root!();
     let r = softwire_run("xdp", &["v6gate-lw4o6", "v6gate-xdp-lw4o6", "v6gate-dslite"]);
     // The fast path carried the XDP lwAFTR's frames (its counters, one
     // note per direction, beside any TESTER-BOUND note).
@@ -38,7 +40,6 @@ fn softwire_duts_forward_4in6_both_ways_xdp_tester() {
 }
 
 fn softwire_run(tester: &str, duts: &[&str]) -> bench::xlat::Report {
-    assert!(am_root(), "network-namespace tests need root (CI runs as root)");
     let prefix = unique_name("v6sw");
     let _guard = PrefixGuard(prefix.clone());
     let out = std::env::temp_dir().join(format!("{prefix}-out"));

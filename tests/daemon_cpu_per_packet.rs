@@ -114,6 +114,7 @@ fn tayga() {
 #[test]
 #[ignore]
 fn cpu_per_packet_tayga_uring_poll() {
+    lab::need_root_and_programs!("tayga");
     for _ in 0..2 {
         tayga();
         v6gate("uring");

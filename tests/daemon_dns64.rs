@@ -61,6 +61,7 @@ fn aaaa_query(name: &str) -> Vec<u8> {
 
 #[test]
 fn dns64_answers_through_the_daemon_and_the_answer_is_reachable() {
+    lab::need_root!();
     let lab = Lab::start(CONFIG);
     assert_eq!(lab.status()["functions"], serde_json::json!(["siit", "dns64"]));
     let answer = std::thread::scope(|s| {
@@ -105,6 +106,7 @@ fn dns64_answers_through_the_daemon_and_the_answer_is_reachable() {
 /// old prefix, then under the new one.
 #[test]
 fn dns64_keeps_answering_while_a_reload_changes_the_prefix() {
+    lab::need_root!();
     let lab = Lab::start(CONFIG);
     let stop = std::sync::atomic::AtomicBool::new(false);
     let seen = std::thread::scope(|s| {

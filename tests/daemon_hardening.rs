@@ -24,6 +24,7 @@ use trgw::bencode::Value;
 /// again once the attack stops.
 #[test]
 fn admin_api_limits_hold_and_the_daemon_keeps_serving() {
+    lab::need_root!();
     let (mut lab, _sock) = start(
         "max-connections = 8\nrequest-timeout = 2\nidle-timeout = 2\nmax-header-bytes = 16384\nmax-body-bytes = 4096",
         "",
@@ -121,6 +122,7 @@ fn admin_api_limits_hold_and_the_daemon_keeps_serving() {
 /// descriptors are free.
 #[test]
 fn descriptor_exhaustion_is_survived_and_named() {
+    lab::need_root!();
     let (lab, _sock) = start("", "", "");
     let base = Baseline::new(&lab);
     let (conns, (soft, hard)) = exhaust_descriptors(&lab);
@@ -145,6 +147,7 @@ fn descriptor_exhaustion_is_survived_and_named() {
 /// static BIB entries added with `ctl` survive a reload.
 #[test]
 fn state_changing_endpoints_need_the_token_and_own_host_and_origin() {
+    lab::need_root!();
     let (lab, _sock) = start(&format!("token = \"{TOKEN}\""), "", "");
     let base = Baseline::new(&lab);
     let req = |extra: &str| {
@@ -207,6 +210,7 @@ fn state_changing_endpoints_need_the_token_and_own_host_and_origin() {
 /// connections beyond control-connections are closed at once.
 #[test]
 fn rtpproxy_unix_socket_is_concurrent_bounded_and_timed() {
+    lab::need_root!();
     let (lab, sock) = start("", "control-connections = 4\ncontrol-timeout = \"3s\"", "");
     let base = Baseline::new(&lab);
     let path = sock.path().join("rtpp.sock");
@@ -255,6 +259,7 @@ fn rtpproxy_unix_socket_is_concurrent_bounded_and_timed() {
 /// latching.
 #[test]
 fn media_address_policy_refuses_internal_destinations() {
+    lab::need_root!();
     let (lab, _sock) = start("", "", "");
     let base = Baseline::new(&lab);
     // A local service on the gateway the attacker wants to reach.
@@ -315,6 +320,7 @@ fn media_address_policy_refuses_internal_destinations() {
 /// for a datagram is answered with an error, counted.
 #[test]
 fn ng_reply_cache_is_bounded_and_oversized_replies_are_answered() {
+    lab::need_root!();
     let (lab, _sock) = start("", "ng-cache-bytes = 4194304", "");
     let base = Baseline::new(&lab);
     let mut ng = Ng::new(&lab);
@@ -359,6 +365,7 @@ fn ng_reply_cache_is_bounded_and_oversized_replies_are_answered() {
 /// the port range; refused offers are not counted as created calls.
 #[test]
 fn relay_errors_are_named_and_refused_offers_not_counted() {
+    lab::need_root!();
     let sock = tempfile::tempdir().unwrap();
     let text = config(sock.path(), "", "").replace("port-max = 30099", "port-max = 30007");
     let lab = Lab::start(&format!("{text}[[trgw.interface]]\nname = \"ghost\"\nipv4 = \"192.0.2.99\"\n"));
@@ -402,6 +409,7 @@ fn relay_errors_are_named_and_refused_offers_not_counted() {
 /// SIGHUP; every reload path records `reloads.last_error`.
 #[test]
 fn trgw_only_daemon_serves_admin_and_every_reload_path_records_errors() {
+    lab::need_root!();
     let trgw =
         "[admin]\nlisten = \"127.0.0.1:9164\"\n[daemon]\nlog-level = \"info\"\n[trgw]\nng = \"127.0.0.1:2299\"\n\
                 [[trgw.interface]]\nname = \"v4\"\nipv4 = \"198.51.100.1\"\n";

@@ -42,6 +42,7 @@ fn sa(s: &str) -> SocketAddr {
 
 #[test]
 fn nat64_tcp_udp_icmp_both_ways_beside_siit() {
+    lab::need_root!();
     let lab = Lab::start(&config(""));
     let st = lab.status();
     assert_eq!(st["functions"], serde_json::json!(["siit", "nat64"]));
@@ -105,6 +106,7 @@ fn nat64_tcp_udp_icmp_both_ways_beside_siit() {
 
 #[test]
 fn nat64_pool_exhaustion_refuses_new_flows_and_keeps_old_ones() {
+    lab::need_root!();
     let lab = Lab::start(&config("").replace(
         r#"pool4 = ["203.0.113.1/32"]"#,
         r#"pool4 = ["203.0.113.1/32", { prefix = "203.0.113.2/32", ports = "2000-2001", protocols = ["udp"] }]"#,
@@ -128,6 +130,7 @@ fn nat64_pool_exhaustion_refuses_new_flows_and_keeps_old_ones() {
 
 #[test]
 fn nat64_session_table_limit() {
+    lab::need_root!();
     let lab = Lab::start(&config("max-sessions = 2"));
     let _srv = EchoServers::udp(&lab.h4, "0.0.0.0", &[6001, 6002, 6003]);
     let a = udp_client(&lab.h6, true);
@@ -142,6 +145,7 @@ fn nat64_session_table_limit() {
 
 #[test]
 fn nat64_timeouts_with_short_timers() {
+    lab::need_root!();
     let lab = Lab::start(&config("udp-timeout = 1\nicmp-timeout = 1\ntcp-incoming-syn-timeout = 1"));
     let _srv = EchoServers::udp(&lab.h4, "0.0.0.0", &[6010]);
     let a = udp_client(&lab.h6, true);
@@ -172,6 +176,7 @@ fn nat64_timeouts_with_short_timers() {
 
 #[test]
 fn nat64_reload_keeps_sessions_and_applies_new_limits() {
+    lab::need_root!();
     let lab = Lab::start(&config(""));
     let _srv = EchoServers::udp(&lab.h4, "0.0.0.0", &[6020, 6021]);
     let a = udp_client(&lab.h6, true);
@@ -195,6 +200,7 @@ fn nat64_reload_keeps_sessions_and_applies_new_limits() {
 
 #[test]
 fn natpt_pool_mode_keeps_ports() {
+    lab::need_root!();
     let lab = Lab::start(&format!(
         "{SIIT}\n[nat64]\nmode = \"natpt\"\npool6 = \"64:ff9b:2::/96\"\npool4 = [\"203.0.113.8/31\"]\n[tun]\nqueues = 1\n"
     ));
@@ -215,6 +221,7 @@ fn natpt_pool_mode_keeps_ports() {
 
 #[test]
 fn nat64_bib_limit() {
+    lab::need_root!();
     // The static TCP entry of the file takes one of the two BIB slots.
     let lab = Lab::start(&config("max-bib = 2"));
     let _srv = EchoServers::udp(&lab.h4, "0.0.0.0", &[6040]);
@@ -232,6 +239,7 @@ fn nat64_bib_limit() {
 /// removed.
 #[test]
 fn nat64_bib_entries_added_with_ctl_survive_reload_and_restart() {
+    lab::need_root!();
     let mut lab = Lab::start(&config(""));
     let file = lab.dir.path().join("nat64-bib.toml");
     let with_file = config(&format!("bib-file = \"{}\"", file.display()));

@@ -25,6 +25,7 @@ fn sa(s: &str) -> SocketAddr {
 
 #[test]
 fn siit_ping_udp_tcp_both_ways_icmp_errors_and_metrics() {
+    lab::need_root!();
     let mut lab = Lab::start(CONFIG);
     // Routes the daemon put into the gateway: pool6 and the EAMT IPv4 prefix.
     let routes = lab.status()["routes"].clone();
@@ -113,6 +114,7 @@ fn siit_ping_udp_tcp_both_ways_icmp_errors_and_metrics() {
 
 #[test]
 fn reload_bad_config_keeps_the_old_one_and_a_good_one_changes_behaviour() {
+    lab::need_root!();
     let lab = Lab::start(CONFIG);
     assert!(ping(&lab.h4, "192.0.2.2", &[]).0);
 
@@ -147,6 +149,7 @@ fn reload_bad_config_keeps_the_old_one_and_a_good_one_changes_behaviour() {
 
 #[test]
 fn malformed_packet_storm_is_counted_and_the_daemon_stays_up() {
+    lab::need_root!();
     let lab = Lab::start(CONFIG);
     const N: usize = 500;
     // IPv6 packets carrying 3 bytes of "TCP": truncated.
@@ -175,6 +178,7 @@ fn malformed_packet_storm_is_counted_and_the_daemon_stays_up() {
 
 #[test]
 fn originated_icmp_errors_are_rate_limited_and_counted() {
+    lab::need_root!();
     let lab = Lab::start(
         &format!("{CONFIG}\n[daemon]\nicmp-error-rate = 1\nicmp-error-burst = 1\n").replace("queues = 2", "queues = 1"),
     );
@@ -190,6 +194,7 @@ fn originated_icmp_errors_are_rate_limited_and_counted() {
 
 #[test]
 fn run_refuses_a_bad_config_and_a_taken_device() {
+    lab::need_root!();
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("bad.toml");
     std::fs::write(&p, "[siit]\npool6 = \"2001:db8::1/32\"\n").unwrap();
@@ -209,6 +214,7 @@ fn run_refuses_a_bad_config_and_a_taken_device() {
 
 #[test]
 fn siit_with_poll_io_mode() {
+    lab::need_root!();
     let lab = Lab::start(&CONFIG.replace("queues = 2", "queues = 2\nio = \"poll\""));
     assert!(ping(&lab.h6, H4_AS_V6, &[]).0);
     assert!(ping(&lab.h4, "192.0.2.2", &[]).0);
@@ -219,6 +225,7 @@ fn siit_with_poll_io_mode() {
 
 #[test]
 fn uring_io_mode_is_used() {
+    lab::need_root!();
     let lab = Lab::start(&CONFIG.replace("queues = 2", "queues = 2\nio = \"uring\""));
     assert!(ping(&lab.h6, H4_AS_V6, &[]).0);
     assert!(!lab.log().contains("io_uring unavailable"), "{}", lab.log());
@@ -226,6 +233,7 @@ fn uring_io_mode_is_used() {
 
 #[test]
 fn fragments_and_jumbo_packets_both_ways() {
+    lab::need_root!();
     // Fragments: 3000-byte UDP datagrams cross the 1500-byte links as
     // fragments, which the translator translates one by one (RFC 7915
     // §4.1/§5.1); fragmented ICMP cannot be (its checksum covers a pseudo
@@ -265,6 +273,7 @@ mtu = 9000
 
 #[test]
 fn reload_failing_half_way_is_rolled_back() {
+    lab::need_root!();
     let lab = Lab::start(CONFIG);
     // A new route and address (applied first) and a DNS64 server that
     // cannot bind (its address is not local): the reload fails at the last
@@ -304,6 +313,7 @@ fn reload_failing_half_way_is_rolled_back() {
 /// configuration keeps working.
 #[test]
 fn trgw_runs_inside_the_daemon() {
+    lab::need_root!();
     let trgw = "\n[trgw]\nng = \"127.0.0.1:2299\"\nrtpproxy-udp = \"127.0.0.1:0\"\n\
                 [[trgw.interface]]\nname = \"pub\"\nipv4 = \"127.0.0.1\"\nipv6 = \"::1\"\n";
     let lab = Lab::start(&format!("{CONFIG}{trgw}"));

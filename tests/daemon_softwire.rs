@@ -64,6 +64,7 @@ fn reload_counted(lab: &Lab, key: &str) -> serde_json::Value {
 
 #[test]
 fn dslite_aftr_and_trt_run_in_the_daemon() {
+    lab::need_root!();
     let lab = Lab::start(CONFIG);
     // The B4's softwire address lives on its own device; the AFTR reaches
     // it via h6, which forwards what the B4 writes into its device.

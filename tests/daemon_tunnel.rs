@@ -38,6 +38,7 @@ fn raw41(lab: &Lab) -> Socket {
 
 #[test]
 fn sixtofour_relay_under_the_daemon_reports_through_metrics_status_and_reload() {
+    lab::need_root!();
     let mut lab = Lab::start(CFG);
     let st = lab.status();
     assert!(st["functions"].as_array().unwrap().iter().any(|f| f == "sixtofour"), "{st}");

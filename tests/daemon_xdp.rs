@@ -181,6 +181,7 @@ const FAST_46: &str = "v6gate_xdp_fast_path_packets_total{function=\"siit\",dire
 
 #[test]
 fn siit_fast_path_counts_and_matches_the_core_reload_and_stop_detach() {
+    lab::need_root!();
     let mut lab = Lab::start(&config("\"g6\", \"g4\"", "generic"));
     let x: serde_json::Value = serde_json::from_str(&lab.ctl(&["xdp"]).unwrap()).unwrap();
     let names: Vec<&str> = x["interfaces"].as_array().unwrap().iter().map(|i| i["name"].as_str().unwrap()).collect();
@@ -259,6 +260,7 @@ fn siit_fast_path_counts_and_matches_the_core_reload_and_stop_detach() {
 
 #[test]
 fn xdp_mode_off_runs_the_slow_path_only() {
+    lab::need_root!();
     let lab = Lab::start(&config("\"g6\"", "off"));
     let x: serde_json::Value = serde_json::from_str(&lab.ctl(&["xdp"]).unwrap()).unwrap();
     assert_eq!((x["mode"].as_str(), x["loaded"].as_bool()), (Some("off"), Some(false)), "{x}");
@@ -297,6 +299,7 @@ fn udp_sessions(lab: &Lab) -> Vec<serde_json::Value> {
 /// expire (its last use is read back); idle, it expires and leaves the map.
 #[test]
 fn nat64_established_sessions_on_the_fast_path() {
+    lab::need_root!();
     let lab = Lab::start(NAT64_CONFIG);
     for (host, dst) in [(&lab.h6, "2001:db8:1::1"), (&lab.h4, "198.51.100.1")] {
         let (ok, out) = ping(host, dst, &[]);
@@ -384,6 +387,7 @@ fn xdp_counter(lab: &Lab, label: &str) -> u64 {
 /// first (which makes the translator grant the host a port block).
 #[test]
 fn nat64_sessions_on_the_fast_path_from_their_first_packet() {
+    lab::need_root!();
     for mode in ["nat64", "natpt"] {
         let conf = NAT64_CONFIG.replace("udp-timeout = 3", &format!("udp-timeout = 3\nmode = \"{mode}\""));
         let lab = Lab::start(&conf);
@@ -474,6 +478,7 @@ const RELAYED_RTP: &str = "v6gate_trgw_relayed_packets_total{kind=\"rtp\"}";
 /// the fast path's counts are merged into the relay's own counters.
 #[test]
 fn trgw_media_on_the_fast_path_with_merged_counters() {
+    lab::need_root!();
     use hardening_util::{recv_from, Baseline};
     let (lab, _dir) = hardening_util::start("", "", "[xdp]\ninterfaces = [\"g6\", \"g4\"]\nmode = \"generic\"\n");
     for (host, dst) in [(&lab.h6, "2001:db8:1::1"), (&lab.h4, "198.51.100.1")] {
@@ -570,6 +575,7 @@ fn deliver_6to4(lab: &Lab, port: u16, msg: &[u8]) -> Option<Vec<u8>> {
 /// is followed. `mirror-routes = false` mirrors nothing.
 #[test]
 fn routes_and_neighbours_mirrored_and_followed() {
+    lab::need_root!();
     let lab = Lab::start(&config("\"g6\", \"g4\"", "generic"));
     // No IPv6 on the IPv4 link: the IPv4 host's MAC then reaches the
     // mirror only through its IPv4 neighbour entry (not a link-local one).

@@ -34,7 +34,7 @@ impl Drop for Down {
 
 #[test]
 fn lab_run_dns64_nat64_siit_and_down_after_a_crash() {
-    assert!(nix_root(), "network-namespace tests need root (CI runs as root)");
+    lab::need_root!();
     let prefix = format!("v6ld-{}", std::process::id());
     let _down = Down(prefix.clone());
     let p = prefix.as_str();
@@ -69,10 +69,6 @@ fn lab_run_dns64_nat64_siit_and_down_after_a_crash() {
         assert!(!std::path::Path::new(&format!("/run/netns/{p}-{n}")).exists(), "{n} left behind");
     }
     assert_eq!(v6gate(&["lab", "status", "--prefix", p]).status.code(), Some(3), "status: no lab");
-}
-
-fn nix_root() -> bool {
-    Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false)
 }
 
 fn kill9(pid: i32) -> i32 {

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use lab::netns::{am_root, Netns};
+use lab::netns::Netns;
 
 const BIN: &str = env!("CARGO_BIN_EXE_v6gate");
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -161,7 +161,7 @@ fn journal_fields(mut r: &[u8]) -> Vec<(String, Vec<u8>)> {
 
 #[test]
 fn package_installs_and_its_unit_runs_the_daemon() {
-    assert!(am_root(), "the package test needs root (CI runs as root)");
+    lab::need_root!();
     let tmp = tempfile::tempdir().unwrap();
     let deb = build_package(&tmp.path().join("out"));
 

@@ -114,6 +114,7 @@ fn drain(s: &mut TcpStream) {
 #[test]
 #[ignore = "soak test: run with `make soak` (SOAK_SECONDS, default 600)"]
 fn soak_hostile_traffic_on_every_listener() {
+    lab::need_root!();
     let secs: u64 = std::env::var("SOAK_SECONDS").ok().and_then(|v| v.parse().ok()).unwrap_or(600);
     // The TUN attacker opens a new NAT64 UDP flow every few milliseconds:
     // a 30 s UDP timeout lets the session table reach its steady state

@@ -70,6 +70,7 @@ routes = ["198.51.100.0/24"]
 
 #[test]
 fn dslite_b4_and_aftr_ping_udp_tcp() {
+    lab::need_root!();
     let bed = bed();
     let aftr = Proc::start(&bed.aftr, bed.dir.path(), "aftr", &format!("{DSLITE_AFTR}max-ports-per-subscriber = 64\n"));
     let b4 = Proc::start(&bed.b4, bed.dir.path(), "b4", DSLITE_B4);
@@ -104,6 +105,7 @@ fn dslite_b4_and_aftr_ping_udp_tcp() {
 
 #[test]
 fn lw4o6_lwb4_and_lwaftr_ping_udp_tcp_and_reload() {
+    lab::need_root!();
     let bed = bed();
     let map = softwire::portset::PsidMap::new(6, 6).unwrap();
     let bindings = bed.dir.path().join("bindings");
@@ -178,6 +180,7 @@ fn xdp_count(s: &serde_json::Value, c: &str) -> u64 {
 
 #[test]
 fn lw4o6_and_dstm_over_the_xdp_fast_path() {
+    lab::need_root!();
     let bed = bed();
     xdp_testbed(&bed);
     let bindings = bed.dir.path().join("bindings");
@@ -269,6 +272,7 @@ fn log_unmaps(log: &str, proto: &str) -> usize {
 
 #[test]
 fn dslite_aftr_over_the_xdp_fast_path() {
+    lab::need_root!();
     let bed = bed();
     xdp_testbed(&bed);
     let aftr = Proc::start(
@@ -353,6 +357,7 @@ fn dslite_aftr_over_the_xdp_fast_path() {
 
 #[test]
 fn dstm_lease_then_traffic_and_the_lease_survives_a_restart() {
+    lab::need_root!();
     let bed = bed();
     let leases = bed.dir.path().join("leases");
     let cfg = format!(
@@ -442,6 +447,7 @@ fn lease_call(bed: &Bed, src: &str, m: softwire::lease::Msg, xid: u32) -> Option
 
 #[test]
 fn dstm_pool_exhausted_then_an_unrenewed_lease_expires_and_its_address_is_reused() {
+    lab::need_root!();
     use softwire::lease::{nak, Msg};
     let bed = bed();
     bed.b4.ip(&["addr", "add", "2001:db8:ff::3/64", "dev", "w6", "nodad"]).unwrap();
@@ -519,6 +525,7 @@ fn no_fragments(b4: &serde_json::Value, aftr: &serde_json::Value, table: &str) {
 /// kernel path carrying what it can and the engine the rest.
 #[test]
 fn dslite_b4_and_dstm_host_over_the_b4_kernel_path() {
+    lab::need_root!();
     let bed = bed();
     let leases = bed.dir.path().join("leases");
     let aftr = Proc::start(
@@ -601,6 +608,7 @@ clients = ["2001:db8:1::/48"]
 /// the NAPT at the same time through the engine, into the NAPT's ports.
 #[test]
 fn lw4o6_host_integrated_lwb4_over_the_b4_kernel_path() {
+    lab::need_root!();
     let bed = bed();
     let lan = Netns::unique("sw-lan").unwrap();
     veth(&lan, "l0", &bed.b4, "b0").unwrap();

@@ -118,7 +118,6 @@ fn start_relay(relay: Relay, gw: &Netns, dir: &TestDir) -> Proc {
             spawn("v6gate trgw", c, &log)
         }
         Relay::Rtpengine => {
-            need("rtpengine");
             let mut c = gw.command("rtpengine");
             c.args(bench::trgw::rtpengine_args(NG, GW4, GW6, (30000, 30999), None, 6));
             spawn("rtpengine", c, &log)
@@ -144,11 +143,9 @@ fn diagnostics(dir: &TestDir) -> String {
     dir.tails(&["kamailio.log", "relay.log", "uac-errors.log", "uas-errors.log", "uac.log", "uas.log"])
 }
 
+/// The test calling it has checked for root, kamailio, sipp (and
+/// rtpengine for [`Relay::Rtpengine`]).
 fn call_through(relay: Relay) {
-    assert!(nix::unistd::geteuid().is_root(), "network-namespace tests need root (CI runs as root)");
-    for b in ["kamailio", "sipp", "ss"] {
-        need(b);
-    }
     let dir = TestDir::new("v6gate-kamailio");
     let ua6 = Netns::unique("v6k-ua6").unwrap();
     let gw = Netns::unique("v6k-gw").unwrap();
@@ -349,12 +346,14 @@ fn call_through(relay: Relay) {
 /// test itself (Kamailio config, SIPp scenarios, checks) is right.
 #[test]
 fn kamailio_call_v6_to_v4_through_rtpengine() {
+    lab::need_root_and_programs!("kamailio", "sipp", "rtpengine");
     call_through(Relay::Rtpengine);
 }
 
 /// The product: Kamailio's rtpengine module drives `v6gate trgw`.
 #[test]
 fn kamailio_call_v6_to_v4_through_v6gate() {
+    lab::need_root_and_programs!("kamailio", "sipp");
     call_through(Relay::V6gate);
 }
 
@@ -362,5 +361,6 @@ fn kamailio_call_v6_to_v4_through_v6gate() {
 /// to internal IPv4) drives `v6gate trgw`.
 #[test]
 fn kamailio_rtpproxy_module_call_v6_to_v4_through_v6gate() {
+    lab::need_root_and_programs!("kamailio", "sipp");
     call_through(Relay::V6gateRtpproxy);
 }

@@ -138,6 +138,7 @@ fn packets(c: &mut ng::Client, id: &str) -> i64 {
 
 #[test]
 fn shared_sockets_hold_more_calls_than_the_descriptor_limit_allows_per_port() {
+    lab::need_root!();
     let ns = namespace();
     let dir = TestDir::new("trgw-shared");
 
@@ -216,6 +217,7 @@ fn metric(text: &str, series: &str) -> u64 {
 
 #[test]
 fn the_daemon_runs_shared_sockets_and_counts_them() {
+    lab::need_root!();
     let ns = namespace();
     let dir = TestDir::new("trgw-shared-run");
     let cfg = dir.join("v6gate.toml");

@@ -51,6 +51,7 @@ fn http_server(ns: &Netns, port: u16, body: Vec<u8>) -> std::thread::JoinHandle<
 
 #[test]
 fn trt_http_download_udp_static_mapping_and_limits() {
+    lab::need_root_and_programs!("nft", "curl");
     let mut b = bed("udp-timeout = \"2s\"\nmax-connections = 4\n[[trt.static]]\nlisten = \"198.51.100.254:8081\"\nto = \"[2001:db8:1::2]:9000\"\n");
     // HTTP download of 8 MB with curl from the IPv6-only client.
     let body: Vec<u8> = (0..8_000_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
@@ -172,6 +173,7 @@ fn trt_http_download_udp_static_mapping_and_limits() {
 
 #[test]
 fn trt_carries_a_sip_call_signalling_flow() {
+    lab::need_root_and_programs!("nft", "sipp");
     let b = bed("");
     // SIPp UAS on the IPv4-only server, UAC on the IPv6-only client.
     let uas_log = b.dir.path().join("uas.log");
@@ -346,36 +348,43 @@ fn tcp_semantics_with(copy: &str, preconnect: usize, extra: &str) {
 
 #[test]
 fn trt_sockmap_keeps_half_close_resets_and_early_bytes() {
+    lab::need_root_and_programs!("nft");
     tcp_semantics("sockmap", 0);
 }
 
 #[test]
 fn trt_splice_keeps_half_close_resets_and_early_bytes() {
+    lab::need_root_and_programs!("nft");
     tcp_semantics("splice", 0);
 }
 
 #[test]
 fn trt_splice_threads_keeps_half_close_resets_and_early_bytes() {
+    lab::need_root_and_programs!("nft");
     tcp_semantics("splice-threads", 0);
 }
 
 #[test]
 fn trt_preconnect_keeps_half_close_resets_and_early_bytes() {
+    lab::need_root_and_programs!("nft");
     tcp_semantics("splice", 8);
 }
 
 #[test]
 fn trt_sockmap_preconnect_keeps_half_close_resets_and_early_bytes() {
+    lab::need_root_and_programs!("nft");
     tcp_semantics("sockmap", 8);
 }
 
 #[test]
 fn trt_splice_with_its_own_congestion_control_keeps_half_close_resets_and_early_bytes() {
+    lab::need_root_and_programs!("nft");
     tcp_semantics_with("splice", 0, "congestion-control = \"reno\"\n");
 }
 
 #[test]
 fn trt_refuses_to_start_with_a_congestion_control_the_kernel_lacks() {
+    lab::need_root_and_programs!("nft");
     let mut b = spawn_bed("congestion-control = \"no-such-cc\"\n");
     let c = b.relay.as_mut().unwrap();
     let t0 = Instant::now();
@@ -403,6 +412,7 @@ fn cpu_latency_limit() -> Duration {
 
 #[test]
 fn trt_holds_its_cpu_latency_request_while_it_runs() {
+    lab::need_root_and_programs!("nft");
     let before = cpu_latency_limit();
     let mut b = bed("cpu-latency = \"4us\"\n");
     let us4 = Duration::from_micros(4);
@@ -419,6 +429,7 @@ fn trt_holds_its_cpu_latency_request_while_it_runs() {
 /// connected to: the client is reset and the refusal counted by reason.
 #[test]
 fn trt_refuses_the_gateways_own_addresses_and_link_local_targets() {
+    lab::need_root_and_programs!("nft");
     let b = bed("");
     // A service on the relay host itself, which a client must not reach
     // through the relay prefix.

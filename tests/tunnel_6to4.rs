@@ -68,6 +68,7 @@ fn both_ways(w: &World, x: &str, xa: &str, y: &str, ya: &str, port: u16) {
 
 #[test]
 fn sixtofour_sites_reach_each_other_and_native_ipv6_through_the_relay() {
+    lab::need_root!();
     let mut w = testbed("192.0.2.1", "198.51.100.2", "203.0.113.1");
     let site = |addr: &str, me: &str| {
         format!("[sixtofour]\nmode = \"router\"\naddress = \"{addr}\"\nrelay = \"203.0.113.1\"\naddresses = [\"{me}/128\"]\nroutes = [\"::/0\"]\n")
@@ -102,6 +103,7 @@ fn sixtofour_sites_reach_each_other_and_native_ipv6_through_the_relay() {
 
 #[test]
 fn sixrd_ces_reach_each_other_and_native_ipv6_through_the_br() {
+    lab::need_root!();
     // 6rd prefix 3fff::/32 (RFC 9637 documentation space), IPv4MaskLen 0:
     // every CE gets a /64, 3fff:0:V4ADDR::/64.
     let mut w = testbed("192.0.2.1", "198.51.100.2", "203.0.113.1");

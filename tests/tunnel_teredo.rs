@@ -110,6 +110,7 @@ fn native_both_ways(w: &World, c: &str, ca: &str) {
 
 #[test]
 fn miredo_client_through_v6gate_server_and_relay_behind_each_nat() {
+    lab::need_root_and_programs!("miredo", "nft");
     for kind in [NatKind::FullCone, NatKind::Restricted, NatKind::PortRestricted] {
         let mut w = testbed(kind, None);
         v6gate_server_and_relay(&mut w);
@@ -125,6 +126,7 @@ fn miredo_client_through_v6gate_server_and_relay_behind_each_nat() {
 
 #[test]
 fn v6gate_client_qualifies_against_miredo_server() {
+    lab::need_root_and_programs!("miredo-server", "nft");
     let mut w = testbed(NatKind::PortRestricted, None);
     w.miredo_server("s", "mserver", "ServerBindAddress 192.0.2.10\nServerBindAddress2 192.0.2.11\n");
     w.v6gate("s", "relay", "[teredo.relay]\nbind = \"192.0.2.20:3544\"\naddress = \"2001:db8:1::1\"\n");
@@ -139,6 +141,7 @@ fn v6gate_client_qualifies_against_miredo_server() {
 
 #[test]
 fn miredo_and_v6gate_clients_behind_different_nats_reach_each_other() {
+    lab::need_root_and_programs!("miredo", "nft");
     let mut w = testbed(NatKind::PortRestricted, Some(NatKind::Restricted));
     v6gate_server_and_relay(&mut w);
     let a = miredo_client(&mut w, "ca", "miredo");
@@ -160,6 +163,7 @@ fn miredo_and_v6gate_clients_behind_different_nats_reach_each_other() {
 /// cannot be reached from behind a symmetric NAT.
 #[test]
 fn symmetric_nat_what_v6gate_does_that_miredo_cannot() {
+    lab::need_root_and_programs!("miredo", "nft");
     let mut w = testbed(NatKind::Symmetric, Some(NatKind::Restricted));
     v6gate_server_and_relay(&mut w);
     let a = v6gate_client(&mut w, "ca", "client", "192.168.1");
@@ -198,6 +202,7 @@ fn symmetric_nat_what_v6gate_does_that_miredo_cannot() {
 /// there), while ICMPv6 (the pings) stays on the slow path.
 #[test]
 fn miredo_client_reaches_native_ipv6_through_the_xdp_relay() {
+    lab::need_root_and_programs!("miredo", "nft");
     let mut w = testbed(NatKind::PortRestricted, None);
     // veth: an interface XDP redirects into needs NAPI at its peer (GRO
     // on); senders from local sockets hand over checksums not yet computed

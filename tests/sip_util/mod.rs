@@ -1,5 +1,5 @@
-//! Shared by the SIP interop tests (`trgw_kamailio`, `alg_interop`): the
-//! programs they need, a test directory removed afterwards, RTP sniffers
+//! Shared by the SIP interop tests (`trgw_kamailio`, `alg_interop`): a
+//! test directory removed afterwards, RTP sniffers
 //! in a namespace, waiting for a UDP listener, and reading SIPp's message
 //! log. Child processes are `bench::harness::guard::Proc` (killed on drop).
 #![allow(dead_code)]
@@ -15,12 +15,6 @@ use lab::netns::{in_netns, Netns};
 
 /// Where Debian installs Kamailio's modules.
 pub const KAMAILIO_MODULES: &str = "/usr/lib/x86_64-linux-gnu/kamailio/modules/";
-
-/// Fails the test when `bin` is not on PATH (scripts/deps.sh installs it).
-pub fn need(bin: &str) {
-    let ok = Command::new("sh").arg("-c").arg(format!("command -v {bin}")).output().map(|o| o.status.success());
-    assert!(ok.unwrap_or(false), "{bin} is not installed (scripts/deps.sh installs it)");
-}
 
 /// A test's directory for configurations and logs, removed however the
 /// test ends (set V6GATE_KEEP_TEST_LOGS to keep it; failure messages

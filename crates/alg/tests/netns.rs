@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use alg::msg::{Message, Name};
-use lab::netns::{am_root, veth, Netns};
+use lab::netns::{veth, Netns};
 
 #[path = "common/wire.rs"]
 mod wire;
@@ -17,7 +17,7 @@ use wire::*;
 
 #[test]
 fn an_ipv6_only_ua_calls_an_ipv4_only_ua_through_the_gateway() {
-    assert!(am_root(), "network-namespace tests need root (CI runs as root)");
+    lab::need_root!();
     let gw = Netns::unique("alg-gw").unwrap();
     let n6 = Netns::unique("alg-ua6").unwrap();
     let n4 = Netns::unique("alg-ua4").unwrap();

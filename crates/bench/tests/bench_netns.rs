@@ -6,10 +6,11 @@
 //! Each test uses its own namespace prefix and removes its namespaces,
 //! also when it fails (`PrefixGuard`).
 
-use lab::netns::{self, am_root, unique_name, PrefixGuard};
+use lab::netns::{self, unique_name, PrefixGuard};
 
 #[test]
 fn bench_smoke_against_kernel_forwarding() {
+    lab::need_root!();
     xlat_smoke("af-packet");
 }
 
@@ -17,12 +18,12 @@ fn bench_smoke_against_kernel_forwarding() {
 /// DUT's ports prepared (GRO/NAPI), the ceiling row first.
 #[test]
 fn bench_smoke_xdp_tester_against_kernel_forwarding() {
+    lab::need_root!();
     xlat_smoke("xdp");
 }
 
 fn xlat_smoke(tester: &str) {
     use clap::Parser;
-    assert!(am_root(), "network-namespace tests need root (CI runs as root)");
     #[derive(Parser)]
     struct W {
         #[command(flatten)]
@@ -101,7 +102,6 @@ fn trgw_run(calls: &str, extra: &[&str]) -> (bench::trgw::Report, std::path::Pat
 /// [`trgw_run`], with the zero-loss search when `search`.
 fn trgw_run_searching(calls: &str, extra: &[&str], search: bool) -> (bench::trgw::Report, std::path::PathBuf) {
     use clap::Parser;
-    assert!(am_root(), "network-namespace tests need root (CI runs as root)");
     let out = std::env::temp_dir().join(unique_name("v6gate-bt-test-out"));
     let out_s = out.to_string_lossy().into_owned();
     let mut args = vec![
@@ -152,6 +152,7 @@ fn trgw_clean(r: &bench::trgw::Report, out: &std::path::Path) {
 
 #[test]
 fn trgw_smoke_against_kernel_forwarding() {
+    lab::need_root!();
     let (r, out) = trgw_run("5", &["--directions", "v6v4,both"]);
     let c = r.ceiling.as_ref().expect("the tester ceiling ran");
     assert_eq!(c.directions.len(), 2);
@@ -177,6 +178,7 @@ fn trgw_smoke_against_kernel_forwarding() {
 /// per stream; `both` (two generators at once) is a clean error row.
 #[test]
 fn trgw_smoke_xdp_tester_against_kernel_forwarding() {
+    lab::need_root!();
     let (r, out) = trgw_run("7", &["--tester", "xdp", "--directions", "v6v4,both,v4v6"]);
     assert_eq!(r.tester, bench::trgw::TesterKind::Xdp);
     let c = r.ceiling.as_ref().expect("the tester ceiling ran");

@@ -12,6 +12,7 @@ use lab::netns::{veth, Netns};
 
 #[test]
 fn ipv6_only_client_in_another_namespace() {
+    lab::need_root!();
     let gw = Netns::unique("d64g").unwrap();
     let cl = Netns::unique("d64c").unwrap();
     veth(&gw, "d64gw", &cl, "d64cl").unwrap();

@@ -193,7 +193,7 @@ pub fn run(a: &LabArgs) -> Result<ExitCode> {
 }
 
 fn need_root() -> Result<()> {
-    if !nix::unistd::geteuid().is_root() {
+    if !crate::testenv::is_root() {
         bail!("the lab creates network namespaces: run as root");
     }
     Ok(())

@@ -11,6 +11,9 @@
 //! - [`cli`]: `v6gate lab up|down|run|status|serve|client`.
 //! - [`services`]: the lab's demo services (authoritative DNS, HTTP, UDP
 //!   echo) and the matching clients.
+//! - [`testenv`]: what a test may do here (root, peers, the test tier of
+//!   `make check` / `make test`) and the one `SKIPPED` line of a test that
+//!   does not run its body.
 //!
 //! The benchmarks and their testers live in the `bench` crate, which
 //! builds on these testbeds (never the other way round).
@@ -24,4 +27,5 @@ pub mod cli;
 pub mod gateconf;
 pub mod netns;
 pub mod services;
+pub mod testenv;
 pub mod topo;

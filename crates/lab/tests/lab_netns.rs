@@ -6,10 +6,9 @@
 //! removes its namespaces, also when it fails (`PrefixGuard`).
 
 use std::net::{SocketAddr, TcpListener, UdpSocket};
-use std::process::Command;
 use std::time::Duration;
 
-use lab::netns::{self, am_root, unique_name, Netns, PrefixGuard};
+use lab::netns::{self, unique_name, Netns, PrefixGuard};
 use lab::topo::{lab_addr, Lab};
 
 fn wait_until(mut f: impl FnMut() -> bool) -> bool {
@@ -24,7 +23,7 @@ fn wait_until(mut f: impl FnMut() -> bool) -> bool {
 
 #[test]
 fn lab_up_is_idempotent_and_down_removes_everything_even_after_a_crash() {
-    assert!(am_root(), "network-namespace tests need root (CI runs as root)");
+    lab::need_root!();
     let prefix = unique_name("v6lt");
     let _guard = PrefixGuard(prefix.clone());
     let lab = Lab::new(&prefix);
@@ -66,17 +65,9 @@ fn lab_up_is_idempotent_and_down_removes_everything_even_after_a_crash() {
     assert!(lab.down().is_empty());
 }
 
-fn have(cmd: &str) -> bool {
-    Command::new("sh").args(["-c", &format!("command -v {cmd}")]).output().is_ok_and(|o| o.status.success())
-}
-
 #[test]
 fn lab_with_tayga_carries_tcp_udp_and_ping_both_ways() {
-    assert!(am_root(), "network-namespace tests need root (CI runs as root)");
-    if !have("tayga") {
-        eprintln!("tayga not installed (scripts/deps.sh installs it): skipping");
-        return;
-    }
+    lab::need_root_and_programs!("tayga");
     let prefix = unique_name("v6lg");
     let _guard = PrefixGuard(prefix.clone());
     let lab = Lab::new(&prefix);

@@ -63,19 +63,14 @@ mod tests {
 
     #[test]
     fn a_held_request_bounds_the_machines_limit_until_dropped() {
+        lab::need_root!();
         let before = match current() {
             Ok(d) => d,
             // No PM QoS device here (a container without it): nothing
             // to test against.
-            Err(e) => return eprintln!("skipped: {DEVICE}: {e}"),
+            Err(e) => lab::skip_test!("{DEVICE}: {e}"),
         };
-        let held = match CpuLatency::hold(Duration::from_micros(3)) {
-            Ok(h) => h,
-            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
-                return eprintln!("skipped: {DEVICE} needs root: {e}");
-            }
-            Err(e) => panic!("{DEVICE}: {e}"),
-        };
+        let held = CpuLatency::hold(Duration::from_micros(3)).unwrap_or_else(|e| panic!("{DEVICE}: {e}"));
         assert_eq!(held.limit(), Duration::from_micros(3));
         assert!(current().unwrap() <= Duration::from_micros(3), "{:?}", current());
         drop(held);

@@ -23,7 +23,7 @@
 mod xdp_support;
 
 use core::net::{Ipv4Addr, Ipv6Addr};
-use lab::netns::{am_root, Netns};
+use lab::netns::Netns;
 use proptest::prelude::*;
 use proptest::test_runner::{Config as PtConfig, TestRunner};
 use softwire::b4::{B4Config, HostPorts, Napt, B4};
@@ -90,7 +90,6 @@ impl Bed {
     }
 
     fn with(encap_limit: Option<u8>, mss_clamp: bool, napt: Option<Napt>) -> Bed {
-        assert!(am_root(), "the B4 kernel path tests need root (BPF_PROG_TEST_RUN, namespaces); CI runs as root");
         let ns = Netns::unique("v6b4k").expect("namespace");
         let cmds: &[&[&str]] = &[
             &["link", "set", "lo", "up"],
@@ -241,6 +240,7 @@ fn mss_at(p: &[u8], at: usize) -> u16 {
 
 #[test]
 fn named_cases() {
+    lab::need_root!();
     let mut bed = Bed::new(None);
     let b = &bed;
     let out = V4::new(17, HOST, SERVER);
@@ -337,6 +337,7 @@ fn named_cases() {
 
 #[test]
 fn encapsulation_limit_option_as_the_engine_writes_it() {
+    lab::need_root!();
     let b = Bed::new(Some(4));
     let got = b.encap_ok("with the limit option", &V4::new(17, HOST, SERVER).udp(1, 2, b"x"));
     assert_eq!(got[6], 60, "Destination Options first");
@@ -355,6 +356,7 @@ fn encapsulation_limit_option_as_the_engine_writes_it() {
 /// untouched and counts them.
 #[test]
 fn mss_clamping_as_the_engine_does() {
+    lab::need_root!();
     let b = Bed::new(None);
     let out = V4::new(6, HOST, SERVER);
     let back = V4::new(6, SERVER, HOST);
@@ -421,6 +423,7 @@ fn mss_clamping_as_the_engine_does() {
 /// option bytes, MSS values around the clamp, data offsets, mutations.
 #[test]
 fn generated_syns_never_differ() {
+    lab::need_root!();
     let b = Bed::new(None);
     let seg = (
         any::<bool>(),
@@ -474,6 +477,7 @@ fn generated_syns_never_differ() {
 /// never sends anything the engine would not send byte for byte.
 #[test]
 fn generated_packets_never_differ() {
+    lab::need_root!();
     let b = Bed::new(None);
     let pkt = (
         any::<bool>(),
@@ -527,6 +531,7 @@ fn generated_packets_never_differ() {
 /// passed and counted.
 #[test]
 fn lwb4_host_ports() {
+    lab::need_root!();
     let b = Bed::lw();
     let out = V4::new(17, PUB, SERVER);
     let back = V4::new(17, SERVER, PUB);
@@ -598,6 +603,7 @@ fn lwb4_host_ports() {
 /// takes the host's own.
 #[test]
 fn lwb4_generated_packets_never_differ() {
+    lab::need_root!();
     let b = Bed::lw();
     let port = prop_oneof![
         prop_oneof![

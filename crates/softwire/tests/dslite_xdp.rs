@@ -132,6 +132,7 @@ fn be16(b: &[u8]) -> u16 {
 
 #[test]
 fn named_cases_and_mirroring() {
+    lab::need_root!();
     let mut b = DsBed::new(8, 64);
 
     // UDP: mirrored when the mapping is created, both directions fast.
@@ -271,6 +272,7 @@ fn state(aftr: &Aftr, sub: Ipv6Addr, port: u16) -> Option<TcpState> {
 /// timer) and moves its state machine exactly as that SYN+ACK would have.
 #[test]
 fn the_engine_learns_the_syn_ack_the_fast_path_carried() {
+    lab::need_root!();
     let mut b = DsBed::new(64, 64);
     let t = V4::new(6, IN1, HOST);
     let open = |b: &mut DsBed, port: u16| {
@@ -321,6 +323,7 @@ fn the_engine_learns_the_syn_ack_the_fast_path_carried() {
 /// second FIN whatever the fast path forwarded since.
 #[test]
 fn the_close_stays_carried() {
+    lab::need_root!();
     let mut b = DsBed::new(64, 64);
     let t = V4::new(6, IN1, HOST);
     let open = |b: &mut DsBed, port: u16| {
@@ -380,6 +383,7 @@ fn the_close_stays_carried() {
 
 #[test]
 fn expiry_follows_the_fast_path_and_removes_sessions() {
+    lab::need_root!();
     let mut b = DsBed::new(64, 64);
     let up = V4::new(17, IN1, HOST);
     let used = sw(B4_1, &up.udp(5000, 53, b"a"));
@@ -404,6 +408,7 @@ fn expiry_follows_the_fast_path_and_removes_sessions() {
 
 #[test]
 fn full_maps_leave_flows_on_the_slow_path() {
+    lab::need_root!();
     let mut b = DsBed::new(64, 2);
     let up = V4::new(17, IN1, HOST);
     for p in 0..3 {
@@ -420,6 +425,7 @@ fn full_maps_leave_flows_on_the_slow_path() {
 /// path never sends anything the slow path would not send byte for byte.
 #[test]
 fn generated_packets_never_differ() {
+    lab::need_root!();
     let mut b = DsBed::new(64, 64);
     let t = V4::new(6, IN1, HOST);
     for l3 in [
@@ -585,6 +591,7 @@ impl Differential for BlockBed {
 /// would have made (V6 INIT, the transitory lifetime, the quota count).
 #[test]
 fn a_syn_creates_its_mapping_in_xdp() {
+    lab::need_root!();
     let mut b = BlockBed::new(4, 8, 1 << 20);
     let t = V4::new(6, IN1, HOST);
     let syn = |p: u16| sw(B4_1, &t.tcp(p, 80, 0x02, b""));
@@ -680,6 +687,7 @@ fn a_syn_creates_its_mapping_in_xdp() {
 /// B4 never holds more than its quota.
 #[test]
 fn block_ports_count_against_the_quota() {
+    lab::need_root!();
     let mut b = BlockBed::new(4, 8, 1 << 20);
     let t = V4::new(6, IN1, HOST);
     let syn = |p: u16| sw(B4_1, &t.tcp(p, 80, 0x02, b""));
@@ -759,6 +767,7 @@ fn inside(sub: Ipv6Addr, port: u16) -> Inside {
 /// back. And the table limit: XDP stops creating at max-mappings.
 #[test]
 fn races_and_the_table_limit() {
+    lab::need_root!();
     let mut b = BlockBed::new(8, 64, 4);
     let t = V4::new(6, IN1, HOST);
     let syn = |p: u16| sw(B4_2, &t.tcp(p, 80, 0x02, b""));
@@ -788,6 +797,7 @@ fn races_and_the_table_limit() {
 /// program creates and forwards is what the engine sends with that port.
 #[test]
 fn generated_syns_never_differ() {
+    lab::need_root!();
     let mut b = BlockBed::new(16, 64, 1 << 20);
     let t = V4::new(6, IN1, HOST);
     for sub in [B4_1, B4_2] {
@@ -842,6 +852,7 @@ fn ds_session(sub: Ipv6Addr, port: u16, o: Outside) -> xdp::dslite::Nat44Session
 /// left, and the mapping (its block port) goes 240 s after the second FIN.
 #[test]
 fn fins_are_carried_and_the_engine_learns_them() {
+    lab::need_root!();
     let mut b = BlockBed::new(16, 64, 1 << 20);
     let twin = Aftr::new(aftr_config(64, 1 << 20), Box::new(PoolPorts::new(pool4(), 1024)));
     let t = V4::new(6, IN1, HOST);
@@ -916,6 +927,7 @@ fn fins_are_carried_and_the_engine_learns_them() {
 /// ring passes the FIN (counted) and the engine, draining, catches up.
 #[test]
 fn fins_byte_identical_and_what_passes() {
+    lab::need_root!();
     let mut b = BlockBed::new(16, 64, 1 << 20);
     let t = V4::new(6, IN1, HOST);
     let up = |p: u16, f: u8| sw(B4_1, &t.tcp(p, 80, f, b""));
@@ -961,6 +973,7 @@ fn fins_byte_identical_and_what_passes() {
 /// difference from the engine's output.
 #[test]
 fn generated_fins_never_differ() {
+    lab::need_root!();
     let mut b = BlockBed::new(16, 64, 1 << 20);
     let t = V4::new(6, IN1, HOST);
     assert_eq!(b.engine(&sw(B4_1, &t.tcp(54000, 80, 0x02, b""))), Action::Emit);

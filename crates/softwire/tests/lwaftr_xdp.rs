@@ -25,6 +25,7 @@ use xdp_support::*;
 
 #[test]
 fn named_cases_and_mirroring() {
+    lab::need_root!();
     let mut bed = Bed::new(None);
     let b = &bed;
     let up = V4::new(17, SHARED, HOST);
@@ -104,6 +105,7 @@ fn named_cases_and_mirroring() {
 
 #[test]
 fn encapsulation_limit_option_as_the_engine_writes_it() {
+    lab::need_root!();
     let b = Bed::new(Some(4));
     let got = b.fast_ok("with the limit option", &V4::new(17, HOST, SHARED).udp(53, port(1, 3), b"x"));
     assert_eq!(got[6], 60, "Destination Options first");
@@ -114,6 +116,7 @@ fn encapsulation_limit_option_as_the_engine_writes_it() {
 /// anything the slow path would not send byte for byte.
 #[test]
 fn generated_packets_never_differ() {
+    lab::need_root!();
     let b = Bed::new(None);
     let b4s = [B4_1, B4_2, B4_W, B4_L, B4_X];
     let v4s = [SHARED, WHOLE, LEASED, UNBOUND, HOST];
@@ -157,6 +160,7 @@ fn generated_packets_never_differ() {
 /// written as deletions only.
 #[test]
 fn a_million_bindings_are_mirrored() {
+    lab::need_root!();
     const N: u32 = 1_000_000;
     let mut bed = Bed::with(None, 1 << 20);
     let m = map6();

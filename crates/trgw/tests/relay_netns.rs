@@ -164,11 +164,13 @@ fn setup_call(ng: &mut Ng, call: &str, ua4_port: u16) -> (SocketAddr, SocketAddr
 
 #[test]
 fn relays_6_to_4_and_back_with_rtcp_stats_and_delete() {
+    lab::need_root!();
     relay_both_ways(IoMode::Uring, SocketMode::PerPort);
 }
 
 #[test]
 fn relays_with_the_epoll_engine_too() {
+    lab::need_root!();
     relay_both_ways(IoMode::Poll, SocketMode::PerPort);
 }
 
@@ -176,6 +178,7 @@ fn relays_with_the_epoll_engine_too() {
 /// behaviour; it runs the epoll engine whatever `io` says.
 #[test]
 fn relays_with_shared_sockets_too() {
+    lab::need_root!();
     relay_both_ways(IoMode::Uring, SocketMode::Shared);
 }
 
@@ -253,11 +256,13 @@ fn relay_both_ways(io: IoMode, sockets: SocketMode) {
 
 #[test]
 fn symmetric_latching_follows_nat_and_strict_drops() {
+    lab::need_root!();
     latching(SocketMode::PerPort);
 }
 
 #[test]
 fn latching_with_shared_sockets_too() {
+    lab::need_root!();
     latching(SocketMode::Shared);
 }
 
@@ -306,6 +311,7 @@ fn latching(sockets: SocketMode) {
 
 #[test]
 fn idle_calls_time_out() {
+    lab::need_root!();
     in_ns(|| {
         let relay = Relay::start(config(Latching::Symmetric, 1)).unwrap();
         let mut ng = Ng::new(&relay);
@@ -334,6 +340,7 @@ fn idle_calls_time_out() {
 
 #[test]
 fn every_control_command_over_sockets() {
+    lab::need_root!();
     in_ns(|| {
         let dir = std::env::temp_dir().join(format!("trgw-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -431,6 +438,7 @@ fn every_control_command_over_sockets() {
 
 #[test]
 fn allow_list_drops_other_clients() {
+    lab::need_root!();
     in_ns(|| {
         let mut cfg = config(Latching::Symmetric, 60);
         cfg.allow = vec!["10.0.0.0/8".parse().unwrap()];
@@ -447,11 +455,13 @@ fn allow_list_drops_other_clients() {
 
 #[test]
 fn port_exhaustion_over_ng_is_an_error_reply() {
+    lab::need_root!();
     port_exhaustion(SocketMode::PerPort);
 }
 
 #[test]
 fn port_exhaustion_with_shared_sockets_too() {
+    lab::need_root!();
     port_exhaustion(SocketMode::Shared);
 }
 
@@ -478,6 +488,7 @@ fn port_exhaustion(sockets: SocketMode) {
 /// fails) and shared (the pair is probed before it is handed out).
 #[test]
 fn ports_held_by_others_are_skipped_in_both_modes() {
+    lab::need_root!();
     for sockets in [SocketMode::PerPort, SocketMode::Shared] {
         in_ns(move || {
             // Someone holds 31001, the RTCP port of the first pair.
@@ -509,6 +520,7 @@ fn ports_held_by_others_are_skipped_in_both_modes() {
 
 #[test]
 fn start_fails_cleanly_when_a_listener_port_is_taken() {
+    lab::need_root!();
     in_ns(|| {
         let taken = udp("127.0.0.1:0");
         let mut cfg = config(Latching::Symmetric, 60);
@@ -523,6 +535,7 @@ fn start_fails_cleanly_when_a_listener_port_is_taken() {
 
 #[test]
 fn rtcp_mux_rides_the_rtp_port_and_does_not_count_as_rtp_loss() {
+    lab::need_root!();
     in_ns(|| {
         let relay = Relay::start(config(Latching::Symmetric, 60)).unwrap();
         let mut ng = Ng::new(&relay);

@@ -522,13 +522,10 @@ mod tests {
     fn the_filter_passes_only_syns_to_the_prefix() {
         // SYN, SYN-ACK, ACK and a SYN to another address, on loopback:
         // only the connect to the prefix's listener is seen, as a SYN.
+        lab::need_root!(); // CAP_NET_RAW
         let l = TcpListener::bind("[::1]:0").unwrap();
         let port = l.local_addr().unwrap().port();
-        let s = match syn_socket(Ipv6Addr::LOCALHOST, 128) {
-            Ok(s) => s,
-            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => return eprintln!("skipped: needs CAP_NET_RAW"),
-            Err(e) => panic!("{e}"),
-        };
+        let s = syn_socket(Ipv6Addr::LOCALHOST, 128).unwrap_or_else(|e| panic!("a raw socket as root: {e}"));
         let c = TcpStream::connect(("::1", port)).unwrap();
         let (_a, _) = l.accept().unwrap();
         std::io::Write::write_all(&mut &c, b"data").unwrap();

@@ -1986,10 +1986,11 @@ mod tests {
         }
     }
 
-    /// A raw IPv6 TCP socket that can send a lone SYN, or `None` without
-    /// CAP_NET_RAW.
-    fn syn_sender() -> Option<Socket> {
-        Socket::new(socket2::Domain::IPV6, socket2::Type::RAW, Some(socket2::Protocol::TCP)).ok()
+    /// A raw IPv6 TCP socket that can send a lone SYN (the tests that call
+    /// it start with `lab::need_root!()`: CAP_NET_RAW).
+    fn syn_sender() -> Socket {
+        Socket::new(socket2::Domain::IPV6, socket2::Type::RAW, Some(socket2::Protocol::TCP))
+            .unwrap_or_else(|e| panic!("a raw socket as root: {e}"))
     }
 
     /// A SYN's TCP header from [::1]:`sport` to [::1]:`dport`, checksummed.
@@ -2015,12 +2016,10 @@ mod tests {
 
     #[test]
     fn preconnects_are_claimed_by_their_accepts() {
+        lab::need_root!(); // CAP_NET_RAW: the relay's SYN socket
         let srv = server(echo);
         for (copier, bp) in copiers() {
             let r = Setup { listen: "[::1]:0", preconnect: 8, ..Setup::new(copier.clone(), bp) }.start(srv);
-            if syn_sender().is_none() {
-                return eprintln!("skipped: needs CAP_NET_RAW");
-            }
             for i in 0..20u32 {
                 let data = pattern(i, 1 + i as usize * 5000);
                 assert!(exchange(r.addr, &data) == data, "{copier:?}: connection {i}");
@@ -2035,10 +2034,8 @@ mod tests {
 
     #[test]
     fn a_failed_preconnect_resets_the_client() {
+        lab::need_root!(); // CAP_NET_RAW: the relay's SYN socket
         let closed = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-        if syn_sender().is_none() {
-            return eprintln!("skipped: needs CAP_NET_RAW");
-        }
         let r = Setup { listen: "[::1]:0", preconnect: 8, ..Setup::new(Copier::Loop, Duration::ZERO) }.start(closed);
         let mut c = TcpStream::connect(r.addr).unwrap();
         c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
@@ -2051,14 +2048,15 @@ mod tests {
 
     #[test]
     fn an_unclaimed_preconnect_expires_and_the_bound_refuses() {
-        // The server counts the connections it sees and how they end.
+        lab::need_root!(); // CAP_NET_RAW: the lone SYNs
+                           // The server counts the connections it sees and how they end.
         let (tx, rx) = std::sync::mpsc::channel();
         let srv = server(move |mut c| {
             c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
             let mut b = [0u8; 1];
             let _ = tx.send(c.read(&mut b).map_err(|e| e.kind()));
         });
-        let Some(tx_syn) = syn_sender() else { return eprintln!("skipped: needs CAP_NET_RAW") };
+        let tx_syn = syn_sender();
         let r = Setup { listen: "[::1]:0", preconnect: 2, ..Setup::new(Copier::Loop, Duration::ZERO) }.start(srv);
         // Three lone SYNs (no handshake follows: the kernel's SYN-ACK
         // finds no socket at the source port and is answered with a reset).

@@ -18,7 +18,7 @@
 use core::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
 
 use etherparse::{IpNumber, Ipv4Header, PacketBuilder, UdpHeader};
-use lab::netns::{am_root, Netns};
+use lab::netns::Netns;
 use proptest::prelude::*;
 use tunnel::teredo::fast::Mirror;
 use tunnel::teredo::relay::{Relay, RelayConfig};
@@ -57,7 +57,6 @@ struct Bed {
 
 impl Bed {
     fn new() -> Bed {
-        assert!(am_root(), "the XDP tests need root (BPF_PROG_TEST_RUN, network namespaces); CI runs as root");
         let ns = Netns::unique("v6tx").expect("namespace");
         let cmds: &[&[&str]] = &[
             &["link", "set", "lo", "up"],
@@ -238,6 +237,7 @@ fn v6_raw(src: Ipv6Addr, dst: Ipv6Addr, nh: u8, hop: u8, payload: &[u8]) -> Vec<
 
 #[test]
 fn rfc4380_5_4_trusted_peer_takes_the_fast_path_byte_for_byte() {
+    lab::need_root!();
     let mut bed = Bed::new();
     // Untrusted: both directions pass (and the slow path starts the trust procedure).
     let p = v6_udp(HOST, client(), 64, &[7; 100]);
@@ -272,6 +272,7 @@ fn rfc4380_5_4_trusted_peer_takes_the_fast_path_byte_for_byte() {
 
 #[test]
 fn everything_unusual_passes_to_the_slow_path_counted_by_reason() {
+    lab::need_root!();
     use TeredoCounter as C;
     let mut bed = Bed::new();
     bed.trust();
@@ -354,6 +355,7 @@ fn everything_unusual_passes_to_the_slow_path_counted_by_reason() {
 
 #[test]
 fn rfc4380_5_4_trust_lapses_unless_the_fast_path_saw_the_peer() {
+    lab::need_root!();
     let mut bed = Bed::new();
     bed.trust();
     let up = v6_udp(client(), HOST, 64, &[3; 24]);
@@ -391,6 +393,7 @@ fn rfc4380_5_4_trust_lapses_unless_the_fast_path_saw_the_peer() {
 /// the `proptest!` macro would build one per case).
 #[test]
 fn generated_and_mutated_packets_agree() {
+    lab::need_root!();
     use proptest::test_runner::{Config, TestRunner};
     let bed = std::cell::RefCell::new(Bed::new());
     bed.borrow_mut().trust();

@@ -14,6 +14,7 @@ fn xdp_shown(net: &Net, iface: &str) -> String {
 
 #[test]
 fn attach_modes_and_detach() {
+    lab::need_root!();
     let mut net = Net::new("xdp-attach");
     assert!(xdp_shown(&net, "x4").is_empty(), "no program before");
     let a = net.fp.attach("x4", Mode::Generic).unwrap().expect("attached");
@@ -44,7 +45,7 @@ fn attach_modes_and_detach() {
 /// `MapFull` (that flow stays on the slow path) and keeps the others.
 #[test]
 fn bounded_maps() {
-    assert!(lab::netns::am_root(), "the XDP tests need root; CI runs as root");
+    lab::need_root!();
     let limits = xdp::Limits { nat64_sessions: 2, trgw_relays: 1, eamt: 1, ..xdp::Limits::default() };
     let mut fp = xdp::FastPath::load(limits).unwrap_or_else(|e| panic!("{e}"));
     let s = |port: u16| xdp::nat64::Session {

@@ -137,6 +137,7 @@ fn pass(net: &Net, n: &Nat64, now: u64, l3: &[u8], what: &str) {
 
 #[test]
 fn rfc6146_established_sessions() {
+    lab::need_root!();
     let mut net = Net::new("xdp-nat64");
     let n = core();
     let (tu, tt, ti) = establish(&mut net, &n);
@@ -184,6 +185,7 @@ fn rfc6146_established_sessions() {
 
 #[test]
 fn nat64_knobs_and_generated_packets() {
+    lab::need_root!();
     let mut net = Net::new("xdp-nat64-prop");
     let n = core();
     let (tu, tt, ti) = establish(&mut net, &n);
@@ -298,6 +300,7 @@ fn tcp_table(n: &Nat64, now: u64) -> Vec<(u16, Option<TcpState>, u64)> {
 
 #[test]
 fn half_open_sessions_from_the_first_packet() {
+    lab::need_root!();
     let mut net = Net::new("xdp-nat64-half");
     net.fp.set_nat64(&xlat::siit::Config::default()).unwrap();
     let engine = core();
@@ -402,6 +405,7 @@ fn half_open_sessions_from_the_first_packet() {
 
 #[test]
 fn half_open_generated_packets() {
+    lab::need_root!();
     // Random TCP flags both ways on fresh half-open sessions: a pass, or
     // (only the IPv4 side's SYN+ACK) the core's bytes.
     let mut net = Net::new("xdp-nat64-halfp");
@@ -576,6 +580,7 @@ fn pt_v6(src: &str, dst: &str) -> V6 {
 
 #[test]
 fn natpt_sessions_created_in_xdp() {
+    lab::need_root!();
     let (net, engine, twin, hook) = pt_setup("xdp-natpt-make", 100_000);
     let t0 = mono();
     // A SYN of a host without an address passes: the engine binds it
@@ -646,6 +651,7 @@ fn carried_fins(net: &Net, engine: &Nat64, twin: &Nat64, hook: &PtHook, l3s: &[V
 
 #[test]
 fn natpt_creation_refusals_pass() {
+    lab::need_root!();
     let (net, engine, twin, hook) = pt_setup("xdp-natpt-refuse", 100_000);
     let now = mono();
     let bind = pt_v6(X, Y6).tcp(40020, 80, 0x02, b"");
@@ -692,6 +698,7 @@ fn natpt_creation_refusals_pass() {
 
 #[test]
 fn natpt_creation_table_limit_and_ring_full() {
+    lab::need_root!();
     let (net, engine, twin, hook) = pt_setup("xdp-natpt-limit", 3);
     let now = mono();
     assert_eq!(pt_syn(&net, &engine, &twin, &hook, &pt_v6(X, Y6).tcp(40040, 80, 0x02, b""), now), Outcome::Passed);
@@ -744,6 +751,7 @@ fn natpt_creation_table_limit_and_ring_full() {
 
 #[test]
 fn natpt_creation_generated_packets() {
+    lab::need_root!();
     // Generated IPv6 TCP segments of a bound host (random flags, Traffic
     // Class, Hop Limit, payload, ports, peer): created in XDP only for a
     // plain SYN, and then byte for byte the twin's; anything else passes
@@ -929,6 +937,7 @@ impl Napt {
 
 #[test]
 fn napt_sessions_created_in_xdp_with_block_ports() {
+    lab::need_root!();
     let n = napt_setup("xdp-napt-make", 100_000);
     let syn = |sport: u16, dst: &str| pt_v6(X, dst).tcp(sport, 80, 0x02, b"\x02\x04\x05\xb4\x01\x01\x04\x02");
     let y2 = "2001:db8:64::c633:6408";
@@ -1005,6 +1014,7 @@ fn napt_sessions_created_in_xdp_with_block_ports() {
 /// turn between), which then keeps the program's mapping and port.
 #[test]
 fn napt_created_session_adopted_before_its_next_packet() {
+    lab::need_root!();
     let n = napt_setup("xdp-napt-next", 100_000);
     let syn = |sport: u16| pt_v6(X, Y6).tcp(sport, 80, 0x02, b"\x02\x04\x05\xb4\x01\x01\x04\x02");
     assert_eq!(n.syn(&syn(40020)), Outcome::Passed, "the first SYN: the engine grants the block");
@@ -1031,6 +1041,7 @@ fn napt_created_session_adopted_before_its_next_packet() {
 
 #[test]
 fn napt_creation_refusals_pass_and_are_counted() {
+    lab::need_root!();
     let n = napt_setup("xdp-napt-refuse", 100_000);
     let syn = |sport: u16| pt_v6(X, Y6).tcp(sport, 80, 0x02, b"");
     assert_eq!(n.syn(&syn(40020)), Outcome::Passed);
@@ -1068,6 +1079,7 @@ fn napt_creation_refusals_pass_and_are_counted() {
 
 #[test]
 fn napt_creation_table_limit_and_ring_full() {
+    lab::need_root!();
     let n = napt_setup("xdp-napt-limit", 3);
     assert_eq!(n.syn(&pt_v6(X, Y6).tcp(40040, 80, 0x02, b"")), Outcome::Passed);
     n.hook.pt.set_sessions(n.engine.sessions(&SessionFilter::default(), mono()).len() as u64).unwrap();
@@ -1126,6 +1138,7 @@ fn napt_creation_table_limit_and_ring_full() {
 
 #[test]
 fn napt_creation_generated_packets() {
+    lab::need_root!();
     // Generated IPv6 TCP segments of a host with a block (random flags,
     // Traffic Class, Hop Limit, payload, peer, fresh source ports): created
     // in XDP exactly for a plain SYN, byte for byte the twin's with the

@@ -91,6 +91,7 @@ fn v6_to_h4(next: u8) -> V6 {
 /// what the fast path must do with it.
 #[test]
 fn rfc7915_vectors() {
+    lab::need_root!();
     let mut net = Net::new("xdp-siit-rfc");
     let t = setup(&mut net, config());
     let n = &net;
@@ -191,6 +192,7 @@ fn rfc7915_vectors() {
 /// Well-Known Prefix's restriction to global addresses (§3.1).
 #[test]
 fn rfc6052_all_prefix_lengths() {
+    lab::need_root!();
     let mut net = Net::new("xdp-siit-6052");
     for (prefix, embedded) in xlat::testvec::RFC6052_2_4 {
         let cfg = Config {
@@ -221,6 +223,7 @@ fn config_eam_only() -> Config {
 /// (Appendix B), overlapping entries.
 #[test]
 fn rfc7757_eamt_lookups() {
+    lab::need_root!();
     let mut net = Net::new("xdp-siit-eamt");
     let cfg = Config {
         pool6: Some("64:ff9b:1::/48".parse().unwrap()),
@@ -331,6 +334,7 @@ fn valid_packets(net: &Net, t: &Translator, cases: u32) {
 
 #[test]
 fn generated_packets() {
+    lab::need_root!();
     let mut net = Net::new("xdp-siit-prop");
     let t = setup(&mut net, config());
     valid_packets(&net, &t, 600);
@@ -380,6 +384,7 @@ fn generated_packets() {
 /// change reaches the fast path when the entry expires.
 #[test]
 fn fib_cache() {
+    lab::need_root!();
     let mut net = Net::new("xdp-siit-fib");
     let t = setup(&mut net, config());
     // The entry lives 5 s from the first lookup: long enough for the
@@ -418,6 +423,7 @@ fn fib_cache() {
 /// BPF_FIB_LOOKUP_DIRECT answers as the full lookup does here.
 #[test]
 fn mirrored_routes() {
+    lab::need_root!();
     let mut net = Net::new("xdp-siit-routes");
     let t = setup(&mut net, config());
     support::set_forwarding(&mut net, &Fwd::Routes);

@@ -27,7 +27,6 @@ fn got(from: &UdpSocket, dst: SocketAddr, to: &UdpSocket, msg: &[u8]) -> Option<
 /// Runs `f` on a thread in a fresh namespace holding 192.0.2.1 and
 /// 2001:db8::1 on its loopback (removed afterwards, also on a failure).
 fn in_netns(name: &str, f: impl FnOnce() + Send + 'static) {
-    assert!(lab::netns::am_root(), "the BPF tests need root; CI runs as root");
     let ns = Netns::unique(name).expect("namespace");
     ns.ip(&["addr", "add", "192.0.2.1/32", "dev", "lo"]).unwrap();
     ns.ip(&["addr", "add", "2001:db8::1/128", "dev", "lo", "nodad"]).unwrap();
@@ -46,6 +45,7 @@ fn in_netns(name: &str, f: impl FnOnce() + Send + 'static) {
 
 #[test]
 fn steers_allocated_ports_to_the_shared_sockets_and_nothing_else() {
+    lab::need_root!();
     in_netns("sklk", || {
         let mut sk = SkLookup::attach(16, 4).unwrap_or_else(|e| panic!("{e}"));
         // Shared sockets on ephemeral ports, as the relay binds them.
@@ -102,6 +102,7 @@ fn steers_allocated_ports_to_the_shared_sockets_and_nothing_else() {
 /// them, removes the rest and counts only those.
 #[test]
 fn batch_insert_and_remove_agree_with_lookups() {
+    lab::need_root!();
     in_netns("sklkb", || {
         let mut sk = SkLookup::attach(128, 4).unwrap_or_else(|e| panic!("{e}"));
         let (s4, s6) = (sock("0.0.0.0:0"), sock("[::]:0"));

@@ -6,7 +6,7 @@
 //! after it closed as foreign. Root only; a uniquely named namespace,
 //! removed when the test ends.
 
-use lab::netns::{am_root, Netns};
+use lab::netns::Netns;
 use std::net::Ipv4Addr;
 use xdp::tester::{flow_from_frame, Layout, Tester, TesterLimits, RTP_HEADER_LEN, STAMP_LEN};
 use xdp::types::{TgenConfig, TrecvConfig, RTP_SSRC_BASE, TESTER_MAGIC_HI};
@@ -50,6 +50,7 @@ fn udp_checksum_ok4(f: &[u8]) -> bool {
 
 #[test]
 fn generator_and_receiver_through_a_veth_pair() {
+    lab::need_root!();
     as_root(body);
 }
 
@@ -87,7 +88,6 @@ fn start_receiving(t: &mut Tester, gen: TgenConfig, rx: TrecvConfig) {
 
 /// Runs `body` on a thread of its own (it enters a namespace), as root.
 fn as_root(body: fn()) {
-    assert!(am_root(), "the XDP tester tests need root");
     std::thread::spawn(body).join().expect("test thread");
 }
 
@@ -207,6 +207,7 @@ fn body() {
 /// header and its bitmap tells which frames arrived.
 #[test]
 fn rtp_frames_and_the_seen_bitmap() {
+    lab::need_root!();
     as_root(rtp_body);
 }
 
@@ -296,6 +297,7 @@ fn frame4in6(b4: [u8; 16], src: Ipv4Addr, sport: u16, payload: usize) -> Vec<u8>
 /// IPv4 source.
 #[test]
 fn four_in_six_frames() {
+    lab::need_root!();
     as_root(four_in_six_body);
 }
 

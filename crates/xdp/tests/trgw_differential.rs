@@ -146,6 +146,7 @@ fn rtp(seq: u16) -> Vec<u8> {
 
 #[test]
 fn relay_all_four_directions() {
+    lab::need_root!();
     let mut net = Net::new("xdp-trgw");
     net.fp.set_trgw(true).unwrap();
     for (_, leg) in legs() {
@@ -190,6 +191,7 @@ fn relay_all_four_directions() {
 
 #[test]
 fn generated_and_mutated_datagrams() {
+    lab::need_root!();
     let mut net = Net::new("xdp-trgw-prop");
     generated(&mut net, 400);
 }
@@ -199,6 +201,7 @@ fn generated_and_mutated_datagrams() {
 /// next hop's MACs (`run` checks them).
 #[test]
 fn generated_with_mirrored_routes() {
+    lab::need_root!();
     let mut net = Net::new("xdp-trgw-routes");
     set_forwarding(&mut net, &Fwd::Routes);
     generated(&mut net, 200);

@@ -306,7 +306,7 @@ mod tests {
 
     #[test]
     fn watchdog_cleans_up_when_the_bench_dies() {
-        assert!(lab::netns::am_root(), "network-namespace tests need root (CI runs as root)");
+        lab::need_root!();
         let prefix = lab::netns::unique_name("v6bg");
         let work = std::env::temp_dir().join(format!("{prefix}-work"));
         let g = RunGuard::new(&format!("{prefix}-"), work.clone()).unwrap();

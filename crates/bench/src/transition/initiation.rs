@@ -721,7 +721,7 @@ mod tests {
     fn taps_in_two_namespaces_time_each_session() {
         use std::io::{Read, Write};
         use std::net::{TcpListener, TcpStream};
-        assert!(lab::netns::am_root(), "network-namespace tests need root (CI runs as root)");
+        lab::need_root!();
         let prefix = lab::netns::unique_name("v6ti");
         let c = Netns::create(&format!("{prefix}c")).unwrap();
         let s = Netns::create(&format!("{prefix}s")).unwrap();

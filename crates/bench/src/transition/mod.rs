@@ -1176,7 +1176,7 @@ fn loadavg() -> String {
 /// Run the bench: the native-IPv4 baseline testbed for the whole run and,
 /// beside it, every mechanism in order on a testbed of its own.
 pub fn run(a: &Args) -> Result<Report> {
-    if !lab::netns::am_root() {
+    if !lab::testenv::is_root() {
         bail!("bench transition needs root (network namespaces, TUN devices, tproxy)");
     }
     let bin = peers::v6gate(a.v6gate.as_deref())?;

@@ -124,6 +124,7 @@ mod tests {
     /// checksum is right) and sees the source we wrote.
     #[test]
     fn original_destination_in_and_our_header_out() {
+        lab::need_root!();
         let s = SharedSockets::open().expect("shared sockets (tests run as root)");
         let mut m = SharedMmsg::new();
         for (rx, lo) in [(&s.rx4, "127.0.0.1"), (&s.rx6, "::1")] {
