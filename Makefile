@@ -1,12 +1,15 @@
 # v6gate — the README's commands.
 #   make demo   install dependencies, build, run the sample translation, then the
 #               live lab as root: DNS64, NAT64 TCP/UDP, SIIT ping (docs/lab.md)
-#   make test   install dependencies, then fmt, clippy, tests, fuzz smoke
+#   make check  fmt, clippy, the tests that need no root, peers or namespaces
+#               (unit, RFC vectors, properties, offline CLI): the edit loop
+#   make test   install dependencies, then fmt, clippy, every test (as root,
+#               with the peers: what CI runs), fuzz smoke
 #   make bench  criterion benchmarks of the packet plane
 #   make soak   hostile traffic against every listener (SOAK_SECONDS=600)
 CARGO ?= cargo
 
-.PHONY: all deps build demo test bench clean soak
+.PHONY: all deps build demo check test bench clean soak
 
 all: build
 
@@ -19,12 +22,20 @@ build:
 demo: deps build
 	@scripts/demo.sh
 
+# The test tiers (scripts/test-tier.sh, lab::testenv): `check` skips every
+# test that needs root, network namespaces or a peer program, also as root;
+# `full` runs them all, and a missing root or peer fails the test.
+check:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	@CARGO="$(CARGO)" scripts/test-tier.sh check
+
 test: deps
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --quiet
 	$(CARGO) deny --log-level error check licenses bans sources
-	$(CARGO) test --workspace --no-fail-fast
+	@CARGO="$(CARGO)" scripts/test-tier.sh full
 	@scripts/fuzz-smoke.sh
 
 bench:
