@@ -136,6 +136,22 @@ enum Cmd {
     /// side; results as JSON, Markdown and SVG.
     #[command(subcommand)]
     Bench(BenchCmd),
+    /// Report what this host offers that v6gate, its tests and its benches
+    /// use, each with what its absence disables: native and generic XDP on
+    /// veth, BPF_PROG_TEST_RUN, live frames, AF_XDP, sk_lookup, sockmap,
+    /// io_uring, TUN, network namespaces, raw sockets (protocols 41 and
+    /// 4), PM QoS, the descriptor limit, the cpuidle driver, the kernel,
+    /// the CPUs and the peers (TAYGA, rtpengine, Kamailio, SIPp, Miredo,
+    /// socat, nft) with their versions.
+    ///
+    /// The kernel features are tried, not guessed: in a throwaway network
+    /// namespace (removed afterwards), which needs root; without root they
+    /// are reported unknown. Exits 0 whatever it finds. See docs/doctor.md.
+    Doctor {
+        /// Print the report as one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -274,6 +290,14 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 eprintln!("v6gate: config warning in {}: {w}", config.display());
             }
             println!("ok");
+        }
+        Cmd::Doctor { json } => {
+            let r = bench::doctor::probe();
+            if json {
+                print(r.json().context("writing the report as JSON")?.as_bytes())?;
+            } else {
+                print(r.text().as_bytes())?;
+            }
         }
         Cmd::Completions { shell } => {
             // Into memory first: the generator panics when a write fails.

@@ -17,6 +17,9 @@
 //!   time through v6gate's IMS-ALG+TrGW and Kamailio+rtpengine (SIPp
 //!   calls, IPv6 caller, IPv4 callee), the highest call rate with no
 //!   failed call, and a mid-call handover's media gap.
+//! - [`doctor`]: `v6gate doctor`, what this host offers that v6gate, its
+//!   tests and benches use (XDP, live frames, AF_XDP, io_uring, ...,
+//!   the peers); every bench's report header carries its one-line summary.
 //! - [`tunnel`]: `v6gate bench tunnel`, the mobility paper's Teredo relay
 //!   latency (Table I) and zero-loss throughput against Miredo, and the
 //!   SIP-over-IPv6 paper's RTP one-way delay through 6to4 and Teredo.
@@ -45,6 +48,7 @@ pub fn parse_args<T: clap::Args>(argv: &[&str]) -> T {
     <W<T> as clap::Parser>::parse_from(argv).a
 }
 
+pub mod doctor;
 pub mod harness;
 pub mod ng;
 pub mod report;

@@ -68,6 +68,94 @@ pub fn if_index(name: &str) -> Option<u32> {
     (i != 0).then_some(i)
 }
 
+/// Whether an AF_XDP socket can be made and bound to queue `queue` of
+/// interface `ifindex` in copy mode (`XDP_COPY`): a socket with a small
+/// UMEM (16 frames of 2048 bytes), fill, completion and TX rings, bound and
+/// closed again. The error is the first call the kernel refused, named.
+/// `v6gate doctor`'s probe; the AF_XDP tester's own socket code replaces
+/// it as the one place that builds such sockets when it lands.
+pub fn af_xdp_bind_copy(ifindex: u32, queue: u32) -> io::Result<()> {
+    const FRAME: u32 = 2048;
+    const FRAMES: usize = 16;
+    const RING: u32 = 16;
+    let named = |what: &str| {
+        let e = io::Error::last_os_error();
+        io::Error::new(e.kind(), format!("{what}: {e}"))
+    };
+    // SAFETY: socket(2) takes no pointers; a non-negative result is a new
+    // descriptor this function owns from here on.
+    let fd = unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(named("socket(AF_XDP)"));
+    }
+    // SAFETY: `fd` was just returned by socket(2) and is owned by nobody else.
+    let sock = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    let len = FRAMES * FRAME as usize;
+    // SAFETY: an anonymous private mapping with no address hint; the result
+    // is checked against MAP_FAILED and unmapped below on every path.
+    let area = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if area == libc::MAP_FAILED {
+        return Err(named("mmap of the UMEM"));
+    }
+    let result = (|| {
+        let set = |opt: libc::c_int, val: *const libc::c_void, size: usize, what: &str| {
+            // SAFETY: `val` points to a live value of `size` bytes for the
+            // duration of the call; setsockopt only reads it.
+            let r = unsafe { libc::setsockopt(sock.as_raw_fd(), libc::SOL_XDP, opt, val, size as libc::socklen_t) };
+            if r < 0 {
+                Err(named(what))
+            } else {
+                Ok(())
+            }
+        };
+        // SAFETY: xdp_umem_reg is plain integers; all-zero is a valid value.
+        let mut reg: libc::xdp_umem_reg = unsafe { std::mem::zeroed() };
+        reg.addr = area as u64;
+        reg.len = len as u64;
+        reg.chunk_size = FRAME;
+        let reg_ptr = (&reg as *const libc::xdp_umem_reg).cast();
+        set(libc::XDP_UMEM_REG, reg_ptr, std::mem::size_of::<libc::xdp_umem_reg>(), "XDP_UMEM_REG")?;
+        let ring = (&RING as *const u32).cast();
+        set(libc::XDP_UMEM_FILL_RING, ring, 4, "XDP_UMEM_FILL_RING")?;
+        set(libc::XDP_UMEM_COMPLETION_RING, ring, 4, "XDP_UMEM_COMPLETION_RING")?;
+        set(libc::XDP_TX_RING, ring, 4, "XDP_TX_RING")?;
+        // SAFETY: sockaddr_xdp is plain integers; all-zero is a valid value.
+        let mut sa: libc::sockaddr_xdp = unsafe { std::mem::zeroed() };
+        sa.sxdp_family = libc::AF_XDP as u16;
+        sa.sxdp_flags = libc::XDP_COPY;
+        sa.sxdp_ifindex = ifindex;
+        sa.sxdp_queue_id = queue;
+        // SAFETY: `sa` is a valid sockaddr_xdp of the length passed; bind
+        // only reads it.
+        let r = unsafe {
+            libc::bind(
+                sock.as_raw_fd(),
+                (&sa as *const libc::sockaddr_xdp).cast(),
+                std::mem::size_of::<libc::sockaddr_xdp>() as libc::socklen_t,
+            )
+        };
+        if r < 0 {
+            return Err(named("bind (copy mode)"));
+        }
+        Ok(())
+    })();
+    // The socket goes first: it holds the UMEM pages pinned.
+    drop(sock);
+    // SAFETY: `area` is the mapping of `len` bytes made above; nothing
+    // refers to it any more (the socket that registered it is closed).
+    unsafe { libc::munmap(area, len) };
+    result
+}
+
 /// Turn GRO on or off on interface `name` (of the caller's network
 /// namespace), as `ethtool -K NAME gro on|off` does (the legacy
 /// `ETHTOOL_SGRO` ioctl). On a veth this also turns the interface's NAPI

@@ -7,14 +7,10 @@ use std::process::Command;
 
 use anyhow::{Context as _, Result};
 
-/// `bin` as given when it names a path, else the first match on PATH.
+/// `bin` as given when it names a path, else the first match on PATH
+/// (`lab::testenv::find_program`, the lookup the tests use too).
 pub fn find(bin: &Path) -> Option<PathBuf> {
-    if bin.components().count() > 1 {
-        return bin.is_file().then(|| bin.to_path_buf());
-    }
-    std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).map(|d| d.join(bin)).find(|p| p.is_file()))
-        .unwrap_or(None)
+    lab::testenv::find_program(bin)
 }
 
 /// `bin` found (see [`find`]), or the note that says why its rows are
@@ -36,9 +32,15 @@ pub fn version(bin: &Path) -> Option<String> {
 
 /// As [`version`], for programs that print it with another flag (SIPp: `-v`).
 pub fn version_with(bin: &Path, flag: &str) -> Option<String> {
-    let o = Command::new(bin).arg(flag).output().ok()?;
-    let s = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+    let s = output_of(bin, &[flag])?;
     s.lines().map(str::trim).find(|l| !l.is_empty()).map(str::to_owned)
+}
+
+/// Everything `bin args...` prints, stdout then stderr (`None` when it
+/// cannot run).
+pub fn output_of(bin: &Path, args: &[&str]) -> Option<String> {
+    let o = Command::new(bin).args(args).stdin(std::process::Stdio::null()).output().ok()?;
+    Some(String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr))
 }
 
 /// The v6gate binary a bench runs: `given`, or this executable.
