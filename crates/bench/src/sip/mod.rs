@@ -295,6 +295,8 @@ pub struct Report {
     pub realtime: bool,
     pub online_cpus: usize,
     pub kernel: String,
+    /// This host as `v6gate doctor` sees it (its one-line summary).
+    pub doctor: String,
     pub sipp: Option<String>,
     pub paths: Vec<PathResult>,
     pub notes: Vec<String>,
@@ -881,6 +883,7 @@ pub fn run(args: &Args) -> Result<Report> {
         realtime: args.realtime,
         online_cpus: crate::report::online_cpus(),
         kernel: crate::report::kernel_release(),
+        doctor: crate::doctor::bench_summary(),
         sipp: peers::version_with(&sipp_bin, "-v"),
         paths,
         notes,

@@ -38,6 +38,7 @@ pub fn markdown(r: &Report) -> String {
         r.kernel,
         r.sipp.as_deref().map_or("SIPp.".into(), |v| format!("{}.", v.trim_end_matches('.')))
     );
+    s += &crate::doctor::header_line(&r.doctor);
     s.push_str(&table_one(r));
     s.push_str("## Call setup time (INVITE sent by the caller → ACK received by the callee), ms\n\n");
     let mut rows = Vec::new();
@@ -334,6 +335,7 @@ mod tests {
             realtime: false,
             online_cpus: 2,
             kernel: "6".into(),
+            doctor: "kernel 6, 2 CPUs; has: xdp-native".into(),
             sipp: None,
             paths: vec![
                 PathResult {
@@ -389,6 +391,7 @@ mod tests {
             notes: vec![],
         };
         let md = markdown(&r);
+        assert!(md.contains("\n\nHost (`v6gate doctor`): kernel 6, 2 CPUs; has: xdp-native.\n\n"), "{md}");
         assert!(md.contains("| v6gate ALG+TrGW | 3/3 | 1.300 | 1.200 |"), "{md}");
         assert!(
             md.contains("| path | setup p80 | RTP delay mean | median | deviation | p99 | probe calls | lost/sent |")

@@ -412,6 +412,8 @@ pub struct Report {
     pub cpus: usize,
     /// Kernel.
     pub kernel: String,
+    /// This host as `v6gate doctor` sees it (its one-line summary).
+    pub doctor: String,
     /// Load average at the start (the machine may be shared).
     pub loadavg: String,
     /// `--busy-poll` of the v6gate TUN engines and the TRT relay.
@@ -1280,6 +1282,7 @@ pub fn run(a: &Args) -> Result<Report> {
         ns_prefix: prefix,
         cpus: crate::report::online_cpus(),
         kernel: crate::report::kernel_release(),
+        doctor: crate::doctor::bench_summary(),
         loadavg: load,
         busy_poll: a.busy_poll.clone(),
         trt_preconnect: a.trt_preconnect,

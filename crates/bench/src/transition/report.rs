@@ -132,6 +132,7 @@ pub fn markdown(r: &Report) -> String {
         r.tcp_congestion_control,
         r.trt_congestion_control.as_deref().unwrap_or("the same")
     );
+    s += &crate::doctor::header_line(&r.doctor);
     let native = find(r, "ipv4");
     let _ = writeln!(s, "## Session initiation (the paper's Table 1)\n");
     let rows: Vec<Vec<String>> = r
@@ -353,6 +354,7 @@ mod tests {
             ns_prefix: "v6tr1-".into(),
             cpus: 2,
             kernel: "6.x".into(),
+            doctor: "kernel 6.x, 2 CPUs; has: xdp-native".into(),
             loadavg: "1 1 1".into(),
             busy_poll: "0s".into(),
             trt_preconnect: 0,
@@ -389,6 +391,7 @@ mod tests {
         assert!(b[3].0.contains("1.80 × socat") && b[3].1 == Some(true));
         assert!(b[4].0.contains("90 % of native") && b[4].1 == Some(true));
         let md = markdown(&r);
+        assert!(md.contains("\n\nHost (`v6gate doctor`): kernel 6.x, 2 CPUs; has: xdp-native.\n\n"), "{md}");
         assert!(
             md.contains(
                 "| Device | Min. (ms) | Max. (ms) | Av. (ms) | median (µs) | native median (µs) | added over IPv4 (µs) \

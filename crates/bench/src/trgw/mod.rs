@@ -356,6 +356,8 @@ pub struct Report {
     pub batch: usize,
     pub online_cpus: usize,
     pub kernel: String,
+    /// This host as `v6gate doctor` sees it (its one-line summary).
+    pub doctor: String,
     /// Kernel IPv6 forwarding with no relay: the tester's own ceiling.
     pub ceiling: Option<Device>,
     pub relays: Vec<Device>,
@@ -871,6 +873,7 @@ pub fn run(args: Args) -> Result<Report> {
         batch: args.batch,
         online_cpus: crate::report::online_cpus(),
         kernel: crate::report::kernel_release(),
+        doctor: crate::doctor::bench_summary(),
         ceiling,
         relays,
         notes,

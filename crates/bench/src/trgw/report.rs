@@ -91,6 +91,7 @@ pub fn markdown(r: &Report) -> String {
         r.online_cpus,
         r.kernel
     );
+    s += &crate::doctor::header_line(&r.doctor);
     for n in &r.notes {
         let _ = writeln!(s, "- {n}");
     }
@@ -376,6 +377,7 @@ mod tests {
             batch: 1,
             online_cpus: 2,
             kernel: "k".into(),
+            doctor: "kernel k, 2 CPUs; has: xdp-native".into(),
             ceiling: Some(kernel),
             relays,
             notes: vec![],
@@ -427,6 +429,7 @@ mod tests {
         r.ceiling = None;
         assert_eq!((r.frame_bytes.ipv4, r.frame_bytes.ipv6), (214, 234), "the paper's G.711 frames");
         let md = markdown(&r);
+        assert!(md.contains("\n\nHost (`v6gate doctor`): kernel k, 2 CPUs; has: xdp-native.\n\n"), "{md}");
         assert!(md.contains("| v6gate | 3000 |"), "{md}");
         assert!(md.contains("v6gate / rtpengine (IPv6->IPv4): 2.00x"), "{md}");
         assert!(md.contains("v6gate-xdp / rtpengine (IPv6->IPv4): 10.00x"), "{md}");

@@ -186,6 +186,8 @@ pub struct DeviceResult {
 pub struct Report {
     /// Kernel, CPUs.
     pub machine: String,
+    /// This host as `v6gate doctor` sees it (its one-line summary).
+    pub doctor: String,
     /// The run's parameters.
     pub quick: bool,
     /// Samples per latency cell.
@@ -832,7 +834,8 @@ pub fn run(args: &Args) -> Result<Report> {
         }
         devices.push(r);
     }
-    let report = Report { machine: machine(), quick: args.quick, packets, devices };
+    let report =
+        Report { machine: machine(), doctor: crate::doctor::bench_summary(), quick: args.quick, packets, devices };
     out.json("results.json", &report)?;
     out.text("results.md", &markdown(&report))?;
     out.svg("table1-latency.svg", &plot(&report))?;
@@ -895,6 +898,7 @@ pub fn markdown(r: &Report) -> String {
         r.machine,
         if r.quick { ", --quick (functional run, not figures)" } else { "" }
     );
+    s += &crate::doctor::header_line(&r.doctor);
     s.push_str(&format!(
         "## Teredo relay added latency (the mobility paper's Table I), {} samples a cell\n\n",
         r.packets

@@ -417,6 +417,8 @@ pub struct Report {
     pub cpus: usize,
     /// `uname -r`.
     pub kernel: String,
+    /// This host as `v6gate doctor` sees it (its one-line summary).
+    pub doctor: String,
     /// Parameters (the command line, effective).
     pub params: String,
     /// Per DUT.
@@ -472,6 +474,7 @@ pub fn run(args: &Args) -> Result<Report> {
     let mut report = Report {
         cpus: crate::report::online_cpus(),
         kernel: crate::report::kernel_release(),
+        doctor: crate::doctor::bench_summary(),
         params: format!("{a:?}"),
         duts: Vec::new(),
     };

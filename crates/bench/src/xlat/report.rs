@@ -14,6 +14,7 @@ pub fn markdown(r: &Report) -> String {
     let mut o = String::new();
     o += "# v6gate bench xlat (RFC 8219 / RFC 2544)\n\n";
     o += &format!("{} CPUs, kernel {}. Parameters: `{}`\n\n", r.cpus, r.kernel, r.params);
+    o += &crate::doctor::header_line(&r.doctor);
     o += "\"bound\": what limited the figure: `DUT` (it lost frames the tester offered), `TESTER` \
           (TESTER-BOUND: the search ended below a rate the tester could not offer, or the DUT carried the \
           tester's whole ceiling; the figure is the tester's), `--max-rate` (no loss up to it). A loss cell \
@@ -272,6 +273,7 @@ pub(super) mod tests {
         Report {
             cpus: 2,
             kernel: "k".into(),
+            doctor: "kernel k, 2 CPUs; has: xdp-native".into(),
             params: "p".into(),
             duts: vec![
                 DutReport {
@@ -324,6 +326,7 @@ pub(super) mod tests {
     #[test]
     fn markdown_lists_every_dut() {
         let md = markdown(&report());
+        assert!(md.contains("\n\nHost (`v6gate doctor`): kernel k, 2 CPUs; has: xdp-native.\n\n"), "{md}");
         assert!(md.contains("| tayga-siit |  |  | skipped: tayga is not installed |"), "{md}");
         assert!(md.contains("| kernel | 6to4 | 84 | 1000 | 0.5 | DUT |  | 12.3 |"), "{md}");
         assert!(md.contains("\n- kernel: 6to4: fast path 10 packets\n"), "{md}");
