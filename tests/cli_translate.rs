@@ -288,7 +288,7 @@ fn completions_and_man_pages_from_the_cli() {
     assert!(o.status.success());
     let bash = text(&o.stdout);
     assert!(bash.contains("_v6gate()") && bash.contains("complete "), "a bash completion function");
-    for sub in ["translate", "run", "ctl", "config", "trgw", "lab", "bench", "completions", "manpages"] {
+    for sub in ["translate", "run", "ctl", "config", "trgw", "lab", "bench", "completions", "manpages", "doctor"] {
         assert!(bash.contains(sub), "bash completion lacks {sub}");
     }
     let o = run(&["completions", "zsh"], "");
