@@ -19,6 +19,7 @@ listen = "127.0.0.1:9164"
 
 #[test]
 fn the_admin_api_requires_exactly_one_host_that_names_it() {
+    lab::need_root!();
     let lab = Lab::start(CONFIG);
     let status = |req: &str| http_status(&http_raw(&lab.gw, req.as_bytes()));
     assert_eq!(status("GET /status HTTP/1.1\r\nHost: 127.0.0.1:9164\r\nConnection: close\r\n\r\n"), 200);

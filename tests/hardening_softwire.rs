@@ -47,6 +47,7 @@ fn softwire_send(src: Ipv6Addr, aftr: Ipv6Addr, inner: &[u8]) {
 
 #[test]
 fn dslite_quota_belongs_to_the_subscriber_prefix() {
+    lab::need_root!();
     let bed = softwire_util::bed();
     let aftr = softwire_util::Proc::start(
         &bed.aftr,
@@ -137,6 +138,7 @@ fn ask(src: Ipv6Addr, m: Msg, xid: u32) -> Option<Msg> {
 
 #[test]
 fn dstm_leases_are_shared_per_client_and_renewals_survive_a_flood() {
+    lab::need_root!();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("leases");
     let mut lab = Lab::start(&dstm_config(&file));

@@ -38,6 +38,7 @@ fn bind(ns: &lab::netns::Netns, addr: &str, timeout_ms: u64) -> UdpSocket {
 /// is not latched, so the relay does not talk to itself.
 #[test]
 fn own_addresses_behind_the_gateways_prefixes_and_directed_broadcasts_are_refused() {
+    lab::need_root!();
     let (lab, _sock) = start("", "", "");
     let base = Baseline::new(&lab);
     let mut ng = Ng::new(&lab);
@@ -89,6 +90,7 @@ fn own_addresses_behind_the_gateways_prefixes_and_directed_broadcasts_are_refuse
 /// stays refused, and no reading failed.
 #[test]
 fn the_policy_does_not_fail_open_when_descriptors_are_exhausted() {
+    lab::need_root!();
     let (lab, _sock) = start("", "", "");
     let base = Baseline::new(&lab);
     let host = || lab.metric("v6gate_destination_own_addresses{source=\"host\"}");
@@ -135,6 +137,7 @@ fn offer_from(ng: &mut Ng, call: &str, client: &str) -> Value {
 /// comes back when its calls go.
 #[test]
 fn one_client_holds_at_most_its_share_of_the_media_ports() {
+    lab::need_root!();
     let (lab, _sock) = start("", "client-streams = 4", "");
     let base = Baseline::new(&lab);
     let mut ng = Ng::new(&lab);
@@ -204,6 +207,7 @@ fn recv_from_big(sock: &UdpSocket) -> Option<(Vec<u8>, SocketAddr)> {
 /// (And D4 through the ALG first.)
 #[test]
 fn a_flood_of_unanswered_invites_from_one_host_gets_503_and_others_get_through() {
+    lab::need_root!();
     // The baseline call's client (2001:db8:1::/64, its media address) is
     // the flooder's too: it holds one of the four.
     let (lab, _sock) = start("", "client-streams = 4", ALG);
@@ -267,6 +271,7 @@ fn a_flood_of_unanswered_invites_from_one_host_gets_503_and_others_get_through()
 /// an established call idle for 2 s is rightly torn down.)
 #[test]
 fn a_call_ringing_past_the_idle_timeout_keeps_its_media() {
+    lab::need_root!();
     let (lab, _sock) = start("", "timeout = \"2s\"", ALG);
     let caller = bind(&lab.h6, "[2001:db8:1::2]:5072", 3000);
     let callee = bind(&lab.h4, "198.51.100.2:5098", 3000);

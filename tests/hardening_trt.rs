@@ -95,6 +95,7 @@ fn counter(v: &serde_json::Value, k: &str) -> u64 {
 
 #[test]
 fn one_host_with_many_addresses_holds_only_its_share() {
+    lab::need_root_and_programs!("nft");
     let b = bed("max-connections-per-client = 20\nmax-connecting-per-client = 5\nmax-udp-flows-per-client = 10\nudp-timeout = \"1m\"\n");
     addresses(&b);
     echo_server(&b.h4, 6000);
@@ -219,15 +220,18 @@ fn idle_connections_are_reset(copy: &str) {
 
 #[test]
 fn idle_connections_are_reset_splice() {
+    lab::need_root_and_programs!("nft");
     idle_connections_are_reset("splice");
 }
 
 #[test]
 fn idle_connections_are_reset_splice_threads() {
+    lab::need_root_and_programs!("nft");
     idle_connections_are_reset("splice-threads");
 }
 
 #[test]
 fn idle_connections_are_reset_sockmap() {
+    lab::need_root_and_programs!("nft");
     idle_connections_are_reset("sockmap");
 }

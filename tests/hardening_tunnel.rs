@@ -86,6 +86,7 @@ fn received(sock: &UdpSocket, wait: Duration) -> (usize, usize) {
 
 #[test]
 fn a_trusted_peer_survives_floods_and_untrusted_peers_are_shared() {
+    lab::need_root!();
     let w = testbed("max-peers = 500\nuntrusted-peers-per-client = 50\n");
     // The legitimate client: trusted from its first bubble (counted).
     let mapped = SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 7), 40000);
@@ -136,6 +137,7 @@ fn a_trusted_peer_survives_floods_and_untrusted_peers_are_shared() {
 
 #[test]
 fn rotating_flag_bits_buy_no_bubbles_for_one_victim() {
+    lab::need_root!();
     let w = testbed("untrusted-peers-per-client = 5000\nmax-untrusted-peers = 5000\n");
     let victim_addr = SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 8), 5000);
     let victim = w.in_ns("c", || UdpSocket::bind(victim_addr).unwrap());

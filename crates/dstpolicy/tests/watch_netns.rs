@@ -21,6 +21,7 @@ fn wait_for(what: &str, f: impl Fn() -> bool) {
 
 #[test]
 fn addresses_added_and_removed_are_seen_through_netlink() {
+    lab::need_root!();
     let a = Netns::unique("dstp").expect("namespace (tests run as root)");
     let b = Netns::unique("dstp").expect("namespace");
     let (ia, ib) = (format!("dp{}a", std::process::id() % 100_000), format!("dp{}b", std::process::id() % 100_000));

@@ -726,6 +726,7 @@ fn block_ports_count_against_the_quota() {
 /// whichever address sends the SYN.
 #[test]
 fn addresses_of_one_prefix_share_the_quota_and_its_blocks() {
+    lab::need_root!();
     let mut b = BlockBed::masked(4, 8, 1 << 20, 64);
     let t = V4::new(6, IN1, HOST);
     let syn = |b4: Ipv6Addr, p: u16| sw(b4, &t.tcp(p, 80, 0x02, b""));
