@@ -2,6 +2,7 @@
 # Run `cargo test --workspace` in one test tier and list what was skipped.
 #
 #   scripts/test-tier.sh check [CARGO-TEST-ARGS...]   make check: no root, no peers, no namespaces
+#                                                     (e.g. `check -p xlat`: that package only)
 #   scripts/test-tier.sh full  [CARGO-TEST-ARGS...]   make test (CI): everything; a test that needs
 #                                                     root or a peer fails when it is missing
 #
@@ -26,7 +27,14 @@ esac
 skips=$(mktemp "${TMPDIR:-/tmp}/v6gate-skips.XXXXXX")
 trap 'rm -f "$skips"' EXIT
 
-V6GATE_TEST_TIER=$tier V6GATE_TEST_SKIP_LOG=$skips ${CARGO:-cargo} test --workspace --no-fail-fast "$@"
+# The whole workspace unless the arguments name packages.
+scope=(--workspace)
+for a in "$@"; do
+    case "$a" in
+    -p | -p* | --package | --package=*) scope=() ;;
+    esac
+done
+V6GATE_TEST_TIER=$tier V6GATE_TEST_SKIP_LOG=$skips ${CARGO:-cargo} test "${scope[@]}" --no-fail-fast "$@"
 rc=$?
 
 say() { echo "test-tier $tier: $*"; }
