@@ -212,7 +212,7 @@ fn trgw_smoke_xdp_tester_against_kernel_forwarding() {
 /// override `--quick`'s. Nothing here is timed.
 #[test]
 fn bench_quick_starts_at_the_tester_s_ceiling() {
-    assert!(am_root(), "network-namespace tests need root (CI runs as root)");
+    lab::need_root!();
     let prefix = unique_name("v6lq");
     let _guard = PrefixGuard(prefix.clone());
     let out = std::env::temp_dir().join(format!("{prefix}-out"));
@@ -274,6 +274,7 @@ fn bench_quick_starts_at_the_tester_s_ceiling() {
 /// behind; its figure is nonzero and flagged.
 #[test]
 fn trgw_search_starts_at_the_tester_s_ceiling() {
+    lab::need_root!();
     let (r, out) = trgw_run_searching(
         "5",
         &["--directions", "v6v4", "--max-calls", "20000", "--search-packets", "10", "--confirm", "0"],
