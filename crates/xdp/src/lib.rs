@@ -41,6 +41,7 @@ pub mod config;
 pub mod dslite;
 mod loader;
 pub mod nat64;
+pub mod null;
 mod portblock;
 mod route;
 mod single;

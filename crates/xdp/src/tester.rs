@@ -8,7 +8,7 @@
 //! One [`Tester`] serves one trial: its maps start zeroed (the receiver's
 //! bitmap of seen sequence numbers in particular).
 
-use crate::loader::{attach_link, chain, map_err, test_run_once, xdp_md};
+use crate::loader::{attach_link, chain, load_xdp, map_err, test_run_once, xdp_md, xdp_mut};
 use crate::types::{
     tester as names, TgenConfig, TgenFlow, TgenState, TrecvConfig, TrecvCounts, TrecvLearned, TrecvSample, TrecvTrend,
     TREND_SLOTS,
@@ -71,12 +71,7 @@ impl Tester {
             .load(OBJECT)
             .map_err(|e| Error::Unavailable(format!("loading the tester object: {}", chain(&e))))?;
         for name in [names::PROG_TGEN, names::PROG_TRECV] {
-            let p: &mut Xdp = bpf
-                .program_mut(name)
-                .ok_or_else(|| Error::Bpf(format!("program {name} missing from the object")))?
-                .try_into()
-                .map_err(|e| Error::Bpf(format!("program {name}: {e}")))?;
-            p.load().map_err(|e| Error::Unavailable(format!("loading program {name}: {}", chain(&e))))?;
+            load_xdp(&mut bpf, name)?;
         }
         Ok(Tester { bpf, receiver: None, anchor: None, limits })
     }
@@ -98,11 +93,7 @@ impl Tester {
     }
 
     fn prog_mut(&mut self, name: &str) -> Result<&mut Xdp, Error> {
-        self.bpf
-            .program_mut(name)
-            .ok_or_else(|| Error::Bpf(format!("program {name} missing")))?
-            .try_into()
-            .map_err(|e| Error::Bpf(format!("program {name}: {e}")))
+        xdp_mut(&mut self.bpf, name)
     }
 
     fn set<T: aya::Pod>(&mut self, map: &'static str, index: u32, v: T) -> Result<(), Error> {
@@ -335,12 +326,8 @@ fn probe_live_frames() -> Result<LiveFrames, Error> {
         .map_max_entries(names::TRECV_SAMPLES, 4096)
         .load(OBJECT)
         .map_err(|e| Error::Unavailable(format!("loading the tester object: {}", chain(&e))))?;
-    let p: &mut Xdp = bpf
-        .program_mut(names::PROG_TPROBE)
-        .ok_or_else(|| Error::Bpf(format!("program {} missing from the object", names::PROG_TPROBE)))?
-        .try_into()
-        .map_err(|e| Error::Bpf(format!("program {}: {e}", names::PROG_TPROBE)))?;
-    p.load().map_err(|e| Error::Unavailable(format!("loading program {}: {}", names::PROG_TPROBE, chain(&e))))?;
+    load_xdp(&mut bpf, names::PROG_TPROBE)?;
+    let p = xdp_mut(&mut bpf, names::PROG_TPROBE)?;
     // An Ethernet frame of the local experimental EtherType, to nobody.
     let mut frame = [0u8; 64];
     frame[..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x02]);
