@@ -7,12 +7,13 @@
 //! The generator (`xdp::xskgen`) binds an AF_XDP socket to queue 0 of the
 //! sending port — copy mode on veth (no zero-copy there; the report says
 //! which mode ran) — with one UMEM filled once with the trial's first
-//! template frame. Each [`Pacer`] wake-up stamps the frames due in their
-//! slots exactly as `xdp_tgen` would (the flow's header bytes, RTP header,
-//! CLOCK_MONOTONIC timestamp, sequence number, flow index, magic, UDP
-//! checksum: `xdp::tester::Stamper`), publishes them in the TX ring and
-//! wakes the kernel with `sendto` until the ring is empty (in copy mode
-//! each call sends up to 256 frames, `XDP_MAX_TX_SKB_BUDGET`). A slot is
+//! template frame. Each [`Pacer`](crate::harness::clock::Pacer) wake-up
+//! stamps the frames due in their slots, [`CHUNK`] at a time, exactly as
+//! `xdp_tgen` would (the flow's header bytes, RTP header, CLOCK_MONOTONIC
+//! timestamp, sequence number, flow index, magic, UDP checksum:
+//! `xdp::tester::Stamper`), publishes each chunk in the TX ring and wakes
+//! the kernel with `sendto` (in copy mode one call sends up to 256 frames,
+//! `XDP_MAX_TX_SKB_BUDGET`), until the ring is empty. A slot is
 //! reused once the kernel completes it: no page pool or allocation per
 //! call on the tester's side, so an overloaded device under test cannot
 //! leave the generator slow afterwards (the live-frames generator's page
@@ -28,9 +29,15 @@ use anyhow::Result;
 use xdp::tester::Stamper;
 use xdp::xskgen::Generator;
 
-use super::xdp::{on_thread, prepare_port, run_trial, Schedule, Setup, MAX_BURST};
+use super::xdp::{on_thread, prepare_port, run_trial, Schedule, Setup, MAX_BURST, MIN_WAKE_NS};
 use super::{FrameTester, Port, SendStats, TrialResult, TrialSpec};
 use crate::harness::clock::now_ns;
+
+/// Frames stamped and handed to the kernel per `sendto`: each chunk's
+/// frames carry the time the chunk was written, and the kernel sends them
+/// in that call (in copy mode about half a microsecond each here), so a
+/// frame's timestamp is at most a chunk's sending time early.
+const CHUNK: u32 = 64;
 
 /// The AF_XDP backend.
 #[derive(Debug, Default)]
@@ -81,7 +88,7 @@ fn send(spec: &TrialSpec, setup: &Setup, socket: &Mutex<Option<String>>) -> Resu
     if let Ok(mut s) = socket.lock() {
         *s = Some(g.socket().describe());
     }
-    let mut s = Schedule::of(spec);
+    let mut s = Schedule::of(spec, MIN_WAKE_NS);
     let end = s.end;
     let mut st = SendStats::default();
     while let Some(due) = s.pacer.wait() {
@@ -91,7 +98,7 @@ fn send(spec: &TrialSpec, setup: &Setup, socket: &Mutex<Option<String>>) -> Resu
         st.lag.record(now_ns().saturating_sub(s.pacer.due_at(i)));
         let mut done = 0;
         while done < n && now_ns() <= end {
-            let k = g.send(n - done)?;
+            let k = g.send((n - done).min(CHUNK))?;
             done += k;
             if k == 0 {
                 // The TX ring or the slots are full: the kernel catches up

@@ -52,7 +52,7 @@ pub(super) const MAX_BURST: u64 = 1024;
 const BATCH: u32 = 64;
 /// Shortest gap between two generator calls: frames due meanwhile go in
 /// one call (a call has a fixed cost of a few microseconds).
-const MIN_WAKE_NS: u64 = 20_000;
+pub(super) const MIN_WAKE_NS: u64 = 20_000;
 
 /// The XDP backend.
 #[derive(Debug, Clone, Copy, Default)]
@@ -159,6 +159,7 @@ pub(super) fn run_trial(
     Netns::attach(&spec.rx.ns).enter_thread()?;
     t.attach_receiver(&spec.rx.ifname, Mode::Native)
         .with_context(|| format!("XDP receiver on {} in {}", spec.rx.ifname, spec.rx.ns))?;
+    receiver_napi(spec)?;
     let total = u32::try_from(spec.frames).context("too many frames for one trial")?;
     let rx = TrecvConfig {
         budget_ns: spec.late.as_nanos() as u64,
@@ -216,6 +217,27 @@ pub(super) fn run_trial(
     Ok(TrialResult { outcome: tally.outcome(&sent, spec.flows.len()), seen_src, flow_loss })
 }
 
+/// With receiving CPUs of its own (`--rx-cpu` other than `--tx-cpu`), the
+/// receiving port's NAPI poll — where the XDP receiver runs — goes to a
+/// kernel thread on them (threaded NAPI) instead of the softirq of the
+/// CPU that transmitted into the port. With `--realtime` the thread runs
+/// SCHED_FIFO above the DUT's NAPI threads (`--threaded-napi`, one
+/// priority below): threads of one FIFO priority on one CPU do not take
+/// turns, and a DUT port busy with the offered load would starve the
+/// receiver's. Called after the receiver is attached (which gives the
+/// port its NAPI); its threads are made anew with each attachment.
+fn receiver_napi(spec: &TrialSpec) -> Result<()> {
+    if spec.rx.cpus.is_empty() || spec.rx.cpus == spec.tx.cpus {
+        return Ok(());
+    }
+    cpu::threaded_napi(&Netns::attach(&spec.rx.ns), &spec.rx.ifname)?;
+    let fifo = spec.realtime.then_some(cpu::RT_PRIORITY + 2);
+    if cpu::pin_napi(&[spec.rx.ifname.as_str()], &spec.rx.cpus, fifo)? == 0 {
+        bail!("threaded NAPI on {}: no napi/{}-* kernel thread to place", spec.rx.ifname, spec.rx.ifname);
+    }
+    Ok(())
+}
+
 /// An idle veth pair in the sending namespace to anchor the generator on
 /// (see `Tester::anchor_generator`); created once, it goes with the namespace.
 const ANCHOR: (&str, &str) = ("v6gtg0", "v6gtg1");
@@ -238,7 +260,7 @@ fn flows(templates: &Arc<Vec<frame::Template>>, rtp: bool) -> Result<Vec<Flow>> 
 }
 
 /// A trial's schedule: `spec.frames` at `spec.rate_pps` from `t0` (now),
-/// wake-ups at least `spec.min_wake` apart (default [`MIN_WAKE_NS`]),
+/// wake-ups at least `spec.min_wake` apart (or the backend's default),
 /// sending stopped at `end`, `spec.overrun` (default 1 ms) past the
 /// schedule's end.
 pub(super) struct Schedule {
@@ -249,13 +271,14 @@ pub(super) struct Schedule {
 }
 
 impl Schedule {
-    pub(super) fn of(spec: &TrialSpec) -> Schedule {
+    /// The schedule of `spec`, `min_wake_ns` apart unless `spec.min_wake` says.
+    pub(super) fn of(spec: &TrialSpec, min_wake_ns: u64) -> Schedule {
         let ns_per_frame = 1e9 / spec.rate_pps;
         let t0 = now_ns();
         let end =
             t0 + (spec.frames as f64 * ns_per_frame) as u64 + spec.overrun.map_or(1_000_000, |d| d.as_nanos() as u64);
         let pacer = Pacer::new(t0, ns_per_frame, spec.frames)
-            .min_wake(spec.min_wake.map_or(MIN_WAKE_NS, |d| d.as_nanos() as u64))
+            .min_wake(spec.min_wake.map_or(min_wake_ns, |d| d.as_nanos() as u64))
             .spin(50_000)
             .deadline(end);
         Schedule { pacer, t0, ns_per_frame, end }
@@ -271,7 +294,7 @@ impl Schedule {
 /// Paces the trial's frames: each wake-up sends the frames due in one call.
 fn send(t: &Tester, spec: &TrialSpec, ifindex: u32) -> Result<SendStats> {
     let frame0 = spec.flows[0].bytes();
-    let mut s = Schedule::of(spec);
+    let mut s = Schedule::of(spec, MIN_WAKE_NS);
     let mut st = SendStats::default();
     while let Some(due) = s.pacer.wait() {
         let n = due.min(MAX_BURST);

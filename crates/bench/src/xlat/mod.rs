@@ -244,7 +244,11 @@ pub struct Args {
     /// CPU of the tester's sending thread.
     #[arg(long, default_value_t = 1)]
     pub tx_cpu: usize,
-    /// CPU of the tester's receiving thread.
+    /// CPU of the tester's receiving thread. With the XDP receiver
+    /// (`--tester xdp` or `afxdp`), when it differs from `--tx-cpu`: the
+    /// receiving port's NAPI poll, where the receiver runs, goes to a
+    /// kernel thread on this CPU (threaded NAPI) instead of the softirq of
+    /// the CPU that sent into it.
     #[arg(long, default_value_t = 1)]
     pub rx_cpu: usize,
     /// The tester backend that sends and receives the frames: `af-packet`
