@@ -25,7 +25,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 use xdp::tester::Stamper;
 use xdp::xskgen::Generator;
 
@@ -79,9 +79,25 @@ impl FrameTester for AfXdpTester {
     }
 }
 
+/// A queue discipline on `port` (a veth): with one, a veth whose peer's
+/// ring is full stops its queue and answers the AF_XDP socket's transmit
+/// with "busy" (the socket's `sendto` then returns `EAGAIN` and the frame
+/// stays in the TX ring) instead of dropping the frame, as it does with
+/// the default `noqueue` (Linux 6.16 and later; older kernels drop
+/// either way). The generator's frames bypass the queue itself.
+fn backpressure(port: &Port) -> Result<()> {
+    lab::netns::Netns::attach(&port.ns)
+        .exec("tc", &["qdisc", "replace", "dev", &port.ifname, "root", "pfifo", "limit", "1000"])
+        .with_context(|| format!("a queue discipline on {} in {} (tc)", port.ifname, port.ns))?;
+    Ok(())
+}
+
 /// Paces the trial's frames: each wake-up queues the frames due (stamped
 /// in their slots) and wakes the kernel until it has taken them all.
 fn send(spec: &TrialSpec, setup: &Setup, socket: &Mutex<Option<String>>) -> Result<SendStats> {
+    if spec.backpressure {
+        backpressure(&spec.tx)?;
+    }
     let frame0 = spec.flows[0].bytes();
     let stamper = Stamper::new(&setup.cfg, &setup.flows, frame0.len())?;
     let mut g = Generator::open(setup.cfg.ifindex, frame0, stamper)?;

@@ -96,6 +96,14 @@ pub struct TrialSpec {
     /// Run the sending thread with SCHED_FIFO (`--realtime`), so that other
     /// work on a shared machine cannot take its CPU (the XDP backend).
     pub realtime: bool,
+    /// The sending port's veth peer is the receiving port (the tester's
+    /// own ceiling, no DUT between): the AF_XDP backend then puts a queue
+    /// discipline on the sending port, so that a full receiving ring pushes
+    /// back (the kernel stops the port's queue and `sendto` answers
+    /// `EAGAIN`; the generator retries and its shortfall shows in the
+    /// achieved rate) instead of dropping the tester's own frames. Never
+    /// across a DUT, whose ingress must drop what it cannot take.
+    pub backpressure: bool,
 }
 
 /// What one frame trial measured.

@@ -269,6 +269,7 @@ pub(super) fn media(m: &Media) -> Result<(Outcome, FlowLoss)> {
         // tester-bound and fails (`Trial::unsent`).
         overrun: Some(budget),
         realtime: m.realtime,
+        backpressure: false,
     };
     let t = Instant::now();
     let r = m.tester.run_trial(&spec)?;

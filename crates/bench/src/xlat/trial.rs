@@ -35,6 +35,8 @@ struct Streams {
     flows: Arc<Vec<Template>>,
     sent_size: usize,
     rx_v6: bool,
+    /// No DUT between the ports (`tester`): see [`TrialSpec::backpressure`].
+    backpressure: bool,
 }
 
 fn ports(topo: &BenchTopo, ctx: &Ctx, dir: Dir) -> (Port, Port) {
@@ -168,7 +170,7 @@ fn streams(topo: &BenchTopo, ctx: &Ctx, dut: Dut, dir: Dir, size: usize, hdrs: &
     // softwire), IPv4 after one in 6to4; unchanged without a translator.
     let translates = !matches!(dut, Dut::Tester | Dut::Kernel | Dut::NullXdp);
     let rx_v6 = if translates { dir == Dir::V4ToV6 } else { sends_v6(dut, dir) };
-    Ok(Streams { tx, rx, flows: Arc::new(flows), sent_size, rx_v6 })
+    Ok(Streams { tx, rx, flows: Arc::new(flows), sent_size, rx_v6, backpressure: dut == Dut::Tester })
 }
 
 fn trial(ctx: &Ctx, s: &Streams, rate: f64, ms: u64, learn: bool) -> Result<TrialResult> {
@@ -198,6 +200,7 @@ fn trial_frames(ctx: &Ctx, s: &Streams, rate: f64, frames: u64, learn: bool) -> 
         min_wake: None,
         overrun: None,
         realtime: ctx.a.realtime,
+        backpressure: s.backpressure,
     };
     let r = ctx.tester.run_trial(&spec)?;
     if std::env::var_os("V6GATE_BENCH_DEBUG").is_some() {
