@@ -312,16 +312,25 @@ impl TxSocket {
         }
         self.reclaim();
         let k = n.min(self.free.len() as u32).min(self.tx.free(n));
-        for i in 0..k {
+        let mut written = 0;
+        let mut failed = None;
+        while written < k {
             let Some(addr) = self.free.pop() else { break };
-            self.umem
-                .with_mut(addr as usize, len as usize, |f| write(i, f))
-                .map_err(|e| Error::Config(format!("UMEM slot at {addr}: {e}")))?;
-            self.tx.put(i, Desc { addr, len, options: 0 });
+            if let Err(e) = self.umem.with_mut(addr as usize, len as usize, |f| write(written, f)) {
+                self.free.push(addr);
+                failed = Some(Error::Config(format!("UMEM slot at {addr}: {e}")));
+                break;
+            }
+            self.tx.put(written, Desc { addr, len, options: 0 });
+            written += 1;
         }
-        self.tx.submit(k);
-        self.queued += u64::from(k);
-        Ok(k)
+        // Only what was written is published, also when a slot failed.
+        self.tx.submit(written);
+        self.queued += u64::from(written);
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(written),
+        }
     }
 
     /// Asks the kernel to send what the TX ring holds (in copy mode one
