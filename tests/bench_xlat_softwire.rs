@@ -2,8 +2,9 @@
 //! network namespaces: a tiny run of `v6gate-lw4o6` and `v6gate-dslite`
 //! both ways at the smallest and the largest frame size,
 //! through the `v6gate` binary cargo built, with each tester (`af-packet`;
-//! `xdp`, whose generator and receiver take 4in6 frames in the kernel, also
-//! with `v6gate-xdp-lw4o6`, the lwAFTR's XDP fast path). It checks that 4in6 frames go
+//! `xdp`, whose generator and receiver take 4in6 frames in the kernel — the
+//! AF_XDP generator where the kernel refuses live frames — also with
+//! `v6gate-xdp-lw4o6`, the lwAFTR's XDP fast path). It checks that 4in6 frames go
 //! through the lwAFTR and the AFTR both ways (a zero-loss rate found, the
 //! frames 20 bytes longer than the IPv6 label), that DS-Lite's 4to6 runs
 //! on the mappings of its warm-up, and that the report carries the bar's
@@ -27,10 +28,17 @@ fn softwire_duts_forward_4in6_both_ways() {
     softwire_run("af-packet", &["v6gate-lw4o6", "v6gate-dslite"]);
 }
 
+/// With `--tester xdp`: live frames where the kernel grants them, the
+/// AF_XDP generator where it refuses them (the report names it and why).
 #[test]
 fn softwire_duts_forward_4in6_both_ways_xdp_tester() {
     lab::need_root!();
     let r = softwire_run("xdp", &["v6gate-lw4o6", "v6gate-xdp-lw4o6", "v6gate-dslite"]);
+    let want = match xdp::tester::live_frames().expect("the live frames probe") {
+        xdp::tester::LiveFrames::Granted => "xdp (BPF_PROG_RUN live frames".to_string(),
+        refused => format!("afxdp (live frames {}; AF_XDP copy mode", refused.describe()),
+    };
+    assert!(r.generator.starts_with(&want), "{}", r.generator);
     // The fast path carried the XDP lwAFTR's frames (its counters, one
     // note per direction, beside any TESTER-BOUND note).
     let x = &r.duts[2];

@@ -20,10 +20,7 @@ pub const MAX_BATCH: usize = 64;
 /// in every network namespace of the machine, so a timestamp written by a
 /// sender in one namespace is compared with a receiver's in another).
 pub fn now_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes one timespec into a valid, writable pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    xdp::sys::monotonic_ns()
 }
 
 /// Sleeps until [`now_ns`] reaches `t` (returns at once when it has).

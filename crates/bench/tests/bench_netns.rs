@@ -11,18 +11,42 @@ use lab::netns::{self, unique_name, PrefixGuard};
 #[test]
 fn bench_smoke_against_kernel_forwarding() {
     lab::need_root!();
-    xlat_smoke("af-packet");
+    xlat_smoke("af-packet", &["kernel"]);
 }
 
-/// The XDP tester end to end: generator and receiver in the kernel, the
-/// DUT's ports prepared (GRO/NAPI), the ceiling row first.
+/// The XDP tester end to end: generator and receiver in the kernel (the
+/// AF_XDP generator where the kernel refuses live frames, and the report
+/// says so), the DUT's ports prepared (GRO/NAPI), the ceiling row first.
 #[test]
 fn bench_smoke_xdp_tester_against_kernel_forwarding() {
     lab::need_root!();
-    xlat_smoke("xdp");
+    xlat_smoke("xdp", &["kernel"]);
 }
 
-fn xlat_smoke(tester: &str) {
+/// The AF_XDP generator with the XDP receiver, end to end; also the
+/// `null-xdp` DUT (the redirect-only program) and the report's shares of it.
+#[test]
+fn bench_smoke_afxdp_tester_against_kernel_forwarding() {
+    lab::need_root!();
+    let out = xlat_smoke("afxdp", &["kernel", "null-xdp"]);
+    assert!(out.contains("## Against the null-xdp path") && out.contains("| kernel | 6to4 | 84 |"), "{out}");
+}
+
+/// The start of the report's generator line for `--tester tester`: `xdp`
+/// runs live frames where the kernel grants them, the AF_XDP generator
+/// (saying why) where it refuses them.
+fn expected_generator(tester: &str) -> String {
+    match (tester, xdp::tester::live_frames().expect("the live frames probe")) {
+        ("xdp", xdp::tester::LiveFrames::Granted) => "xdp (BPF_PROG_RUN live frames".into(),
+        ("xdp", refused) => format!("afxdp (live frames {}; AF_XDP copy mode", refused.describe()),
+        ("afxdp", _) => "afxdp (AF_XDP copy mode".into(),
+        (other, _) => other.into(),
+    }
+}
+
+/// A tiny `bench xlat` run with `tester` against `duts` (kernel first);
+/// returns results.md.
+fn xlat_smoke(tester: &str, duts: &[&str]) -> String {
     use clap::Parser;
     #[derive(Parser)]
     struct W {
@@ -40,7 +64,7 @@ fn xlat_smoke(tester: &str) {
         "--tester",
         tester,
         "--dut",
-        "kernel",
+        &duts.join(","),
         "--dir",
         "6to4",
         "--sizes",
@@ -68,9 +92,10 @@ fn xlat_smoke(tester: &str) {
     ])
     .a;
     let r = bench::xlat::run(&a).unwrap();
+    assert!(r.generator.starts_with(&expected_generator(tester)), "{}", r.generator);
     // The tester's own ceiling is always measured, first.
     let names: Vec<_> = r.duts.iter().map(|d| d.dut).collect();
-    assert_eq!(names, ["tester", "kernel"]);
+    assert_eq!(names, [&["tester"][..], duts].concat());
     for d in &r.duts {
         assert_eq!(d.status, "ok", "{}", d.dut);
         let p = &d.points[0];
@@ -87,8 +112,12 @@ fn xlat_smoke(tester: &str) {
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
     assert_eq!(json["duts"][1]["dut"], "kernel");
+    assert_eq!(json["generator"], r.generator.as_str());
+    let md = std::fs::read_to_string(out.join("results.md")).unwrap();
+    assert!(md.contains(&format!("Generator: {}", r.generator)), "{md}");
     assert!(!netns::exists(&format!("{prefix}-dut")), "bench namespaces removed");
     let _ = std::fs::remove_dir_all(&out);
+    md
 }
 
 /// A tiny `bench trgw` run: the ceiling only (kernel forwarding between
@@ -174,13 +203,26 @@ fn trgw_smoke_against_kernel_forwarding() {
 
 /// `bench trgw --tester xdp` end to end against kernel forwarding (the
 /// tester's ceiling row): the UA sockets' warm-up, RTP frames from the
-/// XDP generator per stream, the XDP receiver's counts, samples and loss
-/// per stream; `both` (two generators at once) is a clean error row.
+/// XDP generator per stream (the AF_XDP one where the kernel refuses live
+/// frames), the XDP receiver's counts, samples and loss per stream;
+/// `both` (two generators at once) is a clean error row.
 #[test]
 fn trgw_smoke_xdp_tester_against_kernel_forwarding() {
     lab::need_root!();
-    let (r, out) = trgw_run("7", &["--tester", "xdp", "--directions", "v6v4,both,v4v6"]);
-    assert_eq!(r.tester, bench::trgw::TesterKind::Xdp);
+    trgw_frames_smoke("xdp", bench::trgw::TesterKind::Xdp);
+}
+
+/// The same with `--tester afxdp`.
+#[test]
+fn trgw_smoke_afxdp_tester_against_kernel_forwarding() {
+    lab::need_root!();
+    trgw_frames_smoke("afxdp", bench::trgw::TesterKind::Afxdp);
+}
+
+fn trgw_frames_smoke(tester: &str, kind: bench::trgw::TesterKind) {
+    let (r, out) = trgw_run("7", &["--tester", tester, "--directions", "v6v4,both,v4v6"]);
+    assert_eq!(r.tester, kind);
+    assert!(r.generator.starts_with(&expected_generator(tester)), "{}", r.generator);
     let c = r.ceiling.as_ref().expect("the tester ceiling ran");
     assert_eq!(c.directions.len(), 3);
     for d in &c.directions {

@@ -10,7 +10,8 @@
 //! and `BPF_PROG_TEST_RUN` for the differential test and the cost bench).
 //!
 //! The BPF programs are loaded with aya (pure Rust; see docs/xdp.md for
-//! why). Unsafe code lives only in [`sys`].
+//! why). [`xsk`] holds the AF_XDP transmit sockets of the bench's
+//! `--tester afxdp`. Unsafe code lives only in [`sys`].
 #![deny(unsafe_code)]
 #![warn(missing_debug_implementations)]
 
@@ -40,6 +41,7 @@ pub mod config;
 pub mod dslite;
 mod loader;
 pub mod nat64;
+pub mod null;
 mod portblock;
 mod route;
 mod single;
@@ -52,6 +54,8 @@ pub mod teredo;
 pub mod tester;
 pub mod trgw;
 pub mod types;
+pub mod xsk;
+pub mod xskgen;
 
 pub use loader::{action, Attachment, FastPath, Limits, Mode, TestResult};
 pub use portblock::RingWatch;

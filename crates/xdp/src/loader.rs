@@ -225,12 +225,7 @@ impl FastPath {
             .load(OBJECT)
             .map_err(|e| Error::Unavailable(format!("loading the BPF object: {}", chain(&e))))?;
         for name in [progs::SIIT, progs::NAT64, progs::TRGW, progs::GATE] {
-            let p: &mut Xdp = bpf
-                .program_mut(name)
-                .ok_or_else(|| Error::Bpf(format!("program {name} missing from the object")))?
-                .try_into()
-                .map_err(|e| Error::Bpf(format!("program {name}: {e}")))?;
-            p.load().map_err(|e| Error::Unavailable(format!("loading program {name}: {}", chain(&e))))?;
+            load_xdp(&mut bpf, name)?;
         }
         let mut fp = FastPath {
             bpf,
@@ -595,6 +590,19 @@ pub(crate) fn attach_link(
         }
         Mode::Off => Err(Error::Config(format!("{iface}: attach with mode off"))),
     }
+}
+
+/// XDP program `name` of `bpf`.
+pub(crate) fn xdp_mut<'a>(bpf: &'a mut Ebpf, name: &str) -> Result<&'a mut Xdp, Error> {
+    bpf.program_mut(name)
+        .ok_or_else(|| Error::Bpf(format!("program {name} missing from the object")))?
+        .try_into()
+        .map_err(|e| Error::Bpf(format!("program {name}: {e}")))
+}
+
+/// Loads XDP program `name` of `bpf` into the kernel.
+pub(crate) fn load_xdp(bpf: &mut Ebpf, name: &str) -> Result<(), Error> {
+    xdp_mut(bpf, name)?.load().map_err(|e| Error::Unavailable(format!("loading program {name}: {}", chain(&e))))
 }
 
 /// A `struct xdp_md` for BPF_PROG_TEST_RUN: a frame of `len` bytes

@@ -1,7 +1,10 @@
 //! The crate's only unsafe code: marking the contract structs as plain old
 //! data for aya's typed maps, `if_nametoindex`, the interface ioctls and
-//! the batch map calls of `bpf(2)` that aya does not offer.
+//! the batch map calls of `bpf(2)` that aya does not offer, and ([`xsk`])
+//! the AF_XDP sockets.
 #![deny(clippy::undocumented_unsafe_blocks)]
+
+pub mod xsk;
 
 use crate::types::{
     Config, Count, Eam, FlowKey, N64Bib, N64BibKey, N64Host, Nat64Value, NatptHost, NatptMake, Nexthop, RelayKey,
@@ -57,6 +60,17 @@ unsafe impl aya::Pod for TrecvCounts {}
 unsafe impl aya::Pod for TrecvTrend {}
 // SAFETY: as above.
 unsafe impl aya::Pod for TrecvLearned {}
+
+/// CLOCK_MONOTONIC in nanoseconds: the testers' one clock (the same in
+/// every network namespace of the machine, so a timestamp written by a
+/// sender in one namespace is compared with a receiver's in another; the
+/// XDP programs read it with `bpf_ktime_get_ns`).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec into a valid, writable pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
 
 /// The interface index of `name`, or `None` when there is no such
 /// interface (in the caller's network namespace).

@@ -8,7 +8,7 @@
 //! One [`Tester`] serves one trial: its maps start zeroed (the receiver's
 //! bitmap of seen sequence numbers in particular).
 
-use crate::loader::{attach_link, chain, map_err, test_run_once, xdp_md};
+use crate::loader::{attach_link, chain, load_xdp, map_err, test_run_once, xdp_md, xdp_mut};
 use crate::types::{
     tester as names, TgenConfig, TgenFlow, TgenState, TrecvConfig, TrecvCounts, TrecvLearned, TrecvSample, TrecvTrend,
     TREND_SLOTS,
@@ -71,12 +71,7 @@ impl Tester {
             .load(OBJECT)
             .map_err(|e| Error::Unavailable(format!("loading the tester object: {}", chain(&e))))?;
         for name in [names::PROG_TGEN, names::PROG_TRECV] {
-            let p: &mut Xdp = bpf
-                .program_mut(name)
-                .ok_or_else(|| Error::Bpf(format!("program {name} missing from the object")))?
-                .try_into()
-                .map_err(|e| Error::Bpf(format!("program {name}: {e}")))?;
-            p.load().map_err(|e| Error::Unavailable(format!("loading program {name}: {}", chain(&e))))?;
+            load_xdp(&mut bpf, name)?;
         }
         Ok(Tester { bpf, receiver: None, anchor: None, limits })
     }
@@ -98,11 +93,7 @@ impl Tester {
     }
 
     fn prog_mut(&mut self, name: &str) -> Result<&mut Xdp, Error> {
-        self.bpf
-            .program_mut(name)
-            .ok_or_else(|| Error::Bpf(format!("program {name} missing")))?
-            .try_into()
-            .map_err(|e| Error::Bpf(format!("program {name}: {e}")))
+        xdp_mut(&mut self.bpf, name)
     }
 
     fn set<T: aya::Pod>(&mut self, map: &'static str, index: u32, v: T) -> Result<(), Error> {
@@ -335,12 +326,8 @@ fn probe_live_frames() -> Result<LiveFrames, Error> {
         .map_max_entries(names::TRECV_SAMPLES, 4096)
         .load(OBJECT)
         .map_err(|e| Error::Unavailable(format!("loading the tester object: {}", chain(&e))))?;
-    let p: &mut Xdp = bpf
-        .program_mut(names::PROG_TPROBE)
-        .ok_or_else(|| Error::Bpf(format!("program {} missing from the object", names::PROG_TPROBE)))?
-        .try_into()
-        .map_err(|e| Error::Bpf(format!("program {}: {e}", names::PROG_TPROBE)))?;
-    p.load().map_err(|e| Error::Unavailable(format!("loading program {}: {}", names::PROG_TPROBE, chain(&e))))?;
+    load_xdp(&mut bpf, names::PROG_TPROBE)?;
+    let p = xdp_mut(&mut bpf, names::PROG_TPROBE)?;
     // An Ethernet frame of the local experimental EtherType, to nobody.
     let mut frame = [0u8; 64];
     frame[..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x02]);
@@ -476,6 +463,115 @@ pub fn flow_from_frame(frame: &[u8], rtp: bool) -> Result<(TgenFlow, u16, Layout
     Ok((TgenFlow { hdr, base_sum }, udp as u16, layout))
 }
 
+/// What `xdp_tgen` does to a frame, in userspace: the AF_XDP generator
+/// (`crates/bench`, `--tester afxdp`) stamps its frames with it, so both
+/// generators send the same bytes and the same receiver counts them
+/// (checked byte for byte against the BPF program with
+/// `BPF_PROG_TEST_RUN`: crates/xdp/tests/tester.rs). Built once per trial
+/// from the generator's settings and flows; [`Stamper::stamp`] then turns a
+/// copy of the trial's first template frame into the frame of any
+/// sequence number.
+#[derive(Debug, Clone)]
+pub struct Stamper {
+    flows: Vec<TgenFlow>,
+    magic: u32,
+    /// Where the flow's header bytes go and how many.
+    head: usize,
+    head_len: usize,
+    udp: usize,
+    rtp: bool,
+    len: usize,
+}
+
+impl Stamper {
+    /// The stamper of `cfg` (`nflows` of `flows`, in order) for frames of
+    /// `len` bytes. Refuses what the BPF program would drop: no flows, a
+    /// frame too short for the layout's header bytes or the stamp, a UDP
+    /// header past the generator's reach.
+    pub fn new(cfg: &TgenConfig, flows: &[TgenFlow], len: usize) -> Result<Stamper, Error> {
+        let bad = |why: String| Error::Config(format!("tester stamp: {why}"));
+        let n = cfg.nflows as usize;
+        if n == 0 || n > flows.len() {
+            return Err(bad(format!("{} flows of {} given", cfg.nflows, flows.len())));
+        }
+        let (head, head_len) = match cfg.v6 {
+            0 => (0, 44),
+            1 => (0, 64),
+            crate::types::TGEN_4IN6 => (crate::types::TGEN_4IN6_OFF as usize, 64),
+            v => return Err(bad(format!("layout code {v}"))),
+        };
+        let udp = usize::from(cfg.udp_off);
+        if udp > crate::types::TGEN_4IN6_OFF as usize + 64 {
+            return Err(bad(format!("UDP header at {udp}, past the generator's reach")));
+        }
+        let rtp = cfg.rtp != 0;
+        let end = udp + 8 + if rtp { RTP_HEADER_LEN } else { 0 } + STAMP_LEN;
+        if len < end.max(head + head_len) {
+            return Err(bad(format!("a {len}-byte frame is too short for this layout")));
+        }
+        Ok(Stamper { flows: flows[..n].to_vec(), magic: cfg.magic, head, head_len, udp, rtp, len })
+    }
+
+    /// The frame length this stamper writes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Never true: a stamper needs a frame that holds the stamp.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Turns `frame` (a copy of the trial's first template, or a frame this
+    /// stamper wrote before) into frame `seq`, timestamped `ts_ns`: the
+    /// flow's header bytes, with RTP the RTP header, the stamp and the UDP
+    /// checksum, as `xdp_tgen` does. Returns false, writing nothing, for a
+    /// frame of another length.
+    pub fn stamp(&self, frame: &mut [u8], seq: u32, ts_ns: u64) -> bool {
+        if frame.len() != self.len {
+            return false;
+        }
+        let nflows = self.flows.len() as u32;
+        let flow = seq % nflows;
+        let f = &self.flows[flow as usize];
+        let (lo, hi) = f.hdr.split_at(1);
+        let hdr = lo[0].iter().chain(hi[0].iter());
+        for (d, s) in frame[self.head..self.head + self.head_len].iter_mut().zip(hdr) {
+            *d = *s;
+        }
+        let p = self.udp;
+        let mut sum = f.base_sum;
+        let mut s = p + 8;
+        if self.rtp {
+            let n = seq / nflows;
+            let (rts, ssrc) = (n.wrapping_mul(160), crate::types::RTP_SSRC_BASE.wrapping_add(flow));
+            frame[s..s + 2].copy_from_slice(&0x8000u16.to_be_bytes());
+            frame[s + 2..s + 4].copy_from_slice(&(n as u16).to_be_bytes());
+            frame[s + 4..s + 8].copy_from_slice(&rts.to_be_bytes());
+            frame[s + 8..s + 12].copy_from_slice(&ssrc.to_be_bytes());
+            sum += 0x8000 + u64::from(n as u16) + words32(rts) + words32(ssrc);
+            s += RTP_HEADER_LEN;
+        }
+        frame[s..s + 8].copy_from_slice(&ts_ns.to_be_bytes());
+        frame[s + 8..s + 12].copy_from_slice(&seq.to_be_bytes());
+        frame[s + 12..s + 14].copy_from_slice(&(flow as u16).to_be_bytes());
+        frame[s + 14..s + 18].copy_from_slice(&self.magic.to_be_bytes());
+        sum += words32((ts_ns >> 32) as u32) + words32(ts_ns as u32) + words32(seq) + u64::from(flow as u16);
+        sum += words32(self.magic);
+        let c = !xlat::checksum::fold(sum);
+        // RFC 768: a computed zero is sent as all ones.
+        let c = if c == 0 { 0xffff } else { c };
+        frame[p + 6..p + 8].copy_from_slice(&c.to_be_bytes());
+        true
+    }
+}
+
+/// The sum of a `u32`'s two big-endian 16-bit words (`words32` in
+/// bpf/tester.bpf.c).
+fn words32(v: u32) -> u64 {
+    u64::from(v >> 16) + u64::from(v & 0xffff)
+}
+
 impl Tester {
     /// Run the generator once over `frame` without sending it (plain
     /// `BPF_PROG_TEST_RUN`) and return the frame it built: for tests.
@@ -488,7 +584,7 @@ impl Tester {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use xlat::checksum::{finish, fold, sum, verifies};
+    use xlat::checksum::{finish, sum, verifies};
 
     /// Ethernet + IPv4 (DF, valid header checksum) + UDP + 18 zero bytes,
     /// in an outer IPv6 header from `b4` (next header 4) with `outer`.
@@ -516,22 +612,14 @@ mod tests {
         f
     }
 
-    /// What `xdp_tgen` makes of `frame` for `flow` (bpf/tester.bpf.c,
-    /// without RTP): the flow's 64 bytes at the layout's head, the stamp,
-    /// the UDP checksum from the base sum.
-    fn generate(frame: &[u8], flow: &(TgenFlow, u16, Layout), ts: u64, seq: u32, idx: u16, magic: u32) -> Vec<u8> {
-        let (f, udp, layout) = flow;
+    /// What `xdp_tgen` makes of `frame` as frame `seq` of a trial whose
+    /// 1024 flows are all `flow` (so the flow index is `seq % 1024`).
+    fn generate(frame: &[u8], flow: &(TgenFlow, u16, Layout), ts: u64, seq: u32, magic: u32) -> Vec<u8> {
+        let (f, udp, layout) = *flow;
+        let cfg = TgenConfig { nflows: 1024, magic, udp_off: udp, v6: layout.code(), rtp: 0, ifindex: 1 };
+        let st = Stamper::new(&cfg, &[f; 1024], frame.len()).unwrap();
         let mut out = frame.to_vec();
-        let n = if *layout == Layout::V4 { 44 } else { 64 };
-        let hdr: Vec<u8> = f.hdr.iter().flatten().copied().collect();
-        out[layout.head()..layout.head() + n].copy_from_slice(&hdr[..n]);
-        let s = usize::from(*udp) + 8;
-        out[s..s + 8].copy_from_slice(&ts.to_be_bytes());
-        out[s + 8..s + 12].copy_from_slice(&seq.to_be_bytes());
-        out[s + 12..s + 14].copy_from_slice(&idx.to_be_bytes());
-        out[s + 14..s + 18].copy_from_slice(&magic.to_be_bytes());
-        let c = !fold(f.base_sum + sum(&out[s..s + STAMP_LEN]));
-        out[s - 2..s].copy_from_slice(&if c == 0 { 0xffffu16 } else { c }.to_be_bytes());
+        assert!(st.stamp(&mut out, seq, ts));
         out
     }
 
@@ -555,12 +643,13 @@ mod tests {
         assert_eq!(hdr, want, "outer payload length on, through the UDP header");
         // Every stamp gives a frame whose inner UDP checksum verifies, the
         // headers untouched.
-        for (ts, seq, idx) in [(1u64, 0u32, 0u16), (u64::MAX, u32::MAX, 7), (0x0123_4567_89ab_cdef, 99, 1023)] {
-            let g = generate(&f, &flow, ts, seq, idx, 0x7636_0005);
+        for (ts, seq) in [(1u64, 0u32), (u64::MAX, u32::MAX), (0x0123_4567_89ab_cdef, 99)] {
+            let g = generate(&f, &flow, ts, seq, 0x7636_0005);
             assert_eq!(g[..80], f[..80]);
             assert!(verifies(sum(&g[54..74])), "inner IPv4 header checksum");
-            assert!(udp4_ok(&g[54..]), "inner UDP checksum, stamp {ts} {seq} {idx}");
+            assert!(udp4_ok(&g[54..]), "inner UDP checksum, stamp {ts} {seq}");
             assert_eq!(g[90..94], seq.to_be_bytes(), "the sequence number after the inner UDP header");
+            assert_eq!(g[94..96], ((seq % 1024) as u16).to_be_bytes(), "the flow index");
         }
     }
 
@@ -569,9 +658,64 @@ mod tests {
         let f4 = udp_frame([192, 0, 2, 10], 40000, None);
         let flow = flow_from_frame(&f4, false).unwrap();
         assert_eq!((flow.1, flow.2, flow.2.code(), flow.2.head()), (34, Layout::V4, 0, 0));
-        let g = generate(&f4, &flow, 42, 3, 1, 0x7636_0001);
+        let g = generate(&f4, &flow, 42, 3, 0x7636_0001);
         assert!(udp4_ok(&g[14..]));
         assert_eq!(g[..40], f4[..40]);
+    }
+
+    #[test]
+    fn the_stamper_writes_rtp_frames() {
+        // An IPv4 RTP frame: 12 bytes of RTP header room before the stamp.
+        let mut f = udp_frame([192, 0, 2, 20], 30000, None);
+        f.extend_from_slice(&[0u8; RTP_HEADER_LEN]);
+        let ulen = (f.len() - 34) as u16;
+        f[38..40].copy_from_slice(&ulen.to_be_bytes());
+        f[16..18].copy_from_slice(&(ulen + 20).to_be_bytes());
+        f[24..26].fill(0);
+        let c = finish(sum(&f[14..34]));
+        f[24..26].copy_from_slice(&c.to_be_bytes());
+        let (flow, udp, layout) = flow_from_frame(&f, true).unwrap();
+        let cfg = TgenConfig { nflows: 3, magic: 0x7636_0009, udp_off: udp, v6: layout.code(), rtp: 1, ifindex: 1 };
+        let st = Stamper::new(&cfg, &[flow; 3], f.len()).unwrap();
+        assert_eq!((st.len(), st.is_empty()), (f.len(), false));
+        // Frame 3 * 65537 + 2: flow 2's packet 65537 (RTP sequence 1 after
+        // the wrap); frame u32::MAX: the RTP timestamp wraps too.
+        for seq in [0u32, 4, 3 * 65_537 + 2, u32::MAX] {
+            let mut g = f.clone();
+            assert!(st.stamp(&mut g, seq, 0xdead_beef_0000_0001));
+            let (k, n) = (seq % 3, seq / 3);
+            assert!(udp4_ok(&g[14..]), "UDP checksum of frame {seq}");
+            assert_eq!(g[42..44], [0x80, 0], "V=2, PT 0");
+            assert_eq!(g[44..46], (n as u16).to_be_bytes(), "RTP sequence number");
+            assert_eq!(g[46..50], n.wrapping_mul(160).to_be_bytes(), "RTP timestamp");
+            assert_eq!(g[50..54], (crate::types::RTP_SSRC_BASE + k).to_be_bytes(), "SSRC");
+            assert_eq!(g[54..62], 0xdead_beef_0000_0001u64.to_be_bytes(), "timestamp after the RTP header");
+            assert_eq!(g[62..66], seq.to_be_bytes());
+            assert_eq!(g[66..68], (k as u16).to_be_bytes());
+            assert_eq!(g[68..72], 0x7636_0009u32.to_be_bytes());
+        }
+        let mut short = f[..f.len() - 1].to_vec();
+        assert!(!st.stamp(&mut short, 0, 1), "a frame of another length");
+        assert_eq!(short, f[..f.len() - 1], "left as it was");
+    }
+
+    #[test]
+    fn the_stamper_refuses_what_the_program_drops() {
+        let f = udp_frame([192, 0, 2, 10], 40000, None);
+        let (flow, udp, layout) = flow_from_frame(&f, false).unwrap();
+        let cfg = TgenConfig { nflows: 2, magic: 1, udp_off: udp, v6: layout.code(), rtp: 0, ifindex: 1 };
+        assert!(Stamper::new(&cfg, &[flow; 2], f.len()).is_ok());
+        for (c, flows, len, why) in [
+            (TgenConfig { nflows: 0, ..cfg }, 2, f.len(), "no flows"),
+            (cfg, 1, f.len(), "fewer flows than nflows"),
+            (TgenConfig { v6: 3, ..cfg }, 2, f.len(), "an unknown layout"),
+            (TgenConfig { udp_off: 83, ..cfg }, 2, 200, "a UDP header past the 64 bytes written"),
+            (cfg, 2, f.len() - 1, "no room for the stamp"),
+            (TgenConfig { rtp: 1, ..cfg }, 2, f.len(), "no room for the RTP header"),
+            (TgenConfig { v6: 1, ..cfg }, 2, 63, "an IPv6 layout writes 64 header bytes"),
+        ] {
+            assert!(Stamper::new(&c, &vec![flow; flows], len).is_err(), "{why}");
+        }
     }
 
     #[test]

@@ -38,6 +38,10 @@ impl FrameTester for AfPacket {
     fn run_trial(&self, spec: &TrialSpec) -> Result<TrialResult> {
         run_trial(spec)
     }
+
+    fn generator(&self) -> String {
+        "af-packet (AF_PACKET sockets, sendmmsg/recvmmsg)".into()
+    }
 }
 
 /// Runs one trial on two fresh threads (one in each namespace).

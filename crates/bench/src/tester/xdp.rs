@@ -1,7 +1,9 @@
 //! The XDP frame tester (`--tester xdp`): frames generated in the kernel
 //! by `BPF_PROG_RUN` in live frames mode and counted in the kernel by an
 //! XDP receiver (`bpf/tester.bpf.c`, loaded through `xdp::tester`, the
-//! project's one BPF loader).
+//! project's one BPF loader). Steps 1, 2 and 4 ([`run_trial`]) are shared
+//! with the AF_XDP tester ([`super::afxdp`]), which sends in step 3 from
+//! an AF_XDP socket instead.
 //!
 //! One trial, on one thread of its own:
 //!
@@ -33,7 +35,7 @@ use std::sync::Arc;
 use anyhow::{anyhow, bail, Context as _, Result};
 use lab::netns::Netns;
 use xdp::tester::{flow_from_frame, Tester, TesterLimits};
-use xdp::types::{TgenConfig, TrecvConfig, TREND_SLOTS};
+use xdp::types::{TgenConfig, TgenFlow, TrecvConfig, TREND_SLOTS};
 use xdp::Mode;
 
 use super::{frame, Counted, FlowLoss, FrameTester, Port, SendStats, Tally, TrialResult, TrialSpec};
@@ -46,12 +48,13 @@ const _: () = assert!(frame::MAGIC_HI == xdp::types::TESTER_MAGIC_HI);
 
 /// Most latency samples per trial (the ring holds 16 bytes per sample).
 const MAX_SAMPLES: u64 = 1 << 17;
-/// Frames per `BPF_PROG_RUN` call at most (a burst), and per kernel batch.
-const MAX_BURST: u64 = 1024;
+/// Frames per `BPF_PROG_RUN` call at most (a burst; the AF_XDP generator's
+/// most per wake-up too), and per kernel batch.
+pub(super) const MAX_BURST: u64 = 1024;
 const BATCH: u32 = 64;
 /// Shortest gap between two generator calls: frames due meanwhile go in
 /// one call (a call has a fixed cost of a few microseconds).
-const MIN_WAKE_NS: u64 = 20_000;
+pub(super) const MIN_WAKE_NS: u64 = 20_000;
 
 /// The XDP backend.
 #[derive(Debug, Clone, Copy, Default)]
@@ -59,21 +62,48 @@ pub struct XdpTester;
 
 impl FrameTester for XdpTester {
     fn run_trial(&self, spec: &TrialSpec) -> Result<TrialResult> {
-        let spec = spec.clone();
-        std::thread::Builder::new()
-            .name("tester-xdp".into())
-            .spawn(move || trial(&spec))
-            .context("spawn the XDP tester thread")?
-            .join()
-            .map_err(|_| anyhow!("the XDP tester thread panicked"))?
+        on_thread(spec, "tester-xdp", |spec| {
+            run_trial(spec, |t, setup| {
+                anchor(t, &spec.tx)?;
+                t.set_generator(setup.cfg)?;
+                send(t, spec, setup.cfg.ifindex)
+            })
+        })
     }
 
     fn prepare_port(&self, port: &Port) -> Result<()> {
-        let (ns, ifname) = (port.ns.clone(), port.ifname.clone());
-        lab::netns::in_netns(&Netns::attach(&ns), move || {
-            xdp::sys::set_gro(&ifname, true).with_context(|| format!("GRO on {ifname} in {ns} (NAPI for XDP frames)"))
-        })
+        prepare_port(port)
     }
+
+    fn generator(&self) -> String {
+        "xdp (BPF_PROG_RUN live frames; XDP receiver)".into()
+    }
+}
+
+/// Turns NAPI on on a DUT port a generator sends into (GRO on): a veth
+/// takes XDP frames only into a peer with NAPI, and the receive work of
+/// every frame then runs in the port's NAPI poll (see the module docs).
+pub(crate) fn prepare_port(port: &Port) -> Result<()> {
+    let (ns, ifname) = (port.ns.clone(), port.ifname.clone());
+    lab::netns::in_netns(&Netns::attach(&ns), move || {
+        xdp::sys::set_gro(&ifname, true).with_context(|| format!("GRO on {ifname} in {ns} (NAPI for XDP frames)"))
+    })
+}
+
+/// Runs `trial` on a thread of its own named `name` (it enters the
+/// trial's namespaces).
+pub(super) fn on_thread(
+    spec: &TrialSpec,
+    name: &str,
+    trial: impl FnOnce(&TrialSpec) -> Result<TrialResult> + Send + 'static,
+) -> Result<TrialResult> {
+    let spec = spec.clone();
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || trial(&spec))
+        .with_context(|| format!("spawn the {name} thread"))?
+        .join()
+        .map_err(|_| anyhow!("the {name} thread panicked"))?
 }
 
 /// The sample interval (a power of two) that keeps a trial's samples
@@ -86,7 +116,22 @@ fn sample_shift(frames: u64) -> u8 {
     k
 }
 
-fn trial(spec: &TrialSpec) -> Result<TrialResult> {
+/// What a generator needs of a trial: the generator's settings (for the
+/// sending port, in the sending namespace) and the flows in order.
+pub(super) struct Setup {
+    pub cfg: TgenConfig,
+    pub flows: Vec<TgenFlow>,
+}
+
+/// One trial with the XDP receiver, on the calling thread: load the tester,
+/// attach and open the receiver in the receiving namespace, enter the
+/// sending namespace (pinned, SCHED_FIFO with `--realtime`), let `generate`
+/// send the trial's frames, close the receiver after the drain and turn
+/// what it counted into the trial's result.
+pub(super) fn run_trial(
+    spec: &TrialSpec,
+    generate: impl FnOnce(&mut Tester, &Setup) -> Result<SendStats>,
+) -> Result<TrialResult> {
     if spec.flows.is_empty() || spec.rate_pps <= 0.0 {
         bail!("a trial needs at least one flow and a positive rate");
     }
@@ -108,13 +153,15 @@ fn trial(spec: &TrialSpec) -> Result<TrialResult> {
         flows: nflows,
         sample_ring: ((spec.frames >> shift) + 1).saturating_mul(16).min(1 << 26) as u32,
     })?;
-    t.set_flows(&flows.iter().map(|f| f.0).collect::<Vec<_>>())?;
+    let flows: Vec<TgenFlow> = flows.iter().map(|f| f.0).collect();
+    t.set_flows(&flows)?;
     let magic = frame::MAGIC_HI | u32::from(spec.id);
 
     // The receiver, in the receiving namespace.
     Netns::attach(&spec.rx.ns).enter_thread()?;
     t.attach_receiver(&spec.rx.ifname, Mode::Native)
         .with_context(|| format!("XDP receiver on {} in {}", spec.rx.ifname, spec.rx.ns))?;
+    receiver_napi(spec)?;
     let total = u32::try_from(spec.frames).context("too many frames for one trial")?;
     let rx = TrecvConfig {
         budget_ns: spec.late.as_nanos() as u64,
@@ -133,9 +180,8 @@ fn trial(spec: &TrialSpec) -> Result<TrialResult> {
     cpu::setup_thread(&spec.tx.cpus, spec.realtime)?;
     let ifindex = xdp::sys::if_index(&spec.tx.ifname)
         .ok_or_else(|| anyhow!("no interface {} in {}", spec.tx.ifname, spec.tx.ns))?;
-    anchor(&mut t, &spec.tx)?;
-    t.set_generator(TgenConfig { nflows, magic, udp_off, v6: layout.code(), rtp: u8::from(spec.rtp), ifindex })?;
-    let sent = send(&t, spec, ifindex);
+    let cfg = TgenConfig { nflows, magic, udp_off, v6: layout.code(), rtp: u8::from(spec.rtp), ifindex };
+    let sent = generate(&mut t, &Setup { cfg, flows });
     // Close the receiver at the end of the drain, also when sending failed.
     std::thread::sleep(spec.drain);
     t.set_receiver(TrecvConfig { total: 0, ..rx })?;
@@ -173,6 +219,27 @@ fn trial(spec: &TrialSpec) -> Result<TrialResult> {
     Ok(TrialResult { outcome: tally.outcome(&sent, spec.flows.len()), seen_src, flow_loss })
 }
 
+/// With receiving CPUs of its own (`--rx-cpu` other than `--tx-cpu`), the
+/// receiving port's NAPI poll — where the XDP receiver runs — goes to a
+/// kernel thread on them (threaded NAPI) instead of the softirq of the
+/// CPU that transmitted into the port. With `--realtime` the thread runs
+/// SCHED_FIFO above the DUT's NAPI threads (`--threaded-napi`, one
+/// priority below): threads of one FIFO priority on one CPU do not take
+/// turns, and a DUT port busy with the offered load would starve the
+/// receiver's. Called after the receiver is attached (which gives the
+/// port its NAPI); its threads are made anew with each attachment.
+fn receiver_napi(spec: &TrialSpec) -> Result<()> {
+    if spec.rx.cpus.is_empty() || spec.rx.cpus == spec.tx.cpus {
+        return Ok(());
+    }
+    cpu::threaded_napi(&Netns::attach(&spec.rx.ns), &spec.rx.ifname)?;
+    let fifo = spec.realtime.then_some(cpu::RT_PRIORITY + 2);
+    if cpu::pin_napi(&[spec.rx.ifname.as_str()], &spec.rx.cpus, fifo)? == 0 {
+        bail!("threaded NAPI on {}: no napi/{}-* kernel thread to place", spec.rx.ifname, spec.rx.ifname);
+    }
+    Ok(())
+}
+
 /// An idle veth pair in the sending namespace to anchor the generator on
 /// (see `Tester::anchor_generator`); created once, it goes with the namespace.
 const ANCHOR: (&str, &str) = ("v6gtg0", "v6gtg1");
@@ -194,32 +261,57 @@ fn flows(templates: &Arc<Vec<frame::Template>>, rtp: bool) -> Result<Vec<Flow>> 
     templates.iter().map(|tpl| flow_from_frame(tpl.bytes(), rtp).map_err(|e| anyhow!("{e}"))).collect()
 }
 
+/// A trial's schedule: `spec.frames` at `spec.rate_pps` from `t0` (now),
+/// wake-ups at least `spec.min_wake` apart (or the backend's default),
+/// sending stopped at `end`, `spec.overrun` (default 1 ms) past the
+/// schedule's end.
+pub(super) struct Schedule {
+    pub pacer: Pacer,
+    pub t0: u64,
+    pub ns_per_frame: f64,
+    pub end: u64,
+}
+
+impl Schedule {
+    /// The schedule of `spec`, `min_wake_ns` apart unless `spec.min_wake` says.
+    pub(super) fn of(spec: &TrialSpec, min_wake_ns: u64) -> Schedule {
+        let ns_per_frame = 1e9 / spec.rate_pps;
+        let t0 = now_ns();
+        let end =
+            t0 + (spec.frames as f64 * ns_per_frame) as u64 + spec.overrun.map_or(1_000_000, |d| d.as_nanos() as u64);
+        let pacer = Pacer::new(t0, ns_per_frame, spec.frames)
+            .min_wake(spec.min_wake.map_or(min_wake_ns, |d| d.as_nanos() as u64))
+            .spin(50_000)
+            .deadline(end);
+        Schedule { pacer, t0, ns_per_frame, end }
+    }
+
+    /// The send statistics' duration: from the start to now, at least
+    /// the schedule's length for the frames sent.
+    pub(super) fn secs(&self, sent: u64) -> f64 {
+        ((now_ns() - self.t0) as f64 / 1e9).max(sent as f64 * self.ns_per_frame / 1e9)
+    }
+}
+
 /// Paces the trial's frames: each wake-up sends the frames due in one call.
 fn send(t: &Tester, spec: &TrialSpec, ifindex: u32) -> Result<SendStats> {
     let frame0 = spec.flows[0].bytes();
-    let ns_per_frame = 1e9 / spec.rate_pps;
-    let t0 = now_ns();
-    let mut pacer = Pacer::new(t0, ns_per_frame, spec.frames)
-        .min_wake(spec.min_wake.map_or(MIN_WAKE_NS, |d| d.as_nanos() as u64))
-        .spin(50_000)
-        .deadline(
-            t0 + (spec.frames as f64 * ns_per_frame) as u64 + spec.overrun.map_or(1_000_000, |d| d.as_nanos() as u64),
-        );
+    let mut s = Schedule::of(spec, MIN_WAKE_NS);
     let mut st = SendStats::default();
-    while let Some(due) = pacer.wait() {
+    while let Some(due) = s.pacer.wait() {
         let n = due.min(MAX_BURST);
-        let i = pacer.next();
+        let i = s.pacer.next();
         // The first frame of a burst is the latest against its schedule.
-        st.lag.record(now_ns().saturating_sub(pacer.due_at(i)));
+        st.lag.record(now_ns().saturating_sub(s.pacer.due_at(i)));
         if !t.generate(frame0, ifindex, n as u32, BATCH)? {
             // The kernel had no room (a DUT slower than the rate): the
             // frames it built count as sent and, not arriving, as lost.
             st.errors += n;
         }
-        pacer.advance(n);
+        s.pacer.advance(n);
     }
     st.sent = t.generated()?;
-    st.secs = ((now_ns() - t0) as f64 / 1e9).max(st.sent as f64 * ns_per_frame / 1e9);
+    st.secs = s.secs(st.sent);
     Ok(st)
 }
 

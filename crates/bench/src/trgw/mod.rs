@@ -107,7 +107,31 @@ pub enum TesterKind {
     /// RTP frames from the XDP generator (`BPF_PROG_RUN` live frames),
     /// counted by an XDP receiver: hundreds of thousands of packets/s,
     /// one direction per trial (v6v4, v4v6). Needs native XDP on veth.
+    /// Where the kernel refuses live frames, the AF_XDP generator
+    /// (`afxdp`) runs instead and the report says so.
     Xdp,
+    /// The same RTP frames from an AF_XDP socket (stamped in userspace as
+    /// the live-frames generator stamps them), the same XDP receiver.
+    Afxdp,
+}
+
+impl TesterKind {
+    /// Whether media goes as frames counted by the XDP receiver (`xdp`,
+    /// `afxdp`) rather than through UDP sockets.
+    pub fn frames(self) -> bool {
+        self != TesterKind::Udp
+    }
+
+    /// The frame tester of `xdp`/`afxdp` (`xdp` asks the kernel for live
+    /// frames, see [`crate::tester::Backend::tester`]); `None` for `udp`.
+    fn frame_tester(self) -> Result<Option<Box<dyn crate::tester::FrameTester>>> {
+        use crate::tester::Backend;
+        match self {
+            TesterKind::Udp => Ok(None),
+            TesterKind::Xdp => Backend::Xdp.tester().map(Some),
+            TesterKind::Afxdp => Backend::Afxdp.tester().map(Some),
+        }
+    }
 }
 
 /// `v6gate bench trgw`: G.711 calls through a media relay (the NICI TrGW test).
@@ -134,7 +158,7 @@ pub struct Args {
         long,
         value_delimiter = ',',
         default_value = "v6v4,v4v6,both",
-        default_value_if("tester", "xdp", "v6v4,v4v6")
+        default_value_ifs([("tester", "xdp", Some("v6v4,v4v6")), ("tester", "afxdp", Some("v6v4,v4v6"))])
     )]
     pub directions: Vec<Direction>,
     /// Numbers of concurrent calls for the curves (Figures 8 and 9).
@@ -143,7 +167,11 @@ pub struct Args {
         long,
         value_delimiter = ',',
         default_value = "100,250,500,1000,1500,2000",
-        default_value_ifs([("quick", "true", Some("50,200")), ("tester", "xdp", Some("1000,5000,10000,15000"))])
+        default_value_ifs([
+            ("quick", "true", Some("50,200")),
+            ("tester", "xdp", Some("1000,5000,10000,15000")),
+            ("tester", "afxdp", Some("1000,5000,10000,15000"))
+        ])
     )]
     pub calls: Vec<u32>,
     /// Packets per stream (the paper sends 10,000; see --full). `--quick`: 100.
@@ -180,7 +208,11 @@ pub struct Args {
     #[arg(long, default_value_t = 1)]
     pub confirm: u32,
     /// Upper bound of every search (`--tester xdp`: 32000).
-    #[arg(long, default_value_t = 8000, default_value_if("tester", "xdp", "32000"))]
+    #[arg(
+        long,
+        default_value_t = 8000,
+        default_value_ifs([("tester", "xdp", Some("32000")), ("tester", "afxdp", Some("32000"))])
+    )]
     pub max_calls: u32,
     /// Skip the tester-ceiling measurement (kernel forwarding, no relay).
     #[arg(long)]
@@ -217,11 +249,13 @@ pub struct Args {
     /// stream. Options given on the command line keep their values.
     #[arg(long)]
     pub quick: bool,
-    /// The media tester: `udp` (sockets) or `xdp` (RTP frames generated
+    /// The media tester: `udp` (sockets), `xdp` (RTP frames generated
     /// and counted in XDP, for relays beyond the socket tester's few
-    /// thousand calls). With `xdp` and the defaults left alone: directions
-    /// v6v4,v4v6, calls 1000,5000,10000,15000, search from 1000 up to
-    /// 32000 calls.
+    /// thousand calls; the AF_XDP generator where the kernel refuses live
+    /// frames) or `afxdp` (the same frames from an AF_XDP socket, the same
+    /// XDP receiver). With `xdp` or `afxdp` and the defaults left alone:
+    /// directions v6v4,v4v6, calls 1000,5000,10000,15000, search from 1000
+    /// up to 32000 calls.
     #[arg(long, value_enum, default_value_t = TesterKind::Udp)]
     pub tester: TesterKind,
     /// With `--tester xdp`: threaded NAPI on the relay's ports `r6`/`r4`,
@@ -352,6 +386,9 @@ pub struct Report {
     pub relay_threads: usize,
     pub realtime: bool,
     pub tester: TesterKind,
+    /// The generator and receiver that ran (with `--tester xdp` on a
+    /// kernel that refuses live frames: the AF_XDP generator, and why).
+    pub generator: String,
     pub sockets_per_side: usize,
     pub batch: usize,
     pub online_cpus: usize,
@@ -391,6 +428,8 @@ fn ua_sockets(ns: &Netns, ip: IpAddr, k: usize) -> Result<Vec<UdpSocket>> {
 /// What every part of a run needs.
 struct Ctx<'a> {
     args: &'a Args,
+    /// The frame tester (`--tester xdp` or `afxdp`).
+    frames: Option<Box<dyn crate::tester::FrameTester>>,
     tester_cpus: Vec<usize>,
     relay_cpus: Vec<usize>,
     relay_threads: usize,
@@ -465,8 +504,10 @@ fn trial(ctx: &Ctx, topo: &RelayTopo, relay: Relay, dir: Direction, n: u32, pack
     let t = Instant::now();
     let (outcome, stream_loss) = match ctx.args.tester {
         TesterKind::Udp => (udp::run(&[s6, s4], &load)?, None),
-        TesterKind::Xdp => {
+        TesterKind::Xdp | TesterKind::Afxdp => {
+            let tester = ctx.frames.as_deref().ok_or_else(|| anyhow!("no frame tester"))?;
             let (o, l) = xdp::media(&xdp::Media {
+                tester,
                 topo,
                 dir,
                 dst: &dst,
@@ -703,7 +744,7 @@ fn measure_device(ctx: &Ctx, topo: &RelayTopo, relay: Relay, name: &str, reach: 
                 // The socket tester starts at the ceiling (RFC 2544); the
                 // XDP tester's relays double from 1000 (an overloaded
                 // userspace relay leaves its generator slow, see --relays).
-                let start = a.search_start.or((a.tester == TesterKind::Xdp && relay.is_some()).then_some(1000));
+                let start = a.search_start.or((a.tester.frames() && relay.is_some()).then_some(1000));
                 let s = search(
                     |n| trial(ctx, topo, relay, dir, n, spackets),
                     (start, max, tester_max),
@@ -755,8 +796,19 @@ pub fn run(args: Args) -> Result<Report> {
     let prefix = format!("v6gate-bt-{run_id}");
     let guard = RunGuard::new(&format!("{prefix}-"), std::env::temp_dir().join(format!("v6gate-bench-trgw-{run_id}")))?;
     let relay_threads = args.relay_threads.unwrap_or(relay_cpus.len());
-    let ctx =
-        Ctx { args: &args, tester_cpus, relay_cpus: relay_cpus.clone(), relay_threads, work: guard.work(), v6gate_bin };
+    let frames = args.tester.frame_tester()?;
+    if let Some(t) = &frames {
+        eprintln!("v6gate bench trgw: generator: {}", t.generator());
+    }
+    let ctx = Ctx {
+        args: &args,
+        frames,
+        tester_cpus,
+        relay_cpus: relay_cpus.clone(),
+        relay_threads,
+        work: guard.work(),
+        v6gate_bin,
+    };
     let mut notes = vec![format!(
         "CPU arrangement: tester threads on CPU(s) {}, relay process on CPU(s) {} (taskset), {} relay worker thread(s); \
          kernel softirq work for the veth links runs on whichever CPU sends.{}",
@@ -799,11 +851,11 @@ pub fn run(args: Args) -> Result<Report> {
     } else {
         eprintln!("tester ceiling (kernel IPv6 forwarding, no relay):");
         let topo = RelayTopo::build(&format!("{prefix}-k"), true)?;
-        if args.tester == TesterKind::Xdp {
+        if args.tester.frames() {
             xdp::prepare(&topo, ingress, &ctx.relay_cpus)?;
         }
         let dirs = measure_device(&ctx, &topo, None, "kernel", Reach::Calibrate);
-        if args.tester == TesterKind::Xdp {
+        if args.tester.frames() {
             notes.push(
                 "XDP tester: the kernel-forwarding row is the path's ceiling without a relay process, not a bound on \
                  the relays: kernel forwarding costs more per packet than the XDP relay's fast path (both run in the \
@@ -850,7 +902,7 @@ pub fn run(args: Args) -> Result<Report> {
         if kind == RelayKind::V6gateXdp {
             relay::prepare_xdp(&topo)?;
         }
-        if args.tester == TesterKind::Xdp {
+        if args.tester.frames() {
             xdp::prepare(&topo, ingress, &ctx.relay_cpus)?;
         }
         let dirs = measure_device(&ctx, &topo, Some((kind, &bin)), name, relay_reach);
@@ -869,6 +921,7 @@ pub fn run(args: Args) -> Result<Report> {
         relay_threads,
         realtime: args.realtime,
         tester: args.tester,
+        generator: ctx.frames.as_ref().map_or_else(|| "udp (UDP sockets, sendmmsg/recvmmsg)".into(), |t| t.generator()),
         sockets_per_side: args.sockets,
         batch: args.batch,
         online_cpus: crate::report::online_cpus(),
@@ -1008,5 +1061,12 @@ mod tests {
         let d = Args::parse_from(["x"]);
         assert_eq!((d.tester, d.search_start, d.max_calls, d.packets), (TesterKind::Udp, None, 8000, 500));
         assert_eq!(d.calls, [100, 250, 500, 1000, 1500, 2000]);
+        let af = Args::parse_from(["x", "--tester", "afxdp"]);
+        assert_eq!(
+            (&af.directions, af.max_calls, &af.calls),
+            (&x.directions, x.max_calls, &x.calls),
+            "afxdp takes xdp's defaults"
+        );
+        assert!(af.tester.frames() && x.tester.frames() && !TesterKind::Udp.frames());
     }
 }

@@ -78,7 +78,7 @@ pub fn markdown(r: &Report) -> String {
         s,
         "G.711: RTP header + 160-byte payload every {} ms ({}-byte IPv4 / {}-byte IPv6 frames), {} packets per stream \
          ({} in search trials); a packet later than {} ms counts as lost. Tester CPUs: {}; relay CPUs: {} \
-         ({} relay threads); {} online CPUs; kernel {}.\n",
+         ({} relay threads); {} online CPUs; kernel {}. Generator: {}.\n",
         r.interval_ms,
         r.frame_bytes.ipv4,
         r.frame_bytes.ipv6,
@@ -89,7 +89,8 @@ pub fn markdown(r: &Report) -> String {
         r.relay_cpus,
         r.relay_threads,
         r.online_cpus,
-        r.kernel
+        r.kernel,
+        r.generator
     );
     s += &crate::doctor::header_line(&r.doctor);
     for n in &r.notes {
@@ -373,6 +374,7 @@ mod tests {
             relay_threads: 1,
             realtime: false,
             tester: super::super::TesterKind::Udp,
+            generator: "xdp (BPF_PROG_RUN live frames; XDP receiver)".into(),
             sockets_per_side: 1,
             batch: 1,
             online_cpus: 2,
@@ -449,6 +451,7 @@ mod tests {
         );
         assert!(md.contains("| v6gate-xdp | curve | 20000 |") && md.contains("| TESTER-BOUND | - |"), "{md}");
         assert!(md.contains("Average latency at 1,000 calls (IPv6->IPv4): v6gate 50.0 µs, rtpengine 80.0 µs."), "{md}");
+        assert!(md.contains("Generator: xdp (BPF_PROG_RUN live frames; XDP receiver)."), "{md}");
         assert_eq!(zero_loss(&r, "rtpengine", Direction::V6v4), Some(1500));
         let dir = std::env::temp_dir().join(lab::netns::unique_name("v6gate-bench-report"));
         let mut o = Outputs::create(&dir).unwrap();

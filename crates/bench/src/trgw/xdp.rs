@@ -1,5 +1,6 @@
-//! `bench trgw --tester xdp`: a trial's media as RTP frames from the XDP
-//! tester (`tester::xdp`, `bpf/tester.bpf.c`) instead of UDP sockets.
+//! `bench trgw --tester xdp` (and `afxdp`): a trial's media as RTP frames
+//! from the XDP tester (`tester::xdp`, `bpf/tester.bpf.c`; or its AF_XDP
+//! generator, `tester::afxdp`) instead of UDP sockets.
 //!
 //! The calls are set up over ng exactly as for the socket tester, with
 //! the UA sockets' addresses in the SDP; then:
@@ -39,7 +40,6 @@ use lab::topo::RelayTopo;
 use super::Direction;
 use crate::harness::cpu;
 use crate::tester::frame::{Header, Template, ETH_LEN, FCS_LEN, UDP_LEN};
-use crate::tester::xdp::XdpTester;
 use crate::tester::{probe, FlowLoss, FrameTester, Outcome, Port, TrialSpec};
 
 /// Media streams one trial can carry: the generator's flow index is 16 bits.
@@ -139,8 +139,8 @@ pub(super) enum Ingress {
 impl Ingress {
     pub(super) fn of(a: &super::Args) -> Ingress {
         match (a.tester, a.threaded_napi, a.rps) {
-            (super::TesterKind::Xdp, true, _) => Ingress::Threaded,
-            (super::TesterKind::Xdp, false, true) => Ingress::Rps,
+            (t, true, _) if t.frames() => Ingress::Threaded,
+            (t, false, true) if t.frames() => Ingress::Rps,
             _ => Ingress::Softirq,
         }
     }
@@ -153,7 +153,7 @@ impl Ingress {
 /// threads [`media`] places before each trial, or [`cpu::rps`]).
 pub(super) fn prepare(topo: &RelayTopo, ingress: Ingress, relay_cpus: &[usize]) -> Result<()> {
     for dev in RELAY_PORTS {
-        XdpTester.prepare_port(&Port { ns: topo.relay.name().into(), ifname: dev.into(), cpus: vec![] })?;
+        crate::tester::xdp::prepare_port(&Port { ns: topo.relay.name().into(), ifname: dev.into(), cpus: vec![] })?;
         match ingress {
             Ingress::Softirq => {}
             Ingress::Threaded => cpu::threaded_napi(&topo.relay, dev)?,
@@ -182,6 +182,8 @@ fn warm_up(socks: &[&UdpSocket], streams: &[RtpStream], xdp_relay: bool) -> Resu
 
 /// What [`media`] needs of the trial.
 pub(super) struct Media<'a> {
+    /// The frame tester (`xdp` or `afxdp`).
+    pub tester: &'a dyn FrameTester,
     pub topo: &'a RelayTopo,
     pub dir: Direction,
     /// Per call: (relay leg for ua6 to send to, relay leg for ua4 to send to).
@@ -267,9 +269,10 @@ pub(super) fn media(m: &Media) -> Result<(Outcome, FlowLoss)> {
         // tester-bound and fails (`Trial::unsent`).
         overrun: Some(budget),
         realtime: m.realtime,
+        backpressure: false,
     };
     let t = Instant::now();
-    let r = XdpTester.run_trial(&spec)?;
+    let r = m.tester.run_trial(&spec)?;
     let loss = r.flow_loss.ok_or_else(|| anyhow!("the XDP tester kept no per-stream loss"))?;
     if std::env::var_os("V6GATE_BENCH_DEBUG").is_some() {
         eprintln!("  xdp trial {}: {} frames in {:.1} s, {loss:?}", spec.id, spec.frames, t.elapsed().as_secs_f64());

@@ -20,7 +20,7 @@ use crate::harness::{cpu, fastpath};
 /// Why a DUT cannot run here (`None`: it can).
 pub(super) fn availability(dut: Dut, v6gate: &Path) -> Option<String> {
     match dut {
-        Dut::Tester | Dut::Kernel => None,
+        Dut::Tester | Dut::Kernel | Dut::NullXdp => None,
         Dut::TaygaSiit | Dut::TaygaNat64 => peers::require("tayga", Path::new("tayga")).err(),
         Dut::V6gateSiit | Dut::V6gateNat64 | Dut::V6gateXdpSiit | Dut::V6gateXdpNat64 => {
             let f = Features::of(v6gate);
@@ -239,6 +239,8 @@ pub(super) fn start_with(ctx: &Ctx, dut: Dut, topo: &BenchTopo, tun_extra: &[Str
             ns.ip(&["route", "add", SIIT4, "via", &T6_V4.to_string(), "dev", "d6"])?;
             Ok(None)
         }
+        // The program is the bench's own: [`null_xdp`] attaches it.
+        Dut::NullXdp => Ok(None),
         Dut::TaygaSiit | Dut::TaygaNat64 => {
             let conf = ctx.work.join("tayga.conf");
             std::fs::write(&conf, tayga_conf(dut.stateful()))?;
@@ -313,6 +315,21 @@ pub(super) fn start_with(ctx: &Ctx, dut: Dut, topo: &BenchTopo, tun_extra: &[Str
             Ok(Some(p))
         }
     }
+}
+
+/// The `null-xdp` DUT's program, attached to `d6` and `d4` for as long as
+/// the value lives (`None` for every other DUT): the redirect needs NAPI
+/// on the tester ports it sends into (GRO on, whichever tester runs).
+pub(super) fn null_xdp(dut: Dut, topo: &BenchTopo) -> Result<Option<xdp::null::NullRedirect>> {
+    if dut != Dut::NullXdp {
+        return Ok(None);
+    }
+    for (tns, dev) in [(&topo.t6, "t6"), (&topo.t4, "t4")] {
+        tns.run(|| xdp::sys::set_gro(dev, true).with_context(|| format!("GRO on {dev}")))?;
+    }
+    let null = topo.dut.run(|| Ok(xdp::null::NullRedirect::attach("d6", "d4")?)).context("null-xdp on d6 and d4")?;
+    eprintln!("bench xlat: null-xdp: attached ({:?})", null.modes());
+    Ok(Some(null))
 }
 
 /// `v6gate ctl xdp` of the DUT, once `ok` holds for it (10 s at most).

@@ -42,6 +42,12 @@ pub enum Dut {
     /// Linux IPv4 forwarding (IPv4 frames both ways, 20 bytes shorter): the
     /// ceiling of the DUT namespace and its links.
     Kernel,
+    /// A do-nothing XDP program on `d6` and `d4` (bpf/null.bpf.c) that
+    /// redirects every frame out of the other port unchanged (the
+    /// translators' input frames, not translated): the physical limit of
+    /// the fast path's route through the DUT, which the report compares
+    /// every DUT with.
+    NullXdp,
     /// TAYGA as SIIT (static EAM for the IPv6 host).
     TaygaSiit,
     /// TAYGA as NAT64 (dynamic pool: one IPv4 address per IPv6 host).
@@ -87,6 +93,7 @@ impl Dut {
         match self {
             Dut::Tester => "tester",
             Dut::Kernel => "kernel",
+            Dut::NullXdp => "null-xdp",
             Dut::TaygaSiit => "tayga-siit",
             Dut::TaygaNat64 => "tayga-nat64",
             Dut::V6gateSiit => "v6gate-siit",
@@ -164,7 +171,7 @@ pub struct Args {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "tester,kernel,tayga-siit,tayga-nat64,v6gate-siit,v6gate-nat64,v6gate-xdp-siit,v6gate-xdp-nat64,v6gate-lw4o6,v6gate-dslite"
+        default_value = "tester,kernel,null-xdp,tayga-siit,tayga-nat64,v6gate-siit,v6gate-nat64,v6gate-xdp-siit,v6gate-xdp-nat64,v6gate-lw4o6,v6gate-dslite"
     )]
     pub dut: Vec<Dut>,
     /// IPv6 frame sizes in bytes (RFC 8219; the IPv4 side is 20 bytes
@@ -253,13 +260,20 @@ pub struct Args {
     /// CPU of the tester's sending thread.
     #[arg(long, default_value_t = 1)]
     pub tx_cpu: usize,
-    /// CPU of the tester's receiving thread.
+    /// CPU of the tester's receiving thread. With the XDP receiver
+    /// (`--tester xdp` or `afxdp`), when it differs from `--tx-cpu`: the
+    /// receiving port's NAPI poll, where the receiver runs, goes to a
+    /// kernel thread on this CPU (threaded NAPI) instead of the softirq of
+    /// the CPU that sent into it.
     #[arg(long, default_value_t = 1)]
     pub rx_cpu: usize,
     /// The tester backend that sends and receives the frames: `af-packet`
-    /// (sockets) or `xdp` (BPF_PROG_RUN live frames and an XDP counting
-    /// receiver, in the kernel; see docs/bench-xlat.md). Both send and
-    /// receive the softwire DUTs' 4in6 frames.
+    /// (sockets), `xdp` (BPF_PROG_RUN live frames and an XDP counting
+    /// receiver, in the kernel; where the kernel refuses live frames the
+    /// AF_XDP generator runs instead, and the report says so) or `afxdp`
+    /// (an AF_XDP socket's frames, the same receiver); see
+    /// docs/bench-xlat.md. All send and receive the softwire DUTs' 4in6
+    /// frames.
     #[arg(long, value_enum, default_value = "af-packet")]
     pub tester: Backend,
     /// Threaded NAPI (and GRO) on the DUT's ports `d6`/`d4` for every DUT
@@ -270,7 +284,7 @@ pub struct Args {
     /// xdp` the generator collapses (docs/bench-xlat.md).
     #[arg(long)]
     pub threaded_napi: bool,
-    /// With `--tester xdp`: the generator thread, the DUT process (`chrt
+    /// With `--tester xdp` or `afxdp`: the generator thread, the DUT process (`chrt
     /// -f 10`, every DUT alike) and, with `--threaded-napi`, the DUT ports'
     /// NAPI threads (priority 11) run SCHED_FIFO, so that other work on a
     /// shared machine cannot take their CPUs (the kernel keeps 5 % for
@@ -421,6 +435,9 @@ pub struct Report {
     pub doctor: String,
     /// Parameters (the command line, effective).
     pub params: String,
+    /// The generator and receiver that ran (`--tester`; with `xdp` on a
+    /// kernel that refuses live frames, the AF_XDP generator and why).
+    pub generator: String,
     /// Per DUT.
     pub duts: Vec<DutReport>,
 }
@@ -455,8 +472,8 @@ pub fn run(args: &Args) -> Result<Report> {
             bail!("frame size {s}: RFC 8219 IPv6 frame sizes run from 84 to 1518 bytes");
         }
     }
-    if a.realtime && a.tester != Backend::Xdp {
-        bail!("--realtime runs with --tester xdp only");
+    if a.realtime && !a.tester.xdp_receiver() {
+        bail!("--realtime runs with --tester xdp or afxdp only");
     }
     let dut_cpus = cpu::parse_cpus(&a.dut_cpus)?;
     if dut_cpus.is_empty() {
@@ -469,13 +486,15 @@ pub fn run(args: &Args) -> Result<Report> {
     // The namespaces, the generated DUT configurations and logs go with
     // the guard, however the run ends.
     let guard = RunGuard::new(&format!("{}-", a.prefix), PathBuf::from(format!("/run/{}", a.prefix)))?;
-    let tester = a.tester.tester();
+    let tester = a.tester.tester()?;
+    eprintln!("bench xlat: generator: {}", tester.generator());
     let ctx = Ctx { a, v6gate, work: guard.work(), tester: tester.as_ref(), dut_cpus };
     let mut report = Report {
         cpus: crate::report::online_cpus(),
         kernel: crate::report::kernel_release(),
         doctor: crate::doctor::bench_summary(),
         params: format!("{a:?}"),
+        generator: String::new(),
         duts: Vec::new(),
     };
     // The tester's ceiling per (direction, size), once measured, is where
@@ -513,6 +532,7 @@ pub fn run(args: &Args) -> Result<Report> {
         report.duts.push(r);
     }
     drop(guard);
+    report.generator = tester.generator();
     report::write(&report, &mut out)?;
     eprintln!("bench xlat: {}", out.summary());
     Ok(report)

@@ -15,6 +15,7 @@ pub fn markdown(r: &Report) -> String {
     o += "# v6gate bench xlat (RFC 8219 / RFC 2544)\n\n";
     o += &format!("{} CPUs, kernel {}. Parameters: `{}`\n\n", r.cpus, r.kernel, r.params);
     o += &crate::doctor::header_line(&r.doctor);
+    o += &format!("Generator: {}\n\n", r.generator);
     o += "\"bound\": what limited the figure: `DUT` (it lost frames the tester offered), `TESTER` \
           (TESTER-BOUND: the search ended below a rate the tester could not offer, or the DUT carried the \
           tester's whole ceiling; the figure is the tester's), `--max-rate` (no loss up to it). A loss cell \
@@ -77,6 +78,7 @@ pub fn markdown(r: &Report) -> String {
         o += &notes.concat();
     }
     o += &softwire_bar(r);
+    o += &null_shares(r);
     let setups: Vec<&DutReport> = r.duts.iter().filter(|d| d.setup.is_some()).collect();
     if !setups.is_empty() {
         o += "\n## NAT64 session setup\n\n";
@@ -211,6 +213,48 @@ fn softwire_bar(r: &Report) -> String {
     o
 }
 
+/// Each DUT's zero-loss throughput as a share of `null-xdp`'s (the
+/// path's physical limit: a do-nothing XDP program that redirects every
+/// frame out of the other port) at the same direction and frame size.
+/// Empty when the run has no `null-xdp` point with a zero-loss rate.
+fn null_shares(r: &Report) -> String {
+    use Align::{Left as L, Right as R};
+    let Some(null) = r.duts.iter().find(|d| d.dut == Dut::NullXdp.name()) else {
+        return String::new();
+    };
+    let mut rows = Vec::new();
+    for d in r.duts.iter().filter(|d| d.dut != Dut::Tester.name() && d.dut != null.dut) {
+        for p in &d.points {
+            let Some(n) = null.points.iter().find(|n| n.dir == p.dir && n.frame_size == p.frame_size) else {
+                continue;
+            };
+            if n.throughput_fps <= 0.0 {
+                continue;
+            }
+            rows.push(vec![
+                d.dut.to_owned(),
+                p.dir.name().to_owned(),
+                p.frame_size.to_string(),
+                format!("{:.0}", p.throughput_fps),
+                format!("{:.0}", n.throughput_fps),
+                format!("{:.0} %", 100.0 * p.throughput_fps / n.throughput_fps),
+            ]);
+        }
+    }
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut o = String::from("\n## Against the null-xdp path\n\n");
+    o += "Zero-loss throughput as a share of `null-xdp`'s (a do-nothing XDP program on the DUT's ports that \
+          redirects every frame out of the other one: the path's physical limit) at the same direction and frame \
+          size.\n\n";
+    o += &markdown_table(
+        &[("DUT", L), ("dir", L), ("frame", R), ("throughput (fps)", R), ("null-xdp (fps)", R), ("share", R)],
+        &rows,
+    );
+    o
+}
+
 /// Writes results.json, results.md and per direction throughput-DIR.svg
 /// and latency-DIR.svg into `out`.
 pub(super) fn write(r: &Report, o: &mut Outputs) -> Result<()> {
@@ -275,6 +319,7 @@ pub(super) mod tests {
             kernel: "k".into(),
             doctor: "kernel k, 2 CPUs; has: xdp-native".into(),
             params: "p".into(),
+            generator: "afxdp (live frames refused by the kernel (EPERM); AF_XDP copy mode; XDP receiver)".into(),
             duts: vec![
                 DutReport {
                     dut: "tayga-siit",
@@ -331,6 +376,7 @@ pub(super) mod tests {
         assert!(md.contains("| kernel | 6to4 | 84 | 1000 | 0.5 | DUT |  | 12.3 |"), "{md}");
         assert!(md.contains("\n- kernel: 6to4: fast path 10 packets\n"), "{md}");
         assert!(md.contains("|---|---|---:|---:|"), "{md}");
+        assert!(md.contains("\nGenerator: afxdp (live frames refused by the kernel (EPERM); AF_XDP"), "{md}");
         // A tester-bound row and a loss trial during which the tester fell behind.
         let mut r = report();
         let mut p = point(Dir::V4ToV6, 250_000.0);
@@ -408,6 +454,21 @@ pub(super) mod tests {
         let md = markdown(&r);
         assert!(md.contains("- v6gate-lw4o6: not judged: no direction and frame size measured"), "{md}");
         assert!(!md.contains("| met |"), "{md}");
+    }
+
+    #[test]
+    fn every_dut_reads_as_a_share_of_the_null_path() {
+        assert!(!markdown(&report()).contains("null-xdp"), "no null-xdp, no section");
+        let mut r = report();
+        r.duts.push(dut("tester", vec![point(Dir::V6ToV4, 4000.0)]));
+        r.duts.push(dut("null-xdp", vec![point(Dir::V6ToV4, 2000.0), point(Dir::V4ToV6, 0.0)]));
+        r.duts.push(dut("v6gate-xdp-siit", vec![point(Dir::V6ToV4, 1700.0), point(Dir::V4ToV6, 1500.0)]));
+        let md = markdown(&r);
+        let sec = md.split("## Against the null-xdp path").nth(1).expect("the section");
+        assert!(sec.contains("| v6gate-xdp-siit | 6to4 | 84 | 1700 | 2000 | 85 % |"), "{sec}");
+        assert!(sec.contains("| kernel | 6to4 | 84 | 1000 | 2000 | 50 % |"), "{sec}");
+        assert!(!sec.contains("| 4to6 |"), "no share against a null point without a zero-loss rate: {sec}");
+        assert!(!sec.contains("| tester |") && !sec.contains("| null-xdp |"), "{sec}");
     }
 
     #[test]

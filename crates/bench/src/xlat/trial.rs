@@ -35,6 +35,8 @@ struct Streams {
     flows: Arc<Vec<Template>>,
     sent_size: usize,
     rx_v6: bool,
+    /// No DUT between the ports (`tester`): see [`TrialSpec::backpressure`].
+    backpressure: bool,
 }
 
 fn ports(topo: &BenchTopo, ctx: &Ctx, dir: Dir) -> (Port, Port) {
@@ -81,6 +83,7 @@ fn headers(dut: Dut, dir: Dir, flow_ports: &[(u16, u16)], nat: Option<&[Option<(
             }
             (
                 Dut::Kernel
+                | Dut::NullXdp
                 | Dut::TaygaSiit
                 | Dut::V6gateSiit
                 | Dut::V6gateXdpSiit
@@ -165,9 +168,9 @@ fn streams(topo: &BenchTopo, ctx: &Ctx, dut: Dut, dir: Dir, size: usize, hdrs: &
     let (tx, rx) = ports(topo, ctx, dir);
     // What arrives: IPv6 after a translator in 4to6 (4in6 after a
     // softwire), IPv4 after one in 6to4; unchanged without a translator.
-    let translates = !matches!(dut, Dut::Tester | Dut::Kernel);
+    let translates = !matches!(dut, Dut::Tester | Dut::Kernel | Dut::NullXdp);
     let rx_v6 = if translates { dir == Dir::V4ToV6 } else { sends_v6(dut, dir) };
-    Ok(Streams { tx, rx, flows: Arc::new(flows), sent_size, rx_v6 })
+    Ok(Streams { tx, rx, flows: Arc::new(flows), sent_size, rx_v6, backpressure: dut == Dut::Tester })
 }
 
 fn trial(ctx: &Ctx, s: &Streams, rate: f64, ms: u64, learn: bool) -> Result<TrialResult> {
@@ -197,6 +200,7 @@ fn trial_frames(ctx: &Ctx, s: &Streams, rate: f64, frames: u64, learn: bool) -> 
         min_wake: None,
         overrun: None,
         realtime: ctx.a.realtime,
+        backpressure: s.backpressure,
     };
     let r = ctx.tester.run_trial(&spec)?;
     if std::env::var_os("V6GATE_BENCH_DEBUG").is_some() {
@@ -547,6 +551,7 @@ pub(super) fn bench_dut(ctx: &Ctx, dut: Dut, ceiling: &[Reach]) -> DutReport {
             let topo = BenchTopo::create(&a.prefix, dut == Dut::Tester)?;
             prepare_ports(ctx, dut, &topo)?;
             let mut proc_ = dut::start(ctx, dut, &topo)?;
+            let _null = dut::null_xdp(dut, &topo)?;
             // NAT64 and DS-Lite 4to6 need the mappings first; the XDP DUT
             // measures established flows both ways: every session created
             // (6to4) and mirrored into the fast path before the search.
