@@ -1,7 +1,7 @@
 //! Teredo (RFC 4380, updated by RFC 5991 and extended by RFC 6081): the
 //! [`server`], the [`relay`] and the [`client`], each an I/O-free core.
 //!
-//! Shared here: the RFC constants, a token bucket for rate limits, a small
+//! Shared here: the RFC constants, the token bucket of rate limits, a small
 //! deterministic random generator (seeded by the runner) and the checks of
 //! a received Teredo UDP payload that every role makes.
 
@@ -34,35 +34,9 @@ pub const REFRESH_MS: Millis = 30_000;
 /// RFC 4380 §5.2: the Teredo interface MTU.
 pub const TEREDO_MTU: u32 = 1280;
 
-/// A token bucket: `rate` tokens a second, at most `burst`.
-#[derive(Debug, Clone, Copy)]
-pub struct Bucket {
-    tokens: f64,
-    last: Millis,
-}
-
-impl Bucket {
-    /// A full bucket.
-    pub fn full(burst: u32, now: Millis) -> Self {
-        Bucket { tokens: f64::from(burst), last: now }
-    }
-
-    /// Take a token if there is one. `rate == 0` means no limit.
-    pub fn take(&mut self, rate: u32, burst: u32, now: Millis) -> bool {
-        if rate == 0 {
-            return true;
-        }
-        let dt = now.saturating_sub(self.last) as f64 / 1000.0;
-        self.tokens = (self.tokens + dt * f64::from(rate)).min(f64::from(burst.max(1)));
-        self.last = now.max(self.last);
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            true
-        } else {
-            false
-        }
-    }
-}
+/// A token bucket (`rate` tokens a second, at most `burst`), the one of
+/// every v6gate rate limit.
+pub use budget::Bucket;
 
 /// xorshift64*: nonces and random flag bits; seeded from the OS by the
 /// runner, fixed in tests.
@@ -154,16 +128,6 @@ pub fn embedded_mapping(a: &Ipv6Addr) -> Option<SocketAddrV4> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn bucket_refills_at_the_rate() {
-        let mut b = Bucket::full(2, 0);
-        assert!(b.take(10, 2, 0) && b.take(10, 2, 0));
-        assert!(!b.take(10, 2, 0), "burst used up");
-        assert!(b.take(10, 2, 100), "0.1 s at 10/s gives one token");
-        assert!(!b.take(10, 2, 100));
-        assert!(b.take(0, 0, 100), "rate 0: unlimited");
-    }
 
     #[test]
     fn rng_is_deterministic_from_a_seed() {
