@@ -24,10 +24,12 @@ media-v4-interface = "v4"
 max-message = 65535        # bytes; larger requests get 513, others are dropped
 dialog-timeout = "2h"     # a dialog without an in-dialog request for this long is released (Session-Expires shortens it)
 t1 = "500ms"               # RFC 3261 T1 (T2 = 4 s, T4 = 5 s)
-# Budgets (docs/security.md): each has a global cap, and one client (an IPv6
-# /client-prefix-v6 or an IPv4 address) may hold client-share percent of it.
-# Full: new requests get 503 with Retry-After; nothing held is evicted.
-client-prefix-v6 = 64      # /48../128
+# Budgets (docs/security.md): each has a global cap, and one client (its IPv6
+# prefix of client-prefix-length bits, or its IPv4 address) may hold
+# client-share percent of it. Full: new requests get 503 with Retry-After;
+# nothing held is evicted. With one upstream proxy sending every call, raise
+# client-share (100: the global caps only).
+client-prefix-length = 64  # a client is its IPv6 prefix of this length (48-128)
 client-share = 25          # percent of every budget below one client may hold
 rate-limit = 500           # requests per second per client (burst twice that); 0: off
 max-transactions = 100000  # live server transactions
@@ -183,7 +185,7 @@ pub struct Config {
     /// Most TCP connections the ALG opens to next hops.
     pub max_outbound_connections: usize,
     /// The prefix length that makes one IPv6 client (48..=128).
-    pub client_prefix_v6: u8,
+    pub client_prefix_length: u8,
     /// Percent of every budget one client may hold (1..=100).
     pub client_share: u8,
     /// Bytes of transactions and dialogs.
@@ -228,7 +230,7 @@ impl Default for Config {
             max_transactions: 100_000,
             max_connections: 1024,
             max_outbound_connections: 256,
-            client_prefix_v6: 64,
+            client_prefix_length: 64,
             client_share: 25,
             max_state_bytes: 256 << 20,
             max_parked_bytes: 16 << 20,
@@ -289,9 +291,7 @@ impl Config {
         if self.max_outbound_connections == 0 {
             return Err("[alg] max-outbound-connections must be > 0".into());
         }
-        if !(48..=128).contains(&self.client_prefix_v6) {
-            return Err("[alg] client-prefix-v6 must be 48..=128".into());
-        }
+        budget::check_prefix_len(self.client_prefix_length).map_err(|e| format!("[alg] client-prefix-length {e}"))?;
         if !(1..=100).contains(&self.client_share) {
             return Err("[alg] client-share must be a percentage, 1..=100".into());
         }
@@ -411,7 +411,7 @@ mod tests {
             ("[alg]\nt1 = \"1.5s\"\n", "t1"),
             ("[alg]\ndialog-timeout = 0\n", "dialog-timeout"),
             ("[alg]\nmax-connections = 0\n", "max-connections"),
-            ("[alg]\nclient-prefix-v6 = 32\n", "client-prefix-v6"),
+            ("[alg]\nclient-prefix-length = 32\n", "client-prefix-length"),
             ("[alg]\nclient-share = 0\n", "client-share"),
             ("[alg]\nclient-share = 101\n", "client-share"),
             ("[alg]\nmax-state-bytes = 1000\n", "max-state-bytes"),

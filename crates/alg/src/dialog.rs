@@ -7,11 +7,11 @@
 use std::time::{Duration, Instant};
 
 use crate::body::SdpBody;
-use crate::budget::ClientKey;
 use crate::media::{Command, Reply, SdpRequest, Side};
 use crate::msg::{Message, Name};
 use crate::proxy::{reason_of, Alg};
 use crate::realm::Realm;
+use crate::shares::ClientKey;
 use crate::txn::{ServerKey, TimerKind, TimerRef};
 
 /// A dialog (early or confirmed), keyed by Call-ID.
@@ -197,17 +197,19 @@ impl Alg {
         now + self.timers_cfg.c() + Duration::from_secs(20)
     }
 
-    /// Dialog bookkeeping for a request being forwarded (a new dialog is
-    /// `owner`'s), and the offer or answer its SDP needs (None: the body
-    /// goes as it is), or the status to answer with.
+    /// Dialog bookkeeping for a request being forwarded from `source` (a
+    /// new dialog counts against its client's budgets), and the offer or
+    /// answer its SDP needs (None: the body goes as it is), or the status
+    /// to answer with.
     pub(crate) fn plan_request(
         &mut self,
         now: Instant,
         m: &Message,
         method: &str,
         (in_realm, out_realm): (Realm, Realm),
-        owner: ClientKey,
+        source: std::net::IpAddr,
     ) -> Result<Option<SdpJob>, (u16, String)> {
+        let owner = self.owner_of(source);
         let call_id = m.call_id().to_string();
         let from_tag = m.from_tag().unwrap_or("").to_string();
         let to_tag = m.to_tag().map(str::to_string);

@@ -29,9 +29,9 @@ use hickory_proto::rr::{Name, RData, RecordType};
 use tokio::net::UdpSocket;
 use tokio::sync::{oneshot, Notify};
 
-use crate::budget::{ClientKey, Shares};
 use crate::config::{Config, Transport};
 use crate::realm::{LookupKey, Resolution, Resolver, Target};
+use crate::shares::{ClientKey, Shares};
 
 /// Sockets per address family the nameservers need.
 pub const SOCKETS_PER_FAMILY: usize = 4;

@@ -15,7 +15,6 @@
 #![forbid(unsafe_code)]
 
 pub mod body;
-pub mod budget;
 pub mod cli;
 pub mod config;
 pub mod dialog;
@@ -32,6 +31,7 @@ pub mod realm;
 mod request;
 mod response;
 pub mod runner;
+pub mod shares;
 pub mod state;
 pub mod stats;
 pub mod stream;

@@ -8,13 +8,13 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::budget::ClientKey;
 use crate::config::{Config, Transport};
 use crate::dialog::Dialog;
 use crate::emit;
 use crate::media::MediaControl;
 use crate::msg::{Message, Name, Reject, Via};
 use crate::realm::{LookupKey, Realm, Resolution, Resolver};
+use crate::shares::ClientKey;
 use crate::state::Budgets;
 pub use crate::stats::Stats;
 use crate::stats::{local_code_index, method_index, Refusal};

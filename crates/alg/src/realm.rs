@@ -10,8 +10,8 @@ use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
 
-use crate::budget::ClientKey;
 use crate::config::{Route, Transport};
+use crate::shares::ClientKey;
 use crate::uri::{Host, Scheme, Uri};
 
 /// The two sides of the gateway.
@@ -171,6 +171,22 @@ impl Resolver for StaticResolver {
     }
     fn poll_done(&mut self) -> Option<(LookupKey, Resolution)> {
         self.done.pop_front()
+    }
+}
+
+/// A resolver shared with its owner (tests release held names).
+impl<R: Resolver> Resolver for std::sync::Arc<std::sync::Mutex<R>> {
+    fn resolve(&mut self, client: ClientKey, key: &LookupKey, now: Instant) -> Resolution {
+        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).resolve(client, key, now)
+    }
+    fn poll_done(&mut self) -> Option<(LookupKey, Resolution)> {
+        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).poll_done()
+    }
+    fn reconfigure(&mut self, cfg: &crate::Config) {
+        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).reconfigure(cfg)
+    }
+    fn in_flight(&self) -> (usize, usize) {
+        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).in_flight()
     }
 }
 

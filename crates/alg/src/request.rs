@@ -6,7 +6,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::budget::ClientKey;
 use crate::config::{ContactMode, Transport};
 use crate::dialog::SdpJob;
 use crate::emit::{self, Builder};
@@ -15,6 +14,7 @@ use crate::msg::{Message, Name, Start, Via};
 use crate::pending::Work;
 use crate::proxy::{client_key, encode_contact, hash, reason_of, server_key, Alg, ENC_PREFIX};
 use crate::realm::{self, Located, Realm, Resolution, Target};
+use crate::shares::ClientKey;
 use crate::stats::Refusal;
 use crate::txn::*;
 use crate::uri::{self, Host, Scheme, Uri};
@@ -499,8 +499,7 @@ impl Alg {
             q.push_back(Work::Request { fwd: Box::new(fwd), raw: raw.to_vec() });
             return;
         }
-        let owner = self.owner_of(fwd.peer.addr.ip());
-        let job = match self.plan_request(now, m, method, (fwd.peer.realm, fwd.out_realm), owner) {
+        let job = match self.plan_request(now, m, method, (fwd.peer.realm, fwd.out_realm), fwd.peer.addr.ip()) {
             Ok(j) => j,
             Err((code, reason)) => return self.refuse_forward(now, &fwd, code, &reason),
         };

@@ -75,7 +75,10 @@ pub struct AlgHandle {
 impl AlgHandle {
     /// The latest counters and table sizes (updated after every event).
     pub fn snapshot(&self) -> Snapshot {
-        *self.snapshot.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        let mut s = *self.snapshot.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // The connection budgets change outside the core's events: read now.
+        with_tcp(&mut s, self.conns.snapshot());
+        s
     }
 
     /// The configuration in force.
@@ -468,18 +471,18 @@ fn try_recv_udp(
     }
 }
 
+/// The TCP budgets' figures in a snapshot.
+fn with_tcp(s: &mut Snapshot, tcp: ConnCounts) {
+    s.stats.tcp_refused = tcp.refused;
+    s.stats.tcp_closed = tcp.closed;
+    s.tcp_connections = tcp.inbound + tcp.outbound;
+    s.tcp = tcp;
+}
+
 /// Updates what the handle reads.
 fn publish(alg: &Alg, conns: &Conns, snapshot: &Mutex<Snapshot>) {
-    let mut stats = alg.stats;
-    let tcp = conns.snapshot();
-    stats.tcp_refused = tcp.refused;
-    stats.tcp_closed = tcp.closed;
-    let snap = Snapshot {
-        stats,
-        tables: alg.table_sizes(),
-        tcp_connections: tcp.inbound + tcp.outbound,
-        tcp,
-        budgets: alg.budget_use(),
-    };
+    let mut snap =
+        Snapshot { stats: alg.stats, tables: alg.table_sizes(), budgets: alg.budget_use(), ..Snapshot::default() };
+    with_tcp(&mut snap, conns.snapshot());
     *snapshot.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = snap;
 }

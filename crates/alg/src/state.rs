@@ -9,11 +9,11 @@
 
 use std::sync::Arc;
 
-use crate::budget::{ClientKey, Full, Shares};
 use crate::config::Config;
 use crate::dialog::Dialog;
 use crate::msg::Message;
 use crate::proxy::Alg;
+use crate::shares::{ClientKey, Full, Shares};
 use crate::stats::{local_code_index, Refusal};
 use crate::txn::{ClientTxn, Last, Peer, ServerKey, ServerTxn};
 
@@ -94,7 +94,7 @@ pub(crate) const RETRY_AFTER_SECS: u32 = 5;
 impl Alg {
     /// The client an address belongs to.
     pub(crate) fn owner_of(&self, ip: std::net::IpAddr) -> ClientKey {
-        ClientKey::of(ip, self.cfg.client_prefix_v6)
+        ClientKey::of(ip, self.cfg.client_prefix_length)
     }
 
     /// Whether a new transaction for a request of `len` bytes from `owner`

@@ -26,10 +26,10 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::budget::{ClientKey, Shares};
 use crate::config::Config;
 use crate::ratelog::RateLog;
 use crate::realm::Realm;
+use crate::shares::{ClientKey, Shares};
 use crate::stats::{TCP_CLOSES, TCP_REFUSALS};
 use crate::stream::StreamFramer;
 
@@ -87,7 +87,7 @@ impl Conns {
             inbound: Shares::new(cfg.max_connections as u64, cfg.client_share),
             outbound: 0,
             outbound_limit: cfg.max_outbound_connections,
-            prefix: cfg.client_prefix_v6,
+            prefix: cfg.client_prefix_length,
             idle: cfg.tcp_idle_timeout,
             message: cfg.tcp_message_timeout,
             refused: Default::default(),
@@ -105,7 +105,7 @@ impl Conns {
         let mut s = self.state();
         s.inbound.set_limits(cfg.max_connections as u64, cfg.client_share);
         s.outbound_limit = cfg.max_outbound_connections;
-        s.prefix = cfg.client_prefix_v6;
+        s.prefix = cfg.client_prefix_length;
         s.idle = cfg.tcp_idle_timeout;
         s.message = cfg.tcp_message_timeout;
     }
@@ -117,7 +117,7 @@ impl Conns {
         match s.inbound.take(c, 1) {
             Ok(()) => Some(Slot::Inbound(c)),
             Err(f) => {
-                let i = if f == crate::budget::Full::Global { 0 } else { 1 };
+                let i = if f == crate::shares::Full::Global { 0 } else { 1 };
                 s.refused[i] += 1;
                 let now = std::time::Instant::now();
                 crate::refusal_log!(s.logs[i], now, warn, client = %c, reason = TCP_REFUSALS[i], "SIP TCP connection refused");

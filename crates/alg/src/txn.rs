@@ -4,9 +4,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::budget::ClientKey;
 use crate::config::Transport;
 use crate::realm::Realm;
+use crate::shares::ClientKey;
 
 /// Where a message came from or goes to.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -26,7 +26,7 @@ pub const ALG_KEYS: &[&str] = &[
     "max-transactions",
     "max-connections",
     "max-outbound-connections",
-    "client-prefix-v6",
+    "client-prefix-length",
     "client-share",
     "max-state-bytes",
     "max-parked-bytes",

@@ -1,52 +1,19 @@
-//! Budgets per client (issue #29): every table a client can grow —
-//! transactions and dialogs (bytes and count), requests parked for DNS
-//! (bytes), DNS lookups in flight, TCP connections — has a global cap and
-//! a fair share per client. A client is an IPv6 prefix (`/64` by default,
-//! `client-prefix-v6`, /48–/128) or an IPv4 address, so one host with many
-//! addresses of its /64 is one client. The share is `client-share` percent
-//! of each cap. A full budget refuses new work (the caller answers with
-//! SIP's own 503 + Retry-After); nothing held is evicted to make room.
+//! Budgets per client (issue #29): every table a client can grow in the
+//! ALG — transactions and dialogs (bytes and count), requests parked for
+//! DNS (bytes), DNS lookups in flight, TCP connections — has a global cap
+//! and a fair share per client. A client is a [`ClientKey`] of the shared
+//! `budget` crate: an IPv6 prefix (`/64` by default, `client-prefix-length`,
+//! /48–/128) or an IPv4 address, so one host with many addresses of its
+//! /64 is one client. The share is `client-share` percent of each cap. A
+//! full budget refuses new work (the caller answers with SIP's own 503 +
+//! Retry-After); nothing held is evicted to make room.
+//!
+//! [`Shares`] is `budget::FairShare` with amounts: a transaction is
+//! charged its bytes, and what it holds may grow or shrink while it lives.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-/// Who a budget counts against: an IPv6 prefix or an IPv4 address
-/// (IPv4-mapped IPv6 addresses count as their IPv4 address).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum ClientKey {
-    /// The IPv4 address.
-    V4(Ipv4Addr),
-    /// The IPv6 prefix (address bits past the length are zero) and its
-    /// length.
-    V6(Ipv6Addr, u8),
-}
-
-impl ClientKey {
-    /// The client `ip` belongs to, with IPv6 clients of `v6_prefix` bits
-    /// (clamped to 0..=128).
-    pub fn of(ip: IpAddr, v6_prefix: u8) -> ClientKey {
-        match ip {
-            IpAddr::V4(a) => ClientKey::V4(a),
-            IpAddr::V6(a) => match a.to_ipv4_mapped() {
-                Some(v4) => ClientKey::V4(v4),
-                None => {
-                    let len = v6_prefix.min(128);
-                    let mask = if len == 0 { 0 } else { u128::MAX << (128 - u32::from(len)) };
-                    ClientKey::V6(Ipv6Addr::from(u128::from(a) & mask), len)
-                }
-            },
-        }
-    }
-}
-
-impl std::fmt::Display for ClientKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ClientKey::V4(a) => write!(f, "{a}"),
-            ClientKey::V6(a, l) => write!(f, "{a}/{l}"),
-        }
-    }
-}
+pub use budget::ClientKey;
 
 /// Why a budget refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,20 +133,7 @@ impl Shares {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn clients_are_prefixes_and_ipv4_addresses() {
-        let a = |s: &str| s.parse::<IpAddr>().unwrap();
-        let k = ClientKey::of(a("2001:db8:1:2:aaaa::1"), 64);
-        assert_eq!(k, ClientKey::of(a("2001:db8:1:2::ffff"), 64), "one /64");
-        assert_ne!(k, ClientKey::of(a("2001:db8:1:3::1"), 64));
-        assert_eq!(k.to_string(), "2001:db8:1:2::/64");
-        assert_eq!(ClientKey::of(a("2001:db8:1:3::1"), 48), ClientKey::of(a("2001:db8:1:ffff::9"), 48));
-        assert_ne!(ClientKey::of(a("2001:db8::1"), 128), ClientKey::of(a("2001:db8::2"), 128));
-        assert_eq!(ClientKey::of(a("::ffff:192.0.2.7"), 64), ClientKey::of(a("192.0.2.7"), 64), "mapped = IPv4");
-        assert_ne!(ClientKey::of(a("192.0.2.7"), 64), ClientKey::of(a("192.0.2.8"), 64));
-        assert_eq!(ClientKey::of(a("2001:db8::1"), 200), ClientKey::of(a("2001:db8::1"), 128), "clamped");
-    }
+    use std::net::Ipv4Addr;
 
     #[test]
     fn a_client_holds_at_most_its_share_and_all_at_most_the_cap() {
