@@ -4,7 +4,10 @@
 //! code returned; no `ip` command is ever run. And the dumps the XDP fast
 //! path's route mirror reads: links, routes, neighbours, policy rules
 //! ([`Netlink::links`], [`Netlink::routes`], [`Netlink::neighbours`],
-//! [`Netlink::rules`]).
+//! [`Netlink::rules`]); the host's addresses with their prefix lengths
+//! ([`Netlink::addresses`]), and a socket that hears the kernel announce
+//! address changes ([`AddrEvents`]), for the destination policy's list of
+//! the gateway's own addresses.
 
 use std::io;
 use std::net::IpAddr;
@@ -17,6 +20,7 @@ use xlat::addr::IpPrefix;
 const NLMSG_ERROR: u16 = 2;
 const NLMSG_DONE: u16 = 3;
 const RTM_GETLINK: u16 = 18;
+const RTM_GETADDR: u16 = 22;
 const RTM_GETROUTE: u16 = 26;
 const RTM_GETNEIGH: u16 = 30;
 const RTM_GETRULE: u16 = 34;
@@ -47,6 +51,10 @@ const IFLA_INET6_ADDR_GEN_MODE: u16 = 8;
 const IN6_ADDR_GEN_MODE_NONE: u8 = 1;
 const IFA_ADDRESS: u16 = 1;
 const IFA_LOCAL: u16 = 2;
+const IFA_BROADCAST: u16 = 4;
+/// Multicast groups of address changes (`RTMGRP_IPV4_IFADDR`, `RTMGRP_IPV6_IFADDR`).
+const RTMGRP_IPV4_IFADDR: u32 = 0x10;
+const RTMGRP_IPV6_IFADDR: u32 = 0x100;
 const IFA_F_NODAD: u8 = 0x02;
 const RTA_DST: u16 = 1;
 const RTA_OIF: u16 = 4;
@@ -62,6 +70,30 @@ const IFF_UP: u32 = 1;
 pub struct Netlink {
     fd: OwnedFd,
     seq: u32,
+}
+
+/// A NETLINK_ROUTE socket bound to the multicast `groups` (0: none),
+/// with `flags` (e.g. `SOCK_NONBLOCK`) besides `SOCK_CLOEXEC`.
+fn route_socket(groups: u32, flags: libc::c_int) -> io::Result<OwnedFd> {
+    // SAFETY: plain socket(2).
+    let raw = cvt(unsafe {
+        libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC | flags, libc::NETLINK_ROUTE)
+    })?;
+    // SAFETY: fresh fd owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    // SAFETY: sockaddr_nl is plain data; zeroed = let the kernel pick the port id.
+    let mut sa: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+    sa.nl_family = libc::AF_NETLINK as libc::sa_family_t;
+    sa.nl_groups = groups;
+    // SAFETY: `sa` is a valid sockaddr_nl of the length passed.
+    cvt(unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&sa as *const libc::sockaddr_nl).cast(),
+            std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
+        )
+    })?;
+    Ok(fd)
 }
 
 /// A request under construction: header, fixed part, attributes.
@@ -111,23 +143,7 @@ fn addr_bytes(a: IpAddr) -> (u8, Vec<u8>) {
 impl Netlink {
     /// Open and bind a NETLINK_ROUTE socket.
     pub fn open() -> io::Result<Netlink> {
-        // SAFETY: plain socket(2).
-        let raw =
-            cvt(unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::NETLINK_ROUTE) })?;
-        // SAFETY: fresh fd owned by nobody else.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        // SAFETY: sockaddr_nl is plain data; zeroed = let the kernel pick the port id.
-        let mut sa: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
-        sa.nl_family = libc::AF_NETLINK as libc::sa_family_t;
-        // SAFETY: `sa` is a valid sockaddr_nl of the length passed.
-        cvt(unsafe {
-            libc::bind(
-                fd.as_raw_fd(),
-                (&sa as *const libc::sockaddr_nl).cast(),
-                std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
-            )
-        })?;
-        Ok(Netlink { fd, seq: 1 })
+        Ok(Netlink { fd: route_socket(0, 0)?, seq: 1 })
     }
 
     /// Send `msg` (its sequence number set here) and hand every answer
@@ -450,6 +466,43 @@ pub fn parse_rule(m: &[u8]) -> Option<Rule> {
     Some(r)
 }
 
+/// One address of an interface (`RTM_NEWADDR`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Address {
+    /// Interface index.
+    pub ifindex: u32,
+    /// The local address and its prefix length (`IFA_LOCAL`, else
+    /// `IFA_ADDRESS`: on a point-to-point IPv4 link `IFA_ADDRESS` is the
+    /// peer's).
+    pub local: IfAddr,
+    /// The IPv4 broadcast address the kernel holds for it (`IFA_BROADCAST`).
+    pub broadcast: Option<IpAddr>,
+}
+
+/// Parse an `RTM_NEWADDR` payload; None for a malformed one or one
+/// without an address.
+pub fn parse_address(m: &[u8]) -> Option<Address> {
+    // struct ifaddrmsg: family, prefixlen, flags, scope, index(4)
+    let h = m.get(..8)?;
+    let (family, len) = (h[0], h[1]);
+    let ifindex = u32_of(&h[4..8])?;
+    let (mut local, mut address, mut broadcast) = (None, None, None);
+    for (ty, d) in attrs(m, 8) {
+        match ty {
+            IFA_LOCAL => local = ip_of(family, d),
+            IFA_ADDRESS => address = ip_of(family, d),
+            IFA_BROADCAST => broadcast = ip_of(family, d),
+            _ => {}
+        }
+    }
+    let addr = local.or(address)?;
+    let full = if addr.is_ipv4() { 32 } else { 128 };
+    if len > full {
+        return None;
+    }
+    Some(Address { ifindex, local: IfAddr { addr, len }, broadcast })
+}
+
 impl Netlink {
     /// Dump every object of request `ty` for `family` (the fixed header
     /// `fixed`, family first): the payloads of the kernel's answers.
@@ -492,6 +545,65 @@ impl Netlink {
     pub fn rules(&mut self, family: u8) -> io::Result<Vec<Rule>> {
         let fixed = [family, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
         Ok(self.dump(RTM_GETRULE, &fixed)?.iter().filter_map(|m| parse_rule(m)).collect())
+    }
+
+    /// Every address of every interface, both families.
+    pub fn addresses(&mut self) -> io::Result<Vec<Address>> {
+        let fixed = [libc::AF_UNSPEC as u8, 0, 0, 0, 0, 0, 0, 0];
+        Ok(self.dump(RTM_GETADDR, &fixed)?.iter().filter_map(|m| parse_address(m)).collect())
+    }
+}
+
+/// A route netlink socket that hears the kernel announce every address
+/// added or removed (IPv4 and IPv6), to re-read the list when it changes.
+#[derive(Debug)]
+pub struct AddrEvents {
+    fd: OwnedFd,
+}
+
+impl AddrEvents {
+    /// Open a non-blocking socket joined to the address groups.
+    pub fn open() -> io::Result<AddrEvents> {
+        Ok(AddrEvents { fd: route_socket(RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR, libc::SOCK_NONBLOCK)? })
+    }
+
+    /// Wait up to `timeout` for announcements and read all that are
+    /// queued: true when an address changed (or the kernel dropped
+    /// announcements, `ENOBUFS`: something may have changed unheard).
+    pub fn wait(&mut self, timeout: std::time::Duration) -> io::Result<bool> {
+        use std::os::fd::AsFd;
+        let mut fds = [nix::poll::PollFd::new(self.fd.as_fd(), nix::poll::PollFlags::POLLIN)];
+        let ms = u16::try_from(timeout.as_millis()).unwrap_or(u16::MAX);
+        match nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(ms)) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let mut changed = false;
+        let mut buf = [0u8; 8192];
+        loop {
+            // SAFETY: `buf` is valid for writes of its length.
+            let n = unsafe { libc::recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                match e.raw_os_error() {
+                    Some(libc::EAGAIN) => return Ok(changed),
+                    Some(libc::EINTR) => continue,
+                    Some(libc::ENOBUFS) => changed = true,
+                    _ => return Err(e),
+                }
+                continue;
+            }
+            let mut p = &buf[..n as usize];
+            while p.len() >= 16 {
+                let len = u32::from_ne_bytes([p[0], p[1], p[2], p[3]]) as usize;
+                let ty = u16::from_ne_bytes([p[4], p[5]]);
+                if len < 16 || len > p.len() {
+                    break;
+                }
+                changed |= ty == RTM_NEWADDR || ty == RTM_DELADDR;
+                p = &p[((len + 3) & !3).min(p.len())..];
+            }
+        }
     }
 }
 
@@ -567,5 +679,41 @@ mod tests {
         m.bytes(&[0, 0, 1, 0]).bytes(&9u32.to_ne_bytes()).bytes(&[0; 8]);
         m.attr(IFLA_MTU, &1280u32.to_ne_bytes()).attr(IFLA_ADDRESS, &[2, 0, 0, 0, 4, 1]);
         assert_eq!(parse_link(&m.finish()[16..]), Some(Link { index: 9, mtu: 1280, mac: Some([2, 0, 0, 0, 4, 1]) }));
+    }
+
+    fn addr_msg(family: u8, len: u8, attrs: &[(u16, &[u8])]) -> Vec<u8> {
+        let mut m = Msg::new(RTM_NEWADDR, 0, 0);
+        m.bytes(&[family, len, 0, 0]).bytes(&4u32.to_ne_bytes());
+        for (t, d) in attrs {
+            m.attr(*t, d);
+        }
+        m.finish()[16..].to_vec()
+    }
+
+    #[test]
+    fn address_dumps_parse() {
+        let v4 = libc::AF_INET as u8;
+        // IFA_LOCAL is the address; IFA_ADDRESS the peer of a point-to-point link.
+        let m = addr_msg(
+            v4,
+            24,
+            &[(IFA_ADDRESS, &[10, 9, 9, 9]), (IFA_LOCAL, &[10, 1, 2, 3]), (IFA_BROADCAST, &[10, 1, 2, 255])],
+        );
+        let a = parse_address(&m).unwrap();
+        assert_eq!((a.ifindex, a.local.to_string()), (4, "10.1.2.3/24".to_string()));
+        assert_eq!(a.broadcast, Some("10.1.2.255".parse().unwrap()));
+        // IPv6: IFA_ADDRESS only.
+        let m = addr_msg(
+            libc::AF_INET6 as u8,
+            64,
+            &[(IFA_ADDRESS, &[0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1])],
+        );
+        assert_eq!(parse_address(&m).unwrap().local.to_string(), "2001:db8::1/64");
+        // No address, a prefix length past the family's, a short header: nothing.
+        assert!(parse_address(&addr_msg(v4, 24, &[])).is_none());
+        assert!(parse_address(&addr_msg(v4, 33, &[(IFA_LOCAL, &[10, 1, 2, 3])])).is_none());
+        assert!(parse_address(&m[..6]).is_none());
+        // An address of the wrong length for its family is not read.
+        assert!(parse_address(&addr_msg(v4, 24, &[(IFA_LOCAL, &[10, 1, 2])])).is_none());
     }
 }

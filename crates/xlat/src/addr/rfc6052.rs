@@ -218,10 +218,12 @@ impl Rfc6052 {
         Ipv6Addr::from(self.bits | (u128::from(hi) << 64) | u128::from(lo))
     }
 
-    /// [`Rfc6052::extract`] without the Well-Known Prefix rule. The u octet
-    /// and the suffix are ignored.
+    /// [`Rfc6052::extract`] without the Well-Known Prefix rule (IVI, and
+    /// the destination policy, which judges whatever IPv4 address a
+    /// client's IPv6 address carries). The u octet and the suffix are
+    /// ignored.
     #[inline]
-    pub(super) fn extract_unrestricted(&self, v6: &Ipv6Addr) -> Option<Ipv4Addr> {
+    pub fn extract_unrestricted(&self, v6: &Ipv6Addr) -> Option<Ipv4Addr> {
         let a = u128::from(*v6);
         if a & self.mask != self.bits {
             return None;
