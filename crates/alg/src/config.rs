@@ -3,6 +3,7 @@
 use std::net::{IpAddr, SocketAddr};
 
 use serde::Deserialize;
+use xlat::addr::IpPrefix;
 
 /// Example `[alg]` block for `v6gate config example`.
 pub const EXAMPLE_TOML: &str = r#"# [alg]: the IMS-ALG, a SIP/SDP gateway between the IPv6 and the IPv4 realm
@@ -42,6 +43,13 @@ max-connections = 1024     # SIP TCP connections accepted (both realms); more ar
 max-outbound-connections = 256  # SIP TCP connections the ALG opens to next hops
 tcp-idle-timeout = "2m"    # a TCP connection without a message (or CRLF keep-alive) is closed
 tcp-message-timeout = "10s"  # a message's bytes must all arrive within this of its first
+# Where requests may go (docs/security.md, the destination policy): loopback,
+# link-local, multicast, broadcast, the gateway's own addresses (and IPv6
+# addresses embedding them) are refused with 403; an entry of next-hop-allow
+# at least as narrow as the class lifts it, and a non-empty next-hop-allow
+# refuses everything outside it. next-hop-deny is always refused.
+# next-hop-allow = []
+# next-hop-deny = []
 
 # Domain routes, checked before DNS (longest suffix wins):
 # [[alg.route]]
@@ -54,6 +62,12 @@ tcp-message-timeout = "10s"  # a message's bytes must all arrive within this of 
 # addr = "127.0.0.1:2223"
 # weight = 1
 "#;
+
+/// A list of prefixes; host bits are accepted and cleared.
+fn de_prefixes<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<IpPrefix>, D::Error> {
+    let v = Vec::<String>::deserialize(d)?;
+    v.iter().map(|s| IpPrefix::parse_truncating(s).map_err(serde::de::Error::custom)).collect()
+}
 
 /// How Contact is made reachable from the other realm.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -205,6 +219,12 @@ pub struct Config {
     /// A message's bytes must all arrive within this of its first.
     #[serde(with = "confval::duration")]
     pub tcp_message_timeout: std::time::Duration,
+    /// Next hops allowed (see the destination policy).
+    #[serde(deserialize_with = "de_prefixes")]
+    pub next_hop_allow: Vec<IpPrefix>,
+    /// Next hops refused.
+    #[serde(deserialize_with = "de_prefixes")]
+    pub next_hop_deny: Vec<IpPrefix>,
     /// Domain routes.
     pub route: Vec<Route>,
     /// Remote ng servers.
@@ -239,6 +259,8 @@ impl Default for Config {
             dns_servers: Vec::new(),
             tcp_idle_timeout: std::time::Duration::from_secs(120),
             tcp_message_timeout: std::time::Duration::from_secs(10),
+            next_hop_allow: Vec::new(),
+            next_hop_deny: Vec::new(),
             route: Vec::new(),
             ng: Vec::new(),
         }
@@ -332,11 +354,12 @@ impl Config {
     /// the media backend, its interfaces and its ng servers hold the live
     /// calls' sessions (a call's ng server is chosen from the server list,
     /// so changing the list would send its later commands elsewhere); the
-    /// nameservers are the resolver's sockets.
+    /// nameservers are the resolver's sockets; the next-hop lists are the
+    /// destination policy's, made at start.
     /// Everything else (routes, limits, timers, Contact mode) applies to
     /// new requests at once.
     pub fn restart_needed(&self, new: &Config) -> Option<&'static str> {
-        let keys: [(&'static str, bool); 10] = [
+        let keys: [(&'static str, bool); 12] = [
             ("listen-v6", self.listen_v6 != new.listen_v6),
             ("listen-v4", self.listen_v4 != new.listen_v4),
             ("advertise-v6", self.advertise_v6 != new.advertise_v6),
@@ -347,8 +370,37 @@ impl Config {
             ("media-v4-interface", self.media_v4_interface != new.media_v4_interface),
             ("ng", self.ng != new.ng),
             ("dns-servers", self.dns_servers != new.dns_servers),
+            ("next-hop-allow", self.next_hop_allow != new.next_hop_allow),
+            ("next-hop-deny", self.next_hop_deny != new.next_hop_deny),
         ];
         keys.into_iter().find(|k| k.1).map(|k| k.0)
+    }
+
+    /// The destination policy's lists of the plane `alg`.
+    pub fn next_hop_lists(&self) -> dstpolicy::Lists {
+        dstpolicy::Lists { allow: self.next_hop_allow.clone(), deny: self.next_hop_deny.clone() }
+    }
+
+    /// What the ALG's configuration says the gateway is: its listen and
+    /// advertised addresses (a standalone ALG's destination policy; the
+    /// daemon's knows the other functions' addresses and prefixes too).
+    pub fn gateway_spec(&self) -> dstpolicy::Spec {
+        let mut own: Vec<IpPrefix> = Vec::new();
+        for v6 in [true, false] {
+            let listen = if v6 { self.listen_v6.ip() } else { self.listen_v4.ip() };
+            for ip in [listen, self.advertised(v6)] {
+                if ip.is_unspecified() {
+                    continue;
+                }
+                let len = if ip.is_ipv4() { 32 } else { 128 };
+                if let Ok(p) = IpPrefix::truncated(ip, len) {
+                    if !own.contains(&p) {
+                        own.push(p);
+                    }
+                }
+            }
+        }
+        dstpolicy::Spec { own, embeddings: Default::default() }
     }
 
     /// The address written for a realm.

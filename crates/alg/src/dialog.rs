@@ -347,7 +347,10 @@ impl Alg {
             }
             Err(e) => {
                 self.stats.media_errors += 1;
-                tracing::warn!(call_id = %call_id, error = %e, "media offer refused");
+                const WHAT: &str = "media offer refused";
+                if let Some(suppressed) = self.warn_log.admit(WHAT, self.clock) {
+                    tracing::warn!(suppressed, call_id = %call_id, error = %e, "{WHAT}");
+                }
                 if switched {
                     self.revert_epoch(&call_id);
                 }
@@ -434,7 +437,10 @@ impl Alg {
             Err(e) => {
                 self.stats.media_errors += 1;
                 self.stats.sdp_dropped += 1;
-                tracing::warn!(call_id = %job.call_id, error = %e, "media answer refused; SDP removed from the response");
+                const WHAT: &str = "media answer refused; SDP removed from the response";
+                if let Some(suppressed) = self.warn_log.admit(WHAT, self.clock) {
+                    tracing::warn!(suppressed, call_id = %job.call_id, error = %e, "{WHAT}");
+                }
                 Vec::new()
             }
         }

@@ -26,7 +26,6 @@ pub mod msg;
 mod nexthop;
 mod pending;
 pub mod proxy;
-pub mod ratelog;
 pub mod realm;
 mod request;
 mod response;

@@ -1,7 +1,13 @@
 //! Where the ALG may send a request (issue #29 D2): every destination a
-//! request would go to — an IP literal, a domain route, each address DNS
-//! gave — is checked before anything is sent. One of the ALG's own
-//! listeners is a loop (`482`).
+//! request would go to — an IP literal (`maddr`, a Route, an IPv4-mapped
+//! literal included), a domain route, each address DNS gave, the next
+//! Via of a response forwarded without a transaction — is checked before
+//! anything is sent. One of the ALG's own listeners is a loop (`482`);
+//! the rest is the gateway's one destination policy ([`dstpolicy`], plane
+//! `alg`): loopback, unspecified, link-local, multicast, broadcast
+//! (limited and directed), the gateway's own addresses and the IPv6
+//! addresses that embed them, and `next-hop-deny`, refused (`403`) unless
+//! `next-hop-allow` lifts them.
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -43,10 +49,19 @@ impl Alg {
         }
     }
 
-    fn next_hop_check(&self, t: &Target) -> Result<(), Refusal> {
-        if self.is_listener(t.addr) {
+    /// Whether the ALG may send to `addr` (a refusal by the policy is
+    /// counted and logged there).
+    pub(crate) fn destination_check(&self, addr: SocketAddr) -> Result<(), Refusal> {
+        if self.is_listener(addr) {
             return Err(Refusal::OwnListener);
         }
-        Ok(())
+        match &self.policy {
+            Some(p) => p.check(addr.ip()).map_err(|_| Refusal::NextHop),
+            None => Ok(()),
+        }
+    }
+
+    fn next_hop_check(&self, t: &Target) -> Result<(), Refusal> {
+        self.destination_check(t.addr)
     }
 }

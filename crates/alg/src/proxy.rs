@@ -73,10 +73,12 @@ pub struct Alg {
     rate_sweep: Option<Instant>,
     /// What transactions, dialogs and parked requests may hold.
     pub(crate) budgets: Budgets,
-    /// Rate limits of the refusal log lines, one per [`Refusal`].
-    pub(crate) logs: [crate::ratelog::RateLog; Refusal::ALL.len()],
-    /// Rate limit of the other warnings (media refused, rate limit).
-    pub(crate) warn_log: crate::ratelog::RateLog,
+    /// The refusal log lines' rate limit, per [`Refusal`] and for the other
+    /// warnings (by their message).
+    pub(crate) logs: dstpolicy::RateLog<Refusal>,
+    pub(crate) warn_log: dstpolicy::RateLog<&'static str>,
+    /// Where requests may go (None: only the ALG's own listeners are refused).
+    pub(crate) policy: Option<Arc<dstpolicy::Policy>>,
     next_id: u64,
     /// The time of the event being handled (for work started deep down,
     /// e.g. a media delete when a dialog is released).
@@ -200,6 +202,7 @@ impl Alg {
             budgets,
             logs: Default::default(),
             warn_log: Default::default(),
+            policy: None,
             next_id: 1,
             clock: Instant::now(),
             media_busy: Map::default(),
@@ -214,6 +217,14 @@ impl Alg {
     /// The configuration.
     pub fn config(&self) -> &Config {
         &self.cfg
+    }
+
+    /// Every next hop goes through `policy` too (the destination policy of
+    /// the plane `alg`: loopback, link-local, multicast, broadcast, the
+    /// gateway's own addresses and what embeds them, `next-hop-allow` and
+    /// `next-hop-deny`).
+    pub fn set_policy(&mut self, policy: Arc<dstpolicy::Policy>) {
+        self.policy = Some(policy);
     }
 
     /// Applies a reloaded configuration: routes, limits, timers and the
@@ -369,8 +380,11 @@ impl Alg {
             self.stats.requests_by_method[method_index(m.method().unwrap_or(""))] += 1;
             if !self.rate_ok(peer.addr.ip(), now) {
                 self.stats.rate_limited += 1;
-                let client = self.owner_of(peer.addr.ip());
-                crate::refusal_log!(self.warn_log, now, info, %client, "SIP requests over rate-limit dropped");
+                const WHAT: &str = "SIP requests over rate-limit dropped";
+                if let Some(suppressed) = self.warn_log.admit(WHAT, now) {
+                    let client = self.owner_of(peer.addr.ip());
+                    tracing::info!(suppressed, %client, "{WHAT}");
+                }
                 return;
             }
         } else {

@@ -190,6 +190,10 @@ impl Alg {
                 Some(ip) => ip,
                 None => next.host.ip()?,
             };
+        let host = match host {
+            IpAddr::V6(a) => a.to_ipv4_mapped().map_or(host, IpAddr::V4),
+            v4 => v4,
+        };
         let port = next.param("rport").flatten().and_then(|p| p.parse().ok()).or(next.port).unwrap_or(5060);
         let tp = Transport::from_token(next.transport).unwrap_or_default();
         let method = m.cseq().map(|c| c.1.to_string()).unwrap_or_default();
@@ -201,6 +205,12 @@ impl Alg {
             self.stats.stray_responses += 1;
             return;
         };
+        // The next Via is the sender's word: it goes through the same
+        // checks as a request's next hop.
+        if let Err(why) = self.destination_check(peer.addr) {
+            self.count_refusal(why, &peer);
+            return;
+        }
         if !((200..300).contains(&m.code().unwrap_or(0)) && method == "INVITE") {
             return self.stateless_send(m, None);
         }

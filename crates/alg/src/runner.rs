@@ -66,6 +66,10 @@ pub struct AlgHandle {
     cfg_tx: mpsc::UnboundedSender<Config>,
     cfg: Mutex<Config>,
     conns: Arc<Conns>,
+    policy: Arc<dstpolicy::Policy>,
+    /// Keeps the standalone ALG's own-address list current (None: the
+    /// policy was given, its owner keeps it current).
+    _watch: Option<dstpolicy::Watch>,
     /// Bound UDP address in the IPv6 realm (real port when 0 was asked).
     pub udp_v6: SocketAddr,
     /// Bound UDP address in the IPv4 realm.
@@ -79,6 +83,12 @@ impl AlgHandle {
         // The connection budgets change outside the core's events: read now.
         with_tcp(&mut s, self.conns.snapshot());
         s
+    }
+
+    /// The destination policy next hops go through (its refusals by
+    /// reason: [`dstpolicy::Policy::refused`]).
+    pub fn policy(&self) -> &Arc<dstpolicy::Policy> {
+        &self.policy
     }
 
     /// The configuration in force.
@@ -148,11 +158,38 @@ fn bind_tcp(addr: SocketAddr) -> Result<std::net::TcpListener> {
 /// Starts the ALG: binds its sockets (errors are returned here), then runs
 /// on a thread of its own. `resolver` None: DNS through the bounded stub
 /// resolver ([`crate::dns::StubResolver`]) on `dns-servers` or the
-/// nameservers of /etc/resolv.conf.
+/// nameservers of /etc/resolv.conf. Next hops go through a destination
+/// policy of the ALG's own: the host's addresses (read over netlink and
+/// kept current) and the configuration's listen and advertised ones
+/// ([`Config::gateway_spec`]), with `next-hop-allow` / `next-hop-deny`.
 pub fn spawn(
+    cfg: Config,
+    media: Option<Box<dyn MediaControl>>,
+    resolver: Option<Box<dyn Resolver>>,
+) -> Result<AlgHandle> {
+    let gw = dstpolicy::Gateway::of_host(cfg.gateway_spec());
+    let watch = gw.watch(dstpolicy::DEFAULT_BACKSTOP).context("watching the host's addresses")?;
+    let policy = Arc::new(dstpolicy::Policy::new("alg", gw, cfg.next_hop_lists()));
+    spawn_inner(cfg, media, resolver, policy, Some(watch))
+}
+
+/// [`spawn`] with a destination policy given (the daemon's, over the
+/// gateway every plane shares, kept current by its owner).
+pub fn spawn_with_policy(
+    cfg: Config,
+    media: Option<Box<dyn MediaControl>>,
+    resolver: Option<Box<dyn Resolver>>,
+    policy: Arc<dstpolicy::Policy>,
+) -> Result<AlgHandle> {
+    spawn_inner(cfg, media, resolver, policy, None)
+}
+
+fn spawn_inner(
     mut cfg: Config,
     media: Option<Box<dyn MediaControl>>,
     resolver: Option<Box<dyn Resolver>>,
+    policy: Arc<dstpolicy::Policy>,
+    watch: Option<dstpolicy::Watch>,
 ) -> Result<AlgHandle> {
     cfg.check().map_err(anyhow::Error::msg)?;
     let u6 = bind_udp(cfg.listen_v6)?;
@@ -175,7 +212,7 @@ pub fn spawn(
     let conns = Arc::new(Conns::new(&cfg));
     let (cfg_tx, cfg_rx) = mpsc::unbounded_channel();
     let running_cfg = cfg.clone();
-    let (st, sn, stp, cn) = (stop.clone(), snapshot.clone(), stopped.clone(), conns.clone());
+    let (st, sn, stp, cn, pol) = (stop.clone(), snapshot.clone(), stopped.clone(), conns.clone(), policy.clone());
     let thread = std::thread::Builder::new().name("alg".into()).spawn(move || {
         let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
             Ok(rt) => rt,
@@ -196,7 +233,8 @@ pub fn spawn(
                     }
                 },
             };
-            let alg = Alg::new(cfg, resolver, media);
+            let mut alg = Alg::new(cfg, resolver, media);
+            alg.set_policy(pol);
             let ctl = Control { stop: st, stopped: stp, snapshot: sn, dns_wake: wake, cfg_rx, conns: cn };
             if let Err(e) = run(alg, u6, u4, tcp, ctl).await {
                 tracing::error!(error = %e, "ALG stopped");
@@ -212,6 +250,8 @@ pub fn spawn(
         cfg_tx,
         cfg: Mutex::new(running_cfg),
         conns,
+        policy,
+        _watch: watch,
         udp_v6,
         udp_v4,
     })
@@ -252,7 +292,7 @@ async fn run(
             let l = TcpListener::from_std(l)?;
             let (etx, conns) = (etx.clone(), conns.clone());
             tokio::spawn(async move {
-                let mut accept_log = crate::ratelog::RateLog::default();
+                let accept_log = dstpolicy::RateLog::<()>::default();
                 loop {
                     match l.accept().await {
                         Ok((s, a)) => {
@@ -262,7 +302,9 @@ async fn run(
                             spawn_conn(s, (a, realm), etx.clone(), max, conns.clone(), slot);
                         }
                         Err(e) => {
-                            crate::refusal_log!(accept_log, Instant::now(), warn, error = %e, "SIP TCP accept failed");
+                            if let Some(suppressed) = accept_log.admit((), Instant::now()) {
+                                tracing::warn!(suppressed, error = %e, "SIP TCP accept failed");
+                            }
                             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                         }
                     }

@@ -106,20 +106,17 @@ impl Alg {
         b.state.check(owner, admission_estimate(len)).map_err(|f| on(f, Refusal::StateBytes))
     }
 
-    /// Counts a refusal and writes its rate-limited log line.
+    /// Counts a refusal and writes its rate-limited log line (a next hop
+    /// the destination policy refused is logged by the policy).
     pub(crate) fn count_refusal(&mut self, why: Refusal, peer: &Peer) {
         self.stats.refused[why.index()] += 1;
-        let now = self.clock;
-        let owner = self.owner_of(peer.addr.ip());
-        crate::refusal_log!(
-            self.logs[why.index()],
-            now,
-            warn,
-            client = %owner,
-            from = %peer.addr,
-            reason = why.label(),
-            "SIP request refused"
-        );
+        if why == Refusal::NextHop {
+            return;
+        }
+        if let Some(suppressed) = self.logs.admit(why, self.clock) {
+            let owner = self.owner_of(peer.addr.ip());
+            tracing::warn!(suppressed, client = %owner, from = %peer.addr, reason = why.label(), "SIP request refused");
+        }
     }
 
     /// Answers a request refused for a full budget: `503` with

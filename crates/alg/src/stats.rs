@@ -117,7 +117,7 @@ pub struct Stats {
 
 /// Why the ALG refused a request with an answer of its own (the
 /// `v6gate_alg_refused_total{reason}` family; docs/alg.md).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Refusal {
     /// `max-transactions` reached (503).
     Transactions,

@@ -27,11 +27,11 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::config::Config;
-use crate::ratelog::RateLog;
 use crate::realm::Realm;
 use crate::shares::{ClientKey, Shares};
 use crate::stats::{TCP_CLOSES, TCP_REFUSALS};
 use crate::stream::StreamFramer;
+use dstpolicy::RateLog;
 
 /// What a connection holds: an accepted connection's client slot, or an
 /// outbound slot.
@@ -53,7 +53,8 @@ struct State {
     message: Duration,
     refused: [u64; TCP_REFUSALS.len()],
     closed: [u64; TCP_CLOSES.len()],
-    logs: [RateLog; TCP_REFUSALS.len() + TCP_CLOSES.len()],
+    /// Log lines by reason (a TCP_REFUSALS or TCP_CLOSES label).
+    log: RateLog<&'static str>,
 }
 
 /// The TCP budgets, shared by the accept loops, the connection tasks, the
@@ -92,7 +93,7 @@ impl Conns {
             message: cfg.tcp_message_timeout,
             refused: Default::default(),
             closed: Default::default(),
-            logs: Default::default(),
+            log: RateLog::default(),
         }))
     }
 
@@ -119,8 +120,9 @@ impl Conns {
             Err(f) => {
                 let i = if f == crate::shares::Full::Global { 0 } else { 1 };
                 s.refused[i] += 1;
-                let now = std::time::Instant::now();
-                crate::refusal_log!(s.logs[i], now, warn, client = %c, reason = TCP_REFUSALS[i], "SIP TCP connection refused");
+                if let Some(suppressed) = s.log.admit(TCP_REFUSALS[i], std::time::Instant::now()) {
+                    tracing::warn!(suppressed, client = %c, reason = TCP_REFUSALS[i], "SIP TCP connection refused");
+                }
                 None
             }
         }
@@ -131,8 +133,9 @@ impl Conns {
         let mut s = self.state();
         if s.outbound >= s.outbound_limit {
             s.refused[2] += 1;
-            let now = std::time::Instant::now();
-            crate::refusal_log!(s.logs[2], now, warn, %to, reason = TCP_REFUSALS[2], "SIP TCP connection not opened");
+            if let Some(suppressed) = s.log.admit(TCP_REFUSALS[2], std::time::Instant::now()) {
+                tracing::warn!(suppressed, %to, reason = TCP_REFUSALS[2], "SIP TCP connection not opened");
+            }
             return None;
         }
         s.outbound += 1;
@@ -151,9 +154,9 @@ impl Conns {
     fn closed(&self, why: usize, peer: SocketAddr) {
         let mut s = self.state();
         s.closed[why] += 1;
-        let now = std::time::Instant::now();
-        let log = &mut s.logs[TCP_REFUSALS.len() + why];
-        crate::refusal_log!(log, now, info, %peer, reason = TCP_CLOSES[why], "SIP TCP connection closed");
+        if let Some(suppressed) = s.log.admit(TCP_CLOSES[why], std::time::Instant::now()) {
+            tracing::info!(suppressed, %peer, reason = TCP_CLOSES[why], "SIP TCP connection closed");
+        }
     }
 
     fn timeouts(&self) -> (Duration, Duration) {

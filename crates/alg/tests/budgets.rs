@@ -201,6 +201,47 @@ fn the_alg_is_not_its_own_next_hop() {
     lab.assert_empty();
 }
 
+/// D2: every next hop goes through the destination policy: loopback
+/// (however it is named: a literal, IPv4-mapped, `maddr`, a Route, over
+/// TCP), the gateway's own addresses; refused with 403 and nothing sent
+/// there. A response forwarded by its next Via is held to the same.
+#[test]
+fn next_hops_the_policy_refuses_get_403_and_nothing_goes_there() {
+    let mut lab = Lab::new();
+    let own: Vec<xlat::addr::IpPrefix> =
+        ["198.51.100.1/32", "2001:db8::1/128"].iter().map(|p| p.parse().unwrap()).collect();
+    let gw = std::sync::Arc::new(dstpolicy::Gateway::new(dstpolicy::Spec { own, embeddings: Default::default() }));
+    lab.alg.set_policy(Arc::new(dstpolicy::Policy::new("alg", gw, Default::default())));
+    let targets = [
+        "sip:x@127.0.0.1:22",
+        "sip:x@127.0.0.2",
+        "sip:x@[::1]:5070",
+        "sip:x@[::ffff:127.0.0.1]:2223",
+        "sip:x@192.0.2.50;maddr=127.0.0.1",
+        "sip:x@127.0.0.1:9164;transport=tcp",
+        "sip:x@198.51.100.1:2223",
+        "sip:x@[64:ff9b::c633:6401]",
+    ];
+    for (n, t) in targets.iter().enumerate() {
+        let out = lab.send(UA6, &options(UA6, t, n as u32));
+        assert_eq!(out.len(), 1, "{t}: {:?}", out.iter().map(text).collect::<Vec<_>>());
+        assert_eq!(code(&one(&out, UA6).data), 403, "{t}");
+    }
+    // A Route naming loopback, the Request-URI fine.
+    let r = String::from_utf8(options(UA6, "sip:x@192.0.2.50", 50))
+        .unwrap()
+        .replace("From: ", "Route: <sip:127.0.0.1:5080;lr>\r\nFrom: ");
+    assert_eq!(code(&one(&lab.send(UA6, r.as_bytes()), UA6).data), 403);
+    assert_eq!(refused(&lab, Refusal::NextHop), targets.len() as u64 + 1);
+    // A 2xx with our Via on top and loopback next: not forwarded.
+    let stray = "SIP/2.0 200 OK\r\nVia: SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bK-v6g1-x, SIP/2.0/UDP 127.0.0.1:5080;branch=z9hG4bK-a\r\nFrom: <sip:a@b>;tag=1\r\nTo: <sip:c@d>;tag=2\r\nCall-ID: s\r\nCSeq: 1 INVITE\r\nContent-Length: 0\r\n\r\n";
+    assert!(lab.send(UA4, stray.as_bytes()).is_empty());
+    assert_eq!(refused(&lab, Refusal::NextHop), targets.len() as u64 + 2);
+    // Allowed destinations still go.
+    assert_eq!(one(&lab.send(UA6, &options(UA6, "sip:x@192.0.2.50", 99)), UA4).peer.addr.port(), 5060);
+    lab.assert_empty();
+}
+
 /// Issue #32 defect 3: an IPv4-mapped Request-URI going into the IPv4
 /// realm is written in the dotted form.
 #[test]

@@ -35,6 +35,8 @@ pub const ALG_KEYS: &[&str] = &[
     "dns-servers",
     "tcp-idle-timeout",
     "tcp-message-timeout",
+    "next-hop-allow",
+    "next-hop-deny",
     "route",
     "ng",
 ];

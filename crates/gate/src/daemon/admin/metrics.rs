@@ -243,7 +243,7 @@ pub fn families(d: &Daemon) -> Vec<Family> {
         trt(&mut v, &r.counters().snapshot());
     }
     if let Some(a) = d.alg.as_ref() {
-        alg(&mut v, &a.snapshot());
+        alg(&mut v, &a.snapshot(), a.policy());
     }
     v
 }
@@ -457,7 +457,7 @@ fn trt(v: &mut Vec<Family>, s: &trt::Snapshot) {
     v.extend([events, active]);
 }
 
-fn alg(v: &mut Vec<Family>, s: &alg::runner::Snapshot) {
+fn alg(v: &mut Vec<Family>, s: &alg::runner::Snapshot, policy: &dstpolicy::Policy) {
     let st = &s.stats;
     let (server, client, dialogs, parked) = s.tables;
     v.push(
@@ -542,6 +542,13 @@ fn alg(v: &mut Vec<Family>, s: &alg::runner::Snapshot) {
     v.push(
         Family::counter("v6gate_alg_tcp_closed", "SIP TCP connections the ALG closed, by reason.")
             .by("reason", alg::stats::TCP_CLOSES.into_iter().zip(st.tcp_closed)),
+    );
+    v.push(
+        Family::counter(
+            "v6gate_alg_next_hop_refused",
+            "SIP next hops the ALG's destination policy refused (403), by reason.",
+        )
+        .by("reason", policy.refused().into_iter().map(|(r, n)| (r.as_str(), n))),
     );
     let budgets = s.budgets();
     v.push(

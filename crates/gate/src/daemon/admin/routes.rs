@@ -208,7 +208,7 @@ pub fn status(d: &Daemon) -> Value {
         "tunnels": super::super::lock(&d.tunnels).as_ref().map(|t| t.status()),
         "softwires": super::super::lock(&d.softwires).as_ref().map(|(s, _)| s.status()),
         "trt": super::super::lock(&d.trt).as_ref().map(|r| r.counters().snapshot()),
-        "alg": d.alg.as_ref().map(|a| alg_status(&a.config(), &a.snapshot())),
+        "alg": d.alg.as_ref().map(|a| alg_status(&a.config(), &a.snapshot(), a.policy())),
         "descriptors": descriptors(d),
         "admin": admin_status(d),
         "routes": super::super::lock(&d.routes).iter().map(|r| r.to_string()).collect::<Vec<_>>(),
@@ -258,7 +258,7 @@ fn nonzero<K: ToString>(pairs: impl IntoIterator<Item = (K, u64)>) -> serde_json
     pairs.into_iter().filter(|x| x.1 > 0).map(|(k, v)| (k.to_string(), json!(v))).collect()
 }
 
-fn alg_status(cfg: &alg::Config, s: &alg::runner::Snapshot) -> Value {
+fn alg_status(cfg: &alg::Config, s: &alg::runner::Snapshot, policy: &dstpolicy::Policy) -> Value {
     let st = &s.stats;
     let (server, client, dialogs, parked) = s.tables;
     json!({
@@ -281,6 +281,7 @@ fn alg_status(cfg: &alg::Config, s: &alg::runner::Snapshot) -> Value {
         "local_responses": nonzero(st.by_local_code()),
         "drops": nonzero(st.drops()),
         "refused": nonzero(st.by_refusal()),
+        "next_hop_refused": nonzero(policy.refused().into_iter().map(|(r, n)| (r.as_str(), n))),
         "tcp_refused": nonzero(alg::stats::TCP_REFUSALS.into_iter().zip(st.tcp_refused)),
         "tcp_closed": nonzero(alg::stats::TCP_CLOSES.into_iter().zip(st.tcp_closed)),
         "budgets": s.budgets().iter().map(|(k, u)| (k.to_string(), json!({
