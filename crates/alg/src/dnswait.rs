@@ -20,7 +20,6 @@ use crate::txn::{Peer, ServerKey, TimerKind, TimerRef};
 pub(crate) struct Parked {
     peer: Peer,
     data: Vec<u8>,
-    key: Option<ServerKey>,
     bytes: u64,
 }
 
@@ -30,6 +29,9 @@ pub(crate) struct Waiting {
     /// Its deadline timer's id.
     id: u64,
     reqs: Vec<Parked>,
+    /// The server transactions they will make (a retransmission is found
+    /// without a scan).
+    keys: std::collections::HashSet<ServerKey, foldhash::fast::RandomState>,
 }
 
 /// What a parked request costs beyond its bytes.
@@ -49,28 +51,31 @@ impl Alg {
         lookup: LookupKey,
     ) {
         if let (Some(k), Some(w)) = (key, self.parked.get(&lookup)) {
-            if w.reqs.iter().any(|p| p.key.as_ref() == Some(k)) {
+            if w.keys.contains(k) {
                 self.stats.retransmissions_absorbed += 1;
                 return;
             }
         }
         let owner = self.owner_of(peer.addr.ip());
-        let bytes = raw.len() as u64 + PARKED_OVERHEAD;
+        let bytes = raw.len() as u64 + key.map_or(0, ServerKey::footprint) + PARKED_OVERHEAD;
         if self.budgets.parked.take(owner, bytes).is_err() {
             self.refuse_overloaded(m, peer, Refusal::Parked);
             return;
         }
         self.stats.parked += 1;
         self.parked_count += 1;
-        let p = Parked { peer: peer.clone(), data: raw.to_vec(), key: key.cloned(), bytes };
-        match self.parked.get_mut(&lookup) {
-            Some(w) => w.reqs.push(p),
-            None => {
-                let id = self.id();
-                let at = now + self.cfg.dns_timeout + Duration::from_secs(1);
-                self.schedule(at, TimerKind::Lookup, TimerRef::Lookup, id);
-                self.parked_ids.insert(id, lookup.clone());
-                self.parked.insert(lookup, Waiting { id, reqs: vec![p] });
+        let p = Parked { peer: peer.clone(), data: raw.to_vec(), bytes };
+        if !self.parked.contains_key(&lookup) {
+            let id = self.id();
+            let at = now + self.cfg.dns_timeout + Duration::from_secs(1);
+            self.schedule(at, TimerKind::Lookup, TimerRef::Lookup, id);
+            self.parked_ids.insert(id, lookup.clone());
+            self.parked.insert(lookup.clone(), Waiting { id, reqs: Vec::new(), keys: Default::default() });
+        }
+        if let Some(w) = self.parked.get_mut(&lookup) {
+            w.reqs.push(p);
+            if let Some(k) = key {
+                w.keys.insert(k.clone());
             }
         }
     }
