@@ -251,9 +251,11 @@ pub(crate) fn spawn_conn(
             }
             let now = Instant::now();
             last = now;
+            let mut completed = false;
             loop {
                 match framer.next_message(max) {
                     Ok(Some(data)) => {
+                        completed = true;
                         if events.send(Event::Msg { realm, conn, addr, data }).await.is_err() {
                             break 'conn None;
                         }
@@ -265,7 +267,13 @@ pub(crate) fn spawn_conn(
                     }
                 }
             }
-            started = if framer.in_message() { started.or(Some(now)) } else { None };
+            // The message still held began in this read when one ended in
+            // it (a busy stream rarely ends a read between messages).
+            started = match (framer.in_message(), completed) {
+                (false, _) => None,
+                (true, true) => Some(now),
+                (true, false) => started.or(Some(now)),
+            };
         };
         writer.abort();
         conns.give_back(slot);

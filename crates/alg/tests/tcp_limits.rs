@@ -65,3 +65,47 @@ fn tcp_connections_are_capped_per_client_and_idle_or_slow_ones_closed() {
     wait_for("message-timeout counted", || h.snapshot().stats.tcp_closed[1] == 1);
     wait_for("slots given back", || h.snapshot().tcp.inbound == 0);
 }
+
+/// A busy stream whose reads never end between messages is not a slow
+/// message: each message it completes starts the next one's clock.
+#[test]
+fn a_busy_stream_split_mid_message_is_not_timed_out() {
+    let cfg = alg::Config {
+        listen_v6: "[::1]:0".parse().unwrap(),
+        listen_v4: "127.0.0.1:0".parse().unwrap(),
+        media: alg::config::MediaMode::None,
+        rate_limit: 0,
+        tcp_message_timeout: Duration::from_millis(500),
+        ..alg::Config::default()
+    };
+    let h = alg::runner::spawn(cfg, None, Some(Box::new(alg::realm::StaticResolver::default()))).unwrap();
+    let a4 = h.udp_v4;
+    let mut t = TcpStream::connect(a4).unwrap();
+    t.set_nodelay(true).unwrap();
+    let me = t.local_addr().unwrap();
+    let msgs: Vec<Vec<u8>> = (0..40).map(|n| options(me, &format!("sip:{a4}"), n, "TCP")).collect();
+    // Each write: the second half of one message and the first of the next.
+    let half = msgs[0].len() / 2;
+    t.write_all(&msgs[0][..half]).unwrap();
+    for n in 0..40 {
+        let mut w = msgs[n][half..].to_vec();
+        if let Some(next) = msgs.get(n + 1) {
+            w.extend_from_slice(&next[..half]);
+        }
+        t.write_all(&w).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // 2 s of one stream, never between messages at a read's end: all answered.
+    t.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut got = Vec::new();
+    let mut b = [0u8; 4096];
+    while got.windows(12).filter(|w| w == b"SIP/2.0 200 ").count() < 40 {
+        match t.read(&mut b) {
+            Ok(0) | Err(_) => {
+                panic!("closed after {} answers", got.windows(12).filter(|w| w == b"SIP/2.0 200 ").count())
+            }
+            Ok(n) => got.extend_from_slice(&b[..n]),
+        }
+    }
+    assert_eq!(h.snapshot().stats.tcp_closed[1], 0, "no message timeout");
+}
