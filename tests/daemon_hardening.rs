@@ -123,28 +123,7 @@ fn admin_api_limits_hold_and_the_daemon_keeps_serving() {
 fn descriptor_exhaustion_is_survived_and_named() {
     let (lab, _sock) = start("", "", "");
     let base = Baseline::new(&lab);
-    let pid = lab.pid().to_string();
-    let limit = |n: usize, hard: usize| {
-        let v = format!("--nofile={n}:{hard}");
-        let out = std::process::Command::new("prlimit").args(["--pid", &pid, &v]).output().unwrap();
-        assert!(out.status.success(), "prlimit: {}", String::from_utf8_lossy(&out.stderr));
-    };
-    let orig = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
-    let hard: usize = orig
-        .lines()
-        .find(|l| l.starts_with("Max open files"))
-        .and_then(|l| l.split_whitespace().nth(4)?.parse().ok())
-        .unwrap();
-    let soft: usize = orig
-        .lines()
-        .find(|l| l.starts_with("Max open files"))
-        .and_then(|l| l.split_whitespace().nth(3)?.parse().ok())
-        .unwrap();
-    limit(lab.open_fds() + 2, hard);
-    // Twenty connections: the first take the last descriptors, the rest
-    // make accept fail with EMFILE.
-    let conns: Vec<TcpStream> =
-        in_ns(&lab.gw, || (0..20).filter_map(|_| TcpStream::connect("127.0.0.1:9164").ok()).collect());
+    let (conns, (soft, hard)) = exhaust_descriptors(&lab);
     let mut ng = Ng::new(&lab);
     let o = offer(&mut ng, "starved", "2001:db8:1::2", 9100);
     assert_eq!(result(&o), "error");
@@ -157,7 +136,7 @@ fn descriptor_exhaustion_is_survived_and_named() {
     assert!(lab.log().contains("too many open files"), "{}", lab.log());
     assert_eq!(lab.metric("v6gate_trgw_control_errors_total{reason=\"no-descriptors\"}"), 1);
     assert_eq!(lab.metric("v6gate_trgw_control_errors_total{reason=\"ports-exhausted\"}"), 0);
-    limit(soft, hard);
+    set_nofile(&lab, soft, hard);
     base.check("after");
 }
 
@@ -288,8 +267,8 @@ fn media_address_policy_refuses_internal_destinations() {
         ("224.0.0.1", "multicast"),
         ("ff02::1", "multicast"),
         ("fe80::1", "link-local"),
-        ("198.51.100.1", "relay-own-address"),
-        ("2001:db8:1::1", "relay-own-address"),
+        ("198.51.100.1", "own-address"),
+        ("2001:db8:1::1", "own-address"),
         ("255.255.255.255", "broadcast"),
     ] {
         let o = offer(&mut ng, &format!("evil-{ip}"), ip, 5555);

@@ -215,8 +215,8 @@ fn sip_aimed_at_loopback_or_the_gateways_own_addresses_goes_nowhere() {
     let refused = targets.iter().filter(|t| t.1 == 403).count() as u64 + 1;
     assert_eq!(lab.metric("v6gate_alg_refused_total{reason=\"next-hop-refused\"}"), refused, "and the Route");
     assert_eq!(lab.metric("v6gate_alg_refused_total{reason=\"own-listener\"}"), 1);
-    assert!(lab.metric("v6gate_alg_next_hop_refused_total{reason=\"loopback\"}") >= 6);
-    assert!(lab.metric("v6gate_alg_next_hop_refused_total{reason=\"own-address\"}") >= 3);
+    assert!(lab.metric("v6gate_destination_refused_total{plane=\"alg\",reason=\"loopback\"}") >= 6);
+    assert!(lab.metric("v6gate_destination_refused_total{plane=\"alg\",reason=\"own-address\"}") >= 3);
     call_completes(&lab, "d2-call");
 }
 

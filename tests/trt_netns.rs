@@ -14,118 +14,16 @@
 
 #[path = "daemon_util/mod.rs"]
 mod daemon_util;
+#[path = "trt_util/mod.rs"]
+mod trt_util;
 
-use daemon_util::{bin, in_ns, tcp_echo, udp_echo};
-use lab::netns::{veth, Netns};
+use daemon_util::{in_ns, tcp_echo, udp_echo};
+use lab::netns::Netns;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
-
-/// 198.51.100.1 behind the relay prefix.
-const SERVER6: &str = "64:ff9b:1::c633:6401";
-
-struct Bed {
-    h6: Netns,
-    gw: Netns,
-    h4: Netns,
-    dir: tempfile::TempDir,
-    relay: Option<Child>,
-}
-
-impl Drop for Bed {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.relay.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Bed {
-    fn status(&self) -> serde_json::Value {
-        std::fs::read_to_string(self.dir.path().join("trt.json"))
-            .ok()
-            .and_then(|s| serde_json::from_str(&s).ok())
-            .unwrap_or_default()
-    }
-
-    fn wait_status(&self, pred: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
-        let t0 = Instant::now();
-        loop {
-            let v = self.status();
-            if pred(&v["trt"]) {
-                return v;
-            }
-            assert!(t0.elapsed() < Duration::from_secs(15), "status never matched: {v}\n{}", self.log());
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("trt.log")).unwrap_or_default()
-    }
-
-    fn stop(&mut self) {
-        let c = self.relay.as_mut().unwrap();
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-        let t0 = Instant::now();
-        while c.try_wait().unwrap().is_none() {
-            assert!(t0.elapsed() < Duration::from_secs(10), "relay did not stop: {}", self.log());
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        self.relay = None;
-    }
-}
-
-fn bed(extra: &str) -> Bed {
-    let b = spawn_bed(extra);
-    b.wait_status(|v| v.is_object());
-    b
-}
-
-/// The namespaces and the relay started with `extra` in its `[trt]`,
-/// without waiting for it.
-fn spawn_bed(extra: &str) -> Bed {
-    assert!(lab::netns::am_root(), "network-namespace tests need root (CI runs as root)");
-    let h6 = Netns::unique("trt-h6").unwrap();
-    let gw = Netns::unique("trt-gw").unwrap();
-    let h4 = Netns::unique("trt-h4").unwrap();
-    for ns in [&h6, &gw, &h4] {
-        ns.sysctl("net.ipv6.conf.all.accept_dad", "0").unwrap();
-        ns.sysctl("net.ipv6.conf.default.accept_dad", "0").unwrap();
-    }
-    veth(&h6, "c6", &gw, "g6").unwrap();
-    veth(&h4, "s4", &gw, "g4").unwrap();
-    h6.ip(&["addr", "add", "2001:db8:1::2/64", "dev", "c6", "nodad"]).unwrap();
-    gw.ip(&["addr", "add", "2001:db8:1::1/64", "dev", "g6", "nodad"]).unwrap();
-    h6.ip(&["-6", "route", "add", "64:ff9b:1::/96", "via", "2001:db8:1::1"]).unwrap();
-    h4.ip(&["addr", "add", "198.51.100.1/24", "dev", "s4"]).unwrap();
-    gw.ip(&["addr", "add", "198.51.100.254/24", "dev", "g4"]).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("trt.toml");
-    std::fs::write(&cfg, format!("[trt]\nprefix = \"64:ff9b:1::/96\"\n{extra}")).unwrap();
-    let relay = gw
-        .command(&bin())
-        .args([
-            "trt",
-            "--config",
-            cfg.to_str().unwrap(),
-            "--status-file",
-            dir.path().join("trt.json").to_str().unwrap(),
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.path().join("trt.log")).unwrap())
-        .spawn()
-        .unwrap();
-    Bed { h6, gw, h4, dir, relay: Some(relay) }
-}
-
-fn sa(s: &str) -> SocketAddr {
-    s.parse().unwrap()
-}
+use trt_util::{bed, sa, spawn_bed, SERVER6};
 
 /// An HTTP server on a thread in `ns` that answers one GET with `body`.
 fn http_server(ns: &Netns, port: u16, body: Vec<u8>) -> std::thread::JoinHandle<SocketAddr> {
@@ -514,4 +412,39 @@ fn trt_holds_its_cpu_latency_request_while_it_runs() {
     // Withdrawn with the relay (unless another holder already asked for as little).
     let after = cpu_latency_limit();
     assert!(after == before || before <= us4, "{before:?} → {after:?}");
+}
+
+/// Issue #29 (D11's destinations): a target the destination policy
+/// refuses — the relay host's own address, link-local — is never
+/// connected to: the client is reset and the refusal counted by reason.
+#[test]
+fn trt_refuses_the_gateways_own_addresses_and_link_local_targets() {
+    let b = bed("");
+    // A service on the relay host itself, which a client must not reach
+    // through the relay prefix.
+    let own = in_ns(&b.gw, || TcpListener::bind("198.51.100.254:8099").unwrap());
+    own.set_nonblocking(true).unwrap();
+    for (target, why) in [("64:ff9b:1::c633:64fe", "own-address"), ("64:ff9b:1::a9fe:1", "link-local")] {
+        let got = in_ns(&b.h6, || {
+            let mut c = TcpStream::connect(sa(&format!("[{target}]:8099"))).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let _ = c.write_all(b"GET / HTTP/1.0\r\n\r\n");
+            let mut buf = [0u8; 16];
+            c.read(&mut buf)
+        });
+        assert!(
+            matches!(&got, Ok(0)) || got.as_ref().is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+            "{target}: {got:?}"
+        );
+        let t0 = Instant::now();
+        while b.status()["destinations_refused"][why].as_u64().unwrap_or(0) < 1 {
+            assert!(t0.elapsed() < Duration::from_secs(15), "{why} never counted: {}\n{}", b.status(), b.log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    assert!(own.accept().is_err(), "the relay connected to its own host");
+    let st = b.status();
+    assert_eq!(st["destinations_refused"]["own-address"], 1, "{st}");
+    assert_eq!(st["destinations_refused"]["link-local"], 1, "{st}");
+    assert_eq!(st["trt"]["tcp_no_server"], 2, "{st}");
 }

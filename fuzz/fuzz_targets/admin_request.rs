@@ -16,6 +16,9 @@ fuzz_target!(|data: &[u8]| {
     let r = access::Request {
         method_changes_state: data.first().is_some_and(|b| b & 1 == 1),
         host: Some(data),
+        host_count: data.first().map_or(0, |b| usize::from(b >> 6)),
+        target_scheme: std::str::from_utf8(data).ok(),
+        target_authority: std::str::from_utf8(data).ok(),
         origin: Some(data),
         authorization: Some(data),
         peer: "127.0.0.1".parse().unwrap(),

@@ -19,6 +19,7 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     let _ = core.relay_table();
-    core.expire_after(Instant::now() + Duration::from_secs(3600), Duration::from_secs(1));
+    let second = Duration::from_secs(1);
+    core.expire_after(Instant::now() + Duration::from_secs(3600), second, second);
     assert_eq!(core.call_count(), 0);
 });

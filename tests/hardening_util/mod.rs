@@ -210,3 +210,30 @@ pub fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// The daemon's RLIMIT_NOFILE (soft, hard), from /proc.
+pub fn nofile(lab: &Lab) -> (usize, usize) {
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", lab.pid())).unwrap();
+    let line = limits.lines().find(|l| l.starts_with("Max open files")).unwrap();
+    let field = |i: usize| line.split_whitespace().nth(i).and_then(|v| v.parse().ok()).unwrap();
+    (field(3), field(4))
+}
+
+/// Sets the daemon's RLIMIT_NOFILE (`prlimit`).
+pub fn set_nofile(lab: &Lab, soft: usize, hard: usize) {
+    let v = format!("--nofile={soft}:{hard}");
+    let out = std::process::Command::new("prlimit").args(["--pid", &lab.pid().to_string(), &v]).output().unwrap();
+    assert!(out.status.success(), "prlimit: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Leaves the daemon no free descriptor: its soft limit two above what it
+/// holds, then twenty admin connections (the first take the last two,
+/// the rest make its accept fail with EMFILE). Returns the connections
+/// (hold them) and the limits to restore with [`set_nofile`].
+pub fn exhaust_descriptors(lab: &Lab) -> (Vec<std::net::TcpStream>, (usize, usize)) {
+    let (soft, hard) = nofile(lab);
+    set_nofile(lab, lab.open_fds() + 2, hard);
+    let conns =
+        in_ns(&lab.gw, || (0..20).filter_map(|_| std::net::TcpStream::connect("127.0.0.1:9164").ok()).collect());
+    (conns, (soft, hard))
+}

@@ -4,6 +4,7 @@
 //! session, make-before-break), and release on BYE, failure, CANCEL and
 //! the session timeout.
 
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use crate::body::SdpBody;
@@ -181,6 +182,7 @@ impl Alg {
         sdp: &[u8],
         sender_v6: bool,
         receiver_v6: bool,
+        client: Option<IpAddr>,
     ) -> Command {
         Command::Sdp(Box::new(SdpRequest {
             offer,
@@ -190,6 +192,7 @@ impl Alg {
             sdp: sdp.to_vec(),
             from: self.side(sender_v6),
             to: self.side(receiver_v6),
+            client,
         }))
     }
 
@@ -198,7 +201,8 @@ impl Alg {
     }
 
     /// Dialog bookkeeping for a request being forwarded from `source` (a
-    /// new dialog counts against its client's budgets), and the offer or
+    /// new dialog counts against its client's budgets; a new call's relay
+    /// streams are that client's share of the TrGW), and the offer or
     /// answer its SDP needs (None: the body goes as it is), or the status
     /// to answer with.
     pub(crate) fn plan_request(
@@ -207,7 +211,7 @@ impl Alg {
         m: &Message,
         method: &str,
         (in_realm, out_realm): (Realm, Realm),
-        source: std::net::IpAddr,
+        source: IpAddr,
     ) -> Result<Option<SdpJob>, (u16, String)> {
         let owner = self.owner_of(source);
         let call_id = m.call_id().to_string();
@@ -301,7 +305,8 @@ impl Alg {
             Some(offerer) => (offerer.as_str(), Some(from_tag.as_str())),
             None => (from_tag.as_str(), None),
         };
-        let req = self.sdp_command(answer_to.is_none(), &ng_id, offerer, answerer, sdp, fam6, out_realm.v6());
+        let req =
+            self.sdp_command(answer_to.is_none(), &ng_id, offerer, answerer, sdp, fam6, out_realm.v6(), Some(source));
         if let Some(d) = self.dialogs.get_mut(call_id.as_str()) {
             // A session exists (or is being made): a release deletes it,
             // after the command (the call's commands keep their order).
@@ -400,7 +405,7 @@ impl Alg {
         let ng_id = ng_call_id(&call_id, d.epoch);
         let (offerer, answerer) =
             if request_had_offer { (receiver.as_str(), Some(sender.as_str())) } else { (sender.as_str(), None) };
-        let req = self.sdp_command(!request_had_offer, &ng_id, offerer, answerer, sdp, fam6, to_realm.v6());
+        let req = self.sdp_command(!request_had_offer, &ng_id, offerer, answerer, sdp, fam6, to_realm.v6(), None);
         if let Some(d) = self.dialogs.get_mut(call_id.as_str()) {
             d.media = true;
         }

@@ -7,7 +7,7 @@
 //! chosen by weight and Call-ID ([`NgClients`]), as the same dictionaries
 //! Kamailio's `rtpengine` module sends ([`SdpCommand::to_value`]).
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use trgw::bencode::Value;
@@ -25,8 +25,8 @@ impl std::fmt::Display for MediaError {
 impl MediaError {
     /// The SIP status a request gets when its media cannot be anchored:
     /// 400 for SDP the relay cannot parse, 488 for a media address its
-    /// policy refuses, 503 when it ran out of ports or cannot be reached,
-    /// 500 otherwise.
+    /// policy refuses, 503 when it ran out of ports, refuses the client
+    /// more streams (its share) or cannot be reached, 500 otherwise.
     pub fn status(&self) -> (u16, String) {
         if self.0.starts_with("Failed to parse SDP") || self.0.starts_with("No SDP") {
             (400, format!("Bad SDP: {}", self.0.trim_start_matches("Failed to parse SDP: ")))
@@ -34,7 +34,10 @@ impl MediaError {
             // The TrGW's media address policy (loopback, its own addresses,
             // media-deny, outside media-allow).
             (488, "Not Acceptable Here (media address refused)".into())
-        } else if self.0.starts_with("Ran out of ports") || self.0.starts_with("media relay") {
+        } else if self.0.starts_with("Ran out of ports")
+            || self.0.starts_with("media relay")
+            || self.0.starts_with("Media relay busy")
+        {
             (503, "Media relay unavailable".into())
         } else {
             (500, format!("Media relay error: {}", self.0))
@@ -485,6 +488,10 @@ pub struct SdpCommand<'a> {
     pub from: &'a Side,
     /// The receiver's side.
     pub to: &'a Side,
+    /// The SIP source of the request that carried it (ng `received
+    /// from`): the client whose share of the relay's streams a new call
+    /// counts in.
+    pub client: Option<IpAddr>,
 }
 
 /// [`SdpCommand`] with what it borrows owned: a command that waits in a
@@ -505,6 +512,8 @@ pub struct SdpRequest {
     pub from: Side,
     /// The receiver's side.
     pub to: Side,
+    /// The SIP source of the request that carried it.
+    pub client: Option<IpAddr>,
 }
 
 impl SdpRequest {
@@ -518,6 +527,7 @@ impl SdpRequest {
             sdp: &self.sdp,
             from: &self.from,
             to: &self.to,
+            client: self.client,
         }
     }
 }
@@ -533,6 +543,7 @@ impl SdpCommand<'_> {
             sdp: self.sdp.to_vec(),
             from: self.from.clone(),
             to: self.to.clone(),
+            client: self.client,
         }
     }
 
@@ -566,6 +577,7 @@ impl SdpCommand<'_> {
             media_addr: None,
             replace_origin: true,
             remove_ice: true,
+            client: self.client,
         }
     }
 
@@ -586,6 +598,10 @@ impl SdpCommand<'_> {
         }
         if let Some((a, b)) = self.direction() {
             p.push(("direction", Value::List(vec![s(a), s(b)])));
+        }
+        if let Some(c) = self.client {
+            let fam = if c.is_ipv6() { "IP6" } else { "IP4" };
+            p.push(("received from", Value::List(vec![s(fam), s(&c.to_string())])));
         }
         dict(p)
     }
@@ -686,6 +702,7 @@ mod tests {
                 sdp: sdp.as_bytes(),
                 from: &v6,
                 to: &v4,
+                client: None,
             };
             let v = c.to_value();
             let Value::Dict(d) = v else { panic!() };

@@ -532,14 +532,18 @@ impl Alg {
     }
 
     /// A request whose media the relay refused gets `code` (unless its
-    /// transaction ended meanwhile).
+    /// transaction ended meanwhile); a 503 (the relay is out of ports or
+    /// the client of its share) says when to try again.
     fn refuse_forward(&mut self, now: Instant, fwd: &Fwd, code: u16, reason: &str) {
-        let extra = if code == 415 {
-            // A body whose SDP cannot be anchored (crate::body).
-            self.count_refusal(Refusal::Body, &fwd.peer);
-            format!("Accept: {}\r\n", crate::body::ACCEPTED)
-        } else {
-            String::new()
+        let extra = match code {
+            415 => {
+                // A body whose SDP cannot be anchored (crate::body).
+                self.count_refusal(Refusal::Body, &fwd.peer);
+                format!("Accept: {}\r\n", crate::body::ACCEPTED)
+            }
+            // The media relay is full or the client holds its share of it.
+            503 => format!("Retry-After: {}\r\n", crate::state::RETRY_AFTER_SECS),
+            _ => String::new(),
         };
         if let Some(k) = &fwd.key {
             if self.server.get(k).is_some_and(|st| st.state == SState::Proceeding) {

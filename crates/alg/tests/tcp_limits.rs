@@ -9,6 +9,20 @@ use std::time::Duration;
 mod wire;
 use wire::{options, status, wait_for};
 
+/// The runner on ports the kernel picks: the UDP port's number may be in
+/// use for TCP already (a client socket of another test took it as its
+/// ephemeral port), so binding is tried again on another.
+fn spawn(cfg: alg::Config) -> alg::runner::AlgHandle {
+    let mut last = None;
+    for _ in 0..10 {
+        match alg::runner::spawn(cfg.clone(), None, Some(Box::new(alg::realm::StaticResolver::default()))) {
+            Ok(h) => return h,
+            Err(e) => last = Some(e),
+        }
+    }
+    panic!("cannot start the ALG: {last:?}");
+}
+
 /// D5: one client holds at most its share of the accepted connections
 /// (another client still connects), an idle connection is closed, and a
 /// message that does not complete in time is closed too.
@@ -24,7 +38,7 @@ fn tcp_connections_are_capped_per_client_and_idle_or_slow_ones_closed() {
         tcp_message_timeout: Duration::from_millis(500),
         ..alg::Config::default()
     };
-    let h = alg::runner::spawn(cfg, None, Some(Box::new(alg::realm::StaticResolver::default()))).unwrap();
+    let h = spawn(cfg);
     let (a4, a6) = (h.udp_v4, h.udp_v6);
     let closed = |t: &mut TcpStream| {
         t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -78,7 +92,7 @@ fn a_busy_stream_split_mid_message_is_not_timed_out() {
         tcp_message_timeout: Duration::from_millis(500),
         ..alg::Config::default()
     };
-    let h = alg::runner::spawn(cfg, None, Some(Box::new(alg::realm::StaticResolver::default()))).unwrap();
+    let h = spawn(cfg);
     let a4 = h.udp_v4;
     let mut t = TcpStream::connect(a4).unwrap();
     t.set_nodelay(true).unwrap();

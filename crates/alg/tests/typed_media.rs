@@ -78,7 +78,8 @@ fn side(iface: Option<&str>, v6: bool) -> Side {
 
 fn sdp_cmd(offer: bool, call_id: &str, to_tag: Option<&str>, body: &str, from: &Side, to: &Side) -> Command {
     Command::Sdp(Box::new(
-        SdpCommand { offer, call_id, from_tag: "a-1", to_tag, sdp: body.as_bytes(), from, to }.to_request(),
+        SdpCommand { offer, call_id, from_tag: "a-1", to_tag, sdp: body.as_bytes(), from, to, client: None }
+            .to_request(),
     ))
 }
 

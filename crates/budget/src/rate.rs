@@ -49,24 +49,30 @@ impl Bucket {
 /// A token bucket per client, `rate` a second and `burst` deep each, for
 /// at most `capacity` clients. A client not in the table has a full
 /// bucket, so a table that must make room forgets first the clients
-/// whose buckets have refilled (they lose nothing), and only then the one
-/// it touched longest ago (which then starts again from a full bucket:
-/// the global limit, kept by the caller, still holds).
+/// whose buckets have refilled (they lose nothing: one sweep at most every
+/// [`SWEEP_MS`]), and only then one client it holds (which then starts
+/// again from a full bucket: the global limit, kept by the caller, still
+/// holds). A flood of new clients costs O(1) each.
 #[derive(Debug, Clone)]
 pub struct RateTable<K> {
     buckets: HashMap<K, Bucket>,
     rate: u32,
     burst: u32,
     capacity: usize,
+    /// When the refilled buckets were last swept out (ms).
+    swept: Option<u64>,
     /// Clients forgotten while still limited (the table was full).
     pub evicted: u64,
 }
+
+/// How often a full [`RateTable`] sweeps its refilled buckets at most (ms).
+pub const SWEEP_MS: u64 = 100;
 
 impl<K: Hash + Eq + Clone> RateTable<K> {
     /// `rate` tokens a second per client (0: no limit), `burst` deep, for
     /// at most `capacity` clients (at least 1).
     pub fn new(rate: u32, burst: u32, capacity: usize) -> Self {
-        RateTable { buckets: HashMap::new(), rate, burst, capacity: capacity.max(1), evicted: 0 }
+        RateTable { buckets: HashMap::new(), rate, burst, capacity: capacity.max(1), swept: None, evicted: 0 }
     }
 
     /// Take a token of `k`'s bucket at `now` (ms).
@@ -79,10 +85,13 @@ impl<K: Hash + Eq + Clone> RateTable<K> {
             return b.take(rate, burst, now);
         }
         if self.buckets.len() >= self.capacity {
-            self.buckets.retain(|_, b| !b.is_full_at(rate, burst, now));
+            if self.swept.is_none_or(|t| now.saturating_sub(t) >= SWEEP_MS) {
+                self.swept = Some(now);
+                self.buckets.retain(|_, b| !b.is_full_at(rate, burst, now));
+            }
             if self.buckets.len() >= self.capacity {
-                let oldest = self.buckets.iter().min_by_key(|(_, b)| b.last).map(|(k, _)| k.clone());
-                if let Some(o) = oldest {
+                let any = self.buckets.keys().next().cloned();
+                if let Some(o) = any {
                     self.buckets.remove(&o);
                     self.evicted += 1;
                 }
@@ -141,8 +150,13 @@ mod tests {
         assert!(t.take(&3, 5000));
         assert_eq!((t.len(), t.evicted), (2, 0));
         assert!(!t.take(&2, 5000));
-        // Nobody refilled: the longest untouched is forgotten, counted.
+        // Nobody refilled (and no sweep within 100 ms): one is forgotten, counted.
         assert!(t.take(&4, 5001));
         assert_eq!((t.len(), t.evicted), (2, 1));
+        // A flood of new clients: the table stays at its capacity.
+        for k in 10..10_000 {
+            t.take(&k, 5002);
+        }
+        assert_eq!(t.len(), 2);
     }
 }

@@ -240,6 +240,15 @@ impl Config {
         self.timeout.clamp(*TIMEOUT_RANGE.start(), *TIMEOUT_RANGE.end()) * (2 * n as u32)
     }
 
+    /// The translation prefixes answers are synthesised under (`prefix`
+    /// and those of `[[dns64.prefixes]]`), for the gateway's destination
+    /// policy (an address under one of them reaches the IPv4 address it
+    /// carries).
+    pub fn translation_prefixes(&self) -> Result<Vec<Rfc6052>, ConfigError> {
+        let p = self.policy()?;
+        Ok(std::iter::once(p.prefix).chain(p.ranges.into_iter().map(|(p, _)| p)).collect())
+    }
+
     pub(crate) fn policy(&self) -> Result<Policy, ConfigError> {
         let p6: Prefix6 = self.prefix.parse().map_err(|e| err("prefix", format!("{e}")))?;
         let prefix = Rfc6052::new(p6).map_err(|e| err("prefix", format!("{e}")))?;

@@ -191,6 +191,9 @@ pub enum Action {
 pub struct Core {
     policy: Policy,
     counters: Arc<Counters>,
+    /// The gateway's destination policy: no synthesis for an IPv4 address
+    /// a client must not reach through the NAT64 (the gateway's own).
+    destinations: Option<Arc<dstpolicy::Policy>>,
 }
 
 /// Records of the answer section that must go: A records (replaced by
@@ -226,7 +229,16 @@ impl Core {
     /// Build from a configuration; only `prefix`, `exclude-aaaa`,
     /// `exclude-a` and `allow` are used and checked.
     pub fn new(cfg: &Config, counters: Arc<Counters>) -> Result<Core, ConfigError> {
-        Ok(Core { policy: cfg.policy()?, counters })
+        Ok(Core { policy: cfg.policy()?, counters, destinations: None })
+    }
+
+    /// With the gateway's destination policy: A records naming an address
+    /// it refuses (the gateway's own addresses and directed broadcasts,
+    /// besides the classes `exclude-a` lists by default) are not
+    /// synthesised, as RFC 6147 §5.1.4 allows for excluded IPv4 prefixes.
+    pub fn with_destinations(mut self, p: Option<Arc<dstpolicy::Policy>>) -> Core {
+        self.destinations = p;
+        self
     }
 
     /// The counters this core updates.
@@ -506,6 +518,9 @@ impl Core {
         if self.policy.exclude_a.iter().any(|p| p.contains(a)) {
             return None;
         }
+        if self.destinations.as_ref().is_some_and(|d| d.check(IpAddr::V4(a)).is_err()) {
+            return None;
+        }
         self.policy.prefix_for(a).embed(a)
     }
 
@@ -765,6 +780,38 @@ mod tests {
         assert!(m.answers().is_empty());
         assert_eq!(m.name_servers().len(), 1, "SOA of the AAAA answer kept");
         assert_eq!(c.counters().snapshot().aaaa_nodata, 1);
+    }
+
+    /// The gateway's own addresses (and its subnets' broadcasts) are not
+    /// synthesised: a client would reach the gateway itself through its
+    /// NAT64. Refusals are counted by the policy's plane.
+    #[test]
+    fn the_gateways_own_addresses_are_not_synthesised() {
+        use dstpolicy::{Gateway, Lists, Policy, Spec};
+        let gw = Gateway::new(Spec { own: vec!["198.51.100.7".parse().unwrap()], ..Spec::default() });
+        gw.apply(Ok(vec![netsys::netlink::Address {
+            ifindex: 2,
+            local: netsys::IfAddr { addr: "203.0.113.1".parse().unwrap(), len: 24 },
+            broadcast: None,
+        }]));
+        // Even while the list cannot be re-read: DNS64 does not fail closed.
+        gw.apply(Err(std::io::Error::other("Too many open files")));
+        let p = Arc::new(Policy::new("dns64", Arc::new(gw), Lists::default()).failing_open());
+        let c = core("64:ff9b:1::/96").with_destinations(Some(p.clone()));
+        let m = synth(
+            &c,
+            "gw.example.",
+            vec![],
+            vec![
+                a("gw.example.", 300, "203.0.113.1"),
+                a("gw.example.", 300, "198.51.100.7"),
+                a("gw.example.", 300, "203.0.113.255"),
+                a("gw.example.", 300, "192.0.2.9"),
+            ],
+        );
+        assert_eq!(addrs(&m), vec![("gw.example.".into(), 300, "64:ff9b:1::c000:209".parse().unwrap())]);
+        assert_eq!(c.counters().snapshot().excluded_a_records, 3);
+        assert_eq!(p.refused_total(), 3);
     }
 
     #[test]

@@ -85,6 +85,8 @@ struct Ctx {
 struct Shared {
     ctx: RwLock<Arc<Ctx>>,
     counters: Arc<Counters>,
+    /// The gateway's destination policy ([`Server::start_with`]).
+    destinations: Option<Arc<dstpolicy::Policy>>,
 }
 
 impl Shared {
@@ -294,9 +296,14 @@ pub struct Server {
 
 /// The [`Ctx`] for `cfg`; `prev` lends its limits and, when the upstreams
 /// and cache limits are the same, its cache.
-fn build_ctx(cfg: &Config, counters: &Arc<Counters>, prev: Option<&Ctx>) -> Result<(Ctx, Vec<SocketAddr>), Error> {
+fn build_ctx(
+    cfg: &Config,
+    counters: &Arc<Counters>,
+    prev: Option<&Ctx>,
+    destinations: Option<&Arc<dstpolicy::Policy>>,
+) -> Result<(Ctx, Vec<SocketAddr>), Error> {
     let s = cfg.settings().map_err(Error::Config)?;
-    let core = Core::new(cfg, counters.clone()).map_err(Error::Config)?;
+    let core = Core::new(cfg, counters.clone()).map_err(Error::Config)?.with_destinations(destinations.cloned());
     let cache = match prev.and_then(|p| p.cache.as_ref()) {
         _ if s.cache.entries == 0 => None,
         Some(c) if c.limits() == s.cache && prev.is_some_and(|p| p.upstream_addrs == s.upstream) => Some(c.clone()),
@@ -323,10 +330,17 @@ impl Server {
     /// its own (named `dns64`, with a single-threaded tokio runtime). For
     /// callers that are not async.
     pub fn start(cfg: &Config) -> Result<Server, Error> {
+        Server::start_with(cfg, None)
+    }
+
+    /// [`Server::start`] with the gateway's destination policy: no AAAA
+    /// is synthesised for an A record naming an address it refuses
+    /// ([`Core::with_destinations`]).
+    pub fn start_with(cfg: &Config, destinations: Option<Arc<dstpolicy::Policy>>) -> Result<Server, Error> {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(Error::Runtime)?;
         let handle = rt.handle().clone();
         let (stop, mut rx) = watch::channel(false);
-        let mut srv = Server::prepare(cfg, handle, stop)?;
+        let mut srv = Server::prepare(cfg, handle, stop, destinations)?;
         let thread = std::thread::Builder::new()
             .name("dns64".into())
             .spawn(move || {
@@ -343,14 +357,19 @@ impl Server {
     /// runtime of `handle` (e.g. `tokio::runtime::Handle::current()`).
     pub fn spawn(cfg: &Config, handle: &tokio::runtime::Handle) -> Result<Server, Error> {
         let (stop, _) = watch::channel(false);
-        Server::prepare(cfg, handle.clone(), stop)
+        Server::prepare(cfg, handle.clone(), stop, None)
     }
 
-    fn prepare(cfg: &Config, handle: tokio::runtime::Handle, stop: watch::Sender<bool>) -> Result<Server, Error> {
+    fn prepare(
+        cfg: &Config,
+        handle: tokio::runtime::Handle,
+        stop: watch::Sender<bool>,
+        destinations: Option<Arc<dstpolicy::Policy>>,
+    ) -> Result<Server, Error> {
         let counters = Arc::new(Counters::default());
-        let (ctx, listen) = build_ctx(cfg, &counters, None)?;
+        let (ctx, listen) = build_ctx(cfg, &counters, None, destinations.as_ref())?;
         let bound = bind_all(&listen)?;
-        let shared = Arc::new(Shared { ctx: RwLock::new(Arc::new(ctx)), counters });
+        let shared = Arc::new(Shared { ctx: RwLock::new(Arc::new(ctx)), counters, destinations });
         let srv = Server { shared, handle, listeners: Mutex::new(Vec::new()), stop, thread: None };
         let ls = srv.serve(bound, &listen);
         *lock(&srv.listeners) = ls;
@@ -381,7 +400,7 @@ impl Server {
     /// documentation). On error nothing changed.
     pub fn reconfigure(&self, cfg: &Config) -> Result<(), Error> {
         let old = self.shared.ctx();
-        let (ctx, want) = build_ctx(cfg, &self.shared.counters, Some(&old))?;
+        let (ctx, want) = build_ctx(cfg, &self.shared.counters, Some(&old), self.shared.destinations.as_ref())?;
         let mut ls = lock(&self.listeners);
         let add: Vec<SocketAddr> = want.iter().filter(|a| !ls.iter().any(|l| l.configured == **a)).copied().collect();
         let bound = bind_all(&add)?;

@@ -41,7 +41,7 @@ struct State {
 /// The gateway's own addresses and embeddings (see the module docs).
 #[derive(Debug)]
 pub struct Gateway {
-    spec: Spec,
+    spec: ArcSwap<Spec>,
     state: ArcSwap<State>,
     refreshes: AtomicU64,
     failures: AtomicU64,
@@ -88,7 +88,7 @@ impl Gateway {
     /// not stale): tests and fuzzing; [`Gateway::of_host`] reads them.
     pub fn new(spec: Spec) -> Self {
         Gateway {
-            spec,
+            spec: ArcSwap::from_pointee(spec),
             state: ArcSwap::from_pointee(State::default()),
             refreshes: AtomicU64::new(0),
             failures: AtomicU64::new(0),
@@ -149,7 +149,7 @@ impl Gateway {
     /// Whether `ip` is one of the gateway's addresses (an IPv4 address is
     /// given as such, not IPv4-mapped).
     pub fn is_own(&self, ip: IpAddr) -> bool {
-        self.state.load().addrs.binary_search(&ip).is_ok() || self.spec.own.iter().any(|p| p.contains(ip))
+        self.state.load().addrs.binary_search(&ip).is_ok() || self.spec.load().own.iter().any(|p| p.contains(ip))
     }
 
     /// Whether `a` is the directed broadcast address of a subnet on the
@@ -163,22 +163,29 @@ impl Gateway {
         self.state.load().stale
     }
 
-    /// The embeddings looked through.
-    pub fn embeddings(&self) -> &Embeddings {
-        &self.spec.embeddings
+    /// What the configuration says the gateway is (its configured own
+    /// addresses, the embeddings looked through).
+    pub fn spec(&self) -> Arc<Spec> {
+        self.spec.load_full()
+    }
+
+    /// Takes a new configuration (a reload): the host's addresses stay.
+    pub fn reconfigure(&self, spec: Spec) {
+        self.spec.store(Arc::new(spec));
     }
 
     /// The state of the own-address list.
     pub fn status(&self) -> OwnStatus {
         let s = self.state.load();
+        let spec = self.spec.load();
         OwnStatus {
             host_addresses: s.addrs.len(),
             broadcasts: s.broadcasts.len(),
-            configured: self.spec.own.len(),
+            configured: spec.own.len(),
             stale: s.stale,
             refreshes: self.refreshes.load(Relaxed),
             failures: self.failures.load(Relaxed),
-            prefixes: self.spec.embeddings.prefixes(),
+            prefixes: spec.embeddings.prefixes(),
         }
     }
 
@@ -217,6 +224,11 @@ pub(crate) mod tests {
             assert!(g.is_own(a.parse().unwrap()), "{a}");
         }
         assert!(!g.is_own("192.0.2.2".parse().unwrap()));
+        // A reload's configuration replaces the configured addresses only.
+        g.reconfigure(Spec { own: vec!["203.0.113.64/28".parse().unwrap()], ..Spec::default() });
+        assert!(!g.is_own("203.0.113.5".parse().unwrap()) && g.is_own("203.0.113.65".parse().unwrap()));
+        assert!(g.is_own("192.0.2.1".parse().unwrap()));
+        g.reconfigure(Spec { own: vec!["203.0.113.0/28".parse().unwrap()], ..Spec::default() });
         for a in ["192.0.2.255", "10.1.255.255", "198.18.0.255"] {
             assert!(g.is_directed_broadcast(a.parse().unwrap()), "{a}");
         }

@@ -37,16 +37,15 @@
 //! Each refusal is counted per plane and [`Reason`] ([`Policy::refused`],
 //! the daemon's `v6gate_destination_refused_total{plane,reason}`) and
 //! logged at most a few lines per interval per reason ([`RateLog`], which
-//! other refusal logs share). [`client`] holds the other shared fact of
-//! the hardening rules: which client a source address belongs to (its
-//! IPv6 /64, or its IPv4 address), for fair shares.
+//! other refusal logs share). The other shared fact of the hardening
+//! rules, which client a source address belongs to (its IPv6 /64, or its
+//! IPv4 address) for fair shares, is the `budget` crate's `ClientKey`.
 //!
 //! No unsafe code: the netlink sockets are `netsys`'s.
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations)]
 
 pub mod class;
-pub mod client;
 pub mod embed;
 mod gateway;
 mod policy;

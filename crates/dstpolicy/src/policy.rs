@@ -55,13 +55,23 @@ pub struct Policy {
     lists: Lists,
     counts: [AtomicU64; Reason::ALL.len()],
     log: RateLog<Reason>,
+    fail_closed: bool,
 }
 
 impl Policy {
     /// The policy of `plane` (its metric label: `trgw`, `alg`, `trt`,
     /// ...) over `gateway` with the plane's `lists`.
     pub fn new(plane: &'static str, gateway: Arc<Gateway>, lists: Lists) -> Self {
-        Policy { plane, gateway, lists, counts: Default::default(), log: RateLog::default() }
+        Policy { plane, gateway, lists, counts: Default::default(), log: RateLog::default(), fail_closed: true }
+    }
+
+    /// A policy that judges against the last own-address list read even
+    /// while it cannot be re-read, instead of failing closed: for a plane
+    /// whose refusal does more harm than the destination (DNS64 answers:
+    /// failing closed would answer every name without an AAAA).
+    pub fn failing_open(mut self) -> Self {
+        self.fail_closed = false;
+        self
     }
 
     /// The plane's name.
@@ -112,7 +122,7 @@ impl Policy {
     /// Whether the plane may send to `ip`, without counting or logging.
     pub fn judge(&self, ip: IpAddr) -> Result<(), Refusal> {
         let refuse = |reason, via| Err(Refusal { addr: ip, reason, via });
-        if self.gateway.stale() && !self.allowed(ip) {
+        if self.fail_closed && self.gateway.stale() && !self.allowed(ip) {
             return refuse(Reason::OwnUnknown, None);
         }
         if let IpAddr::V6(a) = ip {
@@ -130,7 +140,7 @@ impl Policy {
             return refuse(reason, None);
         }
         if let IpAddr::V6(a) = ip {
-            self.gateway.embeddings().each(&a, |how, v4| {
+            self.gateway.spec().embeddings.each(&a, |how, v4| {
                 self.judge_one(IpAddr::V4(v4)).map_err(|reason| Refusal { addr: ip, reason, via: Some((how, v4)) })
             })?;
         }
@@ -347,6 +357,9 @@ mod tests {
         assert_eq!(listed.judge(ip("192.0.2.50")), Ok(()), "explicitly allowed");
         assert_eq!(reason(&listed, "192.0.2.1"), Some(Reason::Own), "still judged against the last list");
         assert_eq!(reason(&listed, "198.51.100.9"), Some(Reason::OwnUnknown));
+        let lenient = Policy::new("lenient", g.clone(), Lists::default()).failing_open();
+        assert_eq!(lenient.judge(ip("192.0.2.50")), Ok(()), "judged against the last list");
+        assert_eq!(reason(&lenient, "192.0.2.1"), Some(Reason::Own));
         g.apply(Ok(vec![addr("192.0.2.1", 24)]));
         assert_eq!(open.judge(ip("192.0.2.50")), Ok(()));
     }

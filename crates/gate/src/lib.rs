@@ -7,6 +7,7 @@
 pub mod amend;
 pub mod config;
 pub mod daemon;
+pub mod destinations;
 pub mod explain;
 pub mod limits;
 pub mod offline;

@@ -44,7 +44,9 @@ pub struct AftrConfig {
     pub nat: Nat44Config,
     /// Hairpin traffic between subscribers.
     pub hairpinning: bool,
-    /// Answer softwires from unknown prefixes with ICMPv6 1/5.
+    /// Answer softwires from unknown prefixes with ICMPv6 1/5, and flows
+    /// the NAT refuses (quota, table, pool) with ICMPv4 3/13 through the
+    /// softwire (`[dslite] icmp-errors`).
     pub icmpv6_errors: bool,
 }
 
@@ -170,10 +172,36 @@ impl Aftr {
         let k = Inside { sub, proto: p, addr: f.ends.src, port: f.ends.sport };
         let o = match self.nat.outbound(k, f.ends.dst, flags, now) {
             Ok(o) => o,
-            Err(reason) => return Action::Drop(reason),
+            Err(reason) => {
+                if matches!(reason, Reason::QuotaExceeded | Reason::TableFull | Reason::PoolExhausted) {
+                    self.refuse(buf, sub, now, out);
+                }
+                return Action::Drop(reason);
+            }
         };
         pkt::rewrite(buf, End::Src, o.addr, Some(o.port));
         self.emit4(buf, now, out)
+    }
+
+    /// A new flow the NAT refused (the subscriber's quota, a full table or
+    /// pool): the protocol's own answer, ICMPv4 Destination Unreachable,
+    /// administratively prohibited (RFC 1812 §5.2.7.1), from the AFTR's
+    /// IPv4 address (RFC 6333 §5.7) to the inner source, through its
+    /// softwire; rate-limited with the end-point's other errors.
+    fn refuse(&self, inner: &[u8], sub: Ipv6Addr, now: u64, out: &mut Out) {
+        if !self.cfg.icmpv6_errors || !self.ep.may_send_error(now, &self.c) {
+            return;
+        }
+        let mut err = Out::new();
+        let (kind, code) = (icmp::v4::DEST_UNREACH, icmp::v4::CODE_ADMIN_PROHIBITED);
+        if !origin::icmp4_error(&mut err, self.cfg.endpoint.icmp4_src, inner, kind, code, [0; 4]) {
+            return;
+        }
+        if let Some((_, e)) = err.get(0) {
+            if self.ep.send(e, sub, out, &self.c) == Action::Emit {
+                bump(&self.c.icmp_sent);
+            }
+        }
     }
 
     /// A translated packet from inside: out to the IPv4 side, or hairpinned.

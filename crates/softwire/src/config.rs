@@ -29,7 +29,9 @@ pub const EXAMPLE_TOML: &str = r#"# [dslite]: the DS-Lite AFTR (RFC 6333). Softw
 aftr-address = "2001:db8:ffff::1"
 b4-prefixes = ["2001:db8::/32"]
 pool4 = ["203.0.113.0/28"]          # as [nat64] pool4: "PREFIX" or { prefix, ports, protocols }
-# max-ports-per-subscriber = 2048  # RFC 6888 REQ-4 quota
+# max-ports-per-subscriber = 2048  # RFC 6888 REQ-4 quota, per subscriber:
+# subscriber-mask = 56              # the B4's IPv6 prefix of this length (RFC 7785;
+#                                   # 48-128; 128: each B4 address on its own)
 # max-mappings = 1048576
 # hairpinning = true
 # log-mappings = true               # "nat44 map ..." lines, target softwire::cgn
@@ -40,7 +42,8 @@ pool4 = ["203.0.113.0/28"]          # as [nat64] pool4: "PREFIX" or { prefix, po
 # mtu = 1500                        # IPv6 path MTU towards the B4s
 # mtu-policy = "fragment"           # RFC 6333 5.3; "icmp": RFC 2473 7.2 (DF set: frag needed)
 # encap-limit = 4                   # RFC 2473 Tunnel Encapsulation Limit option (unset: none)
-# icmp-errors = true                # ICMPv6 1/5 to softwires from unknown prefixes
+# icmp-errors = true                # ICMPv6 1/5 to softwires from unknown prefixes; ICMPv4 3/13
+#                                   # (through the softwire) for flows the quota or a full table refuses
 # icmp-rate = 1000                  # originated ICMP errors per second
 # ipv4-address = "192.0.0.1"        # source of ICMPv4 errors (RFC 6333 5.7)
 # tun = "v6gate-aftr"
@@ -74,7 +77,11 @@ pool4 = ["203.0.113.0/28"]          # as [nat64] pool4: "PREFIX" or { prefix, po
 # lease-time = "1h"
 # lease-file = "/var/lib/v6gate/dstm-leases"
 # clients = ["2001:db8::/32"]
-# max-requests-per-second = 1000
+# max-requests-per-second = 1000     # from clients holding no lease (renewals never wait on it)
+# client-prefix-length = 64          # a client is its IPv6 prefix of this length (48-128)
+# max-leases-per-client = 4          # leases one client holds at most (NAK 4 beyond)
+# max-requests-per-second-per-client = 10
+# lease-file-interval = "1s"         # the lease file is written at most this often (and at exit)
 #
 # [lw4o6.xdp]: the XDP fast path (docs/softwire.md "XDP fast path"): packets of
 # the bindings and leases above decapsulated / encapsulated in XDP on these
@@ -170,6 +177,8 @@ struct DsliteToml {
     pool4: Vec<nat64::Pool4Entry>,
     #[serde(default = "d_quota")]
     max_ports_per_subscriber: u32,
+    #[serde(default = "d_subscriber_mask")]
+    subscriber_mask: u8,
     #[serde(default = "d_maps")]
     max_mappings: usize,
     #[serde(default = "d_probes")]
@@ -217,6 +226,9 @@ fn d_max_sessions() -> u32 {
 
 fn d_quota() -> u32 {
     2048
+}
+fn d_subscriber_mask() -> u8 {
+    crate::nat44::DEFAULT_SUBSCRIBER_MASK
 }
 fn d_maps() -> usize {
     1 << 20
@@ -295,6 +307,27 @@ struct DstmToml {
     clients: Vec<String>,
     #[serde(default = "d_rate")]
     max_requests_per_second: u32,
+    #[serde(default = "d_client_prefix")]
+    client_prefix_length: u8,
+    #[serde(default = "d_leases_per_client")]
+    max_leases_per_client: usize,
+    #[serde(default = "d_client_rate")]
+    max_requests_per_second_per_client: u32,
+    #[serde(default = "d_file_interval", deserialize_with = "confval::duration::deserialize")]
+    lease_file_interval: Duration,
+}
+
+fn d_client_prefix() -> u8 {
+    budget::DEFAULT_V6_PREFIX
+}
+fn d_leases_per_client() -> usize {
+    crate::lease::DEFAULT_MAX_LEASES_PER_CLIENT
+}
+fn d_client_rate() -> u32 {
+    crate::lease::DEFAULT_CLIENT_REQUESTS_PER_SEC
+}
+fn d_file_interval() -> Duration {
+    Duration::from_millis(crate::lease::DEFAULT_FILE_INTERVAL_MS)
 }
 
 fn d_listen() -> SocketAddr {
@@ -657,6 +690,8 @@ fn dslite(t: DsliteToml) -> Result<DsliteTable, String> {
     if t.udp_timeout < Duration::from_secs(120) {
         return Err(err("dslite", "udp-timeout", "RFC 4787 REQ-5: at least 2 minutes"));
     }
+    let subscriber_mask =
+        budget::check_prefix_len(t.subscriber_mask).map_err(|e| err("dslite", "subscriber-mask", e))?;
     let endpoint = endpoint("dslite", t.aftr_address, t.ipv4_address, &t.tunnel)?;
     let mut routes: Vec<IpPrefix> = t.pool4.iter().map(|e| IpPrefix::V4(e.prefix)).collect();
     routes.push(IpPrefix::V6(Prefix6::new(t.aftr_address, 128).map_err(|e| err("dslite", "aftr-address", e))?));
@@ -667,6 +702,7 @@ fn dslite(t: DsliteToml) -> Result<DsliteTable, String> {
             nat: Nat44Config {
                 max_mappings: t.max_mappings,
                 max_ports_per_subscriber: t.max_ports_per_subscriber,
+                subscriber_mask,
                 udp_timeout_ns: ns(t.udp_timeout),
                 icmp_timeout_ns: ns(t.icmp_timeout),
                 tcp_est_timeout_ns: ns(t.tcp_est_timeout),
@@ -702,6 +738,18 @@ fn lw4o6(t: Lw4o6Toml) -> Result<Lw4o6Table, String> {
                 return Err(err("lw4o6.dstm", "lease-time", "at least 10 seconds"));
             }
             routes.extend(pool.iter().map(|p| IpPrefix::V4(*p)));
+            let client_prefix_len = budget::check_prefix_len(d.client_prefix_length)
+                .map_err(|e| err("lw4o6.dstm", "client-prefix-length", e))?;
+            if d.max_leases_per_client == 0 {
+                return Err(err("lw4o6.dstm", "max-leases-per-client", "at least 1"));
+            }
+            if d.lease_file_interval > Duration::from_secs(60) {
+                return Err(err(
+                    "lw4o6.dstm",
+                    "lease-file-interval",
+                    "at most 60 seconds (leases changed since are lost in a crash)",
+                ));
+            }
             Some(DstmTable {
                 lease: LeaseConfig {
                     pool,
@@ -710,6 +758,10 @@ fn lw4o6(t: Lw4o6Toml) -> Result<Lw4o6Table, String> {
                     tep: t.aftr_address,
                     file: d.lease_file,
                     max_requests_per_sec: d.max_requests_per_second,
+                    client_prefix_len,
+                    max_leases_per_client: d.max_leases_per_client,
+                    client_requests_per_sec: d.max_requests_per_second_per_client,
+                    file_interval_ms: d.lease_file_interval.as_millis().min(u128::from(u64::MAX)) as u64,
                 },
                 listen: d.listen,
             })
@@ -858,7 +910,7 @@ mod tests {
         let text = EXAMPLE_TOML.replace("# [lw4o6]\n# aftr", "[lw4o6]\naftr").replace("# binding-file", "binding-file");
         let c = SoftwireConfig::parse(&text).unwrap();
         let d = c.dslite.unwrap();
-        assert_eq!(d.aftr.nat.max_ports_per_subscriber, 2048);
+        assert_eq!((d.aftr.nat.max_ports_per_subscriber, d.aftr.nat.subscriber_mask), (2048, 56));
         assert!(d.aftr.endpoint.fragment_df);
         assert_eq!(d.tun.routes.len(), 2);
         assert!(c.lw4o6.is_some());
@@ -873,6 +925,7 @@ mod tests {
             ("[dslite]\naftr-address = \"2001:db8::1\"\nb4-prefixes = [\"2001:db8::/32\"]\npool4 = [\"192.0.2.0/24\"]\nbogus = 1\n", "bogus"),
             ("[dslite]\naftr-address = \"2001:db8::1\"\nb4-prefixes = [\"2001:db8::/32\"]\npool4 = [\"192.0.2.0/24\"]\nudp-timeout = \"30s\"\n", "udp-timeout"),
             ("[dslite]\naftr-address = \"2001:db8::1\"\nb4-prefixes = [\"2001:db8::/32\"]\npool4 = [\"192.0.2.0/24\"]\nmtu-policy = \"x\"\n", "mtu-policy"),
+            ("[dslite]\naftr-address = \"2001:db8::1\"\nb4-prefixes = [\"2001:db8::/32\"]\npool4 = [\"192.0.2.0/24\"]\nsubscriber-mask = 32\n", "[dslite] subscriber-mask: 32"),
             ("[lw4o6]\naftr-address = \"2001:db8::1\"\n", "[lw4o6] binding-file"),
             ("[b4]\nmode = \"lw4o6\"\naddress = \"2001:db8::2\"\naftr = \"2001:db8::1\"\n", "[b4] ipv4-address"),
             ("[lw4o6]\naftr-address = \"2001:db8::1\"\nbinding-file = \"/b\"\n[lw4o6.xdp]\n", "[lw4o6.xdp] interfaces"),
@@ -885,6 +938,37 @@ mod tests {
         ] {
             let e = SoftwireConfig::parse(text).unwrap_err();
             assert!(e.contains(want), "{text}\n=> {e}");
+        }
+    }
+
+    #[test]
+    fn dstm_budgets_have_defaults_and_are_checked() {
+        let base = "[lw4o6]\naftr-address = \"2001:db8::1\"\n[lw4o6.dstm]\npool = [\"192.0.2.0/29\"]\n";
+        let l = SoftwireConfig::parse(base).unwrap().lw4o6.unwrap().dstm.unwrap().lease;
+        assert_eq!(
+            (l.client_prefix_len, l.max_leases_per_client, l.client_requests_per_sec, l.file_interval_ms),
+            (64, 4, 10, 1000)
+        );
+        let l = SoftwireConfig::parse(&format!(
+            "{base}client-prefix-length = 56\nmax-leases-per-client = 1\nmax-requests-per-second-per-client = 2\nlease-file-interval = \"250ms\"\n"
+        ))
+        .unwrap()
+        .lw4o6
+        .unwrap()
+        .dstm
+        .unwrap()
+        .lease;
+        assert_eq!(
+            (l.client_prefix_len, l.max_leases_per_client, l.client_requests_per_sec, l.file_interval_ms),
+            (56, 1, 2, 250)
+        );
+        for (extra, want) in [
+            ("client-prefix-length = 40\n", "[lw4o6.dstm] client-prefix-length: 40"),
+            ("max-leases-per-client = 0\n", "[lw4o6.dstm] max-leases-per-client"),
+            ("lease-file-interval = \"5m\"\n", "[lw4o6.dstm] lease-file-interval"),
+        ] {
+            let e = SoftwireConfig::parse(&format!("{base}{extra}")).unwrap_err();
+            assert!(e.contains(want), "{extra}: {e}");
         }
     }
 

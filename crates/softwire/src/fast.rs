@@ -16,11 +16,13 @@ use crate::aftr::{Aftr, AftrConfig};
 use crate::binding::BindingTable;
 use crate::endpoint::EndpointConfig;
 use crate::lwaftr::{Lwaftr, LwaftrConfig};
-use crate::nat44::{Change, Inside, Outside, Ports, Seen};
+use crate::nat44::{self, Change, Inside, Outside, Ports, Seen};
+use budget::ClientKey;
 use core::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
 use nat64::config::Protocol;
 use nat64::tcp::Side;
 use nat64::BlockBook;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use xdp::dslite::{CarriedFin, CreatedRing, Nat44Session, PortBlocks, RingEvent, SessionSeen, MAX_BLOCKS_PER_B4};
 use xdp::softwire::{Bound, SoftwireCounter, SoftwireFastPath, SoftwireSettings, SyncStats};
@@ -240,13 +242,46 @@ impl nat64::PortBlockMem for B4Blocks {
 pub struct BlockShared {
     size: u16,
     quota: u32,
+    /// The subscriber of a B4 address: its prefix of this length (RFC 7785).
+    mask: u8,
     mem: OnceLock<B4Blocks>,
     book: Mutex<BlockBook>,
+    /// The B4 addresses of each subscriber that were granted blocks (the
+    /// book is per address; the quota per subscriber). Locked after `book`.
+    members: Mutex<HashMap<ClientKey, Vec<Ipv6Addr>>>,
 }
 
 impl BlockShared {
     fn lock(&self) -> std::sync::MutexGuard<'_, BlockBook> {
         self.book.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn members(&self) -> std::sync::MutexGuard<'_, HashMap<ClientKey, Vec<Ipv6Addr>>> {
+        self.members.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `sub` holds blocks now: one of its subscriber's addresses.
+    fn note_member(&self, sub: &Ipv6Addr) {
+        let mut m = self.members();
+        let list = m.entry(nat44::subscriber(sub, self.mask)).or_default();
+        if !list.contains(sub) {
+            list.push(*sub);
+        }
+    }
+
+    /// The free ports of the blocks of every address of `sub`'s
+    /// subscriber (addresses that hold none any more are forgotten).
+    fn free_ports_of_subscriber(&self, mem: &B4Blocks, sub: &Ipv6Addr) -> u32 {
+        let book = self.lock();
+        let mut m = self.members();
+        let key = nat44::subscriber(sub, self.mask);
+        let Some(list) = m.get_mut(&key) else { return 0 };
+        list.retain(|x| !book.blocks_of(mem, x).is_empty());
+        let free = list.iter().map(|x| book.free_ports(mem, x)).sum();
+        if list.is_empty() {
+            m.remove(&key);
+        }
+        free
     }
 
     /// The block size in ports.
@@ -296,11 +331,20 @@ pub struct BlockPorts {
 impl BlockPorts {
     /// Blocks of `size` ports (1..=256) from a pool of `entries`, at most
     /// `quota` ports per subscriber; `probes` as [`crate::nat44::PoolPorts`].
-    pub fn new(entries: Vec<nat64::Pool4Entry>, probes: u32, size: u16, quota: u32) -> (BlockPorts, Arc<BlockShared>) {
+    /// `mask` is the subscriber-mask: every address of a subscriber's
+    /// prefix shares its quota, blocks included.
+    pub fn new(
+        entries: Vec<nat64::Pool4Entry>,
+        probes: u32,
+        size: u16,
+        quota: u32,
+        mask: u8,
+    ) -> (BlockPorts, Arc<BlockShared>) {
         let cfg = nat64::Config { pool4: entries, ..nat64::Config::default() };
         let size = size.clamp(1, xdp::dslite::PB_MAX_PORTS);
         let book = Mutex::new(BlockBook::new(size, MAX_BLOCKS_PER_B4));
-        let shared = Arc::new(BlockShared { size, quota, mem: OnceLock::new(), book });
+        let members = Mutex::default();
+        let shared = Arc::new(BlockShared { size, quota, mask, mem: OnceLock::new(), book, members });
         (BlockPorts { pool: nat64::pool::Pool::new(&cfg), probes, shared: shared.clone() }, shared)
     }
 }
@@ -331,6 +375,7 @@ impl Ports for BlockPorts {
             let may_grant = room >= u32::from(self.shared.size);
             let got = self.shared.lock().alloc(mem, &self.pool, sub, (port, dst), may_grant, || block_start(sub));
             if got.is_some() {
+                self.shared.note_member(sub);
                 return got;
             }
             // No block to spare (MAX_BLOCKS_PER_B4, the quota, the pool): a pool port, as without blocks.
@@ -343,7 +388,7 @@ impl Ports for BlockPorts {
 
     fn reserved(&self, sub: &Ipv6Addr) -> u32 {
         let Some(mem) = self.shared.mem.get() else { return 0 };
-        self.shared.lock().free_ports(mem, sub)
+        self.shared.free_ports_of_subscriber(mem, sub)
     }
 
     fn release(&self, p: Protocol, a: Ipv4Addr, port: u16) {
@@ -365,7 +410,13 @@ impl Ports for BlockPorts {
 
     fn maintain(&self) {
         if let Some(mem) = self.shared.mem.get() {
-            self.shared.lock().maintain(mem, &self.pool);
+            let mut book = self.shared.lock();
+            book.maintain(mem, &self.pool);
+            // Subscribers whose addresses hold no block any more are forgotten.
+            self.shared.members().retain(|_, list| {
+                list.retain(|x| !book.blocks_of(mem, x).is_empty());
+                !list.is_empty()
+            });
         }
     }
 }

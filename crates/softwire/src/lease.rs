@@ -36,12 +36,28 @@
 //! server keeps an expired address out of use as long as it has others,
 //! and gives a returning client its old address when it is still free.
 //!
+//! ## Budgets
+//!
+//! A client is not an address but its IPv6 prefix (`client-prefix-length`,
+//! a /64 by default: a host can use any number of addresses of its /64).
+//! Each client holds at most `max-leases-per-client` leases (NAK 4 beyond:
+//! one host cannot take the pool with many addresses) and sends at most
+//! `max-requests-per-second-per-client` messages (NAK 3 beyond). A
+//! global `max-requests-per-second` bounds the messages of clients that
+//! hold no lease (new work): a flood of REQUESTs from other clients never
+//! refuses the RENEW or RELEASE of a lease held (only its own client's rate
+//! can).
+//!
 //! The lease table is written to `lease-file` (one `B4 IPV4 EXPIRY` line
-//! each, expiry in Unix seconds) after every change, atomically, and read
-//! back at start and on reload: leases survive both.
+//! each, expiry in Unix seconds) atomically (a temporary file, flushed to
+//! disk, renamed over it) at most once per `lease-file-interval` while
+//! leases change, and at shutdown ([`LeaseServer::save_if_due`],
+//! [`LeaseServer::save`]); it is read back at start and on reload: leases
+//! survive both.
 
 use crate::binding::{Binding, BindingTable};
 use crate::portset::PsidMap;
+use budget::{Bucket, ClientKey, FairShare, RateTable};
 use core::net::{Ipv4Addr, Ipv6Addr};
 use serde::Serialize;
 use std::collections::{HashMap, VecDeque};
@@ -85,8 +101,10 @@ pub mod nak {
     pub const EXHAUSTED: u8 = 1;
     /// The lease named does not exist for this client.
     pub const NO_LEASE: u8 = 2;
-    /// Refused: source outside the allowed prefixes, or the rate limit.
+    /// Refused: source outside the allowed prefixes, or a rate limit.
     pub const REFUSED: u8 = 3;
+    /// The client (its prefix) holds `max-leases-per-client` leases.
+    pub const SHARE: u8 = 4;
 }
 
 /// Encode `m` with transaction id `xid`.
@@ -161,9 +179,51 @@ pub struct LeaseConfig {
     pub tep: Ipv6Addr,
     /// Where leases are kept across reloads and restarts.
     pub file: Option<PathBuf>,
-    /// Requests handled per second at most (a lease flood is refused and counted).
+    /// Messages per second at most from clients that hold no lease (new
+    /// work; a lease flood is refused and counted).
     pub max_requests_per_sec: u32,
+    /// The client of an address: its IPv6 prefix of this length.
+    pub client_prefix_len: u8,
+    /// Leases one client holds at most.
+    pub max_leases_per_client: usize,
+    /// Messages per second at most from one client (its burst: as many).
+    pub client_requests_per_sec: u32,
+    /// The lease file is written at most once per this many milliseconds.
+    pub file_interval_ms: u64,
 }
+
+impl LeaseConfig {
+    /// A server leasing `pool` with the default budgets (any client, one
+    /// hour leases, no file, 1000 requests a second, a /64 client with 4
+    /// leases and 10 messages a second, the file written at most once a
+    /// second).
+    pub fn new(pool: Vec<Prefix4>, tep: Ipv6Addr) -> Self {
+        LeaseConfig {
+            pool,
+            clients: Vec::new(),
+            lease_secs: 3600,
+            tep,
+            file: None,
+            max_requests_per_sec: DEFAULT_MAX_REQUESTS_PER_SEC,
+            client_prefix_len: budget::DEFAULT_V6_PREFIX,
+            max_leases_per_client: DEFAULT_MAX_LEASES_PER_CLIENT,
+            client_requests_per_sec: DEFAULT_CLIENT_REQUESTS_PER_SEC,
+            file_interval_ms: DEFAULT_FILE_INTERVAL_MS,
+        }
+    }
+}
+
+/// Default `max-requests-per-second`.
+pub const DEFAULT_MAX_REQUESTS_PER_SEC: u32 = 1000;
+/// Default `max-leases-per-client`.
+pub const DEFAULT_MAX_LEASES_PER_CLIENT: usize = 4;
+/// Default `max-requests-per-second-per-client`.
+pub const DEFAULT_CLIENT_REQUESTS_PER_SEC: u32 = 10;
+/// Default `lease-file-interval` (ms).
+pub const DEFAULT_FILE_INTERVAL_MS: u64 = 1000;
+/// Clients whose message rates are tracked at once (a bounded table:
+/// [`budget::RateTable`]).
+const RATE_CLIENTS: usize = 4096;
 
 /// Counters of the lease server.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -184,8 +244,18 @@ pub struct LeaseStats {
     pub exhausted: u64,
     /// NAK: no such lease.
     pub no_lease: u64,
-    /// NAK: refused (prefix or rate).
+    /// NAK: refused, the source is outside `clients`.
     pub refused: u64,
+    /// NAK: refused, over `max-requests-per-second` (a client holding no lease).
+    pub rate_limited: u64,
+    /// NAK: refused, over `max-requests-per-second-per-client`.
+    pub client_rate_limited: u64,
+    /// NAK: the client holds `max-leases-per-client` leases.
+    pub share_exceeded: u64,
+    /// Lease file writes.
+    pub file_writes: u64,
+    /// Lease file writes that failed.
+    pub file_errors: u64,
 }
 
 /// The lease server core (I/O-free except for the lease file).
@@ -198,7 +268,16 @@ pub struct LeaseServer {
     free: VecDeque<Ipv4Addr>,
     /// Last holder of each address once leased (for reuse by the same host).
     last: HashMap<Ipv4Addr, Ipv6Addr>,
-    bucket: (u64, u64),
+    /// The global rate of messages from clients holding no lease.
+    bucket: Bucket,
+    /// Each client's message rate.
+    rates: RateTable<ClientKey>,
+    /// Leases per client.
+    share: FairShare<ClientKey>,
+    /// The table changed since the file was last written.
+    dirty: bool,
+    /// When the file was last written (the caller's ms).
+    saved_ms: Option<u64>,
     /// Counters.
     pub stats: LeaseStats,
 }
@@ -216,8 +295,13 @@ impl LeaseServer {
                 free.push_back(p.nth(i));
             }
         }
+        let rate = cfg.client_requests_per_sec;
         LeaseServer {
-            bucket: (u64::from(cfg.max_requests_per_sec), 0),
+            bucket: Bucket::full(cfg.max_requests_per_sec, 0),
+            rates: RateTable::new(rate, rate, RATE_CLIENTS),
+            share: FairShare::new(free.len(), cfg.max_leases_per_client),
+            dirty: false,
+            saved_ms: None,
             cfg,
             leases: HashMap::new(),
             by4: HashMap::new(),
@@ -272,20 +356,48 @@ impl LeaseServer {
         }
     }
 
-    fn rate_ok(&mut self, now_ms: u64) -> bool {
-        let rate = u64::from(self.cfg.max_requests_per_sec);
-        let (tokens, last) = &mut self.bucket;
-        let add = now_ms.saturating_sub(*last) * rate / 1000;
-        if add > 0 {
-            *tokens = (*tokens + add).min(rate);
-            *last = now_ms;
+    /// The client (prefix) of `from`.
+    pub fn client(&self, from: &Ipv6Addr) -> ClientKey {
+        ClientKey::v6(*from, self.cfg.client_prefix_len)
+    }
+
+    /// Leases the client of `from` holds.
+    pub fn leases_of_client(&self, from: &Ipv6Addr) -> usize {
+        self.share.held(&self.client(from))
+    }
+
+    fn insert(&mut self, l: Lease) {
+        self.leases.insert(l.b4, l);
+        self.by4.insert(l.ipv4, l.b4);
+        self.last.insert(l.ipv4, l.b4);
+        self.dirty = true;
+    }
+
+    fn remove(&mut self, b4: &Ipv6Addr) -> Option<Lease> {
+        let l = self.leases.remove(b4)?;
+        self.by4.remove(&l.ipv4);
+        self.free.push_back(l.ipv4);
+        let k = self.client(b4);
+        self.share.release(&k);
+        self.dirty = true;
+        Some(l)
+    }
+
+    /// The rate limits, in order: the client's own, then (for a client
+    /// holding no lease: new work) the global one. `Err`: the counter of
+    /// the refusal.
+    fn rate_check(&mut self, from: &Ipv6Addr, now_ms: u64) -> Result<(), ()> {
+        let k = self.client(from);
+        if !self.rates.take(&k, now_ms) {
+            self.stats.client_rate_limited += 1;
+            return Err(());
         }
-        if *tokens > 0 {
-            *tokens -= 1;
-            true
-        } else {
-            false
+        let holds = self.leases.contains_key(from);
+        if !holds && !self.bucket.take(self.cfg.max_requests_per_sec, self.cfg.max_requests_per_sec, now_ms) {
+            self.stats.rate_limited += 1;
+            return Err(());
         }
+        Ok(())
     }
 
     /// Handle one datagram from `from` at `now_ms` (Unix milliseconds).
@@ -302,8 +414,11 @@ impl LeaseServer {
             self.stats.malformed += 1;
             return (None, false);
         }
-        if !allowed || !self.rate_ok(now_ms) {
+        if !allowed {
             self.stats.refused += 1;
+            return (Some(encode(Msg::Nak(nak::REFUSED), xid)), false);
+        }
+        if self.rate_check(&from, now_ms).is_err() {
             return (Some(encode(Msg::Nak(nak::REFUSED), xid)), false);
         }
         let secs = self.cfg.lease_secs;
@@ -314,24 +429,31 @@ impl LeaseServer {
                 if let Some(l) = self.leases.get_mut(&from) {
                     l.expires = now + u64::from(secs);
                     self.stats.renewed += 1;
+                    self.dirty = true;
                     let a = l.ipv4;
                     return (ack(a, secs), true);
                 }
+                if self.free.is_empty() {
+                    self.stats.exhausted += 1;
+                    return (Some(encode(Msg::Nak(nak::EXHAUSTED), xid)), false);
+                }
+                // The client's share of the pool (its prefix, not this address).
+                let k = self.client(&from);
+                if self.share.try_acquire(&k).is_err() {
+                    self.stats.share_exceeded += 1;
+                    return (Some(encode(Msg::Nak(nak::SHARE), xid)), false);
+                }
                 // The host's previous address if still free, else the least recently used.
                 let prev = self.last.iter().find(|(_, b)| **b == from).map(|(a, _)| *a);
-                let a = match prev.filter(|a| self.take(*a)) {
+                let a = match prev.filter(|a| self.take(*a)).or_else(|| self.free.pop_front()) {
                     Some(a) => a,
-                    None => match self.free.pop_front() {
-                        Some(a) => a,
-                        None => {
-                            self.stats.exhausted += 1;
-                            return (Some(encode(Msg::Nak(nak::EXHAUSTED), xid)), false);
-                        }
-                    },
+                    None => {
+                        self.share.release(&k);
+                        self.stats.exhausted += 1;
+                        return (Some(encode(Msg::Nak(nak::EXHAUSTED), xid)), false);
+                    }
                 };
-                self.leases.insert(from, Lease { b4: from, ipv4: a, expires: now + u64::from(secs) });
-                self.by4.insert(a, from);
-                self.last.insert(a, from);
+                self.insert(Lease { b4: from, ipv4: a, expires: now + u64::from(secs) });
                 self.stats.granted += 1;
                 (ack(a, secs), true)
             }
@@ -339,6 +461,7 @@ impl LeaseServer {
                 Some(l) if l.ipv4 == a => {
                     l.expires = now + u64::from(secs);
                     self.stats.renewed += 1;
+                    self.dirty = true;
                     (ack(a, secs), true)
                 }
                 _ => {
@@ -348,9 +471,7 @@ impl LeaseServer {
             },
             Msg::Release(a) => match self.leases.get(&from) {
                 Some(l) if l.ipv4 == a => {
-                    self.leases.remove(&from);
-                    self.by4.remove(&a);
-                    self.free.push_back(a);
+                    self.remove(&from);
                     self.stats.released += 1;
                     (ack(a, 0), true)
                 }
@@ -368,26 +489,58 @@ impl LeaseServer {
     pub fn expire(&mut self, now_secs: u64) -> Vec<Lease> {
         let gone: Vec<Lease> = self.leases.values().filter(|l| l.expires <= now_secs).copied().collect();
         for l in &gone {
-            self.leases.remove(&l.b4);
-            self.by4.remove(&l.ipv4);
-            self.free.push_back(l.ipv4);
+            self.remove(&l.b4);
             self.stats.expired += 1;
         }
         gone
     }
 
-    /// Write the lease file (atomically: a temporary file renamed over it).
-    pub fn save(&self) -> std::io::Result<()> {
-        let Some(path) = &self.cfg.file else { return Ok(()) };
+    /// Whether the table changed since the file was last written.
+    pub fn is_dirty(&self) -> bool {
+        self.dirty
+    }
+
+    /// Write the lease file when the table changed and the last write is
+    /// at least `lease-file-interval` old at `now_ms` (the caller's clock):
+    /// a flood of lease changes costs one write per interval. Returns
+    /// whether it wrote; a failed write is counted and tried again an
+    /// interval later.
+    pub fn save_if_due(&mut self, now_ms: u64) -> std::io::Result<bool> {
+        let due = self.saved_ms.is_none_or(|t| now_ms.saturating_sub(t) >= self.cfg.file_interval_ms);
+        if !self.dirty || !due {
+            return Ok(false);
+        }
+        self.saved_ms = Some(now_ms);
+        self.save().map(|()| true)
+    }
+
+    /// Write the lease file now (at shutdown, after a reload): atomically
+    /// (a temporary file flushed to disk and renamed over it, the
+    /// directory flushed too). Counted.
+    pub fn save(&mut self) -> std::io::Result<()> {
+        let Some(path) = self.cfg.file.clone() else {
+            self.dirty = false;
+            return Ok(());
+        };
+        let r = write_atomically(&path, &self.file_text());
+        match &r {
+            Ok(()) => {
+                self.stats.file_writes += 1;
+                self.dirty = false;
+            }
+            Err(_) => self.stats.file_errors += 1,
+        }
+        r
+    }
+
+    fn file_text(&self) -> String {
         let mut text = String::from("# v6gate DSTM leases: B4 IPV4 EXPIRY(unix seconds)\n");
         let mut v: Vec<&Lease> = self.leases.values().collect();
         v.sort_by_key(|l| u32::from(l.ipv4));
         for l in v {
             text.push_str(&format!("{} {} {}\n", l.b4, l.ipv4, l.expires));
         }
-        let tmp = tmp_path(path);
-        std::fs::write(&tmp, text)?;
-        std::fs::rename(&tmp, path)
+        text
     }
 
     /// Read the lease file (if configured and present), keeping the leases
@@ -415,17 +568,29 @@ impl LeaseServer {
                 skipped += 1;
                 continue;
             };
-            if expires <= now_secs || self.leases.contains_key(&b4) || self.by4.contains_key(&ipv4) || !self.take(ipv4)
-            {
+            if expires <= now_secs || !self.restore(Lease { b4, ipv4, expires }) {
                 skipped += 1;
                 continue;
             }
-            self.leases.insert(b4, Lease { b4, ipv4, expires });
-            self.by4.insert(ipv4, b4);
-            self.last.insert(ipv4, b4);
             kept += 1;
         }
+        // What was read is what the file says.
+        self.dirty = false;
         Ok((kept, skipped))
+    }
+
+    /// Enter a lease kept from before (the file, a reload) when its host
+    /// holds none and its address is free in this pool; it counts in its
+    /// client's share even above a share lowered since (a lease held is
+    /// never taken back for a budget). Returns whether it was kept.
+    fn restore(&mut self, l: Lease) -> bool {
+        if self.leases.contains_key(&l.b4) || self.by4.contains_key(&l.ipv4) || !self.take(l.ipv4) {
+            return false;
+        }
+        let k = self.client(&l.b4);
+        self.share.keep(&k);
+        self.insert(l);
+        true
     }
 
     /// Carry the leases of `old` (a reload): those whose address is still
@@ -433,14 +598,10 @@ impl LeaseServer {
     pub fn adopt(&mut self, old: &LeaseServer) -> usize {
         let mut n = 0;
         for l in old.leases.values() {
-            if !self.leases.contains_key(&l.b4) && self.take(l.ipv4) {
-                self.leases.insert(l.b4, *l);
-                self.by4.insert(l.ipv4, l.b4);
-                self.last.insert(l.ipv4, l.b4);
-                n += 1;
-            }
+            n += usize::from(self.restore(*l));
         }
         self.stats = old.stats.clone();
+        self.saved_ms = old.saved_ms;
         n
     }
 }
@@ -451,23 +612,47 @@ fn tmp_path(p: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
+/// Write `text` to `path` so that a crash leaves the old file or the new
+/// one: a temporary file beside it, flushed to disk, renamed over it, and
+/// the directory flushed (the rename itself).
+fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let tmp = tmp_path(path);
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(text.as_bytes())?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&tmp, path)?;
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::File::open(dir)?.sync_all()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn server(pool: &str, file: Option<PathBuf>) -> LeaseServer {
-        LeaseServer::new(LeaseConfig {
-            pool: vec![pool.parse().unwrap()],
+    fn config(pool: &str, file: Option<PathBuf>) -> LeaseConfig {
+        LeaseConfig {
             clients: vec!["2001:db8::/32".parse().unwrap()],
             lease_secs: 60,
-            tep: "2001:db8:ffff::1".parse().unwrap(),
             file,
             max_requests_per_sec: 100,
-        })
+            ..LeaseConfig::new(vec![pool.parse().unwrap()], "2001:db8:ffff::1".parse().unwrap())
+        }
     }
 
+    fn server(pool: &str, file: Option<PathBuf>) -> LeaseServer {
+        LeaseServer::new(config(pool, file))
+    }
+
+    /// Host `n`, alone in its /64 (a client of its own).
     fn h(n: u16) -> Ipv6Addr {
-        Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, n)
+        Ipv6Addr::new(0x2001, 0xdb8, 1, n, 0, 0, 0, 1)
+    }
+
+    /// Address `n` of one /64 (one client).
+    fn one64(n: u16) -> Ipv6Addr {
+        Ipv6Addr::new(0x2001, 0xdb8, 2, 0, 0xa, 0, n, 1)
     }
 
     fn reply(s: &mut LeaseServer, from: Ipv6Addr, m: Msg, now_ms: u64) -> Msg {
@@ -544,8 +729,93 @@ mod tests {
         assert_eq!(s.len(), 100);
         assert_eq!(s.handle(h(1), b"garbage", 2000), (None, false));
         assert_eq!(s.handle(h(1), &encode(Msg::Nak(1), 1), 2000), (None, false));
-        assert_eq!(s.stats.malformed, 2);
-        assert_eq!(s.stats.refused, 51);
+        assert_eq!((s.stats.malformed, s.stats.refused, s.stats.rate_limited), (2, 1, 50));
+    }
+
+    /// Issue #29 D9: one host with 126 addresses of its /64 took the whole
+    /// pool. The client is the /64: it gets its share (4), NAK 4 beyond.
+    #[test]
+    fn many_addresses_of_one_prefix_get_one_share_of_the_pool() {
+        let mut s = server("192.0.2.0/24", None);
+        let mut acks = 0;
+        for i in 0..126u16 {
+            // Five a second: under the client's rate.
+            match reply(&mut s, one64(i), Msg::Request, u64::from(i) * 200) {
+                Msg::Ack { .. } => acks += 1,
+                m => assert_eq!(m, Msg::Nak(nak::SHARE)),
+            }
+        }
+        assert_eq!((acks, s.leases_of_client(&one64(999))), (DEFAULT_MAX_LEASES_PER_CLIENT, 4));
+        assert_eq!(s.stats.share_exceeded, 122);
+        // Another client is served; a lease given back makes room.
+        assert!(matches!(reply(&mut s, h(1), Msg::Request, 30_000), Msg::Ack { .. }));
+        let Some(a) = s.leases().find(|l| l.b4 == one64(0)).map(|l| l.ipv4) else { panic!("one64(0) holds a lease") };
+        assert!(matches!(reply(&mut s, one64(0), Msg::Release(a), 30_200), Msg::Ack { secs: 0, .. }));
+        assert!(matches!(reply(&mut s, one64(77), Msg::Request, 30_400), Msg::Ack { .. }));
+        // Expiry gives the share back too.
+        s.expire(30 + 61);
+        assert_eq!(s.leases_of_client(&one64(0)), 0);
+        // A /128 client: each address its own.
+        let mut per_address = LeaseServer::new(LeaseConfig { client_prefix_len: 128, ..config("192.0.2.0/24", None) });
+        for i in 0..6u16 {
+            assert!(matches!(reply(&mut per_address, one64(i), Msg::Request, u64::from(i) * 200), Msg::Ack { .. }));
+        }
+    }
+
+    /// Issue #29 D9: a flooder's REQUESTs used up the one global bucket
+    /// and other clients' RENEWs were refused. The global limit is for
+    /// clients holding no lease; each client has its own rate.
+    #[test]
+    fn a_flood_never_refuses_another_clients_renewal() {
+        let mut s = server("192.0.2.0/24", None);
+        let Msg::Ack { ipv4: mine, .. } = reply(&mut s, h(1), Msg::Request, 0) else { panic!() };
+        // 500 REQUESTs in one millisecond from 500 clients: 100 tokens.
+        let mut refused = 0;
+        for i in 0..500u16 {
+            refused += usize::from(reply(&mut s, h(i + 100), Msg::Request, 10) == Msg::Nak(nak::REFUSED));
+        }
+        assert_eq!((refused, s.stats.rate_limited), (400, 400), "100 tokens");
+        // The lease holder renews, requests again and releases in that same millisecond.
+        assert!(matches!(reply(&mut s, h(1), Msg::Renew(mine), 10), Msg::Ack { ipv4, .. } if ipv4 == mine));
+        assert!(matches!(reply(&mut s, h(1), Msg::Request, 10), Msg::Ack { ipv4, .. } if ipv4 == mine));
+        // A client flooding RENEWs of its own lease meets its own limit only.
+        let Some(f) = s.leases().find(|l| l.b4 == h(100)).map(|l| l.ipv4) else { panic!("h(100) holds a lease") };
+        let naks = (0..20).filter(|_| reply(&mut s, h(100), Msg::Renew(f), 10) == Msg::Nak(nak::REFUSED)).count();
+        assert_eq!(naks, 20 - (DEFAULT_CLIENT_REQUESTS_PER_SEC as usize - 1), "its burst less the REQUEST");
+        assert!(matches!(reply(&mut s, h(1), Msg::Release(mine), 10), Msg::Ack { secs: 0, .. }));
+        assert_eq!(s.stats.client_rate_limited, naks as u64);
+    }
+
+    /// Issue #29 D9: every REQUEST rewrote the lease file. It is written
+    /// at most once per interval while leases change, and on demand (at
+    /// shutdown), atomically; what it holds reads back.
+    #[test]
+    fn the_lease_file_is_written_at_most_once_per_interval() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("leases");
+        let mut s =
+            LeaseServer::new(LeaseConfig { max_requests_per_sec: 1000, ..config("192.0.2.0/24", Some(f.clone())) });
+        assert!(!s.save_if_due(0).unwrap(), "nothing changed: nothing written");
+        let mut writes = 0;
+        for i in 0..200u16 {
+            let t = 1_000_000 + u64::from(i) * 5; // 200 grants within one second
+            reply(&mut s, h(i + 1), Msg::Request, t);
+            writes += usize::from(s.save_if_due(t).unwrap());
+        }
+        assert_eq!((writes, s.stats.file_writes), (1, 1), "one write for 200 changes in a second");
+        assert!(s.is_dirty());
+        assert!(s.save_if_due(1_001_000).unwrap(), "the interval passed");
+        assert!(!s.is_dirty() && !f.with_extension("tmp").exists());
+        let mut back = server("192.0.2.0/24", Some(f.clone()));
+        assert_eq!(back.load(1000).unwrap(), (200, 0));
+        // A change then the shutdown's write.
+        let a = s.leases().find(|l| l.b4 == h(1)).unwrap().ipv4;
+        reply(&mut s, h(1), Msg::Release(a), 1_001_100);
+        assert!(!s.save_if_due(1_001_100).unwrap());
+        s.save().unwrap();
+        let mut back = server("192.0.2.0/24", Some(f));
+        assert_eq!(back.load(1000).unwrap(), (199, 0));
+        assert_eq!(s.stats.file_writes, 3);
     }
 
     #[test]

@@ -18,7 +18,10 @@
 //!   for it to be possible): any external host may use a mapping;
 //! - a per-subscriber quota of external ports (RFC 6888 REQ-4,
 //!   `max-ports-per-subscriber`) and a table limit (`max-mappings`), both
-//!   counted when they refuse;
+//!   counted when they refuse; the subscriber is the B4's IPv6 prefix of
+//!   `subscriber-mask` bits (RFC 7785 §3: a /56 by default), not its
+//!   address, so a B4 (or a host) using many addresses of its prefix still
+//!   has one quota;
 //! - hairpinning (RFC 6888 REQ-9 via RFC 4787 REQ-9 / RFC 5382 REQ-8),
 //!   done by the engine with [`Nat44::inbound`] after [`Nat44::outbound`];
 //! - a TCP mapping is only created by a SYN from inside (RFC 5382 §5);
@@ -51,6 +54,7 @@
 
 use crate::portset::PsidMap;
 use crate::stats::Reason;
+use budget::ClientKey;
 use core::net::{Ipv4Addr, Ipv6Addr};
 use nat64::config::Protocol;
 use nat64::tcp::{self, Lifetime, Side, TcpState};
@@ -180,8 +184,10 @@ pub trait Ports: Send + Sync + fmt::Debug {
     fn usage(&self, p: Protocol) -> (u64, u64);
     /// Housekeeping at each expiry turn (port blocks given back).
     fn maintain(&self) {}
-    /// Ports held for subscriber `sub` but not in use: the free ports of
-    /// its port blocks (RFC 7422), which count against its quota.
+    /// Ports held for the subscriber of B4 address `sub` (every address
+    /// of its prefix, [`Nat44Config::subscriber_mask`]) but not in use:
+    /// the free ports of its port blocks (RFC 7422), which count against
+    /// its quota.
     fn reserved(&self, _sub: &Ipv6Addr) -> u32 {
         0
     }
@@ -308,6 +314,15 @@ impl Ports for SetPorts {
     }
 }
 
+/// The default subscriber-mask: a /56, the prefix a CPE is commonly
+/// delegated (RFC 7785 §3's example).
+pub const DEFAULT_SUBSCRIBER_MASK: u8 = 56;
+
+/// The subscriber (quota holder) of B4 address `b4` under `mask`.
+pub fn subscriber(b4: &Ipv6Addr, mask: u8) -> ClientKey {
+    ClientKey::v6(*b4, mask)
+}
+
 /// Limits and timers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Nat44Config {
@@ -315,6 +330,9 @@ pub struct Nat44Config {
     pub max_mappings: usize,
     /// External ports one subscriber may hold at most (RFC 6888 REQ-4).
     pub max_ports_per_subscriber: u32,
+    /// The subscriber of a B4 address: its prefix of this length (RFC
+    /// 7785 §3 subscriber-mask; 128: the address itself).
+    pub subscriber_mask: u8,
     /// UDP mapping lifetime (RFC 4787 REQ-5: at least 2 minutes; 5 by default).
     pub udp_timeout_ns: u64,
     /// ICMP query mapping lifetime (RFC 5508 REQ-1: 60 s).
@@ -332,6 +350,7 @@ impl Default for Nat44Config {
         Nat44Config {
             max_mappings: 1 << 20,
             max_ports_per_subscriber: 2048,
+            subscriber_mask: DEFAULT_SUBSCRIBER_MASK,
             udp_timeout_ns: 300 * NS,
             icmp_timeout_ns: 60 * NS,
             tcp_est_timeout_ns: 7440 * NS,
@@ -367,7 +386,8 @@ impl fmt::Debug for ProbeSlot {
 struct Inner {
     by_in: Map<Inside, Mapping>,
     by_out: Map<Outside, Inside>,
-    per_sub: Map<Ipv6Addr, u32>,
+    /// Ports in use per subscriber (prefix).
+    per_sub: Map<ClientKey, u32>,
     wheel: Wheel<Inside>,
     changes: Vec<Change>,
     probe: ProbeSlot,
@@ -514,9 +534,15 @@ impl Nat44 {
         self.len() == 0
     }
 
-    /// Ports subscriber `sub` holds.
+    /// Ports the subscriber of B4 address `sub` holds (every address of
+    /// its prefix together).
     pub fn ports_of(&self, sub: &Ipv6Addr) -> u32 {
-        self.lock().per_sub.get(sub).copied().unwrap_or(0)
+        self.lock().per_sub.get(&self.subscriber(sub)).copied().unwrap_or(0)
+    }
+
+    /// The subscriber of B4 address `b4` (its prefix).
+    pub fn subscriber(&self, b4: &Ipv6Addr) -> ClientKey {
+        subscriber(b4, self.cfg.subscriber_mask)
     }
 
     fn idle(&self, p: Protocol) -> u64 {
@@ -582,9 +608,10 @@ impl Nat44 {
         // ports are those its mappings use plus the free ones of its
         // blocks (the fast path takes those without asking), so a
         // mapping from outside a block must fit beside them.
+        // The subscriber is the B4's prefix (RFC 7785): its addresses share one quota.
         let quota = self.cfg.max_ports_per_subscriber;
         let reserved = self.ports.reserved(&k.sub);
-        let held = g.per_sub.get(&k.sub).copied().unwrap_or(0).saturating_add(reserved);
+        let held = g.per_sub.get(&self.subscriber(&k.sub)).copied().unwrap_or(0).saturating_add(reserved);
         let from_block = k.proto == Protocol::Tcp && reserved > 0;
         if held >= quota && !from_block {
             return Err(Reason::QuotaExceeded);
@@ -616,7 +643,7 @@ impl Nat44 {
     fn enter(&self, mut g: MutexGuard<'_, Inner>, k: Inside, m: Mapping) {
         g.by_in.insert(k, m);
         g.by_out.insert(m.out, k);
-        *g.per_sub.entry(k.sub).or_insert(0) += 1;
+        *g.per_sub.entry(self.subscriber(&k.sub)).or_insert(0) += 1;
         g.wheel.insert(m.expires, k);
         drop(g);
         self.created.fetch_add(1, Ordering::Relaxed);
@@ -769,10 +796,11 @@ impl Nat44 {
             }
             g.by_in.remove(&k);
             g.by_out.remove(&m.out);
-            if let Some(n) = g.per_sub.get_mut(&k.sub) {
+            let s = self.subscriber(&k.sub);
+            if let Some(n) = g.per_sub.get_mut(&s) {
                 *n -= 1;
                 if *n == 0 {
-                    g.per_sub.remove(&k.sub);
+                    g.per_sub.remove(&s);
                 }
             }
             self.ports.release(k.proto, m.out.addr, m.out.port);
@@ -820,9 +848,11 @@ mod tests {
         ))
     }
 
+    /// Subscriber `sub`'s B4 (each in its own /48: separate subscribers
+    /// under any subscriber-mask).
     fn inside(sub: u8, addr: &str, port: u16, proto: Protocol) -> Inside {
         Inside {
-            sub: Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, u16::from(sub)),
+            sub: Ipv6Addr::new(0x2001, 0xdb8, u16::from(sub), 0, 0, 0, 0, 2),
             proto,
             addr: addr.parse().unwrap(),
             port,
@@ -866,6 +896,47 @@ mod tests {
         n.outbound(inside(2, "10.0.0.1", 1, Protocol::Udp), Y, None, 0).unwrap();
         n.outbound(inside(2, "10.0.0.1", 2, Protocol::Udp), Y, None, 0).unwrap();
         assert_eq!(n.outbound(inside(3, "10.0.0.1", 1, Protocol::Udp), Y, None, 0), Err(Reason::TableFull));
+    }
+
+    /// RFC 7785 §3: the quota belongs to the subscriber's prefix, not to
+    /// an address. Addresses of one /56 (the default subscriber-mask)
+    /// share it, whichever of them asks; another /56 has its own; with a
+    /// /128 mask each address is a subscriber (the old behaviour, which
+    /// let one B4 take the pool address by address).
+    #[test]
+    fn rfc7785_addresses_of_a_subscriber_prefix_share_one_quota() {
+        let n = Nat44::new(
+            Nat44Config { max_ports_per_subscriber: 10, log_mappings: false, ..Default::default() },
+            pool("203.0.113.1/32", 1024, 65535),
+        );
+        let b4 = |s: &str| -> Ipv6Addr { s.parse().unwrap() };
+        let k =
+            |sub: Ipv6Addr, port: u16| Inside { sub, proto: Protocol::Udp, addr: "10.0.0.1".parse().unwrap(), port };
+        for i in 0..10u16 {
+            // Ten addresses of 2001:db8:1:ff00::/56, one mapping each.
+            let a = Ipv6Addr::from(u128::from(b4("2001:db8:1:ff00::")) | u128::from(i + 1) << 64 | 1);
+            n.outbound(k(a, 1000), Y, None, 0).unwrap();
+        }
+        let eleventh = b4("2001:db8:1:ff42::77");
+        assert_eq!(n.outbound(k(eleventh, 1000), Y, None, 0), Err(Reason::QuotaExceeded));
+        assert_eq!(n.ports_of(&eleventh), 10, "counted for the prefix");
+        assert_eq!(n.subscriber(&eleventh).to_string(), "2001:db8:1:ff00::/56");
+        n.outbound(k(b4("2001:db8:1:fe00::1"), 1000), Y, None, 0).unwrap();
+        // Expiry gives the prefix's ports back.
+        assert_eq!(n.expire(301 * NS), 11);
+        assert_eq!(n.ports_of(&eleventh), 0);
+        n.outbound(k(eleventh, 1000), Y, None, 302 * NS).unwrap();
+        let per_address = Nat44::new(
+            Nat44Config {
+                max_ports_per_subscriber: 1,
+                subscriber_mask: 128,
+                log_mappings: false,
+                ..Default::default()
+            },
+            pool("203.0.113.1/32", 1024, 65535),
+        );
+        per_address.outbound(k(b4("2001:db8:1::1"), 1), Y, None, 0).unwrap();
+        per_address.outbound(k(b4("2001:db8:1::2"), 1), Y, None, 0).unwrap();
     }
 
     #[test]
@@ -1131,7 +1202,7 @@ mod tests {
         let o = Outside { proto: Protocol::Tcp, addr: Ipv4Addr::new(203, 0, 113, 1), port: 40001 };
         assert_eq!(
             log_line("map", &k, &o, None),
-            "nat44 map proto=tcp b4=2001:db8::2 inside=192.168.1.2:5000 outside=203.0.113.1:40001"
+            "nat44 map proto=tcp b4=2001:db8:2::2 inside=192.168.1.2:5000 outside=203.0.113.1:40001"
         );
         assert!(log_line("unmap", &k, &o, Some(125)).ends_with(" lifetime=125s"));
     }

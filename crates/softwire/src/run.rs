@@ -195,7 +195,8 @@ impl Softwires {
         let (ports, blocks): (Box<dyn Ports>, _) = match &t.xdp {
             Some(x) if x.port_block > 0 => {
                 let q = t.aftr.nat.max_ports_per_subscriber;
-                let (p, b) = BlockPorts::new(t.pool4.clone(), t.max_port_probes, x.port_block, q);
+                let m = t.aftr.nat.subscriber_mask;
+                let (p, b) = BlockPorts::new(t.pool4.clone(), t.max_port_probes, x.port_block, q, m);
                 (Box::new(p), Some(b))
             }
             _ => (Box::new(PoolPorts::new(t.pool4.clone(), t.max_port_probes)), None),
@@ -345,14 +346,12 @@ impl Softwires {
                         }
                     }
                     if changed {
+                        // The bindings follow at once; the file at most once per lease-file-interval.
                         lw.set_leases(srv.table());
                         if let Some(f) = &mut fast {
                             if let Err(e) = f.refresh(&lw) {
                                 tracing::warn!("lw4o6 XDP fast path: {e}; the rest stays on the slow path");
                             }
-                        }
-                        if let Err(e) = srv.save() {
-                            tracing::warn!("DSTM lease file: {e}");
                         }
                     }
                 }
@@ -363,7 +362,9 @@ impl Softwires {
                     if let Some((srv, _)) = &mut leases {
                         if !srv.expire(now_unix_ms() / 1000).is_empty() {
                             lw.set_leases(srv.table());
-                            let _ = srv.save();
+                        }
+                        if let Err(e) = srv.save_if_due(now_unix_ms()) {
+                            tracing::warn!("DSTM lease file: {e}");
                         }
                     }
                     // Reload: the configuration file's [lw4o6] (bindings and DSTM), or a changed binding file.
@@ -401,6 +402,12 @@ impl Softwires {
                         "reload_errors": reload_errors,
                         "last_reload_error": last_error,
                     });
+                }
+            }
+            // Stopping: the leases as they are now.
+            if let Some((srv, _)) = &mut leases {
+                if let Err(e) = srv.save() {
+                    tracing::warn!("DSTM lease file: {e}");
                 }
             }
         })?;
@@ -547,10 +554,10 @@ fn reload_lw4o6(
     let n = table.len();
     if let Some(d) = &new_t.dstm {
         if let Some((old, sock)) = leases.take() {
+            // The leases carried over are written with the next turn's file write.
             let mut s = LeaseServer::new(d.lease.clone());
             s.adopt(&old);
             lw.set_leases(s.table());
-            let _ = s.save();
             *leases = Some((s, sock));
         }
     }

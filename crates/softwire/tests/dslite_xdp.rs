@@ -35,12 +35,25 @@ const OUTSIDE_POOL: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
 const POOL: (Ipv4Addr, u8) = (Ipv4Addr::new(192, 0, 2, 0), 28);
 
 fn aftr_config(quota: u32, max_mappings: usize) -> AftrConfig {
+    aftr_config_masked(quota, max_mappings, 128)
+}
+
+/// [`aftr_config`] with subscribers of `mask` bits (RFC 7785).
+fn aftr_config_masked(quota: u32, max_mappings: usize, mask: u8) -> AftrConfig {
     let mut endpoint = EndpointConfig::new(LOCAL, Ipv4Addr::new(192, 0, 0, 1));
     endpoint.hop_limit = 61;
     AftrConfig {
         endpoint,
         b4_prefixes: vec!["2001:db8:1::/48".parse().unwrap(), "2001:db8:2::/48".parse().unwrap()],
-        nat: Nat44Config { max_ports_per_subscriber: quota, max_mappings, log_mappings: false, ..Default::default() },
+        // Most cases are about one B4's quota and blocks: each B4 address
+        // its own subscriber (B4_1 and B4_2 share a /64) unless asked.
+        nat: Nat44Config {
+            max_ports_per_subscriber: quota,
+            max_mappings,
+            subscriber_mask: mask,
+            log_mappings: false,
+            ..Default::default()
+        },
         hairpinning: true,
         icmpv6_errors: true,
     }
@@ -505,9 +518,14 @@ struct BlockBed {
 impl BlockBed {
     /// Blocks of `size` ports, `quota` ports per B4, `max_mappings`.
     fn new(size: u16, quota: u32, max_mappings: usize) -> BlockBed {
+        BlockBed::masked(size, quota, max_mappings, 128)
+    }
+
+    /// [`BlockBed::new`] with subscribers of `mask` bits (RFC 7785).
+    fn masked(size: u16, quota: u32, max_mappings: usize, mask: u8) -> BlockBed {
         let (ns, if4, if6) = sides();
-        let (ports, blocks) = BlockPorts::new(pool4(), 1024, size, quota);
-        let aftr = Aftr::new(aftr_config(quota, max_mappings), Box::new(ports));
+        let (ports, blocks) = BlockPorts::new(pool4(), 1024, size, quota, mask);
+        let aftr = Aftr::new(aftr_config_masked(quota, max_mappings, mask), Box::new(ports));
         let mut fast =
             AftrFast::load_with(&aftr, &[POOL], 1024, Some(blocks.clone())).unwrap_or_else(|e| panic!("{e}"));
         prepare(fast.fast_path_mut(), if4, if6);
@@ -691,6 +709,44 @@ fn block_ports_count_against_the_quota() {
     assert!(b.blocks.blocks_of(&B4_1).is_empty(), "a block of 4 does not fit a quota of 3");
     b.passes("no blocks", &syn(40003), C::PassNoBlock);
     assert_eq!(b.engine(&syn(40003)), Action::Drop(Reason::QuotaExceeded));
+}
+
+/// Issue #29 D8 on the fast path: the quota is the subscriber's prefix
+/// (RFC 7785), blocks included. B4_1, B4_2 and B4_W are addresses of one
+/// /64: the first two get a block each (quota 8 = two blocks of 4), the
+/// third none, and XDP creates no mapping beyond the prefix's quota
+/// whichever address sends the SYN.
+#[test]
+fn addresses_of_one_prefix_share_the_quota_and_its_blocks() {
+    let mut b = BlockBed::masked(4, 8, 1 << 20, 64);
+    let t = V4::new(6, IN1, HOST);
+    let syn = |b4: Ipv6Addr, p: u16| sw(b4, &t.tcp(p, 80, 0x02, b""));
+    assert_eq!(b.engine(&syn(B4_1, 41000)), Action::Emit, "a block for B4_1");
+    assert_eq!(b.engine(&syn(B4_2, 42000)), Action::Emit, "a block for B4_2: 4 + 4 fit the quota");
+    assert_eq!((b.blocks.blocks_of(&B4_1).len(), b.blocks.blocks_of(&B4_2).len()), (1, 1));
+    assert_eq!(b.engine(&syn(B4_W, 43000)), Action::Drop(Reason::QuotaExceeded), "the prefix's quota is held");
+    assert!(b.blocks.blocks_of(&B4_W).is_empty());
+    b.passes("B4_W has no block", &syn(B4_W, 43001), C::PassNoBlock);
+    for p in 41001..41004 {
+        b.fast_ok("B4_1's block", &syn(B4_1, p));
+    }
+    for p in 42001..42004 {
+        b.fast_ok("B4_2's block", &syn(B4_2, p));
+    }
+    b.passes("B4_1's block is full", &syn(B4_1, 41004), C::PassBlockFull);
+    assert_eq!(b.engine(&syn(B4_1, 41004)), Action::Drop(Reason::QuotaExceeded));
+    b.drain(NOW);
+    assert_eq!(b.aftr.nat().ports_of(&B4_W), 8, "exactly the quota, for the whole prefix");
+    assert_eq!(b.aftr.nat().len(), 8);
+    // Everything expires and the blocks go back (retired, then returned):
+    // the prefix's quota is whole again, for any of its addresses.
+    b.aftr.expire(NOW + 241 * S);
+    b.aftr.expire(NOW + 242 * S);
+    b.fast.sync(&b.aftr);
+    assert!(b.aftr.nat().is_empty());
+    assert_eq!(b.blocks.counts().0, 0, "every block given back");
+    assert_eq!(b.engine_at(&syn(B4_W, 43002), NOW + 243 * S), Action::Emit, "a block for B4_W now");
+    assert_eq!(b.blocks.blocks_of(&B4_W).len(), 1);
 }
 
 fn inside(sub: Ipv6Addr, port: u16) -> Inside {

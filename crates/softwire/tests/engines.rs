@@ -190,13 +190,32 @@ fn dslite_refusals_are_counted() {
             etherparse::icmpv6::DestUnreachableCode::SourceAddressFailedPolicy
         )
     );
-    // Quota of two ports.
+    // Quota of two ports; the third flow is refused with ICMPv4 3/13
+    // (administratively prohibited) from 192.0.0.1, back through the
+    // softwire, quoting the flow's first packet.
     let b = b4(B4A, None);
     for port in [1, 2, 3] {
-        b.process(&udp4([10, 0, 0, 1], port, SERVER, 53, b"x"), 0, &mut out);
+        let sent = udp4([10, 0, 0, 1], port, SERVER, 53, b"x");
+        b.process(&sent, 0, &mut out);
         let tp = only(&out);
         let r = a.process(&tp, 0, &mut out);
         assert_eq!(r, if port < 3 { Action::Emit } else { Action::Drop(Reason::QuotaExceeded) });
+        if port == 3 {
+            let (src, dst, inner) = v6_tunnel(&only(&out));
+            assert_eq!((src, dst), (a6(AFTR), a6(B4A)));
+            let s = SlicedPacket::from_ip(&inner).unwrap();
+            let Some(NetSlice::Ipv4(ip)) = &s.net else { panic!("not IPv4") };
+            assert_eq!((ip.header().source(), ip.header().destination()), ([192, 0, 0, 1], [10, 0, 0, 1]));
+            let Some(TransportSlice::Icmpv4(i)) = &s.transport else { panic!("not ICMP") };
+            assert_eq!(
+                i.icmp_type(),
+                etherparse::Icmpv4Type::DestinationUnreachable(
+                    etherparse::icmpv4::DestUnreachableHeader::FilterProhibited
+                )
+            );
+            assert_eq!(i.checksum(), etherparse::Icmpv4Header::with_checksum(i.icmp_type(), i.payload()).checksum);
+            assert_eq!(&i.payload()[..20], &sent[..20], "the refused packet's header, quoted");
+        }
     }
     // TCP without SYN opens nothing; IPv4 to an unmapped port is refused.
     b.process(&tcp4([10, 0, 0, 1], 9, SERVER, 80, false), 0, &mut out);

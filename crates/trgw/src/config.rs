@@ -18,6 +18,16 @@ port-max = 40000
 # Tear down calls whose media has been idle this long ("90s", "2m", or whole
 # seconds; the older key timeout-secs is still accepted).
 timeout = "1m"
+# A call without media both ways yet (ringing, early media) is kept this
+# long after its last signalling or packet: longer than SIP's Timer C
+# (3 min; the IMS-ALG releases an unanswered dialog after 201 s).
+# early-timeout = "4m"
+# Media streams one client may hold: the offer's `received from` (SIP
+# source) or else its media address, an IPv6 prefix of client-prefix-v6
+# bits or an IPv4 address. More are refused (ng error, rtpproxy E71, the
+# ALG's 503 + Retry-After); established calls are never evicted.
+# client-streams = 256
+# client-prefix-v6 = 64
 # "symmetric": learn the far end from its first packet (NAT friendly);
 # "strict": only accept packets from the signalled address.
 latching = "symmetric"
@@ -161,6 +171,16 @@ pub struct Config {
     /// duration syntax of [`confval::duration`]; whole seconds).
     #[serde(default = "d_timeout", rename = "timeout", deserialize_with = "confval::duration::secs")]
     pub timeout_secs: u64,
+    /// How long a call without media both ways is kept after its last
+    /// signalling or packet, in seconds (key `early-timeout`).
+    #[serde(default = "d_early_timeout", rename = "early-timeout", deserialize_with = "confval::duration::secs")]
+    pub early_timeout_secs: u64,
+    /// Streams one client may hold.
+    #[serde(default = "d_client_streams")]
+    pub client_streams: usize,
+    /// IPv6 clients are prefixes of this length (48-128).
+    #[serde(default = "d_client_prefix_v6")]
+    pub client_prefix_v6: u8,
     /// Latching mode.
     #[serde(default)]
     pub latching: Latching,
@@ -241,6 +261,20 @@ fn d_port_max() -> u16 {
 fn d_timeout() -> u64 {
     60
 }
+/// Default `early-timeout`: past SIP's Timer C (more than 3 minutes) and
+/// the IMS-ALG's early-dialog lifetime (Timer C + 20 s = 201 s).
+pub const DEFAULT_EARLY_TIMEOUT_SECS: u64 = 240;
+fn d_early_timeout() -> u64 {
+    DEFAULT_EARLY_TIMEOUT_SECS
+}
+/// Default `client-streams`.
+pub const DEFAULT_CLIENT_STREAMS: usize = 256;
+fn d_client_streams() -> usize {
+    DEFAULT_CLIENT_STREAMS
+}
+fn d_client_prefix_v6() -> u8 {
+    budget::DEFAULT_V6_PREFIX
+}
 fn d_ng() -> Option<SocketAddr> {
     Some(SocketAddr::from(([127, 0, 0, 1], 2223)))
 }
@@ -258,6 +292,9 @@ impl Default for Config {
             port_min: d_port_min(),
             port_max: d_port_max(),
             timeout_secs: d_timeout(),
+            early_timeout_secs: d_early_timeout(),
+            client_streams: d_client_streams(),
+            client_prefix_v6: d_client_prefix_v6(),
             latching: Latching::Symmetric,
             ng: d_ng(),
             rtpproxy_udp: d_rtpproxy(),
@@ -351,6 +388,13 @@ impl Config {
         if self.timeout_secs == 0 {
             return Err("[trgw] timeout: must be at least 1s".into());
         }
+        if self.early_timeout_secs == 0 {
+            return Err("[trgw] early-timeout: must be at least 1s".into());
+        }
+        if self.client_streams == 0 {
+            return Err("[trgw] client-streams: must be at least 1".into());
+        }
+        budget::check_prefix_len(self.client_prefix_v6).map_err(|e| format!("[trgw] client-prefix-v6: {e}"))?;
         if self.workers == Some(0) || self.workers.is_some_and(|w| w > 256) {
             return Err("[trgw] workers: must be 1-256".into());
         }
@@ -429,6 +473,13 @@ mod tests {
         );
         bad("[trgw]\nrtpproxy-internal = \"x\"\n[[trgw.interface]]\nname = \"a\"\nipv4 = \"192.0.2.1\"\n", "internal");
         bad("[siit]\n", "no [trgw]");
+        let ifc = "[[trgw.interface]]\nname = \"a\"\nipv4 = \"192.0.2.1\"\n";
+        bad(&format!("[trgw]\nclient-streams = 0\n{ifc}"), "client-streams");
+        bad(
+            &format!("[trgw]\nclient-prefix-v6 = 32\n{ifc}"),
+            "client-prefix-v6: 32: a client prefix length from 48 to 128",
+        );
+        bad(&format!("[trgw]\nearly-timeout = 0\n{ifc}"), "early-timeout");
     }
 
     #[test]
@@ -451,6 +502,11 @@ mod tests {
         assert_eq!(t("timeout = 90"), Ok((90, 0)));
         assert_eq!(t("timeout-secs = 90"), Ok((90, 1)));
         assert_eq!(Config::default().timeout_secs, 60);
+        assert_eq!(t("early-timeout = \"5m\"").map(|_| ()), Ok(()));
+        let c =
+            Config::from_toml_file_text(&format!("[trgw]\nearly-timeout = \"5m\"\nclient-streams = 9\n{ifc}")).unwrap();
+        assert_eq!((c.early_timeout_secs, c.client_streams, c.client_prefix_v6), (300, 9, 64));
+        assert_eq!(Config::default().early_timeout_secs, 240);
     }
 
     #[test]

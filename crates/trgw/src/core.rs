@@ -3,6 +3,17 @@
 //! the answerer), port allocation, and the idle timeout. Sockets and
 //! packet I/O sit behind [`Plane`], so the whole control path runs (and is
 //! fuzzed) without sockets.
+//!
+//! Budgets: a client (the offer's `received from` / SIP source, else its
+//! media address; an IPv6 /64 or an IPv4 address, [`budget::ClientKey`];
+//! an offer with neither, a hold without a source, counts in one shared
+//! unknown client `::`) holds at most `client-streams` streams, the port range bounds them all;
+//! an offer over the client's share is refused ([`CoreError::ClientLimit`])
+//! and nothing established is ever evicted. A call stays *early* until
+//! media has flowed both ways: early calls are kept `early-timeout`
+//! (longer than SIP's Timer C) after their last signalling or packet, so a
+//! callee that rings for minutes still finds its media; then the idle
+//! `timeout` applies.
 
 use std::collections::HashMap;
 use std::io;
@@ -11,12 +22,14 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use budget::ClientKey;
 use socket2::Socket;
 
 use crate::config::{Config, Latching};
-use crate::policy::{MediaPolicy, Refusal};
+use crate::policy::MediaPolicy;
 use crate::ports::Ports;
 use crate::table::{RelayKey, RelayValue, StreamStats};
+use dstpolicy::Refusal;
 
 /// What sockets and workers do for the core.
 pub trait Plane: Send {
@@ -82,12 +95,20 @@ pub enum CoreError {
     AddressNotOnHost(IpAddr),
     /// Binding a media socket failed for another reason.
     Bind(IpAddr, String),
-    /// A signalled media address the media address policy refuses.
+    /// A signalled media address the destination policy refuses.
     Refused {
         /// The address.
         addr: IpAddr,
         /// Why.
         reason: Refusal,
+    },
+    /// The offer's client already holds its share of the relay's streams
+    /// (`client-streams`).
+    ClientLimit {
+        /// The client (an IPv6 prefix or an IPv4 address).
+        client: ClientKey,
+        /// Its share.
+        limit: usize,
     },
     /// Unknown Call-ID (or tags).
     UnknownCall,
@@ -114,6 +135,10 @@ impl std::fmt::Display for CoreError {
             CoreError::Refused { addr, reason } => {
                 write!(f, "Media address {addr} refused ({reason}): see [trgw] media-allow / media-deny")
             }
+            CoreError::ClientLimit { client, limit } => write!(
+                f,
+                "Media relay busy for this client: {client} holds its {limit} streams ([trgw] client-streams)"
+            ),
             CoreError::UnknownCall => f.write_str("Unknown call-id"),
             CoreError::Invalid(m) => f.write_str(m),
         }
@@ -156,6 +181,9 @@ pub struct Placement {
     pub to_iface: Option<String>,
     /// Family of the other leg (ng `address family`): Some(true) = IPv6.
     pub to_v6: Option<bool>,
+    /// Who the offer came from (ng `received from`, the ALG's SIP source),
+    /// for the client's share; None: the offer's media address.
+    pub client: Option<IpAddr>,
 }
 
 /// A local media endpoint to advertise.
@@ -188,6 +216,8 @@ pub struct Stream {
     pub peers: [Option<SocketAddr>; 4],
     /// Counters.
     pub stats: Arc<StreamStats>,
+    /// The client whose share it counts in.
+    client: ClientKey,
 }
 
 impl Stream {
@@ -220,9 +250,19 @@ pub struct Call {
     last_signal: Instant,
     /// Streams by media index.
     pub media: Vec<Option<Stream>>,
+    /// The client whose share its streams count in (`::/len`: unknown).
+    pub client: ClientKey,
 }
 
 impl Call {
+    /// Whether media has flowed both ways (from the offerer's side and
+    /// from the answerer's) on some stream: the call is established; until
+    /// then it is early.
+    pub fn two_way(&self) -> bool {
+        let got = |s: &Stream, k: usize| s.stats.slots[k].packets.load(Relaxed) > 0;
+        self.media.iter().flatten().any(|s| (got(s, 0) || got(s, 1)) && (got(s, 2) || got(s, 3)))
+    }
+
     /// Latest activity (signal or packet); packet times are relative to
     /// `epoch`.
     pub fn last_activity(&self, epoch: Instant) -> Instant {
@@ -239,8 +279,12 @@ pub struct Totals {
     pub calls_created: u64,
     /// Calls deleted by command.
     pub calls_deleted: u64,
-    /// Calls torn down after idling past the timeout.
+    /// Calls torn down after idling past the timeout (early ones included).
     pub calls_timed_out: u64,
+    /// Early calls (no media both ways yet) torn down after `early-timeout`.
+    pub early_timed_out: u64,
+    /// Offers refused because their client held `client-streams` streams.
+    pub client_limited: u64,
     /// Streams created.
     pub streams_created: u64,
     /// Allocation failures for lack of ports.
@@ -322,6 +366,8 @@ pub struct Core {
     policy: Arc<MediaPolicy>,
     /// Packet counters of the streams already gone.
     retired: PacketTotals,
+    /// Streams held per client.
+    clients: HashMap<ClientKey, usize>,
 }
 
 impl std::fmt::Debug for Core {
@@ -337,9 +383,10 @@ pub fn unix_now() -> u64 {
 
 impl Core {
     /// A core over `plane`; packet times are relative to `epoch`. The
-    /// media address policy is built from `cfg` (and the host's addresses).
+    /// media address policy is built from `cfg` and the host's addresses,
+    /// read once ([`MediaPolicy::standalone`]).
     pub fn new(cfg: Config, plane: Box<dyn Plane>, epoch: Instant) -> Self {
-        let policy = Arc::new(MediaPolicy::new(&cfg));
+        let policy = Arc::new(MediaPolicy::standalone(&cfg));
         Core::with_policy(cfg, plane, epoch, policy)
     }
 
@@ -357,7 +404,18 @@ impl Core {
             epoch,
             policy,
             retired: PacketTotals::default(),
+            clients: HashMap::new(),
         }
+    }
+
+    /// Streams held by the share of the client `client` belongs to ([`ClientKey::of`]).
+    pub fn client_streams(&self, client: IpAddr) -> usize {
+        self.clients.get(&ClientKey::of(client, self.cfg.client_prefix_v6)).copied().unwrap_or(0)
+    }
+
+    /// Number of clients holding streams.
+    pub fn client_count(&self) -> usize {
+        self.clients.len()
     }
 
     /// The media address policy.
@@ -505,7 +563,13 @@ impl Core {
         req: &MediaReq,
         side_a: (IpAddr, IpAddr),
         side_b: (IpAddr, IpAddr),
+        client: ClientKey,
     ) -> Result<Stream, CoreError> {
+        let limit = self.cfg.client_streams;
+        if self.clients.get(&client).copied().unwrap_or(0) >= limit {
+            self.totals.client_limited += 1;
+            return Err(CoreError::ClientLimit { client, limit });
+        }
         let (la, sa) = self.alloc_leg(side_a.0, side_a.1)?;
         let (lb, sb) = match self.alloc_leg(side_b.0, side_b.1) {
             Ok(x) => x,
@@ -527,6 +591,7 @@ impl Core {
             legs: [la, lb],
             peers: [None; 4],
             stats: Arc::new(StreamStats::default()),
+            client,
         };
         let locals = [stream.local(0), stream.local(1), stream.local(2), stream.local(3)];
         let init = StreamInit {
@@ -538,10 +603,17 @@ impl Core {
         };
         self.plane.install(id, [a0, a1, b0, b1], locals, init);
         self.totals.streams_created += 1;
+        *self.clients.entry(client).or_insert(0) += 1;
         Ok(stream)
     }
 
     fn drop_stream(&mut self, s: Stream) {
+        if let Some(n) = self.clients.get_mut(&s.client) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.clients.remove(&s.client);
+            }
+        }
         self.retired.add(&stream_totals(&s));
         self.plane.remove(s.id);
         for l in &s.legs {
@@ -573,8 +645,9 @@ impl Core {
         for m in media.iter().flatten() {
             for a in m.addr.into_iter().chain(m.rtcp.map(|r| r.ip())).filter(|a| !a.is_unspecified()) {
                 if let Err(reason) = self.policy.check(a) {
+                    // The policy logged it (rate-limited).
                     self.totals.media_refused += 1;
-                    tracing::warn!(call_id, addr = %a, %reason, "media address refused");
+                    tracing::debug!(call_id, addr = %a, %reason, "media address refused");
                     return Err(CoreError::Refused { addr: a, reason });
                 }
             }
@@ -582,6 +655,13 @@ impl Core {
         let now = Instant::now();
         let created_now = !self.calls.contains_key(call_id);
         if created_now {
+            // The client: who sent the offer, else where its media comes
+            // from, else (a hold without a source) the unknown client.
+            let first_addr = media.iter().flatten().filter_map(|m| m.addr).find(|a| !a.is_unspecified());
+            let client = ClientKey::of(
+                place.client.or(first_addr).unwrap_or(IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)),
+                self.cfg.client_prefix_v6,
+            );
             self.calls.insert(
                 call_id.to_string(),
                 Call {
@@ -592,6 +672,7 @@ impl Core {
                     last_signal_unix: unix_now(),
                     last_signal: now,
                     media: Vec::new(),
+                    client,
                 },
             );
         }
@@ -656,7 +737,8 @@ impl Core {
                     }
                 };
                 let (a, b) = if sender_leg == 0 { (sender, other) } else { (other, sender) };
-                match self.new_stream(m, a, b) {
+                let client = self.calls[call_id].client;
+                match self.new_stream(m, a, b, client) {
                     Ok(s) => match self.calls.get_mut(call_id) {
                         Some(c) => {
                             if c.media.len() <= i {
@@ -734,32 +816,43 @@ impl Core {
         self.drop_stream(s);
     }
 
-    /// Tears down calls idle past the timeout; returns their Call-IDs.
+    /// Tears down calls idle past their timeout (`timeout`, or
+    /// `early-timeout` for a call without media both ways yet); returns
+    /// their Call-IDs.
     pub fn expire(&mut self, now: Instant) -> Vec<String> {
         let timeout = Duration::from_secs(self.cfg.timeout_secs);
-        self.expire_after(now, timeout)
+        let early = Duration::from_secs(self.cfg.early_timeout_secs).max(timeout);
+        self.expire_after(now, timeout, early)
     }
 
-    /// [`Core::expire`] with an explicit timeout.
-    pub fn expire_after(&mut self, now: Instant, timeout: Duration) -> Vec<String> {
+    /// [`Core::expire`] with explicit timeouts (established, early).
+    pub fn expire_after(&mut self, now: Instant, timeout: Duration, early: Duration) -> Vec<String> {
         let epoch = self.epoch;
-        let idle: Vec<String> = self
+        let idle: Vec<(String, bool)> = self
             .calls
             .values()
-            .filter(|c| now.saturating_duration_since(c.last_activity(epoch)) > timeout)
-            .map(|c| c.call_id.clone())
+            .filter_map(|c| {
+                let two_way = c.two_way();
+                let limit = if two_way { timeout } else { early };
+                (now.saturating_duration_since(c.last_activity(epoch)) > limit).then(|| (c.call_id.clone(), two_way))
+            })
             .collect();
-        for id in &idle {
+        for (id, two_way) in &idle {
             if let Some(mut c) = self.calls.remove(id) {
                 let t = self.packet_summary(&c);
                 for s in c.media.iter_mut().filter_map(Option::take) {
                     self.drop_stream(s);
                 }
                 self.totals.calls_timed_out += 1;
-                tracing::info!(call_id = %id, packets = t.0, bytes = t.1, "call timed out (no media)");
+                if *two_way {
+                    tracing::info!(call_id = %id, packets = t.0, bytes = t.1, "call timed out (no media)");
+                } else {
+                    self.totals.early_timed_out += 1;
+                    tracing::info!(call_id = %id, packets = t.0, bytes = t.1, "early call timed out (no media both ways)");
+                }
             }
         }
-        idle
+        idle.into_iter().map(|(id, _)| id).collect()
     }
 
     fn packet_summary(&self, c: &Call) -> (u64, u64) {
@@ -795,6 +888,7 @@ pub(crate) mod tests_support {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dstpolicy::Reason;
     use tests_support::config as test_config;
 
     fn req(addr: &str, port: u16) -> Option<MediaReq> {
@@ -872,15 +966,16 @@ mod tests {
         let mut c = Core::new(test_config(), Box::new(NullPlane), Instant::now());
         let place = Placement { to_v6: Some(false), ..Placement::default() };
         for (addr, reason) in [
-            ("127.0.0.1", Refusal::Loopback),
-            ("::1", Refusal::Loopback),
-            ("224.0.0.5", Refusal::Multicast),
-            ("fe80::1", Refusal::LinkLocal),
-            ("2001:db8::1", Refusal::Own),
-            ("198.51.100.1", Refusal::Own),
+            ("127.0.0.1", Reason::Loopback),
+            ("::1", Reason::Loopback),
+            ("224.0.0.5", Reason::Multicast),
+            ("fe80::1", Reason::LinkLocal),
+            ("2001:db8::1", Reason::Own),
+            ("198.51.100.1", Reason::Own),
         ] {
             let e = c.signal(true, "bad", "t", None, &[req(addr, 5555)], &place).unwrap_err();
-            assert_eq!(e, CoreError::Refused { addr: addr.parse().unwrap(), reason }, "{addr}");
+            let CoreError::Refused { addr: a, reason: r } = e else { panic!("{addr}: {e:?}") };
+            assert_eq!((a, r.reason), (addr.parse().unwrap(), reason), "{addr}");
         }
         // An a=rtcp address is checked too.
         let mut m = req("192.0.2.50", 4000);
@@ -932,11 +1027,106 @@ mod tests {
         let t0 = Instant::now();
         let mut c = Core::new(test_config(), Box::new(NullPlane), t0);
         c.signal(true, "c1", "t", None, &[req("192.0.2.9", 4000)], &Placement::default()).unwrap();
-        assert!(c.expire_after(Instant::now(), Duration::from_secs(5)).is_empty());
-        let gone = c.expire_after(Instant::now() + Duration::from_secs(6), Duration::from_secs(5));
+        let (five, six) = (Duration::from_secs(5), Duration::from_secs(6));
+        assert!(c.expire_after(Instant::now(), five, five).is_empty());
+        let gone = c.expire_after(Instant::now() + six, five, five);
         assert_eq!(gone, ["c1"]);
-        assert_eq!(c.totals.calls_timed_out, 1);
+        assert_eq!((c.totals.calls_timed_out, c.totals.early_timed_out), (1, 1));
         assert_eq!(c.call_count(), 0);
+    }
+
+    /// Packets on slot k of call `id`'s first stream.
+    fn packets(c: &Core, id: &str, k: usize) {
+        let s = c.call(id).unwrap().media[0].as_ref().unwrap();
+        s.stats.slots[k].packets.fetch_add(1, Relaxed);
+    }
+
+    /// D7: a call that rings past the idle timeout keeps its media until
+    /// the early timeout; once media flows both ways the idle timeout
+    /// applies.
+    #[test]
+    fn early_calls_are_kept_until_the_early_timeout() {
+        let mut c = Core::new(test_config(), Box::new(NullPlane), Instant::now());
+        let place = Placement { to_v6: Some(false), ..Placement::default() };
+        for id in ["ringing", "early-media", "talking"] {
+            c.signal(true, id, "t", None, &[req("2001:db8:6::10", 9002)], &place).unwrap();
+        }
+        // Early media from the callee only: still early.
+        packets(&c, "early-media", 2);
+        packets(&c, "talking", 0);
+        packets(&c, "talking", 3);
+        assert!(c.call("talking").unwrap().two_way() && !c.call("early-media").unwrap().two_way());
+        let (idle, early) = (Duration::from_secs(60), Duration::from_secs(240));
+        let gone = c.expire_after(Instant::now() + Duration::from_secs(61), idle, early);
+        assert_eq!(gone, ["talking"], "only the established call idled out");
+        let mut gone = c.expire_after(Instant::now() + Duration::from_secs(241), idle, early);
+        gone.sort();
+        assert_eq!(gone, ["early-media", "ringing"]);
+        assert_eq!((c.totals.calls_timed_out, c.totals.early_timed_out), (3, 2));
+        // expire() takes the configured timeouts, the early one never below the idle one.
+        let mut cfg = test_config();
+        (cfg.timeout_secs, cfg.early_timeout_secs) = (60, 10);
+        let mut c = Core::new(cfg, Box::new(NullPlane), Instant::now());
+        c.signal(true, "x", "t", None, &[req("2001:db8:6::10", 9002)], &place).unwrap();
+        assert!(c.expire(Instant::now() + Duration::from_secs(30)).is_empty());
+    }
+
+    /// D6: a client holds at most `client-streams` streams; others still
+    /// get theirs, and the share comes back when its calls go.
+    #[test]
+    fn each_client_holds_at_most_its_share() {
+        let mut cfg = test_config();
+        (cfg.port_max, cfg.client_streams) = (30039, 3);
+        let mut c = Core::new(cfg, Box::new(NullPlane), Instant::now());
+        let from = |a: &str| Placement { to_v6: Some(false), client: Some(a.parse().unwrap()), ..Placement::default() };
+        // One /64, many addresses: one client.
+        for i in 0..3 {
+            let p = from(&format!("2001:db8:6::{i:x}"));
+            c.signal(true, &format!("flood{i}"), "t", None, &[req("2001:db8:6::10", 9002)], &p).unwrap();
+        }
+        let e =
+            c.signal(true, "flood9", "t", None, &[req("2001:db8:6::10", 9002)], &from("2001:db8:6::99")).unwrap_err();
+        assert_eq!(e, CoreError::ClientLimit { client: ClientKey::of("2001:db8:6::".parse().unwrap(), 64), limit: 3 });
+        assert!(e.to_string().starts_with("Media relay busy"), "{e}");
+        assert_eq!(c.totals.client_limited, 1);
+        assert!(c.call("flood9").is_none());
+        // Another /64 and an IPv4 client are served.
+        c.signal(true, "other6", "t", None, &[req("2001:db8:6::10", 9002)], &from("2001:db8:7::1")).unwrap();
+        c.signal(true, "other4", "t", None, &[req("2001:db8:6::10", 9002)], &from("192.0.2.77")).unwrap();
+        // Without a signalling source, the media address is the client.
+        let place = Placement { to_v6: Some(false), ..Placement::default() };
+        c.signal(true, "media-keyed", "t", None, &[req("2001:db8:6::10", 9002)], &place).unwrap_err();
+        c.signal(true, "media-keyed", "t", None, &[req("2001:db8:8::10", 9002)], &place).unwrap();
+        assert_eq!(c.client_streams("2001:db8:6::1234".parse().unwrap()), 3);
+        assert_eq!(c.client_count(), 4);
+        // Holds without a source share one unknown client.
+        for i in 0..3 {
+            c.signal(true, &format!("hold{i}"), "t", None, &[req("0.0.0.0", 9002)], &place).unwrap();
+        }
+        let e = c.signal(true, "hold9", "t", None, &[req("::", 9002)], &place).unwrap_err();
+        assert_eq!(e, CoreError::ClientLimit { client: ClientKey::of("::".parse().unwrap(), 64), limit: 3 });
+        for i in 0..3 {
+            c.delete(&format!("hold{i}"), None).unwrap();
+        }
+        // A re-offer on a call already held needs no new stream: accepted.
+        c.signal(true, "flood0", "t", None, &[req("2001:db8:6::11", 9004)], &from("2001:db8:6::1")).unwrap();
+        c.delete("flood0", None).unwrap();
+        c.signal(true, "flood9", "t", None, &[req("2001:db8:6::10", 9002)], &from("2001:db8:6::99")).unwrap();
+        assert_eq!(c.client_streams("2001:db8:6::1".parse().unwrap()), 3);
+    }
+
+    /// D4: an address that carries the relay's own IPv4 address through a
+    /// NAT64 prefix is the relay's own address.
+    #[test]
+    fn own_addresses_behind_a_nat64_prefix_are_refused() {
+        let mut c = Core::new(test_config(), Box::new(NullPlane), Instant::now());
+        let place = Placement { to_v6: Some(false), ..Placement::default() };
+        for a in ["64:ff9b::192.0.2.1", "64:ff9b::198.51.100.1", "64:ff9b::127.0.0.1"] {
+            let e = c.signal(true, "d4", "t", None, &[req(a, 5555)], &place).unwrap_err();
+            assert!(matches!(e, CoreError::Refused { .. }), "{a}: {e:?}");
+            assert!(e.to_string().contains("64:ff9b::/96"), "{e}");
+        }
+        c.signal(true, "fine", "t", None, &[req("64:ff9b::203.0.113.9", 5555)], &place).unwrap();
     }
 }
 

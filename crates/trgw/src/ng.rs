@@ -226,6 +226,9 @@ pub struct Signal<'a> {
     pub replace_origin: bool,
     /// Drop ICE attributes (`ICE: remove`).
     pub remove_ice: bool,
+    /// Who sent the signalling (ng `received from`; the ALG's SIP
+    /// source): the client whose share a new call's streams count in.
+    pub client: Option<IpAddr>,
 }
 
 /// Runs an offer or answer ([`Signal`]); the rewritten SDP, or the
@@ -292,17 +295,22 @@ fn signal(core: &mut Core, req: &Req, offer: bool) -> Result<Value, String> {
     // The sender's address: `media address`, or with `SIP source address`
     // the `received from` address, or (default, rtpengine's `trust address`)
     // the SDP's.
+    // `received from` (Kamailio sends the SIP source of every offer and
+    // answer) is also the client whose share the call counts in; a
+    // malformed one is an error only where it would be the media address.
+    let received_from = match req.list("received-from")[..] {
+        [fam, addr] => Some(match addr.parse::<IpAddr>() {
+            Ok(ip) if parse_family(fam) == Some(ip.is_ipv6()) => Ok(ip),
+            Ok(_) => Err("Inconsistent received-from address family".to_string()),
+            Err(_) => Err(format!("Failed to parse received-from address '{addr}'")),
+        }),
+        _ => None,
+    };
+    sig.client = received_from.clone().and_then(Result::ok);
     if let Some(m) = req.str("media-address") {
         sig.media_addr = Some(m.trim().parse().map_err(|_| format!("Failed to parse media address '{m}'"))?);
     } else if req.has_flag("SIP-source-address") && !req.has_flag("trust-address") {
-        let rf = req.list("received-from");
-        if let [fam, addr] = rf[..] {
-            let ip: IpAddr = addr.parse().map_err(|_| format!("Failed to parse received-from address '{addr}'"))?;
-            if parse_family(fam) != Some(ip.is_ipv6()) {
-                return Err("Inconsistent received-from address family".into());
-            }
-            sig.media_addr = Some(ip);
-        }
+        sig.media_addr = received_from.transpose()?;
     }
     let replace = req.list("replace");
     sig.replace_origin = replace.iter().any(|r| norm(r.as_bytes()) == b"origin") || req.has_flag("replace-origin");
@@ -318,6 +326,7 @@ fn run_signal(core: &mut Core, sig: &Signal, sdp: &Sdp) -> Result<Vec<u8>, Strin
         from_iface: sig.from_iface.map(str::to_string),
         to_iface: sig.to_iface.map(str::to_string),
         to_v6: sig.to_v6,
+        client: sig.client,
     };
     let media: Vec<Option<MediaReq>> = sdp
         .media

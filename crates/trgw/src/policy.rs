@@ -1,239 +1,114 @@
-//! Where the relay may send media: the media address policy.
+//! Where the relay may send media: the gateway's one destination policy
+//! ([`dstpolicy`]) with the `[trgw]` lists.
 //!
 //! An SDP (or rtpproxy) address names where the relay sends a leg's media.
 //! Unchecked, a client could make the relay send packets to itself, to the
-//! host's loopback services or to a multicast group. So every signalled
-//! address, and every source address symmetric latching would learn, is
-//! checked against:
-//!
-//! 1. `[trgw] media-deny`: networks always refused.
-//! 2. The built-in classes, refused: loopback (127.0.0.0/8, ::1), "this
-//!    network" (0.0.0.0/8 other than 0.0.0.0 itself), multicast
-//!    (224.0.0.0/4, ff00::/8), the limited broadcast 255.255.255.255 and
-//!    the rest of 240.0.0.0/4, link-local (169.254.0.0/16, fe80::/10) and
-//!    the relay's own addresses (its `[trgw]` interface addresses, bound
-//!    and advertised, and every address on the host's interfaces).
-//!    An entry of `media-allow` lifts a class for the addresses it covers
-//!    when it is at least as narrow as the class (`fe80::/10` or narrower
-//!    for link-local, `127.0.0.0/8` or narrower for loopback, the address
-//!    itself for an own address): a wide entry such as `0.0.0.0/0` never
-//!    opens loopback.
-//! 3. `[trgw] media-allow`, when not empty: only these networks.
+//! host's loopback services, to a multicast group or a subnet's broadcast
+//! address, or to itself through its own NAT64 (`c=` 64:ff9b::<own IPv4>).
+//! So every signalled address (plane `trgw`), and every source address
+//! symmetric latching would learn (plane `trgw-latch`), is checked against
+//! the destination policy with `[trgw] media-deny` and `media-allow` as
+//! the plane's lists: the built-in classes, the gateway's own and directed
+//! broadcast addresses and the IPv6 addresses that embed them are refused
+//! unless an entry of `media-allow` at least as narrow as the class names
+//! them (`0.0.0.0/0` never opens loopback); a non-empty `media-allow`
+//! refuses everything outside it (see the `dstpolicy` crate).
 //!
 //! The unspecified address itself (`c=IN IP4 0.0.0.0`, `::`) is the old
 //! RFC 2543 hold: it sets no destination (nothing is sent until new
-//! signalling or latching), so it is accepted and never used as one.
-//! IPv4-mapped IPv6 addresses are judged as the IPv4 address they carry.
+//! signalling or latching), so the core accepts it and never uses it as
+//! one. IPv4-mapped IPv6 addresses are judged as the IPv4 address they
+//! carry.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::RwLock;
+use std::net::IpAddr;
+use std::sync::Arc;
 
+use dstpolicy::{Gateway, Lists, Policy, Refusal, Spec};
 use xlat::addr::IpPrefix;
 
 use crate::config::Config;
 
-/// Why a media address was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
-    /// 127.0.0.0/8 or ::1.
-    Loopback,
-    /// 0.0.0.0/8 (other than 0.0.0.0).
-    ThisNetwork,
-    /// 224.0.0.0/4 or ff00::/8.
-    Multicast,
-    /// 255.255.255.255 or the rest of 240.0.0.0/4.
-    Broadcast,
-    /// 169.254.0.0/16 or fe80::/10.
-    LinkLocal,
-    /// An address of the relay or of its host.
-    Own,
-    /// Inside `[trgw] media-deny`.
-    Denied,
-    /// Outside a non-empty `[trgw] media-allow`.
-    NotAllowed,
-}
+pub use dstpolicy::Reason;
 
-impl Refusal {
-    /// Stable name (log lines, metric labels, error replies).
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Refusal::Loopback => "loopback",
-            Refusal::ThisNetwork => "this-network",
-            Refusal::Multicast => "multicast",
-            Refusal::Broadcast => "broadcast",
-            Refusal::LinkLocal => "link-local",
-            Refusal::Own => "relay-own-address",
-            Refusal::Denied => "media-deny",
-            Refusal::NotAllowed => "not-in-media-allow",
-        }
-    }
-}
-
-impl std::fmt::Display for Refusal {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// The built-in class of `ip` and the prefix length of that class.
-fn class(ip: IpAddr) -> Option<(Refusal, u8)> {
-    match ip {
-        IpAddr::V4(a) => {
-            let o = a.octets();
-            if o[0] == 127 {
-                Some((Refusal::Loopback, 8))
-            } else if o[0] == 0 {
-                Some((Refusal::ThisNetwork, 8))
-            } else if a.is_multicast() {
-                Some((Refusal::Multicast, 4))
-            } else if a == Ipv4Addr::BROADCAST {
-                Some((Refusal::Broadcast, 32))
-            } else if o[0] >= 240 {
-                Some((Refusal::Broadcast, 4))
-            } else if a.is_link_local() {
-                Some((Refusal::LinkLocal, 16))
-            } else {
-                None
-            }
-        }
-        IpAddr::V6(a) => {
-            if a == Ipv6Addr::LOCALHOST {
-                Some((Refusal::Loopback, 128))
-            } else if a.is_multicast() {
-                Some((Refusal::Multicast, 8))
-            } else if a.segments()[0] & 0xffc0 == 0xfe80 {
-                Some((Refusal::LinkLocal, 10))
-            } else {
-                None
-            }
-        }
-    }
-}
-
-/// IPv4-mapped IPv6 addresses as the IPv4 address they carry.
-fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
-    }
-}
-
-/// The media address policy of one relay (see the module documentation).
-#[derive(Debug)]
+/// The relay's two uses of the destination policy.
+#[derive(Debug, Clone)]
 pub struct MediaPolicy {
-    allow: Vec<IpPrefix>,
-    deny: Vec<IpPrefix>,
-    /// The `[trgw]` interface addresses (bound and advertised).
-    configured: Vec<IpAddr>,
-    /// `configured` plus the host's interface addresses (refreshed).
-    own: RwLock<Vec<IpAddr>>,
-    /// Media sources latching refused.
-    latch_refused: AtomicU64,
+    signalled: Arc<Policy>,
+    latching: Arc<Policy>,
+}
+
+/// The `[trgw]` interface addresses (bound and advertised) as own
+/// addresses of the gateway.
+pub fn own_addresses(cfg: &Config) -> Vec<IpPrefix> {
+    let mut own: Vec<IpPrefix> = Vec::new();
+    for i in &cfg.interfaces {
+        for v6 in [false, true] {
+            for a in i.addr(v6).into_iter().chain(i.advertised(v6)) {
+                let p = IpPrefix::from(a);
+                if !own.contains(&p) {
+                    own.push(p);
+                }
+            }
+        }
+    }
+    own
 }
 
 impl MediaPolicy {
-    /// The policy of `cfg`, with the host's addresses read now.
-    pub fn new(cfg: &Config) -> Self {
-        let mut configured = Vec::new();
-        for i in &cfg.interfaces {
-            for v6 in [false, true] {
-                configured.extend(i.addr(v6));
-                configured.extend(i.advertised(v6));
-            }
+    /// The policy of `cfg` over `gateway` (the daemon's, shared by every
+    /// plane).
+    pub fn new(cfg: &Config, gateway: Arc<Gateway>) -> Self {
+        let lists = Lists { allow: cfg.media_allow.clone(), deny: cfg.media_deny.clone() };
+        MediaPolicy {
+            signalled: Arc::new(Policy::new("trgw", gateway.clone(), lists.clone())),
+            latching: Arc::new(Policy::new("trgw-latch", gateway, lists)),
         }
-        configured.sort();
-        configured.dedup();
-        let p = MediaPolicy {
-            allow: cfg.media_allow.clone(),
-            deny: cfg.media_deny.clone(),
-            own: RwLock::new(configured.clone()),
-            configured,
-            latch_refused: AtomicU64::new(0),
-        };
-        p.refresh_host_addresses();
-        p
+    }
+
+    /// The policy of `cfg` alone (`v6gate trgw`): the `[trgw]` interface
+    /// addresses and the host's, read now ([`Gateway::of_host`]; the
+    /// relay keeps them current).
+    pub fn standalone(cfg: &Config) -> Self {
+        MediaPolicy::new(cfg, Gateway::of_host(Spec { own: own_addresses(cfg), ..Spec::default() }))
+    }
+
+    /// A policy of `cfg` that knows only the `[trgw]` addresses, not the
+    /// host's (tests, fuzzing).
+    pub fn without_host(cfg: &Config) -> Self {
+        MediaPolicy::new(cfg, Arc::new(Gateway::new(Spec { own: own_addresses(cfg), ..Spec::default() })))
     }
 
     /// A policy without own addresses or lists (tests, fuzzing).
     pub fn permissive_for_tests() -> Self {
-        MediaPolicy {
-            allow: Vec::new(),
-            deny: Vec::new(),
-            configured: Vec::new(),
-            own: RwLock::new(Vec::new()),
-            latch_refused: AtomicU64::new(0),
-        }
+        MediaPolicy::without_host(&Config::default())
     }
 
-    /// Re-reads the host's interface addresses (the relay's sweeper calls
-    /// this periodically: addresses come and go).
-    pub fn refresh_host_addresses(&self) {
-        let mut own = self.configured.clone();
-        match nix::ifaddrs::getifaddrs() {
-            Ok(list) => {
-                for ifa in list {
-                    let Some(a) = ifa.address else { continue };
-                    if let Some(s) = a.as_sockaddr_in() {
-                        own.push(IpAddr::V4(s.ip()));
-                    } else if let Some(s) = a.as_sockaddr_in6() {
-                        own.push(IpAddr::V6(s.ip()));
-                    }
-                }
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot list the host's addresses; only [trgw] interface addresses count as own")
-            }
-        }
-        own.sort();
-        own.dedup();
-        if let Ok(mut g) = self.own.write() {
-            *g = own;
-        }
+    /// The gateway judged against.
+    pub fn gateway(&self) -> &Arc<Gateway> {
+        self.signalled.gateway()
     }
 
-    fn allowed_by(&self, ip: IpAddr, min_len: u8) -> bool {
-        self.allow.iter().any(|c| c.len() >= min_len && c.contains(ip))
-    }
-
-    /// Whether media may be sent to `ip`. The unspecified address is the
-    /// caller's business (hold: no destination at all).
+    /// Whether media may be sent to a signalled `ip` (counted and logged
+    /// when refused). The unspecified address is the caller's business
+    /// (hold: no destination at all).
     pub fn check(&self, ip: IpAddr) -> Result<(), Refusal> {
-        let ip = canonical(ip);
-        if self.deny.iter().any(|c| c.contains(ip)) {
-            return Err(Refusal::Denied);
-        }
-        if let Some((r, len)) = class(ip) {
-            return if self.allowed_by(ip, len) { Ok(()) } else { Err(r) };
-        }
-        let own = self.own.read().map(|g| g.contains(&ip)).unwrap_or(false);
-        if own {
-            let full = if ip.is_ipv4() { 32 } else { 128 };
-            return if self.allowed_by(ip, full) { Ok(()) } else { Err(Refusal::Own) };
-        }
-        if !self.allow.is_empty() && !self.allow.iter().any(|c| c.contains(ip)) {
-            return Err(Refusal::NotAllowed);
-        }
-        Ok(())
+        self.signalled.check(ip)
     }
 
-    /// [`MediaPolicy::check`] for a source symmetric latching would learn;
-    /// refusals are counted ([`MediaPolicy::latch_refused`]).
+    /// Whether symmetric latching may learn source `ip` (counted and
+    /// logged when refused).
     pub fn check_latch(&self, ip: IpAddr) -> bool {
-        match self.check(ip) {
-            Ok(()) => true,
-            Err(r) => {
-                if self.latch_refused.fetch_add(1, Relaxed).is_multiple_of(1000) {
-                    tracing::warn!(source = %ip, reason = %r, "media source refused by the media address policy (not latched)");
-                }
-                false
-            }
-        }
+        self.latching.check(ip).is_ok()
     }
 
     /// Packets whose source latching refused, since start.
     pub fn latch_refused(&self) -> u64 {
-        self.latch_refused.load(Relaxed)
+        self.latching.refused_total()
+    }
+
+    /// The two policies (signalled media, latching), for their counters.
+    pub fn policies(&self) -> [&Arc<Policy>; 2] {
+        [&self.signalled, &self.latching]
     }
 }
 
@@ -254,73 +129,52 @@ mod tests {
         cfg.interfaces[0].advertise_ipv4 = Some("198.51.100.1".parse().unwrap());
         cfg.media_allow = allow.iter().map(|s| IpPrefix::parse_truncating(s).unwrap()).collect();
         cfg.media_deny = deny.iter().map(|s| IpPrefix::parse_truncating(s).unwrap()).collect();
-        MediaPolicy::new(&cfg)
+        MediaPolicy::without_host(&cfg)
     }
 
-    fn ip(s: &str) -> IpAddr {
-        s.parse().unwrap()
+    fn reason(p: &MediaPolicy, s: &str) -> Option<Reason> {
+        p.check(s.parse().unwrap()).err().map(|r| r.reason)
     }
 
     #[test]
-    fn builtin_classes_are_refused() {
+    fn relay_addresses_classes_and_embeddings_are_refused() {
         let p = policy(&[], &[]);
         for (a, r) in [
-            ("127.0.0.1", Refusal::Loopback),
-            ("127.200.0.9", Refusal::Loopback),
-            ("::1", Refusal::Loopback),
-            ("::ffff:127.0.0.1", Refusal::Loopback),
-            ("0.1.2.3", Refusal::ThisNetwork),
-            ("224.0.0.1", Refusal::Multicast),
-            ("239.255.255.250", Refusal::Multicast),
-            ("ff02::1", Refusal::Multicast),
-            ("255.255.255.255", Refusal::Broadcast),
-            ("250.1.1.1", Refusal::Broadcast),
-            ("169.254.1.1", Refusal::LinkLocal),
-            ("fe80::1", Refusal::LinkLocal),
-            ("192.0.2.1", Refusal::Own),
-            ("198.51.100.1", Refusal::Own),
-            ("2001:db8::1", Refusal::Own),
+            ("127.0.0.1", Reason::Loopback),
+            ("::ffff:127.0.0.1", Reason::Loopback),
+            ("224.0.0.1", Reason::Multicast),
+            ("255.255.255.255", Reason::Broadcast),
+            ("fe80::1", Reason::LinkLocal),
+            ("192.0.2.1", Reason::Own),
+            ("198.51.100.1", Reason::Own),
+            ("2001:db8::1", Reason::Own),
+            ("64:ff9b::192.0.2.1", Reason::Own),
+            ("64:ff9b::198.51.100.1", Reason::Own),
         ] {
-            assert_eq!(p.check(ip(a)), Err(r), "{a}");
+            assert_eq!(reason(&p, a), Some(r), "{a}");
         }
-        for a in ["192.0.2.50", "2001:db8:6::10", "203.0.113.9", "::ffff:203.0.113.9"] {
-            assert_eq!(p.check(ip(a)), Ok(()), "{a}");
+        for a in ["192.0.2.50", "2001:db8:6::10", "::ffff:203.0.113.9", "64:ff9b::203.0.113.9"] {
+            assert_eq!(reason(&p, a), None, "{a}");
         }
+        assert_eq!(p.policies()[0].refused_total(), 10);
     }
 
     #[test]
-    fn host_addresses_are_own() {
+    fn media_lists_are_the_planes_lists() {
+        let p = policy(&["203.0.113.0/24", "192.0.2.1/32"], &["203.0.113.128/25"]);
+        assert_eq!(reason(&p, "203.0.113.5"), None);
+        assert_eq!(reason(&p, "203.0.113.200"), Some(Reason::Denied));
+        assert_eq!(reason(&p, "192.0.2.1"), None, "an own address listed alone");
+        assert_eq!(reason(&p, "10.0.0.1"), Some(Reason::NotAllowed));
+    }
+
+    #[test]
+    fn latch_refusals_are_counted_apart() {
         let p = policy(&[], &[]);
-        // Every host has a loopback address; its other addresses depend on
-        // the machine, so check one that getifaddrs reports, if any.
-        let host = nix::ifaddrs::getifaddrs()
-            .unwrap()
-            .filter_map(|i| i.address.and_then(|a| a.as_sockaddr_in().map(|s| IpAddr::V4(s.ip()))))
-            .find(|a| class(*a).is_none());
-        if let Some(h) = host {
-            assert_eq!(p.check(h), Err(Refusal::Own), "{h}");
-        }
-    }
-
-    #[test]
-    fn deny_and_allow_lists() {
-        let p = policy(&["203.0.113.0/24", "fe80::/10", "0.0.0.0/0"], &["203.0.113.128/25"]);
-        assert_eq!(p.check(ip("203.0.113.5")), Ok(()));
-        assert_eq!(p.check(ip("203.0.113.200")), Err(Refusal::Denied));
-        assert_eq!(p.check(ip("fe80::5")), Ok(()), "link-local listed on purpose");
-        assert_eq!(p.check(ip("127.0.0.1")), Err(Refusal::Loopback), "0.0.0.0/0 does not open loopback");
-        assert_eq!(p.check(ip("2001:db8:9::1")), Err(Refusal::NotAllowed));
-        let narrow = policy(&["192.0.2.1/32", "127.0.0.0/8"], &[]);
-        assert_eq!(narrow.check(ip("192.0.2.1")), Ok(()), "an own address listed alone");
-        assert_eq!(narrow.check(ip("127.0.0.5")), Ok(()));
-        assert_eq!(narrow.check(ip("198.51.100.1")), Err(Refusal::Own));
-    }
-
-    #[test]
-    fn latch_refusals_are_counted() {
-        let p = policy(&[], &[]);
-        assert!(!p.check_latch(ip("127.0.0.1")));
-        assert!(p.check_latch(ip("203.0.113.1")));
+        assert!(!p.check_latch("127.0.0.1".parse().unwrap()));
+        assert!(p.check_latch("203.0.113.1".parse().unwrap()));
         assert_eq!(p.latch_refused(), 1);
+        assert_eq!(p.policies()[0].refused_total(), 0);
+        assert_eq!(p.policies()[1].plane(), "trgw-latch");
     }
 }

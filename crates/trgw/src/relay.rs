@@ -88,6 +88,8 @@ pub struct RelayHandle {
     io: IoMode,
     ng_cache: Arc<Mutex<CookieCache>>,
     policy: Arc<MediaPolicy>,
+    /// `v6gate trgw`: the own-address watcher (the daemon runs its own).
+    _watch: Option<dstpolicy::Watch>,
     steer: Option<Arc<Mutex<Steer>>>,
     shared_unmatched: Arc<AtomicU64>,
 }
@@ -99,6 +101,8 @@ pub struct RelayStats {
     pub calls: u64,
     /// Live media streams.
     pub streams: u64,
+    /// Clients holding streams.
+    pub clients: u64,
     /// Global counters (calls created/deleted/timed out, port exhaustion,
     /// control errors and denials).
     pub totals: Totals,
@@ -133,9 +137,25 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Relay {
-    /// Starts workers and control listeners. Listener addresses with port 0
+    /// Starts workers and control listeners, with the destination policy
+    /// of `cfg` alone ([`MediaPolicy::standalone`]), kept current by a
+    /// watcher of the host's addresses. Listener addresses with port 0
     /// get an ephemeral port: see [`RelayHandle::ng_addr`].
     pub fn start(cfg: Config) -> Result<RelayHandle> {
+        cfg.check().map_err(anyhow::Error::msg)?;
+        let policy = MediaPolicy::standalone(&cfg);
+        let watch = policy
+            .gateway()
+            .watch(dstpolicy::DEFAULT_BACKSTOP)
+            .context("starting the watcher of the host's addresses")?;
+        let mut h = Relay::start_with(cfg, policy)?;
+        h._watch = Some(watch);
+        Ok(h)
+    }
+
+    /// [`Relay::start`] with a given media policy (the daemon's: one
+    /// gateway for every plane, kept current by the daemon).
+    pub fn start_with(cfg: Config, policy: MediaPolicy) -> Result<RelayHandle> {
         cfg.check().map_err(anyhow::Error::msg)?;
         let epoch = Instant::now();
         let stop = Arc::new(AtomicBool::new(false));
@@ -227,7 +247,7 @@ impl Relay {
                 "[trgw] shared sockets: media port pairs probed"
             );
         }
-        let policy = Arc::new(MediaPolicy::new(&cfg));
+        let policy = Arc::new(policy);
         let core = Core::with_policy(
             cfg.clone(),
             Box::new(SocketPlane { workers: ctls, steer: steer.clone(), probed }),
@@ -244,6 +264,7 @@ impl Relay {
             io,
             ng_cache: Arc::new(Mutex::new(CookieCache::new(cfg.ng_cache_entries, cfg.ng_cache_bytes))),
             policy,
+            _watch: None,
             steer,
             shared_unmatched,
         };
@@ -281,16 +302,11 @@ impl Relay {
             tracing::info!(path = %p.display(), "rtpproxy control listening (Unix)");
         }
         // Idle sweeper.
-        let (core, st, pol) = (handle.core.clone(), stop.clone(), handle.policy.clone());
+        let (core, st) = (handle.core.clone(), stop.clone());
         let tick = Duration::from_millis((cfg.timeout_secs * 1000 / 4).clamp(100, 1000));
         handle.threads.push(std::thread::Builder::new().name("trgw-timer".into()).spawn(move || {
-            let mut refreshed = Instant::now();
             while !st.load(Relaxed) {
                 std::thread::sleep(tick);
-                if refreshed.elapsed() >= HOST_ADDRESS_REFRESH {
-                    pol.refresh_host_addresses();
-                    refreshed = Instant::now();
-                }
                 let gone = lock(&core).expire(Instant::now());
                 // The core logged each one ("call timed out (no media)").
                 for c in gone {
@@ -301,9 +317,6 @@ impl Relay {
         Ok(handle)
     }
 }
-
-/// How often the host's addresses are re-read for the media policy.
-const HOST_ADDRESS_REFRESH: Duration = Duration::from_secs(10);
 
 /// Whether an accept error means the process or the system ran out of
 /// file descriptors.
@@ -453,6 +466,11 @@ impl RelayHandle {
         Ok(())
     }
 
+    /// The media policy (its two planes' refusal counters, its gateway).
+    pub fn policy(&self) -> &MediaPolicy {
+        &self.policy
+    }
+
     /// The packet I/O engine the workers use (io_uring falls back to epoll
     /// when the kernel refuses it).
     pub fn io_mode(&self) -> IoMode {
@@ -475,6 +493,7 @@ impl RelayHandle {
         RelayStats {
             calls: c.call_count() as u64,
             streams: c.stream_count() as u64,
+            clients: c.client_count() as u64,
             totals: c.totals,
             packets: c.packet_totals(),
             relayed: c.relayed_totals(),

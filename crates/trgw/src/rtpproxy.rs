@@ -208,6 +208,8 @@ fn update(core: &mut Core, offer: bool, mods: &str, w: &[&str]) -> Result<String
         from_iface: ifaces.first().map(|s| s.to_string()),
         to_iface: ifaces.get(1).map(|s| s.to_string()),
         to_v6: to_v6(ifaces.get(1).copied()),
+        // rtpproxy names no signalling source: the media address is the client.
+        client: None,
     };
     let mut media: Vec<Option<MediaReq>> = vec![None; idx];
     media.push(Some(MediaReq {
@@ -227,7 +229,7 @@ fn update(core: &mut Core, offer: bool, mods: &str, w: &[&str]) -> Result<String
             Some(a) => Ok(format!("{} {}{}", a.port, a.addr, if a.addr.is_ipv6() { " 6" } else { "" })),
             None => Ok("0".into()),
         },
-        Err(CoreError::NoPorts(_)) => Err(E_LSTFAIL),
+        Err(CoreError::NoPorts(_)) | Err(CoreError::ClientLimit { .. }) => Err(E_LSTFAIL),
         Err(CoreError::AddressNotOnHost(_)) | Err(CoreError::Bind(..)) => Err(E_LSTFAIL_2),
         Err(CoreError::Descriptors { .. }) => Err(E_NOMEM),
         Err(CoreError::Refused { .. }) => Err(E_INVLARG_ADDR),

@@ -49,6 +49,8 @@ fn config(latching: Latching, timeout: u64) -> Config {
         ],
         latching,
         timeout_secs: timeout,
+        // A call without media both ways is early: the same timeout here.
+        early_timeout_secs: timeout,
         ng: Some("127.0.0.1:0".parse().unwrap()),
         rtpproxy_udp: Some("127.0.0.1:0".parse().unwrap()),
         workers: Some(2),
@@ -325,6 +327,7 @@ fn idle_calls_time_out() {
         let tot = st.get("statistics").and_then(|x| x.get("totalstatistics")).unwrap();
         assert_eq!(tot.get("timeoutsessions").and_then(Value::as_int), Some(1));
         assert_eq!(relay.stats().totals.calls_timed_out, 1);
+        assert_eq!(relay.stats().totals.early_timed_out, 1, "no media flowed: an early call");
         relay.stop();
     });
 }

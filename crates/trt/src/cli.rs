@@ -34,7 +34,15 @@ pub fn load(path: &std::path::Path) -> Result<TrtConfig> {
 fn write_status(path: &Option<PathBuf>, r: &Relay) {
     if let Some(p) = path {
         let tmp = p.with_extension("tmp");
-        let v = serde_json::json!({ "trt": r.counters().snapshot(), "copy": r.copy() });
+        let refused: serde_json::Map<String, serde_json::Value> = r
+            .policy()
+            .refused()
+            .into_iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(why, n)| (why.as_str().to_string(), n.into()))
+            .collect();
+        let v =
+            serde_json::json!({ "trt": r.counters().snapshot(), "copy": r.copy(), "destinations_refused": refused });
         if std::fs::write(&tmp, v.to_string()).is_ok() {
             let _ = std::fs::rename(&tmp, p);
         }

@@ -15,9 +15,14 @@ pub const EXAMPLE_TOML: &str = r#"# [trt]: the RFC 3142 transport relay translat
 prefix = "64:ff9b:1::/96"       # any RFC 6052 length
 # tcp-port = 7040                # where tproxy delivers the relay prefix's TCP
 # udp-port = 7040                # and UDP
-# max-connections = 1024         # relayed TCP connections at most (more are reset, counted)
+# max-connections = 1024         # relayed TCP connections at most, per listener (more are reset, counted)
+# max-connections-per-client = 128   # of them, from one client (an IPv6 /64, an IPv4 address)
+# max-connecting-per-client = 32     # of those, still connecting to their server
+# tcp-idle-timeout = "10m"       # a relayed connection with no byte either way is reset
 # max-udp-flows = 4096
-# connect-timeout = "5s"         # the IPv4 side's connect
+# max-udp-flows-per-client = 256 # beyond: the datagram is refused with ICMP (administratively prohibited)
+# client-prefix-length = 64      # an IPv6 client: its prefix of this length (48-128)
+# connect-timeout = "5s"         # the IPv4 side's connect (the client is reset)
 # copy = "splice"                # TCP bytes: "splice" (non-blocking splice(2) through a pipe
 #                                # per direction, moved by the listener's epoll loop: no
 #                                # thread per connection), "splice-threads" (two threads per
@@ -104,6 +109,40 @@ pub struct StaticMap {
     pub udp: bool,
 }
 
+/// What one client may hold of the relay, and for how long (issue #29).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budgets {
+    /// An IPv6 client is its prefix of this length (an IPv4 client its address).
+    pub client_prefix_len: u8,
+    /// TCP connections (connecting and relayed) of one client at most.
+    pub connections_per_client: usize,
+    /// TCP connections of one client still connecting to their server at most.
+    pub connecting_per_client: usize,
+    /// A relayed TCP connection with no byte either way this long is reset.
+    pub tcp_idle_timeout: Duration,
+    /// UDP flows of one client at most.
+    pub udp_flows_per_client: usize,
+}
+
+impl Default for Budgets {
+    fn default() -> Self {
+        Budgets {
+            client_prefix_len: budget::DEFAULT_V6_PREFIX,
+            connections_per_client: 128,
+            connecting_per_client: 32,
+            tcp_idle_timeout: Duration::from_secs(600),
+            udp_flows_per_client: 256,
+        }
+    }
+}
+
+impl Budgets {
+    /// The client of peer address `a`.
+    pub fn client(&self, a: std::net::IpAddr) -> budget::ClientKey {
+        budget::ClientKey::of(a, self.client_prefix_len)
+    }
+}
+
 /// A checked `[trt]`.
 #[derive(Debug, Clone)]
 pub struct TrtConfig {
@@ -113,10 +152,12 @@ pub struct TrtConfig {
     pub tcp_port: u16,
     /// tproxy port for UDP.
     pub udp_port: u16,
-    /// TCP connections at most.
+    /// TCP connections at most (per listener).
     pub max_connections: usize,
     /// UDP flows at most.
     pub max_udp_flows: usize,
+    /// Per-client budgets and the idle timeout.
+    pub budgets: Budgets,
     /// IPv4 connect timeout.
     pub connect_timeout: Duration,
     /// UDP idle timeout.
@@ -174,6 +215,16 @@ struct TrtToml {
     max_connections: usize,
     #[serde(default = "d_flows")]
     max_udp_flows: usize,
+    #[serde(default = "d_client_prefix")]
+    client_prefix_length: u8,
+    #[serde(default = "d_conns_per_client")]
+    max_connections_per_client: usize,
+    #[serde(default = "d_connecting_per_client")]
+    max_connecting_per_client: usize,
+    #[serde(default = "d_tcp_idle", deserialize_with = "confval::duration::deserialize")]
+    tcp_idle_timeout: Duration,
+    #[serde(default = "d_flows_per_client")]
+    max_udp_flows_per_client: usize,
     #[serde(default = "d_connect", deserialize_with = "confval::duration::deserialize")]
     connect_timeout: Duration,
     #[serde(default = "d_udp", deserialize_with = "confval::duration::deserialize")]
@@ -230,6 +281,21 @@ fn d_conns() -> usize {
 }
 fn d_flows() -> usize {
     4096
+}
+fn d_client_prefix() -> u8 {
+    Budgets::default().client_prefix_len
+}
+fn d_conns_per_client() -> usize {
+    Budgets::default().connections_per_client
+}
+fn d_connecting_per_client() -> usize {
+    Budgets::default().connecting_per_client
+}
+fn d_tcp_idle() -> Duration {
+    Budgets::default().tcp_idle_timeout
+}
+fn d_flows_per_client() -> usize {
+    Budgets::default().udp_flows_per_client
 }
 fn d_connect() -> Duration {
     Duration::from_secs(5)
@@ -318,6 +384,30 @@ impl TrtConfig {
         if t.max_connections == 0 {
             return Err("[trt] max-connections: at least 1".into());
         }
+        let client_prefix_len =
+            budget::check_prefix_len(t.client_prefix_length).map_err(|e| format!("[trt] client-prefix-length: {e}"))?;
+        for (key, v) in [
+            ("max-connections-per-client", t.max_connections_per_client),
+            ("max-connecting-per-client", t.max_connecting_per_client),
+            ("max-udp-flows-per-client", t.max_udp_flows_per_client),
+        ] {
+            if v == 0 {
+                return Err(format!("[trt] {key}: at least 1"));
+            }
+        }
+        if t.tcp_idle_timeout < Duration::from_secs(10) || t.tcp_idle_timeout > Duration::from_secs(86_400) {
+            return Err(format!(
+                "[trt] tcp-idle-timeout: {} is not between 10s and 24h",
+                confval::duration::format(t.tcp_idle_timeout)
+            ));
+        }
+        let budgets = Budgets {
+            client_prefix_len,
+            connections_per_client: t.max_connections_per_client,
+            connecting_per_client: t.max_connecting_per_client,
+            tcp_idle_timeout: t.tcp_idle_timeout,
+            udp_flows_per_client: t.max_udp_flows_per_client,
+        };
         if t.fwmark == 0 || t.table == 0 || t.table == 253 || t.table == 254 || t.table == 255 {
             return Err("[trt] fwmark, table: non-zero, and not the kernel's main/default/local tables".into());
         }
@@ -339,6 +429,7 @@ impl TrtConfig {
             udp_port: t.udp_port,
             max_connections: t.max_connections,
             max_udp_flows: t.max_udp_flows.max(1),
+            budgets,
             connect_timeout: t.connect_timeout.max(Duration::from_millis(100)),
             udp_timeout: t.udp_timeout.max(Duration::from_secs(1)),
             setup,
@@ -390,6 +481,22 @@ mod tests {
         assert_eq!((c.copy, c.busy_poll), (CopyMode::SpliceThreads, Duration::from_millis(1)));
         assert_eq!(c.prefix.extract(&"64:ff9b:1::c633:6401".parse().unwrap()), Some("198.51.100.1".parse().unwrap()));
         assert!(TrtConfig::parse("[nat64]\n").unwrap().is_none());
+        assert_eq!(c.budgets, Budgets::default());
+        let c = TrtConfig::parse(
+            "[trt]\nprefix = \"64:ff9b:1::/96\"\nclient-prefix-length = 56\nmax-connections-per-client = 2\nmax-connecting-per-client = 1\ntcp-idle-timeout = \"30s\"\nmax-udp-flows-per-client = 3\n",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            c.budgets,
+            Budgets {
+                client_prefix_len: 56,
+                connections_per_client: 2,
+                connecting_per_client: 1,
+                tcp_idle_timeout: Duration::from_secs(30),
+                udp_flows_per_client: 3
+            }
+        );
         for (t, want) in [
             ("[trt]\nprefix = \"64:ff9b:1::/95\"\n", "[trt] prefix"),
             ("[trt]\nprefix = \"64:ff9b:1::/96\"\nsetup = \"x\"\n", "setup"),
@@ -411,6 +518,12 @@ mod tests {
                 "[trt] congestion-control",
             ),
             ("[trt]\nprefix = \"64:ff9b:1::/96\"\ncongestion-control = 3\n", "congestion-control"),
+            ("[trt]\nprefix = \"64:ff9b:1::/96\"\nclient-prefix-length = 32\n", "[trt] client-prefix-length: 32"),
+            (
+                "[trt]\nprefix = \"64:ff9b:1::/96\"\nmax-connections-per-client = 0\n",
+                "[trt] max-connections-per-client",
+            ),
+            ("[trt]\nprefix = \"64:ff9b:1::/96\"\ntcp-idle-timeout = \"1s\"\n", "[trt] tcp-idle-timeout"),
             (
                 "[trt]\nprefix = \"64:ff9b:1::/96\"\n[[trt.static]]\nlisten = \"[::1]:80\"\nto = \"[::1]:80\"\n",
                 "must be IPv4",

@@ -46,6 +46,12 @@ pub struct Counters {
     pub tcp_active: AtomicUsize,
     /// TCP connections reset because `max-connections` were active (or out of descriptors).
     pub tcp_refused: AtomicU64,
+    /// TCP connections reset because their client held `max-connections-per-client`.
+    pub tcp_refused_client: AtomicU64,
+    /// TCP connections reset because their client had `max-connecting-per-client` connects in progress.
+    pub tcp_refused_connecting: AtomicU64,
+    /// Relayed TCP connections reset after `tcp-idle-timeout` without a byte either way.
+    pub tcp_idle_closed: AtomicU64,
     /// TCP connections to an address with no IPv4 server (not in the prefix, forbidden).
     pub tcp_no_server: AtomicU64,
     /// IPv4 connects that failed or timed out (the client was reset).
@@ -85,6 +91,12 @@ pub struct Counters {
     pub udp_flows_expired: AtomicU64,
     /// UDP datagrams dropped because `max-udp-flows` were held.
     pub udp_refused: AtomicU64,
+    /// UDP datagrams dropped because their client held `max-udp-flows-per-client`.
+    pub udp_refused_client: AtomicU64,
+    /// ICMP errors sent for refused UDP datagrams (administratively prohibited).
+    pub udp_icmp_sent: AtomicU64,
+    /// ICMP errors not sent: over the rate limit, or no raw socket (no CAP_NET_RAW).
+    pub udp_icmp_suppressed: AtomicU64,
     /// UDP datagrams with no IPv4 server.
     pub udp_no_server: AtomicU64,
     /// UDP socket errors.
@@ -98,6 +110,9 @@ pub struct Snapshot {
     pub tcp_relayed: u64,
     pub tcp_active: u64,
     pub tcp_refused: u64,
+    pub tcp_refused_client: u64,
+    pub tcp_refused_connecting: u64,
+    pub tcp_idle_closed: u64,
     pub tcp_no_server: u64,
     pub tcp_connect_failed: u64,
     pub tcp_errors: u64,
@@ -116,6 +131,9 @@ pub struct Snapshot {
     pub udp_flows_created: u64,
     pub udp_flows_expired: u64,
     pub udp_refused: u64,
+    pub udp_refused_client: u64,
+    pub udp_icmp_sent: u64,
+    pub udp_icmp_suppressed: u64,
     pub udp_no_server: u64,
     pub udp_errors: u64,
 }
@@ -128,6 +146,9 @@ impl Counters {
             tcp_relayed: g(&self.tcp_relayed),
             tcp_active: self.tcp_active.load(Ordering::Relaxed) as u64,
             tcp_refused: g(&self.tcp_refused),
+            tcp_refused_client: g(&self.tcp_refused_client),
+            tcp_refused_connecting: g(&self.tcp_refused_connecting),
+            tcp_idle_closed: g(&self.tcp_idle_closed),
             tcp_no_server: g(&self.tcp_no_server),
             tcp_connect_failed: g(&self.tcp_connect_failed),
             tcp_errors: g(&self.tcp_errors),
@@ -146,6 +167,9 @@ impl Counters {
             udp_flows_created: g(&self.udp_flows_created),
             udp_flows_expired: g(&self.udp_flows_expired),
             udp_refused: g(&self.udp_refused),
+            udp_refused_client: g(&self.udp_refused_client),
+            udp_icmp_sent: g(&self.udp_icmp_sent),
+            udp_icmp_suppressed: g(&self.udp_icmp_suppressed),
             udp_no_server: g(&self.udp_no_server),
             udp_errors: g(&self.udp_errors),
         }
@@ -162,6 +186,10 @@ pub struct Relay {
     _plumbing: Option<setup::Plumbing>,
     /// `cpu-latency`: the PM QoS request, held until the relay is dropped.
     _cpu_latency: Option<netsys::cpu_latency::CpuLatency>,
+    /// Where the relay may connect (plane `trt`).
+    policy: Arc<dstpolicy::Policy>,
+    /// `v6gate trt`: the own-address watcher (the daemon runs its own).
+    _watch: Option<dstpolicy::Watch>,
 }
 
 /// The copy `cfg.copy` asks for: the in-kernel one only where the kernel
@@ -199,8 +227,21 @@ fn transparent_tcp(port: u16) -> Result<TcpListener> {
 
 impl Relay {
     /// Set up the plumbing (when `setup = "auto"`), open the sockets and
-    /// start the threads.
+    /// start the threads, with a destination policy of its own: the host's
+    /// addresses (kept current) and the relay prefix looked through.
     pub fn start(cfg: &TrtConfig) -> Result<Relay> {
+        let mut spec = dstpolicy::Spec::default();
+        spec.embeddings.add_rfc6052(cfg.prefix);
+        let gw = dstpolicy::Gateway::of_host(spec);
+        let watch = gw.watch(dstpolicy::DEFAULT_BACKSTOP).context("starting the watcher of the host's addresses")?;
+        let policy = Arc::new(dstpolicy::Policy::new("trt", gw, dstpolicy::Lists::default()));
+        let mut r = Relay::start_with(cfg, policy)?;
+        r._watch = Some(watch);
+        Ok(r)
+    }
+
+    /// [`Relay::start`] with a given destination policy (the daemon's).
+    pub fn start_with(cfg: &TrtConfig, policy: Arc<dstpolicy::Policy>) -> Result<Relay> {
         let counters = Arc::new(Counters::default());
         let stop = Arc::new(AtomicBool::new(false));
         let tl = transparent_tcp(cfg.tcp_port)?;
@@ -245,6 +286,7 @@ impl Relay {
             ack_with_data: cfg.ack_with_data,
             congestion: cfg.congestion_control.clone(),
             close_delay: cfg.close_delay,
+            budgets: cfg.budgets,
         };
         let copy = match opts.copier {
             tcp::Copier::Loop => "splice",
@@ -252,7 +294,7 @@ impl Relay {
             tcp::Copier::Kernel(_) => "sockmap",
         };
         let mut threads = Vec::new();
-        let target: Arc<dyn tcp::Target> = Arc::new(tcp::Embedded(cfg.prefix));
+        let target: Arc<dyn tcp::Target> = Arc::new(tcp::Embedded { prefix: cfg.prefix, policy: policy.clone() });
         let prefix = cfg.prefix.prefix();
         let preconnect = (cfg.preconnect > 0).then_some(tcp::Preconnect {
             max: cfg.preconnect,
@@ -267,20 +309,21 @@ impl Relay {
                 tracing::error!("TRT TCP listener: {e}");
             }
         })?);
-        let (c, st, t, max, idle) = (counters.clone(), stop.clone(), target, cfg.max_udp_flows, cfg.udp_timeout);
+        let limits = udp::Limits { max_flows: cfg.max_udp_flows, idle: cfg.udp_timeout, budgets: cfg.budgets };
+        let (c, st, t) = (counters.clone(), stop.clone(), target);
         threads.push(std::thread::Builder::new().name("trt-udp".into()).spawn(move || {
-            if let Err(e) = udp::serve(ul, None, t, max, idle, c, st) {
+            if let Err(e) = udp::serve(ul, None, t, limits, c, st) {
                 tracing::error!("TRT UDP relay: {e}");
             }
         })?);
         for (s, tcp_l, udp_s) in statics {
             let fixed: Arc<dyn tcp::Target> = Arc::new(tcp::Fixed(s.to));
             let (c, st) = (counters.clone(), stop.clone());
-            let (max, idle, listen, o) = (cfg.max_connections, cfg.udp_timeout, s.listen, opts.clone());
+            let (listen, o) = (s.listen, opts.clone());
             threads.push(std::thread::Builder::new().name("trt-static".into()).spawn(move || {
                 let r = match (tcp_l, udp_s) {
                     (Some(l), _) => tcp::serve(l, fixed, o, c, st),
-                    (_, Some(u)) => udp::serve(u, Some(listen), fixed, max, idle, c, st),
+                    (_, Some(u)) => udp::serve(u, Some(listen), fixed, limits, c, st),
                     _ => Ok(()),
                 };
                 if let Err(e) = r {
@@ -292,7 +335,16 @@ impl Relay {
         if let Some(q) = &cpu_latency {
             tracing::info!(limit_us = q.limit().as_micros() as u64, "TRT: holding the CPU wake-up latency request");
         }
-        Ok(Relay { stop, threads, counters, copy, _plumbing: plumbing, _cpu_latency: cpu_latency })
+        Ok(Relay {
+            stop,
+            threads,
+            counters,
+            copy,
+            _plumbing: plumbing,
+            _cpu_latency: cpu_latency,
+            policy,
+            _watch: None,
+        })
     }
 
     /// How TCP bytes are moved: `"splice"`, `"splice-threads"` or `"sockmap"`.
@@ -303,6 +355,11 @@ impl Relay {
     /// The counters.
     pub fn counters(&self) -> &Counters {
         &self.counters
+    }
+
+    /// The destination policy (its refusal counters).
+    pub fn policy(&self) -> &Arc<dstpolicy::Policy> {
+        &self.policy
     }
 
     /// Stop the threads and remove the plumbing. Connections being set up,

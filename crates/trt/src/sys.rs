@@ -9,6 +9,8 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 use nix::fcntl::{fcntl, splice, FcntlArg, OFlag, SpliceFFlags};
 
+use crate::tcp::Idle;
+
 /// `IPV6_TRANSPARENT` from `<linux/in6.h>`.
 const IPV6_TRANSPARENT: libc::c_int = 75;
 
@@ -84,9 +86,20 @@ impl Pipe {
 
     /// Move everything from `from` to `to` through the pipe, without
     /// copying through user space, until `from` reaches end of file.
-    /// Returns the bytes moved. Blocking sockets.
-    pub fn copy(&self, from: &impl AsFd, to: &impl AsFd) -> io::Result<u64> {
+    /// Returns the bytes moved. Blocking sockets; with `idle`, sockets
+    /// whose receive and send timeouts are set ([`Idle::arm`]): a splice
+    /// that times out asks `idle` whether the pair (both directions, which
+    /// share it) moved a byte within its timeout, and gives up with
+    /// `TimedOut` when it did not.
+    pub fn copy(&self, from: &impl AsFd, to: &impl AsFd, idle: Option<&Idle>) -> io::Result<u64> {
         let mut total = 0u64;
+        let timed_out = |e: nix::errno::Errno| -> io::Result<()> {
+            match idle {
+                Some(i) if e == nix::errno::Errno::EAGAIN && !i.expired() => Ok(()),
+                Some(_) if e == nix::errno::Errno::EAGAIN => Err(io::ErrorKind::TimedOut.into()),
+                _ => Err(e.into()),
+            }
+        };
         loop {
             let n = match splice(
                 from,
@@ -99,7 +112,10 @@ impl Pipe {
                 Ok(0) => return Ok(total),
                 Ok(n) => n,
                 Err(nix::errno::Errno::EINTR) => continue,
-                Err(e) => return Err(e.into()),
+                Err(e) => {
+                    timed_out(e)?;
+                    continue;
+                }
             };
             let mut left = n;
             while left > 0 {
@@ -108,8 +124,11 @@ impl Pipe {
                     Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
                     Ok(m) => left -= m,
                     Err(nix::errno::Errno::EINTR) => continue,
-                    Err(e) => return Err(e.into()),
+                    Err(e) => timed_out(e)?,
                 }
+            }
+            if let Some(i) = idle {
+                i.touch();
             }
             total += n as u64;
         }

@@ -57,15 +57,17 @@
 //! between polls) for that long after its last event instead of sleeping,
 //! so the next packet of a session does not wait for a wake-up.
 
+use crate::config::Budgets;
 use crate::pre;
 use crate::sys::{self, Pipe};
 use crate::Counters;
+use budget::{ClientKey, FairShare};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use socket2::{SockRef, Socket};
 use std::io;
 use std::net::{Ipv6Addr, Shutdown, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use xdp::sockmap::SockRelay;
 
@@ -119,6 +121,24 @@ pub struct Opts {
     /// loop sleeps), at the latest this long after the FIN came in (zero:
     /// at once).
     pub close_delay: Duration,
+    /// What one client may hold, and the idle timeout of a relayed pair.
+    pub budgets: Budgets,
+}
+
+/// What each client holds of a listener: its connections (connecting and
+/// relayed, wherever they are copied) and, of them, those still
+/// connecting. Shared with the splice threads, which give a connection
+/// back when they end.
+#[derive(Debug)]
+struct ClientBook {
+    conns: FairShare<ClientKey>,
+    connecting: FairShare<ClientKey>,
+}
+
+type Book = Arc<Mutex<ClientBook>>;
+
+fn book(b: &Book) -> MutexGuard<'_, ClientBook> {
+    b.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Pre-connect ([`pre`]): SYNs to `prefix`/`len` start the IPv4 connect.
@@ -150,20 +170,28 @@ pub trait Target: Send + Sync + 'static {
     fn server(&self, local: SocketAddr) -> Option<SocketAddr>;
 }
 
-/// RFC 6052 extraction: `PREFIX::IPv4:port` → `IPv4:port`.
+/// RFC 6052 extraction: `PREFIX::IPv4:port` → `IPv4:port`, for targets
+/// the gateway's destination policy accepts (not the gateway's own
+/// addresses, loopback, link-local, broadcast ...: refused and counted by
+/// the policy, the client reset like any connection without a server).
 #[derive(Debug)]
-pub struct Embedded(pub xlat::addr::Rfc6052);
+pub struct Embedded {
+    /// The relay prefix.
+    pub prefix: xlat::addr::Rfc6052,
+    /// The destination policy (plane `trt`).
+    pub policy: Arc<dstpolicy::Policy>,
+}
 
 impl Target for Embedded {
     fn server(&self, local: SocketAddr) -> Option<SocketAddr> {
         match local {
             SocketAddr::V6(a) => {
-                let v4 = self.0.extract(a.ip())?;
+                let v4 = self.prefix.extract(a.ip())?;
                 // RFC 6052 §3.1: no relaying to non-global IPv4 under the well-known prefix.
-                if self.0.is_wkp() && !xlat::addr::rfc6052::is_global_v4(v4) {
+                if self.prefix.is_wkp() && !xlat::addr::rfc6052::is_global_v4(v4) {
                     return None;
                 }
-                if xlat::addr::is_forbidden_v4(v4) {
+                if xlat::addr::is_forbidden_v4(v4) || self.policy.check(std::net::IpAddr::V4(v4)).is_err() {
                     return None;
                 }
                 Some(SocketAddr::V4(SocketAddrV4::new(v4, a.port())))
@@ -183,6 +211,47 @@ impl Target for Fixed {
     }
 }
 
+/// The idle clock of a pair copied by blocking splices (both directions
+/// share it): when a byte last moved, and how long the pair may go
+/// without one.
+#[derive(Debug)]
+pub struct Idle {
+    base: Instant,
+    /// Milliseconds after `base` of the last byte moved.
+    last_ms: AtomicU64,
+    timeout: Duration,
+}
+
+impl Idle {
+    /// A pair that moved a byte now and may go `timeout` without one.
+    pub fn new(timeout: Duration) -> Idle {
+        Idle { base: Instant::now(), last_ms: Default::default(), timeout }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.base.elapsed().as_millis() as u64
+    }
+
+    /// A byte moved.
+    pub fn touch(&self) {
+        self.last_ms.store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    /// No byte moved for the timeout.
+    pub fn expired(&self) -> bool {
+        let last = self.last_ms.load(Ordering::Relaxed);
+        self.now_ms().saturating_sub(last) >= self.timeout.as_millis() as u64
+    }
+
+    /// Make the blocking calls on `s` return at least once a second (or
+    /// once per timeout, when shorter) so that [`Pipe::copy`] can look.
+    pub fn arm(&self, s: &TcpStream) -> io::Result<()> {
+        let tick = self.timeout.min(Duration::from_secs(1)).max(Duration::from_millis(10));
+        s.set_read_timeout(Some(tick))?;
+        s.set_write_timeout(Some(tick))
+    }
+}
+
 /// Reset `s` (close with linger 0).
 fn reset(s: TcpStream) {
     let _ = SockRef::from(&s).set_linger(Some(Duration::ZERO));
@@ -193,8 +262,8 @@ fn reset(s: TcpStream) {
 /// (a reset on either socket) aborts the pair: both sockets get linger 0,
 /// so they are reset when closed, and their receive sides are shut (no
 /// FIN sent) to wake the other direction, which then passes no FIN on.
-fn pump(from: &TcpStream, to: &TcpStream, c: &Counters, up: bool, abort: &AtomicBool) {
-    let moved = Pipe::new().and_then(|p| p.copy(from, to));
+fn pump(from: &TcpStream, to: &TcpStream, c: &Counters, up: bool, abort: &AtomicBool, idle: &Idle) {
+    let moved = Pipe::new().and_then(|p| p.copy(from, to, Some(idle)));
     match moved {
         Ok(n) => {
             let b = if up { &c.bytes_up } else { &c.bytes_down };
@@ -203,8 +272,14 @@ fn pump(from: &TcpStream, to: &TcpStream, c: &Counters, up: bool, abort: &Atomic
                 let _ = to.shutdown(Shutdown::Write);
             }
         }
-        Err(_) => {
-            c.tcp_errors.fetch_add(1, Ordering::Relaxed);
+        Err(e) => {
+            // One direction's timeout resets the pair: the other sees its
+            // receive side shut and ends without a count of its own.
+            let idle = e.kind() == io::ErrorKind::TimedOut;
+            if !abort.load(Ordering::Acquire) {
+                let n = if idle { &c.tcp_idle_closed } else { &c.tcp_errors };
+                n.fetch_add(1, Ordering::Relaxed);
+            }
             abort.store(true, Ordering::Release);
             for s in [from, to] {
                 let _ = SockRef::from(s).set_linger(Some(Duration::ZERO));
@@ -215,10 +290,23 @@ fn pump(from: &TcpStream, to: &TcpStream, c: &Counters, up: bool, abort: &Atomic
 }
 
 /// Relay an established pair with two splice threads (this one returns
-/// at once). `done` runs when both directions have ended.
-fn spliced(client: TcpStream, upstream: TcpStream, c: Arc<Counters>, done: impl FnOnce() + Send + 'static) -> bool {
+/// at once). `done` runs when both directions have ended; a pair that
+/// moves no byte either way for `idle` is reset.
+fn spliced(
+    client: TcpStream,
+    upstream: TcpStream,
+    c: Arc<Counters>,
+    idle: Duration,
+    done: impl FnOnce() + Send + 'static,
+) -> bool {
     let _ = client.set_nonblocking(false);
     let _ = upstream.set_nonblocking(false);
+    let idle = Idle::new(idle);
+    if idle.arm(&client).and_then(|()| idle.arm(&upstream)).is_err() {
+        reset(client);
+        reset(upstream);
+        return false;
+    }
     let (Ok(c2), Ok(u2)) = (client.try_clone(), upstream.try_clone()) else {
         reset(client);
         reset(upstream);
@@ -226,10 +314,12 @@ fn spliced(client: TcpStream, upstream: TcpStream, c: Arc<Counters>, done: impl 
     };
     let spawned = std::thread::Builder::new().name("trt-tcp".into()).stack_size(64 << 10).spawn(move || {
         let abort = AtomicBool::new(false);
+        let idle = &idle;
         std::thread::scope(|s| {
-            let back =
-                std::thread::Builder::new().stack_size(64 << 10).spawn_scoped(s, || pump(&u2, &c2, &c, false, &abort));
-            pump(&client, &upstream, &c, true, &abort);
+            let back = std::thread::Builder::new()
+                .stack_size(64 << 10)
+                .spawn_scoped(s, || pump(&u2, &c2, &c, false, &abort, idle));
+            pump(&client, &upstream, &c, true, &abort, idle);
             if let Ok(h) = back {
                 let _ = h.join();
             }
@@ -281,6 +371,12 @@ struct Paired {
     /// This side's direction is copied by a user-space thread, which sets
     /// the flag when it has passed the FIN on.
     user: [Option<Arc<AtomicBool>>; 2],
+    /// The client it counts for.
+    who: ClientKey,
+    /// Bytes the program had redirected both ways when last looked at,
+    /// and when they last changed (the idle timeout).
+    seen_bytes: u64,
+    active_at: Instant,
 }
 
 /// One direction of a pair the loop copies: from `socks[side]` to
@@ -381,11 +477,15 @@ struct Spliced {
     /// The server's handshake ACK is held for the client's first bytes
     /// until then (`ack-with-data`; sent alone after it).
     ack_due: Option<Instant>,
+    /// The client it counts for.
+    who: ClientKey,
+    /// When a byte last moved either way (the idle timeout).
+    active_at: Instant,
 }
 
 #[derive(Debug)]
 enum Conn {
-    Connecting { client: TcpStream, up: Socket, deadline: Instant },
+    Connecting { client: TcpStream, up: Socket, deadline: Instant, who: ClientKey },
     Paired(Box<Paired>),
     Spliced(Box<Spliced>),
 }
@@ -441,6 +541,11 @@ struct Loop {
     /// A server's answer reached its client in this batch: a moment
     /// between sessions, for the closing work.
     answered: bool,
+    /// Per-client limits and the idle timeout; what each client holds.
+    budgets: Budgets,
+    book: Book,
+    /// When the relayed pairs were last looked at for the idle timeout.
+    idle_check: Instant,
 }
 
 /// The side of a [`Loop::closing`] entry for a finished pair.
@@ -487,8 +592,31 @@ impl Loop {
         self.c.tcp_active.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn end(&self) {
+    /// A connection of `who` is over.
+    fn end(&self, who: &ClientKey) {
         end(&self.active, &self.c);
+        book(&self.book).conns.release(who);
+    }
+
+    /// Take a connection (and a connect in progress) for `who`, or count
+    /// why not.
+    fn admit(&self, who: &ClientKey) -> bool {
+        let mut b = book(&self.book);
+        if b.conns.try_acquire(who).is_err() {
+            self.c.tcp_refused_client.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        if b.connecting.try_acquire(who).is_err() {
+            b.conns.release(who);
+            self.c.tcp_refused_connecting.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+
+    /// `who`'s connect is over (connected, or failed).
+    fn connect_done(&self, who: &ClientKey) {
+        book(&self.book).connecting.release(who);
     }
 
     /// The copy is the loop's (non-blocking sockets).
@@ -583,17 +711,25 @@ impl Loop {
             }),
             _ => None,
         };
-        if self.active.load(Ordering::Relaxed) >= self.max {
-            self.c.tcp_refused.fetch_add(1, Ordering::Relaxed);
+        let who = self.budgets.client(peer.ip());
+        let refuse = |s: TcpStream, claimed: Option<Socket>| {
             if let Some(u) = claimed {
                 let _ = u.set_linger(Some(Duration::ZERO));
             }
-            return reset(s);
+            reset(s);
+        };
+        if self.active.load(Ordering::Relaxed) >= self.max {
+            self.c.tcp_refused.fetch_add(1, Ordering::Relaxed);
+            return refuse(s, claimed);
         }
         let Some(server) = server else {
             self.c.tcp_no_server.fetch_add(1, Ordering::Relaxed);
-            return reset(s);
+            return refuse(s, claimed);
         };
+        // The client's share (issue #29): no connect is started for a client beyond it.
+        if !self.admit(&who) {
+            return refuse(s, claimed);
+        }
         let up = match claimed {
             Some(u) => {
                 self.c.tcp_preconnect_claimed.fetch_add(1, Ordering::Relaxed);
@@ -601,19 +737,21 @@ impl Loop {
             }
             None => match pre::open(&mut self.spares, server) {
                 Ok(u) => u,
-                Err(pre::OpenError::Socket(_)) => {
-                    self.c.tcp_refused.fetch_add(1, Ordering::Relaxed);
-                    return reset(s);
-                }
-                Err(pre::OpenError::Connect(_)) => {
-                    self.c.tcp_connect_failed.fetch_add(1, Ordering::Relaxed);
+                Err(e) => {
+                    let n = match e {
+                        pre::OpenError::Socket(_) => &self.c.tcp_refused,
+                        pre::OpenError::Connect(_) => &self.c.tcp_connect_failed,
+                    };
+                    n.fetch_add(1, Ordering::Relaxed);
+                    self.connect_done(&who);
+                    book(&self.book).conns.release(&who);
                     return reset(s);
                 }
             },
         };
         self.begin();
         let deadline = Instant::now() + self.timeout;
-        let slot = self.alloc(Conn::Connecting { client: s, up, deadline });
+        let slot = self.alloc(Conn::Connecting { client: s, up, deadline, who });
         let Some(Some(Conn::Connecting { up, .. })) = self.slots.get(slot) else { return };
         // A server on this host or a veth away often answers within the
         // connect call (the handshake runs in the softirq the SYN's
@@ -639,11 +777,12 @@ impl Loop {
     }
 
     fn fail_connect(&mut self, slot: usize) {
-        if let Some(Conn::Connecting { client, up, .. }) = self.release(slot) {
+        if let Some(Conn::Connecting { client, up, who, .. }) = self.release(slot) {
             let _ = self.ep.delete(&up);
             self.c.tcp_connect_failed.fetch_add(1, Ordering::Relaxed);
             reset(client);
-            self.end();
+            self.connect_done(&who);
+            self.end(&who);
         }
     }
 
@@ -664,23 +803,28 @@ impl Loop {
         if self.in_loop() {
             return self.splice(slot, true);
         }
-        let Some(Conn::Connecting { client, up, .. }) = self.release(slot) else { return };
+        let Some(Conn::Connecting { client, up, who, .. }) = self.release(slot) else { return };
+        self.connect_done(&who);
         let _ = self.ep.delete(&up);
         let up: TcpStream = up.into();
         let _ = up.set_nonblocking(false);
         self.c.tcp_relayed.fetch_add(1, Ordering::Relaxed);
         let (client, up) = match self.kernel.clone() {
-            Some(k) => match self.pair(&k, client, up) {
+            Some(k) => match self.pair(&k, client, up, who) {
                 Ok(()) => return,
                 Err(back) => back,
             },
             None => (client, up),
         };
-        let (active, c) = (self.active.clone(), self.c.clone());
+        let (active, c, b) = (self.active.clone(), self.c.clone(), self.book.clone());
         let c2 = c.clone();
-        if !spliced(client, up, c2, move || end(&active, &c)) {
+        let done = move || {
+            end(&active, &c);
+            book(&b).conns.release(&who);
+        };
+        if !spliced(client, up, c2, self.budgets.tcp_idle_timeout, done) {
             self.c.tcp_errors.fetch_add(1, Ordering::Relaxed);
-            self.end();
+            self.end(&who);
         }
     }
 
@@ -699,9 +843,10 @@ impl Loop {
     /// nothing that came before the adds is missed. The client's socket is
     /// non-blocking and has TCP_NODELAY from its accept.
     fn splice(&mut self, slot: usize, up_polled: bool) {
-        let Some(Conn::Connecting { client, up, .. }) = self.slots.get_mut(slot).and_then(Option::take) else {
+        let Some(Conn::Connecting { client, up, who, .. }) = self.slots.get_mut(slot).and_then(Option::take) else {
             return;
         };
+        self.connect_done(&who);
         let up: TcpStream = up.into();
         self.c.tcp_relayed.fetch_add(1, Ordering::Relaxed);
         let (a, b) = (self.pipe(), self.pipe());
@@ -713,14 +858,16 @@ impl Loop {
             reset(client);
             reset(up);
             self.freed.push(slot);
-            return self.end();
+            return self.end(&who);
         };
         let opening = !self.open_spin.is_zero();
         if opening {
             self.answers_due += 1;
             self.spin_until = self.spin_until.max(Instant::now() + self.open_spin);
         }
-        let p = Box::new(Spliced { socks: [client, up], flows: [Flow::new(a), Flow::new(b)], opening, ack_due: None });
+        let flows = [Flow::new(a), Flow::new(b)];
+        let p =
+            Box::new(Spliced { socks: [client, up], flows, opening, ack_due: None, who, active_at: Instant::now() });
         self.slots[slot] = Some(Conn::Spliced(p));
         self.pump(slot, CLIENT);
         let Some(Some(Conn::Spliced(p))) = self.slots.get_mut(slot) else { return };
@@ -788,7 +935,11 @@ impl Loop {
         let (from, to) = if side == CLIENT { (a, b) } else { (b, a) };
         let defer = !self.close_delay.is_zero();
         let was_due = p.flows[side].fin_due;
+        let before = p.flows[side].moved;
         let r = p.flows[side].pump(from, to, BUDGET, bytes, defer);
+        if p.flows[side].moved != before {
+            p.active_at = Instant::now();
+        }
         if p.opening && (p.flows[SERVER].moved > 0 || p.flows[SERVER].eof) {
             // The server's answer reached the client: the session is open.
             // The loop keeps polling for open-spin more: the session's
@@ -918,7 +1069,7 @@ impl Loop {
     /// go back to the pool.
     fn close_spliced(&mut self, slot: usize, rst: bool) {
         let Some(Conn::Spliced(p)) = self.release(slot) else { return };
-        let Spliced { socks, flows, opening, .. } = *p;
+        let Spliced { socks, flows, opening, who, .. } = *p;
         if opening {
             self.answers_due -= 1;
         }
@@ -934,12 +1085,18 @@ impl Loop {
                 self.pipes.push(f.pipe);
             }
         }
-        self.end();
+        self.end(&who);
     }
 
     /// Put a connected pair in the sockhash; gives the sockets back when
     /// the sockhash cannot take them (full), for the splice threads.
-    fn pair(&mut self, k: &Kernel, client: TcpStream, up: TcpStream) -> Result<(), (TcpStream, TcpStream)> {
+    fn pair(
+        &mut self,
+        k: &Kernel,
+        client: TcpStream,
+        up: TcpStream,
+        who: ClientKey,
+    ) -> Result<(), (TcpStream, TcpStream)> {
         let socks = [client, up];
         let ids = (|| -> io::Result<([u64; 2], [u64; 2])> {
             let cookies = [SockRef::from(&socks[0]).cookie()?, SockRef::from(&socks[1]).cookie()?];
@@ -964,7 +1121,17 @@ impl Loop {
         for s in &socks {
             let _ = sys::kick(s);
         }
-        let mut p = Box::new(Paired { socks, cookies, base, fin_in: [false; 2], done: [false; 2], user: [None, None] });
+        let mut p = Box::new(Paired {
+            socks,
+            cookies,
+            base,
+            fin_in: [false; 2],
+            done: [false; 2],
+            user: [None, None],
+            who,
+            seen_bytes: 0,
+            active_at: Instant::now(),
+        });
         {
             let k = k.lock().unwrap_or_else(|p| p.into_inner());
             for side in [CLIENT, SERVER] {
@@ -1061,7 +1228,7 @@ impl Loop {
     /// Close a pair (with resets when `rst`), count its bytes.
     fn close(&mut self, slot: usize, rst: bool) {
         let Some(Conn::Paired(p)) = self.release(slot) else { return };
-        let Paired { socks, cookies, .. } = *p;
+        let Paired { socks, cookies, who, .. } = *p;
         if let Some(k) = &self.kernel {
             let mut k = k.lock().unwrap_or_else(|p| p.into_inner());
             for (side, up) in [(CLIENT, true), (SERVER, false)] {
@@ -1082,13 +1249,55 @@ impl Loop {
                 reset(s);
             }
         }
-        self.end();
+        self.end(&who);
     }
 
-    /// Connect timeouts, FINs waiting for their bytes, user-copy threads.
-    /// Returns how long the loop may sleep.
+    /// Bytes the program redirected both ways for pair `p` so far.
+    fn redirected(&self, p: &Paired) -> u64 {
+        let Some(k) = &self.kernel else { return 0 };
+        let k = k.lock().unwrap_or_else(|p| p.into_inner());
+        p.cookies.iter().filter_map(|c| k.direction(*c)).map(|d| d.bytes).sum()
+    }
+
+    /// The idle timeout (issue #29): a relayed pair that moved no byte
+    /// either way for `tcp-idle-timeout` is reset, counted. Looked at once
+    /// a second.
+    fn idle_sweep(&mut self, now: Instant) {
+        if now.saturating_duration_since(self.idle_check) < Duration::from_secs(1) {
+            return;
+        }
+        self.idle_check = now;
+        let limit = self.budgets.tcp_idle_timeout;
+        for slot in 0..self.slots.len() {
+            let idle = match &self.slots[slot] {
+                Some(Conn::Spliced(p)) => now.saturating_duration_since(p.active_at) >= limit,
+                Some(Conn::Paired(p)) if p.user.iter().all(Option::is_none) => {
+                    let bytes = self.redirected(p);
+                    let Some(Some(Conn::Paired(p))) = self.slots.get_mut(slot) else { continue };
+                    if bytes != p.seen_bytes {
+                        p.seen_bytes = bytes;
+                        p.active_at = now;
+                    }
+                    now.saturating_duration_since(p.active_at) >= limit
+                }
+                _ => false,
+            };
+            if !idle {
+                continue;
+            }
+            self.c.tcp_idle_closed.fetch_add(1, Ordering::Relaxed);
+            match &self.slots[slot] {
+                Some(Conn::Spliced(_)) => self.close_spliced(slot, true),
+                _ => self.abort(slot),
+            }
+        }
+    }
+
+    /// Connect timeouts, FINs waiting for their bytes, user-copy threads,
+    /// idle pairs. Returns how long the loop may sleep.
     fn timers(&mut self) -> Duration {
         let now = Instant::now();
+        self.idle_sweep(now);
         let mut sleep = Duration::from_millis(100);
         if !self.pre.is_empty() {
             let n = self.pre.expire(now);
@@ -1202,6 +1411,12 @@ pub fn serve(
         closing: Vec::new(),
         closing_since: None,
         answered: false,
+        budgets: o.budgets,
+        book: Arc::new(Mutex::new(ClientBook {
+            conns: FairShare::new(usize::MAX, o.budgets.connections_per_client),
+            connecting: FairShare::new(usize::MAX, o.budgets.connecting_per_client),
+        })),
+        idle_check: Instant::now(),
     };
     let mut waiter = netsys::tun::Waiter::new(o.busy_poll);
     let mut events = [EpollEvent::empty(); 64];
@@ -1340,6 +1555,7 @@ mod tests {
         congestion: Option<String>,
         open_spin: Duration,
         close_delay: Duration,
+        budgets: Budgets,
     }
 
     impl Setup {
@@ -1353,6 +1569,7 @@ mod tests {
                 congestion: None,
                 open_spin: Duration::from_micros(100),
                 close_delay: Duration::from_millis(1),
+                budgets: Budgets::default(),
             }
         }
 
@@ -1377,6 +1594,7 @@ mod tests {
                 ack_with_data: self.ack_with_data,
                 congestion: self.congestion,
                 close_delay: self.close_delay,
+                budgets: self.budgets,
             };
             let (c2, s2) = (c.clone(), stop.clone());
             let h = std::thread::spawn(move || serve(l, Arc::new(Fixed(server)), o, c2, s2));
@@ -1910,11 +2128,127 @@ mod tests {
             ack_with_data: true,
             congestion: Some("no-such-cc".into()),
             close_delay: Duration::ZERO,
+            budgets: Budgets::default(),
         };
         let stop = Arc::new(AtomicBool::new(false));
         let e = serve(l, Arc::new(Fixed("127.0.0.1:9".parse().unwrap())), o, Arc::new(Counters::default()), stop)
             .unwrap_err();
         let m = e.to_string();
         assert!(m.contains("[trt] congestion-control: `no-such-cc`"), "{m}");
+    }
+
+    /// Wait (up to 10 s) for `pred` over the relay's counters.
+    fn wait_for(r: &Relay, what: &str, pred: impl Fn(&crate::Snapshot) -> bool) -> crate::Snapshot {
+        let t0 = Instant::now();
+        loop {
+            let s = r.c.snapshot();
+            if pred(&s) {
+                return s;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(10), "{what}: {s:?}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Whether the relay reset (or closed) `c`: a read that ends.
+    fn closed(c: &mut TcpStream) -> bool {
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut b = [0u8; 16];
+        matches!(c.read(&mut b), Ok(0) | Err(_))
+    }
+
+    /// Issue #29 D11: 1,100 idle connections from one host locked out
+    /// everyone. One client (here 127.0.0.1) holds at most its share; more
+    /// are reset at once and counted; another client is served.
+    #[test]
+    fn a_client_holds_its_share_of_connections() {
+        let srv = server(echo);
+        for (copier, bp) in copiers() {
+            let budgets = Budgets { connections_per_client: 3, ..Budgets::default() };
+            let r = Setup { budgets, ..Setup::new(copier.clone(), bp) }.start(srv);
+            let mut held: Vec<TcpStream> = (0..3).map(|_| TcpStream::connect(r.addr).unwrap()).collect();
+            wait_for(&r, "three relayed", |s| s.tcp_relayed == 3);
+            let mut extra: Vec<TcpStream> = (0..2).map(|_| TcpStream::connect(r.addr).unwrap()).collect();
+            for c in &mut extra {
+                assert!(closed(c), "{copier:?}: reset beyond the share");
+            }
+            let s = wait_for(&r, "refusals counted", |s| s.tcp_refused_client == 2);
+            assert_eq!((s.tcp_relayed, s.tcp_active), (3, 3), "{copier:?}");
+            // The held ones still work; one closed makes room.
+            held[0].write_all(b"ping").unwrap();
+            let mut b = [0u8; 4];
+            held[0].read_exact(&mut b).unwrap();
+            assert_eq!(&b, b"ping");
+            drop(held.remove(0));
+            wait_for(&r, "one ended", |s| s.tcp_active == 2);
+            let back = exchange(r.addr, b"room again");
+            assert_eq!(back, b"room again", "{copier:?}");
+            drop(held);
+            r.idle();
+        }
+        // Another client (a /64 of its own) is not counted with 127.0.0.1.
+        let b = Budgets { connections_per_client: 1, ..Budgets::default() };
+        assert_ne!(b.client("127.0.0.1".parse().unwrap()), b.client("::1".parse().unwrap()));
+        assert_eq!(b.client("2001:db8::1".parse().unwrap()), b.client("2001:db8::ffff:2".parse().unwrap()));
+    }
+
+    /// Issue #29 D11: 400 connects a second to a black-holed server held
+    /// every slot for the connect timeout. A client's connects in progress
+    /// are bounded; beyond, its connections are reset at once (no connect
+    /// is started), counted.
+    #[test]
+    fn a_client_holds_its_share_of_connects_in_progress() {
+        // A server whose accept queue is full: connects to it hang.
+        let black = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let sock = socket2::SockRef::from(&black);
+        sock.listen(0).unwrap();
+        let hole = black.local_addr().unwrap();
+        let _filler: Vec<TcpStream> =
+            (0..2).filter_map(|_| TcpStream::connect_timeout(&hole, Duration::from_millis(300)).ok()).collect();
+        let budgets = Budgets { connecting_per_client: 2, ..Budgets::default() };
+        let r = Setup { budgets, ..Setup::new(Copier::Loop, Duration::ZERO) }.start(hole);
+        let clients: Vec<TcpStream> = (0..5).map(|_| TcpStream::connect(r.addr).unwrap()).collect();
+        let s = wait_for(&r, "refusals", |s| s.tcp_refused_connecting == 3);
+        assert_eq!(s.tcp_active, 2, "two connects in progress");
+        // The connect timeout (5 s here) resets the two.
+        let s = wait_for(&r, "timed out", |s| s.tcp_connect_failed == 2 && s.tcp_active == 0);
+        assert_eq!(s.tcp_relayed, 0);
+        drop(clients);
+    }
+
+    /// Issue #29 D11: no idle timeout. A relayed pair that moves no byte
+    /// either way for the timeout (2 s here) is reset (both sides),
+    /// counted; one that keeps talking is not.
+    #[test]
+    fn idle_pairs_are_reset() {
+        let srv = server(echo);
+        for (copier, bp) in copiers() {
+            // A timeout far above the busy pair's gaps (a few ms each, even
+            // on a loaded machine), so that only the quiet pair reaches it.
+            let budgets = Budgets { tcp_idle_timeout: Duration::from_secs(2), ..Budgets::default() };
+            let r = Setup { budgets, ..Setup::new(copier.clone(), bp) }.start(srv);
+            let mut quiet = TcpStream::connect(r.addr).unwrap();
+            let mut busy = TcpStream::connect(r.addr).unwrap();
+            busy.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            wait_for(&r, "relayed", |s| s.tcp_relayed == 2);
+            // The busy one talks every 20 ms until the quiet one is gone.
+            let t0 = Instant::now();
+            while r.c.snapshot().tcp_idle_closed == 0 {
+                assert!(t0.elapsed() < Duration::from_secs(20), "{copier:?}: never reset");
+                busy.write_all(b"x").unwrap();
+                let mut b = [0u8; 1];
+                busy.read_exact(&mut b).unwrap();
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            assert!(closed(&mut quiet), "{copier:?}");
+            busy.write_all(b"y").unwrap();
+            let mut b = [0u8; 1];
+            busy.read_exact(&mut b).unwrap();
+            assert_eq!(&b, b"y", "{copier:?}: the busy pair lives on");
+            let s = r.c.snapshot();
+            assert_eq!(s.tcp_idle_closed, 1, "{copier:?}: {s:?}");
+            drop(busy);
+            r.idle();
+        }
     }
 }

@@ -60,7 +60,12 @@ relay = "203.0.113.1"           # router mode: relay for native IPv6
 # [teredo.relay]
 # bind = "0.0.0.0:3544"
 # address = "2001:db8:ffff::1"  # the relay's IPv6 address (bubble source)
-# max-peers = 65536
+# max-peers = 65536             # trusted peers; a full list refuses new ones, never evicts
+# max-untrusted-peers = 16384   # peers waiting for the trust procedure (bubbles)
+# untrusted-peers-per-client = 256  # of them, started by one native client (its /64)
+# client-prefix-length = 64     # a native client: its IPv6 source's prefix (48-128)
+# bubble-rate = 1000            # bubbles a second in all (RFC 4380 5.2.6 also per mapped address)
+# server-bubble-rate = 100      # indirect bubbles a second to one server address
 # symmetric-nat = true          # RFC 6081: learn mappings of symmetric NATs
 # tun = "v6gate-trly"           # 2001::/32 is routed into it
 # xdp = "off"                   # "native"/"generic": trusted peers' packets in XDP (needs a specific bind address)
@@ -218,6 +223,11 @@ struct RelayToml {
     bind: Option<SocketAddrV4>,
     address: Option<Ipv6Addr>,
     max_peers: Option<usize>,
+    max_untrusted_peers: Option<usize>,
+    untrusted_peers_per_client: Option<usize>,
+    client_prefix_length: Option<u8>,
+    bubble_rate: Option<u32>,
+    server_bubble_rate: Option<u32>,
     queue_per_peer: Option<usize>,
     queue_bytes: Option<usize>,
     #[serde(default)]
@@ -575,6 +585,14 @@ impl TunnelConfig {
                 let address = r.address.unwrap_or(Ipv6Addr::new(0xfe80, 0, 0, 0, 0x8000, 0xffff, 0xffff, 0xfffd));
                 let mut core = RelayConfig::new(address);
                 core.max_peers = r.max_peers.unwrap_or(core.max_peers).max(1);
+                core.max_untrusted = r.max_untrusted_peers.unwrap_or(core.max_untrusted).max(1);
+                core.untrusted_per_client = r.untrusted_peers_per_client.unwrap_or(core.untrusted_per_client).max(1);
+                if let Some(len) = r.client_prefix_length {
+                    core.client_prefix_len = budget::check_prefix_len(len)
+                        .map_err(|e| format!("[teredo.relay] client-prefix-length: {e}"))?;
+                }
+                core.bubble_rate = r.bubble_rate.unwrap_or(core.bubble_rate);
+                core.server_bubble_rate = r.server_bubble_rate.unwrap_or(core.server_bubble_rate);
                 core.queue_per_peer = r.queue_per_peer.unwrap_or(core.queue_per_peer);
                 core.queue_bytes = r.queue_bytes.unwrap_or(core.queue_bytes);
                 core.trust_cone = r.trust_cone;
@@ -711,6 +729,35 @@ mod tests {
                     [sixrd]\nmode = \"br\"\nprefix = \"2002:100::/24\"\nipv4-mask-len = 0\naddress = \"192.0.2.1\"\n";
         let e = TunnelConfig::parse(both).unwrap_err();
         assert!(e.contains("[sixrd] prefix") && e.contains("2002::/16"), "{e}");
+    }
+
+    #[test]
+    fn relay_budgets_have_defaults_and_are_checked() {
+        let r = TunnelConfig::parse("[teredo.relay]\n").unwrap().teredo_relay.unwrap().core;
+        assert_eq!(
+            (
+                r.max_peers,
+                r.max_untrusted,
+                r.untrusted_per_client,
+                r.client_prefix_len,
+                r.bubble_rate,
+                r.server_bubble_rate
+            ),
+            (65_536, 16_384, 256, 64, 1000, 100)
+        );
+        let r = TunnelConfig::parse(
+            "[teredo.relay]\nmax-untrusted-peers = 10\nuntrusted-peers-per-client = 2\nclient-prefix-length = 56\nbubble-rate = 5\nserver-bubble-rate = 1\n",
+        )
+        .unwrap()
+        .teredo_relay
+        .unwrap()
+        .core;
+        assert_eq!(
+            (r.max_untrusted, r.untrusted_per_client, r.client_prefix_len, r.bubble_rate, r.server_bubble_rate),
+            (10, 2, 56, 5, 1)
+        );
+        let e = TunnelConfig::parse("[teredo.relay]\nclient-prefix-length = 129\n").unwrap_err();
+        assert!(e.contains("[teredo.relay] client-prefix-length: 129"), "{e}");
     }
 
     #[test]

@@ -232,7 +232,8 @@ fn run_server(ctx: Ctx, mut core: Server, dev: Device, socks: [UdpSocket; 2]) {
 }
 
 /// The relay's published status: its counters (with the XDP fast path's
-/// as `xdp_*` when it runs), I/O errors, peers.
+/// as `xdp_*` when it runs), I/O errors, peers (all, and those waiting for
+/// the trust procedure).
 fn relay_status(core: &Relay, io: &IoStats, fast: Option<&Mirror>) -> serde_json::Value {
     let mut counters = serde_json::to_value(&core.stats).unwrap_or_default();
     if let (Some(m), Some(c)) = (fast, counters.as_object_mut()) {
@@ -240,7 +241,12 @@ fn relay_status(core: &Relay, io: &IoStats, fast: Option<&Mirror>) -> serde_json
             c.insert(k, v.into());
         }
     }
-    let mut v = serde_json::json!({ "counters": counters, "io": io, "peers": core.peers() });
+    let mut v = serde_json::json!({
+        "counters": counters,
+        "io": io,
+        "peers": core.peers(),
+        "untrusted_peers": core.untrusted_peers(),
+    });
     if let (Some(m), Some(o)) = (fast, v.as_object_mut()) {
         o.insert("xdp".into(), m.status());
         o.insert("xdp_peers".into(), (m.peers() as u64).into());

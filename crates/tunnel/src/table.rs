@@ -2,7 +2,8 @@
 //! rate-limit tables of the tunnel cores.
 //!
 //! Every entry expires `ttl` after it was inserted or last touched; when the
-//! table is full, inserting evicts the entry touched longest ago. Lookups
+//! table is full, [`Table::insert`] evicts the entry touched longest ago and
+//! [`Table::try_insert`] refuses (for state that must not be taken away). Lookups
 //! are O(1); expiry and eviction are amortised O(1) through a queue of
 //! (key, generation) in touch order, where an entry touched again leaves a
 //! stale record behind that is skipped (and compacted away when the queue
@@ -85,9 +86,9 @@ impl<K: Hash + Eq + Copy, V> Table<K, V> {
         true
     }
 
-    /// Insert or replace `k` (touched at `now`). Returns the key evicted to
-    /// make room, if any.
-    pub fn insert(&mut self, k: K, v: V, now: Millis) -> Option<K> {
+    /// Insert or replace `k` (touched at `now`). Returns the entry evicted
+    /// to make room, if any (the one touched longest ago).
+    pub fn insert(&mut self, k: K, v: V, now: Millis) -> Option<(K, V)> {
         let mut evicted = None;
         if !self.map.contains_key(&k) && self.map.len() >= self.capacity {
             self.expire(now);
@@ -95,11 +96,29 @@ impl<K: Hash + Eq + Copy, V> Table<K, V> {
                 evicted = self.evict_oldest();
             }
         }
+        self.put(k, v, now);
+        evicted
+    }
+
+    /// Insert or replace `k` (touched at `now`) only if there is room
+    /// once the expired entries are gone: a full table keeps what it holds
+    /// and gives `v` back.
+    pub fn try_insert(&mut self, k: K, v: V, now: Millis) -> Result<(), V> {
+        if !self.map.contains_key(&k) && self.map.len() >= self.capacity {
+            self.expire(now);
+            if self.map.len() >= self.capacity {
+                return Err(v);
+            }
+        }
+        self.put(k, v, now);
+        Ok(())
+    }
+
+    fn put(&mut self, k: K, v: V, now: Millis) {
         self.generation += 1;
         self.map.insert(k, Slot { value: v, touched: now, generation: self.generation });
         self.order.push_back((k, self.generation, now));
         self.compact_if_needed();
-        evicted
     }
 
     /// Remove `k`, returning its value.
@@ -107,11 +126,10 @@ impl<K: Hash + Eq + Copy, V> Table<K, V> {
         self.map.remove(k).map(|s| s.value)
     }
 
-    fn evict_oldest(&mut self) -> Option<K> {
+    fn evict_oldest(&mut self) -> Option<(K, V)> {
         while let Some((k, g, _)) = self.order.pop_front() {
             if self.map.get(&k).is_some_and(|s| s.generation == g) {
-                self.map.remove(&k);
-                return Some(k);
+                return self.map.remove(&k).map(|s| (k, s.value));
             }
         }
         None
@@ -119,6 +137,11 @@ impl<K: Hash + Eq + Copy, V> Table<K, V> {
 
     /// Remove every expired entry; returns how many.
     pub fn expire(&mut self, now: Millis) -> usize {
+        self.expire_with(now, |_, _| {})
+    }
+
+    /// Remove every expired entry, handing each to `gone`; returns how many.
+    pub fn expire_with(&mut self, now: Millis, mut gone: impl FnMut(K, V)) -> usize {
         let mut n = 0;
         // Each record is looked at once: a live entry whose touch was not
         // re-queued (within the granularity) goes to the back.
@@ -135,7 +158,9 @@ impl<K: Hash + Eq + Copy, V> Table<K, V> {
                         self.order.push_back((k, g, touched));
                         continue;
                     }
-                    self.map.remove(&k);
+                    if let Some(s) = self.map.remove(&k) {
+                        gone(k, s.value);
+                    }
                     n += 1;
                 }
                 _ => {}
@@ -190,12 +215,30 @@ mod tests {
             assert_eq!(t.insert(k, k, k as u64 * 2000), None);
         }
         t.touch(&0, 10_000);
-        assert_eq!(t.insert(9, 9, 11_000), Some(1));
+        assert_eq!(t.insert(9, 9, 11_000), Some((1, 1)));
         assert_eq!(t.len(), 3);
         assert!(t.get(&0, 11_000).is_some() && t.get(&1, 11_000).is_none());
         // Replacing an existing key evicts nothing.
         assert_eq!(t.insert(9, 10, 12_000), None);
         assert_eq!(t.get(&9, 12_000), Some(&10));
+    }
+
+    #[test]
+    fn try_insert_refuses_when_full_and_takes_nothing_away() {
+        let mut t = Table::new(2, 1000);
+        assert_eq!(t.try_insert(1, "a", 0), Ok(()));
+        assert_eq!(t.try_insert(2, "b", 0), Ok(()));
+        assert_eq!(t.try_insert(3, "c", 10), Err("c"), "full: refused");
+        assert_eq!((t.get(&1, 10), t.get(&2, 10)), (Some(&"a"), Some(&"b")));
+        assert_eq!(t.try_insert(2, "B", 20), Ok(()), "replacing needs no room");
+        t.touch(&1, 900);
+        // At 1100 ms 2 has expired (1 was touched): room for 3.
+        assert_eq!(t.try_insert(3, "c", 1100), Ok(()));
+        assert_eq!(t.get(&1, 1100), Some(&"a"));
+        let mut gone = Vec::new();
+        assert_eq!(t.expire_with(5000, |k, v| gone.push((k, v))), 2);
+        gone.sort();
+        assert_eq!(gone, [(1, "a"), (3, "c")]);
     }
 
     #[test]

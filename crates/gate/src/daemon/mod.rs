@@ -141,6 +141,11 @@ pub struct Daemon {
     pub trt: Mutex<Option<trt::Relay>>,
     /// The IMS-ALG, when `[alg]` is configured.
     pub alg: Option<alg::runner::AlgHandle>,
+    /// The destination policy: the gateway's own addresses (watched) and
+    /// the planes' policies ([`crate::destinations`]).
+    pub destinations: crate::destinations::Destinations,
+    /// The DNS64 plane's policy, for a DNS64 (re)started by a reload.
+    dns64_destinations: Arc<dstpolicy::Policy>,
     /// Admin server counters.
     pub admin_stats: Arc<admin::AdminStats>,
     /// Descriptors the configuration may need ([`crate::limits::needed`]).
@@ -262,6 +267,7 @@ impl Daemon {
             hook_nat64(&self.xdp, &engines, self.started);
             self.engines.store(Arc::new(engines));
             *lock(&self.admin_token) = token;
+            self.destinations.reconfigure(&new);
             *cur = new;
             return Ok(generation);
         };
@@ -342,6 +348,7 @@ impl Daemon {
         hook_nat64(&self.xdp, &engines, self.started);
         self.engines.store(Arc::new(engines));
         *lock(&self.admin_token) = token;
+        self.destinations.reconfigure(&new);
         *cur = new;
         drop(cur);
         // Logged when it fails; the reload itself succeeded.
@@ -484,7 +491,7 @@ impl Daemon {
             s.stop();
         }
         let Some(n) = new else { return Ok(()) };
-        match dns64::Server::start(n) {
+        match dns64::Server::start_with(n, Some(self.dns64_destinations.clone())) {
             Ok(s) => {
                 tracing::info!("dns64: serving on {:?}", s.local_addrs());
                 *slot = Some(s);
@@ -492,7 +499,7 @@ impl Daemon {
             }
             Err(e) => {
                 if let Some(o) = old {
-                    match dns64::Server::start(o) {
+                    match dns64::Server::start_with(o, Some(self.dns64_destinations.clone())) {
                         Ok(s) => *slot = Some(s),
                         Err(e2) => tracing::error!("dns64: cannot restart the old server either: {e2}"),
                     }
@@ -651,9 +658,19 @@ pub fn run(
     let busy_poll = cfg.tun.busy_poll;
     let admin_addr = cfg.admin.listen;
     let admin_limits = admin::Limits::of(&cfg.admin);
+    // One gateway for every plane that sends where a client says.
+    let destinations =
+        crate::destinations::Destinations::start(&cfg).context("starting the destination policy (route netlink)")?;
+    let dns64_destinations = {
+        let p = dstpolicy::Policy::new("dns64", destinations.gateway().clone(), dstpolicy::Lists::default());
+        let p = Arc::new(p.failing_open());
+        destinations.register(p.clone());
+        p
+    };
     let dns = match &cfg.dns64 {
         Some(d) => {
-            let s = dns64::Server::start(d).map_err(|e| anyhow::anyhow!("[dns64]: cannot start: {e}"))?;
+            let s = dns64::Server::start_with(d, Some(dns64_destinations.clone()))
+                .map_err(|e| anyhow::anyhow!("[dns64]: cannot start: {e}"))?;
             tracing::info!("dns64: serving on {:?}", s.local_addrs());
             Some(s)
         }
@@ -661,7 +678,9 @@ pub fn run(
     };
     let relay = match &cfg.trgw {
         Some(t) => {
-            let r = trgw::Relay::start(t.clone()).context("[trgw]: cannot start the media relay")?;
+            let policy = trgw::policy::MediaPolicy::new(t, destinations.gateway().clone());
+            policy.policies().into_iter().for_each(|p| destinations.register(p.clone()));
+            let r = trgw::Relay::start_with(t.clone(), policy).context("[trgw]: cannot start the media relay")?;
             tracing::info!("trgw: ng control on {:?}, rtpproxy on {:?}", r.ng_addr(), r.rtpproxy_udp_addr());
             Some(Arc::new(r))
         }
@@ -669,7 +688,10 @@ pub fn run(
     };
     let alg = match &cfg.alg {
         Some(a) => {
-            let s = alg::cli::serve(a.clone(), relay.clone()).context("[alg]: cannot start the IMS-ALG")?;
+            // Next hops through the process's one policy (plane `alg`).
+            let policy = destinations.policy("alg", a.next_hop_lists());
+            let s = alg::cli::serve_with_policy(a.clone(), relay.clone(), Some(policy))
+                .context("[alg]: cannot start the IMS-ALG")?;
             tracing::info!(
                 "alg: SIP on {} and {} (UDP{}), media {:?}",
                 s.alg.udp_v6,
@@ -700,7 +722,8 @@ pub fn run(
     };
     let trt = match &cfg.trt {
         Some(t) => {
-            let r = trt::Relay::start(t).context("[trt]: cannot start the transport relay")?;
+            let policy = destinations.policy("trt", dstpolicy::Lists::default());
+            let r = trt::Relay::start_with(t, policy).context("[trt]: cannot start the transport relay")?;
             tracing::info!("trt: relaying {}", t.prefix.prefix());
             Some(r)
         }
@@ -727,6 +750,8 @@ pub fn run(
         softwires: Mutex::new(softwires),
         trt: Mutex::new(trt),
         alg,
+        destinations,
+        dns64_destinations,
         admin_stats: Arc::new(admin::AdminStats::default()),
         fds_needed,
         admin_token: Mutex::new(token),

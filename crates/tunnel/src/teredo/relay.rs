@@ -20,11 +20,31 @@
 //! to the IPv6 side, never to another Teredo client (a relay does not
 //! relay Teredo to Teredo).
 //!
-//! The peer list is bounded (least recently used entries evicted,
-//! counted) and entries expire 30 s after their last packet.
+//! ## Budgets (issue #29)
+//!
+//! Anyone can make the relay hold state and send bubbles, so:
+//!
+//! - **Two peer lists.** Trusted peers (`max-peers`) and peers waiting
+//!   for the trust procedure (`max-untrusted-peers`) are kept apart, and
+//!   neither list evicts: a full list refuses the new peer (counted; a
+//!   packet that would have started the trust procedure is answered with
+//!   ICMPv6 Destination Unreachable, administratively prohibited,
+//!   rate-limited), so no flood of new or spoofed peers ever takes a
+//!   trusted peer's place. Entries expire 30 s after their last packet.
+//! - **A share of the untrusted list per client**: the native IPv6
+//!   source that started the trust procedure, its prefix of
+//!   `client-prefix-length` bits (a /64), holds at most
+//!   `untrusted-peers-per-client` of them.
+//! - **Bubbles limited by where they go**, not by the peer's address:
+//!   the RFC 4380 §5.2.6 budget (one per 2 s, four per 300 s) is kept per
+//!   mapped IPv4 address and port, whatever flags the Teredo address
+//!   carries (rotating them no longer yields new bubbles to one victim);
+//!   indirect bubbles to one server address are limited to
+//!   `server-bubble-rate` a second, and all bubbles to `bubble-rate`.
 
-use core::net::{Ipv6Addr, SocketAddrV4};
+use core::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
 
+use budget::{ClientKey, FairShare, RateTable};
 use xlat::tunnel::teredo::{self, TeredoAddr, PREFIX_HI32};
 use xlat::wire::ipv6::Ipv6Packet;
 use xlat::Out;
@@ -41,6 +61,8 @@ use crate::table::{Millis, Table};
 pub const ICMP_RATE: u32 = 100;
 /// The bucket's depth.
 pub const ICMP_BURST: u32 = 10;
+/// Server addresses whose indirect-bubble rate is tracked at once.
+const SERVER_BUCKETS: usize = 4096;
 
 /// Relay settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,8 +72,18 @@ pub struct RelayConfig {
     /// Source of our bubbles (the relay's IPv6 address; a link-local
     /// address works as well).
     pub address: Ipv6Addr,
-    /// Largest peer list.
+    /// Trusted peers at most.
     pub max_peers: usize,
+    /// Peers waiting for the trust procedure at most.
+    pub max_untrusted: usize,
+    /// Untrusted peers one native client (its prefix) may start at most.
+    pub untrusted_per_client: usize,
+    /// A native client is its IPv6 source's prefix of this length.
+    pub client_prefix_len: u8,
+    /// Bubbles a second at most, all destinations together (0: no limit).
+    pub bubble_rate: u32,
+    /// Indirect bubbles a second at most to one server address (0: no limit).
+    pub server_bubble_rate: u32,
     /// Packets queued for one untrusted peer.
     pub queue_per_peer: usize,
     /// Bytes queued for all untrusted peers together.
@@ -71,6 +103,11 @@ impl RelayConfig {
             prefix_hi32: PREFIX_HI32,
             address,
             max_peers: 65_536,
+            max_untrusted: 16_384,
+            untrusted_per_client: 256,
+            client_prefix_len: budget::DEFAULT_V6_PREFIX,
+            bubble_rate: 1000,
+            server_bubble_rate: 100,
             queue_per_peer: 16,
             queue_bytes: 4 << 20,
             trust_cone: false,
@@ -92,17 +129,20 @@ crate::counters! {
         to_ipv6,
         /// Bubbles sent (indirect and direct count as one each).
         bubbles_sent,
+        /// Bubbles not sent: over `bubble-rate` or a server's `server-bubble-rate`.
+        bubbles_limited,
         /// Bubbles received.
         bubbles_received,
-        /// Peers trusted after the bubble exchange.
+        /// Peers trusted: after the bubble exchange, or from their first packet.
         peers_trusted,
         /// Mappings learnt from a symmetric NAT (RFC 6081).
         mappings_learnt,
         /// Packets released from a queue when the peer became trusted.
         dequeued,
-        /// Peers evicted because the list was full.
-        peers_evicted,
-        /// Peers expired.
+        /// Peers not kept as trusted: `max-peers` trusted peers were held
+        /// (their packet was still handled).
+        peers_refused,
+        /// Peers expired (trusted or waiting).
         peers_expired,
         /// Dropped: malformed or truncated Teredo or IPv6 packet.
         drop_malformed,
@@ -127,53 +167,71 @@ crate::counters! {
         drop_queue_full,
         /// Dropped: the peer never answered four bubbles (unreachable).
         drop_unreachable,
-        /// ICMPv6 Destination Unreachable (address unreachable) sent for
-        /// packets to a peer the trust procedure could not reach.
+        /// Dropped: no trust procedure started, `max-untrusted-peers` were waiting.
+        drop_untrusted_full,
+        /// Dropped: no trust procedure started, the sender's client held
+        /// `untrusted-peers-per-client`.
+        drop_untrusted_share,
+        /// ICMPv6 Destination Unreachable sent: address unreachable for
+        /// packets to a peer the trust procedure could not reach, or
+        /// administratively prohibited for packets the untrusted list refused.
         icmp_unreachable_sent,
         /// ICMPv6 errors not sent: over the rate limit (RFC 4443 §2.4 (f)).
         icmp_rate_limited,
     }
 }
 
+/// A peer, trusted or waiting for the trust procedure.
 #[derive(Debug)]
 struct Peer {
     mapped: SocketAddrV4,
     trusted: bool,
     last_rx: Millis,
-    last_bubble: Option<Millis>,
-    bubbles: u8,
-    window_start: Millis,
+    /// A bubble was sent to it (RFC 6081: a bubble from another port may answer it).
+    bubbled: bool,
     queue: Vec<Vec<u8>>,
+    /// The native client whose packet started its trust procedure.
+    owner: Option<ClientKey>,
 }
 
 impl Peer {
     fn new(mapped: SocketAddrV4) -> Self {
-        Peer { mapped, trusted: false, last_rx: 0, last_bubble: None, bubbles: 0, window_start: 0, queue: Vec::new() }
+        Peer { mapped, trusted: false, last_rx: 0, bubbled: false, queue: Vec::new(), owner: None }
     }
 
     fn trusted_at(&self, now: Millis) -> bool {
         self.trusted && now < self.last_rx.saturating_add(PEER_TRUST_MS)
     }
+}
 
-    /// RFC 4380 §5.2.6 bubble budget: `Some(true)` send now, `Some(false)`
-    /// wait, `None` the budget is spent.
-    fn bubble_due(&mut self, now: Millis) -> Option<bool> {
-        if self.bubbles >= BUBBLE_MAX {
+/// The RFC 4380 §5.2.6 bubble budget of one destination (a mapped
+/// address and port).
+#[derive(Debug, Default, Clone, Copy)]
+struct BubbleBudget {
+    last: Option<Millis>,
+    count: u8,
+    window_start: Millis,
+}
+
+impl BubbleBudget {
+    /// `Some(true)` send now, `Some(false)` wait, `None` the budget is spent.
+    fn due(&mut self, now: Millis) -> Option<bool> {
+        if self.count >= BUBBLE_MAX {
             if now < self.window_start.saturating_add(BUBBLE_WINDOW_MS) {
                 return None;
             }
-            self.bubbles = 0;
+            self.count = 0;
         }
-        if let Some(t) = self.last_bubble {
+        if let Some(t) = self.last {
             if now < t.saturating_add(BUBBLE_INTERVAL_MS) {
                 return Some(false);
             }
         }
-        if self.bubbles == 0 {
+        if self.count == 0 {
             self.window_start = now;
         }
-        self.bubbles += 1;
-        self.last_bubble = Some(now);
+        self.count += 1;
+        self.last = Some(now);
         Some(true)
     }
 }
@@ -182,7 +240,16 @@ impl Peer {
 #[derive(Debug)]
 pub struct Relay {
     cfg: RelayConfig,
-    peers: Table<Ipv6Addr, Peer>,
+    /// Trusted peers: never evicted, refused when full.
+    trusted: Table<Ipv6Addr, Peer>,
+    /// Peers waiting for the trust procedure, and each client's share.
+    pending: Table<Ipv6Addr, Peer>,
+    share: FairShare<ClientKey>,
+    /// The bubble budget of each mapped address and port.
+    budgets: Table<SocketAddrV4, BubbleBudget>,
+    /// Indirect bubbles per server address, and all bubbles.
+    servers: RateTable<Ipv4Addr>,
+    bubbles: Bucket,
     queued_bytes: usize,
     icmp: Bucket,
     out: Out,
@@ -193,13 +260,25 @@ pub struct Relay {
     pub stats: RelayStats,
 }
 
+/// The trust procedure's outcome for a peer's first packet from the IPv6 side.
+enum Admit {
+    Waiting,
+    Refused,
+}
+
 impl Relay {
     /// A relay for `cfg`.
     pub fn new(cfg: RelayConfig) -> Self {
-        let peers = Table::new(cfg.max_peers, PEER_TRUST_MS);
+        let untrusted = cfg.max_untrusted.max(1);
         Relay {
+            trusted: Table::new(cfg.max_peers, PEER_TRUST_MS),
+            // The share refuses first: the table never has to evict.
+            pending: Table::new(untrusted + 1, PEER_TRUST_MS),
+            share: FairShare::new(untrusted, cfg.untrusted_per_client),
+            budgets: Table::new(untrusted, BUBBLE_WINDOW_MS),
+            servers: RateTable::new(cfg.server_bubble_rate, cfg.server_bubble_rate, SERVER_BUCKETS),
+            bubbles: Bucket::full(cfg.bubble_rate, 0),
             cfg,
-            peers,
             queued_bytes: 0,
             icmp: Bucket::full(ICMP_BURST, 0),
             out: Out::new(),
@@ -231,25 +310,25 @@ impl Relay {
     /// The mapping of `peer` while it is trusted at `now` (RFC 4380 §5.4:
     /// packets to it go straight out, packets from that mapping are accepted).
     pub fn trusted_mapping(&self, peer: &Ipv6Addr, now: Millis) -> Option<SocketAddrV4> {
-        self.peers.get(peer, now).filter(|p| p.trusted_at(now)).map(|p| p.mapped)
+        self.trusted.get(peer, now).filter(|p| p.trusted_at(now)).map(|p| p.mapped)
     }
 
     /// When the last packet from `peer` arrived (on the slow path or as
     /// [`Relay::seen`] reported).
     pub fn last_rx(&self, peer: &Ipv6Addr, now: Millis) -> Option<Millis> {
-        self.peers.get(peer, now).map(|p| p.last_rx)
+        self.trusted.get(peer, now).or_else(|| self.pending.get(peer, now)).map(|p| p.last_rx)
     }
 
     /// A packet from trusted `peer` arrived at `at` on another path (the
     /// XDP fast path decapsulated it): the peer stays trusted and listed
     /// as if the relay had seen it.
     pub fn seen(&mut self, peer: &Ipv6Addr, at: Millis, now: Millis) {
-        let Some(p) = self.peers.get_mut(peer, now) else { return };
+        let Some(p) = self.trusted.get_mut(peer, now) else { return };
         if !p.trusted || at <= p.last_rx || at > now {
             return;
         }
         p.last_rx = at;
-        self.peers.touch(peer, at);
+        self.trusted.touch(peer, at);
     }
 
     /// The configuration.
@@ -257,26 +336,104 @@ impl Relay {
         &self.cfg
     }
 
-    /// Peers in the list.
+    /// Peers in the lists (trusted and waiting).
     pub fn peers(&self) -> usize {
-        self.peers.len()
+        self.trusted.len() + self.pending.len()
+    }
+
+    /// Peers waiting for the trust procedure.
+    pub fn untrusted_peers(&self) -> usize {
+        self.pending.len()
     }
 
     /// Expire idle peers (and their queues).
     pub fn tick(&mut self, now: Millis) {
-        let before = self.peers.len();
-        self.stats.peers_expired += self.peers.expire(now) as u64;
-        if self.peers.len() != before {
-            self.recount_queue();
-        }
-    }
-
-    fn recount_queue(&mut self) {
-        self.queued_bytes = self.peers.iter(u64::MAX / 2).flat_map(|(_, p)| p.queue.iter()).map(Vec::len).sum();
+        let mut gone = self.trusted.expire(now) as u64;
+        let (share, queued) = (&mut self.share, &mut self.queued_bytes);
+        gone += self.pending.expire_with(now, |_, p| forget(share, queued, &p)) as u64;
+        self.stats.peers_expired += gone;
+        self.budgets.expire(now);
     }
 
     fn is_teredo(&self, a: &Ipv6Addr) -> bool {
         (u128::from(*a) >> 96) as u32 == self.cfg.prefix_hi32
+    }
+
+    /// Take `peer` off the untrusted list (its share and queued bytes given back).
+    fn take_pending(&mut self, peer: &Ipv6Addr) -> Option<Peer> {
+        let p = self.pending.remove(peer)?;
+        forget(&mut self.share, &mut self.queued_bytes, &p);
+        Some(p)
+    }
+
+    /// Make `p` (mapping known, trusted at `now`) a trusted peer; its queue
+    /// goes out to its mapping. A full trusted list refuses to keep it
+    /// (counted); the packets still go.
+    fn trust(&mut self, addr: Ipv6Addr, mut p: Peer, now: Millis, ob: &mut Outbox) {
+        p.trusted = true;
+        p.last_rx = now;
+        p.owner = None;
+        let to = p.mapped;
+        for q in p.queue.drain(..) {
+            ob.push(Dest::Udp { sock: 0, to }, &q);
+            self.stats.dequeued += 1;
+            self.stats.to_clients += 1;
+        }
+        match self.trusted.try_insert(addr, p, now) {
+            Ok(()) => {
+                self.stats.peers_trusted += 1;
+                self.trust_changed(addr);
+            }
+            Err(_) => self.stats.peers_refused += 1,
+        }
+    }
+
+    /// A new peer `dst` for a packet from native `src`: on the untrusted
+    /// list within the limits, or refused.
+    fn admit(&mut self, src: Ipv6Addr, dst: Ipv6Addr, mapped: SocketAddrV4, now: Millis) -> Admit {
+        let owner = ClientKey::v6(src, self.cfg.client_prefix_len);
+        if !self.share.has_room(&owner) {
+            // Expired entries still hold their share until collected.
+            self.tick(now);
+        }
+        match self.share.try_acquire(&owner) {
+            Ok(()) => {
+                let mut p = Peer::new(mapped);
+                p.owner = Some(owner);
+                if let Err(p) = self.pending.try_insert(dst, p, now) {
+                    // Cannot happen (the share's cap is below the table's); refuse all the same.
+                    self.share.release(&owner);
+                    drop(p);
+                    self.stats.drop_untrusted_full += 1;
+                    return Admit::Refused;
+                }
+                Admit::Waiting
+            }
+            Err(budget::Refusal::Full) => {
+                self.stats.drop_untrusted_full += 1;
+                Admit::Refused
+            }
+            Err(budget::Refusal::ClientShare) => {
+                self.stats.drop_untrusted_share += 1;
+                Admit::Refused
+            }
+        }
+    }
+
+    /// One bubble to `to` (indirect: to a server), within the global rate
+    /// and, for servers, the server's.
+    fn bubble(&mut self, to: SocketAddrV4, indirect: bool, dst: Ipv6Addr, now: Millis, ob: &mut Outbox) {
+        if indirect && !self.servers.take(to.ip(), now) {
+            self.stats.bubbles_limited += 1;
+            return;
+        }
+        if !self.bubbles.take(self.cfg.bubble_rate, self.cfg.bubble_rate, now) {
+            self.stats.bubbles_limited += 1;
+            return;
+        }
+        let src = self.cfg.address;
+        ob.push_with(Dest::Udp { sock: 0, to }, 40, |b| bubble_payload(src, dst, b));
+        self.stats.bubbles_sent += 1;
     }
 
     /// An IPv6 packet from the IPv6 side, for a Teredo client.
@@ -287,8 +444,8 @@ impl Relay {
             return;
         };
         let pkt = p.as_bytes();
-        let dst = p.dst();
-        if crate::is_link_scope(&p.src(), &dst) {
+        let (src, dst) = (p.src(), p.dst());
+        if crate::is_link_scope(&src, &dst) {
             self.stats.drop_link_scope += 1;
             return;
         }
@@ -301,45 +458,55 @@ impl Relay {
             self.stats.drop_bad_destination += 1;
             return;
         }
-        if let Some(peer) = self.peers.get_mut(&dst, now) {
+        if let Some(peer) = self.trusted.get(&dst, now) {
             if peer.trusted_at(now) {
-                let to = peer.mapped;
-                ob.push(Dest::Udp { sock: 0, to }, pkt);
+                ob.push(Dest::Udp { sock: 0, to: peer.mapped }, pkt);
                 self.stats.to_clients += 1;
                 return;
             }
-        } else {
-            if self.peers.insert(dst, Peer::new(t.mapped), now).is_some() {
-                self.stats.peers_evicted += 1;
-                self.recount_queue();
+            // Trust lapsed: the trust procedure again.
+            self.trusted.remove(&dst);
+        }
+        if self.pending.get(&dst, now).is_none() {
+            if let Admit::Refused = self.admit(src, dst, t.mapped, now) {
+                // RFC 4443 §3.1 code 1: administratively prohibited (a limit, not the peer).
+                self.unreachable(pkt, 1, now, ob);
+                return;
             }
         }
-        let cone = self.cfg.trust_cone && t.is_cone();
-        let (qmax, budget) = (self.cfg.queue_per_peer, self.cfg.queue_bytes);
-        let Some(peer) = self.peers.get_mut(&dst, now) else { return };
-        if cone {
-            peer.trusted = true;
-            peer.last_rx = now;
-            ob.push(Dest::Udp { sock: 0, to: peer.mapped }, pkt);
-            self.stats.to_clients += 1;
-            self.trust_changed(dst);
+        if self.cfg.trust_cone && t.is_cone() {
+            if let Some(mut peer) = self.take_pending(&dst) {
+                peer.queue.push(pkt.to_vec());
+                self.trust(dst, peer, now, ob);
+            }
             return;
         }
+        let (qmax, budget) = (self.cfg.queue_per_peer, self.cfg.queue_bytes);
+        let Some(peer) = self.pending.get_mut(&dst, now) else { return };
         if peer.queue.len() >= qmax || self.queued_bytes + pkt.len() > budget {
             self.stats.drop_queue_full += 1;
         } else {
             peer.queue.push(pkt.to_vec());
             self.queued_bytes += pkt.len();
         }
-        match peer.bubble_due(now) {
+        let mapped = peer.mapped;
+        // The RFC 4380 §5.2.6 budget of the destination, whatever flags name it.
+        let due = match self.budgets.get_mut(&mapped, now) {
+            Some(b) => b.due(now),
+            None => {
+                let mut b = BubbleBudget::default();
+                let d = b.due(now);
+                self.budgets.insert(mapped, b, now);
+                d
+            }
+        };
+        match due {
             Some(true) => {
-                let server = SocketAddrV4::new(t.server, TEREDO_PORT);
-                let mapped = peer.mapped;
-                let src = self.cfg.address;
-                for to in [server, mapped] {
-                    ob.push_with(Dest::Udp { sock: 0, to }, 40, |b| bubble_payload(src, dst, b));
-                    self.stats.bubbles_sent += 1;
+                if let Some(peer) = self.pending.get_mut(&dst, now) {
+                    peer.bubbled = true;
                 }
+                self.bubble(SocketAddrV4::new(t.server, TEREDO_PORT), true, dst, now, ob);
+                self.bubble(mapped, false, dst, now, ob);
             }
             Some(false) => {}
             None => {
@@ -347,24 +514,24 @@ impl Relay {
                 // bubbles unanswered, the peer is unreachable; its queued
                 // packets are dropped and their sources told so (RFC 4443
                 // §3.1 code 3, address unreachable), rate-limited.
-                let queued = std::mem::take(&mut peer.queue);
+                let queued = self.pending.get_mut(&dst, now).map(|p| std::mem::take(&mut p.queue)).unwrap_or_default();
                 self.stats.drop_unreachable += queued.len() as u64;
                 self.queued_bytes -= queued.iter().map(Vec::len).sum::<usize>();
                 for q in &queued {
-                    self.unreachable(q, now, ob);
+                    self.unreachable(q, 3, now, ob);
                 }
             }
         }
     }
 
-    /// An ICMPv6 Destination Unreachable (address unreachable) about
-    /// `invoking` to the IPv6 side, within the rate limit.
-    fn unreachable(&mut self, invoking: &[u8], now: Millis, ob: &mut Outbox) {
+    /// An ICMPv6 Destination Unreachable (`code`) about `invoking` to the
+    /// IPv6 side, within the rate limit.
+    fn unreachable(&mut self, invoking: &[u8], code: u8, now: Millis, ob: &mut Outbox) {
         if !self.icmp.take(ICMP_RATE, ICMP_BURST, now) {
             self.stats.icmp_rate_limited += 1;
             return;
         }
-        if xlat::tunnel::icmp6_error(&mut self.out, self.cfg.address, invoking, 1, 3) {
+        if xlat::tunnel::icmp6_error(&mut self.out, self.cfg.address, invoking, 1, code) {
             if let Some((_, b)) = self.out.get(0) {
                 ob.push(Dest::Tun, b);
                 self.stats.icmp_unreachable_sent += 1;
@@ -395,64 +562,50 @@ impl Relay {
         }
         let bubble = p.is_bubble();
         let matches = teredo::source_matches(from, &src);
-        let mut changed = false;
-        let accepted = match self.peers.get_mut(&src, now) {
-            Some(peer) if peer.mapped == from || matches => {
-                let newly = !peer.trusted;
-                changed = newly || peer.mapped != from;
+        let accepted = if let Some(peer) = self.trusted.get_mut(&src, now) {
+            if peer.mapped == from || matches {
+                let changed = !peer.trusted_at(now) || peer.mapped != from;
                 peer.mapped = from;
                 peer.trusted = true;
                 peer.last_rx = now;
-                self.stats.peers_trusted += u64::from(newly);
+                self.trusted.touch(&src, now);
+                if changed {
+                    self.trust_changed(src);
+                }
                 true
+            } else {
+                false
             }
-            Some(peer) if self.cfg.symmetric_nat && bubble && peer.last_bubble.is_some() && !peer.queue.is_empty() => {
-                // RFC 6081 Symmetric NAT Support: the client's NAT gave its
-                // bubble to us another port than the one its address embeds.
-                if from.ip() != peer.mapped.ip() {
-                    false
-                } else {
-                    peer.mapped = from;
-                    peer.trusted = true;
-                    peer.last_rx = now;
-                    changed = true;
+        } else if let Some(peer) = self.pending.get(&src, now) {
+            let learn = self.cfg.symmetric_nat
+                && bubble
+                && peer.bubbled
+                && !peer.queue.is_empty()
+                && from.ip() == peer.mapped.ip();
+            if peer.mapped == from || matches || learn {
+                if peer.mapped != from && !matches {
+                    // RFC 6081 Symmetric NAT Support: the client's NAT gave its
+                    // bubble to us another port than the one its address embeds.
                     self.stats.mappings_learnt += 1;
-                    self.stats.peers_trusted += 1;
-                    true
                 }
-            }
-            Some(_) => false,
-            None if matches => {
-                let mut peer = Peer::new(from);
-                peer.trusted = true;
-                peer.last_rx = now;
-                changed = true;
-                if self.peers.insert(src, peer, now).is_some() {
-                    self.stats.peers_evicted += 1;
-                    self.recount_queue();
+                if let Some(mut peer) = self.take_pending(&src) {
+                    peer.mapped = from;
+                    self.trust(src, peer, now, ob);
                 }
                 true
+            } else {
+                false
             }
-            None => false,
+        } else if matches {
+            // A new peer trusted from its first packet, while there is room.
+            self.trust(src, Peer::new(from), now, ob);
+            true
+        } else {
+            false
         };
         if !accepted {
             self.stats.drop_spoofed += 1;
             return;
-        }
-        if changed {
-            self.trust_changed(src);
-        }
-        self.peers.touch(&src, now);
-        if let Some(peer) = self.peers.get_mut(&src, now) {
-            if !peer.queue.is_empty() {
-                let to = peer.mapped;
-                for q in peer.queue.drain(..) {
-                    self.queued_bytes -= q.len();
-                    ob.push(Dest::Udp { sock: 0, to }, &q);
-                    self.stats.dequeued += 1;
-                    self.stats.to_clients += 1;
-                }
-            }
         }
         if bubble {
             self.stats.bubbles_received += 1;
@@ -469,6 +622,14 @@ impl Relay {
         ob.push(Dest::Tun, p.ipv6);
         self.stats.to_ipv6 += 1;
     }
+}
+
+/// An untrusted peer leaves: its client's share and its queued bytes go back.
+fn forget(share: &mut FairShare<ClientKey>, queued: &mut usize, p: &Peer) {
+    if let Some(o) = &p.owner {
+        share.release(o);
+    }
+    *queued -= p.queue.iter().map(Vec::len).sum::<usize>();
 }
 
 #[cfg(test)]
@@ -701,9 +862,169 @@ mod tests {
             r.on_udp(m, &v6(c, a6("2001:db8::1"), proto::UDP, &[0; 8]), u64::from(i), &mut ob);
         }
         assert_eq!(r.peers(), 50);
-        assert_eq!(r.stats.peers_evicted, 450);
+        assert_eq!((r.stats.peers_trusted, r.stats.peers_refused), (50, 450), "the first 50 kept, none evicted");
+        assert_eq!(r.stats.to_ipv6, 500, "refused peers' packets are still relayed");
+        let first = TeredoAddr { server: SERVER, flags: 0, mapped: sa("198.51.100.7:1000") }.to_ipv6();
+        assert_eq!(r.trusted_mapping(&first, 500), Some(sa("198.51.100.7:1000")));
         r.tick(500 + PEER_TRUST_MS);
         assert_eq!(r.peers(), 0);
+    }
+
+    /// Issue #29 D10: 70,000 spoofed packets (new untrusted peers from the
+    /// IPv6 side, new "trusted" ones from spoofed UDP sources) evicted
+    /// trusted peers. Neither list evicts: a trusted peer stays, the
+    /// flood is refused and counted, and the untrusted list stays within
+    /// its cap.
+    #[test]
+    fn a_flood_of_new_peers_never_evicts_a_trusted_one() {
+        let cfg = RelayConfig {
+            max_peers: 100,
+            max_untrusted: 40,
+            queue_per_peer: 1,
+            ..RelayConfig::new(a6("2001:db8:ffff::1"))
+        };
+        let mut r = Relay::new(cfg);
+        let mut ob = Outbox::new();
+        let c = client("198.51.100.7:40000", 0);
+        r.on_udp(sa("198.51.100.7:40000"), &v6(c, a6("2001:db8::1"), proto::UDP, &[9; 8]), 0, &mut ob);
+        assert_eq!(r.trusted_mapping(&c, 0), Some(sa("198.51.100.7:40000")));
+        let mut bb = [0u8; 40];
+        for i in 0..70_000u32 {
+            let now = 1 + u64::from(i) / 10; // 7 s
+            let m = SocketAddrV4::new(Ipv4Addr::from(0xc633_6500 | (i / 60_000)), 1 + (i % 60_000) as u16);
+            let victim = TeredoAddr { server: SERVER, flags: 0, mapped: m }.to_ipv6();
+            if i % 2 == 0 {
+                // From native sources of many prefixes, to new Teredo peers.
+                let src = Ipv6Addr::from(0x2001_0db8_0000_0000u128 << 64 | u128::from(i) << 64 | 1);
+                r.on_v6(&v6(src, victim, proto::UDP, &[0; 8]), now, &mut ob);
+            } else {
+                // Spoofed bubbles whose outer source matches.
+                teredo::bubble(victim, a6("2001:db8:ffff::1"), &mut bb).unwrap();
+                r.on_udp(m, &bb, now, &mut ob);
+            }
+            ob.clear();
+        }
+        let now = 7_001;
+        assert_eq!(r.trusted_mapping(&c, now), Some(sa("198.51.100.7:40000")), "still trusted, still listed");
+        assert!(r.untrusted_peers() <= 40, "{}", r.untrusted_peers());
+        assert!(r.peers() <= 140);
+        assert_eq!(r.stats.peers_trusted, 100, "the legitimate peer and 99 of the flood");
+        assert_eq!(r.stats.peers_refused, 35_000 - 99);
+        assert_eq!(r.stats.drop_untrusted_full, 35_000 - 40, "{:?}", r.stats);
+        assert!(r.stats.icmp_unreachable_sent > 0 && r.stats.icmp_rate_limited > 0);
+        // The trusted peer's traffic goes straight out.
+        r.on_v6(&v6(a6("2001:db8::1"), c, proto::UDP, &[1; 8]), now, &mut ob);
+        assert_eq!(ob.iter().next().map(|(d, _)| d), Some(Dest::Udp { sock: 0, to: sa("198.51.100.7:40000") }));
+    }
+
+    /// Issue #29 D10: rotating the 16 flag bits of a Teredo address made
+    /// each a new peer with a new bubble budget: 20,000 packets in, 40,000
+    /// bubbles out to one victim. The RFC 4380 §5.2.6 budget is the
+    /// destination's (mapped address and port): four direct bubbles per
+    /// 300 s; and indirect bubbles to one server address are limited too.
+    #[test]
+    fn rotating_flags_buys_no_bubbles_for_one_destination() {
+        let cfg = RelayConfig {
+            untrusted_per_client: 100_000,
+            max_untrusted: 100_000,
+            ..RelayConfig::new(a6("2001:db8:ffff::1"))
+        };
+        let mut r = Relay::new(cfg);
+        let mut ob = Outbox::new();
+        let mut to_victim = 0;
+        let mut to_server = 0;
+        for i in 0..20_000u32 {
+            let flags = (i % 65_536) as u16 & !xlat::tunnel::teredo::FLAG_CONE;
+            let dst = TeredoAddr { server: SERVER, flags, mapped: sa("203.0.113.9:5000") }.to_ipv6();
+            // 20 s at 1000 packets a second.
+            r.on_v6(&v6(a6("2001:db8::1"), dst, proto::UDP, &[0; 8]), u64::from(i), &mut ob);
+            for (d, _) in ob.iter() {
+                match d {
+                    Dest::Udp { to, .. } if to == sa("203.0.113.9:5000") => to_victim += 1,
+                    Dest::Udp { to, .. } if to == sa("192.0.2.1:3544") => to_server += 1,
+                    _ => {}
+                }
+            }
+            ob.clear();
+        }
+        assert_eq!(to_victim, 4, "the RFC budget of the destination");
+        assert_eq!(to_server, 4, "indirect bubbles go with the direct ones");
+        assert_eq!(r.stats.bubbles_sent, 8);
+        // Another destination behind the same server gets its own budget,
+        // within the server's rate (100 a second by default).
+        let mut served = 0;
+        for port in 1..=300u16 {
+            let dst =
+                TeredoAddr { server: SERVER, flags: 0, mapped: SocketAddrV4::new(Ipv4Addr::new(203, 0, 113, 9), port) }
+                    .to_ipv6();
+            r.on_v6(&v6(a6("2001:db8::2"), dst, proto::UDP, &[0; 8]), 30_000, &mut ob);
+            served += ob.iter().filter(|(d, _)| *d == Dest::Udp { sock: 0, to: sa("192.0.2.1:3544") }).count();
+            ob.clear();
+        }
+        assert_eq!(served, 100, "one server address: its rate");
+        assert_eq!(r.stats.bubbles_limited, 200);
+    }
+
+    #[test]
+    fn the_global_bubble_rate_holds() {
+        let cfg = RelayConfig { bubble_rate: 10, ..RelayConfig::new(a6("2001:db8:ffff::1")) };
+        let mut r = Relay::new(cfg);
+        let mut ob = Outbox::new();
+        for i in 0..50u8 {
+            let server = Ipv4Addr::new(192, 0, 2, 1 + i);
+            let dst =
+                TeredoAddr { server, flags: 0, mapped: SocketAddrV4::new(Ipv4Addr::new(203, 0, 113, i), 7) }.to_ipv6();
+            r.on_v6(&v6(a6("2001:db8::1"), dst, proto::UDP, &[0; 8]), 0, &mut ob);
+        }
+        assert_eq!((r.stats.bubbles_sent, r.stats.bubbles_limited), (10, 90));
+    }
+
+    /// A native client (its /64) starts at most its share of trust
+    /// procedures; the rest are refused with ICMPv6 1/1 and counted;
+    /// another client is not affected; expiry gives the share back.
+    #[test]
+    fn a_native_client_gets_its_share_of_untrusted_peers() {
+        let cfg = RelayConfig { untrusted_per_client: 5, ..RelayConfig::new(a6("2001:db8:ffff::1")) };
+        let mut r = Relay::new(cfg);
+        let mut ob = Outbox::new();
+        let dst = |port: u16| {
+            TeredoAddr { server: SERVER, flags: 0, mapped: SocketAddrV4::new(Ipv4Addr::new(203, 0, 113, 1), port) }
+                .to_ipv6()
+        };
+        for i in 0..8u16 {
+            // Eight addresses of one /64.
+            let src = Ipv6Addr::new(0x2001, 0xdb8, 7, 0, 0, 0, 1, i);
+            r.on_v6(&v6(src, dst(100 + i), proto::UDP, &[0; 8]), 0, &mut ob);
+        }
+        assert_eq!((r.untrusted_peers(), r.stats.drop_untrusted_share), (5, 3));
+        let errs: Vec<_> = ob.iter().filter(|(d, _)| *d == Dest::Tun).map(|(_, b)| b.to_vec()).collect();
+        assert_eq!(errs.len(), 3);
+        assert_eq!(&errs[0][40..42], &[1, 1], "administratively prohibited");
+        ob.clear();
+        r.on_v6(&v6(a6("2001:db8:8::1"), dst(200), proto::UDP, &[0; 8]), 0, &mut ob);
+        assert_eq!(r.untrusted_peers(), 6);
+        r.on_v6(
+            &v6(Ipv6Addr::new(0x2001, 0xdb8, 7, 0, 0, 0, 1, 99), dst(300), proto::UDP, &[0; 8]),
+            PEER_TRUST_MS,
+            &mut ob,
+        );
+        assert_eq!(r.stats.drop_untrusted_share, 3, "the expired entries gave their share back");
+    }
+
+    /// Issue #29 D10: a peer trusted from its first packet (a bubble whose
+    /// outer source matches) was not counted in `peers_trusted`.
+    #[test]
+    fn a_peer_trusted_from_its_first_bubble_is_counted() {
+        let mut r = relay();
+        let mut ob = Outbox::new();
+        let c = client("198.51.100.7:40000", 0);
+        let mut bb = [0u8; 40];
+        teredo::bubble(c, a6("2001:db8:ffff::1"), &mut bb).unwrap();
+        r.on_udp(sa("198.51.100.7:40000"), &bb, 0, &mut ob);
+        assert_eq!((r.stats.peers_trusted, r.stats.bubbles_received), (1, 1));
+        assert_eq!(r.trusted_mapping(&c, 0), Some(sa("198.51.100.7:40000")));
+        r.on_udp(sa("198.51.100.7:40000"), &bb, 10, &mut ob);
+        assert_eq!(r.stats.peers_trusted, 1, "once");
     }
 
     #[test]

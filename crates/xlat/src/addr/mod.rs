@@ -309,6 +309,16 @@ impl From<Prefix6> for IpPrefix {
     }
 }
 
+/// The host prefix of an address (`/32` or `/128`).
+impl From<IpAddr> for IpPrefix {
+    fn from(a: IpAddr) -> Self {
+        match a {
+            IpAddr::V4(a) => IpPrefix::V4(Prefix4 { addr: a, len: 32 }),
+            IpAddr::V6(a) => IpPrefix::V6(Prefix6 { addr: a, len: 128 }),
+        }
+    }
+}
+
 impl FromStr for IpPrefix {
     type Err = AddrError;
     /// `192.0.2.0/24` or `2001:db8::/32`; a bare address is a host prefix.

@@ -2,10 +2,14 @@
 //! bearer token (pure functions over header bytes: fuzzed as
 //! `admin_request`).
 //!
-//! - `Host`, when present, must name this server: `localhost`, a loopback
-//!   literal, the address the connection came in on, or a name of
-//!   `[admin] hosts`; with a port, the port the connection came in on. A
-//!   browser tricked by DNS rebinding sends the attacker's name: refused.
+//! - Exactly one `Host` (RFC 9112 §3.2: none, or more than one, is a
+//!   `400`), naming this server: `localhost`, a loopback literal, the
+//!   address the connection came in on, or a name of `[admin] hosts`; with
+//!   a port, the port the connection came in on. A browser tricked by DNS
+//!   rebinding sends the attacker's name: refused (`403`). A request
+//!   target in absolute form (`GET http://name/status`) must name this
+//!   server the same way, with the `http` scheme (it is what a proxy would
+//!   act on: RFC 9112 §3.2.2).
 //! - `Origin`, when present, must be `http://` + such a host: a page of
 //!   another site (which a browser marks with its own origin) is refused.
 //! - `POST` (every state-changing endpoint) needs
@@ -20,8 +24,14 @@ use super::Limits;
 /// Why a request was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Denied {
+    /// No `Host` header.
+    NoHost,
+    /// More than one `Host` header.
+    DuplicateHost,
     /// `Host` names another server.
     Host,
+    /// An absolute-form request target names another server (or scheme).
+    Target,
     /// `Origin` is another site.
     Origin,
     /// Missing or wrong bearer token.
@@ -34,6 +44,7 @@ impl Denied {
     /// HTTP status.
     pub fn status(self) -> u16 {
         match self {
+            Denied::NoHost | Denied::DuplicateHost => 400,
             Denied::Token => 401,
             _ => 403,
         }
@@ -42,7 +53,10 @@ impl Denied {
     /// The error text.
     pub fn message(self) -> &'static str {
         match self {
+            Denied::NoHost => "a Host header is required (RFC 9112 3.2)",
+            Denied::DuplicateHost => "more than one Host header (RFC 9112 3.2)",
             Denied::Host => "the Host header does not name this server ([admin] hosts lists further names)",
+            Denied::Target => "the request target names another server: this is not a proxy",
             Denied::Origin => "cross-origin requests are refused (the Origin header is not this server)",
             Denied::Token => "missing or wrong token: send Authorization: Bearer <[admin] token>",
             Denied::RemoteWithoutToken => {
@@ -57,8 +71,15 @@ impl Denied {
 pub struct Request<'a> {
     /// POST: the request changes state.
     pub method_changes_state: bool,
-    /// The `Host` header.
+    /// The `Host` header (the first, when there are several).
     pub host: Option<&'a [u8]>,
+    /// How many `Host` headers the request has (exactly one is accepted).
+    pub host_count: usize,
+    /// The scheme of an absolute-form request target (`http` of
+    /// `GET http://name/path`).
+    pub target_scheme: Option<&'a str>,
+    /// The authority of an absolute-form (or authority-form) request target.
+    pub target_authority: Option<&'a str>,
     /// The `Origin` header.
     pub origin: Option<&'a [u8]>,
     /// The `Authorization` header.
@@ -136,12 +157,29 @@ pub fn token_ok(authorization: Option<&[u8]>, token: &str) -> bool {
     same(rest.trim_ascii(), token.as_bytes())
 }
 
-/// Every check, in order: Host, Origin, token.
+/// Every check, in order: Host, the request target, Origin, token.
 pub fn check(r: &Request<'_>, token: Option<&str>, limits: &Limits) -> Result<(), Denied> {
-    if let Some(h) = r.host {
-        let ok = std::str::from_utf8(h).is_ok_and(|h| host_allowed(h, r.local, &limits.hosts));
-        if !ok {
-            return Err(Denied::Host);
+    let host = match (r.host, r.host_count) {
+        (_, 2..) => return Err(Denied::DuplicateHost),
+        (Some(h), _) => h,
+        (None, _) => return Err(Denied::NoHost),
+    };
+    if !std::str::from_utf8(host).is_ok_and(|h| host_allowed(h, r.local, &limits.hosts)) {
+        return Err(Denied::Host);
+    }
+    if r.target_scheme.is_some_and(|s| !s.eq_ignore_ascii_case("http")) {
+        return Err(Denied::Target);
+    }
+    if let Some(a) = r.target_authority {
+        // http:// without a port means port 80, as for Origin.
+        let with_port = match split_host(a) {
+            Some((_, Some(_))) => a.to_string(),
+            Some((n, None)) if n.contains(':') => format!("[{n}]:80"),
+            Some((n, None)) => format!("{n}:80"),
+            None => return Err(Denied::Target),
+        };
+        if a.contains('@') || !host_allowed(&with_port, r.local, &limits.hosts) {
+            return Err(Denied::Target);
         }
     }
     if let Some(o) = r.origin {
@@ -172,7 +210,10 @@ mod tests {
     fn req<'a>(post: bool, host: Option<&'a str>, origin: Option<&'a str>, auth: Option<&'a str>) -> Request<'a> {
         Request {
             method_changes_state: post,
-            host: host.map(str::as_bytes),
+            host: Some(host.unwrap_or("localhost:9164").as_bytes()),
+            host_count: 1,
+            target_scheme: None,
+            target_authority: None,
             origin: origin.map(str::as_bytes),
             authorization: auth.map(str::as_bytes),
             peer: "127.0.0.1".parse().unwrap(),
@@ -220,6 +261,44 @@ mod tests {
         }
         let l80: SocketAddr = "127.0.0.1:80".parse().unwrap();
         assert!(origin_allowed("http://localhost", l80, &[]));
+    }
+
+    /// Issue #29: a duplicate Host, a request without one, and an
+    /// absolute-form target naming a foreign host were accepted.
+    #[test]
+    fn exactly_one_host_and_no_foreign_target() {
+        let l = limits();
+        let base = req(false, Some("localhost:9164"), None, None);
+        assert_eq!(check(&base, None, &l), Ok(()));
+        let none = Request { host: None, host_count: 0, ..base.clone() };
+        assert_eq!(check(&none, None, &l), Err(Denied::NoHost));
+        assert_eq!(Denied::NoHost.status(), 400);
+        let two = Request { host_count: 2, ..base.clone() };
+        assert_eq!(check(&two, None, &l), Err(Denied::DuplicateHost));
+        assert_eq!(Denied::DuplicateHost.status(), 400);
+        let target = |scheme: &'static str, auth: &'static str| Request {
+            target_scheme: Some(scheme),
+            target_authority: Some(auth),
+            ..base.clone()
+        };
+        for (scheme, auth) in [("http", "127.0.0.1:9164"), ("http", "localhost:9164"), ("HTTP", "gw1.example.net:9164")]
+        {
+            assert_eq!(check(&target(scheme, auth), None, &l), Ok(()), "{scheme}://{auth}");
+        }
+        for (scheme, auth) in [
+            ("http", "evil.example"),
+            ("http", "evil.example:9164"),
+            ("http", "localhost"),
+            ("http", "192.0.2.9:9164"),
+            ("http", "user@localhost:9164"),
+            ("https", "localhost:9164"),
+            ("http", ""),
+        ] {
+            assert_eq!(check(&target(scheme, auth), None, &l), Err(Denied::Target), "{scheme}://{auth}");
+        }
+        let authority_form = Request { target_authority: Some("evil.example:443"), ..base.clone() };
+        assert_eq!(check(&authority_form, None, &l), Err(Denied::Target));
+        assert_eq!(Denied::Target.status(), 403);
     }
 
     #[test]

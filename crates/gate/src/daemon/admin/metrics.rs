@@ -12,7 +12,9 @@
 //! `v6gate_dns64_<event>_total` stay). With `[alg]`, the `v6gate_alg_*`
 //! families: requests by method, responses by class, the ALG's own
 //! responses by code, drops by reason, transactions, dialogs, calls by
-//! result, handovers (docs/alg.md lists them).
+//! result, handovers (docs/alg.md lists them). The destination policy:
+//! `v6gate_destination_refused_total{plane,reason}` and the own-address
+//! list's `v6gate_destination_own_*` (docs/security.md).
 //!
 //! A snapshot of the daemon's counters is taken into a list of
 //! [`Family`] values (pure, testable), then encoded by the crate.
@@ -243,9 +245,49 @@ pub fn families(d: &Daemon) -> Vec<Family> {
         trt(&mut v, &r.counters().snapshot());
     }
     if let Some(a) = d.alg.as_ref() {
-        alg(&mut v, &a.snapshot(), a.policy());
+        alg(&mut v, &a.snapshot());
     }
+    destinations(&mut v, &d.destinations);
     v
+}
+
+/// `v6gate_destination_*`: refusals by plane and reason, and the state of
+/// the own-address list.
+fn destinations(v: &mut Vec<Family>, d: &crate::destinations::Destinations) {
+    let mut refused = Family::counter(
+        "v6gate_destination_refused",
+        "Destinations a client named that the destination policy refused, by plane and reason.",
+    );
+    for p in d.policies() {
+        for (r, n) in p.refused() {
+            refused =
+                refused.with(vec![("plane", p.plane().to_string()), ("reason", r.as_str().to_string())], n as f64);
+        }
+    }
+    v.push(refused);
+    let st = d.gateway().status();
+    v.push(
+        Family::gauge("v6gate_destination_own_addresses", "The gateway's own addresses the policy knows, by source.")
+            .by(
+                "source",
+                [
+                    ("host", st.host_addresses as u64),
+                    ("directed-broadcast", st.broadcasts as u64),
+                    ("configured", st.configured as u64),
+                ],
+            ),
+    );
+    v.push(
+        Family::counter("v6gate_destination_own_refreshes", "Readings of the host's addresses, by result.")
+            .by("result", [("ok", st.refreshes), ("error", st.failures)]),
+    );
+    v.push(
+        Family::gauge(
+            "v6gate_destination_own_stale",
+            "1 while the host's addresses cannot be read (only allow-listed destinations pass).",
+        )
+        .one(u8::from(st.stale)),
+    );
 }
 
 /// `v6gate_xdp_*`: attachments, packets and bytes the fast path forwarded
@@ -373,6 +415,14 @@ fn softwires(v: &mut Vec<Family>, status: &serde_json::Value) {
         "v6gate_softwire_port_block_events",
         "DS-Lite AFTR XDP port blocks and the mappings and FINs XDP made with them, by function and event (granted, returned, created, conflicts, fins, fins-stale).",
     );
+    let mut dstm = Family::counter(
+        "v6gate_softwire_dstm_messages",
+        "DSTM lease server: messages and lease events (received, malformed, granted, renewed, released, expired, file-writes, file-errors), by function and event (docs/softwire.md).",
+    );
+    let mut dstm_refused = Family::counter(
+        "v6gate_softwire_dstm_refusals",
+        "DSTM lease server NAKs by function and reason: exhausted, no-lease, refused (source outside clients), rate-limited, client-rate-limited, share-exceeded (docs/softwire.md).",
+    );
     for (func, st) in status.as_object().into_iter().flatten() {
         let f = || ("function", func.clone());
         for path in ["xdp", "kernel"] {
@@ -408,6 +458,21 @@ fn softwires(v: &mut Vec<Family>, status: &serde_json::Value) {
                 }
             }
         }
+        if let Some(d) = st.get("dstm").and_then(|d| d.as_object()) {
+            const NAKS: [&str; 6] =
+                ["exhausted", "no_lease", "refused", "rate_limited", "client_rate_limited", "share_exceeded"];
+            for (k, n) in d.get("stats").and_then(|s| s.as_object()).into_iter().flatten() {
+                let x = n.as_f64().unwrap_or(0.0);
+                if NAKS.contains(&k.as_str()) {
+                    dstm_refused = dstm_refused.with(vec![f(), ("reason", label(k))], x);
+                } else {
+                    dstm = dstm.with(vec![f(), ("event", label(k))], x);
+                }
+            }
+            if let Some(x) = d.get("free").and_then(|n| n.as_f64()) {
+                tables = tables.with(vec![f(), ("table", "dstm-free".to_string())], x);
+            }
+        }
         up = up.with(vec![f()], 1);
         for (k, n) in st.as_object().into_iter().flatten() {
             match (k.as_str(), n) {
@@ -435,7 +500,7 @@ fn softwires(v: &mut Vec<Family>, status: &serde_json::Value) {
             }
         }
     }
-    v.extend([up, drops, events, tables, io, fast, passes, attached, blocks, block_events]);
+    v.extend([up, drops, events, tables, io, fast, passes, attached, blocks, block_events, dstm, dstm_refused]);
 }
 
 /// `v6gate_trt_*`: the transport relay's counters (`trt::Snapshot`).
@@ -457,7 +522,7 @@ fn trt(v: &mut Vec<Family>, s: &trt::Snapshot) {
     v.extend([events, active]);
 }
 
-fn alg(v: &mut Vec<Family>, s: &alg::runner::Snapshot, policy: &dstpolicy::Policy) {
+fn alg(v: &mut Vec<Family>, s: &alg::runner::Snapshot) {
     let st = &s.stats;
     let (server, client, dialogs, parked) = s.tables;
     v.push(
@@ -543,13 +608,6 @@ fn alg(v: &mut Vec<Family>, s: &alg::runner::Snapshot, policy: &dstpolicy::Polic
         Family::counter("v6gate_alg_tcp_closed", "SIP TCP connections the ALG closed, by reason.")
             .by("reason", alg::stats::TCP_CLOSES.into_iter().zip(st.tcp_closed)),
     );
-    v.push(
-        Family::counter(
-            "v6gate_alg_next_hop_refused",
-            "SIP next hops the ALG's destination policy refused (403), by reason.",
-        )
-        .by("reason", policy.refused().into_iter().map(|(r, n)| (r.as_str(), n))),
-    );
     let budgets = s.budgets();
     v.push(
         Family::gauge(
@@ -570,12 +628,16 @@ fn trgw(v: &mut Vec<Family>, st: &trgw::RelayStats) {
     let (t, p, r) = (&st.totals, &st.packets, &st.relayed);
     v.push(Family::gauge("v6gate_trgw_calls", "TrGW calls now.").one(st.calls as f64));
     v.push(Family::gauge("v6gate_trgw_streams", "TrGW media streams now.").one(st.streams as f64));
-    v.push(
-        Family::counter("v6gate_trgw_calls", "TrGW calls, by event.").by(
-            "event",
-            [("created", t.calls_created), ("deleted", t.calls_deleted), ("timed-out", t.calls_timed_out)],
-        ),
-    );
+    v.push(Family::counter("v6gate_trgw_calls", "TrGW calls, by event.").by(
+        "event",
+        [
+            ("created", t.calls_created),
+            ("deleted", t.calls_deleted),
+            ("timed-out", t.calls_timed_out),
+            ("timed-out-early", t.early_timed_out),
+        ],
+    ));
+    v.push(Family::gauge("v6gate_trgw_clients", "TrGW clients holding media streams now.").one(st.clients as f64));
     v.push(Family::counter("v6gate_trgw_control_errors", "TrGW control commands refused, by reason.").by(
         "reason",
         [
@@ -585,6 +647,7 @@ fn trgw(v: &mut Vec<Family>, st: &trgw::RelayStats) {
             ("no-descriptors", t.descriptors_exhausted),
             ("address-not-on-host", t.address_unavailable),
             ("media-address-refused", t.media_refused),
+            ("client-streams", t.client_limited),
             ("reply-too-large", t.replies_too_large),
             ("reply-send-failed", t.control_send_errors),
             ("connection-limit", t.control_connections_refused),
@@ -813,6 +876,31 @@ mod tests {
         has("v6gate_softwire_table_entries{function=\"dslite\",table=\"xdp-sessions\"} 4");
         has("v6gate_softwire_events_total{function=\"dslite\",event=\"xdp-map-full\"} 0");
         assert!(!s.contains("function=\"b4\",event=\"granted\""), "no port blocks without them:\n{s}");
+    }
+
+    /// Issue #29 D9: the DSTM lease server's counters were in `/status`
+    /// only.
+    #[test]
+    fn dstm_counters_are_metrics() {
+        let stats = softwire::lease::LeaseStats {
+            granted: 3,
+            share_exceeded: 122,
+            rate_limited: 7,
+            file_writes: 2,
+            ..Default::default()
+        };
+        let status = serde_json::json!({"lw4o6": {"leases": 3, "dstm": {"stats": stats, "free": 5}}});
+        let mut v = Vec::new();
+        softwires(&mut v, &status);
+        let s = encode(v);
+        let has = |line: &str| assert!(s.contains(&format!("{line}\n")), "{line} missing in\n{s}");
+        has("v6gate_softwire_dstm_messages_total{function=\"lw4o6\",event=\"granted\"} 3");
+        has("v6gate_softwire_dstm_messages_total{function=\"lw4o6\",event=\"file-writes\"} 2");
+        has("v6gate_softwire_dstm_refusals_total{function=\"lw4o6\",reason=\"share-exceeded\"} 122");
+        has("v6gate_softwire_dstm_refusals_total{function=\"lw4o6\",reason=\"rate-limited\"} 7");
+        has("v6gate_softwire_dstm_refusals_total{function=\"lw4o6\",reason=\"client-rate-limited\"} 0");
+        has("v6gate_softwire_table_entries{function=\"lw4o6\",table=\"dstm-free\"} 5");
+        has("v6gate_softwire_table_entries{function=\"lw4o6\",table=\"leases\"} 3");
     }
 
     #[test]

@@ -15,7 +15,8 @@
 //! "too many open files" with the limit; connections are served again as
 //! soon as descriptors are free.
 //!
-//! Access (see [`access`]): the `Host` header must name this server and an
+//! Access (see [`access`]): exactly one `Host` header (else `400`), naming
+//! this server (as must an absolute-form request target), and an
 //! `Origin` header, when present, this server too (DNS rebinding and
 //! cross-site requests from a browser are refused, `403`); state-changing
 //! requests (`POST`) need `Authorization: Bearer <[admin] token>` when a
@@ -80,6 +81,10 @@ pub struct AdminStats {
     pub denied_token: AtomicU64,
     /// Requests refused for a foreign `Host`.
     pub denied_host: AtomicU64,
+    /// Requests refused (400) without a `Host`, or with more than one.
+    pub bad_host: AtomicU64,
+    /// Requests refused for an absolute-form target naming another server.
+    pub denied_target: AtomicU64,
     /// Requests refused for a foreign `Origin`.
     pub denied_origin: AtomicU64,
     /// State-changing requests refused from a non-loopback peer without a token set.
@@ -102,6 +107,8 @@ impl AdminStats {
             ("bad-request", self.bad_requests.load(Relaxed)),
             ("token", self.denied_token.load(Relaxed)),
             ("host", self.denied_host.load(Relaxed)),
+            ("host-count", self.bad_host.load(Relaxed)),
+            ("target", self.denied_target.load(Relaxed)),
             ("origin", self.denied_origin.load(Relaxed)),
             ("remote-without-token", self.denied_remote.load(Relaxed)),
             ("body-too-large", self.body_too_large.load(Relaxed)),
@@ -369,6 +376,9 @@ async fn request(
     let ctx = access::Request {
         method_changes_state: req.method() == Method::POST,
         host: req.headers().get(hyper::header::HOST).map(|v| v.as_bytes()),
+        host_count: req.headers().get_all(hyper::header::HOST).iter().count(),
+        target_scheme: req.uri().scheme_str(),
+        target_authority: req.uri().authority().map(|a| a.as_str()),
         origin: req.headers().get(hyper::header::ORIGIN).map(|v| v.as_bytes()),
         authorization: req.headers().get(hyper::header::AUTHORIZATION).map(|v| v.as_bytes()),
         peer: peer.ip(),
@@ -376,6 +386,8 @@ async fn request(
     };
     if let Err(denied) = access::check(&ctx, token.as_deref(), limits) {
         match denied {
+            access::Denied::NoHost | access::Denied::DuplicateHost => stats.bad_host.fetch_add(1, Relaxed),
+            access::Denied::Target => stats.denied_target.fetch_add(1, Relaxed),
             access::Denied::Host => stats.denied_host.fetch_add(1, Relaxed),
             access::Denied::Origin => stats.denied_origin.fetch_add(1, Relaxed),
             access::Denied::Token => stats.denied_token.fetch_add(1, Relaxed),

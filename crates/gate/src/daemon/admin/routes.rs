@@ -202,13 +202,14 @@ pub fn status(d: &Daemon) -> Value {
         "dns64": super::super::lock(&d.dns64).as_ref().map(|s| serde_json::to_value(s.stats()).unwrap_or(Value::Null)),
         "device": d.device.as_ref().map(|(name, index)| json!({ "name": name, "index": index, "workers": d.workers() })),
         "trgw": d.trgw.as_ref().map(|r| trgw_status(&r.stats())),
+        "destinations": destinations_status(&d.destinations),
         "xdp": super::super::lock(&d.xdp).as_ref().map(|p| {
             json!({ "interfaces": p.attachments().into_iter().map(|(i, m)| json!({ "name": i, "mode": m })).collect::<Vec<_>>() })
         }),
         "tunnels": super::super::lock(&d.tunnels).as_ref().map(|t| t.status()),
         "softwires": super::super::lock(&d.softwires).as_ref().map(|(s, _)| s.status()),
         "trt": super::super::lock(&d.trt).as_ref().map(|r| r.counters().snapshot()),
-        "alg": d.alg.as_ref().map(|a| alg_status(&a.config(), &a.snapshot(), a.policy())),
+        "alg": d.alg.as_ref().map(|a| alg_status(&a.config(), &a.snapshot())),
         "descriptors": descriptors(d),
         "admin": admin_status(d),
         "routes": super::super::lock(&d.routes).iter().map(|r| r.to_string()).collect::<Vec<_>>(),
@@ -258,7 +259,7 @@ fn nonzero<K: ToString>(pairs: impl IntoIterator<Item = (K, u64)>) -> serde_json
     pairs.into_iter().filter(|x| x.1 > 0).map(|(k, v)| (k.to_string(), json!(v))).collect()
 }
 
-fn alg_status(cfg: &alg::Config, s: &alg::runner::Snapshot, policy: &dstpolicy::Policy) -> Value {
+fn alg_status(cfg: &alg::Config, s: &alg::runner::Snapshot) -> Value {
     let st = &s.stats;
     let (server, client, dialogs, parked) = s.tables;
     json!({
@@ -281,12 +282,33 @@ fn alg_status(cfg: &alg::Config, s: &alg::runner::Snapshot, policy: &dstpolicy::
         "local_responses": nonzero(st.by_local_code()),
         "drops": nonzero(st.drops()),
         "refused": nonzero(st.by_refusal()),
-        "next_hop_refused": nonzero(policy.refused().into_iter().map(|(r, n)| (r.as_str(), n))),
         "tcp_refused": nonzero(alg::stats::TCP_REFUSALS.into_iter().zip(st.tcp_refused)),
         "tcp_closed": nonzero(alg::stats::TCP_CLOSES.into_iter().zip(st.tcp_closed)),
         "budgets": s.budgets().iter().map(|(k, u)| (k.to_string(), json!({
             "used": u.used, "limit": u.limit, "client_share": u.share, "clients": u.clients,
         }))).collect::<serde_json::Map<String, Value>>(),
+    })
+}
+
+fn destinations_status(d: &crate::destinations::Destinations) -> Value {
+    let st = d.gateway().status();
+    let mut refused = serde_json::Map::new();
+    for p in d.policies() {
+        let by: serde_json::Map<String, Value> =
+            p.refused().into_iter().filter(|(_, n)| *n > 0).map(|(r, n)| (r.as_str().to_string(), json!(n))).collect();
+        refused.insert(p.plane().to_string(), Value::Object(by));
+    }
+    json!({
+        "own": {
+            "host_addresses": st.host_addresses,
+            "directed_broadcasts": st.broadcasts,
+            "configured": st.configured,
+            "stale": st.stale,
+            "refreshes": st.refreshes,
+            "failures": st.failures,
+        },
+        "prefixes": st.prefixes.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        "refused": refused,
     })
 }
 
@@ -298,11 +320,14 @@ fn trgw_status(st: &trgw::RelayStats) -> Value {
         "calls_created": t.calls_created,
         "calls_deleted": t.calls_deleted,
         "calls_timed_out": t.calls_timed_out,
+        "calls_timed_out_early": t.early_timed_out,
+        "clients": st.clients,
         "refused": {
             "ports-exhausted": t.port_exhausted,
             "no-descriptors": t.descriptors_exhausted,
             "address-not-on-host": t.address_unavailable,
             "media-address": t.media_refused,
+            "client-streams": t.client_limited,
             "reply-too-large": t.replies_too_large,
             "not-allowed": t.control_denied,
         },
