@@ -53,6 +53,15 @@ bench-xlat: build
 bench-xlat-quick: build
 	$${CARGO_TARGET_DIR:-target}/release/v6gate bench xlat --quick --out bench-results/xlat-quick
 
+# Every bench's --quick smoke run, one after the other (root; each under
+# 5 minutes on the project's 2-vCPU machine, every figure flagged as the
+# device's or the tester's: docs/bench-*.md), into bench-results/NAME-quick/.
+.PHONY: bench-quick
+bench-quick: build
+	for b in xlat trgw sip tunnel transition; do \
+		$${CARGO_TARGET_DIR:-target}/release/v6gate bench $$b --quick --out bench-results/$$b-quick || exit 1; \
+	done
+
 # Dependency licences, bans and sources as in `make test`, plus the RustSec
 # advisories and yanked crates: needs the advisory database from GitHub, so
 # it is not part of `make test` (CI reaches only the package registries).

@@ -545,10 +545,13 @@ fn bench_sip_quick_smoke() {
     use clap::Parser as _;
     need("sipp");
     let out = TestDir::new("v6gate-bench-sip");
+    // A search bounded at 300 calls/s: the direct call (SIPp's ceiling)
+    // and the gateway up to it, on fresh ports per trial.
     let a = bench::sip::Args::parse_from([
         "x",
         "--quick",
-        "--no-search",
+        "--max-rate",
+        "300",
         "--paths",
         "native-v6,v6gate",
         "--v6gate-bin",
@@ -572,6 +575,12 @@ fn bench_sip_quick_smoke() {
         assert_eq!((d.forward.samples, d.back.samples), (d.received_forward, d.received_back));
         let l = d.delay;
         assert!(0 < l.min_ns && l.min_ns <= l.p50_ns && l.p50_ns <= l.p99_ns && l.p99_ns <= l.max_ns, "{l:?}");
+        let s = p.search.as_ref().expect("searched");
+        assert!(s.max_cps > 0 && s.max_cps <= 300 && !s.trials.is_empty(), "{}: {s:?}", p.name);
+        for t in &s.trials {
+            assert!(t.sipp_cpu.is_some() && t.invite_rate.is_some(), "{}: SIPp's pacing and CPU kept: {t:?}", p.name);
+            assert!(!(t.passed && t.tester_bound.is_some()), "{}: a tester-bound trial never passes: {t:?}", p.name);
+        }
     }
     let h = r.paths[1].handover.as_ref().expect("the handover through v6gate");
     assert!(h.echoed_old > 0 && h.echoed_new > 0, "{h:?}");

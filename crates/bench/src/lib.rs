@@ -33,6 +33,18 @@
 #![warn(missing_debug_implementations)]
 #![deny(unsafe_code)]
 
+/// A bench's arguments (its `clap::Args`, flattened into `v6gate bench
+/// NAME`) parsed from `argv`, the program's name first: for tests and
+/// tools that build a run from words.
+pub fn parse_args<T: clap::Args>(argv: &[&str]) -> T {
+    #[derive(clap::Parser)]
+    struct W<T: clap::Args> {
+        #[command(flatten)]
+        a: T,
+    }
+    <W<T> as clap::Parser>::parse_from(argv).a
+}
+
 pub mod harness;
 pub mod ng;
 pub mod report;

@@ -147,6 +147,33 @@ impl Proc {
         }
     }
 
+    /// [`Proc::wait_exit`], measuring meanwhile the peak rate of growing
+    /// counts `sample()` (seconds, e.g. [`pid_cpu_demand`] of some
+    /// processes): the most any of them grew per second over any `window`
+    /// while this process ran.
+    pub fn wait_exit_peak(
+        &mut self,
+        t: std::time::Duration,
+        window: std::time::Duration,
+        sample: impl Fn() -> Vec<f64>,
+    ) -> Result<(bool, f64)> {
+        let now = std::time::Instant::now;
+        let end = now() + t;
+        let (mut peak, mut last, mut at) = (0.0f64, sample(), now());
+        while self.running() && now() < end {
+            std::thread::sleep(window.min(end.saturating_duration_since(now())));
+            // A window in which the process exited is not a whole one.
+            if !self.running() {
+                break;
+            }
+            let (v, v_at) = (sample(), now());
+            let secs = v_at.duration_since(at).as_secs_f64().max(1e-3);
+            peak = v.iter().zip(&last).map(|(v, l)| (v - l) / secs).fold(peak, f64::max);
+            (last, at) = (v, v_at);
+        }
+        Ok((self.wait_exit(end.saturating_duration_since(now()))?, peak))
+    }
+
     /// Whether the process still runs.
     pub fn running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
@@ -196,6 +223,15 @@ pub fn pid_cpu_seconds(pid: u32) -> Option<f64> {
     Some(ticks as f64 / hz as f64)
 }
 
+/// Seconds process `pid`'s main thread has run or waited to run (on a
+/// CPU, or runnable on a run queue: `/proc/PID/schedstat`): what it asked
+/// of the CPUs, whether it got them or other work held them.
+pub fn pid_cpu_demand(pid: u32) -> Option<f64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).ok()?;
+    let mut f = s.split_whitespace().map(|x| x.parse::<u64>().ok());
+    Some((f.next()?? + f.next()??) as f64 / 1e9)
+}
+
 impl Drop for Proc {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -241,6 +277,31 @@ mod tests {
         drop(p);
         assert!(!Path::new(&format!("/proc/{pid}")).exists(), "killed and reaped");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn waiting_measures_the_peak_cpu_demand() {
+        let spawn = |script: &str| {
+            let mut c = Command::new("sh");
+            c.args(["-c", script]);
+            Proc::spawn("sh", c, None).unwrap()
+        };
+        let window = std::time::Duration::from_millis(100);
+        // A spinning shell asks for a whole CPU (running or waiting for
+        // it, however busy the machine), a sleeping one for almost none.
+        let mut spin = spawn("while :; do :; done");
+        let pid = spin.id();
+        let demand = || vec![pid_cpu_demand(pid).unwrap_or(0.0)];
+        let (ok, busy) = spin.wait_exit_peak(std::time::Duration::from_millis(600), window, demand).unwrap();
+        assert!(!ok && !spin.running(), "killed at the deadline");
+        assert!(busy > 0.5, "{busy}");
+        let mut sleeper = spawn("sleep 0.5; exit 0");
+        let pid = sleeper.id();
+        let demand = || vec![pid_cpu_demand(pid).unwrap_or(0.0)];
+        let (ok, quiet) = sleeper.wait_exit_peak(std::time::Duration::from_secs(5), window, demand).unwrap();
+        assert!(ok, "exit status 0");
+        assert!(quiet < busy, "{quiet} vs {busy}");
+        assert_eq!(pid_cpu_demand(u32::MAX), None);
     }
 
     #[test]

@@ -75,23 +75,31 @@ pub fn command(
     c
 }
 
-/// The callee: `calls` calls, echoing RTP on [`UAS_RTP`].
-pub fn uas(ns: &Netns, place: &[String], sipp: &Path, scenario: &Path, ip: IpAddr, calls: u64, log: &Path) -> Command {
-    let mut c = command(ns, place, sipp, scenario, ip, UAS_PORT, log);
+/// The callee on `ip`:`port`: `calls` calls, echoing RTP on [`UAS_RTP`].
+pub fn uas(
+    ns: &Netns,
+    place: &[String],
+    sipp: &Path,
+    scenario: &Path,
+    (ip, port): (IpAddr, u16),
+    calls: u64,
+    log: &Path,
+) -> Command {
+    let mut c = command(ns, place, sipp, scenario, ip, port, log);
     c.args(["-m", &calls.to_string(), "-mi", &ip.to_string(), "-mp", &UAS_RTP.to_string(), "-rtp_echo"]);
     c
 }
 
-/// The caller: `calls` calls at `rate` per second to `sip:uas@<callee>`,
-/// sent to `next_hop` (the gateway, or the callee itself for a direct
-/// call); every call must end within `timeout_s`.
+/// The caller on `ip`:`port`: `calls` calls at `rate` per second to
+/// `sip:uas@<callee>`, sent to `next_hop` (the gateway, or the callee
+/// itself for a direct call); every call must end within `timeout_s`.
 #[allow(clippy::too_many_arguments)]
 pub fn uac(
     ns: &Netns,
     place: &[String],
     sipp: &Path,
     scenario: &Path,
-    ip: IpAddr,
+    (ip, port): (IpAddr, u16),
     callee: SocketAddr,
     next_hop: SocketAddr,
     calls: u64,
@@ -99,7 +107,7 @@ pub fn uac(
     timeout_s: u64,
     log: &Path,
 ) -> Command {
-    let mut c = command(ns, place, sipp, scenario, ip, UAC_PORT, log);
+    let mut c = command(ns, place, sipp, scenario, ip, port, log);
     let ruri = format!("sip:uas@{}:{}", uri_host(callee.ip()), callee.port());
     c.args(["-key", "ruri", &ruri, "-m", &calls.to_string(), "-r", &rate.to_string()]);
     // No cap below the offered load on calls in progress.
@@ -136,6 +144,26 @@ pub fn setup_times(uac_log: &Path, uas_log: &Path) -> Result<Vec<u64>> {
     let mut v: Vec<u64> = inv.iter().filter_map(|(id, t0)| ack.get(id).map(|t1| t1.saturating_sub(*t0))).collect();
     v.sort_unstable();
     Ok(v)
+}
+
+/// How SIPp kept to its schedule of `rate` calls per second, from the
+/// INVITE instants of its log (epoch microseconds, any order): the INVITE
+/// rate it achieved (calls per second from the first INVITE to one
+/// interval after the last) and the lag p99 of INVITE `i` behind its turn,
+/// `first + i / rate` (µs). `None` with fewer than two INVITEs.
+pub fn invite_pacing(mut sent_us: Vec<u64>, rate: u32) -> Option<(f64, u64)> {
+    if sent_us.len() < 2 || rate == 0 {
+        return None;
+    }
+    sent_us.sort_unstable();
+    let (first, n) = (sent_us[0], sent_us.len());
+    let interval_us = 1e6 / f64::from(rate);
+    let span_us = (sent_us[n - 1] - first) as f64 + interval_us;
+    let mut lag: Vec<u64> =
+        sent_us.iter().enumerate().map(|(i, t)| (t - first).saturating_sub((i as f64 * interval_us) as u64)).collect();
+    lag.sort_unstable();
+    let p99 = lag[((n - 1) as f64 * 0.99).round() as usize];
+    Some((n as f64 * 1e6 / span_us, p99))
 }
 
 /// SIPp's final "Successful call" and "Failed call" counts (cumulative
@@ -190,6 +218,21 @@ mod tests {
         let t = setup_times(&a, &b);
         std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(t.unwrap(), vec![1000, 1500], "call 3 never got its ACK: not a sample");
+    }
+
+    #[test]
+    fn invite_pacing_from_the_log() {
+        // 1000 calls/s kept: one INVITE a millisecond.
+        let kept: Vec<u64> = (0..100).map(|i| 5_000_000 + i * 1000).rev().collect();
+        let (rate, lag) = invite_pacing(kept, 1000).unwrap();
+        assert!((rate - 1000.0).abs() < 1e-6 && lag == 0, "{rate} {lag}");
+        // A caller that sends only one call every 2 ms falls behind: half
+        // the rate, and its last INVITEs a hundred milliseconds late.
+        let slow: Vec<u64> = (0..100).map(|i| i * 2000).collect();
+        let (rate, lag) = invite_pacing(slow, 1000).unwrap();
+        assert!((rate - 100.0 * 1e6 / 199_000.0).abs() < 1e-6, "{rate}");
+        assert_eq!(lag, 98_000, "INVITE 98 sent at 196 ms, due at 98 ms");
+        assert_eq!(invite_pacing(vec![1], 10), None);
     }
 
     #[test]

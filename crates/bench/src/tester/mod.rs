@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-pub use tally::{Counted, FlowLoss, Outcome, SendStats, Tally, Verdict};
+pub use tally::{fell_behind, Counted, FlowLoss, Outcome, SendStats, Tally, Verdict, RATE_TOLERANCE};
 
 /// One end of a frame trial: namespace and interface.
 #[derive(Debug, Clone)]

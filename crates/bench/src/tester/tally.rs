@@ -231,10 +231,46 @@ pub struct Outcome {
     pub sent_pps: f64,
 }
 
+/// How far a tester's achieved rate may fall short of the offered one
+/// before its trial is TESTER-BOUND (a share of the offered rate).
+pub const RATE_TOLERANCE: f64 = 0.02;
+
+/// The one rule of every bench for a generator that fell behind, which
+/// makes its trial TESTER-BOUND (neither a pass nor a failure of the
+/// device): it achieved `sent_pps`, under `1 - RATE_TOLERANCE` of the
+/// offered `offered_pps`, or its send lag (how late against the schedule
+/// packets left, p99: `lag_p99_ns`) was above `budget_ns`, the late
+/// budget: the device was then offered bursts a packet that late would be
+/// lost in, not the schedule. Returns why, or `None`: the tester offered
+/// the load.
+pub fn fell_behind(sent_pps: f64, lag_p99_ns: u64, offered_pps: f64, budget_ns: u64) -> Option<String> {
+    let mut why = Vec::new();
+    if offered_pps > 0.0 && sent_pps < (1.0 - RATE_TOLERANCE) * offered_pps {
+        why.push(format!(
+            "sent {sent_pps:.0} of {offered_pps:.0} packets/s offered ({:.1} %)",
+            sent_pps * 100.0 / offered_pps
+        ));
+    }
+    if lag_p99_ns > budget_ns {
+        why.push(format!(
+            "send lag p99 {:.1} ms above the {:.1} ms budget",
+            lag_p99_ns as f64 / 1e6,
+            budget_ns as f64 / 1e6
+        ));
+    }
+    (!why.is_empty()).then(|| why.join(", "))
+}
+
 impl Outcome {
     /// Packets lost: missing or late.
     pub fn lost(&self) -> u64 {
         self.missing + self.late
+    }
+
+    /// Why the generator fell behind in this trial ([`fell_behind`] of its
+    /// achieved rate and send lag), which makes it TESTER-BOUND.
+    pub fn tester_bound(&self, offered_pps: f64, budget_ns: u64) -> Option<String> {
+        fell_behind(self.sent_pps, self.send_lag.p99_ns, offered_pps, budget_ns)
     }
 
     /// Zero loss (nothing missing, nothing late) and no rising queue.
@@ -332,6 +368,25 @@ mod tests {
         assert_eq!((o.latency.samples, o.latency.p50_ns, o.streams, o.sent_pps), (150, 500, 3, 200.0));
         assert!(!o.passes());
         assert_eq!(Tally::new(0, 1).outcome(&sent(0), 0).loss_rate, 0.0);
+    }
+
+    #[test]
+    fn a_generator_that_fell_behind_is_tester_bound() {
+        let o = |sent_pps: f64, lag_p99_ms: u64| Outcome {
+            sent_pps,
+            send_lag: Latency { p99_ns: lag_p99_ms * 1_000_000, ..Default::default() },
+            ..Default::default()
+        };
+        assert_eq!(o(99_000.0, 1).tester_bound(100_000.0, 10_000_000), None, "within the tolerance, lag in budget");
+        let short = o(97_000.0, 1).tester_bound(100_000.0, 10_000_000).unwrap();
+        assert_eq!(short, "sent 97000 of 100000 packets/s offered (97.0 %)");
+        let lag = o(100_000.0, 3400).tester_bound(100_000.0, 20_000_000).unwrap();
+        assert_eq!(
+            lag, "send lag p99 3400.0 ms above the 20.0 ms budget",
+            "the trgw trials that passed with 3.4 s of lag"
+        );
+        let both = o(50_000.0, 30).tester_bound(100_000.0, 20_000_000).unwrap();
+        assert!(both.starts_with("sent 50000") && both.ends_with("above the 20.0 ms budget"), "{both}");
     }
 
     #[test]

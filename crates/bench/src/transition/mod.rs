@@ -232,20 +232,25 @@ pub struct Args {
         default_value = "ipv4,nat64,natpt,trt,trt-threads,trt-sockmap,dslite,lw4o6,dstm,socat"
     )]
     pub mech: Vec<Mech>,
-    /// Seconds of bulk TCP per transfer.
-    #[arg(long, default_value_t = 5)]
+    /// Seconds of bulk TCP per transfer. `--quick`: 1.
+    #[arg(long, default_value_t = 5, default_value_if("quick", "true", "1"))]
     pub seconds: u64,
     /// Bulk TCP transfers per mechanism, one after the other; the median
-    /// is the throughput figure.
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=99))]
+    /// is the throughput figure. `--quick`: 1.
+    #[arg(
+        long,
+        default_value_t = 3,
+        default_value_if("quick", "true", "1"),
+        value_parser = clap::value_parser!(u32).range(1..=99)
+    )]
     pub bulk_runs: u32,
     /// New TCP sessions timed per mechanism (and as many on the native
-    /// baseline, interleaved with them).
-    #[arg(long, default_value_t = 2000)]
+    /// baseline, interleaved with them). `--quick`: 100.
+    #[arg(long, default_value_t = 2000, default_value_if("quick", "true", "100"))]
     pub sessions: usize,
     /// UDP echoes timed per mechanism (and as many on the native
-    /// baseline, interleaved with them).
-    #[arg(long, default_value_t = 2000)]
+    /// baseline, interleaved with them). `--quick`: 100.
+    #[arg(long, default_value_t = 2000, default_value_if("quick", "true", "100"))]
     pub pings: usize,
     /// Blocks the sessions (and the echoes) of a row are split into: each
     /// block on the row's testbed is paired with as many on the native-IPv4
@@ -254,7 +259,8 @@ pub struct Args {
     /// baseline blocks.
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub session_blocks: u32,
-    /// A short functional run: 1 s, 100 sessions, 100 pings.
+    /// A short functional run: 1 s, one bulk transfer, 100 sessions, 100
+    /// pings. Options given on the command line keep their values.
     #[arg(long)]
     pub quick: bool,
     /// The v6gate binary (default: this one).
@@ -1077,11 +1083,11 @@ fn paired(
 /// Bulk TCP, then the sessions and the echoes paired with the native
 /// baseline `native` (see the module doc).
 fn measure(bed: &Bed, native: &Bed, a: &Args) -> Result<MechResult> {
-    let (seconds, sessions, pings) = counts(a);
+    let (seconds, sessions, pings) = (a.seconds, a.sessions, a.pings);
     let target = bed.target;
     let mut r = MechResult::default();
     // Bulk TCP: `bulk_runs` transfers, the median one is the figure.
-    let runs = if a.quick { 1 } else { a.bulk_runs.max(1) };
+    let runs = a.bulk_runs.max(1);
     let mut transfers = Vec::new();
     for _ in 0..runs {
         bed.c.run(|| {
@@ -1146,16 +1152,6 @@ fn measure(bed: &Bed, native: &Bed, a: &Args) -> Result<MechResult> {
     let cpu: f64 = bed.procs.iter().filter_map(|p| p.cpu_seconds()).sum();
     r.cpu_s = (!bed.procs.is_empty()).then_some(cpu);
     Ok(r)
-}
-
-/// Seconds of bulk TCP, sessions and echoes of the run (`--quick`: 1,
-/// 100, 100).
-fn counts(a: &Args) -> (u64, usize, usize) {
-    if a.quick {
-        (1, 100, 100)
-    } else {
-        (a.seconds, a.sessions, a.pings)
-    }
 }
 
 /// The transfer of median throughput (the lower middle one of an even
@@ -1274,10 +1270,10 @@ pub fn run(a: &Args) -> Result<Report> {
         }
     }
     drop(native);
-    let (seconds, sessions, pings) = counts(a);
+    let (seconds, sessions, pings) = (a.seconds, a.sessions, a.pings);
     let rep = Report {
         seconds,
-        bulk_runs: if a.quick { 1 } else { a.bulk_runs },
+        bulk_runs: a.bulk_runs,
         sessions,
         pings,
         session_blocks: a.session_blocks.min(sessions.max(1).try_into().unwrap_or(u32::MAX)),
@@ -1306,6 +1302,17 @@ pub fn run(a: &Args) -> Result<Report> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quick_shrinks_the_run_and_given_options_win() {
+        let parse = |argv: &[&str]| crate::parse_args::<Args>(argv);
+        let q = parse(&["x", "--quick"]);
+        assert_eq!((q.seconds, q.bulk_runs, q.sessions, q.pings), (1, 1, 100, 100));
+        let g = parse(&["x", "--quick", "--sessions", "2000", "--bulk-runs", "3"]);
+        assert_eq!((g.seconds, g.bulk_runs, g.sessions, g.pings), (1, 3, 2000, 100), "given values win");
+        let f = parse(&["x"]);
+        assert_eq!((f.seconds, f.bulk_runs, f.sessions, f.pings), (5, 3, 2000, 2000));
+    }
 
     #[test]
     fn the_median_transfer_is_the_figure() {

@@ -30,7 +30,7 @@ use serde::Serialize;
 use crate::harness::fastpath::{ctl_xdp, FastPath};
 use crate::harness::guard::{Proc, RunGuard};
 use crate::harness::latency::us;
-use crate::harness::search::Start;
+use crate::harness::search::{Judged, Start};
 use crate::harness::{cpu, peers};
 use crate::ng;
 use crate::report::Outputs;
@@ -128,20 +128,37 @@ pub struct Args {
     /// The rtpengine binary; skipped with a note when it cannot be found.
     #[arg(long, default_value = "rtpengine")]
     pub rtpengine_bin: PathBuf,
-    /// Media directions.
-    #[arg(long, value_delimiter = ',', default_value = "v6v4,v4v6,both")]
+    /// Media directions. `--tester xdp`: v6v4,v4v6 (one direction per
+    /// trial).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "v6v4,v4v6,both",
+        default_value_if("tester", "xdp", "v6v4,v4v6")
+    )]
     pub directions: Vec<Direction>,
     /// Numbers of concurrent calls for the curves (Figures 8 and 9).
-    #[arg(long, value_delimiter = ',', default_value = "100,250,500,1000,1500,2000")]
+    /// `--quick`: 50,200; `--tester xdp`: 1000,5000,10000,15000.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "100,250,500,1000,1500,2000",
+        default_value_ifs([("quick", "true", Some("50,200")), ("tester", "xdp", Some("1000,5000,10000,15000"))])
+    )]
     pub calls: Vec<u32>,
-    /// Packets per stream (the paper sends 10,000; see --full).
-    #[arg(long, default_value_t = 500)]
+    /// Packets per stream (the paper sends 10,000; see --full). `--quick`: 100.
+    #[arg(
+        long,
+        default_value_t = 500,
+        default_value_ifs([("full", "true", Some("10000")), ("quick", "true", Some("100"))])
+    )]
     pub packets: u32,
     /// Send the paper's 10,000 packets per stream (200 s per trial).
     #[arg(long)]
     pub full: bool,
-    /// Packets per stream in the zero-loss search trials (default: --packets).
-    #[arg(long)]
+    /// Packets per stream in the zero-loss search trials (default:
+    /// --packets; `--quick`: 50).
+    #[arg(long, default_value_if("quick", "true", "50"))]
     pub search_packets: Option<u32>,
     /// Skip the search for the maximum zero-loss number of calls.
     #[arg(long)]
@@ -149,16 +166,21 @@ pub struct Args {
     /// Directions searched (default: v6v4 only, the issue's bar).
     #[arg(long, value_delimiter = ',', default_value = "v6v4")]
     pub search_directions: Vec<Direction>,
-    /// First number of calls of the search (doubled until loss, then bisected).
-    #[arg(long, default_value_t = 250)]
-    pub search_start: u32,
+    /// First number of calls of the search, doubled until a trial does not
+    /// pass, then bisected. Default: with the socket tester, the search
+    /// starts at the tester's measured ceiling and bisects below it (the
+    /// kernel row first offers `--max-calls` in one calibration trial; what
+    /// the tester achieved there, in calls, is its ceiling); with `--tester
+    /// xdp`, doubling from 1000.
+    #[arg(long)]
+    pub search_start: Option<u32>,
     /// In the search, a failing trial is run again up to this many times
     /// and fails only if every run fails (a one-off hiccup of a shared
     /// machine must not halve the result). Every run is reported.
     #[arg(long, default_value_t = 1)]
     pub confirm: u32,
-    /// Upper bound of every search.
-    #[arg(long, default_value_t = 8000)]
+    /// Upper bound of every search (`--tester xdp`: 32000).
+    #[arg(long, default_value_t = 8000, default_value_if("tester", "xdp", "32000"))]
     pub max_calls: u32,
     /// Skip the tester-ceiling measurement (kernel forwarding, no relay).
     #[arg(long)]
@@ -190,8 +212,9 @@ pub struct Args {
     /// Keep the relays' logs in the output directory.
     #[arg(long)]
     pub keep_logs: bool,
-    /// Smoke run: 50 and 200 calls (unless --calls is given), 200 packets
-    /// per stream (at most), no search.
+    /// Smoke run (under 5 minutes on a 2-CPU machine): curves at 50 and
+    /// 200 calls of 100 packets per stream, searches of 50 packets per
+    /// stream. Options given on the command line keep their values.
     #[arg(long)]
     pub quick: bool,
     /// The media tester: `udp` (sockets) or `xdp` (RTP frames generated
@@ -228,41 +251,6 @@ pub struct Args {
     pub v6gate_trgw_opts: Vec<String>,
 }
 
-/// `--calls`' default.
-const DEFAULT_CALLS: [u32; 6] = [100, 250, 500, 1000, 1500, 2000];
-
-impl Args {
-    /// Applies `--quick`, `--full` and `--tester xdp`'s defaults.
-    pub fn effective(&self) -> Args {
-        let mut a = self.clone();
-        if a.full {
-            a.packets = 10_000;
-        }
-        if a.tester == TesterKind::Xdp {
-            if a.directions == [Direction::V6v4, Direction::V4v6, Direction::Both] {
-                a.directions = vec![Direction::V6v4, Direction::V4v6];
-            }
-            if !a.quick && a.calls == DEFAULT_CALLS {
-                a.calls = vec![1000, 5000, 10_000, 15_000];
-            }
-            if a.search_start == 250 {
-                a.search_start = 1000;
-            }
-            if a.max_calls == 8000 {
-                a.max_calls = 32_000;
-            }
-        }
-        if a.quick {
-            if a.calls == DEFAULT_CALLS {
-                a.calls = vec![50, 200];
-            }
-            a.packets = a.packets.min(200);
-            a.no_search = true;
-        }
-        a
-    }
-}
-
 /// One trial's result.
 #[derive(Debug, Clone, Serialize)]
 pub struct Trial {
@@ -282,9 +270,13 @@ pub struct Trial {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stream_loss: Option<FlowLoss>,
     /// Packets the tester did not send in the trial's time (it fell
-    /// behind by more than a budget: tester-bound). Non-zero fails the
-    /// trial: the relay was not offered the load.
+    /// behind by more than a budget: tester-bound).
     pub unsent: u64,
+    /// Why the tester fell behind, when it did (TESTER-BOUND: unsent
+    /// packets, a send rate short of the offered one, or send lag above
+    /// the jitter budget). Such a trial is neither a pass nor a failure of
+    /// the relay: the relay was not offered the load.
+    pub tester_bound: Option<String>,
     /// Why no media ran: the relay could not set up the calls (e.g. out
     /// of descriptors or ports). The trial counts as failed.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -298,19 +290,42 @@ pub struct Trial {
 pub struct Search {
     /// The largest number of calls that passed (0 when none did).
     pub max_zero_loss: u32,
-    /// The smallest that failed, when one did.
+    /// The smallest above it the device failed, when one did.
     pub first_failure: Option<u32>,
-    /// No failure up to the bound (the relay may do more).
+    /// No failure up to the bound, which the tester could offer (the
+    /// relay may do more).
     pub capped_at: Option<u32>,
+    /// The figure is the tester's bound, not the device's (TESTER-BOUND):
+    /// the search ended below a load the tester could not offer, or the
+    /// device carried the tester's whole measured ceiling.
+    pub tester_bound: bool,
+    /// Where the search started (calls).
+    pub started_at: u32,
     pub trials: Vec<Trial>,
+}
+
+/// The tester's ceiling measured before the kernel row's search.
+#[derive(Debug, Clone, Serialize)]
+pub struct Calibration {
+    /// What the tester sent, in calls (`--max-calls` when it kept up).
+    pub ceiling_calls: u32,
+    /// Whether the tester fell behind at `--max-calls` (the ceiling is
+    /// its own limit).
+    pub tester_bound: bool,
+    /// The calibration trial (offering `--max-calls`).
+    pub trial: Trial,
 }
 
 /// One device in one direction.
 #[derive(Debug, Clone, Serialize)]
 pub struct DirResult {
     pub direction: Direction,
+    /// The curve (the report's lines come from these trials).
     pub points: Vec<Trial>,
     pub search: Option<Search>,
+    /// The kernel row: the tester's ceiling, where its search started.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<Calibration>,
     pub error: Option<String>,
 }
 
@@ -478,18 +493,36 @@ fn trial(ctx: &Ctx, topo: &RelayTopo, relay: Relay, dir: Direction, n: u32, pack
         _ => None,
     };
     let unsent = (outcome.streams as u64 * u64::from(packets)).saturating_sub(outcome.sent);
+    let tester_bound = tester_bound(&outcome, unsent, ctx.args.budget_ms * 1_000_000);
     Ok(Trial {
         calls: n,
         packets,
-        passed: outcome.passes() && unsent == 0,
+        passed: outcome.passes() && tester_bound.is_none(),
         setup_s,
         relay_cpu,
         fast_path,
         stream_loss,
         unsent,
+        tester_bound,
         note: None,
         outcome,
     })
+}
+
+/// Packets per second one stream offers (G.711: one every 20 ms).
+const STREAM_PPS: f64 = 50.0;
+
+/// Why the tester fell behind in a trial (TESTER-BOUND), if it did:
+/// `unsent` packets never sent in the trial's time, or the outcome's
+/// rate shortfall or send lag against the `budget_ns` jitter budget
+/// ([`Outcome::tester_bound`]).
+fn tester_bound(o: &Outcome, unsent: u64, budget_ns: u64) -> Option<String> {
+    let lagged = o.tester_bound(o.streams as f64 * STREAM_PPS, budget_ns);
+    let unsent = (unsent > 0).then(|| format!("{unsent} of {} packets not sent in the trial's time", unsent + o.sent));
+    match (unsent, lagged) {
+        (Some(u), Some(l)) => Some(format!("{u}; {l}")),
+        (u, l) => u.or(l),
+    }
 }
 
 impl Trial {
@@ -504,25 +537,29 @@ impl Trial {
             fast_path: None,
             stream_loss: None,
             unsent: 0,
+            tester_bound: None,
             note: Some(note),
             outcome: Outcome::default(),
         }
     }
 }
 
-/// The search for the maximum zero-loss number of calls: doubling from
-/// `start`, then bisection to 5 % (or 10 calls); failures confirmed.
+/// The search for the maximum zero-loss number of calls: the first trial
+/// at the bound `max` (the tester's ceiling; `start`: doubling from there
+/// instead), then bisection to 5 % (or 10 calls); a trial that does not
+/// pass is confirmed. `tester_max`: `max` is the tester's own reach (a
+/// device that carries it is tester-bound).
 fn search(
     run: impl FnMut(u32) -> Result<Trial>,
-    start: u32,
-    max: u32,
+    (start, max, tester_max): (Option<u32>, u32, bool),
     confirm: u32,
     log: &mut dyn FnMut(&Trial),
 ) -> Result<Search> {
     let mut run = run;
+    let max = max.max(1);
     let s = crate::harness::search::Search {
-        max: f64::from(max.max(1)),
-        start: Start::Doubling(f64::from(start.max(1))),
+        max: f64::from(max),
+        start: start.map_or(Start::Max, |n| Start::Doubling(f64::from(n.max(1)))),
         resolution: 0.05,
         min_step: 10.0,
         max_trials: usize::MAX,
@@ -532,15 +569,21 @@ fn search(
     let found = s.run(|n| {
         let t = run(n as u32)?;
         log(&t);
+        let judged = match (&t.tester_bound, t.passed) {
+            (Some(_), _) => Judged::TesterBound,
+            (None, passed) => Judged::of(passed),
+        };
         if !t.passed && confirm > 0 {
-            eprintln!("  {} calls failed (a failure stands when every one of {} runs fails)", t.calls, confirm + 1);
+            eprintln!("  {} calls did not pass (a load is judged by up to {} runs)", t.calls, confirm + 1);
         }
-        Ok((t.passed, t))
+        Ok((judged, t))
     })?;
     Ok(Search {
         max_zero_loss: found.best as u32,
         first_failure: found.first_failure.map(|f| f as u32),
-        capped_at: found.first_failure.is_none().then_some(max),
+        capped_at: (found.capped() && !tester_max).then_some(max),
+        tester_bound: found.bound_by_tester() || (found.capped() && tester_max),
+        started_at: found.trials.first().map_or(max, |t| t.load as u32),
         trials: found.trials.into_iter().map(|t| t.result).collect(),
     })
 }
@@ -566,15 +609,17 @@ fn print_trial(who: &str, dir: Direction, t: &Trial) {
         if o.rising_queue { ", RISING QUEUE" } else { "" },
         t.relay_cpu.map(|c| format!(", relay CPU {:.0}%", c * 100.0)).unwrap_or_default(),
         us(o.send_lag.p99_ns),
-        if t.passed { "" } else { "  [fail]" },
+        match (t.passed, &t.tester_bound) {
+            (true, _) => "",
+            (false, None) => "  [fail]",
+            (false, Some(_)) => "  [TESTER-BOUND]",
+        },
     );
-    if t.unsent > 0 {
+    if let Some(why) = &t.tester_bound {
         eprintln!(
-            "  {who:<9} {:<15} {:>5} calls: TESTER-BOUND: {} of {} packets not sent in the trial's time ({:.0} packets/s sent)",
+            "  {who:<9} {:<15} {:>5} calls: TESTER-BOUND: {why} ({:.0} packets/s sent)",
             dir.label(),
             t.calls,
-            t.unsent,
-            t.unsent + o.sent,
             o.sent_pps
         );
     }
@@ -594,12 +639,41 @@ fn print_trial(who: &str, dir: Direction, t: &Trial) {
     }
 }
 
-fn measure_device(ctx: &Ctx, topo: &RelayTopo, relay: Relay, name: &str, max_calls: u32) -> Vec<DirResult> {
+/// How far a device's searches go.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Reach {
+    /// The tester's own row (kernel forwarding): each direction first
+    /// measures the tester's ceiling ([`calibrate`]) and searches below it.
+    Calibrate,
+    /// Up to this many calls; whether that is the tester's measured
+    /// ceiling (a relay that carries it is tester-bound) or a bound.
+    Up(u32, bool),
+}
+
+/// Packets per stream of a calibration trial (0.5 s).
+const CALIBRATION_PACKETS: u32 = 25;
+
+/// The tester's ceiling in `dir`, in calls: one short trial through kernel
+/// forwarding offering `--max-calls`; what the tester sent there, in
+/// calls (`--max-calls` itself when it kept up). Returns the calls,
+/// whether they are the tester's limit, and the trial.
+fn calibrate(ctx: &Ctx, topo: &RelayTopo, dir: Direction) -> Result<(u32, bool, Trial)> {
+    let max = ctx.args.max_calls.max(1);
+    let t = trial(ctx, topo, None, dir, max, CALIBRATION_PACKETS)?;
+    let per_call = if dir == Direction::Both { 2.0 } else { 1.0 };
+    let calls = (t.outcome.sent_pps / STREAM_PPS / per_call).floor().clamp(1.0, f64::from(max)) as u32;
+    Ok(match t.tester_bound {
+        Some(_) => (calls, true, t),
+        None => (max, false, t),
+    })
+}
+
+fn measure_device(ctx: &Ctx, topo: &RelayTopo, relay: Relay, name: &str, reach: Reach) -> Vec<DirResult> {
     let a = ctx.args;
     let spackets = a.search_packets.unwrap_or(a.packets);
     let mut out = Vec::new();
     for &dir in &a.directions {
-        let mut r = DirResult { direction: dir, points: Vec::new(), search: None, error: None };
+        let mut r = DirResult { direction: dir, points: Vec::new(), search: None, calibration: None, error: None };
         let res: Result<()> = (|| {
             let want_search = !a.no_search && (relay.is_none() || a.search_directions.contains(&dir));
             if relay.is_some() || !want_search {
@@ -610,18 +684,36 @@ fn measure_device(ctx: &Ctx, topo: &RelayTopo, relay: Relay, name: &str, max_cal
                 }
             }
             if want_search {
+                let (max, tester_max) = match reach {
+                    Reach::Up(max, tester) => (max, tester),
+                    Reach::Calibrate => {
+                        let (calls, tester, t) = calibrate(ctx, topo, dir)?;
+                        eprintln!(
+                            "  {name:<9} {:<15} tester ceiling: {calls} calls (offered {}, sent {:.0} packets/s)",
+                            dir.label(),
+                            t.calls,
+                            t.outcome.sent_pps
+                        );
+                        r.calibration = Some(Calibration { ceiling_calls: calls, tester_bound: tester, trial: t });
+                        (calls, tester)
+                    }
+                };
+                // The socket tester starts at the ceiling (RFC 2544); the
+                // XDP tester's relays double from 1000 (an overloaded
+                // userspace relay leaves its generator slow, see --relays).
+                let start = a.search_start.or((a.tester == TesterKind::Xdp && relay.is_some()).then_some(1000));
                 let s = search(
                     |n| trial(ctx, topo, relay, dir, n, spackets),
-                    a.search_start,
-                    max_calls,
+                    (start, max, tester_max),
                     a.confirm,
                     &mut |t| print_trial(name, dir, t),
                 )?;
                 eprintln!(
-                    "  {name:<9} {:<15} max zero-loss calls: {}{}",
+                    "  {name:<9} {:<15} max zero-loss calls: {}{}{}",
                     dir.label(),
                     s.max_zero_loss,
-                    s.capped_at.map(|c| format!(" (no loss up to the bound {c})")).unwrap_or_default()
+                    s.capped_at.map(|c| format!(" (no loss up to the bound {c})")).unwrap_or_default(),
+                    if s.tester_bound { " (TESTER-BOUND: the tester's figure, not the device's)" } else { "" }
                 );
                 r.search = Some(s);
             }
@@ -638,7 +730,6 @@ fn measure_device(ctx: &Ctx, topo: &RelayTopo, relay: Relay, name: &str, max_cal
 
 /// Runs the bench and writes the results; returns the report.
 pub fn run(args: Args) -> Result<Report> {
-    let args = args.effective();
     if !nix::unistd::geteuid().is_root() {
         bail!("v6gate bench trgw needs root (network namespaces)");
     }
@@ -700,7 +791,7 @@ pub fn run(args: Args) -> Result<Report> {
         args.packets, args.tester_cpus, args.relay_cpus
     );
 
-    let mut max_for_relays = args.max_calls;
+    let mut relay_reach = Reach::Up(args.max_calls, false);
     let ceiling = if args.no_ceiling {
         None
     } else {
@@ -709,7 +800,7 @@ pub fn run(args: Args) -> Result<Report> {
         if args.tester == TesterKind::Xdp {
             xdp::prepare(&topo, ingress, &ctx.relay_cpus)?;
         }
-        let dirs = measure_device(&ctx, &topo, None, "kernel", args.max_calls);
+        let dirs = measure_device(&ctx, &topo, None, "kernel", Reach::Calibrate);
         if args.tester == TesterKind::Xdp {
             notes.push(
                 "XDP tester: the kernel-forwarding row is the path's ceiling without a relay process, not a bound on \
@@ -719,7 +810,7 @@ pub fn run(args: Args) -> Result<Report> {
             );
         } else if let Some(c) = dirs.iter().find(|d| d.direction == Direction::V6v4).and_then(|d| d.search.as_ref()) {
             if c.capped_at.is_none() && c.max_zero_loss > 0 {
-                max_for_relays = c.max_zero_loss;
+                relay_reach = Reach::Up(c.max_zero_loss, true);
                 notes.push(format!(
                     "Relay searches are bounded by the tester ceiling ({} calls): a relay that reaches it is tester-bound.",
                     c.max_zero_loss
@@ -760,7 +851,7 @@ pub fn run(args: Args) -> Result<Report> {
         if args.tester == TesterKind::Xdp {
             xdp::prepare(&topo, ingress, &ctx.relay_cpus)?;
         }
-        let dirs = measure_device(&ctx, &topo, Some((kind, &bin)), name, max_for_relays);
+        let dirs = measure_device(&ctx, &topo, Some((kind, &bin)), name, relay_reach);
         relays.push(Device { name: name.into(), version: peers::version(&bin), skipped: None, directions: dirs });
     }
 
@@ -816,42 +907,103 @@ mod tests {
             fast_path: None,
             stream_loss: None,
             unsent: 0,
+            tester_bound: None,
             note: None,
             outcome: o,
         }
     }
 
+    /// A fake trial of a tester that offers at most `reach` calls and a
+    /// relay that carries `carries`.
+    fn fake(reach: u32, carries: u32) -> impl FnMut(u32) -> Result<Trial> {
+        move |n| {
+            let mut t = fake_trial(n, n <= carries);
+            if n > reach {
+                t.passed = false;
+                t.tester_bound = Some("send lag p99 3400.0 ms above the 20.0 ms budget".into());
+            }
+            Ok(t)
+        }
+    }
+
     #[test]
     fn search_finds_the_threshold_in_calls() {
-        let s = search(|n| Ok(fake_trial(n, n <= 1234)), 250, 8000, 0, &mut |_| {}).unwrap();
+        let s = search(|n| Ok(fake_trial(n, n <= 1234)), (Some(250), 8000, false), 0, &mut |_| {}).unwrap();
         assert!(s.max_zero_loss <= 1234 && s.max_zero_loss >= 1234 - 1234 / 20 - 10, "{}", s.max_zero_loss);
         let f = s.first_failure.unwrap();
         assert!(f > 1234 && f - s.max_zero_loss <= (f / 20).max(10));
-        assert_eq!(s.capped_at, None);
+        assert_eq!((s.capped_at, s.tester_bound, s.started_at), (None, false, 250));
         assert_eq!(s.trials.iter().map(|t| t.calls).take(4).collect::<Vec<_>>(), [250, 500, 1000, 2000]);
-        let capped = search(|n| Ok(fake_trial(n, true)), 250, 1000, 0, &mut |_| {}).unwrap();
-        assert_eq!((capped.max_zero_loss, capped.capped_at), (1000, Some(1000)));
+        let capped = search(|n| Ok(fake_trial(n, true)), (Some(250), 1000, false), 0, &mut |_| {}).unwrap();
+        assert_eq!((capped.max_zero_loss, capped.capped_at, capped.tester_bound), (1000, Some(1000), false));
         let mut logged = 0;
-        let none = search(|n| Ok(fake_trial(n, false)), 250, 1000, 1, &mut |_| logged += 1).unwrap();
+        let none = search(|n| Ok(fake_trial(n, false)), (Some(250), 1000, false), 1, &mut |_| logged += 1).unwrap();
         assert_eq!(none.max_zero_loss, 0);
         assert_eq!(logged, none.trials.len(), "every run is logged and kept");
     }
 
     #[test]
-    fn quick_and_full() {
-        let a = Args::parse_from(["x", "--quick", "--v6gate", "/x/v6gate"]).effective();
-        assert_eq!((a.calls.as_slice(), a.packets, a.no_search), (&[50, 200][..], 200, true));
+    fn the_search_starts_at_the_ceiling_and_never_passes_a_lagging_tester() {
+        // The tester's calibration found 3,200 calls; it keeps up to 3,000.
+        let s = search(fake(3000, 8000), (None, 3200, true), 1, &mut |_| {}).unwrap();
+        assert_eq!(s.started_at, 3200, "RFC 2544: the first trial at the tester's ceiling");
+        assert!(s.max_zero_loss <= 3000 && s.max_zero_loss >= 2850, "{}", s.max_zero_loss);
+        assert_eq!((s.first_failure, s.capped_at, s.tester_bound), (None, None, true));
+        assert!(s.trials.iter().all(|t| !(t.passed && t.tester_bound.is_some())));
+        assert!(s.trials.iter().filter(|t| t.calls > 3000).all(|t| t.tester_bound.is_some()));
+        // A relay that fails below the tester's reach: its own figure.
+        let r = search(fake(3000, 1200), (None, 3200, true), 0, &mut |_| {}).unwrap();
+        assert!(!r.tester_bound && r.first_failure.is_some_and(|f| f > 1200) && r.max_zero_loss <= 1200);
+        // A relay that carries the whole ceiling: the tester's figure.
+        let c = search(fake(9000, 9000), (None, 3200, true), 0, &mut |_| {}).unwrap();
+        assert_eq!((c.max_zero_loss, c.capped_at, c.tester_bound, c.trials.len()), (3200, None, true, 1));
+    }
+
+    #[test]
+    fn a_trial_is_tester_bound_when_the_tester_lagged_or_did_not_send() {
+        let o = |sent_pps: f64, lag_ms: u64| Outcome {
+            streams: 4000,
+            sent: 4000 * 25,
+            sent_pps,
+            send_lag: crate::harness::latency::Latency { p99_ns: lag_ms * 1_000_000, ..Default::default() },
+            ..Default::default()
+        };
+        assert_eq!(tester_bound(&o(200_000.0, 1), 0, 20_000_000), None);
+        // The issue's kernel "ceiling": 4,000 calls passed with 3.4 s of lag.
+        let lag = tester_bound(&o(199_000.0, 3400), 0, 20_000_000).unwrap();
+        assert_eq!(lag, "send lag p99 3400.0 ms above the 20.0 ms budget");
+        let short = tester_bound(&o(150_000.0, 1), 0, 20_000_000).unwrap();
+        assert!(short.starts_with("sent 150000 of 200000 packets/s offered"), "{short}");
+        let unsent = tester_bound(&o(200_000.0, 1), 1234, 20_000_000).unwrap();
+        assert_eq!(unsent, "1234 of 101234 packets not sent in the trial's time");
+    }
+
+    #[test]
+    fn quick_and_full_and_given_options_win() {
+        let a = Args::parse_from(["x", "--quick", "--v6gate", "/x/v6gate"]);
+        assert_eq!(
+            (a.calls.as_slice(), a.packets, a.search_packets, a.no_search),
+            (&[50, 200][..], 100, Some(50), false)
+        );
         assert_eq!(a.v6gate_bin.as_deref(), Some(Path::new("/x/v6gate")), "--v6gate is an alias");
-        let f = Args::parse_from(["x", "--full", "--calls", "10"]).effective();
-        assert_eq!((f.calls.as_slice(), f.packets, f.no_search), (&[10][..], 10_000, false));
-        let x = Args::parse_from(["x", "--tester", "xdp"]).effective();
+        let f = Args::parse_from(["x", "--full", "--calls", "10"]);
+        assert_eq!((f.calls.as_slice(), f.packets, f.no_search, f.search_packets), (&[10][..], 10_000, false, None));
+        let x = Args::parse_from(["x", "--tester", "xdp"]);
         assert_eq!(x.directions, [Direction::V6v4, Direction::V4v6], "one direction per XDP trial");
         assert_eq!(
             (x.calls.as_slice(), x.search_start, x.max_calls),
-            (&[1000, 5000, 10_000, 15_000][..], 1000, 32_000)
+            (&[1000, 5000, 10_000, 15_000][..], None, 32_000)
         );
-        let xq = Args::parse_from(["x", "--tester", "xdp", "--quick", "--max-calls", "500"]).effective();
+        let xq = Args::parse_from(["x", "--tester", "xdp", "--quick", "--max-calls", "500"]);
         assert_eq!((xq.calls.as_slice(), xq.max_calls), (&[50, 200][..], 500), "given values stay");
-        assert_eq!(Args::parse_from(["x"]).tester, TesterKind::Udp, "the socket tester stays the default");
+        let q = Args::parse_from(["x", "--quick", "--packets", "500", "--search-packets", "200", "--calls", "1000"]);
+        assert_eq!(
+            (q.packets, q.search_packets, q.calls.as_slice()),
+            (500, Some(200), &[1000][..]),
+            "given values win"
+        );
+        let d = Args::parse_from(["x"]);
+        assert_eq!((d.tester, d.search_start, d.max_calls, d.packets), (TesterKind::Udp, None, 8000, 500));
+        assert_eq!(d.calls, [100, 250, 500, 1000, 1500, 2000]);
     }
 }

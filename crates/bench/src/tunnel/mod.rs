@@ -40,8 +40,9 @@ use crate::harness::clock::{now_ns, Pacer};
 use crate::harness::guard::{Proc, RunGuard};
 use crate::harness::latency::{us, Latency, LatencyHistogram};
 use crate::harness::peers;
-use crate::harness::search::Search;
+use crate::harness::search::{Judged, Search};
 use crate::report::{markdown_table, Align, LinePlot, Outputs, Series};
+use crate::tester::{fell_behind, SendStats};
 
 /// Arguments of `v6gate bench tunnel`.
 #[derive(Debug, clap::Args)]
@@ -59,22 +60,29 @@ pub struct Args {
     #[arg(long, value_delimiter = ',', default_value = "64,512,1280")]
     pub sizes: Vec<usize>,
     /// Latency samples per size and direction (the paper sends 10,000).
-    #[arg(long, default_value_t = 2000)]
+    /// `--quick`: 200.
+    #[arg(long, default_value_t = 2000, default_value_if("quick", "true", "200"))]
     pub packets: u32,
-    /// RTP packets per one-way-delay row (20 ms apart).
-    #[arg(long, default_value_t = 500)]
+    /// RTP packets per one-way-delay row (20 ms apart). `--quick`: 50.
+    #[arg(long, default_value_t = 500, default_value_if("quick", "true", "50"))]
     pub rtp_packets: u32,
-    /// Seconds per zero-loss trial.
-    #[arg(long, default_value_t = 3.0)]
+    /// Seconds per zero-loss trial. `--quick`: 0.5.
+    #[arg(long, default_value_t = 3.0, default_value_if("quick", "true", "0.5"))]
     pub trial_secs: f64,
-    /// Highest rate tried by the zero-loss search, packets/s.
+    /// Highest rate tried by the zero-loss search, packets/s. Each device's
+    /// search first offers it in one calibration trial: what the tester
+    /// sent there is its ceiling, where the search starts.
     #[arg(long, default_value_t = 400_000.0)]
     pub max_rate: f64,
+    /// Trials per zero-loss search at most. `--quick`: 6.
+    #[arg(long, default_value_t = 14, default_value_if("quick", "true", "6"))]
+    pub max_trials: usize,
     /// Skip the zero-loss search.
     #[arg(long)]
     pub no_search: bool,
     /// A short functional run (200 samples, 50 RTP packets, 0.5 s trials,
-    /// 6 search trials): for development on a shared machine, not for figures.
+    /// 6 search trials): for development on a shared machine, not for
+    /// figures. Options given on the command line keep their values.
     #[arg(long)]
     pub quick: bool,
 }
@@ -160,7 +168,12 @@ pub struct DeviceResult {
     pub cells: Vec<Cell>,
     /// Highest rate without loss, IPv4 to IPv6, 512-byte packets (packets/s).
     pub zero_loss_pps: Option<f64>,
-    /// Every search trial: (rate, passed, received/sent).
+    /// The tester's ceiling for this device (its calibration trial's
+    /// achieved rate, or `--max-rate` when it kept up): the search's start.
+    pub ceiling_pps: Option<f64>,
+    /// The figure is the tester's bound, not the device's (TESTER-BOUND).
+    pub tester_bound: bool,
+    /// Every search trial, the calibration first.
     pub trials: Vec<Trial>,
     /// RTP one-way delay through the tunnel.
     pub rtp: Option<Rtp>,
@@ -544,9 +557,35 @@ fn cell(size: usize, direction: &'static str, relay: &[u64], direct: &[u64], los
     }
 }
 
-/// Zero-loss search, IPv4 to IPv6, 512-byte packets, from the tester's client.
-/// One zero-loss trial: rate, passed, received, sent.
-pub type Trial = (f64, bool, u64, u64);
+/// One zero-loss trial (IPv4 to IPv6, 512-byte packets, from the tester's
+/// client).
+#[derive(Debug, Clone, Serialize)]
+pub struct Trial {
+    /// Offered rate, packets/s.
+    pub rate: f64,
+    /// Every packet arrived and the tester kept up.
+    pub passed: bool,
+    /// Packets received.
+    pub received: u64,
+    /// Packets sent.
+    pub sent: u64,
+    /// The rate the tester achieved, packets/s.
+    pub sent_pps: f64,
+    /// Why the tester fell behind, when it did (TESTER-BOUND: neither a
+    /// pass nor a failure of the device).
+    pub tester_bound: Option<String>,
+    /// The calibration trial (offering `--max-rate`), not a search trial.
+    pub calibration: bool,
+}
+
+/// The search's results: the zero-loss rate (if any), the tester's
+/// ceiling, whether the figure is the tester's, every trial.
+type Searched = (Option<f64>, f64, bool, Vec<Trial>);
+
+/// A throughput trial's lag budget: a sender later than this against its
+/// schedule (p99) offered bursts, not the rate (the xlat bench's late
+/// budget).
+const LAG_BUDGET_NS: u64 = 10_000_000;
 
 /// A 512-byte IPv6/UDP packet from `src` to the native host's throughput port.
 fn v6_probe(src: Ipv6Addr) -> Vec<u8> {
@@ -565,7 +604,9 @@ fn v6_probe(src: Ipv6Addr) -> Vec<u8> {
 /// The zero-loss search towards the native host's throughput port,
 /// 512-byte IPv6 packets arriving there: Teredo from the tester's client,
 /// 6to4 from its site over protocol 41, or IPv4 translated by SIIT.
-fn throughput(bed: &Bed, dut: Dut, secs: f64, search: Search) -> Result<(Option<f64>, Vec<Trial>)> {
+/// The search starts at the tester's ceiling with this device, measured
+/// first by a calibration trial offering `search.max`.
+fn throughput(bed: &Bed, dut: Dut, secs: f64, search: Search) -> Result<Searched> {
     let host6 = udp_in(&bed.h, SocketAddr::new(HOST6.into(), HOST_PORT + 1))?;
     host6.set_read_timeout(Some(Duration::from_millis(20)))?;
     let mut keepalive: Box<dyn FnMut()> = Box::new(|| {});
@@ -601,10 +642,10 @@ fn throughput(bed: &Bed, dut: Dut, secs: f64, search: Search) -> Result<(Option<
         }
     };
     let mut trials = Vec::new();
-    let found = search.run(|rate| {
+    let mut run = |rate: f64, calibration: bool| -> Result<Trial> {
         keepalive();
         let total = (rate * secs).max(1.0) as u64;
-        let received = std::thread::scope(|s| -> Result<u64> {
+        let (received, sent) = std::thread::scope(|s| -> Result<(u64, SendStats)> {
             let rx = s.spawn(|| {
                 let mut got = 0u64;
                 let mut b = [0u8; 2048];
@@ -616,17 +657,45 @@ fn throughput(bed: &Bed, dut: Dut, secs: f64, search: Search) -> Result<(Option<
                 }
                 got
             });
-            let mut pacer = Pacer::new(now_ns(), 1e9 / rate, total);
-            while pacer.wait().is_some() {
-                send();
-                pacer.advance(1);
+            // A sender that cannot keep up stops at the trial's end (its
+            // shortfall shows in the achieved rate) instead of running long.
+            let interval = 1e9 / rate;
+            let t0 = now_ns();
+            let mut pacer = Pacer::new(t0, interval, total).spin(50_000).deadline(t0 + (secs * 1e9) as u64 + 1_000_000);
+            let mut st = SendStats::default();
+            while let Some(due) = pacer.wait() {
+                for _ in 0..due {
+                    st.lag.record(now_ns().saturating_sub(pacer.due_at(pacer.next())));
+                    send();
+                    pacer.advance(1);
+                }
             }
-            Ok(rx.join().unwrap_or(0))
+            st.sent = pacer.next();
+            st.secs = ((now_ns() - t0) as f64 / 1e9).max(st.sent as f64 * interval / 1e9);
+            Ok((rx.join().unwrap_or(0), st))
         })?;
-        trials.push((rate, received >= total, received, total));
-        Ok((received >= total, ()))
+        let sent_pps = if sent.secs > 0.0 { sent.sent as f64 / sent.secs } else { 0.0 };
+        let tester_bound = fell_behind(sent_pps, sent.lag.summary().p99_ns, rate, LAG_BUDGET_NS);
+        let passed = tester_bound.is_none() && received >= total;
+        Ok(Trial { rate, passed, received, sent: sent.sent, sent_pps, tester_bound, calibration })
+    };
+    // The tester's ceiling with this device: what it sent offering the maximum.
+    let cal = run(search.max, true)?;
+    let tester_max = cal.tester_bound.is_some();
+    let max = if tester_max { cal.sent_pps.min(search.max) } else { search.max };
+    eprintln!("    tester ceiling: offered {:.0}, sent {:.0} packets/s", cal.rate, cal.sent_pps);
+    trials.push(cal);
+    let found = Search { max, ..search }.run(|rate| {
+        let t = run(rate, false)?;
+        let j = match (&t.tester_bound, t.passed) {
+            (Some(_), _) => Judged::TesterBound,
+            (None, p) => Judged::of(p),
+        };
+        trials.push(t);
+        Ok((j, ()))
     })?;
-    Ok(((found.best > 0.0).then_some(found.best), trials))
+    let bound = found.bound_by_tester() || (found.capped() && tester_max);
+    Ok(((found.best > 0.0).then_some(found.best), max, bound, trials))
 }
 
 /// G.711 RTP (12 + 160 bytes) every 20 ms through the tunnel, client to host.
@@ -696,11 +765,7 @@ pub fn run(args: &Args) -> Result<Report> {
     if !nix::unistd::geteuid().is_root() {
         bail!("v6gate bench tunnel needs root (network namespaces)");
     }
-    let (packets, rtp_packets, secs, trials) = if args.quick {
-        (args.packets.min(200), args.rtp_packets.min(50), args.trial_secs.min(0.5), 6)
-    } else {
-        (args.packets, args.rtp_packets, args.trial_secs, 14)
-    };
+    let (packets, rtp_packets, secs, trials) = (args.packets, args.rtp_packets, args.trial_secs, args.max_trials);
     let v6gate = peers::v6gate(args.v6gate_bin.as_deref())?;
     let miredo = peers::find(&args.miredo_bin);
     let mut out = Outputs::create(&args.out)?;
@@ -720,8 +785,17 @@ pub fn run(args: &Args) -> Result<Report> {
             }),
             _ => peers::version(&v6gate),
         };
-        let mut r =
-            DeviceResult { dut, version, cells: vec![], zero_loss_pps: None, trials: vec![], rtp: None, error: None };
+        let mut r = DeviceResult {
+            dut,
+            version,
+            cells: vec![],
+            zero_loss_pps: None,
+            ceiling_pps: None,
+            tester_bound: false,
+            trials: vec![],
+            rtp: None,
+            error: None,
+        };
         if dut == Dut::Miredo && miredo.is_none() {
             r.error = Some(format!("{} not installed: row skipped", args.miredo_bin.display()));
             eprintln!("  {}: skipped (not installed)", dut.label());
@@ -737,8 +811,11 @@ pub fn run(args: &Args) -> Result<Report> {
                 r.cells = table_one(&bed, packets, &args.sizes)?;
             }
             if !args.no_search {
-                let (best, tr) = throughput(&bed, dut, secs, Search::rfc2544(args.max_rate, 0.05, trials))?;
+                let (best, ceiling, bound, tr) =
+                    throughput(&bed, dut, secs, Search::rfc2544(args.max_rate, 0.05, trials))?;
                 r.zero_loss_pps = best;
+                r.ceiling_pps = Some(ceiling);
+                r.tester_bound = bound;
                 r.trials = tr;
             }
             if dut != Dut::V6gateSiit {
@@ -858,13 +935,33 @@ pub fn markdown(r: &Report) -> String {
             vec![
                 d.dut.label().into(),
                 d.zero_loss_pps.map_or("-".into(), |p| format!("{p:.0}")),
+                d.ceiling_pps.map_or("-".into(), |p| format!("{p:.0}")),
+                if d.tester_bound { "TESTER-BOUND".into() } else { String::new() },
                 d.error.clone().unwrap_or_default(),
             ]
         })
         .collect();
-    s.push_str(&markdown_table(&[("device", Align::Left), ("packets/s", Align::Right), ("note", Align::Left)], &rows));
+    s.push_str(&markdown_table(
+        &[
+            ("device", Align::Left),
+            ("packets/s", Align::Right),
+            ("tester ceiling", Align::Right),
+            ("bound", Align::Left),
+            ("note", Align::Left),
+        ],
+        &rows,
+    ));
+    s.push_str(
+        "\nEach search starts at the tester's ceiling with that device (a calibration trial offering --max-rate: \
+         what the tester sent). TESTER-BOUND: the search ended below a rate the tester could not offer (it sent \
+         under 98 % of the rate, or its send lag p99 passed 10 ms), or the device carried the whole ceiling: the \
+         figure is the tester's, not the device's.\n",
+    );
     let pps = |dut: Dut| r.devices.iter().find(|d| d.dut == dut).and_then(|d| d.zero_loss_pps);
+    let bound = |dut: Dut| r.devices.iter().any(|d| d.dut == dut && d.tester_bound);
+    // A ratio of tester-bound figures says nothing about the devices.
     let ratio = |a: Dut, b: Dut| match (pps(a), pps(b)) {
+        (Some(x), Some(y)) if y > 0.0 && (bound(a) || bound(b)) => format!("{:.2} (TESTER-BOUND: not judged)", x / y),
         (Some(x), Some(y)) if y > 0.0 => format!("{:.2}", x / y),
         _ => "-".into(),
     };
@@ -908,6 +1005,17 @@ pub fn markdown(r: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quick_shrinks_the_run_and_given_options_win() {
+        let parse = |argv: &[&str]| crate::parse_args::<Args>(argv);
+        let q = parse(&["x", "--quick"]);
+        assert_eq!((q.packets, q.rtp_packets, q.trial_secs, q.max_trials), (200, 50, 0.5, 6));
+        let g = parse(&["x", "--quick", "--max-trials", "14", "--packets", "2000"]);
+        assert_eq!((g.packets, g.rtp_packets, g.max_trials), (2000, 50, 14), "given values win");
+        let f = parse(&["x"]);
+        assert_eq!((f.packets, f.rtp_packets, f.trial_secs, f.max_trials), (2000, 500, 3.0, 14));
+    }
 
     #[test]
     fn probe_packets_carry_their_stamp_and_a_valid_checksum() {

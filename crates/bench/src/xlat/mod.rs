@@ -169,48 +169,64 @@ pub struct Args {
     pub dut: Vec<Dut>,
     /// IPv6 frame sizes in bytes (RFC 8219; the IPv4 side is 20 bytes
     /// shorter, the softwires' 4in6 frames 20 bytes longer: the same
-    /// payload in every DUT).
-    #[arg(long, value_delimiter = ',', default_value = "84,512,1280,1518")]
+    /// payload in every DUT). `--quick`: 84,1518.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "84,512,1280,1518",
+        default_value_if("quick", "true", "84,1518")
+    )]
     pub sizes: Vec<usize>,
     /// Directions.
     #[arg(long, value_delimiter = ',', default_value = "6to4,4to6")]
     pub dir: Vec<Dir>,
     /// Number of flows (RFC 4814 pseudorandom source/destination ports).
-    #[arg(long, default_value_t = 1024)]
+    /// `--quick`: 256.
+    #[arg(long, default_value_t = 1024, default_value_if("quick", "true", "256"))]
     pub flows: usize,
-    /// Trial duration, ms.
-    #[arg(long, default_value_t = 2000)]
+    /// Trial duration, ms. `--quick`: 300.
+    #[arg(long, default_value_t = 2000, default_value_if("quick", "true", "300"))]
     pub trial_ms: u64,
     /// How long the receiver waits for stragglers after a trial, ms.
-    #[arg(long, default_value_t = 500)]
+    /// `--quick`: 100.
+    #[arg(long, default_value_t = 500, default_value_if("quick", "true", "100"))]
     pub drain_ms: u64,
     /// A frame later than this counts as lost (a growing queue is a failure), ms.
     #[arg(long, default_value_t = 10)]
     pub late_ms: u64,
-    /// Highest rate the search tries, frames/s.
+    /// Highest rate any search tries, frames/s. Each (direction, frame
+    /// size) of the tester's own row first offers this rate in one
+    /// calibration trial: what the tester achieved there is its ceiling,
+    /// where every search of the run starts (RFC 2544: the first trial
+    /// at the maximum the tester can offer, then binary search).
     #[arg(long, default_value_t = 2_000_000.0)]
     pub max_rate: f64,
-    /// Search resolution (share of the rate).
-    #[arg(long, default_value_t = 0.02)]
+    /// Search resolution (share of the rate). `--quick`: 0.05.
+    #[arg(long, default_value_t = 0.02, default_value_if("quick", "true", "0.05"))]
     pub resolution: f64,
-    /// Trials per search at most.
-    #[arg(long, default_value_t = 12)]
+    /// Trials per search at most (confirmations included). `--quick`: 8.
+    #[arg(long, default_value_t = 12, default_value_if("quick", "true", "8"))]
     pub max_trials: usize,
-    /// Throughput search: run a failed trial again up to this many times;
-    /// a rate fails only when every run loses frames (every run is kept in
-    /// the report's search list). One transient loss high in a binary
+    /// Throughput search: run a trial that did not pass again up to this
+    /// many times; a rate passes when any run passes, and fails the DUT
+    /// only when a run lost frames the tester offered (every run is kept
+    /// in the report's search list). One transient loss high in a binary
     /// search otherwise sets the figure far below what the DUT carries.
-    /// 0: RFC 2544 as written (one trial per rate).
-    #[arg(long, default_value_t = 1)]
+    /// 0: RFC 2544 as written (one trial per rate). `--quick`: 0 (its 8
+    /// trials then reach down to 1/128 of the tester's ceiling).
+    #[arg(long, default_value_t = 1, default_value_if("quick", "true", "0"))]
     pub confirm: u32,
-    /// Loads above the throughput for the frame loss rate, % of throughput.
-    #[arg(long, value_delimiter = ',', default_value = "110,125,150")]
+    /// Loads above the throughput for the frame loss rate, % of
+    /// throughput (not for the tester's own row: it cannot offer more than
+    /// its ceiling). `--quick`: 125.
+    #[arg(long, value_delimiter = ',', default_value = "110,125,150", default_value_if("quick", "true", "125"))]
     pub overload: Vec<u32>,
     /// Loads below the throughput for latency by load, % of throughput.
-    #[arg(long, value_delimiter = ',', default_value = "10,50,90")]
+    /// `--quick`: 50.
+    #[arg(long, value_delimiter = ',', default_value = "10,50,90", default_value_if("quick", "true", "50"))]
     pub loads: Vec<u32>,
-    /// NAT64: new flows in the first-packet latency test.
-    #[arg(long, default_value_t = 2000)]
+    /// NAT64: new flows in the first-packet latency test. `--quick`: 200.
+    #[arg(long, default_value_t = 2000, default_value_if("quick", "true", "200"))]
     pub setup_flows: usize,
     /// NAT64: rates of new flows in the first-packet latency test,
     /// flows/s; each rate probes fresh flows, then the same flows again
@@ -272,31 +288,13 @@ pub struct Args {
     /// Namespace name prefix (namespaces PREFIX-t6, PREFIX-dut, PREFIX-t4).
     #[arg(long, default_value = BENCH_PREFIX)]
     pub prefix: String,
-    /// Smoke run: sizes 84 and 1518, short trials, coarse search, one
-    /// overload and one lower load, 200 new flows.
+    /// Smoke run (under 5 minutes on a 2-CPU machine): sizes 84 and 1518,
+    /// 256 flows, 300 ms trials, a 5 % search of at most 8 trials without
+    /// confirmation, one
+    /// overload and one lower load, 200 new flows. Options given on the
+    /// command line keep their values.
     #[arg(long)]
     pub quick: bool,
-}
-
-impl Args {
-    /// Applies `--quick`.
-    pub fn effective(&self) -> Args {
-        let mut a = self.clone();
-        if a.quick {
-            if a.sizes == [84, 512, 1280, 1518] {
-                a.sizes = vec![84, 1518];
-            }
-            a.trial_ms = a.trial_ms.min(500);
-            a.drain_ms = a.drain_ms.min(200);
-            a.resolution = a.resolution.max(0.05);
-            a.max_trials = a.max_trials.min(8);
-            a.overload = vec![125];
-            a.loads = vec![50];
-            a.setup_flows = a.setup_flows.min(200);
-            a.flows = a.flows.min(256);
-        }
-        a
-    }
 }
 
 /// One (DUT, direction, frame size) measurement.
@@ -315,14 +313,42 @@ pub struct Point {
     pub throughput_fps: f64,
     /// The same in Mbit/s of sent frames (FCS included, RFC 2544).
     pub throughput_mbps: f64,
-    /// Search trials (rate, passed).
-    pub search: Vec<(f64, bool)>,
+    /// Where the search started: the tester's ceiling for this direction
+    /// and size (its calibration trial's achieved rate for the tester's
+    /// own row, the tester row's throughput for the others), or
+    /// `--max-rate` when the tester reaches it.
+    pub ceiling_fps: f64,
+    /// The figure is the tester's bound, not the DUT's: the search ended
+    /// below a rate the tester could not offer, or the DUT carried the
+    /// tester's whole ceiling without loss (TESTER-BOUND).
+    pub tester_bound: bool,
+    /// No loss up to `--max-rate`, which the tester could offer: the DUT
+    /// may carry more.
+    pub capped: bool,
+    /// Every search trial in order.
+    pub search: Vec<SearchTrial>,
     /// Frame loss rate above the throughput.
     pub loss: Vec<LoadResult>,
     /// Latency at the throughput rate.
     pub latency: Option<Latency>,
     /// Latency at lower loads.
     pub by_load: Vec<LoadResult>,
+}
+
+/// One trial of a search.
+#[derive(Debug, Clone, Serialize)]
+pub struct SearchTrial {
+    /// Offered rate, frames/s.
+    pub rate_fps: f64,
+    /// The DUT carried it (no frame lost or late, the tester kept up).
+    pub passed: bool,
+    /// Why the tester fell behind, when it did (TESTER-BOUND: neither a
+    /// pass nor a failure of the DUT).
+    pub tester_bound: Option<String>,
+    /// The rate the tester achieved, frames/s.
+    pub sent_fps: f64,
+    /// Frames lost (missing or late).
+    pub lost: u64,
 }
 
 /// A trial at a share of the throughput.
@@ -336,6 +362,9 @@ pub struct LoadResult {
     pub loss_ratio: f64,
     /// Latency of the frames received.
     pub latency: Latency,
+    /// Why the tester fell behind, when it did (the loss is then partly
+    /// the tester's).
+    pub tester_bound: Option<String>,
 }
 
 /// NAT64 session-setup results.
@@ -343,8 +372,10 @@ pub struct LoadResult {
 pub struct Setup {
     /// Highest rate of new flows (one frame each) without loss, flows/s.
     pub setup_rate_fps: f64,
+    /// The figure is the tester's bound (as [`Point::tester_bound`]).
+    pub tester_bound: bool,
     /// Search trials.
-    pub search: Vec<(f64, bool)>,
+    pub search: Vec<SearchTrial>,
     /// First-packet latency, one probe per `--setup-probe-rate`.
     pub probes: Vec<SetupProbe>,
 }
@@ -413,7 +444,7 @@ struct Ctx<'a> {
 
 /// Runs the benchmark and writes the results into `args.out`.
 pub fn run(args: &Args) -> Result<Report> {
-    let a = args.effective();
+    let a = args;
     if !nix::unistd::geteuid().is_root() {
         bail!("v6gate bench xlat builds network namespaces: run it as root");
     }
@@ -437,23 +468,24 @@ pub fn run(args: &Args) -> Result<Report> {
     // the guard, however the run ends.
     let guard = RunGuard::new(&format!("{}-", a.prefix), PathBuf::from(format!("/run/{}", a.prefix)))?;
     let tester = a.tester.tester();
-    let ctx = Ctx { a: &a, v6gate, work: guard.work(), tester: tester.as_ref(), dut_cpus };
+    let ctx = Ctx { a, v6gate, work: guard.work(), tester: tester.as_ref(), dut_cpus };
     let mut report = Report {
         cpus: crate::report::online_cpus(),
         kernel: crate::report::kernel_release(),
         params: format!("{a:?}"),
         duts: Vec::new(),
     };
-    // The tester's ceiling per (direction, size), once measured, caps the
-    // other DUTs' searches: no DUT can forward more than the tester sends.
-    // Every run measures it first (DESIGN.md, measurement rules).
+    // The tester's ceiling per (direction, size), once measured, is where
+    // the other DUTs' searches start: no DUT can forward more than the
+    // tester sends. Every run measures it first (DESIGN.md, measurement
+    // rules).
     let mut duts = a.dut.clone();
     if !duts.contains(&Dut::Tester) {
         eprintln!("bench xlat: measuring the tester's own ceiling first (dut `tester`)");
     }
     duts.retain(|d| *d != Dut::Tester);
     duts.insert(0, Dut::Tester);
-    let mut ceiling: Vec<(Dir, usize, f64)> = Vec::new();
+    let mut ceiling: Vec<trial::Reach> = Vec::new();
     for &dut in &duts {
         eprintln!("bench xlat: {} ...", dut.name());
         let why = if a.setup_only && !dut.stateful() {
@@ -472,7 +504,7 @@ pub fn run(args: &Args) -> Result<Report> {
             None => trial::bench_dut(&ctx, dut, &ceiling),
         };
         if dut == Dut::Tester {
-            ceiling = r.points.iter().map(|p| (p.dir, p.frame_size, p.throughput_fps)).collect();
+            ceiling = r.points.iter().filter_map(trial::Reach::of).collect();
         }
         eprintln!("bench xlat: {}: {}", dut.name(), r.status);
         report.duts.push(r);
@@ -488,20 +520,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn quick_shrinks_the_run() {
-        use clap::{Parser, ValueEnum};
-        #[derive(clap::Parser)]
-        struct W {
-            #[command(flatten)]
-            a: Args,
-        }
-        let a = W::parse_from(["x", "--quick"]).a.effective();
+    fn quick_shrinks_the_run_and_given_options_win() {
+        use clap::ValueEnum;
+        let parse = |argv: &[&str]| crate::parse_args::<Args>(argv);
+        let a = parse(&["x", "--quick"]);
         assert_eq!(a.sizes, vec![84, 1518]);
-        assert!(a.trial_ms <= 500 && a.max_trials <= 8);
+        assert_eq!((a.trial_ms, a.drain_ms, a.max_trials, a.flows, a.setup_flows), (300, 100, 8, 256, 200));
+        assert_eq!(a.confirm, 0);
+        assert_eq!((a.overload.as_slice(), a.loads.as_slice(), a.resolution), (&[125][..], &[50][..], 0.05));
         assert_eq!(a.tester, Backend::AfPacket);
-        let full = W::parse_from(["x", "--v6gate-bin", "/x/v6gate"]).a.effective();
+        // Options given on the command line override --quick's defaults.
+        let g = parse(&["x", "--quick", "--max-trials", "12", "--sizes", "512", "--trial-ms", "2000"]);
+        assert_eq!((g.max_trials, g.sizes.as_slice(), g.trial_ms), (12, &[512][..], 2000));
+        assert_eq!((g.drain_ms, g.flows), (100, 256), "the others keep --quick's");
+        let g = parse(&["x", "--max-trials", "3", "--quick"]);
+        assert_eq!(g.max_trials, 3, "in any order");
+        let full = parse(&["x", "--v6gate-bin", "/x/v6gate"]);
         assert_eq!(full.sizes, vec![84, 512, 1280, 1518]);
         assert_eq!(full.dir, vec![Dir::V6ToV4, Dir::V4ToV6]);
+        assert_eq!((full.trial_ms, full.max_trials, full.flows, full.resolution), (2000, 12, 1024, 0.02));
         assert_eq!(full.v6gate.as_deref(), Some(std::path::Path::new("/x/v6gate")), "--v6gate-bin is an alias");
         assert_eq!(
             &full.dut[full.dut.len() - 2..],

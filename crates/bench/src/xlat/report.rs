@@ -4,7 +4,7 @@
 use anyhow::Result;
 use clap::ValueEnum as _;
 
-use super::{Dir, Dut, DutReport, Report};
+use super::{Dir, Dut, DutReport, Point, Report};
 use crate::harness::latency::us;
 use crate::report::{markdown_table, Align, LinePlot, Outputs, Series};
 
@@ -14,6 +14,10 @@ pub fn markdown(r: &Report) -> String {
     let mut o = String::new();
     o += "# v6gate bench xlat (RFC 8219 / RFC 2544)\n\n";
     o += &format!("{} CPUs, kernel {}. Parameters: `{}`\n\n", r.cpus, r.kernel, r.params);
+    o += "\"bound\": what limited the figure: `DUT` (it lost frames the tester offered), `TESTER` \
+          (TESTER-BOUND: the search ended below a rate the tester could not offer, or the DUT carried the \
+          tester's whole ceiling; the figure is the tester's), `--max-rate` (no loss up to it). A loss cell \
+          marked `tester-bound` was measured while the tester fell behind.\n\n";
     let mut rows = Vec::new();
     for d in &r.duts {
         let status_row = || vec![d.dut.to_owned(), String::new(), String::new(), d.status.clone()];
@@ -22,8 +26,14 @@ pub fn markdown(r: &Report) -> String {
             continue;
         }
         for p in &d.points {
-            let loss: Vec<String> =
-                p.loss.iter().map(|l| format!("{}%: {:.2}%", l.load_pct, l.loss_ratio * 100.0)).collect();
+            let loss: Vec<String> = p
+                .loss
+                .iter()
+                .map(|l| {
+                    let tb = if l.tester_bound.is_some() { " (tester-bound)" } else { "" };
+                    format!("{}%: {:.2}%{tb}", l.load_pct, l.loss_ratio * 100.0)
+                })
+                .collect();
             let l = p.latency.unwrap_or_default();
             rows.push(vec![
                 d.dut.to_owned(),
@@ -31,6 +41,7 @@ pub fn markdown(r: &Report) -> String {
                 p.frame_size.to_string(),
                 format!("{:.0}", p.throughput_fps),
                 format!("{:.1}", p.throughput_mbps),
+                bound(p).to_owned(),
                 loss.join(", "),
                 us(l.p50_ns),
                 us(l.p99_ns),
@@ -49,6 +60,7 @@ pub fn markdown(r: &Report) -> String {
             ("frame", R),
             ("throughput (fps)", R),
             ("Mbit/s", R),
+            ("bound", L),
             ("loss above (load: loss)", L),
             ("lat p50 (us)", R),
             ("p99", R),
@@ -74,7 +86,7 @@ pub fn markdown(r: &Report) -> String {
                 s.probes.iter().map(move |p| {
                     vec![
                         d.dut.to_owned(),
-                        format!("{:.0}", s.setup_rate_fps),
+                        format!("{:.0}{}", s.setup_rate_fps, if s.tester_bound { " (TESTER-BOUND)" } else { "" }),
                         p.busy_poll.clone(),
                         format!("{:.0}", p.rate),
                         us(p.first_packet.p50_ns),
@@ -100,6 +112,19 @@ pub fn markdown(r: &Report) -> String {
         );
     }
     o
+}
+
+/// What limited a point's figure (the report's "bound" column).
+fn bound(p: &Point) -> &'static str {
+    if p.tester_bound {
+        "TESTER"
+    } else if p.capped {
+        "--max-rate"
+    } else if p.throughput_fps > 0.0 || p.search.iter().any(|t| t.tester_bound.is_none() && !t.passed) {
+        "DUT"
+    } else {
+        "-"
+    }
 }
 
 /// Issue #15's bar: each softwire DUT's zero-loss throughput against the
@@ -238,8 +263,8 @@ pub(super) fn write(r: &Report, o: &mut Outputs) -> Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::super::Point;
+pub(super) mod tests {
+    use super::super::SearchTrial;
     use super::*;
     use crate::harness::latency::Latency;
 
@@ -266,7 +291,25 @@ mod tests {
                         flows: 2,
                         throughput_fps: 1000.0,
                         throughput_mbps: 0.512,
-                        search: vec![(1000.0, true)],
+                        ceiling_fps: 2000.0,
+                        tester_bound: false,
+                        capped: false,
+                        search: vec![
+                            SearchTrial {
+                                rate_fps: 2000.0,
+                                passed: false,
+                                tester_bound: None,
+                                sent_fps: 2000.0,
+                                lost: 7,
+                            },
+                            SearchTrial {
+                                rate_fps: 1000.0,
+                                passed: true,
+                                tester_bound: None,
+                                sent_fps: 1000.0,
+                                lost: 0,
+                            },
+                        ],
                         loss: vec![],
                         latency: Some(Latency { p50_ns: 12_345, ..Default::default() }),
                         by_load: vec![],
@@ -282,12 +325,33 @@ mod tests {
     fn markdown_lists_every_dut() {
         let md = markdown(&report());
         assert!(md.contains("| tayga-siit |  |  | skipped: tayga is not installed |"), "{md}");
-        assert!(md.contains("| kernel | 6to4 | 84 | 1000 | 0.5 |  | 12.3 |"), "{md}");
+        assert!(md.contains("| kernel | 6to4 | 84 | 1000 | 0.5 | DUT |  | 12.3 |"), "{md}");
         assert!(md.contains("\n- kernel: 6to4: fast path 10 packets\n"), "{md}");
         assert!(md.contains("|---|---|---:|---:|"), "{md}");
+        // A tester-bound row and a loss trial during which the tester fell behind.
+        let mut r = report();
+        let mut p = point(Dir::V4ToV6, 250_000.0);
+        p.tester_bound = true;
+        p.loss.push(super::super::LoadResult {
+            load_pct: 125,
+            rate_fps: 312_500.0,
+            loss_ratio: 0.2,
+            latency: Latency::default(),
+            tester_bound: Some("sent 250000 of 312500 packets/s offered (80.0 %)".into()),
+        });
+        let mut capped = point(Dir::V6ToV4, 2000.0);
+        capped.capped = true;
+        r.duts.push(dut("v6gate-siit", vec![p, capped, point(Dir::V6ToV4, 0.0)]));
+        let md = markdown(&r);
+        assert!(
+            md.contains("| v6gate-siit | 4to6 | 84 | 250000 | 0.0 | TESTER | 125%: 20.00% (tester-bound) |"),
+            "{md}"
+        );
+        assert!(md.contains("| v6gate-siit | 6to4 | 84 | 2000 | 0.0 | --max-rate |"), "{md}");
+        assert!(md.contains("| v6gate-siit | 6to4 | 84 | 0 | 0.0 | - |"), "nothing judged: {md}");
     }
 
-    fn point(dir: Dir, fps: f64) -> Point {
+    pub(in crate::xlat) fn point(dir: Dir, fps: f64) -> Point {
         Point {
             dir,
             frame_size: 84,
@@ -295,6 +359,9 @@ mod tests {
             flows: 2,
             throughput_fps: fps,
             throughput_mbps: 0.0,
+            ceiling_fps: 0.0,
+            tester_bound: false,
+            capped: false,
             search: vec![],
             loss: vec![],
             latency: None,
@@ -352,7 +419,15 @@ mod tests {
         let json: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap();
         assert_eq!(json["duts"][1]["points"][0]["latency"]["p50_ns"], 12_345);
-        assert_eq!(json["duts"][1]["points"][0]["search"][0], serde_json::json!([1000.0, true]));
+        let p = &json["duts"][1]["points"][0];
+        assert_eq!(p["search"][1]["rate_fps"], 1000.0);
+        assert_eq!((p["search"][0]["passed"].as_bool(), p["search"][0]["lost"].as_u64()), (Some(false), Some(7)));
+        assert!(p["search"][0]["tester_bound"].is_null(), "a field per trial: {p}");
+        assert_eq!(
+            (p["tester_bound"].as_bool(), p["ceiling_fps"].as_f64()),
+            (Some(false), Some(2000.0)),
+            "and per row"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

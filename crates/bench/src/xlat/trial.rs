@@ -12,14 +12,14 @@ use lab::topo::bench_addr::*;
 use lab::topo::BenchTopo;
 
 use super::dut::{AFTR6, DSLITE_HOST4, LW_PSID, LW_PSID_LEN, LW_PSID_OFFSET};
-use super::{dut, Ctx, Dir, Dut, DutReport, LoadResult, Point, Setup, SetupProbe};
+use super::{dut, Ctx, Dir, Dut, DutReport, LoadResult, Point, SearchTrial, Setup, SetupProbe};
 use crate::harness::cpu;
 use crate::harness::fastpath::FastPath;
 use crate::harness::guard::Proc;
 use crate::harness::latency::us;
-use crate::harness::search::{Found, Search};
+use crate::harness::search::{Found, Judged, Search};
 use crate::tester::frame::{self, Header, Template, Tunnel6};
-use crate::tester::{Port, TrialResult, TrialSpec};
+use crate::tester::{Port, TrialResult, TrialSpec, RATE_TOLERANCE};
 
 static TRIAL_ID: AtomicU16 = AtomicU16::new(1);
 
@@ -215,42 +215,108 @@ fn trial_frames(ctx: &Ctx, s: &Streams, rate: f64, frames: u64, learn: bool) -> 
     Ok(r)
 }
 
-/// A trial passes with no frame lost or late, at (nearly) the offered rate
-/// (a tester that cannot keep up fails the trial: its ceiling shows).
-fn passed(r: &TrialResult, rate: f64) -> bool {
-    r.outcome.lost() == 0 && !tester_short(r, rate)
+/// How a trial at `rate` is judged: TESTER-BOUND when the tester fell
+/// behind (its achieved rate or send lag, [`crate::tester::Outcome::tester_bound`]),
+/// else a pass with no frame lost or late.
+fn judge(r: &TrialResult, rate: f64, late_ns: u64) -> (Judged, Option<String>) {
+    let why = r.outcome.tester_bound(rate, late_ns);
+    let j = match &why {
+        Some(_) => Judged::TesterBound,
+        None => Judged::of(r.outcome.lost() == 0),
+    };
+    (j, why)
 }
 
-/// Whether the tester sent under 95 % of the offered rate (the trial
-/// fails, whatever the DUT did).
-fn tester_short(r: &TrialResult, rate: f64) -> bool {
-    r.outcome.sent_pps < 0.95 * rate
+/// The tester's reach for one direction and frame size: where the other
+/// DUTs' searches start.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Reach {
+    dir: Dir,
+    size: usize,
+    /// Frames/s.
+    fps: f64,
+    /// Whether `fps` is the tester's own limit (false: `--max-rate`, which
+    /// the tester reached).
+    tester: bool,
 }
 
-/// The report's note on a point whose search failed trials because the
-/// tester fell short of the offered rate (`short` of `failed` failed
-/// trials): the figure is then the tester's bound, not the DUT's. `None`
-/// when no failed trial was the tester's.
-fn tester_bound_note(dir: Dir, size: usize, short: usize, failed: usize) -> Option<String> {
-    (short > 0).then(|| {
-        format!(
-            "{} {size}: TESTER-BOUND: {short} of {failed} failed search trials sent under 95 % of the offered rate \
-             (the tester's shortfall, not the DUT's loss)",
-            dir.name()
-        )
-    })
+impl Reach {
+    /// The reach the tester's own row measured: its zero-loss rate (its
+    /// calibrated ceiling when it found none).
+    pub(super) fn of(p: &Point) -> Option<Reach> {
+        let fps = if p.throughput_fps > 0.0 { p.throughput_fps } else { p.ceiling_fps };
+        (fps > 0.0).then_some(Reach { dir: p.dir, size: p.frame_size, fps, tester: !p.capped })
+    }
+
+    fn find(all: &[Reach], dir: Dir, size: usize) -> Option<Reach> {
+        all.iter().find(|c| c.dir == dir && c.size == size).copied()
+    }
 }
 
-/// The search trials as the report lists them: (rate, passed).
-fn tried<T>(f: &Found<T>) -> Vec<(f64, bool)> {
-    f.trials.iter().map(|t| (t.load, t.passed)).collect()
+/// The calibration of the tester's own row: one trial offering
+/// `--max-rate`; what the tester achieved is its ceiling (`--max-rate`
+/// itself when it kept up).
+fn calibrate(ctx: &Ctx, s: &Streams, dir: Dir, size: usize) -> Result<Reach> {
+    let max = ctx.a.max_rate;
+    let sent = trial(ctx, s, max, ctx.a.trial_ms, false)?.outcome.sent_pps;
+    let tester = sent < (1.0 - RATE_TOLERANCE) * max;
+    eprintln!("bench xlat: tester {} {size}: calibration: offered {max:.0} fps, sent {sent:.0} fps", dir.name());
+    Ok(Reach { dir, size, fps: if tester { sent } else { max }, tester })
+}
+
+/// A search's trials as the report lists them.
+fn tried(f: &Found<Kept>) -> Vec<SearchTrial> {
+    f.trials
+        .iter()
+        .map(|t| SearchTrial {
+            rate_fps: t.load,
+            passed: t.passed(),
+            tester_bound: t.result.0.clone(),
+            sent_fps: t.result.1,
+            lost: t.result.2,
+        })
+        .collect()
+}
+
+/// What the report keeps of a search trial: why the tester fell behind
+/// (if it did), the rate it achieved and the frames lost.
+type Kept = (Option<String>, f64, u64);
+
+/// Runs a search of `trial_at` (a trial at a rate) with the judgement of
+/// [`judge`] (`late_ns`: the late budget); returns the search and whether
+/// its figure is the tester's.
+fn search(
+    search: Search,
+    reach: Reach,
+    late_ns: u64,
+    mut trial_at: impl FnMut(f64) -> Result<TrialResult>,
+) -> Result<(Found<Kept>, bool)> {
+    let found = search.run(|rate| {
+        let r = trial_at(rate)?;
+        let (j, why) = judge(&r, rate, late_ns);
+        Ok((j, (why, r.outcome.sent_pps, r.outcome.lost())))
+    })?;
+    // The DUT carried the tester's whole reach: that is the tester's figure too.
+    let bound = found.bound_by_tester() || (found.capped() && reach.tester);
+    Ok((found, bound))
+}
+
+/// The report's note on a tester-bound figure: where the tester's reach
+/// ended and why.
+fn tester_bound_note(dir: Dir, size: usize, f: &Found<Kept>) -> String {
+    let at = f.tester_bound.and_then(|r| f.trials.iter().find(|t| t.load == r));
+    let why = match at.and_then(|t| Some((t.load, t.result.0.as_deref()?))) {
+        Some((rate, w)) => format!("at {rate:.0} fps the tester {w}"),
+        None => "no loss up to the tester's ceiling".to_string(),
+    };
+    format!("{} {size}: TESTER-BOUND ({why}): the figure is the tester's, not the DUT's", dir.name())
 }
 
 /// One point; `notes` gets [`tester_bound_note`]'s.
 fn measure_point(
     ctx: &Ctx,
     s: &Streams,
-    (dir, size, max): (Dir, usize, f64),
+    (dut, dir, size, reach): (Dut, Dir, usize, Option<Reach>),
     proc_: &mut Option<Proc>,
     notes: &mut Vec<String>,
 ) -> Result<Point> {
@@ -258,18 +324,20 @@ fn measure_point(
     let alive = |p: &mut Option<Proc>| p.as_mut().map_or(Ok(()), Proc::alive);
     // Warm-up (RFC 2544 §23 learning frames): every flow once, slowly.
     trial(ctx, s, 20_000.0, (s.flows.len() as u64 * 2 * 1000 / 20_000).max(50), false)?;
-    let search = Search { confirm: a.confirm, ..Search::rfc2544(max, a.resolution, a.max_trials) };
-    let (mut short, mut failed) = (0, 0);
-    let found = search.run(|rate| {
+    let reach = match reach {
+        Some(r) => r,
+        None => calibrate(ctx, s, dir, size)?,
+    };
+    let max = reach.fps.min(a.max_rate);
+    let plan = Search { confirm: a.confirm, ..Search::rfc2544(max, a.resolution, a.max_trials) };
+    let (found, tester_bound) = search(plan, reach, a.late_ms * 1_000_000, |rate| {
         alive(proc_)?;
-        let r = trial(ctx, s, rate, a.trial_ms, false)?;
-        let ok = passed(&r, rate);
-        failed += usize::from(!ok);
-        short += usize::from(!ok && tester_short(&r, rate));
-        Ok((ok, ()))
+        trial(ctx, s, rate, a.trial_ms, false)
     })?;
     alive(proc_)?;
-    notes.extend(tester_bound_note(dir, size, short, failed));
+    if tester_bound {
+        notes.push(tester_bound_note(dir, size, &found));
+    }
     let tput = found.best;
     let mut p = Point {
         dir,
@@ -278,6 +346,9 @@ fn measure_point(
         flows: s.flows.len(),
         throughput_fps: tput,
         throughput_mbps: tput * s.sent_size as f64 * 8.0 / 1e6,
+        ceiling_fps: max,
+        tester_bound,
+        capped: found.capped() && !reach.tester,
         search: tried(&found),
         loss: vec![],
         latency: None,
@@ -288,11 +359,16 @@ fn measure_point(
     }
     let at = |pct: u32| -> Result<LoadResult> {
         let rate = tput * f64::from(pct) / 100.0;
-        let o = trial(ctx, s, rate, a.trial_ms, false)?.outcome;
-        Ok(LoadResult { load_pct: pct, rate_fps: rate, loss_ratio: o.loss_rate, latency: o.latency })
+        let r = trial(ctx, s, rate, a.trial_ms, false)?;
+        let (_, tester_bound) = judge(&r, rate, a.late_ms * 1_000_000);
+        let o = r.outcome;
+        Ok(LoadResult { load_pct: pct, rate_fps: rate, loss_ratio: o.loss_rate, latency: o.latency, tester_bound })
     };
-    for &pct in &a.overload {
-        p.loss.push(at(pct)?);
+    // The tester's own row: nothing above its ceiling can be offered.
+    if dut != Dut::Tester {
+        for &pct in &a.overload {
+            p.loss.push(at(pct)?);
+        }
     }
     let full = at(100)?;
     p.latency = Some(full.latency);
@@ -340,7 +416,10 @@ fn once_each(ctx: &Ctx, s: &Streams, rate: f64) -> Result<TrialResult> {
     trial_frames(ctx, s, rate, s.flows.len() as u64, false)
 }
 
-fn measure_setup(ctx: &Ctx, dut: Dut) -> Result<Setup> {
+/// The highest rate of new sessions the tester's search tries.
+const SETUP_MAX_FPS: f64 = 1_000_000.0;
+
+fn measure_setup(ctx: &Ctx, dut: Dut, ceiling: &[Reach]) -> Result<Setup> {
     let a = ctx.a;
     let alive = |p: &mut Option<Proc>| p.as_mut().map_or(Ok(()), Proc::alive);
     // First-packet latency: new flows at each probe rate, then the same
@@ -381,9 +460,17 @@ fn measure_setup(ctx: &Ctx, dut: Dut) -> Result<Setup> {
             continue;
         }
         // Setup rate, with the first window (the default daemon): each
-        // trial sends fresh flows (a new IPv6 source prefix tag).
+        // trial sends fresh flows (a new IPv6 source prefix tag). It starts
+        // at the tester's ceiling for 84-byte frames 6to4 (at most 1 M/s).
+        let reach = Reach::find(ceiling, Dir::V6ToV4, 84).filter(|r| r.fps <= SETUP_MAX_FPS).unwrap_or(Reach {
+            dir: Dir::V6ToV4,
+            size: 84,
+            fps: a.max_rate.min(SETUP_MAX_FPS),
+            tester: false,
+        });
         let mut tag = 100u16;
-        let found = Search::rfc2544(a.max_rate.min(1_000_000.0), a.resolution, a.max_trials).run(|rate| {
+        let plan = Search::rfc2544(reach.fps.min(a.max_rate), a.resolution, a.max_trials);
+        let (found, tester_bound) = search(plan, reach, a.late_ms * 1_000_000, |rate| {
             alive(&mut proc_)?;
             tag += 1;
             // At most 131,072 new sessions per trial (a shorter trial at
@@ -391,13 +478,13 @@ fn measure_setup(ctx: &Ctx, dut: Dut) -> Result<Setup> {
             // within the DUT's session table.
             let n = ((rate * a.trial_ms as f64 / 1000.0) as usize).clamp(1, 1 << 17);
             let s = new_flow_streams(ctx, &topo, tag, n)?;
-            let r = once_each(ctx, &s, rate)?;
-            Ok((passed(&r, rate), ()))
+            once_each(ctx, &s, rate)
         })?;
-        setup = Some((found.best, tried(&found)));
+        setup = Some(Setup { setup_rate_fps: found.best, tester_bound, search: tried(&found), probes: vec![] });
     }
-    let (setup_rate_fps, search) = setup.unwrap_or_default();
-    Ok(Setup { setup_rate_fps, search, probes })
+    let mut setup = setup.unwrap_or(Setup { setup_rate_fps: 0.0, tester_bound: false, search: vec![], probes: vec![] });
+    setup.probes = probes;
+    Ok(setup)
 }
 
 /// The counter of the XDP DUT's fast path for `dir`.
@@ -441,7 +528,7 @@ fn prepare_ports(ctx: &Ctx, dut: Dut, topo: &BenchTopo) -> Result<()> {
 }
 
 /// Every measurement of one DUT; an error ends the DUT with `error: ...`.
-pub(super) fn bench_dut(ctx: &Ctx, dut: Dut, ceiling: &[(Dir, usize, f64)]) -> DutReport {
+pub(super) fn bench_dut(ctx: &Ctx, dut: Dut, ceiling: &[Reach]) -> DutReport {
     let a = ctx.a;
     let mut rep = DutReport { dut: dut.name(), status: "ok".into(), points: vec![], setup: None, notes: vec![] };
     if threaded_napi(ctx) && dut != Dut::Tester {
@@ -495,20 +582,19 @@ pub(super) fn bench_dut(ctx: &Ctx, dut: Dut, ceiling: &[(Dir, usize, f64)]) -> D
             let hdrs = headers(dut, dir, &flow_ports, nat.as_deref());
             for &size in &a.sizes {
                 let s = streams(&topo, ctx, dut, dir, size, &hdrs)?;
-                let max = ceiling
-                    .iter()
-                    .find(|c| c.0 == dir && c.1 == size && c.2 > 0.0)
-                    .map_or(a.max_rate, |c| c.2.min(a.max_rate));
+                // The tester's own row calibrates; the others start at its reach.
+                let reach = Reach::find(ceiling, dir, size).filter(|_| dut != Dut::Tester);
                 let n = rep.notes.len();
-                let p = measure_point(ctx, &s, (dir, size, max), &mut proc_, &mut rep.notes)?;
+                let p = measure_point(ctx, &s, (dut, dir, size, reach), &mut proc_, &mut rep.notes)?;
                 for note in &rep.notes[n..] {
                     eprintln!("bench xlat: {} {note}", dut.name());
                 }
                 eprintln!(
-                    "bench xlat: {} {} {size}: {:.0} fps, p50 {} us",
+                    "bench xlat: {} {} {size}: {:.0} fps{}, p50 {} us",
                     dut.name(),
                     dir.name(),
                     p.throughput_fps,
+                    if p.tester_bound { " (TESTER-BOUND)" } else { "" },
                     p.latency.map_or(0, |l| l.p50_ns / 1000)
                 );
                 rep.points.push(p);
@@ -528,7 +614,7 @@ pub(super) fn bench_dut(ctx: &Ctx, dut: Dut, ceiling: &[(Dir, usize, f64)]) -> D
         // The first packet of a session always takes the slow path: the
         // XDP DUT's session setup is v6gate-nat64's.
         if dut.stateful() && !dut.xdp() {
-            rep.setup = Some(measure_setup(ctx, dut)?);
+            rep.setup = Some(measure_setup(ctx, dut, ceiling)?);
         }
         Ok(())
     })();
@@ -622,17 +708,68 @@ mod tests {
         assert_eq!(p, lw4o6_ports(1024), "reproducible");
     }
 
+    /// A fake trial: a tester that sends at most `reach` frames/s and a
+    /// DUT that loses frames above `carries`.
+    fn fake(reach: f64, carries: f64) -> impl FnMut(f64) -> Result<TrialResult> {
+        move |rate| {
+            let lost = u64::from(rate > carries);
+            let outcome = crate::tester::Outcome { sent_pps: rate.min(reach), missing: lost, ..Default::default() };
+            Ok(TrialResult { outcome, ..Default::default() })
+        }
+    }
+
     #[test]
-    fn tester_bound_points_are_noted() {
-        let r = |sent_pps| TrialResult {
-            outcome: crate::tester::Outcome { sent_pps, ..Default::default() },
-            ..Default::default()
-        };
-        assert!(tester_short(&r(94_000.0), 100_000.0) && !tester_short(&r(95_000.0), 100_000.0));
-        assert!(!passed(&r(90_000.0), 100_000.0), "a tester short of the rate fails the trial");
-        assert_eq!(tester_bound_note(Dir::V4ToV6, 84, 0, 5), None);
-        let n = tester_bound_note(Dir::V4ToV6, 84, 3, 5).unwrap();
-        assert!(n.starts_with("4to6 84: TESTER-BOUND: 3 of 5 failed search trials"), "{n}");
+    fn a_slow_tester_gives_a_nonzero_tester_bound_figure() {
+        // The tester achieved 260 k in its calibration and sends 250 k at
+        // most: no trial above that passes or fails the DUT.
+        let reach = Reach { dir: Dir::V6ToV4, size: 84, fps: 260_000.0, tester: true };
+        let plan = Search { confirm: 1, ..Search::rfc2544(260_000.0, 0.05, 8) };
+        let (f, bound) = search(plan, reach, 10_000_000, fake(250_000.0, 1e9)).unwrap();
+        // Within the tolerance of what the tester sent, never above it.
+        assert!(f.best >= 240_000.0 && f.best <= 250_000.0 / (1.0 - RATE_TOLERANCE), "{}", f.best);
+        assert!(bound && f.first_failure.is_none());
+        let listed = tried(&f);
+        assert_eq!(listed.len(), f.trials.len());
+        for t in &listed {
+            assert_eq!(t.tester_bound.is_some(), 250_000.0 < (1.0 - RATE_TOLERANCE) * t.rate_fps, "{t:?}");
+            assert!(!(t.passed && t.tester_bound.is_some()), "a tester-bound trial never passes: {t:?}");
+        }
+        let n = tester_bound_note(Dir::V6ToV4, 84, &f);
+        assert!(
+            n.starts_with("6to4 84: TESTER-BOUND (at 260000 fps the tester sent 250000 of 260000 packets/s offered"),
+            "{n}"
+        );
+        // A DUT that loses below the tester's reach: its own figure.
+        let (f, bound) = search(plan, reach, 10_000_000, fake(250_000.0, 100_000.0)).unwrap();
+        assert!(!bound && f.best <= 100_000.0 && f.best > 90_000.0, "{}", f.best);
+        // The DUT carries the whole reach: the tester's figure; at a
+        // --max-rate the tester reached, not the tester's.
+        let (f, bound) = search(plan, reach, 10_000_000, fake(1e9, 1e9)).unwrap();
+        assert!(bound && f.capped() && f.trials.len() == 1);
+        let (_, bound) = search(plan, Reach { tester: false, ..reach }, 10_000_000, fake(1e9, 1e9)).unwrap();
+        assert!(!bound, "bounded by --max-rate, not by the tester");
+        assert_eq!(
+            tester_bound_note(Dir::V4ToV6, 84, &f),
+            "4to6 84: TESTER-BOUND (no loss up to the tester's ceiling): the figure is the tester's, not the DUT's"
+        );
+    }
+
+    #[test]
+    fn the_tester_s_row_gives_the_reach() {
+        let mut p = super::super::report::tests::point(Dir::V4ToV6, 0.0);
+        p.ceiling_fps = 250_000.0;
+        assert_eq!(Reach::of(&p), Some(Reach { dir: Dir::V4ToV6, size: 84, fps: 250_000.0, tester: true }));
+        p.throughput_fps = 240_000.0;
+        p.capped = true;
+        assert_eq!(Reach::of(&p).map(|r| (r.fps, r.tester)), Some((240_000.0, false)));
+        p.ceiling_fps = 0.0;
+        p.throughput_fps = 0.0;
+        assert_eq!(Reach::of(&p), None);
+        assert_eq!(
+            Reach::find(&[Reach::of(&super::super::report::tests::point(Dir::V6ToV4, 5.0)).unwrap()], Dir::V6ToV4, 84)
+                .map(|r| r.fps),
+            Some(5.0)
+        );
     }
 
     #[test]
