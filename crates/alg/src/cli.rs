@@ -47,9 +47,22 @@ pub fn serve_text(text: &str) -> Result<Serving> {
     serve(cfg, relay)
 }
 
-/// Starts the ALG with a relay already running (the daemon's).
+/// Starts the ALG with a relay already running (the daemon's), its next
+/// hops through a destination policy of its own ([`spawn`]).
 pub fn serve(cfg: Config, relay: Option<Arc<trgw::RelayHandle>>) -> Result<Serving> {
+    serve_with_policy(cfg, relay, None)
+}
+
+/// [`serve`] with a destination policy given (`policy` None: its own).
+pub fn serve_with_policy(
+    cfg: Config,
+    relay: Option<Arc<trgw::RelayHandle>>,
+    policy: Option<Arc<dstpolicy::Policy>>,
+) -> Result<Serving> {
     let media = media_for(&cfg, relay.clone())?;
-    let alg = spawn(cfg, media, None)?;
+    let alg = match policy {
+        Some(p) => crate::runner::spawn_with_policy(cfg, media, None, p)?,
+        None => spawn(cfg, media, None)?,
+    };
     Ok(Serving { alg, relay })
 }

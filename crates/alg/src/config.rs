@@ -3,6 +3,7 @@
 use std::net::{IpAddr, SocketAddr};
 
 use serde::Deserialize;
+use xlat::addr::IpPrefix;
 
 /// Example `[alg]` block for `v6gate config example`.
 pub const EXAMPLE_TOML: &str = r#"# [alg]: the IMS-ALG, a SIP/SDP gateway between the IPv6 and the IPv4 realm
@@ -22,11 +23,33 @@ media = "in-process"       # the [trgw] relay of this process; or "ng" (the [[al
 media-v6-interface = "v6"  # [[trgw.interface]] names used for each realm
 media-v4-interface = "v4"
 max-message = 65535        # bytes; larger requests get 513, others are dropped
-rate-limit = 500           # requests per second per source address (burst twice that); 0: off
 dialog-timeout = "2h"     # a dialog without an in-dialog request for this long is released (Session-Expires shortens it)
 t1 = "500ms"               # RFC 3261 T1 (T2 = 4 s, T4 = 5 s)
-max-transactions = 100000  # new requests beyond this get 503
-max-connections = 1024     # open SIP TCP connections (both realms); more are refused
+# Budgets (docs/security.md): each has a global cap, and one client (its IPv6
+# prefix of client-prefix-length bits, or its IPv4 address) may hold
+# client-share percent of it. Full: new requests get 503 with Retry-After;
+# nothing held is evicted. With one upstream proxy sending every call, raise
+# client-share (100: the global caps only).
+client-prefix-length = 64  # a client is its IPv6 prefix of this length (48-128)
+client-share = 25          # percent of every budget below one client may hold
+rate-limit = 500           # requests per second per client (burst twice that); 0: off
+max-transactions = 100000  # live server transactions
+max-state-bytes = 268435456  # bytes of transactions and dialogs (256 MiB)
+max-parked-bytes = 16777216  # bytes of requests waiting for DNS (16 MiB)
+max-dns-lookups = 256      # DNS lookups in flight
+dns-timeout = "5s"         # a lookup (NAPTR, SRV, A/AAAA) that takes longer fails: 504
+# dns-servers = ["[2001:db8::53]:53"]  # default: the nameservers of /etc/resolv.conf
+max-connections = 1024     # SIP TCP connections accepted (both realms); more are refused
+max-outbound-connections = 256  # SIP TCP connections the ALG opens to next hops
+tcp-idle-timeout = "2m"    # a TCP connection without a message (or CRLF keep-alive) is closed
+tcp-message-timeout = "10s"  # a message's bytes must all arrive within this of its first
+# Where requests may go (docs/security.md, the destination policy): loopback,
+# link-local, multicast, broadcast, the gateway's own addresses (and IPv6
+# addresses embedding them) are refused with 403; an entry of next-hop-allow
+# at least as narrow as the class lifts it, and a non-empty next-hop-allow
+# refuses everything outside it. next-hop-deny is always refused.
+# next-hop-allow = []
+# next-hop-deny = []
 
 # Domain routes, checked before DNS (longest suffix wins):
 # [[alg.route]]
@@ -39,6 +62,12 @@ max-connections = 1024     # open SIP TCP connections (both realms); more are re
 # addr = "127.0.0.1:2223"
 # weight = 1
 "#;
+
+/// A list of prefixes; host bits are accepted and cleared.
+fn de_prefixes<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<IpPrefix>, D::Error> {
+    let v = Vec::<String>::deserialize(d)?;
+    v.iter().map(|s| IpPrefix::parse_truncating(s).map_err(serde::de::Error::custom)).collect()
+}
 
 /// How Contact is made reachable from the other realm.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -154,7 +183,7 @@ pub struct Config {
     pub media_v4_interface: Option<String>,
     /// Largest message accepted.
     pub max_message: usize,
-    /// Requests per second per source (0: no limit).
+    /// Requests per second per client (0: no limit).
     pub rate_limit: u32,
     /// Idle dialog lifetime (`dialog-timeout`, the duration syntax of
     /// [`confval::duration`]; whole seconds).
@@ -163,10 +192,39 @@ pub struct Config {
     /// RFC 3261 T1 (`t1`, a duration).
     #[serde(with = "confval::duration")]
     pub t1: std::time::Duration,
-    /// Most live transactions.
+    /// Most live server transactions.
     pub max_transactions: usize,
-    /// Most open TCP connections (accepted and opened, both realms).
+    /// Most open TCP connections accepted (both realms).
     pub max_connections: usize,
+    /// Most TCP connections the ALG opens to next hops.
+    pub max_outbound_connections: usize,
+    /// The prefix length that makes one IPv6 client (48..=128).
+    pub client_prefix_length: u8,
+    /// Percent of every budget one client may hold (1..=100).
+    pub client_share: u8,
+    /// Bytes of transactions and dialogs.
+    pub max_state_bytes: usize,
+    /// Bytes of requests waiting for DNS.
+    pub max_parked_bytes: usize,
+    /// DNS lookups in flight.
+    pub max_dns_lookups: usize,
+    /// How long one lookup may take (`dns-timeout`, a duration).
+    #[serde(with = "confval::duration")]
+    pub dns_timeout: std::time::Duration,
+    /// Nameservers (empty: those of /etc/resolv.conf).
+    pub dns_servers: Vec<SocketAddr>,
+    /// A TCP connection without a message for this long is closed.
+    #[serde(with = "confval::duration")]
+    pub tcp_idle_timeout: std::time::Duration,
+    /// A message's bytes must all arrive within this of its first.
+    #[serde(with = "confval::duration")]
+    pub tcp_message_timeout: std::time::Duration,
+    /// Next hops allowed (see the destination policy).
+    #[serde(deserialize_with = "de_prefixes")]
+    pub next_hop_allow: Vec<IpPrefix>,
+    /// Next hops refused.
+    #[serde(deserialize_with = "de_prefixes")]
+    pub next_hop_deny: Vec<IpPrefix>,
     /// Domain routes.
     pub route: Vec<Route>,
     /// Remote ng servers.
@@ -191,6 +249,18 @@ impl Default for Config {
             t1: std::time::Duration::from_millis(500),
             max_transactions: 100_000,
             max_connections: 1024,
+            max_outbound_connections: 256,
+            client_prefix_length: 64,
+            client_share: 25,
+            max_state_bytes: 256 << 20,
+            max_parked_bytes: 16 << 20,
+            max_dns_lookups: 256,
+            dns_timeout: std::time::Duration::from_secs(5),
+            dns_servers: Vec::new(),
+            tcp_idle_timeout: std::time::Duration::from_secs(120),
+            tcp_message_timeout: std::time::Duration::from_secs(10),
+            next_hop_allow: Vec::new(),
+            next_hop_deny: Vec::new(),
             route: Vec::new(),
             ng: Vec::new(),
         }
@@ -240,6 +310,32 @@ impl Config {
         if self.max_connections == 0 {
             return Err("[alg] max-connections must be > 0".into());
         }
+        if self.max_outbound_connections == 0 {
+            return Err("[alg] max-outbound-connections must be > 0".into());
+        }
+        budget::check_prefix_len(self.client_prefix_length).map_err(|e| format!("[alg] client-prefix-length {e}"))?;
+        if !(1..=100).contains(&self.client_share) {
+            return Err("[alg] client-share must be a percentage, 1..=100".into());
+        }
+        if self.max_state_bytes < 1 << 20 {
+            return Err("[alg] max-state-bytes must be at least 1048576 (1 MiB)".into());
+        }
+        if self.max_parked_bytes < crate::MAX_MESSAGE {
+            return Err(format!("[alg] max-parked-bytes must be at least {} (one message)", crate::MAX_MESSAGE));
+        }
+        if self.max_dns_lookups == 0 {
+            return Err("[alg] max-dns-lookups must be > 0".into());
+        }
+        let secs = std::time::Duration::from_secs;
+        if self.dns_timeout < std::time::Duration::from_millis(100) || self.dns_timeout > secs(60) {
+            return Err("[alg] dns-timeout must be between 100ms and 60s".into());
+        }
+        if self.tcp_idle_timeout < secs(1) {
+            return Err("[alg] tcp-idle-timeout must be at least 1s".into());
+        }
+        if self.tcp_message_timeout < std::time::Duration::from_millis(100) || self.tcp_message_timeout > secs(300) {
+            return Err("[alg] tcp-message-timeout must be between 100ms and 300s".into());
+        }
         if self.media == MediaMode::Ng && self.ng.is_empty() {
             return Err("[alg] media = \"ng\" needs at least one [[alg.ng]] server".into());
         }
@@ -257,11 +353,13 @@ impl Config {
     /// are in the Via, Record-Route and Contact headers of live dialogs;
     /// the media backend, its interfaces and its ng servers hold the live
     /// calls' sessions (a call's ng server is chosen from the server list,
-    /// so changing the list would send its later commands elsewhere).
+    /// so changing the list would send its later commands elsewhere); the
+    /// nameservers are the resolver's sockets; the next-hop lists are the
+    /// destination policy's, made at start.
     /// Everything else (routes, limits, timers, Contact mode) applies to
     /// new requests at once.
     pub fn restart_needed(&self, new: &Config) -> Option<&'static str> {
-        let keys: [(&'static str, bool); 9] = [
+        let keys: [(&'static str, bool); 12] = [
             ("listen-v6", self.listen_v6 != new.listen_v6),
             ("listen-v4", self.listen_v4 != new.listen_v4),
             ("advertise-v6", self.advertise_v6 != new.advertise_v6),
@@ -271,8 +369,38 @@ impl Config {
             ("media-v6-interface", self.media_v6_interface != new.media_v6_interface),
             ("media-v4-interface", self.media_v4_interface != new.media_v4_interface),
             ("ng", self.ng != new.ng),
+            ("dns-servers", self.dns_servers != new.dns_servers),
+            ("next-hop-allow", self.next_hop_allow != new.next_hop_allow),
+            ("next-hop-deny", self.next_hop_deny != new.next_hop_deny),
         ];
         keys.into_iter().find(|k| k.1).map(|k| k.0)
+    }
+
+    /// The destination policy's lists of the plane `alg`.
+    pub fn next_hop_lists(&self) -> dstpolicy::Lists {
+        dstpolicy::Lists { allow: self.next_hop_allow.clone(), deny: self.next_hop_deny.clone() }
+    }
+
+    /// What the ALG's configuration says the gateway is: its listen and
+    /// advertised addresses (a standalone ALG's destination policy; the
+    /// daemon's knows the other functions' addresses and prefixes too).
+    pub fn gateway_spec(&self) -> dstpolicy::Spec {
+        let mut own: Vec<IpPrefix> = Vec::new();
+        for v6 in [true, false] {
+            let listen = if v6 { self.listen_v6.ip() } else { self.listen_v4.ip() };
+            for ip in [listen, self.advertised(v6)] {
+                if ip.is_unspecified() {
+                    continue;
+                }
+                let len = if ip.is_ipv4() { 32 } else { 128 };
+                if let Ok(p) = IpPrefix::truncated(ip, len) {
+                    if !own.contains(&p) {
+                        own.push(p);
+                    }
+                }
+            }
+        }
+        dstpolicy::Spec { own, embeddings: Default::default() }
     }
 
     /// The address written for a realm.
@@ -335,6 +463,16 @@ mod tests {
             ("[alg]\nt1 = \"1.5s\"\n", "t1"),
             ("[alg]\ndialog-timeout = 0\n", "dialog-timeout"),
             ("[alg]\nmax-connections = 0\n", "max-connections"),
+            ("[alg]\nclient-prefix-length = 32\n", "client-prefix-length"),
+            ("[alg]\nclient-share = 0\n", "client-share"),
+            ("[alg]\nclient-share = 101\n", "client-share"),
+            ("[alg]\nmax-state-bytes = 1000\n", "max-state-bytes"),
+            ("[alg]\nmax-parked-bytes = 1000\n", "max-parked-bytes"),
+            ("[alg]\nmax-dns-lookups = 0\n", "max-dns-lookups"),
+            ("[alg]\ndns-timeout = \"10ms\"\n", "dns-timeout"),
+            ("[alg]\ntcp-idle-timeout = \"0s\"\n", "tcp-idle-timeout"),
+            ("[alg]\ntcp-message-timeout = \"1h\"\n", "tcp-message-timeout"),
+            ("[alg]\nmax-outbound-connections = 0\n", "max-outbound-connections"),
             ("[x]\n", "no [alg]"),
         ] {
             let e = Config::from_toml_file_text(t).unwrap_err();

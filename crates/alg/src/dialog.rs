@@ -7,10 +7,12 @@
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
+use crate::body::SdpBody;
 use crate::media::{Command, Reply, SdpRequest, Side};
 use crate::msg::{Message, Name};
 use crate::proxy::{reason_of, Alg};
 use crate::realm::Realm;
+use crate::shares::ClientKey;
 use crate::txn::{ServerKey, TimerKind, TimerRef};
 
 /// A dialog (early or confirmed), keyed by Call-ID.
@@ -47,6 +49,49 @@ pub struct Dialog {
     pub timer_at: Instant,
     /// The tag whose offer (in a response) awaits an answer in ACK/PRACK.
     pub late_offer_from: Option<String>,
+    /// The client whose budgets it counts against (the caller's).
+    pub owner: ClientKey,
+    /// Bytes charged to the owner for it.
+    pub bytes: u64,
+}
+
+/// The most senders a dialog remembers the last SDP of (a caller and a
+/// callee, and a few forks or re-offers from new tags; older ones go).
+pub const SDP_SENDERS_MAX: usize = 4;
+/// What one remembered sender may cost (its tag and address text).
+const SDP_SENDER_BYTES: usize = 112;
+
+impl Dialog {
+    /// Bytes it holds with its Call-ID (its senders counted at their most).
+    pub fn footprint(&self, call_id_len: usize) -> u64 {
+        let own = std::mem::size_of::<Dialog>()
+            + 2 * call_id_len
+            + self.caller_tag.len()
+            + self.callee_tag.as_ref().map_or(0, String::len)
+            + SDP_SENDERS_MAX * SDP_SENDER_BYTES;
+        own as u64 + crate::txn::ENTRY_OVERHEAD
+    }
+
+    /// Records the family and address of `tag`'s last SDP (the oldest
+    /// sender goes beyond [`SDP_SENDERS_MAX`]); address text past
+    /// [`SDP_SENDER_BYTES`] is cut (it is only compared).
+    fn remember(&mut self, tag: String, v6: bool, mut addr: String) {
+        self.sdp_from.retain(|(t, _, _)| *t != tag);
+        if self.sdp_from.len() >= SDP_SENDERS_MAX {
+            self.sdp_from.remove(0);
+        }
+        let mut tag = tag;
+        for s in [&mut tag, &mut addr] {
+            if s.len() > SDP_SENDER_BYTES / 2 {
+                let mut cut = SDP_SENDER_BYTES / 2;
+                while !s.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                s.truncate(cut);
+            }
+        }
+        self.sdp_from.push((tag, v6, addr));
+    }
 }
 
 /// An offer or answer for a message being forwarded, and what its reply
@@ -63,6 +108,8 @@ pub(crate) struct SdpJob {
     fam6: bool,
     addr: String,
     kind: JobKind,
+    /// The body around the SDP part of a multipart body.
+    frame: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 #[derive(Debug)]
@@ -102,7 +149,11 @@ pub fn sdp_conn(body: &[u8]) -> Option<(bool, String)> {
             if conn.is_none() {
                 let mut it = rest.split_ascii_whitespace();
                 let (_, fam, addr) = (it.next()?, it.next()?, it.next()?);
-                conn = Some((fam.eq_ignore_ascii_case("IP6"), addr.split('/').next()?.to_string()));
+                let a = addr.split('/').next()?;
+                conn = Some((
+                    fam.eq_ignore_ascii_case("IP6"),
+                    a.trim_start_matches('[').trim_end_matches(']').to_string(),
+                ));
             }
         } else if let Some(rest) = line.strip_prefix("m=") {
             if port.is_empty() {
@@ -149,11 +200,11 @@ impl Alg {
         now + self.timers_cfg.c() + Duration::from_secs(20)
     }
 
-    /// Dialog bookkeeping for a request being forwarded, and the offer or
+    /// Dialog bookkeeping for a request being forwarded from `source` (a
+    /// new dialog counts against its client's budgets; a new call's relay
+    /// streams are that client's share of the TrGW), and the offer or
     /// answer its SDP needs (None: the body goes as it is), or the status
     /// to answer with.
-    /// `source` is the request's SIP source: the client of the relay's
-    /// streams a new call takes.
     pub(crate) fn plan_request(
         &mut self,
         now: Instant,
@@ -162,15 +213,16 @@ impl Alg {
         (in_realm, out_realm): (Realm, Realm),
         source: IpAddr,
     ) -> Result<Option<SdpJob>, (u16, String)> {
+        let owner = self.owner_of(source);
         let call_id = m.call_id().to_string();
         let from_tag = m.from_tag().unwrap_or("").to_string();
         let to_tag = m.to_tag().map(str::to_string);
         let mut created = false;
-        if method == "INVITE" && to_tag.is_none() && !self.dialogs.contains_key(&call_id) {
+        if method == "INVITE" && to_tag.is_none() && !self.dialogs.contains_key(call_id.as_str()) {
             let id = self.id();
             let expires = self.early_expiry(now);
-            self.dialogs.insert(
-                call_id.clone(),
+            self.dialog_insert(
+                &call_id,
                 Dialog {
                     id,
                     caller_tag: from_tag.clone(),
@@ -186,30 +238,44 @@ impl Alg {
                     expires,
                     timer_at: expires,
                     late_offer_from: None,
+                    owner,
+                    bytes: 0,
                 },
             );
             self.stats.dialogs_created += 1;
-            self.schedule(expires, TimerKind::Dialog, TimerRef::Dialog(call_id.clone()), id);
+            self.schedule(expires, TimerKind::Dialog, TimerRef::Dialog, id);
             created = true;
         } else if to_tag.is_some() {
             let timeout = Duration::from_secs(self.cfg.dialog_timeout_secs);
-            if let Some(d) = self.dialogs.get_mut(&call_id) {
+            if let Some(d) = self.dialogs.get_mut(call_id.as_str()) {
                 if d.confirmed {
                     d.expires = now + timeout;
                 }
                 d.acked |= method == "ACK";
             }
         }
-        if !m.has_sdp() || self.media.is_none() || !matches!(method, "INVITE" | "UPDATE" | "ACK" | "PRACK") {
+        let body = crate::body::sdp_body(m);
+        if !body.present() || self.media.is_none() || !matches!(method, "INVITE" | "UPDATE" | "ACK" | "PRACK") {
             return Ok(None);
         }
-        let Some(d) = self.dialogs.get(&call_id) else { return Ok(None) };
+        let Some(d) = self.dialogs.get(call_id.as_str()) else { return Ok(None) };
         if in_realm == out_realm && !d.media {
             return Ok(None);
         }
-        let Some((fam6, addr)) = sdp_conn(m.body) else {
+        let sdp = match &body {
+            SdpBody::Part(r) => &m.body[r.clone()],
+            SdpBody::Unsupported(why) => {
+                if created {
+                    self.dialog_remove(&call_id);
+                    self.stats.dialogs_released += 1;
+                }
+                return Err((415, format!("Unsupported Media Type ({why})")));
+            }
+            SdpBody::Whole | SdpBody::None => m.body,
+        };
+        let Some((fam6, addr)) = sdp_conn(sdp) else {
             if created {
-                self.dialogs.remove(&call_id);
+                self.dialog_remove(&call_id);
                 self.stats.dialogs_released += 1;
             }
             self.stats.media_errors += 1;
@@ -239,17 +305,9 @@ impl Alg {
             Some(offerer) => (offerer.as_str(), Some(from_tag.as_str())),
             None => (from_tag.as_str(), None),
         };
-        let req = self.sdp_command(
-            answer_to.is_none(),
-            &ng_id,
-            offerer,
-            answerer,
-            m.body,
-            fam6,
-            out_realm.v6(),
-            Some(source),
-        );
-        if let Some(d) = self.dialogs.get_mut(&call_id) {
+        let req =
+            self.sdp_command(answer_to.is_none(), &ng_id, offerer, answerer, sdp, fam6, out_realm.v6(), Some(source));
+        if let Some(d) = self.dialogs.get_mut(call_id.as_str()) {
             // A session exists (or is being made): a release deletes it,
             // after the command (the call's commands keep their order).
             d.media = true;
@@ -265,6 +323,7 @@ impl Alg {
             fam6,
             addr,
             kind: JobKind::Request { answer: answer_to.is_some(), switched, epoch, created },
+            frame: crate::body::frame_of(m.body, &body),
         }))
     }
 
@@ -275,7 +334,7 @@ impl Alg {
         let call_id = job.call_id;
         match reply {
             Ok(sdp) => {
-                let Some(d) = self.dialogs.get_mut(&call_id) else {
+                let Some(d) = self.dialogs.get_mut(call_id.as_str()) else {
                     // Released while the command ran (CANCEL): its session goes too.
                     let now = self.clock;
                     self.media_fire(now, &call_id, Command::Delete(ng_call_id(&call_id, epoch)));
@@ -285,20 +344,22 @@ impl Alg {
                     // The other side keeps its family in the new session.
                     d.sdp_from.retain(|(t, _, _)| *t == job.sender);
                 }
-                d.sdp_from.retain(|(t, _, _)| *t != job.sender);
-                d.sdp_from.push((job.sender, job.fam6, job.addr));
+                d.remember(job.sender, job.fam6, job.addr);
                 if answer {
                     d.late_offer_from = None;
                 }
-                Ok(Some(sdp))
+                Ok(Some(crate::body::splice(job.frame.as_ref(), sdp)))
             }
             Err(e) => {
                 self.stats.media_errors += 1;
-                tracing::warn!(call_id = %call_id, error = %e, "media offer refused");
+                const WHAT: &str = "media offer refused";
+                if let Some(suppressed) = self.warn_log.admit(WHAT, self.clock) {
+                    tracing::warn!(suppressed, call_id = %call_id, error = %e, "{WHAT}");
+                }
                 if switched {
                     self.revert_epoch(&call_id);
                 }
-                if created && self.dialogs.remove(&call_id).is_some() {
+                if created && self.dialog_remove(&call_id).is_some() {
                     self.stats.dialogs_released += 1;
                 }
                 Err(e.status())
@@ -315,11 +376,12 @@ impl Alg {
         to_realm: Realm,
         request_had_offer: bool,
     ) -> ResponsePlan {
-        if !m.has_sdp() || self.media.is_none() || !matches!(method, "INVITE" | "UPDATE" | "PRACK") {
+        let body = crate::body::sdp_body(m);
+        if !body.present() || self.media.is_none() || !matches!(method, "INVITE" | "UPDATE" | "PRACK") {
             return ResponsePlan::Keep;
         }
         let call_id = m.call_id().to_string();
-        let Some(d) = self.dialogs.get(&call_id) else { return ResponsePlan::Keep };
+        let Some(d) = self.dialogs.get(call_id.as_str()) else { return ResponsePlan::Keep };
         // Nothing anchored for this dialog: only a late offer crossing the
         // realms starts a session here.
         if !d.media && (from_realm == to_realm || request_had_offer) {
@@ -327,18 +389,36 @@ impl Alg {
         }
         let sender = m.to_tag().unwrap_or("").to_string();
         let receiver = m.from_tag().unwrap_or("").to_string();
-        let Some((fam6, addr)) = sdp_conn(m.body) else {
+        let sdp = match &body {
+            SdpBody::Part(r) => &m.body[r.clone()],
+            SdpBody::Unsupported(why) => {
+                tracing::debug!(call_id = %call_id, why, "response body that cannot be anchored removed");
+                self.stats.sdp_dropped += 1;
+                return ResponsePlan::Body(Vec::new());
+            }
+            SdpBody::Whole | SdpBody::None => m.body,
+        };
+        let Some((fam6, addr)) = sdp_conn(sdp) else {
             self.stats.sdp_dropped += 1;
             return ResponsePlan::Body(Vec::new());
         };
         let ng_id = ng_call_id(&call_id, d.epoch);
         let (offerer, answerer) =
             if request_had_offer { (receiver.as_str(), Some(sender.as_str())) } else { (sender.as_str(), None) };
-        let req = self.sdp_command(!request_had_offer, &ng_id, offerer, answerer, m.body, fam6, to_realm.v6(), None);
-        if let Some(d) = self.dialogs.get_mut(&call_id) {
+        let req = self.sdp_command(!request_had_offer, &ng_id, offerer, answerer, sdp, fam6, to_realm.v6(), None);
+        if let Some(d) = self.dialogs.get_mut(call_id.as_str()) {
             d.media = true;
         }
-        ResponsePlan::Job(SdpJob { req, call_id, sender, fam6, addr, kind: JobKind::Response { request_had_offer } })
+        let frame = crate::body::frame_of(m.body, &body);
+        ResponsePlan::Job(SdpJob {
+            req,
+            call_id,
+            sender,
+            fam6,
+            addr,
+            kind: JobKind::Response { request_had_offer },
+            frame,
+        })
     }
 
     /// The reply to a response's offer or answer: the new body (empty when
@@ -347,7 +427,7 @@ impl Alg {
         let JobKind::Response { request_had_offer } = job.kind else { return Vec::new() };
         match reply {
             Ok(sdp) => {
-                if let Some(d) = self.dialogs.get_mut(&job.call_id) {
+                if let Some(d) = self.dialogs.get_mut(job.call_id.as_str()) {
                     let sender = job.sender;
                     if d.callee_tag.is_none() && !sender.is_empty() && sender != d.caller_tag {
                         d.callee_tag = Some(sender.clone());
@@ -355,15 +435,17 @@ impl Alg {
                     if !request_had_offer {
                         d.late_offer_from = Some(sender.clone());
                     }
-                    d.sdp_from.retain(|(t, _, _)| *t != sender);
-                    d.sdp_from.push((sender, job.fam6, job.addr));
+                    d.remember(sender, job.fam6, job.addr);
                 }
-                sdp
+                crate::body::splice(job.frame.as_ref(), sdp)
             }
             Err(e) => {
                 self.stats.media_errors += 1;
                 self.stats.sdp_dropped += 1;
-                tracing::warn!(call_id = %job.call_id, error = %e, "media answer refused; SDP removed from the response");
+                const WHAT: &str = "media answer refused; SDP removed from the response";
+                if let Some(suppressed) = self.warn_log.admit(WHAT, self.clock) {
+                    tracing::warn!(suppressed, call_id = %job.call_id, error = %e, "{WHAT}");
+                }
                 Vec::new()
             }
         }
@@ -378,7 +460,7 @@ impl Alg {
             .and_then(|v| v.trim().parse::<u64>().ok())
             .map(|s| Duration::from_secs(s.max(90) * 2));
         let timeout = se.unwrap_or(Duration::from_secs(self.cfg.dialog_timeout_secs));
-        let Some(d) = self.dialogs.get_mut(&call_id) else { return };
+        let Some(d) = self.dialogs.get_mut(call_id.as_str()) else { return };
         d.confirmed = true;
         if d.callee_tag.is_none() {
             d.callee_tag = m.to_tag().map(str::to_string);
@@ -388,7 +470,7 @@ impl Alg {
         let old = d.old_epoch.take();
         if at < d.timer_at {
             d.timer_at = at;
-            self.schedule(at, TimerKind::Dialog, TimerRef::Dialog(call_id.clone()), id);
+            self.schedule(at, TimerKind::Dialog, TimerRef::Dialog, id);
         }
         if let Some(old) = old {
             let id = ng_call_id(&call_id, old);
@@ -409,7 +491,7 @@ impl Alg {
 
     /// Releases a dialog and its media.
     pub(crate) fn release_dialog(&mut self, call_id: &str, why: &str) {
-        let Some(d) = self.dialogs.remove(call_id) else { return };
+        let Some(d) = self.dialog_remove(call_id) else { return };
         self.stats.dialogs_released += 1;
         tracing::debug!(call_id, why, "dialog released");
         if d.media {
@@ -423,12 +505,14 @@ impl Alg {
     /// Releases the (unconfirmed) dialog of a failed initial INVITE.
     pub(crate) fn release_dialog_of(&mut self, sk: &ServerKey) {
         let Some(cid) = self.server.get(sk).map(|s| s.call_id.clone()) else { return };
-        if self.dialogs.get(&cid).is_some_and(|d| !d.confirmed) {
+        if self.dialogs.get(cid.as_str()).is_some_and(|d| !d.confirmed) {
             self.release_dialog(&cid, "INVITE failed");
         }
     }
 
-    pub(crate) fn dialog_timer(&mut self, now: Instant, cid: &str, id: u64) {
+    pub(crate) fn dialog_timer(&mut self, now: Instant, id: u64) {
+        let Some(cid) = self.dialog_key_of(id) else { return };
+        let cid: &str = &cid;
         let Some(d) = self.dialogs.get_mut(cid) else { return };
         if d.id != id || now < d.timer_at {
             // Stale: a shorter timer was set after this one.
@@ -441,7 +525,7 @@ impl Alg {
         } else {
             let at = d.expires;
             d.timer_at = at;
-            self.schedule(at, TimerKind::Dialog, TimerRef::Dialog(cid.to_string()), id);
+            self.schedule(at, TimerKind::Dialog, TimerRef::Dialog, id);
         }
     }
 }

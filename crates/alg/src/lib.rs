@@ -14,20 +14,27 @@
 //! [`runner`] (tokio UDP/TCP sockets) and [`cli`] (standalone entry).
 #![forbid(unsafe_code)]
 
+pub mod body;
 pub mod cli;
 pub mod config;
 pub mod dialog;
 pub mod dns;
+mod dnswait;
 pub mod emit;
 pub mod media;
 pub mod msg;
+mod nexthop;
 mod pending;
 pub mod proxy;
 pub mod realm;
 mod request;
 mod response;
 pub mod runner;
+pub mod shares;
+pub mod state;
 pub mod stats;
+pub mod stream;
+pub mod tcp;
 mod timers;
 pub mod txn;
 pub mod uri;

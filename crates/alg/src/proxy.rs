@@ -5,6 +5,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config::{Config, Transport};
@@ -12,9 +13,11 @@ use crate::dialog::Dialog;
 use crate::emit;
 use crate::media::MediaControl;
 use crate::msg::{Message, Name, Reject, Via};
-use crate::realm::{Realm, Resolver};
+use crate::realm::{LookupKey, Realm, Resolution, Resolver};
+use crate::shares::ClientKey;
+use crate::state::Budgets;
 pub use crate::stats::Stats;
-use crate::stats::{local_code_index, method_index};
+use crate::stats::{local_code_index, method_index, Refusal};
 use crate::txn::*;
 use crate::uri::{self, host_of, Host};
 
@@ -47,14 +50,35 @@ pub struct Alg {
     pub(crate) timers_cfg: Timers,
     pub(crate) resolver: Box<dyn Resolver>,
     pub(crate) media: Option<Box<dyn MediaControl>>,
-    pub(crate) server: Map<ServerKey, ServerTxn>,
+    pub(crate) server: Map<Arc<ServerKey>, ServerTxn>,
+    /// Server transactions by id (what their timers name).
+    pub(crate) server_ids: Map<u64, Arc<ServerKey>>,
     pub(crate) client: Map<String, ClientTxn>,
-    pub(crate) dialogs: Map<String, Dialog>,
+    /// Client transactions by id.
+    pub(crate) client_ids: Map<u64, String>,
+    pub(crate) dialogs: Map<Arc<str>, Dialog>,
+    /// Dialogs by id.
+    pub(crate) dialog_ids: Map<u64, Arc<str>>,
     pub(crate) timers: TimerQueue,
     out: VecDeque<Transmit>,
-    pub(crate) parked: Vec<(Peer, Vec<u8>)>,
-    rate: HashMap<IpAddr, Bucket>,
+    /// Requests waiting for a DNS lookup, by lookup.
+    pub(crate) parked: Map<LookupKey, crate::dnswait::Waiting>,
+    /// Lookups with requests waiting, by id (their deadline timers).
+    pub(crate) parked_ids: Map<u64, LookupKey>,
+    /// Requests parked now.
+    pub(crate) parked_count: usize,
+    /// A finished lookup's answer while its parked requests run again.
+    pub(crate) answer: Option<(LookupKey, Resolution)>,
+    rate: HashMap<ClientKey, Bucket, foldhash::fast::RandomState>,
     rate_sweep: Option<Instant>,
+    /// What transactions, dialogs and parked requests may hold.
+    pub(crate) budgets: Budgets,
+    /// The refusal log lines' rate limit, per [`Refusal`] and for the other
+    /// warnings (by their message).
+    pub(crate) logs: dstpolicy::RateLog<Refusal>,
+    pub(crate) warn_log: dstpolicy::RateLog<&'static str>,
+    /// Where requests may go (None: only the ALG's own listeners are refused).
+    pub(crate) policy: Option<Arc<dstpolicy::Policy>>,
     next_id: u64,
     /// The time of the event being handled (for work started deep down,
     /// e.g. a media delete when a dialog is released).
@@ -102,6 +126,8 @@ pub(crate) fn reason_of(code: u16) -> &'static str {
         400 => "Bad Request",
         404 => "Not Found",
         408 => "Request Timeout",
+        403 => "Forbidden",
+        415 => "Unsupported Media Type",
         416 => "Unsupported URI Scheme",
         420 => "Bad Extension",
         481 => "Call/Transaction Does Not Exist",
@@ -110,7 +136,9 @@ pub(crate) fn reason_of(code: u16) -> &'static str {
         487 => "Request Terminated",
         488 => "Not Acceptable Here",
         500 => "Server Internal Error",
+        502 => "Bad Gateway",
         503 => "Service Unavailable",
+        504 => "Server Time-out",
         505 => "Version Not Supported",
         513 => "Message Too Large",
         _ => "Error",
@@ -151,19 +179,30 @@ impl Alg {
     /// A core. `media` None: signalling only (no SDP rewriting).
     pub fn new(cfg: Config, resolver: Box<dyn Resolver>, media: Option<Box<dyn MediaControl>>) -> Alg {
         let timers_cfg = Timers::new(cfg.t1);
+        let budgets = Budgets::new(&cfg);
         let mut alg = Alg {
             cfg,
             timers_cfg,
             resolver,
             media,
             server: Map::default(),
+            server_ids: Map::default(),
             client: Map::default(),
+            client_ids: Map::default(),
             dialogs: Map::default(),
+            dialog_ids: Map::default(),
             timers: TimerQueue::default(),
             out: VecDeque::new(),
-            parked: Vec::new(),
-            rate: HashMap::new(),
+            parked: Map::default(),
+            parked_ids: Map::default(),
+            parked_count: 0,
+            answer: None,
+            rate: HashMap::default(),
             rate_sweep: None,
+            budgets,
+            logs: Default::default(),
+            warn_log: Default::default(),
+            policy: None,
             next_id: 1,
             clock: Instant::now(),
             media_busy: Map::default(),
@@ -178,6 +217,14 @@ impl Alg {
     /// The configuration.
     pub fn config(&self) -> &Config {
         &self.cfg
+    }
+
+    /// Every next hop goes through `policy` too (the destination policy of
+    /// the plane `alg`: loopback, link-local, multicast, broadcast, the
+    /// gateway's own addresses and what embeds them, `next-hop-allow` and
+    /// `next-hop-deny`).
+    pub fn set_policy(&mut self, policy: Arc<dstpolicy::Policy>) {
+        self.policy = Some(policy);
     }
 
     /// Applies a reloaded configuration: routes, limits, timers and the
@@ -198,13 +245,21 @@ impl Alg {
         cfg.media_v6_interface = self.cfg.media_v6_interface.take();
         cfg.media_v4_interface = self.cfg.media_v4_interface.take();
         cfg.ng = std::mem::take(&mut self.cfg.ng);
+        cfg.dns_servers = std::mem::take(&mut self.cfg.dns_servers);
         self.timers_cfg = Timers::new(cfg.t1);
+        self.budgets.reconfigure(&cfg);
+        self.resolver.reconfigure(&cfg);
         self.cfg = cfg;
     }
 
     /// Live (server transactions, client transactions, dialogs, parked).
     pub fn table_sizes(&self) -> (usize, usize, usize, usize) {
-        (self.server.len(), self.client.len(), self.dialogs.len(), self.parked.len())
+        (self.server.len(), self.client.len(), self.dialogs.len(), self.parked_count)
+    }
+
+    /// (DNS lookups in flight, their cap).
+    pub fn dns_in_flight(&self) -> (usize, usize) {
+        self.resolver.in_flight()
     }
 
     /// The next message to send.
@@ -265,11 +320,15 @@ impl Alg {
         })
     }
 
+    /// The per-client token bucket (`rate-limit` requests/s, burst twice
+    /// that): one client is an IPv6 prefix or an IPv4 address, so a host
+    /// cannot spread a flood over the addresses of its /64.
     pub(crate) fn rate_ok(&mut self, ip: IpAddr, now: Instant) -> bool {
         let limit = f64::from(self.cfg.rate_limit);
         if limit == 0.0 {
             return true;
         }
+        let client = self.owner_of(ip);
         // Idle sources are forgotten every 10 s; a flood from many (spoofed)
         // sources keeps only the last second's, so the map stays bounded.
         let full = self.rate.len() >= RATE_SOURCES_MAX;
@@ -278,7 +337,7 @@ impl Alg {
             self.rate.retain(|_, b| now.saturating_duration_since(b.at) < keep);
             self.rate_sweep = Some(now);
         }
-        let b = self.rate.entry(ip).or_insert(Bucket { tokens: limit * 2.0, at: now });
+        let b = self.rate.entry(client).or_insert(Bucket { tokens: limit * 2.0, at: now });
         let dt = now.saturating_duration_since(b.at).as_secs_f64();
         b.tokens = (b.tokens + dt * limit).min(limit * 2.0);
         b.at = now;
@@ -321,6 +380,11 @@ impl Alg {
             self.stats.requests_by_method[method_index(m.method().unwrap_or(""))] += 1;
             if !self.rate_ok(peer.addr.ip(), now) {
                 self.stats.rate_limited += 1;
+                const WHAT: &str = "SIP requests over rate-limit dropped";
+                if let Some(suppressed) = self.warn_log.admit(WHAT, now) {
+                    let client = self.owner_of(peer.addr.ip());
+                    tracing::info!(suppressed, %client, "{WHAT}");
+                }
                 return;
             }
         } else {
@@ -467,18 +531,30 @@ impl Alg {
         let Some(st) = self.server.get(key) else { return };
         let r = Self::local_response(&st.resp_headers, code, reason, Some(&st.to_tag), extra);
         self.stats.local_responses[local_code_index(code)] += 1;
-        self.server_send(now, key, code, r);
+        let last = Last::Local { code, reason: reason.to_string(), extra: extra.to_string() };
+        self.server_send(now, key, code, r, last);
     }
 
-    /// Sends a response in a server transaction and moves its state.
-    pub(crate) fn server_send(&mut self, now: Instant, key: &ServerKey, code: u16, data: Vec<u8>) {
+    /// The bytes of a server transaction's last response.
+    pub(crate) fn last_response(st: &ServerTxn) -> Option<Vec<u8>> {
+        match st.last.as_ref()? {
+            Last::Relayed(d) => Some(d.clone()),
+            Last::Local { code, reason, extra } => {
+                Some(Self::local_response(&st.resp_headers, *code, reason, Some(&st.to_tag), extra))
+            }
+        }
+    }
+
+    /// Sends a response in a server transaction (`last`: what is kept to
+    /// send it again) and moves its state.
+    pub(crate) fn server_send(&mut self, now: Instant, key: &ServerKey, code: u16, data: Vec<u8>, last: Last) {
         let t = self.timers_cfg;
+        self.server_set_last(key, last);
         let Some(st) = self.server.get_mut(key) else { return };
         let peer = st.peer.clone();
-        st.last = Some(data.clone());
         let id = st.id;
         let reliable = peer.transport.reliable();
-        let tref = TimerRef::Server(key.branch.clone(), key.sent_by.clone(), key.method.clone());
+        let tref = TimerRef::Server;
         let (invite, state) = (st.invite, st.state);
         if code >= 200 && state == SState::Proceeding && st.initial_invite {
             match code {
@@ -495,7 +571,7 @@ impl Alg {
                 st.state = SState::Completed;
                 st.g = t.t1;
                 if !reliable {
-                    self.schedule(now + t.t1, TimerKind::G, tref.clone(), id);
+                    self.schedule(now + t.t1, TimerKind::G, tref, id);
                 }
                 self.schedule(now + t.t64(), TimerKind::H, tref, id);
             } else {
@@ -505,15 +581,6 @@ impl Alg {
             }
         }
         self.send(peer, data);
-    }
-
-    /// Requests waiting for DNS are run again (the runner calls this when
-    /// its resolver has new answers).
-    pub fn retry_parked(&mut self, now: Instant) {
-        let parked = std::mem::take(&mut self.parked);
-        for (peer, data) in parked {
-            self.handle(now, Incoming { peer: &peer, data: &data });
-        }
     }
 }
 

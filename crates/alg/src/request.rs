@@ -3,6 +3,7 @@
 //! Route processing, the realm decision and the forwarded copy with its
 //! Via, Record-Route, Path, Contact and SDP.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config::{ContactMode, Transport};
@@ -12,9 +13,40 @@ use crate::media::Started;
 use crate::msg::{Message, Name, Start, Via};
 use crate::pending::Work;
 use crate::proxy::{client_key, encode_contact, hash, reason_of, server_key, Alg, ENC_PREFIX};
-use crate::realm::{self, Realm, Resolution, Target};
+use crate::realm::{self, Located, Realm, Resolution, Target};
+use crate::shares::ClientKey;
+use crate::stats::Refusal;
 use crate::txn::*;
-use crate::uri::{self, Scheme, Uri};
+use crate::uri::{self, Host, Scheme, Uri};
+
+/// The largest message the ALG sends over `t` (IPv6: `v6`): a UDP
+/// datagram's payload (65,535 bytes less the IPv4 or UDP headers), or the
+/// size any SIP element is asked to accept over a stream.
+pub(crate) fn max_forwarded(t: Transport, v6: bool) -> usize {
+    match (t, v6) {
+        (Transport::Udp, false) => 65_507,
+        (Transport::Udp, true) => 65_527,
+        (Transport::Tcp, _) => crate::MAX_MESSAGE,
+    }
+}
+
+/// The parts of a request its CANCEL and ACK are built from (RFC 3261
+/// §9.1, §17.1.1.3: the Request-URI, top Via, From, To, Call-ID, CSeq and
+/// Route): what a client transaction keeps of its request once nothing
+/// retransmits it.
+pub(crate) fn skeleton(req: &[u8]) -> Option<Vec<u8>> {
+    let m = Message::parse_datagram(req).ok()?;
+    let mut b = Builder::new(m.start_line, 512);
+    if let Some((_, v, _)) = emit::first_via(&m) {
+        b.header("Via", v);
+    }
+    for h in &m.headers {
+        if matches!(h.name, Name::From | Name::To | Name::CallId | Name::CSeq | Name::Route) {
+            b.raw(h);
+        }
+    }
+    Some(b.finish(b""))
+}
 
 /// What forwarding a request decided before its media step.
 #[derive(Debug)]
@@ -52,8 +84,7 @@ impl Alg {
                         st.state = SState::Confirmed;
                         let (id, reliable) = (st.id, st.peer.transport.reliable());
                         let i = if reliable { Duration::ZERO } else { self.timers_cfg.t4 };
-                        let tref = TimerRef::Server(key.branch.clone(), key.sent_by.clone(), key.method.clone());
-                        self.schedule(now + i, TimerKind::I, tref, id);
+                        self.schedule(now + i, TimerKind::I, TimerRef::Server, id);
                         self.stats.retransmissions_absorbed += 1;
                         return;
                     }
@@ -69,23 +100,20 @@ impl Alg {
         }
         // Retransmission of a request with a transaction.
         if let Some(st) = self.server.get(&key) {
-            if let Some(last) = st.last.clone() {
+            if let Some(last) = Self::last_response(st) {
                 let p = st.peer.clone();
                 self.send(p, last);
             }
             self.stats.retransmissions_absorbed += 1;
             return;
         }
-        if method == "CANCEL" {
-            self.on_cancel(now, peer, m, key);
+        // A new transaction: within the budgets of its client, or 503.
+        if let Err(why) = self.admit(self.owner_of(peer.addr.ip()), raw.len()) {
+            self.refuse_overloaded(m, peer, why);
             return;
         }
-        if self.server.len() >= self.cfg.max_transactions {
-            self.stats.overload += 1;
-            let rh = self.resp_headers(m, peer);
-            let r = Self::local_response(&rh, 503, "Service Unavailable", Some("ovl"), "Retry-After: 5\r\n");
-            self.stats.local_responses[crate::stats::local_code_index(503)] += 1;
-            self.send(peer.clone(), r);
+        if method == "CANCEL" {
+            self.on_cancel(now, peer, m, key);
             return;
         }
         self.forward_new(now, peer, m, raw, method, ruri, Some(key));
@@ -97,6 +125,8 @@ impl Alg {
         let st = ServerTxn {
             id,
             invite,
+            owner: self.owner_of(peer.addr.ip()),
+            bytes: 0,
             state: SState::Proceeding,
             peer: peer.clone(),
             last: None,
@@ -112,7 +142,7 @@ impl Alg {
             offer: false,
             method: method.to_string(),
         };
-        self.server.insert(key.clone(), st);
+        self.server_insert(key.clone(), st);
         let _ = now;
     }
 
@@ -197,55 +227,63 @@ impl Alg {
         }
         b.header("Max-Forwards", "70");
         let data = b.finish(b"");
-        let (peer, branch, id) = (c.peer.clone(), c.branch.clone(), c.id);
+        let (peer, branch, id, owner) = (c.peer.clone(), c.branch.clone(), c.id, c.owner);
         if let Some(c) = self.client.get_mut(ck) {
             c.cancel_sent = true;
         }
         // RFC 3261 §9.1: no final response 64 × T1 after the CANCEL ends the
         // INVITE transaction (Timer B's handling in Proceeding).
         let t64 = self.timers_cfg.t64();
-        self.schedule(now + t64, TimerKind::B, TimerRef::Client(ck.to_string()), id);
-        self.start_client(now, client_key(&branch, "CANCEL"), branch, "CANCEL", peer, data, None);
+        self.schedule(now + t64, TimerKind::B, TimerRef::Client, id);
+        self.start_client(now, branch, "CANCEL", (peer, data), (None, owner), Vec::new());
     }
 
-    /// Starts a client transaction and sends its request.
-    #[allow(clippy::too_many_arguments)]
+    /// Starts a client transaction (`to`: where and what; `by`: the
+    /// server transaction it serves and the client it is charged to;
+    /// `alternates`: destinations to fail over to) and sends its request.
     pub(crate) fn start_client(
         &mut self,
         now: Instant,
-        ck: String,
         branch: String,
         method: &str,
-        peer: Peer,
-        data: Vec<u8>,
-        server: Option<ServerKey>,
+        (peer, data): (Peer, Vec<u8>),
+        (server, owner): (Option<Arc<ServerKey>>, ClientKey),
+        alternates: Vec<Target>,
     ) {
         let t = self.timers_cfg;
         let id = self.id();
         let invite = method == "INVITE";
         let reliable = peer.transport.reliable();
-        let tref = TimerRef::Client(ck.clone());
+        let tref = TimerRef::Client;
+        let ck = client_key(&branch, method);
         if invite {
             if !reliable {
-                self.schedule(now + t.t1, TimerKind::A, tref.clone(), id);
+                self.schedule(now + t.t1, TimerKind::A, tref, id);
             }
-            self.schedule(now + t.t64(), TimerKind::B, tref.clone(), id);
+            self.schedule(now + t.t64(), TimerKind::B, tref, id);
             self.schedule(now + t.c(), TimerKind::C, tref, id);
         } else {
             if !reliable {
-                self.schedule(now + t.t1, TimerKind::E, tref.clone(), id);
+                self.schedule(now + t.t1, TimerKind::E, tref, id);
             }
             self.schedule(now + t.t64(), TimerKind::F, tref, id);
         }
-        self.client.insert(
+        // Over TCP nothing is retransmitted: without destinations to fail
+        // over to, the request is kept only as far as CANCEL and ACK need it.
+        let compact = reliable && alternates.is_empty();
+        let keep = if compact { skeleton(&data).unwrap_or_else(|| data.clone()) } else { data.clone() };
+        self.client_insert(
             ck,
             ClientTxn {
                 id,
                 invite,
                 state: CState::Calling,
-                request: data.clone(),
+                request: keep,
                 peer: peer.clone(),
                 server,
+                owner,
+                bytes: 0,
+                compact,
                 branch,
                 interval: t.t1,
                 cancel_pending: false,
@@ -254,7 +292,7 @@ impl Alg {
                 first_2xx: None,
                 ack: None,
                 method: method.to_string(),
-                alternates: Vec::new(),
+                alternates,
             },
         );
         self.send(peer, data);
@@ -386,31 +424,63 @@ impl Alg {
             }
             return;
         }
-        let mut targets = match realm::targets(&target_uri, &self.cfg.route, self.resolver.as_mut(), now) {
-            Resolution::Ready(t) if !t.is_empty() => t,
-            Resolution::Ready(_) | Resolution::Failed(_) => {
-                self.stats.unroutable += 1;
-                self.answer_new(now, peer, m, key, 404, "Not Found (no route to the target)");
-                return;
-            }
-            Resolution::Pending => {
-                self.stats.parked += 1;
-                if self.parked.len() < 10_000 {
-                    self.parked.push((peer.clone(), raw.to_vec()));
-                } else {
-                    self.stats.parked_dropped += 1;
+        let targets = match realm::locate(&target_uri, &self.cfg.route) {
+            Located::Ready(t) => t,
+            Located::Failed(_) => Vec::new(),
+            Located::Lookup(lookup) => {
+                let res = match &self.answer {
+                    Some((k, r)) if *k == lookup => r.clone(),
+                    _ => {
+                        let owner = self.owner_of(peer.addr.ip());
+                        self.resolver.resolve(owner, &lookup, now)
+                    }
+                };
+                match res {
+                    Resolution::Ready(t) => t,
+                    Resolution::Failed(_) => Vec::new(),
+                    Resolution::Pending => return self.park(now, peer, m, raw, key.as_ref(), lookup),
+                    Resolution::Busy => return self.refuse_overloaded(m, peer, Refusal::DnsBusy),
+                    Resolution::TimedOut => {
+                        self.count_refusal(Refusal::DnsTimeout, peer);
+                        return self.answer_new(now, peer, m, key, 504, "Server Time-out (DNS)");
+                    }
                 }
-                return;
+            }
+        };
+        if targets.is_empty() {
+            self.stats.unroutable += 1;
+            return self.answer_new(now, peer, m, key, 404, "Not Found (no route to the target)");
+        }
+        // Every destination through the ALG's own checks (issue #29 D2).
+        let mut targets = match self.screen_next_hops(targets) {
+            Ok(t) => t,
+            Err(why) => {
+                self.count_refusal(why, peer);
+                let (code, reason) = match why {
+                    Refusal::OwnListener => (482, "Loop Detected (the next hop is this ALG)"),
+                    _ => (403, "Forbidden (next hop refused)"),
+                };
+                return self.answer_new(now, peer, m, key, code, reason);
             }
         };
         let dest = targets.remove(0);
         let out_realm = Realm::of(dest.addr.ip());
         targets.retain(|t| Realm::of(t.addr.ip()) == out_realm);
+        // An IPv4-mapped Request-URI going into the IPv4 realm is written
+        // in the dotted form an IPv4-only UA parses (RFC 5118 §4.9's
+        // addresses mean the IPv4 host).
+        let mapped = match ru.host {
+            Host::V6(a) if next.is_none() && out_realm == Realm::V4 => a.to_ipv4_mapped(),
+            _ => None,
+        };
+        if let Some(v4) = mapped {
+            new_ruri = ru.with_host(&v4.to_string());
+        }
         if let Some(k) = &key {
             self.new_server(now, peer, m, k, method);
             if let Some(st) = self.server.get_mut(k) {
                 st.out_realm = out_realm;
-                st.offer = m.has_sdp();
+                st.offer = crate::body::sdp_body(m).present();
             }
             if method == "INVITE" {
                 self.reply(now, k, 100, "Trying", "");
@@ -465,10 +535,19 @@ impl Alg {
     /// transaction ended meanwhile); a 503 (the relay is out of ports or
     /// the client of its share) says when to try again.
     fn refuse_forward(&mut self, now: Instant, fwd: &Fwd, code: u16, reason: &str) {
+        let extra = match code {
+            415 => {
+                // A body whose SDP cannot be anchored (crate::body).
+                self.count_refusal(Refusal::Body, &fwd.peer);
+                format!("Accept: {}\r\n", crate::body::ACCEPTED)
+            }
+            // The media relay is full or the client holds its share of it.
+            503 => format!("Retry-After: {}\r\n", crate::state::RETRY_AFTER_SECS),
+            _ => String::new(),
+        };
         if let Some(k) = &fwd.key {
             if self.server.get(k).is_some_and(|st| st.state == SState::Proceeding) {
-                let extra = if code == 503 { "Retry-After: 5\r\n" } else { "" };
-                self.reply(now, k, code, reason, extra);
+                self.reply(now, k, code, reason, &extra);
             }
         }
     }
@@ -585,17 +664,29 @@ impl Alg {
         // §16.6 step 3: decrement, or add 70 when absent.
         b.header("Max-Forwards", &m.max_forwards().map_or(70, |v| v - 1).to_string());
         let data = b.finish(body.as_deref().unwrap_or(m.body));
+        // What the rewriting added (Via, Record-Route, the longer Contact)
+        // may not fit the next hop's transport: the caller gets 513 at once
+        // instead of a 408 after Timer B (RFC 3261 §21.5.12: the message
+        // exceeds what this server can carry on).
+        if data.len() > max_forwarded(tp, dest.addr.is_ipv6()) {
+            self.count_refusal(Refusal::TooLarge, peer);
+            if let Some(k) = &key {
+                self.reply(now, k, 513, "Message Too Large (once rewritten for the next hop)", "");
+                if method == "INVITE" && initial {
+                    self.release_dialog_of(k);
+                }
+            }
+            return;
+        }
         self.stats.requests_forwarded += 1;
         match key {
             Some(k) => {
                 let ck = client_key(&branch, method);
-                if let Some(st) = self.server.get_mut(&k) {
+                let Some((k, st)) = self.server.get_key_value(&k).map(|(k, st)| (k.clone(), st.owner)) else { return };
+                if let Some(st) = self.server.get_mut(&*k) {
                     st.client = Some(ck.clone());
                 }
-                self.start_client(now, ck.clone(), branch, method, out_peer, data, Some(k));
-                if let Some(c) = self.client.get_mut(&ck) {
-                    c.alternates = targets;
-                }
+                self.start_client(now, branch, method, (out_peer, data), (Some(k), st), targets);
             }
             None => self.send(out_peer, data),
         }

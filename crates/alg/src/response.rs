@@ -3,6 +3,7 @@
 //! statelessly for a 2xx retransmitted after it ended), Contact and SDP.
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config::{ContactMode, Transport};
@@ -11,6 +12,8 @@ use crate::msg::{Message, Name, Start, Via};
 use crate::pending::Work;
 use crate::proxy::{client_key, encode_contact, fnv1a, Alg, ENC_PREFIX, FNV_OFFSET};
 use crate::realm::Realm;
+use crate::request::max_forwarded;
+use crate::stats::Refusal;
 use crate::txn::*;
 use crate::uri::{self, Uri};
 
@@ -33,7 +36,7 @@ impl Alg {
         };
         let _ = peer;
         let t = self.timers_cfg;
-        let tref = TimerRef::Client(ck.clone());
+        let tref = TimerRef::Client;
         let id = c.id;
         let reliable = c.peer.transport.reliable();
         match (c.invite, c.state, code) {
@@ -42,8 +45,10 @@ impl Alg {
                 if code > 100 {
                     c.c_at = now + t.c();
                 }
-                if c.cancel_pending {
-                    c.cancel_pending = false;
+                let cancel = std::mem::take(&mut c.cancel_pending);
+                // No more retransmissions of the INVITE.
+                self.client_compact(&ck);
+                if cancel {
                     self.send_cancel(now, &ck);
                 }
                 if code > 100 {
@@ -57,8 +62,8 @@ impl Alg {
                     // The callee retransmits its 2xx until the ACK: the one
                     // already built goes again (no second media answer).
                     let sk = c.server.clone();
-                    let sent = sk.as_ref().and_then(|k| self.server.get(k)).filter(|s| s.state == SState::Accepted);
-                    if let Some((p, d)) = sent.and_then(|s| Some((s.peer.clone(), s.last.clone()?))) {
+                    let sent = sk.as_ref().and_then(|k| self.server.get(&**k)).filter(|s| s.state == SState::Accepted);
+                    if let Some((p, d)) = sent.and_then(|s| Some((s.peer.clone(), Self::last_response(s)?))) {
                         self.stats.responses_forwarded += 1;
                         self.send(p, d);
                         return;
@@ -69,6 +74,7 @@ impl Alg {
                     c.state = CState::Accepted;
                     self.schedule(now + t.t64(), TimerKind::M, tref, id);
                 }
+                self.client_compact(&ck);
                 self.relay_response(now, &ck, m, raw);
             }
             (true, CState::Calling | CState::Proceeding, 300..=699) => {
@@ -81,6 +87,7 @@ impl Alg {
                 }
                 let d = if reliable { Duration::ZERO } else { t.d() };
                 self.schedule(now + d, TimerKind::D, tref, id);
+                self.client_compact(&ck);
                 self.relay_response(now, &ck, m, raw);
             }
             (true, CState::Completed, 300..=699) => {
@@ -100,6 +107,7 @@ impl Alg {
                 c.state = CState::Completed;
                 let k = if reliable { Duration::ZERO } else { t.t4 };
                 self.schedule(now + k, TimerKind::K, tref, id);
+                self.client_compact(&ck);
                 self.relay_response(now, &ck, m, raw);
             }
             _ => self.stats.retransmissions_absorbed += 1,
@@ -109,10 +117,10 @@ impl Alg {
     /// The server transaction a response of client `ck` goes to, when it
     /// may still take it: (server key, method, in realm, out realm, the
     /// request had an offer, initial INVITE).
-    fn relay_target(&self, ck: &str, code: u16) -> Option<(ServerKey, String, Realm, Realm, bool, bool)> {
+    fn relay_target(&self, ck: &str, code: u16) -> Option<(Arc<ServerKey>, String, Realm, Realm, bool, bool)> {
         let c = self.client.get(ck)?;
         let sk = c.server.clone()?;
-        let st = self.server.get(&sk)?;
+        let st = self.server.get(&*sk)?;
         if st.state != SState::Proceeding && !(st.state == SState::Accepted && (200..300).contains(&code)) {
             return None;
         }
@@ -141,8 +149,21 @@ impl Alg {
         let code = m.code().unwrap_or(0);
         let Some((sk, method, in_realm, out_realm, _, initial)) = self.relay_target(ck, code) else { return };
         let data = self.build_response(m, in_realm, out_realm, &method, body.as_deref());
+        let Some(back) = self.server.get(&*sk).map(|s| s.peer.clone()) else { return };
+        if data.len() > max_forwarded(back.transport, back.addr.is_ipv6()) {
+            // Grown past what the way back carries (a longer Contact): a
+            // final answer becomes the ALG's own 502, a provisional is left out.
+            self.count_refusal(Refusal::TooLarge, &back);
+            if code >= 200 {
+                self.reply(now, &sk, 502, "Bad Gateway (response too large once rewritten)", "");
+                if method == "INVITE" && initial {
+                    self.release_dialog_of(&sk);
+                }
+            }
+            return;
+        }
         self.stats.responses_forwarded += 1;
-        self.server_send(now, &sk, code, data);
+        self.server_send(now, &sk, code, data.clone(), Last::Relayed(data));
         if code >= 300 && method == "INVITE" {
             if initial {
                 self.release_dialog_of(&sk);
@@ -169,6 +190,10 @@ impl Alg {
                 Some(ip) => ip,
                 None => next.host.ip()?,
             };
+        let host = match host {
+            IpAddr::V6(a) => a.to_ipv4_mapped().map_or(host, IpAddr::V4),
+            v4 => v4,
+        };
         let port = next.param("rport").flatten().and_then(|p| p.parse().ok()).or(next.port).unwrap_or(5060);
         let tp = Transport::from_token(next.transport).unwrap_or_default();
         let method = m.cseq().map(|c| c.1.to_string()).unwrap_or_default();
@@ -180,6 +205,12 @@ impl Alg {
             self.stats.stray_responses += 1;
             return;
         };
+        // The next Via is the sender's word: it goes through the same
+        // checks as a request's next hop.
+        if let Err(why) = self.destination_check(peer.addr) {
+            self.count_refusal(why, &peer);
+            return;
+        }
         if !((200..300).contains(&m.code().unwrap_or(0)) && method == "INVITE") {
             return self.stateless_send(m, None);
         }

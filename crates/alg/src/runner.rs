@@ -6,20 +6,20 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use anyhow::{Context as _, Result};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::sync::{mpsc, Notify};
 
 use crate::config::{Config, Transport};
 use crate::media::MediaControl;
-use crate::msg::{Framing, Message};
 use crate::proxy::{Alg, Incoming, Stats};
 use crate::realm::{Realm, Resolver};
+use crate::state::{BudgetUse, Usage};
+use crate::tcp::{spawn_conn, ConnCounts, Conns, Event};
 use crate::txn::Peer;
 
 /// What the runner shares with its handle.
@@ -29,31 +29,31 @@ pub struct Snapshot {
     pub stats: Stats,
     /// (server transactions, client transactions, dialogs, parked).
     pub tables: (usize, usize, usize, usize),
-    /// Open TCP connections.
+    /// Open TCP connections (accepted and opened).
     pub tcp_connections: usize,
+    /// The TCP budgets.
+    pub tcp: ConnCounts,
+    /// The core's budgets and the DNS lookups'.
+    pub budgets: BudgetUse,
 }
 
-/// The TCP connection budget shared by the accept loops, the outgoing
-/// connections and the handle (a reload changes `limit`).
-#[derive(Debug, Default)]
-struct Conns {
-    limit: AtomicUsize,
-    open: AtomicUsize,
-    refused: AtomicU64,
-}
-
-impl Conns {
-    /// Takes a slot (false: at the limit, counted as refused).
-    fn take(&self) -> bool {
-        let limit = self.limit.load(Relaxed);
-        let ok = self.open.fetch_update(Relaxed, Relaxed, |n| (n < limit).then_some(n + 1)).is_ok();
-        if !ok {
-            self.refused.fetch_add(1, Relaxed);
-        }
-        ok
-    }
-    fn give_back(&self) {
-        self.open.fetch_sub(1, Relaxed);
+impl Snapshot {
+    /// Every budget by name (the `budget` label of `v6gate_alg_budget_*`
+    /// and `/status`): what it holds, its cap, one client's share and how
+    /// many clients hold some of it (DNS lookups and outbound connections
+    /// have no per-client count here: 0).
+    pub fn budgets(&self) -> [(&'static str, Usage); 6] {
+        let b = &self.budgets;
+        let t = &self.tcp;
+        let plain = |used: usize, limit: usize| Usage { used: used as u64, limit: limit as u64, share: 0, clients: 0 };
+        [
+            ("transactions", b.transactions),
+            ("state-bytes", b.state_bytes),
+            ("parked-bytes", b.parked_bytes),
+            ("dns-lookups", plain(b.dns_lookups.0, b.dns_lookups.1)),
+            ("tcp-connections", Usage { used: t.inbound as u64, limit: t.inbound_limit as u64, ..t.inbound_use }),
+            ("tcp-outbound", plain(t.outbound, t.outbound_limit)),
+        ]
     }
 }
 
@@ -66,6 +66,10 @@ pub struct AlgHandle {
     cfg_tx: mpsc::UnboundedSender<Config>,
     cfg: Mutex<Config>,
     conns: Arc<Conns>,
+    policy: Arc<dstpolicy::Policy>,
+    /// Keeps the standalone ALG's own-address list current (None: the
+    /// policy was given, its owner keeps it current).
+    _watch: Option<dstpolicy::Watch>,
     /// Bound UDP address in the IPv6 realm (real port when 0 was asked).
     pub udp_v6: SocketAddr,
     /// Bound UDP address in the IPv4 realm.
@@ -75,7 +79,16 @@ pub struct AlgHandle {
 impl AlgHandle {
     /// The latest counters and table sizes (updated after every event).
     pub fn snapshot(&self) -> Snapshot {
-        *self.snapshot.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        let mut s = *self.snapshot.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // The connection budgets change outside the core's events: read now.
+        with_tcp(&mut s, self.conns.snapshot());
+        s
+    }
+
+    /// The destination policy next hops go through (its refusals by
+    /// reason: [`dstpolicy::Policy::refused`]).
+    pub fn policy(&self) -> &Arc<dstpolicy::Policy> {
+        &self.policy
     }
 
     /// The configuration in force.
@@ -91,7 +104,7 @@ impl AlgHandle {
         if let Some(k) = cur.restart_needed(&new) {
             return Err(format!("[alg] {k} changed: restart v6gate to apply"));
         }
-        self.conns.limit.store(new.max_connections, Relaxed);
+        self.conns.reconfigure(&new);
         self.cfg_tx.send(new.clone()).map_err(|_| "the ALG is not running".to_string())?;
         *cur = new;
         Ok(())
@@ -115,13 +128,6 @@ impl Drop for AlgHandle {
     fn drop(&mut self) {
         self.shutdown();
     }
-}
-
-enum Event {
-    Msg { realm: Realm, conn: u64, addr: SocketAddr, data: Vec<u8> },
-    Connected { conn: u64, addr: SocketAddr, tx: mpsc::Sender<Vec<u8>> },
-    Closed { conn: u64, framing_error: bool },
-    ConnectFailed { addr: SocketAddr },
 }
 
 fn bind_udp(addr: SocketAddr) -> Result<std::net::UdpSocket> {
@@ -150,12 +156,40 @@ fn bind_tcp(addr: SocketAddr) -> Result<std::net::TcpListener> {
 }
 
 /// Starts the ALG: binds its sockets (errors are returned here), then runs
-/// on a thread of its own. `resolver` None: the system's DNS through
-/// hickory ([`crate::dns::HickoryResolver`]).
+/// on a thread of its own. `resolver` None: DNS through the bounded stub
+/// resolver ([`crate::dns::StubResolver`]) on `dns-servers` or the
+/// nameservers of /etc/resolv.conf. Next hops go through a destination
+/// policy of the ALG's own: the host's addresses (read over netlink and
+/// kept current) and the configuration's listen and advertised ones
+/// ([`Config::gateway_spec`]), with `next-hop-allow` / `next-hop-deny`.
 pub fn spawn(
+    cfg: Config,
+    media: Option<Box<dyn MediaControl>>,
+    resolver: Option<Box<dyn Resolver>>,
+) -> Result<AlgHandle> {
+    let gw = dstpolicy::Gateway::of_host(cfg.gateway_spec());
+    let watch = gw.watch(dstpolicy::DEFAULT_BACKSTOP).context("watching the host's addresses")?;
+    let policy = Arc::new(dstpolicy::Policy::new("alg", gw, cfg.next_hop_lists()));
+    spawn_inner(cfg, media, resolver, policy, Some(watch))
+}
+
+/// [`spawn`] with a destination policy given (the daemon's, over the
+/// gateway every plane shares, kept current by its owner).
+pub fn spawn_with_policy(
+    cfg: Config,
+    media: Option<Box<dyn MediaControl>>,
+    resolver: Option<Box<dyn Resolver>>,
+    policy: Arc<dstpolicy::Policy>,
+) -> Result<AlgHandle> {
+    spawn_inner(cfg, media, resolver, policy, None)
+}
+
+fn spawn_inner(
     mut cfg: Config,
     media: Option<Box<dyn MediaControl>>,
     resolver: Option<Box<dyn Resolver>>,
+    policy: Arc<dstpolicy::Policy>,
+    watch: Option<dstpolicy::Watch>,
 ) -> Result<AlgHandle> {
     cfg.check().map_err(anyhow::Error::msg)?;
     let u6 = bind_udp(cfg.listen_v6)?;
@@ -175,10 +209,10 @@ pub fn spawn(
     let stop = Arc::new(Notify::new());
     let stopped = Arc::new(AtomicBool::new(false));
     let snapshot = Arc::new(Mutex::new(Snapshot::default()));
-    let conns = Arc::new(Conns { limit: AtomicUsize::new(cfg.max_connections), ..Conns::default() });
+    let conns = Arc::new(Conns::new(&cfg));
     let (cfg_tx, cfg_rx) = mpsc::unbounded_channel();
     let running_cfg = cfg.clone();
-    let (st, sn, stp, cn) = (stop.clone(), snapshot.clone(), stopped.clone(), conns.clone());
+    let (st, sn, stp, cn, pol) = (stop.clone(), snapshot.clone(), stopped.clone(), conns.clone(), policy.clone());
     let thread = std::thread::Builder::new().name("alg".into()).spawn(move || {
         let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
             Ok(rt) => rt,
@@ -191,15 +225,16 @@ pub fn spawn(
             let wake = Arc::new(Notify::new());
             let resolver = match resolver {
                 Some(r) => r,
-                None => match crate::dns::HickoryResolver::new(wake.clone()) {
+                None => match crate::dns::StubResolver::new(&cfg, wake.clone()) {
                     Ok(r) => Box::new(r) as Box<dyn Resolver>,
                     Err(e) => {
-                        tracing::warn!(error = %e, "no system DNS configuration; only literals and domain routes resolve");
+                        tracing::warn!(error = %e, "no DNS; only literals and domain routes resolve");
                         Box::new(crate::realm::StaticResolver::default())
                     }
                 },
             };
-            let alg = Alg::new(cfg, resolver, media);
+            let mut alg = Alg::new(cfg, resolver, media);
+            alg.set_policy(pol);
             let ctl = Control { stop: st, stopped: stp, snapshot: sn, dns_wake: wake, cfg_rx, conns: cn };
             if let Err(e) = run(alg, u6, u4, tcp, ctl).await {
                 tracing::error!(error = %e, "ALG stopped");
@@ -215,80 +250,11 @@ pub fn spawn(
         cfg_tx,
         cfg: Mutex::new(running_cfg),
         conns,
+        policy,
+        _watch: watch,
         udp_v6,
         udp_v4,
     })
-}
-
-static CONN_IDS: AtomicU64 = AtomicU64::new(1);
-
-/// Runs one TCP connection (its slot in `conns` already taken; given
-/// back when it ends).
-fn spawn_conn(
-    stream: TcpStream,
-    addr: SocketAddr,
-    realm: Realm,
-    events: mpsc::Sender<Event>,
-    max: usize,
-    conns: Arc<Conns>,
-) {
-    let conn = CONN_IDS.fetch_add(1, Relaxed);
-    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(256);
-    tokio::spawn(async move {
-        let (mut rd, mut wr) = stream.into_split();
-        if events.send(Event::Connected { conn, addr, tx }).await.is_err() {
-            conns.give_back();
-            return;
-        }
-        let writer = tokio::spawn(async move {
-            while let Some(d) = rx.recv().await {
-                if wr.write_all(&d).await.is_err() {
-                    break;
-                }
-            }
-        });
-        let mut buf: Vec<u8> = Vec::with_capacity(8192);
-        let mut chunk = vec![0u8; 16384];
-        let mut framing_error = false;
-        'read: loop {
-            let n = match rd.read(&mut chunk).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => n,
-            };
-            buf.extend_from_slice(&chunk[..n]);
-            while !buf.is_empty() {
-                match Message::parse(&buf, true) {
-                    Ok(Framing::Message(m)) => {
-                        let len = m.len;
-                        let data = buf[..len].to_vec();
-                        buf.drain(..len);
-                        if events.send(Event::Msg { realm, conn, addr, data }).await.is_err() {
-                            break 'read;
-                        }
-                    }
-                    Ok(Framing::KeepAlive(n)) => {
-                        buf.drain(..n);
-                    }
-                    Ok(Framing::Incomplete) => {
-                        if buf.len() > max {
-                            tracing::debug!(%addr, "TCP message over the size limit; closing");
-                            framing_error = true;
-                            break 'read;
-                        }
-                        break;
-                    }
-                    Err(e) => {
-                        tracing::debug!(%addr, reason = %e.reason, "unframeable TCP input; closing");
-                        framing_error = true;
-                        break 'read;
-                    }
-                }
-            }
-        }
-        writer.abort();
-        conns.give_back();
-        let _ = events.send(Event::Closed { conn, framing_error }).await;
-    });
 }
 
 /// `recv_from` on a socket that may not exist (then never ready).
@@ -326,18 +292,19 @@ async fn run(
             let l = TcpListener::from_std(l)?;
             let (etx, conns) = (etx.clone(), conns.clone());
             tokio::spawn(async move {
+                let accept_log = dstpolicy::RateLog::<()>::default();
                 loop {
                     match l.accept().await {
                         Ok((s, a)) => {
-                            if !conns.take() {
-                                tracing::debug!(from = %a, "SIP TCP connection refused: max-connections reached");
-                                continue;
-                            }
+                            let a = unmap(a);
+                            let Some(slot) = conns.take_inbound(a) else { continue };
                             let _ = s.set_nodelay(true);
-                            spawn_conn(s, a, realm, etx.clone(), max, conns.clone());
+                            spawn_conn(s, (a, realm), etx.clone(), max, conns.clone(), slot);
                         }
                         Err(e) => {
-                            tracing::warn!(error = %e, "TCP accept failed");
+                            if let Some(suppressed) = accept_log.admit((), Instant::now()) {
+                                tracing::warn!(suppressed, error = %e, "SIP TCP accept failed");
+                            }
                             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                         }
                     }
@@ -423,12 +390,9 @@ async fn run(
                     Event::ConnectFailed { addr } => {
                         pending_out.remove(&addr);
                     }
-                    Event::Closed { conn, framing_error } => {
+                    Event::Closed { conn } => {
                         tcp_out.remove(&conn);
                         by_addr.retain(|_, c| *c != conn);
-                        if framing_error {
-                            alg.stats.tcp_framing_errors += 1;
-                        }
                     }
                 },
                 r = recv_opt(ng4.as_ref(), &mut bng4) => if let Ok((n, a)) = r {
@@ -442,7 +406,7 @@ async fn run(
                     tracing::info!("[alg] reconfigured");
                 }
                 _ = sleep => alg.handle_timeout(Instant::now()),
-                _ = dns_wake.notified() => alg.retry_parked(Instant::now()),
+                _ = dns_wake.notified() => alg.dns_completed(Instant::now()),
                 _ = stop.notified() => break,
             }
         }
@@ -470,34 +434,33 @@ async fn run(
                                 alg.stats.send_errors += 1;
                             }
                         }
-                        None if !pending_out.contains_key(&t.peer.addr) && !conns.take() => {
-                            alg.stats.send_errors += 1;
+                        None if pending_out.contains_key(&t.peer.addr) => {
+                            // Queued behind the connect (a few messages at most).
+                            match pending_out.get_mut(&t.peer.addr) {
+                                Some(q) if q.len() < PENDING_OUT_MAX => q.push(t.data),
+                                _ => alg.stats.send_errors += 1,
+                            }
                         }
-                        None => {
-                            let first = !pending_out.contains_key(&t.peer.addr);
-                            pending_out.entry(t.peer.addr).or_default().push(t.data);
-                            if first {
+                        None => match conns.take_outbound(t.peer.addr) {
+                            None => alg.stats.send_errors += 1,
+                            Some(slot) => {
+                                pending_out.insert(t.peer.addr, vec![t.data]);
                                 let (addr, etx, realm, conns) = (t.peer.addr, etx.clone(), t.peer.realm, conns.clone());
                                 tokio::spawn(async move {
-                                    match tokio::time::timeout(
-                                        std::time::Duration::from_secs(5),
-                                        TcpStream::connect(addr),
-                                    )
-                                    .await
-                                    {
+                                    match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
                                         Ok(Ok(s)) => {
                                             let _ = s.set_nodelay(true);
-                                            spawn_conn(s, addr, realm, etx, max, conns);
+                                            spawn_conn(s, (addr, realm), etx, max, conns, slot);
                                         }
                                         _ => {
-                                            conns.give_back();
+                                            conns.give_back(slot);
                                             tracing::debug!(%addr, "TCP connect failed");
                                             let _ = etx.send(Event::ConnectFailed { addr }).await;
                                         }
                                     }
                                 });
                             }
-                        }
+                        },
                     }
                 }
             }
@@ -513,6 +476,10 @@ async fn run(
 
 /// Datagrams read in a row without the reactor (see `run`).
 const DRAIN_BUDGET: usize = 32;
+/// How long opening a TCP connection to a next hop may take.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// Messages queued for a TCP connection being opened.
+const PENDING_OUT_MAX: usize = 64;
 
 /// One SIP datagram from a realm's UDP socket into the core.
 fn handle_udp(alg: &mut Alg, realm: Realm, addr: SocketAddr, data: &[u8]) {
@@ -546,10 +513,18 @@ fn try_recv_udp(
     }
 }
 
+/// The TCP budgets' figures in a snapshot.
+fn with_tcp(s: &mut Snapshot, tcp: ConnCounts) {
+    s.stats.tcp_refused = tcp.refused;
+    s.stats.tcp_closed = tcp.closed;
+    s.tcp_connections = tcp.inbound + tcp.outbound;
+    s.tcp = tcp;
+}
+
 /// Updates what the handle reads.
 fn publish(alg: &Alg, conns: &Conns, snapshot: &Mutex<Snapshot>) {
-    let mut stats = alg.stats;
-    stats.tcp_refused = conns.refused.load(Relaxed);
-    let snap = Snapshot { stats, tables: alg.table_sizes(), tcp_connections: conns.open.load(Relaxed) };
+    let mut snap =
+        Snapshot { stats: alg.stats, tables: alg.table_sizes(), budgets: alg.budget_use(), ..Snapshot::default() };
+    with_tcp(&mut snap, conns.snapshot());
     *snapshot.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = snap;
 }

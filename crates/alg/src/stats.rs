@@ -28,7 +28,8 @@ pub fn method_index(method: &str) -> usize {
 
 /// The status codes the ALG writes itself; the last slot (0, shown as
 /// `other`) counts any code not listed.
-pub const LOCAL_CODES: [u16; 17] = [100, 200, 400, 404, 408, 416, 420, 481, 482, 483, 487, 488, 500, 503, 505, 513, 0];
+pub const LOCAL_CODES: [u16; 21] =
+    [100, 200, 400, 403, 404, 408, 415, 416, 420, 481, 482, 483, 487, 488, 500, 502, 503, 504, 505, 513, 0];
 
 /// Index of `code` in [`LOCAL_CODES`] (the last slot, shown as `other`,
 /// for a code not in the list).
@@ -96,18 +97,17 @@ pub struct Stats {
     pub handovers: u64,
     /// Requests parked waiting for DNS.
     pub parked: u64,
-    /// Requests dropped because too many were parked already.
-    pub parked_dropped: u64,
     /// Requests sent to the next destination after one never answered.
     pub failovers: u64,
-    /// Requests refused because the transaction table was full.
-    pub overload: u64,
+    /// Requests the ALG refused with an answer of its own, by reason
+    /// ([`Refusal`]).
+    pub refused: [u64; Refusal::ALL.len()],
     /// Messages the ALG could not send (socket errors, full TCP queues).
     pub send_errors: u64,
-    /// TCP connections refused at `max-connections`.
-    pub tcp_refused: u64,
-    /// TCP streams closed for input that cannot be framed or is too large.
-    pub tcp_framing_errors: u64,
+    /// TCP connections refused, by reason ([`TCP_REFUSALS`]).
+    pub tcp_refused: [u64; TCP_REFUSALS.len()],
+    /// TCP connections closed by the ALG, by reason ([`TCP_CLOSES`]).
+    pub tcp_closed: [u64; TCP_CLOSES.len()],
     /// Media commands waiting for a remote ng server right now (a gauge).
     pub media_pending: u64,
     /// Media replies that came too late (their command had timed out) or
@@ -115,20 +115,104 @@ pub struct Stats {
     pub media_late_replies: u64,
 }
 
+/// Why the ALG refused a request with an answer of its own (the
+/// `v6gate_alg_refused_total{reason}` family; docs/alg.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Refusal {
+    /// `max-transactions` reached (503).
+    Transactions,
+    /// `max-state-bytes` reached (503).
+    StateBytes,
+    /// The client holds its share of the transactions or their bytes (503).
+    ClientShare,
+    /// Too many DNS lookups in flight, or the client's share of them (503).
+    DnsBusy,
+    /// `max-parked-bytes` reached, or the client's share of it (503).
+    Parked,
+    /// No DNS answer within `dns-timeout` (504).
+    DnsTimeout,
+    /// The next hop is refused by the destination policy (403).
+    NextHop,
+    /// The next hop is one of the ALG's own listeners: a loop (482).
+    OwnListener,
+    /// The rewritten message is larger than its transport can carry (513).
+    TooLarge,
+    /// A body the ALG cannot anchor media for (415).
+    Body,
+}
+
+impl Refusal {
+    /// Every reason, in the counters' order.
+    pub const ALL: [Refusal; 10] = [
+        Refusal::Transactions,
+        Refusal::StateBytes,
+        Refusal::ClientShare,
+        Refusal::DnsBusy,
+        Refusal::Parked,
+        Refusal::DnsTimeout,
+        Refusal::NextHop,
+        Refusal::OwnListener,
+        Refusal::TooLarge,
+        Refusal::Body,
+    ];
+
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Refusal::Transactions => "transactions-full",
+            Refusal::StateBytes => "state-bytes-full",
+            Refusal::ClientShare => "client-share",
+            Refusal::DnsBusy => "dns-busy",
+            Refusal::Parked => "parked-full",
+            Refusal::DnsTimeout => "dns-timeout",
+            Refusal::NextHop => "next-hop-refused",
+            Refusal::OwnListener => "own-listener",
+            Refusal::TooLarge => "too-large",
+            Refusal::Body => "unsupported-body",
+        }
+    }
+
+    /// Its slot in [`Stats::refused`].
+    pub fn index(self) -> usize {
+        Refusal::ALL.iter().position(|r| *r == self).unwrap_or(0)
+    }
+}
+
+/// Why a TCP connection was refused (the `v6gate_alg_tcp_refused_total`
+/// family): `max-connections` reached, the client's share of it, or
+/// `max-outbound-connections` reached for one the ALG would open.
+pub const TCP_REFUSALS: [&str; 3] = ["max-connections", "client-share", "max-outbound-connections"];
+/// Why the ALG closed a TCP connection (`v6gate_alg_tcp_closed_total`):
+/// no message for `tcp-idle-timeout`, a message not complete within
+/// `tcp-message-timeout` of its first byte, input that cannot be framed.
+pub const TCP_CLOSES: [&str; 3] = ["idle-timeout", "message-timeout", "framing"];
+
 impl Stats {
     /// Every message the ALG did not process, by reason (the
     /// `v6gate_alg_drops_total{reason}` family).
-    pub fn drops(&self) -> [(&'static str, u64); 8] {
+    pub fn drops(&self) -> [(&'static str, u64); 7] {
         [
             ("malformed", self.malformed_dropped),
             ("oversized", self.oversized),
             ("rate-limited", self.rate_limited),
             ("stray-response", self.stray_responses),
-            ("parked-overflow", self.parked_dropped),
             ("send-error", self.send_errors),
-            ("tcp-refused", self.tcp_refused),
-            ("tcp-framing", self.tcp_framing_errors),
+            ("tcp-refused", self.tcp_refused.iter().sum()),
+            ("tcp-framing", self.tcp_closed[2]),
         ]
+    }
+
+    /// (reason, value) of the requests refused with an answer of the ALG's own.
+    pub fn by_refusal(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        Refusal::ALL.iter().map(|r| r.label()).zip(self.refused.iter().copied())
+    }
+
+    /// Requests refused because a budget was full (the 503s).
+    pub fn overloaded(&self) -> u64 {
+        [Refusal::Transactions, Refusal::StateBytes, Refusal::ClientShare, Refusal::DnsBusy, Refusal::Parked]
+            .iter()
+            .map(|r| self.refused[r.index()])
+            .sum()
     }
 
     /// (label, value) of the requests received by method.
@@ -166,5 +250,12 @@ mod tests {
         s.local_responses[local_code_index(404)] += 2;
         assert!(s.by_local_code().any(|(c, v)| c == "404" && v == 2));
         assert_eq!(s.by_class().count(), 6);
+        for r in Refusal::ALL {
+            assert_eq!(Refusal::ALL[r.index()], r);
+        }
+        s.refused[Refusal::DnsBusy.index()] = 3;
+        s.refused[Refusal::NextHop.index()] = 1;
+        assert_eq!(s.overloaded(), 3, "403s are not overload");
+        assert!(s.by_refusal().any(|(l, v)| l == "dns-busy" && v == 3));
     }
 }

@@ -23,13 +23,12 @@ impl Alg {
 
     pub(crate) fn fire(&mut self, now: Instant, t: Timer) {
         let tc = self.timers_cfg;
-        match t.whose.clone() {
-            TimerRef::Dialog(cid) => self.dialog_timer(now, &cid, t.id),
-            TimerRef::Client(ck) => {
+        match t.whose {
+            TimerRef::Dialog => self.dialog_timer(now, t.id),
+            TimerRef::Lookup => self.lookup_timer(now, t.id),
+            TimerRef::Client => {
+                let Some(ck) = self.client_key_of(t.id) else { return };
                 let Some(c) = self.client.get_mut(&ck) else { return };
-                if c.id != t.id {
-                    return;
-                }
                 match (t.kind, c.state) {
                     (TimerKind::A, CState::Calling) => {
                         c.interval *= 2;
@@ -49,8 +48,9 @@ impl Alg {
                         if !c.alternates.is_empty()
                             && c.server.as_ref().and_then(|k| self.server.get(k)).is_some_and(|s| !s.cancelled) =>
                     {
-                        let c = self.client.remove(&ck).expect("present");
-                        self.failover(now, c);
+                        if let Some(c) = self.client_remove(&ck) {
+                            self.failover(now, c);
+                        }
                     }
                     (TimerKind::B, CState::Calling) | (TimerKind::F, CState::Calling | CState::Proceeding) => {
                         self.client_timed_out(now, &ck)
@@ -67,13 +67,15 @@ impl Alg {
                     (TimerKind::D, CState::Completed)
                     | (TimerKind::K, CState::Completed)
                     | (TimerKind::M, CState::Accepted) => {
-                        self.client.remove(&ck);
+                        self.client_remove(&ck);
                     }
                     _ => {}
                 }
             }
-            TimerRef::Server(branch, sent_by, method) => {
-                self.server_timer(now, ServerKey { branch, sent_by, method }, t)
+            TimerRef::Server => {
+                if let Some(key) = self.server_key_of(t.id) {
+                    self.server_timer(now, &key, t)
+                }
             }
         }
     }
@@ -83,7 +85,7 @@ impl Alg {
     /// dialog of a failed initial INVITE or BYE goes with its media.
     fn client_timed_out(&mut self, now: Instant, ck: &str) {
         self.stats.timeouts += 1;
-        let Some(c) = self.client.remove(ck) else { return };
+        let Some(c) = self.client_remove(ck) else { return };
         tracing::debug!(method = %c.method, to = %c.peer.addr, "client transaction timed out");
         if let Some(sk) = c.server {
             let (bye, initial, cancelled) = self
@@ -103,16 +105,14 @@ impl Alg {
         }
     }
 
-    fn server_timer(&mut self, now: Instant, key: ServerKey, t: Timer) {
+    fn server_timer(&mut self, now: Instant, key: &ServerKey, t: Timer) {
         let tc = self.timers_cfg;
-        let Some(s) = self.server.get_mut(&key) else { return };
-        if s.id != t.id {
-            return;
-        }
+        let Some(s) = self.server.get_mut(key) else { return };
         match (t.kind, s.state) {
             (TimerKind::G, SState::Completed) => {
                 s.g = (s.g * 2).min(tc.t2);
-                let (p, d, g, id) = (s.peer.clone(), s.last.clone(), s.g, s.id);
+                let (p, g, id) = (s.peer.clone(), s.g, s.id);
+                let d = Self::last_response(s);
                 if let Some(d) = d {
                     self.stats.retransmissions_sent += 1;
                     self.send(p, d);
@@ -126,11 +126,13 @@ impl Alg {
                 if t.kind == TimerKind::H {
                     tracing::debug!("no ACK for a final response (Timer H)");
                 }
-                let s = self.server.remove(&key).expect("present");
+                let Some(s) = self.server_remove(key) else { return };
                 // The client side ends by its own timers. A 2xx the caller
                 // never ACKed (it gave up): the call is over, its media goes
                 // now, not at the dialog timeout.
-                if t.kind == TimerKind::L && s.initial_invite && self.dialogs.get(&s.call_id).is_some_and(|d| !d.acked)
+                if t.kind == TimerKind::L
+                    && s.initial_invite
+                    && self.dialogs.get(s.call_id.as_str()).is_some_and(|d| !d.acked)
                 {
                     self.release_dialog(&s.call_id, "no ACK for the 2xx");
                 }
@@ -159,15 +161,13 @@ impl Alg {
         let peer = Peer { realm: c.peer.realm, transport: next.transport, addr: next.addr, conn: None };
         let ck = client_key(&branch, &c.method);
         if let Some(sk) = &c.server {
-            if let Some(st) = self.server.get_mut(sk) {
+            if let Some(st) = self.server.get_mut(&**sk) {
                 st.client = Some(ck.clone());
             }
         }
         let method = c.method.clone();
-        self.start_client(now, ck.clone(), branch, &method, peer, data, c.server.take());
-        if let Some(n) = self.client.get_mut(&ck) {
-            n.alternates = std::mem::take(&mut c.alternates);
-        }
+        let alternates = std::mem::take(&mut c.alternates);
+        self.start_client(now, branch, &method, (peer, data), (c.server.take(), c.owner), alternates);
     }
 }
 

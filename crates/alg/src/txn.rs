@@ -1,10 +1,12 @@
 //! RFC 3261 §17 transaction state (with RFC 6026's Accepted state for
 //! INVITE 2xx), the timers, and what the core keeps per transaction.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config::Transport;
 use crate::realm::Realm;
+use crate::shares::ClientKey;
 
 /// Where a message came from or goes to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,6 +59,43 @@ pub enum CState {
     Accepted,
 }
 
+impl ServerKey {
+    /// Bytes it holds.
+    pub fn footprint(&self) -> u64 {
+        (std::mem::size_of::<ServerKey>() + self.branch.len() + self.sent_by.len() + self.method.len()) as u64
+    }
+}
+
+/// The last response a server transaction sent, kept to send again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Last {
+    /// One the ALG wrote itself: written again from the transaction's
+    /// response headers when needed (no second copy of its Via lines).
+    Local {
+        /// Status code.
+        code: u16,
+        /// Reason phrase.
+        reason: String,
+        /// Extra header lines (each ending in CRLF).
+        extra: String,
+    },
+    /// One relayed from the next hop, as sent.
+    Relayed(Vec<u8>),
+}
+
+impl Last {
+    fn footprint(&self) -> usize {
+        match self {
+            Last::Local { reason, extra, .. } => reason.len() + extra.len(),
+            Last::Relayed(d) => d.capacity(),
+        }
+    }
+}
+
+/// Fixed cost of one table entry beyond its own fields (hash table slot,
+/// id index, allocation headers), in the byte budget.
+pub const ENTRY_OVERHEAD: u64 = 128;
+
 /// A server transaction.
 #[derive(Debug)]
 pub struct ServerTxn {
@@ -70,7 +109,7 @@ pub struct ServerTxn {
     pub peer: Peer,
     /// The last response sent (retransmitted on request retransmissions
     /// and by Timer G).
-    pub last: Option<Vec<u8>>,
+    pub last: Option<Last>,
     /// The client transaction it forwarded to (its key).
     pub client: Option<String>,
     /// The headers a locally generated response copies (Via lines with
@@ -94,6 +133,24 @@ pub struct ServerTxn {
     pub offer: bool,
     /// The method.
     pub method: String,
+    /// The client whose budgets it counts against.
+    pub owner: ClientKey,
+    /// Bytes charged to the owner for it.
+    pub bytes: u64,
+}
+
+impl ServerTxn {
+    /// Bytes it holds with its key.
+    pub fn footprint(&self, key: &ServerKey) -> u64 {
+        let own = std::mem::size_of::<ServerTxn>()
+            + self.last.as_ref().map_or(0, Last::footprint)
+            + 64 // the client transaction's key, set after it is charged
+            + self.resp_headers.len()
+            + self.to_tag.len()
+            + self.call_id.len()
+            + self.method.len();
+        own as u64 + key.footprint() + ENTRY_OVERHEAD
+    }
 }
 
 /// A client transaction.
@@ -111,7 +168,7 @@ pub struct ClientTxn {
     /// Destination.
     pub peer: Peer,
     /// The server transaction it serves (None: our own CANCEL).
-    pub server: Option<ServerKey>,
+    pub server: Option<Arc<ServerKey>>,
     /// Our branch.
     pub branch: String,
     /// Timer A/E interval.
@@ -136,6 +193,26 @@ pub struct ClientTxn {
     /// Further destinations of the same realm to try when this one never
     /// answers (RFC 3263 §4.3).
     pub alternates: Vec<crate::realm::Target>,
+    /// The client whose budgets it counts against.
+    pub owner: ClientKey,
+    /// Bytes charged to the owner for it.
+    pub bytes: u64,
+    /// `request` holds only what CANCEL and ACK are built from.
+    pub compact: bool,
+}
+
+impl ClientTxn {
+    /// Bytes it holds with its key (`key_len`).
+    pub fn footprint(&self, key_len: usize) -> u64 {
+        let own = std::mem::size_of::<ClientTxn>()
+            + self.request.capacity()
+            + self.ack.as_ref().map_or(0, Vec::capacity)
+            + self.branch.len()
+            + self.method.len()
+            + 2 * key_len
+            + self.alternates.capacity() * std::mem::size_of::<crate::realm::Target>();
+        own as u64 + ENTRY_OVERHEAD
+    }
 }
 
 /// Timer kinds (RFC 3261 §17 Table 4, plus C and RFC 6026's L/M, and the
@@ -170,17 +247,23 @@ pub enum TimerKind {
     M,
     /// Dialog lifetime check.
     Dialog,
+    /// A DNS lookup's requests wait no longer.
+    Lookup,
 }
 
-/// What a timer refers to.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+/// What a timer refers to: the table whose entry has the timer's id (a
+/// timer holds no key of its own, so one that outlives its entry holds
+/// a few bytes, not the entry's Call-ID or branch).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum TimerRef {
-    /// A server transaction (by key text).
-    Server(String, String, String),
-    /// A client transaction (by map key).
-    Client(String),
-    /// A dialog (by Call-ID).
-    Dialog(String),
+    /// A server transaction.
+    Server,
+    /// A client transaction.
+    Client,
+    /// A dialog.
+    Dialog,
+    /// Requests parked for a DNS lookup.
+    Lookup,
 }
 
 /// A scheduled timer.
@@ -194,7 +277,7 @@ pub struct Timer {
     pub kind: TimerKind,
     /// Whose.
     pub whose: TimerRef,
-    /// The transaction id it was set for (stale timers are ignored).
+    /// The id of the entry it was set for (stale timers find none).
     pub id: u64,
 }
 
@@ -291,7 +374,7 @@ mod tests {
     use super::*;
 
     fn timer(at: Instant, seq: u64, cid: &str) -> Timer {
-        Timer { at, seq, kind: TimerKind::C, whose: TimerRef::Dialog(cid.into()), id: seq }
+        Timer { at, seq, kind: TimerKind::C, whose: TimerRef::Dialog, id: cid.len() as u64 }
     }
 
     #[test]
@@ -311,7 +394,7 @@ mod tests {
         // A slot freed by a due timer is reused; the order still holds.
         q.push(timer(ms(25), 5, "e"));
         let t = q.pop_due(ms(100)).unwrap();
-        assert_eq!((t.seq, t.whose), (5, TimerRef::Dialog("e".into())));
+        assert_eq!((t.seq, t.whose), (5, TimerRef::Dialog));
         let rest: Vec<u64> = std::iter::from_fn(|| q.pop_due(ms(100))).map(|t| t.seq).collect();
         assert_eq!(rest, [1, 3], "equal times in the order they were set");
         assert!(q.is_empty());

@@ -212,6 +212,30 @@ impl<'a> Uri<'a> {
     pub fn transport(&self) -> Option<&'a str> {
         self.param("transport").flatten()
     }
+
+    /// The URI with its host replaced by `host` (scheme, user part, port,
+    /// parameters and headers as written).
+    pub fn with_host(&self, host: &str) -> String {
+        let scheme = &self.text[..pos(self.text, b':').unwrap_or(0)];
+        let mut s = String::with_capacity(self.text.len() + host.len());
+        s.push_str(scheme);
+        s.push(':');
+        if let Some(u) = self.user {
+            s.push_str(u);
+            s.push('@');
+        }
+        s.push_str(host);
+        if let Some(p) = self.port {
+            s.push(':');
+            s.push_str(&p.to_string());
+        }
+        s.push_str(self.params);
+        if let Some(h) = self.headers {
+            s.push('?');
+            s.push_str(h);
+        }
+        s
+    }
 }
 
 fn check_uri_params(params: &str) -> Result<(), Bad> {
@@ -539,6 +563,14 @@ mod tests {
         for bad in ["2001:db8:::10", "2001:db8::1:::192.0.2.1", "::::192.0.2.1", "2001:db8:::192.0.2"] {
             assert_eq!(parse_ipv6(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn a_host_is_replaced_and_the_rest_kept() {
+        let u = Uri::parse("sip:svc;x=1@[::ffff:198.51.100.2]:5062;transport=udp;lr?h=v").unwrap();
+        assert_eq!(u.with_host("198.51.100.2"), "sip:svc;x=1@198.51.100.2:5062;transport=udp;lr?h=v");
+        let u = Uri::parse("SIPS:[::ffff:192.0.2.1]").unwrap();
+        assert_eq!(u.with_host("192.0.2.1"), "SIPS:192.0.2.1");
     }
 
     #[test]

@@ -43,6 +43,8 @@ fn call_handover_and_release_over_real_sockets() {
         media_v6_interface: Some("v6".into()),
         media_v4_interface: Some("v4".into()),
         t1: Duration::from_millis(20),
+        // The UAs are on loopback too: allowed as next hops.
+        next_hop_allow: ["::1", "127.0.0.1"].iter().map(|a| a.parse().unwrap()).collect(),
         ..alg::Config::default()
     };
     let served = alg::cli::serve(cfg, Some(relay.clone())).unwrap();

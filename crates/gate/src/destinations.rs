@@ -10,6 +10,7 @@
 //! | `trgw-latch` | sources symmetric latching would learn | the same |
 //! | `trt` | the IPv4 target a TRT connection or flow names | none |
 //! | `dns64` | A records synthesised into AAAA (fails open) | none (`exclude-a` is its own) |
+//! | `alg` | SIP next hops: Request-URI, Route, `maddr`, DNS answers, a stateless response's Via | `[alg] next-hop-allow`, `next-hop-deny` |
 //!
 //! Each plane's refusals are counted in
 //! `v6gate_destination_refused_total{plane,reason}`.

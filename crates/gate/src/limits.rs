@@ -56,9 +56,9 @@ pub fn needed(cfg: &Config) -> u64 {
     // A tunnel function: its TUN queue, a raw or up to two UDP sockets, a netlink socket.
     n += 4 * cfg.tunnels.devices().len() as u64;
     if let Some(a) = &cfg.alg {
-        // Two UDP and two TCP listeners, the TCP connections, the ng
-        // client sockets.
-        n += 6 + a.max_connections as u64;
+        // Two UDP and two TCP listeners, the TCP connections accepted and
+        // opened, the ng client sockets, the DNS sockets (a few per family).
+        n += 6 + (a.max_connections + a.max_outbound_connections + 2 * alg::dns::SOCKETS_PER_FAMILY) as u64;
     }
     // A softwire function: its TUN queue, a netlink socket, the lease server's socket.
     n += 3 * cfg.softwires.functions().len() as u64;

@@ -219,6 +219,12 @@ pub struct Alg {
     /// Most live transactions.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_transactions: Option<usize>,
+    /// Percent of every ALG budget one client may hold (1-100).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_share: Option<u8>,
+    /// Bytes of transactions and dialogs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_state_bytes: Option<u64>,
     /// Domain routes.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub route: Vec<AlgRoute>,

@@ -95,7 +95,14 @@ fn parse_conn(v: &str) -> Result<IpAddr, SdpError> {
         return err(format!("bad connection data `{v}`"));
     };
     let addr = addr.split('/').next().unwrap_or("");
-    let ip: IpAddr = addr.parse().map_err(|_| SdpError(format!("bad connection address `{addr}`")))?;
+    // `IP6 [2001:db8::2]` is not RFC 4566, but SIPp's stock scenarios
+    // write it and rtpengine takes it: accepted, written back without
+    // the brackets.
+    let bare = match fam {
+        "IP6" => addr.strip_prefix('[').and_then(|a| a.strip_suffix(']')).unwrap_or(addr),
+        _ => addr,
+    };
+    let ip: IpAddr = bare.parse().map_err(|_| SdpError(format!("bad connection address `{addr}`")))?;
     match (fam, ip) {
         ("IP4", IpAddr::V4(_)) | ("IP6", IpAddr::V6(_)) => Ok(ip),
         _ => err(format!("address family `{fam}` does not match `{addr}`")),
@@ -270,7 +277,13 @@ impl Sdp {
         // The session c= takes the first rewritten media address.
         let session_addr = rw.media.iter().flatten().next().map(|r| r.addr);
         let push = |out: &mut String, l: &str| {
-            out.push_str(l);
+            // A bracketed IPv6 address (accepted by the parser) goes out
+            // in the RFC 4566 form.
+            if (l.starts_with("c=") || l.starts_with("o=") || l.starts_with("a=rtcp:")) && l.contains('[') {
+                out.extend(l.chars().filter(|&c| c != '[' && c != ']'));
+            } else {
+                out.push_str(l);
+            }
             out.push_str("\r\n");
         };
         for &l in &lines[..first_media] {
@@ -352,6 +365,25 @@ a=candidate:1 1 UDP 2130706431 2001:db8:6::10 9002 typ host\r\n\
 a=ice-ufrag:abcd\r\n\
 a=ice-pwd:0123456789abcdef01234567\r\n\
 a=sendrecv\r\n";
+
+    /// Issue #32: `c=IN IP6 [2001:db8::2]` (SIPp's stock scenarios) is
+    /// read as the address and written back without brackets.
+    #[test]
+    fn bracketed_ipv6_connection_addresses_are_accepted_and_written_plain() {
+        let body = "v=0\r\no=- 1 1 IN IP6 [2001:db8::2]\r\ns=-\r\nc=IN IP6 [2001:db8::2]\r\nt=0 0\r\nm=audio 6000 RTP/AVP 0\r\nm=video 0 RTP/AVP 96\r\nc=IN IP6 [2001:db8::3]\r\n";
+        let s = Sdp::parse(body.as_bytes()).unwrap();
+        assert_eq!(s.conn, Some("2001:db8::2".parse().unwrap()));
+        assert_eq!(s.origin, Some("2001:db8::2".parse().unwrap()));
+        let rw = Rewrite {
+            media: vec![Some(MediaRewrite { addr: "192.0.2.1".parse().unwrap(), port: 30000 }), None],
+            origin: false,
+            remove_ice: false,
+        };
+        let out = s.rewrite(&rw);
+        assert!(!out.contains('['), "{out}");
+        assert!(out.contains("o=- 1 1 IN IP6 2001:db8::2\r\n") && out.contains("c=IN IP6 2001:db8::3\r\n"), "{out}");
+        assert!(Sdp::parse(b"v=0\r\nc=IN IP4 [192.0.2.1]\r\n").is_err(), "only IPv6 in brackets");
+    }
 
     #[test]
     fn parses_offer() {

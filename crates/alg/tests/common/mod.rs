@@ -47,8 +47,12 @@ impl Lab {
     }
 
     pub fn with(cfg: Config, resolver: StaticResolver) -> Lab {
+        Lab::with_resolver(cfg, Box::new(resolver))
+    }
+
+    pub fn with_resolver(cfg: Config, resolver: Box<dyn alg::realm::Resolver>) -> Lab {
         let trgw = Arc::new(Mutex::new(LocalCore::new(trgw_config())));
-        let alg = Alg::new(cfg, Box::new(resolver), Some(Box::new(trgw.clone())));
+        let alg = Alg::new(cfg, resolver, Some(Box::new(trgw.clone())));
         Lab { alg, trgw, now: Instant::now() }
     }
 

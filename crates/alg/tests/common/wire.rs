@@ -1,5 +1,6 @@
 //! Helpers for the tests that talk to the ALG over real sockets
-//! (`runner.rs`, `netns.rs`): one UA's view of SIP and SDP.
+//! (`runner.rs`, `netns.rs`, `dns_limits.rs`, `tcp_limits.rs`): one UA's
+//! view of SIP and SDP.
 #![allow(dead_code)]
 
 use std::net::UdpSocket;
@@ -74,4 +75,24 @@ pub fn addrs(d: &[u8], n: Name) -> Vec<String> {
     m.all(n)
         .flat_map(|h| alg::msg::addresses(&h.value).into_iter().map(|a| a.uri.to_string()).collect::<Vec<_>>())
         .collect()
+}
+
+/// An OPTIONS from `from` to `target` (`n` makes its branch and Call-ID),
+/// over `transport` (`UDP` or `TCP`).
+pub fn options(from: std::net::SocketAddr, target: &str, n: usize, transport: &str) -> Vec<u8> {
+    format!("OPTIONS {target} SIP/2.0\r\nVia: SIP/2.0/{transport} {from};branch=z9hG4bK-l{n}\r\nMax-Forwards: 70\r\nFrom: <sip:a@b>;tag=1\r\nTo: <sip:c@d>\r\nCall-ID: l{n}\r\nCSeq: 1 OPTIONS\r\nContent-Length: 0\r\n\r\n").into_bytes()
+}
+
+/// The status code of a response (0 for anything else).
+pub fn status(d: &[u8]) -> u16 {
+    d.get(8..11).and_then(|c| std::str::from_utf8(c).ok()).and_then(|c| c.parse().ok()).unwrap_or(0)
+}
+
+/// Polls `f` until it holds (the test fails after a minute).
+pub fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let t0 = std::time::Instant::now();
+    while !f() {
+        assert!(t0.elapsed() < Duration::from_secs(60), "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

@@ -64,6 +64,10 @@ pub fn v6gate_config(workers: usize) -> Result<String> {
             media_v4_interface: Some("v4".into()),
             rate_limit: Some(0),
             max_transactions: Some(2_000_000),
+            // One caller sends every call: the global caps alone, sized
+            // for thousands of calls/s held 32 s by Timer J.
+            client_share: Some(100),
+            max_state_bytes: Some(4 << 30),
             ..Default::default()
         }),
         ..Default::default()

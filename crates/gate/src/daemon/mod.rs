@@ -688,7 +688,10 @@ pub fn run(
     };
     let alg = match &cfg.alg {
         Some(a) => {
-            let s = alg::cli::serve(a.clone(), relay.clone()).context("[alg]: cannot start the IMS-ALG")?;
+            // Next hops through the process's one policy (plane `alg`).
+            let policy = destinations.policy("alg", a.next_hop_lists());
+            let s = alg::cli::serve_with_policy(a.clone(), relay.clone(), Some(policy))
+                .context("[alg]: cannot start the IMS-ALG")?;
             tracing::info!(
                 "alg: SIP on {} and {} (UDP{}), media {:?}",
                 s.alg.udp_v6,

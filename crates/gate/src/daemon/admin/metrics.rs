@@ -562,7 +562,6 @@ fn alg(v: &mut Vec<Family>, s: &alg::runner::Snapshot) {
             ("timeout", st.timeouts),
             ("failover", st.failovers),
             ("parked-for-dns", st.parked),
-            ("overload", st.overload),
             ("media-error", st.media_errors),
             ("sdp-dropped", st.sdp_dropped),
             ("media-late-reply", st.media_late_replies),
@@ -593,6 +592,33 @@ fn alg(v: &mut Vec<Family>, s: &alg::runner::Snapshot) {
     v.push(
         Family::gauge("v6gate_alg_media_pending", "Media commands waiting for a remote ng server now.")
             .one(st.media_pending as f64),
+    );
+    v.push(
+        Family::counter(
+            "v6gate_alg_refused",
+            "SIP requests the ALG refused with an answer of its own (503 full budgets, 504 DNS timeout, 403 next hop, 482 own listener, 513 too large, 415 body), by reason.",
+        )
+        .by("reason", st.by_refusal()),
+    );
+    v.push(
+        Family::counter("v6gate_alg_tcp_refused", "SIP TCP connections refused or not opened, by reason.")
+            .by("reason", alg::stats::TCP_REFUSALS.into_iter().zip(st.tcp_refused)),
+    );
+    v.push(
+        Family::counter("v6gate_alg_tcp_closed", "SIP TCP connections the ALG closed, by reason.")
+            .by("reason", alg::stats::TCP_CLOSES.into_iter().zip(st.tcp_closed)),
+    );
+    let budgets = s.budgets();
+    v.push(
+        Family::gauge(
+            "v6gate_alg_budget_used",
+            "What each ALG budget holds now (entries, bytes or connections), by budget.",
+        )
+        .by("budget", budgets.iter().map(|(k, u)| (*k, u.used))),
+    );
+    v.push(
+        Family::gauge("v6gate_alg_budget_limit", "Each ALG budget's global cap, by budget.")
+            .by("budget", budgets.iter().map(|(k, u)| (*k, u.limit))),
     );
 }
 

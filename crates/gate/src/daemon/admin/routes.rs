@@ -281,6 +281,12 @@ fn alg_status(cfg: &alg::Config, s: &alg::runner::Snapshot) -> Value {
         "forwarded": { "requests": st.requests_forwarded, "responses": st.responses_forwarded },
         "local_responses": nonzero(st.by_local_code()),
         "drops": nonzero(st.drops()),
+        "refused": nonzero(st.by_refusal()),
+        "tcp_refused": nonzero(alg::stats::TCP_REFUSALS.into_iter().zip(st.tcp_refused)),
+        "tcp_closed": nonzero(alg::stats::TCP_CLOSES.into_iter().zip(st.tcp_closed)),
+        "budgets": s.budgets().iter().map(|(k, u)| (k.to_string(), json!({
+            "used": u.used, "limit": u.limit, "client_share": u.share, "clients": u.clients,
+        }))).collect::<serde_json::Map<String, Value>>(),
     })
 }
 
