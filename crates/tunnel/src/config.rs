@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use xlat::addr::{IpPrefix, Prefix6};
 use xlat::tunnel::sixrd::SixrdDomain;
-use xlat::tunnel::teredo::PREFIX_HI32;
+use xlat::tunnel::teredo::{PREFIX_HI32, TEREDO_PORT as SERVER_PORT};
 use xlat::tunnel::Ipv4Outer;
 
 use crate::proto41::{Kind, Mode, Proto41Config};
@@ -58,7 +58,7 @@ relay = "203.0.113.1"           # router mode: relay for native IPv6
 # tun = "v6gate-tsrv"           # where Echo Requests of clients go (IPv6 side)
 #
 # [teredo.relay]
-# bind = "0.0.0.0:3544"
+# bind = "192.0.2.20:3544"      # default 0.0.0.0:3544; beside [teredo.server], an address of its own
 # address = "2001:db8:ffff::1"  # the relay's IPv6 address (bubble source)
 # max-peers = 65536             # trusted peers; a full list refuses new ones, never evicts
 # max-untrusted-peers = 16384   # peers waiting for the trust procedure (bubbles)
@@ -456,6 +456,18 @@ impl TunnelConfig {
                 ));
             }
         }
+        if let (Some(srv), Some(r)) = (&self.teredo_server, &self.teredo_relay) {
+            let servers = [srv.core.primary, srv.core.secondary];
+            if r.bind.port() == SERVER_PORT && (r.bind.ip().is_unspecified() || servers.contains(r.bind.ip())) {
+                return Err(format!(
+                    "[teredo.relay] bind: {} shares UDP port {SERVER_PORT} with [teredo.server] (primary {}, \
+                     secondary {}): the server's socket would take the answers of the relay's peers and no peer \
+                     would ever be trusted; bind the relay to an address of its own, e.g. \"192.0.2.20:3544\", or \
+                     another port",
+                    r.bind, servers[0], servers[1]
+                ));
+            }
+        }
         let owned = self.owned_v6();
         for (i, (k, p)) in owned.iter().enumerate() {
             if let Some((k2, q)) = owned[..i].iter().find(|(_, q)| q.contains(&p.addr()) || p.contains(&q.addr())) {
@@ -657,6 +669,28 @@ mod tests {
         assert_eq!((s.core.mode, s.core.relay), (Mode::Site, Some(Ipv4Addr::new(203, 0, 113, 1))));
         assert_eq!(s.tun.routes, vec!["2002::/16".parse().unwrap()]);
         assert!(c.sixrd.is_none() && c.teredo_client.is_none());
+    }
+
+    /// Issue #32: a relay on the server's UDP port at the server's address
+    /// (or at 0.0.0.0, its default) loses its peers' answers to the server
+    /// socket; the configuration says so instead of starting both.
+    #[test]
+    fn a_relay_beside_a_server_needs_an_address_of_its_own() {
+        let cfg = |bind: &str| {
+            let b = if bind.is_empty() { String::new() } else { format!("bind = \"{bind}\"") };
+            format!("[teredo.server]\nprimary = \"192.0.2.10\"\n[teredo.relay]\naddress = \"2001:db8:ffff::1\"\n{b}\n")
+        };
+        for bad in ["", "0.0.0.0:3544", "192.0.2.10:3544", "192.0.2.11:3544"] {
+            let e = TunnelConfig::parse(&cfg(bad)).unwrap_err();
+            assert!(e.starts_with("[teredo.relay] bind: ") && e.contains("shares UDP port 3544"), "{bad}: {e}");
+        }
+        for good in ["192.0.2.20:3544", "192.0.2.10:3545", "0.0.0.0:4000"] {
+            let c = TunnelConfig::parse(&cfg(good)).unwrap();
+            assert_eq!(c.teredo_relay.unwrap().bind, good.parse().unwrap());
+        }
+        // Alone, the relay keeps its default.
+        let alone = TunnelConfig::parse("[teredo.relay]\naddress = \"2001:db8:ffff::1\"\n").unwrap();
+        assert_eq!(alone.teredo_relay.unwrap().bind, "0.0.0.0:3544".parse().unwrap());
     }
 
     #[test]
