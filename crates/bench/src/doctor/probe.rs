@@ -297,7 +297,11 @@ fn in_namespace(veth: Result<(), String>) -> Vec<Feature> {
         Err(e) => LIVE_FRAMES.is(State::Unknown, format!("the probe failed: {e}")),
     };
     let af_xdp = match (&veth, xdp::sys::if_index("dxa")) {
-        (Ok(()), Some(i)) => AF_XDP.from(xdp::sys::af_xdp_bind_copy(i, 0).map(|_| "bound to a veth's queue 0".into())),
+        (Ok(()), Some(i)) => {
+            // The tester's own socket code (`xdp::xsk`), with small rings.
+            let cfg = xdp::xsk::TxConfig { frames: 64, tx_ring: 64, budget: 32, ..xdp::xsk::TxConfig::new(i) };
+            AF_XDP.from(xdp::xsk::TxSocket::open(cfg).map(|s| format!("bound to a veth's queue 0 ({})", s.describe())))
+        }
         (Err(e), _) => AF_XDP.is(State::Unknown, e.clone()),
         (Ok(()), None) => AF_XDP.is(State::Unknown, "the veth is gone"),
     };
