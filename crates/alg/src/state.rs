@@ -1,6 +1,6 @@
 //! The core's tables and what they cost. Every transaction and dialog is
 //! inserted and removed here, so its bytes are charged to its owner's
-//! budgets ([`crate::budget`]) when it is made, moved when it grows or
+//! budgets ([`crate::shares`]) when it is made, moved when it grows or
 //! shrinks, and given back exactly once when it goes; timers find their
 //! entry by id ([`crate::txn::TimerRef`]), so a timer that outlives its
 //! entry holds none of its bytes. New requests are admitted against the

@@ -50,7 +50,7 @@ impl Bucket {
 /// at most `capacity` clients. A client not in the table has a full
 /// bucket, so a table that must make room forgets first the clients
 /// whose buckets have refilled (they lose nothing: one sweep at most every
-/// [`SWEEP_MS`]), and only then one client it holds (which then starts
+/// `SWEEP_MS`), and only then one client it holds (which then starts
 /// again from a full bucket: the global limit, kept by the caller, still
 /// holds). A flood of new clients costs O(1) each.
 #[derive(Debug, Clone)]

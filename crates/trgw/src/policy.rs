@@ -4,7 +4,7 @@
 //! An SDP (or rtpproxy) address names where the relay sends a leg's media.
 //! Unchecked, a client could make the relay send packets to itself, to the
 //! host's loopback services, to a multicast group or a subnet's broadcast
-//! address, or to itself through its own NAT64 (`c=` 64:ff9b::<own IPv4>).
+//! address, or to itself through its own NAT64 (`c=` `64:ff9b::<own IPv4>`).
 //! So every signalled address (plane `trgw`), and every source address
 //! symmetric latching would learn (plane `trgw-latch`), is checked against
 //! the destination policy with `[trgw] media-deny` and `media-allow` as

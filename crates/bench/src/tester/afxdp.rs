@@ -8,7 +8,7 @@
 //! sending port — copy mode on veth (no zero-copy there; the report says
 //! which mode ran) — with one UMEM filled once with the trial's first
 //! template frame. Each [`Pacer`](crate::harness::clock::Pacer) wake-up
-//! stamps the frames due in their slots, [`CHUNK`] at a time, exactly as
+//! stamps the frames due in their slots, `CHUNK` at a time, exactly as
 //! `xdp_tgen` would (the flow's header bytes, RTP header, CLOCK_MONOTONIC
 //! timestamp, sequence number, flow index, magic, UDP checksum:
 //! `xdp::tester::Stamper`), publishes each chunk in the TX ring and wakes

@@ -1,7 +1,7 @@
 //! The XDP frame tester (`--tester xdp`): frames generated in the kernel
 //! by `BPF_PROG_RUN` in live frames mode and counted in the kernel by an
 //! XDP receiver (`bpf/tester.bpf.c`, loaded through `xdp::tester`, the
-//! project's one BPF loader). Steps 1, 2 and 4 ([`run_trial`]) are shared
+//! project's one BPF loader). Steps 1, 2 and 4 (`run_trial`) are shared
 //! with the AF_XDP tester ([`super::afxdp`]), which sends in step 3 from
 //! an AF_XDP socket instead.
 //!
