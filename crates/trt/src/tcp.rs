@@ -275,12 +275,13 @@ fn pump(from: &TcpStream, to: &TcpStream, c: &Counters, up: bool, abort: &Atomic
         Err(e) => {
             // One direction's timeout resets the pair: the other sees its
             // receive side shut and ends without a count of its own.
+            // Both directions can time out at once: the one that sets
+            // `abort` first counts the pair, once.
             let idle = e.kind() == io::ErrorKind::TimedOut;
-            if !abort.load(Ordering::Acquire) {
+            if !abort.swap(true, Ordering::AcqRel) {
                 let n = if idle { &c.tcp_idle_closed } else { &c.tcp_errors };
                 n.fetch_add(1, Ordering::Relaxed);
             }
-            abort.store(true, Ordering::Release);
             for s in [from, to] {
                 let _ = SockRef::from(s).set_linger(Some(Duration::ZERO));
                 let _ = s.shutdown(Shutdown::Read);
