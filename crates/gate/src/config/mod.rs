@@ -110,116 +110,11 @@ pub struct Config {
     warnings: Vec<Warning>,
 }
 
-/// The class of a configuration error.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ErrorKind {
-    /// The file could not be read.
-    Io,
-    /// The text is not valid TOML.
-    Syntax,
-    /// A key or table v6gate does not know.
-    UnknownKey,
-    /// A value of the wrong type, or a required key is missing.
-    Type,
-    /// A value of the right type that is not acceptable (bad prefix, MTU
-    /// below the minimum, inconsistent settings, ...).
-    Invalid,
-    /// A table the requested function needs is absent.
-    Missing,
-}
-
-/// A configuration error: which file, where in it, which key, what is wrong.
-#[derive(Debug)]
-pub struct Error {
-    kind: ErrorKind,
-    file: Option<PathBuf>,
-    /// 1-based line and column.
-    pos: Option<(usize, usize)>,
-    /// Key as the operator wrote it, e.g. `[siit] eamt[1].ipv4`.
-    key: Option<String>,
-    msg: String,
-}
-
-impl Error {
-    pub(crate) fn new(kind: ErrorKind, key: Option<String>, msg: impl Into<String>) -> Self {
-        Error { kind, file: None, pos: None, key, msg: msg.into() }
-    }
-
-    fn at(mut self, text: &str, span: Option<Range<usize>>) -> Self {
-        if let Some(s) = span {
-            self.pos = Some(line_col(text, s.start));
-        }
-        self
-    }
-
-    /// Names the key as the file wrote it: `written` maps v6gate's name
-    /// (`[siit] new-tos`) to a synonym the file used (`[siit] tos`).
-    fn named_as_written(mut self, written: &[(String, String)]) -> Self {
-        if let Some(k) = &self.key {
-            if let Some((_, name)) = written.iter().find(|(key, _)| key == k) {
-                self.key = Some(name.clone());
-            }
-        }
-        self
-    }
-
-    pub(crate) fn in_file(mut self, file: Option<&Path>) -> Self {
-        if self.file.is_none() {
-            self.file = file.map(Path::to_path_buf);
-        }
-        self
-    }
-
-    /// What kind of error this is.
-    pub fn kind(&self) -> ErrorKind {
-        self.kind
-    }
-
-    /// The key at fault, e.g. `[siit] pool6`, when there is one.
-    pub fn key(&self) -> Option<&str> {
-        self.key.as_deref()
-    }
-
-    /// 1-based (line, column) in the file, when known.
-    pub fn position(&self) -> Option<(usize, usize)> {
-        self.pos
-    }
-
-    /// The problem, without file, position or key.
-    pub fn message(&self) -> &str {
-        &self.msg
-    }
-}
-
-/// `config KIND in FILE: line L, column C: ` (the parts that are known).
-fn write_where(
-    f: &mut fmt::Formatter<'_>,
-    kind: &str,
-    file: Option<&Path>,
-    pos: Option<(usize, usize)>,
-) -> fmt::Result {
-    match file {
-        Some(p) => write!(f, "config {kind} in {}: ", p.display())?,
-        None => write!(f, "config {kind}: ")?,
-    }
-    if let Some((l, c)) = pos {
-        write!(f, "line {l}, column {c}: ")?;
-    }
-    Ok(())
-}
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write_where(f, "error", self.file.as_deref(), self.pos)?;
-        if let Some(k) = &self.key {
-            write!(f, "{k}: ")?;
-        }
-        f.write_str(&self.msg)
-    }
-}
-
-impl std::error::Error for Error {}
+use function::config::{line_col, write_where};
+/// The configuration error (file, line, column, key) is the function
+/// contract's, so every function crate's table checks return the same
+/// type ([`function::config`]).
+pub use function::config::{Error, ErrorKind};
 
 /// A deprecated spelling the configuration still accepts (an old key
 /// name or value, see [`confval::alias`]): where it is and what to write
@@ -261,19 +156,6 @@ fn aliases(table: &str) -> Vec<&'static Alias> {
         "dns64" => dns64::config::ALIASES.iter().collect(),
         _ => Vec::new(),
     }
-}
-
-/// 1-based line and column (in characters) of byte offset `at`.
-fn line_col(text: &str, at: usize) -> (usize, usize) {
-    let at = at.min(text.len());
-    let mut at = at;
-    while !text.is_char_boundary(at) {
-        at -= 1;
-    }
-    let before = &text[..at];
-    let line = before.bytes().filter(|&b| b == b'\n').count() + 1;
-    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-    (line, before[line_start..].chars().count() + 1)
 }
 
 // ---------------------------------------------------------------------------
@@ -722,13 +604,5 @@ mod tests {
             "[siit] ipv6-mtu",
         );
         assert!(example().contains("# [nat64]"));
-    }
-
-    #[test]
-    fn line_col_counts_chars() {
-        assert_eq!(line_col("ab\ncd", 0), (1, 1));
-        assert_eq!(line_col("ab\ncd", 4), (2, 2));
-        assert_eq!(line_col("é\nx", 3), (2, 1));
-        assert_eq!(line_col("x", 99), (1, 2));
     }
 }

@@ -160,9 +160,7 @@ impl std::fmt::Debug for Daemon {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+use function::lock;
 
 impl Daemon {
     /// Counters of all workers, summed.

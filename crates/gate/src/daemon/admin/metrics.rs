@@ -35,45 +35,9 @@ use xdp::types::{Count, Counter};
 /// The Content-Type of the document.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// One label set: (name, value) pairs.
-pub type Labels = Vec<(&'static str, String)>;
-
-/// A metric family: name (counters without their `_total`, which the
-/// encoder appends), help, type and samples.
-#[derive(Debug, Clone)]
-pub struct Family {
-    /// Full name, e.g. `v6gate_drops` (exposed as `v6gate_drops_total`).
-    pub name: String,
-    /// Help text.
-    pub help: &'static str,
-    /// Counter (monotonic) or gauge.
-    pub counter: bool,
-    /// (labels, value) samples.
-    pub samples: Vec<(Labels, f64)>,
-}
-
-impl Family {
-    fn counter(name: impl Into<String>, help: &'static str) -> Self {
-        Family { name: name.into(), help, counter: true, samples: Vec::new() }
-    }
-    fn gauge(name: impl Into<String>, help: &'static str) -> Self {
-        Family { name: name.into(), help, counter: false, samples: Vec::new() }
-    }
-    fn one(mut self, v: impl Into<f64>) -> Self {
-        self.samples.push((Vec::new(), v.into()));
-        self
-    }
-    fn with(mut self, labels: Labels, v: impl Into<f64>) -> Self {
-        self.samples.push((labels, v.into()));
-        self
-    }
-    fn by(mut self, key: &'static str, pairs: impl IntoIterator<Item = (impl ToString, u64)>) -> Self {
-        for (k, v) in pairs {
-            self.samples.push((vec![(key, k.to_string())], v as f64));
-        }
-        self
-    }
-}
+/// Families are the function contract's ([`function::metrics`]): each
+/// function reports its own, and this module encodes them.
+pub use function::metrics::{Family, Labels};
 
 #[derive(Debug)]
 struct Snapshot(Vec<Family>);
