@@ -6,7 +6,10 @@
 
 use core::fmt;
 use core::ops::Range;
+use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
+
+use serde::de::{DeserializeOwned, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 
 /// The class of a configuration error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,6 +145,130 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+/// Render a serde path (`siit.eamt.1.ipv4`) the way an operator reads it
+/// (`[siit] eamt[1].ipv4`), skipping the `Spanned` wrapper's private keys.
+pub fn render_path(path: &serde_path_to_error::Path) -> Option<String> {
+    use serde_path_to_error::Segment;
+    let mut segs = path.iter().filter(|s| !matches!(s, Segment::Map { key } if key.starts_with("$__")));
+    let table = match segs.next()? {
+        Segment::Map { key } => key.clone(),
+        _ => return None,
+    };
+    let mut out = format!("[{table}]");
+    let mut first = true;
+    for s in segs {
+        match s {
+            Segment::Map { key } if first => {
+                out.push(' ');
+                out.push_str(key);
+            }
+            Segment::Map { key } => {
+                out.push('.');
+                out.push_str(key);
+            }
+            Segment::Seq { index } => out.push_str(&format!("[{index}]")),
+            Segment::Enum { .. } | Segment::Unknown => {}
+        }
+        first = false;
+    }
+    Some(out)
+}
+
+/// Turn a deserialisation error into one that names the key (`[table]
+/// key`) and points at the value; `hint` may add to the message of an
+/// unknown top-level name.
+pub fn from_serde(
+    text: &str,
+    err: serde_path_to_error::Error<toml::de::Error>,
+    hint: impl Fn(&str) -> Option<String>,
+) -> Error {
+    let key = render_path(err.path());
+    let inner = err.into_inner();
+    // serde says "field"; a TOML user says "key". Keep serde's list of
+    // what is allowed, it is the most useful part.
+    let msg = inner
+        .message()
+        .trim()
+        .replace('\n', "; ")
+        .replace("missing field `", "missing key `")
+        .replace("duplicate field `", "duplicate key `");
+    let e = if let Some(rest) = msg.strip_prefix("unknown field `") {
+        let (name, tail) = rest.split_once('`').unwrap_or((rest, ""));
+        let expected = tail.trim_start_matches(',').trim();
+        let expected = if expected.is_empty() { String::new() } else { format!(" ({expected})") };
+        // The path usually ends with the unknown key itself already; at the
+        // top level it is nothing but the unknown name.
+        let full = match key {
+            Some(k) if k == format!("[{name}]") => None,
+            Some(k) if k.ends_with(&format!(" {name}")) || k.ends_with(&format!(".{name}")) => Some(k),
+            Some(k) if k.contains(' ') => Some(format!("{k}.{name}")),
+            Some(k) => Some(format!("{k} {name}")),
+            None => None,
+        };
+        match full {
+            Some(k) => Error::new(ErrorKind::UnknownKey, Some(k), format!("unknown key{expected}")),
+            _ => {
+                let mut m = format!("unknown top-level table or key{expected}");
+                if let Some(h) = hint(name) {
+                    m.push_str(&h);
+                }
+                Error::new(ErrorKind::UnknownKey, Some(name.to_string()), m)
+            }
+        }
+    } else {
+        Error::new(ErrorKind::Type, key, msg)
+    };
+    e.at(text, inner.span())
+}
+
+/// A TOML syntax error.
+pub fn syntax(text: &str, e: &toml::de::Error) -> Error {
+    Error::new(ErrorKind::Syntax, None, e.message().trim().replace('\n', "; ")).at(text, e.span())
+}
+
+/// Table `name` of a whole TOML file, deserialised as `T` with its spans
+/// (other tables are not read): what a standalone command reads from a
+/// file `v6gate run` reads whole. Errors name the key and the line.
+pub fn parse_table<T: DeserializeOwned>(text: &str, name: &str) -> Result<Option<T>, Error> {
+    let doc = toml::de::DeTable::parse(text).map_err(|e| syntax(text, &e))?;
+    let de = toml::Deserializer::from(doc);
+    let mut track = serde_path_to_error::Track::new();
+    let seed = OneTable::<T> { name, out: PhantomData };
+    seed.deserialize(serde_path_to_error::Deserializer::new(de, &mut track))
+        .map_err(|e| from_serde(text, serde_path_to_error::Error::new(track.path(), e), |_| None))
+}
+
+/// Reads one key of a map as `T`, skipping the others.
+struct OneTable<'a, T> {
+    name: &'a str,
+    out: PhantomData<T>,
+}
+
+impl<'de, T: DeserializeOwned> DeserializeSeed<'de> for OneTable<'_, T> {
+    type Value = Option<T>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<T>, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de, T: DeserializeOwned> Visitor<'de> for OneTable<'_, T> {
+    type Value = Option<T>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "a table of v6gate configuration")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<T>, A::Error> {
+        let mut out = None;
+        while let Some(k) = map.next_key::<String>()? {
+            if k == self.name {
+                out = Some(map.next_value::<T>()?);
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(out)
+    }
+}
+
 /// 1-based line and column (in characters) of byte offset `at`.
 pub fn line_col(text: &str, at: usize) -> (usize, usize) {
     let mut at = at.min(text.len());
@@ -157,6 +284,30 @@ pub fn line_col(text: &str, at: usize) -> (usize, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields, rename_all = "kebab-case")]
+    struct T {
+        port: u16,
+        #[serde(default)]
+        name: Option<toml::Spanned<String>>,
+    }
+
+    #[test]
+    fn one_table_is_read_with_its_spans_and_errors_name_key_and_line() {
+        let text = "[other]\nx = 1\n[t]\nport = 7\nname = \"a\"\n";
+        let t: T = parse_table(text, "t").ok().flatten().unwrap_or(T { port: 0, name: None });
+        assert_eq!(t.port, 7);
+        assert_eq!(t.name.as_ref().map(|n| line_col(text, n.span().start)), Some((5, 8)));
+        assert!(matches!(parse_table::<T>("[other]\n", "t"), Ok(None)));
+        let e = parse_table::<T>("[t]\nport = \"x\"\n", "t").err().map(|e| (e.key().map(String::from), e.position()));
+        assert_eq!(e, Some((Some("[t] port".to_string()), Some((2, 8)))));
+        let e = parse_table::<T>("[t]\nport = 1\nbogus = 2\n", "t").err();
+        assert_eq!(e.as_ref().map(Error::kind), Some(ErrorKind::UnknownKey));
+        assert_eq!(e.as_ref().and_then(Error::key), Some("[t] bogus"));
+        let e = parse_table::<T>("[t\n", "t").err();
+        assert_eq!(e.as_ref().map(Error::kind), Some(ErrorKind::Syntax));
+    }
 
     #[test]
     fn a_spanned_error_gets_its_line_from_the_text() {

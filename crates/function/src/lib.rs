@@ -93,16 +93,19 @@ impl std::error::Error for ReloadError {}
 /// One BPF map a function mirrors its state into (its fast-path adapter).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct Mirror {
-    /// The map's name in the BPF object (`v6g_nat64_sessions`, ...).
-    pub map: &'static str,
+    /// The maps' names in the BPF object (`ds_out`, `ds_in`, ...).
+    pub maps: &'static [&'static str],
     /// What the function writes there (`"lwAFTR bindings"`, ...).
     pub what: &'static str,
     /// The program that reads it (`"softwire.bpf.c"`, ...).
     pub program: &'static str,
 }
 
-/// A function's fast-path adapter: which maps it fills, and who owns the
-/// loader (the function's crate, or the daemon's shared plane).
+/// A function's fast-path adapter: which maps it fills. The loader and
+/// the map structs stay where they are (the function's crate for the
+/// softwires, the B4 and the Teredo relay; gate's shared plane,
+/// `daemon::fastpath`, for SIIT, NAT64 and the TrGW, which are not on
+/// the contract yet).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FastPath {
     /// The maps this function mirrors into (empty: no fast path now).
@@ -155,7 +158,8 @@ pub trait Function: Send + 'static {
     /// Its metric families now.
     fn metrics(&self) -> Vec<Family>;
 
-    /// Its fast-path adapter: the maps it mirrors into now.
+    /// Its fast-path adapter: the maps it mirrors into now (reported by
+    /// `/status` `fast_paths`).
     fn fast_path(&self) -> FastPath {
         FastPath::default()
     }

@@ -390,7 +390,7 @@ struct FileToml {
 pub use netsys::DeviceSpec as TunTable;
 
 /// A checked `[dslite]`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct DsliteTable {
     /// The engine's configuration.
     pub aftr: AftrConfig,
@@ -419,7 +419,7 @@ pub struct DsXdp {
 }
 
 /// A checked `[lw4o6.dstm]`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct DstmTable {
     /// The lease server's configuration.
     pub lease: LeaseConfig,
@@ -428,7 +428,7 @@ pub struct DstmTable {
 }
 
 /// A checked `[lw4o6]`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Lw4o6Table {
     /// The engine's configuration.
     pub lwaftr: LwaftrConfig,
@@ -512,7 +512,7 @@ pub enum B4Mode {
 }
 
 /// A checked `[b4]`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct B4Table {
     /// Mode.
     pub mode: B4Mode,
@@ -569,7 +569,7 @@ fn b4_kernel(mode: B4Mode, host: bool, t: Option<B4KernelToml>) -> Result<Option
 }
 
 /// Every softwire table of a configuration file.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct SoftwireConfig {
     /// `[dslite]`.
     pub dslite: Option<DsliteTable>,

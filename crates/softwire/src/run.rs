@@ -61,6 +61,8 @@ pub struct Softwires {
     config_path: Option<std::path::PathBuf>,
     /// Busy-poll window of every thread's [`Waiter`].
     busy_poll: Duration,
+    /// The functions, as the configuration names them (`lw4o6+dstm`, ...).
+    pub(crate) names: Vec<&'static str>,
 }
 
 fn now_unix_ms() -> u64 {
@@ -138,7 +140,9 @@ impl Softwires {
         busy_poll: Duration,
     ) -> Result<Softwires> {
         let stop = Arc::new(AtomicBool::new(false));
-        let mut s = Softwires { stop: stop.clone(), threads: Vec::new(), shared: Vec::new(), config_path, busy_poll };
+        let names = cfg.functions();
+        let mut s =
+            Softwires { stop: stop.clone(), threads: Vec::new(), shared: Vec::new(), config_path, busy_poll, names };
         if let Some(t) = &cfg.dslite {
             s.spawn_dslite(t.clone())?;
         }

@@ -25,7 +25,7 @@ pub struct Args {
 /// Read and check the `[trt]` table of `path`.
 pub fn load(path: &std::path::Path) -> Result<TrtConfig> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    match TrtConfig::parse(&text).map_err(|e| anyhow::anyhow!("config error in {}: {e}", path.display()))? {
+    match TrtConfig::parse(&text).map_err(|e| e.in_file(Some(path)))? {
         Some(c) => Ok(c),
         None => bail!("config error in {}: no [trt] table", path.display()),
     }

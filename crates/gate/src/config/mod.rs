@@ -62,10 +62,6 @@ pub const DEFAULT_PATH: &str = "/etc/v6gate/v6gate.toml";
 pub const TABLES: &[&str] =
     &["siit", "nat64", "dns64", "trgw", "alg", "sixtofour", "sixrd", "teredo", "dslite", "lw4o6", "b4", "trt"];
 
-/// The softwire and TRT tables: read by their crates from the whole text,
-/// and compared as written on reload.
-const SOFTWIRE_TABLES: [&str; 4] = ["dslite", "lw4o6", "b4", "trt"];
-
 /// Top-level tables of the daemon itself (`v6gate run`); all optional.
 /// `v6gate translate` ignores them.
 pub const DAEMON_TABLES: &[&str] = &["tun", "admin", "daemon", "xdp"];
@@ -102,8 +98,6 @@ pub struct Config {
     pub softwires: softwire::config::SoftwireConfig,
     /// `[trt]`: the RFC 3142 transport relay translator (crate `trt`).
     pub trt: Option<trt::config::TrtConfig>,
-    /// The softwire and `[trt]` tables as written, for [`Config::same_softwires`].
-    softwire_tables: Vec<(&'static str, toml::Value)>,
     /// The file this came from, for error messages.
     origin: Option<PathBuf>,
     /// Deprecated spellings found (see [`Config::warnings`]).
@@ -179,84 +173,25 @@ struct FileToml {
     sixrd: Option<toml::Value>,
     teredo: Option<toml::Value>,
     alg: Option<::alg::Config>,
-    // The softwire and TRT tables are read by their crates from the whole
-    // text (`softwire::config::SoftwireConfig::parse`, `trt::config::TrtConfig::parse`).
+    // The softwire tables are read by their crate from the whole text
+    // (`softwire::config::SoftwireConfig::parse`); `[trt]` is typed.
     dslite: Option<toml::Value>,
     lw4o6: Option<toml::Value>,
     b4: Option<toml::Value>,
-    trt: Option<toml::Value>,
+    trt: Option<trt::config::TrtToml>,
 }
 
 // ---------------------------------------------------------------------------
 
-/// Render a serde path (`siit.eamt.1.ipv4`) the way an operator reads it
-/// (`[siit] eamt[1].ipv4`), skipping the `Spanned` wrapper's private keys.
-fn render_path(path: &serde_path_to_error::Path) -> Option<String> {
-    use serde_path_to_error::Segment;
-    let mut segs = path.iter().filter(|s| !matches!(s, Segment::Map { key } if key.starts_with("$__")));
-    let table = match segs.next()? {
-        Segment::Map { key } => key.clone(),
-        _ => return None,
-    };
-    let mut out = format!("[{table}]");
-    let mut first = true;
-    for s in segs {
-        match s {
-            Segment::Map { key } if first => {
-                out.push(' ');
-                out.push_str(key);
-            }
-            Segment::Map { key } => {
-                out.push('.');
-                out.push_str(key);
-            }
-            Segment::Seq { index } => out.push_str(&format!("[{index}]")),
-            Segment::Enum { .. } | Segment::Unknown => {}
-        }
-        first = false;
-    }
-    Some(out)
-}
-
-/// Turn a deserialisation error into one that names the key.
+/// Turn a deserialisation error into one that names the key
+/// ([`function::config::from_serde`]); a top-level `[siit]` key written
+/// above every table gets a hint.
 fn classify(text: &str, err: serde_path_to_error::Error<toml::de::Error>) -> Error {
-    let key = render_path(err.path());
-    let inner = err.into_inner();
-    // serde says "field"; a TOML user says "key". Keep serde's list of
-    // what is allowed, it is the most useful part.
-    let msg = inner
-        .message()
-        .trim()
-        .replace('\n', "; ")
-        .replace("missing field `", "missing key `")
-        .replace("duplicate field `", "duplicate key `");
-    let e = if let Some(rest) = msg.strip_prefix("unknown field `") {
-        let (name, tail) = rest.split_once('`').unwrap_or((rest, ""));
-        let expected = tail.trim_start_matches(',').trim();
-        let expected = if expected.is_empty() { String::new() } else { format!(" ({expected})") };
-        // The path usually ends with the unknown key itself already; at the
-        // top level it is nothing but the unknown name.
-        let full = match key {
-            Some(k) if k == format!("[{name}]") => None,
-            Some(k) if k.ends_with(&format!(" {name}")) || k.ends_with(&format!(".{name}")) => Some(k),
-            Some(k) if k.contains(' ') => Some(format!("{k}.{name}")),
-            Some(k) => Some(format!("{k} {name}")),
-            None => None,
-        };
-        match full {
-            Some(k) => Error::new(ErrorKind::UnknownKey, Some(k), format!("unknown key{expected}")),
-            _ => {
-                let mut m = format!("unknown top-level table or key{expected}");
-                if SIIT_KEYS.contains(&name) {
-                    m.push_str(&format!("; `{name}` belongs in the [siit] table: add a `[siit]` header above it"));
-                }
-                Error::new(ErrorKind::UnknownKey, Some(name.to_string()), m)
-            }
-        }
-    } else {
-        Error::new(ErrorKind::Type, key, msg)
-    };
-    e.at(text, inner.span())
+    function::config::from_serde(text, err, |name| {
+        SIIT_KEYS
+            .contains(&name)
+            .then(|| format!("; `{name}` belongs in the [siit] table: add a `[siit]` header above it"))
+    })
 }
 
 /// A prefix ([`xlat::addr::Prefix4`], `Prefix6` or `IpPrefix`); errors name
@@ -287,11 +222,15 @@ fn crate_error(m: String) -> Error {
 }
 
 impl Config {
-    /// True when `other` has the same `[dslite]`, `[lw4o6]`, `[b4]` and
-    /// `[trt]` tables, as written (a reload keeps the running ones only
-    /// then).
-    pub fn same_softwires(&self, other: &Config) -> bool {
-        self.softwire_tables == other.softwire_tables
+    /// The tunnel tables, when the file has one (the function registry's
+    /// view, [`crate::daemon::functions`]).
+    pub fn configured_tunnels(&self) -> Option<&tunnel::TunnelConfig> {
+        (!self.tunnels.is_empty()).then_some(&self.tunnels)
+    }
+
+    /// The softwire tables, when the file has one.
+    pub fn configured_softwires(&self) -> Option<&softwire::config::SoftwireConfig> {
+        (!self.softwires.is_empty()).then_some(&self.softwires)
     }
 
     /// Parse TOML text: syntax, key names, types, prefixes and addresses.
@@ -331,23 +270,16 @@ impl Config {
             } else {
                 tunnel::TunnelConfig::default()
             };
-            let softwire_tables: Vec<(&'static str, toml::Value)> = SOFTWIRE_TABLES
-                .iter()
-                .zip([file.dslite, file.lw4o6, file.b4, file.trt])
-                .filter_map(|(t, v)| v.map(|v| (*t, v)))
-                .collect();
-            let present = |t: &str| softwire_tables.iter().any(|(n, _)| *n == t);
-            let softwires = if present("dslite") || present("lw4o6") || present("b4") {
+            let softwires = if file.dslite.is_some() || file.lw4o6.is_some() || file.b4.is_some() {
                 softwire::config::SoftwireConfig::parse(text).map_err(crate_error)?
             } else {
                 softwire::config::SoftwireConfig::default()
             };
-            let trt = if present("trt") { trt::config::TrtConfig::parse(text).map_err(crate_error)? } else { None };
+            let trt = file.trt.map(trt::config::TrtConfig::from_toml).transpose().map_err(|e| e.at(text, None))?;
             Ok(Config {
                 tunnels,
                 softwires,
                 trt,
-                softwire_tables,
                 siit,
                 nat64: file.nat64,
                 dns64: file.dns64,
