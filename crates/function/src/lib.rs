@@ -31,6 +31,7 @@
 pub mod config;
 pub mod metrics;
 mod registry;
+pub mod runner;
 
 pub use config::Error as ConfigError;
 pub use metrics::Family;

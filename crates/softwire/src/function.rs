@@ -8,6 +8,20 @@ use function::{Family, Function, Reload, ReloadError};
 use crate::config::SoftwireConfig;
 use crate::run::Softwires;
 
+/// What only a restart applies: everything but what the lwAFTR
+/// re-reads on reload (`run::reload_lw4o6`).
+fn restart_part(c: &SoftwireConfig) -> SoftwireConfig {
+    let mut c = c.clone();
+    if let Some(l) = &mut c.lw4o6 {
+        l.binding_file = None;
+        l.psid_offset = 0;
+        if let Some(d) = &mut l.dstm {
+            d.lease = crate::lease::LeaseConfig::new(Vec::new(), std::net::Ipv6Addr::UNSPECIFIED);
+        }
+    }
+    c
+}
+
 impl Function for Softwires {
     type Config = SoftwireConfig;
     type Status = serde_json::Value;
@@ -22,8 +36,9 @@ impl Function for Softwires {
 
     fn plan_reload(&self, cur: &SoftwireConfig, new: &SoftwireConfig) -> Reload {
         // Devices, NAT44 mappings, leases and relayed connections belong
-        // to the running functions.
-        Reload::unless_changed(cur, new, "[dslite], [lw4o6] or [b4]")
+        // to the running functions; the lwAFTR re-reads its bindings
+        // (`binding-file`, `psid-offset`) and its DSTM lease settings.
+        Reload::unless_changed(&restart_part(cur), &restart_part(new), "[dslite], [lw4o6] or [b4]")
     }
 
     fn reload(&mut self, _new: &SoftwireConfig) -> Result<(), ReloadError> {
@@ -200,4 +215,33 @@ pub fn families(status: &serde_json::Value) -> Vec<Family> {
         }
     }
     vec![up, drops, events, tables, io, fast, passes, attached, blocks, block_events, dstm, dstm_refused]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(t: &str) -> SoftwireConfig {
+        SoftwireConfig::parse(t).unwrap_or_else(|e| panic!("{t}: {e}"))
+    }
+
+    #[test]
+    fn a_reload_applies_what_the_lwaftr_rereads_and_refuses_the_rest() {
+        let base =
+            "[lw4o6]\naftr-address = \"2001:db8::1\"\nbinding-file = \"/a\"\n[lw4o6.dstm]\npool = [\"192.0.2.0/29\"]\n";
+        let cur = parse(base);
+        // The binding file and the lease settings are re-read live.
+        let new = parse(&format!("{}lease-time = \"5m\"\n", base.replace("/a", "/b")));
+        assert_ne!(cur, new);
+        assert_eq!(restart_part(&cur), restart_part(&new));
+        // The DSTM pool is routed into the device: a restart.
+        let pool = parse(&base.replace("192.0.2.0/29", "192.0.2.8/29"));
+        assert_ne!(restart_part(&cur), restart_part(&pool));
+        // So does the end-point address.
+        let moved = parse(&base.replace("2001:db8::1", "2001:db8::2"));
+        assert_ne!(restart_part(&cur), restart_part(&moved));
+        // So does a DSTM server added or removed.
+        let no_dstm = parse("[lw4o6]\naftr-address = \"2001:db8::1\"\nbinding-file = \"/a\"\n");
+        assert_ne!(restart_part(&cur), restart_part(&no_dstm));
+    }
 }

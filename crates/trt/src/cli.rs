@@ -1,8 +1,7 @@
-//! `v6gate trt`: the relay alone, in the foreground.
+//! `v6gate trt`: the relay alone, in the foreground (the binary runs it
+//! through `function::runner`): its arguments, table and status file.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 use anyhow::{bail, Context as _, Result};
 
@@ -31,7 +30,9 @@ pub fn load(path: &std::path::Path) -> Result<TrtConfig> {
     }
 }
 
-fn write_status(path: &Option<PathBuf>, r: &Relay) {
+/// Writes the relay's counters, copy mode and destination refusals to
+/// `path` (when given), atomically: `v6gate trt --status-file`.
+pub fn write_status(path: &Option<PathBuf>, r: &Relay) {
     if let Some(p) = path {
         let tmp = p.with_extension("tmp");
         let refused: serde_json::Map<String, serde_json::Value> = r
@@ -47,17 +48,4 @@ fn write_status(path: &Option<PathBuf>, r: &Relay) {
             let _ = std::fs::rename(&tmp, p);
         }
     }
-}
-
-/// Run `cfg` (what [`load`] read from `a.config`) until `stop` is set
-/// (the binary sets it on SIGINT/SIGTERM).
-pub fn run(a: &Args, cfg: &TrtConfig, stop: &AtomicBool) -> Result<()> {
-    let r = Relay::start(cfg)?;
-    while !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(Duration::from_millis(200));
-        write_status(&a.status_file, &r);
-    }
-    write_status(&a.status_file, &r);
-    r.stop();
-    Ok(())
 }

@@ -92,14 +92,9 @@ pub struct RunArgs {
     pub config: PathBuf,
 }
 
-/// What the binary tells the daemon: reload, or stop.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Signal {
-    /// SIGHUP.
-    Reload,
-    /// SIGINT or SIGTERM (the number, for the log).
-    Stop(i32),
-}
+/// What the binary tells the daemon: reload (SIGHUP), or stop
+/// (SIGINT/SIGTERM); the standalone commands' runner takes the same.
+pub use function::runner::Signal;
 
 /// The running daemon's shared state (read by the admin API).
 pub struct Daemon {
