@@ -3,8 +3,11 @@
 //! One optional table per function: `[siit]` (read here, module `siit`),
 //! `[nat64]`, `[dns64]`, `[trgw]` and `[alg]` (each read by its own crate;
 //! `[alg]`'s checks in module `alg`), the tunnels `[sixtofour]`, `[sixrd]`
-//! and `[teredo.*]` (read by the `tunnel` crate, [`tunnel::TunnelConfig`],
-//! the same types `v6gate tunnel` uses), and the
+//! and `[teredo.*]` and the TRT's `[trt]` (typed tables of their crates,
+//! checked there into [`tunnel::TunnelConfig`] and
+//! [`trt::config::TrtConfig`], the types `v6gate tunnel` and `v6gate trt`
+//! use), the softwires (still read from the whole text by their crate,
+//! `softwire::config::SoftwireConfig::parse`), and the
 //! daemon's own `[tun]`, `[admin]` and `[daemon]` (module `daemon`). This
 //! module holds the file-level [`Config`], its errors (with line and
 //! column) and the parse entry points; `example` builds the text of
@@ -167,11 +170,10 @@ struct FileToml {
     daemon: Option<DaemonToml>,
     trgw: Option<trgw::Config>,
     xdp: Option<XdpToml>,
-    // The tunnel tables are read by `tunnel::TunnelConfig::parse` from the
-    // whole text; here they are only accepted.
-    sixtofour: Option<toml::Value>,
-    sixrd: Option<toml::Value>,
-    teredo: Option<toml::Value>,
+    // The tunnel tables: typed here, checked by `tunnel::TunnelConfig::from_toml`.
+    sixtofour: Option<tunnel::config::SixToFourToml>,
+    sixrd: Option<tunnel::config::SixRdToml>,
+    teredo: Option<tunnel::config::TeredoToml>,
     alg: Option<::alg::Config>,
     // The softwire tables are read by their crate from the whole text
     // (`softwire::config::SoftwireConfig::parse`); `[trt]` is typed.
@@ -264,12 +266,9 @@ impl Config {
             let admin = file.admin.map(|t| daemon::admin_from_toml(text, t)).transpose()?.unwrap_or_default();
             let daemon = file.daemon.map(|t| daemon::daemon_from_toml(text, t)).transpose()?.unwrap_or_default();
             let xdp = file.xdp.map(|t| xdp::xdp_from_toml(text, t)).transpose()?;
-            let tunnels = if file.sixtofour.is_some() || file.sixrd.is_some() || file.teredo.is_some() {
-                // The message starts with the table and key (`[sixrd] prefix: ...`).
-                tunnel::TunnelConfig::parse(text).map_err(crate_error)?
-            } else {
-                tunnel::TunnelConfig::default()
-            };
+            let tables =
+                tunnel::config::TunnelTables { sixtofour: file.sixtofour, sixrd: file.sixrd, teredo: file.teredo };
+            let tunnels = tunnel::TunnelConfig::from_toml(tables).map_err(|e| e.at(text, None))?;
             let softwires = if file.dslite.is_some() || file.lw4o6.is_some() || file.b4.is_some() {
                 softwire::config::SoftwireConfig::parse(text).map_err(crate_error)?
             } else {
