@@ -54,7 +54,7 @@ pub fn write_status(path: &Option<PathBuf>, s: &Softwires) {
 /// Read and check the softwire tables of `path`.
 pub fn load(path: &std::path::Path) -> Result<SoftwireConfig> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let cfg = SoftwireConfig::parse(&text).map_err(|e| anyhow::anyhow!("config error in {}: {e}", path.display()))?;
+    let cfg = SoftwireConfig::parse(&text).map_err(|e| e.in_file(Some(path)))?;
     if cfg.is_empty() {
         bail!("config error in {}: no [dslite], [lw4o6] or [b4] table", path.display());
     }

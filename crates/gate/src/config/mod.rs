@@ -3,11 +3,11 @@
 //! One optional table per function: `[siit]` (read here, module `siit`),
 //! `[nat64]`, `[dns64]`, `[trgw]` and `[alg]` (each read by its own crate;
 //! `[alg]`'s checks in module `alg`), the tunnels `[sixtofour]`, `[sixrd]`
-//! and `[teredo.*]` and the TRT's `[trt]` (typed tables of their crates,
-//! checked there into [`tunnel::TunnelConfig`] and
-//! [`trt::config::TrtConfig`], the types `v6gate tunnel` and `v6gate trt`
-//! use), the softwires (still read from the whole text by their crate,
-//! `softwire::config::SoftwireConfig::parse`), and the
+//! and `[teredo.*]`, the TRT's `[trt]` and
+//! the softwires' `[dslite]`, `[lw4o6]`, `[b4]` (typed tables of their
+//! crates, checked there into [`tunnel::TunnelConfig`],
+//! [`trt::config::TrtConfig`] and [`softwire::config::SoftwireConfig`],
+//! the types the standalone commands use), and the
 //! daemon's own `[tun]`, `[admin]` and `[daemon]` (module `daemon`). This
 //! module holds the file-level [`Config`], its errors (with line and
 //! column) and the parse entry points; `example` builds the text of
@@ -175,11 +175,11 @@ struct FileToml {
     sixrd: Option<tunnel::config::SixRdToml>,
     teredo: Option<tunnel::config::TeredoToml>,
     alg: Option<::alg::Config>,
-    // The softwire tables are read by their crate from the whole text
-    // (`softwire::config::SoftwireConfig::parse`); `[trt]` is typed.
-    dslite: Option<toml::Value>,
-    lw4o6: Option<toml::Value>,
-    b4: Option<toml::Value>,
+    // The softwire and TRT tables: typed here, checked by their crates
+    // (`SoftwireConfig::from_toml`, `TrtConfig::from_toml`).
+    dslite: Option<softwire::config::DsliteToml>,
+    lw4o6: Option<softwire::config::Lw4o6Toml>,
+    b4: Option<softwire::config::B4Toml>,
     trt: Option<trt::config::TrtToml>,
 }
 
@@ -211,16 +211,6 @@ fn parse_addr<A: FromStr>(text: &str, key: &str, v: &Spanned<String>, family: &s
 
 fn invalid(text: &str, key: &str, span: Range<usize>, msg: impl Into<String>) -> Error {
     Error::new(ErrorKind::Invalid, Some(key.to_string()), msg).at(text, Some(span))
-}
-
-/// An error message of a table's own crate (`[table] key: message`, or
-/// a bare message) as a named configuration error.
-fn crate_error(m: String) -> Error {
-    let (key, msg) = match m.split_once(": ") {
-        Some((k, rest)) if k.starts_with('[') => (Some(k.to_string()), rest.to_string()),
-        _ => (None, m),
-    };
-    Error::new(ErrorKind::Invalid, key, msg)
 }
 
 impl Config {
@@ -269,11 +259,8 @@ impl Config {
             let tables =
                 tunnel::config::TunnelTables { sixtofour: file.sixtofour, sixrd: file.sixrd, teredo: file.teredo };
             let tunnels = tunnel::TunnelConfig::from_toml(tables).map_err(|e| e.at(text, None))?;
-            let softwires = if file.dslite.is_some() || file.lw4o6.is_some() || file.b4.is_some() {
-                softwire::config::SoftwireConfig::parse(text).map_err(crate_error)?
-            } else {
-                softwire::config::SoftwireConfig::default()
-            };
+            let tables = softwire::config::SoftwireTables { dslite: file.dslite, lw4o6: file.lw4o6, b4: file.b4 };
+            let softwires = softwire::config::SoftwireConfig::from_toml(tables).map_err(|e| e.at(text, None))?;
             let trt = file.trt.map(trt::config::TrtConfig::from_toml).transpose().map_err(|e| e.at(text, None))?;
             Ok(Config {
                 tunnels,
