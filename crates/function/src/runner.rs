@@ -20,7 +20,7 @@ pub enum Signal {
 }
 
 /// How often the runner reports (the status file) while it waits.
-pub const TICK: Duration = Duration::from_millis(200);
+pub const TICK: Duration = Duration::from_millis(100);
 
 /// What happened to one reload.
 #[derive(Debug, Clone, PartialEq, Eq)]

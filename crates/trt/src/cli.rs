@@ -16,7 +16,7 @@ pub struct Args {
     /// Configuration file (TOML) with a [trt] table; other tables are ignored.
     #[arg(short, long, value_name = "FILE")]
     pub config: PathBuf,
-    /// Write the counters as JSON to this file, every 200 ms and at exit.
+    /// Write the counters as JSON to this file, every 100 ms and at exit.
     #[arg(long, value_name = "FILE")]
     pub status_file: Option<PathBuf>,
 }

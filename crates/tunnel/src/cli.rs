@@ -20,7 +20,7 @@ pub struct Args {
     #[arg(short, long, value_name = "FILE")]
     pub config: PathBuf,
     /// Write every function's counters and state as JSON to this file,
-    /// every 200 ms and at exit.
+    /// every 100 ms and at exit.
     #[arg(long, value_name = "FILE")]
     pub status_file: Option<PathBuf>,
 }
