@@ -93,27 +93,30 @@ enum Cmd {
     /// address leases ([lw4o6.dstm]), and the B4 / lwB4 / DSTM client
     /// ([b4]), each on its own TUN device.
     ///
-    /// SIGHUP reloads the lwAFTR's bindings and DSTM settings (leases are
-    /// kept); SIGINT/SIGTERM stop and remove the devices. Needs root
-    /// (CAP_NET_ADMIN) and IP forwarding. See docs/softwire.md.
+    /// SIGHUP re-reads the file: the lwAFTR's bindings and DSTM lease
+    /// settings apply (leases are kept), any other change is refused
+    /// (restart to apply); SIGINT/SIGTERM stop and remove the devices.
+    /// Needs root (CAP_NET_ADMIN) and IP forwarding. See docs/softwire.md.
     Softwire(softwire::cli::Args),
     /// Run the RFC 3142 transport relay translator ([trt]) alone (as
     /// `v6gate run` does with the same table), in the foreground: IPv6 clients reach IPv4 servers at PREFIX::IPv4 (the
     /// DNS64 prefix), TCP terminated and spliced, UDP flows relayed; static
     /// mappings for IPv4-initiated traffic. Sets up an nftables tproxy rule
-    /// and policy routing (setup = "auto"), removed at exit. Needs root.
-    /// See docs/trt.md.
+    /// and policy routing (setup = "auto"), removed at exit. SIGHUP
+    /// re-reads the file (a changed [trt] is refused: restart to apply);
+    /// SIGINT/SIGTERM stop. Needs root. See docs/trt.md.
     Trt(trt::cli::Args),
     /// Run the [trgw] media relay (IPv4/IPv6 RTP relay driven by the
     /// rtpengine ng and rtpproxy protocols) in the foreground until
     /// SIGINT/SIGTERM.
     Trgw(trgw::cli::Args),
-    /// Run the tunnels in the foreground until SIGINT/SIGTERM: 6to4
+    /// Run the tunnels in the foreground until SIGINT/SIGTERM (SIGHUP
+    /// re-reads the file; a changed table is refused: restart to apply): 6to4
     /// ([sixtofour], router or relay), 6rd ([sixrd], CE or BR) and Teredo
     /// ([teredo.server], [teredo.relay], [teredo.client]), each on its own
     /// TUN device, over raw protocol-41 and UDP sockets, with a JSON status
-    /// file. `v6gate run` runs the same tables with the admin API, metrics
-    /// and reload. See docs/tunnels.md.
+    /// file. `v6gate run` runs the same tables with the admin API and
+    /// metrics. See docs/tunnels.md.
     Tunnel(tunnel::cli::Args),
     /// Network-namespace testbed: IPv6-only host, gateway, IPv4-only host.
     Lab(lab::cli::LabArgs),
@@ -253,16 +256,16 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Run(a) => run_daemon(&a)?,
         Cmd::Ctl(a) => gate::daemon::ctl::run(&a)?,
         Cmd::Trgw(a) => run_trgw(&a)?,
-        Cmd::Tunnel(a) => run_tunnel(&a)?,
-        Cmd::Softwire(a) => run_softwire(&a)?,
+        Cmd::Tunnel(a) => {
+            standalone(|| tunnel::cli::load(&a), tunnel::Tunnels::start, |t| tunnel::cli::write_status(&a, t))?
+        }
+        Cmd::Softwire(a) => standalone(
+            || softwire::cli::load(&a.config),
+            |c| softwire::run::Softwires::start_with(c, Some(a.config.clone()), a.busy_poll),
+            |s| softwire::cli::write_status(&a.status_file, s),
+        )?,
         Cmd::Trt(a) => {
-            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-            for s in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-                signal_hook::flag::register(s, stop.clone()).context("installing signal handlers")?;
-            }
-            let _log = init_logging("info");
-            let cfg = trt::cli::load(&a.config).map_err(|e| ConfigError(format!("{e:#}")))?;
-            trt::cli::run(&a, &cfg, &stop)?
+            standalone(|| trt::cli::load(&a.config), trt::Relay::start, |r| trt::cli::write_status(&a.status_file, r))?
         }
         Cmd::Config(ConfigCmd::Example) => print(gate::config::example().as_bytes())?,
         Cmd::Lab(a) => return lab::cli::run(&a),
@@ -419,28 +422,52 @@ fn catch_signals() -> anyhow::Result<signal_hook::iterator::Signals> {
 fn run_daemon(a: &gate::daemon::RunArgs) -> anyhow::Result<()> {
     let mut signals = catch_signals()?;
     let log = init_logging("info");
-    let mut events = signals.forever().map(|s| {
-        if s == signal_hook::consts::SIGHUP {
-            gate::daemon::Signal::Reload
-        } else {
-            gate::daemon::Signal::Stop(s)
-        }
-    });
+    let mut events = signals.forever().map(to_signal);
     gate::daemon::run(a, &mut events, log.level_setter())
 }
 
-/// `v6gate softwire`: the softwires alone until SIGINT/SIGTERM; SIGHUP reloads.
-fn run_softwire(a: &softwire::cli::Args) -> anyhow::Result<()> {
-    use std::sync::atomic::AtomicBool;
-    use std::sync::Arc;
-    let (stop, hup) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
-    for s in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(s, stop.clone()).context("installing signal handlers")?;
-    }
-    signal_hook::flag::register(signal_hook::consts::SIGHUP, hup.clone()).context("installing signal handlers")?;
+/// A standalone command (`v6gate trt`, `softwire`, `tunnel`): one function
+/// on the contract, run by the one runner ([`function::runner`]) with the
+/// daemon's signal idiom: SIGHUP re-reads its table and applies it when
+/// the function can (else says why and keeps the old one), SIGINT/SIGTERM
+/// stop it. `load` reads and checks its table (a bad one exits 78),
+/// `report` writes its status file.
+fn standalone<F: function::Function>(
+    load: impl Fn() -> anyhow::Result<F::Config>,
+    start: impl FnOnce(&F::Config) -> anyhow::Result<F>,
+    report: impl FnMut(&F),
+) -> anyhow::Result<()> {
+    let mut signals = catch_signals()?;
     let _log = init_logging("info");
-    let cfg = softwire::cli::load(&a.config).map_err(|e| ConfigError(format!("{e:#}")))?;
-    softwire::cli::run(a, &cfg, &stop, &hup)
+    let cfg = load().map_err(|e| ConfigError(format!("{e:#}")))?;
+    let f = start(&cfg)?;
+    tracing::info!("running: {}", f.names().join(", "));
+    let mut next = |wait: std::time::Duration| {
+        let t0 = std::time::Instant::now();
+        loop {
+            if let Some(s) = signals.pending().next() {
+                return Some(to_signal(s));
+            }
+            if t0.elapsed() >= wait {
+                return None;
+            }
+            std::thread::sleep(wait.min(std::time::Duration::from_millis(20)));
+        }
+    };
+    let load = || load().map_err(|e| format!("{e:#}"));
+    if let Some(line) = function::runner::run(f, cfg, load, report, &mut next, |l| tracing::info!("{l}")) {
+        tracing::info!("{line}");
+    }
+    Ok(())
+}
+
+/// SIGHUP reloads; SIGINT and SIGTERM stop.
+fn to_signal(s: i32) -> function::runner::Signal {
+    if s == signal_hook::consts::SIGHUP {
+        function::runner::Signal::Reload
+    } else {
+        function::runner::Signal::Stop(s)
+    }
 }
 
 /// `v6gate trgw`: the relay alone until SIGINT/SIGTERM.
@@ -464,30 +491,6 @@ fn run_trgw(a: &trgw::cli::Args) -> anyhow::Result<()> {
     let s = relay.stats();
     relay.stop();
     tracing::info!(calls_created = s.totals.calls_created, timed_out = s.totals.calls_timed_out, "trgw stopped");
-    Ok(())
-}
-
-/// `v6gate tunnel`: the tunnels alone until SIGINT/SIGTERM, writing the
-/// status file (when asked) twice a second and at exit.
-fn run_tunnel(a: &tunnel::cli::Args) -> anyhow::Result<()> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).context("installing signal handlers")?;
-    let _log = init_logging("info");
-    let cfg = tunnel::cli::load(a).map_err(|e| ConfigError(format!("{e:#}")))?;
-    let mut t = tunnel::Tunnels::start(&cfg)?;
-    tracing::info!("tunnels running: {}", t.functions().join(", "));
-    for tick in 0u64.. {
-        if let Some(sig) = signals.pending().next() {
-            tracing::info!(signal = sig, "stopping");
-            break;
-        }
-        if tick % 5 == 0 {
-            tunnel::cli::write_status(a, &t);
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    t.stop();
-    tunnel::cli::write_status(a, &t);
     Ok(())
 }
 

@@ -459,3 +459,40 @@ fn trt_refuses_the_gateways_own_addresses_and_link_local_targets() {
     assert_eq!(st["destinations_refused"]["link-local"], 1, "{st}");
     assert_eq!(st["trt"]["tcp_no_server"], 2, "{st}");
 }
+
+/// `v6gate trt` has the daemon's signals (the one standalone runner):
+/// SIGHUP re-reads the file and refuses a changed `[trt]` without
+/// stopping (before the runner, SIGHUP killed it), applies an unchanged
+/// one, and SIGTERM stops it and removes its nftables table.
+#[test]
+fn trt_alone_reloads_on_sighup_and_stops_on_sigterm() {
+    lab::need_root_and_programs!("nft");
+    let mut b = bed("");
+    let cfg = b.dir.path().join("trt.toml");
+    let hup = |b: &trt_util::Bed| {
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(b.relay.as_ref().unwrap().id() as i32, libc::SIGHUP) };
+    };
+    let wait_log = |b: &trt_util::Bed, line: &str| {
+        let t0 = Instant::now();
+        while !b.log().contains(line) {
+            assert!(t0.elapsed() < Duration::from_secs(10), "no `{line}` in the log:\n{}", b.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    std::fs::write(&cfg, "[trt]\nprefix = \"64:ff9b:2::/96\"\n").unwrap();
+    hup(&b);
+    wait_log(&b, "SIGHUP: reload refused: [trt] changed: restart v6gate to apply");
+    assert!(b.relay.as_mut().unwrap().try_wait().unwrap().is_none(), "SIGHUP stopped the relay: {}", b.log());
+    std::fs::write(&cfg, "[trt]\nprefix = \"64:ff9b:1::/96\"\n").unwrap();
+    hup(&b);
+    wait_log(&b, "SIGHUP: reloaded");
+    // Still relaying and reporting.
+    b.wait_status(|v| v.is_object());
+    let tables = b.gw.exec("nft", &["list", "tables"]).map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+    assert!(tables.unwrap().contains("v6gate_trt"));
+    b.stop();
+    assert!(b.log().contains("signal 15: stopping"), "{}", b.log());
+    let tables = b.gw.exec("nft", &["list", "tables"]).map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+    assert!(!tables.unwrap().contains("v6gate_trt"));
+}

@@ -115,7 +115,7 @@ enum QueryError {
 
 impl Net {
     fn random(&self) -> u64 {
-        let mut s = self.rng.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut s = function::lock(&self.rng);
         // xorshift64*: IDs and socket choice, seeded from the process's
         // random hash keys.
         *s ^= *s >> 12;
@@ -143,7 +143,7 @@ impl Net {
             let sock = fam[(self.random() as usize) % fam.len()];
             let (tx, rx) = oneshot::channel();
             let id = {
-                let mut w = self.waiters.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let mut w = function::lock(&self.waiters);
                 let mut id = self.random() as u16;
                 while w.contains_key(&(sock, id)) {
                     id = id.wrapping_add(1);
@@ -159,7 +159,7 @@ impl Net {
                 Err(_) => false,
             };
             let reply = if sent { tokio::time::timeout(per_try, rx).await.ok().and_then(Result::ok) } else { None };
-            self.waiters.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&(sock, id));
+            function::lock(&self.waiters).remove(&(sock, id));
             let Some(reply) = reply else {
                 timed_out |= sent;
                 continue;
@@ -202,7 +202,7 @@ impl Net {
                 continue;
             }
             let id = u16::from_be_bytes([buf[0], buf[1]]);
-            let mut w = self.waiters.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut w = function::lock(&self.waiters);
             if w.get(&(k, id)).is_some_and(|x| x.server == from) {
                 if let Some(x) = w.remove(&(k, id)) {
                     let _ = x.tx.send(buf[..n].to_vec());
@@ -348,15 +348,14 @@ impl Resolver for StubResolver {
                 Ok(o) => o,
                 Err(_) => (Resolution::TimedOut, TIMEOUT_TTL),
             };
-            done.lock().unwrap_or_else(std::sync::PoisonError::into_inner).queue.push_back((key, out));
+            function::lock(&done).queue.push_back((key, out));
             wake.notify_one();
         });
         Resolution::Pending
     }
 
     fn poll_done(&mut self) -> Option<(LookupKey, Resolution)> {
-        let (key, (res, ttl)) =
-            self.done.lock().unwrap_or_else(std::sync::PoisonError::into_inner).queue.pop_front()?;
+        let (key, (res, ttl)) = function::lock(&self.done).queue.pop_front()?;
         if let Some(c) = self.in_flight.remove(&key) {
             self.lookups.give_back(c, 1);
         }

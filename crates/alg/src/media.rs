@@ -655,34 +655,34 @@ pub fn delete(m: &mut dyn MediaControl, call_id: &str) -> Result<(), MediaError>
 /// A control shared with its owner (tests look at the TrGW's tables).
 impl<M: MediaControl> MediaControl for std::sync::Arc<std::sync::Mutex<M>> {
     fn command(&mut self, req: &Value) -> Result<Value, MediaError> {
-        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).command(req)
+        function::lock(self).command(req)
     }
     fn sdp(&mut self, cmd: &SdpCommand) -> Result<Vec<u8>, MediaError> {
-        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).sdp(cmd)
+        function::lock(self).sdp(cmd)
     }
     fn delete(&mut self, call_id: &str) -> Result<(), MediaError> {
-        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).delete(call_id)
+        function::lock(self).delete(call_id)
     }
     fn start(&mut self, now: Instant, cmd: &Command) -> Started {
-        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).start(now, cmd)
+        function::lock(self).start(now, cmd)
     }
     fn poll_done(&mut self) -> Option<(u64, Reply)> {
-        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).poll_done()
+        function::lock(self).poll_done()
     }
     fn poll_transmit(&mut self) -> Option<(SocketAddr, Vec<u8>)> {
-        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).poll_transmit()
+        function::lock(self).poll_transmit()
     }
     fn handle_datagram(&mut self, now: Instant, from: SocketAddr, data: &[u8]) {
-        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).handle_datagram(now, from, data)
+        function::lock(self).handle_datagram(now, from, data)
     }
     fn poll_timeout(&self) -> Option<Instant> {
-        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).poll_timeout()
+        function::lock(self).poll_timeout()
     }
     fn handle_timeout(&mut self, now: Instant) {
-        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).handle_timeout(now)
+        function::lock(self).handle_timeout(now)
     }
     fn late_replies(&self) -> u64 {
-        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).late_replies()
+        function::lock(self).late_replies()
     }
 }
 

@@ -177,16 +177,16 @@ impl Resolver for StaticResolver {
 /// A resolver shared with its owner (tests release held names).
 impl<R: Resolver> Resolver for std::sync::Arc<std::sync::Mutex<R>> {
     fn resolve(&mut self, client: ClientKey, key: &LookupKey, now: Instant) -> Resolution {
-        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).resolve(client, key, now)
+        function::lock(self).resolve(client, key, now)
     }
     fn poll_done(&mut self) -> Option<(LookupKey, Resolution)> {
-        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).poll_done()
+        function::lock(self).poll_done()
     }
     fn reconfigure(&mut self, cfg: &crate::Config) {
-        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).reconfigure(cfg)
+        function::lock(self).reconfigure(cfg)
     }
     fn in_flight(&self) -> (usize, usize) {
-        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).in_flight()
+        function::lock(self).in_flight()
     }
 }
 

@@ -79,7 +79,7 @@ pub struct AlgHandle {
 impl AlgHandle {
     /// The latest counters and table sizes (updated after every event).
     pub fn snapshot(&self) -> Snapshot {
-        let mut s = *self.snapshot.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut s = *function::lock(&self.snapshot);
         // The connection budgets change outside the core's events: read now.
         with_tcp(&mut s, self.conns.snapshot());
         s
@@ -93,14 +93,14 @@ impl AlgHandle {
 
     /// The configuration in force.
     pub fn config(&self) -> Config {
-        self.cfg.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+        function::lock(&self.cfg).clone()
     }
 
     /// Applies a reloaded `[alg]` to the running ALG without touching a
     /// call (see [`Config::restart_needed`] for what it refuses).
     pub fn reconfigure(&self, new: Config) -> Result<(), String> {
         new.check()?;
-        let mut cur = self.cfg.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut cur = function::lock(&self.cfg);
         if let Some(k) = cur.restart_needed(&new) {
             return Err(format!("[alg] {k} changed: restart v6gate to apply"));
         }
@@ -526,5 +526,5 @@ fn publish(alg: &Alg, conns: &Conns, snapshot: &Mutex<Snapshot>) {
     let mut snap =
         Snapshot { stats: alg.stats, tables: alg.table_sizes(), budgets: alg.budget_use(), ..Snapshot::default() };
     with_tcp(&mut snap, conns.snapshot());
-    *snapshot.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = snap;
+    *function::lock(snapshot) = snap;
 }

@@ -98,7 +98,7 @@ impl Conns {
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        function::lock(&self.0)
     }
 
     /// New limits and timeouts (connections open stay).

@@ -96,7 +96,7 @@ impl Cache {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        function::lock(&self.inner)
     }
 
     /// (entries, bytes) held now.

@@ -321,9 +321,7 @@ fn build_ctx(
     Ok((ctx, s.listen))
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
+use function::lock;
 
 impl Server {
     /// Check `cfg`, bind every listen address, and serve on a thread of

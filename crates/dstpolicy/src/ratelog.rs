@@ -63,7 +63,7 @@ impl<K: Eq + Hash> RateLog<K> {
     /// the number of lines suppressed for this key since the last one
     /// written (to report in it), or `None` (suppressed, counted).
     pub fn admit(&self, key: K, now: Instant) -> Option<u64> {
-        let mut g = self.windows.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut g = function::lock(&self.windows);
         let (map, overflow) = &mut *g;
         let fresh = Window { start: now, written: 0, suppressed: 0 };
         let w = if map.contains_key(&key) || map.len() < MAX_KEYS {

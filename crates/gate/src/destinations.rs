@@ -105,12 +105,12 @@ impl Destinations {
     /// Registers a plane's policy for `/metrics` (a plane that built its
     /// own over [`Destinations::gateway`]).
     pub fn register(&self, p: Arc<Policy>) {
-        self.policies.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(p);
+        function::lock(&self.policies).push(p);
     }
 
     /// Every registered policy.
     pub fn policies(&self) -> Vec<Arc<Policy>> {
-        self.policies.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+        function::lock(&self.policies).clone()
     }
 
     /// A reload's configuration: new configured addresses and prefixes.

@@ -75,7 +75,7 @@ impl Reassembler {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        function::lock(&self.inner)
     }
 
     /// Datagrams in progress.

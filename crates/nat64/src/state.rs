@@ -12,7 +12,7 @@ use crate::{Map, Nat64, TO_EST, TO_ICMP, TO_TRANS, TO_UDP};
 use core::net::{Ipv4Addr, Ipv6Addr};
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+
 use xlat::DropReason;
 
 /// An IPv6 transport address.
@@ -143,9 +143,7 @@ pub(crate) fn reason_idx(r: DropReason) -> usize {
     DropReason::ALL.iter().position(|x| *x == r).unwrap_or(0)
 }
 
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
+pub(crate) use function::lock;
 
 impl Nat64 {
     #[inline]

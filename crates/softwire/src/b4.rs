@@ -311,13 +311,13 @@ impl B4 {
     /// lease messages go through the engine: [`B4::lease_packet`] builds
     /// them, [`B4::take_lease_reply`] returns the answers).
     pub fn set_lease_server(&self, server: SocketAddrV6) {
-        *self.lease_server.lock().unwrap_or_else(|e| e.into_inner()) = Some(server);
+        *function::lock(&self.lease_server) = Some(server);
     }
 
     /// An IPv6/UDP packet carrying lease message `msg` from our softwire
     /// address to the lease server (to write into the TUN device).
     pub fn lease_packet(&self, msg: &[u8]) -> Option<Vec<u8>> {
-        let server = (*self.lease_server.lock().unwrap_or_else(|e| e.into_inner()))?;
+        let server = (*function::lock(&self.lease_server))?;
         let src = self.cfg.endpoint.local;
         let dst = *server.ip();
         let ulen = 8 + msg.len();
@@ -344,13 +344,13 @@ impl B4 {
 
     /// The last lease answer received, if any (taken).
     pub fn take_lease_reply(&self) -> Option<(crate::lease::Msg, u32)> {
-        self.lease_reply.lock().unwrap_or_else(|e| e.into_inner()).take()
+        function::lock(&self.lease_reply).take()
     }
 
     /// A lease answer from our lease server? (UDP from its address and
     /// port to our softwire address.)
     fn lease_answer(&self, pkt: &[u8]) -> bool {
-        let Some(server) = *self.lease_server.lock().unwrap_or_else(|e| e.into_inner()) else { return false };
+        let Some(server) = *function::lock(&self.lease_server) else { return false };
         let Ok(ip) = Ipv6Packet::new(pkt) else { return false };
         if ip.next_header() != proto::UDP || ip.src() != *server.ip() || ip.dst() != self.cfg.endpoint.local {
             return false;
@@ -361,7 +361,7 @@ impl B4 {
         }
         let sum = checksum::pseudo_v6(&ip.src(), &ip.dst(), proto::UDP, u.len() as u32) + checksum::sum(u);
         if let Some(m) = crate::lease::decode(&u[8..]).filter(|_| checksum::verifies(sum)) {
-            *self.lease_reply.lock().unwrap_or_else(|e| e.into_inner()) = Some(m);
+            *function::lock(&self.lease_reply) = Some(m);
         }
         true
     }

@@ -1,8 +1,8 @@
-//! `v6gate softwire`: run the configured softwire functions alone, in the
-//! foreground (the daemon integration is phase 2).
+//! `v6gate softwire`: the softwire functions alone, in the foreground (the
+//! binary runs them through `function::runner`, as `v6gate run` runs
+//! them through its registry): their arguments, tables and status file.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{bail, Context as _, Result};
@@ -20,7 +20,7 @@ pub struct Args {
     #[arg(short, long, value_name = "FILE")]
     pub config: PathBuf,
     /// Write every function's counters and state as JSON to this file,
-    /// every 200 ms and at exit.
+    /// every 100 ms and at exit.
     #[arg(long, value_name = "FILE")]
     pub status_file: Option<PathBuf>,
     /// After each packet, keep reading the device (spinning) this long
@@ -40,7 +40,9 @@ fn busy_poll(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-fn write_status(path: &Option<PathBuf>, s: &Softwires) {
+/// Writes every function's status to `path` (when given), atomically:
+/// `v6gate softwire --status-file`.
+pub fn write_status(path: &Option<PathBuf>, s: &Softwires) {
     if let Some(p) = path {
         let tmp = p.with_extension("tmp");
         if std::fs::write(&tmp, s.status().to_string()).is_ok() {
@@ -52,31 +54,9 @@ fn write_status(path: &Option<PathBuf>, s: &Softwires) {
 /// Read and check the softwire tables of `path`.
 pub fn load(path: &std::path::Path) -> Result<SoftwireConfig> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let cfg = SoftwireConfig::parse(&text).map_err(|e| anyhow::anyhow!("config error in {}: {e}", path.display()))?;
+    let cfg = SoftwireConfig::parse(&text).map_err(|e| e.in_file(Some(path)))?;
     if cfg.is_empty() {
         bail!("config error in {}: no [dslite], [lw4o6] or [b4] table", path.display());
     }
     Ok(cfg)
-}
-
-/// Run `cfg` (what [`load`] read from `a.config`) until `stop` is set
-/// (the binary sets it on SIGINT/SIGTERM); `reload` set (SIGHUP) reloads
-/// the lwAFTR's bindings and DSTM settings. The binary installs the logger
-/// and the signal handlers (DESIGN.md), and loads the configuration first
-/// so that a bad one exits with its own status.
-pub fn run(a: &Args, cfg: &SoftwireConfig, stop: &AtomicBool, reload: &AtomicBool) -> Result<()> {
-    let s = Softwires::start_with(cfg, Some(a.config.clone()), a.busy_poll)?;
-    tracing::info!("running: {}", s.functions().join(", "));
-    while !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(Duration::from_millis(100));
-        if reload.swap(false, Ordering::Relaxed) {
-            tracing::info!("SIGHUP: reloading");
-            s.reload();
-        }
-        write_status(&a.status_file, &s);
-    }
-    tracing::info!("stopping");
-    write_status(&a.status_file, &s);
-    s.stop();
-    Ok(())
 }

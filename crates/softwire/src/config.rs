@@ -15,6 +15,7 @@ use crate::lwaftr::LwaftrConfig;
 use crate::nat44::Nat44Config;
 use crate::portset::PsidMap;
 use core::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use function::ConfigError;
 use serde::Deserialize;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -169,9 +170,10 @@ fn d_offset() -> u8 {
     crate::portset::DEFAULT_OFFSET
 }
 
+/// `[dslite]` as written (typed; checked by [`SoftwireConfig::from_toml`]).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-struct DsliteToml {
+pub struct DsliteToml {
     aftr_address: Ipv6Addr,
     b4_prefixes: Vec<String>,
     pool4: Vec<nat64::Pool4Entry>,
@@ -255,9 +257,10 @@ fn d_b44() -> Ipv4Addr {
     Ipv4Addr::new(192, 0, 0, 2)
 }
 
+/// `[lw4o6]` as written.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-struct Lw4o6Toml {
+pub struct Lw4o6Toml {
     aftr_address: Ipv6Addr,
     binding_file: Option<PathBuf>,
     #[serde(default)]
@@ -337,9 +340,10 @@ fn d_lease() -> Duration {
     Duration::from_secs(3600)
 }
 
+/// `[b4]` as written.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-struct B4Toml {
+pub struct B4Toml {
     mode: String,
     address: Ipv6Addr,
     aftr: Option<Ipv6Addr>,
@@ -376,13 +380,17 @@ fn d_routes() -> Vec<String> {
     vec!["0.0.0.0/0".into()]
 }
 
-#[derive(Debug, Deserialize)]
-struct FileToml {
-    dslite: Option<toml::Value>,
-    lw4o6: Option<toml::Value>,
-    b4: Option<toml::Value>,
-    #[serde(flatten)]
-    _rest: toml::Table,
+/// Every softwire table of a file, as written: what `v6gate run`'s
+/// configuration deserialises (typed: serde's errors carry the key and
+/// the line) and [`SoftwireConfig::from_toml`] checks.
+#[derive(Debug, Default, Deserialize)]
+pub struct SoftwireTables {
+    /// `[dslite]`.
+    pub dslite: Option<DsliteToml>,
+    /// `[lw4o6]` (with `[lw4o6.dstm]`, `[lw4o6.xdp]`).
+    pub lw4o6: Option<Lw4o6Toml>,
+    /// `[b4]` (with `[b4.kernel]`).
+    pub b4: Option<B4Toml>,
 }
 
 /// The TUN device of one function (the one device type of the standalone
@@ -390,7 +398,7 @@ struct FileToml {
 pub use netsys::DeviceSpec as TunTable;
 
 /// A checked `[dslite]`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct DsliteTable {
     /// The engine's configuration.
     pub aftr: AftrConfig,
@@ -419,7 +427,7 @@ pub struct DsXdp {
 }
 
 /// A checked `[lw4o6.dstm]`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct DstmTable {
     /// The lease server's configuration.
     pub lease: LeaseConfig,
@@ -428,7 +436,7 @@ pub struct DstmTable {
 }
 
 /// A checked `[lw4o6]`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Lw4o6Table {
     /// The engine's configuration.
     pub lwaftr: LwaftrConfig,
@@ -460,7 +468,7 @@ pub struct SwXdp {
 /// `[lw4o6.xdp]`: mode "native" (the default: an operator who names
 /// interfaces wants the fast path there, in the driver when it can),
 /// "generic" or "off"; interfaces needed unless off.
-fn sw_xdp(t: Option<SwXdpToml>) -> Result<Option<SwXdp>, String> {
+fn sw_xdp(t: Option<SwXdpToml>) -> Result<Option<SwXdp>, ConfigError> {
     let Some(t) = t else { return Ok(None) };
     let Some(mode) = xdp_mode("lw4o6.xdp", t.mode.as_deref(), &t.interfaces)? else { return Ok(None) };
     if t.max_bindings == 0 {
@@ -470,7 +478,7 @@ fn sw_xdp(t: Option<SwXdpToml>) -> Result<Option<SwXdp>, String> {
 }
 
 /// `[dslite.xdp]`: as `[lw4o6.xdp]`, with max-sessions.
-fn ds_xdp(t: Option<DsXdpToml>) -> Result<Option<DsXdp>, String> {
+fn ds_xdp(t: Option<DsXdpToml>) -> Result<Option<DsXdp>, ConfigError> {
     let Some(t) = t else { return Ok(None) };
     let Some(mode) = xdp_mode("dslite.xdp", t.mode.as_deref(), &t.interfaces)? else { return Ok(None) };
     if t.max_sessions == 0 {
@@ -483,7 +491,7 @@ fn ds_xdp(t: Option<DsXdpToml>) -> Result<Option<DsXdp>, String> {
 }
 
 /// The mode of an XDP table (`None`: off) and its interfaces checked.
-fn xdp_mode(table: &str, mode: Option<&str>, interfaces: &[String]) -> Result<Option<xdp::Mode>, String> {
+fn xdp_mode(table: &str, mode: Option<&str>, interfaces: &[String]) -> Result<Option<xdp::Mode>, ConfigError> {
     let mode: xdp::Mode = match mode {
         None => xdp::Mode::Native,
         Some(m) => m.parse().map_err(|e| err(table, "mode", e))?,
@@ -512,7 +520,7 @@ pub enum B4Mode {
 }
 
 /// A checked `[b4]`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct B4Table {
     /// Mode.
     pub mode: B4Mode,
@@ -542,7 +550,7 @@ pub struct B4Kernel {
 /// "generic" or "off"; interfaces needed unless off; for the lwB4 only
 /// with `host-ports` (its NAPT stays on the TUN engine: the kernel path
 /// carries the host's own traffic).
-fn b4_kernel(mode: B4Mode, host: bool, t: Option<B4KernelToml>) -> Result<Option<B4Kernel>, String> {
+fn b4_kernel(mode: B4Mode, host: bool, t: Option<B4KernelToml>) -> Result<Option<B4Kernel>, ConfigError> {
     let Some(t) = t else { return Ok(None) };
     let m: xdp::Mode = match t.mode.as_deref() {
         None => xdp::Mode::Native,
@@ -569,7 +577,7 @@ fn b4_kernel(mode: B4Mode, host: bool, t: Option<B4KernelToml>) -> Result<Option
 }
 
 /// Every softwire table of a configuration file.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct SoftwireConfig {
     /// `[dslite]`.
     pub dslite: Option<DsliteTable>,
@@ -579,19 +587,19 @@ pub struct SoftwireConfig {
     pub b4: Option<B4Table>,
 }
 
-fn err(table: &str, key: &str, msg: impl std::fmt::Display) -> String {
-    format!("[{table}] {key}: {msg}")
+fn err(table: &str, key: &str, msg: impl std::fmt::Display) -> ConfigError {
+    ConfigError::invalid(format!("[{table}] {key}"), msg.to_string())
 }
 
-fn prefixes6(table: &str, key: &str, v: &[String]) -> Result<Vec<Prefix6>, String> {
+fn prefixes6(table: &str, key: &str, v: &[String]) -> Result<Vec<Prefix6>, ConfigError> {
     v.iter().map(|s| s.parse::<Prefix6>().map_err(|e| err(table, key, format!("`{s}`: {e}")))).collect()
 }
 
-fn prefixes4(table: &str, key: &str, v: &[String]) -> Result<Vec<Prefix4>, String> {
+fn prefixes4(table: &str, key: &str, v: &[String]) -> Result<Vec<Prefix4>, ConfigError> {
     v.iter().map(|s| s.parse::<Prefix4>().map_err(|e| err(table, key, format!("`{s}`: {e}")))).collect()
 }
 
-fn endpoint(table: &str, local: Ipv6Addr, icmp4: Ipv4Addr, t: &TunnelToml) -> Result<EndpointConfig, String> {
+fn endpoint(table: &str, local: Ipv6Addr, icmp4: Ipv4Addr, t: &TunnelToml) -> Result<EndpointConfig, ConfigError> {
     if t.mtu < 1280 {
         return Err(err(table, "mtu", format!("{} is below the IPv6 minimum 1280", t.mtu)));
     }
@@ -619,14 +627,15 @@ fn endpoint(table: &str, local: Ipv6Addr, icmp4: Ipv4Addr, t: &TunnelToml) -> Re
 }
 
 fn tun(
+    table: &str,
     t: &TunnelToml,
     default: &str,
     routes: Vec<IpPrefix>,
     addresses: Vec<(core::net::IpAddr, u8)>,
-) -> Result<TunTable, String> {
+) -> Result<TunTable, ConfigError> {
     let name = t.tun.clone().unwrap_or_else(|| default.to_string());
     if name.is_empty() || name.len() > 15 || name.contains('/') {
-        return Err(format!("tun: `{name}` is not a valid interface name (1 to 15 characters)"));
+        return Err(err(table, "tun", format!("`{name}` is not a valid interface name (1 to 15 characters)")));
     }
     Ok(TunTable { name, mtu: t.tun_mtu.clamp(1280, 65535), routes, addresses })
 }
@@ -656,27 +665,36 @@ impl SoftwireConfig {
         v
     }
 
-    /// Parse and check the softwire tables of a TOML file.
-    pub fn parse(text: &str) -> Result<SoftwireConfig, String> {
-        let f: FileToml = toml::from_str(text).map_err(|e| e.to_string().trim().replace('\n', " "))?;
+    /// Parse and check the softwire tables of a TOML file (other tables
+    /// are not read). The error names the table, the key and, for a value
+    /// of the wrong type, the line.
+    pub fn parse(text: &str) -> Result<SoftwireConfig, ConfigError> {
+        let f = SoftwireTables {
+            dslite: function::config::parse_table(text, "dslite")?,
+            lw4o6: function::config::parse_table(text, "lw4o6")?,
+            b4: function::config::parse_table(text, "b4")?,
+        };
+        SoftwireConfig::from_toml(f).map_err(|e| e.at(text, None))
+    }
+
+    /// Check the softwire tables as deserialised (the one path of `v6gate
+    /// run` and `v6gate softwire`); the error names the table and key.
+    pub fn from_toml(f: SoftwireTables) -> Result<SoftwireConfig, ConfigError> {
         let mut cfg = SoftwireConfig::default();
-        if let Some(v) = f.dslite {
-            let t: DsliteToml = v.try_into().map_err(|e: toml::de::Error| format!("[dslite] {}", e.message()))?;
+        if let Some(t) = f.dslite {
             cfg.dslite = Some(dslite(t)?);
         }
-        if let Some(v) = f.lw4o6 {
-            let t: Lw4o6Toml = v.try_into().map_err(|e: toml::de::Error| format!("[lw4o6] {}", e.message()))?;
+        if let Some(t) = f.lw4o6 {
             cfg.lw4o6 = Some(lw4o6(t)?);
         }
-        if let Some(v) = f.b4 {
-            let t: B4Toml = v.try_into().map_err(|e: toml::de::Error| format!("[b4] {}", e.message()))?;
+        if let Some(t) = f.b4 {
             cfg.b4 = Some(b4(t)?);
         }
         Ok(cfg)
     }
 }
 
-fn dslite(t: DsliteToml) -> Result<DsliteTable, String> {
+fn dslite(t: DsliteToml) -> Result<DsliteTable, ConfigError> {
     let b4_prefixes = prefixes6("dslite", "b4-prefixes", &t.b4_prefixes)?;
     if b4_prefixes.is_empty() {
         return Err(err("dslite", "b4-prefixes", "at least one prefix"));
@@ -715,11 +733,11 @@ fn dslite(t: DsliteToml) -> Result<DsliteTable, String> {
         pool4: t.pool4,
         max_port_probes: t.max_port_probes.max(1),
         xdp: ds_xdp(t.xdp)?,
-        tun: tun(&t.tunnel, "v6gate-aftr", routes, vec![])?,
+        tun: tun("dslite", &t.tunnel, "v6gate-aftr", routes, vec![])?,
     })
 }
 
-fn lw4o6(t: Lw4o6Toml) -> Result<Lw4o6Table, String> {
+fn lw4o6(t: Lw4o6Toml) -> Result<Lw4o6Table, ConfigError> {
     if t.psid_offset > 16 {
         return Err(err("lw4o6", "psid-offset", "at most 16"));
     }
@@ -782,11 +800,11 @@ fn lw4o6(t: Lw4o6Toml) -> Result<Lw4o6Table, String> {
         watch: t.watch_binding_file,
         dstm,
         xdp: sw_xdp(t.xdp)?,
-        tun: tun(&t.tunnel, "v6gate-lwaftr", routes, vec![])?,
+        tun: tun("lw4o6", &t.tunnel, "v6gate-lwaftr", routes, vec![])?,
     })
 }
 
-fn b4(t: B4Toml) -> Result<B4Table, String> {
+fn b4(t: B4Toml) -> Result<B4Table, ConfigError> {
     let mode = match t.mode.as_str() {
         "ds-lite" => B4Mode::DsLite,
         "lw4o6" => B4Mode::Lw4o6,
@@ -870,7 +888,7 @@ fn b4(t: B4Toml) -> Result<B4Table, String> {
         lease_server: t.lease_server,
         ipv4_address,
         kernel: b4_kernel(mode, napt.is_some_and(|n| n.host.is_some()), t.kernel)?,
-        tun: tun(&t.tunnel, "v6gate-b4", routes, addresses)?,
+        tun: tun("b4", &t.tunnel, "v6gate-b4", routes, addresses)?,
     })
 }
 
@@ -878,7 +896,7 @@ fn b4(t: B4Toml) -> Result<B4Table, String> {
 /// set, the set's ports in FIRST..=LAST. Both ends must be ports of the set
 /// (the range then says exactly where the host's ports start and end), and
 /// the NAPT must keep at least one port.
-fn host_ports(r: &str, map: PsidMap, psid: u16) -> Result<HostPorts, String> {
+fn host_ports(r: &str, map: PsidMap, psid: u16) -> Result<HostPorts, ConfigError> {
     let bad = |why: String| err("b4", "host-ports", format!("`{r}`: {why}"));
     let (a, b) = r.split_once('-').ok_or_else(|| bad("expected \"FIRST-LAST\"".into()))?;
     let port = |x: &str| x.trim().parse::<u16>().map_err(|e| bad(format!("`{}`: {e}", x.trim())));
@@ -936,7 +954,7 @@ mod tests {
             ("[b4]\nmode = \"ds-lite\"\naddress = \"::\"\naftr = \"2001:db8::1\"\n", "[b4] address"),
             ("[b4]\nmode = \"ds-lite\"\naddress = \"2001:db8::2\"\naftr = \"2001:db8::1\"\ntun = \"much-too-long-a-name\"\n", "tun"),
         ] {
-            let e = SoftwireConfig::parse(text).unwrap_err();
+            let e = SoftwireConfig::parse(text).unwrap_err().to_string();
             assert!(e.contains(want), "{text}\n=> {e}");
         }
     }
@@ -967,7 +985,7 @@ mod tests {
             ("max-leases-per-client = 0\n", "[lw4o6.dstm] max-leases-per-client"),
             ("lease-file-interval = \"5m\"\n", "[lw4o6.dstm] lease-file-interval"),
         ] {
-            let e = SoftwireConfig::parse(&format!("{base}{extra}")).unwrap_err();
+            let e = SoftwireConfig::parse(&format!("{base}{extra}")).unwrap_err().to_string();
             assert!(e.contains(want), "{extra}: {e}");
         }
     }
@@ -996,7 +1014,7 @@ mod tests {
         assert_eq!((d.tun.mtu, d.b4.mss_clamp, crate::b4::mss_max(&d.b4.endpoint)), (9000, true, 1420));
         assert!(!b("mss-clamp = false\n").unwrap().b4.unwrap().b4.mss_clamp);
         assert_eq!(b("tun-mtu = 1500\n").unwrap().b4.unwrap().tun.mtu, 1500);
-        let e = b("tun-mtu = 1460\n").unwrap_err();
+        let e = b("tun-mtu = 1460\n").unwrap_err().to_string();
         assert!(e.contains("[b4] tun-mtu") && e.contains("Packet Too Big"), "{e}");
     }
 
@@ -1008,13 +1026,14 @@ mod tests {
         assert_eq!(c.b4.unwrap().kernel, Some(B4Kernel { mode: xdp::Mode::Native, interfaces: vec!["eth0".into()] }));
         let c = SoftwireConfig::parse(&format!("{base}[b4.kernel]\nmode = \"off\"\n")).unwrap();
         assert_eq!(c.b4.unwrap().kernel, None);
-        let e = SoftwireConfig::parse(&format!("{base}[b4.kernel]\n")).unwrap_err();
+        let e = SoftwireConfig::parse(&format!("{base}[b4.kernel]\n")).unwrap_err().to_string();
         assert!(e.contains("[b4.kernel] interfaces"), "{e}");
-        let e =
-            SoftwireConfig::parse(&format!("{base}[b4.kernel]\ninterfaces = [\"eth0\"]\nmode = \"x\"\n")).unwrap_err();
+        let e = SoftwireConfig::parse(&format!("{base}[b4.kernel]\ninterfaces = [\"eth0\"]\nmode = \"x\"\n"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("[b4.kernel] mode"), "{e}");
         let lw = "[b4]\nmode = \"lw4o6\"\naddress = \"2001:db8::2\"\naftr = \"2001:db8::1\"\nipv4-address = \"192.0.2.1\"\npsid-length = 6\n";
-        let e = SoftwireConfig::parse(&format!("{lw}[b4.kernel]\ninterfaces = [\"eth0\"]\n")).unwrap_err();
+        let e = SoftwireConfig::parse(&format!("{lw}[b4.kernel]\ninterfaces = [\"eth0\"]\n")).unwrap_err().to_string();
         assert!(e.contains("lwB4") && e.contains("host-ports"), "{e}");
         // With the host's share of the port set: the host's traffic.
         let c = SoftwireConfig::parse(&format!(
@@ -1047,13 +1066,14 @@ mod tests {
             ("host-ports = \"1040-64543\"\n", "leaves the NAPT none"),
             ("host-ports = \"49168-64543\"\nnat = false\n", "needs nat = true"),
         ] {
-            let e = b(extra).unwrap_err();
+            let e = b(extra).unwrap_err().to_string();
             assert!(e.contains("[b4] host-ports") && e.contains(want), "{extra}: {e}");
         }
         let e = SoftwireConfig::parse(
             "[b4]\nmode = \"ds-lite\"\naddress = \"2001:db8::2\"\naftr = \"2001:db8::1\"\nhost-ports = \"1-2\"\n",
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("[b4] host-ports") && e.contains("lw4o6 only"), "{e}");
     }
 
@@ -1072,7 +1092,7 @@ mod tests {
             ("[dslite.xdp]\ninterfaces = [\"a\"]\nmax-sessions = 0\n", "[dslite.xdp] max-sessions"),
             ("[dslite.xdp]\ninterfaces = [\"a\"]\nmode = \"fast\"\n", "[dslite.xdp] mode"),
         ] {
-            let e = SoftwireConfig::parse(&format!("{base}{extra}")).unwrap_err();
+            let e = SoftwireConfig::parse(&format!("{base}{extra}")).unwrap_err().to_string();
             assert!(e.contains(want), "{e} lacks {want}");
         }
     }

@@ -253,11 +253,11 @@ pub struct BlockShared {
 
 impl BlockShared {
     fn lock(&self) -> std::sync::MutexGuard<'_, BlockBook> {
-        self.book.lock().unwrap_or_else(|e| e.into_inner())
+        function::lock(&self.book)
     }
 
     fn members(&self) -> std::sync::MutexGuard<'_, HashMap<ClientKey, Vec<Ipv6Addr>>> {
-        self.members.lock().unwrap_or_else(|e| e.into_inner())
+        function::lock(&self.members)
     }
 
     /// `sub` holds blocks now: one of its subscriber's addresses.
@@ -551,7 +551,7 @@ impl AftrFast {
         if c.watch.is_empty() {
             return 0;
         }
-        let mut st = c.st.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = function::lock(&c.st);
         let mut got: Vec<RingEvent> = Vec::new();
         if st.ring.drain(|x| got.push(x)) == 0 {
             return 0;
@@ -607,7 +607,7 @@ impl AftrFast {
     /// FIN events taken in, and those whose mapping was gone.
     pub fn fins(&self) -> (u64, u64) {
         self.blocks.as_ref().map_or((0, 0), |c| {
-            let st = c.st.lock().unwrap_or_else(|e| e.into_inner());
+            let st = function::lock(&c.st);
             (st.fins, st.fins_stale)
         })
     }
@@ -615,7 +615,7 @@ impl AftrFast {
     /// `ds_state`: the NAT44's size and limit, and the events drained.
     fn publish(&self, aftr: &Aftr) {
         if let Some(c) = &self.blocks {
-            let drained = c.st.lock().unwrap_or_else(|e| e.into_inner()).drained;
+            let drained = function::lock(&c.st).drained;
             self.publish_with(aftr, drained);
         }
     }
@@ -632,7 +632,7 @@ impl AftrFast {
     /// did not (it had one of the same inside already).
     pub fn created(&self) -> (u64, u64) {
         self.blocks.as_ref().map_or((0, 0), |c| {
-            let st = c.st.lock().unwrap_or_else(|e| e.into_inner());
+            let st = function::lock(&c.st);
             (st.drained - st.conflicts, st.conflicts)
         })
     }

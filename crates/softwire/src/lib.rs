@@ -32,6 +32,7 @@ pub mod echo;
 pub mod endpoint;
 pub mod fast;
 pub mod flat;
+pub mod function;
 pub mod lease;
 pub mod lwaftr;
 pub mod nat44;

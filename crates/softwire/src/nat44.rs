@@ -281,7 +281,7 @@ impl SetPorts {
 impl Ports for SetPorts {
     fn alloc(&self, p: Protocol, _sub: &Ipv6Addr, port: u16, dst: Ipv4Addr) -> Option<(Ipv4Addr, u16)> {
         let n = self.map.set_size();
-        let mut g = self.used.lock().unwrap_or_else(|e| e.into_inner());
+        let mut g = function::lock(&self.used);
         let bits = &mut g[p.idx()];
         let start = self
             .index(port)
@@ -299,7 +299,7 @@ impl Ports for SetPorts {
     }
     fn release(&self, p: Protocol, a: Ipv4Addr, port: u16) {
         let Some(i) = self.index(port).filter(|_| a == self.addr) else { return };
-        let mut g = self.used.lock().unwrap_or_else(|e| e.into_inner());
+        let mut g = function::lock(&self.used);
         let (w, b) = ((i / 64) as usize, 1u64 << (i % 64));
         if g[p.idx()][w] & b != 0 {
             g[p.idx()][w] &= !b;
@@ -475,7 +475,7 @@ impl Nat44 {
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        function::lock(&self.inner)
     }
 
     fn mirroring(&self) -> bool {

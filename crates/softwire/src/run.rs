@@ -61,6 +61,8 @@ pub struct Softwires {
     config_path: Option<std::path::PathBuf>,
     /// Busy-poll window of every thread's [`Waiter`].
     busy_poll: Duration,
+    /// The functions, as the configuration names them (`lw4o6+dstm`, ...).
+    pub(crate) names: Vec<&'static str>,
 }
 
 fn now_unix_ms() -> u64 {
@@ -138,7 +140,9 @@ impl Softwires {
         busy_poll: Duration,
     ) -> Result<Softwires> {
         let stop = Arc::new(AtomicBool::new(false));
-        let mut s = Softwires { stop: stop.clone(), threads: Vec::new(), shared: Vec::new(), config_path, busy_poll };
+        let names = cfg.functions();
+        let mut s =
+            Softwires { stop: stop.clone(), threads: Vec::new(), shared: Vec::new(), config_path, busy_poll, names };
         if let Some(t) = &cfg.dslite {
             s.spawn_dslite(t.clone())?;
         }
@@ -165,7 +169,7 @@ impl Softwires {
     pub fn status(&self) -> Value {
         let mut m = serde_json::Map::new();
         for (n, s) in &self.shared {
-            let mut v = s.status.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let mut v = function::lock(&s.status).clone();
             if let Value::Object(o) = &mut v {
                 o.insert("io_errors".into(), json!(s.errors.load(Ordering::Relaxed)));
             }
@@ -258,7 +262,7 @@ impl Softwires {
                             json!({"proto": format!("{p:?}").to_lowercase(), "ports": total, "used": used})
                         })
                         .collect();
-                    *sh.status.lock().unwrap_or_else(|e| e.into_inner()) = json!({
+                    *function::lock(&sh.status) = json!({
                         "device": dev.name,
                         "xdp": fast.as_ref().map(|f| f.status()),
                         "counters": aftr.counters().snapshot(),
@@ -390,7 +394,7 @@ impl Softwires {
                         }
                     }
                     let b = lw.bindings();
-                    *sh.status.lock().unwrap_or_else(|e| e.into_inner()) = json!({
+                    *function::lock(&sh.status) = json!({
                         "device": dev.name,
                         "xdp": fast.as_ref().map(|f| f.status()),
                         "counters": lw.counters().snapshot(),
@@ -509,7 +513,7 @@ impl Softwires {
                 if last.elapsed() >= Duration::from_millis(200) {
                     last = Instant::now();
                     b4.expire(now);
-                    *sh.status.lock().unwrap_or_else(|e| e.into_inner()) = json!({
+                    *function::lock(&sh.status) = json!({
                         "device": dev.name,
                         "aftr": b4.aftr().to_string(),
                         "kernel": kernel.as_ref().map(|k| k.status()),

@@ -272,7 +272,7 @@ impl IcmpLimiter {
         if self.rate == 0 {
             return false;
         }
-        let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut g = function::lock(&self.state);
         let (tokens, last) = &mut *g;
         let add = now.saturating_sub(*last).saturating_mul(self.rate) / 1_000_000_000;
         if add > 0 {

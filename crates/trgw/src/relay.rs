@@ -7,7 +7,7 @@ use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -132,9 +132,7 @@ pub struct SharedStats {
     pub unmatched: u64,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+use function::lock;
 
 impl Relay {
     /// Starts workers and control listeners, with the destination policy
@@ -275,7 +273,7 @@ impl Relay {
             handle.ng = Some(sock.local_addr()?);
             let cache = handle.ng_cache.clone();
             handle.spawn_udp("trgw-ng", sock, allow.clone(), move |core, m| {
-                crate::ng::handle_cached(core, &mut cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner), m)
+                crate::ng::handle_cached(core, &mut function::lock(&cache), m)
             })?;
             tracing::info!(addr = ?handle.ng, "rtpengine ng control listening");
         }

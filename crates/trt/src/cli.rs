@@ -1,8 +1,7 @@
-//! `v6gate trt`: the relay alone, in the foreground.
+//! `v6gate trt`: the relay alone, in the foreground (the binary runs it
+//! through `function::runner`): its arguments, table and status file.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 use anyhow::{bail, Context as _, Result};
 
@@ -17,7 +16,7 @@ pub struct Args {
     /// Configuration file (TOML) with a [trt] table; other tables are ignored.
     #[arg(short, long, value_name = "FILE")]
     pub config: PathBuf,
-    /// Write the counters as JSON to this file, every 200 ms and at exit.
+    /// Write the counters as JSON to this file, every 100 ms and at exit.
     #[arg(long, value_name = "FILE")]
     pub status_file: Option<PathBuf>,
 }
@@ -25,13 +24,15 @@ pub struct Args {
 /// Read and check the `[trt]` table of `path`.
 pub fn load(path: &std::path::Path) -> Result<TrtConfig> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    match TrtConfig::parse(&text).map_err(|e| anyhow::anyhow!("config error in {}: {e}", path.display()))? {
+    match TrtConfig::parse(&text).map_err(|e| e.in_file(Some(path)))? {
         Some(c) => Ok(c),
         None => bail!("config error in {}: no [trt] table", path.display()),
     }
 }
 
-fn write_status(path: &Option<PathBuf>, r: &Relay) {
+/// Writes the relay's counters, copy mode and destination refusals to
+/// `path` (when given), atomically: `v6gate trt --status-file`.
+pub fn write_status(path: &Option<PathBuf>, r: &Relay) {
     if let Some(p) = path {
         let tmp = p.with_extension("tmp");
         let refused: serde_json::Map<String, serde_json::Value> = r
@@ -47,17 +48,4 @@ fn write_status(path: &Option<PathBuf>, r: &Relay) {
             let _ = std::fs::rename(&tmp, p);
         }
     }
-}
-
-/// Run `cfg` (what [`load`] read from `a.config`) until `stop` is set
-/// (the binary sets it on SIGINT/SIGTERM).
-pub fn run(a: &Args, cfg: &TrtConfig, stop: &AtomicBool) -> Result<()> {
-    let r = Relay::start(cfg)?;
-    while !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(Duration::from_millis(200));
-        write_status(&a.status_file, &r);
-    }
-    write_status(&a.status_file, &r);
-    r.stop();
-    Ok(())
 }

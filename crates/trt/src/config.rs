@@ -1,8 +1,10 @@
 //! The `[trt]` table.
 
 use core::net::SocketAddr;
+use function::ConfigError;
 use serde::Deserialize;
 use std::time::Duration;
+use toml::Spanned;
 use xlat::addr::{Prefix6, Rfc6052};
 
 /// A commented example (docs/trt.md).
@@ -144,7 +146,7 @@ impl Budgets {
 }
 
 /// A checked `[trt]`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct TrtConfig {
     /// The relay prefix.
     pub prefix: Rfc6052,
@@ -196,106 +198,130 @@ struct StaticToml {
     listen: SocketAddr,
     to: SocketAddr,
     #[serde(default = "d_tcp")]
-    proto: String,
+    proto: Spanned<String>,
 }
 
-fn d_tcp() -> String {
-    "tcp".into()
-}
+/// A duration in the syntax of [`confval::duration`], on its own.
+#[derive(Debug, Clone, Copy, Deserialize)]
+struct DurationToml(#[serde(deserialize_with = "confval::duration::deserialize")] Duration);
 
+/// `[trt]` as written: typed, each value that is checked further kept
+/// with its span, so its error names the key and the line
+/// ([`TrtConfig::from_toml`]).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-struct TrtToml {
-    prefix: String,
+pub struct TrtToml {
+    prefix: Spanned<String>,
     #[serde(default = "d_port")]
-    tcp_port: u16,
+    tcp_port: Spanned<u16>,
     #[serde(default = "d_port")]
-    udp_port: u16,
+    udp_port: Spanned<u16>,
     #[serde(default = "d_conns")]
-    max_connections: usize,
+    max_connections: Spanned<usize>,
     #[serde(default = "d_flows")]
     max_udp_flows: usize,
     #[serde(default = "d_client_prefix")]
-    client_prefix_length: u8,
+    client_prefix_length: Spanned<u8>,
     #[serde(default = "d_conns_per_client")]
-    max_connections_per_client: usize,
+    max_connections_per_client: Spanned<usize>,
     #[serde(default = "d_connecting_per_client")]
-    max_connecting_per_client: usize,
-    #[serde(default = "d_tcp_idle", deserialize_with = "confval::duration::deserialize")]
-    tcp_idle_timeout: Duration,
+    max_connecting_per_client: Spanned<usize>,
+    #[serde(default = "d_tcp_idle")]
+    tcp_idle_timeout: Spanned<DurationToml>,
     #[serde(default = "d_flows_per_client")]
-    max_udp_flows_per_client: usize,
+    max_udp_flows_per_client: Spanned<usize>,
     #[serde(default = "d_connect", deserialize_with = "confval::duration::deserialize")]
     connect_timeout: Duration,
     #[serde(default = "d_udp", deserialize_with = "confval::duration::deserialize")]
     udp_timeout: Duration,
     #[serde(default = "d_setup")]
-    setup: String,
+    setup: Spanned<String>,
     #[serde(default = "d_copy")]
-    copy: String,
+    copy: Spanned<String>,
     #[serde(default)]
-    busy_poll: Option<toml::Value>,
+    busy_poll: Option<Spanned<DurationToml>>,
+    #[serde(default = "d_zero")]
+    preconnect: Spanned<usize>,
+    #[serde(default = "d_open_spin")]
+    open_spin: Spanned<DurationToml>,
     #[serde(default)]
-    preconnect: usize,
-    #[serde(default = "d_open_spin", deserialize_with = "confval::duration::deserialize")]
-    open_spin: Duration,
+    ack_with_data: bool,
     #[serde(default)]
-    ack_with_data: Option<toml::Value>,
+    congestion_control: Option<Spanned<String>>,
     #[serde(default)]
-    congestion_control: Option<toml::Value>,
-    #[serde(default)]
-    cpu_latency: Option<toml::Value>,
-    #[serde(default = "d_close_delay", deserialize_with = "confval::duration::deserialize")]
-    close_delay: Duration,
+    cpu_latency: Option<Spanned<DurationToml>>,
+    #[serde(default = "d_close_delay")]
+    close_delay: Spanned<DurationToml>,
     #[serde(default = "d_mark")]
-    fwmark: u32,
+    fwmark: Spanned<u32>,
     #[serde(default = "d_mark")]
-    table: u32,
+    table: Spanned<u32>,
     #[serde(default, rename = "static")]
-    statics: Vec<StaticToml>,
+    statics: Vec<Spanned<StaticToml>>,
 }
 
-/// A duration in the syntax of [`confval::duration`], on its own.
-#[derive(Deserialize)]
-struct DurationToml(#[serde(deserialize_with = "confval::duration::deserialize")] Duration);
+/// An unacceptable value of `[trt] key`, pointing at it (a default has
+/// no place in the file: the error names the key only).
+fn bad<T>(key: &str, v: &Spanned<T>, msg: impl Into<String>) -> ConfigError {
+    let e = ConfigError::invalid(format!("[trt] {key}"), msg);
+    if v.span().is_empty() {
+        e
+    } else {
+        e.spanned(v.span())
+    }
+}
 
-/// The optional duration key `[trt] key`, at most `max`.
-fn optional_duration(key: &str, v: &Option<toml::Value>, max: Duration) -> Result<Option<Duration>, String> {
+/// The optional duration `[trt] key`, at most `max`.
+fn optional_duration(
+    key: &str,
+    v: &Option<Spanned<DurationToml>>,
+    max: Duration,
+) -> Result<Option<Duration>, ConfigError> {
     let Some(v) = v else { return Ok(None) };
-    let d: DurationToml = v.clone().try_into().map_err(|e: toml::de::Error| format!("[trt] {key}: {}", e.message()))?;
-    if d.0 > max {
-        return Err(format!(
-            "[trt] {key}: {} is above {}",
-            confval::duration::format(d.0),
-            confval::duration::format(max)
+    let d = v.get_ref().0;
+    if d > max {
+        return Err(bad(
+            key,
+            v,
+            format!("{} is above {}", confval::duration::format(d), confval::duration::format(max)),
         ));
     }
-    Ok(Some(d.0))
+    Ok(Some(d))
 }
 
-fn d_port() -> u16 {
-    7040
+/// A default value: no span in the file.
+fn unspanned<T>(v: T) -> Spanned<T> {
+    Spanned::new(0..0, v)
 }
-fn d_conns() -> usize {
-    1024
+fn d_tcp() -> Spanned<String> {
+    unspanned("tcp".into())
+}
+fn d_port() -> Spanned<u16> {
+    unspanned(7040)
+}
+fn d_conns() -> Spanned<usize> {
+    unspanned(1024)
+}
+fn d_zero() -> Spanned<usize> {
+    unspanned(0)
 }
 fn d_flows() -> usize {
     4096
 }
-fn d_client_prefix() -> u8 {
-    Budgets::default().client_prefix_len
+fn d_client_prefix() -> Spanned<u8> {
+    unspanned(Budgets::default().client_prefix_len)
 }
-fn d_conns_per_client() -> usize {
-    Budgets::default().connections_per_client
+fn d_conns_per_client() -> Spanned<usize> {
+    unspanned(Budgets::default().connections_per_client)
 }
-fn d_connecting_per_client() -> usize {
-    Budgets::default().connecting_per_client
+fn d_connecting_per_client() -> Spanned<usize> {
+    unspanned(Budgets::default().connecting_per_client)
 }
-fn d_tcp_idle() -> Duration {
-    Budgets::default().tcp_idle_timeout
+fn d_tcp_idle() -> Spanned<DurationToml> {
+    unspanned(DurationToml(Budgets::default().tcp_idle_timeout))
 }
-fn d_flows_per_client() -> usize {
-    Budgets::default().udp_flows_per_client
+fn d_flows_per_client() -> Spanned<usize> {
+    unspanned(Budgets::default().udp_flows_per_client)
 }
 fn d_connect() -> Duration {
     Duration::from_secs(5)
@@ -303,131 +329,151 @@ fn d_connect() -> Duration {
 fn d_udp() -> Duration {
     Duration::from_secs(60)
 }
-fn d_open_spin() -> Duration {
-    Duration::from_micros(100)
+fn d_open_spin() -> Spanned<DurationToml> {
+    unspanned(DurationToml(Duration::from_micros(100)))
 }
-fn d_close_delay() -> Duration {
-    Duration::ZERO
+fn d_close_delay() -> Spanned<DurationToml> {
+    unspanned(DurationToml(Duration::ZERO))
 }
-fn d_setup() -> String {
-    "auto".into()
+fn d_setup() -> Spanned<String> {
+    unspanned("auto".into())
 }
-fn d_copy() -> String {
-    "splice".into()
+fn d_copy() -> Spanned<String> {
+    unspanned("splice".into())
 }
-fn d_mark() -> u32 {
-    9331
-}
-
-#[derive(Debug, Deserialize)]
-struct FileToml {
-    trt: Option<toml::Value>,
-    #[serde(flatten)]
-    _rest: toml::Table,
+fn d_mark() -> Spanned<u32> {
+    unspanned(9331)
 }
 
 impl TrtConfig {
-    /// The `[trt]` table of a TOML file, if any, checked.
-    pub fn parse(text: &str) -> Result<Option<TrtConfig>, String> {
-        let f: FileToml = toml::from_str(text).map_err(|e| e.to_string().trim().replace('\n', " "))?;
-        let Some(v) = f.trt else { return Ok(None) };
-        let t: TrtToml = v.try_into().map_err(|e: toml::de::Error| format!("[trt] {}", e.message()))?;
-        let p: Prefix6 = t.prefix.parse().map_err(|e| format!("[trt] prefix: `{}`: {e}", t.prefix))?;
-        let prefix = Rfc6052::new(p).map_err(|e| format!("[trt] prefix: {e}"))?;
-        let setup = match t.setup.as_str() {
+    /// The `[trt]` table of a TOML file, if any, checked; errors name
+    /// the key, the line and the column.
+    pub fn parse(text: &str) -> Result<Option<TrtConfig>, ConfigError> {
+        function::config::parse_table::<TrtToml>(text, "trt")?
+            .map(TrtConfig::from_toml)
+            .transpose()
+            .map_err(|e| e.at(text, None))
+    }
+
+    /// Check `[trt]` as deserialised (the one path of `v6gate run` and
+    /// `v6gate trt`). The error carries the key and the value's span.
+    pub fn from_toml(t: TrtToml) -> Result<TrtConfig, ConfigError> {
+        let p: Prefix6 = t
+            .prefix
+            .get_ref()
+            .parse()
+            .map_err(|e| bad("prefix", &t.prefix, format!("`{}`: {e}", t.prefix.get_ref())))?;
+        let prefix = Rfc6052::new(p).map_err(|e| bad("prefix", &t.prefix, e.to_string()))?;
+        let setup = match t.setup.get_ref().as_str() {
             "auto" => Setup::Auto,
             "none" => Setup::None,
-            o => return Err(format!("[trt] setup: `{o}`: expected \"auto\" or \"none\"")),
+            o => return Err(bad("setup", &t.setup, format!("`{o}`: expected \"auto\" or \"none\""))),
         };
-        let copy = match t.copy.as_str() {
+        let copy = match t.copy.get_ref().as_str() {
             "sockmap" => CopyMode::Sockmap,
             "splice" => CopyMode::Splice,
             "splice-threads" => CopyMode::SpliceThreads,
-            o => return Err(format!("[trt] copy: `{o}`: expected \"splice\", \"splice-threads\" or \"sockmap\"")),
+            o => {
+                return Err(bad(
+                    "copy",
+                    &t.copy,
+                    format!("`{o}`: expected \"splice\", \"splice-threads\" or \"sockmap\""),
+                ))
+            }
         };
-        if t.tcp_port == 0 || t.udp_port == 0 {
-            return Err("[trt] tcp-port, udp-port: 0 is not a port".into());
+        for (key, port) in [("tcp-port", &t.tcp_port), ("udp-port", &t.udp_port)] {
+            if *port.get_ref() == 0 {
+                return Err(bad(key, port, "0 is not a port"));
+            }
         }
         let busy_poll = optional_duration("busy-poll", &t.busy_poll, Duration::from_secs(1))?.unwrap_or_default();
         let cpu_latency = optional_duration("cpu-latency", &t.cpu_latency, Duration::from_secs(1))?;
-        let ack_with_data = match &t.ack_with_data {
-            None => false,
-            Some(toml::Value::Boolean(b)) => *b,
-            Some(v) => return Err(format!("[trt] ack-with-data: `{v}`: expected true or false")),
-        };
         let congestion_control = match &t.congestion_control {
             None => None,
             // The kernel's names: at most 15 bytes (TCP_CA_NAME_MAX 16 with
             // the NUL); whether it has one is checked when the relay starts.
-            Some(toml::Value::String(cc))
-                if !cc.is_empty()
-                    && cc.len() < 16
-                    && cc.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') =>
+            Some(cc)
+                if !cc.get_ref().is_empty()
+                    && cc.get_ref().len() < 16
+                    && cc.get_ref().bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') =>
             {
-                Some(cc.clone())
+                Some(cc.get_ref().clone())
             }
-            Some(v) => {
-                return Err(format!(
-                    "[trt] congestion-control: `{v}`: expected the name of a kernel TCP congestion control (1-15 of a-z, 0-9, _ and -), e.g. \"cubic\""
+            Some(cc) => {
+                return Err(bad(
+                    "congestion-control",
+                    cc,
+                    format!(
+                        "`{}`: expected the name of a kernel TCP congestion control (1-15 of a-z, 0-9, _ and -), e.g. \"cubic\"",
+                        cc.get_ref()
+                    ),
                 ))
             }
         };
-        if t.open_spin > Duration::from_millis(10) {
-            return Err(format!("[trt] open-spin: {} is above 10ms", confval::duration::format(t.open_spin)));
-        }
-        if t.close_delay > Duration::from_millis(100) {
-            return Err(format!("[trt] close-delay: {} is above 100ms", confval::duration::format(t.close_delay)));
-        }
-        if t.preconnect > t.max_connections {
-            return Err(format!("[trt] preconnect: {} is above max-connections ({})", t.preconnect, t.max_connections));
-        }
-        if t.max_connections == 0 {
-            return Err("[trt] max-connections: at least 1".into());
-        }
-        let client_prefix_len =
-            budget::check_prefix_len(t.client_prefix_length).map_err(|e| format!("[trt] client-prefix-length: {e}"))?;
-        for (key, v) in [
-            ("max-connections-per-client", t.max_connections_per_client),
-            ("max-connecting-per-client", t.max_connecting_per_client),
-            ("max-udp-flows-per-client", t.max_udp_flows_per_client),
+        for (key, v, max) in [
+            ("open-spin", &t.open_spin, Duration::from_millis(10)),
+            ("close-delay", &t.close_delay, Duration::from_millis(100)),
         ] {
-            if v == 0 {
-                return Err(format!("[trt] {key}: at least 1"));
+            if v.get_ref().0 > max {
+                let (d, max) = (confval::duration::format(v.get_ref().0), confval::duration::format(max));
+                return Err(bad(key, v, format!("{d} is above {max}")));
             }
         }
-        if t.tcp_idle_timeout < Duration::from_secs(10) || t.tcp_idle_timeout > Duration::from_secs(86_400) {
-            return Err(format!(
-                "[trt] tcp-idle-timeout: {} is not between 10s and 24h",
-                confval::duration::format(t.tcp_idle_timeout)
-            ));
+        let max_connections = *t.max_connections.get_ref();
+        if *t.preconnect.get_ref() > max_connections {
+            let msg = format!("{} is above max-connections ({max_connections})", t.preconnect.get_ref());
+            return Err(bad("preconnect", &t.preconnect, msg));
+        }
+        if max_connections == 0 {
+            return Err(bad("max-connections", &t.max_connections, "at least 1"));
+        }
+        let client_prefix_len = budget::check_prefix_len(*t.client_prefix_length.get_ref())
+            .map_err(|e| bad("client-prefix-length", &t.client_prefix_length, e.to_string()))?;
+        for (key, v) in [
+            ("max-connections-per-client", &t.max_connections_per_client),
+            ("max-connecting-per-client", &t.max_connecting_per_client),
+            ("max-udp-flows-per-client", &t.max_udp_flows_per_client),
+        ] {
+            if *v.get_ref() == 0 {
+                return Err(bad(key, v, "at least 1"));
+            }
+        }
+        let idle = t.tcp_idle_timeout.get_ref().0;
+        if idle < Duration::from_secs(10) || idle > Duration::from_secs(86_400) {
+            let msg = format!("{} is not between 10s and 24h", confval::duration::format(idle));
+            return Err(bad("tcp-idle-timeout", &t.tcp_idle_timeout, msg));
         }
         let budgets = Budgets {
             client_prefix_len,
-            connections_per_client: t.max_connections_per_client,
-            connecting_per_client: t.max_connecting_per_client,
-            tcp_idle_timeout: t.tcp_idle_timeout,
-            udp_flows_per_client: t.max_udp_flows_per_client,
+            connections_per_client: *t.max_connections_per_client.get_ref(),
+            connecting_per_client: *t.max_connecting_per_client.get_ref(),
+            tcp_idle_timeout: idle,
+            udp_flows_per_client: *t.max_udp_flows_per_client.get_ref(),
         };
-        if t.fwmark == 0 || t.table == 0 || t.table == 253 || t.table == 254 || t.table == 255 {
-            return Err("[trt] fwmark, table: non-zero, and not the kernel's main/default/local tables".into());
+        if *t.fwmark.get_ref() == 0 {
+            return Err(bad("fwmark", &t.fwmark, "0 marks nothing: a non-zero mark"));
+        }
+        if matches!(*t.table.get_ref(), 0 | 253..=255) {
+            return Err(bad("table", &t.table, "non-zero, and not the kernel's main/default/local tables"));
         }
         let mut statics = Vec::new();
-        for s in t.statics {
-            let udp = match s.proto.as_str() {
+        for s in &t.statics {
+            let st = s.get_ref();
+            let udp = match st.proto.get_ref().as_str() {
                 "tcp" => false,
                 "udp" => true,
-                o => return Err(format!("[trt] static proto: `{o}`: expected \"tcp\" or \"udp\"")),
+                o => return Err(bad("static.proto", &st.proto, format!("`{o}`: expected \"tcp\" or \"udp\""))),
             };
-            if !s.listen.is_ipv4() || !s.to.is_ipv6() {
-                return Err(format!("[trt] static: listen {} must be IPv4 and to {} IPv6", s.listen, s.to));
+            if !st.listen.is_ipv4() || !st.to.is_ipv6() {
+                return Err(bad("static", s, format!("listen {} must be IPv4 and to {} IPv6", st.listen, st.to)));
             }
-            statics.push(StaticMap { listen: s.listen, to: s.to, udp });
+            statics.push(StaticMap { listen: st.listen, to: st.to, udp });
         }
-        Ok(Some(TrtConfig {
+        Ok(TrtConfig {
             prefix,
-            tcp_port: t.tcp_port,
-            udp_port: t.udp_port,
-            max_connections: t.max_connections,
+            tcp_port: *t.tcp_port.get_ref(),
+            udp_port: *t.udp_port.get_ref(),
+            max_connections,
             max_udp_flows: t.max_udp_flows.max(1),
             budgets,
             connect_timeout: t.connect_timeout.max(Duration::from_millis(100)),
@@ -435,16 +481,16 @@ impl TrtConfig {
             setup,
             copy,
             busy_poll,
-            preconnect: t.preconnect,
-            open_spin: t.open_spin,
-            ack_with_data,
+            preconnect: *t.preconnect.get_ref(),
+            open_spin: t.open_spin.get_ref().0,
+            ack_with_data: t.ack_with_data,
             congestion_control,
             cpu_latency,
-            close_delay: t.close_delay,
-            fwmark: t.fwmark,
-            table: t.table,
+            close_delay: t.close_delay.get_ref().0,
+            fwmark: *t.fwmark.get_ref(),
+            table: *t.table.get_ref(),
             statics,
-        }))
+        })
     }
 }
 
@@ -529,7 +575,7 @@ mod tests {
                 "must be IPv4",
             ),
         ] {
-            let e = TrtConfig::parse(t).unwrap_err();
+            let e = TrtConfig::parse(t).unwrap_err().to_string();
             assert!(e.contains(want), "{t} => {e}");
         }
     }

@@ -22,6 +22,7 @@
 
 pub mod cli;
 pub mod config;
+mod function;
 pub mod pre;
 pub mod setup;
 #[allow(unsafe_code)]

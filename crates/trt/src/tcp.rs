@@ -138,7 +138,7 @@ struct ClientBook {
 type Book = Arc<Mutex<ClientBook>>;
 
 fn book(b: &Book) -> MutexGuard<'_, ClientBook> {
-    b.lock().unwrap_or_else(|p| p.into_inner())
+    function::lock(b)
 }
 
 /// Pre-connect ([`pre`]): SYNs to `prefix`/`len` start the IPv4 connect.
@@ -1109,7 +1109,7 @@ impl Loop {
             return Err((a, b));
         };
         {
-            let mut k = k.lock().unwrap_or_else(|p| p.into_inner());
+            let mut k = function::lock(k);
             if let Err(e) = k.pair(&socks[CLIENT], cookies[CLIENT], &socks[SERVER], cookies[SERVER]) {
                 tracing::debug!("TRT sockmap: {e}; this connection is spliced");
                 let [a, b] = socks;
@@ -1134,7 +1134,7 @@ impl Loop {
             active_at: Instant::now(),
         });
         {
-            let k = k.lock().unwrap_or_else(|p| p.into_inner());
+            let k = function::lock(k);
             for side in [CLIENT, SERVER] {
                 if k.direction(p.cookies[side]).is_some_and(|d| d.user) {
                     // A byte came in between the two inserts: this
@@ -1198,7 +1198,7 @@ impl Loop {
             }
             let other = 1 - side;
             let redirected = self.kernel.as_ref().and_then(|k| {
-                let k = k.lock().unwrap_or_else(|p| p.into_inner());
+                let k = function::lock(k);
                 k.direction(p.cookies[side])
             });
             let sent = sys::sent_total(&p.socks[other]).map(|n| n.saturating_sub(p.base[other]));
@@ -1231,7 +1231,7 @@ impl Loop {
         let Some(Conn::Paired(p)) = self.release(slot) else { return };
         let Paired { socks, cookies, who, .. } = *p;
         if let Some(k) = &self.kernel {
-            let mut k = k.lock().unwrap_or_else(|p| p.into_inner());
+            let mut k = function::lock(k);
             for (side, up) in [(CLIENT, true), (SERVER, false)] {
                 if let Some(d) = k.direction(cookies[side]) {
                     let b = if up { &self.c.bytes_up } else { &self.c.bytes_down };
@@ -1256,7 +1256,7 @@ impl Loop {
     /// Bytes the program redirected both ways for pair `p` so far.
     fn redirected(&self, p: &Paired) -> u64 {
         let Some(k) = &self.kernel else { return 0 };
-        let k = k.lock().unwrap_or_else(|p| p.into_inner());
+        let k = function::lock(k);
         p.cookies.iter().filter_map(|c| k.direction(*c)).map(|d| d.bytes).sum()
     }
 

@@ -20,7 +20,7 @@ pub struct Args {
     #[arg(short, long, value_name = "FILE")]
     pub config: PathBuf,
     /// Write every function's counters and state as JSON to this file,
-    /// twice a second and at exit.
+    /// every 100 ms and at exit.
     #[arg(long, value_name = "FILE")]
     pub status_file: Option<PathBuf>,
 }
@@ -28,7 +28,7 @@ pub struct Args {
 /// Reads and checks the tunnel tables of `a.config`; at least one is needed.
 pub fn load(a: &Args) -> Result<TunnelConfig> {
     let text = std::fs::read_to_string(&a.config).with_context(|| format!("reading {}", a.config.display()))?;
-    let cfg = TunnelConfig::parse(&text).map_err(|e| anyhow::anyhow!("config error in {}: {e}", a.config.display()))?;
+    let cfg = TunnelConfig::parse(&text).map_err(|e| e.in_file(Some(&a.config)))?;
     if cfg.is_empty() {
         bail!("config error in {}: no [sixtofour], [sixrd] or [teredo.*] table", a.config.display());
     }

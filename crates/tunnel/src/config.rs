@@ -9,6 +9,7 @@
 use core::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
 use std::time::Duration;
 
+use function::ConfigError;
 use serde::Deserialize;
 use xlat::addr::{IpPrefix, Prefix6};
 use xlat::tunnel::sixrd::SixrdDomain;
@@ -165,9 +166,10 @@ struct TunToml {
     routes: Vec<String>,
 }
 
+/// `[sixtofour]` as written (typed; checked by [`TunnelConfig::from_toml`]).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-struct SixToFourToml {
+pub struct SixToFourToml {
     mode: String,
     address: Ipv4Addr,
     relay: Option<Ipv4Addr>,
@@ -184,9 +186,10 @@ struct SixToFourToml {
     routes: Vec<String>,
 }
 
+/// `[sixrd]` as written.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-struct SixRdToml {
+pub struct SixRdToml {
     mode: String,
     prefix: String,
     ipv4_mask_len: u8,
@@ -203,9 +206,10 @@ struct SixRdToml {
     routes: Vec<String>,
 }
 
+/// `[teredo.server]` as written.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-struct ServerToml {
+pub struct ServerToml {
     primary: Ipv4Addr,
     secondary: Option<Ipv4Addr>,
     mtu: Option<u32>,
@@ -217,9 +221,10 @@ struct ServerToml {
     tun: Option<String>,
 }
 
+/// `[teredo.relay]` as written.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-struct RelayToml {
+pub struct RelayToml {
     bind: Option<SocketAddrV4>,
     address: Option<Ipv6Addr>,
     max_peers: Option<usize>,
@@ -245,9 +250,10 @@ struct RelayToml {
     xdp_interfaces: Vec<String>,
 }
 
+/// `[teredo.client]` as written.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-struct ClientToml {
+pub struct ClientToml {
     server: Ipv4Addr,
     server2: Option<Ipv4Addr>,
     bind: Option<SocketAddrV4>,
@@ -287,46 +293,70 @@ mod opt_duration {
     }
 }
 
+/// `[teredo.*]` as written.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct TeredoToml {
+pub struct TeredoToml {
     server: Option<ServerToml>,
     relay: Option<RelayToml>,
     client: Option<ClientToml>,
 }
 
-#[derive(Debug, Deserialize)]
-struct FileToml {
-    sixtofour: Option<SixToFourToml>,
-    sixrd: Option<SixRdToml>,
-    teredo: Option<TeredoToml>,
+/// Every tunnel table of a file, as written: what `v6gate run`'s
+/// configuration deserialises (typed, so serde's errors carry the key and
+/// the line) and [`TunnelConfig::from_toml`] checks.
+#[derive(Debug, Default, Deserialize)]
+pub struct TunnelTables {
+    /// `[sixtofour]`.
+    pub sixtofour: Option<SixToFourToml>,
+    /// `[sixrd]`.
+    pub sixrd: Option<SixRdToml>,
+    /// `[teredo.*]`.
+    pub teredo: Option<TeredoToml>,
+}
+
+/// An unacceptable value of `key` (`[table] key`).
+fn bad(key: impl Into<String>, msg: impl std::fmt::Display) -> ConfigError {
+    ConfigError::invalid(key, msg.to_string())
+}
+
+/// A 6rd domain the prefix and mask length cannot make.
+fn sixrd_error(e: xlat::addr::AddrError) -> ConfigError {
+    match e {
+        xlat::addr::AddrError::BadLength { .. } => bad("[sixrd] ipv4-mask-len", e),
+        e => bad("[sixrd] prefix", e),
+    }
 }
 
 /// `xdp` ("off", the default; "native"; "generic") and `xdp-interfaces`
 /// of `[teredo.relay]`.
-fn relay_xdp(mode: Option<&str>, interfaces: Vec<String>, bind: SocketAddrV4) -> Result<Option<RelayXdp>, String> {
+fn relay_xdp(mode: Option<&str>, interfaces: Vec<String>, bind: SocketAddrV4) -> Result<Option<RelayXdp>, ConfigError> {
     let mode: xdp::Mode = match mode {
         None => xdp::Mode::Off,
-        Some(m) => m.parse().map_err(|e| format!("[teredo.relay] xdp: {e}"))?,
+        Some(m) => m.parse().map_err(|e| bad("[teredo.relay] xdp", e))?,
     };
     if mode == xdp::Mode::Off {
         if !interfaces.is_empty() {
-            return Err(
-                "[teredo.relay] xdp-interfaces: set, but xdp is off (set xdp = \"native\" or \"generic\")".into()
-            );
+            return Err(bad(
+                "[teredo.relay] xdp-interfaces",
+                "set, but xdp is off (set xdp = \"native\" or \"generic\")",
+            ));
         }
         return Ok(None);
     }
     if interfaces.is_empty() {
-        return Err("[teredo.relay] xdp-interfaces: name the IPv4 and IPv6 interfaces to attach to".into());
+        return Err(bad("[teredo.relay] xdp-interfaces", "name the IPv4 and IPv6 interfaces to attach to"));
     }
     if let Some(i) = interfaces.iter().find(|i| i.is_empty() || i.len() > 15) {
-        return Err(format!("[teredo.relay] xdp-interfaces: `{i}` must be 1-15 bytes (a Linux interface name)"));
+        return Err(bad("[teredo.relay] xdp-interfaces", format!("`{i}` must be 1-15 bytes (a Linux interface name)")));
     }
     if bind.ip().is_unspecified() {
-        return Err(format!(
-            "[teredo.relay] bind: the XDP fast path writes the relay's address as the source of what it \
-             encapsulates: bind a specific IPv4 address, not {bind}"
+        return Err(bad(
+            "[teredo.relay] bind",
+            format!(
+                "the XDP fast path writes the relay's address as the source of what it \
+                 encapsulates: bind a specific IPv4 address, not {bind}"
+            ),
         ));
     }
     Ok(Some(RelayXdp { mode, interfaces }))
@@ -338,33 +368,33 @@ fn tun_table(
     default_name: &str,
     default_mtu: u32,
     auto: &[IpPrefix],
-) -> Result<TunTable, String> {
+) -> Result<TunTable, ConfigError> {
     let name = t.tun.unwrap_or_else(|| default_name.to_string());
     if name.is_empty() || name.len() > 15 {
-        return Err(format!("[{table}] tun: `{name}` must be 1-15 bytes (a Linux interface name)"));
+        return Err(bad(format!("[{table}] tun"), format!("`{name}` must be 1-15 bytes (a Linux interface name)")));
     }
     let mtu = t.mtu.unwrap_or(default_mtu);
     if !(1280..=65535).contains(&mtu) {
-        return Err(format!("[{table}] mtu: {mtu} is outside 1280..=65535"));
+        return Err(bad(format!("[{table}] mtu"), format!("{mtu} is outside 1280..=65535")));
     }
     let mut addresses = Vec::new();
     for a in &t.addresses {
         let (addr, len) = xlat::addr::parse_addr_len(a)
             .or_else(|_| a.parse::<core::net::IpAddr>().map(|ip| (ip, if ip.is_ipv4() { 32 } else { 128 })))
-            .map_err(|e| format!("[{table}] addresses: `{a}`: {e}"))?;
+            .map_err(|e| bad(format!("[{table}] addresses"), format!("`{a}`: {e}")))?;
         addresses.push((addr, len));
     }
     let mut routes = auto.to_vec();
     for r in &t.routes {
-        routes.push(r.parse::<IpPrefix>().map_err(|e| format!("[{table}] routes: `{r}`: {e}"))?);
+        routes.push(r.parse::<IpPrefix>().map_err(|e| bad(format!("[{table}] routes"), format!("`{r}`: {e}")))?);
     }
     Ok(TunTable { name, mtu, addresses, routes })
 }
 
-fn outer(ttl: Option<u8>, table: &str) -> Result<Ipv4Outer, String> {
+fn outer(ttl: Option<u8>, table: &str) -> Result<Ipv4Outer, ConfigError> {
     let ttl = ttl.unwrap_or(64);
     if ttl == 0 {
-        return Err(format!("[{table}] ttl: must be 1..=255"));
+        return Err(bad(format!("[{table}] ttl"), "must be 1..=255"));
     }
     Ok(Ipv4Outer { ttl, ..Ipv4Outer::default() })
 }
@@ -446,13 +476,13 @@ impl TunnelConfig {
 
     /// Checks across the tunnel tables: one device per function, no
     /// prefix owned twice.
-    fn check_across(&self) -> Result<(), String> {
+    fn check_across(&self) -> Result<(), ConfigError> {
         let devs = self.devices();
         for (i, (t, d)) in devs.iter().enumerate() {
             if let Some((t2, _)) = devs[..i].iter().find(|(_, d2)| d2.name == d.name) {
-                return Err(format!(
-                    "[{t}] tun: `{}` is also [{t2}]'s device; each function needs its own (set `tun`)",
-                    d.name
+                return Err(bad(
+                    format!("[{t}] tun"),
+                    format!("`{}` is also [{t2}]'s device; each function needs its own (set `tun`)", d.name),
                 ));
             }
         }
@@ -471,8 +501,11 @@ impl TunnelConfig {
         let owned = self.owned_v6();
         for (i, (k, p)) in owned.iter().enumerate() {
             if let Some((k2, q)) = owned[..i].iter().find(|(_, q)| q.contains(&p.addr()) || p.contains(&q.addr())) {
-                return Err(format!(
-                    "{k}: {p} overlaps {k2} {q}: two tunnel functions cannot both route one prefix into their devices"
+                return Err(bad(
+                    k.clone(),
+                    format!(
+                        "{p} overlaps {k2} {q}: two tunnel functions cannot both route one prefix into their devices"
+                    ),
                 ));
             }
         }
@@ -489,21 +522,35 @@ impl TunnelConfig {
     }
 
     /// Parse and check the tunnel tables of a TOML document (other tables
-    /// are ignored). The error names the table and key.
-    pub fn parse(text: &str) -> Result<TunnelConfig, String> {
-        let f: FileToml = toml::from_str(text).map_err(|e| e.to_string().trim().replace('\n', " "))?;
+    /// are not read). The error names the table, the key and, for a value
+    /// of the wrong type, the line.
+    pub fn parse(text: &str) -> Result<TunnelConfig, ConfigError> {
+        let f = TunnelTables {
+            sixtofour: function::config::parse_table(text, "sixtofour")?,
+            sixrd: function::config::parse_table(text, "sixrd")?,
+            teredo: function::config::parse_table(text, "teredo")?,
+        };
+        TunnelConfig::from_toml(f).map_err(|e| e.at(text, None))
+    }
+
+    /// Check the tunnel tables as deserialised (the one path of `v6gate
+    /// run` and `v6gate tunnel`); the error names the table and key.
+    pub fn from_toml(f: TunnelTables) -> Result<TunnelConfig, ConfigError> {
         let mut c = TunnelConfig::default();
         if let Some(t) = f.sixtofour {
             let mode = match t.mode.as_str() {
                 "router" | "site" => Mode::Site,
                 "relay" => Mode::Relay,
-                m => return Err(format!("[sixtofour] mode: `{m}` is not \"router\" or \"relay\"")),
+                m => return Err(bad("[sixtofour] mode", format!("`{m}` is not \"router\" or \"relay\""))),
             };
             if xlat::tunnel::sixto4::is_forbidden_v4(t.address, t.reject_private) {
-                return Err(format!("[sixtofour] address: {} cannot be a 6to4 end point (RFC 3964 5.1)", t.address));
+                return Err(bad(
+                    "[sixtofour] address",
+                    format!("{} cannot be a 6to4 end point (RFC 3964 5.1)", t.address),
+                ));
             }
             if mode == Mode::Relay && t.relay.is_some() {
-                return Err("[sixtofour] relay: only a router uses a relay".into());
+                return Err(bad("[sixtofour] relay", "only a router uses a relay"));
             }
             let domain = SixrdDomain::sixto4();
             let core = Proto41Config {
@@ -529,16 +576,17 @@ impl TunnelConfig {
             let mode = match t.mode.as_str() {
                 "ce" | "site" => Mode::Site,
                 "br" | "relay" => Mode::Relay,
-                m => return Err(format!("[sixrd] mode: `{m}` is not \"ce\" or \"br\"")),
+                m => return Err(bad("[sixrd] mode", format!("`{m}` is not \"ce\" or \"br\""))),
             };
-            let prefix: Prefix6 = t.prefix.parse().map_err(|e| format!("[sixrd] prefix: `{}`: {e}", t.prefix))?;
-            let domain = SixrdDomain::new(prefix, t.ipv4_mask_len, t.address).map_err(|e| format!("[sixrd] {e}"))?;
+            let prefix: Prefix6 =
+                t.prefix.parse().map_err(|e| bad("[sixrd] prefix", format!("`{}`: {e}", t.prefix)))?;
+            let domain = SixrdDomain::new(prefix, t.ipv4_mask_len, t.address).map_err(sixrd_error)?;
             if mode == Mode::Site && t.br.is_none() {
-                return Err("[sixrd] br: a CE needs the border relay's IPv4 address".into());
+                return Err(bad("[sixrd] br", "a CE needs the border relay's IPv4 address"));
             }
             if let Some(br) = t.br {
                 if mode == Mode::Relay {
-                    return Err("[sixrd] br: set only in ce mode".into());
+                    return Err(bad("[sixrd] br", "set only in ce mode"));
                 }
                 let _ = br;
             }
@@ -566,18 +614,19 @@ impl TunnelConfig {
                 let secondary = s.secondary.unwrap_or(Ipv4Addr::from(u32::from(s.primary).wrapping_add(1)));
                 for (k, a) in [("primary", s.primary), ("secondary", secondary)] {
                     if !xlat::tunnel::teredo::is_global_v4(a) {
-                        return Err(format!(
-                            "[teredo.server] {k}: {a} is not a global IPv4 address (clients refuse it)"
+                        return Err(bad(
+                            format!("[teredo.server] {k}"),
+                            format!("{a} is not a global IPv4 address (clients refuse it)"),
                         ));
                     }
                 }
                 if secondary == s.primary {
-                    return Err("[teredo.server] secondary: must differ from primary (the NAT tests need two)".into());
+                    return Err(bad("[teredo.server] secondary", "must differ from primary (the NAT tests need two)"));
                 }
                 let mut core = ServerConfig::new(s.primary, secondary);
                 core.mtu = s.mtu.unwrap_or(core.mtu);
                 if !(1280..=65535).contains(&core.mtu) {
-                    return Err(format!("[teredo.server] mtu: {} is outside 1280..=65535", core.mtu));
+                    return Err(bad("[teredo.server] mtu", format!("{} is outside 1280..=65535", core.mtu)));
                 }
                 core.client_rate = s.client_rate.unwrap_or(core.client_rate);
                 core.client_burst = s.client_burst.unwrap_or(core.client_burst.max(core.client_rate));
@@ -600,8 +649,8 @@ impl TunnelConfig {
                 core.max_untrusted = r.max_untrusted_peers.unwrap_or(core.max_untrusted).max(1);
                 core.untrusted_per_client = r.untrusted_peers_per_client.unwrap_or(core.untrusted_per_client).max(1);
                 if let Some(len) = r.client_prefix_length {
-                    core.client_prefix_len = budget::check_prefix_len(len)
-                        .map_err(|e| format!("[teredo.relay] client-prefix-length: {e}"))?;
+                    core.client_prefix_len =
+                        budget::check_prefix_len(len).map_err(|e| bad("[teredo.relay] client-prefix-length", e))?;
                 }
                 core.bubble_rate = r.bubble_rate.unwrap_or(core.bubble_rate);
                 core.server_bubble_rate = r.server_bubble_rate.unwrap_or(core.server_bubble_rate);
@@ -639,7 +688,7 @@ impl TunnelConfig {
                 core.max_peers = cl.max_peers.unwrap_or(core.max_peers).max(1);
                 if let Some(n) = cl.random_ports {
                     if n > 254 {
-                        return Err(format!("[teredo.client] random-ports: {n} is more than 254"));
+                        return Err(bad("[teredo.client] random-ports", format!("{n} is more than 254")));
                     }
                     core.random_ports = n;
                 }
@@ -749,7 +798,7 @@ mod tests {
             ("[teredo.client]\nserver = \"192.0.2.1\"\ntun = \"a-name-that-is-too-long\"", "[teredo.client] tun"),
             ("[teredo.relay]\nroutes = [\"nope\"]", "[teredo.relay] routes"),
         ] {
-            let e = TunnelConfig::parse(text).unwrap_err();
+            let e = TunnelConfig::parse(text).unwrap_err().to_string();
             assert!(e.contains(want), "{text}: {e}");
         }
         assert!(TunnelConfig::parse("[siit]\npool6 = \"64:ff9b::/96\"").unwrap().is_empty());
@@ -758,11 +807,18 @@ mod tests {
                    [teredo.relay]\ntun = \"t0\"\n";
         assert!(TunnelConfig::parse(two)
             .unwrap_err()
+            .to_string()
             .contains("[teredo.relay] tun: `t0` is also [sixtofour]'s device"));
         let both = "[sixtofour]\nmode = \"relay\"\naddress = \"192.0.2.1\"\n\
                     [sixrd]\nmode = \"br\"\nprefix = \"2002:100::/24\"\nipv4-mask-len = 0\naddress = \"192.0.2.1\"\n";
-        let e = TunnelConfig::parse(both).unwrap_err();
+        let e = TunnelConfig::parse(both).unwrap_err().to_string();
         assert!(e.contains("[sixrd] prefix") && e.contains("2002::/16"), "{e}");
+        // A value of the wrong type: key and line.
+        let e = TunnelConfig::parse("[sixtofour]\nmode = \"router\"\naddress = 7\n").unwrap_err();
+        assert_eq!((e.key(), e.position()), (Some("[sixtofour] address"), Some((3, 11))), "{e}");
+        // A check after the types: the key.
+        let e = TunnelConfig::parse("[sixrd]\nmode = \"ce\"\nprefix = \"2001:db8::/32\"\nipv4-mask-len = 33\naddress = \"10.0.0.1\"\nbr = \"10.0.0.2\"").unwrap_err();
+        assert_eq!(e.key(), Some("[sixrd] ipv4-mask-len"), "{e}");
     }
 
     #[test]
@@ -790,7 +846,7 @@ mod tests {
             (r.max_untrusted, r.untrusted_per_client, r.client_prefix_len, r.bubble_rate, r.server_bubble_rate),
             (10, 2, 56, 5, 1)
         );
-        let e = TunnelConfig::parse("[teredo.relay]\nclient-prefix-length = 129\n").unwrap_err();
+        let e = TunnelConfig::parse("[teredo.relay]\nclient-prefix-length = 129\n").unwrap_err().to_string();
         assert!(e.contains("[teredo.relay] client-prefix-length: 129"), "{e}");
     }
 
@@ -814,7 +870,7 @@ mod tests {
                 "1-15 bytes",
             ),
         ] {
-            let e = TunnelConfig::parse(text).unwrap_err();
+            let e = TunnelConfig::parse(text).unwrap_err().to_string();
             assert!(e.contains(want), "{text}: {e}");
         }
     }

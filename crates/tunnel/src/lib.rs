@@ -23,6 +23,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod function;
 pub mod outbox;
 pub mod proto41;
 pub mod run;

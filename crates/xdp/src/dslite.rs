@@ -317,7 +317,7 @@ impl PortBlocks {
     /// for `proto`; none: remove the entry.
     pub fn set_b4(&self, b4: Ipv6Addr, proto: u8, slots: &[u32]) -> Result<(), Error> {
         let k = DsB4Key { b4: b4.octets(), proto, pad: [0; 3] };
-        let mut m = self.b4.lock().unwrap_or_else(|e| e.into_inner());
+        let mut m = function::lock(&self.b4);
         if slots.is_empty() {
             found(DS_B4, m.remove(&k))?;
             return Ok(());

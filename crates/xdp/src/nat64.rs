@@ -270,9 +270,7 @@ impl core::fmt::Debug for Natpt {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
+use function::lock;
 
 /// A map of a loaded object on a handle of its own (a duplicated fd).
 fn own_map(m: &Map, name: &'static str) -> Result<MapData, Error> {

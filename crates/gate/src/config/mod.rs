@@ -3,8 +3,11 @@
 //! One optional table per function: `[siit]` (read here, module `siit`),
 //! `[nat64]`, `[dns64]`, `[trgw]` and `[alg]` (each read by its own crate;
 //! `[alg]`'s checks in module `alg`), the tunnels `[sixtofour]`, `[sixrd]`
-//! and `[teredo.*]` (read by the `tunnel` crate, [`tunnel::TunnelConfig`],
-//! the same types `v6gate tunnel` uses), and the
+//! and `[teredo.*]`, the TRT's `[trt]` and
+//! the softwires' `[dslite]`, `[lw4o6]`, `[b4]` (typed tables of their
+//! crates, checked there into [`tunnel::TunnelConfig`],
+//! [`trt::config::TrtConfig`] and [`softwire::config::SoftwireConfig`],
+//! the types the standalone commands use), and the
 //! daemon's own `[tun]`, `[admin]` and `[daemon]` (module `daemon`). This
 //! module holds the file-level [`Config`], its errors (with line and
 //! column) and the parse entry points; `example` builds the text of
@@ -62,10 +65,6 @@ pub const DEFAULT_PATH: &str = "/etc/v6gate/v6gate.toml";
 pub const TABLES: &[&str] =
     &["siit", "nat64", "dns64", "trgw", "alg", "sixtofour", "sixrd", "teredo", "dslite", "lw4o6", "b4", "trt"];
 
-/// The softwire and TRT tables: read by their crates from the whole text,
-/// and compared as written on reload.
-const SOFTWIRE_TABLES: [&str; 4] = ["dslite", "lw4o6", "b4", "trt"];
-
 /// Top-level tables of the daemon itself (`v6gate run`); all optional.
 /// `v6gate translate` ignores them.
 pub const DAEMON_TABLES: &[&str] = &["tun", "admin", "daemon", "xdp"];
@@ -102,124 +101,17 @@ pub struct Config {
     pub softwires: softwire::config::SoftwireConfig,
     /// `[trt]`: the RFC 3142 transport relay translator (crate `trt`).
     pub trt: Option<trt::config::TrtConfig>,
-    /// The softwire and `[trt]` tables as written, for [`Config::same_softwires`].
-    softwire_tables: Vec<(&'static str, toml::Value)>,
     /// The file this came from, for error messages.
     origin: Option<PathBuf>,
     /// Deprecated spellings found (see [`Config::warnings`]).
     warnings: Vec<Warning>,
 }
 
-/// The class of a configuration error.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ErrorKind {
-    /// The file could not be read.
-    Io,
-    /// The text is not valid TOML.
-    Syntax,
-    /// A key or table v6gate does not know.
-    UnknownKey,
-    /// A value of the wrong type, or a required key is missing.
-    Type,
-    /// A value of the right type that is not acceptable (bad prefix, MTU
-    /// below the minimum, inconsistent settings, ...).
-    Invalid,
-    /// A table the requested function needs is absent.
-    Missing,
-}
-
-/// A configuration error: which file, where in it, which key, what is wrong.
-#[derive(Debug)]
-pub struct Error {
-    kind: ErrorKind,
-    file: Option<PathBuf>,
-    /// 1-based line and column.
-    pos: Option<(usize, usize)>,
-    /// Key as the operator wrote it, e.g. `[siit] eamt[1].ipv4`.
-    key: Option<String>,
-    msg: String,
-}
-
-impl Error {
-    pub(crate) fn new(kind: ErrorKind, key: Option<String>, msg: impl Into<String>) -> Self {
-        Error { kind, file: None, pos: None, key, msg: msg.into() }
-    }
-
-    fn at(mut self, text: &str, span: Option<Range<usize>>) -> Self {
-        if let Some(s) = span {
-            self.pos = Some(line_col(text, s.start));
-        }
-        self
-    }
-
-    /// Names the key as the file wrote it: `written` maps v6gate's name
-    /// (`[siit] new-tos`) to a synonym the file used (`[siit] tos`).
-    fn named_as_written(mut self, written: &[(String, String)]) -> Self {
-        if let Some(k) = &self.key {
-            if let Some((_, name)) = written.iter().find(|(key, _)| key == k) {
-                self.key = Some(name.clone());
-            }
-        }
-        self
-    }
-
-    pub(crate) fn in_file(mut self, file: Option<&Path>) -> Self {
-        if self.file.is_none() {
-            self.file = file.map(Path::to_path_buf);
-        }
-        self
-    }
-
-    /// What kind of error this is.
-    pub fn kind(&self) -> ErrorKind {
-        self.kind
-    }
-
-    /// The key at fault, e.g. `[siit] pool6`, when there is one.
-    pub fn key(&self) -> Option<&str> {
-        self.key.as_deref()
-    }
-
-    /// 1-based (line, column) in the file, when known.
-    pub fn position(&self) -> Option<(usize, usize)> {
-        self.pos
-    }
-
-    /// The problem, without file, position or key.
-    pub fn message(&self) -> &str {
-        &self.msg
-    }
-}
-
-/// `config KIND in FILE: line L, column C: ` (the parts that are known).
-fn write_where(
-    f: &mut fmt::Formatter<'_>,
-    kind: &str,
-    file: Option<&Path>,
-    pos: Option<(usize, usize)>,
-) -> fmt::Result {
-    match file {
-        Some(p) => write!(f, "config {kind} in {}: ", p.display())?,
-        None => write!(f, "config {kind}: ")?,
-    }
-    if let Some((l, c)) = pos {
-        write!(f, "line {l}, column {c}: ")?;
-    }
-    Ok(())
-}
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write_where(f, "error", self.file.as_deref(), self.pos)?;
-        if let Some(k) = &self.key {
-            write!(f, "{k}: ")?;
-        }
-        f.write_str(&self.msg)
-    }
-}
-
-impl std::error::Error for Error {}
+use function::config::{line_col, write_where};
+/// The configuration error (file, line, column, key) is the function
+/// contract's, so every function crate's table checks return the same
+/// type ([`function::config`]).
+pub use function::config::{Error, ErrorKind};
 
 /// A deprecated spelling the configuration still accepts (an old key
 /// name or value, see [`confval::alias`]): where it is and what to write
@@ -263,19 +155,6 @@ fn aliases(table: &str) -> Vec<&'static Alias> {
     }
 }
 
-/// 1-based line and column (in characters) of byte offset `at`.
-fn line_col(text: &str, at: usize) -> (usize, usize) {
-    let at = at.min(text.len());
-    let mut at = at;
-    while !text.is_char_boundary(at) {
-        at -= 1;
-    }
-    let before = &text[..at];
-    let line = before.bytes().filter(|&b| b == b'\n').count() + 1;
-    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-    (line, before[line_start..].chars().count() + 1)
-}
-
 // ---------------------------------------------------------------------------
 // The TOML shape. Values that need validation beyond their TOML type are
 // kept as `Spanned<String>` so errors can point at them.
@@ -291,90 +170,30 @@ struct FileToml {
     daemon: Option<DaemonToml>,
     trgw: Option<trgw::Config>,
     xdp: Option<XdpToml>,
-    // The tunnel tables are read by `tunnel::TunnelConfig::parse` from the
-    // whole text; here they are only accepted.
-    sixtofour: Option<toml::Value>,
-    sixrd: Option<toml::Value>,
-    teredo: Option<toml::Value>,
+    // The tunnel tables: typed here, checked by `tunnel::TunnelConfig::from_toml`.
+    sixtofour: Option<tunnel::config::SixToFourToml>,
+    sixrd: Option<tunnel::config::SixRdToml>,
+    teredo: Option<tunnel::config::TeredoToml>,
     alg: Option<::alg::Config>,
-    // The softwire and TRT tables are read by their crates from the whole
-    // text (`softwire::config::SoftwireConfig::parse`, `trt::config::TrtConfig::parse`).
-    dslite: Option<toml::Value>,
-    lw4o6: Option<toml::Value>,
-    b4: Option<toml::Value>,
-    trt: Option<toml::Value>,
+    // The softwire and TRT tables: typed here, checked by their crates
+    // (`SoftwireConfig::from_toml`, `TrtConfig::from_toml`).
+    dslite: Option<softwire::config::DsliteToml>,
+    lw4o6: Option<softwire::config::Lw4o6Toml>,
+    b4: Option<softwire::config::B4Toml>,
+    trt: Option<trt::config::TrtToml>,
 }
 
 // ---------------------------------------------------------------------------
 
-/// Render a serde path (`siit.eamt.1.ipv4`) the way an operator reads it
-/// (`[siit] eamt[1].ipv4`), skipping the `Spanned` wrapper's private keys.
-fn render_path(path: &serde_path_to_error::Path) -> Option<String> {
-    use serde_path_to_error::Segment;
-    let mut segs = path.iter().filter(|s| !matches!(s, Segment::Map { key } if key.starts_with("$__")));
-    let table = match segs.next()? {
-        Segment::Map { key } => key.clone(),
-        _ => return None,
-    };
-    let mut out = format!("[{table}]");
-    let mut first = true;
-    for s in segs {
-        match s {
-            Segment::Map { key } if first => {
-                out.push(' ');
-                out.push_str(key);
-            }
-            Segment::Map { key } => {
-                out.push('.');
-                out.push_str(key);
-            }
-            Segment::Seq { index } => out.push_str(&format!("[{index}]")),
-            Segment::Enum { .. } | Segment::Unknown => {}
-        }
-        first = false;
-    }
-    Some(out)
-}
-
-/// Turn a deserialisation error into one that names the key.
+/// Turn a deserialisation error into one that names the key
+/// ([`function::config::from_serde`]); a top-level `[siit]` key written
+/// above every table gets a hint.
 fn classify(text: &str, err: serde_path_to_error::Error<toml::de::Error>) -> Error {
-    let key = render_path(err.path());
-    let inner = err.into_inner();
-    // serde says "field"; a TOML user says "key". Keep serde's list of
-    // what is allowed, it is the most useful part.
-    let msg = inner
-        .message()
-        .trim()
-        .replace('\n', "; ")
-        .replace("missing field `", "missing key `")
-        .replace("duplicate field `", "duplicate key `");
-    let e = if let Some(rest) = msg.strip_prefix("unknown field `") {
-        let (name, tail) = rest.split_once('`').unwrap_or((rest, ""));
-        let expected = tail.trim_start_matches(',').trim();
-        let expected = if expected.is_empty() { String::new() } else { format!(" ({expected})") };
-        // The path usually ends with the unknown key itself already; at the
-        // top level it is nothing but the unknown name.
-        let full = match key {
-            Some(k) if k == format!("[{name}]") => None,
-            Some(k) if k.ends_with(&format!(" {name}")) || k.ends_with(&format!(".{name}")) => Some(k),
-            Some(k) if k.contains(' ') => Some(format!("{k}.{name}")),
-            Some(k) => Some(format!("{k} {name}")),
-            None => None,
-        };
-        match full {
-            Some(k) => Error::new(ErrorKind::UnknownKey, Some(k), format!("unknown key{expected}")),
-            _ => {
-                let mut m = format!("unknown top-level table or key{expected}");
-                if SIIT_KEYS.contains(&name) {
-                    m.push_str(&format!("; `{name}` belongs in the [siit] table: add a `[siit]` header above it"));
-                }
-                Error::new(ErrorKind::UnknownKey, Some(name.to_string()), m)
-            }
-        }
-    } else {
-        Error::new(ErrorKind::Type, key, msg)
-    };
-    e.at(text, inner.span())
+    function::config::from_serde(text, err, |name| {
+        SIIT_KEYS
+            .contains(&name)
+            .then(|| format!("; `{name}` belongs in the [siit] table: add a `[siit]` header above it"))
+    })
 }
 
 /// A prefix ([`xlat::addr::Prefix4`], `Prefix6` or `IpPrefix`); errors name
@@ -394,22 +213,16 @@ fn invalid(text: &str, key: &str, span: Range<usize>, msg: impl Into<String>) ->
     Error::new(ErrorKind::Invalid, Some(key.to_string()), msg).at(text, Some(span))
 }
 
-/// An error message of a table's own crate (`[table] key: message`, or
-/// a bare message) as a named configuration error.
-fn crate_error(m: String) -> Error {
-    let (key, msg) = match m.split_once(": ") {
-        Some((k, rest)) if k.starts_with('[') => (Some(k.to_string()), rest.to_string()),
-        _ => (None, m),
-    };
-    Error::new(ErrorKind::Invalid, key, msg)
-}
-
 impl Config {
-    /// True when `other` has the same `[dslite]`, `[lw4o6]`, `[b4]` and
-    /// `[trt]` tables, as written (a reload keeps the running ones only
-    /// then).
-    pub fn same_softwires(&self, other: &Config) -> bool {
-        self.softwire_tables == other.softwire_tables
+    /// The tunnel tables, when the file has one (the function registry's
+    /// view, [`crate::daemon::functions`]).
+    pub fn configured_tunnels(&self) -> Option<&tunnel::TunnelConfig> {
+        (!self.tunnels.is_empty()).then_some(&self.tunnels)
+    }
+
+    /// The softwire tables, when the file has one.
+    pub fn configured_softwires(&self) -> Option<&softwire::config::SoftwireConfig> {
+        (!self.softwires.is_empty()).then_some(&self.softwires)
     }
 
     /// Parse TOML text: syntax, key names, types, prefixes and addresses.
@@ -443,29 +256,16 @@ impl Config {
             let admin = file.admin.map(|t| daemon::admin_from_toml(text, t)).transpose()?.unwrap_or_default();
             let daemon = file.daemon.map(|t| daemon::daemon_from_toml(text, t)).transpose()?.unwrap_or_default();
             let xdp = file.xdp.map(|t| xdp::xdp_from_toml(text, t)).transpose()?;
-            let tunnels = if file.sixtofour.is_some() || file.sixrd.is_some() || file.teredo.is_some() {
-                // The message starts with the table and key (`[sixrd] prefix: ...`).
-                tunnel::TunnelConfig::parse(text).map_err(crate_error)?
-            } else {
-                tunnel::TunnelConfig::default()
-            };
-            let softwire_tables: Vec<(&'static str, toml::Value)> = SOFTWIRE_TABLES
-                .iter()
-                .zip([file.dslite, file.lw4o6, file.b4, file.trt])
-                .filter_map(|(t, v)| v.map(|v| (*t, v)))
-                .collect();
-            let present = |t: &str| softwire_tables.iter().any(|(n, _)| *n == t);
-            let softwires = if present("dslite") || present("lw4o6") || present("b4") {
-                softwire::config::SoftwireConfig::parse(text).map_err(crate_error)?
-            } else {
-                softwire::config::SoftwireConfig::default()
-            };
-            let trt = if present("trt") { trt::config::TrtConfig::parse(text).map_err(crate_error)? } else { None };
+            let tables =
+                tunnel::config::TunnelTables { sixtofour: file.sixtofour, sixrd: file.sixrd, teredo: file.teredo };
+            let tunnels = tunnel::TunnelConfig::from_toml(tables).map_err(|e| e.at(text, None))?;
+            let tables = softwire::config::SoftwireTables { dslite: file.dslite, lw4o6: file.lw4o6, b4: file.b4 };
+            let softwires = softwire::config::SoftwireConfig::from_toml(tables).map_err(|e| e.at(text, None))?;
+            let trt = file.trt.map(trt::config::TrtConfig::from_toml).transpose().map_err(|e| e.at(text, None))?;
             Ok(Config {
                 tunnels,
                 softwires,
                 trt,
-                softwire_tables,
                 siit,
                 nat64: file.nat64,
                 dns64: file.dns64,
@@ -722,13 +522,5 @@ mod tests {
             "[siit] ipv6-mtu",
         );
         assert!(example().contains("# [nat64]"));
-    }
-
-    #[test]
-    fn line_col_counts_chars() {
-        assert_eq!(line_col("ab\ncd", 0), (1, 1));
-        assert_eq!(line_col("ab\ncd", 4), (2, 2));
-        assert_eq!(line_col("é\nx", 3), (2, 1));
-        assert_eq!(line_col("x", 99), (1, 2));
     }
 }

@@ -57,6 +57,7 @@ pub mod bibfile;
 pub mod ctl;
 pub mod engine;
 pub mod fastpath;
+pub mod functions;
 pub mod notify;
 pub mod stats;
 pub mod worker;
@@ -91,14 +92,9 @@ pub struct RunArgs {
     pub config: PathBuf,
 }
 
-/// What the binary tells the daemon: reload, or stop.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Signal {
-    /// SIGHUP.
-    Reload,
-    /// SIGINT or SIGTERM (the number, for the log).
-    Stop(i32),
-}
+/// What the binary tells the daemon: reload (SIGHUP), or stop
+/// (SIGINT/SIGTERM); the standalone commands' runner takes the same.
+pub use function::runner::Signal;
 
 /// The running daemon's shared state (read by the admin API).
 pub struct Daemon {
@@ -132,13 +128,9 @@ pub struct Daemon {
     pub trgw: Option<Arc<trgw::RelayHandle>>,
     /// The XDP fast path, when `[xdp]` is configured.
     pub xdp: Arc<Mutex<Option<fastpath::FastPlane>>>,
-    /// The tunnel functions (`[sixtofour]`, `[sixrd]`, `[teredo.*]`), each
-    /// on its own thread, TUN device and sockets; None when none is configured.
-    pub tunnels: Mutex<Option<tunnel::Tunnels>>,
-    /// The softwire functions (`[dslite]`, `[lw4o6]`, `[b4]`), with their names.
-    pub softwires: Mutex<Option<(softwire::run::Softwires, Vec<&'static str>)>>,
-    /// The transport relay translator, when `[trt]` is configured.
-    pub trt: Mutex<Option<trt::Relay>>,
+    /// The functions on the function contract (tunnels, softwires, TRT:
+    /// [`functions`]), in start order.
+    pub registry: Mutex<functions::Functions>,
     /// The IMS-ALG, when `[alg]` is configured.
     pub alg: Option<alg::runner::AlgHandle>,
     /// The destination policy: the gateway's own addresses (watched) and
@@ -160,9 +152,7 @@ impl std::fmt::Debug for Daemon {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+use function::lock;
 
 impl Daemon {
     /// Counters of all workers, summed.
@@ -198,10 +188,14 @@ impl Daemon {
         match self.reload() {
             Ok(g) => {
                 self.reloads_ok.fetch_add(1, Ordering::Relaxed);
-                if let Some((s, _)) = lock(&self.softwires).as_ref() {
-                    // The lwAFTR re-reads its binding file.
-                    s.reload();
+                // The registry's functions apply what the plan accepted
+                // (the lwAFTR re-reads its binding file).
+                // (Locks in the order reload takes them: config, registry.)
+                let cfg = lock(&self.config);
+                if let Err(e) = lock(&self.registry).reload(&cfg) {
+                    tracing::warn!("reload: {e}");
                 }
+                drop(cfg);
                 *lock(&self.last_reload_error) = None;
                 tracing::info!("reloaded {} (generation {g}, {source})", self.config_path.display());
                 Ok(g)
@@ -239,15 +233,8 @@ impl Daemon {
         if let Some(why) = lock(&self.xdp).as_ref().and_then(|p| p.restart_needed(&new)) {
             return Err(why);
         }
-        if new.tunnels != cur.tunnels {
-            // Devices, sockets, peer lists and qualified addresses belong
-            // to the running functions.
-            return Err("[sixtofour], [sixrd] or [teredo.*] changed: restart v6gate to apply".into());
-        }
-        if !new.same_softwires(&cur) {
-            // Devices, NAT44 mappings, leases and relayed connections
-            // belong to the running functions.
-            return Err("[dslite], [lw4o6], [b4] or [trt] changed: restart v6gate to apply".into());
+        if let function::Reload::NeedsRestart(why) = lock(&self.registry).plan_reload(&cur, &new) {
+            return Err(why);
         }
         crate::config::alg::reload(cur.alg.as_ref(), new.alg.as_ref())?;
         let token = crate::validate::admin_token(&new)?;
@@ -460,15 +447,7 @@ impl Daemon {
         if self.trgw.is_some() {
             f.push("trgw");
         }
-        if let Some(t) = lock(&self.tunnels).as_ref() {
-            f.extend(t.functions());
-        }
-        if let Some((_, names)) = lock(&self.softwires).as_ref() {
-            f.extend(names.iter().copied());
-        }
-        if lock(&self.trt).is_some() {
-            f.push("trt");
-        }
+        f.extend(lock(&self.registry).names());
         if self.alg.is_some() {
             f.push("alg");
         }
@@ -703,32 +682,12 @@ pub fn run(
         }
         None => None,
     };
-    let tunnels = if cfg.tunnels.is_empty() {
-        None
-    } else {
-        let t = tunnel::Tunnels::start(&cfg.tunnels).context("cannot start the tunnels")?;
-        tracing::info!("tunnels: {}", t.functions().join(", "));
-        Some(t)
-    };
-    let softwires = if cfg.softwires.is_empty() {
-        None
-    } else {
-        let names = cfg.softwires.functions();
-        // `[tun] busy-poll` applies to the softwire threads' devices too.
-        let s = softwire::run::Softwires::start_with(&cfg.softwires, Some(args.config.clone()), cfg.tun.busy_poll)
-            .context("cannot start the softwires")?;
-        tracing::info!("softwires: {}", names.join(", "));
-        Some((s, names))
-    };
-    let trt = match &cfg.trt {
-        Some(t) => {
-            let policy = destinations.policy("trt", dstpolicy::Lists::default());
-            let r = trt::Relay::start_with(t, policy).context("[trt]: cannot start the transport relay")?;
-            tracing::info!("trt: relaying {}", t.prefix.prefix());
-            Some(r)
-        }
-        None => None,
-    };
+    // `[tun] busy-poll` applies to the softwire threads' devices too.
+    let env = function::Env { config_path: Some(args.config.clone()), busy_poll: cfg.tun.busy_poll };
+    let registry = functions::start(&cfg, &env, &destinations)?;
+    if !registry.is_empty() {
+        tracing::info!("functions on the contract: {}", registry.names().join(", "));
+    }
     let timer_stats = Arc::new(WorkerStats::default());
     let daemon = Arc::new(Daemon {
         config_path: args.config.clone(),
@@ -746,9 +705,7 @@ pub fn run(
         dns64: Mutex::new(dns),
         trgw: relay,
         xdp: Arc::new(Mutex::new(fast)),
-        tunnels: Mutex::new(tunnels),
-        softwires: Mutex::new(softwires),
-        trt: Mutex::new(trt),
+        registry: Mutex::new(registry),
         alg,
         destinations,
         dns64_destinations,
@@ -890,16 +847,11 @@ pub fn run(
             s.calls
         );
     }
-    if let Some(mut t) = lock(&daemon.tunnels).take() {
-        // Joins the threads; closing the devices removes them and their routes.
-        t.stop();
-    }
-    if let Some((s, _)) = lock(&daemon.softwires).take() {
-        s.stop();
-    }
-    if let Some(r) = lock(&daemon.trt).take() {
-        // Closes the listeners and removes the auto setup's rules and routes.
-        r.stop();
+    // The registry's functions, the last started first: threads joined,
+    // devices closed (which removes them and their routes), the TRT's
+    // listeners closed and its auto setup's rules and routes removed.
+    for line in lock(&daemon.registry).stop() {
+        tracing::info!("{line}");
     }
     // The ALG and the relay stop when the last reference to the daemon
     // goes (their handles stop their threads on drop; the ALG holds a

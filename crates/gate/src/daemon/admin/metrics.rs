@@ -35,45 +35,9 @@ use xdp::types::{Count, Counter};
 /// The Content-Type of the document.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// One label set: (name, value) pairs.
-pub type Labels = Vec<(&'static str, String)>;
-
-/// A metric family: name (counters without their `_total`, which the
-/// encoder appends), help, type and samples.
-#[derive(Debug, Clone)]
-pub struct Family {
-    /// Full name, e.g. `v6gate_drops` (exposed as `v6gate_drops_total`).
-    pub name: String,
-    /// Help text.
-    pub help: &'static str,
-    /// Counter (monotonic) or gauge.
-    pub counter: bool,
-    /// (labels, value) samples.
-    pub samples: Vec<(Labels, f64)>,
-}
-
-impl Family {
-    fn counter(name: impl Into<String>, help: &'static str) -> Self {
-        Family { name: name.into(), help, counter: true, samples: Vec::new() }
-    }
-    fn gauge(name: impl Into<String>, help: &'static str) -> Self {
-        Family { name: name.into(), help, counter: false, samples: Vec::new() }
-    }
-    fn one(mut self, v: impl Into<f64>) -> Self {
-        self.samples.push((Vec::new(), v.into()));
-        self
-    }
-    fn with(mut self, labels: Labels, v: impl Into<f64>) -> Self {
-        self.samples.push((labels, v.into()));
-        self
-    }
-    fn by(mut self, key: &'static str, pairs: impl IntoIterator<Item = (impl ToString, u64)>) -> Self {
-        for (k, v) in pairs {
-            self.samples.push((vec![(key, k.to_string())], v as f64));
-        }
-        self
-    }
-}
+/// Families are the function contract's ([`function::metrics`]): each
+/// function reports its own, and this module encodes them.
+pub use function::metrics::{Family, Labels};
 
 #[derive(Debug)]
 struct Snapshot(Vec<Family>);
@@ -235,15 +199,8 @@ pub fn families(d: &Daemon) -> Vec<Family> {
             );
         }
     }
-    if let Some(t) = super::super::lock(&d.tunnels).as_ref() {
-        tunnels(&mut v, &t.counters());
-    }
-    if let Some((s, _)) = super::super::lock(&d.softwires).as_ref() {
-        softwires(&mut v, &s.status());
-    }
-    if let Some(r) = super::super::lock(&d.trt).as_ref() {
-        trt(&mut v, &r.counters().snapshot());
-    }
+    // The functions that run through the contract report their own.
+    v.extend(function::lock(&d.registry).metrics());
     if let Some(a) = d.alg.as_ref() {
         alg(&mut v, &a.snapshot());
     }
@@ -337,189 +294,6 @@ fn dns64_cache(st: &dns64::Stats) -> Family {
             ("expired", st.cache_expired),
         ],
     )
-}
-
-/// `v6gate_tunnel_*`: every tunnel function's counters, by function and
-/// reason (drops) or event (the rest); `drop_spoofed` becomes
-/// `reason="spoofed"`, `bubbles_sent` `event="bubbles-sent"`.
-fn tunnels(v: &mut Vec<Family>, fns: &[tunnel::run::FunctionCounters]) {
-    let label = |s: &str| s.replace('_', "-");
-    let mut up = Family::gauge("v6gate_tunnel_up", "Tunnel functions running (1 each), by function.");
-    let mut drops =
-        Family::counter("v6gate_tunnel_dropped_packets", "Packets a tunnel function dropped, by function and reason.");
-    let mut events = Family::counter("v6gate_tunnel_events", "Tunnel function counters other than drops (packets in and out, bubbles, peers trusted, ...), by function and event.");
-    let mut io = Family::counter(
-        "v6gate_tunnel_io_errors",
-        "Socket and device errors of a tunnel function, by function and kind.",
-    );
-    let mut tables = Family::gauge(
-        "v6gate_tunnel_table_entries",
-        "Entries in a tunnel function's tables now, by function and table.",
-    );
-    for f in fns {
-        let func = || ("function", f.function.to_string());
-        up = up.with(vec![func()], 1);
-        for (k, n) in &f.counters {
-            match k.strip_prefix("drop_") {
-                Some(r) => drops = drops.with(vec![func(), ("reason", label(r))], *n as f64),
-                None => events = events.with(vec![func(), ("event", label(k))], *n as f64),
-            }
-        }
-        for (k, n) in &f.io {
-            io = io.with(vec![func(), ("kind", label(k))], *n as f64);
-        }
-        for (k, n) in &f.gauges {
-            tables = tables.with(vec![func(), ("table", label(k))], *n as f64);
-        }
-    }
-    v.extend([up, drops, events, io, tables]);
-}
-
-/// `v6gate_softwire_*` from the softwires' status (`softwire::run::Softwires::status`):
-/// per function, its drops by reason, its other packet counters and its
-/// table sizes (`mappings`, `bindings`, `leases`, ...; `*_created` and
-/// `*_expired` are counters).
-fn softwires(v: &mut Vec<Family>, status: &serde_json::Value) {
-    let label = |s: &str| s.replace('_', "-");
-    let mut up = Family::gauge("v6gate_softwire_up", "Softwire functions running (1 each), by function.");
-    let mut drops = Family::counter(
-        "v6gate_softwire_dropped_packets",
-        "Packets a softwire function dropped, by function and reason (docs/softwire.md).",
-    );
-    let mut events = Family::counter(
-        "v6gate_softwire_events",
-        "Softwire packet counters other than drops (in, decapsulated, encapsulated, ICMP sent, ...) and table entries created or expired, by function and event.",
-    );
-    let mut tables = Family::gauge(
-        "v6gate_softwire_table_entries",
-        "Entries in a softwire function's tables now, by function and table.",
-    );
-    let mut io = Family::counter("v6gate_softwire_io_errors", "Device errors of a softwire function, by function.");
-    let mut fast = Family::counter(
-        "v6gate_softwire_fast_path_packets",
-        "Packets a softwire function's kernel fast path (path xdp: the lwAFTR's or AFTR's XDP program; kernel: the B4's tc/XDP programs) forwarded, by function, path and counter (docs/softwire.md).",
-    );
-    let mut passes = Family::counter(
-        "v6gate_softwire_fast_path_passes",
-        "Packets a softwire function's kernel fast path passed to its engine, by function, path and reason (docs/softwire.md).",
-    );
-    let mut attached = Family::gauge(
-        "v6gate_softwire_fast_path_attached",
-        "Softwire fast path attachments (1 each), by function, path and interface.",
-    );
-    let mut blocks = Family::gauge(
-        "v6gate_softwire_port_blocks",
-        "DS-Lite AFTR XDP port blocks (`[dslite.xdp] port-block`): blocks held by B4s now, by function.",
-    );
-    let mut block_events = Family::counter(
-        "v6gate_softwire_port_block_events",
-        "DS-Lite AFTR XDP port blocks and the mappings and FINs XDP made with them, by function and event (granted, returned, created, conflicts, fins, fins-stale).",
-    );
-    let mut dstm = Family::counter(
-        "v6gate_softwire_dstm_messages",
-        "DSTM lease server: messages and lease events (received, malformed, granted, renewed, released, expired, file-writes, file-errors), by function and event (docs/softwire.md).",
-    );
-    let mut dstm_refused = Family::counter(
-        "v6gate_softwire_dstm_refusals",
-        "DSTM lease server NAKs by function and reason: exhausted, no-lease, refused (source outside clients), rate-limited, client-rate-limited, share-exceeded (docs/softwire.md).",
-    );
-    for (func, st) in status.as_object().into_iter().flatten() {
-        let f = || ("function", func.clone());
-        for path in ["xdp", "kernel"] {
-            let Some(fp) = st.get(path).and_then(|p| p.as_object()) else { continue };
-            let l = |k: &'static str, x: String| vec![f(), ("path", path.to_string()), (k, x)];
-            for (c, n) in fp.get("counters").and_then(|c| c.as_object()).into_iter().flatten() {
-                let x = n.as_f64().unwrap_or(0.0);
-                match c.strip_prefix("pass-") {
-                    Some(r) => passes = passes.with(l("reason", r.to_string()), x),
-                    None => fast = fast.with(l("counter", c.clone()), x),
-                }
-            }
-            let ifaces = fp.get("attached").or_else(|| fp.get("uplinks")).and_then(|a| a.as_array());
-            for a in ifaces.into_iter().flatten() {
-                if let Some(i) = a.get("iface").and_then(|i| i.as_str()) {
-                    attached = attached.with(l("interface", i.to_string()), 1);
-                }
-            }
-            // What the program's maps mirror now (`xdp-sessions`, `xdp-bindings`).
-            for t in ["sessions", "bindings"] {
-                if let Some(x) = fp.get(t).and_then(|n| n.as_f64()) {
-                    tables = tables.with(vec![f(), ("table", format!("{path}-{t}"))], x);
-                }
-            }
-            if let Some(x) = fp.get("refused_full").and_then(|n| n.as_f64()) {
-                events = events.with(vec![f(), ("event", format!("{path}-map-full"))], x);
-            }
-            if let Some(b) = fp.get("port_blocks").and_then(|b| b.as_object()) {
-                blocks = blocks.with(vec![f()], b.get("held").and_then(|n| n.as_f64()).unwrap_or(0.0));
-                for e in ["granted", "returned", "created", "conflicts", "fins", "fins_stale"] {
-                    let x = b.get(e).and_then(|n| n.as_f64()).unwrap_or(0.0);
-                    block_events = block_events.with(vec![f(), ("event", label(e))], x);
-                }
-            }
-        }
-        if let Some(d) = st.get("dstm").and_then(|d| d.as_object()) {
-            const NAKS: [&str; 6] =
-                ["exhausted", "no_lease", "refused", "rate_limited", "client_rate_limited", "share_exceeded"];
-            for (k, n) in d.get("stats").and_then(|s| s.as_object()).into_iter().flatten() {
-                let x = n.as_f64().unwrap_or(0.0);
-                if NAKS.contains(&k.as_str()) {
-                    dstm_refused = dstm_refused.with(vec![f(), ("reason", label(k))], x);
-                } else {
-                    dstm = dstm.with(vec![f(), ("event", label(k))], x);
-                }
-            }
-            if let Some(x) = d.get("free").and_then(|n| n.as_f64()) {
-                tables = tables.with(vec![f(), ("table", "dstm-free".to_string())], x);
-            }
-        }
-        up = up.with(vec![f()], 1);
-        for (k, n) in st.as_object().into_iter().flatten() {
-            match (k.as_str(), n) {
-                ("counters", serde_json::Value::Object(c)) => {
-                    for (ck, cn) in c {
-                        if ck == "drops" {
-                            for (r, dn) in cn.as_object().into_iter().flatten() {
-                                drops = drops.with(vec![f(), ("reason", r.clone())], dn.as_f64().unwrap_or(0.0));
-                            }
-                        } else if let Some(x) = cn.as_f64() {
-                            events = events.with(vec![f(), ("event", label(ck))], x);
-                        }
-                    }
-                }
-                ("io_errors", n) => io = io.with(vec![f()], n.as_f64().unwrap_or(0.0)),
-                (k, n) if n.is_number() => {
-                    let x = n.as_f64().unwrap_or(0.0);
-                    if k.ends_with("_created") || k.ends_with("_expired") {
-                        events = events.with(vec![f(), ("event", label(k))], x);
-                    } else {
-                        tables = tables.with(vec![f(), ("table", label(k))], x);
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
-    v.extend([up, drops, events, tables, io, fast, passes, attached, blocks, block_events, dstm, dstm_refused]);
-}
-
-/// `v6gate_trt_*`: the transport relay's counters (`trt::Snapshot`).
-fn trt(v: &mut Vec<Family>, s: &trt::Snapshot) {
-    let mut events = Family::counter(
-        "v6gate_trt_events",
-        "Transport relay counters: connections relayed, refused, failed; bytes; UDP datagrams and flows (docs/trt.md), by event.",
-    );
-    let mut active =
-        Family::gauge("v6gate_trt_active", "TCP connections and UDP flows the transport relay holds now, by kind.");
-    for (k, n) in serde_json::to_value(s).ok().as_ref().and_then(|x| x.as_object()).into_iter().flatten() {
-        let x = n.as_f64().unwrap_or(0.0);
-        match k.as_str() {
-            "tcp_active" => active = active.with(vec![("kind", "tcp-connections".into())], x),
-            "udp_flows" => active = active.with(vec![("kind", "udp-flows".into())], x),
-            k => events = events.with(vec![("event", k.replace('_', "-"))], x),
-        }
-    }
-    v.extend([events, active]);
 }
 
 fn alg(v: &mut Vec<Family>, s: &alg::runner::Snapshot) {
@@ -858,7 +632,7 @@ mod tests {
             },
         });
         let mut v = Vec::new();
-        softwires(&mut v, &status);
+        v.extend(softwire::function::families(&status));
         let s = encode(v);
         let has = |line: &str| assert!(s.contains(&format!("{line}\n")), "{line} missing in\n{s}");
         has("v6gate_softwire_fast_path_packets_total{function=\"dslite\",path=\"xdp\",counter=\"decap\"} 7");
@@ -891,7 +665,7 @@ mod tests {
         };
         let status = serde_json::json!({"lw4o6": {"leases": 3, "dstm": {"stats": stats, "free": 5}}});
         let mut v = Vec::new();
-        softwires(&mut v, &status);
+        v.extend(softwire::function::families(&status));
         let s = encode(v);
         let has = |line: &str| assert!(s.contains(&format!("{line}\n")), "{line} missing in\n{s}");
         has("v6gate_softwire_dstm_messages_total{function=\"lw4o6\",event=\"granted\"} 3");
@@ -912,7 +686,7 @@ mod tests {
             gauges: vec![("fragment_sets".into(), 3)],
         };
         let mut v = Vec::new();
-        tunnels(&mut v, &[f]);
+        v.extend(tunnel::function::families(&[f]));
         let s = encode(v);
         assert!(s.contains("v6gate_tunnel_up{function=\"sixtofour\"} 1\n"), "{s}");
         assert!(

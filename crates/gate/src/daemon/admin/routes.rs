@@ -192,7 +192,7 @@ pub fn status(d: &Daemon) -> Value {
     let drops: serde_json::Map<String, Value> =
         t.drops.iter().chain(&t.daemon_drops).filter(|x| x.1 > 0).map(|(k, v)| ((*k).to_string(), json!(v))).collect();
     let last_err = super::super::lock(&d.last_reload_error).clone();
-    json!({
+    let mut doc = json!({
         "version": env!("CARGO_PKG_VERSION"),
         "uptime_seconds": d.started.elapsed().as_secs_f64(),
         "config_file": d.config_path.display().to_string(),
@@ -206,9 +206,6 @@ pub fn status(d: &Daemon) -> Value {
         "xdp": super::super::lock(&d.xdp).as_ref().map(|p| {
             json!({ "interfaces": p.attachments().into_iter().map(|(i, m)| json!({ "name": i, "mode": m })).collect::<Vec<_>>() })
         }),
-        "tunnels": super::super::lock(&d.tunnels).as_ref().map(|t| t.status()),
-        "softwires": super::super::lock(&d.softwires).as_ref().map(|(s, _)| s.status()),
-        "trt": super::super::lock(&d.trt).as_ref().map(|r| r.counters().snapshot()),
         "alg": d.alg.as_ref().map(|a| alg_status(&a.config(), &a.snapshot())),
         "descriptors": descriptors(d),
         "admin": admin_status(d),
@@ -227,7 +224,24 @@ pub fn status(d: &Daemon) -> Value {
             "icmp_errors_sent": t.icmp_errors_sent,
             "drops": drops,
         },
-    })
+    });
+    // The functions on the contract: each under its own key (`tunnels`,
+    // `softwires`, `trt`; null when not running), and the maps their fast
+    // paths fill.
+    let registry = super::super::lock(&d.registry);
+    if let Value::Object(o) = &mut doc {
+        for (key, st) in registry.status() {
+            o.insert(key.to_string(), st.unwrap_or(Value::Null));
+        }
+        let fast: serde_json::Map<String, Value> = registry
+            .fast_paths()
+            .into_iter()
+            .filter(|(_, f)| !f.mirrors.is_empty())
+            .map(|(k, f)| (k.to_string(), serde_json::to_value(&f.mirrors).unwrap_or(Value::Null)))
+            .collect();
+        o.insert("fast_paths".into(), Value::Object(fast));
+    }
+    doc
 }
 
 /// How close the process is to its descriptor limit.
