@@ -489,12 +489,14 @@ impl TunnelConfig {
         if let (Some(srv), Some(r)) = (&self.teredo_server, &self.teredo_relay) {
             let servers = [srv.core.primary, srv.core.secondary];
             if r.bind.port() == SERVER_PORT && (r.bind.ip().is_unspecified() || servers.contains(r.bind.ip())) {
-                return Err(format!(
-                    "[teredo.relay] bind: {} shares UDP port {SERVER_PORT} with [teredo.server] (primary {}, \
-                     secondary {}): the server's socket would take the answers of the relay's peers and no peer \
-                     would ever be trusted; bind the relay to an address of its own, e.g. \"192.0.2.20:3544\", or \
-                     another port",
-                    r.bind, servers[0], servers[1]
+                return Err(bad(
+                    "[teredo.relay] bind",
+                    format!(
+                        "{} shares UDP port {SERVER_PORT} with [teredo.server] (primary {}, secondary {}): the \
+                         server's socket would take the answers of the relay's peers and no peer would ever be \
+                         trusted; bind the relay to an address of its own, e.g. \"192.0.2.20:3544\", or another port",
+                        r.bind, servers[0], servers[1]
+                    ),
                 ));
             }
         }
@@ -731,7 +733,8 @@ mod tests {
         };
         for bad in ["", "0.0.0.0:3544", "192.0.2.10:3544", "192.0.2.11:3544"] {
             let e = TunnelConfig::parse(&cfg(bad)).unwrap_err();
-            assert!(e.starts_with("[teredo.relay] bind: ") && e.contains("shares UDP port 3544"), "{bad}: {e}");
+            assert_eq!(e.key(), Some("[teredo.relay] bind"), "{bad}: {e}");
+            assert!(e.to_string().contains("shares UDP port 3544"), "{bad}: {e}");
         }
         for good in ["192.0.2.20:3544", "192.0.2.10:3545", "0.0.0.0:4000"] {
             let c = TunnelConfig::parse(&cfg(good)).unwrap();
