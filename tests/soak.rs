@@ -1051,6 +1051,13 @@ fn soak_hostile_traffic_on_every_surface() {
         rounds.load(Relaxed)
     );
     assert!(peak.0.max(rss_end) < rss_w + 24 * 1024, "RSS grew: {rss_w} KiB -> peak {} KiB", peak.0);
+    // Descriptors during the attack: what the warm-up held plus what the
+    // tables still filling may add, each capped (the TRT's spare pipes,
+    // 128; the attacker's TRT share, 16 connections of up to six
+    // descriptors, and its 32 UDP flows; the ALG's TCP connections, 64;
+    // the admin API's 32 and rtpproxy's 16 connections; calls the control
+    // attackers leave ringing): never a leak's thousands.
+    assert!(peak.1 < fds_w + 512, "descriptors grew: {fds_w} after the warm-up -> peak {}", peak.1);
     // Each live call holds four media sockets (garbage on the rtpproxy
     // sockets may form valid `U` commands: calls of an allowed client,
     // gone after timeout-secs); everything else must be given back.
