@@ -6,7 +6,7 @@
 #   make test   install dependencies, then fmt, clippy, every test (as root,
 #               with the peers: what CI runs), fuzz smoke
 #   make bench  criterion benchmarks of the packet plane
-#   make soak   hostile traffic against every listener (SOAK_SECONDS=600)
+#   make soak   hostile traffic against every surface (SOAK_SECONDS=600)
 CARGO ?= cargo
 
 .PHONY: all deps build demo check test bench clean soak
@@ -41,10 +41,14 @@ test: deps
 bench:
 	$(CARGO) bench -p xlat
 
-# Soak test of issue #11 (root; not part of `make test`): mixed hostile
-# traffic against every listener of `v6gate run` for SOAK_SECONDS (default
-# 600) with RSS and descriptors checked flat and the NAT64 session and TrGW
-# call kept (docs/security.md).
+# Soak test of issues #11 and #29 (root, nftables; not part of `make
+# test`): mixed hostile traffic from one host with many addresses against
+# every surface of one `v6gate run` with every plane on, for SOAK_SECONDS
+# (default 600; `SOAK_SECONDS=60 make soak` for a short run), with RSS and
+# descriptors checked flat, the legitimate users (SIP call, NAT64, TrGW,
+# DS-Lite, DSTM, Teredo, TRT) kept working, nothing reaching loopback or
+# the gateway's own addresses and every refusal family counted
+# (docs/security.md, "The soak test").
 SOAK_SECONDS ?= 600
 soak: deps
 	SOAK_SECONDS=$(SOAK_SECONDS) $(CARGO) test --test soak -- --ignored --nocapture

@@ -17,20 +17,15 @@
 
 mod daemon_util;
 mod hardening_util;
-#[path = "../crates/alg/tests/common/wire.rs"]
-mod wire;
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{TcpListener, TcpStream, UdpSocket};
 use std::time::Duration;
 
-use alg::msg::Name;
 use daemon_util::*;
 use hardening_util::sa;
-use wire::*;
-
-const ALG6: &str = "[2001:db8:1::1]:5060";
-const ALG4: &str = "198.51.100.1:5060";
+use hardening_util::sip::*;
+use hardening_util::wire::*;
 
 /// hardening_util's gateway (SIIT, NAT64, the TrGW with its interfaces on
 /// the gateway's veths) with the ALG on the same addresses (T1 100 ms: the
@@ -41,82 +36,6 @@ fn start(alg: &str) -> (Lab, tempfile::TempDir) {
         "[alg]\nlisten-v6 = \"{ALG6}\"\nlisten-v4 = \"{ALG4}\"\nmedia-v6-interface = \"v6\"\nmedia-v4-interface = \"v4\"\nt1 = \"100ms\"\n{alg}"
     );
     hardening_util::start("", "", &alg)
-}
-
-/// `n` more addresses of h6's /64 (2001:db8:1::1:0 + i), a SIP socket on
-/// port 5070 of each (non-blocking).
-fn flooders(lab: &Lab, n: u16) -> Vec<UdpSocket> {
-    for i in 0..n {
-        lab.h6.ip(&["-6", "addr", "add", &format!("2001:db8:1::1:{i:x}/64"), "dev", "a6", "nodad"]).unwrap();
-    }
-    in_ns(&lab.h6, || {
-        (0..n)
-            .map(|i| {
-                let s = UdpSocket::bind(format!("[2001:db8:1::1:{i:x}]:5070")).unwrap();
-                s.set_nonblocking(true).unwrap();
-                s
-            })
-            .collect()
-    })
-}
-
-/// Sends `d` from a non-blocking socket, waiting while its buffer is full.
-fn send(s: &UdpSocket, d: &[u8], to: &str) {
-    for _ in 0..1000 {
-        match s.send_to(d, to) {
-            Ok(_) => return,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(1)),
-            Err(e) => panic!("send: {e}"),
-        }
-    }
-}
-
-/// Every datagram waiting on non-blocking `s`.
-fn drain(s: &UdpSocket) -> Vec<Vec<u8>> {
-    let mut b = vec![0u8; 65536];
-    std::iter::from_fn(|| s.recv(&mut b).ok().map(|n| b[..n].to_vec())).collect()
-}
-
-/// The next request `method` `s` receives (retransmissions of others
-/// skipped).
-fn recv_request(s: &UdpSocket, method: &str) -> Vec<u8> {
-    let mut seen = Vec::new();
-    for _ in 0..20 {
-        let d = recv(s).unwrap_or_else(|| panic!("no {method}; got {seen:?}"));
-        if d.starts_with(format!("{method} ").as_bytes()) {
-            return d;
-        }
-        seen.push(String::from_utf8_lossy(&d[..d.len().min(60)]).into_owned());
-    }
-    panic!("no {method}; got {seen:?}");
-}
-
-/// A call from the IPv4 realm (198.51.100.2) to a UA of the IPv6 realm
-/// (2001:db8:1::2) through the ALG: INVITE with SDP, 200 with SDP (both
-/// anchored in the TrGW), ACK and BYE along the route set, 200.
-fn call_completes(lab: &Lab, id: &str) {
-    let ua4 = in_ns(&lab.h4, || UdpSocket::bind("198.51.100.2:0").unwrap());
-    let ua6 = in_ns(&lab.h6, || UdpSocket::bind("[2001:db8:1::2]:0").unwrap());
-    let (a4, a6) = (ua4.local_addr().unwrap(), ua6.local_addr().unwrap());
-    let head = |m: &str, target: &str, routes: &str, cseq: u32, tag: &str| {
-        format!("{m} {target} SIP/2.0\r\nVia: SIP/2.0/UDP {a4};branch=z9hG4bK-{id}-{cseq}{m}\r\nMax-Forwards: 70\r\n{routes}From: <sip:alice@198.51.100.2>;tag=a\r\nTo: <sip:bob@[2001:db8:1::2]>{tag}\r\nCall-ID: {id}\r\nCSeq: {cseq} {m}\r\nContact: <sip:alice@{a4}>\r\n")
-    };
-    let inv = msg(&head("INVITE", &format!("sip:bob@{a6}"), "", 1, ""), &sdp("198.51.100.2", 9000));
-    ua4.send_to(&inv, ALG4).unwrap();
-    let inv6 = recv_request(&ua6, "INVITE");
-    assert_eq!(media_of(&inv6).0, "2001:db8:1::1", "the offer anchored in the TrGW");
-    ua6.send_to(&respond(&inv6, "200 OK", "b", &format!("sip:bob@{a6}"), &sdp("2001:db8:1::2", 9002)), ALG6).unwrap();
-    let ok = recv_sip_after(&ua4, &inv);
-    assert!(ok.starts_with(b"SIP/2.0 200"), "{}", String::from_utf8_lossy(&ok));
-    assert_eq!(media_of(&ok).0, "198.51.100.1");
-    let routes: String = addrs(&ok, Name::RecordRoute).iter().rev().map(|r| format!("Route: <{r}>\r\n")).collect();
-    let target = addrs(&ok, Name::Contact)[0].clone();
-    ua4.send_to(&msg(&head("ACK", &target, &routes, 1, ";tag=b"), ""), ALG4).unwrap();
-    recv_request(&ua6, "ACK");
-    ua4.send_to(&msg(&head("BYE", &target, &routes, 2, ";tag=b"), ""), ALG4).unwrap();
-    let bye6 = recv_request(&ua6, "BYE");
-    ua6.send_to(&respond(&bye6, "200 OK", "b", &format!("sip:bob@{a6}"), ""), ALG6).unwrap();
-    assert!(recv_sip(&ua4).starts_with(b"SIP/2.0 200"), "BYE answered");
 }
 
 /// D1: 5,120 OPTIONS to distinct names from 128 addresses of one /64,
@@ -131,7 +50,7 @@ fn a_dns_name_flood_from_one_64_is_held_to_its_share() {
     let (mut lab, _sock) = start("dns-servers = [\"127.0.0.1:5353\"]");
     let _dns = in_ns(&lab.gw, || UdpSocket::bind("127.0.0.1:5353").unwrap());
     let base = hardening_util::Baseline::new(&lab);
-    let socks = flooders(&lab, 128);
+    let socks = flooders(&lab, "2001:db8:1::1:", 128);
     let (fds0, rss0) = (lab.open_fds(), lab.rss_kib());
     for round in 0..40 {
         for (i, s) in socks.iter().enumerate() {
@@ -220,15 +139,6 @@ fn sip_aimed_at_loopback_or_the_gateways_own_addresses_goes_nowhere() {
     call_completes(&lab, "d2-call");
 }
 
-/// A padded INVITE without SDP (no media: only the ALG holds state) of
-/// about `pad` bytes.
-fn padded_invite(from: SocketAddr, n: usize, pad: usize) -> Vec<u8> {
-    msg(
-        &format!("INVITE sip:bob@198.51.100.2:5090 SIP/2.0\r\nVia: SIP/2.0/UDP {from};branch=z9hG4bK-p{n}\r\nMax-Forwards: 70\r\nX-Pad: {}\r\nFrom: <sip:a@[2001:db8:1::2]>;tag=a{n}\r\nTo: <sip:bob@198.51.100.2>\r\nCall-ID: p{n}\r\nCSeq: 1 INVITE\r\n", "p".repeat(pad)),
-        "",
-    )
-}
-
 /// D3: INVITEs of 20 kB from 128 addresses of one /64 to a callee that
 /// never answers, until the ALG has refused 1,000 of them for the client's
 /// share (at most 40,000 sent). Transactions are held to the client's
@@ -241,7 +151,7 @@ fn a_padded_invite_flood_is_held_to_its_share_of_the_bytes() {
     let (mut lab, _sock) = start("rate-limit = 0\nmax-state-bytes = 67108864");
     let _silent = in_ns(&lab.h4, || UdpSocket::bind("198.51.100.2:5090").unwrap());
     let base = hardening_util::Baseline::new(&lab);
-    let socks = flooders(&lab, 128);
+    let socks = flooders(&lab, "2001:db8:1::1:", 128);
     let rss0 = lab.rss_kib();
     let refused = || lab.metric("v6gate_alg_refused_total{reason=\"client-share\"}");
     let mut sent = 0;
@@ -269,30 +179,6 @@ fn a_padded_invite_flood_is_held_to_its_share_of_the_bytes() {
     wait_for("every transaction ended", || lab.metric("v6gate_alg_budget_used{budget=\"state-bytes\"}") == 0);
     base.check("after the INVITE flood");
     assert!(lab.alive(), "{}", lab.log());
-}
-
-/// A TCP connection from `src` (an address of the namespace it runs in) to `to`.
-fn tcp_from(src: &str, to: &str) -> TcpStream {
-    let s = socket2::Socket::new(socket2::Domain::for_address(sa(to)), socket2::Type::STREAM, None).unwrap();
-    s.bind(&sa(src).into()).unwrap();
-    s.connect(&sa(to).into()).unwrap();
-    s.into()
-}
-
-/// Whether the ALG closes `t` (EOF or reset within 20 s).
-fn closed_by_peer(t: &mut TcpStream) -> bool {
-    t.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    let mut b = [0u8; 256];
-    loop {
-        match t.read(&mut b) {
-            Ok(0) => return true,
-            Ok(_) => continue,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut => {
-                return false
-            }
-            Err(_) => return true,
-        }
-    }
 }
 
 /// D5: 80 connections from 40 addresses of one /64 with max-connections

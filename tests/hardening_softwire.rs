@@ -13,37 +13,16 @@
 
 #[path = "daemon_util/mod.rs"]
 mod daemon_util;
+mod hardening_util;
 #[path = "softwire_util/mod.rs"]
 mod softwire_util;
 
 use daemon_util::{in_ns, Lab};
+use hardening_util::{dstm_config, inner_udp, lease_ask, softwire_send};
 use lab::netns::Netns;
 use softwire::lease::{self, nak, Msg};
-use std::net::{Ipv6Addr, SocketAddr, UdpSocket};
+use std::net::{Ipv6Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::time::{Duration, Instant};
-
-/// An IPv4 UDP packet `192.0.0.2:sport` → `198.51.100.1:9`.
-fn inner_udp(sport: u16) -> Vec<u8> {
-    let mut v = Vec::new();
-    etherparse::PacketBuilder::ipv4([192, 0, 0, 2], [198, 51, 100, 1], 64)
-        .udp(sport, 9)
-        .write(&mut v, b"flow")
-        .unwrap();
-    v
-}
-
-/// Send `inner` (an IPv4 packet) in IPv6 from `src` to `aftr` (protocol
-/// 4: the kernel writes the IPv6 header).
-fn softwire_send(src: Ipv6Addr, aftr: Ipv6Addr, inner: &[u8]) {
-    let s = socket2::Socket::new(
-        socket2::Domain::IPV6,
-        socket2::Type::RAW,
-        Some(socket2::Protocol::from(libc::IPPROTO_IPIP)),
-    )
-    .unwrap();
-    s.bind(&SocketAddr::new(src.into(), 0).into()).unwrap();
-    s.send_to(inner, &SocketAddr::new(aftr.into(), 0).into()).unwrap();
-}
 
 #[test]
 fn dslite_quota_belongs_to_the_subscriber_prefix() {
@@ -91,11 +70,11 @@ log-mappings = false
         // Ten flows from each address: 400 wanted, the /56's quota is 100.
         for i in 0..40u16 {
             for j in 0..10u16 {
-                softwire_send(one(i), aftr6, &inner_udp(10_000 + i * 10 + j));
+                softwire_send(one(i), aftr6, &flow(10_000 + i * 10 + j));
             }
         }
         for j in 0..5u16 {
-            softwire_send(other, aftr6, &inner_udp(20_000 + j));
+            softwire_send(other, aftr6, &flow(20_000 + j));
         }
     });
     let s = aftr.wait_status(|v| {
@@ -107,33 +86,14 @@ log-mappings = false
     aftr.stop();
 }
 
-/// The daemon's lwAFTR with DSTM only; its lease server on the gateway's
-/// address towards h6.
-fn dstm_config(leases: &std::path::Path) -> String {
-    format!(
-        r#"
-[lw4o6]
-aftr-address = "2001:db8:ffff::2"
-tun = "v6d-lw"
-[lw4o6.dstm]
-pool = ["192.0.2.128/25"]
-listen = "[2001:db8:1::1]:4739"
-lease-file = "{}"
-clients = ["2001:db8::/32"]
-max-requests-per-second = 50
-"#,
-        leases.display()
-    )
+/// An IPv4 UDP packet `192.0.0.2:sport` → `198.51.100.1:9`.
+fn flow(sport: u16) -> Vec<u8> {
+    inner_udp(SocketAddrV4::new([192, 0, 0, 2].into(), sport), SocketAddrV4::new([198, 51, 100, 1].into(), 9), b"flow")
 }
 
-/// One lease message from `src` (its own socket) and the answer.
+/// One lease message from `src` to the daemon's lease server.
 fn ask(src: Ipv6Addr, m: Msg, xid: u32) -> Option<Msg> {
-    let s = UdpSocket::bind(SocketAddr::new(src.into(), 0)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    s.send_to(&lease::encode(m, xid), "[2001:db8:1::1]:4739").ok()?;
-    let mut b = [0u8; 64];
-    let n = s.recv(&mut b).ok()?;
-    lease::decode(&b[..n]).filter(|(_, x)| *x == xid).map(|(m, _)| m)
+    lease_ask(src, "[2001:db8:1::1]:4739".parse().unwrap(), m, xid)
 }
 
 #[test]
@@ -141,7 +101,7 @@ fn dstm_leases_are_shared_per_client_and_renewals_survive_a_flood() {
     lab::need_root!();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("leases");
-    let mut lab = Lab::start(&dstm_config(&file));
+    let mut lab = Lab::start(&dstm_config(&file, "max-requests-per-second = 50\n"));
     let t_start = Instant::now();
     // h6: 126 addresses of its /64; a host of another /64; twenty /64s of flooders.
     let one = |i: u16| Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 1, 0, i);

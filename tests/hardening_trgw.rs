@@ -9,8 +9,6 @@
 
 mod daemon_util;
 mod hardening_util;
-#[path = "../crates/alg/tests/common/wire.rs"]
-mod wire;
 
 use std::net::{SocketAddr, UdpSocket};
 use std::time::Duration;

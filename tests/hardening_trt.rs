@@ -8,13 +8,15 @@
 
 #[path = "daemon_util/mod.rs"]
 mod daemon_util;
+mod hardening_util;
 #[path = "trt_util/mod.rs"]
 mod trt_util;
 
 use daemon_util::in_ns;
+use hardening_util::tcp_echo_server as echo_server;
 use lab::netns::Netns;
 use std::io::{Read, Write};
-use std::net::{Ipv6Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{Ipv6Addr, SocketAddr, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 use trt_util::{bed, sa, Bed, SERVER6};
 
@@ -38,15 +40,12 @@ fn addresses(b: &Bed) {
     b.gw.ip(&["-6", "route", "add", "2001:db8:2::/64", "via", "2001:db8:1::2"]).unwrap();
 }
 
+/// Whether the relay reset `c` (or it is closed): a read that ends.
 /// A TCP connection from `src` (port chosen) to `dst`, or the error.
 fn connect_from(src: Ipv6Addr, dst: SocketAddr) -> std::io::Result<TcpStream> {
-    let s = socket2::Socket::new(socket2::Domain::IPV6, socket2::Type::STREAM, None)?;
-    s.bind(&SocketAddr::new(src.into(), 0).into())?;
-    s.connect_timeout(&dst.into(), Duration::from_secs(5))?;
-    Ok(s.into())
+    hardening_util::connect_from(src.into(), dst, Duration::from_secs(5))
 }
 
-/// Whether the relay reset `c` (or it is closed): a read that ends.
 fn was_reset(c: &mut TcpStream) -> bool {
     c.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
     let mut b = [0u8; 1];
@@ -54,29 +53,6 @@ fn was_reset(c: &mut TcpStream) -> bool {
         Err(e) => !matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut),
         Ok(n) => n == 0,
     }
-}
-
-/// A server in `ns` on `port` that echoes on every connection it
-/// accepts and counts them, until the test ends.
-fn echo_server(ns: &Netns, port: u16) {
-    let name = ns.name().to_string();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        Netns::attach(&name).enter_thread().unwrap();
-        let l = TcpListener::bind(("0.0.0.0", port)).unwrap();
-        tx.send(()).unwrap();
-        for mut c in l.incoming().flatten() {
-            std::thread::spawn(move || {
-                let mut b = [0u8; 4096];
-                while let Ok(n) = c.read(&mut b) {
-                    if n == 0 || c.write_all(&b[..n]).is_err() {
-                        break;
-                    }
-                }
-            });
-        }
-    });
-    rx.recv().unwrap();
 }
 
 /// One echo exchange over a connection from `src`.

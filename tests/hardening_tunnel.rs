@@ -10,13 +10,16 @@
 //!  .9 a "server"; spoofed sources    2001::/32 into its TUN device
 //! ```
 
+mod daemon_util;
+mod hardening_util;
 mod tunnel_util;
 
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::time::{Duration, Instant};
 
+use hardening_util::{raw_ipv4, spoofed, teredo_received as received};
 use tunnel_util::World;
-use xlat::tunnel::teredo::{self, TeredoAddr};
+use xlat::tunnel::teredo;
 
 const RELAY: &str = "192.0.2.20:3544";
 const RELAY6: &str = "2001:db8:1::1";
@@ -24,6 +27,14 @@ const HOST: &str = "2001:db8:1::2";
 const SERVER: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 9);
 
 /// The three namespaces, and the relay with `extra` in its table.
+fn teredo_of(mapped: SocketAddrV4, flags: u16) -> Ipv6Addr {
+    hardening_util::teredo_of(SERVER, mapped, flags)
+}
+
+fn bubble_from(src: Ipv6Addr) -> Vec<u8> {
+    hardening_util::bubble_from(src, RELAY6.parse().unwrap())
+}
+
 fn testbed(extra: &str) -> World {
     let mut w = World::new("v6th");
     for n in ["c", "r", "h"] {
@@ -46,44 +57,6 @@ fn testbed(extra: &str) -> World {
     w
 }
 
-fn teredo_of(mapped: SocketAddrV4, flags: u16) -> Ipv6Addr {
-    TeredoAddr { server: SERVER, flags, mapped }.to_ipv6()
-}
-
-fn bubble_from(src: Ipv6Addr) -> Vec<u8> {
-    let mut b = [0u8; 40];
-    let n = teredo::bubble(src, RELAY6.parse().unwrap(), &mut b).unwrap();
-    b[..n].to_vec()
-}
-
-/// A UDP datagram `from` → the relay carrying `payload`, written whole
-/// through a raw socket (any source address).
-fn spoofed(raw: &socket2::Socket, from: SocketAddrV4, payload: &[u8]) {
-    let mut v = Vec::new();
-    etherparse::PacketBuilder::ipv4(from.ip().octets(), [192, 0, 2, 20], 64)
-        .udp(from.port(), 3544)
-        .write(&mut v, payload)
-        .unwrap();
-    let to: SocketAddr = "192.0.2.20:0".parse().unwrap();
-    raw.send_to(&v, &to.into()).unwrap();
-}
-
-/// The Teredo packets `sock` receives within `wait` of quiet: (data
-/// packets, bubbles).
-fn received(sock: &UdpSocket, wait: Duration) -> (usize, usize) {
-    sock.set_read_timeout(Some(wait)).unwrap();
-    let (mut data, mut bubbles) = (0, 0);
-    let mut b = [0u8; 2048];
-    while let Ok(n) = sock.recv(&mut b) {
-        match teredo::parse(&b[..n]) {
-            Ok(p) if p.is_bubble() => bubbles += 1,
-            Ok(_) => data += 1,
-            Err(_) => {}
-        }
-    }
-    (data, bubbles)
-}
-
 #[test]
 fn a_trusted_peer_survives_floods_and_untrusted_peers_are_shared() {
     lab::need_root!();
@@ -97,15 +70,10 @@ fn a_trusted_peer_survives_floods_and_untrusted_peers_are_shared() {
 
     // 5,000 spoofed bubbles, each from the mapping its source embeds.
     w.in_ns("c", || {
-        let raw = socket2::Socket::new(
-            socket2::Domain::IPV4,
-            socket2::Type::RAW,
-            Some(socket2::Protocol::from(libc::IPPROTO_RAW)),
-        )
-        .unwrap();
+        let raw = raw_ipv4();
         for i in 0..5000u32 {
             let from = SocketAddrV4::new(Ipv4Addr::new(203, 0, 113, 1 + (i % 250) as u8), 1000 + (i / 250) as u16);
-            spoofed(&raw, from, &bubble_from(teredo_of(from, 0)));
+            spoofed(&raw, from, RELAY.parse().unwrap(), &bubble_from(teredo_of(from, 0)));
         }
     });
     // 300 new peers from the native host's /64: 50 wait for the trust

@@ -41,6 +41,12 @@ pub fn config_path(dir: &tempfile::TempDir) -> PathBuf {
 impl Lab {
     /// Build the namespaces and start the daemon with `config`.
     pub fn start(config: &str) -> Lab {
+        Lab::start_with(config, |_| {})
+    }
+
+    /// As [`Lab::start`], with `setup` run on the testbed before the
+    /// daemon starts (addresses it must find, routes, sysctls).
+    pub fn start_with(config: &str, setup: impl FnOnce(&Lab)) -> Lab {
         let h6 = Netns::unique("v6d-h6").unwrap();
         let gw = Netns::unique("v6d-gw").unwrap();
         let h4 = Netns::unique("v6d-h4").unwrap();
@@ -63,6 +69,7 @@ impl Lab {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(config_path(&dir), config).unwrap();
         let mut lab = Lab { h6, gw, h4, daemon: None, dir };
+        setup(&lab);
         lab.spawn();
         lab
     }

@@ -1,14 +1,24 @@
-//! Shared by `daemon_hardening` and `soak`: the gateway with SIIT, NAT64
-//! and the TrGW, an ng client, and the NAT64 session and TrGW call whose
-//! survival every hostile test checks.
+//! Shared by the hostile tests (`daemon_hardening`, `hardening_*`,
+//! `soak`): the gateway with SIIT, NAT64 and the TrGW, an ng client, the
+//! NAT64 session and TrGW call whose survival every hostile test checks,
+//! and the attackers' and legitimate users' tools for the other planes
+//! (the IMS-ALG in [`sip`]; DS-Lite, DSTM, Teredo and TRT below).
 #![allow(dead_code)]
 
-use std::net::{SocketAddr, UdpSocket};
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
+use lab::netns::Netns;
+use softwire::lease::{self, Msg};
 use trgw::bencode::{self, Value};
+use xlat::tunnel::teredo::{self, TeredoAddr};
 
 use crate::daemon_util::*;
+
+pub mod sip;
+#[path = "../../crates/alg/tests/common/wire.rs"]
+pub mod wire;
 
 /// The IPv4 host through NAT64.
 pub const H4_NAT64: &str = "64:ff9b:2::c633:6402";
@@ -236,4 +246,142 @@ pub fn exhaust_descriptors(lab: &Lab) -> (Vec<std::net::TcpStream>, (usize, usiz
     let conns =
         in_ns(&lab.gw, || (0..20).filter_map(|_| std::net::TcpStream::connect("127.0.0.1:9164").ok()).collect());
     (conns, (soft, hard))
+}
+
+/// An IPv4 UDP packet `src` → `dst` carrying `payload` (what a B4 puts
+/// in its softwire).
+pub fn inner_udp(src: SocketAddrV4, dst: SocketAddrV4, payload: &[u8]) -> Vec<u8> {
+    let mut v = Vec::new();
+    etherparse::PacketBuilder::ipv4(src.ip().octets(), dst.ip().octets(), 64)
+        .udp(src.port(), dst.port())
+        .write(&mut v, payload)
+        .unwrap();
+    v
+}
+
+/// A raw IPv4-in-IPv6 socket (protocol 4) bound to `src`: what it sends
+/// gets an IPv6 header from the kernel, and it receives the packets of
+/// protocol 4 sent to `src` (without their IPv6 header).
+pub fn softwire_socket(src: Ipv6Addr) -> socket2::Socket {
+    let s = socket2::Socket::new(
+        socket2::Domain::IPV6,
+        socket2::Type::RAW,
+        Some(socket2::Protocol::from(libc::IPPROTO_IPIP)),
+    )
+    .unwrap();
+    s.bind(&SocketAddr::new(src.into(), 0).into()).unwrap();
+    s
+}
+
+/// Sends `inner` (an IPv4 packet) in IPv6 from `src` to `aftr`.
+pub fn softwire_send(src: Ipv6Addr, aftr: Ipv6Addr, inner: &[u8]) {
+    let s = softwire_socket(src);
+    s.send_to(inner, &SocketAddr::new(aftr.into(), 0).into()).unwrap();
+}
+
+/// The lwAFTR with DSTM only (`[lw4o6]`, device `v6d-lw`): its lease
+/// server on the gateway's address towards h6, port 4739, for clients of
+/// 2001:db8::/32; `extra` lines added to `[lw4o6.dstm]`.
+pub fn dstm_config(leases: &std::path::Path, extra: &str) -> String {
+    format!(
+        r#"
+[lw4o6]
+aftr-address = "2001:db8:ffff::2"
+tun = "v6d-lw"
+[lw4o6.dstm]
+pool = ["192.0.2.128/25"]
+listen = "[2001:db8:1::1]:4739"
+lease-file = "{}"
+clients = ["2001:db8::/32"]
+{extra}"#,
+        leases.display()
+    )
+}
+
+/// One DSTM lease message from `src` (its own socket) to `server` and the
+/// answer with the same transaction id.
+pub fn lease_ask(src: Ipv6Addr, server: SocketAddr, m: Msg, xid: u32) -> Option<Msg> {
+    let s = UdpSocket::bind(SocketAddr::new(src.into(), 0)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    s.send_to(&lease::encode(m, xid), server).ok()?;
+    let mut b = [0u8; 64];
+    let n = s.recv(&mut b).ok()?;
+    lease::decode(&b[..n]).filter(|(_, x)| *x == xid).map(|(m, _)| m)
+}
+
+/// The Teredo address of a client of `server` whose NAT maps it to `mapped`.
+pub fn teredo_of(server: Ipv4Addr, mapped: SocketAddrV4, flags: u16) -> Ipv6Addr {
+    TeredoAddr { server, flags, mapped }.to_ipv6()
+}
+
+/// A Teredo bubble `src` → `dst`.
+pub fn bubble_from(src: Ipv6Addr, dst: Ipv6Addr) -> Vec<u8> {
+    let mut b = [0u8; 40];
+    let n = teredo::bubble(src, dst, &mut b).unwrap();
+    b[..n].to_vec()
+}
+
+/// An IPPROTO_RAW socket: it writes whole IPv4 packets, any source.
+pub fn raw_ipv4() -> socket2::Socket {
+    socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::RAW, Some(socket2::Protocol::from(libc::IPPROTO_RAW)))
+        .unwrap()
+}
+
+/// A UDP datagram `from` → `to` carrying `payload`, written whole through
+/// a raw socket ([`raw_ipv4`]).
+pub fn spoofed(raw: &socket2::Socket, from: SocketAddrV4, to: SocketAddrV4, payload: &[u8]) {
+    let mut v = Vec::new();
+    etherparse::PacketBuilder::ipv4(from.ip().octets(), to.ip().octets(), 64)
+        .udp(from.port(), to.port())
+        .write(&mut v, payload)
+        .unwrap();
+    let dst = SocketAddr::new((*to.ip()).into(), 0);
+    let _ = raw.send_to(&v, &dst.into());
+}
+
+/// The Teredo packets `sock` receives within `wait` of quiet: (data
+/// packets, bubbles).
+pub fn teredo_received(sock: &UdpSocket, wait: Duration) -> (usize, usize) {
+    sock.set_read_timeout(Some(wait)).unwrap();
+    let (mut data, mut bubbles) = (0, 0);
+    let mut b = [0u8; 2048];
+    while let Ok(n) = sock.recv(&mut b) {
+        match teredo::parse(&b[..n]) {
+            Ok(p) if p.is_bubble() => bubbles += 1,
+            Ok(_) => data += 1,
+            Err(_) => {}
+        }
+    }
+    (data, bubbles)
+}
+
+/// A TCP connection from `src` (port chosen) to `dst`, or the error.
+pub fn connect_from(src: std::net::IpAddr, dst: SocketAddr, timeout: Duration) -> std::io::Result<TcpStream> {
+    let s = socket2::Socket::new(socket2::Domain::for_address(dst), socket2::Type::STREAM, None)?;
+    s.bind(&SocketAddr::new(src, 0).into())?;
+    s.connect_timeout(&dst.into(), timeout)?;
+    Ok(s.into())
+}
+
+/// A TCP server in `ns` on `port` that echoes on every connection it
+/// accepts, until the process ends.
+pub fn tcp_echo_server(ns: &Netns, port: u16) {
+    let name = ns.name().to_string();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        Netns::attach(&name).enter_thread().unwrap();
+        let l = TcpListener::bind(("0.0.0.0", port)).unwrap();
+        tx.send(()).unwrap();
+        for mut c in l.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut b = [0u8; 4096];
+                while let Ok(n) = c.read(&mut b) {
+                    if n == 0 || c.write_all(&b[..n]).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    rx.recv().unwrap();
 }

@@ -368,6 +368,9 @@ pub struct Core {
     retired: PacketTotals,
     /// Streams held per client.
     clients: HashMap<ClientKey, usize>,
+    /// Refusal lines (ports exhausted, control clients denied): a few per
+    /// 10 s each, however many refusals (issue #29 D12).
+    pub(crate) warn_log: dstpolicy::RateLog<&'static str>,
 }
 
 impl std::fmt::Debug for Core {
@@ -405,6 +408,7 @@ impl Core {
             policy,
             retired: PacketTotals::default(),
             clients: HashMap::new(),
+            warn_log: dstpolicy::RateLog::default(),
         }
     }
 
@@ -550,7 +554,9 @@ impl Core {
             }
         }
         self.totals.port_exhausted += 1;
-        tracing::warn!(%bind, "no free media port pair");
+        if let Some(suppressed) = self.warn_log.admit("ports-exhausted", Instant::now()) {
+            tracing::warn!(%bind, suppressed, "no free media port pair");
+        }
         Err(CoreError::NoPorts(bind))
     }
 
@@ -931,6 +937,49 @@ mod tests {
         assert!(c.call("c9").is_none(), "failed offer leaves no call");
         c.delete("c0", None).unwrap();
         c.signal(true, "c9", "t", None, &[req("2001:db8:6::10", 9002)], &place).unwrap();
+    }
+
+    /// Counts the WARN events while it is the default subscriber.
+    struct Warnings(std::sync::atomic::AtomicUsize);
+
+    impl tracing::Subscriber for Warnings {
+        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, e: &tracing::Event<'_>) {
+            if *e.metadata().level() == tracing::Level::WARN {
+                self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    /// Issue #29 D12, found again by the soak: offers refused for want of
+    /// ports wrote one warning each (50 a second while the soak's control
+    /// clients held every port); now a few per 10 s, every refusal counted.
+    #[test]
+    fn port_exhaustion_writes_a_few_lines_not_one_per_refusal() {
+        let warnings = std::sync::Arc::new(Warnings(0.into()));
+        let mut c = Core::new(test_config(), Box::new(NullPlane), Instant::now());
+        let place = Placement { to_v6: Some(false), ..Placement::default() };
+        tracing::subscriber::with_default(warnings.clone(), || {
+            for i in 0..4 {
+                c.signal(true, &format!("c{i}"), "t", None, &[req("2001:db8:6::10", 9002)], &place).unwrap();
+            }
+            for i in 0..500 {
+                let e = c.signal(true, &format!("x{i}"), "t", None, &[req("2001:db8:6::10", 9002)], &place);
+                assert!(matches!(e, Err(CoreError::NoPorts(_))), "{e:?}");
+            }
+        });
+        assert_eq!(c.totals.port_exhausted, 500);
+        let lines = warnings.0.load(std::sync::atomic::Ordering::Relaxed);
+        assert!((1..=10).contains(&lines), "{lines} warnings for 500 refusals");
     }
 
     #[test]

@@ -442,8 +442,11 @@ impl RelayHandle {
                     Err(_) => continue,
                 };
                 if !cfg.allowed(from.ip()) {
-                    lock(&core).totals.control_denied += 1;
-                    tracing::warn!(%from, "control message from a client not on the allow-list dropped");
+                    let mut c = lock(&core);
+                    c.totals.control_denied += 1;
+                    if let Some(suppressed) = c.warn_log.admit("control-denied", std::time::Instant::now()) {
+                        tracing::warn!(%from, suppressed, "control message from a client not on the allow-list dropped");
+                    }
                     continue;
                 }
                 let reply = f(&mut lock(&core), &buf[..n]);
