@@ -319,6 +319,39 @@ pub fn udp_echo(
     round_trip(srv_ns, cli_ns, server, client)
 }
 
+/// A listener on `bind`. A previous round trip's connection on the same
+/// port may hold it for a moment after its close (the kernel answers
+/// `EADDRINUSE` while it goes): tried again for up to 5 s.
+fn listen_on(bind: SocketAddr) -> TcpListener {
+    let t0 = Instant::now();
+    loop {
+        match TcpListener::bind(bind) {
+            Ok(l) => return l,
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && t0.elapsed() < Duration::from_secs(5) => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("listening on {bind}: {e}"),
+        }
+    }
+}
+
+/// The first connection `l` accepts within `limit`; panics after it, so
+/// that a client that never connects fails the test instead of hanging
+/// it in `accept`.
+fn accept_within(l: &TcpListener, limit: Duration) -> (TcpStream, SocketAddr) {
+    l.set_nonblocking(true).unwrap();
+    let t0 = Instant::now();
+    loop {
+        match l.accept() {
+            Ok(c) => return c,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && t0.elapsed() < limit => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => panic!("no connection accepted within {limit:?}: {e}"),
+        }
+    }
+}
+
 /// A TCP echo round trip (connect, send, read back, close), as [`udp_echo`].
 pub fn tcp_echo(
     srv_ns: &Netns,
@@ -328,9 +361,10 @@ pub fn tcp_echo(
     msg: &[u8],
 ) -> (Vec<u8>, SocketAddr) {
     let server = move |ready: &dyn Fn()| {
-        let l = TcpListener::bind(bind).unwrap();
+        let l = listen_on(bind);
         ready();
-        let (mut c, from) = l.accept().unwrap();
+        let (mut c, from) = accept_within(&l, Duration::from_secs(15));
+        c.set_nonblocking(false).unwrap();
         c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let mut buf = vec![0u8; msg.len()];
         c.read_exact(&mut buf).unwrap();

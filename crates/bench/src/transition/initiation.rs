@@ -731,30 +731,49 @@ mod tests {
         let l = s.run(|| Ok(TcpListener::bind(("10.9.0.2", PORT))?)).unwrap();
         // A listener on another port: its SYNs are not captured.
         let other = s.run(|| Ok(TcpListener::bind(("10.9.0.2", PORT + 1))?)).unwrap();
-        let server = std::thread::spawn(move || {
-            for _ in 0..3 {
-                let (mut k, _) = l.accept().unwrap();
-                let mut b = [0u8; 1];
-                k.read_exact(&mut b).unwrap();
-                k.write_all(&b).unwrap();
+        let server = std::thread::spawn(move || loop {
+            let (mut k, _) = l.accept().unwrap();
+            let mut b = [0u8; 1];
+            k.read_exact(&mut b).unwrap();
+            if &b == b"q" {
+                break;
             }
+            k.write_all(&b).unwrap();
         });
         let taps = Taps::open(&c, &s, PORT).unwrap();
+        // One session: connect, a byte each way, close, its window.
+        let session = |init: &mut Initiation| -> std::io::Result<()> {
+            let start_ns = sys::realtime_ns();
+            let mut k = TcpStream::connect(("10.9.0.2", PORT))?;
+            k.write_all(b"x")?;
+            k.read_exact(&mut [0u8; 1])?;
+            drop(k);
+            init.windows.push(Window { start_ns, end_ns: sys::realtime_ns(), ok: true });
+            Ok(())
+        };
+        // The kernel turns its packet timestamps on in a deferred work item
+        // after the first timestamping socket opens (net_enable_timestamp);
+        // until it has run, an outgoing SYN carries TCP's monotonic
+        // departure time and pairs with no window. Sessions until one pairs.
+        let mut warm = Initiation::default();
+        for attempt in 0.. {
+            c.run(|| Ok(session(&mut warm)?)).unwrap();
+            taps.drain(&mut warm).unwrap();
+            if warm.hist.count() > 0 {
+                break;
+            }
+            assert!(attempt < 100, "no session paired in 100 tries: {:?}", warm.unmatched);
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
         let mut init = Initiation::default();
         c.run(|| {
             let _ = TcpStream::connect(("10.9.0.2", PORT + 1))?;
             for _ in 0..3 {
-                let start_ns = sys::realtime_ns();
-                let mut k = TcpStream::connect(("10.9.0.2", PORT))?;
-                k.write_all(b"x")?;
-                k.read_exact(&mut [0u8; 1])?;
-                drop(k);
-                init.windows.push(Window { start_ns, end_ns: sys::realtime_ns(), ok: true });
+                session(&mut init)?;
             }
             Ok(())
         })
         .unwrap();
-        server.join().unwrap();
         drop(other);
         taps.drain(&mut init).unwrap();
         assert_eq!(init.unmatched, Unmatched::default());
@@ -765,6 +784,8 @@ mod tests {
         // Drained: nothing left for a next block.
         taps.drain(&mut init).unwrap();
         assert_eq!((init.hist.count(), init.unmatched), (3, Unmatched::default()));
+        c.run(|| Ok(TcpStream::connect(("10.9.0.2", PORT))?.write_all(b"q")?)).unwrap();
+        server.join().unwrap();
     }
 
     #[test]
