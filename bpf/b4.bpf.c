@@ -71,14 +71,14 @@ struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, B4_COUNTERS);
 	__type(key, __u32);
-	__type(value, struct b4_count);
+	__type(value, struct v6g_count);
 } b4_counters SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16);
 	__type(key, __u32);
-	__type(value, struct b4_mac);
+	__type(value, struct v6g_ifmac);
 } b4_ifmac SEC(".maps");
 
 /* The uplinks (the interfaces xdp_b4_decap is attached to): the only
@@ -92,7 +92,7 @@ struct {
 
 V6G_INLINE void count_n(__u32 idx, __u32 packets, __u64 bytes)
 {
-	struct b4_count *c = bpf_map_lookup_elem(&b4_counters, &idx);
+	struct v6g_count *c = bpf_map_lookup_elem(&b4_counters, &idx);
 
 	if (c) {
 		c->packets += packets;
@@ -182,7 +182,7 @@ V6G_INLINE __u32 not_host(const struct b4_config *c, const struct iphdr *ip, con
 	const __u8 *l4 = (const __u8 *)(ip + 1);
 	__u32 need, port;
 
-	if ((egress ? ip->saddr : ip->daddr) != c->host_addr)
+	if ((egress ? ip->saddr : ip->daddr) != LD32(c->host_addr))
 		return B4_P_NAPT;
 	if (ip->frag_off & bpf_htons(0x3fff))
 		return B4_P_HOST_OTHER;

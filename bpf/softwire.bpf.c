@@ -151,14 +151,14 @@ struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, SW_COUNTERS);
 	__type(key, __u32);
-	__type(value, struct sw_count);
+	__type(value, struct v6g_count);
 } sw_counters SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16);
 	__type(key, __u32);
-	__type(value, struct sw_mac);
+	__type(value, struct v6g_ifmac);
 } sw_ifmac SEC(".maps");
 
 /* The interfaces the fast path may send through (the ones it is attached to). */
@@ -174,7 +174,7 @@ struct {
 
 V6G_INLINE void count(__u32 idx, __u64 bytes)
 {
-	struct sw_count *c = bpf_map_lookup_elem(&sw_counters, &idx);
+	struct v6g_count *c = bpf_map_lookup_elem(&sw_counters, &idx);
 
 	if (c) {
 		c->packets++;

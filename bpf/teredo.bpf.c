@@ -62,14 +62,14 @@ struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, TD_COUNTERS);
 	__type(key, __u32);
-	__type(value, struct td_count);
+	__type(value, struct v6g_count);
 } teredo_counters SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16);
 	__type(key, __u32);
-	__type(value, struct td_mac);
+	__type(value, struct v6g_ifmac);
 } teredo_ifmac SEC(".maps");
 
 /* The interfaces the fast path may send through (the ones it is attached to). */
@@ -85,7 +85,7 @@ struct {
 
 V6G_INLINE void count(__u32 idx, __u64 bytes)
 {
-	struct td_count *c = bpf_map_lookup_elem(&teredo_counters, &idx);
+	struct v6g_count *c = bpf_map_lookup_elem(&teredo_counters, &idx);
 
 	if (c) {
 		c->packets++;

@@ -192,35 +192,29 @@ impl Made {
     /// The event `b` (a `natpt_events` record), None when it is not one.
     /// `pool6` is the /96 prefix whose last 4 bytes the program replaced.
     pub fn parse(b: &[u8], pool6: [u8; 12]) -> Option<Made> {
-        if b.len() < core::mem::size_of::<NatptEvent>() || b[28] != 6 {
+        let ev: NatptEvent = crate::sys::read_pod(b)?;
+        if ev.proto != 6 {
             return None;
         }
-        let kind = match b[29] {
+        let kind = match ev.kind {
             NATPT_EV_CREATED => MadeKind::Created,
             NATPT_EV_FIN6 => MadeKind::Fin6,
             NATPT_EV_FIN4 => MadeKind::Fin4,
             _ => return None,
         };
-        let a4 = |o: usize| Ipv4Addr::new(b[o], b[o + 1], b[o + 2], b[o + 3]);
-        let mut x = [0u8; 16];
-        x.copy_from_slice(&b[..16]);
         let mut y6 = [0u8; 16];
         y6[..12].copy_from_slice(&pool6);
-        y6[12..].copy_from_slice(&b[16..20]);
-        let xp = u16::from_be_bytes([b[24], b[25]]);
-        let yp = u16::from_be_bytes([b[26], b[27]]);
-        let tp = u16::from_be_bytes([b[30], b[31]]);
-        let mut ns = [0u8; 8];
-        ns.copy_from_slice(&b[32..40]);
+        y6[12..].copy_from_slice(&ev.y);
+        let (xp, yp, tp) = (u16::from_be(ev.sport_be), u16::from_be(ev.dport_be), u16::from_be(ev.tport_be));
         let session = Session {
             l4: L4::Tcp,
-            x: SocketAddrV6::new(x.into(), xp, 0, 0),
+            x: SocketAddrV6::new(ev.x.into(), xp, 0, 0),
             y6: SocketAddrV6::new(y6.into(), yp, 0, 0),
-            t: SocketAddrV4::new(a4(20), tp),
-            y: SocketAddrV4::new(a4(16), yp),
+            t: SocketAddrV4::new(ev.t.into(), tp),
+            y: SocketAddrV4::new(ev.y.into(), yp),
             half_open: kind == MadeKind::Created,
         };
-        Some(Made { session, ns: u64::from_ne_bytes(ns), kind })
+        Some(Made { session, ns: ev.ns, kind })
     }
 }
 
