@@ -58,7 +58,7 @@
 #include <bpf/bpf_endian.h>
 #include "util.h"
 #include "b4.h"
-#include "ifmac.h"
+#include "helpers.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -92,12 +92,7 @@ struct {
 
 V6G_INLINE void count_n(__u32 idx, __u32 packets, __u64 bytes)
 {
-	struct v6g_count *c = bpf_map_lookup_elem(&b4_counters, &idx);
-
-	if (c) {
-		c->packets += packets;
-		c->bytes += bytes;
-	}
+	count_add(&b4_counters, idx, packets, bytes);
 }
 
 V6G_INLINE void count(__u32 idx, __u64 bytes)
@@ -111,20 +106,6 @@ V6G_INLINE const struct b4_config *config(void)
 	const struct b4_config *c = bpf_map_lookup_elem(&b4_config, &zero);
 
 	return c && (c->flags & B4_F_ON) ? c : 0;
-}
-
-V6G_INLINE int same16(const __u8 *a, const __u8 *b)
-{
-	return LD32(a) == LD32(b) && LD32(a + 4) == LD32(b + 4) && LD32(a + 8) == LD32(b + 8) &&
-	       LD32(a + 12) == LD32(b + 12);
-}
-
-V6G_INLINE void copy16(__u8 *d, const __u8 *s)
-{
-	ST32(d, LD32(s));
-	ST32(d + 4, LD32(s + 4));
-	ST32(d + 8, LD32(s + 8));
-	ST32(d + 12, LD32(s + 12));
 }
 
 /* The inner IPv4 header as the engine accepts it (Ipv4Packet::new and

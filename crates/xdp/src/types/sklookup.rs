@@ -1,6 +1,6 @@
 //! The TrGW's shared-socket steering (`bpf/sklookup.bpf.c`,
 //! `crate::sklookup`), and the ingress-MAC value of the single-program
-//! objects (`bpf/ifmac.h`).
+//! objects (`for_us` in `bpf/helpers.h`).
 
 use super::{first_line, tiles, CType, Contract, Field};
 
