@@ -432,27 +432,40 @@ impl Natpt {
 }
 
 /// NAT64 (NAPT): the hosts' TCP port blocks, shared with the program
-/// (`n64_blocks` mapped, `n64_hosts` the lists; `bpf/portblock.h`).
-impl nat64::PortBlockMem for Natpt {
-    fn size(&self) -> u16 {
+/// (`n64_blocks` mapped, `n64_hosts` the lists; `bpf/portblock.h`). The
+/// translator sees them through its `nat64::PortBlockMem`, which the
+/// daemon implements over these (this crate depends on no state crate).
+impl Natpt {
+    /// Ports per block (0: no blocks, creation off or NAT-PT mode).
+    pub fn block_size(&self) -> u16 {
         self.block_size.load(Ordering::Relaxed)
     }
-    fn slots(&self) -> u32 {
+    /// Slots in `n64_blocks`.
+    pub fn block_slots(&self) -> u32 {
         self.blocks.slots()
     }
-    fn write(&self, slot: u32, addr: Ipv4Addr, base: u16, size: u16) {
+    /// Write block `slot`: `size` ports from `base` on `addr`, none in use
+    /// (only for a slot no host lists).
+    pub fn block_write(&self, slot: u32, addr: Ipv4Addr, base: u16, size: u16) {
         self.blocks.write(slot, addr, base, size);
     }
-    fn take(&self, slot: u32, size: u16, hint: u32) -> Option<u16> {
+    /// Take a free port index of block `slot` (the first free at or after
+    /// `hint` mod size), as `pb_take`; `None`: none free.
+    pub fn block_take(&self, slot: u32, size: u16, hint: u32) -> Option<u16> {
         self.blocks.take(slot, size, hint)
     }
-    fn give(&self, slot: u32, i: u16) {
+    /// Give index `i` of block `slot` back (`pb_give`).
+    pub fn block_give(&self, slot: u32, i: u16) {
         self.blocks.give(slot, i);
     }
-    fn in_use(&self, slot: u32) -> u32 {
+    /// Ports of block `slot` in use.
+    pub fn block_in_use(&self, slot: u32) -> u32 {
         self.blocks.in_use(slot)
     }
-    fn list(&self, x: Ipv6Addr, slots: &[u32]) {
+    /// Host `x`'s blocks are `slots` from now on (none: it has none), in
+    /// `n64_hosts`. A host the full map cannot list keeps its SYNs on the
+    /// slow path ([`Natpt::unlisted`] counts it).
+    pub fn list_blocks(&self, x: Ipv6Addr, slots: &[u32]) {
         let mut m = lock(&self.n64_hosts);
         let r = if slots.is_empty() {
             found(N64_HOSTS, m.remove(&x.octets())).map(drop)
@@ -463,7 +476,6 @@ impl nat64::PortBlockMem for Natpt {
             }
             m.insert(x.octets(), v, 0).map_err(|e| map_err(N64_HOSTS, e))
         };
-        // A host not listed (the map full) keeps its SYNs on the slow path.
         if r.is_err() {
             self.unlisted.fetch_add(1, Ordering::Relaxed);
         }
