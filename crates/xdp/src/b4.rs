@@ -1,4 +1,5 @@
-//! The kernel datapath of the B4s (`bpf/b4.bpf.c`, `bpf/b4.h`): the
+//! The kernel datapath of the B4s (`bpf/b4.bpf.c`, its map types in
+//! [`crate::types`]): the
 //! DS-Lite B4 (RFC 6333 §5), the DSTM host once it holds a lease, and the
 //! host-integrated lwB4 (RFC 7596; the host's own traffic, from the
 //! binding's address and the host's share of its port set; the NAPT's

@@ -1,5 +1,5 @@
 //! The DS-Lite AFTR's NAT44 sessions on the softwire fast path
-//! (`bpf/softwire.bpf.c` with `SW_F_DSLITE`, `bpf/softwire.h`'s `ds_*`
+//! (`bpf/softwire.bpf.c` with `SW_F_DSLITE`, its `ds_*`
 //! maps): a [`SoftwireFastPath`] loaded with [`SoftwireSettings::dslite`]
 //! carries the packets of the sessions the AFTR mirrors here.
 //!

@@ -1,4 +1,5 @@
-//! The Teredo relay fast path (`bpf/teredo.bpf.c`, `bpf/teredo.h`): its
+//! The Teredo relay fast path (`bpf/teredo.bpf.c`, its map types in
+//! [`crate::types`]): its
 //! own BPF object and maps, loaded by the relay's runner (crates/tunnel)
 //! when its `xdp` key asks for it.
 //!
