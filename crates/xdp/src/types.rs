@@ -9,7 +9,7 @@
 //!   (`__builtin_offsetof`, against `core::mem::offset_of!` here); each
 //!   constant and counter index as a `#define`. No C header declares a
 //!   contract struct or copies a constant by hand;
-//! - a struct with implicit padding does not compile ([`contract!`]'s
+//! - a struct with implicit padding does not compile (`contract!`'s
 //!   const assert), which the `aya::Pod` impls in `sys` rely on.
 //!
 //! To add a map type, flag or counter: declare it here with `contract!`,
