@@ -58,7 +58,7 @@
 #include <bpf/bpf_endian.h>
 #include "util.h"
 #include "b4.h"
-#include "ifmac.h"
+#include "helpers.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -71,14 +71,14 @@ struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, B4_COUNTERS);
 	__type(key, __u32);
-	__type(value, struct b4_count);
+	__type(value, struct v6g_count);
 } b4_counters SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16);
 	__type(key, __u32);
-	__type(value, struct b4_mac);
+	__type(value, struct v6g_ifmac);
 } b4_ifmac SEC(".maps");
 
 /* The uplinks (the interfaces xdp_b4_decap is attached to): the only
@@ -92,12 +92,7 @@ struct {
 
 V6G_INLINE void count_n(__u32 idx, __u32 packets, __u64 bytes)
 {
-	struct b4_count *c = bpf_map_lookup_elem(&b4_counters, &idx);
-
-	if (c) {
-		c->packets += packets;
-		c->bytes += bytes;
-	}
+	count_add(&b4_counters, idx, packets, bytes);
 }
 
 V6G_INLINE void count(__u32 idx, __u64 bytes)
@@ -111,20 +106,6 @@ V6G_INLINE const struct b4_config *config(void)
 	const struct b4_config *c = bpf_map_lookup_elem(&b4_config, &zero);
 
 	return c && (c->flags & B4_F_ON) ? c : 0;
-}
-
-V6G_INLINE int same16(const __u8 *a, const __u8 *b)
-{
-	return LD32(a) == LD32(b) && LD32(a + 4) == LD32(b + 4) && LD32(a + 8) == LD32(b + 8) &&
-	       LD32(a + 12) == LD32(b + 12);
-}
-
-V6G_INLINE void copy16(__u8 *d, const __u8 *s)
-{
-	ST32(d, LD32(s));
-	ST32(d + 4, LD32(s + 4));
-	ST32(d + 8, LD32(s + 8));
-	ST32(d + 12, LD32(s + 12));
 }
 
 /* The inner IPv4 header as the engine accepts it (Ipv4Packet::new and
@@ -182,7 +163,7 @@ V6G_INLINE __u32 not_host(const struct b4_config *c, const struct iphdr *ip, con
 	const __u8 *l4 = (const __u8 *)(ip + 1);
 	__u32 need, port;
 
-	if ((egress ? ip->saddr : ip->daddr) != c->host_addr)
+	if ((egress ? ip->saddr : ip->daddr) != LD32(c->host_addr))
 		return B4_P_NAPT;
 	if (ip->frag_off & bpf_htons(0x3fff))
 		return B4_P_HOST_OTHER;

@@ -22,7 +22,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 #include "v6gate.h"
-#include "util.h"
+#include "helpers.h"
 
 /* ---- maps (sizes are defaults; the loader sets them from the config) ---- */
 
@@ -137,10 +137,7 @@ struct {
 
 /* ---- verdicts ---------------------------------------------------------- */
 
-/* A pass to the slow path for `reason` (a V6G_P_* counter index). */
-#define V6G_PASS_BIT 0x100u
-#define PASS(reason) (V6G_PASS_BIT | (reason))
-#define IS_PASS(rc) ((rc) & V6G_PASS_BIT)
+/* PASS(reason) with a V6G_P_* counter index (helpers.h). */
 
 V6G_INLINE struct v6g_count *counter(__u32 idx)
 {
@@ -149,12 +146,7 @@ V6G_INLINE struct v6g_count *counter(__u32 idx)
 
 V6G_INLINE void count(__u32 idx, __u64 bytes)
 {
-	struct v6g_count *c = counter(idx);
-
-	if (c) {
-		c->packets++;
-		c->bytes += bytes;
-	}
+	count_add(&counters, idx, 1, bytes);
 }
 
 /* The XDP action for `rc`, counting passes by reason. */
@@ -208,15 +200,6 @@ V6G_INLINE void store6(void *p, struct a6 a)
 	ST32(b + 4, bpf_htonl((__u32)a.hi));
 	ST32(b + 8, bpf_htonl(a.lo >> 32));
 	ST32(b + 12, bpf_htonl((__u32)a.lo));
-}
-
-/* 16 bytes as they are. */
-V6G_INLINE void copy16(void *dst, const void *src)
-{
-	ST32(dst, LD32(src));
-	ST32((__u8 *)dst + 4, LD32((const __u8 *)src + 4));
-	ST32((__u8 *)dst + 8, LD32((const __u8 *)src + 8));
-	ST32((__u8 *)dst + 12, LD32((const __u8 *)src + 12));
 }
 
 V6G_INLINE __u32 load4(const void *p)

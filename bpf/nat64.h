@@ -114,7 +114,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 16384);
+	__uint(max_entries, V6G_N64_BLOCK_SLOTS);
 	__uint(map_flags, BPF_F_MMAPABLE);
 	__type(key, __u32);
 	__type(value, struct pb_block);

@@ -30,19 +30,9 @@
 #ifndef V6GATE_PORTBLOCK_H
 #define V6GATE_PORTBLOCK_H
 
-#include <linux/types.h>
-
-#define PB_WORDS 4			/* bitmap words per block */
-#define PB_MAX_PORTS (PB_WORDS * 64)	/* largest block */
-#define PB_RETRIES 4			/* lost races per word before giving up on it */
-
-struct pb_block {
-	__u32 addr;		/* pool address, network order */
-	__u16 base;		/* first port, host order */
-	__u16 size;		/* ports in the block, 0 (an empty slot) .. PB_MAX_PORTS */
-	__u64 used[PB_WORDS];	/* bit i % 64 of word i / 64: port base + i is in use */
-};
-_Static_assert(sizeof(struct pb_block) == 8 + 8 * PB_WORDS, "struct pb_block differs from its users");
+/* struct pb_block, PB_WORDS, PB_MAX_PORTS and PB_RETRIES are declared in
+ * crates/xdp/src/types/portblock.rs (generated into v6gate_abi.h). */
+#include "v6gate_abi.h"
 
 #define PB_INLINE static __inline __attribute__((always_inline))
 

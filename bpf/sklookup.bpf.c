@@ -14,31 +14,21 @@
  * The worker learns the original destination with IP_RECVORIGDSTADDR /
  * IPV6_RECVORIGDSTADDR and finds the leg by it (crates/trgw/src/shared.rs).
  *
- * Key layout (20 bytes, crates/xdp/src/sklookup.rs `port_key`): the local
- * address in network order, IPv4 as IPv4-mapped (::ffff:a.b.c.d); the
- * local port in network order; the family (4 or 6); one zero byte.
+ * Key (struct v6g_sk_key, crates/xdp/src/sklookup.rs `port_key`): the
+ * local address in network order, IPv4 as IPv4-mapped (::ffff:a.b.c.d);
+ * the local port in network order; the family (4 or 6); one zero byte.
  */
 #include <linux/bpf.h>
 #include <linux/in.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
+#include "v6gate_abi.h"
 
 #define V6G_AF_INET 2
 #define V6G_AF_INET6 10
 
-struct v6g_sk_key {
-	__u32 addr[4];
-	__u16 port_be;
-	__u8 family;
-	__u8 pad;
-};
-_Static_assert(sizeof(struct v6g_sk_key) == 20, "struct v6g_sk_key: 20 bytes, as sklookup.rs");
-
-/* Counters (per CPU): indices as sklookup.rs `SkCounter`. */
-#define SK_STEERED 0
-#define SK_NO_SOCKET 1
-#define SK_ASSIGN_FAILED 2
-#define SK_COUNTERS 3
+/* struct v6g_sk_key and the counter indices (SK_*) are declared in
+ * crates/xdp/src/types/sklookup.rs, generated into v6gate_abi.h. */
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

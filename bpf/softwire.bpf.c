@@ -61,7 +61,7 @@
 #include "util.h"
 #include "softwire.h"
 #include "portblock.h"
-#include "ifmac.h"
+#include "helpers.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -151,14 +151,14 @@ struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, SW_COUNTERS);
 	__type(key, __u32);
-	__type(value, struct sw_count);
+	__type(value, struct v6g_count);
 } sw_counters SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16);
 	__type(key, __u32);
-	__type(value, struct sw_mac);
+	__type(value, struct v6g_ifmac);
 } sw_ifmac SEC(".maps");
 
 /* The interfaces the fast path may send through (the ones it is attached to). */
@@ -169,51 +169,20 @@ struct {
 	__type(value, struct bpf_devmap_val);
 } sw_tx SEC(".maps");
 
-#define PASS_BIT 0x100u
-#define PASS(r) (PASS_BIT | (r))
-
 V6G_INLINE void count(__u32 idx, __u64 bytes)
 {
-	struct sw_count *c = bpf_map_lookup_elem(&sw_counters, &idx);
-
-	if (c) {
-		c->packets++;
-		c->bytes += bytes;
-	}
-}
-
-V6G_INLINE void write_eth(void *data, const struct bpf_fib_lookup *fib, __u16 proto)
-{
-	__u16 *m = data;
-
-	m[0] = LD16(fib->dmac);
-	m[1] = LD16(fib->dmac + 2);
-	m[2] = LD16(fib->dmac + 4);
-	m[3] = LD16(fib->smac);
-	m[4] = LD16(fib->smac + 2);
-	m[5] = LD16(fib->smac + 4);
-	m[6] = bpf_htons(proto);
+	count_add(&sw_counters, idx, 1, bytes);
 }
 
 /* bpf_fib_lookup's verdict as 0 or PASS(reason), and the egress check. */
 V6G_INLINE __u32 lookup(struct xdp_md *ctx, struct bpf_fib_lookup *fib)
 {
-	long rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
-
-	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
-		return PASS(SW_P_TOO_BIG);
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
-		return PASS(SW_P_FIB);
-	if (!bpf_map_lookup_elem(&sw_tx, &fib->ifindex))
-		return PASS(SW_P_EGRESS);
-	return 0;
+	return fib_egress(ctx, fib, &sw_tx, SW_P_TOO_BIG, SW_P_FIB, SW_P_EGRESS);
 }
 
 V6G_INLINE __u32 send(struct xdp_md *ctx, __u32 ifindex)
 {
-	if (ifindex == ctx->ingress_ifindex)
-		return XDP_TX;
-	return bpf_redirect_map(&sw_tx, ifindex, XDP_PASS);
+	return send_out(ctx, &sw_tx, ifindex);
 }
 
 /* As xlat::addr::is_forbidden_v4 (0/8, 127/8, 224/3): a source the
@@ -444,7 +413,7 @@ V6G_INLINE struct ds_out_val *ds_session_out(const __u8 *src6, const struct iphd
 		return 0;
 	}
 	*rc = ds_carry(v->flags, tcp_flags(ip, end), 0, fins);
-	return (*rc & PASS_BIT) ? 0 : v;
+	return (*rc & V6G_PASS_BIT) ? 0 : v;
 }
 
 
@@ -754,7 +723,7 @@ V6G_INLINE struct ds_in_val *ds_session_in(struct iphdr *ip, void *end, __u32 l3
 		return 0;
 	}
 	*rc = ds_carry(v->flags, tcp_flags(ip, end), 1, fins);
-	return (*rc & PASS_BIT) ? 0 : v;
+	return (*rc & V6G_PASS_BIT) ? 0 : v;
 }
 
 /* The outside SYN+ACK of `v`'s half-open mapping is on its way to the B4:
@@ -940,8 +909,8 @@ int xdp_softwire(struct xdp_md *ctx)
 	} else {
 		rc = PASS(SW_P_NOT_IP);
 	}
-	if (rc & PASS_BIT) {
-		count(rc & ~PASS_BIT, len);
+	if (rc & V6G_PASS_BIT) {
+		count(rc & ~V6G_PASS_BIT, len);
 		return XDP_PASS;
 	}
 	return rc;

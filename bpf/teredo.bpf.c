@@ -40,7 +40,7 @@
  * here again for that reason). */
 #include "util.h"
 #include "teredo.h"
-#include "ifmac.h"
+#include "helpers.h"
 
 #define TD_MAX_PKT 2048
 
@@ -62,14 +62,14 @@ struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, TD_COUNTERS);
 	__type(key, __u32);
-	__type(value, struct td_count);
+	__type(value, struct v6g_count);
 } teredo_counters SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16);
 	__type(key, __u32);
-	__type(value, struct td_mac);
+	__type(value, struct v6g_ifmac);
 } teredo_ifmac SEC(".maps");
 
 /* The interfaces the fast path may send through (the ones it is attached to). */
@@ -80,17 +80,9 @@ struct {
 	__type(value, struct bpf_devmap_val);
 } teredo_tx SEC(".maps");
 
-#define PASS_BIT 0x100u
-#define PASS(r) (PASS_BIT | (r))
-
 V6G_INLINE void count(__u32 idx, __u64 bytes)
 {
-	struct td_count *c = bpf_map_lookup_elem(&teredo_counters, &idx);
-
-	if (c) {
-		c->packets++;
-		c->bytes += bytes;
-	}
+	count_add(&teredo_counters, idx, 1, bytes);
 }
 
 /* The raw (memory-order) one's-complement sum of `len` bytes at `off`,
@@ -156,15 +148,6 @@ static __noinline int sum_bytes(struct xdp_md *ctx, __u32 off, __u32 len, __u64 
 	return 0;
 }
 
-/* 16 bytes (an IPv6 address) as they are. */
-V6G_INLINE void copy16(void *dst, const void *src)
-{
-	ST32(dst, LD32(src));
-	ST32((__u8 *)dst + 4, LD32((const __u8 *)src + 4));
-	ST32((__u8 *)dst + 8, LD32((const __u8 *)src + 8));
-	ST32((__u8 *)dst + 12, LD32((const __u8 *)src + 12));
-}
-
 /* RFC 4291: not ::, ::1, link-local (fe80::/10) or multicast (ff00::/8);
  * as crates/tunnel's is_global_v6. */
 V6G_INLINE int global6(const __u8 *a)
@@ -179,38 +162,15 @@ V6G_INLINE int global6(const __u8 *a)
 	return 1;
 }
 
-V6G_INLINE void write_eth(void *data, const struct bpf_fib_lookup *fib, __u16 proto)
-{
-	__u16 *m = data;
-
-	m[0] = LD16(fib->dmac);
-	m[1] = LD16(fib->dmac + 2);
-	m[2] = LD16(fib->dmac + 4);
-	m[3] = LD16(fib->smac);
-	m[4] = LD16(fib->smac + 2);
-	m[5] = LD16(fib->smac + 4);
-	m[6] = bpf_htons(proto);
-}
-
 /* bpf_fib_lookup's verdict as 0 or PASS(reason), and the egress check. */
 V6G_INLINE __u32 lookup(struct xdp_md *ctx, struct bpf_fib_lookup *fib)
 {
-	long rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
-
-	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
-		return PASS(TD_P_TOO_BIG);
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
-		return PASS(TD_P_FIB);
-	if (!bpf_map_lookup_elem(&teredo_tx, &fib->ifindex))
-		return PASS(TD_P_EGRESS);
-	return 0;
+	return fib_egress(ctx, fib, &teredo_tx, TD_P_TOO_BIG, TD_P_FIB, TD_P_EGRESS);
 }
 
 V6G_INLINE __u32 send(struct xdp_md *ctx, __u32 ifindex)
 {
-	if (ifindex == ctx->ingress_ifindex)
-		return XDP_TX;
-	return bpf_redirect_map(&teredo_tx, ifindex, XDP_PASS);
+	return send_out(ctx, &teredo_tx, ifindex);
 }
 
 /* IPv4 side: a Teredo datagram from a trusted peer -> its IPv6 packet. */
@@ -474,8 +434,8 @@ int xdp_teredo(struct xdp_md *ctx)
 	} else {
 		rc = PASS(TD_P_NOT_IP);
 	}
-	if (rc & PASS_BIT) {
-		count(rc & ~PASS_BIT, len);
+	if (rc & V6G_PASS_BIT) {
+		count(rc & ~V6G_PASS_BIT, len);
 		return XDP_PASS;
 	}
 	return rc;

@@ -156,19 +156,19 @@ int xdp_tgen(struct xdp_md *ctx)
 			return XDP_DROP;
 #pragma unroll
 		for (int i = 0; i < 16; i++)
-			ST32(data + V6G_TGEN_4IN6_OFF + 4 * i, LD32(f->hdr + 4 * i));
+			ST32(data + V6G_TGEN_4IN6_OFF + 4 * i, LD32((const __u8 *)f->hdr + 4 * i));
 	} else if (c->v6) {
 		if (data + 64 > end)
 			return XDP_DROP;
 #pragma unroll
 		for (int i = 0; i < 16; i++)
-			ST32(data + 4 * i, LD32(f->hdr + 4 * i));
+			ST32(data + 4 * i, LD32((const __u8 *)f->hdr + 4 * i));
 	} else {
 		if (data + 44 > end)
 			return XDP_DROP;
 #pragma unroll
 		for (int i = 0; i < 11; i++)
-			ST32(data + 4 * i, LD32(f->hdr + 4 * i));
+			ST32(data + 4 * i, LD32((const __u8 *)f->hdr + 4 * i));
 	}
 	off = c->udp_off;
 	if (off > V6G_TGEN_4IN6_OFF + 64)

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR Apache-2.0) */
 /*
  * Small helpers shared by every v6gate BPF object (the fast path and the
- * tester): inlining, word access at unaligned addresses, the checksum fold.
+ * tester): inlining, word access at unaligned addresses, 16-byte copy and
+ * compare, the checksum fold and update.
  */
 #ifndef V6GATE_UTIL_H
 #define V6GATE_UTIL_H
@@ -39,6 +40,24 @@
 #define LD32(p) (*(const __u32 *)(const void *)(p))
 #define ST16(p, v) (*(__u16 *)(void *)(p) = (v))
 #define ST32(p, v) (*(__u32 *)(void *)(p) = (v))
+
+/* 16 bytes (an IPv6 address) as they are. */
+V6G_INLINE void copy16(void *dst, const void *src)
+{
+	ST32(dst, LD32(src));
+	ST32((__u8 *)dst + 4, LD32((const __u8 *)src + 4));
+	ST32((__u8 *)dst + 8, LD32((const __u8 *)src + 8));
+	ST32((__u8 *)dst + 12, LD32((const __u8 *)src + 12));
+}
+
+/* Whether 16 bytes are the same. */
+V6G_INLINE int same16(const void *a, const void *b)
+{
+	const __u8 *x = a, *y = b;
+
+	return LD32(x) == LD32(y) && LD32(x + 4) == LD32(y + 4) && LD32(x + 8) == LD32(y + 8) &&
+	       LD32(x + 12) == LD32(y + 12);
+}
 
 /* End-around-carry fold of an unfolded one's-complement sum (RFC 1071). */
 V6G_INLINE __u16 fold(__u64 acc)

@@ -14,3 +14,4 @@ pub mod offline;
 #[allow(unsafe_code)]
 pub mod sys;
 pub mod validate;
+mod xdp_blocks;

@@ -13,12 +13,15 @@
 //! A worker finds a slot from the epoll data word (the slot number) in
 //! O(1); no per-packet search over sessions exists.
 //!
-//! For the XDP fast path the same table is exported as plain-old-data
-//! [`RelayKey`] -> [`RelayValue`] pairs (`#[repr(C)]`, fixed size, no
-//! pointers), so a BPF hash map `BPF_MAP_TYPE_HASH<RelayKey, RelayValue>`
-//! can mirror it: the key is the local address and port a packet arrives
-//! on, the value says which local address/port to send it from, to whom,
-//! and which counters slot to bump (`stats_index` = slot number).
+//! [`RelayKey`] -> [`RelayValue`] pairs ([`crate::core::Core::relay_table`])
+//! are a flat view of the same table for tests and status: the local
+//! address and port a packet arrives on, which local address/port it is
+//! sent from, to whom, and which counters slot it bumps (`stats_index` =
+//! slot number). They are not the XDP fast path's map: `trgw_relay` holds
+//! `xdp::types::RelayKey` -> `xdp::types::RelayValue` (`struct
+//! v6g_relay_key` -> `struct v6g_relay`, generated from crates/xdp's
+//! contract), written from [`crate::core::FastLeg`] by `xdp::trgw::Leg::entry`
+//! with the latched far end and the precomputed checksum sums as well.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
@@ -58,8 +61,8 @@ impl StreamStats {
     }
 }
 
-/// Map key: where a packet arrives. IPv4 addresses are stored
-/// IPv4-mapped (`::ffff:a.b.c.d`), ports in network byte order.
+/// Where a packet arrives. IPv4 addresses are stored IPv4-mapped
+/// (`::ffff:a.b.c.d`), ports in network byte order.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RelayKey {
@@ -73,7 +76,7 @@ pub struct RelayKey {
     pub pad: u8,
 }
 
-/// Map value: how to forward it.
+/// How to forward it.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RelayValue {

@@ -1,4 +1,5 @@
-//! The kernel datapath of the B4s (`bpf/b4.bpf.c`, `bpf/b4.h`): the
+//! The kernel datapath of the B4s (`bpf/b4.bpf.c`, its map types in
+//! [`crate::types`]): the
 //! DS-Lite B4 (RFC 6333 §5), the DSTM host once it holds a lease, and the
 //! host-integrated lwB4 (RFC 7596; the host's own traffic, from the
 //! binding's address and the host's share of its port set; the NAPT's
@@ -35,50 +36,8 @@ const COUNTERS: &str = "b4_counters";
 const TX: &str = "b4_tx";
 const IFMAC: &str = "b4_ifmac";
 
-/// `struct b4_config`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct B4Config {
-    /// The B4 address, as on the wire.
-    pub local: [u8; 16],
-    /// The AFTR (DSTM: the TEP), as on the wire.
-    pub aftr: [u8; 16],
-    /// `B4_F_*`.
-    pub flags: u32,
-    /// Largest tunnel packet.
-    pub mtu: u16,
-    /// Tunnel hop limit.
-    pub hop_limit: u8,
-    /// Tunnel Encapsulation Limit (with `B4_F_ENCAP_LIMIT`).
-    pub encap_limit: u8,
-    /// Bytes before the IPv4 header at the tc hook (0 on a TUN device).
-    pub l2len: u32,
-    /// The TUN device's ifindex.
-    pub tun_ifindex: u32,
-    /// TCP SYNs: the largest MSS option let through (0: no clamping).
-    pub mss_max: u16,
-    /// Zero.
-    pub pad: u16,
-    /// With `B4_F_HOST`: the binding's IPv4 address, as on the wire.
-    pub host_addr: [u8; 4],
-    /// The host's ports: those of the port set within `[host_first, host_last]`.
-    pub host_first: u16,
-    /// See `host_first`.
-    pub host_last: u16,
-    /// The binding's PSID.
-    pub psid: u16,
-    /// PSID offset (a).
-    pub psid_offset: u8,
-    /// PSID length (k; 0: the whole address).
-    pub psid_len: u8,
-}
-
-const _: () = assert!(core::mem::size_of::<B4Config>() == 64);
-
-const B4_F_ON: u32 = 1;
-const B4_F_COPY_TOS: u32 = 2;
-const B4_F_ENCAP_LIMIT: u32 = 4;
-const B4_F_HOST: u32 = 8;
+pub use crate::types::{B4Config, B4Counter};
+use crate::types::{B4_F_COPY_TOS, B4_F_ENCAP_LIMIT, B4_F_HOST, B4_F_ON};
 
 /// tc verdicts (`TC_ACT_*`).
 pub mod tc_action {
@@ -88,55 +47,6 @@ pub mod tc_action {
     pub const SHOT: u32 = 2;
     /// Redirected to the uplink.
     pub const REDIRECT: u32 = 7;
-}
-
-counter_enum! {
-    /// The kernel path's counters (`B4_C_*`, `B4_P_*` in bpf/b4.h).
-    B4Counter;
-    /// IPv4 to softwire: encapsulated and redirected to the uplink.
-    Encap = 0, "encap";
-    /// Softwire to IPv4: decapsulated and passed to the stack.
-    Decap = 1, "decap";
-    /// Passed: tc: not IPv4; XDP: not IPv6.
-    PassNotIp = 2, "pass-not-ip";
-    /// Passed: not to the B4 address, or not IPv4-in-IPv6.
-    PassNotOurs = 3, "pass-not-ours";
-    /// Passed: truncated, lengths disagree, trailing bytes.
-    PassMalformed = 4, "pass-malformed";
-    /// Passed: IPv4 options or IPv6 extension headers.
-    PassOptions = 5, "pass-options";
-    /// Passed: an outer (IPv6) fragment.
-    PassFragment = 6, "pass-fragment";
-    /// Passed: ICMPv6 to the B4 address.
-    PassIcmp = 7, "pass-icmp";
-    /// Passed: hop limit 1 or 0.
-    PassTtl = 8, "pass-ttl";
-    /// Passed: over the tunnel MTU or the egress MTU.
-    PassTooBig = 9, "pass-too-big";
-    /// Passed: a GSO packet that is not TCP, or whose segments do not fit the tunnel MTU.
-    PassGso = 10, "pass-gso";
-    /// Passed: the IPv4 header checksum does not verify.
-    PassChecksum = 11, "pass-checksum";
-    /// Passed: no route or neighbour towards the AFTR.
-    PassFib = 12, "pass-fib";
-    /// Passed: the route leaves through an interface not attached.
-    PassEgress = 13, "pass-egress";
-    /// Passed: no AFTR (a DSTM host without a lease).
-    PassDisabled = 14, "pass-disabled";
-    /// Passed: the Ethernet destination is not the interface's (or is multicast).
-    PassOtherHost = 15, "pass-other-host";
-    /// Passed: a softwire packet from another address than the AFTR.
-    PassUnknownAftr = 16, "pass-unknown-aftr";
-    /// A TCP SYN's MSS option lowered to the clamp (also counted `encap` or `decap`).
-    MssClamped = 17, "mss-clamped";
-    /// Passed: a TCP SYN whose header or options do not parse (the engine
-    /// leaves it untouched and counts it).
-    PassTcpOptions = 18, "pass-tcp-options";
-    /// Passed (lwB4): not the host's address and port: the NAPT's.
-    PassNapt = 19, "pass-napt";
-    /// Passed (lwB4): the host's address, but an inner fragment, an ICMP
-    /// error, another protocol or a truncated transport header.
-    PassHostOther = 20, "pass-host-other";
 }
 
 /// The lwB4's host: the traffic the kernel path carries when the B4 is a
@@ -363,23 +273,5 @@ impl B4KernelPath {
 impl Drop for B4KernelPath {
     fn drop(&mut self) {
         let _ = self.detach_all();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn counters_are_dense_and_labelled_once() {
-        for (i, c) in B4Counter::ALL.iter().enumerate() {
-            assert_eq!(*c as usize, i);
-        }
-        let mut labels: Vec<_> = B4Counter::ALL.iter().map(|c| c.label()).collect();
-        labels.sort_unstable();
-        labels.dedup();
-        assert_eq!(labels.len(), B4Counter::ALL.len());
-        // bpf/b4.h's B4_COUNTERS.
-        assert_eq!(B4Counter::ALL.len(), 21);
     }
 }

@@ -1,5 +1,5 @@
 //! The DS-Lite AFTR's NAT44 sessions on the softwire fast path
-//! (`bpf/softwire.bpf.c` with `SW_F_DSLITE`, `bpf/softwire.h`'s `ds_*`
+//! (`bpf/softwire.bpf.c` with `SW_F_DSLITE`, its `ds_*`
 //! maps): a [`SoftwireFastPath`] loaded with [`SoftwireSettings::dslite`]
 //! carries the packets of the sessions the AFTR mirrors here.
 //!
@@ -33,141 +33,14 @@ use core::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
-/// `struct ds_out_key`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub struct DsOutKey {
-    /// The B4's IPv6 address.
-    pub b4: [u8; 16],
-    /// Inner source address, network order.
-    pub addr: u32,
-    /// Inner source port (ICMP echo identifier), network order.
-    pub port: u16,
-    /// IP protocol.
-    pub proto: u8,
-    /// Zero.
-    pub pad: u8,
-}
-
-/// `DS_F_HALF_OPEN`: a TCP mapping in V6 INIT; only its outside SYN+ACK is carried.
-pub const DS_F_HALF_OPEN: u32 = 1;
-/// `DS_F_SYN_ACK`: the program carried that SYN+ACK (set by the program).
-pub const DS_F_SYN_ACK: u32 = 2;
-
-/// `struct ds_out_val`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct DsOutVal {
-    /// Pool address, network order.
-    pub addr: u32,
-    /// Pool port, network order.
-    pub port: u16,
-    /// Zero.
-    pub pad: u16,
-    /// `DS_F_*`.
-    pub flags: u32,
-    /// Zero.
-    pub pad2: u32,
-    /// `bpf_ktime_get_coarse_ns()` of the last packet forwarded (0: none).
-    pub last_seen_ns: u64,
-}
-
-/// `struct ds_in_key`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub struct DsInKey {
-    /// Pool address, network order.
-    pub addr: u32,
-    /// Pool port, network order.
-    pub port: u16,
-    /// IP protocol.
-    pub proto: u8,
-    /// Zero.
-    pub pad: u8,
-}
-
-/// `struct ds_in_val`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct DsInVal {
-    /// The B4's IPv6 address.
-    pub b4: [u8; 16],
-    /// Inner address, network order.
-    pub addr: u32,
-    /// Inner port, network order.
-    pub port: u16,
-    /// Zero.
-    pub pad: u16,
-    /// `DS_F_*`.
-    pub flags: u32,
-    /// Zero.
-    pub pad2: u32,
-    /// `bpf_ktime_get_coarse_ns()` of the last packet forwarded (0: none).
-    pub last_seen_ns: u64,
-}
-
-/// `DS_F_XDP`: the program created the mapping (a B4's SYN, [`DsEvent`]).
-pub const DS_F_XDP: u32 = 4;
-/// `DS_F_FIN_V6`: the program carried a FIN from the B4 ([`DS_EV_FIN`]).
-pub const DS_F_FIN_V6: u32 = 8;
-/// `DS_F_FIN_V4`: the program carried a FIN from the IPv4 side ([`DS_EV_FIN`]).
-pub const DS_F_FIN_V4: u32 = 16;
-/// `DS_EV_CREATED`: a [`DsEvent`] of a mapping the program created.
-pub const DS_EV_CREATED: u8 = 0;
-/// `DS_EV_FIN`: a [`DsEvent`] of a TCP FIN the program carried.
-pub const DS_EV_FIN: u8 = 1;
+use crate::types::DsState;
+pub use crate::types::{
+    DsB4Key, DsB4Val, DsEvent, DsInKey, DsInVal, DsOutKey, DsOutVal, DS_EV_CREATED, DS_EV_FIN, DS_F_FIN_V4,
+    DS_F_FIN_V6, DS_F_HALF_OPEN, DS_F_SYN_ACK, DS_F_XDP, PB_MAX_PORTS,
+};
 
 /// `DS_BLOCKS`: port blocks per B4 and protocol at most.
-pub const MAX_BLOCKS_PER_B4: usize = 8;
-pub use crate::portblock::PB_MAX_PORTS;
-
-/// `struct ds_b4_key`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub struct DsB4Key {
-    /// The B4's IPv6 address.
-    pub b4: [u8; 16],
-    /// IP protocol.
-    pub proto: u8,
-    /// Zero.
-    pub pad: [u8; 3],
-}
-
-/// `struct ds_b4_val`: slot + 1 of each block in `ds_blocks`, 0: none.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct DsB4Val {
-    /// Slots + 1, the used ones first.
-    pub slot: [u32; MAX_BLOCKS_PER_B4],
-}
-
-/// `struct ds_event`: a mapping the program created, or a FIN it carried.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct DsEvent {
-    /// The B4's IPv6 address.
-    pub b4: [u8; 16],
-    /// Inner source address, network order.
-    pub addr: u32,
-    /// Pool address, network order.
-    pub out_addr: u32,
-    /// Inner source port, network order.
-    pub port: u16,
-    /// Pool port, network order.
-    pub out_port: u16,
-    /// IP protocol.
-    pub proto: u8,
-    /// [`DS_EV_CREATED`] or [`DS_EV_FIN`].
-    pub kind: u8,
-    /// A FIN: 1 from the IPv4 side, 0 from the B4.
-    pub from_v4: u8,
-    /// A FIN: the segment's TCP flags.
-    pub tcp_flags: u8,
-    /// A mapping created: the block the port came from (its `ds_blocks` index).
-    pub slot: u32,
-    /// `bpf_ktime_get_coarse_ns()` at creation / when the FIN was carried.
-    pub ns: u64,
-}
+pub const MAX_BLOCKS_PER_B4: usize = crate::types::DS_BLOCKS;
 
 /// A TCP FIN the program carried ([`CreatedRing::drain`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -202,36 +75,11 @@ pub struct Created {
     pub mono_ns: u64,
 }
 
-const _: () = assert!(core::mem::size_of::<DsB4Key>() == 20);
-const _: () = assert!(core::mem::size_of::<DsB4Val>() == 4 * MAX_BLOCKS_PER_B4);
-const _: () = assert!(core::mem::size_of::<DsEvent>() == 48);
-
 impl DsEvent {
     /// The event in the ring buffer's bytes (native order, as the program
     /// wrote it); `None` when too short.
     pub fn parse(b: &[u8]) -> Option<DsEvent> {
-        if b.len() < core::mem::size_of::<DsEvent>() {
-            return None;
-        }
-        let u32_at = |o: usize| u32::from_ne_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
-        let u16_at = |o: usize| u16::from_ne_bytes([b[o], b[o + 1]]);
-        let mut b4 = [0; 16];
-        b4.copy_from_slice(&b[..16]);
-        let mut ns = [0; 8];
-        ns.copy_from_slice(&b[40..48]);
-        Some(DsEvent {
-            b4,
-            addr: u32_at(16),
-            out_addr: u32_at(20),
-            port: u16_at(24),
-            out_port: u16_at(26),
-            proto: b[28],
-            kind: b[29],
-            from_v4: b[30],
-            tcp_flags: b[31],
-            slot: u32_at(32),
-            ns: u64::from_ne_bytes(ns),
-        })
+        crate::sys::read_pod(b)
     }
 
     fn session(&self, half_open: bool) -> Nat44Session {
@@ -331,14 +179,15 @@ impl PortBlocks {
 
     /// `ds_state`: what the program checks its table limit against.
     pub fn set_state(&self, engine_len: u64, drained: u64, limit: u64) {
-        self.state.word(24).store(limit, Ordering::Relaxed);
-        self.state.word(16).store(engine_len, Ordering::Relaxed);
-        self.state.word(8).store(drained, Ordering::Release);
+        use core::mem::offset_of;
+        self.state.word(offset_of!(DsState, limit)).store(limit, Ordering::Relaxed);
+        self.state.word(offset_of!(DsState, engine_len)).store(engine_len, Ordering::Relaxed);
+        self.state.word(offset_of!(DsState, drained)).store(drained, Ordering::Release);
     }
 
     /// Mappings the program created so far (`ds_state.created`).
     pub fn created(&self) -> u64 {
-        self.state.word(0).load(Ordering::Acquire)
+        self.state.word(core::mem::offset_of!(DsState, created)).load(Ordering::Acquire)
     }
 }
 
@@ -373,13 +222,10 @@ impl CreatedRing {
 /// `BPF_EXIST`: update an element that is there.
 const BPF_EXIST: u64 = 2;
 
-/// `struct ds_pool_key`'s address part (the LPM trie's data).
+/// `struct ds_pool_key`'s address part (the LPM trie's data, after aya's
+/// `u32` prefix length: the layout of [`crate::types::DsPoolKey`]).
 type PoolKey = [u8; 4];
-
-const _: () = assert!(core::mem::size_of::<DsOutKey>() == 24);
-const _: () = assert!(core::mem::size_of::<DsOutVal>() == 24);
-const _: () = assert!(core::mem::size_of::<DsInKey>() == 8);
-const _: () = assert!(core::mem::size_of::<DsInVal>() == 40);
+const _: () = assert!(core::mem::size_of::<Key<PoolKey>>() == core::mem::size_of::<crate::types::DsPoolKey>());
 
 /// One NAT44 mapping of the DS-Lite AFTR as the fast path carries it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -597,7 +443,7 @@ impl SoftwireFastPath {
         }
         Ok(PortBlocks {
             mem: BlockMem::of(self.obj.map(DS_BLOCKS)?, DS_BLOCKS, slots)?,
-            state: Mmap::of(self.obj.map(DS_STATE)?, DS_STATE, 32)?,
+            state: Mmap::of(self.obj.map(DS_STATE)?, DS_STATE, core::mem::size_of::<DsState>())?,
             b4: Mutex::new(own_hash(self.obj.map(DS_B4)?, DS_B4)?),
         })
     }

@@ -15,27 +15,6 @@
 #![deny(unsafe_code)]
 #![warn(missing_debug_implementations)]
 
-/// An enum of one BPF object's counter indices, each with the label that
-/// status files, metrics and docs use: `counter_enum! { /// doc
-/// Name; /// doc Variant = index, "label"; ... }`. The indices are the
-/// object's `*_C_*`/`*_P_*` constants.
-macro_rules! counter_enum {
-    ($(#[$em:meta])* $name:ident; $($(#[$m:meta])* $v:ident = $i:expr, $label:expr;)*) => {
-        $(#[$em])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-        #[repr(u32)]
-        pub enum $name { $($(#[$m])* $v = $i,)* }
-        impl $name {
-            /// Every counter, in index order.
-            pub const ALL: &'static [$name] = &[$($name::$v,)*];
-            /// The counter's name in status, metrics and docs.
-            pub fn label(self) -> &'static str {
-                match self { $($name::$v => $label,)* }
-            }
-        }
-    };
-}
-
 pub mod b4;
 pub mod config;
 pub mod dslite;

@@ -192,35 +192,29 @@ impl Made {
     /// The event `b` (a `natpt_events` record), None when it is not one.
     /// `pool6` is the /96 prefix whose last 4 bytes the program replaced.
     pub fn parse(b: &[u8], pool6: [u8; 12]) -> Option<Made> {
-        if b.len() < core::mem::size_of::<NatptEvent>() || b[28] != 6 {
+        let ev: NatptEvent = crate::sys::read_pod(b)?;
+        if ev.proto != 6 {
             return None;
         }
-        let kind = match b[29] {
+        let kind = match ev.kind {
             NATPT_EV_CREATED => MadeKind::Created,
             NATPT_EV_FIN6 => MadeKind::Fin6,
             NATPT_EV_FIN4 => MadeKind::Fin4,
             _ => return None,
         };
-        let a4 = |o: usize| Ipv4Addr::new(b[o], b[o + 1], b[o + 2], b[o + 3]);
-        let mut x = [0u8; 16];
-        x.copy_from_slice(&b[..16]);
         let mut y6 = [0u8; 16];
         y6[..12].copy_from_slice(&pool6);
-        y6[12..].copy_from_slice(&b[16..20]);
-        let xp = u16::from_be_bytes([b[24], b[25]]);
-        let yp = u16::from_be_bytes([b[26], b[27]]);
-        let tp = u16::from_be_bytes([b[30], b[31]]);
-        let mut ns = [0u8; 8];
-        ns.copy_from_slice(&b[32..40]);
+        y6[12..].copy_from_slice(&ev.y);
+        let (xp, yp, tp) = (u16::from_be(ev.sport_be), u16::from_be(ev.dport_be), u16::from_be(ev.tport_be));
         let session = Session {
             l4: L4::Tcp,
-            x: SocketAddrV6::new(x.into(), xp, 0, 0),
+            x: SocketAddrV6::new(ev.x.into(), xp, 0, 0),
             y6: SocketAddrV6::new(y6.into(), yp, 0, 0),
-            t: SocketAddrV4::new(a4(20), tp),
-            y: SocketAddrV4::new(a4(16), yp),
+            t: SocketAddrV4::new(ev.t.into(), tp),
+            y: SocketAddrV4::new(ev.y.into(), yp),
             half_open: kind == MadeKind::Created,
         };
-        Some(Made { session, ns: u64::from_ne_bytes(ns), kind })
+        Some(Made { session, ns: ev.ns, kind })
     }
 }
 
@@ -438,27 +432,40 @@ impl Natpt {
 }
 
 /// NAT64 (NAPT): the hosts' TCP port blocks, shared with the program
-/// (`n64_blocks` mapped, `n64_hosts` the lists; `bpf/portblock.h`).
-impl nat64::PortBlockMem for Natpt {
-    fn size(&self) -> u16 {
+/// (`n64_blocks` mapped, `n64_hosts` the lists; `bpf/portblock.h`). The
+/// translator sees them through its `nat64::PortBlockMem`, which the
+/// daemon implements over these (this crate depends on no state crate).
+impl Natpt {
+    /// Ports per block (0: no blocks, creation off or NAT-PT mode).
+    pub fn block_size(&self) -> u16 {
         self.block_size.load(Ordering::Relaxed)
     }
-    fn slots(&self) -> u32 {
+    /// Slots in `n64_blocks`.
+    pub fn block_slots(&self) -> u32 {
         self.blocks.slots()
     }
-    fn write(&self, slot: u32, addr: Ipv4Addr, base: u16, size: u16) {
+    /// Write block `slot`: `size` ports from `base` on `addr`, none in use
+    /// (only for a slot no host lists).
+    pub fn block_write(&self, slot: u32, addr: Ipv4Addr, base: u16, size: u16) {
         self.blocks.write(slot, addr, base, size);
     }
-    fn take(&self, slot: u32, size: u16, hint: u32) -> Option<u16> {
+    /// Take a free port index of block `slot` (the first free at or after
+    /// `hint` mod size), as `pb_take`; `None`: none free.
+    pub fn block_take(&self, slot: u32, size: u16, hint: u32) -> Option<u16> {
         self.blocks.take(slot, size, hint)
     }
-    fn give(&self, slot: u32, i: u16) {
+    /// Give index `i` of block `slot` back (`pb_give`).
+    pub fn block_give(&self, slot: u32, i: u16) {
         self.blocks.give(slot, i);
     }
-    fn in_use(&self, slot: u32) -> u32 {
+    /// Ports of block `slot` in use.
+    pub fn block_in_use(&self, slot: u32) -> u32 {
         self.blocks.in_use(slot)
     }
-    fn list(&self, x: Ipv6Addr, slots: &[u32]) {
+    /// Host `x`'s blocks are `slots` from now on (none: it has none), in
+    /// `n64_hosts`. A host the full map cannot list keeps its SYNs on the
+    /// slow path ([`Natpt::unlisted`] counts it).
+    pub fn list_blocks(&self, x: Ipv6Addr, slots: &[u32]) {
         let mut m = lock(&self.n64_hosts);
         let r = if slots.is_empty() {
             found(N64_HOSTS, m.remove(&x.octets())).map(drop)
@@ -469,7 +476,6 @@ impl nat64::PortBlockMem for Natpt {
             }
             m.insert(x.octets(), v, 0).map_err(|e| map_err(N64_HOSTS, e))
         };
-        // A host not listed (the map full) keeps its SYNs on the slow path.
         if r.is_err() {
             self.unlisted.fetch_add(1, Ordering::Relaxed);
         }

@@ -11,16 +11,16 @@ use aya::maps::Map;
 use core::net::Ipv4Addr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// `PB_MAX_PORTS` (`bpf/portblock.h`): the largest port block.
-pub const PB_MAX_PORTS: u16 = 256;
-/// `PB_WORDS`.
-pub(crate) const PB_WORDS: usize = 4;
+pub use crate::types::PB_MAX_PORTS;
+use crate::types::{PbBlock, PB_RETRIES, PB_WORDS};
+use core::mem::offset_of;
+
 /// `sizeof(struct pb_block)`: the array element (a multiple of 8, so
 /// the mmapped array has no padding between elements).
-pub(crate) const PB_BLOCK_SIZE: usize = 8 + 8 * PB_WORDS;
-/// `PB_RETRIES`.
-pub(crate) const PB_RETRIES: usize = 4;
-const _: () = assert!(PB_BLOCK_SIZE == 40);
+const PB_BLOCK_SIZE: usize = core::mem::size_of::<PbBlock>();
+const _: () = assert!(PB_BLOCK_SIZE.is_multiple_of(8) && offset_of!(PbBlock, used).is_multiple_of(8));
+// `write` stores base and size with one 32-bit store.
+const _: () = assert!(offset_of!(PbBlock, size) == offset_of!(PbBlock, base) + 2);
 
 /// The memory of a `BPF_F_MMAPABLE` array, shared with the program: the
 /// one place of this module that needs `unsafe`.
@@ -161,6 +161,13 @@ fn pb_mask(size: u32, w: u32) -> u64 {
     }
 }
 
+/// The 32-bit word whose first two bytes in memory are `a` and next two `b`
+/// (both host order), as two adjacent `u16` fields.
+fn u16_pair(a: u16, b: u16) -> u32 {
+    let (a, b) = (a.to_ne_bytes(), b.to_ne_bytes());
+    u32::from_ne_bytes([a[0], a[1], b[0], b[1]])
+}
+
 /// A `struct pb_block` array's memory.
 #[derive(Debug)]
 pub(crate) struct BlockMem {
@@ -179,7 +186,7 @@ impl BlockMem {
     }
 
     fn used(&self, slot: u32, w: usize) -> &AtomicU64 {
-        self.blocks.word(slot as usize * PB_BLOCK_SIZE + 8 + 8 * w)
+        self.blocks.word(slot as usize * PB_BLOCK_SIZE + offset_of!(PbBlock, used) + 8 * w)
     }
 
     /// Write block `slot`: `size` ports (1..=[`PB_MAX_PORTS`]) from
@@ -193,9 +200,10 @@ impl BlockMem {
         for w in 0..PB_WORDS {
             self.used(slot, w).store(0, Ordering::Relaxed);
         }
-        self.blocks.word32(off).store(u32::from(addr).to_be(), Ordering::Relaxed);
-        let bs = u32::from(base) | (u32::from(size.min(PB_MAX_PORTS)) << 16);
-        self.blocks.word32(off + 4).store(bs, Ordering::Release);
+        self.blocks.word32(off + offset_of!(PbBlock, addr)).store(u32::from(addr).to_be(), Ordering::Relaxed);
+        // base and size in one store, as they lie in memory.
+        let bs = u16_pair(base, size.min(PB_MAX_PORTS));
+        self.blocks.word32(off + offset_of!(PbBlock, base)).store(bs, Ordering::Release);
     }
 
     /// Take a free port index of block `slot` of `size` ports, the first

@@ -5,8 +5,8 @@
 //! settings beside it).
 
 use crate::loader::{attach_link, chain, map_err, per_cpu_sum, test_run_once};
-use crate::teredo::TdMac;
 use crate::types::Count;
+use crate::types::IfMac;
 use crate::{Attachment, Error, Mode, TestResult};
 use aya::maps::{DevMapHash, HashMap, MapData, PerCpuArray};
 use aya::programs::{Program, ProgramError, Xdp};
@@ -117,8 +117,8 @@ impl Single {
     /// Accepts frames on `ifindex` only when addressed to `mac`.
     pub fn set_interface_mac(&mut self, ifindex: u32, mac: [u8; 6]) -> Result<(), Error> {
         let ifmac = self.names.ifmac;
-        let mut m = self.hash_mut::<u32, TdMac>(ifmac)?;
-        m.insert(ifindex, TdMac { addr: mac, pad: 0 }, 0).map_err(|e| map_err(ifmac, e))
+        let mut m = self.hash_mut::<u32, IfMac>(ifmac)?;
+        m.insert(ifindex, IfMac { addr: mac, pad: 0 }, 0).map_err(|e| map_err(ifmac, e))
     }
 
     /// Attaches to `iface` (of the caller's network namespace), records

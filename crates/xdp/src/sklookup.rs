@@ -16,6 +16,7 @@ use aya::programs::SkLookup as SkLookupProg;
 use aya::{Ebpf, EbpfLoader};
 
 use crate::loader::{chain, map_err};
+use crate::types::{SkCounter, SkKey};
 use crate::Error;
 
 /// The BPF object built by build.rs from `bpf/sklookup.bpf.c`.
@@ -30,10 +31,10 @@ const PROG: &str = "trgw_sk_lookup";
 /// [`SkLookup::remove_many`] carries (longer slices take several calls).
 const BATCH: usize = 16;
 
-/// Map key of one steered port (`struct v6g_sk_key`): the address in
-/// network order, IPv4-mapped for IPv4; the port in network order; the
-/// family (4 or 6); a zero byte.
-pub type PortKey = [u8; 20];
+/// Map key of one steered port (`struct v6g_sk_key`, [`SkKey`]): the
+/// address in network order, IPv4-mapped for IPv4; the port in network
+/// order; the family (4 or 6); a zero byte.
+pub type PortKey = SkKey;
 
 /// The key of local address `local`.
 pub fn port_key(local: SocketAddr) -> PortKey {
@@ -41,11 +42,11 @@ pub fn port_key(local: SocketAddr) -> PortKey {
         SocketAddr::V4(a) => (a.ip().to_ipv6_mapped().octets(), 4u8),
         SocketAddr::V6(a) => (a.ip().octets(), 6u8),
     };
-    let mut k = [0u8; 20];
-    k[..16].copy_from_slice(&addr);
-    k[16..18].copy_from_slice(&local.port().to_be_bytes());
-    k[18] = family;
-    k
+    let mut words = [0u32; 4];
+    for (w, b) in words.iter_mut().zip(addr.chunks_exact(4)) {
+        *w = u32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
+    }
+    SkKey { addr: words, port_be: local.port().to_be(), family, pad: 0 }
 }
 
 /// What the program did, summed over CPUs.
@@ -144,12 +145,12 @@ impl SkLookup {
     /// does, with one `bpf(2)` call (`BPF_MAP_UPDATE_BATCH`) for them all.
     /// On an error the entries before the failing one are steered.
     pub fn insert_many(&mut self, entries: &[(SocketAddr, u32)]) -> Result<(), Error> {
-        let mut keys = [[0u8; 20]; BATCH];
-        let mut values = [[0u8; 4]; BATCH];
+        let mut keys = [SkKey::default(); BATCH];
+        let mut values = [0u32; BATCH];
         for chunk in entries.chunks(BATCH) {
             for (i, &(local, index)) in chunk.iter().enumerate() {
                 keys[i] = port_key(local);
-                values[i] = index.to_ne_bytes();
+                values[i] = index;
             }
             let n = chunk.len();
             crate::sys::map_update_batch(self.ports_fd()?, &keys[..n], &values[..n]).map_err(|(done, e)| {
@@ -163,7 +164,7 @@ impl SkLookup {
     /// (`BPF_MAP_DELETE_BATCH`) when all are steered; returns how many
     /// were (ports not steered are skipped, as [`SkLookup::remove`] does).
     pub fn remove_many(&mut self, locals: &[SocketAddr]) -> Result<usize, Error> {
-        let mut keys = [[0u8; 20]; BATCH];
+        let mut keys = [SkKey::default(); BATCH];
         let mut removed = 0;
         for chunk in locals.chunks(BATCH) {
             for (k, &l) in keys.iter_mut().zip(chunk) {
@@ -190,8 +191,14 @@ impl SkLookup {
     pub fn counters(&self) -> Result<SkCounts, Error> {
         let m = self.bpf.map(COUNTERS).ok_or(Error::Bpf(format!("map {COUNTERS} missing")))?;
         let a: PerCpuArray<&MapData, u64> = PerCpuArray::try_from(m).map_err(|e| map_err(COUNTERS, e))?;
-        let sum = |i: u32| -> Result<u64, Error> { Ok(a.get(&i, 0).map_err(|e| map_err(COUNTERS, e))?.iter().sum()) };
-        Ok(SkCounts { steered: sum(0)?, no_socket: sum(1)?, assign_failed: sum(2)? })
+        let sum = |c: SkCounter| -> Result<u64, Error> {
+            Ok(a.get(&(c as u32), 0).map_err(|e| map_err(COUNTERS, e))?.iter().sum())
+        };
+        Ok(SkCounts {
+            steered: sum(SkCounter::Steered)?,
+            no_socket: sum(SkCounter::NoSocket)?,
+            assign_failed: sum(SkCounter::AssignFailed)?,
+        })
     }
 }
 
@@ -199,12 +206,20 @@ impl SkLookup {
 mod tests {
     use super::*;
 
+    /// The key's bytes as the kernel sees them (`struct v6g_sk_key`).
+    fn bytes(k: &PortKey) -> Vec<u8> {
+        let mut v: Vec<u8> = k.addr.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        v.extend(k.port_be.to_ne_bytes());
+        v.extend([k.family, k.pad]);
+        v
+    }
+
     #[test]
     fn keys_match_the_c_layout() {
-        let k = port_key("192.0.2.1:30000".parse().unwrap());
+        let k = bytes(&port_key("192.0.2.1:30000".parse().unwrap()));
         assert_eq!(&k[..16], &[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, 1]);
         assert_eq!(&k[16..], &[0x75, 0x30, 4, 0], "port big endian, family 4, zero pad");
-        let k = port_key("[2001:db8::1]:30001".parse().unwrap());
+        let k = bytes(&port_key("[2001:db8::1]:30001".parse().unwrap()));
         assert_eq!(k[0..2], [0x20, 0x01]);
         assert_eq!(k[15], 1);
         assert_eq!(&k[16..], &[0x75, 0x31, 6, 0]);

@@ -1,4 +1,5 @@
-//! The lwAFTR fast path (`bpf/softwire.bpf.c`, `bpf/softwire.h`): its own
+//! The lwAFTR fast path (`bpf/softwire.bpf.c`, its map types in
+//! [`crate::types`]): its own
 //! BPF object and maps, loaded by the lw4o6 runner (crates/softwire) when
 //! its `xdp` key asks for it. DSTM's tunnel end-point is the lwAFTR with
 //! whole-address leases, so it takes the same path.
@@ -42,135 +43,8 @@ pub(crate) const DS_BLOCKS: &str = "ds_blocks";
 pub(crate) const DS_STATE: &str = "ds_state";
 pub(crate) const DS_EVENTS: &str = "ds_events";
 
-/// `struct sw_config`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SwConfig {
-    /// The softwire address, as on the wire.
-    pub local: [u8; 16],
-    /// `SW_F_*`.
-    pub flags: u32,
-    /// Largest tunnel packet.
-    pub mtu: u16,
-    /// Tunnel hop limit.
-    pub hop_limit: u8,
-    /// Tunnel Encapsulation Limit (with `SW_F_ENCAP_LIMIT`).
-    pub encap_limit: u8,
-}
-
-/// `struct sw_binding`: the value of `sw_b4`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SwBinding {
-    /// IPv4 address, network order.
-    pub ipv4: u32,
-    /// PSID, host order.
-    pub psid: u16,
-    /// PSID length (0: a whole address).
-    pub psid_len: u8,
-    /// PSID offset.
-    pub offset: u8,
-}
-
-/// `struct sw_v4key`: the key of `sw_v4`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub struct SwV4Key {
-    /// IPv4 address, network order.
-    pub ipv4: u32,
-    /// PSID, host order.
-    pub psid: u16,
-    /// Zero.
-    pub pad: u16,
-}
-
-/// `struct sw_addr`: the value of `sw_addr`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SwAddr {
-    /// PSID length (0: a whole address).
-    pub psid_len: u8,
-    /// PSID offset.
-    pub offset: u8,
-    /// Zero.
-    pub pad: u16,
-}
-
-const _: () = assert!(core::mem::size_of::<SwConfig>() == 24);
-const _: () = assert!(core::mem::size_of::<SwBinding>() == 8);
-const _: () = assert!(core::mem::size_of::<SwV4Key>() == 8);
-const _: () = assert!(core::mem::size_of::<SwAddr>() == 4);
-
-const SW_F_ON: u32 = 1;
-const SW_F_COPY_TOS: u32 = 2;
-const SW_F_ENCAP_LIMIT: u32 = 4;
-const SW_F_DSLITE: u32 = 8;
-const SW_F_DS_CREATE: u32 = 16;
-
-counter_enum! {
-    /// The fast path's counters (`SW_C_*`, `SW_P_*` in bpf/softwire.h).
-    SoftwireCounter;
-    /// Softwire to IPv4: decapsulated and forwarded.
-    Decap = 0, "decap";
-    /// IPv4 to softwire: encapsulated and forwarded.
-    Encap = 1, "encap";
-    /// Passed: neither IPv4 nor IPv6.
-    PassNotIp = 2, "pass-not-ip";
-    /// Passed: IPv6 not IPv4-in-IPv6 to the softwire address, IPv4 to an address no binding holds.
-    PassNotOurs = 3, "pass-not-ours";
-    /// Passed: truncated, lengths disagree, trailing bytes.
-    PassMalformed = 4, "pass-malformed";
-    /// Passed: IPv4 options or IPv6 extension headers.
-    PassOptions = 5, "pass-options";
-    /// Passed: a fragment.
-    PassFragment = 6, "pass-fragment";
-    /// Passed: ICMP other than echo, ICMPv6.
-    PassIcmp = 7, "pass-icmp";
-    /// Passed: neither TCP, UDP nor ICMP.
-    PassProtocol = 8, "pass-protocol";
-    /// Passed: TTL or hop limit 1 or 0.
-    PassTtl = 9, "pass-ttl";
-    /// Passed: over the tunnel MTU or the egress MTU.
-    PassTooBig = 10, "pass-too-big";
-    /// Passed: unknown lwB4, or no lwB4 holds the address and port.
-    PassNoBinding = 11, "pass-no-binding";
-    /// Passed: wrong IPv4 address or port outside the lwB4's set.
-    PassPolicy = 12, "pass-policy";
-    /// Passed: to an address an lwB4 holds (hairpinning).
-    PassHairpin = 13, "pass-hairpin";
-    /// Passed: the IPv4 header checksum does not verify.
-    PassChecksum = 14, "pass-checksum";
-    /// Passed: no route or neighbour.
-    PassFib = 15, "pass-fib";
-    /// Passed: the egress interface is not one the fast path is attached to.
-    PassEgress = 16, "pass-egress";
-    /// Passed: no configuration.
-    PassDisabled = 17, "pass-disabled";
-    /// Passed: the Ethernet destination is not the interface's (or is multicast).
-    PassOtherHost = 18, "pass-other-host";
-    /// Passed (DS-Lite): no mirrored NAT44 session (a new flow, an unknown B4, a pool port without one).
-    PassNoSession = 19, "pass-no-session";
-    /// Passed (DS-Lite): TCP SYN, FIN or RST (the slow path's state machine).
-    PassTcpControl = 20, "pass-tcp-control";
-    /// Passed (DS-Lite): a TCP mapping in V6 INIT, not its outside SYN+ACK.
-    PassHalfOpen = 21, "pass-half-open";
-    /// DS-Lite: an outside SYN+ACK carried to a half-open mapping (also in `encap`).
-    SynAck = 22, "syn-ack";
-    /// DS-Lite: a mapping created by a B4's SYN (the SYN also in `decap`).
-    Created = 23, "created";
-    /// Passed (DS-Lite): a SYN from a B4 without port blocks.
-    PassNoBlock = 24, "pass-no-block";
-    /// Passed (DS-Lite): a SYN whose B4's port blocks are all in use.
-    PassBlockFull = 25, "pass-block-full";
-    /// Passed (DS-Lite): a SYN while the NAT44 holds max-mappings.
-    PassTableFull = 26, "pass-table-full";
-    /// Passed (DS-Lite): a SYN or a FIN while the event ring has no room.
-    PassRingFull = 27, "pass-ring-full";
-    /// Passed (DS-Lite): a SYN whose mapping another CPU created first.
-    PassRace = 28, "pass-race";
-    /// DS-Lite: a TCP FIN carried, the slow path told by a ring event (also in `decap` / `encap`).
-    Fin = 29, "fin";
-}
+pub use crate::types::{SoftwireCounter, SwAddr, SwBinding, SwConfig, SwV4Key};
+use crate::types::{SW_F_COPY_TOS, SW_F_DSLITE, SW_F_DS_CREATE, SW_F_ENCAP_LIMIT, SW_F_ON};
 
 /// What the fast path needs of the lwAFTR's end-point configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -461,19 +335,6 @@ mod tests {
 
     fn bound(b4: &str, v4: &str, psid: u16, len: u8) -> Bound {
         Bound { b4: b4.parse().unwrap(), ipv4: v4.parse().unwrap(), psid, psid_len: len, offset: 6 }
-    }
-
-    #[test]
-    fn counters_are_dense_and_labelled_once() {
-        for (i, c) in SoftwireCounter::ALL.iter().enumerate() {
-            assert_eq!(*c as usize, i);
-        }
-        let mut labels: Vec<_> = SoftwireCounter::ALL.iter().map(|c| c.label()).collect();
-        labels.sort_unstable();
-        labels.dedup();
-        assert_eq!(labels.len(), SoftwireCounter::ALL.len());
-        // bpf/softwire.h's SW_COUNTERS.
-        assert_eq!(SoftwireCounter::ALL.len(), 30);
     }
 
     #[test]

@@ -7,18 +7,21 @@
 pub mod xsk;
 
 use crate::types::{
-    Config, Count, Eam, FlowKey, N64Bib, N64BibKey, N64Host, Nat64Value, NatptHost, NatptMake, Nexthop, RelayKey,
-    RelayValue, TgenConfig, TgenFlow, TgenState, TrecvConfig, TrecvCounts, TrecvLearned, TrecvTrend,
+    B4Config, Config, Count, DsB4Key, DsB4Val, DsEvent, DsInKey, DsInVal, DsOutKey, DsOutVal, DsState, Eam, FlowKey,
+    IfMac, N64Bib, N64BibKey, N64Host, Nat64Value, NatptEvent, NatptHost, NatptMake, Nexthop, PbBlock, RelayKey,
+    RelayValue, SkKey, SwAddr, SwBinding, SwConfig, SwV4Key, TdConfig, TdPeer, TgenConfig, TgenFlow, TgenState,
+    TrecvConfig, TrecvCounts, TrecvLearned, TrecvTrend,
 };
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
-// SAFETY: each type is `#[repr(C)]`, `Copy`, made only of integers and
-// integer arrays with no implicit padding (build.rs asserts every size and
-// offset against the C side; `types::tests` checks there is no padding),
-// so every byte pattern is a valid value and no uninitialised padding is
-// ever copied to or from the kernel.
+// SAFETY: each type is a `types::contract!` struct: `#[repr(C)]`, `Copy`,
+// made only of integers and integer arrays with no implicit padding (the
+// macro's const assert; build.rs generates the C declaration from the same
+// layout, with an assert of every size and offset), so every byte pattern
+// is a valid value and no uninitialised padding is ever copied to or from
+// the kernel.
 unsafe impl aya::Pod for Config {}
 // SAFETY: as above.
 unsafe impl aya::Pod for Eam {}
@@ -50,8 +53,8 @@ unsafe impl aya::Pod for TgenConfig {}
 unsafe impl aya::Pod for TgenFlow {}
 // SAFETY: as above.
 unsafe impl aya::Pod for TgenState {}
-// SAFETY: as above (`crate::b4`'s const asserts check its size).
-unsafe impl aya::Pod for crate::b4::B4Config {}
+// SAFETY: as above.
+unsafe impl aya::Pod for B4Config {}
 // SAFETY: as above.
 unsafe impl aya::Pod for TrecvConfig {}
 // SAFETY: as above.
@@ -141,35 +144,55 @@ fn ethtool_set(name: &str, cmd: u32, on: bool) -> std::io::Result<()> {
     Ok(())
 }
 
-// SAFETY: `#[repr(C)]`, `Copy`, integers only, no implicit padding (sizes
-// asserted in teredo.rs and bpf/teredo.h): every byte pattern is valid.
-unsafe impl aya::Pod for crate::teredo::TdConfig {}
+// SAFETY: a `types::contract!` struct, as the ones above: integers and
+// integer arrays without padding, every byte pattern valid.
+unsafe impl aya::Pod for TdConfig {}
 // SAFETY: as above.
-unsafe impl aya::Pod for crate::teredo::TdPeer {}
+unsafe impl aya::Pod for TdPeer {}
 // SAFETY: as above.
-unsafe impl aya::Pod for crate::teredo::TdMac {}
-// SAFETY: `#[repr(C)]` integers and integer arrays without padding (sizes
-// asserted in softwire.rs and bpf/softwire.h): every byte pattern is valid.
-unsafe impl aya::Pod for crate::softwire::SwConfig {}
+unsafe impl aya::Pod for IfMac {}
 // SAFETY: as above.
-unsafe impl aya::Pod for crate::softwire::SwBinding {}
+unsafe impl aya::Pod for SwConfig {}
 // SAFETY: as above.
-unsafe impl aya::Pod for crate::softwire::SwV4Key {}
+unsafe impl aya::Pod for SwBinding {}
 // SAFETY: as above.
-unsafe impl aya::Pod for crate::softwire::SwAddr {}
-// SAFETY: `#[repr(C)]` integers and integer arrays without padding (sizes
-// asserted in dslite.rs and bpf/softwire.h): every byte pattern is valid.
-unsafe impl aya::Pod for crate::dslite::DsOutKey {}
+unsafe impl aya::Pod for SwV4Key {}
 // SAFETY: as above.
-unsafe impl aya::Pod for crate::dslite::DsOutVal {}
+unsafe impl aya::Pod for SwAddr {}
 // SAFETY: as above.
-unsafe impl aya::Pod for crate::dslite::DsInKey {}
+unsafe impl aya::Pod for DsOutKey {}
 // SAFETY: as above.
-unsafe impl aya::Pod for crate::dslite::DsInVal {}
+unsafe impl aya::Pod for DsOutVal {}
 // SAFETY: as above.
-unsafe impl aya::Pod for crate::dslite::DsB4Key {}
+unsafe impl aya::Pod for DsInKey {}
 // SAFETY: as above.
-unsafe impl aya::Pod for crate::dslite::DsB4Val {}
+unsafe impl aya::Pod for DsInVal {}
+// SAFETY: as above.
+unsafe impl aya::Pod for DsB4Key {}
+// SAFETY: as above.
+unsafe impl aya::Pod for DsB4Val {}
+// SAFETY: as above.
+unsafe impl aya::Pod for DsEvent {}
+// SAFETY: as above.
+unsafe impl aya::Pod for DsState {}
+// SAFETY: as above.
+unsafe impl aya::Pod for PbBlock {}
+// SAFETY: as above.
+unsafe impl aya::Pod for SkKey {}
+// SAFETY: as above.
+unsafe impl aya::Pod for NatptEvent {}
+
+/// A `T` read from the start of `b` (a ring buffer record, as the program
+/// wrote it); `None` when `b` is shorter than `T`.
+pub fn read_pod<T: aya::Pod>(b: &[u8]) -> Option<T> {
+    if b.len() < std::mem::size_of::<T>() {
+        return None;
+    }
+    // SAFETY: `b` holds at least size_of::<T>() bytes (checked above), the
+    // read is unaligned-safe, and `T: Pod` makes every byte pattern a valid
+    // value.
+    Some(unsafe { std::ptr::read_unaligned(b.as_ptr().cast::<T>()) })
+}
 
 /// The hardware (MAC) address of Ethernet interface `name` (of the
 /// caller's network namespace: the `SIOCGIFHWADDR` ioctl on a socket
@@ -240,21 +263,22 @@ const BPF_MAP_DELETE_BATCH: libc::c_long = 27;
 fn map_batch(
     cmd: libc::c_long,
     fd: BorrowedFd<'_>,
-    keys: &[u8],
-    values: Option<&[u8]>,
+    keys: *const u8,
+    values: Option<*const u8>,
     count: u32,
 ) -> (u32, io::Result<()>) {
     let mut attr = BatchAttr {
-        keys: keys.as_ptr() as u64,
-        values: values.map_or(0, |v| v.as_ptr() as u64),
+        keys: keys as u64,
+        values: values.map_or(0, |v| v as u64),
         count,
         map_fd: fd.as_raw_fd() as u32,
         ..BatchAttr::default()
     };
     // SAFETY: `attr` is a valid batch attribute of the size passed; the
     // kernel reads `count` keys (and values) from the buffers, which the
-    // callers size as `count` elements of the map's key (value) size, and
-    // writes only `attr.count`. `fd` is an open map descriptor.
+    // callers pass as slices of `count` `Pod` elements of the map's key
+    // (value) type (no padding: every byte initialised), and writes only
+    // `attr.count`. `fd` is an open map descriptor.
     let rc = unsafe {
         libc::syscall(libc::SYS_bpf, cmd, &mut attr as *mut BatchAttr, std::mem::size_of::<BatchAttr>() as u32)
     };
@@ -262,14 +286,14 @@ fn map_batch(
     (attr.count, res)
 }
 
-/// Inserts or replaces `keys.len()` entries of the map `fd` (key size `K`,
-/// value size `V`) with one `BPF_MAP_UPDATE_BATCH` (Linux >= 5.6). The
-/// kernel stops at the first failing element: the error comes with how
-/// many were written before it.
-pub fn map_update_batch<const K: usize, const V: usize>(
+/// Inserts or replaces `keys.len()` entries of the map `fd` (key type `K`,
+/// value type `V`, the map's) with one `BPF_MAP_UPDATE_BATCH` (Linux >=
+/// 5.6). The kernel stops at the first failing element: the error comes
+/// with how many were written before it.
+pub fn map_update_batch<K: aya::Pod, V: aya::Pod>(
     fd: BorrowedFd<'_>,
-    keys: &[[u8; K]],
-    values: &[[u8; V]],
+    keys: &[K],
+    values: &[V],
 ) -> Result<(), (usize, io::Error)> {
     if keys.len() != values.len() {
         return Err((0, io::Error::new(io::ErrorKind::InvalidInput, "as many values as keys are needed")));
@@ -278,19 +302,19 @@ pub fn map_update_batch<const K: usize, const V: usize>(
         return Ok(());
     }
     let count = u32::try_from(keys.len()).map_err(|_| (0, io::Error::from(io::ErrorKind::InvalidInput)))?;
-    let (done, r) = map_batch(BPF_MAP_UPDATE_BATCH, fd, keys.as_flattened(), Some(values.as_flattened()), count);
+    let (done, r) = map_batch(BPF_MAP_UPDATE_BATCH, fd, keys.as_ptr().cast(), Some(values.as_ptr().cast()), count);
     r.map_err(|e| (done as usize, e))
 }
 
 /// Deletes `keys` from the map `fd` with `BPF_MAP_DELETE_BATCH`; keys the
 /// map does not hold are skipped (the kernel stops at one, so the rest are
 /// deleted with another call). Returns how many were deleted.
-pub fn map_delete_batch<const K: usize>(fd: BorrowedFd<'_>, keys: &[[u8; K]]) -> io::Result<usize> {
+pub fn map_delete_batch<K: aya::Pod>(fd: BorrowedFd<'_>, keys: &[K]) -> io::Result<usize> {
     let mut rest = keys;
     let mut deleted = 0;
     while !rest.is_empty() {
         let count = u32::try_from(rest.len()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-        let (done, r) = map_batch(BPF_MAP_DELETE_BATCH, fd, rest.as_flattened(), None, count);
+        let (done, r) = map_batch(BPF_MAP_DELETE_BATCH, fd, rest.as_ptr().cast(), None, count);
         let done = (done as usize).min(rest.len());
         deleted += done;
         match r {

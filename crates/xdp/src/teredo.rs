@@ -1,4 +1,5 @@
-//! The Teredo relay fast path (`bpf/teredo.bpf.c`, `bpf/teredo.h`): its
+//! The Teredo relay fast path (`bpf/teredo.bpf.c`, its map types in
+//! [`crate::types`]): its
 //! own BPF object and maps, loaded by the relay's runner (crates/tunnel)
 //! when its `xdp` key asks for it.
 //!
@@ -28,101 +29,8 @@ const COUNTERS: &str = "teredo_counters";
 const TX: &str = "teredo_tx";
 const IFMAC: &str = "teredo_ifmac";
 
-/// `struct td_config`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TdConfig {
-    /// The relay's IPv4 address, network order.
-    pub relay_addr: u32,
-    /// Its UDP port, network order.
-    pub relay_port: u16,
-    /// `TD_F_ON`.
-    pub flags: u16,
-    /// The Teredo prefix's first 32 bits.
-    pub prefix_hi32: u32,
-    /// Largest IPv6 packet to a client (the relay TUN's MTU).
-    pub mtu6: u32,
-    /// Outer TTL.
-    pub ttl: u32,
-    /// Zero.
-    pub pad: u32,
-}
-
-/// `struct td_peer`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TdPeer {
-    /// Mapped IPv4 address, network order.
-    pub addr: u32,
-    /// Mapped port, network order.
-    pub port: u16,
-    /// Zero.
-    pub pad: u16,
-    /// `bpf_ktime_get_ns()` (CLOCK_MONOTONIC) of the last packet
-    /// decapsulated from the peer; 0 when none yet.
-    pub last_seen_ns: u64,
-}
-
-/// `struct td_mac`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TdMac {
-    /// The MAC address.
-    pub addr: [u8; 6],
-    /// Zero.
-    pub pad: u16,
-}
-
-const _: () = assert!(core::mem::size_of::<TdMac>() == 8);
-const _: () = assert!(core::mem::size_of::<TdConfig>() == 24);
-const _: () = assert!(core::mem::size_of::<TdPeer>() == 16);
-
-const TD_F_ON: u16 = 1;
-
-counter_enum! {
-    /// The fast path's counters (`TD_C_*`, `TD_P_*` in bpf/teredo.h).
-    TeredoCounter;
-    /// IPv4 to IPv6: decapsulated and forwarded.
-    Decap = 0, "decap";
-    /// IPv6 to IPv4: encapsulated and forwarded.
-    Encap = 1, "encap";
-    /// Passed: neither IPv4 nor IPv6.
-    PassNotIp = 2, "pass-not-ip";
-    /// Passed: not UDP to the relay, or not to the Teredo prefix.
-    PassNotTeredo = 3, "pass-not-teredo";
-    /// Passed: truncated, lengths disagree, trailing bytes.
-    PassMalformed = 4, "pass-malformed";
-    /// Passed: outer IPv4 options.
-    PassIpv4Options = 5, "pass-ipv4-options";
-    /// Passed: outer IPv4 fragment or inner Fragment header.
-    PassFragment = 6, "pass-fragment";
-    /// Passed: origin indication or authentication header.
-    PassIndicator = 7, "pass-indicator";
-    /// Passed: a bubble (Next Header 59).
-    PassBubble = 8, "pass-bubble";
-    /// Passed: no trusted-peer entry.
-    PassUntrusted = 9, "pass-untrusted";
-    /// Passed: a trusted peer's address from another mapping.
-    PassSpoofed = 10, "pass-spoofed";
-    /// Passed: IPv4 header or UDP checksum does not verify.
-    PassChecksum = 11, "pass-checksum";
-    /// Passed: ICMPv6.
-    PassIcmp = 12, "pass-icmp";
-    /// Passed: hop limit 1 or 0.
-    PassHopLimit = 13, "pass-hop-limit";
-    /// Passed: over the Teredo MTU or the egress MTU.
-    PassTooBig = 14, "pass-too-big";
-    /// Passed: Teredo to Teredo, non-global destination, link-scope source.
-    PassAddress = 15, "pass-address";
-    /// Passed: no route or neighbour.
-    PassFib = 16, "pass-fib";
-    /// Passed: the egress interface is not one the fast path is attached to.
-    PassEgress = 17, "pass-egress";
-    /// Passed: no configuration.
-    PassDisabled = 18, "pass-disabled";
-    /// Passed: the Ethernet destination is not the interface's (or is multicast).
-    PassOtherHost = 19, "pass-other-host";
-}
+use crate::types::TD_F_ON;
+pub use crate::types::{TdConfig, TdPeer, TeredoCounter};
 
 /// What the fast path needs of the relay's configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -283,19 +191,6 @@ impl TeredoFastPath {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn counters_are_dense_and_labelled_once() {
-        for (i, c) in TeredoCounter::ALL.iter().enumerate() {
-            assert_eq!(*c as usize, i);
-        }
-        let mut labels: Vec<_> = TeredoCounter::ALL.iter().map(|c| c.label()).collect();
-        labels.sort_unstable();
-        labels.dedup();
-        assert_eq!(labels.len(), TeredoCounter::ALL.len());
-        // bpf/teredo.h's TD_COUNTERS.
-        assert_eq!(TeredoCounter::ALL.len(), 20);
-    }
 
     #[test]
     fn a_wildcard_bind_is_refused_before_loading() {

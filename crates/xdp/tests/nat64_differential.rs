@@ -493,7 +493,7 @@ impl FastHook for PtHook {
         });
     }
     fn port_blocks(&self) -> Option<Arc<dyn nat64::PortBlockMem>> {
-        Some(self.pt.clone())
+        Some(Arc::new(ProgramBlocks(self.pt.clone())))
     }
     fn bib(&self, x: std::net::SocketAddrV6, t: Option<std::net::SocketAddrV4>) {
         self.pt.set_bib(x, t).expect("BIB entry");
@@ -805,6 +805,35 @@ fn core_napt(max_sessions: usize, ports: (u16, u16)) -> Nat64 {
     c.shards = 2;
     c.max_sessions = max_sessions;
     Nat64::new(c).expect("valid NAT64 config")
+}
+
+/// The program's port blocks (`n64_blocks`) as the translator's memory,
+/// as the daemon wires them (crates/gate's `xdp_blocks`).
+#[derive(Debug)]
+struct ProgramBlocks(Arc<xdp::nat64::Natpt>);
+
+impl nat64::PortBlockMem for ProgramBlocks {
+    fn size(&self) -> u16 {
+        self.0.block_size()
+    }
+    fn slots(&self) -> u32 {
+        self.0.block_slots()
+    }
+    fn write(&self, slot: u32, addr: std::net::Ipv4Addr, base: u16, size: u16) {
+        self.0.block_write(slot, addr, base, size)
+    }
+    fn take(&self, slot: u32, size: u16, hint: u32) -> Option<u16> {
+        self.0.block_take(slot, size, hint)
+    }
+    fn give(&self, slot: u32, i: u16) {
+        self.0.block_give(slot, i)
+    }
+    fn in_use(&self, slot: u32) -> u32 {
+        self.0.block_in_use(slot)
+    }
+    fn list(&self, x: std::net::Ipv6Addr, slots: &[u32]) {
+        self.0.list_blocks(x, slots)
+    }
 }
 
 /// The twin's port blocks: on the heap, each port taken the one the test

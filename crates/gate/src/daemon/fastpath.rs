@@ -197,8 +197,7 @@ impl nat64::FastHook for NatHook {
     }
 
     fn port_blocks(&self) -> Option<Arc<dyn nat64::PortBlockMem>> {
-        let pt = self.natpt.as_ref()?;
-        (nat64::PortBlockMem::size(&**pt) > 0).then(|| pt.clone() as Arc<dyn nat64::PortBlockMem>)
+        crate::xdp_blocks::n64(self.natpt.as_ref()?)
     }
 
     fn bib(&self, x: std::net::SocketAddrV6, t: Option<std::net::SocketAddrV4>) {
