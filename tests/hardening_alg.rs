@@ -46,6 +46,7 @@ fn start(alg: &str) -> (Lab, tempfile::TempDir) {
 /// call to a literal address completes meanwhile.
 #[test]
 fn a_dns_name_flood_from_one_64_is_held_to_its_share() {
+    lab::need_root!();
     // DNS on a socket nobody answers.
     let (mut lab, _sock) = start("dns-servers = [\"127.0.0.1:5353\"]");
     let _dns = in_ns(&lab.gw, || UdpSocket::bind("127.0.0.1:5353").unwrap());
@@ -86,6 +87,7 @@ fn a_dns_name_flood_from_one_64_is_held_to_its_share() {
 /// there; an ordinary next hop still does.
 #[test]
 fn sip_aimed_at_loopback_or_the_gateways_own_addresses_goes_nowhere() {
+    lab::need_root!();
     let (lab, _sock) = start("");
     let (u4, u6, t4) = in_ns(&lab.gw, || {
         let u4 = UdpSocket::bind("0.0.0.0:7002").unwrap();
@@ -148,6 +150,7 @@ fn sip_aimed_at_loopback_or_the_gateways_own_addresses_goes_nowhere() {
 /// everything is given back.
 #[test]
 fn a_padded_invite_flood_is_held_to_its_share_of_the_bytes() {
+    lab::need_root!();
     let (mut lab, _sock) = start("rate-limit = 0\nmax-state-bytes = 67108864");
     let _silent = in_ns(&lab.h4, || UdpSocket::bind("198.51.100.2:5090").unwrap());
     let base = hardening_util::Baseline::new(&lab);
@@ -187,6 +190,7 @@ fn a_padded_invite_flood_is_held_to_its_share_of_the_bytes() {
 /// are closed by their timeouts, counted.
 #[test]
 fn one_64_cannot_hold_the_sip_tcp_slots_and_idle_or_slow_connections_are_closed() {
+    lab::need_root!();
     let (lab, _sock) = start("max-connections = 64\ntcp-idle-timeout = \"3s\"\ntcp-message-timeout = \"2s\"");
     for i in 0..40 {
         lab.h6.ip(&["-6", "addr", "add", &format!("2001:db8:1::2:{i:x}/64"), "dev", "a6", "nodad"]).unwrap();
@@ -240,6 +244,7 @@ fn one_64_cannot_hold_the_sip_tcp_slots_and_idle_or_slow_connections_are_closed(
 /// IPv4-mapped Request-URI reach the IPv4 UA rewritten.
 #[test]
 fn refusals_write_a_few_lines_and_sip_edge_cases_reach_the_ipv4_realm_rewritten() {
+    lab::need_root!();
     let (lab, _sock) = start("rate-limit = 0");
     let ua = in_ns(&lab.h6, || UdpSocket::bind("[2001:db8:1::2]:5070").unwrap());
     ua.set_nonblocking(true).unwrap();
