@@ -19,12 +19,9 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(lease::decode(&lease::encode(m, xid)), Some((m, xid)));
     }
     let mut s = LeaseServer::new(LeaseConfig {
-        pool: vec!["192.0.2.0/29".parse().unwrap()],
-        clients: vec![],
         lease_secs: 60,
-        tep: Ipv6Addr::LOCALHOST,
-        file: None,
         max_requests_per_sec: 1000,
+        ..LeaseConfig::new(vec!["192.0.2.0/29".parse().unwrap()], Ipv6Addr::LOCALHOST)
     });
     for (i, chunk) in data.chunks(16).enumerate() {
         let from = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, i as u16);

@@ -41,8 +41,8 @@ fn is_sdp_type(t: &str) -> bool {
 }
 
 fn is_multipart(t: &str) -> bool {
-    let t = t.trim_start();
-    t.len() >= 10 && t[..10].eq_ignore_ascii_case("multipart/")
+    // Bytes, not a str slice: a header value may hold any UTF-8 (fuzz).
+    t.trim_start().as_bytes().get(..10).is_some_and(|p| p.eq_ignore_ascii_case(b"multipart/"))
 }
 
 /// The SDP of `m`.
@@ -162,6 +162,15 @@ pub fn splice(frame: Option<&(Vec<u8>, Vec<u8>)>, sdp: Vec<u8>) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A Content-Type with a multibyte character across byte 10 is no
+    /// multipart type, not a panic (fuzz: sip_message).
+    #[test]
+    fn a_multibyte_content_type_is_no_multipart() {
+        assert!(!is_multipart("nt-Type: \u{19e}@[200tion/sdp"));
+        assert!(!is_multipart("ƞƞƞƞƞƞ"));
+        assert!(is_multipart("  Multipart/mixed; boundary=x"));
+    }
 
     fn msg(ct: &str, body: &str) -> Vec<u8> {
         format!("INVITE sip:b@h SIP/2.0\r\nVia: SIP/2.0/UDP h;branch=z9hG4bK1\r\nFrom: <sip:a@h>;tag=1\r\nTo: <sip:b@h>\r\nCall-ID: c\r\nCSeq: 1 INVITE\r\nContent-Type: {ct}\r\nContent-Length: {}\r\n\r\n{body}", body.len()).into_bytes()

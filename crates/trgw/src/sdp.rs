@@ -279,8 +279,23 @@ impl Sdp {
         let push = |out: &mut String, l: &str| {
             // A bracketed IPv6 address (accepted by the parser) goes out
             // in the RFC 4566 form.
+            // Only a whole token `[addr]` loses its brackets: a lone `[`
+            // elsewhere stays, so the line keeps its fields.
             if (l.starts_with("c=") || l.starts_with("o=") || l.starts_with("a=rtcp:")) && l.contains('[') {
-                out.extend(l.chars().filter(|&c| c != '[' && c != ']'));
+                let mut rest = l;
+                while !rest.is_empty() {
+                    let end = rest.find(' ').map_or(rest.len(), |i| i + 1);
+                    let (tok, tail) = rest.split_at(end);
+                    let word = tok.trim_end_matches(' ');
+                    match word.strip_prefix('[').and_then(|w| w.strip_suffix(']')) {
+                        Some(addr) if !addr.is_empty() => {
+                            out.push_str(addr);
+                            out.push_str(&tok[word.len()..]);
+                        }
+                        _ => out.push_str(tok),
+                    }
+                    rest = tail;
+                }
             } else {
                 out.push_str(l);
             }
@@ -381,6 +396,11 @@ a=sendrecv\r\n";
         };
         let out = s.rewrite(&rw);
         assert!(!out.contains('['), "{out}");
+        // A lone bracket that is no address keeps the line's fields (fuzz).
+        let odd = Sdp::parse(b"v=0\r\no=- 1 [ IN IP6 ::1\r\n").unwrap();
+        let again = odd.rewrite(&Rewrite { media: vec![], origin: false, remove_ice: false });
+        assert!(again.contains("o=- 1 [ IN IP6 ::1\r\n"), "{again}");
+        Sdp::parse(again.as_bytes()).unwrap();
         assert!(out.contains("o=- 1 1 IN IP6 2001:db8::2\r\n") && out.contains("c=IN IP6 2001:db8::3\r\n"), "{out}");
         assert!(Sdp::parse(b"v=0\r\nc=IN IP4 [192.0.2.1]\r\n").is_err(), "only IPv6 in brackets");
     }
