@@ -88,6 +88,11 @@ pub struct Rewrite {
     pub remove_ice: bool,
 }
 
+/// `[addr]` without its brackets (`None` for anything else, `[]` too).
+fn unbracket(s: &str) -> Option<&str> {
+    s.strip_prefix('[').and_then(|a| a.strip_suffix(']')).filter(|a| !a.is_empty())
+}
+
 fn parse_conn(v: &str) -> Result<IpAddr, SdpError> {
     // "IN IP4 192.0.2.1[/ttl[/n]]"
     let mut it = v.split_ascii_whitespace();
@@ -99,7 +104,7 @@ fn parse_conn(v: &str) -> Result<IpAddr, SdpError> {
     // write it and rtpengine takes it: accepted, written back without
     // the brackets.
     let bare = match fam {
-        "IP6" => addr.strip_prefix('[').and_then(|a| a.strip_suffix(']')).unwrap_or(addr),
+        "IP6" => unbracket(addr).unwrap_or(addr),
         _ => addr,
     };
     let ip: IpAddr = bare.parse().map_err(|_| SdpError(format!("bad connection address `{addr}`")))?;
@@ -287,8 +292,8 @@ impl Sdp {
                     let end = rest.find(' ').map_or(rest.len(), |i| i + 1);
                     let (tok, tail) = rest.split_at(end);
                     let word = tok.trim_end_matches(' ');
-                    match word.strip_prefix('[').and_then(|w| w.strip_suffix(']')) {
-                        Some(addr) if !addr.is_empty() => {
+                    match unbracket(word) {
+                        Some(addr) => {
                             out.push_str(addr);
                             out.push_str(&tok[word.len()..]);
                         }
